@@ -1,0 +1,345 @@
+"""Cluster model: devices, links, nodes, host side, network and communication library.
+
+Frozen, validated dataclasses; every number carries its unit in its name. Bandwidths are per
+direction in decimal GB/s (1e9 bytes/s). Intra-node bandwidth is per GPU (its port into the
+fabric); inter-node bandwidth is per NIC. The numbers of the embedded presets and their sources
+live in ``presets/*.yaml``; this module holds no hardware constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from simulator.errors import SpecError
+
+
+class Dtype(Enum):
+    """Numeric formats a device's peak throughput is quoted for."""
+
+    BF16 = "bf16"
+    """bfloat16 tensor-core math (dense)."""
+    FP16 = "fp16"
+    """IEEE half-precision tensor-core math (dense)."""
+    TF32 = "tf32"
+    """TensorFloat-32 tensor-core math (dense)."""
+    FP32 = "fp32"
+    """IEEE single precision on the CUDA cores (or a CPU's vector units)."""
+    FP8 = "fp8"
+    """8-bit floating point tensor-core math (dense), Hopper and later."""
+
+
+class LinkKind(Enum):
+    """Physical kind of a link; it decides which latency class a communication library charges."""
+
+    NVLINK = "nvlink"
+    """Direct GPU-to-GPU NVLink between a pair of GPUs (no switch)."""
+    NVSWITCH = "nvswitch"
+    """NVLink into an NVSwitch: full bisection, any GPU pair at the full per-GPU bandwidth."""
+    PCIE = "pcie"
+    """PCI Express: GPU to PCIe switch / root complex, or host-to-device copies."""
+    SOCKET = "socket"
+    """CPU socket-to-socket link (Intel UPI, AMD xGMI) crossed by PCIe traffic between sockets."""
+    INFINIBAND = "infiniband"
+    """InfiniBand NIC port (EDR/HDR/NDR/XDR)."""
+    ROCE = "roce"
+    """RDMA over Converged Ethernet v2 NIC port."""
+    ETHERNET = "ethernet"
+    """Plain TCP/IP Ethernet NIC port (no RDMA)."""
+    LOOPBACK = "loopback"
+    """Processes on one host talking over loopback TCP or shared memory (the localhost-cpu preset)."""
+
+    @property
+    def latency_class(self) -> "LinkClass":
+        """NCCL's three latency classes (``src/graph/tuning.cc``: NVLink, PCI, NET)."""
+        if self in (LinkKind.NVLINK, LinkKind.NVSWITCH):
+            return LinkClass.NVLINK
+        if self in (LinkKind.PCIE, LinkKind.SOCKET, LinkKind.LOOPBACK):
+            return LinkClass.PCIE
+        return LinkClass.NET
+
+
+class LinkClass(Enum):
+    """Latency classes of NCCL's tuning model (per-hop latency differs by class)."""
+
+    NVLINK = "nvlink"
+    """NVLink or NVSwitch hop."""
+    PCIE = "pcie"
+    """PCIe (or host-memory) hop inside a node."""
+    NET = "net"
+    """Network hop between nodes."""
+
+
+class Fabric(Enum):
+    """How the GPUs inside one node are connected."""
+
+    SWITCHED = "switched"
+    """Full-bisection switch (NVSwitch, or loopback for CPU processes): every GPU pair gets the
+    full per-GPU link bandwidth; a GPU's port is shared by all its concurrent transfers."""
+    PCIE_TREE = "pcie_tree"
+    """GPUs under PCIe switches, switches under the CPU sockets' root complexes, sockets joined
+    by a socket link; traffic between switches crosses the switch uplinks (and the socket link)."""
+    NVLINK_MESH = "nvlink_mesh"
+    """Direct NVLink between listed GPU pairs (DGX-1 hybrid cube-mesh); other pairs use PCIe."""
+
+
+def _positive(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise SpecError(name, f"must be a positive number, got {value!r}")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise SpecError(name, f"must be a non-negative number, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One directional link type: its line rate, per-hop latency and achievable fraction."""
+
+    kind: LinkKind
+    """Physical kind; decides the latency class a communication library charges."""
+    bw_GBps: float
+    """Line bandwidth per direction, decimal GB/s (per GPU for intra-node, per NIC for network)."""
+    latency_us: float
+    """Latency of one hop over this link, microseconds."""
+    efficiency: float = 1.0
+    """Achievable fraction of ``bw_GBps`` (protocol and DMA overheads). 1.0 unless a source says."""
+
+    def __post_init__(self) -> None:
+        _positive("bw_GBps", self.bw_GBps)
+        _non_negative("latency_us", self.latency_us)
+        if not 0 < self.efficiency <= 1:
+            raise SpecError("efficiency", f"must be in (0, 1], got {self.efficiency!r}")
+
+    @property
+    def bw_Bps(self) -> float:
+        """Achievable bandwidth, bytes/s: ``bw_GBps × 1e9 × efficiency``."""
+        return self.bw_GBps * 1e9 * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """An accelerator (or a CPU process standing in for one)."""
+
+    name: str
+    peak_tflops: dict[Dtype, float]
+    """Dense peak throughput per numeric format, TFLOP/s (1e12 FLOP/s)."""
+    memory_bytes: int
+    """Device memory capacity, bytes (datasheet GB × 1e9)."""
+    hbm_bw_GBps: float
+    """Device memory bandwidth, decimal GB/s."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("device.name", "must be a non-empty string")
+        if not self.peak_tflops:
+            raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
+        for dtype, tflops in self.peak_tflops.items():
+            _positive(f"device.peak_tflops.{dtype.value}", tflops)
+        _positive("device.memory_GB", self.memory_bytes)
+        _positive("device.hbm_bw_GBps", self.hbm_bw_GBps)
+
+    def peak_flops(self, dtype: Dtype) -> float:
+        """Peak FLOP/s for ``dtype``; a format the device file does not list is an error."""
+        if dtype not in self.peak_tflops:
+            known = ", ".join(d.value for d in self.peak_tflops)
+            raise SpecError("device.peak_tflops", f"no {dtype.value} figure for {self.name}; known: {known}")
+        return self.peak_tflops[dtype] * 1e12
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSpec:
+    """The host side of a node: what ZeRO-Offload/Infinity and the input pipeline need."""
+
+    cpu_memory_bytes: int
+    """Host DRAM per node, bytes."""
+    h2d_bw_GBps: float
+    """Host-to-device PCIe bandwidth per GPU, per direction, decimal GB/s."""
+    h2d_latency_us: float
+    """Latency of one host↔device PCIe hop, µs (also the staging hop without GPUDirect RDMA)."""
+    nvme_bytes: int = 0
+    """NVMe capacity per node for ZeRO-Infinity offload, bytes (0: none)."""
+    nvme_read_GBps: float = 0.0
+    """Aggregate NVMe read bandwidth per node, GB/s."""
+    nvme_write_GBps: float = 0.0
+    """Aggregate NVMe write bandwidth per node, GB/s."""
+    cpu_adam_params_per_s: float = 0.0
+    """CPU optimizer throughput per node, parameters updated per second (0: unknown)."""
+    storage_read_GBps: float = 0.0
+    """Read bandwidth from training-data storage per node, GB/s (0: unknown)."""
+
+    def __post_init__(self) -> None:
+        _positive("host.cpu_memory_GB", self.cpu_memory_bytes)
+        _positive("host.h2d_bw_GBps", self.h2d_bw_GBps)
+        _non_negative("host.h2d_latency_us", self.h2d_latency_us)
+        for name in ("nvme_bytes", "nvme_read_GBps", "nvme_write_GBps", "cpu_adam_params_per_s",
+                     "storage_read_GBps"):
+            _non_negative(f"host.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PcieTree:
+    """PCIe hierarchy inside a node (``Fabric.PCIE_TREE``, and the fallback path of a mesh)."""
+
+    gpus_per_switch: int
+    """GPUs under one PCIe switch (or directly under one root port when 1)."""
+    switches_per_socket: int
+    """PCIe switches under one CPU socket's root complex."""
+    switch_uplink: Link
+    """Link from a PCIe switch up to the root complex, per direction."""
+    socket_link: Link
+    """CPU socket-to-socket link (UPI/xGMI), per direction."""
+
+    def __post_init__(self) -> None:
+        _positive("pcie_tree.gpus_per_switch", self.gpus_per_switch)
+        _positive("pcie_tree.switches_per_socket", self.switches_per_socket)
+
+    def switch_of(self, local: int) -> int:
+        return local // self.gpus_per_switch
+
+    def socket_of(self, local: int) -> int:
+        return self.switch_of(local) // self.switches_per_socket
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """One node: GPUs, how they are joined, NICs and the host side."""
+
+    gpus_per_node: int
+    fabric: Fabric
+    intra_link: Link
+    """Per-GPU link into the fabric (NVSwitch port, the GPU's PCIe x16, or one NVLink of a mesh)."""
+    nics_per_node: int = 1
+    pcie_tree: PcieTree | None = None
+    """Required for ``PCIE_TREE``; for ``NVLINK_MESH`` it carries the pairs without NVLink."""
+    nvlink_pairs: tuple[tuple[int, int, int], ...] = ()
+    """For ``NVLINK_MESH``: (gpu a, gpu b, number of NVLinks) for each directly linked pair."""
+    gpu_peer_to_peer: bool = True
+    """GPU P2P over PCIe; off, PCIe-tree traffic is staged through host memory (through the root)."""
+    host: HostSpec | None = None
+
+    def __post_init__(self) -> None:
+        _positive("gpus_per_node", self.gpus_per_node)
+        _positive("inter_node.nics_per_node", self.nics_per_node)
+        if self.fabric in (Fabric.PCIE_TREE, Fabric.NVLINK_MESH) and self.pcie_tree is None:
+            raise SpecError("intra_node.pcie_tree", f"fabric {self.fabric.value} needs a pcie_tree section")
+        for a, b, links in self.nvlink_pairs:
+            if not (0 <= a < self.gpus_per_node and 0 <= b < self.gpus_per_node and a != b):
+                raise SpecError("intra_node.nvlink_pairs", f"pair ({a}, {b}) is not two GPUs of the node")
+            _positive("intra_node.nvlink_pairs links", links)
+
+    def nic_of(self, local: int) -> int:
+        """NIC used by GPU ``local``: GPUs spread evenly over NICs (GPU i → NIC i·nics/gpus)."""
+        return local * self.nics_per_node // self.gpus_per_node
+
+    def nvlinks_between(self, a: int, b: int) -> int:
+        for x, y, links in self.nvlink_pairs:
+            if {x, y} == {a, b}:
+                return links
+        return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    """The inter-node network."""
+
+    link: Link
+    """One NIC port, per direction."""
+    rail_optimized: bool = True
+    """NIC i of every node on leaf switch i: same-rail traffic crosses one switch."""
+    oversubscription: float = 1.0
+    """Leaf-to-spine oversubscription ratio; traffic between leaf groups gets ``bw / ratio``."""
+    nodes_per_leaf: int = 0
+    """Nodes under one leaf group (0: all nodes under one leaf tier, no spine crossing)."""
+    gpudirect_rdma: bool = True
+    """NIC reads/writes GPU memory directly; off, traffic is staged through host memory."""
+
+    def __post_init__(self) -> None:
+        if self.oversubscription < 1:
+            raise SpecError("inter_node.oversubscription", f"must be >= 1, got {self.oversubscription!r}")
+        _non_negative("inter_node.nodes_per_leaf", self.nodes_per_leaf)
+
+
+class CommLibrary(Enum):
+    """Communication library whose per-message costs a cluster is modelled with."""
+
+    IDEAL = "ideal"
+    """No library overhead: pure α-β on the links as given (a user's own file by default)."""
+    NCCL = "nccl"
+    """NVIDIA NCCL with its LL / LL128 / Simple protocols (``src/graph/tuning.cc``)."""
+    GLOO = "gloo"
+    """PyTorch's Gloo (CPU, TCP); per-call overhead measured by ``trainplan calibrate``."""
+    MPI = "mpi"
+    """An MPI library; a per-call overhead, no protocol switching."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Protocol:
+    """One NCCL protocol: its latencies and achievable fraction of bus bandwidth."""
+
+    name: str
+    base_latency_us: dict[str, float]
+    """Fixed cost per collective call by algorithm family (``ring``, ``tree``, ``nvls``), µs."""
+    hop_latency_us: dict[LinkClass, float]
+    """Latency per hop by link class, µs; replaces the links' own latency_us."""
+    bw_factor: float
+    """Fraction of the link bandwidth this protocol achieves (LL 0.5, LL128 ≈ 0.92, Simple 1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommProfile:
+    """Per-message overheads of the communication library."""
+
+    library: CommLibrary = CommLibrary.IDEAL
+    call_latency_us: float = 0.0
+    """Fixed cost per collective call when the library has no protocol table, µs."""
+    protocols: tuple[Protocol, ...] = ()
+    """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
+
+    def __post_init__(self) -> None:
+        _non_negative("comm.call_latency_us", self.call_latency_us)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """A whole cluster: ``nodes`` identical nodes on a network, and how ranks are placed."""
+
+    name: str
+    nodes: int
+    device: Device
+    node: NodeSpec
+    network: NetworkSpec | None = None
+    """Required when ``nodes > 1``."""
+    comm: CommProfile = field(default_factory=CommProfile)
+    in_switch_reduction: bool = False
+    """NVLS / SHARP available (NVSwitch 3+ multicast, or SHARP-capable IB switches)."""
+    source: str = ""
+    """Where the numbers come from (datasheets, measurements)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("name", "must be a non-empty string")
+        if not isinstance(self.nodes, int) or self.nodes < 1:
+            raise SpecError("nodes", f"must be a positive integer, got {self.nodes!r}")
+        if self.nodes > 1 and self.network is None:
+            raise SpecError("inter_node", f"a cluster of {self.nodes} nodes needs an inter_node section")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.node.gpus_per_node
+
+    def place(self, rank: int) -> tuple[int, int]:
+        """Rank → (node, local GPU index). Ranks fill a node before the next (torchrun's order)."""
+        if not 0 <= rank < self.world_size:
+            raise SpecError("ranks", f"rank {rank} is outside the cluster's {self.world_size} GPUs")
+        return divmod(rank, self.node.gpus_per_node)
+
+    def with_nodes(self, nodes: int) -> "Cluster":
+        from dataclasses import replace
+
+        return replace(self, nodes=nodes)

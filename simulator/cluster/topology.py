@@ -1,0 +1,188 @@
+"""Topology queries: the path between two ranks as directional link resources, and the tiers a group spans.
+
+A *resource* is one directional physical link instance, named by a hashable tuple such as
+``("port_tx", node, gpu)`` or ``("nic_rx", node, nic)``. Two transfers whose paths share a
+resource share its bandwidth; the schedule evaluator and the discrete-event engine rely on this.
+
+Path model (what each fabric contributes):
+- SWITCHED (NVSwitch, loopback): src GPU's port (tx) → dst GPU's port (rx); one hop of latency.
+- PCIE_TREE: GPU PCIe link; with P2P and the same PCIe switch, switch-local. Otherwise the switch
+  uplinks to the root complex, and the socket link between sockets. P2P off routes every pair
+  through the root complex (host memory), as NCCL's SHM transport does.
+- NVLINK_MESH: a direct NVLink pair at ``links × bw``; pairs without NVLink take the PCIe route.
+- Between nodes: src NIC (tx) → dst NIC (rx). The transfer crosses the leaf uplink (bandwidth
+  divided by the oversubscription ratio) when the nodes sit under different leaf groups, or on a
+  rail-optimised fabric when the two NICs are on different rails. Without GPUDirect RDMA each side
+  stages through host memory: a PCIe hop at half the host-to-device bandwidth (the bytes cross
+  PCIe twice, GPU→host then host→NIC) and that hop's latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.cluster.spec import Cluster, Fabric, Link, LinkClass, LinkKind
+from simulator.errors import SpecError
+
+Resource = tuple
+"""Hashable id of one directional link instance, e.g. ``("nic_tx", 3, 0)``."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    resource: Resource
+    link: Link
+
+
+@dataclass(frozen=True)
+class Path:
+    """The links a transfer from one rank to another crosses, and the connection's latency."""
+
+    hops: tuple[Hop, ...]
+    link_class: LinkClass
+    """Latency class of the connection (a library with protocols charges its per-hop latency by it)."""
+    latency_s: float
+    """Latency of the connection from the links' own ``latency_us``."""
+
+    @property
+    def bottleneck_Bps(self) -> float:
+        return min(hop.link.bw_Bps for hop in self.hops)
+
+    def transfer_time_s(self, nbytes: float) -> float:
+        """Uncontended time of one transfer: latency + bytes / bottleneck bandwidth (cut-through)."""
+        return self.latency_s + nbytes / self.bottleneck_Bps
+
+
+class Tier(Enum):
+    """Levels of the hierarchy a group of ranks can span."""
+
+    INTRA_NODE = "intra_node"
+    """Between GPUs of the same node."""
+    INTER_NODE = "inter_node"
+    """Between nodes, over the NICs."""
+
+
+@dataclass(frozen=True)
+class TierInfo:
+    """What one tier offers a group: its bottleneck per-rank bandwidth and latency."""
+
+    tier: Tier
+    span: int
+    """Ranks (intra) or nodes (inter) the group spans at this tier."""
+    bw_Bps: float
+    """Intra: slowest pair's bottleneck. Inter: one NIC's achievable bandwidth."""
+    latency_s: float
+    """Slowest pair's connection latency at this tier."""
+    nics_per_node: int = 0
+    """Inter only: distinct NICs the group's GPUs use on one node."""
+
+
+def path(cluster: Cluster, src: int, dst: int, nic: int | None = None) -> Path:
+    """The path from rank ``src`` to rank ``dst``; ``nic`` overrides the NIC used between nodes."""
+    if src == dst:
+        raise SpecError("ranks", f"no path from rank {src} to itself")
+    (sn, sl), (dn, dl) = cluster.place(src), cluster.place(dst)
+    if sn == dn:
+        return _intra_path(cluster, sn, sl, dl)
+    return _inter_path(cluster, sn, sl, dn, dl, nic)
+
+
+def _intra_path(cluster: Cluster, node: int, a: int, b: int) -> Path:
+    spec = cluster.node
+    link = spec.intra_link
+    if spec.fabric is Fabric.SWITCHED:
+        hops = (Hop(("port_tx", node, a), link), Hop(("port_rx", node, b), link))
+        return Path(hops, link.kind.latency_class, link.latency_s)
+    if spec.fabric is Fabric.NVLINK_MESH:
+        links = spec.nvlinks_between(a, b)
+        if links:
+            pair = Link(kind=LinkKind.NVLINK, bw_GBps=link.bw_GBps * links, latency_us=link.latency_us,
+                        efficiency=link.efficiency)
+            return Path((Hop(("nvlink", node, a, b), pair),), LinkClass.NVLINK, link.latency_s)
+    return _pcie_path(cluster, node, a, b)
+
+
+def _pcie_path(cluster: Cluster, node: int, a: int, b: int) -> Path:
+    spec = cluster.node
+    tree = spec.pcie_tree
+    gpu_link = spec.intra_link if spec.fabric is Fabric.PCIE_TREE else tree.switch_uplink
+    hops = [Hop(("port_tx", node, a), gpu_link)]
+    latency = gpu_link.latency_s
+    sa, sb = tree.switch_of(a), tree.switch_of(b)
+    if sa != sb or not spec.gpu_peer_to_peer:
+        hops.append(Hop(("switch_up", node, sa), tree.switch_uplink))
+        ka, kb = tree.socket_of(a), tree.socket_of(b)
+        if ka != kb:
+            hops.append(Hop(("socket", node, ka, kb), tree.socket_link))
+            latency += tree.socket_link.latency_s
+        hops.append(Hop(("switch_down", node, sb), tree.switch_uplink))
+    hops.append(Hop(("port_rx", node, b), gpu_link))
+    return Path(tuple(hops), LinkClass.PCIE, latency)
+
+
+def _inter_path(cluster: Cluster, sn: int, sl: int, dn: int, dl: int, nic: int | None) -> Path:
+    spec, net = cluster.node, cluster.network
+    nic_s = spec.nic_of(sl) if nic is None else nic
+    nic_d = spec.nic_of(dl) if nic is None else nic
+    if not 0 <= nic_s < spec.nics_per_node:
+        raise SpecError("nic", f"NIC {nic_s} does not exist; the node has {spec.nics_per_node}")
+    hops: list[Hop] = []
+    latency = net.link.latency_s
+    staging = None if net.gpudirect_rdma else _staging_link(cluster)
+    if staging is not None:
+        hops.append(Hop(("host_stage", sn, nic_s), staging))
+        latency += staging.latency_s
+    hops.append(Hop(("nic_tx", sn, nic_s), net.link))
+    if _crosses_leaf(cluster, sn, dn, nic_s, nic_d):
+        uplink = Link(kind=net.link.kind, bw_GBps=net.link.bw_GBps / net.oversubscription,
+                      latency_us=net.link.latency_us, efficiency=net.link.efficiency)
+        hops.append(Hop(("leaf_up", sn, nic_s), uplink))
+    hops.append(Hop(("nic_rx", dn, nic_d), net.link))
+    if staging is not None:
+        hops.append(Hop(("host_stage", dn, nic_d), staging))
+        latency += staging.latency_s
+    return Path(tuple(hops), LinkClass.NET, latency)
+
+
+def _crosses_leaf(cluster: Cluster, sn: int, dn: int, nic_s: int, nic_d: int) -> bool:
+    net = cluster.network
+    if net.rail_optimized and nic_s != nic_d:
+        return True
+    per_leaf = net.nodes_per_leaf
+    return bool(per_leaf) and sn // per_leaf != dn // per_leaf
+
+
+def _staging_link(cluster: Cluster) -> Link:
+    host = cluster.node.host
+    if host is None:
+        raise SpecError("node.host", "gpudirect_rdma: false needs the host section (h2d_bw_GBps, h2d_latency_us)")
+    return Link(kind=LinkKind.PCIE, bw_GBps=host.h2d_bw_GBps / 2, latency_us=host.h2d_latency_us)
+
+
+def nodes_of(cluster: Cluster, ranks: list[int]) -> dict[int, list[int]]:
+    """Group ranks by node, keeping their order: ``{node: [rank, ...]}``."""
+    by_node: dict[int, list[int]] = {}
+    for r in ranks:
+        by_node.setdefault(cluster.place(r)[0], []).append(r)
+    return by_node
+
+
+def group_tiers(cluster: Cluster, ranks: list[int]) -> list[TierInfo]:
+    """The tiers a group spans, innermost first, with each tier's bottleneck bandwidth and latency."""
+    if len(set(ranks)) != len(ranks):
+        raise SpecError("ranks", "a group lists the same rank twice")
+    by_node = nodes_of(cluster, ranks)
+    tiers = []
+    widest = max(by_node.values(), key=len)
+    if len(widest) > 1:
+        pairs = [path(cluster, a, b) for a in widest for b in widest if a != b]
+        tiers.append(TierInfo(Tier.INTRA_NODE, len(widest), min(p.bottleneck_Bps for p in pairs),
+                              max(p.latency_s for p in pairs)))
+    if len(by_node) > 1:
+        first, second = list(by_node.values())[:2]
+        link_path = path(cluster, first[0], second[0])
+        nics = {cluster.node.nic_of(cluster.place(r)[1]) for r in widest}
+        tiers.append(TierInfo(Tier.INTER_NODE, len(by_node), link_path.bottleneck_Bps, link_path.latency_s,
+                              nics_per_node=len(nics)))
+    return tiers

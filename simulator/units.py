@@ -1,0 +1,70 @@
+"""Units and size parsing.
+
+Conventions (stated once, used everywhere):
+- Bandwidths are decimal: 1 GB/s = 1e9 bytes/s, as in NVIDIA datasheets and nccl-tests' GB/s.
+- Message sizes written by a user (``--bytes 1KB..1GB``) are binary, as nccl-tests' ``-b 1K -e 1G``:
+  1KB = 1KiB = 1024 bytes. Both spellings (KB, KiB) are accepted; a bare number is bytes.
+- Internally time is seconds, sizes bytes, rates bytes/s; names carry the unit when it is not
+  SI base (``bw_GBps``, ``latency_us``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from simulator.errors import SpecError
+
+GB = 1e9
+"""Bytes in a decimal gigabyte (bandwidth and datasheet memory sizes)."""
+GiB = 1024**3
+US = 1e-6
+"""Seconds in a microsecond."""
+
+_SIZE_SUFFIX = {
+    "": 1, "B": 1,
+    "K": 1024, "KB": 1024, "KIB": 1024,
+    "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+    "G": 1024**3, "GB": 1024**3, "GIB": 1024**3,
+    "T": 1024**4, "TB": 1024**4, "TIB": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str, field: str = "bytes") -> int:
+    """Parse ``"64MB"``, ``"1KiB"``, ``"4096"`` into bytes (binary multiples). Rejects negatives."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise SpecError(field, f"cannot read size {text!r}; write e.g. 4096, 64KB or 1GB")
+    suffix = m.group(2).upper()
+    if suffix not in _SIZE_SUFFIX:
+        raise SpecError(field, f"unknown size unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB or TB")
+    value = float(m.group(1)) * _SIZE_SUFFIX[suffix]
+    if value <= 0:
+        raise SpecError(field, f"size must be positive, got {text!r}")
+    return int(round(value))
+
+
+def parse_size_range(text: str, field: str = "bytes") -> list[int]:
+    """Parse ``"1KB..1GB"`` into the powers of two between (inclusive), or one size into a list of one."""
+    if str(text).strip().startswith("-"):
+        raise SpecError(field, f"size must be positive, got {text!r}")
+    if ".." not in str(text):
+        return [parse_size(text, field)]
+    lo_text, hi_text = str(text).split("..", 1)
+    lo, hi = parse_size(lo_text, field), parse_size(hi_text, field)
+    if hi < lo:
+        raise SpecError(field, f"range {text!r} ends below its start; write SMALL..LARGE")
+    sizes = []
+    size = lo
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def format_size(nbytes: float) -> str:
+    """Human size with binary units, as nccl-tests' size column reads (``64KiB`` → ``64KB``)."""
+    for unit, div in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if nbytes >= div and nbytes % div == 0:
+            return f"{int(nbytes // div)}{unit}"
+    return f"{int(nbytes)}B"
