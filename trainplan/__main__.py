@@ -1,0 +1,48 @@
+"""Entry point: ``trainplan ...`` and ``python -m trainplan ...``.
+
+Each command group module exposes ``register(subparsers)``, which adds its parser and sets
+``handler`` (a function taking the parsed namespace and returning an exit code). Bad user input
+raises :class:`simulator.errors.SpecError` (or :class:`trainplan.cli_common.UsageError`); it
+becomes one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simulator.errors import SpecError
+from trainplan import cli_common
+
+COMMAND_MODULES: tuple[str, ...] = (
+)
+"""Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = cli_common.ArgumentParser(prog="trainplan", description=(
+        "Simulate and plan distributed deep-learning training; run plans for real and check the model."))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (SpecError, cli_common.UsageError) as err:
+        print(f"trainplan {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trainplan: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
