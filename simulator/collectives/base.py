@@ -139,3 +139,31 @@ class Schedule:
 
     def bytes_sent(self) -> int:
         return sum(t.nbytes for t in self.transfers)
+
+
+@dataclass(frozen=True)
+class CollectiveEstimate:
+    """The estimated cost of one collective call, in nccl-tests' terms."""
+
+    op: Op
+    algorithm: str
+    protocol: str | None
+    """NCCL protocol chosen (LL, LL128, Simple), or None for a library without protocols."""
+    ranks: int
+    nbytes: int
+    time_s: float
+
+    @property
+    def algbw_GBps(self) -> float:
+        """nccl-tests algorithm bandwidth: bytes / time, decimal GB/s."""
+        return self.nbytes / self.time_s / 1e9
+
+    @property
+    def busbw_GBps(self) -> float:
+        """nccl-tests bus bandwidth: algbw × the op's factor (comparable to the bottleneck link)."""
+        return self.algbw_GBps * self.op.busbw_factor(self.ranks)
+
+    def as_dict(self) -> dict:
+        return {"op": self.op.value, "algorithm": self.algorithm, "protocol": self.protocol,
+                "ranks": self.ranks, "bytes": self.nbytes, "time_s": self.time_s,
+                "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps}
