@@ -93,5 +93,5 @@ def load_hf_config(path: str | Path) -> TransformerSpec:
     except json.JSONDecodeError as err:
         raise SpecError(where, f"not valid JSON ({err.msg} at line {err.lineno})") from None
     name = (cfg.get("_name_or_path") if isinstance(cfg, dict) else None) or (
-        path.parent.name if path.name == "config.json" and path.parent.name else path.stem)
+        path.parent.name if path.name == "config.json" and path.parent.name else path.stem.removesuffix(".config"))
     return spec_from_hf_config(cfg, str(name), where)
