@@ -23,6 +23,7 @@ from enum import Enum
 from simulator.cluster.spec import Device
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.workload.flops import Recompute
+from simulator.workload.layers import LayerListWorkload
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
 from simulator.workload.transformer import TransformerSpec
 
@@ -142,3 +143,32 @@ def to_dataframe(rows: list[OpTime]):
     return pd.DataFrame([{"op": r.op.value, "phase": r.phase.value, "scope": r.scope.value,
                           "flops": r.flops, "bytes": r.bytes, "time_s": r.time_s,
                           "bound": r.bound.value, "efficiency": r.efficiency} for r in rows])
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTime:
+    """One row for a generic layer list: a layer in one phase."""
+
+    layer: str
+    phase: Phase
+    flops: float
+    bytes: float
+    time_s: float
+    bound: Bound
+
+
+def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: int) -> list[LayerTime]:
+    """Roofline per layer of a generic workload: forward reads the weights and writes the activations
+    (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes."""
+    curve = efficiency_for(device)
+    peak = device.peak_flops(workload.dtype.compute_dtype)
+    hbm = device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency
+    rows = []
+    for phase, factor in ((Phase.FWD, 1), (Phase.BWD, 2)):
+        for layer in workload.layers:
+            flops = factor * micro_batch * layer.fwd_flops
+            nbytes = factor * (layer.params * workload.dtype.param_bytes + micro_batch * layer.activation_bytes)
+            t, bound = kernel_time(Kernel(name=layer.name, flops=flops, bytes=nbytes, gemm=flops > 0), peak, hbm,
+                                   curve)
+            rows.append(LayerTime(layer=layer.name, phase=phase, flops=flops, bytes=nbytes, time_s=t, bound=bound))
+    return rows

@@ -139,3 +139,13 @@ def test_bad_parallel_arguments():
     with pytest.raises(SpecError, match="peak_tflops"):
         layer_times(get_preset("gpt3-175b").__class__(**{**get_preset("gpt3-175b").__dict__,
                     "dtype": get_preset("gpt3-175b").dtype.FP32}), device(), 1)
+
+
+def test_layer_list_times_hand_worked():
+    from simulator.compute import layer_list_times
+    from simulator.workload import LayerListWorkload, LayerSpec
+    w = LayerListWorkload(name="m", layers=(LayerSpec(name="fc", params=1000, fwd_flops=1e9, activation_bytes=100),))
+    dev = Device(name="x", peak_tflops={Dtype.FP32: 10.0}, memory_bytes=10**9, hbm_bw_GBps=100.0, gemm_efficiency=FLAT)
+    fwd, bwd = layer_list_times(w, dev, micro_batch=4)
+    assert fwd.time_s == pytest.approx(4e9 / (10e12 * 0.5)) and fwd.bound is Bound.COMPUTE
+    assert bwd.flops == 2 * fwd.flops and bwd.bytes == 2 * (1000 * 4 + 400)
