@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
+
+if TYPE_CHECKING:
+    from simulator.gemm_efficiency import GemmEfficiency
 
 
 class Dtype(Enum):
@@ -133,6 +137,9 @@ class Device:
     """Device memory capacity, bytes (datasheet GB × 1e9)."""
     hbm_bw_GBps: float
     """Device memory bandwidth, decimal GB/s."""
+    gemm_efficiency: "GemmEfficiency | None" = None
+    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`); None: the
+    compute model uses the default curve for this device's name, and errors if there is none."""
 
     def __post_init__(self) -> None:
         if not self.name:
