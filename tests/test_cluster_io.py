@@ -217,3 +217,10 @@ def test_unknown_preset_lists_the_known_ones():
 def test_nodes_override_must_be_positive(tmp_path):
     with pytest.raises(SpecError, match="nodes: must be a positive integer, got -1"):
         load_cluster(write(tmp_path, "my.yaml", MINIMAL_YAML), nodes=-1)
+
+
+def test_yaml_exponent_without_dot_gets_a_hint(tmp_path):
+    path = write(tmp_path, "e.yaml", MINIMAL_YAML.replace("hbm_bw_GBps: 3350", "hbm_bw_GBps: 3e3"))
+    with pytest.raises(SpecError, match=re.escape("device.hbm_bw_GBps: must be a positive number, got '3e3' "
+                                                  "(YAML reads this as text; write it with a dot, e.g. 3.0e+03)")):
+        load_cluster(path)

@@ -51,9 +51,9 @@ class Section:
         """A number; ``minimum`` is ``"positive"`` (> 0) or ``"non_negative"`` (>= 0)."""
         value = self.raw(key, default)
         if minimum == "positive" and not (_is_number(value) and value > 0):
-            raise SpecError(self.field(key), f"must be a positive number, got {_show(value)}")
+            raise SpecError(self.field(key), f"must be a positive number, got {_show(value)}{_hint(value)}")
         if minimum == "non_negative" and not (_is_number(value) and value >= 0):
-            raise SpecError(self.field(key), f"must be a non-negative number, got {_show(value)}")
+            raise SpecError(self.field(key), f"must be a non-negative number, got {_show(value)}{_hint(value)}")
         return value
 
     def fraction(self, key: str, default: Any = _MISSING) -> float:
@@ -110,3 +110,13 @@ def _show(value: Any) -> str:
     if value is None:
         return "nothing (null)"
     return repr(value)
+
+
+def _hint(value: Any) -> str:
+    """PyYAML reads ``5e3`` (no dot) as text; say how to write it as a number."""
+    if isinstance(value, str):
+        try:
+            return f" (YAML reads this as text; write it with a dot, e.g. {float(value):.1e})"
+        except ValueError:
+            return ""
+    return ""
