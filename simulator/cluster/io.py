@@ -106,7 +106,7 @@ def save_cluster(cluster: Cluster, path: str | Path) -> Path:
         p.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     elif p.suffix.lower() in (".yaml", ".yml"):
         header = "# trainplan cluster file (units: GB/s per direction, decimal GB, µs); see docs/clusters.md\n"
-        p.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        p.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100), encoding="utf-8")
     else:
         raise SpecError(str(p), f"a cluster file must end in {', '.join(FILE_SUFFIXES)}")
     return p
