@@ -224,3 +224,26 @@ def test_yaml_exponent_without_dot_gets_a_hint(tmp_path):
     with pytest.raises(SpecError, match=re.escape("device.hbm_bw_GBps: must be a positive number, got '3e3' "
                                                   "(YAML reads this as text; write it with a dot, e.g. 3.0e+03)")):
         load_cluster(path)
+
+
+def test_device_gemm_efficiency_round_trips_through_a_cluster_file(tmp_path):
+    """A measured GEMM curve in ``device.gemm_efficiency`` loads, saves and loads back equal."""
+    path = tmp_path / "c.yaml"
+    data = {"name": "c", "nodes": 1, "gpus_per_node": 2,
+            "device": {"name": "cpu", "peak_tflops": {"fp32": 1.0}, "memory_GB": 16, "hbm_bw_GBps": 20,
+                       "gemm_efficiency": {"points": [[1.0e6, 0.2], [1.0e9, 0.6]], "source": "measured"}},
+            "intra_node": {"kind": "loopback", "bw_GBps": 2.0, "latency_us": 30.0}}
+    path.write_text(yaml.safe_dump(data))
+    cluster = load_cluster(str(path))
+    assert cluster.device.gemm_efficiency.efficiency(1.0e9) == 0.6
+    save_cluster(cluster, tmp_path / "again.yaml")
+    assert load_cluster(str(tmp_path / "again.yaml")) == cluster
+
+
+def test_malformed_gemm_efficiency_names_the_field(tmp_path):
+    data = {"name": "c", "gpus_per_node": 1,
+            "device": {"name": "cpu", "peak_tflops": {"fp32": 1.0}, "memory_GB": 16, "hbm_bw_GBps": 20,
+                       "gemm_efficiency": {"points": [[1.0e6, 1.5]]}},
+            "intra_node": {"kind": "loopback", "bw_GBps": 2.0, "latency_us": 30.0}}
+    with pytest.raises(SpecError, match="gemm_efficiency"):
+        cluster_from_dict(data)

@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, cli_common.UsageError) as err:
         print(f"trainplan {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) closed the pipe: stop quietly, as Unix tools do.
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("trainplan: interrupted", file=sys.stderr)
         return 130

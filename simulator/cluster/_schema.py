@@ -12,10 +12,11 @@ from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
 from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import gemm_efficiency_from_dict
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
             "comm", "in_switch_reduction", "source")
-DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps")
+DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_efficiency")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -56,8 +57,11 @@ def _device(s: Section) -> Device:
     peak_section = Section(peak, s.field("peak_tflops"), [d.value for d in Dtype])
     for key in peak:
         tflops[enum_value(peak_section.field(key), Dtype, key)] = peak_section.number(key)
+    curve = None
+    if s.has("gemm_efficiency"):
+        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
-                  hbm_bw_GBps=s.number("hbm_bw_GBps"))
+                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve)
 
 
 def _link(s: Section, default_kind: LinkKind | None = None) -> Link:

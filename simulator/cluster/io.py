@@ -18,6 +18,7 @@ import yaml
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, NodeSpec, Protocol
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import gemm_efficiency_to_dict
 
 __all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file"]
 
@@ -122,6 +123,8 @@ def cluster_to_dict(c: Cluster) -> dict:
     d["device"] = {"name": c.device.name,
                    "peak_tflops": {dtype.value: v for dtype, v in c.device.peak_tflops.items()},
                    "memory_GB": _gb(c.device.memory_bytes), "hbm_bw_GBps": c.device.hbm_bw_GBps}
+    if c.device.gemm_efficiency is not None:
+        d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
     d["intra_node"] = _intra_dict(c.node)
     if c.network is not None:
         d["inter_node"] = _inter_dict(c.network, c.node.nics_per_node)
