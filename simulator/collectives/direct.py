@@ -16,8 +16,11 @@ carrying all of its rank's messages, the closed forms are one step each:
 Pairwise exchange all-to-all (Thakur et al. 2005 §5): ``p−1`` steps, at step ``s`` position ``i``
 sends to position ``i+s``: ``(p−1)·(α + (n/p)/B)`` ≈ Thakur's ``(p−1)α + nβ``.
 
-All-to-all's diagonal slice (rank ``i``'s slice ``i`` to itself) is a local copy, not a transfer;
-the executor and the replayer copy it before the schedule runs.
+All-to-all moves ``p`` equal blocks of ``⌊n/(4p)⌋·4`` bytes (:func:`a2a_blocks`), as nccl-tests does
+(its count per peer rounds down); when ``n`` is not a multiple of ``4p`` the tail is not sent (the
+uneven slices of :func:`split` would not fit each other's places). The diagonal block (rank ``i``'s
+block ``i`` to itself) is a local copy, not a transfer; the executor and the replayer copy it before
+the schedule runs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from __future__ import annotations
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.cost import Env, Flow, Group
+
+
+def a2a_blocks(nbytes: int, p: int) -> list[tuple[int, int]]:
+    """All-to-all blocks: ``p`` equal (offset, length) blocks of whole 4-byte elements."""
+    size = (nbytes // (4 * p)) * 4
+    return [(j * size, size) for j in range(p)]
 
 
 def _pairs(p: int, op: Op, root: int) -> list[tuple[int, int]]:
@@ -45,8 +54,9 @@ class Direct(Algorithm):
     ops = frozenset(Op)
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
-        sliced = op in (Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL)
-        per = nbytes / group.p if sliced else nbytes
+        per = nbytes / group.p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
+        if op is Op.ALL_TO_ALL:
+            per = a2a_blocks(nbytes, group.p)[0][1]
         return env.step_time_s([Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)])
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
@@ -56,7 +66,7 @@ class Direct(Algorithm):
         return (p - 1) / p * nbytes if op is Op.REDUCE_SCATTER else 0.0
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
-        slices = split(nbytes, group.p)
+        slices = a2a_blocks(nbytes, group.p) if op is Op.ALL_TO_ALL else split(nbytes, group.p)
         out = []
         for a, b in _pairs(group.p, op, root):
             if op is Op.REDUCE_SCATTER:
@@ -81,12 +91,13 @@ class Pairwise(Algorithm):
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, order = group.p, group.order
-        return sum(env.step_time_s([Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], nbytes / p)
+        block = a2a_blocks(nbytes, p)[0][1]
+        return sum(env.step_time_s([Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
                                     for v in range(p)]) for s in range(1, p))
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         p, order = group.p, group.order
-        slices = split(nbytes, p)
+        slices = a2a_blocks(nbytes, p)
         out = []
         for s in range(1, p):
             for v in range(p):
