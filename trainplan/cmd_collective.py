@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--op", default="all-reduce", help="all-reduce, reduce-scatter, all-gather, broadcast, reduce, "
                                                      "all-to-all, send-recv (default: all-reduce)")
     p.add_argument("--algorithm", default="auto",
-                   help="an algorithm name, 'auto' (fastest, as NCCL's tuner) or 'all' (default: auto)")
+                   help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
+                        "as NCCL's tuner picks) or 'all' (default: auto)")
     p.add_argument("--ranks", type=int, help="use the first R ranks in placement order (default: all, or --nproc)")
     p.add_argument("--bytes", default="1KB..1GB", help="a size (64MB) or a range of powers of two (1KB..1GB)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
@@ -76,7 +77,18 @@ def _ranks(args: argparse.Namespace, world: int) -> list[int]:
     return list(range(count))
 
 
-def _algorithms(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
+def _algorithms(text: str, op: Op, cluster, ranks: list[int]) -> list[str]:
+    """``all``, ``auto``, one name, or a comma-separated list of names, each checked against the op."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise SpecError("algorithm", "give an algorithm name, 'auto' or 'all'")
+    chosen: list[str] = []
+    for name in names:
+        chosen.extend(a for a in _one_algorithm(name, op, cluster, ranks) if a not in chosen)
+    return chosen
+
+
+def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
     if name == "all":
         found = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
         if not found:
