@@ -190,3 +190,28 @@ def _check_worker(rank: int, world: int, op: Op, schedules: list[Schedule], back
         diff = (got[region] - expected[region]).abs()
         errors.append(float(diff.max()) if diff.numel() else 0.0)
     return errors
+
+
+def measure_vs_estimate(cluster, op: Op, algorithms: list[str], nproc: int, sizes: list[int], backend: str = "gloo",
+                        repeats: int = 10, warmup: int = 2, progress: bool = False) -> list[dict]:
+    """Measure ``op`` and set each result beside ``registry.estimate`` for the same call.
+
+    Rows: ``CollectiveEstimate.as_dict()`` plus ``measured_time_s`` (median), ``measured_p10_s``,
+    ``measured_p90_s`` and ``error_pct`` = (estimate − measured) / measured × 100. The "native"
+    algorithm is compared with the registry's ``auto`` choice (its own label kept in ``algorithm``,
+    the estimate's in ``estimate_algorithm``).
+    """
+    from simulator.collectives.registry import estimate
+
+    cluster = local_cluster(nproc, cluster)
+    measurements = measure(op, algorithms, nproc, sizes, cluster=cluster, backend=backend, repeats=repeats,
+                           warmup=warmup, progress=progress)
+    rows = []
+    for m in measurements:
+        est = estimate(cluster, list(range(nproc)), op, m.nbytes, "auto" if m.algorithm == NATIVE else m.algorithm)
+        row = est.as_dict()
+        row.update(algorithm=m.algorithm, estimate_algorithm=est.algorithm, measured_time_s=m.median_s,
+                   measured_p10_s=m.p10_s, measured_p90_s=m.p90_s,
+                   error_pct=(est.time_s - m.median_s) / m.median_s * 100)
+        rows.append(row)
+    return rows

@@ -15,6 +15,7 @@ from simulator.errors import SpecError
 from trainplan import cli_common
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "trainplan.cmd_calibrate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 
