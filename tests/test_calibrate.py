@@ -120,3 +120,35 @@ def test_recovery_through_the_simulator_estimate():
     _, fit = fit_cluster(base_cluster(4), measurements, fit_reduction=True)
     assert fit.median_abs_error_pct < 0.1
     assert fit.bw_GBps == pytest.approx(TRUE["bw_GBps"], rel=0.01)
+
+
+def test_cli_nccl_without_cuda_is_one_line_exit_2(capsys, tmp_path):
+    import torch
+
+    from trainplan.__main__ import main
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: nccl is valid here")
+    assert main(["calibrate", "--backend", "nccl", "--nproc", "2", "--out", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nccl needs CUDA" in err
+
+
+@pytest.mark.multiproc
+def test_cli_calibrates_and_writes_a_loadable_cluster(capsys, tmp_path):
+    pytest.importorskip("simulator.collectives.registry")
+    io = pytest.importorskip("simulator.cluster.io")
+    from trainplan.__main__ import main
+
+    out = tmp_path / "local.yaml"
+    code = main(["calibrate", "--nproc", "2", "--out", str(out), "--sizes", "4KB..32KB", "--repeats", "2",
+                 "--warmup", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "measured all-reduce" in captured.err  # progress lines while measuring
+    assert "median absolute error" in captured.out
+    assert captured.out.count("ring") == 4 and captured.out.count("tree") == 4  # 4 sizes each
+    cluster = io.load_cluster(str(out))
+    assert cluster.name.endswith("-calibrated")
+    assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
+    assert cluster.node.intra_link.bw_GBps > 0
