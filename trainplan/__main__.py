@@ -15,6 +15,8 @@ from simulator.errors import SpecError
 from trainplan import cli_common
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "trainplan.cmd_cluster",
+    "trainplan.cmd_model",
     "trainplan.cmd_calibrate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, cli_common.UsageError) as err:
         print(f"trainplan {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) closed the pipe: stop quietly, as Unix tools do.
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("trainplan: interrupted", file=sys.stderr)
         return 130

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
+
+if TYPE_CHECKING:
+    from simulator.gemm_efficiency import GemmEfficiency
 
 
 class Dtype(Enum):
@@ -133,6 +137,9 @@ class Device:
     """Device memory capacity, bytes (datasheet GB × 1e9)."""
     hbm_bw_GBps: float
     """Device memory bandwidth, decimal GB/s."""
+    gemm_efficiency: "GemmEfficiency | None" = None
+    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`); None: the
+    compute model uses the default curve for this device's name, and errors if there is none."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -289,6 +296,13 @@ class Protocol:
     """Latency per hop by link class, µs; replaces the links' own latency_us."""
     bw_factor: float
     """Fraction of the link bandwidth this protocol achieves (LL 0.5, LL128 ≈ 0.92, Simple 1)."""
+    algo_hop_latency_us: dict[str, dict[LinkClass, float]] = field(default_factory=dict)
+    """Per-algorithm overrides of ``hop_latency_us`` (NCCL's tree and NVLS hop latencies differ
+    from the ring's, ``tuning.cc`` hwLat); a class not listed falls back to ``hop_latency_us``."""
+
+    def hop_latency(self, algorithm: str, link_class: LinkClass) -> float:
+        """Per-hop latency in µs for ``algorithm`` (``ring``, ``tree``, ``nvls``) over ``link_class``."""
+        return self.algo_hop_latency_us.get(algorithm, {}).get(link_class, self.hop_latency_us[link_class])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +334,8 @@ class Cluster:
     """NVLS / SHARP available (NVSwitch 3+ multicast, or SHARP-capable IB switches)."""
     source: str = ""
     """Where the numbers come from (datasheets, measurements)."""
+    description: str = ""
+    """One line saying what the cluster is (``trainplan cluster list`` shows it)."""
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -1,0 +1,122 @@
+"""A checked view of one mapping in a cluster file: typed getters whose errors name the field path.
+
+Every error is a :class:`SpecError` whose field is the dotted path from the top of the file
+(``intra_node.pcie_tree.switch_uplink.bw_GBps``), so a user can find the line to fix.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Iterable
+
+from simulator.errors import SpecError
+
+_MISSING = object()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Section:
+    """One mapping of a cluster file; rejects keys outside ``allowed`` on construction."""
+
+    def __init__(self, data: Any, path: str, allowed: Iterable[str]):
+        self.path = path
+        self.allowed = tuple(allowed)
+        if not isinstance(data, dict):
+            raise SpecError(path or "cluster", f"must be a mapping of keys to values, got {_show(data)}")
+        self.data = data
+        for key in data:
+            if key not in self.allowed:
+                raise SpecError(path or "cluster",
+                                f"unknown key {key!r}; valid keys: {', '.join(self.allowed)}")
+
+    def field(self, key: str) -> str:
+        """Dotted path of ``key`` inside this section."""
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        """The value of ``key``; missing and no default is an error naming the section."""
+        if key in self.data:
+            return self.data[key]
+        if default is _MISSING:
+            raise SpecError(self.path or "cluster", f"missing key {key!r}")
+        return default
+
+    def number(self, key: str, default: Any = _MISSING, *, minimum: str = "positive") -> float:
+        """A number; ``minimum`` is ``"positive"`` (> 0) or ``"non_negative"`` (>= 0)."""
+        value = self.raw(key, default)
+        if minimum == "positive" and not (_is_number(value) and value > 0):
+            raise SpecError(self.field(key), f"must be a positive number, got {_show(value)}{_hint(value)}")
+        if minimum == "non_negative" and not (_is_number(value) and value >= 0):
+            raise SpecError(self.field(key), f"must be a non-negative number, got {_show(value)}{_hint(value)}")
+        return value
+
+    def fraction(self, key: str, default: Any = _MISSING) -> float:
+        """A number in (0, 1] (an efficiency or a bandwidth factor)."""
+        value = self.raw(key, default)
+        if not (_is_number(value) and 0 < value <= 1):
+            raise SpecError(self.field(key), f"must be a number in (0, 1], got {_show(value)}")
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        value = self.raw(key, default)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise SpecError(self.field(key), f"must be {kind}, got {_show(value)}")
+        return value
+
+    def boolean(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(self.field(key), f"must be true or false, got {_show(value)}")
+        return value
+
+    def string(self, key: str, default: Any = _MISSING, *, non_empty: bool = True) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str) or (non_empty and not value.strip()):
+            raise SpecError(self.field(key), f"must be a non-empty string, got {_show(value)}")
+        return value
+
+    def choice(self, key: str, enum: type[Enum], default: Any = _MISSING) -> Enum:
+        """An enum member given by its value (``nvswitch``, ``pcie_tree``, ...)."""
+        value = self.raw(key, default)
+        return enum_value(self.field(key), enum, value)
+
+    def section(self, key: str, allowed: Iterable[str], default: Any = _MISSING) -> "Section":
+        return Section(self.raw(key, default), self.field(key), allowed)
+
+
+def enum_value(field: str, enum: type[Enum], value: Any) -> Enum:
+    """``enum`` member whose value is ``value``; anything else names the valid values."""
+    if isinstance(value, enum):
+        return value
+    for member in enum:
+        if member.value == value:
+            return member
+    valid = ", ".join(str(m.value) for m in enum)
+    raise SpecError(field, f"unknown value {_show(value)}; valid: {valid}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
+
+
+def _hint(value: Any) -> str:
+    """PyYAML reads ``5e3`` (no dot) as text; say how to write it as a number."""
+    if isinstance(value, str):
+        try:
+            return f" (YAML reads this as text; write it with a dot, e.g. {float(value):.1e})"
+        except ValueError:
+            return ""
+    return ""

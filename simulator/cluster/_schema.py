@@ -1,0 +1,176 @@
+"""Cluster file schema: a plain dict (from YAML or JSON) → a validated :class:`Cluster`.
+
+The keys, their units and defaults are documented in ``docs/clusters.md``. A file is taken as
+given: an efficiency is 1.0 and the communication library IDEAL unless the file names them.
+Naming ``comm: {library: nccl}`` without ``protocols`` gives NCCL's table (:mod:`simulator.cluster.nccl`).
+"""
+
+from __future__ import annotations
+
+from simulator.cluster._fields import Section, enum_value
+from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
+from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
+                                    LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
+from simulator.errors import SpecError
+from simulator.gemm_efficiency import gemm_efficiency_from_dict
+
+TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
+            "comm", "in_switch_reduction", "source")
+DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_efficiency")
+LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
+INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
+INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
+                          "gpudirect_rdma")
+PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
+HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
+             "cpu_adam_params_per_s", "storage_read_GBps")
+COMM_KEYS = ("library", "call_latency_us", "protocols")
+PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us")
+
+FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
+                  LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
+"""Fabric assumed when ``intra_node.fabric`` is absent, from the intra-node link kind."""
+
+GB = 1e9
+
+
+def cluster_from_dict(d: dict) -> Cluster:
+    """Build and validate a :class:`Cluster` from the file form (see ``docs/clusters.md``)."""
+    top = Section(d, "", TOP_KEYS)
+    device = _device(top.section("device", DEVICE_KEYS))
+    host = _host(top.section("host", HOST_KEYS)) if top.has("host") else None
+    inter = top.section("inter_node", INTER_KEYS) if top.has("inter_node") else None
+    node = _node(top, top.section("intra_node", INTRA_KEYS), inter, host)
+    network = _network(inter) if inter is not None else None
+    comm = _comm(top.section("comm", COMM_KEYS)) if top.has("comm") else CommProfile()
+    return Cluster(name=top.string("name"), nodes=top.integer("nodes", 1), device=device, node=node,
+                   network=network, comm=comm, in_switch_reduction=top.boolean("in_switch_reduction", False),
+                   source=top.string("source", "", non_empty=False),
+                   description=top.string("description", "", non_empty=False))
+
+
+def _device(s: Section) -> Device:
+    peak = s.raw("peak_tflops")
+    if not isinstance(peak, dict) or not peak:
+        raise SpecError(s.field("peak_tflops"), "give at least one format, e.g. {bf16: 989, fp32: 67}")
+    tflops = {}
+    peak_section = Section(peak, s.field("peak_tflops"), [d.value for d in Dtype])
+    for key in peak:
+        tflops[enum_value(peak_section.field(key), Dtype, key)] = peak_section.number(key)
+    curve = None
+    if s.has("gemm_efficiency"):
+        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
+    return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
+                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve)
+
+
+def _link(s: Section, default_kind: LinkKind | None = None) -> Link:
+    kind = s.choice("kind", LinkKind) if default_kind is None else s.choice("kind", LinkKind, default_kind.value)
+    return Link(kind=kind, bw_GBps=s.number("bw_GBps"), latency_us=s.number("latency_us", minimum="non_negative"),
+                efficiency=s.fraction("efficiency", 1.0))
+
+
+def _node(top: Section, intra: Section, inter: Section | None, host: HostSpec | None) -> NodeSpec:
+    link = _link(intra)
+    if intra.has("fabric"):
+        fabric = intra.choice("fabric", Fabric)
+    elif link.kind in FABRIC_OF_KIND:
+        fabric = FABRIC_OF_KIND[link.kind]
+    else:
+        raise SpecError(intra.field("fabric"), f"cannot infer the fabric of a {link.kind.value} link; "
+                        f"give one of: {', '.join(f.value for f in Fabric)}")
+    tree = _pcie_tree(intra.section("pcie_tree", PCIE_TREE_KEYS)) if intra.has("pcie_tree") else None
+    gpus = top.integer("gpus_per_node")
+    nics = inter.integer("nics_per_node", 1) if inter is not None else 1
+    return NodeSpec(gpus_per_node=gpus, fabric=fabric, intra_link=link, nics_per_node=nics, pcie_tree=tree,
+                    nvlink_pairs=_pairs(intra), gpu_peer_to_peer=intra.boolean("gpu_peer_to_peer", True),
+                    host=host)
+
+
+def _pcie_tree(s: Section) -> PcieTree:
+    uplink = _link(s.section("switch_uplink", LINK_KEYS), LinkKind.PCIE)
+    socket = _link(s.section("socket_link", LINK_KEYS), LinkKind.SOCKET)
+    return PcieTree(gpus_per_switch=s.integer("gpus_per_switch"), switches_per_socket=s.integer("switches_per_socket"),
+                    switch_uplink=uplink, socket_link=socket)
+
+
+def _pairs(intra: Section) -> tuple[tuple[int, int, int], ...]:
+    raw = intra.raw("nvlink_pairs", [])
+    field = intra.field("nvlink_pairs")
+    if not isinstance(raw, list):
+        raise SpecError(field, "must be a list of [gpu_a, gpu_b, links] triples")
+    pairs = []
+    for i, item in enumerate(raw):
+        ok = isinstance(item, (list, tuple)) and len(item) == 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item)
+        if not ok:
+            raise SpecError(f"{field}[{i}]", f"must be [gpu_a, gpu_b, links] of non-negative integers, got {item!r}")
+        pairs.append(tuple(item))
+    return tuple(pairs)
+
+
+def _network(s: Section) -> NetworkSpec:
+    return NetworkSpec(link=_link(s), rail_optimized=s.boolean("rail_optimized", True),
+                       oversubscription=_at_least_one(s, "oversubscription"),
+                       nodes_per_leaf=s.integer("nodes_per_leaf", 0, minimum=0),
+                       gpudirect_rdma=s.boolean("gpudirect_rdma", True))
+
+
+def _at_least_one(s: Section, key: str) -> float:
+    value = s.number(key, 1.0)
+    if value < 1:
+        raise SpecError(s.field(key), f"must be >= 1 (1 means non-blocking), got {value!r}")
+    return value
+
+
+def _host(s: Section) -> HostSpec:
+    return HostSpec(cpu_memory_bytes=_bytes(s.number("cpu_memory_GB")), h2d_bw_GBps=s.number("h2d_bw_GBps"),
+                    h2d_latency_us=s.number("h2d_latency_us", minimum="non_negative"),
+                    nvme_bytes=_bytes(s.number("nvme_GB", 0, minimum="non_negative")),
+                    nvme_read_GBps=s.number("nvme_read_GBps", 0.0, minimum="non_negative"),
+                    nvme_write_GBps=s.number("nvme_write_GBps", 0.0, minimum="non_negative"),
+                    cpu_adam_params_per_s=s.number("cpu_adam_params_per_s", 0.0, minimum="non_negative"),
+                    storage_read_GBps=s.number("storage_read_GBps", 0.0, minimum="non_negative"))
+
+
+def _comm(s: Section) -> CommProfile:
+    library = s.choice("library", CommLibrary, CommLibrary.IDEAL.value)
+    if s.has("protocols"):
+        raw = s.raw("protocols")
+        if not isinstance(raw, list):
+            raise SpecError(s.field("protocols"), "must be a list of protocol mappings")
+        protocols = tuple(_protocol(Section(p, f"{s.field('protocols')}[{i}]", PROTOCOL_KEYS))
+                          for i, p in enumerate(raw))
+        names = [p.name for p in protocols]
+        if len(set(names)) != len(names):
+            raise SpecError(s.field("protocols"), f"protocol names must be distinct, got {names}")
+    else:
+        protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
+    return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
+                       protocols=protocols)
+
+
+def _protocol(s: Section) -> Protocol:
+    base = _latency_map(s.section("base_latency_us", ALGORITHMS), str)
+    hop = _latency_map(s.section("hop_latency_us", [c.value for c in LinkClass]), LinkClass)
+    if set(hop) != set(LinkClass):
+        missing = sorted(c.value for c in set(LinkClass) - set(hop))
+        raise SpecError(s.field("hop_latency_us"), f"give every link class; missing {', '.join(missing)}")
+    algos = s.section("algo_hop_latency_us", ALGORITHMS, {})
+    overrides = {algo: _latency_map(algos.section(algo, [c.value for c in LinkClass]), LinkClass)
+                 for algo in algos.data}
+    return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
+                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides)
+
+
+def _latency_map(s: Section, key_type) -> dict:
+    out = {}
+    for key in s.data:
+        k = key if key_type is str else enum_value(s.field(key), key_type, key)
+        out[k] = s.number(key, minimum="non_negative")
+    return out
+
+
+def _bytes(gb: float) -> int:
+    """Decimal GB → bytes, rounded to a whole byte."""
+    return int(round(gb * GB))

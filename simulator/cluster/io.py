@@ -1,0 +1,186 @@
+"""Read and write cluster files: a preset name or a YAML/JSON file → :class:`Cluster`, and back.
+
+``load_cluster("dgx-h100", nodes=4)`` and ``load_cluster("my.yaml")`` give validated clusters;
+``save_cluster(c, "out.yaml")`` writes a file that loads back equal (``trainplan calibrate``
+writes its measured clusters this way). Units in files: bandwidths in decimal GB/s per
+direction (per GPU intra-node, per NIC inter-node), memory in decimal GB, latencies in µs.
+The format is documented key by key in ``docs/clusters.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.cluster._schema import cluster_from_dict
+from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, NodeSpec, Protocol
+from simulator.errors import SpecError
+from simulator.gemm_efficiency import gemm_efficiency_to_dict
+
+__all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file"]
+
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_cluster(path_or_name: str, nodes: int | None = None) -> Cluster:
+    """A preset name (``dgx-h100``) or a ``.yaml``/``.yml``/``.json`` path; ``nodes`` overrides the node count."""
+    text = str(path_or_name)
+    if _looks_like_file(text):
+        cluster = cluster_from_dict(read_cluster_file(text))
+    else:
+        from simulator.cluster.presets import load_preset
+
+        return load_preset(text, nodes=nodes)
+    return with_nodes(cluster, nodes)
+
+
+def with_nodes(cluster: Cluster, nodes: int | None) -> Cluster:
+    """``cluster`` with ``nodes`` nodes (``--nodes N``); ``None`` keeps the file's count."""
+    if nodes is None:
+        return cluster
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise SpecError("nodes", f"must be a positive integer, got {nodes!r}")
+    return cluster.with_nodes(nodes)
+
+
+def _looks_like_file(text: str) -> bool:
+    return text.lower().endswith(FILE_SUFFIXES) or "/" in text or "\\" in text or Path(text).is_file()
+
+
+def read_cluster_file(path: str | Path) -> dict:
+    """Parse a YAML or JSON file into a dict; syntax errors name the file and line."""
+    p = Path(path)
+    if p.suffix.lower() not in FILE_SUFFIXES:
+        raise SpecError(str(p), f"a cluster file must end in {', '.join(FILE_SUFFIXES)}")
+    if not p.is_file():
+        raise SpecError(str(p), "no such file")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(str(p), f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    else:
+        data = parse_yaml(text, str(p))
+    if not isinstance(data, dict):
+        raise SpecError(str(p), "the file must hold one mapping (name:, nodes:, device:, ...)")
+    return data
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice (first at line {seen[key] + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text → Python data; errors become SpecError(``where``, "invalid YAML at line N ...")."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(where, f"invalid YAML{line}: {problem}") from None
+
+
+def save_cluster(cluster: Cluster, path: str | Path) -> Path:
+    """Write ``cluster`` as YAML (``.yaml``/``.yml``) or JSON (``.json``); it loads back equal."""
+    p = Path(path)
+    data = cluster_to_dict(cluster)
+    if p.suffix.lower() == ".json":
+        p.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    elif p.suffix.lower() in (".yaml", ".yml"):
+        header = "# trainplan cluster file (units: GB/s per direction, decimal GB, µs); see docs/clusters.md\n"
+        p.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100), encoding="utf-8")
+    else:
+        raise SpecError(str(p), f"a cluster file must end in {', '.join(FILE_SUFFIXES)}")
+    return p
+
+
+def cluster_to_dict(c: Cluster) -> dict:
+    """The file form of ``c``, every value explicit (so a saved file does not depend on defaults)."""
+    d: dict[str, Any] = {"name": c.name}
+    if c.description:
+        d["description"] = c.description
+    d["nodes"] = c.nodes
+    d["gpus_per_node"] = c.node.gpus_per_node
+    d["device"] = {"name": c.device.name,
+                   "peak_tflops": {dtype.value: v for dtype, v in c.device.peak_tflops.items()},
+                   "memory_GB": _gb(c.device.memory_bytes), "hbm_bw_GBps": c.device.hbm_bw_GBps}
+    if c.device.gemm_efficiency is not None:
+        d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
+    d["intra_node"] = _intra_dict(c.node)
+    if c.network is not None:
+        d["inter_node"] = _inter_dict(c.network, c.node.nics_per_node)
+    if c.node.host is not None:
+        h = c.node.host
+        d["host"] = {"cpu_memory_GB": _gb(h.cpu_memory_bytes), "h2d_bw_GBps": h.h2d_bw_GBps,
+                     "h2d_latency_us": h.h2d_latency_us, "nvme_GB": _gb(h.nvme_bytes),
+                     "nvme_read_GBps": h.nvme_read_GBps, "nvme_write_GBps": h.nvme_write_GBps,
+                     "cpu_adam_params_per_s": h.cpu_adam_params_per_s, "storage_read_GBps": h.storage_read_GBps}
+    d["comm"] = _comm_dict(c.comm)
+    d["in_switch_reduction"] = c.in_switch_reduction
+    if c.source:
+        d["source"] = c.source
+    return d
+
+
+def _link_dict(link: Link) -> dict:
+    return {"kind": link.kind.value, "bw_GBps": link.bw_GBps, "latency_us": link.latency_us,
+            "efficiency": link.efficiency}
+
+
+def _intra_dict(node: NodeSpec) -> dict:
+    d = _link_dict(node.intra_link)
+    d["fabric"] = node.fabric.value
+    if node.pcie_tree is not None:
+        t = node.pcie_tree
+        d["pcie_tree"] = {"gpus_per_switch": t.gpus_per_switch, "switches_per_socket": t.switches_per_socket,
+                          "switch_uplink": _link_dict(t.switch_uplink), "socket_link": _link_dict(t.socket_link)}
+    if node.nvlink_pairs:
+        d["nvlink_pairs"] = [list(p) for p in node.nvlink_pairs]
+    d["gpu_peer_to_peer"] = node.gpu_peer_to_peer
+    return d
+
+
+def _inter_dict(net: NetworkSpec, nics: int) -> dict:
+    d = _link_dict(net.link)
+    d.update(nics_per_node=nics, rail_optimized=net.rail_optimized, oversubscription=net.oversubscription,
+             nodes_per_leaf=net.nodes_per_leaf, gpudirect_rdma=net.gpudirect_rdma)
+    return d
+
+
+def _comm_dict(comm: CommProfile) -> dict:
+    return {"library": comm.library.value, "call_latency_us": comm.call_latency_us,
+            "protocols": [_protocol_dict(p) for p in comm.protocols]}
+
+
+def _protocol_dict(p: Protocol) -> dict:
+    d = {"name": p.name, "bw_factor": p.bw_factor, "base_latency_us": dict(p.base_latency_us),
+         "hop_latency_us": {cls.value: v for cls, v in p.hop_latency_us.items()}}
+    if p.algo_hop_latency_us:
+        d["algo_hop_latency_us"] = {algo: {cls.value: v for cls, v in table.items()}
+                                    for algo, table in p.algo_hop_latency_us.items()}
+    return d
+
+
+def _gb(nbytes: int) -> float | int:
+    """Bytes → decimal GB, as an int when whole (so files read ``memory_GB: 80``)."""
+    gb = nbytes / 1e9
+    return int(gb) if gb == int(gb) else gb

@@ -1,0 +1,57 @@
+"""NCCL's protocol table: the one definition every cluster with ``comm: {library: nccl}`` gets.
+
+Source: NVIDIA/nccl ``src/graph/tuning.cc`` v2.30.7 (arrays ``baseLat`` and ``hwLat``, and the
+bandwidth refinements in ``ncclTopoTuneModel``), as summarised with sources in
+``/work/shared/reference/network.md`` ("NCCL's own cost model"). NCCL's time model is
+``latency + bytes / (busbw × ratio)``; this table holds the latency terms and each protocol's ratio.
+
+- Base latency per call, µs (LL / LL128 / Simple): tree 6.8 / 14.0 / 8.4, ring 6.6 / 14.0 / 8.4.
+  NVLS runs only with Simple; its base latency row in ``tuning.cc`` is 0 (not in network.md:
+  unverified here).
+- Per-hop latency, µs (LL / LL128 / Simple):
+  ring:  NVLink 0.6 / 1.9 / 3.4,  PCIe 1.0 / 2.5 / 5.7,  network 2.7 / 4.0 / 14.0;
+  tree:  NVLink 0.6 / 1.25 / 4.0, PCIe 1.0 / 1.9 / 4.0,  network 5.0 / 8.5 / 14.0;
+  NVLS (Simple): NVLink 25, network 18.
+- Bandwidth factor: LL 0.5 (each 8-byte line carries 4 bytes of data and a 4-byte flag); LL128 0.92
+  (the constant ``tuning.cc`` uses, commented there as 120/128: 120 payload bytes per 128-byte line);
+  Simple 1.0.
+
+The ring's hop latencies are each protocol's ``hop_latency_us``; the tree's and NVLS's are the
+per-algorithm overrides in ``algo_hop_latency_us``.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import LinkClass, Protocol
+
+NCCL_VERSION = "2.30.7"
+NCCL_SOURCE = f"NVIDIA/nccl src/graph/tuning.cc v{NCCL_VERSION} (baseLat, hwLat, LL/LL128 bandwidth factors)"
+
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls")
+"""Algorithm families a protocol's base latency may be given for."""
+
+PROTOCOL_NAMES: tuple[str, ...] = ("LL", "LL128", "Simple")
+
+_BASE_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}
+_HOP_US = {
+    "ring": {LinkClass.NVLINK: (0.6, 1.9, 3.4), LinkClass.PCIE: (1.0, 2.5, 5.7), LinkClass.NET: (2.7, 4.0, 14.0)},
+    "tree": {LinkClass.NVLINK: (0.6, 1.25, 4.0), LinkClass.PCIE: (1.0, 1.9, 4.0), LinkClass.NET: (5.0, 8.5, 14.0)},
+}
+_NVLS_BASE_US = 0.0
+_NVLS_HOP_US = {LinkClass.NVLINK: 25.0, LinkClass.NET: 18.0}
+_BW_FACTOR = (0.5, 0.92, 1.0)
+
+
+def nccl_protocols() -> tuple[Protocol, ...]:
+    """LL, LL128 and Simple with NCCL's latencies and bandwidth factors (a fresh copy each call)."""
+    protocols = []
+    for i, name in enumerate(PROTOCOL_NAMES):
+        base = {algo: row[i] for algo, row in _BASE_US.items()}
+        hop = {cls: row[i] for cls, row in _HOP_US["ring"].items()}
+        overrides = {"tree": {cls: row[i] for cls, row in _HOP_US["tree"].items()}}
+        if name == "Simple":
+            base["nvls"] = _NVLS_BASE_US
+            overrides["nvls"] = dict(_NVLS_HOP_US)
+        protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
+                                  bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides))
+    return tuple(protocols)

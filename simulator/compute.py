@@ -1,0 +1,174 @@
+"""Compute time of a transformer's operations on one device: a roofline per kernel.
+
+Each kernel (see :mod:`simulator.workload.ops`) takes
+
+    time = max(FLOPs / (peak(dtype) · e(FLOPs)),  bytes / (HBM bandwidth · hbm_efficiency))
+
+where ``e`` is the device's matmul-efficiency curve (:mod:`simulator.gemm_efficiency`: the device's
+own ``gemm_efficiency`` or the default for its name) and memory-bound kernels have no FLOPs term.
+An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
+whichever term dominates its longest kernel. Kernels run one after another (no overlap between
+kernels, no launch gaps beyond what the efficiency curve carries).
+
+The tables: :func:`layer_times` for one block (multiply by the layers a stage holds),
+:func:`edge_times` for the embedding (first stage) and the final norm, logits and loss (last
+stage); :func:`microbatch_time` adds them up for a device holding the whole model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.cluster.spec import Device
+from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
+from simulator.workload.flops import Recompute
+from simulator.workload.layers import LayerListWorkload
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.transformer import TransformerSpec
+
+
+class Phase(Enum):
+    """When a kernel runs within a training step."""
+
+    FWD = "fwd"
+    """The forward pass."""
+    BWD = "bwd"
+    """The backward pass (input and weight gradients)."""
+    RECOMPUTE = "recompute"
+    """Forward work repeated during backward by activation recomputation."""
+
+
+class Bound(Enum):
+    """Which roofline term sets a kernel's time."""
+
+    COMPUTE = "compute"
+    """FLOPs / (peak × efficiency) is the larger term."""
+    MEMORY = "memory"
+    """bytes / HBM bandwidth is the larger term."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpTime:
+    """One row of the compute table: an operation in one phase on one device."""
+
+    op: OpKind
+    phase: Phase
+    scope: Scope
+    flops: float
+    """FLOPs of the operation's kernels on this device (after tensor-parallel division)."""
+    bytes: float
+    """Bytes its kernels read and write from device memory."""
+    time_s: float
+    bound: Bound
+    efficiency: float
+    """Achieved fraction of peak FLOP/s over the operation (0 for memory-only operations)."""
+
+
+def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency) -> tuple[float, Bound]:
+    """Roofline time of one kernel and which term bounds it."""
+    t_mem = kernel.bytes / hbm_Bps
+    if not kernel.gemm or kernel.flops <= 0:
+        return t_mem, Bound.MEMORY
+    t_comp = kernel.flops / (peak_flops * curve.efficiency(kernel.flops))
+    return (t_comp, Bound.COMPUTE) if t_comp >= t_mem else (t_mem, Bound.MEMORY)
+
+
+def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], peak: float, hbm_Bps: float,
+         curve: GemmEfficiency) -> OpTime:
+    timed = [kernel_time(k, peak, hbm_Bps, curve) for k in kernels]
+    total = sum(t for t, _ in timed)
+    flops = sum(k.flops for k in kernels)
+    bound = max(timed, key=lambda tb: tb[0])[1]
+    eff = flops / (peak * total) if flops and total else 0.0
+    return OpTime(op=work.op, phase=phase, scope=work.scope, flops=flops,
+                  bytes=sum(k.bytes for k in kernels), time_s=total, bound=bound, efficiency=eff)
+
+
+def _rates(spec: TransformerSpec, device: Device) -> tuple[float, float, GemmEfficiency]:
+    curve = efficiency_for(device)
+    peak = device.peak_flops(spec.dtype.compute_dtype)
+    return peak, device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve
+
+
+def _recomputed(work: OpWork, recompute: Recompute) -> bool:
+    if work.scope is not Scope.LAYER:
+        return False
+    return recompute is Recompute.FULL or (recompute is Recompute.SELECTIVE and work.op is OpKind.ATTENTION)
+
+
+def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
+                tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
+                sequence_parallel: bool = False) -> list[OpTime]:
+    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
+    forward rows, then recompute rows (if any), then backward rows."""
+    peak, hbm, curve = _rates(spec, device)
+    works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
+                       sequence_parallel=sequence_parallel)
+    rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
+    rows += [_row(w, Phase.RECOMPUTE, w.fwd, peak, hbm, curve) for w in works if _recomputed(w, recompute)]
+    rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
+    return rows
+
+
+def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
+               tp: int = 1, *, sequence_parallel: bool = False) -> list[OpTime]:
+    """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST)."""
+    peak, hbm, curve = _rates(spec, device)
+    works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
+    rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
+    rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
+    return rows
+
+
+def total_time(rows: list[OpTime], phase: Phase | None = None) -> float:
+    """Sum of ``time_s`` over the rows (of one phase, if given)."""
+    return sum(r.time_s for r in rows if phase is None or r.phase is phase)
+
+
+def microbatch_time(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
+                    tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
+                    sequence_parallel: bool = False) -> float:
+    """Forward + backward time of one micro-batch through the whole model on one device (per TP rank)."""
+    layer = layer_times(spec, device, micro_batch, seq, tp, recompute, flash_attention=flash_attention,
+                        sequence_parallel=sequence_parallel)
+    edge = edge_times(spec, device, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
+    return spec.layers * total_time(layer) + total_time(edge)
+
+
+def to_dataframe(rows: list[OpTime]):
+    """The rows as a pandas DataFrame (enum columns as their string values)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"op": r.op.value, "phase": r.phase.value, "scope": r.scope.value,
+                          "flops": r.flops, "bytes": r.bytes, "time_s": r.time_s,
+                          "bound": r.bound.value, "efficiency": r.efficiency} for r in rows])
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTime:
+    """One row for a generic layer list: a layer in one phase."""
+
+    layer: str
+    phase: Phase
+    flops: float
+    bytes: float
+    time_s: float
+    bound: Bound
+
+
+def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: int) -> list[LayerTime]:
+    """Roofline per layer of a generic workload: forward reads the weights and writes the activations
+    (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes."""
+    curve = efficiency_for(device)
+    peak = device.peak_flops(workload.dtype.compute_dtype)
+    hbm = device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency
+    rows = []
+    for phase, factor in ((Phase.FWD, 1), (Phase.BWD, 2)):
+        for layer in workload.layers:
+            flops = factor * micro_batch * layer.fwd_flops
+            nbytes = factor * (layer.params * workload.dtype.param_bytes + micro_batch * layer.activation_bytes)
+            t, bound = kernel_time(Kernel(name=layer.name, flops=flops, bytes=nbytes, gemm=flops > 0), peak, hbm,
+                                   curve)
+            rows.append(LayerTime(layer=layer.name, phase=phase, flops=flops, bytes=nbytes, time_s=t, bound=bound))
+    return rows

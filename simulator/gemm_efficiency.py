@@ -1,0 +1,166 @@
+"""Achieved matmul efficiency of a device: a curve of efficiency against the GEMM's size.
+
+A GEMM of ``F = 2·m·n·k`` FLOPs on a device of peak ``P`` takes ``F / (P · e(F))`` when it is
+compute-bound; ``e`` is this curve, piecewise-linear in ``log10(F)`` between named points and flat
+beyond the first and last. Small GEMMs run further from peak (launch and prologue/epilogue costs, a
+partly filled last wave of thread blocks: NVIDIA, "Matrix Multiplication Background User's Guide",
+§ "Dimension Quantization Effects"). Thin GEMMs are also limited by their bytes; that is the
+roofline's memory term in :mod:`simulator.compute`, not this curve. Tensor parallelism and the
+micro-batch size change efficiency only by moving a GEMM along this curve.
+
+Defaults (:data:`DEFAULT_CURVES`), per GPU:
+- the plateau (large GEMMs) is the *Maximum Achievable Matmul FLOPS* measured with
+  ``mamf-finder.py`` (torch.matmul, BF16, best shape, mean of 100 iterations) in S. Bekman,
+  "Machine Learning Engineering", ``compute/accelerator/README.md``, MAMF comparison table:
+  A100 SXM 271.2/312 = 86.9 %, A100 PCIe 81.1 %, H100 SXM 794.5/989 = 80.3 % ("H200 is the
+  same"), GH200 828.6/989 = 83.8 %, B200 77.6 %, MI300X 51.4 %.
+- the fall-off for small GEMMs is an ASSUMPTION, to be calibrated: a fixed per-kernel cost
+  ``t0 = 4 µs`` on top of the plateau rate, ``e(F) = plateau · t/(t + t0)`` with ``t = F/peak``
+  the GEMM's duration at peak; sampled at durations 0.1 µs … 10 ms into the curve's points.
+None of these numbers is fitted to an end-to-end training run (that would hide the model's
+errors). A measured curve replaces the default through ``device.gemm_efficiency`` in a cluster file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.errors import SpecError
+
+_MAMF_SOURCE = ("plateau: Bekman, Machine Learning Engineering, compute/accelerator/README.md, "
+                "MAMF table ({gpu} BF16 {eff:.1%}); fall-off below: assumption t0 = 4 us, to be calibrated")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmEfficiency:
+    """Achieved fraction of peak for a GEMM, by its FLOPs; and achieved fraction of HBM bandwidth."""
+
+    points: tuple[tuple[float, float], ...]
+    """(GEMM FLOPs, efficiency in (0, 1]) with strictly increasing FLOPs; interpolated linearly in
+    log10(FLOPs), flat outside the first and last point."""
+    hbm_efficiency: float = 1.0
+    """Fraction of the datasheet HBM bandwidth that memory-bound kernels achieve (1.0: datasheet)."""
+    source: str = ""
+    """Where the points come from (benchmark, measurement, or 'assumption')."""
+
+    def __post_init__(self) -> None:
+        field = "device.gemm_efficiency"
+        if not self.points:
+            raise SpecError(f"{field}.points", "give at least one [gemm_flops, efficiency] pair")
+        last = 0.0
+        for flops, eff in self.points:
+            if not flops > last:
+                raise SpecError(f"{field}.points", f"FLOPs must be positive and increasing, got {flops!r} "
+                                f"after {last!r}")
+            if not 0 < eff <= 1:
+                raise SpecError(f"{field}.points", f"efficiency must be in (0, 1], got {eff!r}")
+            last = flops
+        if not 0 < self.hbm_efficiency <= 1:
+            raise SpecError(f"{field}.hbm_efficiency", f"must be in (0, 1], got {self.hbm_efficiency!r}")
+
+    def efficiency(self, gemm_flops: float) -> float:
+        """Efficiency of one GEMM of ``gemm_flops`` FLOPs (2·m·n·k, summed over a batched call)."""
+        if gemm_flops <= 0:
+            raise SpecError("gemm_flops", f"must be positive, got {gemm_flops!r}")
+        xs = np.log10([p[0] for p in self.points])
+        ys = np.array([p[1] for p in self.points])
+        return float(np.interp(math.log10(gemm_flops), xs, ys))
+
+    @property
+    def plateau(self) -> float:
+        """Efficiency of the largest GEMMs (the last point)."""
+        return self.points[-1][1]
+
+
+def overhead_curve(plateau: float, peak_tflops: float, overhead_us: float = 4.0,
+                   source: str = "") -> GemmEfficiency:
+    """Curve of ``plateau · t/(t + overhead)`` sampled at GEMM durations t = 0.1 µs … 10 ms at peak."""
+    durations_us = (0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 10000)
+    points = tuple((peak_tflops * 1e12 * t * 1e-6, plateau * t / (t + overhead_us)) for t in durations_us)
+    return GemmEfficiency(points=points, source=source)
+
+
+def _mamf(gpu: str, mamf_tflops: float, peak_tflops: float) -> GemmEfficiency:
+    plateau = mamf_tflops / peak_tflops
+    return overhead_curve(plateau, peak_tflops, source=_MAMF_SOURCE.format(gpu=gpu, eff=plateau))
+
+
+DEFAULT_CURVES: dict[str, GemmEfficiency] = {
+    "a100-sxm": _mamf("NVIDIA A100 SXM", 271.2, 312),
+    "a100-pcie": _mamf("NVIDIA A100 PCIe", 252.9, 312),
+    "h100-sxm": _mamf("NVIDIA H100 SXM", 794.5, 989),
+    "h200": _mamf("NVIDIA H100 SXM, which the table notes H200 matches,", 794.5, 989),
+    "gh200": _mamf("NVIDIA GH200", 828.6, 989),
+    "b200": _mamf("NVIDIA B200 SXM", 1745.0, 2250),
+    "mi300x": _mamf("AMD MI300X", 668.4, 1300),
+}
+"""Default curves by GPU key; :func:`default_gemm_efficiency` maps device names onto these keys."""
+
+_NAME_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("gh200",), "gh200"),
+    (("h200",), "h200"),
+    (("h100", "pcie"), ""),  # no published measurement: a user must give a curve
+    (("h100",), "h100-sxm"),
+    (("a100", "pcie"), "a100-pcie"),
+    (("a100",), "a100-sxm"),
+    (("b200",), "b200"),
+    (("mi300x",), "mi300x"),
+)
+
+
+def default_gemm_efficiency(device_name: str) -> GemmEfficiency | None:
+    """The default curve for a device name (``"H100-SXM5-80GB"`` → h100-sxm), or None if none fits."""
+    norm = re.sub(r"[^a-z0-9]", "", device_name.lower())
+    for tokens, key in _NAME_RULES:
+        if all(tok in norm for tok in tokens):
+            return DEFAULT_CURVES.get(key)
+    return None
+
+
+def efficiency_for(device) -> GemmEfficiency:
+    """The device's own curve, else the default for its name; neither is an error naming the field."""
+    curve = getattr(device, "gemm_efficiency", None)
+    if curve is not None:
+        return curve
+    curve = default_gemm_efficiency(device.name)
+    if curve is None:
+        raise SpecError("device.gemm_efficiency", f"no default matmul-efficiency curve for {device.name!r} "
+                        f"(defaults: {', '.join(DEFAULT_CURVES)}); give points: [[gemm_flops, efficiency], "
+                        "...] in the cluster file, or measure them with a GEMM benchmark")
+    return curve
+
+
+def _number(field: str, value) -> float:
+    try:
+        return float(value)  # YAML 1.1 reads 1e9 (no dot) as a string
+    except (TypeError, ValueError):
+        raise SpecError(field, f"must be a number, got {value!r}") from None
+
+
+def gemm_efficiency_from_dict(d: dict, field: str = "device.gemm_efficiency") -> GemmEfficiency:
+    """Read ``{points: [[flops, eff], ...], hbm_efficiency: 0.9, source: "..."}`` (a cluster file's
+    ``device.gemm_efficiency`` section). Unknown keys and malformed points name the field."""
+    if not isinstance(d, dict):
+        raise SpecError(field, f"must be a mapping with 'points', got {type(d).__name__}")
+    unknown = set(d) - {"points", "hbm_efficiency", "source"}
+    if unknown:
+        raise SpecError(field, f"unknown keys {sorted(unknown)}; known: points, hbm_efficiency, source")
+    if "points" not in d:
+        raise SpecError(f"{field}.points", "missing; give [[gemm_flops, efficiency], ...]")
+    points = []
+    for i, pair in enumerate(d["points"] or []):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise SpecError(f"{field}.points[{i}]", f"must be [gemm_flops, efficiency], got {pair!r}")
+        points.append((_number(f"{field}.points[{i}]", pair[0]), _number(f"{field}.points[{i}]", pair[1])))
+    hbm = _number(f"{field}.hbm_efficiency", d.get("hbm_efficiency", 1.0))
+    return GemmEfficiency(points=tuple(points), hbm_efficiency=hbm, source=str(d.get("source", "")))
+
+
+def gemm_efficiency_to_dict(curve: GemmEfficiency) -> dict:
+    """The inverse of :func:`gemm_efficiency_from_dict` (plain lists and floats, YAML/JSON-safe)."""
+    return {"points": [[float(f), float(e)] for f, e in curve.points],
+            "hbm_efficiency": float(curve.hbm_efficiency), "source": curve.source}

@@ -1,0 +1,161 @@
+"""Workloads that are not (or not only) a transformer: a generic list of layers, or a bare size.
+
+- :class:`LayerListWorkload`: any model as a list of layers, each with its parameters, forward FLOPs
+  and activation bytes per sample (a small CNN or MLP; the executor's real torch model produces
+  this list, since only ``executor/`` imports torch).
+- :class:`ParamCountModel`: only a parameter count (``--params 7.5e9``), enough for model-state
+  memory questions (ZeRO stages, offload) and gradient-communication volume.
+- :class:`Workload`: what all three kinds (with :class:`TransformerSpec`) share.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from simulator.errors import SpecError
+from simulator.workload.flops import layer_fwd_flops, logits_fwd_flops
+from simulator.workload.transformer import DtypePolicy, TransformerSpec
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """What every workload provides: a name, a parameter count and a dtype policy."""
+
+    name: str
+    dtype: DtypePolicy
+
+    @property
+    def params(self) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerSpec:
+    """One layer of a generic model, per sample (one input example)."""
+
+    name: str
+    params: int
+    """Trainable parameters of the layer."""
+    fwd_flops: float
+    """Forward FLOPs per sample (2 per multiply-add); backward is taken as 2× this."""
+    activation_bytes: int
+    """Bytes this layer keeps for backward per sample."""
+    output_bytes: int = 0
+    """Bytes of the layer's output per sample (what a pipeline stage boundary sends)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("layers[].name", "must be a non-empty string")
+        for field_name in ("params", "fwd_flops", "activation_bytes", "output_bytes"):
+            value = getattr(self, field_name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"layers[{self.name}].{field_name}", f"must be a non-negative number, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerListWorkload:
+    """A model given as a list of layers (executed in order)."""
+
+    name: str
+    layers: tuple[LayerSpec, ...]
+    dtype: DtypePolicy = DtypePolicy.FP32
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("model.name", "must be a non-empty string")
+        if not self.layers:
+            raise SpecError("model.layers", "give at least one layer")
+
+    @property
+    def params(self) -> int:
+        return int(sum(layer.params for layer in self.layers))
+
+    @property
+    def fwd_flops_per_sample(self) -> float:
+        return float(sum(layer.fwd_flops for layer in self.layers))
+
+    @property
+    def train_flops_per_sample(self) -> float:
+        """Forward + backward (2× forward) FLOPs per sample."""
+        return 3.0 * self.fwd_flops_per_sample
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype.value, "source": self.source,
+                "layers": [{"name": l.name, "params": l.params, "fwd_flops": l.fwd_flops,
+                            "activation_bytes": l.activation_bytes, "output_bytes": l.output_bytes}
+                           for l in self.layers]}
+
+
+def layer_list_from_dict(d: dict) -> LayerListWorkload:
+    """Read ``{name, dtype?, layers: [{name, params, fwd_flops, activation_bytes, output_bytes?}]}``."""
+    if not isinstance(d.get("layers"), list):
+        raise SpecError("model.layers", "must be a list of {name, params, fwd_flops, activation_bytes}")
+    layers = []
+    for i, item in enumerate(d["layers"]):
+        if not isinstance(item, dict):
+            raise SpecError(f"model.layers[{i}]", f"must be a mapping, got {item!r}")
+        for key in ("params", "fwd_flops", "activation_bytes"):
+            if key not in item:
+                raise SpecError(f"model.layers[{i}].{key}", "missing")
+        layers.append(LayerSpec(name=str(item.get("name", f"layer{i}")), params=item["params"],
+                                fwd_flops=item["fwd_flops"], activation_bytes=item["activation_bytes"],
+                                output_bytes=item.get("output_bytes", 0)))
+    dtype_text = d.get("dtype", "fp32")
+    try:
+        dtype = DtypePolicy(dtype_text)
+    except ValueError:
+        raise SpecError("model.dtype", f"unknown {dtype_text!r}; known: "
+                        f"{', '.join(p.value for p in DtypePolicy)}") from None
+    return LayerListWorkload(name=str(d.get("name", "layers")), layers=tuple(layers), dtype=dtype,
+                             source=str(d.get("source", "")))
+
+
+def transformer_layers(spec: TransformerSpec, seq: int | None = None) -> LayerListWorkload:
+    """A transformer as a generic layer list: embedding, ``l`` blocks, head (per sample of s tokens).
+
+    Activation bytes per block use Korthikanti et al. 2022's s·h·(34 + 5·a·s/h) for 16-bit
+    activations (GPT shapes, no parallelism, no recomputation) — an approximation for other shapes.
+    """
+    s = spec.seq_len if seq is None else seq
+    h, a = spec.hidden, spec.heads
+    block_act = int(s * h * (34 + 5 * a * s / h))
+    out = s * h * spec.dtype.activation_bytes
+    layers = [LayerSpec(name="embedding", params=spec.embedding_params, fwd_flops=0.0,
+                        activation_bytes=out, output_bytes=out)]
+    layers += [LayerSpec(name=f"block{i}", params=spec.layer_params, fwd_flops=s * layer_fwd_flops(spec, s),
+                         activation_bytes=block_act, output_bytes=out) for i in range(spec.layers)]
+    layers.append(LayerSpec(name="head", params=spec.head_params, fwd_flops=s * logits_fwd_flops(spec),
+                            activation_bytes=s * spec.vocab * 4, output_bytes=0))
+    return LayerListWorkload(name=spec.name, layers=tuple(layers), dtype=spec.dtype, source=spec.source)
+
+
+_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBT]?)\s*$", re.IGNORECASE)
+_COUNT_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def parse_param_count(text: str) -> int:
+    """``"7.5e9"``, ``"7.5B"``, ``"350M"`` → parameters (decimal suffixes K, M, B, T)."""
+    m = _COUNT_RE.match(str(text))
+    if not m:
+        raise SpecError("params", f"cannot read a parameter count from {text!r}; write e.g. 7.5e9 or 7.5B")
+    value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
+    if value < 1:
+        raise SpecError("params", f"must be at least 1, got {text!r}")
+    return int(round(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCountModel:
+    """A model known only by its parameter count: valid for model-state-only questions."""
+
+    params: int
+    name: str = ""
+    dtype: DtypePolicy = DtypePolicy.BF16_MIXED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, int) or isinstance(self.params, bool) or self.params < 1:
+            raise SpecError("params", f"must be a positive integer, got {self.params!r}")
+        if not self.name:
+            object.__setattr__(self, "name", f"{self.params:.3g} params")

@@ -1,0 +1,178 @@
+"""The kernels one transformer block (and the embedding and output head) runs, with FLOPs and bytes.
+
+Each operation of the block is a short list of kernels; a kernel is either a GEMM (m×k by k×n,
+``2·m·n·k`` FLOPs, reading both inputs and writing the output once: ``e·(m·k + k·n + m·n)``
+bytes) or a memory-bound element-wise kernel (bytes only). ``T = b·s`` tokens per micro-batch,
+``e`` bytes per element (the dtype policy's activation size), ``t`` tensor-parallel ranks
+(Megatron layout: QKV and MLP-in split by columns, output projection and MLP-out by rows, heads
+split, logits split by vocabulary). Forward, per block, per device:
+
+    norm         2 kernels, each reads and writes T·h               (÷t with sequence parallel)
+    qkv          GEMM  T × h → (q + 2·kv)/t
+    attention    flash: one fused kernel, 4·b·s²·q/t FLOPs, reads Q, K, V and writes O
+                 unfused: batched GEMMs QKᵀ and A·V over b·a/t heads, softmax reads+writes b·a/t·s²
+    out_proj     GEMM  T × q/t → h
+    mlp          GELU: GEMM h → f/t, GEMM f/t → h;  SwiGLU: GEMM h → 2f/t (gate and up), GEMM f/t → h
+    elementwise  residual adds (read 2, write 1 of T·h, twice), activation (GELU read/write T·f/t,
+                 SwiGLU read 2 write 1), rotary on Q and K (read+write T·(q + kv)/t)
+
+Backward of a GEMM is two GEMMs of the forward's FLOPs (input gradient m×n·n×k, weight gradient
+k×m·m×n); backward of a memory kernel moves 1.5× its forward bytes (it reads the output gradient
+and the saved input and writes the input gradient: three tensors where forward touched two).
+Dropout is not modelled (the presets train without it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.errors import SpecError
+from simulator.workload.transformer import ActivationKind, PositionKind, TransformerSpec
+
+MEMORY_BWD_FACTOR = 1.5
+"""Backward bytes / forward bytes of an element-wise kernel (3 tensors touched instead of 2)."""
+
+
+class OpKind(Enum):
+    """Operations the compute table reports, in execution order."""
+
+    EMBEDDING = "embedding"
+    """Token (and learned position) embedding lookup; first pipeline stage."""
+    NORM = "norm"
+    """LayerNorm/RMSNorm (two per block; the final norm on the last stage)."""
+    QKV = "qkv"
+    """Q, K, V projections."""
+    ATTENTION = "attention"
+    """Attention core: scores QKᵀ, softmax, A·V (fused with flash attention)."""
+    OUT_PROJ = "out_proj"
+    """Attention output projection."""
+    MLP = "mlp"
+    """The MLP's matmuls."""
+    ELEMENTWISE = "elementwise"
+    """Residual adds, the MLP activation, rotary embedding."""
+    LOGITS = "logits"
+    """Output projection to the vocabulary; last pipeline stage."""
+    LOSS = "loss"
+    """Softmax cross-entropy over the logits; last pipeline stage."""
+
+
+class Scope(Enum):
+    """Where an operation runs: once per block, or once per model on the first or last stage."""
+
+    LAYER = "layer"
+    """In every transformer block."""
+    FIRST = "first"
+    """Once, before the first block (first pipeline stage)."""
+    LAST = "last"
+    """Once, after the last block (last pipeline stage)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernel:
+    """One kernel: its FLOPs (0 for memory-bound kernels), bytes moved, and whether it is a GEMM."""
+
+    name: str
+    flops: float
+    bytes: float
+    gemm: bool
+    """True: timed on the matmul-efficiency curve; False: memory-bound, bytes only."""
+
+
+def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
+    """A (batched) GEMM producing m×n from m×k and k×n."""
+    return Kernel(name=name, flops=2.0 * batch * m * n * k, bytes=float(e * batch * (m * k + k * n + m * n)),
+                  gemm=True)
+
+
+def memory(name: str, nbytes: float) -> Kernel:
+    return Kernel(name=name, flops=0.0, bytes=float(nbytes), gemm=False)
+
+
+def backward(kernel: Kernel, shape: tuple[float, float, float, int, float] | None) -> list[Kernel]:
+    """Backward kernels of a forward kernel; ``shape`` (m, n, k, e, batch) for GEMMs."""
+    if not kernel.gemm:
+        return [memory(kernel.name + ".bwd", kernel.bytes * MEMORY_BWD_FACTOR)]
+    if shape is None:  # a fused non-GEMM compute kernel (flash attention): 2× FLOPs, 2× bytes
+        return [Kernel(name=kernel.name + ".bwd", flops=2 * kernel.flops, bytes=2 * kernel.bytes, gemm=True)]
+    m, n, k, e, batch = shape
+    return [gemm(kernel.name + ".dgrad", m, k, n, e, batch), gemm(kernel.name + ".wgrad", k, n, m, e, batch)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpWork:
+    """One operation's forward and backward kernels."""
+
+    op: OpKind
+    scope: Scope
+    fwd: tuple[Kernel, ...]
+    bwd: tuple[Kernel, ...]
+
+
+def _op(op: OpKind, scope: Scope, items: list[tuple[Kernel, tuple | None]]) -> OpWork:
+    bwd = [b for kernel, shape in items for b in backward(kernel, shape)]
+    return OpWork(op=op, scope=scope, fwd=tuple(k for k, _ in items), bwd=tuple(bwd))
+
+
+def _g(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> tuple[Kernel, tuple]:
+    return gemm(name, m, n, k, e, batch), (m, n, k, e, batch)
+
+
+def _check(spec: TransformerSpec, micro_batch: int, seq: int, tp: int) -> None:
+    for name, value in (("micro_batch", micro_batch), ("seq", seq), ("tp", tp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(name, f"must be a positive integer, got {value!r}")
+    if spec.heads % tp or spec.n_kv_heads % tp and tp % spec.n_kv_heads:
+        raise SpecError("tp", f"{tp} tensor-parallel ranks do not divide {spec.heads} heads / "
+                        f"{spec.n_kv_heads} KV heads of {spec.name}")
+
+
+def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
+               flash_attention: bool = True, sequence_parallel: bool = False) -> list[OpWork]:
+    """The operations of one transformer block on one tensor-parallel rank."""
+    s = spec.seq_len if seq is None else seq
+    _check(spec, micro_batch, s, tp)
+    b, h, q, kv, f, d = micro_batch, spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn_size, spec.d_head
+    e, T = spec.dtype.activation_bytes, micro_batch * s
+    kv_t = kv / tp if spec.n_kv_heads >= tp else kv  # KV heads replicated when fewer than ranks
+    res = T * h * e / (tp if sequence_parallel else 1)
+    swiglu = spec.activation is ActivationKind.SWIGLU
+    if flash_attention:
+        core = Kernel(name="flash_attn", flops=4.0 * b * s * s * q / tp,
+                      bytes=float(e * T * (2 * q / tp + 2 * kv_t)), gemm=True)
+        attention = [(core, None)]
+    else:
+        heads_t = spec.heads / tp
+        attention = [_g("scores", s, s, d, e, b * heads_t),
+                     (memory("softmax", 2 * e * b * heads_t * s * s), None),
+                     _g("attn_v", s, d, s, e, b * heads_t)]
+    act_bytes = (3 if swiglu else 2) * T * f / tp * e
+    rotary = 2 * T * (q / tp + kv_t) * e if spec.position is PositionKind.ROTARY else 0
+    elementwise = [(memory("residual", 2 * 3 * res), None), (memory("activation", act_bytes), None)]
+    if rotary:
+        elementwise.append((memory("rotary", rotary), None))
+    mlp_in = _g("mlp_in", T, (2 if swiglu else 1) * f / tp, h, e)
+    return [
+        _op(OpKind.NORM, Scope.LAYER, [(memory("norm", 2 * 2 * res), None)]),
+        _op(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
+        _op(OpKind.ATTENTION, Scope.LAYER, attention),
+        _op(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, q / tp, e)]),
+        _op(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
+        _op(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
+    ]
+
+
+def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
+              sequence_parallel: bool = False) -> list[OpWork]:
+    """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank."""
+    s = spec.seq_len if seq is None else seq
+    _check(spec, micro_batch, s, tp)
+    h, v, e, T = spec.hidden, spec.vocab, spec.dtype.activation_bytes, micro_batch * s
+    res = T * h * e / (tp if sequence_parallel else 1)
+    lookups = 2 if spec.position is PositionKind.LEARNED else 1
+    return [
+        _op(OpKind.EMBEDDING, Scope.FIRST, [(memory("embedding", (lookups + 1) * T * h * e), None)]),
+        _op(OpKind.NORM, Scope.LAST, [(memory("final_norm", 2 * res), None)]),
+        _op(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
+        _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),
+    ]

@@ -1,0 +1,112 @@
+"""Embedded model presets with their published shapes, each citing where the shapes come from.
+
+Every preset's parameter count is checked in ``tests/test_workload_presets.py`` against the size
+its authors publish. Notes on the sources:
+
+- GPT-3 (Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1): l, h, heads,
+  head size; all trained at s = 2048 with the GPT-2 BPE vocabulary (V = 50257), learned positions,
+  tied embeddings. Table 2.1 is inconsistent for two rows: GPT-3 XL lists 24 heads of 128 for
+  h = 2048 and GPT-3 13B lists h = 5140 with 40 heads of 128. We use heads × head size = h
+  (16 heads for XL, h = 5120 for 13B); parameter counts and FLOPs do not depend on the head split.
+- Megatron-LM GPT (Narayanan et al. SC'21, "Efficient Large-Scale Language Model Training on GPU
+  Clusters Using Megatron-LM", Table 1): heads, h, l; V = 51200 (padded), s = 2048.
+- Llama 2 (Touvron et al. 2023, "Llama 2", Table 1 for context 4096 and GQA on 70B; the widths
+  from the released ``meta-llama/Llama-2-*-hf`` config.json files).
+- Llama 3 / 3.1 (Llama Team 2024, "The Llama 3 Herd of Models", Table 3: layers, model and FFN
+  dimension, heads, 8 KV heads; vocabulary 128256 from the released config.json). Llama 3.1 has the
+  same shapes as Llama 3 (longer RoPE context only); presets use the 8192-token pre-training length.
+"""
+
+from __future__ import annotations
+
+from simulator.errors import SpecError
+from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
+                                            TransformerSpec)
+
+_GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1"
+_MEGATRON = "Narayanan et al. SC'21, Megatron-LM, Table 1"
+_LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1; widths from meta-llama/Llama-2-{size}-hf config.json"
+_LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3; vocab from meta-llama config.json"
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, source: str) -> TransformerSpec:
+    return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
+                           seq_len=2048, activation=ActivationKind.GELU, norm=NormKind.LAYERNORM,
+                           position=PositionKind.LEARNED, bias=BiasKind.ALL, tied_embeddings=True,
+                           source=source)
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
+           seq: int, source: str) -> TransformerSpec:
+    return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                           ffn=ffn, vocab=vocab, seq_len=seq, activation=ActivationKind.SWIGLU,
+                           norm=NormKind.RMSNORM, position=PositionKind.ROTARY, bias=BiasKind.NONE,
+                           tied_embeddings=False, source=source)
+
+
+def _build() -> dict[str, TransformerSpec]:
+    specs = [
+        # GPT-3 family: (name, l, h, heads)
+        _gpt("gpt3-125m", 12, 768, 12, 50257, _GPT3),
+        _gpt("gpt3-350m", 24, 1024, 16, 50257, _GPT3),
+        _gpt("gpt3-760m", 24, 1536, 16, 50257, _GPT3),
+        _gpt("gpt3-1.3b", 24, 2048, 16, 50257, _GPT3),
+        _gpt("gpt3-2.7b", 32, 2560, 32, 50257, _GPT3),
+        _gpt("gpt3-6.7b", 32, 4096, 32, 50257, _GPT3),
+        _gpt("gpt3-13b", 40, 5120, 40, 50257, _GPT3),
+        _gpt("gpt3-175b", 96, 12288, 96, 50257, _GPT3),
+        # Megatron-LM paper GPT models, named by their published size.
+        _gpt("megatron-1.7b", 24, 2304, 24, 51200, _MEGATRON),
+        _gpt("megatron-3.6b", 30, 3072, 32, 51200, _MEGATRON),
+        _gpt("megatron-7.5b", 36, 4096, 32, 51200, _MEGATRON),
+        _gpt("megatron-18.4b", 40, 6144, 48, 51200, _MEGATRON),
+        _gpt("megatron-39.1b", 48, 8192, 64, 51200, _MEGATRON),
+        _gpt("megatron-76.1b", 60, 10240, 80, 51200, _MEGATRON),
+        _gpt("megatron-145.6b", 80, 12288, 96, 51200, _MEGATRON),
+        _gpt("megatron-310.1b", 96, 16384, 128, 51200, _MEGATRON),
+        _gpt("megatron-529.6b", 105, 20480, 128, 51200, _MEGATRON),
+        _gpt("megatron-1t", 128, 25600, 160, 51200, _MEGATRON),
+        # Llama 2: (name, l, h, heads, kv heads, ffn, V, s)
+        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, _LLAMA2.format(size="7b")),
+        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, _LLAMA2.format(size="13b")),
+        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, _LLAMA2.format(size="70b")),
+        # Llama 3 and 3.1
+        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, _LLAMA3),
+        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, _LLAMA3),
+        _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 8192, _LLAMA3),
+        _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 8192, _LLAMA3),
+        _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192, _LLAMA3),
+    ]
+    return {spec.name: spec for spec in specs}
+
+
+PUBLISHED_PARAMS: dict[str, float] = {
+    "gpt3-125m": 125e6, "gpt3-350m": 350e6, "gpt3-760m": 760e6, "gpt3-1.3b": 1.3e9,
+    "gpt3-2.7b": 2.7e9, "gpt3-6.7b": 6.7e9, "gpt3-13b": 13.0e9, "gpt3-175b": 175.0e9,
+    "megatron-1.7b": 1.7e9, "megatron-3.6b": 3.6e9, "megatron-7.5b": 7.5e9, "megatron-18.4b": 18.4e9,
+    "megatron-39.1b": 39.1e9, "megatron-76.1b": 76.1e9, "megatron-145.6b": 145.6e9,
+    "megatron-310.1b": 310.1e9, "megatron-529.6b": 529.6e9, "megatron-1t": 1008.0e9,
+    "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9,
+    "llama3-8b": 8.03e9, "llama3-70b": 70.6e9, "llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9,
+    "llama3.1-405b": 405.8e9,
+}
+"""Sizes as their authors state them (paper tables; Hugging Face model cards for the Llama 2 7B
+6.74e9, Llama 3 8B 8.03e9, 70B 70.6e9 and 3.1 405B 405.8e9 exact counts). The GPT-3 and Megatron
+sizes are rounded in the papers, so the tests compare them with a tolerance."""
+
+
+_PRESETS = _build()
+
+
+def model_names() -> list[str]:
+    """Names of the embedded presets, in the order above (families, then size)."""
+    return list(_PRESETS)
+
+
+def get_preset(name: str) -> TransformerSpec:
+    """The preset called ``name`` (case-insensitive); an unknown name lists the known ones."""
+    key = name.strip().lower()
+    if key not in _PRESETS:
+        raise SpecError("model", f"unknown model {name!r}; known: {', '.join(_PRESETS)} "
+                        "(or give a path to a Hugging Face config.json)")
+    return _PRESETS[key]

@@ -1,0 +1,239 @@
+"""The transformer workload: what the user gives (shapes, options) and the parameter counts it implies.
+
+A decoder-only transformer of ``layers`` identical blocks. Each block: norm → attention (Q, K, V
+projections, scores, softmax, scores × V, output projection) → residual add → norm → MLP → residual
+add. Around the blocks: a token embedding (plus a learned position embedding for GPT-2/3 style
+models), a final norm and the output (logits) projection, tied to the token embedding or not.
+
+Parameter count per block (``h`` hidden, ``q = heads·head_dim``, ``kv = kv_heads·head_dim``,
+``f`` FFN size)::
+
+    attention   h·q + 2·h·kv + q·h            (+ q + 2·kv + h biases)
+    MLP         GELU: 2·h·f    SwiGLU: 3·h·f  (+ f + h biases, GELU with biases)
+    norms       LayerNorm 2·2h, RMSNorm 2·h
+
+For GPT (MHA, f = 4h, biases, LayerNorm) a block is 12h² + 13h, and with the embeddings
+``V·h + s·h`` this is Narayanan et al. SC'21 eq. 2, ``P = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))``;
+we also count the final norm (2h), which eq. 2 leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from simulator.cluster.spec import Dtype
+from simulator.errors import SpecError
+
+
+class ActivationKind(Enum):
+    """The MLP's shape and non-linearity."""
+
+    GELU = "gelu"
+    """Two matrices h→f→h with GELU between (GPT-2/3, GPT-NeoX, Megatron GPT; f = 4h usually)."""
+    SWIGLU = "swiglu"
+    """Three matrices: gate and up h→f, SiLU(gate)·up, down f→h (Llama, Mistral, Qwen2; Shazeer 2020)."""
+
+
+class NormKind(Enum):
+    """The normalisation layer before attention, before the MLP, and after the last block."""
+
+    LAYERNORM = "layernorm"
+    """LayerNorm with a scale and a bias: 2h parameters (GPT-2/3, GPT-NeoX)."""
+    RMSNORM = "rmsnorm"
+    """RMSNorm with a scale only: h parameters (Llama, Mistral, Qwen2)."""
+
+
+class PositionKind(Enum):
+    """How token positions enter the model."""
+
+    LEARNED = "learned"
+    """A learned position-embedding table of ``max_positions × h`` parameters (GPT-2/3)."""
+    ROTARY = "rotary"
+    """Rotary embeddings applied to Q and K: no parameters, an element-wise op (NeoX, Llama)."""
+
+
+class BiasKind(Enum):
+    """Which linear layers carry a bias vector."""
+
+    NONE = "none"
+    """No biases (Llama, Mistral)."""
+    QKV = "qkv"
+    """Biases on the Q, K, V projections only (Qwen2)."""
+    ALL = "all"
+    """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
+
+
+class DtypePolicy(Enum):
+    """Numeric formats for compute, stored weights, gradients and optimizer master weights."""
+
+    BF16_MIXED = "bf16"
+    """bf16 weights, activations and gradients for compute; fp32 master weights in the optimizer."""
+    FP16_MIXED = "fp16"
+    """fp16 compute with loss scaling; fp32 master weights (Micikevicius et al. 2018)."""
+    FP32 = "fp32"
+    """Everything in fp32 (on the CUDA cores: no TF32 unless the device's fp32 peak says so)."""
+
+    @property
+    def compute_dtype(self) -> Dtype:
+        """Format the matmuls run in; picks the device's peak FLOP/s."""
+        return {DtypePolicy.BF16_MIXED: Dtype.BF16, DtypePolicy.FP16_MIXED: Dtype.FP16,
+                DtypePolicy.FP32: Dtype.FP32}[self]
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element (and per compute-copy weight element)."""
+        return 4 if self is DtypePolicy.FP32 else 2
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per parameter of the weights the forward pass reads."""
+        return self.activation_bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element as produced by backward."""
+        return self.activation_bytes
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes per parameter of a separate fp32 master copy (0: the weights are the master)."""
+        return 0 if self is DtypePolicy.FP32 else 4
+
+
+def _pos_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(name, f"must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerSpec:
+    """A decoder-only transformer, as a user (or a preset, or a config.json) describes it."""
+
+    name: str
+    layers: int
+    """Number of transformer blocks, ``l``."""
+    hidden: int
+    """Model (residual stream) width, ``h``."""
+    heads: int
+    """Attention (query) heads, ``a``."""
+    vocab: int
+    """Vocabulary size, ``V`` (as stored: padded sizes count)."""
+    seq_len: int
+    """Default training sequence length, ``s`` (tokens per sample); ``with_seq`` changes it."""
+    ffn: int | None = None
+    """MLP inner size ``f``; None means 4h (the GPT convention)."""
+    kv_heads: int | None = None
+    """Key/value heads: None or ``heads`` is MHA, 1 is MQA, between is GQA (Ainslie et al. 2023)."""
+    head_dim: int | None = None
+    """Width of one head; None means ``hidden // heads``."""
+    activation: ActivationKind = ActivationKind.GELU
+    norm: NormKind = NormKind.LAYERNORM
+    position: PositionKind = PositionKind.LEARNED
+    bias: BiasKind = BiasKind.ALL
+    max_positions: int | None = None
+    """Rows of a learned position table; None means ``seq_len``. Unused with rotary positions."""
+    tied_embeddings: bool = True
+    """The logits projection reuses the token-embedding matrix (no extra V·h parameters)."""
+    dtype: DtypePolicy = DtypePolicy.BF16_MIXED
+    source: str = ""
+    """Where the shapes come from (paper table, released config)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("model.name", "must be a non-empty string")
+        for field_name in ("layers", "hidden", "heads", "vocab", "seq_len"):
+            _pos_int(f"model.{field_name}", getattr(self, field_name))
+        for field_name in ("ffn", "kv_heads", "head_dim", "max_positions"):
+            if getattr(self, field_name) is not None:
+                _pos_int(f"model.{field_name}", getattr(self, field_name))
+        if self.head_dim is None and self.hidden % self.heads:
+            raise SpecError("model.heads", f"hidden {self.hidden} is not divisible by {self.heads} heads; "
+                            "give head_dim explicitly")
+        if self.heads % self.n_kv_heads:
+            raise SpecError("model.kv_heads", f"{self.heads} query heads are not a multiple of "
+                            f"{self.n_kv_heads} key/value heads")
+        for field_name, kind in (("activation", ActivationKind), ("norm", NormKind),
+                                 ("position", PositionKind), ("bias", BiasKind), ("dtype", DtypePolicy)):
+            if not isinstance(getattr(self, field_name), kind):
+                raise SpecError(f"model.{field_name}", f"must be a {kind.__name__}, got "
+                                f"{getattr(self, field_name)!r}")
+
+    # --- derived shapes -------------------------------------------------------------------------
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn if self.ffn is not None else 4 * self.hidden
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of Q (and of the attention output): ``heads · head_dim``."""
+        return self.heads * self.d_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K and of V each: ``kv_heads · head_dim``."""
+        return self.n_kv_heads * self.d_head
+
+    @property
+    def positions(self) -> int:
+        return self.max_positions if self.max_positions is not None else self.seq_len
+
+    def with_seq(self, seq_len: int) -> "TransformerSpec":
+        """The same model trained at another sequence length (learned position table unchanged)."""
+        _pos_int("seq", seq_len)
+        return replace(self, seq_len=seq_len, max_positions=self.positions)
+
+    # --- parameters -----------------------------------------------------------------------------
+    @property
+    def attention_params(self) -> int:
+        """Q, K, V and output projections of one block, with their biases."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        weights = h * q + 2 * h * kv + q * h
+        biases = {BiasKind.NONE: 0, BiasKind.QKV: q + 2 * kv, BiasKind.ALL: q + 2 * kv + h}[self.bias]
+        return weights + biases
+
+    @property
+    def mlp_params(self) -> int:
+        h, f = self.hidden, self.ffn_size
+        mats = 3 if self.activation is ActivationKind.SWIGLU else 2
+        biases = (mats - 1) * f + h if self.bias is BiasKind.ALL else 0
+        return mats * h * f + biases
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm layer: 2h for LayerNorm, h for RMSNorm."""
+        return (2 if self.norm is NormKind.LAYERNORM else 1) * self.hidden
+
+    @property
+    def layer_params(self) -> int:
+        """One transformer block: attention + MLP + its two norms."""
+        return self.attention_params + self.mlp_params + 2 * self.norm_params
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding plus the learned position table (if any)."""
+        pos = self.positions * self.hidden if self.position is PositionKind.LEARNED else 0
+        return self.vocab * self.hidden + pos
+
+    @property
+    def head_params(self) -> int:
+        """Final norm plus an untied output projection (V·h; 0 when tied)."""
+        return self.norm_params + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    @property
+    def params(self) -> int:
+        """Total parameters: ``l · layer + embeddings + head``."""
+        return self.layers * self.layer_params + self.embedding_params + self.head_params
+
+    @property
+    def non_embedding_params(self) -> int:
+        """Parameters outside the embedding and output matrices (Kaplan et al. 2020's N)."""
+        return self.layers * self.layer_params + self.norm_params

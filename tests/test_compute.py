@@ -1,0 +1,151 @@
+"""Compute model: the GEMM-efficiency curve, the roofline per kernel, and what TP and batch change."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simulator.cluster.spec import Device, Dtype
+from simulator.compute import (Bound, Phase, edge_times, kernel_time, layer_times, microbatch_time, to_dataframe,
+                               total_time)
+from simulator.errors import SpecError
+from simulator.gemm_efficiency import (DEFAULT_CURVES, GemmEfficiency, default_gemm_efficiency, efficiency_for,
+                                       gemm_efficiency_from_dict, gemm_efficiency_to_dict)
+from simulator.workload import Recompute, get_preset, train_flops_per_token
+from simulator.workload.ops import gemm, memory
+
+FLAT = GemmEfficiency(points=((1.0, 0.5),))
+
+
+def device(name="H100-SXM5-80GB", curve=None, bf16=989.0, hbm=3350.0):
+    # H100 SXM datasheet: 989 dense BF16 TFLOP/s, 3.35 TB/s (shared/reference/network.md).
+    return Device(name=name, peak_tflops={Dtype.BF16: bf16}, memory_bytes=80 * 10**9, hbm_bw_GBps=hbm,
+                  gemm_efficiency=curve)
+
+
+def test_curve_interpolates_in_log_space_and_is_flat_outside():
+    c = GemmEfficiency(points=((1e9, 0.2), (1e11, 0.8)))
+    assert c.efficiency(1e10) == pytest.approx(0.5)     # halfway in log10
+    assert c.efficiency(1e6) == 0.2 and c.efficiency(1e15) == 0.8
+
+
+@pytest.mark.parametrize("points", [(), ((1e9, 0.5), (1e8, 0.6)), ((1e9, 1.5),), ((0, 0.5),)])
+def test_curve_validation(points):
+    with pytest.raises(SpecError, match="gemm_efficiency"):
+        GemmEfficiency(points=points)
+
+
+def test_dict_round_trip_and_yaml_strings():
+    c = DEFAULT_CURVES["h100-sxm"]
+    assert gemm_efficiency_from_dict(gemm_efficiency_to_dict(c)) == c
+    # PyYAML reads 1e9 (no dot) as a string; the loader accepts numeric strings.
+    assert gemm_efficiency_from_dict({"points": [["1e9", 0.5]]}).efficiency(1e9) == 0.5
+    with pytest.raises(SpecError, match="points\\[0\\]"):
+        gemm_efficiency_from_dict({"points": [[1e9]]})
+    with pytest.raises(SpecError, match="unknown keys"):
+        gemm_efficiency_from_dict({"points": [[1e9, 0.5]], "efficency": 1})
+
+
+def test_default_plateaus_are_the_published_mamf():
+    # Bekman, ML Engineering, MAMF table: H100 SXM 794.5/989, A100 SXM 271.2/312.
+    assert default_gemm_efficiency("NVIDIA H100 80GB HBM3 SXM").plateau == pytest.approx(794.5 / 989, rel=1e-3)
+    assert default_gemm_efficiency("a100-sxm4-80gb").plateau == pytest.approx(271.2 / 312, rel=1e-3)
+    assert default_gemm_efficiency("A100-PCIE-40GB") is DEFAULT_CURVES["a100-pcie"]
+    assert default_gemm_efficiency("GH200") is DEFAULT_CURVES["gh200"]
+    assert default_gemm_efficiency("H100-PCIe") is None  # no published measurement
+
+
+def test_device_own_curve_wins_and_unknown_device_is_an_error():
+    assert efficiency_for(device(curve=FLAT)) is FLAT
+    with pytest.raises(SpecError) as err:
+        efficiency_for(device(name="cpu-gloo"))
+    assert err.value.field == "device.gemm_efficiency"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(1e3, 1e16))
+def test_default_curves_are_monotone_and_in_range(flops):
+    for c in DEFAULT_CURVES.values():
+        e = c.efficiency(flops)
+        assert 0 < e <= c.plateau and c.efficiency(flops * 10) >= e
+
+
+def test_roofline_hand_worked():
+    # A 8192³ bf16 GEMM on a flat-0.5 H100: 2·8192³ / (989e12·0.5) s, compute-bound.
+    k = gemm("g", 8192, 8192, 8192, 2)
+    t, bound = kernel_time(k, 989e12, 3350e9, FLAT)
+    assert t == pytest.approx(2 * 8192**3 / (989e12 * 0.5)) and bound is Bound.COMPUTE
+    # A GEMV-like 8192×8192 by 8192×1: bytes 2·(8192² + 2·8192) / 3.35e12, memory-bound.
+    t, bound = kernel_time(gemm("v", 8192, 1, 8192, 2), 989e12, 3350e9, FLAT)
+    assert t == pytest.approx(2 * (8192**2 + 2 * 8192) / 3350e9) and bound is Bound.MEMORY
+    assert kernel_time(memory("m", 1e9), 989e12, 1e12, FLAT) == (pytest.approx(1e-3), Bound.MEMORY)
+
+
+def test_layer_flops_match_the_flop_formulas():
+    spec, dev = get_preset("gpt3-175b"), device()
+    rows = layer_times(spec, dev, micro_batch=2, recompute=Recompute.FULL)
+    edge = edge_times(spec, dev, micro_batch=2)
+    tokens = 2 * spec.seq_len
+    total = spec.layers * sum(r.flops for r in rows) + sum(r.flops for r in edge)
+    assert total == pytest.approx(tokens * train_flops_per_token(spec, Recompute.FULL), rel=1e-12)
+    bwd = sum(r.flops for r in rows if r.phase is Phase.BWD)
+    assert bwd == pytest.approx(2 * sum(r.flops for r in rows if r.phase is Phase.FWD))
+
+
+def test_tensor_parallel_divides_matmul_work_and_lowers_efficiency():
+    spec, dev = get_preset("llama2-7b"), device()
+    one, eight = layer_times(spec, dev, 1, tp=1), layer_times(spec, dev, 1, tp=8)
+    mlp1 = next(r for r in one if r.op.value == "mlp" and r.phase is Phase.FWD)
+    mlp8 = next(r for r in eight if r.op.value == "mlp" and r.phase is Phase.FWD)
+    assert mlp8.flops == pytest.approx(mlp1.flops / 8)
+    assert mlp8.efficiency < mlp1.efficiency          # moved down the curve
+    assert mlp8.time_s > mlp1.time_s / 8              # so less than linear speed-up
+    # Norms are replicated without sequence parallelism, split with it.
+    norm = lambda rows: next(r for r in rows if r.op.value == "norm" and r.phase is Phase.FWD).bytes
+    sp = layer_times(spec, dev, 1, tp=8, sequence_parallel=True)
+    assert norm(eight) == norm(one) and norm(sp) == pytest.approx(norm(one) / 8)
+
+
+def test_efficiency_comes_only_from_the_curve():
+    # With a flat curve, doubling the micro-batch doubles a compute-bound op's time exactly.
+    spec, dev = get_preset("gpt3-6.7b"), device(curve=FLAT)
+    t = lambda b: next(r for r in layer_times(spec, dev, b) if r.op.value == "mlp").time_s
+    assert t(2) == pytest.approx(2 * t(1))
+
+
+def test_unfused_attention_is_slower_and_memory_heavier():
+    spec, dev = get_preset("gpt3-1.3b"), device()
+    attn = lambda flash: next(r for r in layer_times(spec, dev, 4, flash_attention=flash)
+                              if r.op.value == "attention")
+    assert attn(False).bytes > attn(True).bytes and attn(False).time_s > attn(True).time_s
+
+
+def test_microbatch_time_plausible_mfu_on_h100():
+    # GPT-3 175B, TP=8, b=1: compute-only model-FLOPs utilisation must sit below the MAMF plateau.
+    spec, dev = get_preset("gpt3-175b"), device()
+    t = microbatch_time(spec, dev, 1, tp=8)
+    mfu = spec.seq_len * train_flops_per_token(spec) / 8 / t / 989e12
+    assert 0.5 < mfu < 794.5 / 989
+    df = to_dataframe(layer_times(spec, dev, 1, tp=8))
+    assert set(df.columns) >= {"op", "phase", "flops", "bytes", "time_s", "bound"}
+    assert math.isclose(df.time_s.sum(), total_time(layer_times(spec, dev, 1, tp=8)))
+
+
+def test_bad_parallel_arguments():
+    with pytest.raises(SpecError, match="tp"):
+        layer_times(get_preset("gpt3-175b"), device(), 1, tp=7)
+    with pytest.raises(SpecError, match="micro_batch"):
+        layer_times(get_preset("gpt3-175b"), device(), 0)
+    with pytest.raises(SpecError, match="peak_tflops"):
+        layer_times(get_preset("gpt3-175b").__class__(**{**get_preset("gpt3-175b").__dict__,
+                    "dtype": get_preset("gpt3-175b").dtype.FP32}), device(), 1)
+
+
+def test_layer_list_times_hand_worked():
+    from simulator.compute import layer_list_times
+    from simulator.workload import LayerListWorkload, LayerSpec
+    w = LayerListWorkload(name="m", layers=(LayerSpec(name="fc", params=1000, fwd_flops=1e9, activation_bytes=100),))
+    dev = Device(name="x", peak_tflops={Dtype.FP32: 10.0}, memory_bytes=10**9, hbm_bw_GBps=100.0, gemm_efficiency=FLAT)
+    fwd, bwd = layer_list_times(w, dev, micro_batch=4)
+    assert fwd.time_s == pytest.approx(4e9 / (10e12 * 0.5)) and fwd.bound is Bound.COMPUTE
+    assert bwd.flops == 2 * fwd.flops and bwd.bytes == 2 * (1000 * 4 + 400)

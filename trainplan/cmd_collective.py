@@ -1,0 +1,151 @@
+"""``trainplan collective``: estimated (and optionally measured) collective times, nccl-tests style."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simulator.cluster.io import load_cluster
+from simulator.collectives import registry
+from simulator.collectives.base import Op
+from simulator.errors import SpecError
+from simulator.units import format_size, parse_size_range
+from trainplan.cli_common import UsageError, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collective", help="estimate collective times per algorithm (nccl-tests style table)",
+                       description="Estimate a collective's time, algorithm and bus bandwidth on a cluster; "
+                                   "with --measure, also run it for real on local processes and show the error.")
+    p.add_argument("--cluster", required=True, help="preset name (see `trainplan cluster list`) or a cluster file")
+    p.add_argument("--nodes", type=int, help="number of nodes (overrides the preset's or file's)")
+    p.add_argument("--op", default="all-reduce", help="all-reduce, reduce-scatter, all-gather, broadcast, reduce, "
+                                                     "all-to-all, send-recv (default: all-reduce)")
+    p.add_argument("--algorithm", default="auto",
+                   help="an algorithm name, 'auto' (fastest, as NCCL's tuner) or 'all' (default: auto)")
+    p.add_argument("--ranks", type=int, help="use the first R ranks in placement order (default: all, or --nproc)")
+    p.add_argument("--bytes", default="1KB..1GB", help="a size (64MB) or a range of powers of two (1KB..1GB)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
+    p.add_argument("--plot", metavar="FILE.png", help="draw time and bus bandwidth against size per algorithm")
+    m = p.add_argument_group("measurement (runs the collective for real on this machine)")
+    m.add_argument("--measure", action="store_true", help="also measure each row with torch.distributed")
+    m.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="torch.distributed backend")
+    m.add_argument("--nproc", type=int, help="local processes to launch (equals --ranks)")
+    m.add_argument("--repeats", type=int, default=10, help="timed calls per size (median reported)")
+    m.add_argument("--warmup", type=int, default=3, help="untimed calls per size before timing")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster = load_cluster(args.cluster, nodes=args.nodes)
+    op = Op.parse(args.op)
+    ranks = _ranks(args, cluster.world_size)
+    sizes = parse_size_range(args.bytes, "bytes")
+    algorithms = _algorithms(args.algorithm, op, cluster, ranks)
+    if args.measure:
+        rows = _measured_rows(args, cluster, op, algorithms, len(ranks), sizes)
+    else:
+        rows = [registry.estimate(cluster, ranks, op, size, algo).as_dict() for size in sizes for algo in algorithms]
+    if args.plot:
+        _plot(rows, args.plot, f"{op.value} on {cluster.name}, {len(ranks)} ranks")
+    if args.json:
+        print_json(rows)
+    else:
+        print(f"# {op.value} on {cluster.name} ({cluster.nodes} node(s)), {len(ranks)} ranks")
+        print(format_table(rows))
+    if args.plot:
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _ranks(args: argparse.Namespace, world: int) -> list[int]:
+    count = args.ranks
+    if args.nproc is not None:
+        if args.nproc < 2:
+            raise SpecError("nproc", f"must be at least 2, got {args.nproc}")
+        if count is not None and count != args.nproc:
+            raise UsageError(f"--ranks {count} and --nproc {args.nproc} differ; measured ranks are the processes")
+        count = args.nproc
+    if args.measure and count is None:
+        raise UsageError("--measure needs --nproc N (the number of local processes to launch)")
+    count = world if count is None else count
+    if count < 2:
+        raise SpecError("ranks", f"a collective needs at least 2 ranks, got {count}")
+    if count > world:
+        raise SpecError("ranks", f"{count} ranks but the cluster has {world} GPUs; lower --ranks or raise --nodes")
+    return list(range(count))
+
+
+def _algorithms(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
+    if name == "all":
+        found = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
+        if not found:
+            raise SpecError("algorithm", f"no algorithm supports {op.value} on this group")
+        return found
+    if name != "auto" and name not in registry.algorithm_names():
+        known = ", ".join(["auto", "all", *registry.algorithm_names()])
+        raise SpecError("algorithm", f"unknown algorithm {name!r}; known: {known}")
+    if name != "auto" and not registry.supports(name, op, cluster, ranks):
+        able = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
+        raise SpecError("algorithm", f"{name} does not support {op.value} on this group; use one of: "
+                                     f"{', '.join(['auto', *able])}")
+    return [name]
+
+
+def _measured_rows(args, cluster, op, algorithms, nproc, sizes) -> list[dict]:
+    from executor.collective_bench import measure_vs_estimate
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    return measure_vs_estimate(cluster, op, algorithms, nproc, sizes, backend=args.backend,
+                               repeats=args.repeats, warmup=args.warmup, progress=progress)
+
+
+def format_table(rows: list[dict]) -> str:
+    """An nccl-tests-like table: size, algorithm, protocol, time, algbw, busbw (and measured columns)."""
+    measured = any("measured_time_s" in r for r in rows)
+    head = f"{'size':>8}  {'algorithm':<18} {'proto':<6} {'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11}"
+    if measured:
+        head += f" {'meas(us)':>11} {'p10-p90(us)':>17} {'err%':>7}"
+    lines = [head]
+    for r in rows:
+        line = (f"{format_size(r['bytes']):>8}  {r['algorithm']:<18} {r['protocol'] or '-':<6} "
+                f"{r['time_s'] * 1e6:>11.2f} {r['algbw_GBps']:>11.3f} {r['busbw_GBps']:>11.3f}")
+        if measured:
+            spread = f"{r['measured_p10_s'] * 1e6:.0f}-{r['measured_p90_s'] * 1e6:.0f}"
+            line += f" {r['measured_time_s'] * 1e6:>11.2f} {spread:>17} {r['error_pct']:>+7.1f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for algo in dict.fromkeys(r["algorithm"] for r in rows):
+        mine = [r for r in rows if r["algorithm"] == algo]
+        sizes = [r["bytes"] for r in mine]
+        line, = ax_t.plot(sizes, [r["time_s"] * 1e6 for r in mine], marker="o", ms=3, label=f"{algo} (est.)")
+        ax_b.plot(sizes, [r["busbw_GBps"] for r in mine], marker="o", ms=3, color=line.get_color(), label=algo)
+        if "measured_time_s" in mine[0]:
+            ax_t.plot(sizes, [r["measured_time_s"] * 1e6 for r in mine], ls="--", marker="x",
+                      color=line.get_color(), label=f"{algo} (measured)")
+    for ax, ylabel in ((ax_t, "time (µs)"), (ax_b, "bus bandwidth (GB/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_t.set_yscale("log")
+    ax_t.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise SpecError("plot", f"cannot write {path}: {err.strerror}") from None
+    finally:
+        plt.close(fig)
