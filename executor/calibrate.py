@@ -9,8 +9,8 @@ simulator's estimate of a call is linear in four parameters,
 cost of ``3n / hbm_bw`` per reduced byte count n). The coefficients c, h, b, r of every measured
 (algorithm, size) are read off ``registry.estimate`` itself by finite differences around the base
 cluster, so the fit follows whatever the simulator computes; after the fit the real estimate is
-evaluated again and its error reported (``linearity_error_pct`` says how far it strays from the
-linear model, 0 when the model is exactly linear).
+evaluated again and its error reported. Where the estimate is only piecewise linear (a pipelined
+algorithm picks its chunk count from the parameters), the fit is re-linearised at its result.
 
 Fit: minimise the sum of |relative error| (iteratively reweighted least squares towards the L1
 fit, which tracks the median absolute error reported), with every parameter >= 0, by solving the
@@ -35,6 +35,8 @@ PARAMETERS = ("call_latency_us", "latency_us", "inv_bw", "inv_hbm_bw")
 
 IRLS_ITERATIONS = 40
 """Reweighting rounds from the least-squares to the least-absolute-relative-error fit."""
+RELINEARISE_ROUNDS = 8
+"""Most linearised fits, each around the previous result (the estimate is piecewise linear)."""
 IRLS_FLOOR = 1e-3
 """Smallest |relative residual| a weight is computed from (0.1 %), so weights stay finite."""
 
@@ -70,8 +72,8 @@ class LinkFit:
     fitted: tuple[str, ...]
     """Which of :data:`PARAMETERS` were fitted (the others kept the base cluster's value)."""
     rows: tuple[FitRow, ...]
-    linearity_error_pct: float
-    """Largest gap between the linear model and the real estimate at the fit, % of the estimate."""
+    relinearised: int
+    """Linearised fits performed (1 when the estimate is exactly linear in the parameters)."""
 
     @property
     def median_abs_error_pct(self) -> float:
@@ -169,23 +171,12 @@ def _nnls_exhaustive(A: np.ndarray, b: np.ndarray, must_be_positive: list[int]) 
     return best
 
 
-def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
-                estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
-    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, median_s).
-
-    ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``.
-    Returns the fitted cluster and the fit report.
-    """
-    check_calibratable(cluster)
-    if not measurements:
-        raise SpecError("measurements", "nothing to fit: measure at least one size")
-    estimate = estimate or _default_estimate
-    A, t0 = design_matrix(cluster, measurements, estimate)
-    theta0 = base_values(cluster)
+def _linear_fit(at: Cluster, measurements, fitted: list[int], estimate: Callable) -> tuple[np.ndarray, list[int]]:
+    """One linearised fit around the parameters of ``at``; returns θ and the indices fitted."""
+    A, t0 = design_matrix(at, measurements, estimate)
+    theta0 = base_values(at)
     measured = np.array([m.median_s for m in measurements])
-    fitted = [0, 1, 2, 3] if fit_reduction else [0, 1, 2]
-    theta = None
-    while theta is None:
+    while True:
         fixed = [k for k in range(len(PARAMETERS)) if k not in fitted]
         offset = t0 - A @ theta0 + A[:, fixed] @ theta0[fixed]
         sub = solve_relative_l1(A[:, fitted], measured - offset, measured, [fitted.index(2)] +
@@ -197,16 +188,45 @@ def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
             raise SpecError("measurements", "no positive bandwidth fits these times; measure larger sizes")
         theta = theta0.copy()
         theta[fitted] = sub
-    fitted_cluster = with_values(cluster, theta)
-    linear = offset + A[:, fitted] @ theta[fitted]
-    rows = []
-    for m, lin in zip(measurements, linear):
-        est = estimate(fitted_cluster, list(range(m.ranks)), m.op, m.nbytes, m.algorithm).time_s
-        rows.append((FitRow(algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes, measured_s=m.median_s,
-                            p10_s=m.p10_s, p90_s=m.p90_s, estimate_s=est), abs(est - lin) / est * 100))
+        return theta, fitted
+
+
+def _rows(cluster: Cluster, measurements, estimate: Callable) -> list[FitRow]:
+    return [FitRow(algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes, measured_s=m.median_s, p10_s=m.p10_s,
+                   p90_s=m.p90_s, estimate_s=estimate(cluster, list(range(m.ranks)), m.op, m.nbytes,
+                                                      m.algorithm).time_s) for m in measurements]
+
+
+def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
+                estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
+    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, median_s).
+
+    ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``. The
+    estimate is only piecewise linear (an algorithm may choose its pipelining depth from the
+    parameters), so the fit is re-linearised at each result, up to :data:`RELINEARISE_ROUNDS`
+    times, keeping the parameters whose *real* estimates have the smallest mean |relative error|.
+    Returns the fitted cluster and the fit report.
+    """
+    check_calibratable(cluster)
+    if not measurements:
+        raise SpecError("measurements", "nothing to fit: measure at least one size")
+    estimate = estimate or _default_estimate
+    fitted = [0, 1, 2, 3] if fit_reduction else [0, 1, 2]
+    at, best = cluster, None
+    for rounds in range(1, RELINEARISE_ROUNDS + 1):
+        theta, fitted = _linear_fit(at, measurements, fitted, estimate)
+        candidate = with_values(cluster, theta)
+        rows = _rows(candidate, measurements, estimate)
+        score = statistics.fmean(abs(r.error_pct) for r in rows)
+        if best is None or score < best[0]:
+            best = (score, theta, candidate, rows, tuple(fitted))
+        if np.allclose(theta, base_values(at), rtol=1e-6, atol=1e-9):
+            break
+        at = candidate
+    _, theta, fitted_cluster, rows, fitted_idx = best
     fit = LinkFit(call_latency_us=float(theta[0]), latency_us=float(theta[1]), bw_GBps=float(1 / theta[2]),
-                  hbm_bw_GBps=float(1 / theta[3]), fitted=tuple(PARAMETERS[k] for k in fitted),
-                  rows=tuple(r for r, _ in rows), linearity_error_pct=max(gap for _, gap in rows))
+                  hbm_bw_GBps=float(1 / theta[3]), fitted=tuple(PARAMETERS[k] for k in fitted_idx),
+                  rows=tuple(rows), relinearised=rounds)
     return fitted_cluster, fit
 
 

@@ -73,7 +73,7 @@ def test_exact_data_recovers_all_four_parameters():
     for name, value in TRUE.items():
         assert getattr(fit, name) == pytest.approx(value, rel=1e-6), name
     assert fit.median_abs_error_pct < 1e-6
-    assert fit.linearity_error_pct < 1e-6
+    assert fit.relinearised <= 2  # exactly linear: the second round only confirms the first
     assert fitted.node.intra_link.bw_GBps == pytest.approx(TRUE["bw_GBps"], rel=1e-6)
     assert fitted.node.intra_link.efficiency == 1.0
     assert fitted.comm.call_latency_us == pytest.approx(TRUE["call_latency_us"], rel=1e-6)
@@ -135,7 +135,7 @@ def test_cli_nccl_without_cuda_is_one_line_exit_2(capsys, tmp_path):
 
 
 @pytest.mark.multiproc
-def test_cli_calibrates_and_writes_a_loadable_cluster(capsys, tmp_path):
+def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     pytest.importorskip("simulator.collectives.registry")
     io = pytest.importorskip("simulator.cluster.io")
     from trainplan.__main__ import main
@@ -143,7 +143,7 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capsys, tmp_path):
     out = tmp_path / "local.yaml"
     code = main(["calibrate", "--nproc", "2", "--out", str(out), "--sizes", "4KB..32KB", "--repeats", "2",
                  "--warmup", "1"])
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()  # file-descriptor capture: the ranks write progress from child processes
     assert code == 0, captured.err
     assert "measured all-reduce" in captured.err  # progress lines while measuring
     assert "median absolute error" in captured.out

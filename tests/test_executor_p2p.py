@@ -149,3 +149,15 @@ def test_nccl_without_cuda_is_a_spec_error():
 def test_nccl_replay_equals_all_reduce():
     errors = check_replays(Op.ALL_REDUCE, [ring_all_reduce(2, 4096), tree_all_reduce(2, 4096)], 2, backend="nccl")
     assert max(errors) < 1e-4
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_simulator_ring_and_tree_schedules_replay_to_dist_all_reduce(p):
+    registry = pytest.importorskip("simulator.collectives.registry")
+    from executor.collective_bench import local_cluster
+
+    cluster = local_cluster(p)
+    sizes = [4, 36, 1000, 4096]  # 1000 B = 250 elements: uneven slices over 4 ranks
+    schedules = [registry.build_schedule(cluster, list(range(p)), Op.ALL_REDUCE, n, a)
+                 for a in ("ring", "tree") for n in sizes]
+    assert max(check_replays(Op.ALL_REDUCE, schedules, p, seed=7)) < 1e-5

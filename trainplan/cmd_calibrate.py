@@ -71,7 +71,7 @@ def run(args) -> int:
 def _as_dict(fit, path: str) -> dict:
     return {"out": path, "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
             "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
-            "median_abs_error_pct": fit.median_abs_error_pct, "linearity_error_pct": fit.linearity_error_pct,
+            "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
             "rows": [{"algorithm": r.algorithm, "ranks": r.ranks, "bytes": r.nbytes, "measured_s": r.measured_s,
                       "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s, "estimate_s": r.estimate_s,
                       "error_pct": r.error_pct} for r in fit.rows]}
