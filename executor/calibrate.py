@@ -257,4 +257,5 @@ def calibrate(*, nproc: int, sizes: list[int], algorithms=("ring", "tree"), op=N
               f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}; fitted "
               f"{', '.join(fit.fitted)} from the base {cluster.name} (other values as there); median absolute "
               f"error {fit.median_abs_error_pct:.1f} %")
-    return replace(fitted, name=f"{cluster.name}-calibrated", source=source), fit
+    description = f"{cluster.name} fitted by trainplan calibrate to {backend} {op.value} on {nproc} processes"
+    return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
