@@ -89,3 +89,26 @@ def test_installed_entry_point_reports_errors_without_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "known:" in proc.stderr
+
+
+@pytest.mark.multiproc
+def test_measure_puts_measured_beside_estimated(capsys):
+    code, out, _ = run(capsys, "collective", "--cluster", "localhost-cpu", "--measure", "--nproc", "2",
+                         "--algorithm", "ring,native", "--bytes", "64KB", "--repeats", "3", "--warmup", "1", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["algorithm"] for r in rows] == ["ring", "native"]
+    for row in rows:
+        assert row["measured_p10_s"] <= row["measured_time_s"] <= row["measured_p90_s"]
+        assert row["error_pct"] == pytest.approx((row["time_s"] - row["measured_time_s"]) / row["measured_time_s"] * 100)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--measure"], "--nproc"),
+    (["--measure", "--nproc", "2", "--ranks", "3"], "differ"),
+    (["--algorithm", "native"], "needs --measure"),
+    (["--measure", "--nproc", "2", "--backend", "nccl", "--algorithm", "ring"], "nccl"),
+])
+def test_bad_measure_flags_are_one_line(capsys, argv, message):
+    code, _, err = run(capsys, "collective", "--cluster", "localhost-cpu", "--bytes", "64KB", *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

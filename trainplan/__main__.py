@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_cluster",
     "trainplan.cmd_model",
     "trainplan.cmd_collective",
+    "trainplan.cmd_calibrate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 
