@@ -125,3 +125,8 @@ def test_inconsistent_options(capsys, argv, needle):
 
 def test_model_and_params_together(capsys):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--params", "7e9", "--gpus", "8"], "one of them")
+
+
+def test_layer_list_workload_is_refused(capsys):
+    _one_line_error(capsys, ["memory", "--model", str(DATA / "small-mlp.layers.json"), "--gpus", "2"],
+                    "model", "--params")

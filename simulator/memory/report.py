@@ -139,7 +139,8 @@ class MemoryReport:
         out = []
         w = self.worst
         if w.total_bytes > self.device_memory_bytes:
-            out.append(f"GPU: stage {w.stage} needs {w.total_bytes / GB:.1f} GB of {self.device_memory_bytes / GB:.1f} GB")
+            out.append(f"GPU: stage {w.stage} needs {w.total_bytes / GB:.1f} GB of "
+                       f"{self.device_memory_bytes / GB:.1f} GB")
         if self.host_node_bytes > 0 and self.host_capacity_bytes is not None \
                 and self.host_node_bytes > self.host_capacity_bytes:
             out.append(f"host: a node needs {self.host_node_bytes / GB:.1f} GB of "
