@@ -67,8 +67,8 @@ class ParallelLayout:
     """Sequence parallelism in effect (requested and tp > 1)."""
     schedule: PipelineSchedule
     """The per-rank action lists every pipeline runs."""
-    bucket_bytes: int
-    """Gradient bucket capacity in bytes (0 under a parameter server)."""
+    bucket_bytes: int | None
+    """Gradient bucket capacity in bytes; None: one bucket of all gradients, or a parameter server."""
     ps_shard_nodes: tuple[int, ...] = ()
     """Node holding each parameter-server shard (empty under all-reduce)."""
 
@@ -238,7 +238,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload) -> ParallelLayo
     _check_cluster_inputs(strategy, cluster, gpus)
     sync = strategy.dp_sync
     grad_bytes = workload.dtype.grad_bytes
-    bucket = 0 if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
+    bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
     return ParallelLayout(
         strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,
         micro_batches=m, grad_accum_steps=m, layers_per_stage=split,

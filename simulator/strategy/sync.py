@@ -2,7 +2,7 @@
 
 All-reduce follows PyTorch DDP (Li et al. VLDB 2020): gradients are packed into buckets in
 reverse parameter order; a bucket's all-reduce starts when all its gradients are ready and,
-with ``overlap``, runs while backward continues. Horovod's tensor fusion is the same idea with
+with ``overlap_grad_reduce``, runs while backward continues. Horovod's tensor fusion is the same idea with
 a timer: ready tensors are fused every ``fusion_cycle_s`` up to the buffer size.
 A parameter server (Li et al. OSDI'14) holds the parameters in ``shards`` pieces; workers push
 gradients and pull parameters, synchronously (every step waits for all workers) or
@@ -78,10 +78,14 @@ class AllReduceSync:
 
     algorithm: AllReduceAlgorithm = AllReduceAlgorithm.AUTO
     bucket_bytes: int | None = 25 * MiB
-    """Bucket (fusion buffer) capacity in bytes; PyTorch DDP's ``bucket_cap_mb=25`` (MiB)."""
+    """Bucket (fusion buffer) capacity in bytes; PyTorch DDP's ``bucket_cap_mb=25`` (MiB).
+    None with ``bucket_params`` None: one bucket holding every gradient (TF ``num_packs=1``)."""
     bucket_params: int | None = None
-    """Bucket capacity in elements (DeepSpeed, Megatron count elements); overrides ``bucket_bytes``."""
-    overlap: bool = True
+    """Bucket capacity in elements (DeepSpeed, Megatron count elements); set ``bucket_bytes`` None with it."""
+    allgather_bucket_params: int | None = None
+    """Elements per ZeRO parameter all-gather (DeepSpeed ``allgather_bucket_size``); None: as the
+    reduce bucket."""
+    overlap_grad_reduce: bool = True
     """Start a bucket's all-reduce during backward as soon as it is full; off, after backward."""
     fusion_cycle_s: float = 0.0
     """Horovod cycle time: ready tensors are fused and launched every this many seconds (0: at once)."""
@@ -93,20 +97,20 @@ class AllReduceSync:
     def __post_init__(self) -> None:
         if not isinstance(self.algorithm, AllReduceAlgorithm):
             raise SpecError("allreduce_algorithm", f"must be an AllReduceAlgorithm, got {self.algorithm!r}")
-        if self.bucket_params is not None:
-            _pos_int("bucket_params", self.bucket_params)
-        elif self.bucket_bytes is not None:
-            _pos_int("bucket_bytes", self.bucket_bytes)
-        else:
-            raise SpecError("bucket_bytes", "give bucket_bytes or bucket_params")
+        for name in ("bucket_bytes", "bucket_params", "allgather_bucket_params"):
+            if getattr(self, name) is not None:
+                _pos_int(name, getattr(self, name))
+        if self.bucket_params is not None and self.bucket_bytes is not None:
+            raise SpecError("bucket_params", "give one bucket capacity: bucket_params with bucket_bytes None, "
+                            "or bucket_bytes alone")
         if not isinstance(self.fusion_cycle_s, (int, float)) or self.fusion_cycle_s < 0:
             raise SpecError("fusion_cycle_s", f"must be a non-negative number, got {self.fusion_cycle_s!r}")
 
-    def resolved_bucket_bytes(self, grad_bytes: int) -> int:
-        """Bucket capacity in bytes for gradients of ``grad_bytes`` bytes per element."""
+    def resolved_bucket_bytes(self, grad_bytes: int) -> int | None:
+        """Bucket capacity in bytes for ``grad_bytes``-byte gradients; None: one bucket for all."""
         if self.bucket_params is not None:
             return self.bucket_params * grad_bytes
-        return int(self.bucket_bytes)
+        return self.bucket_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +118,9 @@ class ParamServerSync:
     """A sharded parameter server, on the workers' nodes or on nodes of its own."""
 
     mode: ParamServerMode = ParamServerMode.SYNC
-    staleness_steps: int = 0
-    """Most steps a worker may run ahead of the slowest (ASYNC only; 0 under SYNC)."""
+    staleness_steps: int | None = None
+    """Most steps a worker may run ahead of the slowest (ASYNC only); None: unbounded (pure
+    asynchronous, as TensorFlow's ParameterServerStrategy)."""
     shards: int = 1
     """Server shards the parameters are split over (evenly, by bytes)."""
     server_nodes: int = 0
@@ -135,8 +140,9 @@ class ParamServerSync:
         _pos_int("ps_shards", self.shards)
         if not isinstance(self.server_nodes, int) or self.server_nodes < 0:
             raise SpecError("ps_server_nodes", f"must be a non-negative integer, got {self.server_nodes!r}")
-        if not isinstance(self.staleness_steps, int) or self.staleness_steps < 0:
+        if self.staleness_steps is not None and (not isinstance(self.staleness_steps, int)
+                                                 or self.staleness_steps < 0):
             raise SpecError("staleness_steps", f"must be a non-negative integer, got {self.staleness_steps!r}")
         if self.mode is ParamServerMode.SYNC and self.staleness_steps:
             raise SpecError("staleness_steps", "a synchronous parameter server has no staleness; "
-                            "use ps_mode async or staleness_steps 0")
+                            "use ps_mode async, or leave staleness_steps unset")
