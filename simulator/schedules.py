@@ -337,7 +337,8 @@ def validate(schedule: PipelineSchedule) -> None:
         for i, act in enumerate(acts):
             where = f"rank {r} action {i} ({act})"
             if not (0 <= act.stage < n and 0 <= act.microbatch < m):
-                raise SpecError("schedule", f"{where}: stage or micro-batch out of range ({n} stages, {m} micro-batches)")
+                raise SpecError("schedule", f"{where}: stage or micro-batch out of range "
+                                f"({n} stages, {m} micro-batches)")
             if schedule.rank_of(act.stage) != r:
                 raise SpecError("schedule", f"{where}: stage {act.stage} belongs to rank {schedule.rank_of(act.stage)}")
             key = (act.stage, act.kind, act.microbatch)
