@@ -89,6 +89,7 @@ def _sched(rows, p, m, v=1):
     (["0F0 0B0 0F1 0B1", "1F1 1B1 1F0 1B0"], 2, 2, "deadlock: no rank can run its next action \\(0B0 1F1\\)"),
     (["0F0 0B0"], 2, 1, "has 1 rank lists for pp=2"),
     (["0F0 0W0 0I0"], 1, 1, "runs before 0I0"),
+    (["0F5 0B5"], 1, 1, "rank 0 action 0 \\(0F5\\): stage or micro-batch out of range"),
 ])
 def test_validate_errors(rows, p, m, message):
     with pytest.raises(SpecError, match=message):
