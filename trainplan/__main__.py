@@ -17,8 +17,6 @@ from trainplan import cli_common
 COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_cluster",
     "trainplan.cmd_model",
-    "trainplan.cmd_cluster",
-    "trainplan.cmd_model",
     "trainplan.cmd_memory",
     "trainplan.cmd_collective",
     "trainplan.cmd_calibrate",
