@@ -117,3 +117,50 @@ def test_causal_prefix_invariance():
         a, b = model(tokens), model(changed)
     assert torch.allclose(a[0, :5], b[0, :5], atol=1e-5)
     assert not torch.allclose(a[0, 5:], b[0, 5:], atol=1e-5)
+
+
+# --- executor.layers.layer_list: a real torch model as a generic layer list --------------------------
+
+def test_layer_list_mlp_hand_counted():
+    from torch import nn
+
+    from executor.layers import layer_list
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    got = layer_list(mlp, torch.randn(2, 8)).layers
+    # per sample: FLOPs 2·8·16 = 256 and 2·16·4 = 128; Linear 0 saves its input (8 fp32 = 32 B),
+    # ReLU saves its output (16 fp32 = 64 B), Linear 2 saves that same tensor (not counted twice).
+    assert [(l.name, l.params, l.fwd_flops, l.activation_bytes, l.output_bytes) for l in got] == [
+        ("0", 8 * 16 + 16, 256.0, 32, 64), ("1", 0, 0.0, 64, 64), ("2", 16 * 4 + 4, 128.0, 0, 16)]
+
+
+def test_layer_list_cnn_hand_counted():
+    from torch import nn
+
+    from executor.layers import layer_list
+    cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 10))
+    w = layer_list(cnn, torch.randn(3, 1, 8, 8), name="cnn")
+    # conv: 2 · (4·6·6 outputs) · (1·3·3 MACs each) = 2592 FLOPs (bias adds not counted by FlopCounterMode);
+    # linear: 2·144·10 = 2880. Saved: conv input 64 fp32 = 256 B; ReLU output 144 fp32 = 576 B;
+    # Flatten and the Linear reuse ReLU's storage (views): 0.
+    assert [(l.params, l.fwd_flops, l.activation_bytes) for l in w.layers] == [
+        (4 * 9 + 4, 2592.0, 256), (0, 0.0, 576), (0, 0.0, 0), (1450, 2880.0, 0)]
+    assert w.name == "cnn" and w.params == sum(p.numel() for p in cnn.parameters())
+
+
+def test_layer_list_gpt_counts_every_param_once_and_keeps_outside_work():
+    from executor.layers import OUTSIDE, layer_list
+    model = build_gpt(GPT2_TINY)
+    w = layer_list(model, torch.randint(0, GPT2_TINY.vocab, (2, GPT2_TINY.seq_len)))
+    assert w.params == GPT2_TINY.params  # the tied head reuses embed.tok.weight: counted once
+    outside = next(l for l in w.layers if l.name == OUTSIDE)
+    # the tied head runs as F.linear in GPT.forward: 2·s·h·V = 2·16·64·128 FLOPs per sample, at least
+    assert outside.fwd_flops >= 2 * 16 * 64 * 128
+
+
+def test_layer_list_rejects_input_without_batch():
+    from torch import nn
+
+    from executor.layers import layer_list
+    from simulator.errors import SpecError
+    with pytest.raises(SpecError, match="sample_input"):
+        layer_list(nn.Linear(2, 2), torch.tensor(1.0))
