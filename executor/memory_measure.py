@@ -207,3 +207,36 @@ def measure_model_states(spec: TransformerSpec, *, nproc: int, mode: str, batch:
     return measure_modes(spec, nproc=nproc, modes=(mode,), batch=batch, seq=seq, seed=seed,
                          gradient_as_bucket_view=gradient_as_bucket_view)[mode]
 
+
+
+def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None = None, seed: int = 0) -> dict:
+    """Bytes autograd saves for backward in one transformer block (fp32, one process, no dropout).
+
+    Runs ``build_gpt(spec).layers[0]`` on a random ``(batch, seq, h)`` input that requires grad and
+    counts, through ``torch.autograd.graph.saved_tensors_hooks``, the distinct storages saved that are
+    not parameters. Returns ``{"saved_bytes", "saved_tensors", "by_shape"}`` (``by_shape``: bytes per
+    saved-storage shape, to say which tensor is which). Compare with Korthikanti et al. 2022's
+    ``s·b·h·(34 + 5·a·s/h)`` in docs/memory_measured.md.
+    """
+    seq = spec.seq_len if seq is None else seq
+    for name, value in (("batch", batch), ("seq", seq)):
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(name, f"must be a positive integer, got {value!r}")
+    block = build_gpt(spec, seed=seed).layers[0]
+    param_ptrs = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    seen: dict[int, int] = {}
+    by_shape: dict[str, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs and ptr not in seen:
+            seen[ptr] = t.untyped_storage().nbytes()
+            key = "x".join(map(str, t.shape))
+            by_shape[key] = by_shape.get(key, 0) + seen[ptr]
+        return t
+
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, seq, spec.hidden, generator=g, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen), "by_shape": by_shape}

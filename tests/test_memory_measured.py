@@ -163,3 +163,64 @@ def test_simulator_model_states_within_1_percent(measured, n, mode):
         assert _close(params, model.params_bytes), (rank, "params", params, model.params_bytes)
         assert _close(row["grads_bytes"], model.grads_bytes), (rank, "grads", row, model)
         assert _close(row["optimizer_bytes"], model.optimizer_bytes), (rank, "optimizer", row, model)
+
+
+_EXACT_GAPS = {
+    ("fsdp2-reshard", 4): "simulator pads Adam state on every rank; torch's exp_avg/exp_avg_sq are zeros_like the "
+                          "unpadded local shard (rank 3 holds 30 of 32 embedding rows: 1024 B less)",
+    ("fsdp2-noreshard", 4): "as fsdp2-reshard, and the unsharded copy is the padded all-gather output "
+                            "(N·ceil(d0/N) rows: 128 not 126), which ZeRO-2's full params do not pad",
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [2, 4])
+def test_simulator_model_states_exact(measured, n, mode, request):
+    """Exact per-rank equality; the known gaps are strict xfails so that fixing the simulator shows."""
+    if (mode, n) in _EXACT_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=_EXACT_GAPS[(mode, n)]))
+    sim = _simulator_rows(n, mode)
+    for row, model in zip(measured[n][mode], sim):
+        params = row["params_bytes"]
+        if mode == "fsdp2-noreshard":
+            params = row["params_bytes_after_forward"] - row["params_bytes"]
+        assert (params, row["grads_bytes"], row["optimizer_bytes"]) == (
+            model.params_bytes, model.grads_bytes, model.optimizer_bytes)
+
+
+@pytest.mark.xfail(strict=True, reason="simulator's ZeRO-2 params omit the persistent fp32 shard FSDP2 keeps "
+                                       "next to the unsharded copy (peak = (1 + 1/N)·4P, not 4P)")
+def test_simulator_zero2_peak_params_include_the_persistent_shard(measured):
+    sim = _simulator_rows(2, "fsdp2-noreshard")
+    assert [r["params_bytes_after_forward"] for r in measured[2]["fsdp2-noreshard"]] == [m.params_bytes for m in sim]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "zero1"])
+def test_simulator_ddp_bucket_copy_default(measured, mode):
+    memory = pytest.importorskip("simulator.memory", reason="simulator.memory not merged yet (branch memory)")
+    zero = memory.ZeroStage.ZERO0 if mode == "ddp" else memory.ZeroStage.ZERO1
+    sim = memory.buffer_bytes(local_params=P, largest_block=SPEC.layer_params, zero=zero, dtype=DtypePolicy.FP32)
+    # gradient_as_bucket_view=False (2-rank launch). For zero1 the simulator's DeepSpeed reduce bucket
+    # min(5e8, P) elements equals P only because this model is small; torch's DDP under ZeRO-1 always holds P.
+    assert all(r["grad_buckets_bytes"] == sim.grad_buckets_bytes for r in measured[2][mode])
+
+
+@pytest.mark.xfail(strict=True, reason="simulator has no gradient_as_bucket_view=True option (buckets = grads, 0 extra)")
+def test_simulator_ddp_bucket_view_has_no_copy(measured):
+    memory = pytest.importorskip("simulator.memory")
+    sim = memory.buffer_bytes(local_params=P, largest_block=SPEC.layer_params, zero=memory.ZeroStage.ZERO0,
+                              dtype=DtypePolicy.FP32)
+    assert all(r["grad_buckets_bytes"] == sim.grad_buckets_bytes for r in measured[4]["ddp"])
+
+
+# --- activations of one block (single process) ------------------------------------------------------
+
+@pytest.mark.parametrize("seq", [16, 64])
+def test_block_saved_bytes_gelu_sdpa_fp32_formula(seq):
+    from executor.memory_measure import block_saved_bytes
+    b, h, a = 2, SPEC.hidden, SPEC.heads
+    got = block_saved_bytes(SPEC, batch=b, seq=seq)["saved_bytes"]
+    # fp32, no dropout, SDPA (no s×s scores): 16 sbh elements (block input, norm2 input, two norm outputs,
+    # Q/K/V, attention output, GELU input 4h, GELU output 4h) + SDPA's logsumexp (a·s·b) + LayerNorm
+    # mean and rstd (2·2·s·b), all 4 bytes. Korthikanti's 34sbh is the same 16 tensors at 2 bytes + 2 masks.
+    assert got == 4 * seq * b * (16 * h + a + 4)
