@@ -40,14 +40,15 @@ class ActionKind(Enum):
 
 
 class ScheduleKind(Enum):
-    """Pipeline schedule families."""
+    """Pipeline schedule families; each also decides how many micro-batches' activations a stage holds."""
 
     GPIPE = "gpipe"
-    """All m forwards, then all m backwards (Huang et al. 2019); m micro-batches in flight."""
+    """All forwards, then all backwards (Huang et al. 2019): every stage holds all m micro-batches."""
     ONE_F_ONE_B = "1f1b"
-    """Warm-up forwards, then one forward one backward (PipeDream-Flush, Narayanan et al. 2021)."""
+    """PipeDream-Flush (Narayanan et al. 2021): stage k holds at most min(p - k, m) micro-batches."""
     INTERLEAVED = "interleaved"
-    """1F1B over v model chunks per rank (Megatron-LM, Narayanan et al. SC'21); bubble ÷ v."""
+    """Interleaved 1F1B with v model chunks per rank (Narayanan et al. SC'21); the first stage holds
+    (1 + (p - 1)/(p·v)) times the 1F1B activations (Korthikanti et al. 2022, §4.2.3)."""
 
     @classmethod
     def parse(cls, text: str) -> "ScheduleKind":

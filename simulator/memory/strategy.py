@@ -8,23 +8,14 @@ and the workload): parallel degrees, ZeRO stage, offload, micro-batching, recomp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 
 from simulator.errors import SpecError
+from simulator.schedules import ScheduleKind
+from simulator.strategy.spec import Offload, ZeroStage
 from simulator.workload.flops import Recompute
 
 
-class ZeroStage(IntEnum):
-    """Which model states are partitioned over the data-parallel ranks (Rajbhandari et al. SC'20)."""
-
-    ZERO0 = 0
-    """Plain data parallelism (DDP): every rank holds all parameters, gradients, optimizer states."""
-    ZERO1 = 1
-    """P_os: optimizer states partitioned."""
-    ZERO2 = 2
-    """P_os+g: optimizer states and gradients partitioned."""
-    ZERO3 = 3
-    """P_os+g+p: optimizer states, gradients and parameters partitioned (FSDP's full sharding)."""
 
 
 class Partitioning(Enum):
@@ -41,32 +32,8 @@ class Partitioning(Enum):
     ``_fsdp_param.py``: ``torch.chunk`` then pad every shard to chunk 0's size)."""
 
 
-class Offload(Enum):
-    """Where model states live outside GPU memory (DeepSpeed ZeRO-Offload / ZeRO-Infinity)."""
-
-    NONE = "none"
-    """Everything on the GPU."""
-    OPTIMIZER = "optimizer"
-    """ZeRO-Offload (Ren et al. ATC'21): fp32 optimizer states and fp32 gradient partitions in host
-    memory, the Adam step on the CPU; needs ZeRO >= 1."""
-    PARAMS = "params"
-    """ZeRO-3 offload: the optimizer offload plus the 16-bit parameter partitions in host memory;
-    the GPU holds only the layers gathered for compute. Needs ZeRO 3."""
-    NVME = "nvme"
-    """ZeRO-Infinity (Rajbhandari et al. SC'21): parameter and optimizer partitions on NVMe, fp32
-    gradient partitions and staging buffers in host memory. Needs ZeRO 3."""
 
 
-class ScheduleKind(Enum):
-    """Pipeline schedule: decides how many micro-batches' activations a stage holds at once."""
-
-    GPIPE = "gpipe"
-    """All forwards, then all backwards (Huang et al. 2019): every stage holds all m micro-batches."""
-    ONE_F_ONE_B = "1f1b"
-    """PipeDream-Flush (Narayanan et al. 2021): stage k holds at most min(p - k, m) micro-batches."""
-    INTERLEAVED = "interleaved"
-    """Interleaved 1F1B with v model chunks per rank (Narayanan et al. SC'21); the first stage holds
-    (1 + (p - 1)/(p·v)) times the 1F1B activations (Korthikanti et al. 2022, §4.2.3)."""
 
 
 def _pos_int(name: str, value) -> None:

@@ -19,29 +19,32 @@ from simulator.workload import Recompute
 
 
 class ZeroStage(IntEnum):
-    """ZeRO partitioning of model states over the dp group (Rajbhandari et al. SC'20)."""
+    """Which model states are partitioned over the data-parallel ranks (Rajbhandari et al. SC'20)."""
 
     ZERO0 = 0
-    """Plain data parallel: every replica holds parameters, gradients and optimizer state."""
+    """Plain data parallelism (DDP): every rank holds all parameters, gradients, optimizer states."""
     ZERO1 = 1
-    """Optimizer state partitioned (P_os); Megatron's distributed optimizer is this."""
+    """P_os: optimizer states partitioned."""
     ZERO2 = 2
-    """Optimizer state and gradients partitioned (P_os+g); gradients reduce-scattered."""
+    """P_os+g: optimizer states and gradients partitioned."""
     ZERO3 = 3
-    """Parameters too (P_os+g+p, FSDP full shard): all-gathered before use, 1.5× DDP traffic."""
+    """P_os+g+p: optimizer states, gradients and parameters partitioned (FSDP's full sharding)."""
 
 
 class Offload(Enum):
-    """What ZeRO-Offload / ZeRO-Infinity moves off the GPU (Ren et al. ATC'21; Rajbhandari et al. SC'21)."""
+    """Where model states live outside GPU memory (DeepSpeed ZeRO-Offload / ZeRO-Infinity)."""
 
     NONE = "none"
-    """Everything stays in GPU memory."""
+    """Everything on the GPU."""
     OPTIMIZER = "optimizer"
-    """Optimizer state and the update step to host memory/CPU (needs ZeRO ≥ 1)."""
+    """ZeRO-Offload (Ren et al. ATC'21): fp32 optimizer states and fp32 gradient partitions in host
+    memory, the Adam step on the CPU; needs ZeRO >= 1."""
     PARAMS = "params"
-    """Optimizer state and parameters to host memory (needs ZeRO-3)."""
+    """ZeRO-3 offload: the optimizer offload plus the 16-bit parameter partitions in host memory;
+    the GPU holds only the layers gathered for compute. Needs ZeRO 3."""
     NVME = "nvme"
-    """Optimizer state and parameters to NVMe (ZeRO-Infinity; needs ZeRO-3)."""
+    """ZeRO-Infinity (Rajbhandari et al. SC'21): parameter and optimizer partitions on NVMe, fp32
+    gradient partitions and staging buffers in host memory. Needs ZeRO 3."""
 
 
 class PlacementOrder(Enum):
