@@ -1,0 +1,106 @@
+"""What an engine returns for one training step: time, throughput, utilisation, and where the time went.
+
+Both engines fill the same :class:`StepResult`; the breakdown of a rank adds up to the step time,
+so a user can read "compute 61 %, exposed DP 9 %, bubble 22 % ..." for the slowest rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Engine(Enum):
+    """Which engine produced a result."""
+
+    ANALYTICAL = "analytical"
+    """Closed form: compute + exposed communication + pipeline bubble, no contention."""
+    DES = "des"
+    """SimPy discrete-event simulation: streams, dependencies, flows sharing links."""
+
+
+class Category(Enum):
+    """Where a rank's step time goes. Busy categories, exposed communication, and waiting."""
+
+    FORWARD = "forward"
+    """Forward compute."""
+    BACKWARD = "backward"
+    """Backward compute."""
+    RECOMPUTE = "recompute"
+    """Forward work repeated by activation recomputation."""
+    OPTIMIZER = "optimizer"
+    """The optimizer step (GPU, or the CPU under ZeRO-Offload when it is on the critical path)."""
+    TP = "tp"
+    """Exposed tensor-parallel communication (compute waiting on it)."""
+    PP = "pp"
+    """Exposed pipeline send/recv time (the transfer itself, not the bubble)."""
+    DP = "dp"
+    """Exposed data-parallel gradient synchronisation (what backward did not hide)."""
+    ZERO = "zero"
+    """Exposed ZeRO parameter all-gathers."""
+    PS = "ps"
+    """Exposed parameter-server push/pull."""
+    OFFLOAD = "offload"
+    """Exposed host<->device offload copies."""
+    DATA = "data"
+    """Input-pipeline stall: compute waiting for the next batch from storage."""
+    BUBBLE = "bubble"
+    """Pipeline bubble: idle waiting for another stage's forward or backward."""
+    STRAGGLER = "straggler"
+    """Idle waiting for a slower rank at a synchronisation point."""
+
+    @property
+    def is_comm(self) -> bool:
+        return self in (Category.TP, Category.PP, Category.DP, Category.ZERO, Category.PS, Category.OFFLOAD)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    """One step's estimate."""
+
+    engine: Engine
+    step_time_s: float
+    tokens_per_step: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    world_size: int
+    peak_flops_per_gpu: float
+    breakdown: dict[Category, float]
+    """Seconds per category for the slowest rank; sums to ``step_time_s``."""
+    per_rank: Any = None
+    """pandas DataFrame: one row per simulated (distinct) rank — rank, stage, then seconds per category."""
+    memory: Any = None
+    """:class:`simulator.memory.MemoryReport`, or None when the workload has no memory model."""
+    timeline: Any = None
+    """pandas DataFrame of timed tasks (DES only): rank, stream, name, category, start_s, end_s, microbatch, stage."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Engine-specific outputs: ``staleness`` (async PS), ``goodput`` and ``time_to_train_s`` (failures)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: model FLOPs / (step time × GPUs × peak) (Chowdhery et al. 2022, PaLM App. B)."""
+        return self.model_flops_per_step / (self.step_time_s * self.world_size * self.peak_flops_per_gpu)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: executed FLOPs (recompute included) / (step time × GPUs × peak)."""
+        return self.hardware_flops_per_step / (self.step_time_s * self.world_size * self.peak_flops_per_gpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` form: at least step_time_s, tokens_per_s, mfu, engine, breakdown, memory."""
+        out = {"engine": self.engine.value, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+               "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens_per_step,
+               "world_size": self.world_size,
+               "breakdown": {c.value: s for c, s in self.breakdown.items()},
+               "memory": self.memory.to_dict() if self.memory is not None else None}
+        out.update({k: v for k, v in self.extras.items() if _jsonable(v)})
+        return out
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (int, float, str, bool, list, dict, type(None)))

@@ -1,0 +1,141 @@
+"""The compiled work of one training step: what each distinct rank computes and communicates.
+
+Both engines consume the same :class:`StepWork`, so they cannot disagree on *what* happens, only on
+*how it overlaps*: the analytical engine (:mod:`simulator.analytical`) adds it up in closed form,
+the discrete-event engine (:mod:`simulator.engine`) plays it out on streams and links.
+
+Symmetry: ranks that differ only by their data-parallel or tensor-parallel index do the same work
+at the same time (no stragglers, a homogeneous cluster), so the step is described once per
+pipeline stage (:class:`StageWork`), for a *representative* rank: the stage's first tp rank of the
+first dp replica. A communication call records its representative group and how many identical
+groups run it at the same moment (``concurrent_groups``), so an engine can charge the contention
+those replicas cause without simulating their compute.
+
+Times here are uncontended estimates from the cost models (compute roofline, collective closed
+forms); an engine may replace them (the DES replays collective schedules on shared links).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from simulator.collectives.base import Op
+from simulator.schedules import PipelineSchedule
+from simulator.strategy import ParallelLayout, Strategy
+
+if TYPE_CHECKING:
+    from simulator.memory import MemoryReport
+
+
+class CommKind(Enum):
+    """Why a communication call happens; the breakdown reports exposed time per kind."""
+
+    TP = "tp"
+    """Tensor-parallel activation collectives inside a layer (all-reduce, or reduce-scatter/all-gather with SP)."""
+    PP = "pp"
+    """Pipeline send/recv of activations (forward) and their gradients (backward) between stages."""
+    DP = "dp"
+    """Data-parallel gradient synchronisation (all-reduce, or reduce-scatter under ZeRO >= 2)."""
+    ZERO = "zero"
+    """ZeRO-3 parameter all-gathers (forward and backward) and ZeRO-1/2 parameter all-gather after the step."""
+    PS = "ps"
+    """Parameter-server push of gradients and pull of parameters."""
+    OFFLOAD = "offload"
+    """Host<->device copies of ZeRO-Offload / ZeRO-Infinity (gradients out, parameters in)."""
+    DATA = "data"
+    """Reading the next batch from storage (the input pipeline)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommCall:
+    """One communication call issued by the representative rank."""
+
+    kind: CommKind
+    op: Op
+    """Collective operation; ``SEND_RECV`` for pipeline p2p and host copies."""
+    group: tuple[int, ...]
+    """Global ranks of the representative group (for SEND_RECV: (src, dst))."""
+    nbytes: int
+    """Message size in nccl-tests' convention (see :mod:`simulator.collectives.base`)."""
+    algorithm: str
+    """Collective algorithm (a registry name, after ``auto`` was resolved), or ``p2p`` / ``pcie``."""
+    time_s: float
+    """Uncontended time from the cost model."""
+    concurrent_groups: int = 1
+    """Identical groups (other dp/tp replicas) running the same call at the same moment."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkWork:
+    """One model chunk (a virtual pipeline stage) on the representative rank, per micro-batch."""
+
+    chunk: int
+    """Virtual stage index (0 .. pp·v − 1)."""
+    layers: int
+    """Transformer blocks in this chunk."""
+    fwd_s: float
+    """Forward compute of one micro-batch, seconds (embedding / head included on the edge chunks)."""
+    bwd_s: float
+    """Backward compute of one micro-batch, seconds."""
+    recompute_s: float = 0.0
+    """Forward work repeated before backward under activation recomputation, seconds."""
+    tp_fwd: tuple[CommCall, ...] = ()
+    """Tensor-parallel calls of one micro-batch's forward, in issue order (blocking the compute)."""
+    tp_bwd: tuple[CommCall, ...] = ()
+    """Tensor-parallel calls of one micro-batch's backward, in issue order."""
+    zero_fwd: tuple[CommCall, ...] = ()
+    """ZeRO-3 all-gathers of this chunk's layers before forward (prefetched one layer ahead)."""
+    zero_bwd: tuple[CommCall, ...] = ()
+    """ZeRO-3 all-gathers of this chunk's layers before backward."""
+    p2p_fwd: CommCall | None = None
+    """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
+    p2p_bwd: CommCall | None = None
+    """Activation gradients sent to the previous chunk's rank after backward (None on the first)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageWork:
+    """Everything the representative rank of one pipeline stage does in one step."""
+
+    stage: int
+    rank: int
+    """Global rank of the representative."""
+    chunks: tuple[ChunkWork, ...]
+    """The chunks this rank holds (v of them), in virtual-stage order."""
+    grad_sync: tuple[CommCall, ...] = ()
+    """Gradient buckets (DP or PS) in the order the last backward produces them."""
+    grad_ready_fraction: tuple[float, ...] = ()
+    """For each bucket, the fraction of the last micro-batch's backward after which it is ready
+    (DDP's reverse-order bucketing, Li et al. VLDB 2020); all 1.0 without overlap."""
+    after_step: tuple[CommCall, ...] = ()
+    """Calls after the optimizer step (ZeRO-1/2 parameter all-gather, PS pull, offload copies back)."""
+    optimizer_s: float = 0.0
+    """Optimizer step on this rank (GPU, or CPU Adam under offload), seconds."""
+    data_s: float = 0.0
+    """Time to read one step's samples from storage, seconds; prefetched behind compute."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepWork:
+    """The compiled step: per-stage work plus what the outputs need (tokens, FLOPs, memory)."""
+
+    stages: tuple[StageWork, ...]
+    strategy: Strategy
+    """What the user asked for (stragglers, failures and PS mode are read from it by the DES)."""
+    layout: ParallelLayout
+    """The checked, derived layout: degrees, rank groups, micro-batches."""
+    schedule: PipelineSchedule
+    """The per-rank action lists every stage follows (the executor runs the same object)."""
+    micro_batches: int
+    tokens_per_step: int
+    model_flops_per_step: float
+    """Model FLOPs of the whole step, all GPUs (6·N·tokens + attention; no recompute)."""
+    hardware_flops_per_step: float
+    """FLOPs actually executed, recompute included."""
+    world_size: int
+    peak_flops_per_gpu: float
+    """Peak FLOP/s of one device in the workload's compute dtype (for MFU/HFU)."""
+    memory: "MemoryReport | None" = None
+    """The memory report of this strategy, when the workload allows one."""
