@@ -1,0 +1,86 @@
+"""The base class of every collective algorithm, and the helpers their schedules share.
+
+An algorithm is one small subclass of :class:`Algorithm`. Override points (everything else is
+inherited):
+
+- ``name``: registry name (``ring``, ``tree``, ...).
+- ``family``: key of ``Protocol.base_latency_us`` its library calls are charged (``ring``, ``tree``,
+  ``nvls``). Algorithms built from point-to-point sends use ``ring``: the same kernel launch and
+  proxy costs (an assumption; NCCL has no table entry for them).
+- ``calls``: library calls one collective takes (hierarchical all-reduce is three).
+- ``ops``: the :class:`Op` values it implements.
+- ``supports_group(group, op)``: extra conditions on the group (power of two, one node, ...).
+- ``comm_time_s(env, group, op, nbytes, root)``: the closed-form transfer time (sum of its steps).
+- ``reduce_bytes(group, op, nbytes)``: bytes the busiest rank reduces (the γ term).
+- ``transfers(group, op, nbytes, root)``: the schedule's :class:`Transfer` list (base.py semantics).
+
+``time_s`` = calls × per-call overhead + ``comm_time_s`` + γ·``reduce_bytes``; ``schedule`` wraps the
+transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured from the transfers.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import Protocol
+from simulator.collectives.base import Op, Schedule, Transfer, split
+from simulator.collectives.cost import Env, Group
+
+
+class Algorithm:
+    """One collective algorithm: its closed-form time and its point-to-point schedule."""
+
+    name: str = ""
+    family: str = "ring"
+    calls: int = 1
+    ops: frozenset[Op] = frozenset()
+
+    def supports(self, group: Group, op: Op) -> bool:
+        return op in self.ops and self.supports_group(group, op)
+
+    def supports_group(self, group: Group, op: Op) -> bool:
+        return True
+
+    def time_s(self, group: Group, op: Op, nbytes: int, protocol: Protocol | None, root: int = 0) -> float:
+        """Closed form: ``calls·overhead + Σ steps + γ·reduce_bytes`` (see cost.py)."""
+        env = Env(group.cluster, protocol, group.paths)
+        return (env.overhead_s(self.family, self.calls) + self.comm_time_s(env, group, op, nbytes, root)
+                + env.gamma_s(self.reduce_bytes(group, op, nbytes)))
+
+    def schedule(self, group: Group, op: Op, nbytes: int, root: int = 0) -> Schedule:
+        transfers = tuple(t for t in self.transfers(group, op, nbytes, root) if t.nbytes > 0)
+        return Schedule(op=op, algorithm=self.name, ranks=group.ranks, nbytes=nbytes, transfers=transfers,
+                        root=root, reduce_bytes_per_rank=max_reduce_bytes(transfers))
+
+    def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
+        raise NotImplementedError
+
+    def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
+        return 0.0
+
+    def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
+        raise NotImplementedError
+
+
+def max_reduce_bytes(transfers: tuple[Transfer, ...]) -> float:
+    """Bytes the busiest receiver adds into its buffer over the whole schedule."""
+    per_rank: dict[int, int] = {}
+    for t in transfers:
+        if t.reduce:
+            per_rank[t.dst] = per_rank.get(t.dst, 0) + t.nbytes
+    return float(max(per_rank.values(), default=0))
+
+
+def sub_slices(nbytes: int, p: int, channels: int) -> list[list[tuple[int, int]]]:
+    """``[slice][channel] -> (offset, length)``: split(nbytes, p) slices, each split over channels.
+
+    Keeps base.py's slice ``i`` for group index ``i`` while each channel moves its own part of it.
+    """
+    return [[(off + o, n) for o, n in split(length, channels)] for off, length in split(nbytes, p)]
+
+
+def chunked(offset: int, length: int, chunks: int) -> list[tuple[int, int]]:
+    """Split a byte range into ``chunks`` pipeline chunks on element boundaries."""
+    return [(offset + o, n) for o, n in split(length, chunks)]
+
+
+def is_power_of_two(p: int) -> bool:
+    return p >= 1 and p & (p - 1) == 0

@@ -1,0 +1,248 @@
+"""The cost machinery every collective model shares: a group's layout, the α-β link model, one step's time.
+
+Model (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+MPICH", IJHPCA 2005, §2): a message of ``b`` bytes over a connection costs ``α + b·β``. We
+evaluate α and β on the group's real placement (:func:`simulator.cluster.topology.path`) and
+run the transfers of one algorithm step concurrently, so
+
+    step time = max over the step's transfers f of ( α_f + max over the links r that f crosses of B_r / bw_r )
+
+where ``B_r`` is the bytes *all* the step's transfers push through link ``r`` (a GPU port, a NIC,
+a PCIe uplink). On an uncontended placement every ``B_r`` is the transfer's own bytes and the
+formula is Thakur's ``α + b·β`` with the step's slowest connection. A closed form is then a sum of
+such steps, e.g. ring all-reduce on one switched node of ``p`` GPUs: ``2(p−1)·(α + (n/p)/bw)``.
+
+Protocols: with a protocol (an NCCL profile) α of a connection is ``protocol.hop_latency_us`` of its
+link class instead of the links' own ``latency_us``, every bandwidth is scaled by
+``protocol.bw_factor`` and each library call costs ``protocol.base_latency_us[family]``. Without
+one (IDEAL, GLOO, MPI, a user's own file) α and bandwidth are the links' own and a call costs
+``comm.call_latency_us``.
+
+Reduction (the γ term of Thakur et al.): reducing ``n`` bytes reads two operands and writes one
+result, ``3n`` bytes of device memory, so it takes ``3n / hbm_bw``. Assumption: the reduction is
+memory-bound and not overlapped with the transfers (Thakur et al. add it the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simulator.cluster.spec import Cluster, Protocol
+from simulator.cluster.topology import Hop, Path, path
+from simulator.errors import SpecError
+
+PIPELINE_CHUNKS = tuple(2**i for i in range(11))
+"""Chunk counts a pipelined algorithm may cut each channel's share into (1 … 1024); it takes the one
+with the least time on the links' own numbers (segment-size tuning as MPI libraries do it,
+Pješivac-Grbović et al. 2007; the optimum is near ``sqrt((L−1)·nβ/α)`` for ``L`` levels). Taking a
+minimum over a fixed set keeps the time increasing in bytes and in 1/bandwidth. The cap bounds the
+schedule's size (an assumption: past ~1000 chunks the pipeline's fill is under 1% of its time)."""
+REDUCE_MEMORY_PASSES = 3
+"""Bytes of device memory touched per byte reduced: read two operands, write one result."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A transfer as the cost model sees it: global ranks, bytes and the NIC it uses across nodes."""
+
+    src: int
+    dst: int
+    nbytes: float
+    nic: int | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group of ranks on a cluster and its layout: which group indices share a node, and their NICs."""
+
+    cluster: Cluster
+    ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) < 2:
+            raise SpecError("ranks", f"a collective needs at least 2 ranks, got {len(self.ranks)}; "
+                            "a group of one rank costs nothing, skip the call")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise SpecError("ranks", "a group lists the same rank twice")
+        for r in self.ranks:
+            if not isinstance(r, int) or isinstance(r, bool):
+                raise SpecError("ranks", f"ranks must be integers, got {r!r}")
+            self.cluster.place(r)
+
+    @property
+    def p(self) -> int:
+        return len(self.ranks)
+
+    @cached_property
+    def nodes(self) -> tuple[tuple[int, ...], ...]:
+        """Group indices grouped by node, nodes in order of first appearance, indices in group order."""
+        by_node: dict[int, list[int]] = {}
+        for i, r in enumerate(self.ranks):
+            by_node.setdefault(self.cluster.place(r)[0], []).append(i)
+        return tuple(tuple(v) for v in by_node.values())
+
+    @cached_property
+    def order(self) -> tuple[int, ...]:
+        """Group indices node by node: a ring over this order crosses each node boundary once."""
+        return tuple(i for node in self.nodes for i in node)
+
+    @cached_property
+    def node_index(self) -> dict[int, int]:
+        """Group index → position of its node in :attr:`nodes`."""
+        return {i: k for k, node in enumerate(self.nodes) for i in node}
+
+    @cached_property
+    def nic_sets(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, the distinct NICs of the group's GPUs there (each GPU's own NIC, sorted)."""
+        spec = self.cluster.node
+        return tuple(tuple(sorted({spec.nic_of(self.cluster.place(self.ranks[i])[1]) for i in node}))
+                     for node in self.nodes)
+
+    @cached_property
+    def channels(self) -> int:
+        """NCCL-like channels of a ring: one per NIC the group owns on every node (1 inside a node).
+
+        Each channel carries ``1/channels`` of the data and leaves the node through its own NIC, so
+        the inter-node bus bandwidth reaches ``channels × NIC bandwidth`` (nccl-tests on DGX A100,
+        8×HDR: ≈192 GB/s, network.md). A group with one GPU per node owns one NIC: one channel.
+        """
+        if len(self.nodes) == 1:
+            return 1
+        return min(len(s) for s in self.nic_sets)
+
+    def nic(self, src_index: int, channel: int) -> int:
+        """NIC channel ``channel`` uses to leave the node of group index ``src_index``."""
+        nics = self.nic_sets[self.node_index[src_index]]
+        return nics[channel % len(nics)]
+
+    @cached_property
+    def paths(self) -> dict:
+        """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
+        return {}
+
+    def same_node(self, a: int, b: int) -> bool:
+        return self.node_index[a] == self.node_index[b]
+
+
+class Env:
+    """Evaluates α-β costs on one cluster under one protocol (None: the links' own numbers)."""
+
+    def __init__(self, cluster: Cluster, protocol: Protocol | None, paths: dict | None = None):
+        self.cluster = cluster
+        self.protocol = protocol
+        self._paths: dict[tuple, Path] = {} if paths is None else paths
+        """Path cache; pass :attr:`Group.paths` to share it between protocols of one group."""
+
+    def path(self, src: int, dst: int, nic: int | None = None) -> Path:
+        key = (src, dst, nic)
+        if key not in self._paths:
+            self._paths[key] = path(self.cluster, src, dst, nic)
+        return self._paths[key]
+
+    def latency_s(self, p: Path) -> float:
+        """α of a connection: the protocol's per-hop latency of its class, or the links' own."""
+        if self.protocol is None:
+            return p.latency_s
+        table = self.protocol.hop_latency_us
+        if p.link_class not in table:
+            raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no hop latency for "
+                            f"{p.link_class.value} links; add it to hop_latency_us")
+        return table[p.link_class] * 1e-6
+
+    def bw_Bps(self, hop: Hop) -> float:
+        """Bandwidth of one link under the protocol: achievable bw × protocol.bw_factor."""
+        factor = 1.0 if self.protocol is None else self.protocol.bw_factor
+        return hop.link.bw_Bps * factor
+
+    def overhead_s(self, family: str, calls: int = 1) -> float:
+        """Fixed cost of ``calls`` library calls of an algorithm family."""
+        if self.protocol is None:
+            return calls * self.cluster.comm.call_latency_us * 1e-6
+        base = self.protocol.base_latency_us
+        if family not in base:
+            raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no base latency for "
+                            f"the {family!r} family; known: {', '.join(base)}")
+        return calls * base[family] * 1e-6
+
+    def gamma_s(self, reduce_bytes: float) -> float:
+        """γ term: ``3·bytes / hbm_bw`` (read two operands, write one; see the module docstring)."""
+        return REDUCE_MEMORY_PASSES * reduce_bytes / (self.cluster.device.hbm_bw_GBps * 1e9)
+
+    def step_time_s(self, flows: list[Flow]) -> float:
+        """One step: max over flows of (α + max over its links of bytes through the link / bw)."""
+        flows = [f for f in flows if f.nbytes > 0]
+        if not flows:
+            return 0.0
+        paths = [self.path(f.src, f.dst, f.nic) for f in flows]
+        load: dict[tuple, float] = {}
+        for f, p in zip(flows, paths):
+            for hop in p.hops:
+                load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
+        return max(self.latency_s(p) + max(load[h.resource] / self.bw_Bps(h) for h in p.hops)
+                   for p in paths)
+
+    def pipeline_time_s(self, levels: list[list[Flow]], chunks: int, chunk_bytes: float) -> float:
+        """A pipeline: chunk ``j`` crosses level ``ℓ`` at step ``j + ℓ`` (``chunks + L − 1`` steps).
+
+        ``levels`` hold unit flows (``nbytes`` = how many chunks the flow carries, usually 1); each
+        chunk is ``chunk_bytes``. Step ``s`` runs levels ``max(0, s−chunks+1) .. min(L−1, s)``; fill and
+        drain steps run fewer. With equal level costs ``c`` this is the textbook ``(chunks + L − 1)·c``.
+        """
+        return _Pipeline(self, levels).time_s(chunks, chunk_bytes)
+
+    def best_pipeline(self, levels: list[list[Flow]], bytes_per_channel: float) -> tuple[float, int]:
+        """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks)."""
+        pipe = _Pipeline(self, levels)
+        return min((pipe.time_s(k, bytes_per_channel / k), k) for k in PIPELINE_CHUNKS)
+
+
+class _Pipeline:
+    """The levels of a pipeline as arrays, so each step's cost is a few vector operations.
+
+    ``cost(lo, hi)`` is :meth:`Env.step_time_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
+    unit: ``max_f (α_f + b · max over f's links r of load_r / bw_r)`` with ``load_r`` in units.
+    """
+
+    def __init__(self, env: Env, levels: list[list[Flow]]):
+        flows = [f for lvl in levels for f in lvl]
+        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+        ids: dict[tuple, int] = {}
+        width = max((len(p.hops) for p in paths), default=1)
+        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
+        self.inv_bw = np.zeros((len(flows), width))
+        for i, p in enumerate(paths):
+            for j, hop in enumerate(p.hops):
+                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
+                self.inv_bw[i, j] = 1.0 / env.bw_Bps(hop)
+        self.n_res = len(ids) + 1
+        self.weight = np.array([f.nbytes for f in flows], dtype=float)
+        self.alpha = np.array([env.latency_s(p) for p in paths])
+        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
+        self.depth = len(levels)
+        self._profiles: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _profile(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        if (lo, hi) not in self._profiles:
+            sel = (self.level >= lo) & (self.level <= hi)
+            res, inv_bw = self.res[sel], self.inv_bw[sel]
+            load = np.bincount(res.ravel(), weights=np.repeat(self.weight[sel], res.shape[1]),
+                               minlength=self.n_res)
+            self._profiles[(lo, hi)] = (self.alpha[sel], (load[res] * inv_bw).max(axis=1))
+        return self._profiles[(lo, hi)]
+
+    def cost(self, lo: int, hi: int, chunk_bytes: float) -> float:
+        alpha, unit = self._profile(lo, hi)
+        return float(np.max(alpha + chunk_bytes * unit)) if alpha.size else 0.0
+
+    def time_s(self, chunks: int, b: float) -> float:
+        depth = self.depth
+        if depth == 0:
+            return 0.0
+        if chunks >= depth:  # fill, steady state (all levels, chunks − L + 1 steps), drain
+            fill = sum(self.cost(0, s, b) for s in range(depth - 1))
+            drain = sum(self.cost(s, depth - 1, b) for s in range(1, depth))
+            return fill + (chunks - depth + 1) * self.cost(0, depth - 1, b) + drain
+        return sum(self.cost(max(0, s - chunks + 1), min(depth - 1, s), b) for s in range(chunks + depth - 1))

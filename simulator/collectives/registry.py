@@ -1,0 +1,129 @@
+"""Names → collective algorithms, and NCCL-tuner-like selection of the fastest (algorithm, protocol).
+
+Public API (other packages code against exactly these):
+
+- :func:`algorithm_names` — the registered names.
+- :func:`estimate` — one algorithm's (or ``"auto"``: the fastest) estimate for a call.
+- :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
+- :func:`build_schedule` — an algorithm's point-to-point schedule.
+- :func:`supports` — whether an algorithm implements an op on a group.
+
+Protocols: when ``cluster.comm.protocols`` is non-empty each (algorithm, protocol) pair whose
+protocol lists a base latency for the algorithm's family is evaluated, and the fastest is kept
+(NCCL ``src/graph/tuning.cc`` does the same over its algorithm × protocol table). Otherwise one
+evaluation with the links' own latency and bandwidth and ``comm.call_latency_us`` per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simulator.cluster.spec import Cluster, Protocol
+from simulator.collectives.algorithm import Algorithm
+from simulator.collectives.base import CollectiveEstimate, Op, Schedule
+from simulator.collectives.cost import Group
+from simulator.collectives.direct import Direct, Pairwise
+from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
+from simulator.collectives.hierarchical import Hierarchical
+from simulator.collectives.nvls import Nvls
+from simulator.collectives.ps import ParameterServer
+from simulator.collectives.ring import Ring
+from simulator.collectives.tree import DoubleBinaryTree
+from simulator.errors import SpecError
+
+_ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Ring(), DoubleBinaryTree(), RecursiveDoubling(), HalvingDoubling(), Direct(), Pairwise(),
+    Hierarchical(), Nvls(), ParameterServer())}
+
+__all__ = ["Algorithm", "algorithm_names", "get_algorithm", "estimate", "estimate_all", "build_schedule",
+           "supports"]
+
+
+def algorithm_names() -> list[str]:
+    """Registered algorithm names, in registration order."""
+    return list(_ALGORITHMS)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The algorithm registered as ``name``; an unknown name lists the known ones."""
+    if name not in _ALGORITHMS:
+        raise SpecError("algorithm", f"unknown algorithm {name!r}; known: {', '.join(_ALGORITHMS)}")
+    return _ALGORITHMS[name]
+
+
+def _op(op: Op) -> Op:
+    if not isinstance(op, Op):
+        raise SpecError("op", f"expected an Op, got {op!r}; known: {', '.join(o.value for o in Op)}")
+    return op
+
+
+def _nbytes(nbytes: int) -> int:
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+        raise SpecError("bytes", f"must be a positive integer number of bytes, got {nbytes!r}")
+    return nbytes
+
+
+def _protocols(cluster: Cluster, algorithm: Algorithm) -> list[Protocol | None]:
+    """Protocols an algorithm can run under: those with a base latency for its family, or [None]."""
+    table = cluster.comm.protocols
+    if not table:
+        return [None]
+    return [p for p in table if algorithm.family in p.base_latency_us]
+
+
+def _supported(algorithm: Algorithm, group: Group, op: Op) -> bool:
+    return algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
+
+
+def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
+    """Whether ``algorithm`` implements ``op`` on this group (and some protocol can run it)."""
+    return _supported(get_algorithm(algorithm), Group(cluster, tuple(ranks)), _op(op))
+
+
+def _best(algorithm: Algorithm, group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
+    """The algorithm under its fastest protocol (ties: the protocol listed first)."""
+    best = None
+    for protocol in _protocols(group.cluster, algorithm):
+        t = algorithm.time_s(group, op, nbytes, protocol)
+        if best is None or t < best[0]:
+            best = (t, protocol)
+    t, protocol = best
+    return CollectiveEstimate(op=op, algorithm=algorithm.name, protocol=None if protocol is None else protocol.name,
+                              ranks=group.p, nbytes=nbytes, time_s=t)
+
+
+def estimate_all(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int) -> list[CollectiveEstimate]:
+    """Every registered algorithm that supports ``op`` on this group, each under its best protocol."""
+    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    return [_best(a, group, op, nbytes) for a in _ALGORITHMS.values() if _supported(a, group, op)]
+
+
+def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
+             algorithm: str = "auto") -> CollectiveEstimate:
+    """Estimated time of one collective call; ``"auto"`` picks the fastest (algorithm, protocol)."""
+    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    if algorithm == "auto":
+        candidates = [_best(a, group, op, nbytes) for a in _ALGORITHMS.values() if _supported(a, group, op)]
+        if not candidates:
+            raise SpecError("op", f"no registered algorithm implements {op.value} on this group")
+        return min(candidates, key=lambda e: e.time_s)
+    chosen = get_algorithm(algorithm)
+    if not _supported(chosen, group, op):
+        able = [a.name for a in _ALGORITHMS.values() if _supported(a, group, op)]
+        raise SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
+                        f"algorithms that do: {', '.join(able) or 'none'}")
+    return _best(chosen, group, op, nbytes)
+
+
+def build_schedule(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str,
+                   root: int = 0) -> Schedule:
+    """The point-to-point schedule of ``algorithm`` for this call (base.py semantics)."""
+    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    chosen = get_algorithm(algorithm)
+    if not chosen.supports(group, op):
+        able = [a.name for a in _ALGORITHMS.values() if a.supports(group, op)]
+        raise SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
+                        f"algorithms that do: {', '.join(able) or 'none'}")
+    if not isinstance(root, int) or not 0 <= root < group.p:
+        raise SpecError("root", f"root is a group index in 0..{group.p - 1}, got {root!r}")
+    return chosen.schedule(group, op, nbytes, root)

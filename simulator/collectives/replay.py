@@ -1,0 +1,39 @@
+"""Time a schedule on the topology, step by step (bulk-synchronous), with the closed forms' extras.
+
+    T = calls·call_overhead + Σ_steps max over the step's transfers t of
+            ( α_t + max over the links r of t's path of (bytes of the whole step through r) / bw_r )
+        + γ·schedule.reduce_bytes_per_rank
+
+α, bandwidths and the per-call overhead follow cost.py (the protocol's table, or the links' own).
+On an uncontended placement with slice sizes that divide evenly this equals the algorithm's closed
+form exactly (tests/test_collectives_replay.py). Where they legitimately differ:
+
+- sizes that do not divide into ``p × channels × chunks`` equal slices: the schedule moves whole
+  elements (the largest slice sets a step's time) while the closed form uses ``n/p`` exactly, and
+  a tiny buffer leaves some slices empty (no transfer, no latency in that step);
+- ``nvls``: its schedule is the data-equivalent two-shot exchange; the switch's reduction is not
+  a point-to-point transfer, so the replay times the two-shot exchange instead;
+- contended placements (several GPUs on one NIC, oversubscribed uplinks): both share bandwidth
+  the same way, so they still agree whenever the closed form's steps hold the same transfers.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import Cluster, Protocol
+from simulator.collectives.base import Schedule
+from simulator.collectives.cost import Env, Flow
+from simulator.collectives.registry import get_algorithm
+from simulator.errors import SpecError
+
+
+def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | None = None) -> float:
+    """Bulk-synchronous time of ``schedule`` on ``cluster`` under ``protocol`` (None: links' own numbers)."""
+    if protocol is not None and protocol not in cluster.comm.protocols:
+        raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
+    algorithm = get_algorithm(schedule.algorithm)
+    env = Env(cluster, protocol)
+    ranks = schedule.ranks
+    total = env.overhead_s(algorithm.family, algorithm.calls)
+    for step in schedule.steps():
+        total += env.step_time_s([Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step])
+    return total + env.gamma_s(schedule.reduce_bytes_per_rank)

@@ -1,0 +1,123 @@
+"""Ring collectives (NCCL's ring; Thakur, Rabenseifner & Gropp 2005 §4): multi-channel, on real placement.
+
+The ring visits the group node by node (:attr:`Group.order`), so it crosses each node boundary
+once. ``C`` = :attr:`Group.channels` rings run side by side, each on ``1/C`` of the data; where a
+ring leaves a node, channel ``c`` uses the node's ``c``-th NIC, so the inter-node part reaches
+``C × NIC bandwidth`` while the GPU ports inside a node carry all ``C`` channels.
+
+Closed forms, with ``step(b)`` one ring step of ``b`` bytes per channel on every ring edge
+(cost.py: α of the slowest connection + the most loaded link's bytes / bandwidth):
+
+- reduce-scatter, all-gather: ``(p−1)·step(n/(pC))``  (Thakur: ``(p−1)α + ((p−1)/p)·nβ``)
+- all-reduce = reduce-scatter + all-gather: ``2(p−1)·step(n/(pC)) + γ·((p−1)/p)·n``
+  On one switched node with link bandwidth B and latency α: ``2(p−1)·(α + (n/p)/B) + γ-term``.
+- broadcast / reduce: a pipelined chain from (to) the root along the ring order; each channel's
+  share is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS`` on the links' own
+  numbers), chunk ``j`` crosses edge ``e`` at step ``j+e``:
+  ``Σ_{s<k+p−2} step(active edges, n/(Ck))`` ≈ ``(k+p−2)·(α + n/(Ck)·β)``.
+  Reduce adds ``γ·n`` (every rank on the chain adds the incoming partial sum once).
+
+NCCL's own tuner charges a ring's latency as the sum of its hop latencies (``tuning.cc``), which is
+what a dependency-driven replay gives; this bulk-synchronous model charges every step its slowest
+hop, so a ring spanning nodes pays the network hop latency on every step (pessimistic at small
+sizes; bandwidth terms agree).
+"""
+
+from __future__ import annotations
+
+from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
+from simulator.collectives.base import Op, Transfer, split
+from simulator.collectives.cost import Env, Flow, Group
+
+
+def _nic(group: Group, src: int, dst: int, channel: int) -> int | None:
+    return None if group.same_node(src, dst) else group.nic(src, channel)
+
+
+def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
+    """The flows of one ring step: every position sends ``per_channel_bytes`` on every channel."""
+    pos, p = group.order, group.p
+    return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
+                 _nic(group, pos[i], pos[(i + 1) % p], c))
+            for c in range(group.channels) for i in range(p)]
+
+
+def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -> list[Transfer]:
+    """Reduce-scatter (``phase='rs'``) or all-gather (``'ag'``) steps of the multi-channel ring.
+
+    RS: at step s position i sends its partial of the slice owned by position i−s−1 to i+1, which adds
+    it; after p−1 steps position i holds the full sum of its own slice. AG: position i forwards the
+    slice of position i−s; after p−1 steps everyone holds every slice.
+    """
+    pos, p, channels = group.order, group.p, group.channels
+    slices = sub_slices(nbytes, p, channels)
+    shift = 1 if phase == "rs" else 0
+    out = []
+    for s in range(p - 1):
+        for c in range(channels):
+            for i in range(p):
+                src, dst = pos[i], pos[(i + 1) % p]
+                owner = pos[(i - s - shift) % p]
+                off, length = slices[owner][c]
+                out.append(Transfer(step=first_step + s, src=src, dst=dst, offset=off, nbytes=length,
+                                    reduce=phase == "rs", channel=c, nic=_nic(group, src, dst, c)))
+    return out
+
+
+def chain(group: Group, root: int) -> list[int]:
+    """Group indices along the ring order, starting at ``root``."""
+    pos, p = group.order, group.p
+    start = pos.index(root)
+    return [pos[(start + i) % p] for i in range(p)]
+
+
+def _chain_edges(group: Group, op: Op, root: int) -> list[tuple[int, int]]:
+    line = chain(group, root)
+    edges = list(zip(line[:-1], line[1:]))
+    if op is Op.REDUCE:
+        edges = [(b, a) for a, b in reversed(edges)]
+    return edges
+
+
+def _chain_levels(group: Group, op: Op, root: int) -> list[list[Flow]]:
+    """Unit flows (one chunk per channel) of each chain edge, edge by edge."""
+    return [[Flow(group.ranks[a], group.ranks[d], 1.0, _nic(group, a, d, c)) for c in range(group.channels)]
+            for a, d in _chain_edges(group, op, root)]
+
+
+class Ring(Algorithm):
+    """NCCL-style ring: reduce-scatter, all-gather, all-reduce; pipelined chain broadcast and reduce."""
+
+    name = "ring"
+    family = "ring"
+    ops = frozenset({Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.REDUCE})
+
+    def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
+        p, channels = group.p, group.channels
+        if op in (Op.BROADCAST, Op.REDUCE):
+            return env.best_pipeline(_chain_levels(group, op, root), nbytes / channels)[0]
+        steps = 2 * (p - 1) if op is Op.ALL_REDUCE else p - 1
+        return steps * env.step_time_s(ring_flows(group, nbytes / (p * channels)))
+
+    def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
+        if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER):
+            return (group.p - 1) / group.p * nbytes
+        return float(nbytes) if op is Op.REDUCE else 0.0
+
+    def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
+        p = group.p
+        if op is Op.REDUCE_SCATTER:
+            return ring_transfers(group, nbytes, "rs")
+        if op is Op.ALL_GATHER:
+            return ring_transfers(group, nbytes, "ag")
+        if op is Op.ALL_REDUCE:
+            return ring_transfers(group, nbytes, "rs") + ring_transfers(group, nbytes, "ag", p - 1)
+        channels = group.channels
+        k = Env(group.cluster, None).best_pipeline(_chain_levels(group, op, root), nbytes / channels)[1]
+        out = []
+        for c, (off, length) in enumerate(split(nbytes, channels)):
+            for j, (coff, clen) in enumerate(chunked(off, length, k)):
+                for e, (a, d) in enumerate(_chain_edges(group, op, root)):
+                    out.append(Transfer(step=j + e, src=a, dst=d, offset=coff, nbytes=clen,
+                                        reduce=op is Op.REDUCE, channel=c, nic=_nic(group, a, d, c)))
+        return out

@@ -1,0 +1,123 @@
+"""NCCL-style double binary tree all-reduce (Sanders, Speck & Träff 2009; NCCL 2.4 release notes).
+
+Shape, as NCCL builds it: inside each node the group's GPUs form a chain ``r0 ← r1 ← … ← r(m−1)``;
+the chain heads ``r0`` of the nodes form a binary tree over the nodes. Two trees are used: tree A
+is the heap-ordered binary tree over the nodes in order (node i's parent is node ⌊(i−1)/2⌋), tree
+B the same over the nodes in reverse order, so the leaves of A (the later half) are interior in B.
+Our construction of the pair; NCCL's ``ncclGetDtree`` shifts or mirrors an in-order tree, to the
+same end: no node is interior in both trees.
+
+Channels: ``2C`` (C = :attr:`Group.channels`), channel ``c`` runs tree ``c mod 2`` over the node's
+NIC number ``c // 2``, so every NIC carries one channel of each tree and the interior fan-in of
+one tree is balanced by the leaf role in the other.
+
+Pipelined all-reduce (reduce up, broadcast down, overlapped as NCCL does): each channel's share
+``n/(2C)`` is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS``); with ``H`` the deepest rank's
+depth, chunk ``j`` goes up the edge from a child at depth ``d`` at step ``j + H − d`` and down the
+edge from a parent at depth ``d`` at step ``j + H + d``. Closed form:
+
+    T = Σ_{s < k+2H−1} step(edges active at s, n/(2Ck))  +  γ·(most children any rank has, summed over channels)·n/(2C)
+
+With ``k = 1`` (small messages) this is NCCL's tree latency ``2·((g−1)·α_intra + ⌊log2 N⌋·α_net)``
+(network.md, tuning.cc) for ``g`` GPUs on each of ``N`` nodes. At large sizes each NIC moves ≈ 2n/C
+bytes, the ring's ``2(p−1)/p·n/C``, so ring edges ahead by the pipeline fill ``(2H−1)/k``.
+"""
+
+from __future__ import annotations
+
+from simulator.collectives.algorithm import Algorithm, chunked
+from simulator.collectives.base import Op, Transfer, split
+from simulator.collectives.cost import Env, Flow, Group
+
+
+def _node_parents(n_nodes: int, mirrored: bool) -> list[int | None]:
+    """Parent node position of each node position in tree A (heap order) or B (reversed heap)."""
+    parents: list[int | None] = []
+    for i in range(n_nodes):
+        j = n_nodes - 1 - i if mirrored else i
+        if j == 0:
+            parents.append(None)
+        else:
+            pj = (j - 1) // 2
+            parents.append(n_nodes - 1 - pj if mirrored else pj)
+    return parents
+
+
+def tree_parents(group: Group, mirrored: bool) -> dict[int, int | None]:
+    """Group index → parent group index (None at the root) of tree A or B, chains included."""
+    nodes = group.nodes
+    parent: dict[int, int | None] = {}
+    for x, up in zip(nodes, _node_parents(len(nodes), mirrored)):
+        parent[x[0]] = None if up is None else nodes[up][0]
+        for prev, r in zip(x[:-1], x[1:]):
+            parent[r] = prev
+    return parent
+
+
+def _depths(parent: dict[int, int | None]) -> dict[int, int]:
+    depth: dict[int, int] = {}
+
+    def walk(i: int) -> int:
+        if i not in depth:
+            depth[i] = 0 if parent[i] is None else walk(parent[i]) + 1
+        return depth[i]
+
+    for i in parent:
+        walk(i)
+    return depth
+
+
+def tree_levels(group: Group) -> list[list[tuple[int, int, int, bool]]]:
+    """Pipeline levels of the overlapped all-reduce: ``[(src, dst, channel, reduce)]`` per level."""
+    channels = 2 * group.channels
+    shapes = [tree_parents(group, mirrored) for mirrored in (False, True)]
+    depths = [_depths(s) for s in shapes]
+    height = max(max(d.values()) for d in depths)
+    levels: list[list[tuple[int, int, int, bool]]] = [[] for _ in range(2 * height)]
+    for c in range(channels):
+        parent, depth = shapes[c % 2], depths[c % 2]
+        for child, up in parent.items():
+            if up is None:
+                continue
+            levels[height - depth[child]].append((child, up, c, True))
+            levels[height + depth[up]].append((up, child, c, False))
+    return levels
+
+
+class DoubleBinaryTree(Algorithm):
+    """NCCL's tree algorithm: all-reduce only (as in NCCL)."""
+
+    name = "tree"
+    family = "tree"
+    ops = frozenset({Op.ALL_REDUCE})
+
+    def _nic(self, group: Group, src: int, dst: int, channel: int) -> int | None:
+        return None if group.same_node(src, dst) else group.nic(src, channel // 2)
+
+    def _unit_levels(self, group: Group) -> list[list[Flow]]:
+        return [[Flow(group.ranks[s], group.ranks[d], 1.0, self._nic(group, s, d, c)) for s, d, c, _ in lvl]
+                for lvl in tree_levels(group)]
+
+    def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
+        return env.best_pipeline(self._unit_levels(group), nbytes / (2 * group.channels))[0]
+
+    def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
+        children: dict[int, int] = {}
+        for c in range(2 * group.channels):
+            for up in tree_parents(group, mirrored=bool(c % 2)).values():
+                if up is not None:
+                    children[up] = children.get(up, 0) + 1
+        return max(children.values()) * nbytes / (2 * group.channels)
+
+    def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
+        channels = 2 * group.channels
+        k = Env(group.cluster, None).best_pipeline(self._unit_levels(group), nbytes / channels)[1]
+        levels = tree_levels(group)
+        parts = [chunked(off, length, k) for off, length in split(nbytes, channels)]
+        out = []
+        for level, edges in enumerate(levels):
+            for src, dst, c, reduce in edges:
+                for j, (off, length) in enumerate(parts[c]):
+                    out.append(Transfer(step=j + level, src=src, dst=dst, offset=off, nbytes=length,
+                                        reduce=reduce, channel=c, nic=self._nic(group, src, dst, c)))
+        return out

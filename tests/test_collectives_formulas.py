@@ -1,0 +1,127 @@
+"""Closed forms against hand-worked numbers from the cited formulas.
+
+Cluster unless said: one switched node, link bw B = 100 GB/s, α = 1 µs, HBM 2000 GB/s, so the
+γ term is 3·bytes/2e12 s (cost.py). Tolerance rel 1e-9 (exact arithmetic) unless the test says why.
+"""
+
+import pytest
+
+from simulator.collectives.base import Op
+from simulator.collectives.cost import Group
+from simulator.collectives.registry import estimate, get_algorithm
+from simulator.collectives.ps import ps_time_s
+from simulator.errors import SpecError
+from test_collectives_helpers import Link, LinkKind, nccl_protocols, switched
+
+N = 8_000_000
+NODE = switched(nodes=1, gpus=8)
+GAMMA = 3 / 2000e9
+
+
+def t(name, op, nbytes=N, cluster=NODE, ranks=range(8), protocol=None, root=0):
+    return get_algorithm(name).time_s(Group(cluster, tuple(ranks)), op, nbytes, protocol, root=root)
+
+
+def test_ring_allreduce_thakur():
+    # Thakur et al. 2005: 2(p−1)α + 2((p−1)/p)nβ + ((p−1)/p)nγ, p = 8.
+    assert t("ring", Op.ALL_REDUCE) == pytest.approx(14 * (1e-6 + 1e6 / 100e9) + GAMMA * 7e6, rel=1e-9)
+
+
+def test_recursive_doubling_allreduce_thakur():
+    # lg p·α + n lg p·β + n lg p·γ
+    assert t("recursive_doubling", Op.ALL_REDUCE) == pytest.approx(3 * (1e-6 + N / 100e9) + GAMMA * 3 * N, rel=1e-9)
+
+
+def test_rabenseifner_allreduce_thakur():
+    # 2 lg p·α + 2((p−1)/p)nβ + ((p−1)/p)nγ
+    expected = 6e-6 + 2 * 7e6 / 100e9 + GAMMA * 7e6
+    assert t("halving_doubling", Op.ALL_REDUCE) == pytest.approx(expected, rel=1e-9)
+
+
+def test_non_power_of_two_allreduce_adds_the_fold_steps():
+    # p = 6: m = 4 survivors; fold there and back: 2(α + nβ) + nγ on top of the p = 4 algorithm.
+    expected = 2 * (1e-6 + N / 100e9) + 2 * (1e-6 + N / 100e9) + GAMMA * 3 * N
+    assert t("recursive_doubling", Op.ALL_REDUCE, ranks=range(6)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_binomial_broadcast_thakur():
+    # ⌈lg p⌉(α + nβ), p = 5 → 3 steps.
+    assert t("recursive_doubling", Op.BROADCAST, ranks=range(5)) == pytest.approx(3 * (1e-6 + N / 100e9), rel=1e-9)
+
+
+def test_all_to_all_direct_and_pairwise():
+    # Direct: α + ((p−1)/p)nβ; pairwise (Thakur): (p−1)(α + (n/p)β).
+    assert t("direct", Op.ALL_TO_ALL) == pytest.approx(1e-6 + 7e6 / 100e9, rel=1e-9)
+    assert t("pairwise", Op.ALL_TO_ALL) == pytest.approx(7 * (1e-6 + 1e6 / 100e9), rel=1e-9)
+
+
+def test_nccl_ring_ll_latency_worked_example():
+    # network.md / NCCL tuning.cc: 8 GPUs one NVLink node, ring LL: 6.6 + 14 × 0.6 = 15.0 µs;
+    # Simple: 8.4 + 14 × 3.4 = 56 µs. 32 bytes add < 0.01% of bandwidth and γ terms.
+    cluster = switched(nodes=1, gpus=8, comm=nccl_protocols())
+    ll, _, simple = cluster.comm.protocols
+    assert t("ring", Op.ALL_REDUCE, 32, cluster, protocol=ll) == pytest.approx(15.0e-6, rel=1e-4)
+    assert t("ring", Op.ALL_REDUCE, 32, cluster, protocol=simple) == pytest.approx(56.0e-6, rel=1e-4)
+
+
+def test_nccl_tree_latency_small_message():
+    # tuning.cc tree: base + 2((g−1)·intra + ⌊log2 N⌋·inter) = 6.8 + 2(3·0.6 + 2·2.7) = 21.2 µs (LL),
+    # g = 4 GPUs on N = 4 nodes. 64 bytes add < 0.1%.
+    cluster = switched(nodes=4, gpus=4, comm=nccl_protocols())
+    ll = cluster.comm.protocols[0]
+    assert t("tree", Op.ALL_REDUCE, 64, cluster, range(16), protocol=ll) == pytest.approx(21.2e-6, rel=1e-3)
+
+
+def test_hierarchical_two_level():
+    # 2 nodes × 4 GPUs, NIC 25 GB/s, 5 µs: 2(g−1)(α_i + (n/g)/B_i) + 2(N−1)(α_n + (n/gN)/B_n) + γ(...)
+    cluster = switched(nodes=2, gpus=4)
+    expected = 6 * (1e-6 + 2e6 / 100e9) + 2 * (5e-6 + 1e6 / 25e9) + GAMMA * (0.75 * N + 0.5 * 2e6)
+    assert t("hierarchical", Op.ALL_REDUCE, cluster=cluster) == pytest.approx(expected, rel=1e-9)
+
+
+def test_parameter_server_byteps():
+    # Colocated, k = p = 4 (BytePS: 2(n−1)M/(nB)) plus 2α and the γ of (p−1)·M/k at each shard.
+    colocated = ps_time_s(NODE, range(4), N, servers=4, colocated=True)
+    assert colocated == pytest.approx(2 * (1e-6 + 6e6 / 100e9) + GAMMA * 6e6, rel=1e-9)
+    assert t("ps", Op.ALL_REDUCE, ranks=range(4)) == pytest.approx(colocated, rel=1e-9)
+    # Separate: 8 workers (2 nodes × 4, one GPU per NIC), k = 2: 2(α + max(M, pM/k)/B_nic).
+    cluster = switched(nodes=2, gpus=4)
+    assert ps_time_s(cluster, range(8), N, servers=2, colocated=False) == pytest.approx(
+        2 * (5e-6 + 4 * N / 25e9), rel=1e-9)
+    with pytest.raises(SpecError, match="servers"):
+        ps_time_s(NODE, range(4), N, servers=5, colocated=True)
+
+
+def test_nvls_in_switch_reduction():
+    # call(nvls) + 2α + n(1 + 1/p)/(B·0.85), Simple protocol: 25 + 2·3.4 µs.
+    cluster = switched(nodes=1, gpus=8, comm=nccl_protocols(), in_switch_reduction=True)
+    simple = cluster.comm.protocols[2]
+    expected = 25e-6 + 6.8e-6 + N * 9 / 8 / (100e9 * 0.85)
+    assert t("nvls", Op.ALL_REDUCE, cluster=cluster, protocol=simple) == pytest.approx(expected, rel=1e-9)
+    assert estimate(cluster, range(8), Op.ALL_REDUCE, N, "nvls").protocol == "Simple"  # only Simple has nvls
+
+
+def test_multi_channel_ring_reaches_nics_times_nic_bandwidth():
+    # 4 nodes × 8 GPUs, NVSwitch 450 GB/s, 8 NICs × 50 GB/s, no latency, γ made negligible:
+    # each of 62 steps moves n/(32·8) per NIC: busbw = 8 × 50 = 400 GB/s exactly.
+    from dataclasses import replace
+    cluster = switched(nodes=4, gpus=8, nvs=Link(kind=LinkKind.NVSWITCH, bw_GBps=450, latency_us=0),
+                       nic=Link(kind=LinkKind.INFINIBAND, bw_GBps=50, latency_us=0))
+    cluster = replace(cluster, device=replace(cluster.device, hbm_bw_GBps=1e12))
+    e = estimate(cluster, range(32), Op.ALL_REDUCE, 2**30, "ring")
+    assert e.busbw_GBps == pytest.approx(400.0, rel=1e-6)
+
+
+def test_registry_errors_name_the_fix():
+    with pytest.raises(SpecError, match="known: ring, tree"):
+        estimate(NODE, range(8), Op.ALL_REDUCE, N, "rign")
+    with pytest.raises(SpecError, match="algorithms that do: .*direct"):
+        estimate(NODE, range(8), Op.ALL_TO_ALL, N, "ring")
+    with pytest.raises(SpecError, match="ranks"):
+        estimate(NODE, [0, 0, 1], Op.ALL_REDUCE, N)
+    with pytest.raises(SpecError, match="ranks"):
+        estimate(NODE, [0, 99], Op.ALL_REDUCE, N)
+    with pytest.raises(SpecError, match="at least 2 ranks"):
+        estimate(NODE, [3], Op.ALL_REDUCE, N)
+    with pytest.raises(SpecError, match="bytes"):
+        estimate(NODE, range(8), Op.ALL_REDUCE, 0)

@@ -1,0 +1,70 @@
+"""Invariants of the cost models (hypothesis), and the ring/tree crossover NCCL's tuner relies on."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simulator.collectives.base import Op
+from simulator.collectives.registry import algorithm_names, estimate, estimate_all, supports
+from test_collectives_helpers import NIC, NVSWITCH, nccl_protocols, switched
+
+IDEAL = switched(nodes=2, gpus=4)
+NCCL = switched(nodes=2, gpus=4, comm=nccl_protocols())
+GROUPS = [list(range(8)), [0, 4], [0, 1, 2, 4, 5, 6], [1, 2, 3]]
+sizes = st.integers(min_value=1, max_value=2**31)
+FAST = settings(max_examples=25, deadline=None)
+
+
+def _pairs(cluster, ranks, op):
+    return [a for a in algorithm_names() if supports(a, op, cluster, ranks)]
+
+
+@FAST
+@given(n=sizes, m=sizes, group=st.sampled_from(GROUPS), op=st.sampled_from(list(Op)),
+       cluster=st.sampled_from([IDEAL, NCCL]))
+def test_time_grows_with_bytes(n, m, group, op, cluster):
+    small, large = sorted((n, m))
+    for name in _pairs(cluster, group, op):
+        assert (estimate(cluster, group, op, small, name).time_s
+                <= estimate(cluster, group, op, large, name).time_s * (1 + 1e-12))
+
+
+@FAST
+@given(n=sizes, scale=st.floats(0.05, 0.95), group=st.sampled_from(GROUPS), which=st.sampled_from(["nic", "nvs"]),
+       cluster=st.sampled_from([IDEAL, NCCL]))
+def test_never_faster_with_less_bandwidth(n, scale, group, which, cluster):
+    if which == "nic":
+        slower = replace(cluster, network=replace(cluster.network, link=replace(NIC, bw_GBps=NIC.bw_GBps * scale)))
+    else:
+        slower = replace(cluster, node=replace(cluster.node, intra_link=replace(NVSWITCH, bw_GBps=100 * scale)))
+    for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.BROADCAST, Op.ALL_TO_ALL):
+        for name in _pairs(cluster, group, op):
+            assert (estimate(slower, group, op, n, name).time_s
+                    >= estimate(cluster, group, op, n, name).time_s * (1 - 1e-12))
+
+
+@FAST
+@given(n=sizes, group=st.sampled_from(GROUPS), op=st.sampled_from(list(Op)))
+def test_auto_is_never_slower_than_any_algorithm(n, group, op):
+    auto = estimate(NCCL, group, op, n)
+    assert all(auto.time_s <= e.time_s for e in estimate_all(NCCL, group, op, n))
+
+
+def test_ring_busbw_in_one_switched_node_approaches_link_bandwidth():
+    # busbw → B / (1 + 1.5·B/hbm): the γ term adds 3·((p−1)/p)n/hbm to 2((p−1)/p)n/B (cost.py).
+    cluster = switched(nodes=1, gpus=8)
+    limit = 100 / (1 + 1.5 * 100 / 2000)
+    busbw = [estimate(cluster, range(8), Op.ALL_REDUCE, 2**k, "ring").busbw_GBps for k in range(10, 31, 4)]
+    assert busbw == sorted(busbw)
+    assert busbw[-1] == pytest.approx(limit, rel=1e-3)
+    assert busbw[0] < 0.1 * limit
+
+
+def test_tree_beats_ring_small_ring_beats_tree_large_on_many_nodes():
+    cluster = switched(nodes=16, gpus=8, comm=nccl_protocols())
+    ranks = range(128)
+    small = {e.algorithm: e.time_s for e in estimate_all(cluster, ranks, Op.ALL_REDUCE, 1024)}
+    large = {e.algorithm: e.time_s for e in estimate_all(cluster, ranks, Op.ALL_REDUCE, 2**30)}
+    assert small["tree"] < small["ring"] / 5
+    assert large["ring"] < large["tree"]
