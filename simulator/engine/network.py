@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from typing import Iterable
 
 import simpy
 
 from simulator.cluster.topology import Path
+from simulator.engine.fairshare import max_min
 from simulator.errors import SpecError
 
 SETTLE_PRIORITY = 2
@@ -51,31 +52,36 @@ CLOCK_ULPS = 16
 class Flow:
     """One transfer and its progress; the value of its completion event. Read-only for callers."""
 
-    __slots__ = ("fid", "path", "nbytes", "res", "remaining", "rate", "t_last", "version", "group",
-                 "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark")
+    __slots__ = ("fid", "path", "nbytes", "res", "bottleneck_Bps", "remaining", "rate", "t_last", "version",
+                 "group", "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark")
 
-    def __init__(self, fid: int, path: Path, nbytes: float, res: tuple[int, ...], start_s: float, group):
+    def __init__(self, fid: int, route: "_Route", nbytes: float, start_s: float, group: "_Group"):
         self.fid = fid
         """Creation order (ties are broken by it)."""
-        self.path = path
-        self.nbytes = nbytes
-        self.res = res
-        self.remaining = nbytes
+        self.path = route.path
+        self.res = route.res
+        self.bottleneck_Bps = route.bottleneck_Bps
+        self.nbytes = self.remaining = nbytes
         self.rate = 0.0
-        """Current rate, bytes/s (0 while waiting its latency)."""
-        self.t_last = start_s
-        self.version = 0
+        """Current rate, bytes/s (0 while waiting its latency, and once done)."""
+        self.t_last = self.start_s = start_s
+        """``start_s``: when the transfer was asked for, s."""
+        self.version = self.mark = 0
         self.group = group
-        self.start_s = start_s
-        """When :meth:`FlowNetwork.transfer` was called, s."""
-        self.active_s = math.nan
-        """When its latency ended and it began to use bandwidth, s."""
-        self.finish_s = math.nan
-        """When its last byte arrived, s."""
+        self.active_s = self.finish_s = math.nan
+        """``active_s``: when its latency ended and it began to use bandwidth; ``finish_s``: its last byte, s."""
         self.delivered_bytes = 0.0
         """Integral of its rate over time: equals ``nbytes`` within ``REL_BYTES_TOL`` at the end."""
         self.active = False
-        self.mark = 0
+
+
+class _Route:
+    """A path as resource indices, with its bottleneck capacity (cached per Path object)."""
+
+    __slots__ = ("path", "res", "bottleneck_Bps")
+
+    def __init__(self, path: Path, res: tuple[int, ...], bottleneck_Bps: float):
+        self.path, self.res, self.bottleneck_Bps = path, res, bottleneck_Bps
 
 
 class _Group:
@@ -121,10 +127,11 @@ class FlowNetwork:
         self._res_index: dict[tuple, int] = {}
         self._cap: list[float] = []
         self._res_flows: list[dict[int, Flow]] = []
-        self._routes: dict[int, tuple[Path, tuple[int, ...]]] = {}
+        self._routes: dict[int, _Route] = {}
         self._arrivals: dict[float, list[Flow]] = {}
         self._arrival_times: list[float] = []
-        self._due: list[tuple[float, int, int, Flow]] = []
+        self._due: dict[float, list[tuple[Flow, int]]] = {}
+        self._due_times: list[float] = []
         self._wake_at: float | None = None
         self._stamp = 0
         self._active = 0
@@ -156,27 +163,40 @@ class FlowNetwork:
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
         now = self.env.now
         checked = []
+        route_of = self._route
         for path, nbytes, latency_s in items:
             latency = path.latency_s if latency_s is None else latency_s
-            _check(nbytes, latency)
-            checked.append((path, float(nbytes), float(latency), self._route(path)))
+            nbytes = float(nbytes)
+            if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
+                _reject(nbytes, latency)
+            checked.append((route_of(path), nbytes, latency))
         event = simpy.Event(self.env)
         flows: list[Flow] = []
         group = _Group(event, flows, single)
-        for path, nbytes, latency, route in checked:
-            flow = Flow(self.stats.flows, path, nbytes, route, now, group)
-            self.stats.flows += 1
+        fid = self.stats.flows
+        arrivals = self._arrivals
+        for route, nbytes, latency in checked:
+            flow = Flow(fid, route, nbytes, now, group)
+            fid += 1
             flows.append(flow)
-            self._arrive_at(now + latency, latency, flow)
+            t = now + latency
+            batch = arrivals.get(t)
+            if batch is None:
+                arrivals[t] = [flow]
+                heappush(self._arrival_times, t)
+                _Settle(self.env, self._settle, latency)
+            else:
+                batch.append(flow)
+        self.stats.flows = fid
         group.left = len(flows)
         if not flows:
             event.succeed(flows)
         return event
 
-    def _route(self, path: Path) -> tuple[int, ...]:
+    def _route(self, path: Path) -> _Route:
         cached = self._routes.get(id(path))
-        if cached is not None and cached[0] is path:
-            return cached[1]
+        if cached is not None and cached.path is path:
+            return cached
         res: list[int] = []
         for hop in path.hops:
             idx = self._res_index.get(hop.resource)
@@ -192,21 +212,9 @@ class FlowNetwork:
                 res.append(idx)
         if not res:
             raise SpecError("path", "a path needs at least one hop")
-        route = tuple(res)
-        self._routes[id(path)] = (path, route)  # keeps the path alive, so its id stays unique
+        route = _Route(path, tuple(res), min(self._cap[r] for r in res))
+        self._routes[id(path)] = route  # keeps the path alive, so its id stays unique
         return route
-
-    def _arrive_at(self, t: float, delay: float, flow: Flow) -> None:
-        batch = self._arrivals.get(t)
-        if batch is not None:
-            batch.append(flow)
-            return
-        self._arrivals[t] = [flow]
-        heappush(self._arrival_times, t)
-        self._schedule_settle(delay)
-
-    def _schedule_settle(self, delay: float) -> None:
-        _Settle(self.env, self._settle, delay)
 
     def _settle(self, _event=None) -> None:
         """Apply every start and end due now, re-rate the flows they touch, and plan the next wake."""
@@ -215,15 +223,16 @@ class FlowNetwork:
         if self._wake_at is not None and self._wake_at <= now:
             self._wake_at = None
         arrivals: list[Flow] = []
-        while self._arrival_times and self._arrival_times[0] <= now:
-            arrivals.extend(self._arrivals.pop(heappop(self._arrival_times)))
+        times = self._arrival_times
+        while times and times[0] <= now:
+            arrivals.extend(self._arrivals.pop(heappop(times)))
         slack = CLOCK_ULPS * math.ulp(now)
         due: list[Flow] = []
-        heap = self._due
-        while heap and heap[0][0] <= now + slack:
-            _, _, version, flow = heappop(heap)
-            if flow.active and flow.version == version:
-                due.append(flow)
+        times, buckets = self._due_times, self._due
+        while times and times[0] <= now + slack:
+            for f, version in buckets.pop(heappop(times)):
+                if f.version == version and f.active:
+                    due.append(f)
         if arrivals or due:
             self._apply(now, slack, arrivals, due)
         self._plan_wake(now)
@@ -250,23 +259,31 @@ class FlowNetwork:
         self._active -= len(finished)
         for f in finished:
             f.active = False
+            fid = f.fid
             for r in f.res:
-                del res_flows[r][f.fid]
+                del res_flows[r][fid]
         for f in arrivals:
             f.active_s = f.t_last = now
             if f.nbytes <= 0:
                 finished.append(f)
                 continue
             f.active = True
+            fid = f.fid
             for r in f.res:
-                res_flows[r][f.fid] = f
+                res_flows[r][fid] = f
             rerate.append(f)
-            self._active += 1
-        self.stats.max_active = max(self.stats.max_active, self._active)
+        self._active += len(rerate)
+        if self._active > self.stats.max_active:
+            self.stats.max_active = self._active
         self._rate(now, rerate)
-        finished.sort(key=_fid)
+        if len(finished) > 1:
+            finished.sort(key=_fid)
         for f in finished:
-            self._complete(now, f)
+            f.remaining, f.rate, f.finish_s = 0.0, 0.0, now
+            group = f.group
+            group.left -= 1
+            if group.left == 0:
+                group.event.succeed(group.flows[0] if group.single else group.flows)
 
     def _component(self, seeds: dict[int, None]) -> list[Flow]:
         """Active flows reachable from the seed resources through shared resources (BFS)."""
@@ -288,88 +305,46 @@ class FlowNetwork:
         return found
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
-        """Set max-min fair rates of ``flows`` (a union of components) and push their finish times."""
+        """Set max-min fair rates of ``flows`` (a union of components) and file their finish times.
+
+        Finish times go into buckets by value, so a step's flows that end together cost one heap entry.
+        """
         if not flows:
             return
         self.stats.rerated_flows += len(flows)
         old = [f.rate for f in flows]
-        self._stamp += 1
-        _max_min(flows, self._cap, self._stamp)
-        heap = self._due
+        max_min(flows, self._cap)
+        buckets, times = self._due, self._due_times
         for f, before in zip(flows, old):
-            if f.rate != before:  # an unchanged rate keeps its (still exact) heap entry
+            rate = f.rate
+            if rate != before:  # an unchanged rate keeps its (still exact) entry
                 f.version += 1
-                heappush(heap, (now + f.remaining / f.rate, f.fid, f.version, f))
-
-    def _complete(self, now: float, flow: Flow) -> None:
-        flow.remaining, flow.rate, flow.finish_s = 0.0, 0.0, now
-        group = flow.group
-        group.left -= 1
-        if group.left == 0:
-            group.event.succeed(group.flows[0] if group.single else group.flows)
+                t = now + f.remaining / rate
+                bucket = buckets.get(t)
+                if bucket is None:
+                    buckets[t] = [(f, f.version)]
+                    heappush(times, t)
+                else:
+                    bucket.append((f, f.version))
 
     def _plan_wake(self, now: float) -> None:
-        heap = self._due
-        while heap and not (heap[0][3].active and heap[0][3].version == heap[0][2]):
-            heappop(heap)
-        if not heap:
+        """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""
+        times, buckets = self._due_times, self._due
+        while times and not any(f.version == v and f.active for f, v in buckets[times[0]]):
+            del buckets[heappop(times)]
+        if not times:
             return
-        t = heap[0][0]
+        t = times[0]
         if self._wake_at is not None and self._wake_at <= t:
             return
         self._wake_at = t
-        self._schedule_settle(max(t - now, 0.0))
+        _Settle(self.env, self._settle, max(t - now, 0.0))
 
 
-def _max_min(flows: list[Flow], cap: list[float], stamp: int) -> None:
-    """Progressive filling: fix flows at the most constrained resource's share, repeat.
-
-    Sets ``f.rate`` of every flow; uses ``f.mark = stamp`` to tell fixed flows. O(H log H) for H hops.
-    """
-    members: dict[int, list[Flow]] = {}
-    hops = 0
-    for f in flows:
-        hops += len(f.res)
-        for r in f.res:
-            m = members.get(r)
-            if m is None:
-                members[r] = [f]
-            else:
-                m.append(f)
-    if hops == len(members):  # no resource shared: each flow runs at its bottleneck
-        for f in flows:
-            f.rate = min(cap[r] for r in f.res)
-        return
-    left = {r: cap[r] for r in members}
-    count = {r: len(m) for r, m in members.items()}
-    version = dict.fromkeys(members, 0)
-    heap = [(left[r] / n, r, 0) for r, n in count.items()]
-    heapify(heap)
-    while heap:
-        share, r, v = heappop(heap)
-        if v != version[r] or count[r] == 0:
-            continue
-        count[r] = 0
-        share = max(share, cap[r] * 1e-15)  # float guard: a share is positive in exact arithmetic
-        for f in members[r]:
-            if f.mark == stamp:
-                continue
-            f.mark = stamp
-            f.rate = share
-            for q in f.res:
-                if q != r:
-                    left[q] -= share
-                    count[q] -= 1
-                    version[q] += 1
-                    if count[q]:
-                        heappush(heap, (max(left[q], 0.0) / count[q], q, version[q]))
-
-
-def _check(nbytes: float, latency: float) -> None:
-    if not (isinstance(nbytes, (int, float)) and math.isfinite(nbytes) and nbytes >= 0):
+def _reject(nbytes: float, latency: float) -> None:
+    if not 0.0 <= nbytes < math.inf:
         raise SpecError("nbytes", f"a transfer needs a finite, non-negative byte count, got {nbytes!r}")
-    if not (math.isfinite(latency) and latency >= 0):
-        raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
+    raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
 
 
 def _fid(flow: Flow) -> int:
