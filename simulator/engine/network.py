@@ -53,7 +53,7 @@ class Flow:
     """One transfer and its progress; the value of its completion event. Read-only for callers."""
 
     __slots__ = ("fid", "path", "nbytes", "res", "bottleneck_Bps", "remaining", "rate", "t_last", "version",
-                 "group", "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark")
+                 "group", "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark", "due")
 
     def __init__(self, fid: int, route: "_Route", nbytes: float, start_s: float, group: "_Group"):
         self.fid = fid
@@ -66,12 +66,13 @@ class Flow:
         """Current rate, bytes/s (0 while waiting its latency, and once done)."""
         self.t_last = self.start_s = start_s
         """``start_s``: when the transfer was asked for, s."""
-        self.version = self.mark = 0
+        self.version = self.mark = self.due = 0
         self.group = group
         self.active_s = self.finish_s = math.nan
         """``active_s``: when its latency ended and it began to use bandwidth; ``finish_s``: its last byte, s."""
         self.delivered_bytes = 0.0
-        """Integral of its rate over time: equals ``nbytes`` within ``REL_BYTES_TOL`` at the end."""
+        """Integral of its rate over time: ``nbytes`` at the end, within ``REL_BYTES_TOL`` or what its rate
+        moves in a few ulps of the clock (the float resolution of the intervals it is measured over)."""
         self.active = False
 
 
@@ -243,14 +244,14 @@ class FlowNetwork:
         self._stamp += 1
         due_stamp = self._stamp
         for f in due:
-            f.mark = due_stamp
+            f.due = due_stamp
         finished: list[Flow] = []
         rerate: list[Flow] = []
         for f in self._component(seeds):
             moved = f.rate * (now - f.t_last)
             rem = f.remaining - moved
             f.delivered_bytes += moved
-            if f.mark == due_stamp or rem <= REL_BYTES_TOL * f.nbytes or rem <= f.rate * slack:
+            if f.due == due_stamp or rem <= REL_BYTES_TOL * f.nbytes or rem <= f.rate * slack:
                 finished.append(f)
             else:
                 f.remaining, f.t_last = rem, now
@@ -272,7 +273,7 @@ class FlowNetwork:
             for r in f.res:
                 res_flows[r][fid] = f
             rerate.append(f)
-        self._active += len(rerate)
+            self._active += 1
         if self._active > self.stats.max_active:
             self.stats.max_active = self._active
         self._rate(now, rerate)
