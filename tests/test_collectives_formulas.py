@@ -125,3 +125,25 @@ def test_registry_errors_name_the_fix():
         estimate(NODE, [3], Op.ALL_REDUCE, N)
     with pytest.raises(SpecError, match="bytes"):
         estimate(NODE, range(8), Op.ALL_REDUCE, 0)
+
+
+def test_nccl_fuses_the_reduction_so_only_its_excess_over_the_link_shows():
+    """γ under NCCL: reduce-copy kernels overlap the reduction with the transfer (CommLibrary.fuses_reduction).
+
+    Hand-worked: 1 GB reduced. Unfused (IDEAL): 3e9 / 2000e9 = 1.5 ms. Fused with a 100 GB/s link:
+    the link already takes 10 ms for those bytes, so nothing shows. Fused with a slow-HBM device
+    (300 GB/s, 3e9/300e9 = 10 ms) behind a 1000 GB/s link (1 ms): 9 ms shows.
+    """
+    from dataclasses import replace
+
+    from simulator.cluster.spec import CommLibrary, CommProfile
+    from simulator.collectives.cost import Env
+    from test_collectives_helpers import DEVICE
+
+    ideal = switched()
+    assert Env(ideal, None).gamma_s(1e9) == pytest.approx(1.5e-3)
+    nccl = replace(ideal, comm=CommProfile(library=CommLibrary.NCCL))
+    assert Env(nccl, None).gamma_s(1e9) == 0.0
+    slow = replace(nccl, device=replace(DEVICE, hbm_bw_GBps=300),
+                   node=replace(nccl.node, intra_link=Link(kind=LinkKind.NVSWITCH, bw_GBps=1000, latency_us=1.0)))
+    assert Env(slow, None).gamma_s(1e9) == pytest.approx(9e-3)

@@ -17,6 +17,9 @@ from trainplan import cli_common
 COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_cluster",
     "trainplan.cmd_model",
+    "trainplan.cmd_memory",
+    "trainplan.cmd_collective",
+    "trainplan.cmd_calibrate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--op", default="all-reduce", help="all-reduce, reduce-scatter, all-gather, broadcast, reduce, "
                                                      "all-to-all, send-recv (default: all-reduce)")
     p.add_argument("--algorithm", default="auto",
-                   help="an algorithm name, 'auto' (fastest, as NCCL's tuner) or 'all' (default: auto)")
+                   help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
+                        "as NCCL's tuner picks) or 'all' (default: auto)")
     p.add_argument("--ranks", type=int, help="use the first R ranks in placement order (default: all, or --nproc)")
     p.add_argument("--bytes", default="1KB..1GB", help="a size (64MB) or a range of powers of two (1KB..1GB)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
@@ -32,16 +33,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="torch.distributed backend")
     m.add_argument("--nproc", type=int, help="local processes to launch (equals --ranks)")
     m.add_argument("--repeats", type=int, default=10, help="timed calls per size (median reported)")
-    m.add_argument("--warmup", type=int, default=3, help="untimed calls per size before timing")
+    m.add_argument("--warmup", type=int, default=2, help="untimed calls per size before timing")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster, nodes=args.nodes)
     op = Op.parse(args.op)
+    if args.measure and args.nproc:
+        from executor.collective_bench import local_cluster
+
+        cluster = local_cluster(args.nproc, cluster)  # one local process per rank on one node
     ranks = _ranks(args, cluster.world_size)
     sizes = parse_size_range(args.bytes, "bytes")
-    algorithms = _algorithms(args.algorithm, op, cluster, ranks)
+    algorithms = _algorithms(args.algorithm, op, cluster, ranks, allow_native=args.measure)
     if args.measure:
         rows = _measured_rows(args, cluster, op, algorithms, len(ranks), sizes)
     else:
@@ -76,7 +81,31 @@ def _ranks(args: argparse.Namespace, world: int) -> list[int]:
     return list(range(count))
 
 
-def _algorithms(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
+def _algorithms(text: str, op: Op, cluster, ranks: list[int], allow_native: bool = False) -> list[str]:
+    """``all``, ``auto``, one name, or a comma-separated list of names, each checked against the op.
+
+    With ``--measure``, ``native`` names the backend's own collective (``dist.all_reduce`` ...),
+    compared with the simulator's ``auto`` choice.
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise SpecError("algorithm", "give an algorithm name, 'auto' or 'all'")
+    chosen: list[str] = []
+    for name in names:
+        if name == "native":
+            if not allow_native:
+                raise UsageError("--algorithm native (the backend's own collective) needs --measure")
+            found = ["native"]
+        elif name == "auto" and allow_native:
+            raise UsageError("with --measure, name the algorithms to run (e.g. ring,tree,native); "
+                             "'auto' is not an algorithm that can be run")
+        else:
+            found = _one_algorithm(name, op, cluster, ranks)
+        chosen.extend(a for a in found if a not in chosen)
+    return chosen
+
+
+def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
     if name == "all":
         found = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
         if not found:
@@ -95,11 +124,8 @@ def _algorithms(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
 def _measured_rows(args, cluster, op, algorithms, nproc, sizes) -> list[dict]:
     from executor.collective_bench import measure_vs_estimate
 
-    def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     return measure_vs_estimate(cluster, op, algorithms, nproc, sizes, backend=args.backend,
-                               repeats=args.repeats, warmup=args.warmup, progress=progress)
+                               repeats=args.repeats, warmup=args.warmup, progress=True)
 
 
 def format_table(rows: list[dict]) -> str:

@@ -284,6 +284,16 @@ class CommLibrary(Enum):
     MPI = "mpi"
     """An MPI library; a per-call overhead, no protocol switching."""
 
+    @property
+    def fuses_reduction(self) -> bool:
+        """True when reductions run inside the copy kernels while data streams over the link.
+
+        NCCL reduces in its reduce-copy primitives (``src/device/prims_*.h``, ``reduce_kernel.h``):
+        the sum of an incoming chunk is computed as it arrives, so the γ term overlaps the transfer.
+        Gloo and MPI reduce on the host after receiving, so their γ adds to the transfer time.
+        """
+        return self is CommLibrary.NCCL
+
 
 @dataclass(frozen=True, kw_only=True)
 class Protocol:

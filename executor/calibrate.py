@@ -1,0 +1,261 @@
+"""Fit a one-node cluster's link parameters to measured collective times.
+
+Model being fitted: for a group inside one node whose library has no protocol table (gloo), the
+simulator's estimate of a call is linear in four parameters,
+
+    T = c·call_latency_us + h·latency_us + b·(1/bw_GBps) + r·(1/hbm_bw_GBps) + T_fixed,
+
+(per-call overhead, hops × hop latency, bytes on the busiest link / bandwidth, and the reduction
+cost of ``3n / hbm_bw`` per reduced byte count n). The coefficients c, h, b, r of every measured
+(algorithm, size) are read off ``registry.estimate`` itself by finite differences around the base
+cluster, so the fit follows whatever the simulator computes; after the fit the real estimate is
+evaluated again and its error reported. Where the estimate is only piecewise linear (a pipelined
+algorithm picks its chunk count from the parameters), the fit is re-linearised at its result.
+
+Fit: minimise the sum of |relative error| (iteratively reweighted least squares towards the L1
+fit, which tracks the median absolute error reported), with every parameter >= 0, by solving the
+small non-negative problem exactly over all active sets. The bandwidth is always fitted; the
+reduction rate (``device.hbm_bw_GBps``) only when asked, since it also drives the compute model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from simulator.cluster.spec import Cluster
+from simulator.errors import SpecError
+
+PARAMETERS = ("call_latency_us", "latency_us", "inv_bw", "inv_hbm_bw")
+"""Fitted quantities, in order: per-call µs, per-hop µs, 1/(link GB/s), 1/(device memory GB/s)."""
+
+IRLS_ITERATIONS = 40
+"""Reweighting rounds from the least-squares to the least-absolute-relative-error fit."""
+RELINEARISE_ROUNDS = 8
+"""Most linearised fits, each around the previous result (the estimate is piecewise linear)."""
+IRLS_FLOOR = 1e-3
+"""Smallest |relative residual| a weight is computed from (0.1 %), so weights stay finite."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitRow:
+    """One measured point against the fitted cluster's estimate."""
+
+    algorithm: str
+    ranks: int
+    nbytes: int
+    measured_s: float
+    """Median measured time, seconds."""
+    p10_s: float
+    p90_s: float
+    estimate_s: float
+    """The fitted cluster's ``registry.estimate`` time, seconds."""
+
+    @property
+    def error_pct(self) -> float:
+        """(estimate − measured) / measured × 100."""
+        return (self.estimate_s - self.measured_s) / self.measured_s * 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkFit:
+    """Fitted parameters and how well the fitted cluster reproduces the measurements."""
+
+    call_latency_us: float
+    latency_us: float
+    bw_GBps: float
+    hbm_bw_GBps: float
+    fitted: tuple[str, ...]
+    """Which of :data:`PARAMETERS` were fitted (the others kept the base cluster's value)."""
+    rows: tuple[FitRow, ...]
+    relinearised: int
+    """Linearised fits performed (1 when the estimate is exactly linear in the parameters)."""
+
+    @property
+    def median_abs_error_pct(self) -> float:
+        return statistics.median(abs(r.error_pct) for r in self.rows)
+
+    @property
+    def abs_error_spread_pct(self) -> tuple[float, float]:
+        """(smallest, largest) absolute error over the rows, %."""
+        errors = [abs(r.error_pct) for r in self.rows]
+        return min(errors), max(errors)
+
+
+def _default_estimate(cluster: Cluster, ranks: list[int], op, nbytes: int, algorithm: str):
+    from simulator.collectives.registry import estimate
+
+    return estimate(cluster, ranks, op, nbytes, algorithm)
+
+
+def check_calibratable(cluster: Cluster) -> None:
+    """Calibration fits one tier: one node, and a library without NCCL's protocol table."""
+    if cluster.nodes != 1:
+        raise SpecError("cluster", f"calibration fits a one-node cluster; {cluster.name} has {cluster.nodes} nodes")
+    if cluster.comm.protocols:
+        raise SpecError("cluster", f"{cluster.name} uses a protocol table ({cluster.comm.library.value}); "
+                                   "calibrate a cluster without one, such as localhost-cpu")
+
+
+def base_values(cluster: Cluster) -> np.ndarray:
+    link = cluster.node.intra_link
+    return np.array([cluster.comm.call_latency_us, link.latency_us, 1 / (link.bw_GBps * link.efficiency),
+                     1 / cluster.device.hbm_bw_GBps])
+
+
+def with_values(cluster: Cluster, values) -> Cluster:
+    """``cluster`` with the four parameters set (bandwidth as measured: efficiency 1)."""
+    call_us, hop_us, inv_bw, inv_hbm = (float(v) for v in values)
+    link = replace(cluster.node.intra_link, latency_us=hop_us, bw_GBps=1 / inv_bw, efficiency=1.0)
+    return replace(cluster, node=replace(cluster.node, intra_link=link),
+                   comm=replace(cluster.comm, call_latency_us=call_us),
+                   device=replace(cluster.device, hbm_bw_GBps=1 / inv_hbm))
+
+
+def design_matrix(cluster: Cluster, measurements, estimate: Callable) -> tuple[np.ndarray, np.ndarray]:
+    """Per measurement, dT/dθ for each parameter and the estimate at the base values.
+
+    Returns (A, t0): ``A[i, k]`` seconds per unit of parameter k, ``t0[i]`` the base estimate.
+    """
+    theta0 = base_values(cluster)
+    rows, t0 = [], []
+    for m in measurements:
+        ranks = list(range(m.ranks))
+        base = estimate(cluster, ranks, m.op, m.nbytes, m.algorithm).time_s
+        row = []
+        for k in range(len(PARAMETERS)):
+            step = theta0[k] if theta0[k] > 0 else 1.0
+            probe = theta0.copy()
+            probe[k] += step
+            row.append((estimate(with_values(cluster, probe), ranks, m.op, m.nbytes, m.algorithm).time_s - base) / step)
+        rows.append(row)
+        t0.append(base)
+    return np.array(rows), np.array(t0)
+
+
+def solve_relative_l1(A: np.ndarray, target: np.ndarray, scale: np.ndarray,
+                      must_be_positive: list[int]) -> np.ndarray | None:
+    """θ >= 0 minimising Σ|A·θ − target| / scale (IRLS); None if no solution keeps the listed θ_k > 0."""
+    weights = np.ones(len(target))
+    theta = None
+    for _ in range(IRLS_ITERATIONS):
+        w = np.sqrt(weights) / scale
+        theta = _nnls_exhaustive(A * w[:, None], target * w, must_be_positive)
+        if theta is None:
+            return None
+        residual = np.abs(A @ theta - target) / scale
+        weights = 1 / np.maximum(residual, IRLS_FLOOR)
+    return theta
+
+
+def _nnls_exhaustive(A: np.ndarray, b: np.ndarray, must_be_positive: list[int]) -> np.ndarray | None:
+    """Non-negative least squares by trying every active set (fine for a handful of columns)."""
+    n = A.shape[1]
+    best, best_cost = None, np.inf
+    for size in range(1, n + 1):
+        for cols in itertools.combinations(range(n), size):
+            if not set(must_be_positive) <= set(cols):
+                continue
+            sol, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
+            if np.any(sol < 0) or any(sol[cols.index(k)] <= 0 for k in must_be_positive):
+                continue
+            theta = np.zeros(n)
+            theta[list(cols)] = sol
+            cost = float(np.sum((A @ theta - b) ** 2))
+            if cost < best_cost:
+                best, best_cost = theta, cost
+    return best
+
+
+def _linear_fit(at: Cluster, measurements, fitted: list[int], estimate: Callable) -> tuple[np.ndarray, list[int]]:
+    """One linearised fit around the parameters of ``at``; returns θ and the indices fitted."""
+    A, t0 = design_matrix(at, measurements, estimate)
+    theta0 = base_values(at)
+    measured = np.array([m.median_s for m in measurements])
+    while True:
+        fixed = [k for k in range(len(PARAMETERS)) if k not in fitted]
+        offset = t0 - A @ theta0 + A[:, fixed] @ theta0[fixed]
+        sub = solve_relative_l1(A[:, fitted], measured - offset, measured, [fitted.index(2)] +
+                                ([fitted.index(3)] if 3 in fitted else []))
+        if sub is None and 3 in fitted:
+            fitted = [0, 1, 2]  # the reduction rate did not come out positive: keep the base value
+            continue
+        if sub is None:
+            raise SpecError("measurements", "no positive bandwidth fits these times; measure larger sizes")
+        theta = theta0.copy()
+        theta[fitted] = sub
+        return theta, fitted
+
+
+def _rows(cluster: Cluster, measurements, estimate: Callable) -> list[FitRow]:
+    return [FitRow(algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes, measured_s=m.median_s, p10_s=m.p10_s,
+                   p90_s=m.p90_s, estimate_s=estimate(cluster, list(range(m.ranks)), m.op, m.nbytes,
+                                                      m.algorithm).time_s) for m in measurements]
+
+
+def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
+                estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
+    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, median_s).
+
+    ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``. The
+    estimate is only piecewise linear (an algorithm may choose its pipelining depth from the
+    parameters), so the fit is re-linearised at each result, up to :data:`RELINEARISE_ROUNDS`
+    times, keeping the parameters whose *real* estimates have the smallest mean |relative error|.
+    Returns the fitted cluster and the fit report.
+    """
+    check_calibratable(cluster)
+    if not measurements:
+        raise SpecError("measurements", "nothing to fit: measure at least one size")
+    estimate = estimate or _default_estimate
+    fitted = [0, 1, 2, 3] if fit_reduction else [0, 1, 2]
+    at, best = cluster, None
+    for rounds in range(1, RELINEARISE_ROUNDS + 1):
+        theta, fitted = _linear_fit(at, measurements, fitted, estimate)
+        candidate = with_values(cluster, theta)
+        rows = _rows(candidate, measurements, estimate)
+        score = statistics.fmean(abs(r.error_pct) for r in rows)
+        if best is None or score < best[0]:
+            best = (score, theta, candidate, rows, tuple(fitted))
+        if np.allclose(theta, base_values(at), rtol=1e-6, atol=1e-9):
+            break
+        at = candidate
+    _, theta, fitted_cluster, rows, fitted_idx = best
+    fit = LinkFit(call_latency_us=float(theta[0]), latency_us=float(theta[1]), bw_GBps=float(1 / theta[2]),
+                  hbm_bw_GBps=float(1 / theta[3]), fitted=tuple(PARAMETERS[k] for k in fitted_idx),
+                  rows=tuple(rows), relinearised=rounds)
+    return fitted_cluster, fit
+
+
+def calibrate(*, nproc: int, sizes: list[int], algorithms=("ring", "tree"), op=None, backend: str = "gloo",
+              repeats: int = 10, warmup: int = 2, base: Cluster | None = None, fit_reduction: bool = False,
+              progress: bool = False) -> tuple[Cluster, LinkFit]:
+    """Measure ``op`` (default all-reduce) on ``nproc`` local processes and fit ``base`` (localhost-cpu) to it.
+
+    The returned cluster is named ``<base>-calibrated`` and records in ``source`` the date, host,
+    process count, sizes, backend and the fit's median absolute error.
+    """
+    import datetime
+    import platform
+
+    from executor.collective_bench import local_cluster, measure
+    from simulator.collectives.base import Op
+    from simulator.units import format_size
+
+    op = Op.ALL_REDUCE if op is None else op
+    cluster = local_cluster(nproc, base)
+    check_calibratable(cluster)
+    measurements = measure(op, list(algorithms), nproc, sizes, cluster=cluster, backend=backend,
+                           repeats=repeats, warmup=warmup, progress=progress)
+    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction)
+    source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
+              f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
+              f"nproc {nproc}, {op.value} with {', '.join(algorithms)}, sizes {format_size(min(sizes))}.."
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}; fitted "
+              f"{', '.join(fit.fitted)} from the base {cluster.name} (other values as there); median absolute "
+              f"error {fit.median_abs_error_pct:.1f} %")
+    description = f"{cluster.name} fitted by trainplan calibrate to {backend} {op.value} on {nproc} processes"
+    return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit

@@ -1,0 +1,186 @@
+"""Run a function on N local processes joined in one torch.distributed process group.
+
+``run(fn, nproc)`` starts ``nproc`` processes (the ``spawn`` start method, so CUDA is safe), joins
+them with ``init_process_group`` over a free loopback TCP port, calls ``fn(rank, world_size, *args)``
+on each, and returns the per-rank return values in rank order.
+
+Failure handling: each rank reports its result or its traceback on one queue. The parent reads the
+queue itself instead of relying on ``mp.spawn``/``torchrun``, which SIGTERM the survivors as soon as
+one rank dies (see ``/work/shared/reference/torch-cpu.md``): the *first* report of a failure is the
+one raised, as a :class:`LaunchError` naming the rank and carrying its traceback, and only then are
+the survivors (usually blocked in a collective with the dead peer) terminated.
+
+``fn`` and its arguments must be picklable (a module-level function); return values travel back
+pickled, so return plain Python values (floats, lists, dicts), not tensors on a device.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from simulator.errors import SpecError
+
+BACKENDS = ("gloo", "nccl")
+"""Process-group backends the launcher knows: gloo (CPU tensors) and NCCL (CUDA tensors)."""
+
+_POLL_S = 0.05
+"""How often the parent checks for dead processes while waiting for reports, seconds."""
+
+
+class LaunchError(RuntimeError):
+    """A rank raised (or died). ``rank`` is the first rank that reported; ``detail`` its traceback."""
+
+    def __init__(self, rank: int, detail: str):
+        self.rank = rank
+        self.detail = detail
+        last = detail.strip().splitlines()[-1] if detail.strip() else "no detail"
+        super().__init__(f"rank {rank} failed: {last}\n{detail}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchConfig:
+    """How the processes are started and joined."""
+
+    nproc: int
+    """Number of processes (= world size)."""
+    backend: str = "gloo"
+    """torch.distributed backend: ``gloo`` (CPU) or ``nccl`` (one CUDA device per rank)."""
+    timeout_s: float = 300.0
+    """Whole-run limit, seconds: the parent gives up and terminates every rank after it."""
+    pg_timeout_s: float = 60.0
+    """Process-group timeout, seconds: how long a rank waits for an absent peer in a collective."""
+    num_threads: int | None = 1
+    """torch intra-op threads per rank (1: ranks do not oversubscribe the cores; None: torch default)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nproc, int) or self.nproc < 1:
+            raise SpecError("nproc", f"must be a positive integer, got {self.nproc!r}")
+        check_backend(self.backend)
+        if self.timeout_s <= 0 or self.pg_timeout_s <= 0:
+            raise SpecError("timeout_s", "timeouts must be positive seconds")
+
+
+def check_backend(backend: str) -> None:
+    """Raise SpecError for an unknown backend, or NCCL without enough CUDA devices."""
+    if backend not in BACKENDS:
+        raise SpecError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("backend", "nccl needs CUDA GPUs and none is available; use --backend gloo")
+
+
+def device_for(backend: str, rank: int) -> "Any":
+    """The torch device a rank's tensors live on: CPU for gloo, ``cuda:rank`` for NCCL."""
+    import torch
+
+    if backend == "nccl":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(fn: Callable[..., Any], nproc: int, args: tuple = (), *, backend: str = "gloo",
+        timeout_s: float = 300.0, pg_timeout_s: float = 60.0, num_threads: int | None = 1) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``nproc`` processes; return the results in rank order.
+
+    Raises :class:`LaunchError` for the first rank that fails, and ``TimeoutError`` after
+    ``timeout_s``. The process group is created before ``fn`` and destroyed after it.
+    """
+    config = LaunchConfig(nproc=nproc, backend=backend, timeout_s=timeout_s, pg_timeout_s=pg_timeout_s,
+                          num_threads=num_threads)
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    reports = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(rank, config, port, fn, args, reports), daemon=True)
+             for rank in range(nproc)]
+    for proc in procs:
+        proc.start()
+    finished = False
+    try:
+        results = _collect(procs, reports, config)
+        finished = True
+        return results
+    finally:
+        _stop(procs, graceful=finished)
+        reports.close()
+
+
+def _collect(procs: list, reports, config: LaunchConfig) -> list[Any]:
+    import time
+
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + config.timeout_s
+    while len(results) < len(procs):
+        try:
+            kind, rank, payload = reports.get(timeout=_POLL_S)
+        except queue.Empty:
+            _check_alive(procs, results)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"distributed run did not finish within {config.timeout_s:g} s")
+            continue
+        if kind == "error":
+            raise LaunchError(rank, payload)
+        results[rank] = payload
+    return [results[r] for r in range(len(procs))]
+
+
+def _check_alive(procs: list, results: dict) -> None:
+    """A rank that exited non-zero without a report (killed, segfault) is a failure too."""
+    for rank, proc in enumerate(procs):
+        if rank not in results and proc.exitcode not in (None, 0):
+            raise LaunchError(rank, f"process exited with code {proc.exitcode} before reporting")
+
+
+def _stop(procs: list, graceful: bool) -> None:
+    """Join the ranks; after a failure, terminate survivors at once (they may wait on a dead peer)."""
+    for proc in procs:
+        if graceful:
+            proc.join(timeout=10.0)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=5.0)
+
+
+def _worker(rank: int, config: LaunchConfig, port: int, fn: Callable, args: tuple, reports) -> None:
+    """Body of one rank: join the group, run ``fn``, report its result or traceback."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        if config.backend == "nccl":
+            torch.cuda.set_device(device_for("nccl", rank))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(config.nproc), LOCAL_RANK=str(rank))
+        dist.init_process_group(config.backend, rank=rank, world_size=config.nproc,
+                                timeout=timedelta(seconds=config.pg_timeout_s))
+        result = fn(rank, config.nproc, *args)
+        reports.put(("ok", rank, result))
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent, then this rank exits
+        reports.put(("error", rank, traceback.format_exc()))
+        reports.close()
+        reports.join_thread()  # flush the report before the group closes and peers fail in turn
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - the group may be broken by a dead peer; nothing to clean
+                pass

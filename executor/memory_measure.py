@@ -1,0 +1,242 @@
+"""Measure the model-state memory torch really holds per rank under DDP, ZeRO-1 and FSDP2 (gloo, CPU, fp32).
+
+What is counted: tensor *storage* bytes (``untyped_storage().nbytes()``), each storage once (keyed by its
+``data_ptr``), so views — DDP gradients that are views into bucket buffers, FSDP2 unsharded parameters
+that are views into the padded all-gather output — are never double-counted, and padding that torch
+allocates on purpose is counted. DTensors are counted by their local shard (``.to_local()``); the DTensor's
+own ``untyped_storage()`` reports the global size. Not counted: process RSS, allocator caches, activations.
+
+Per rank, after one forward / backward / ``optimizer.step()`` on random tokens (``zero_grad`` not called):
+
+- ``params_bytes``: parameters (local shards under FSDP2).
+- ``grads_bytes``: the ``.grad`` tensors (local shards under FSDP2).
+- ``optimizer_bytes``: Adam's ``exp_avg`` and ``exp_avg_sq`` tensors this rank holds.
+- ``optimizer_step_bytes``: Adam's per-parameter ``step`` counters (0-d fp32 tensors, 4 bytes each).
+- ``optimizer_state_tensors``: how many parameter tensors this rank keeps Adam state for.
+- ``grad_buckets_bytes``: DDP bucket buffers not aliased by any ``.grad`` (recorded by a comm hook that
+  forwards to the stock all-reduce hook): with ``gradient_as_bucket_view=False`` (DDP's default) the
+  buckets are a second full copy of the gradients; with ``True`` the grads are views into them (0 extra).
+- ``params_bytes_after_forward``: parameter storages alive right after the forward (before backward):
+  the persistent (sharded) parameters plus any unsharded copies FSDP2 keeps for backward.
+
+Modes: ``ddp`` (DDP + AdamW: ZeRO 0), ``zero1`` (DDP + ``ZeroRedundancyOptimizer(AdamW)``: ZeRO 1),
+``fsdp2-noreshard`` / ``fsdp2-reshard`` (``fully_shard`` on every block and on the root with
+``reshard_after_forward=False`` / ``True``). See docs/memory_measured.md for what these hold and how they
+map to ZeRO stages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from executor.model import build_gpt
+from simulator.errors import SpecError
+from simulator.workload.transformer import TransformerSpec
+
+MODES = ("ddp", "zero1", "fsdp2-noreshard", "fsdp2-reshard")
+"""Wrappings :func:`measure_model_states` knows."""
+
+LR = 1e-3
+"""AdamW learning rate of the one step (any value: it does not change memory)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Job:
+    spec: TransformerSpec
+    modes: tuple[str, ...]
+    batch: int
+    seq: int
+    seed: int
+    gradient_as_bucket_view: bool
+    port: int
+    out_dir: str
+
+
+def _storage_bytes(tensors: Iterable[torch.Tensor], seen: dict[int, int] | None = None) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (local shards of DTensors); updates ``seen``."""
+    seen = {} if seen is None else seen
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr == 0 or ptr in seen:
+            continue
+        seen[ptr] = storage.nbytes()
+        total += storage.nbytes()
+    return total
+
+
+def _wrap(model: torch.nn.Module, mode: str, nproc: int, job: _Job, bucket_storages: dict[int, int]):
+    """Wrap ``model`` for ``mode``; returns (module to call, optimizer, Adam state dict)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if mode in ("ddp", "zero1"):
+        ddp = DDP(model, gradient_as_bucket_view=job.gradient_as_bucket_view)
+
+        def recording_hook(state, bucket):
+            buf = bucket.buffer()
+            bucket_storages[buf.untyped_storage().data_ptr()] = buf.untyped_storage().nbytes()
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(dist.group.WORLD, recording_hook)
+        if mode == "ddp":
+            opt = torch.optim.AdamW(ddp.parameters(), lr=LR)
+            return ddp, opt, lambda: opt.state
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=LR)
+        return ddp, opt, lambda: opt.optim.state
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (nproc,))
+    reshard = mode == "fsdp2-reshard"
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    return model, opt, lambda: opt.state
+
+
+def _measure_one(mode: str, rank: int, nproc: int, job: _Job) -> dict:
+    model = build_gpt(job.spec, seed=job.seed)
+    bucket_storages: dict[int, int] = {}
+    module, opt, adam_state = _wrap(model, mode, nproc, job, bucket_storages)
+    persistent = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    g = torch.Generator().manual_seed(job.seed + 1 + rank)
+    tokens = torch.randint(0, job.spec.vocab, (job.batch, job.seq + 1), generator=g)
+    loss = module(tokens[:, :-1], tokens[:, 1:])
+    seen: dict[int, int] = {}
+    after_forward = _storage_bytes(persistent, seen) + _storage_bytes(model.parameters(), seen)
+    loss.backward()
+    opt.step()
+    params = list(model.parameters())
+    grad_seen: dict[int, int] = {}
+    grads_bytes = _storage_bytes((p.grad for p in params), grad_seen)
+    state = adam_state()
+    moments = [s[k] for s in state.values() for k in ("exp_avg", "exp_avg_sq")]
+    steps = [s["step"] for s in state.values() if torch.is_tensor(s.get("step"))]
+    extra_buckets = sum(n for ptr, n in bucket_storages.items() if ptr not in grad_seen)
+    result = {
+        "rank": rank, "mode": mode,
+        "params_bytes": _storage_bytes(params),
+        "grads_bytes": grads_bytes,
+        "optimizer_bytes": _storage_bytes(moments),
+        "optimizer_step_bytes": _storage_bytes(steps),
+        "optimizer_state_tensors": len(state),
+        "grad_buckets_bytes": extra_buckets,
+        "params_bytes_after_forward": after_forward,
+        "loss": float(loss.detach()),
+    }
+    del module, opt, model, persistent, state, moments, steps, params
+    dist.barrier()
+    return result
+
+
+def _worker(rank: int, nproc: int, job: _Job) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job.port}", rank=rank, world_size=nproc)
+    try:
+        results = {mode: _measure_one(mode, rank, nproc, job) for mode in job.modes}
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(job.out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _check_args(spec: TransformerSpec, nproc: int, modes: Iterable[str], batch: int, seq: int | None) -> int:
+    if not isinstance(spec, TransformerSpec):
+        raise SpecError("spec", f"must be a TransformerSpec, got {type(spec).__name__}")
+    if not isinstance(nproc, int) or nproc < 1:
+        raise SpecError("nproc", f"must be a positive integer, got {nproc!r}")
+    for mode in modes:
+        if mode not in MODES:
+            raise SpecError("mode", f"unknown {mode!r}; known: {', '.join(MODES)}")
+    if not isinstance(batch, int) or batch < 1:
+        raise SpecError("batch", f"must be a positive integer, got {batch!r}")
+    seq = spec.seq_len if seq is None else seq
+    if not isinstance(seq, int) or seq < 1 or seq > spec.positions:
+        raise SpecError("seq", f"must be an integer in 1..{spec.positions}, got {seq!r}")
+    return seq
+
+
+def measure_modes(spec: TransformerSpec, *, nproc: int, modes: Iterable[str] = MODES, batch: int = 2,
+                  seq: int | None = None, seed: int = 0,
+                  gradient_as_bucket_view: bool = False) -> dict[str, list[dict]]:
+    """Run every mode in ``modes`` in one set of ``nproc`` gloo processes; ``{mode: [per-rank dict]}``.
+
+    One launch for several modes saves the process start-up (seconds each on a small CPU machine).
+    """
+    modes = tuple(modes)
+    seq = _check_args(spec, nproc, modes, batch, seq)
+    with tempfile.TemporaryDirectory(prefix="memmeasure-") as out_dir:
+        job = _Job(spec=spec, modes=modes, batch=batch, seq=seq, seed=seed,
+                   gradient_as_bucket_view=gradient_as_bucket_view, port=_free_port(), out_dir=out_dir)
+        mp.spawn(_worker, args=(nproc, job), nprocs=nproc, join=True)
+        per_rank = []
+        for rank in range(nproc):
+            with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+                per_rank.append(json.load(f))
+    return {mode: [per_rank[r][mode] for r in range(nproc)] for mode in modes}
+
+
+def measure_model_states(spec: TransformerSpec, *, nproc: int, mode: str, batch: int = 2,
+                         seq: int | None = None, seed: int = 0,
+                         gradient_as_bucket_view: bool = False) -> list[dict]:
+    """Per-rank model-state bytes for one ``mode`` (see the module docstring for the fields)."""
+    return measure_modes(spec, nproc=nproc, modes=(mode,), batch=batch, seq=seq, seed=seed,
+                         gradient_as_bucket_view=gradient_as_bucket_view)[mode]
+
+
+
+def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None = None, seed: int = 0) -> dict:
+    """Bytes autograd saves for backward in one transformer block (fp32, one process, no dropout).
+
+    Runs ``build_gpt(spec).layers[0]`` on a random ``(batch, seq, h)`` input that requires grad and
+    counts, through ``torch.autograd.graph.saved_tensors_hooks``, the distinct storages saved that are
+    not parameters. Returns ``{"saved_bytes", "saved_tensors", "by_shape"}`` (``by_shape``: bytes per
+    saved-storage shape, to say which tensor is which). Compare with Korthikanti et al. 2022's
+    ``s·b·h·(34 + 5·a·s/h)`` in docs/memory_measured.md.
+    """
+    seq = spec.seq_len if seq is None else seq
+    for name, value in (("batch", batch), ("seq", seq)):
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(name, f"must be a positive integer, got {value!r}")
+    block = build_gpt(spec, seed=seed).layers[0]
+    param_ptrs = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    seen: dict[int, int] = {}
+    by_shape: dict[str, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs and ptr not in seen:
+            seen[ptr] = t.untyped_storage().nbytes()
+            key = "x".join(map(str, t.shape))
+            by_shape[key] = by_shape.get(key, 0) + seen[ptr]
+        return t
+
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, seq, spec.hidden, generator=g, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen), "by_shape": by_shape}

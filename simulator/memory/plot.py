@@ -1,0 +1,65 @@
+"""Stacked bars of the per-rank breakdown for ZeRO stages 0-3 side by side (the picture of the
+ZeRO paper's Figure 1), with the device memory as a line. matplotlib is imported on call only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from simulator.errors import SpecError
+from simulator.memory.report import GB, MemoryReport, memory_report
+from simulator.memory.strategy import Offload, ZeroStage
+
+PARTS = (("params_bytes", "parameters"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer states"),
+         ("activations_bytes", "activations"), ("buffers_bytes", "buffers"), ("overhead_bytes", "overhead"))
+"""Bar segments, bottom to top: (StageMemory attribute, legend label)."""
+
+
+def zero_sweep(model, cluster, strategy) -> list[tuple[ZeroStage, MemoryReport]]:
+    """Reports for ZeRO 0-3 with everything else as in ``strategy``; an offload a stage cannot do
+    (optimizer offload under ZeRO 0, parameter/NVMe offload below ZeRO 3) is dropped for that bar."""
+    out = []
+    for zero in ZeroStage:
+        offload = strategy.offload
+        if (offload is Offload.OPTIMIZER and zero is ZeroStage.ZERO0) or \
+                (offload in (Offload.PARAMS, Offload.NVME) and zero is not ZeroStage.ZERO3):
+            offload = Offload.NONE
+        out.append((zero, memory_report(model, cluster, replace(strategy, zero=zero, offload=offload))))
+    return out
+
+
+def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
+    """Write the ZeRO 0-3 stacked-bar chart of the most loaded rank to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise SpecError("plot", f"write a .png file, got {str(path)!r}")
+    sweep = zero_sweep(model, cluster, strategy)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = [f"ZeRO-{int(z)}" + ("" if r.strategy.offload is Offload.NONE else f"\n+{r.strategy.offload.value}")
+              for z, r in sweep]
+    bottoms = [0.0] * len(sweep)
+    for attr, label in PARTS:
+        heights = [getattr(r.worst, attr) / GB for _, r in sweep]
+        ax.bar(labels, heights, bottom=bottoms, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for x, (_, r) in enumerate(sweep):
+        ax.text(x, bottoms[x], f"{r.worst.total_bytes / GB:.1f}", ha="center", va="bottom", fontsize=8)
+    memory = sweep[0][1].device_memory_bytes / GB
+    ax.axhline(memory, color="black", linestyle="--", linewidth=1)
+    ax.text(-0.4, memory, f"{sweep[0][1].device_name} {memory:.0f} GB", ha="left", va="bottom",
+            fontsize=8)
+    s = strategy
+    ax.set_title(f"{sweep[0][1].model_name}: per-rank memory, dp={s.dp} tp={s.tp} pp={s.pp}, "
+                 f"mbs={s.mbs} seq={s.seq}, recompute={s.recompute.value}", fontsize=9)
+    ax.set_ylabel("GB per GPU (most loaded rank)")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,244 @@
+"""The per-rank memory breakdown of a training layout, per pipeline stage, with a fits verdict.
+
+``memory_report(model, cluster, strategy)`` puts together, for one rank of each pipeline stage
+(tensor-parallel rank 0, the most loaded data-parallel rank): model states
+(:mod:`~simulator.memory.states`), their placement under offload (:mod:`~simulator.memory.offload`),
+activations (:mod:`~simulator.memory.activations`), temporary buffers and the framework-overhead
+allowance (:mod:`~simulator.memory.buffers`). The most loaded stage decides the verdict: it fits
+when its GPU total is within the device memory and, per node, the host bytes (times
+:data:`~simulator.memory.offload.HOST_BUFFER_FACTOR`) and NVMe bytes are within the node's capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from simulator.cluster.spec import Cluster
+from simulator.errors import SpecError
+from simulator.memory.activations import StageActivations, stage_activations
+from simulator.memory.buffers import BufferBytes, buffer_bytes, overhead_bytes
+from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
+from simulator.memory.shapes import (check_tp, embedding_shapes, head_shapes, layer_param_shapes, numel,
+                                     stage_layers, stage_param_shapes)
+from simulator.memory.states import model_state_bytes, partition_numels
+from simulator.memory.strategy import MemoryStrategy, Offload
+from simulator.workload.layers import ParamCountModel
+from simulator.workload.transformer import TransformerSpec
+
+GB = 1e9
+"""Decimal gigabyte: reports use the datasheet unit (80 GB A100) and the ZeRO paper's (120 GB)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageMemory:
+    """Bytes one rank of a pipeline stage holds at its peak, by kind and location."""
+
+    stage: int
+    blocks: int
+    """Transformer blocks on this stage."""
+    placed: PlacedStates
+    """Model states by location (GPU, host, NVMe)."""
+    activations: StageActivations | None
+    """None for a bare parameter count (no shapes to size activations from)."""
+    buffers: BufferBytes
+    overhead_bytes: float
+
+    @property
+    def params_bytes(self) -> float:
+        return float(self.placed.gpu.params_bytes)
+
+    @property
+    def grads_bytes(self) -> float:
+        return float(self.placed.gpu.grads_bytes)
+
+    @property
+    def optimizer_bytes(self) -> float:
+        return float(self.placed.gpu.optimizer_bytes)
+
+    @property
+    def activations_bytes(self) -> float:
+        return self.activations.gpu_bytes if self.activations else 0.0
+
+    @property
+    def buffers_bytes(self) -> float:
+        return self.buffers.total_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        """GPU bytes: model states on the GPU + activations + buffers + overhead."""
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.overhead_bytes)
+
+    @property
+    def host_activation_bytes(self) -> float:
+        return self.activations.host_checkpoint_bytes if self.activations else 0.0
+
+    @property
+    def host_bytes(self) -> float:
+        """Host-memory bytes of this rank (offloaded states, swap buffers, activation checkpoints)."""
+        return self.placed.host_bytes + self.host_activation_bytes
+
+    @property
+    def nvme_bytes(self) -> float:
+        return self.placed.nvme_bytes
+
+    def to_dict(self) -> dict:
+        act = self.activations
+        return {
+            "stage": self.stage, "blocks": self.blocks,
+            "params_bytes": self.params_bytes, "grads_bytes": self.grads_bytes,
+            "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+            "buffers_bytes": self.buffers_bytes, "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes, "host_bytes": self.host_bytes, "nvme_bytes": self.nvme_bytes,
+            "activations": None if act is None else {
+                "blocks_bytes": act.blocks_bytes, "recompute_working_bytes": act.recompute_working_bytes,
+                "embedding_bytes": act.embedding_bytes, "head_bytes": act.head_bytes,
+                "attention_scores_bytes": act.scores_bytes, "micro_batches_in_flight": act.micro_batches_in_flight},
+            "buffers": {"grad_buckets_bytes": self.buffers.grad_buckets_bytes,
+                        "gathered_params_bytes": self.buffers.gathered_params_bytes},
+            "host": {"params_bytes": self.placed.host_params_bytes, "grads_bytes": self.placed.host_grads_bytes,
+                     "optimizer_bytes": self.placed.host_optimizer_bytes,
+                     "swap_buffers_bytes": self.placed.host_swap_buffers_bytes,
+                     "activation_checkpoints_bytes": self.host_activation_bytes},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryReport:
+    """Per-stage breakdowns, the most loaded rank, and the verdict against the cluster."""
+
+    model_name: str
+    strategy: MemoryStrategy
+    device_name: str
+    device_memory_bytes: int
+    ranks_per_node: int
+    host_capacity_bytes: int | None
+    nvme_capacity_bytes: int | None
+    stages: tuple[StageMemory, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def worst(self) -> StageMemory:
+        """The most loaded rank (largest GPU total; the earliest stage on a tie)."""
+        return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
+
+    @property
+    def host_node_bytes(self) -> float:
+        """Host bytes one node needs: its ranks × the most host-loaded rank, states × the allowance."""
+        rank = max(self.stages, key=lambda s: s.host_bytes)
+        return self.ranks_per_node * (rank.placed.host_bytes * HOST_BUFFER_FACTOR + rank.host_activation_bytes)
+
+    @property
+    def nvme_node_bytes(self) -> float:
+        return self.ranks_per_node * max(s.nvme_bytes for s in self.stages)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why it does not fit (empty when it fits)."""
+        out = []
+        w = self.worst
+        if w.total_bytes > self.device_memory_bytes:
+            out.append(f"GPU: stage {w.stage} needs {w.total_bytes / GB:.1f} GB of "
+                       f"{self.device_memory_bytes / GB:.1f} GB")
+        if self.host_node_bytes > 0 and self.host_capacity_bytes is not None \
+                and self.host_node_bytes > self.host_capacity_bytes:
+            out.append(f"host: a node needs {self.host_node_bytes / GB:.1f} GB of "
+                       f"{self.host_capacity_bytes / GB:.1f} GB RAM")
+        if self.nvme_node_bytes > 0 and self.nvme_node_bytes > (self.nvme_capacity_bytes or 0):
+            out.append(f"NVMe: a node needs {self.nvme_node_bytes / GB:.1f} GB of "
+                       f"{(self.nvme_capacity_bytes or 0) / GB:.1f} GB")
+        return tuple(out)
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict:
+        """The ``--json`` object: the most loaded rank's fields at the top level, then the rest."""
+        s = self.strategy
+        top = {k: v for k, v in self.worst.to_dict().items() if k.endswith("_bytes")}
+        return top | {
+            "fits": self.fits, "reasons": list(self.reasons), "most_loaded_stage": self.worst.stage,
+            "device": self.device_name, "device_memory_bytes": self.device_memory_bytes,
+            "host_node_bytes": self.host_node_bytes, "host_capacity_bytes": self.host_capacity_bytes,
+            "nvme_node_bytes": self.nvme_node_bytes, "nvme_capacity_bytes": self.nvme_capacity_bytes,
+            "ranks_per_node": self.ranks_per_node, "model": self.model_name,
+            "strategy": {"dp": s.dp, "tp": s.tp, "pp": s.pp, "zero": int(s.zero), "offload": s.offload.value,
+                         "offload_activations": s.offload_activations, "mbs": s.mbs, "seq": s.seq,
+                         "recompute": s.recompute.value, "sp": s.sp, "schedule": s.schedule.value,
+                         "microbatches": s.microbatches, "virtual_stages": s.virtual_stages,
+                         "partitioning": s.partitioning.value},
+            "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes),
+        }
+
+
+def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp: int) -> int:
+    """Elements of the largest unit ZeRO-3 gathers at once on this stage (block, embedding or head)."""
+    units = [sum(numel(d) for _, d in layer_param_shapes(spec, i, tp)) for i in blocks[:1]]
+    if stage == 0:
+        units.append(sum(numel(d) for _, d in embedding_shapes(spec, tp)))
+    if stage == pp - 1:
+        units.append(sum(numel(d) for _, d in head_shapes(spec, tp, separate_stage=pp > 1)))
+    return max(units)
+
+
+def _stage(model, strategy: MemoryStrategy, stage: int) -> StageMemory:
+    s = strategy
+    dtype = model.dtype
+    if isinstance(model, TransformerSpec):
+        shapes = stage_param_shapes(model, tp=s.tp, pp=s.pp, stage=stage)
+        blocks = stage_layers(model.layers, s.pp)[stage]
+        largest = _largest_block(model, s.tp, blocks, stage, s.pp)
+        acts = stage_activations(model, s, stage)
+    else:
+        shapes = [("params", (ceil(model.params / (s.tp * s.pp)),))]
+        blocks, largest, acts = range(0), 0, None
+    states = model_state_bytes(shapes, dp=s.dp, zero=s.zero, dtype=dtype, partitioning=s.partitioning)
+    partition = max(partition_numels(shapes, s.dp, s.partitioning))
+    placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
+                          param_bytes=dtype.param_bytes)
+    local = sum(numel(d) for _, d in shapes)
+    buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype)
+    act_gpu = acts.gpu_bytes if acts else 0.0
+    return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
+                       overhead_bytes=overhead_bytes(activations_bytes=act_gpu, buffers_bytes=buffers.total_bytes))
+
+
+def _notes(model, stages: list[StageMemory], strategy: MemoryStrategy) -> tuple[str, ...]:
+    notes = []
+    if not isinstance(model, TransformerSpec):
+        notes.append("a bare parameter count: activations and ZeRO-3 gathered blocks are not modelled; "
+                     "give --model for them")
+        return tuple(notes)
+    scores = max(st.activations.scores_bytes for st in stages)
+    if scores > 0.25 * max(st.activations_bytes for st in stages):
+        notes.append(f"attention scores (s x s per head) are {scores / GB:.1f} GB of activations; FlashAttention "
+                     "or --recompute selective does not keep them")
+    if strategy.pp > 1 and model.layers % strategy.pp:
+        notes.append(f"{model.layers} layers over {strategy.pp} stages: stages 1.. get the extra layers")
+    return tuple(notes)
+
+
+def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster, strategy: MemoryStrategy) -> MemoryReport:
+    """Per-rank memory of ``model`` trained with ``strategy`` on ``cluster`` (see module docstring)."""
+    if strategy.world_size > cluster.world_size:
+        raise SpecError("gpus", f"the layout needs {strategy.world_size} GPUs; cluster {cluster.name} has "
+                        f"{cluster.world_size} (give more nodes)")
+    host = cluster.node.host
+    if host is None and (strategy.offload is not Offload.NONE or strategy.offload_activations):
+        raise SpecError("host", f"cluster {cluster.name} has no host section; offload needs host.cpu_memory_GB "
+                        "(and host.nvme_GB for nvme), see docs/clusters.md")
+    if isinstance(model, TransformerSpec):
+        check_tp(model, strategy.tp)
+        stage_layers(model.layers, strategy.pp)
+    elif not isinstance(model, ParamCountModel):
+        raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
+    stages = [_stage(model, strategy, k) for k in range(strategy.pp)]
+    return MemoryReport(
+        model_name=model.name, strategy=strategy, device_name=cluster.device.name,
+        device_memory_bytes=cluster.device.memory_bytes,
+        ranks_per_node=min(strategy.world_size, cluster.node.gpus_per_node),
+        host_capacity_bytes=host.cpu_memory_bytes if host else None,
+        nvme_capacity_bytes=host.nvme_bytes if host else None,
+        stages=tuple(stages), notes=_notes(model, stages, strategy))

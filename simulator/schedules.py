@@ -1,0 +1,357 @@
+"""Pipeline schedules as data: per-rank ordered lists of (stage, kind, micro-batch) actions.
+
+A :class:`PipelineSchedule` is what both the simulator and the executor run, so they cannot
+disagree on what a schedule is. Stages are *global* (virtual) stage indices ``0 .. p·v − 1`` in
+model order; stage ``s`` lives on pipeline rank ``s mod p`` (Megatron-LM's and torch's looped
+placement of interleaved chunks). An action prints as ``{stage}{kind}{microbatch}``, e.g. ``2F0``,
+the compact form of PyTorch's ``torch.distributed.pipelining`` ``_Action``; :func:`to_csv` writes
+one row per rank in the text format its ``PipelineScheduleMulti._load_csv`` reads (compute-only).
+
+Generators (pure functions of p, m, v):
+- :func:`gpipe` (Huang et al. 2019): all forwards, then all backwards; holds m micro-batches.
+- :func:`one_f_one_b` (PipeDream-Flush, Narayanan et al. 2021): p − r − 1 warm-up forwards on
+  rank r, then alternate one forward and one backward; at most p micro-batches in flight.
+- :func:`interleaved_1f1b` (Narayanan et al. SC'21 §2.2): v model chunks per rank, bubble
+  (p − 1)/v of the non-interleaved one; Megatron-LM's original constraint m mod p = 0 applies.
+All three have bubble (p − 1)/(m + p − 1) of the step (1/v of it interleaved) when the stage times
+are equal and p2p is free; :func:`dry_run` measures it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.errors import SpecError
+
+
+class ActionKind(Enum):
+    """What one pipeline action computes (letters as in torch's ``_ComputationType``)."""
+
+    F = "F"
+    """Forward of one micro-batch through one stage."""
+    B = "B"
+    """Full backward of one micro-batch through one stage (input and weight gradients)."""
+    I = "I"  # noqa: E741 - torch's letter for the input-gradient half of a split backward
+    """Input-gradient half of a split backward (zero-bubble schedules); unblocks the stage before."""
+    W = "W"
+    """Weight-gradient half of a split backward; needs this stage's ``I`` of the same micro-batch."""
+
+
+class ScheduleKind(Enum):
+    """Pipeline schedule families."""
+
+    GPIPE = "gpipe"
+    """All m forwards, then all m backwards (Huang et al. 2019); m micro-batches in flight."""
+    ONE_F_ONE_B = "1f1b"
+    """Warm-up forwards, then one forward one backward (PipeDream-Flush, Narayanan et al. 2021)."""
+    INTERLEAVED = "interleaved"
+    """1F1B over v model chunks per rank (Megatron-LM, Narayanan et al. SC'21); bubble ÷ v."""
+
+    @classmethod
+    def parse(cls, text: str) -> "ScheduleKind":
+        for kind in cls:
+            if text.lower() in (kind.value, kind.name.lower()):
+                return kind
+        raise SpecError("schedule", f"unknown schedule {text!r}; known: {', '.join(k.value for k in cls)}")
+
+
+_ACTION_RE = re.compile(r"^\s*(\d+)([FBIW])(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One compute action: ``kind`` of micro-batch ``microbatch`` through global stage ``stage``."""
+
+    stage: int
+    kind: ActionKind
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """Read ``2F0`` / ``1B3`` / ``0W7`` (torch's compact form) back into an :class:`Action`."""
+        match = _ACTION_RE.match(text)
+        if not match:
+            raise SpecError("schedule", f"cannot read action {text!r}; write STAGE KIND MICROBATCH like 2F0 "
+                            "(kinds F, B, I, W)")
+        return cls(int(match.group(1)), ActionKind(match.group(2)), int(match.group(3)))
+
+
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """Per-rank ordered action lists of one pipeline (p ranks, m micro-batches, v stages per rank)."""
+
+    ranks: tuple[tuple[Action, ...], ...]
+    """``ranks[r]`` is rank r's actions, in the order it runs them."""
+    p: int
+    m: int
+    v: int = 1
+    kind: ScheduleKind | None = None
+    """The generator that made it; None for a schedule read from a file."""
+
+    @property
+    def n_stages(self) -> int:
+        return self.p * self.v
+
+    def rank_of(self, stage: int) -> int:
+        """Pipeline rank that holds global stage ``stage`` (looped placement, ``stage mod p``)."""
+        return stage % self.p
+
+    def __str__(self) -> str:
+        return "\n".join(f"rank {r}: " + " ".join(map(str, acts)) for r, acts in enumerate(self.ranks))
+
+
+def _check_pm(p: int, m: int) -> None:
+    if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+        raise SpecError("pp", f"must be a positive integer, got {p!r}")
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise SpecError("micro_batches", f"must be a positive integer, got {m!r}")
+
+
+def gpipe(p: int, m: int) -> PipelineSchedule:
+    """GPipe: on every rank, forwards of micro-batches 0..m−1, then their backwards in the same order."""
+    _check_pm(p, m)
+    ranks = tuple(tuple([Action(r, ActionKind.F, j) for j in range(m)] + [Action(r, ActionKind.B, j) for j in range(m)])
+                  for r in range(p))
+    return PipelineSchedule(ranks, p, m, 1, ScheduleKind.GPIPE)
+
+
+def one_f_one_b(p: int, m: int) -> PipelineSchedule:
+    """1F1B: rank r runs min(p − r − 1, m) warm-up forwards, then F/B pairs, then the remaining backwards."""
+    _check_pm(p, m)
+    ranks = []
+    for r in range(p):
+        warmup = min(p - r - 1, m)
+        acts = [Action(r, ActionKind.F, j) for j in range(warmup)]
+        for i in range(m - warmup):
+            acts += [Action(r, ActionKind.F, warmup + i), Action(r, ActionKind.B, i)]
+        acts += [Action(r, ActionKind.B, j) for j in range(m - warmup, m)]
+        ranks.append(tuple(acts))
+    return PipelineSchedule(tuple(ranks), p, m, 1, ScheduleKind.ONE_F_ONE_B)
+
+
+def interleaved_1f1b(p: int, m: int, v: int) -> PipelineSchedule:
+    """Megatron-LM's interleaved 1F1B with ``v`` chunks per rank (Narayanan et al. SC'21 §2.2).
+
+    Rank r holds stages r, r + p, …, r + (v−1)·p. Its k-th forward (of m·v) runs chunk
+    ``(k div p) mod v`` on micro-batch ``(k div p·v)·p + k mod p`` — groups of p micro-batches
+    per chunk; backwards walk the chunks in reverse. Warm-up: ``2·(p − r − 1) + (v − 1)·p``
+    forwards (capped at m·v), then one forward one backward, then the remaining backwards.
+    Constraint (Megatron-LM's original one): m must be a multiple of p when v > 1.
+    """
+    _check_pm(p, m)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise SpecError("virtual_stages", f"must be a positive integer, got {v!r}")
+    if v == 1:
+        sched = one_f_one_b(p, m)
+        return PipelineSchedule(sched.ranks, p, m, 1, ScheduleKind.INTERLEAVED)
+    if m % p:
+        lo, hi = (m // p) * p, (m // p + 1) * p
+        fix = f"{lo} or {hi}" if lo else f"{hi}"
+        raise SpecError("micro_batches", f"interleaved schedule needs micro-batches a multiple of pp={p}, "
+                        f"got {m}; use {fix}")
+    total = m * v
+
+    def mb(k: int) -> int:
+        return (k // (p * v)) * p + k % p
+
+    ranks = []
+    for r in range(p):
+        def fwd(k: int) -> Action:
+            return Action(((k // p) % v) * p + r, ActionKind.F, mb(k))
+
+        def bwd(k: int) -> Action:
+            return Action((v - 1 - (k // p) % v) * p + r, ActionKind.B, mb(k))
+
+        warmup = min(2 * (p - r - 1) + (v - 1) * p, total)
+        acts = [fwd(k) for k in range(warmup)]
+        for i in range(total - warmup):
+            acts += [fwd(warmup + i), bwd(i)]
+        acts += [bwd(k) for k in range(total - warmup, total)]
+        ranks.append(tuple(acts))
+    return PipelineSchedule(tuple(ranks), p, m, v, ScheduleKind.INTERLEAVED)
+
+
+def make_schedule(kind: ScheduleKind, p: int, m: int, v: int = 1) -> PipelineSchedule:
+    """The generator for ``kind``; GPipe and 1F1B take no ``v``."""
+    if kind is ScheduleKind.GPIPE:
+        return gpipe(p, m)
+    if kind is ScheduleKind.ONE_F_ONE_B:
+        return one_f_one_b(p, m)
+    return interleaved_1f1b(p, m, v)
+
+
+def max_in_flight(schedule: PipelineSchedule, rank: int) -> int:
+    """Most (stage, micro-batch) activation sets rank ``rank`` holds at once, walking its actions.
+
+    A forward adds one; a full backward (or the weight half ``W`` of a split one) frees it. GPipe
+    holds m; 1F1B holds at most p on rank 0 (p − r on rank r). With v chunks each set is 1/v of
+    the rank's layers.
+    """
+    held = peak = 0
+    for act in schedule.ranks[rank]:
+        if act.kind is ActionKind.F:
+            held += 1
+            peak = max(peak, held)
+        elif act.kind in (ActionKind.B, ActionKind.W):
+            held -= 1
+    return peak
+
+
+def to_csv(schedule: PipelineSchedule) -> str:
+    """One line per rank, actions comma-separated (``0F0,0F1,0B0``): torch's compute-only CSV."""
+    return "".join(",".join(map(str, acts)) + "\r\n" for acts in schedule.ranks)
+
+
+def from_csv(text: str, kind: ScheduleKind | None = None) -> PipelineSchedule:
+    """Read :func:`to_csv`'s format (or a torch ``_dump_csv`` compute-only file; empty cells are idle).
+
+    p is the number of rows, v the number of stages over p, m the largest micro-batch + 1.
+    Call :func:`validate` on the result before running it.
+    """
+    rows = [line for line in text.splitlines() if line.strip()]
+    if not rows:
+        raise SpecError("schedule", "the CSV has no rows; write one line of actions per pipeline rank")
+    ranks = tuple(tuple(Action.parse(cell) for cell in row.split(",") if cell.strip()) for row in rows)
+    acts = [a for rank in ranks for a in rank]
+    if not acts:
+        raise SpecError("schedule", "the CSV holds no actions")
+    p = len(ranks)
+    n_stages = max(a.stage for a in acts) + 1
+    if n_stages % p:
+        raise SpecError("schedule", f"{n_stages} stages do not split evenly over {p} ranks")
+    return PipelineSchedule(ranks, p, max(a.microbatch for a in acts) + 1, n_stages // p, kind)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """Timing of a schedule by :func:`dry_run`: when each action ran and how busy each rank was."""
+
+    makespan_s: float
+    """End of the last action, seconds from the start of the step."""
+    busy_s: tuple[float, ...]
+    """Seconds each rank computed."""
+    timeline: tuple[tuple[int, Action, float, float], ...]
+    """(rank, action, start_s, end_s) of every action, in the order they were timed."""
+
+    @property
+    def idle_s(self) -> tuple[float, ...]:
+        """Seconds each rank waited within the makespan: ``makespan − busy``."""
+        return tuple(self.makespan_s - b for b in self.busy_s)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of all ranks' time: ``Σ idle / (p · makespan)``."""
+        return sum(self.idle_s) / (len(self.busy_s) * self.makespan_s)
+
+
+def _per_stage(name: str, value, n: int) -> tuple[float, ...]:
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,) * n
+    if len(values) != n or any(not isinstance(x, (int, float)) or x < 0 for x in values):
+        raise SpecError(name, f"give one non-negative time, or one per stage ({n}), got {value!r}")
+    return tuple(float(x) for x in values)
+
+
+def dry_run(schedule: PipelineSchedule, t_fwd_s, t_bwd_s, t_p2p_s: float = 0.0,
+            t_w_s=None) -> DryRun:
+    """Time ``schedule`` with a list scheduler: each rank runs its actions in order, each as early as
+    its dependencies allow. No events, no contention: the critical-path time of the action order.
+
+    Times are per stage (one number for all, or a tuple per global stage). ``t_bwd_s`` is a full
+    backward; a split backward's ``W`` takes ``t_w_s`` (default half the backward, an assumption)
+    and its ``I`` the rest. Dependencies: F(s, j) after F(s−1, j); B or I(s, j) after B or I(s+1, j),
+    each plus ``t_p2p_s`` when the two stages sit on different ranks; within a rank, list order.
+    Raises SpecError naming the stuck actions if the order deadlocks.
+    """
+    n = schedule.n_stages
+    tf, tb = _per_stage("t_fwd_s", t_fwd_s, n), _per_stage("t_bwd_s", t_bwd_s, n)
+    tw = tuple(b / 2 for b in tb) if t_w_s is None else _per_stage("t_w_s", t_w_s, n)
+    if any(w > b for w, b in zip(tw, tb)):
+        raise SpecError("t_w_s", "the weight-gradient time cannot exceed the full backward time")
+    duration = {ActionKind.F: tf, ActionKind.B: tb, ActionKind.W: tw,
+                ActionKind.I: tuple(b - w for b, w in zip(tb, tw))}
+    done: dict[tuple[int, str, int], float] = {}
+    pos, clock = [0] * schedule.p, [0.0] * schedule.p
+    busy, timeline = [0.0] * schedule.p, []
+    remaining = sum(len(acts) for acts in schedule.ranks)
+    while remaining:
+        progressed = False
+        for r, acts in enumerate(schedule.ranks):
+            while pos[r] < len(acts):
+                act = acts[pos[r]]
+                ready = _ready_time(schedule, act, done, t_p2p_s)
+                if ready is None:
+                    break
+                start = max(clock[r], ready)
+                end = start + duration[act.kind][act.stage]
+                key = "G" if act.kind in (ActionKind.B, ActionKind.I) else act.kind.value
+                done[(act.stage, key, act.microbatch)] = end
+                if act.kind is ActionKind.B:
+                    done[(act.stage, "W", act.microbatch)] = end
+                timeline.append((r, act, start, end))
+                busy[r] += end - start
+                clock[r], pos[r] = end, pos[r] + 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = " ".join(str(acts[pos[r]]) for r, acts in enumerate(schedule.ranks) if pos[r] < len(acts))
+            raise SpecError("schedule", f"deadlock: no rank can run its next action ({stuck})")
+    makespan = max(clock)
+    return DryRun(makespan, tuple(busy), tuple(timeline))
+
+
+def _ready_time(schedule: PipelineSchedule, act: Action, done: dict, t_p2p_s: float) -> float | None:
+    """When ``act``'s cross-action inputs are ready, or None if a producer has not run yet."""
+    s, j = act.stage, act.microbatch
+    if act.kind is ActionKind.F:
+        deps = [(s - 1, "F")] if s > 0 else []
+    elif act.kind is ActionKind.W:
+        deps = [(s, "G")]
+    else:
+        deps = [(s, "F")] + ([(s + 1, "G")] if s < schedule.n_stages - 1 else [])
+    ready = 0.0
+    for stage, key in deps:
+        if (stage, key, j) not in done:
+            return None
+        hop = t_p2p_s if stage != s and schedule.rank_of(stage) != schedule.rank_of(s) else 0.0
+        ready = max(ready, done[(stage, key, j)] + hop)
+    return ready
+
+
+def validate(schedule: PipelineSchedule) -> None:
+    """Check a schedule can run; raise SpecError naming the first violation.
+
+    Each rank touches only its own stages (``stage mod p``); every stage runs every micro-batch's
+    forward once and its backward once (a full ``B``, or an ``I`` then a ``W``); on each rank a
+    micro-batch's forward precedes its backward; and a dry run with unit times finishes (no deadlock).
+    """
+    p, m, n = schedule.p, schedule.m, schedule.n_stages
+    if len(schedule.ranks) != p:
+        raise SpecError("schedule", f"has {len(schedule.ranks)} rank lists for pp={p}")
+    seen: dict[tuple[int, ActionKind, int], int] = {}
+    for r, acts in enumerate(schedule.ranks):
+        for i, act in enumerate(acts):
+            where = f"rank {r} action {i} ({act})"
+            if not (0 <= act.stage < n and 0 <= act.microbatch < m):
+                raise SpecError("schedule", f"{where}: stage or micro-batch out of range "
+                                f"({n} stages, {m} micro-batches)")
+            if schedule.rank_of(act.stage) != r:
+                raise SpecError("schedule", f"{where}: stage {act.stage} belongs to rank {schedule.rank_of(act.stage)}")
+            key = (act.stage, act.kind, act.microbatch)
+            if key in seen:
+                raise SpecError("schedule", f"{where}: runs twice")
+            needs = {ActionKind.B: ActionKind.F, ActionKind.I: ActionKind.F, ActionKind.W: ActionKind.I}.get(act.kind)
+            if needs is not None and (act.stage, needs, act.microbatch) not in seen:
+                raise SpecError("schedule", f"{where}: runs before {act.stage}{needs.value}{act.microbatch}")
+            seen[key] = i
+    for s in range(n):
+        for j in range(m):
+            has = {k for k in ActionKind if (s, k, j) in seen}
+            if has not in ({ActionKind.F, ActionKind.B}, {ActionKind.F, ActionKind.I, ActionKind.W}):
+                kinds = "".join(sorted(k.value for k in has)) or "nothing"
+                raise SpecError("schedule", f"stage {s} micro-batch {j} has {kinds}; needs F and B (or F, I and W)")
+    dry_run(schedule, 1.0, 1.0)

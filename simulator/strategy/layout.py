@@ -1,0 +1,246 @@
+"""The parallel layout: a strategy checked against a cluster and a workload, with everything derived.
+
+``build_layout(strategy, cluster, workload)`` is the one place the cross-input rules live:
+
+- world size = dp·tp·pp equals the worker GPUs (all GPUs, less dedicated parameter-server nodes);
+- tp divides the attention heads and the key/value heads (Megatron-LM splits whole heads and
+  whole query groups per tp rank);
+- pp·v ≤ layers (every virtual stage holds at least one layer); an explicit split sums to layers;
+- the global batch splits into dp replicas × micro-batches: m = B ÷ (dp·b), and gradient
+  accumulation runs the same m micro-batches per optimizer step;
+- interleaved schedules need m a multiple of pp (Megatron-LM's original rule);
+- per-rank speed factors, parameter-server nodes and storage bandwidth fit the cluster.
+
+Rank numbering: ``placement`` lists the dimensions innermost first; rank = Σ coord·stride with
+stride 1 for the innermost. Stage s of a pipeline (s < pp·v) lives on pp rank ``s mod pp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cluster.spec import Cluster
+from simulator.errors import SpecError
+from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.strategy.spec import DataSource, Strategy
+from simulator.strategy.sync import ParamServerSync
+from simulator.workload import LayerListWorkload, TransformerSpec
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _choices(values: list[int]) -> str:
+    text = [str(v) for v in values]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+
+
+@dataclass(frozen=True)
+class RankCoord:
+    """Where one rank sits in the (dp, pp, tp) grid."""
+
+    dp: int
+    pp: int
+    tp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelLayout:
+    """Derived, checked values of (strategy, cluster, workload); built by :func:`build_layout`."""
+
+    strategy: Strategy
+    world_size: int
+    """Worker GPUs: dp·tp·pp."""
+    dp: int
+    tp: int
+    pp: int
+    v: int
+    """Virtual stages (model chunks) per pipeline rank."""
+    micro_batches: int
+    """Micro-batches per optimizer step on each pipeline, m = global_batch ÷ (dp·micro_batch)."""
+    grad_accum_steps: int
+    """Forward/backward passes whose gradients one optimizer step sums (= micro_batches)."""
+    layers_per_stage: tuple[int, ...]
+    """Layers of each global (virtual) stage, pp·v entries in model order."""
+    sequence_parallel: bool
+    """Sequence parallelism in effect (requested and tp > 1)."""
+    schedule: PipelineSchedule
+    """The per-rank action lists every pipeline runs."""
+    bucket_bytes: int | None
+    """Gradient bucket capacity in bytes; None: one bucket of all gradients, or a parameter server."""
+    ps_shard_nodes: tuple[int, ...] = ()
+    """Node holding each parameter-server shard (empty under all-reduce)."""
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {"dp": self.dp, "pp": self.pp, "tp": self.tp}
+
+    def coords(self, rank: int) -> RankCoord:
+        """(dp, pp, tp) coordinates of ``rank`` under the placement order."""
+        if not 0 <= rank < self.world_size:
+            raise SpecError("rank", f"{rank} is outside the {self.world_size} worker ranks")
+        out = {}
+        for name in self.strategy.placement.dims:
+            rank, out[name] = divmod(rank, self.dims[name])
+        return RankCoord(**out)
+
+    def rank_of(self, dp: int, pp: int, tp: int) -> int:
+        """Inverse of :meth:`coords`."""
+        coord, rank, stride = {"dp": dp, "pp": pp, "tp": tp}, 0, 1
+        for name in self.strategy.placement.dims:
+            if not 0 <= coord[name] < self.dims[name]:
+                raise SpecError(name, f"coordinate {coord[name]} is outside 0..{self.dims[name] - 1}")
+            rank += coord[name] * stride
+            stride *= self.dims[name]
+        return rank
+
+    def _groups(self, dim: str) -> tuple[tuple[int, ...], ...]:
+        others = [d for d in ("dp", "pp", "tp") if d != dim]
+        groups = []
+        for a in range(self.dims[others[0]]):
+            for b in range(self.dims[others[1]]):
+                fixed = {others[0]: a, others[1]: b}
+                groups.append(tuple(self.rank_of(**fixed, **{dim: i}) for i in range(self.dims[dim])))
+        return tuple(sorted(groups))
+
+    @property
+    def tp_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Ranks that split each layer's tensors together, one tuple per group, in tp-rank order."""
+        return self._groups("tp")
+
+    @property
+    def pp_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Ranks of each pipeline, in stage order."""
+        return self._groups("pp")
+
+    @property
+    def dp_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Replicas of the same shard that reduce gradients together."""
+        return self._groups("dp")
+
+    @property
+    def layers_per_rank(self) -> tuple[int, ...]:
+        """Layers each pp rank holds (summed over its v chunks)."""
+        return tuple(sum(self.layers_per_stage[r::self.pp]) for r in range(self.pp))
+
+    @property
+    def embedding_ranks(self) -> tuple[int, ...]:
+        """Ranks holding the token embedding: pp rank 0 (stage 0) of every pipeline."""
+        return tuple(r for r in range(self.world_size) if self.coords(r).pp == 0)
+
+    @property
+    def head_ranks(self) -> tuple[int, ...]:
+        """Ranks holding the output head (logits): the pp rank of the last stage, pp − 1."""
+        return tuple(r for r in range(self.world_size) if self.coords(r).pp == self.pp - 1)
+
+
+def _model_shape(workload) -> tuple[int | None, int | None, int | None]:
+    if isinstance(workload, TransformerSpec):
+        return workload.layers, workload.heads, workload.n_kv_heads
+    if isinstance(workload, LayerListWorkload):
+        return len(workload.layers), None, None
+    return None, None, None
+
+
+def _check_tp(tp: int, workload, heads: int | None, kv_heads: int | None) -> None:
+    if tp == 1:
+        return
+    if isinstance(workload, LayerListWorkload):
+        raise SpecError("tp", f"{tp}: a layer-list workload has no heads to split; use tp 1")
+    if heads is not None and heads % tp:
+        raise SpecError("tp", f"{tp} does not divide {heads} attention heads; use {_choices(_divisors(heads))}")
+    if kv_heads is not None and kv_heads % tp:
+        raise SpecError("tp", f"{tp} does not divide {kv_heads} key/value heads; use "
+                        f"{_choices(_divisors(kv_heads))}")
+
+
+def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
+    n = s.pp * s.virtual_stages
+    if layers is None:
+        if n > 1:
+            raise SpecError("pp", f"{s.pp}: a model known only by its parameter count has no layers to split; "
+                            "give a transformer or a layer list, or use pp 1")
+        return (0,)
+    if n > layers:
+        raise SpecError("pp", f"pp·virtual_stages = {n} exceeds the model's {layers} layers; "
+                        f"use at most {layers} stages")
+    if s.layer_split is not None:
+        if sum(s.layer_split) != layers:
+            raise SpecError("layer_split", f"sums to {sum(s.layer_split)}; the model has {layers} layers")
+        return s.layer_split
+    base, extra = divmod(layers, n)
+    # the extra layers go to the stages after the first (stage 0 also holds the embedding)
+    return tuple(base + (1 if 1 <= i <= extra else 0) for i in range(n))
+
+
+def _micro_batches(s: Strategy, dp: int) -> int:
+    if s.global_batch % dp:
+        raise SpecError("global_batch", f"{s.global_batch} does not split over dp={dp} replicas; use a multiple "
+                        f"of {dp}")
+    per_replica = s.global_batch // dp
+    if per_replica % s.micro_batch:
+        raise SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
+                        f"use {_choices(_divisors(per_replica))}")
+    return per_replica // s.micro_batch
+
+
+def _worker_gpus(s: Strategy, cluster: Cluster) -> tuple[int, tuple[int, ...]]:
+    sync = s.dp_sync
+    if not isinstance(sync, ParamServerSync):
+        return cluster.world_size, ()
+    if sync.server_nodes >= cluster.nodes:
+        raise SpecError("ps_server_nodes", f"{sync.server_nodes} server nodes leave no workers in "
+                        f"{cluster.nodes} nodes; use at most {cluster.nodes - 1}")
+    workers = cluster.nodes - sync.server_nodes
+    if sync.colocated:
+        shard_nodes = tuple(i % cluster.nodes for i in range(sync.shards))
+    else:
+        shard_nodes = tuple(workers + i % sync.server_nodes for i in range(sync.shards))
+    return workers * cluster.node.gpus_per_node, shard_nodes
+
+
+def _world(s: Strategy, gpus: int) -> int:
+    if s.dp is None:
+        if gpus % (s.tp * s.pp):
+            raise SpecError("tp", f"tp·pp = {s.tp * s.pp} does not divide the {gpus} GPUs; choose tp·pp from "
+                            f"{_choices(_divisors(gpus))}")
+        return gpus // (s.tp * s.pp)
+    if s.dp * s.tp * s.pp != gpus:
+        fix = (f"use dp {gpus // (s.tp * s.pp)}" if gpus % (s.tp * s.pp) == 0 else
+               f"choose tp·pp from {_choices(_divisors(gpus))}")
+        raise SpecError("dp", f"dp·tp·pp = {s.dp}·{s.tp}·{s.pp} = {s.dp * s.tp * s.pp} does not match the "
+                        f"{gpus} GPUs; {fix}")
+    return s.dp
+
+
+def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
+    if s.stragglers.speed_factors and len(s.stragglers.speed_factors) != world:
+        raise SpecError("speed_factors", f"has {len(s.stragglers.speed_factors)} entries; give one per rank "
+                        f"({world})")
+    pipe = s.input
+    if pipe.bytes_per_sample and pipe.source is not DataSource.SYNTHETIC:
+        host = cluster.node.host
+        if host is None or host.storage_read_GBps <= 0:
+            raise SpecError("bytes_per_sample", f"the cluster {cluster.name!r} gives no host.storage_read_GBps; "
+                            "add it to the cluster file, or use data_source synthetic")
+
+
+def build_layout(strategy: Strategy, cluster: Cluster, workload) -> ParallelLayout:
+    """Check ``strategy`` against ``cluster`` and ``workload``; raise SpecError at the first violation."""
+    layers, heads, kv_heads = _model_shape(workload)
+    _check_tp(strategy.tp, workload, heads, kv_heads)
+    split = _split_layers(strategy, layers)
+    gpus, shard_nodes = _worker_gpus(strategy, cluster)
+    dp = _world(strategy, gpus)
+    m = _micro_batches(strategy, dp)
+    schedule = make_schedule(strategy.schedule, strategy.pp, m, strategy.virtual_stages)
+    _check_cluster_inputs(strategy, cluster, gpus)
+    sync = strategy.dp_sync
+    grad_bytes = workload.dtype.grad_bytes
+    bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
+    return ParallelLayout(
+        strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,
+        micro_batches=m, grad_accum_steps=m, layers_per_stage=split,
+        sequence_parallel=strategy.sequence_parallel and strategy.tp > 1, schedule=schedule,
+        bucket_bytes=bucket, ps_shard_nodes=shard_nodes)

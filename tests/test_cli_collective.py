@@ -1,0 +1,114 @@
+"""``trainplan collective``: the table, JSON rows, the plot, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainplan.__main__ import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_issue_example_prints_a_row_per_size_and_algorithm(capsys):
+    code, out, _ = run(capsys, "collective", "--cluster", "dgx-h100", "--nodes", "4", "--op", "all-reduce",
+                       "--algorithm", "all", "--ranks", "32", "--bytes", "1KB..1GB")
+    assert code == 0
+    rows = [line for line in out.splitlines()[2:] if line.strip()]
+    sizes = 21  # 2^10 .. 2^30
+    algorithms = {line.split()[1] for line in rows}
+    assert {"ring", "tree", "hierarchical"} <= algorithms
+    assert len(rows) == sizes * len(algorithms)
+
+
+def test_json_rows_carry_the_nccl_tests_fields(capsys):
+    code, out, _ = run(capsys, "collective", "--cluster", "dgx-a100", "--nodes", "2", "--algorithm", "ring,tree",
+                       "--bytes", "1MB..4MB", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert len(rows) == 6
+    for row in rows:
+        assert {"op", "algorithm", "ranks", "bytes", "time_s", "algbw_GBps", "busbw_GBps"} <= row.keys()
+        assert row["ranks"] == 16
+        # nccl-tests convention: busbw = algbw * 2(p-1)/p for all-reduce.
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 15 / 16)
+
+
+def test_ring_crosses_tree_as_size_grows(capsys):
+    """Tree wins small messages across many nodes, ring wins large ones (NCCL's tuner behaves the same)."""
+    _, out, _ = run(capsys, "collective", "--cluster", "dgx-h100", "--nodes", "16", "--algorithm", "ring,tree",
+                    "--bytes", "1KB..1GB", "--json")
+    rows = json.loads(out)
+    time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in rows}
+    assert time["tree", 1024] < time["ring", 1024]
+    assert time["ring", 2**30] < time["tree", 2**30]
+
+
+def test_plot_is_written(capsys, tmp_path):
+    target = tmp_path / "coll.png"
+    code, _, err = run(capsys, "collective", "--cluster", "dgx-h100", "--algorithm", "all", "--bytes", "1KB..1MB",
+                       "--plot", str(target))
+    assert code == 0 and target.stat().st_size > 10_000
+    assert str(target) in err
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--cluster", "dgx-h10"], "unknown preset 'dgx-h10'"),
+    (["--cluster", "dgx-h100", "--bytes", "-5"], "bytes"),
+    (["--cluster", "dgx-h100", "--bytes", "1GB..1KB"], "bytes"),
+    (["--cluster", "dgx-h100", "--ranks", "64"], "ranks"),
+    (["--cluster", "dgx-h100", "--ranks", "1"], "ranks"),
+    (["--cluster", "dgx-h100", "--algorithm", "butterfly"], "unknown algorithm 'butterfly'"),
+    (["--cluster", "dgx-h100", "--op", "all-to-all", "--algorithm", "tree"], "tree does not support all-to-all"),
+    (["--cluster", "dgx-h100", "--op", "scatter"], "unknown operation"),
+    (["--cluster", "dgx-h100", "--algorithm", "nvls", "--nodes", "2"], "nvls does not support"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, field):
+    code, out, err = run(capsys, "collective", *argv)
+    assert code == 2
+    assert field in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_cluster_file_names_the_field(capsys, tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("name: c\nnodes: 1\ngpus_per_node: 8\n"
+                   "device: {name: X, peak_tflops: {bf16: 1}, memory_GB: 80, hbm_bw_GBps: 100}\n"
+                   "intra_node: {kind: nvswitch, bw_GBps: -3, latency_us: 1}\n")
+    code, _, err = run(capsys, "collective", "--cluster", str(bad))
+    assert code == 2 and "intra_node.bw_GBps" in err
+
+
+def test_installed_entry_point_reports_errors_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "trainplan", "collective", "--cluster", "nope"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "known:" in proc.stderr
+
+
+@pytest.mark.multiproc
+def test_measure_puts_measured_beside_estimated(capsys):
+    code, out, _ = run(capsys, "collective", "--cluster", "localhost-cpu", "--measure", "--nproc", "2",
+                         "--algorithm", "ring,native", "--bytes", "64KB", "--repeats", "3", "--warmup", "1", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["algorithm"] for r in rows] == ["ring", "native"]
+    for row in rows:
+        assert row["measured_p10_s"] <= row["measured_time_s"] <= row["measured_p90_s"]
+        assert row["error_pct"] == pytest.approx((row["time_s"] - row["measured_time_s"]) / row["measured_time_s"] * 100)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--measure"], "--nproc"),
+    (["--measure", "--nproc", "2", "--ranks", "3"], "differ"),
+    (["--algorithm", "native"], "needs --measure"),
+    (["--measure", "--nproc", "2", "--backend", "nccl", "--algorithm", "ring"], "nccl"),
+])
+def test_bad_measure_flags_are_one_line(capsys, argv, message):
+    code, _, err = run(capsys, "collective", "--cluster", "localhost-cpu", "--bytes", "64KB", *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

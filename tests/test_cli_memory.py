@@ -1,0 +1,132 @@
+"""``trainplan memory``: the table, --json, --plot, and every bad input as one line with exit code 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainplan.__main__ import main
+
+DATA = Path(__file__).parent / "data"
+DONE = ["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "3", "--mbs", "1", "--seq", "4096"]
+
+
+def test_done_means_command_prints_breakdown(capsys):
+    assert main(DONE) == 0
+    out = capsys.readouterr().out
+    for needle in ("llama2-7b on 8 x A100-SXM-80GB (dgx-a100): dp=8 tp=1 pp=1", "ZeRO-3", "parameters",
+                   "gradients", "optimizer states", "activations", "buffers", "framework overhead (assumed)",
+                   "total", "verdict: DOES NOT FIT", "attention scores"):
+        assert needle in out, needle
+
+
+def test_json_has_contract_keys(capsys):
+    assert main(DONE + ["--recompute", "selective", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes",
+                "total_bytes", "host_bytes", "fits"):
+        assert key in out
+    assert out["fits"] is True
+    assert out["params_bytes"] == 2 * -(-6_738_415_616 // 8)
+    parts = sum(out[k] for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                                 "buffers_bytes", "overhead_bytes"))
+    assert out["total_bytes"] == pytest.approx(parts)
+
+
+def test_params_only_zero_paper(capsys):
+    """--params 7.5e9 on 64 GPUs, ZeRO-1: 31.4 GB of model states (ZeRO paper, Figure 1)."""
+    assert main(["memory", "--params", "7.5e9", "--gpus", "64", "--zero", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["params_bytes"] + out["grads_bytes"] + out["optimizer_bytes"]) / 1e9 == pytest.approx(31.4, abs=0.05)
+    assert out["activations_bytes"] == 0 and out["ranks_per_node"] == 8
+
+
+def test_pipeline_table_lists_stages(capsys):
+    assert main(["memory", "--model", "llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "--zero", "1",
+                 "--sp", "--recompute", "selective", "--microbatches", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "per stage" in out and "stage 3" in out and "verdict: fits" in out
+
+
+def test_offload_reports_host(capsys):
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "3", "--offload", "params",
+                 "--recompute", "full", "--offload-activations", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["params_bytes"] == 0 and out["host_bytes"] > 18 * 6.7e9 / 8
+
+
+def test_config_json_model(capsys):
+    assert main(["memory", "--model", str(DATA / "gpt2.config.json"), "--gpus", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]
+
+
+def test_plot_writes_png(tmp_path, capsys):
+    path = tmp_path / "zero.png"
+    assert main(DONE + ["--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {path}" in capsys.readouterr().out
+
+
+def _run(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as stop:  # argparse's own errors (an invalid choice) exit from the parser
+        return stop.code
+
+
+def _one_line_error(capsys, argv, *needles):
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_tp_not_dividing_heads(capsys):
+    _one_line_error(capsys, ["memory", "--model", "gpt3-125m", "--gpus", "5", "--tp", "5"], "tp", "12 attention heads")
+
+
+def test_pp_larger_than_layers(capsys):
+    _one_line_error(capsys, ["memory", "--model", "gpt3-125m", "--gpus", "16", "--pp", "16"], "pp", "12 layers")
+
+
+def test_degrees_not_matching_gpus(capsys):
+    _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8", "--dp", "2", "--tp", "2"],
+                    "dp·tp·pp = 2·2·1 = 4", "--gpus 8")
+
+
+def test_unknown_model_lists_known(capsys):
+    _one_line_error(capsys, ["memory", "--model", "gpt5", "--gpus", "8"], "unknown model", "llama2-7b")
+
+
+def test_malformed_config_names_field(capsys, tmp_path):
+    cfg = json.loads((DATA / "llama-2-7b.config.json").read_text())
+    del cfg["num_attention_heads"]
+    path = tmp_path / "bad.config.json"
+    path.write_text(json.dumps(cfg))
+    _one_line_error(capsys, ["memory", "--model", str(path), "--gpus", "8"], "num_attention_heads")
+
+
+def test_offload_without_host_section(capsys):
+    _one_line_error(capsys, ["memory", "--params", "1e9", "--cluster", "localhost-cpu", "--gpus", "2",
+                             "--zero", "2", "--offload", "optimizer"], "host")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--zero", "1", "--offload", "params"], "--zero 3"),
+    (["--offload-activations"], "--recompute full"),
+    (["--sp"], "--tp > 1"),
+    (["--zero", "4"], "invalid choice"),
+])
+def test_inconsistent_options(capsys, argv, needle):
+    _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8"] + argv, needle)
+
+
+def test_model_and_params_together(capsys):
+    _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--params", "7e9", "--gpus", "8"], "one of them")
+
+
+def test_layer_list_workload_is_refused(capsys):
+    _one_line_error(capsys, ["memory", "--model", str(DATA / "small-mlp.layers.json"), "--gpus", "2"],
+                    "model", "--params")

@@ -1,0 +1,290 @@
+"""Formula tests of the memory model against published and hand-worked numbers (sources in each test)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from simulator.cluster.io import load_cluster
+from simulator.errors import SpecError
+from simulator.memory import (MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage, in_flight,
+                              layer_activation, memory_report, model_state_bytes, partition_numels,
+                              resolve_degrees, stage_layers, stage_param_shapes, transformer_param_shapes,
+                              whole_tensor_assignment)
+from simulator.memory.buffers import FIXED_OVERHEAD_BYTES, REDUCE_BUCKET_ELEMENTS
+from simulator.memory.offload import HOST_BUFFER_FACTOR
+from simulator.memory.shapes import numel
+from simulator.workload import DtypePolicy, ParamCountModel, Recompute, get_preset, model_names
+
+MIXED = DtypePolicy.BF16_MIXED
+GB = 1e9
+
+
+# --- model states: ZeRO paper ---------------------------------------------------------------------------
+@pytest.mark.parametrize("zero, expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_7_5b_on_64_gpus(zero, expected_gb):
+    """Rajbhandari et al. SC'20, Figure 1: Psi = 7.5B, Nd = 64, K = 12 -> 120 / 31.4 / 16.6 / 1.9 GB
+    (the paper rounds to 0.1 GB; tolerance 0.05 GB)."""
+    m = model_state_bytes([("w", (7_500_000_000,))], dp=64, zero=ZeroStage(zero), dtype=MIXED)
+    assert m.total_bytes / GB == pytest.approx(expected_gb, abs=0.05)
+
+
+def test_zero_partitioned_forms_exact():
+    """2Psi + 2Psi + K Psi/Nd, 2Psi + (2 + K)Psi/Nd, (2 + 2 + K)Psi/Nd with Psi = 1000, Nd = 4 (exact)."""
+    shapes = [("w", (1000,))]
+    z1 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO1, dtype=MIXED)
+    z2 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO2, dtype=MIXED)
+    z3 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO3, dtype=MIXED)
+    assert (z1.params_bytes, z1.grads_bytes, z1.optimizer_bytes) == (2000, 2000, 3000)
+    assert (z2.params_bytes, z2.grads_bytes, z2.optimizer_bytes) == (2000, 500, 3000)
+    assert (z3.params_bytes, z3.grads_bytes, z3.optimizer_bytes) == (500, 500, 3000)
+
+
+def test_fp32_adam_is_4_4_8():
+    """Pure fp32 Adam: 4 (weights, their own master) + 4 (grads) + 8 (m, v) bytes per parameter."""
+    m = model_state_bytes([("w", (100,))], dp=1, zero=ZeroStage.ZERO0, dtype=DtypePolicy.FP32)
+    assert (m.params_bytes, m.grads_bytes, m.optimizer_bytes) == (400, 400, 800)
+
+
+# --- partitionings --------------------------------------------------------------------------------------
+def test_whole_tensor_greedy_hand_worked():
+    """torch ZeroRedundancyOptimizer: sort largest first, give each to the emptiest rank (lowest on ties).
+    [10, 7, 5, 3, 3] on 2 ranks: 10->r0, 7->r1, 5->r1 (7<10), 3->r0 (10<12), 3->r1 (12<13): [13, 15]."""
+    assert whole_tensor_assignment([10, 7, 5, 3, 3], 2) == [0, 1, 1, 0, 1]
+    assert partition_numels([(10,), (7,), (5,), (3,), (3,)], 2, Partitioning.WHOLE_TENSOR) == [13, 15]
+    m = model_state_bytes([("a", (10,)), ("b", (7,)), ("c", (5,)), ("d", (3,)), ("e", (3,))], dp=2,
+                          zero=ZeroStage.ZERO1, dtype=DtypePolicy.FP32, partitioning=Partitioning.WHOLE_TENSOR)
+    assert m.optimizer_bytes == 15 * 8  # most loaded rank
+    r0 = model_state_bytes([("a", (10,)), ("b", (7,)), ("c", (5,)), ("d", (3,)), ("e", (3,))], dp=2,
+                           zero=ZeroStage.ZERO1, dtype=DtypePolicy.FP32, partitioning=Partitioning.WHOLE_TENSOR,
+                           rank=0)
+    assert r0.optimizer_bytes == 13 * 8 and r0.params_bytes == 28 * 4
+
+
+def test_whole_tensor_ties_keep_order():
+    """Equal sizes keep their order (Python's sort is stable): [4, 4, 4] on 2 ranks -> r0, r1, r0."""
+    assert whole_tensor_assignment([4, 4, 4], 2) == [0, 1, 0]
+
+
+def test_dim0_padded_matches_torch_chunk():
+    """FSDP2 shards dim 0 with torch.chunk and pads every shard to chunk 0's size."""
+    torch = pytest.importorskip("torch")
+    shapes = [(10, 4), (3,), (7, 2, 2), (1, 5)]
+    for dp in (2, 3, 4):
+        expected = sum(torch.chunk(torch.empty(s), dp, dim=0)[0].numel() for s in shapes)
+        assert partition_numels(shapes, dp, Partitioning.DIM0_PADDED) == [expected] * dp
+
+
+def test_flat_pads_to_multiple_of_dp():
+    assert partition_numels([(10,), (3,)], 4, Partitioning.FLAT) == [4, 4, 4, 4]
+
+
+def test_rank_out_of_range():
+    with pytest.raises(SpecError, match="rank"):
+        model_state_bytes([("w", (8,))], dp=2, zero=ZeroStage.ZERO1, dtype=MIXED, rank=2)
+
+
+# --- shapes ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", model_names())
+def test_param_shapes_sum_to_params(name):
+    spec = get_preset(name)
+    assert sum(numel(s) for _, s in transformer_param_shapes(spec)) == spec.params
+
+
+def test_param_shape_names_and_order_gpt():
+    spec = get_preset("gpt3-125m")
+    names = [n for n, _ in transformer_param_shapes(spec)]
+    assert names[:4] == ["embed.tok.weight", "embed.pos.weight", "layers.0.norm1.weight", "layers.0.norm1.bias"]
+    assert names[4:12] == ["layers.0.attn.qkv.weight", "layers.0.attn.qkv.bias", "layers.0.attn.out.weight",
+                           "layers.0.attn.out.bias", "layers.0.norm2.weight", "layers.0.norm2.bias",
+                           "layers.0.mlp.up.weight", "layers.0.mlp.up.bias"]
+    assert names[-3:] == ["layers.11.mlp.down.bias", "norm_f.weight", "norm_f.bias"]  # tied: no head
+
+
+def test_param_shapes_llama_swiglu_gqa():
+    spec = get_preset("llama2-70b")  # h 8192, 64 heads, 8 kv heads, ffn 28672, untied
+    shapes = dict(transformer_param_shapes(spec))
+    assert shapes["layers.0.attn.qkv.weight"] == (8192 + 2 * 1024, 8192)
+    assert shapes["layers.0.mlp.up.weight"] == (2 * 28672, 8192)
+    assert shapes["head.weight"] == (32000, 8192)
+    assert "layers.0.attn.qkv.bias" not in shapes
+
+
+def test_tp_shards_sum_to_layer():
+    """Megatron splits: t shards of every split matrix add up to the whole; norms replicated."""
+    spec = get_preset("llama2-7b")
+    full = dict(transformer_param_shapes(spec))
+    shard = dict(transformer_param_shapes(spec, tp=4))
+    for name in ("layers.0.attn.qkv.weight", "layers.0.attn.out.weight", "layers.0.mlp.up.weight",
+                 "layers.0.mlp.down.weight", "embed.tok.weight", "head.weight"):
+        assert 4 * numel(shard[name]) == numel(full[name])
+    assert shard["layers.0.norm1.weight"] == full["layers.0.norm1.weight"]
+
+
+def test_tp_must_divide_heads():
+    with pytest.raises(SpecError, match="tp"):
+        transformer_param_shapes(get_preset("gpt3-125m"), tp=5)
+
+
+def test_stage_layers_uneven_and_too_many():
+    assert [len(r) for r in stage_layers(32, 3)] == [10, 11, 11]
+    assert [len(r) for r in stage_layers(32, 4)] == [8, 8, 8, 8]
+    with pytest.raises(SpecError, match="pp"):
+        stage_layers(12, 13)
+
+
+def test_stages_hold_embedding_and_head():
+    spec = get_preset("gpt3-125m")  # tied: the last stage keeps its own copy of the embedding as head
+    first = dict(stage_param_shapes(spec, pp=2, stage=0))
+    last = dict(stage_param_shapes(spec, pp=2, stage=1))
+    assert "embed.tok.weight" in first and "head.weight" not in first
+    assert last["head.weight"] == (50257, 768) and "embed.tok.weight" not in last
+    total = sum(numel(s) for s in first.values()) + sum(numel(s) for s in last.values())
+    assert total == spec.params + spec.vocab * spec.hidden
+
+
+# --- activations: Korthikanti et al. 2022, Table 2 ------------------------------------------------------
+S, H, A = 2048, 12288, 96  # GPT-3 175B at s = 2048, b = 1
+SBH = S * H
+
+
+@pytest.mark.parametrize("tp, sp, recompute, per_sbh", [
+    (1, False, Recompute.NONE, 34 + 5 * A * S / H),                  # sbh(34 + 5as/h) = 114 sbh
+    (8, False, Recompute.NONE, 10 + 24 / 8 + 5 * A * S / (H * 8)),  # tensor parallel
+    (8, True, Recompute.NONE, (34 + 5 * A * S / H) / 8),             # tensor + sequence parallel
+    (8, False, Recompute.SELECTIVE, 10 + 24 / 8),                    # tp + selective
+    (8, True, Recompute.SELECTIVE, 34 / 8),                          # tp + sp + selective
+    (1, False, Recompute.FULL, 2),                                   # full recompute: the layer input
+])
+def test_korthikanti_table2(tp, sp, recompute, per_sbh):
+    """Per-layer activation bytes of Korthikanti et al. 2022 Table 2, for GPT-3 175B shapes (exact)."""
+    layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1, tp=tp, sp=sp)
+    assert layer.kept_bytes(recompute) == pytest.approx(per_sbh * SBH, rel=1e-12)
+
+
+def test_korthikanti_hand_worked_175b_layer():
+    """114 sbh = 114 x 2048 x 12288 = 2,868,903,936 bytes (2.87 GB) per layer, per sequence."""
+    layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1)
+    assert layer.full_bytes == 2_868_903_936
+
+
+def test_in_flight_per_schedule():
+    """GPipe: m; 1F1B: min(p - k, m) (Narayanan et al. 2021); interleaved first stage:
+    p(1 + (p - 1)/(p v)) (Korthikanti et al. 2022 section 4.2.3)."""
+    base = dict(pp=4, microbatches=8)
+    assert in_flight(MemoryStrategy(**base, schedule=ScheduleKind.GPIPE), 3)[0] == 8
+    assert [in_flight(MemoryStrategy(**base), k)[0] for k in range(4)] == [4, 3, 2, 1]
+    assert in_flight(MemoryStrategy(pp=4, microbatches=2), 0)[0] == 2
+    inter = MemoryStrategy(**base, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)
+    assert in_flight(inter, 0)[0] == pytest.approx(4 * (1 + 3 / (4 * 2)))
+
+
+# --- whole report ---------------------------------------------------------------------------------------
+def _a100(nodes=1):
+    return load_cluster("dgx-a100", nodes=nodes)
+
+
+def test_report_llama2_7b_zero3():
+    """llama2-7b (6,738,415,616 params) on 8 GPUs, ZeRO-3: each rank holds Psi/8 of 2 + 2 + 12 bytes."""
+    spec = get_preset("llama2-7b")
+    r = memory_report(spec, _a100(), MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096,
+                                                    recompute=Recompute.SELECTIVE))
+    part = math.ceil(spec.params / 8)
+    w = r.worst
+    assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part, 2 * part, 12 * part)
+    assert w.buffers.grad_buckets_bytes == 2 * REDUCE_BUCKET_ELEMENTS
+    assert w.overhead_bytes >= FIXED_OVERHEAD_BYTES
+    assert r.fits and 30 * GB < w.total_bytes < 60 * GB
+
+
+def test_report_without_recompute_does_not_fit_and_says_why():
+    r = memory_report(get_preset("llama2-7b"), _a100(), MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096))
+    assert not r.fits and r.reasons[0].startswith("GPU")
+    assert any("attention scores" in n for n in r.notes)
+
+
+def test_pipeline_first_stage_most_loaded_under_1f1b():
+    spec = get_preset("llama2-13b")
+    r = memory_report(spec, _a100(), MemoryStrategy(pp=4, microbatches=8, seq=4096, recompute=Recompute.SELECTIVE,
+                                                    zero=ZeroStage.ZERO1, dp=2))
+    acts = [st.activations.blocks_bytes for st in r.stages]
+    assert acts == sorted(acts, reverse=True) and acts[0] == pytest.approx(4 * acts[3])
+    assert r.worst.stage == 0
+
+
+def test_optimizer_offload_zero2():
+    """ZeRO-Offload with ZeRO-2: GPU keeps 2 Psi parameters; the host 12 + 4 (fp32 grads) bytes per
+    partition element (Ren et al. ATC'21)."""
+    psi = 8_000_000_000
+    r = memory_report(ParamCountModel(params=psi), _a100(),
+                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO2, offload=Offload.OPTIMIZER))
+    w = r.worst
+    assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * psi, 0, 0)
+    assert w.host_bytes == 16 * psi / 8
+    assert r.host_node_bytes == 8 * 16 * psi / 8 * HOST_BUFFER_FACTOR
+
+
+def test_params_offload_is_18_bytes_per_partition_element():
+    """ZeRO-3 offload of parameters and optimizer: 2 + 4 + 12 host bytes per element of the rank's
+    partition (DeepSpeed estimate_zero3_model_states_mem_needs: 18 x params)."""
+    psi = 8_000_000_000
+    r = memory_report(ParamCountModel(params=psi), _a100(),
+                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS))
+    assert r.worst.params_bytes == 0 and r.worst.host_bytes == 18 * psi / 8
+
+
+def test_host_overflow_does_not_fit():
+    """175B with ZeRO-3 parameter offload on one DGX A100: 18 x 175e9 x 1.5 = 4.7 TB > 2 TB of host RAM."""
+    r = memory_report(ParamCountModel(params=175_000_000_000), _a100(),
+                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS))
+    assert not r.fits and any(reason.startswith("host") for reason in r.reasons)
+
+
+def test_nvme_offload_uses_nvme_and_checks_capacity():
+    psi = 175_000_000_000
+    cluster = _a100()
+    s = MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.NVME)
+    r = memory_report(ParamCountModel(params=psi), cluster, s)
+    assert r.worst.nvme_bytes == 14 * psi / 8 and r.nvme_node_bytes == 14 * psi
+    no_nvme = replace(cluster, node=replace(cluster.node, host=replace(cluster.node.host, nvme_bytes=0)))
+    r2 = memory_report(ParamCountModel(params=psi), no_nvme, s)
+    assert not r2.fits and any(reason.startswith("NVMe") for reason in r2.reasons)
+
+
+def test_offload_without_host_section_names_host():
+    cluster = load_cluster("localhost-cpu")
+    assert cluster.node.host is None
+    with pytest.raises(SpecError) as err:
+        memory_report(ParamCountModel(params=10**9), cluster,
+                      MemoryStrategy(dp=1, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER))
+    assert err.value.field == "host"
+
+
+def test_activation_checkpoints_offloaded_to_host():
+    spec = get_preset("gpt3-1.3b")
+    on = memory_report(spec, _a100(), MemoryStrategy(dp=8, recompute=Recompute.FULL, offload_activations=True))
+    off = memory_report(spec, _a100(), MemoryStrategy(dp=8, recompute=Recompute.FULL))
+    moved = off.worst.activations.blocks_bytes
+    assert moved == 2 * 2048 * 2048 * 24  # 2sbh per layer, 24 layers
+    assert on.worst.host_bytes == moved and on.worst.activations.blocks_bytes == 0
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(zero=ZeroStage.ZERO1, offload=Offload.PARAMS), "offload"),
+    (dict(offload=Offload.OPTIMIZER), "offload"),
+    (dict(offload_activations=True), "offload_activations"),
+    (dict(sp=True), "sp"),
+    (dict(virtual_stages=2), "virtual_stages"),
+])
+def test_strategy_rejects_inconsistent(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        MemoryStrategy(**kwargs)
+    assert err.value.field == field
+
+
+def test_resolve_degrees():
+    assert resolve_degrees(64, tp=8, pp=2) == (4, 8, 2)
+    with pytest.raises(SpecError, match="dp·tp·pp"):
+        resolve_degrees(8, dp=2, tp=2, pp=1)
+    with pytest.raises(SpecError, match="multiple"):
+        resolve_degrees(8, tp=3)

@@ -1,0 +1,82 @@
+"""Invariants of the memory model (hypothesis): ZeRO stages order, more dp never costs a rank more,
+recomputation never adds activations, parallelism never adds per-rank activations."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.memory import (MemoryStrategy, Partitioning, ScheduleKind, ZeroStage, model_state_bytes,
+                              stage_activations)
+from simulator.workload import ActivationKind, DtypePolicy, Recompute, TransformerSpec
+
+shapes_st = st.lists(st.tuples(st.just("t"), st.lists(st.integers(1, 300), min_size=1, max_size=3).map(tuple)),
+                     min_size=1, max_size=12)
+dtype_st = st.sampled_from(list(DtypePolicy))
+part_st = st.sampled_from(list(Partitioning))
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes=shapes_st, dp=st.integers(1, 16), dtype=dtype_st, part=part_st)
+def test_zero_stages_are_ordered(shapes, dp, dtype, part):
+    """ZeRO-3 <= ZeRO-2 <= ZeRO-1 <= ZeRO-0 per rank (Rajbhandari et al.: each stage partitions more)."""
+    totals = [model_state_bytes(shapes, dp=dp, zero=z, dtype=dtype, partitioning=part).total_bytes
+              for z in ZeroStage]
+    assert totals == sorted(totals, reverse=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes=shapes_st, dp=st.integers(1, 16), dtype=dtype_st,
+       zero=st.sampled_from([ZeroStage.ZERO1, ZeroStage.ZERO2, ZeroStage.ZERO3]),
+       part=st.sampled_from([Partitioning.FLAT, Partitioning.DIM0_PADDED]))
+def test_more_dp_never_increases_states(shapes, dp, dtype, zero, part):
+    """Under ZeRO >= 1 a rank's partition is ceil(N/dp) (flat) or sum ceil(d0/dp)·rest (dim 0):
+    non-increasing in dp. (The greedy whole-tensor split is a scheduling heuristic with no such
+    guarantee, so it is left out.)"""
+    a = model_state_bytes(shapes, dp=dp, zero=zero, dtype=dtype, partitioning=part).total_bytes
+    b = model_state_bytes(shapes, dp=dp + 1, zero=zero, dtype=dtype, partitioning=part).total_bytes
+    assert b <= a
+
+
+@st.composite
+def specs(draw):
+    heads = draw(st.sampled_from([1, 2, 4, 8]))
+    head_dim = draw(st.sampled_from([8, 16, 64]))
+    kv = draw(st.sampled_from([k for k in (1, 2, 4, 8) if heads % k == 0]))
+    return TransformerSpec(name="t", layers=draw(st.integers(1, 12)), hidden=heads * head_dim, heads=heads,
+                           kv_heads=kv, vocab=draw(st.integers(10, 5000)), seq_len=128,
+                           ffn=draw(st.integers(8, 1024)), activation=draw(st.sampled_from(list(ActivationKind))),
+                           dtype=draw(dtype_st))
+
+
+@st.composite
+def layouts(draw, spec):
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if spec.heads % t == 0
+                               and (spec.n_kv_heads % t == 0 or t % spec.n_kv_heads == 0)]))
+    pp = draw(st.integers(1, min(4, spec.layers)))
+    schedule = draw(st.sampled_from(list(ScheduleKind)))
+    return dict(tp=tp, pp=pp, sp=tp > 1 and draw(st.booleans()), mbs=draw(st.integers(1, 4)),
+                seq=draw(st.integers(1, 2048)), schedule=schedule, microbatches=draw(st.integers(1, 8)),
+                virtual_stages=2 if schedule is ScheduleKind.INTERLEAVED else 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_recompute_never_increases_activations(data):
+    spec = data.draw(specs())
+    layout = data.draw(layouts(spec))
+    for stage in range(layout["pp"]):
+        acts = [stage_activations(spec, MemoryStrategy(**layout, recompute=r), stage).gpu_bytes
+                for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)]
+        assert acts[0] >= acts[1] >= acts[2] > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_sequence_parallelism_never_increases_activations(data):
+    spec = data.draw(specs())
+    layout = data.draw(layouts(spec))
+    if layout["tp"] == 1:
+        return
+    recompute = data.draw(st.sampled_from(list(Recompute)))
+    without = stage_activations(spec, MemoryStrategy(**(layout | {"sp": False}), recompute=recompute), 0)
+    with_sp = stage_activations(spec, MemoryStrategy(**(layout | {"sp": True}), recompute=recompute), 0)
+    assert with_sp.gpu_bytes <= without.gpu_bytes
