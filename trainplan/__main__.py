@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_memory",
     "trainplan.cmd_collective",
     "trainplan.cmd_calibrate",
+    "trainplan.cmd_simulate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 
