@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.errors import SpecError
 from simulator.results import Category
@@ -88,6 +89,12 @@ def rank_label(rank: int, stages: list[int]) -> str:
     return f"rank {rank} ({word} {', '.join(map(str, stages))})"
 
 
+def _optional_ints(column) -> list[int | None]:
+    """A column of micro-batch or stage numbers as ints, None where missing (NaN, None, negative)."""
+    values = pd.to_numeric(column, errors="coerce").to_numpy(float)
+    return [None if not (v >= 0) else int(v) for v in values]
+
+
 def _stages_by_rank(timeline) -> dict[int, list[int]]:
     out: dict[int, set[int]] = {}
     for rank, stage in zip(timeline["rank"], timeline["stage"]):
@@ -117,16 +124,22 @@ def chrome_trace_events(timeline) -> list[dict]:
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid[stream], "args": {"name": stream}})
             events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid[stream],
                            "args": {"sort_index": tid[stream]}})
-    columns = [timeline[c].tolist() for c in TIMELINE_COLUMNS]
-    for rank, stream, name, cat, start, end, mb, stage in zip(*columns):
-        args: dict[str, Any] = {}
-        if (number := _int_or_none(mb)) is not None:
-            args["microbatch"] = number
-        if (number := _int_or_none(stage)) is not None:
-            args["stage"] = number
-        events.append({"name": str(name), "cat": category_of(cat).value, "ph": "X", "pid": int(rank),
-                       "tid": tid[str(stream)], "ts": float(start) * _US_PER_S,
-                       "dur": max(float(end) - float(start), 0.0) * _US_PER_S, "args": args})
+    cat_of = {value: category_of(value).value for value in set(timeline["category"])}
+    start = timeline["start_s"].to_numpy(float)
+    ts = (start * _US_PER_S).tolist()
+    dur = (np.maximum(timeline["end_s"].to_numpy(float) - start, 0.0) * _US_PER_S).tolist()
+    tids = [tid[s] for s in timeline["stream"].astype(str)]
+    mbs, stage_ids = _optional_ints(timeline["microbatch"]), _optional_ints(timeline["stage"])
+    for rank, name, cat, t, d, track, mb, stage in zip(timeline["rank"].astype(int).tolist(),
+                                                       timeline["name"].astype(str).tolist(), timeline["category"],
+                                                       ts, dur, tids, mbs, stage_ids):
+        args = {}
+        if mb is not None:
+            args["microbatch"] = mb
+        if stage is not None:
+            args["stage"] = stage
+        events.append({"name": name, "cat": cat_of[cat], "ph": "X", "pid": rank, "tid": track, "ts": t,
+                       "dur": d, "args": args})
     return events
 
 
@@ -134,9 +147,9 @@ def to_chrome_trace(timeline, path: str | Path) -> Path:
     """Write ``timeline`` as Chrome-trace JSON to ``path`` (open it at https://ui.perfetto.dev); return the path."""
     events = chrome_trace_events(timeline)
     out = Path(path)
-    with out.open("w", encoding="utf-8") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-                   "otherData": {"producer": "trainplan", "time_unit": "ts and dur in microseconds"}}, f)
+    document = {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"producer": "trainplan", "time_unit": "ts and dur in microseconds"}}
+    out.write_text(json.dumps(document), encoding="utf-8")  # dumps uses the C encoder; dump(f) does not
     return out
 
 
