@@ -124,7 +124,19 @@ def memory_lines(r: StepResult) -> list[str]:
 
 
 def _staleness_lines(value: Any) -> list[str]:
-    """Gradient staleness in steps: per worker when given per worker, else over all updates."""
+    """Gradient staleness in steps: per worker when given per worker, else over all updates.
+
+    Accepts a list of samples, a {worker: samples} mapping, or a summary {"per_worker": {...},
+    "histogram": {steps: count}, "mean": ..., "max": ...}.
+    """
+    if isinstance(value, dict) and "per_worker" in value:
+        lines = _staleness_lines(value["per_worker"])
+        hist = value.get("histogram")
+        if isinstance(hist, dict) and hist:
+            lines.append("  histogram (staleness: updates): " + ", ".join(f"{k}: {v}" for k, v in hist.items()))
+        if "mean" in value and "max" in value:
+            lines.append(f"  all workers: mean {float(value['mean']):.2f}, max {value['max']}")
+        return lines
     if isinstance(value, dict):
         lines = ["gradient staleness (steps) per worker:   mean    max"]
         for worker, samples in list(value.items())[:MAX_RANK_ROWS]:

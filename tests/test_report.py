@@ -84,3 +84,13 @@ def test_analytical_result_without_per_rank():
     r = step_result(Engine.ANALYTICAL, with_timeline=False)
     text = format_step(StepResult(**{**r.__dict__, "per_rank": None}))
     assert text.startswith("engine analytical:") and "per rank" not in text
+
+
+def test_staleness_summary_shape():
+    """The DES's summary form: per worker, a histogram, mean and max."""
+    summary = {"per_worker": {"0": [0, 1, 1], "1": [2, 2]}, "histogram": {"0": 1, "1": 2, "2": 2},
+               "mean": 1.2, "max": 2}
+    lines = format_step(step_result(staleness=summary)).splitlines()
+    assert ["worker", "1", "2.00", "2"] in [line.split() for line in lines]
+    assert "  histogram (staleness: updates): 0: 1, 1: 2, 2: 2" in lines
+    assert "  all workers: mean 1.20, max 2" in lines
