@@ -1,0 +1,122 @@
+"""Max-min fair rates of flows over shared resources, by progressive filling.
+
+Definition (Bertsekas & Gallager, "Data Networks", 2nd ed., §6.5.2): an allocation is max-min fair
+when no flow's rate can grow without lowering the rate of a flow that already has no more. It is
+what SimGrid's flow-level model computes (Velho et al., ACM TOMACS 2013) and what the reference
+notes name for contention (/work/shared/reference/network.md, "How contention is modelled elsewhere").
+
+Progressive filling: every resource ``r`` has ``left_r`` (capacity not yet given out) and ``n_r``
+(flows crossing it whose rate is not fixed). The resource with the least fair share
+``left_r / n_r`` is a bottleneck: its unfixed flows get exactly that share, which is taken off every
+other resource they cross; repeat until every flow is fixed. A lazy heap keyed by the share makes
+this O(H log H) for H (flow, resource) pairs. Ties go to the lower resource index: deterministic.
+
+Large sets (at least ``VECTOR_MIN_HOPS`` pairs) are filled level by level with numpy instead: every
+resource whose share equals the least one (to ``TIE_RTOL``) is fixed in the same pass. That is the
+same allocation: fixing a bottleneck at share ``m`` leaves a tied resource's share
+``(left − k·m)/(n − k) = m`` unchanged. Passes = distinct rate levels (1 to 3 in symmetric schedules).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from itertools import chain
+from typing import Protocol, Sequence
+
+import numpy as np
+
+SHARE_FLOOR = 1e-15
+"""Float guard: a fixed share is at least this fraction of the resource's capacity (a share is
+positive in exact arithmetic; rounding in ``left_r`` must not produce a zero or negative rate)."""
+VECTOR_MIN_HOPS = 512
+"""(flow, resource) pairs from which numpy's per-pass cost beats the heap's per-pair cost (measured
+with benchmarks/bench_network.py; both give the same rates)."""
+TIE_RTOL = 1e-12
+"""Shares within this relative distance of the least one are the same level (rounding only)."""
+
+
+class RatedFlow(Protocol):
+    """What progressive filling needs of a flow: its resources, bottleneck capacity, and a rate slot."""
+
+    res: tuple[int, ...]
+    """Resource indices it crosses (no repeats)."""
+    bottleneck_Bps: float
+    """Least capacity among its resources."""
+    rate: float
+
+
+def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
+    """Set ``f.rate`` of every flow to its max-min fair rate, given resource capacities ``cap[r]``.
+
+    ``flows`` must hold every flow that crosses any of their resources (a union of components).
+    """
+    members: dict[int, list[RatedFlow]] = {}
+    hops = 0
+    for f in flows:
+        hops += len(f.res)
+        for r in f.res:
+            m = members.get(r)
+            if m is None:
+                members[r] = [f]
+            else:
+                m.append(f)
+    if hops == len(members):  # no resource shared: each flow runs at its own bottleneck
+        for f in flows:
+            f.rate = f.bottleneck_Bps
+        return
+    if hops >= VECTOR_MIN_HOPS:
+        _max_min_levels(flows, cap, hops)
+        return
+    for f in flows:
+        f.rate = -1.0  # unfixed
+    left = {r: cap[r] for r in members}
+    count = {r: len(m) for r, m in members.items()}
+    version = dict.fromkeys(members, 0)
+    heap = [(left[r] / n, r, 0) for r, n in count.items()]
+    heapify(heap)
+    while heap:
+        share, r, v = heappop(heap)
+        if v != version[r] or count[r] == 0:
+            continue  # stale entry, or every flow of r fixed elsewhere
+        count[r] = 0
+        share = max(share, cap[r] * SHARE_FLOOR)
+        for f in members[r]:
+            if f.rate >= 0:
+                continue
+            f.rate = share
+            for q in f.res:
+                if q != r and count[q]:
+                    left[q] -= share
+                    count[q] -= 1
+                    version[q] += 1
+                    if count[q]:
+                        heappush(heap, (max(left[q], 0.0) / count[q], q, version[q]))
+
+
+def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int) -> None:
+    """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs."""
+    res = np.fromiter(chain.from_iterable(f.res for f in flows), dtype=np.int64, count=hops)
+    lengths = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=len(flows))
+    flow_of = np.repeat(np.arange(len(flows)), lengths)
+    used, local = np.unique(res, return_inverse=True)
+    capacity = np.asarray(cap, dtype=float)[used]
+    left = capacity.copy()
+    count = np.bincount(local, minlength=used.size).astype(float)
+    rate = np.full(len(flows), -1.0)
+    open_hop = np.ones(hops, dtype=bool)
+    while open_hop.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(count > 0, left / count, np.inf)
+        level = share.min()
+        tight = share <= level * (1 + TIE_RTOL)
+        fixed = np.zeros(len(flows), dtype=bool)
+        fixed[flow_of[open_hop & tight[local]]] = True
+        level = max(level, float(capacity[tight].min()) * SHARE_FLOOR)
+        rate[fixed] = level
+        done = open_hop & fixed[flow_of]
+        left -= level * np.bincount(local[done], minlength=used.size)
+        count -= np.bincount(local[done], minlength=used.size)
+        count[tight] = 0
+        open_hop &= ~done
+    for f, r in zip(flows, rate.tolist()):
+        f.rate = r

@@ -1,0 +1,352 @@
+"""Flow-level network on SimPy: concurrent transfers share link bandwidth max-min fairly.
+
+Model (the flow-level model of SimGrid, Velho & Legrand et al., "On the validity of flow-level TCP
+network models for grid and cloud simulations", ACM TOMACS 2013; /work/shared/reference/network.md
+"How contention is modelled elsewhere"):
+
+- A transfer (a *flow*) of ``b`` bytes over a :class:`~simulator.cluster.topology.Path` first waits
+  its latency ``α`` using no bandwidth, then becomes *active*.
+- Active flows share every resource they cross (``hop.resource``, one directional link instance of
+  capacity ``hop.link.bw_Bps``) by max-min fairness, computed by progressive filling: the resource
+  with the smallest fair share ``capacity_left / unfixed_flows`` fixes its unfixed flows at that
+  share, their rates are taken off the other resources they cross, and so on until every flow is
+  fixed (Bertsekas & Gallager, "Data Networks", §6.5.2).
+- Rates are recomputed whenever a flow starts or ends; between two such instants every rate is
+  constant, so a flow alone on its path finishes at ``α + b / bottleneck`` (cut-through).
+
+Implementation:
+- Only the flows *connected* to a change (sharing a resource, transitively) are re-rated, so
+  independent transfers (a ring step's disjoint links) cost O(their own path length).
+- All starts and ends at one instant are settled together by one *settle* event scheduled at a
+  priority below SimPy's NORMAL, so it runs after every ordinary event of that instant: a step's
+  1024 transfers that start together are rated once, not 1024 times.
+- The next completion comes from a heap of predicted finish times with a version per flow (a
+  re-rated flow's old entry is stale and skipped), and one pending wake-up at the earliest.
+- A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
+  what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
+  left with negative bytes. Ties are broken by flow creation order: deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Iterable
+
+import simpy
+
+from simulator.cluster.topology import Path
+from simulator.engine.fairshare import max_min
+from simulator.errors import SpecError
+
+SETTLE_PRIORITY = 2
+"""SimPy event priority of a settle: after URGENT (0) and NORMAL (1), so one settle sees every flow
+start and end of its instant, including transfers that processes start in reaction to them."""
+REL_BYTES_TOL = 1e-12
+"""A flow with at most this fraction of its bytes left is complete (rounding of the rate integral)."""
+CLOCK_ULPS = 16
+"""A flow due within this many ulps of the current time is complete: the clock's float resolution."""
+
+
+class Flow:
+    """One transfer and its progress; the value of its completion event. Read-only for callers."""
+
+    __slots__ = ("fid", "path", "nbytes", "res", "bottleneck_Bps", "remaining", "rate", "t_last", "version",
+                 "group", "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark", "due")
+
+    def __init__(self, fid: int, route: "_Route", nbytes: float, start_s: float, group: "_Group"):
+        self.fid = fid
+        """Creation order (ties are broken by it)."""
+        self.path = route.path
+        self.res = route.res
+        self.bottleneck_Bps = route.bottleneck_Bps
+        self.nbytes = self.remaining = nbytes
+        self.rate = 0.0
+        """Current rate, bytes/s (0 while waiting its latency, and once done)."""
+        self.t_last = self.start_s = start_s
+        """``start_s``: when the transfer was asked for, s."""
+        self.version = self.mark = self.due = 0
+        self.group = group
+        self.active_s = self.finish_s = math.nan
+        """``active_s``: when its latency ended and it began to use bandwidth; ``finish_s``: its last byte, s."""
+        self.delivered_bytes = 0.0
+        """Integral of its rate over time: ``nbytes`` at the end, within ``REL_BYTES_TOL`` or what its rate
+        moves in a few ulps of the clock (the float resolution of the intervals it is measured over)."""
+        self.active = False
+
+
+class _Route:
+    """A path as resource indices, with its bottleneck capacity (cached per Path object)."""
+
+    __slots__ = ("path", "res", "bottleneck_Bps")
+
+    def __init__(self, path: Path, res: tuple[int, ...], bottleneck_Bps: float):
+        self.path, self.res, self.bottleneck_Bps = path, res, bottleneck_Bps
+
+
+class _Group:
+    """Flows whose joint completion one event reports."""
+
+    __slots__ = ("event", "left", "flows", "single")
+
+    def __init__(self, event: simpy.Event, flows: list[Flow], single: bool):
+        self.event, self.left, self.flows, self.single = event, len(flows), flows, single
+
+
+class _Settle(simpy.Event):
+    """A triggered event at SETTLE_PRIORITY (as SimPy's own Timeout/Initialize set ``_ok``/``_value``)."""
+
+    def __init__(self, env: simpy.Environment, callback, delay: float):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, SETTLE_PRIORITY, delay)
+
+
+@dataclass
+class NetworkStats:
+    """Counters for benchmarks: how much work the engine did."""
+
+    flows: int = 0
+    """Flows created."""
+    settles: int = 0
+    """Settle events processed (flow starts/ends batched per instant, and wake-ups)."""
+    rerated_flows: int = 0
+    """Sum over settles of flows whose rate was recomputed."""
+    max_active: int = 0
+    """Most flows active at once."""
+
+
+class FlowNetwork:
+    """Transfers over topology paths sharing link bandwidth max-min fairly, on a SimPy environment."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.stats = NetworkStats()
+        self._res_index: dict[tuple, int] = {}
+        self._cap: list[float] = []
+        self._res_flows: list[dict[int, Flow]] = []
+        self._routes: dict[int, _Route] = {}
+        self._arrivals: dict[float, list[Flow]] = {}
+        self._arrival_times: list[float] = []
+        self._due: dict[float, list[tuple[Flow, int]]] = {}
+        self._due_times: list[float] = []
+        self._wake_at: float | None = None
+        self._stamp = 0
+        self._active = 0
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def transfer(self, path: Path, nbytes: float, latency_s: float | None = None) -> simpy.Event:
+        """Send ``nbytes`` over ``path``; the event fires (value: the :class:`Flow`) on the last byte.
+
+        ``latency_s`` replaces ``path.latency_s`` (a protocol's per-hop latency).
+        """
+        return self._start([(path, nbytes, latency_s)], single=True)
+
+    def transfer_all(self, items: Iterable[tuple[Path, float, float | None]]) -> simpy.Event:
+        """Start several transfers ``(path, nbytes, latency_s or None)`` at once.
+
+        The event fires when the last of them is done; its value is their :class:`Flow` list, in order.
+        Cheaper than one event per transfer when a caller waits for all of them anyway.
+        """
+        return self._start(items, single=False)
+
+    @property
+    def active_flows(self) -> int:
+        """Flows using bandwidth now."""
+        return self._active
+
+    # ---- flow lifecycle -----------------------------------------------------------------------
+
+    def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
+        now = self.env.now
+        checked = []
+        route_of = self._route
+        for path, nbytes, latency_s in items:
+            latency = path.latency_s if latency_s is None else latency_s
+            nbytes = float(nbytes)
+            if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
+                _reject(nbytes, latency)
+            checked.append((route_of(path), nbytes, latency))
+        event = simpy.Event(self.env)
+        flows: list[Flow] = []
+        group = _Group(event, flows, single)
+        fid = self.stats.flows
+        arrivals = self._arrivals
+        for route, nbytes, latency in checked:
+            flow = Flow(fid, route, nbytes, now, group)
+            fid += 1
+            flows.append(flow)
+            t = now + latency
+            batch = arrivals.get(t)
+            if batch is None:
+                arrivals[t] = [flow]
+                heappush(self._arrival_times, t)
+                _Settle(self.env, self._settle, latency)
+            else:
+                batch.append(flow)
+        self.stats.flows = fid
+        group.left = len(flows)
+        if not flows:
+            event.succeed(flows)
+        return event
+
+    def _route(self, path: Path) -> _Route:
+        cached = self._routes.get(id(path))
+        if cached is not None and cached.path is path:
+            return cached
+        res: list[int] = []
+        for hop in path.hops:
+            idx = self._res_index.get(hop.resource)
+            bw = hop.link.bw_Bps
+            if idx is None:
+                idx = self._res_index[hop.resource] = len(self._cap)
+                self._cap.append(bw)
+                self._res_flows.append({})
+            elif not math.isclose(self._cap[idx], bw, rel_tol=1e-12):
+                raise SpecError("path", f"resource {hop.resource} has bandwidth {bw} B/s here and "
+                                f"{self._cap[idx]} B/s elsewhere; one link instance has one bandwidth")
+            if idx not in res:
+                res.append(idx)
+        if not res:
+            raise SpecError("path", "a path needs at least one hop")
+        route = _Route(path, tuple(res), min(self._cap[r] for r in res))
+        self._routes[id(path)] = route  # keeps the path alive, so its id stays unique
+        return route
+
+    def _settle(self, _event=None) -> None:
+        """Apply every start and end due now, re-rate the flows they touch, and plan the next wake."""
+        now = self.env.now
+        self.stats.settles += 1
+        if self._wake_at is not None and self._wake_at <= now:
+            self._wake_at = None
+        arrivals: list[Flow] = []
+        times = self._arrival_times
+        while times and times[0] <= now:
+            arrivals.extend(self._arrivals.pop(heappop(times)))
+        slack = CLOCK_ULPS * math.ulp(now)
+        due: list[Flow] = []
+        times, buckets = self._due_times, self._due
+        while times and times[0] <= now + slack:
+            for f, version in buckets.pop(heappop(times)):
+                if f.version == version and f.active:
+                    due.append(f)
+        if arrivals or due:
+            self._apply(now, slack, arrivals, due)
+        self._plan_wake(now)
+
+    def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
+        seeds = {r: None for f in due for r in f.res}
+        seeds.update((r, None) for f in arrivals for r in f.res)
+        self._stamp += 1
+        due_stamp = self._stamp
+        for f in due:
+            f.due = due_stamp
+        finished: list[Flow] = []
+        rerate: list[Flow] = []
+        for f in self._component(seeds):
+            moved = f.rate * (now - f.t_last)
+            rem = f.remaining - moved
+            f.delivered_bytes += moved
+            if f.due == due_stamp or rem <= REL_BYTES_TOL * f.nbytes or rem <= f.rate * slack:
+                finished.append(f)
+            else:
+                f.remaining, f.t_last = rem, now
+                rerate.append(f)
+        res_flows = self._res_flows
+        self._active -= len(finished)
+        for f in finished:
+            f.active = False
+            fid = f.fid
+            for r in f.res:
+                del res_flows[r][fid]
+        for f in arrivals:
+            f.active_s = f.t_last = now
+            if f.nbytes <= 0:
+                finished.append(f)
+                continue
+            f.active = True
+            fid = f.fid
+            for r in f.res:
+                res_flows[r][fid] = f
+            rerate.append(f)
+            self._active += 1
+        if self._active > self.stats.max_active:
+            self.stats.max_active = self._active
+        self._rate(now, rerate)
+        if len(finished) > 1:
+            finished.sort(key=_fid)
+        for f in finished:
+            f.remaining, f.rate, f.finish_s = 0.0, 0.0, now
+            group = f.group
+            group.left -= 1
+            if group.left == 0:
+                group.event.succeed(group.flows[0] if group.single else group.flows)
+
+    def _component(self, seeds: dict[int, None]) -> list[Flow]:
+        """Active flows reachable from the seed resources through shared resources (BFS)."""
+        self._stamp += 1
+        stamp = self._stamp
+        seen = dict(seeds)
+        stack = list(seeds)
+        found: list[Flow] = []
+        res_flows = self._res_flows
+        while stack:
+            for f in res_flows[stack.pop()].values():
+                if f.mark != stamp:
+                    f.mark = stamp
+                    found.append(f)
+                    for q in f.res:
+                        if q not in seen:
+                            seen[q] = None
+                            stack.append(q)
+        return found
+
+    def _rate(self, now: float, flows: list[Flow]) -> None:
+        """Set max-min fair rates of ``flows`` (a union of components) and file their finish times.
+
+        Finish times go into buckets by value, so a step's flows that end together cost one heap entry.
+        """
+        if not flows:
+            return
+        self.stats.rerated_flows += len(flows)
+        old = [f.rate for f in flows]
+        max_min(flows, self._cap)
+        buckets, times = self._due, self._due_times
+        for f, before in zip(flows, old):
+            rate = f.rate
+            if rate != before:  # an unchanged rate keeps its (still exact) entry
+                f.version += 1
+                t = now + f.remaining / rate
+                bucket = buckets.get(t)
+                if bucket is None:
+                    buckets[t] = [(f, f.version)]
+                    heappush(times, t)
+                else:
+                    bucket.append((f, f.version))
+
+    def _plan_wake(self, now: float) -> None:
+        """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""
+        times, buckets = self._due_times, self._due
+        while times and not any(f.version == v and f.active for f, v in buckets[times[0]]):
+            del buckets[heappop(times)]
+        if not times:
+            return
+        t = times[0]
+        if self._wake_at is not None and self._wake_at <= t:
+            return
+        self._wake_at = t
+        _Settle(self.env, self._settle, max(t - now, 0.0))
+
+
+def _reject(nbytes: float, latency: float) -> None:
+    if not 0.0 <= nbytes < math.inf:
+        raise SpecError("nbytes", f"a transfer needs a finite, non-negative byte count, got {nbytes!r}")
+    raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
+
+
+def _fid(flow: Flow) -> int:
+    return flow.fid
