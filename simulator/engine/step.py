@@ -206,11 +206,13 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
 
 
 def _accounts(ctx: _Ctx, tails: dict, step_time: float) -> tuple[dict[Category, float], pd.DataFrame]:
-    """Breakdown of the slowest rank (least tail idle, per step, averaged) and per-rank means."""
+    """Breakdown of the slowest rank (least idle: bubble, straggler wait, tail; per step, averaged)
+    and per-rank means."""
     accounts = ctx.rec.accounts
     by_step: dict[int, list] = defaultdict(list)
-    for (k, name, r) in accounts:
-        by_step[k].append((tails.get((k, name, r), 0.0), name, r))
+    for (k, name, r), acc in accounts.items():
+        idle = tails.get((k, name, r), 0.0) + acc.get(Category.STRAGGLER, 0.0) + acc.get(Category.BUBBLE, 0.0)
+        by_step[k].append((idle, name, r))
     steps = sorted(by_step)
     total: dict[Category, float] = defaultdict(float)
     for k in steps:
