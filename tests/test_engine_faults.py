@@ -6,6 +6,7 @@ Failures: Daly's (2006) closed form against seeded sampling of the same process 
 """
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,6 @@ from simulator.engine.step import simulate
 from simulator.results import Category
 from simulator.strategy import FailureModel, ParamServerMode, ParamServerSync, Strategy, StragglerModel
 from simulator.work import CommCall, CommKind
-from dataclasses import replace
 from simulator.workload.presets import get_preset
 from test_collectives_helpers import switched
 
