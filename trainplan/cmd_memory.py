@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--mbs", type=int, default=1, metavar="B", help="micro-batch size in sequences (default 1)")
     p.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
     p.add_argument("--recompute", choices=[r.value for r in Recompute], default="none",
-                   help="activation recomputation (default none; selective also models FlashAttention)")
+                   help="activation recomputation (default none; selective drops eager attention scores)")
     p.add_argument("--sp", action="store_true", help="sequence parallelism with tensor parallelism")
     p.add_argument("--schedule", choices=[s.value for s in ScheduleKind], default="1f1b",
                    help="pipeline schedule (default 1f1b)")
