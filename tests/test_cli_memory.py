@@ -160,3 +160,11 @@ def test_model_and_params_together(capsys):
 def test_layer_list_workload_is_refused(capsys):
     _one_line_error(capsys, ["memory", "--model", str(DATA / "small-mlp.layers.json"), "--gpus", "2"],
                     "model", "--params")
+
+
+def test_plot_with_fsdp2_drops_it_where_it_cannot_run(tmp_path, capsys):
+    """The ZeRO 0-3 sweep keeps --framework fsdp2 for ZeRO 2-3 and uses the default framework for 0-1."""
+    path = tmp_path / "fsdp2.png"
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "2", "--framework", "fsdp2",
+                 "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -414,3 +414,13 @@ def test_strategy_rejects_bucket_view_outside_ddp():
     assert err.value.field == "gradient_as_bucket_view"
     assert MemoryStrategy(dp=2, zero=ZeroStage.ZERO3, framework=Framework.FSDP2).resolved_partitioning \
         is Partitioning.DIM0_PADDED
+
+
+def test_dropout_presets_and_validation():
+    """GPT presets train with dropout 0.1 (GPT-2 config, Megatron defaults), Llama with none."""
+    from simulator.workload.presets import GPT_DROPOUT, LLAMA_DROPOUT
+    assert get_preset("gpt3-175b").dropout == GPT_DROPOUT == 0.1
+    assert get_preset("llama2-7b").dropout == LLAMA_DROPOUT == 0.0
+    with pytest.raises(SpecError) as err:
+        replace(get_preset("gpt3-125m"), dropout=1.0)
+    assert err.value.field == "model.dropout"

@@ -18,15 +18,16 @@ PARTS = (("params_bytes", "parameters"), ("grads_bytes", "gradients"), ("optimiz
 def _at_stage(strategy, zero: ZeroStage):
     """``strategy`` at ZeRO stage ``zero``; what that stage cannot do is dropped for its bar: an offload
     (optimizer offload under ZeRO 0, parameter/NVMe offload below ZeRO 3), a framework that does not
-    implement the stage (the partitioning's default is used), DDP's bucket view outside torch DDP."""
+    implement the stage (with its partitioning: the defaults are used), DDP's bucket view outside torch DDP."""
     offload = strategy.offload
     if (offload is Offload.OPTIMIZER and zero is ZeroStage.ZERO0) or \
             (offload in (Offload.PARAMS, Offload.NVME) and zero is not ZeroStage.ZERO3):
         offload = Offload.NONE
-    framework = strategy.framework
+    framework, partitioning = strategy.framework, strategy.partitioning
     if framework is not None and zero not in framework.zero_stages:
-        framework = None
-    out = replace(strategy, zero=zero, offload=offload, framework=framework, gradient_as_bucket_view=False)
+        framework, partitioning = None, None
+    out = replace(strategy, zero=zero, offload=offload, framework=framework, partitioning=partitioning,
+                  gradient_as_bucket_view=False)
     if strategy.gradient_as_bucket_view and out.resolved_framework is Framework.TORCH_DDP:
         out = replace(out, gradient_as_bucket_view=True)
     return out
