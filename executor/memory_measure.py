@@ -27,17 +27,13 @@ map to ZeRO stages.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from executor.launch import run
 from executor.model import build_gpt
 from simulator.errors import SpecError
 from simulator.workload.transformer import TransformerSpec
@@ -57,8 +53,6 @@ class _Job:
     seq: int
     seed: int
     gradient_as_bucket_view: bool
-    port: int
-    out_dir: str
 
 
 def _storage_bytes(tensors: Iterable[torch.Tensor], seen: dict[int, int] | None = None) -> int:
@@ -146,22 +140,9 @@ def _measure_one(mode: str, rank: int, nproc: int, job: _Job) -> dict:
     return result
 
 
-def _worker(rank: int, nproc: int, job: _Job) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job.port}", rank=rank, world_size=nproc)
-    try:
-        results = {mode: _measure_one(mode, rank, nproc, job) for mode in job.modes}
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(job.out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _measure_rank(rank: int, nproc: int, job: _Job) -> dict[str, dict]:
+    """One rank's body under :func:`executor.launch.run` (which owns the gloo process group)."""
+    return {mode: _measure_one(mode, rank, nproc, job) for mode in job.modes}
 
 
 def _check_args(spec: TransformerSpec, nproc: int, modes: Iterable[str], batch: int, seq: int | None) -> int:
@@ -183,20 +164,15 @@ def _check_args(spec: TransformerSpec, nproc: int, modes: Iterable[str], batch: 
 def measure_modes(spec: TransformerSpec, *, nproc: int, modes: Iterable[str] = MODES, batch: int = 2,
                   seq: int | None = None, seed: int = 0,
                   gradient_as_bucket_view: bool = False) -> dict[str, list[dict]]:
-    """Run every mode in ``modes`` in one set of ``nproc`` gloo processes; ``{mode: [per-rank dict]}``.
-
-    One launch for several modes saves the process start-up (seconds each on a small CPU machine).
+    """Run every mode in ``modes`` in one set of ``nproc`` gloo processes (:func:`executor.launch.run`);
+    ``{mode: [per-rank dict]}``. One launch for several modes saves the process start-up (seconds each
+    on a small CPU machine). A failing rank raises :class:`executor.launch.LaunchError` with its traceback.
     """
     modes = tuple(modes)
     seq = _check_args(spec, nproc, modes, batch, seq)
-    with tempfile.TemporaryDirectory(prefix="memmeasure-") as out_dir:
-        job = _Job(spec=spec, modes=modes, batch=batch, seq=seq, seed=seed,
-                   gradient_as_bucket_view=gradient_as_bucket_view, port=_free_port(), out_dir=out_dir)
-        mp.spawn(_worker, args=(nproc, job), nprocs=nproc, join=True)
-        per_rank = []
-        for rank in range(nproc):
-            with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
-                per_rank.append(json.load(f))
+    job = _Job(spec=spec, modes=modes, batch=batch, seq=seq, seed=seed,
+               gradient_as_bucket_view=gradient_as_bucket_view)
+    per_rank = run(_measure_rank, nproc, args=(job,), backend="gloo")
     return {mode: [per_rank[r][mode] for r in range(nproc)] for mode in modes}
 
 
@@ -206,8 +182,6 @@ def measure_model_states(spec: TransformerSpec, *, nproc: int, mode: str, batch:
     """Per-rank model-state bytes for one ``mode`` (see the module docstring for the fields)."""
     return measure_modes(spec, nproc=nproc, modes=(mode,), batch=batch, seq=seq, seed=seed,
                          gradient_as_bucket_view=gradient_as_bucket_view)[mode]
-
-
 
 def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None = None, seed: int = 0) -> dict:
     """Bytes autograd saves for backward in one transformer block (fp32, one process, no dropout).

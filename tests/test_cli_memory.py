@@ -12,12 +12,39 @@ DONE = ["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "3", "--mbs",
 
 
 def test_done_means_command_prints_breakdown(capsys):
+    """With FlashAttention (the default) llama2-7b at s = 4096, mbs 1, ZeRO-3 fits on 80 GB."""
     assert main(DONE) == 0
     out = capsys.readouterr().out
-    for needle in ("llama2-7b on 8 x A100-SXM-80GB (dgx-a100): dp=8 tp=1 pp=1", "ZeRO-3", "parameters",
-                   "gradients", "optimizer states", "activations", "buffers", "framework overhead (assumed)",
-                   "total", "verdict: DOES NOT FIT", "attention scores"):
+    for needle in ("llama2-7b on 8 x A100-SXM-80GB (dgx-a100): dp=8 tp=1 pp=1", "ZeRO-3", "deepspeed (flat)",
+                   "flash attention", "parameters", "gradients", "optimizer states", "activations", "buffers",
+                   "framework overhead (assumed)", "total", "verdict: fits"):
         assert needle in out, needle
+    assert "note:" not in out
+
+
+def test_eager_attention_keeps_scores_and_says_so(capsys):
+    assert main(DONE + ["--attention", "eager", "--mbs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "eager attention" in out and "verdict: DOES NOT FIT" in out and "attention scores" in out
+
+
+def test_fsdp2_zero2_shows_peak_and_after_step(capsys):
+    """FSDP2 reshard_after_forward=False: the bf16 unsharded copy (padded) is the peak; after the step
+    only the ZeRO-3 shard is left (2 B x ceil-padded shard)."""
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "2", "--framework", "fsdp2",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"]["framework"] == "fsdp2" and out["strategy"]["partitioning"] == "dim0-padded"
+    assert out["params_bytes"] == pytest.approx(8 * out["params_after_step_bytes"])
+    assert out["params_bytes"] >= 2 * 6_738_415_616 and out["stages"][0]["buffers"]["grad_buckets_bytes"] == 0
+
+
+def test_torch_ddp_bucket_view(capsys):
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--json"]) == 0
+    copy = json.loads(capsys.readouterr().out)["stages"][0]["buffers"]["grad_buckets_bytes"]
+    assert copy == 2 * 6_738_415_616  # torch DDP's default: a bucket copy of every (bf16) gradient
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--bucket-view", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stages"][0]["buffers"]["grad_buckets_bytes"] == 0
 
 
 def test_json_has_contract_keys(capsys):
@@ -118,6 +145,9 @@ def test_offload_without_host_section(capsys):
     (["--offload-activations"], "--recompute full"),
     (["--sp"], "--tp > 1"),
     (["--zero", "4"], "invalid choice"),
+    (["--zero", "1", "--framework", "fsdp2"], "does not implement ZeRO-1"),
+    (["--zero", "3", "--framework", "fsdp2", "--partitioning", "flat"], "partitioning"),
+    (["--zero", "3", "--bucket-view"], "gradient_as_bucket_view"),
 ])
 def test_inconsistent_options(capsys, argv, needle):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8"] + argv, needle)
@@ -130,3 +160,11 @@ def test_model_and_params_together(capsys):
 def test_layer_list_workload_is_refused(capsys):
     _one_line_error(capsys, ["memory", "--model", str(DATA / "small-mlp.layers.json"), "--gpus", "2"],
                     "model", "--params")
+
+
+def test_plot_with_fsdp2_drops_it_where_it_cannot_run(tmp_path, capsys):
+    """The ZeRO 0-3 sweep keeps --framework fsdp2 for ZeRO 2-3 and uses the default framework for 0-1."""
+    path = tmp_path / "fsdp2.png"
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "2", "--framework", "fsdp2",
+                 "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from simulator.cluster.spec import CommProfile
 from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names, estimate, estimate_all, supports
 from test_collectives_helpers import NIC, NVSWITCH, nccl_protocols, switched
@@ -47,8 +48,16 @@ def test_never_faster_with_less_bandwidth(n, scale, group, which, cluster):
 @FAST
 @given(n=sizes, group=st.sampled_from(GROUPS), op=st.sampled_from(list(Op)))
 def test_auto_is_never_slower_than_any_algorithm(n, group, op):
+    """Without a library tuner, auto beats every algorithm; on NCCL, every algorithm NCCL's tuner knows."""
+    from simulator.cluster.nccl import tuner_choices
+
+    ideal = replace(NCCL, comm=CommProfile())
+    auto = estimate(ideal, group, op, n)
+    assert all(auto.time_s <= e.time_s for e in estimate_all(ideal, group, op, n))
     auto = estimate(NCCL, group, op, n)
-    assert all(auto.time_s <= e.time_s for e in estimate_all(NCCL, group, op, n))
+    choices = tuner_choices(op.value)
+    assert all(auto.time_s <= e.time_s for e in estimate_all(NCCL, group, op, n) if e.algorithm in choices)
+    assert auto.algorithm in choices
 
 
 def test_ring_busbw_in_one_switched_node_approaches_link_bandwidth():

@@ -157,15 +157,46 @@ SBH = S * H
     (1, False, Recompute.FULL, 2),                                   # full recompute: the layer input
 ])
 def test_korthikanti_table2(tp, sp, recompute, per_sbh):
-    """Per-layer activation bytes of Korthikanti et al. 2022 Table 2, for GPT-3 175B shapes (exact)."""
-    layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1, tp=tp, sp=sp)
-    assert layer.kept_bytes(recompute) == pytest.approx(per_sbh * SBH, rel=1e-12)
+    """Per-layer activation bytes of Korthikanti et al. 2022 Table 2, for GPT-3 175B shapes (dropout 0.1,
+    eager attention), exact. Korthikanti counts O(sbh) and O(as²b) terms only: the fp32 LayerNorm
+    mean/rstd (2 norms x 2 x 4 B per token, /t with sp) are left out here and checked on their own."""
+    layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1, tp=tp, sp=sp, flash_attention=False)
+    stats = 0 if recompute is Recompute.FULL else layer.stats_bytes
+    assert layer.kept_bytes(recompute) - stats == pytest.approx(per_sbh * SBH, rel=1e-12)
+    assert layer.stats_bytes == S * 16 / (tp if sp else 1)
 
 
 def test_korthikanti_hand_worked_175b_layer():
-    """114 sbh = 114 x 2048 x 12288 = 2,868,903,936 bytes (2.87 GB) per layer, per sequence."""
+    """114 sbh = 114 x 2048 x 12288 = 2,868,903,936 bytes (2.87 GB) per layer, per sequence (eager)."""
+    layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1, flash_attention=False)
+    assert layer.full_bytes - layer.stats_bytes == 2_868_903_936
+
+
+def test_flash_attention_keeps_no_scores_but_a_logsumexp():
+    """FlashAttention/SDPA saves q, k, v, output and an fp32 log-sum-exp per row and head
+    (derivatives.yaml, _scaled_dot_product_flash_attention): GPT-3 175B (dropout on) keeps
+    34 sbh + 4·a·s·b + 16·s·b bytes — the 5as/h term is gone (Korthikanti's selective count + stats)."""
     layer = layer_activation(get_preset("gpt3-175b"), seq=S, mbs=1)
-    assert layer.full_bytes == 2_868_903_936
+    assert layer.scores_bytes == 0
+    assert layer.full_bytes == 34 * SBH + 4 * A * S + 16 * S
+
+
+def test_dropout_off_drops_the_masks():
+    """Without dropout the two residual masks (2sbh bytes) go, and eager attention keeps only the
+    softmax output (e·as²b, no mask, no dropout output): GPT-3 175B at 16 bit, 32 sbh + 2as²b."""
+    spec = replace(get_preset("gpt3-175b"), dropout=0.0)
+    layer = layer_activation(spec, seq=S, mbs=1, flash_attention=False)
+    assert layer.full_bytes - layer.stats_bytes == 32 * SBH + 2 * A * S * S
+
+
+def test_llama_block_swiglu_rotary_rmsnorm_by_hand():
+    """llama2-7b (h = q = kv = 4096, f = 11008, 32 heads, bf16, no dropout), s = 4096, b = 1, flash:
+    per token 4h (norm inputs and outputs) + (q + 2kv) + (q + kv) rotated + q (attention output) + 4f
+    (SwiGLU) elements at 2 B, + fp32 stats: 2 RMSNorm rstd + 32 log-sum-exp."""
+    spec = get_preset("llama2-7b")
+    s, h, f = 4096, 4096, 11008
+    layer = layer_activation(spec, seq=s, mbs=1)
+    assert layer.full_bytes == s * ((4 * h + 3 * h + 2 * h + h + 4 * f) * 2 + (2 + 32) * 4)
 
 
 def test_in_flight_per_schedule():
@@ -197,10 +228,25 @@ def test_report_llama2_7b_zero3():
     assert r.fits and 30 * GB < w.total_bytes < 60 * GB
 
 
-def test_report_without_recompute_does_not_fit_and_says_why():
+def test_report_eager_attention_adds_the_scores_and_says_so():
+    """Eager attention without dropout keeps the softmax output, 2·a·s²·b bytes per block (bf16):
+    32 blocks x 2 x 32 x 4096² = 34.4 GB more than flash, minus flash's fp32 log-sum-exp (4·a·s·b)."""
+    flash = MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096)
+    spec = get_preset("llama2-7b")
+    r_flash = memory_report(spec, _a100(), flash)
+    r_eager = memory_report(spec, _a100(), replace(flash, flash_attention=False))
+    extra = r_eager.worst.activations.blocks_bytes - r_flash.worst.activations.blocks_bytes
+    assert extra == 32 * (2 * 32 * 4096**2 - 4 * 32 * 4096)
+    assert any("attention scores" in n for n in r_eager.notes)
+    r_big = memory_report(spec, _a100(), replace(flash, flash_attention=False, mbs=2))
+    assert not r_big.fits and r_big.reasons[0].startswith("GPU")
+
+
+def test_report_flash_without_recompute_fits():
+    """With FlashAttention (the default) llama2-7b at s = 4096, mbs 1, ZeRO-3 on 8 A100-80GB fits
+    without recomputation: 32 blocks x ~0.7 GB of saved activations."""
     r = memory_report(get_preset("llama2-7b"), _a100(), MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096))
-    assert not r.fits and r.reasons[0].startswith("GPU")
-    assert any("attention scores" in n for n in r.notes)
+    assert r.fits and not r.notes and r.worst.activations.scores_bytes == 0
 
 
 def test_pipeline_first_stage_most_loaded_under_1f1b():
@@ -288,3 +334,93 @@ def test_resolve_degrees():
         resolve_degrees(8, dp=2, tp=2, pp=1)
     with pytest.raises(SpecError, match="multiple"):
         resolve_degrees(8, tp=3)
+
+
+# --- frameworks: what torch / DeepSpeed allocate on purpose (hand-worked; measured in test_memory_measured) ---
+from simulator.memory import Framework, buffer_bytes, dim0_real_numels, resolve_framework, step_tensors  # noqa: E402
+
+F32 = DtypePolicy.FP32
+
+
+def test_fsdp2_adam_state_is_the_unpadded_shard():
+    """d0 = 10 rows of 3 on 4 ranks: c = ceil(10/4) = 3 rows; real rows min(3, max(0, 10 - 3r)) = 3, 3, 3, 1.
+    Params and grads stay padded (9 elements on every rank); Adam m + v are 8 B x real elements."""
+    assert dim0_real_numels([(10, 3)], 4) == [9, 9, 9, 3]
+    assert dim0_real_numels([(2, 5), ()], 4) == [5 + 1, 5, 0, 0]  # fewer rows than ranks; 0-d on rank 0
+    r3 = model_state_bytes([("w", (10, 3))], dp=4, zero=ZeroStage.ZERO3, dtype=F32, framework=Framework.FSDP2, rank=3)
+    assert (r3.params_bytes, r3.grads_bytes, r3.optimizer_bytes, r3.optimizer_step_bytes) == (36, 36, 24, 4)
+    worst = model_state_bytes([("w", (10, 3))], dp=4, zero=ZeroStage.ZERO3, dtype=F32, framework=Framework.FSDP2)
+    assert worst.optimizer_bytes == 72  # rank 0 holds a full padded-size shard
+
+
+def test_fsdp2_zero2_peak_is_unsharded_copy_plus_shard():
+    """reshard_after_forward=False, fp32, d0 = 10 on 4 ranks: the all-gather output is 4·3 = 12 rows
+    (padded), next to the persistent 3-row shard: peak 15 rows x 3 x 4 B = 180; after the step 36 (ZeRO-3).
+    bf16 mixed: the persistent fp32 shard is the master (in K), so the peak is the bf16 copy, 12·3·2 = 72."""
+    m = model_state_bytes([("w", (10, 3))], dp=4, zero=ZeroStage.ZERO2, dtype=F32, framework=Framework.FSDP2)
+    assert (m.params_bytes, m.params_at_rest_bytes, m.grads_bytes) == (180, 36, 36)
+    assert m.total_bytes - m.total_after_step_bytes == 144
+    mixed = model_state_bytes([("w", (10, 3))], dp=4, zero=ZeroStage.ZERO2, dtype=MIXED, framework=Framework.FSDP2)
+    assert (mixed.params_bytes, mixed.params_at_rest_bytes) == (72, 18)
+
+
+def test_step_tensors_per_framework():
+    """torch Adam: a 0-d fp32 step per parameter tensor with state; ZeRO-1 under torch: the rank's own
+    tensors (greedy [10, 7, 5, 3, 3] on 2 ranks -> r0 holds 2, r1 holds 3); DeepSpeed: none."""
+    shapes = [(10,), (7,), (5,), (3,), (3,)]
+    assert step_tensors(shapes, 2, ZeroStage.ZERO0, Framework.TORCH_DDP) == [5, 5]
+    assert step_tensors(shapes, 2, ZeroStage.ZERO1, Framework.TORCH_DDP) == [2, 3]
+    assert step_tensors(shapes, 2, ZeroStage.ZERO3, Framework.FSDP2) == [5, 5]
+    assert step_tensors(shapes, 2, ZeroStage.ZERO1, Framework.DEEPSPEED) == [0, 0]
+    assert model_state_bytes(shapes, dp=2, zero=ZeroStage.ZERO0, dtype=F32).optimizer_step_bytes == 20
+
+
+def test_framework_resolution():
+    z0, z1, z2 = ZeroStage.ZERO0, ZeroStage.ZERO1, ZeroStage.ZERO2
+    assert resolve_framework(z0) == (Partitioning.FLAT, Framework.TORCH_DDP)
+    assert resolve_framework(z1) == (Partitioning.FLAT, Framework.DEEPSPEED)
+    assert resolve_framework(z1, Partitioning.WHOLE_TENSOR) == (Partitioning.WHOLE_TENSOR, Framework.TORCH_DDP)
+    assert resolve_framework(z2, None, Framework.FSDP2) == (Partitioning.DIM0_PADDED, Framework.FSDP2)
+    with pytest.raises(SpecError, match="does not implement ZeRO-1"):
+        resolve_framework(z1, None, Framework.FSDP2)
+    with pytest.raises(SpecError) as err:
+        resolve_framework(z2, Partitioning.FLAT, Framework.FSDP2)
+    assert err.value.field == "partitioning"
+
+
+@pytest.mark.parametrize("zero, framework, view, expected", [
+    (ZeroStage.ZERO0, Framework.TORCH_DDP, False, 4000),    # DDP default: a full bucket copy of the grads
+    (ZeroStage.ZERO0, Framework.TORCH_DDP, True, 0),        # grads are views into the buckets
+    (ZeroStage.ZERO1, Framework.TORCH_DDP, False, 4000),    # ZeroRedundancyOptimizer runs under DDP
+    (ZeroStage.ZERO1, Framework.DEEPSPEED, False, 4000),    # min(5e8, P) = P for a small model
+    (ZeroStage.ZERO3, Framework.FSDP2, False, 0),
+])
+def test_grad_buckets_follow_the_framework(zero, framework, view, expected):
+    b = buffer_bytes(local_params=1000, largest_block=100, zero=zero, dtype=F32, framework=framework,
+                     gradient_as_bucket_view=view)
+    assert b.grad_buckets_bytes == expected
+
+
+def test_deepspeed_bucket_is_capped():
+    b = buffer_bytes(local_params=10**10, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED)
+    assert b.grad_buckets_bytes == 2 * REDUCE_BUCKET_ELEMENTS
+    with pytest.raises(SpecError):
+        buffer_bytes(local_params=1, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED, gradient_as_bucket_view=True)
+
+
+def test_strategy_rejects_bucket_view_outside_ddp():
+    with pytest.raises(SpecError) as err:
+        MemoryStrategy(dp=2, zero=ZeroStage.ZERO3, gradient_as_bucket_view=True)
+    assert err.value.field == "gradient_as_bucket_view"
+    assert MemoryStrategy(dp=2, zero=ZeroStage.ZERO3, framework=Framework.FSDP2).resolved_partitioning \
+        is Partitioning.DIM0_PADDED
+
+
+def test_dropout_presets_and_validation():
+    """GPT presets train with dropout 0.1 (GPT-2 config, Megatron defaults), Llama with none."""
+    from simulator.workload.presets import GPT_DROPOUT, LLAMA_DROPOUT
+    assert get_preset("gpt3-175b").dropout == GPT_DROPOUT == 0.1
+    assert get_preset("llama2-7b").dropout == LLAMA_DROPOUT == 0.0
+    with pytest.raises(SpecError) as err:
+        replace(get_preset("gpt3-125m"), dropout=1.0)
+    assert err.value.field == "model.dropout"

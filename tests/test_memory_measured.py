@@ -12,20 +12,22 @@ Oracles here are written from torch's documented/observed behaviour (docs/memory
 - ``ZeroRedundancyOptimizer._partition_parameters``: parameters sorted by numel, largest first (stable),
   each to the rank with the fewest elements so far (lowest rank on ties).
 - Adam ``step`` counters: one 0-d fp32 tensor (4 bytes) per parameter tensor with state.
-The simulator comparison (1% tolerance per the task brief; exact where it models the same thing) runs
-once ``simulator.memory`` (branch ``memory``) is merged.
+The simulator comparison is exact per rank and field (the 1 % bound of the issue is checked too), and
+the simulator's per-block activation bytes are compared with saved-tensor bytes of a GPT and a Llama block.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from executor.memory_measure import MODES, measure_model_states, measure_modes
 from executor.model import build_gpt
 from simulator.errors import SpecError
-from simulator.workload import DtypePolicy, TransformerSpec
+from simulator.workload import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
+                                TransformerSpec)
 
 pytestmark = pytest.mark.multiproc
 
@@ -133,87 +135,93 @@ def test_bad_mode_is_a_spec_error():
         measure_model_states(SPEC, nproc=2, mode="ddp", seq=SPEC.positions + 1)
 
 
-# --- against the simulator (needs branch `memory` merged) ----------------------------------------------
+# --- against the simulator: exact, per rank ------------------------------------------------------------
+
+def _framework(mode: str):
+    from simulator.memory import Framework, ZeroStage
+    return {"ddp": (ZeroStage.ZERO0, Framework.TORCH_DDP), "zero1": (ZeroStage.ZERO1, Framework.TORCH_DDP),
+            "fsdp2-noreshard": (ZeroStage.ZERO2, Framework.FSDP2),
+            "fsdp2-reshard": (ZeroStage.ZERO3, Framework.FSDP2)}[mode]
+
 
 def _simulator_rows(n: int, mode: str):
-    memory = pytest.importorskip("simulator.memory", reason="simulator.memory not merged yet (branch memory)")
-    zs, part = memory.ZeroStage, memory.Partitioning
-    stage, partitioning = {"ddp": (zs.ZERO0, part.FLAT), "zero1": (zs.ZERO1, part.WHOLE_TENSOR),
-                           "fsdp2-noreshard": (zs.ZERO2, part.DIM0_PADDED),
-                           "fsdp2-reshard": (zs.ZERO3, part.DIM0_PADDED)}[mode]
-    shapes = memory.transformer_param_shapes(SPEC)
-    return [memory.model_state_bytes(shapes, dp=n, zero=stage, dtype=DtypePolicy.FP32,
-                                     partitioning=partitioning, rank=r) for r in range(n)]
+    from simulator.memory import model_state_bytes, transformer_param_shapes
+    zero, framework = _framework(mode)
+    shapes = transformer_param_shapes(SPEC)
+    return [model_state_bytes(shapes, dp=n, zero=zero, dtype=DtypePolicy.FP32, framework=framework, rank=r)
+            for r in range(n)]
 
 
-def _close(measured_bytes: int, model_bytes: int, rel: float = 0.01) -> bool:
-    return abs(measured_bytes - model_bytes) <= rel * max(measured_bytes, 1)
+def _measured_fields(row: dict) -> dict:
+    """The measurement in ModelStateBytes' terms: peak params are those alive between forward and
+    backward (FSDP2 ZeRO-2: shard + unsharded copy), params after the step are what is left."""
+    return {"params": row["params_bytes_after_forward"], "params_after_step": row["params_bytes"],
+            "grads": row["grads_bytes"], "optimizer": row["optimizer_bytes"], "step": row["optimizer_step_bytes"]}
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("n", [2, 4])
-def test_simulator_model_states_within_1_percent(measured, n, mode):
-    sim = _simulator_rows(n, mode)
-    for rank, (row, model) in enumerate(zip(measured[n][mode], sim)):
-        params = row["params_bytes"]
-        if mode == "fsdp2-noreshard":
-            # ZeRO-2's full working copy of the parameters is FSDP2's unsharded copy, alive from
-            # forward to backward; after the step only the shard is left (it is ZeRO-3's footprint).
-            params = row["params_bytes_after_forward"] - row["params_bytes"]
-        assert _close(params, model.params_bytes), (rank, "params", params, model.params_bytes)
-        assert _close(row["grads_bytes"], model.grads_bytes), (rank, "grads", row, model)
-        assert _close(row["optimizer_bytes"], model.optimizer_bytes), (rank, "optimizer", row, model)
-
-
-_EXACT_GAPS = {
-    ("fsdp2-reshard", 4): "simulator pads Adam state on every rank; torch's exp_avg/exp_avg_sq are zeros_like the "
-                          "unpadded local shard (rank 3 holds 30 of 32 embedding rows: 1024 B less)",
-    ("fsdp2-noreshard", 4): "as fsdp2-reshard, and the unsharded copy is the padded all-gather output "
-                            "(N·ceil(d0/N) rows: 128 not 126), which ZeRO-2's full params do not pad",
-}
+def _model_fields(m) -> dict:
+    return {"params": m.params_bytes, "params_after_step": m.params_at_rest_bytes, "grads": m.grads_bytes,
+            "optimizer": m.optimizer_bytes, "step": m.optimizer_step_bytes}
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", [2, 4])
-def test_simulator_model_states_exact(measured, n, mode, request):
-    """Exact per-rank equality; the known gaps are strict xfails so that fixing the simulator shows."""
-    if (mode, n) in _EXACT_GAPS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=_EXACT_GAPS[(mode, n)]))
-    sim = _simulator_rows(n, mode)
-    for row, model in zip(measured[n][mode], sim):
-        params = row["params_bytes"]
-        if mode == "fsdp2-noreshard":
-            params = row["params_bytes_after_forward"] - row["params_bytes"]
-        assert (params, row["grads_bytes"], row["optimizer_bytes"]) == (
-            model.params_bytes, model.grads_bytes, model.optimizer_bytes)
+def test_simulator_model_states_exact(measured, n, mode):
+    """Every field, every rank, byte for byte: FSDP2's padded params/grads and unpadded Adam state,
+    its ZeRO-2 peak (padded unsharded copy + shard), ZeroRedundancyOptimizer's greedy split, and
+    torch Adam's 4-byte step tensors."""
+    for rank, (row, model) in enumerate(zip(measured[n][mode], _simulator_rows(n, mode))):
+        assert _measured_fields(row) == _model_fields(model), (n, mode, rank)
 
 
-@pytest.mark.xfail(strict=True, reason="simulator's ZeRO-2 params omit the persistent fp32 shard FSDP2 keeps "
-                                       "next to the unsharded copy (peak = (1 + 1/N)·4P, not 4P)")
-def test_simulator_zero2_peak_params_include_the_persistent_shard(measured):
-    sim = _simulator_rows(2, "fsdp2-noreshard")
-    assert [r["params_bytes_after_forward"] for r in measured[2]["fsdp2-noreshard"]] == [m.params_bytes for m in sim]
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [2, 4])
+def test_simulator_model_state_totals_within_1_percent(measured, n, mode):
+    """The issue's acceptance bound: peak model-state totals within 1 % (they are exact, above)."""
+    for row, model in zip(measured[n][mode], _simulator_rows(n, mode)):
+        got = sum(_measured_fields(row)[k] for k in ("params", "grads", "optimizer", "step"))
+        assert abs(got - model.total_bytes) <= 0.01 * got
 
 
-@pytest.mark.parametrize("mode", ["ddp", "zero1"])
-def test_simulator_ddp_bucket_copy_default(measured, mode):
-    memory = pytest.importorskip("simulator.memory", reason="simulator.memory not merged yet (branch memory)")
-    zero = memory.ZeroStage.ZERO0 if mode == "ddp" else memory.ZeroStage.ZERO1
-    sim = memory.buffer_bytes(local_params=P, largest_block=SPEC.layer_params, zero=zero, dtype=DtypePolicy.FP32)
-    # gradient_as_bucket_view=False (2-rank launch). For zero1 the simulator's DeepSpeed reduce bucket
-    # min(5e8, P) elements equals P only because this model is small; torch's DDP under ZeRO-1 always holds P.
-    assert all(r["grad_buckets_bytes"] == sim.grad_buckets_bytes for r in measured[2][mode])
-
-
-@pytest.mark.xfail(strict=True, reason="simulator has no gradient_as_bucket_view=True option (buckets = grads, 0 extra)")
-def test_simulator_ddp_bucket_view_has_no_copy(measured):
-    memory = pytest.importorskip("simulator.memory")
-    sim = memory.buffer_bytes(local_params=P, largest_block=SPEC.layer_params, zero=memory.ZeroStage.ZERO0,
-                              dtype=DtypePolicy.FP32)
-    assert all(r["grad_buckets_bytes"] == sim.grad_buckets_bytes for r in measured[4]["ddp"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [2, 4])
+def test_simulator_grad_buckets_follow_the_framework(measured, n, mode):
+    """DDP (and ZeroRedundancyOptimizer under DDP): a full gradient copy with gradient_as_bucket_view=False
+    (2-rank launch), none with True (4-rank launch); FSDP2: none."""
+    from simulator.memory import buffer_bytes
+    zero, framework = _framework(mode)
+    view = BUCKET_VIEW[n] and mode in ("ddp", "zero1")
+    sim = buffer_bytes(local_params=P, largest_block=SPEC.layer_params, zero=zero, dtype=DtypePolicy.FP32,
+                       framework=framework, gradient_as_bucket_view=view)
+    assert [r["grad_buckets_bytes"] for r in measured[n][mode]] == [sim.grad_buckets_bytes] * n
 
 
 # --- activations of one block (single process) ------------------------------------------------------
+
+LLAMA = TransformerSpec(name="llama-tiny", layers=2, hidden=64, heads=4, kv_heads=2, ffn=172, vocab=126,
+                        seq_len=16, activation=ActivationKind.SWIGLU, norm=NormKind.RMSNORM,
+                        position=PositionKind.ROTARY, bias=BiasKind.NONE, tied_embeddings=False,
+                        dtype=DtypePolicy.FP32)
+GPT = replace(SPEC, dtype=DtypePolicy.FP32)
+
+
+def _model_block_bytes(spec: TransformerSpec, seq: int, b: int = 2) -> float:
+    from simulator.memory import layer_activation
+    return layer_activation(spec, seq=seq, mbs=b, flash_attention=True).full_bytes
+
+
+def _cpu_only_extras(spec: TransformerSpec, seq: int, b: int = 2) -> int:
+    """What torch 2.13 on CPU saves beyond the GPU-kernel count of simulator.memory (4-byte fp32):
+    - RMSNorm: off CUDA/MPS/XPU ``_fused_rms_norm`` is composite (native_functions.yaml), which also
+      saves the normalised x·rstd: h per token per norm (CUDA's fused kernel saves input and rstd);
+    - SDPA on CPU writes its output in q's layout; rotary makes q contiguous (b, a, s, d), so the
+      output projection's reshape copies it: q per token (CUDA flash writes (b, s, a, d): a view);
+    - the rotary cos/sin tables, s·d/2 each: O(s·d), not modelled (most codes share them across blocks).
+    """
+    if spec.norm is not NormKind.RMSNORM:
+        return 0
+    return 4 * (seq * b * (2 * spec.hidden + spec.q_dim) + seq * spec.d_head)
+
 
 @pytest.mark.parametrize("seq", [16, 64])
 def test_block_saved_bytes_gelu_sdpa_fp32_formula(seq):
@@ -224,3 +232,21 @@ def test_block_saved_bytes_gelu_sdpa_fp32_formula(seq):
     # Q/K/V, attention output, GELU input 4h, GELU output 4h) + SDPA's logsumexp (a·s·b) + LayerNorm
     # mean and rstd (2·2·s·b), all 4 bytes. Korthikanti's 34sbh is the same 16 tensors at 2 bytes + 2 masks.
     assert got == 4 * seq * b * (16 * h + a + 4)
+
+
+@pytest.mark.parametrize("seq", [16, 64])
+def test_simulator_block_activations_gpt_exact(seq):
+    """GPT block (GELU, LayerNorm, learned positions, no dropout), flash: the model equals the measurement."""
+    from executor.memory_measure import block_saved_bytes
+    assert _model_block_bytes(GPT, seq) == block_saved_bytes(GPT, batch=2, seq=seq)["saved_bytes"]
+
+
+@pytest.mark.parametrize("seq", [16, 64])
+def test_simulator_block_activations_llama(seq):
+    """Llama block (SwiGLU 4f, rotary q + kv, RMSNorm, GQA), flash: measured = model + the named CPU-only
+    extras, exactly; the model alone is 13.9 % under the CPU measurement (tolerance stated: 15 %)."""
+    from executor.memory_measure import block_saved_bytes
+    got = block_saved_bytes(LLAMA, batch=2, seq=seq)["saved_bytes"]
+    model = _model_block_bytes(LLAMA, seq)
+    assert got == model + _cpu_only_extras(LLAMA, seq)
+    assert abs(got - model) / got < 0.15

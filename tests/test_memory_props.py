@@ -4,8 +4,8 @@ recomputation never adds activations, parallelism never adds per-rank activation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.memory import (MemoryStrategy, Partitioning, ScheduleKind, ZeroStage, model_state_bytes,
-                              stage_activations)
+from simulator.memory import (Framework, MemoryStrategy, Partitioning, ScheduleKind, ZeroStage,
+                              model_state_bytes, stage_activations)
 from simulator.workload import ActivationKind, DtypePolicy, Recompute, TransformerSpec
 
 shapes_st = st.lists(st.tuples(st.just("t"), st.lists(st.integers(1, 300), min_size=1, max_size=3).map(tuple)),
@@ -15,12 +15,33 @@ part_st = st.sampled_from(list(Partitioning))
 
 
 @settings(max_examples=200, deadline=None)
+@given(shapes=shapes_st, dp=st.integers(1, 16), dtype=dtype_st, framework=st.sampled_from(list(Framework)))
+def test_zero_stages_are_ordered(shapes, dp, dtype, framework):
+    """Over the stages a framework implements, a higher stage never holds more per rank (Rajbhandari
+    et al.: each stage partitions more). Peak totals — FSDP2's ZeRO-2 peak includes the unsharded copy."""
+    totals = [model_state_bytes(shapes, dp=dp, zero=z, dtype=dtype, framework=framework).total_bytes
+              for z in framework.zero_stages]
+    assert totals == sorted(totals, reverse=True)
+
+
+@settings(max_examples=200, deadline=None)
 @given(shapes=shapes_st, dp=st.integers(1, 16), dtype=dtype_st, part=part_st)
-def test_zero_stages_are_ordered(shapes, dp, dtype, part):
-    """ZeRO-3 <= ZeRO-2 <= ZeRO-1 <= ZeRO-0 per rank (Rajbhandari et al.: each stage partitions more)."""
-    totals = [model_state_bytes(shapes, dp=dp, zero=z, dtype=dtype, partitioning=part).total_bytes
+def test_zero_stages_are_ordered_after_the_step(shapes, dp, dtype, part):
+    """With the partitioning's implied framework at every stage, the after-step totals are ordered."""
+    totals = [model_state_bytes(shapes, dp=dp, zero=z, dtype=dtype, partitioning=part).total_after_step_bytes
               for z in ZeroStage]
     assert totals == sorted(totals, reverse=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes=shapes_st, dp=st.integers(1, 16), dtype=dtype_st, framework=st.sampled_from(list(Framework)))
+def test_most_loaded_rank_is_the_max_over_ranks(shapes, dp, dtype, framework):
+    """rank=None is the rank with the largest peak total (FSDP2: rank 0, whose real shard is the padded one)."""
+    for zero in framework.zero_stages:
+        ranks = [model_state_bytes(shapes, dp=dp, zero=zero, dtype=dtype, framework=framework, rank=r).total_bytes
+                 for r in range(dp)]
+        worst = model_state_bytes(shapes, dp=dp, zero=zero, dtype=dtype, framework=framework)
+        assert worst.total_bytes == max(ranks)
 
 
 @settings(max_examples=200, deadline=None)
@@ -30,9 +51,10 @@ def test_zero_stages_are_ordered(shapes, dp, dtype, part):
 def test_more_dp_never_increases_states(shapes, dp, dtype, zero, part):
     """Under ZeRO >= 1 a rank's partition is ceil(N/dp) (flat) or sum ceil(d0/dp)·rest (dim 0):
     non-increasing in dp. (The greedy whole-tensor split is a scheduling heuristic with no such
-    guarantee, so it is left out.)"""
-    a = model_state_bytes(shapes, dp=dp, zero=zero, dtype=dtype, partitioning=part).total_bytes
-    b = model_state_bytes(shapes, dp=dp + 1, zero=zero, dtype=dtype, partitioning=part).total_bytes
+    guarantee, so it is left out; so is FSDP2's ZeRO-2 *peak*, whose padded unsharded copy
+    dp·ceil(d0/dp) rows can grow with dp: after-step totals are compared.)"""
+    a = model_state_bytes(shapes, dp=dp, zero=zero, dtype=dtype, partitioning=part).total_after_step_bytes
+    b = model_state_bytes(shapes, dp=dp + 1, zero=zero, dtype=dtype, partitioning=part).total_after_step_bytes
     assert b <= a
 
 

@@ -4,7 +4,8 @@ overhead; GPU, host and NVMe) and whether it fits. See docs/memory.md.
     trainplan memory --model NAME|config.json|--params N [--cluster NAME|FILE] --gpus G
                      [--dp D --tp T --pp P] [--zero 0..3] [--offload none|optimizer|params|nvme]
                      [--offload-activations] [--mbs B] [--seq S] [--recompute none|selective|full]
-                     [--sp] [--schedule gpipe|1f1b|interleaved] [--json] [--plot FILE.png]
+                     [--sp] [--schedule gpipe|1f1b|interleaved] [--partitioning P] [--framework F]
+                     [--bucket-view] [--attention flash|eager] [--json] [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import argparse
 from math import ceil
 
 from simulator.cluster.io import load_cluster, with_nodes
-from simulator.memory import (MemoryReport, MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage,
-                              memory_report, resolve_degrees)
+from simulator.memory import (Framework, MemoryReport, MemoryStrategy, Offload, Partitioning, ScheduleKind,
+                              ZeroStage, memory_report, resolve_degrees)
 from simulator.memory.plot import plot_zero_stages
 from simulator.memory.report import GB
 from simulator.workload import ParamCountModel, Recompute, TransformerSpec, load_model, parse_param_count
@@ -44,16 +45,23 @@ def register(subparsers) -> None:
     p.add_argument("--mbs", type=int, default=1, metavar="B", help="micro-batch size in sequences (default 1)")
     p.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
     p.add_argument("--recompute", choices=[r.value for r in Recompute], default="none",
-                   help="activation recomputation (default none; selective also models FlashAttention)")
+                   help="activation recomputation (default none; selective drops eager attention scores)")
     p.add_argument("--sp", action="store_true", help="sequence parallelism with tensor parallelism")
     p.add_argument("--schedule", choices=[s.value for s in ScheduleKind], default="1f1b",
                    help="pipeline schedule (default 1f1b)")
     p.add_argument("--microbatches", type=int, metavar="M", help="micro-batches per step (default: pp)")
     p.add_argument("--virtual-stages", type=int, metavar="V",
                    help="model chunks per rank for --schedule interleaved (default 2)")
-    p.add_argument("--partitioning", choices=[x.value for x in Partitioning], default="flat",
-                   help="how ZeRO splits states: flat (DeepSpeed, default), whole-tensor (torch "
-                        "ZeroRedundancyOptimizer), dim0-padded (FSDP2)")
+    p.add_argument("--partitioning", choices=[x.value for x in Partitioning],
+                   help="how ZeRO splits states: flat (DeepSpeed; the default), whole-tensor (torch "
+                        "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's")
+    p.add_argument("--framework", choices=[f.value for f in Framework],
+                   help="torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3); default: implied by "
+                        "--partitioning (flat: torch at ZeRO 0, deepspeed above)")
+    p.add_argument("--bucket-view", action="store_true",
+                   help="torch DDP gradient_as_bucket_view=True: no bucket copy of the gradients")
+    p.add_argument("--attention", choices=["flash", "eager"], default="flash",
+                   help="flash (FlashAttention/SDPA, default: no s x s scores kept) or eager (Korthikanti's count)")
     p.add_argument("--json", action="store_true", help="print JSON (most loaded rank at the top level)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw ZeRO 0-3 stacked bars to FILE.png")
     p.set_defaults(handler=_run)
@@ -83,7 +91,9 @@ def build(args) -> tuple[object, object, MemoryStrategy]:
         microbatches=args.microbatches if args.microbatches is not None else pp,
         virtual_stages=args.virtual_stages if args.virtual_stages is not None else (
             2 if schedule is ScheduleKind.INTERLEAVED else 1),
-        partitioning=Partitioning(args.partitioning))
+        partitioning=Partitioning(args.partitioning) if args.partitioning else None,
+        framework=Framework(args.framework) if args.framework else None,
+        gradient_as_bucket_view=args.bucket_view, flash_attention=args.attention == "flash")
     return model, cluster, strategy
 
 
@@ -110,20 +120,24 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
     s, w = r.strategy, r.worst
     lines = [f"{r.model_name} on {s.world_size} x {r.device_name} ({cluster_name}): dp={s.dp} tp={s.tp} pp={s.pp}"
              f"{' +sp' if s.sp else ''}, ZeRO-{int(s.zero)}, offload {s.offload.value}"
-             f"{' +activations' if s.offload_activations else ''}, mbs {s.mbs}, seq {s.seq}, "
-             f"recompute {s.recompute.value}" + (f", {s.schedule.value} m={s.microbatches}"
+             f"{' +activations' if s.offload_activations else ''}, {s.resolved_framework.value} "
+             f"({s.resolved_partitioning.value}), mbs {s.mbs}, seq {s.seq}, "
+             f"{'flash' if s.flash_attention else 'eager'} attention, recompute {s.recompute.value}" + (f", {s.schedule.value} m={s.microbatches}"
                                                  + (f" v={s.virtual_stages}" if s.virtual_stages > 1 else "")
                                                  if s.pp > 1 else ""),
              f"per GPU, most loaded rank (stage {w.stage}){'':13}GB"]
-    rows = [("parameters", w.params_bytes), ("gradients", w.grads_bytes), ("optimizer states", w.optimizer_bytes),
-            ("activations", w.activations_bytes)]
+    rows = [("parameters", w.params_bytes)]
+    if w.params_after_step_bytes != w.params_bytes:
+        rows.append(("  after the step (resharded)", w.params_after_step_bytes))
+    rows += [("gradients", w.grads_bytes), ("optimizer states", w.optimizer_bytes),
+             ("activations", w.activations_bytes)]
     a = w.activations
     if a is not None:
         rows += [(f"  blocks ({w.blocks} x {a.micro_batches_in_flight:g} micro-batches)", a.blocks_bytes),
                  ("  recompute working set", a.recompute_working_bytes),
                  ("  embedding + logits", a.embedding_bytes + a.head_bytes)]
     rows += [("buffers", w.buffers_bytes), ("  gradient buckets", w.buffers.grad_buckets_bytes),
-             ("  ZeRO-3 gathered blocks", w.buffers.gathered_params_bytes),
+             ("  gathered blocks (ZeRO-3, FSDP2)", w.buffers.gathered_params_bytes),
              ("framework overhead (assumed)", w.overhead_bytes)]
     lines += [f"  {name:<38}{_gb(value)}" for name, value in rows]
     lines.append(f"  {'total':<38}{_gb(w.total_bytes)}  of {r.device_memory_bytes / GB:.2f}")

@@ -25,7 +25,8 @@ PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "so
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
-PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us")
+PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
+                 "algo_bw_factor")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -159,8 +160,10 @@ def _protocol(s: Section) -> Protocol:
     algos = s.section("algo_hop_latency_us", ALGORITHMS, {})
     overrides = {algo: _latency_map(algos.section(algo, [c.value for c in LinkClass]), LinkClass)
                  for algo in algos.data}
+    ratios = s.section("algo_bw_factor", ALGORITHMS, {})
+    algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
     return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
-                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides)
+                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw)
 
 
 def _latency_map(s: Section, key_type) -> dict:

@@ -177,6 +177,8 @@ def _protocol_dict(p: Protocol) -> dict:
     if p.algo_hop_latency_us:
         d["algo_hop_latency_us"] = {algo: {cls.value: v for cls, v in table.items()}
                                     for algo, table in p.algo_hop_latency_us.items()}
+    if p.algo_bw_factor:
+        d["algo_bw_factor"] = dict(p.algo_bw_factor)
     return d
 
 

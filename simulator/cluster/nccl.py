@@ -30,6 +30,21 @@ NCCL_SOURCE = f"NVIDIA/nccl src/graph/tuning.cc v{NCCL_VERSION} (baseLat, hwLat,
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls")
 """Algorithm families a protocol's base latency may be given for."""
 
+P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
+"""How NCCL runs all-to-all and send/recv: grouped point-to-point calls, no tuner choice."""
+
+
+def tuner_choices(op_name: str) -> tuple[str, ...]:
+    """Algorithms NCCL's tuner chooses among for an operation (``auto`` on an NCCL cluster).
+
+    Collectives: ring, tree (all-reduce only) and NVLS (``tuning.cc`` evaluates exactly these, plus
+    CollNet, which needs SHARP-capable switches and is not modelled). All-to-all and send/recv are
+    point-to-point in NCCL.
+    """
+    if op_name in ("all-to-all", "send-recv"):
+        return P2P_ALGORITHMS
+    return ALGORITHMS
+
 PROTOCOL_NAMES: tuple[str, ...] = ("LL", "LL128", "Simple")
 
 _BASE_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}
@@ -40,6 +55,10 @@ _HOP_US = {
 _NVLS_BASE_US = 0.0
 _NVLS_HOP_US = {LinkClass.NVLINK: 25.0, LinkClass.NET: 18.0}
 _BW_FACTOR = (0.5, 0.92, 1.0)
+_ALGO_BW_RATIO = {"tree": 0.5}
+"""tuning.cc converts bus to algorithm bandwidth with ``ratio = .5`` for the tree (ring: nRanks/nSteps,
+which our ring's 2(p−1)/p steps already give). Measured 2-node all-reduce follows it: 86–91 GB/s with
+4x HDR (nccl-tests issues 175, 100), where a tree at full link rate would reach ~170."""
 
 
 def nccl_protocols() -> tuple[Protocol, ...]:
@@ -53,5 +72,6 @@ def nccl_protocols() -> tuple[Protocol, ...]:
             base["nvls"] = _NVLS_BASE_US
             overrides["nvls"] = dict(_NVLS_HOP_US)
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
-                                  bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides))
+                                  bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
+                                  algo_bw_factor=dict(_ALGO_BW_RATIO)))
     return tuple(protocols)

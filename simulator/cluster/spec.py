@@ -310,6 +310,14 @@ class Protocol:
     """Per-algorithm overrides of ``hop_latency_us`` (NCCL's tree and NVLS hop latencies differ
     from the ring's, ``tuning.cc`` hwLat); a class not listed falls back to ``hop_latency_us``."""
 
+    algo_bw_factor: dict[str, float] = field(default_factory=dict)
+    """Per-algorithm ratio applied on top of ``bw_factor`` (NCCL's tuner models tree all-reduce at
+    half the bus bandwidth: ``tuning.cc``, "ratio = .5" for non-ring algorithms); absent means 1."""
+
+    def bw_ratio(self, algorithm: str | None) -> float:
+        """Fraction of link bandwidth ``algorithm`` achieves under this protocol."""
+        return self.bw_factor * self.algo_bw_factor.get(algorithm, 1.0) if algorithm else self.bw_factor
+
     def hop_latency(self, algorithm: str, link_class: LinkClass) -> float:
         """Per-hop latency in µs for ``algorithm`` (``ring``, ``tree``, ``nvls``) over ``link_class``."""
         return self.algo_hop_latency_us.get(algorithm, {}).get(link_class, self.hop_latency_us[link_class])

@@ -132,9 +132,13 @@ class Group:
 class Env:
     """Evaluates α-β costs on one cluster under one protocol (None: the links' own numbers)."""
 
-    def __init__(self, cluster: Cluster, protocol: Protocol | None, paths: dict | None = None):
+    def __init__(self, cluster: Cluster, protocol: Protocol | None, paths: dict | None = None,
+                 family: str | None = None):
         self.cluster = cluster
         self.protocol = protocol
+        self.family = family
+        """Algorithm family (``ring``, ``tree``, ``nvls``): selects the protocol's per-algorithm hop
+        latencies and bandwidth ratio (NCCL's ``tuning.cc`` tables differ by algorithm)."""
         self._paths: dict[tuple, Path] = {} if paths is None else paths
         """Path cache; pass :attr:`Group.paths` to share it between protocols of one group."""
 
@@ -152,12 +156,18 @@ class Env:
         if p.link_class not in table:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no hop latency for "
                             f"{p.link_class.value} links; add it to hop_latency_us")
-        return table[p.link_class] * 1e-6
+        if self.family is None:
+            return table[p.link_class] * 1e-6
+        return self.protocol.hop_latency(self.family, p.link_class) * 1e-6
 
     def bw_Bps(self, hop: Hop) -> float:
-        """Bandwidth of one link under the protocol: achievable bw × protocol.bw_factor."""
-        factor = 1.0 if self.protocol is None else self.protocol.bw_factor
-        return hop.link.bw_Bps * factor
+        """Bandwidth of one link under the protocol: achievable bw × the protocol's ratio for the family."""
+        return hop.link.bw_Bps * self.bw_ratio
+
+    @property
+    def bw_ratio(self) -> float:
+        """Fraction of link bandwidth achieved: protocol.bw_factor × its per-algorithm ratio (1 without)."""
+        return 1.0 if self.protocol is None else self.protocol.bw_ratio(self.family)
 
     def overhead_s(self, family: str, calls: int = 1) -> float:
         """Fixed cost of ``calls`` library calls of an algorithm family."""

@@ -53,7 +53,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
     """Time of one synchronous push + pull of ``nbytes`` per worker with ``servers`` shards (see module)."""
     group = Group(cluster, tuple(ranks))
     _check(group, servers, colocated)
-    env = Env(cluster, protocol)
+    env = Env(cluster, protocol, family=ParameterServer.family)
     overhead = env.overhead_s(ParameterServer.family, ParameterServer.calls)
     if colocated:
         push, pull = _push_pull(group, servers, nbytes)

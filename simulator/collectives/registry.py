@@ -3,7 +3,7 @@
 Public API (other packages code against exactly these):
 
 - :func:`algorithm_names` — the registered names.
-- :func:`estimate` — one algorithm's (or ``"auto"``: the fastest) estimate for a call.
+- :func:`estimate` — one algorithm's (or ``"auto"``: the fastest; on an NCCL cluster, among NCCL's own choices) estimate for a call.
 - :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
 - :func:`build_schedule` — an algorithm's point-to-point schedule.
 - :func:`supports` — whether an algorithm implements an op on a group.
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.cluster.spec import Cluster, Protocol
+from simulator.cluster.nccl import tuner_choices
+from simulator.cluster.spec import Cluster, CommLibrary, Protocol
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import CollectiveEstimate, Op, Schedule
 from simulator.collectives.cost import Group
@@ -103,7 +104,7 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     """Estimated time of one collective call; ``"auto"`` picks the fastest (algorithm, protocol)."""
     group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
     if algorithm == "auto":
-        candidates = [_best(a, group, op, nbytes) for a in _ALGORITHMS.values() if _supported(a, group, op)]
+        candidates = [_best(a, group, op, nbytes) for a in _auto_pool(cluster, op) if _supported(a, group, op)]
         if not candidates:
             raise SpecError("op", f"no registered algorithm implements {op.value} on this group")
         return min(candidates, key=lambda e: e.time_s)
@@ -113,6 +114,14 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
         raise SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
                         f"algorithms that do: {', '.join(able) or 'none'}")
     return _best(chosen, group, op, nbytes)
+
+
+def _auto_pool(cluster: Cluster, op: Op) -> list[Algorithm]:
+    """Algorithms ``auto`` chooses among: the library's own tuner's choices on an NCCL cluster (so
+    ``auto`` answers "what would NCCL run"), every registered algorithm otherwise."""
+    if cluster.comm.library is CommLibrary.NCCL:
+        return [_ALGORITHMS[name] for name in tuner_choices(op.value) if name in _ALGORITHMS]
+    return list(_ALGORITHMS.values())
 
 
 def build_schedule(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str,

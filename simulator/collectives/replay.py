@@ -31,7 +31,7 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
     if protocol is not None and protocol not in cluster.comm.protocols:
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
-    env = Env(cluster, protocol)
+    env = Env(cluster, protocol, family=algorithm.family)
     ranks = schedule.ranks
     total = env.overhead_s(algorithm.family, algorithm.calls)
     for step in schedule.steps():

@@ -44,10 +44,10 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
     if protocol is not None and protocol not in cluster.comm.protocols:
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
-    costs = Env(cluster, protocol, paths)
+    costs = Env(cluster, protocol, paths, family=algorithm.family)
     overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
     gamma_s = costs.gamma_s(schedule.reduce_bytes_per_rank)
-    wire = 1.0 if protocol is None else 1.0 / protocol.bw_factor
+    wire = 1.0 / costs.bw_ratio
     return env.process(_replay(env, net, costs, schedule, overhead_s, gamma_s, wire))
 
 

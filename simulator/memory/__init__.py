@@ -2,10 +2,11 @@
 offload, activations (Korthikanti et al. 2022) per pipeline stage, temporary buffers and the
 framework-overhead allowance, with a fits verdict (``docs/memory.md``).
 
-Public API: :class:`ZeroStage`, :class:`Partitioning`, :class:`Offload`, :class:`ScheduleKind`,
-:class:`MemoryStrategy`, :func:`resolve_degrees`; :func:`transformer_param_shapes`,
-:func:`stage_param_shapes`, :func:`stage_layers`; :class:`ModelStateBytes`, :func:`model_state_bytes`,
-:func:`partition_numels`; :func:`layer_activation`, :func:`stage_activations`; :func:`buffer_bytes`;
+Public API: :class:`ZeroStage`, :class:`Partitioning`, :class:`Framework`, :func:`resolve_framework`,
+:class:`Offload`, :class:`ScheduleKind`, :class:`MemoryStrategy`, :func:`resolve_degrees`;
+:func:`transformer_param_shapes`, :func:`stage_param_shapes`, :func:`stage_layers`;
+:class:`ModelStateBytes`, :func:`model_state_bytes`, :func:`partition_numels`,
+:func:`dim0_real_numels`, :func:`step_tensors`; :func:`layer_activation`, :func:`stage_activations`; :func:`buffer_bytes`;
 :func:`place_states`; :class:`MemoryReport`, :class:`StageMemory`, :func:`memory_report`.
 """
 
@@ -16,13 +17,14 @@ from simulator.memory.buffers import (FIXED_OVERHEAD_BYTES, FRAGMENTATION_FRACTI
 from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
 from simulator.memory.report import MemoryReport, StageMemory, memory_report
 from simulator.memory.shapes import stage_layers, stage_param_shapes, transformer_param_shapes
-from simulator.memory.states import (ModelStateBytes, model_state_bytes, optimizer_bytes_per_param,
-                                     partition_numels, whole_tensor_assignment)
-from simulator.memory.strategy import (MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage,
-                                       resolve_degrees)
+from simulator.memory.states import (ModelStateBytes, dim0_real_numels, model_state_bytes,
+                                     optimizer_bytes_per_param, partition_numels, step_tensors,
+                                     whole_tensor_assignment)
+from simulator.memory.strategy import (Framework, MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage,
+                                       resolve_degrees, resolve_framework)
 
 __all__ = [
-    "BufferBytes", "FIXED_OVERHEAD_BYTES", "FRAGMENTATION_FRACTION", "HOST_BUFFER_FACTOR", "LayerActivation",
+    "BufferBytes", "FIXED_OVERHEAD_BYTES", "Framework", "dim0_real_numels", "resolve_framework", "step_tensors", "FRAGMENTATION_FRACTION", "HOST_BUFFER_FACTOR", "LayerActivation",
     "MemoryReport", "MemoryStrategy", "ModelStateBytes", "Offload", "Partitioning", "PlacedStates",
     "ScheduleKind", "StageActivations", "StageMemory", "ZeroStage", "buffer_bytes", "in_flight",
     "layer_activation", "memory_report", "model_state_bytes", "optimizer_bytes_per_param", "overhead_bytes",

@@ -1,26 +1,39 @@
 """Activation memory per pipeline stage: the bytes kept between a layer's forward and its backward.
 
 Per transformer block and micro-batch, Korthikanti et al. 2022 ("Reducing Activation Recomputation
-in Large Transformer Models", §4.1, 16-bit activations, 1-byte dropout masks, f = 4h) count
-``s·b·h·(34 + 5·a·s/h)`` bytes. We count the same tensors by name so that other shapes (GQA,
-SwiGLU, other f) follow; for GPT shapes the sum is exactly 34 + 5as/h (tested). In elements::
+in Large Transformer Models", §4.1, 16-bit activations, 1-byte dropout masks, f = 4h, eager
+attention) count ``s·b·h·(34 + 5·a·s/h)`` bytes. We count the tensors autograd saves by name so
+that other shapes (GQA, SwiGLU, rotary, other f), dropout off and FlashAttention follow; for GPT
+shapes with dropout and eager attention the O(sbh) and O(as²b) terms are exactly 34 + 5as/h
+(tested). Per token, in elements (e bytes each unless said)::
 
-    replicated under tp   two norm inputs 2sbh, QKV input sbh, MLP input sbh      (4 · 2 bytes)
-    dropout masks         after attention and after the MLP, 2sbh                  (1 byte each)
-    split over tp         Q, K, V sb(q + 2kv); output-projection input sbq;
-                          MLP: GELU in and out 2sbf, or SwiGLU gate, up, product 3sbf
-    attention scores      softmax output and its dropout output 2·a·s²·b, mask a·s²·b (split over tp)
+    replicated under tp   the two norm inputs 2h, the two norm outputs (QKV and MLP inputs) 2h,
+                          dropout masks after attention and after the MLP 2h (1 byte; dropout only)
+    split over tp         QKV output q + 2kv (Q, K, V are views of it); rotated Q and K q + kv
+                          (rotary only: new tensors); attention output q (output-projection input);
+                          MLP: GELU input and output 2f, or SwiGLU 4f (the fused gate+up output 2f,
+                          SiLU(gate) f, the product f: the down projection's input)
+    attention scores      eager only: softmax output a·s, plus with dropout its mask (1 byte) and
+                          output a·s (split over tp); FlashAttention / SDPA keeps none of them
+    row statistics        fp32: LayerNorm mean and rstd (2 per norm), RMSNorm rstd (1 per norm),
+                          FlashAttention's log-sum-exp (a per token, split over tp)
+
+Sources: ``torchgen/packaged/autograd/derivatives.yaml`` in site-packages (what each op saves:
+``native_layer_norm`` saves input, mean, rstd; ``_fused_rms_norm``, the CUDA RMSNorm, saves input
+and rstd; ``_scaled_dot_product_flash_attention`` saves q, k, v, output, logsumexp and an RNG state
+rather than a dropout mask; ``native_dropout`` returns a bool mask). Measured on CPU with torch
+2.13 (``executor.memory_measure.block_saved_bytes``, docs/memory_measured.md): a GPT block exactly,
+a Llama block up to three CPU-only extras.
 
 Tensor parallelism divides the split terms by t (``10 + 24/t + 5as/(ht)`` for GPT); sequence
 parallelism divides everything by t (``(34 + 5as/h)/t``). Selective recompute drops the attention
-scores; full recompute keeps only the block input (2sbh, /t with sp). The masks are counted even
-for models trained without dropout (Llama): an overestimate of 2sbh per block (~6%); the scores term
-is what FlashAttention never stores, so ``--recompute selective`` also models FlashAttention.
+scores (nothing to drop under FlashAttention); full recompute keeps only the block input
+(h per token, /t with sp).
 
-Around the blocks (Korthikanti §4.3): the first stage keeps the embedding-dropout mask (sbh bytes),
-the last the final-norm and output-projection inputs (2·2sbh) and fp32 logits for the loss (4sbV/t).
-Recomputation runs one block at a time in backward, so one block's recomputed activations (one
-micro-batch) are live on top of the checkpoints: counted as the recompute working set.
+Around the blocks (Korthikanti §4.3): the first stage keeps the embedding-dropout mask (sbh bytes,
+dropout only), the last the final-norm and output-projection inputs (2·2sbh) and fp32 logits for
+the loss (4sbV/t). Recomputation runs one block at a time in backward, so one block's recomputed
+activations (one micro-batch) are live on top of the checkpoints: counted as the recompute working set.
 """
 
 from __future__ import annotations
@@ -31,12 +44,20 @@ from math import ceil
 from simulator.memory.shapes import _kv_rows, stage_layers
 from simulator.memory.strategy import MemoryStrategy, ScheduleKind
 from simulator.workload.flops import Recompute
-from simulator.workload.transformer import ActivationKind, TransformerSpec
+from simulator.workload.transformer import ActivationKind, NormKind, PositionKind, TransformerSpec
 
 MASK_BYTES = 1
-"""Bytes per dropout-mask element (Korthikanti et al. 2022 assume 1-byte masks)."""
+"""Bytes per dropout-mask element: torch's ``native_dropout`` mask is bool (Korthikanti et al. 2022
+assume 1-byte masks too)."""
+STAT_BYTES = 4
+"""Bytes per row statistic (norm mean/rstd, attention log-sum-exp): fp32 even for 16-bit inputs
+(the CUDA LayerNorm/RMSNorm and flash kernels accumulate and save these in fp32)."""
 LOGITS_BYTES = 4
 """Bytes per logit kept for the loss: the cross-entropy upcasts logits to fp32 (Korthikanti §4.3)."""
+SWIGLU_SAVED = 4
+"""Elements of f per token a SwiGLU MLP saves: gate+up output (2), SiLU output (1), product (1)."""
+GELU_SAVED = 2
+"""Elements of f per token a GELU MLP saves: the GELU input and output."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,24 +65,27 @@ class LayerActivation:
     """One block's activation bytes for one micro-batch on one rank, by part."""
 
     replicated_bytes: float
-    """Norm, QKV and MLP inputs and dropout masks: split over tp only with sequence parallelism."""
+    """Norm inputs and outputs, dropout masks: split over tp only with sequence parallelism."""
     split_bytes: float
-    """Q, K, V, the output-projection input and the MLP's inner activations: split over tp."""
+    """Q, K, V, rotated Q and K, the output-projection input, the MLP's inner activations: split over tp."""
     scores_bytes: float
-    """Attention scores (softmax and its dropout output and mask): split over tp."""
+    """Eager attention scores (softmax output, and with dropout its mask and output): split over tp."""
+    stats_bytes: float
+    """Per-row fp32 statistics: norm mean/rstd and FlashAttention's log-sum-exp (O(s·b); not in
+    Korthikanti's count, which keeps only O(sbh) and O(as²b) terms)."""
     input_bytes: float
     """The block input, what full recompute keeps as its checkpoint."""
 
     @property
     def full_bytes(self) -> float:
-        return self.replicated_bytes + self.split_bytes + self.scores_bytes
+        return self.replicated_bytes + self.split_bytes + self.scores_bytes + self.stats_bytes
 
     def kept_bytes(self, recompute: Recompute) -> float:
         """Bytes kept until backward under ``recompute``."""
         if recompute is Recompute.FULL:
             return self.input_bytes
         if recompute is Recompute.SELECTIVE:
-            return self.replicated_bytes + self.split_bytes
+            return self.full_bytes - self.scores_bytes
         return self.full_bytes
 
     def working_bytes(self, recompute: Recompute) -> float:
@@ -69,17 +93,26 @@ class LayerActivation:
         return self.full_bytes - self.kept_bytes(recompute)
 
 
-def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False) -> LayerActivation:
-    """Per-block activation bytes (module docstring), with the spec's activation element size."""
+def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
+                     flash_attention: bool = True) -> LayerActivation:
+    """Per-block activation bytes (module docstring), with the spec's activation element size and
+    dropout; ``flash_attention=False`` is eager attention (Korthikanti's count)."""
     e = spec.dtype.activation_bytes
     sb, h, a = seq * mbs, spec.hidden, spec.heads
     q, kv, f = spec.q_dim / tp, _kv_rows(spec, tp), spec.ffn_size / tp
     rep_div = tp if sp else 1
-    mlp = (3 if spec.activation is ActivationKind.SWIGLU else 2) * f
+    dropout = spec.dropout > 0
+    rotary = q + kv if spec.position is PositionKind.ROTARY else 0
+    mlp = (SWIGLU_SAVED if spec.activation is ActivationKind.SWIGLU else GELU_SAVED) * f
+    norm_stats = 2 * (2 if spec.norm is NormKind.LAYERNORM else 1)
+    scores = 0.0
+    if not flash_attention:
+        scores = (a / tp) * seq * seq * mbs * (e + ((MASK_BYTES + e) if dropout else 0))
     return LayerActivation(
-        replicated_bytes=sb * h * (4 * e + 2 * MASK_BYTES) / rep_div,
-        split_bytes=sb * (q + 2 * kv + q + mlp) * e,
-        scores_bytes=(a / tp) * seq * seq * mbs * (2 * e + MASK_BYTES),
+        replicated_bytes=sb * h * (4 * e + (2 * MASK_BYTES if dropout else 0)) / rep_div,
+        split_bytes=sb * (q + 2 * kv + rotary + q + mlp) * e,
+        scores_bytes=scores,
+        stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
         input_bytes=sb * h * e / rep_div,
     )
 
@@ -114,13 +147,13 @@ class StageActivations:
     recompute_working_bytes: float
     """One block's recomputed activations during backward (0 without recomputation)."""
     embedding_bytes: float
-    """Embedding-dropout masks (first stage)."""
+    """Embedding-dropout masks (first stage; 0 without dropout)."""
     head_bytes: float
     """Final-norm and output-projection inputs and fp32 logits (last stage)."""
     host_checkpoint_bytes: float
     """Block checkpoints moved to host memory (``offload_activations``)."""
     scores_bytes: float
-    """Of ``blocks_bytes``, the attention-score part (what FlashAttention or selective recompute drop)."""
+    """Of ``blocks_bytes``, the eager attention-score part (what FlashAttention or selective recompute drop)."""
     micro_batches_in_flight: float
 
     @property
@@ -131,7 +164,7 @@ class StageActivations:
 def stage_activations(spec: TransformerSpec, strategy: MemoryStrategy, stage: int) -> StageActivations:
     """Activation bytes of one rank of pipeline stage ``stage`` under ``strategy``."""
     s = strategy
-    layer = layer_activation(spec, seq=s.seq, mbs=s.mbs, tp=s.tp, sp=s.sp)
+    layer = layer_activation(spec, seq=s.seq, mbs=s.mbs, tp=s.tp, sp=s.sp, flash_attention=s.flash_attention)
     n_blocks = len(stage_layers(spec.layers, s.pp)[stage])
     n_layers, n_embed, n_head = in_flight(s, stage)
     kept = layer.kept_bytes(s.recompute) * n_blocks * n_layers
@@ -139,7 +172,7 @@ def stage_activations(spec: TransformerSpec, strategy: MemoryStrategy, stage: in
     rep_div = s.tp if s.sp else 1
     sbh = s.seq * s.mbs * spec.hidden
     e = spec.dtype.activation_bytes
-    embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 else 0.0
+    embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
     head = 0.0
     if stage == s.pp - 1:
         head = (2 * sbh * e / rep_div + s.seq * s.mbs * ceil(spec.vocab / s.tp) * LOGITS_BYTES) * n_head

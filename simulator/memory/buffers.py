@@ -1,19 +1,26 @@
 """Temporary GPU buffers and the allowance for framework overhead, per rank.
 
-Buffers (each a named default of the framework it models):
+Buffers follow the framework (:class:`~simulator.memory.strategy.Framework`), each a named default:
 
-- ZeRO 0, PyTorch DDP: gradients are copied into flat all-reduce buckets (``bucket_cap_mb`` = 25)
-  unless ``gradient_as_bucket_view=True``; with torch's default (False) the buckets together hold
-  a second copy of every gradient (torch ``DistributedDataParallel`` docs, ``gradient_as_bucket_view``:
-  "the saved memory size will be equal to the total gradients size").
-- ZeRO >= 1, DeepSpeed: gradients are reduced through one bucket of ``reduce_bucket_size`` = 5e8
-  elements (DeepSpeed config docs, ``zero_optimization`` defaults), or the rank's whole gradient
-  when that is smaller.
+- torch DDP (ZeRO 0, and ZeRO 1 with ``ZeroRedundancyOptimizer``, which runs under DDP): gradients
+  are copied into flat all-reduce buckets (``bucket_cap_mb`` = 25) unless
+  ``gradient_as_bucket_view=True``; with torch's default (False) the buckets together hold a second
+  copy of every gradient (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring:
+  "the saved memory size will be equal to the total gradients size"); with True the ``.grad``
+  tensors are views into the buckets: no extra bytes. Measured exactly (docs/memory_measured.md).
+- DeepSpeed: gradients are reduced through one bucket of ``reduce_bucket_size`` = 5e8 elements
+  (DeepSpeed config docs, ``zero_optimization`` defaults), or the rank's whole gradient when that
+  is smaller.
+- FSDP2: no persistent bucket (measured 0); the reduce-scatter input of one block is the
+  "current block's unsharded gradient" below.
 - ZeRO 3: parameters gathered for compute: the block being computed and the next one being
   prefetched (2 × the largest block, 16-bit), plus the current block's full gradient before its
   reduce-scatter (1 × the largest block). DeepSpeed's own estimator
   (``estimate_zero3_model_states_mem_needs``) charges 4 bytes × largest layer for this; we count
   one more prefetched copy (6 bytes × largest layer in mixed precision).
+- FSDP2 ZeRO 2 (``reshard_after_forward=False``): every block's unsharded parameters are already
+  in the peak parameter bytes (:func:`simulator.memory.states.model_state_bytes`); only the current
+  block's unsharded gradient is gathered here.
 
 Overhead (shown as its own line): ``FIXED_OVERHEAD_BYTES`` for the CUDA context, NCCL channel
 buffers and the cuBLAS workspace, plus ``FRAGMENTATION_FRACTION`` of the activations and buffers
@@ -25,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.memory.strategy import ZeroStage
+from simulator.errors import SpecError
+from simulator.memory.strategy import Framework, ZeroStage, resolve_framework
 from simulator.workload.transformer import DtypePolicy
 
 DDP_BUCKET_CAP_BYTES = 25 * 1024**2
@@ -50,7 +58,7 @@ class BufferBytes:
     """Temporary GPU buffers of one rank, by kind."""
 
     grad_buckets_bytes: float
-    """DDP bucket copy of the gradients (ZeRO 0) or the ZeRO reduce bucket (ZeRO >= 1)."""
+    """torch DDP's bucket copy of the gradients, or DeepSpeed's reduce bucket."""
     gathered_params_bytes: float
     """ZeRO-3 parameters gathered for compute (current + prefetched block) and the current block's
     unsharded gradient."""
@@ -60,17 +68,27 @@ class BufferBytes:
         return self.grad_buckets_bytes + self.gathered_params_bytes
 
 
-def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtype: DtypePolicy) -> BufferBytes:
+def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtype: DtypePolicy,
+                 framework: Framework | None = None, gradient_as_bucket_view: bool = False) -> BufferBytes:
     """Buffers for a rank whose model replica has ``local_params`` elements (its tp/pp shard) and
     whose largest block (transformer layer, embedding or head) has ``largest_block`` elements.
+    ``framework`` None: torch DDP at ZeRO 0, DeepSpeed above (flat partitioning's default).
     Offload does not change them: the reduce bucket and gathered blocks stay on the GPU."""
-    if zero is ZeroStage.ZERO0:
-        buckets = local_params * dtype.grad_bytes
-    else:
+    zero = ZeroStage(zero)
+    framework = resolve_framework(zero, None, framework)[1]
+    if gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
+        raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP buckets")
+    if framework is Framework.TORCH_DDP:
+        buckets = 0 if gradient_as_bucket_view else local_params * dtype.grad_bytes
+    elif framework is Framework.DEEPSPEED:
         buckets = min(REDUCE_BUCKET_ELEMENTS, local_params) * dtype.grad_bytes
+    else:
+        buckets = 0
     gathered = 0
     if zero is ZeroStage.ZERO3:
         gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + dtype.grad_bytes)
+    elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
+        gathered = largest_block * dtype.grad_bytes
     return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered))
 
 

@@ -64,17 +64,18 @@ def place_states(states: ModelStateBytes, *, partition_numel: int, zero: ZeroSta
     if offload is Offload.NONE:
         return PlacedStates(gpu=states)
     fp32_grads = float(partition_numel * FP32_GRAD_BYTES)
+    optimizer = states.optimizer_bytes + states.optimizer_step_bytes
     if offload is Offload.OPTIMIZER:
         gpu_grads = states.grads_bytes if zero is ZeroStage.ZERO1 else 0
         return PlacedStates(gpu=ModelStateBytes(params_bytes=states.params_bytes, grads_bytes=gpu_grads,
-                                                optimizer_bytes=0),
-                            host_grads_bytes=fp32_grads, host_optimizer_bytes=float(states.optimizer_bytes))
+                                                optimizer_bytes=0, params_after_step_bytes=states.params_after_step_bytes),
+                            host_grads_bytes=fp32_grads, host_optimizer_bytes=float(optimizer))
     empty = ModelStateBytes(params_bytes=0, grads_bytes=0, optimizer_bytes=0)
     param_partition = float(partition_numel * param_bytes)
     if offload is Offload.PARAMS:
         return PlacedStates(gpu=empty, host_params_bytes=param_partition, host_grads_bytes=fp32_grads,
-                            host_optimizer_bytes=float(states.optimizer_bytes))
+                            host_optimizer_bytes=float(optimizer))
     swap = (NVME_PARAM_BUFFERS * NVME_PARAM_BUFFER_ELEMENTS * param_bytes
             + NVME_OPTIMIZER_BUFFERS * min(SUB_GROUP_ELEMENTS, partition_numel) * FP32_GRAD_BYTES)
     return PlacedStates(gpu=empty, host_grads_bytes=fp32_grads, host_swap_buffers_bytes=float(swap),
-                        nvme_bytes=param_partition + states.optimizer_bytes)
+                        nvme_bytes=param_partition + optimizer)

@@ -8,24 +8,34 @@ from pathlib import Path
 
 from simulator.errors import SpecError
 from simulator.memory.report import GB, MemoryReport, memory_report
-from simulator.memory.strategy import Offload, ZeroStage
+from simulator.memory.strategy import Framework, Offload, ZeroStage
 
 PARTS = (("params_bytes", "parameters"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer states"),
          ("activations_bytes", "activations"), ("buffers_bytes", "buffers"), ("overhead_bytes", "overhead"))
 """Bar segments, bottom to top: (StageMemory attribute, legend label)."""
 
 
-def zero_sweep(model, cluster, strategy) -> list[tuple[ZeroStage, MemoryReport]]:
-    """Reports for ZeRO 0-3 with everything else as in ``strategy``; an offload a stage cannot do
-    (optimizer offload under ZeRO 0, parameter/NVMe offload below ZeRO 3) is dropped for that bar."""
-    out = []
-    for zero in ZeroStage:
-        offload = strategy.offload
-        if (offload is Offload.OPTIMIZER and zero is ZeroStage.ZERO0) or \
-                (offload in (Offload.PARAMS, Offload.NVME) and zero is not ZeroStage.ZERO3):
-            offload = Offload.NONE
-        out.append((zero, memory_report(model, cluster, replace(strategy, zero=zero, offload=offload))))
+def _at_stage(strategy, zero: ZeroStage):
+    """``strategy`` at ZeRO stage ``zero``; what that stage cannot do is dropped for its bar: an offload
+    (optimizer offload under ZeRO 0, parameter/NVMe offload below ZeRO 3), a framework that does not
+    implement the stage (with its partitioning: the defaults are used), DDP's bucket view outside torch DDP."""
+    offload = strategy.offload
+    if (offload is Offload.OPTIMIZER and zero is ZeroStage.ZERO0) or \
+            (offload in (Offload.PARAMS, Offload.NVME) and zero is not ZeroStage.ZERO3):
+        offload = Offload.NONE
+    framework, partitioning = strategy.framework, strategy.partitioning
+    if framework is not None and zero not in framework.zero_stages:
+        framework, partitioning = None, None
+    out = replace(strategy, zero=zero, offload=offload, framework=framework, partitioning=partitioning,
+                  gradient_as_bucket_view=False)
+    if strategy.gradient_as_bucket_view and out.resolved_framework is Framework.TORCH_DDP:
+        out = replace(out, gradient_as_bucket_view=True)
     return out
+
+
+def zero_sweep(model, cluster, strategy) -> list[tuple[ZeroStage, MemoryReport]]:
+    """Reports for ZeRO 0-3 with everything else as in ``strategy`` (see :func:`_at_stage`)."""
+    return [(zero, memory_report(model, cluster, _at_stage(strategy, zero))) for zero in ZeroStage]
 
 
 def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
@@ -40,8 +50,8 @@ def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
         raise SpecError("plot", f"write a .png file, got {str(path)!r}")
     sweep = zero_sweep(model, cluster, strategy)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    labels = [f"ZeRO-{int(z)}" + ("" if r.strategy.offload is Offload.NONE else f"\n+{r.strategy.offload.value}")
-              for z, r in sweep]
+    labels = [f"ZeRO-{int(z)}\n{r.strategy.resolved_framework.value}"
+              + ("" if r.strategy.offload is Offload.NONE else f" +{r.strategy.offload.value}") for z, r in sweep]
     bottoms = [0.0] * len(sweep)
     for attr, label in PARTS:
         heights = [getattr(r.worst, attr) / GB for _, r in sweep]
@@ -55,7 +65,8 @@ def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
             fontsize=8)
     s = strategy
     ax.set_title(f"{sweep[0][1].model_name}: per-rank memory, dp={s.dp} tp={s.tp} pp={s.pp}, "
-                 f"mbs={s.mbs} seq={s.seq}, recompute={s.recompute.value}", fontsize=9)
+                 f"mbs={s.mbs} seq={s.seq}, {'flash' if s.flash_attention else 'eager'} attention, "
+                 f"recompute={s.recompute.value}", fontsize=8)
     ax.set_ylabel("GB per GPU (most loaded rank)")
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()

@@ -53,8 +53,16 @@ class StageMemory:
         return float(self.placed.gpu.grads_bytes)
 
     @property
+    def params_after_step_bytes(self) -> float:
+        """GPU parameter bytes after the optimizer step (below ``params_bytes`` only under FSDP2 ZeRO-2,
+        whose unsharded copy lives from forward to backward)."""
+        return float(self.placed.gpu.params_at_rest_bytes)
+
+    @property
     def optimizer_bytes(self) -> float:
-        return float(self.placed.gpu.optimizer_bytes)
+        """Adam moments, fp32 master and the ``step`` tensors (torch keeps those on the CPU unless Adam
+        is fused or capturable: a few KB per rank, counted here so the line matches the measurement)."""
+        return float(self.placed.gpu.optimizer_bytes + self.placed.gpu.optimizer_step_bytes)
 
     @property
     def activations_bytes(self) -> float:
@@ -87,7 +95,8 @@ class StageMemory:
         act = self.activations
         return {
             "stage": self.stage, "blocks": self.blocks,
-            "params_bytes": self.params_bytes, "grads_bytes": self.grads_bytes,
+            "params_bytes": self.params_bytes, "params_after_step_bytes": self.params_after_step_bytes,
+            "grads_bytes": self.grads_bytes,
             "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
             "buffers_bytes": self.buffers_bytes, "overhead_bytes": self.overhead_bytes,
             "total_bytes": self.total_bytes, "host_bytes": self.host_bytes, "nvme_bytes": self.nvme_bytes,
@@ -168,7 +177,10 @@ class MemoryReport:
                          "offload_activations": s.offload_activations, "mbs": s.mbs, "seq": s.seq,
                          "recompute": s.recompute.value, "sp": s.sp, "schedule": s.schedule.value,
                          "microbatches": s.microbatches, "virtual_stages": s.virtual_stages,
-                         "partitioning": s.partitioning.value},
+                         "partitioning": s.resolved_partitioning.value,
+                         "framework": s.resolved_framework.value,
+                         "gradient_as_bucket_view": s.gradient_as_bucket_view,
+                         "attention": "flash" if s.flash_attention else "eager"},
             "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes),
         }
 
@@ -194,12 +206,15 @@ def _stage(model, strategy: MemoryStrategy, stage: int) -> StageMemory:
     else:
         shapes = [("params", (ceil(model.params / (s.tp * s.pp)),))]
         blocks, largest, acts = range(0), 0, None
-    states = model_state_bytes(shapes, dp=s.dp, zero=s.zero, dtype=dtype, partitioning=s.partitioning)
-    partition = max(partition_numels(shapes, s.dp, s.partitioning))
+    partitioning, framework = s.resolved_partitioning, s.resolved_framework
+    states = model_state_bytes(shapes, dp=s.dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
+                               framework=framework)
+    partition = max(partition_numels(shapes, s.dp, partitioning))
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
                           param_bytes=dtype.param_bytes)
     local = sum(numel(d) for _, d in shapes)
-    buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype)
+    buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
+                           gradient_as_bucket_view=s.gradient_as_bucket_view)
     act_gpu = acts.gpu_bytes if acts else 0.0
     return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
                        overhead_bytes=overhead_bytes(activations_bytes=act_gpu, buffers_bytes=buffers.total_bytes))
@@ -213,8 +228,8 @@ def _notes(model, stages: list[StageMemory], strategy: MemoryStrategy) -> tuple[
         return tuple(notes)
     scores = max(st.activations.scores_bytes for st in stages)
     if scores > 0.25 * max(st.activations_bytes for st in stages):
-        notes.append(f"attention scores (s x s per head) are {scores / GB:.1f} GB of activations; FlashAttention "
-                     "or --recompute selective does not keep them")
+        notes.append(f"eager attention scores (s x s per head) are {scores / GB:.1f} GB of activations; "
+                     "FlashAttention (--attention flash) or --recompute selective does not keep them")
     if strategy.pp > 1 and model.layers % strategy.pp:
         notes.append(f"{model.layers} layers over {strategy.pp} stages: stages 1.. get the extra layers")
     return tuple(notes)

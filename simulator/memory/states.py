@@ -21,13 +21,17 @@ from math import ceil
 
 from simulator.errors import SpecError
 from simulator.memory.shapes import Shape, numel
-from simulator.memory.strategy import Partitioning, ZeroStage
+from simulator.memory.strategy import Framework, Partitioning, ZeroStage, resolve_framework
 from simulator.workload.transformer import DtypePolicy
 
 ADAM_STATES_PER_PARAM = 2
 """Adam keeps two fp32 moments per parameter, momentum and variance (Kingma & Ba 2015)."""
 ADAM_STATE_BYTES = 4
 """Bytes per moment element: fp32 (torch.optim.Adam and DeepSpeed keep moments in fp32)."""
+STEP_BYTES = 4
+"""Bytes of one Adam ``step`` tensor: a 0-d float32 (``torch/optim/adam.py`` ``_init_group`` with
+``optimizer._get_scalar_dtype``; float64 only if the default dtype is float64). It lives on the CPU
+unless Adam is ``fused`` or ``capturable``; kilobytes per rank either way."""
 
 
 def optimizer_bytes_per_param(dtype: DtypePolicy) -> int:
@@ -37,18 +41,38 @@ def optimizer_bytes_per_param(dtype: DtypePolicy) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelStateBytes:
-    """Bytes of model states one rank holds."""
+    """Bytes of model states one rank holds.
+
+    ``params_bytes`` is the *peak* (between forward and backward), which decides fit;
+    ``params_after_step_bytes`` what is left after the optimizer step. They differ only under FSDP2
+    ZeRO-2 (``reshard_after_forward=False``), whose unsharded parameters live from forward to
+    backward and are freed after it (see :func:`model_state_bytes`).
+    """
 
     params_bytes: int
-    """Parameters as the forward pass reads them (16-bit in mixed precision)."""
+    """Parameters at their peak, as the forward and backward passes read them (16-bit in mixed precision)."""
     grads_bytes: int
     """Gradients as backward produces them."""
     optimizer_bytes: int
     """Optimizer state: fp32 master copy (mixed precision) + Adam momentum + variance."""
+    optimizer_step_bytes: int = 0
+    """Adam's ``step`` counters: one 0-d fp32 tensor per parameter tensor with state (torch optimizers)."""
+    params_after_step_bytes: int | None = None
+    """Parameters after the optimizer step; None: equal to ``params_bytes``."""
+
+    @property
+    def params_at_rest_bytes(self) -> int:
+        """``params_after_step_bytes``, or ``params_bytes`` when they do not differ."""
+        return self.params_bytes if self.params_after_step_bytes is None else self.params_after_step_bytes
 
     @property
     def total_bytes(self) -> int:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes
+        """Peak: params (peak) + grads + optimizer (moments, master, step counters)."""
+        return self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.optimizer_step_bytes
+
+    @property
+    def total_after_step_bytes(self) -> int:
+        return self.total_bytes - self.params_bytes + self.params_at_rest_bytes
 
 
 def _check_rank(dp: int, rank: int | None) -> None:
@@ -83,8 +107,8 @@ def partition_numels(shapes: list[tuple[str, Shape]] | list[Shape], dp: int,
     FLAT: ceil(N/dp) on every rank (the flat buffer is padded to a multiple of dp).
     WHOLE_TENSOR: the sum of the tensors :func:`whole_tensor_assignment` gives each rank.
     DIM0_PADDED: sum over tensors of ceil(dim0/dp)·(other dims) on every rank — FSDP2 allocates
-    every rank's shard padded to chunk 0's size (rank 0, the most loaded, holds exactly that
-    many real elements; trailing ranks' real shards can be smaller).
+    every rank's shard padded to chunk 0's size (true for parameters and gradients; the Adam state
+    is built from the unpadded shard, :func:`dim0_real_numels`).
     """
     dims = _dims(shapes)
     counts = [numel(d) for d in dims]
@@ -101,20 +125,93 @@ def partition_numels(shapes: list[tuple[str, Shape]] | list[Shape], dp: int,
     raise SpecError("partitioning", f"unknown {partitioning!r}; known: {', '.join(p.value for p in Partitioning)}")
 
 
+def dim0_real_numels(shapes, dp: int) -> list[int]:
+    """Real (unpadded) elements of each rank's FSDP2 shard: min(c, max(0, d0 − r·c))·rest per
+    tensor with c = ceil(d0/dp). FSDP2 keeps the padded shard but exposes ``narrow``ed views of
+    the real rows as the sharded parameters (torch ``distributed/fsdp/_fully_shard/_fsdp_param.py``,
+    ``_init_sharded_param``), and Adam's ``exp_avg``/``exp_avg_sq`` are ``zeros_like`` of those
+    (``torch/optim/adam.py``, ``_init_group``), so trailing ranks hold less optimizer state.
+    A 0-d tensor is not split: rank 0 holds it."""
+    out = [0] * dp
+    for d in _dims(shapes):
+        if not d:
+            out[0] += 1
+            continue
+        rows, rest = ceil(d[0] / dp), numel(d[1:])
+        for r in range(dp):
+            out[r] += min(rows, max(0, d[0] - r * rows)) * rest
+    return out
+
+
+def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list[int]:
+    """Parameter tensors each rank keeps Adam state (hence a ``step`` tensor) for.
+
+    torch optimizers (``torch/optim/adam.py``, ``_init_group``) give every parameter with a gradient
+    a 0-d ``step`` tensor: all tensors under DDP and FSDP2 (every rank holds a shard of every tensor,
+    possibly empty), the rank's own tensors under ``ZeroRedundancyOptimizer``. DeepSpeed's optimizer
+    steps flat partitions (one per parameter group), which we count as none.
+    """
+    count = len(_dims(shapes))
+    if framework is Framework.DEEPSPEED:
+        return [0] * dp
+    if framework is Framework.TORCH_DDP and zero >= ZeroStage.ZERO1:
+        owners = whole_tensor_assignment([numel(d) for d in _dims(shapes)], dp)
+        return [owners.count(r) for r in range(dp)]
+    return [count] * dp
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Split:
+    """Per-rank element counts of one layout, computed once for every rank."""
+
+    full: int
+    parts: list[int]
+    optimizer_parts: list[int]
+    steps: list[int]
+
+
+def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framework: Framework) -> _Split:
+    parts = partition_numels(shapes, dp, partitioning)
+    optimizer_parts = dim0_real_numels(shapes, dp) if framework is Framework.FSDP2 else parts
+    return _Split(full=sum(numel(d) for d in _dims(shapes)), parts=parts, optimizer_parts=optimizer_parts,
+                  steps=step_tensors(shapes, dp, zero, framework))
+
+
+def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, framework: Framework,
+                 rank: int) -> ModelStateBytes:
+    part, full = split.parts[rank], split.full
+    params = (part if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes
+    after_step = None
+    if framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
+        # reshard_after_forward=False: the padded all-gather output (dp·part elements; the unsharded
+        # parameters are views into it, _fsdp_param.py ``all_gather_outputs``) stays alive from forward
+        # to backward next to the persistent shard; after backward FSDP2 reshards, leaving ZeRO-3's
+        # shard. In mixed precision the persistent fp32 shard is the master, already counted in K.
+        after_step = part * dtype.param_bytes
+        params = dp * part * dtype.param_bytes + (after_step if dtype.master_bytes == 0 else 0)
+    return ModelStateBytes(
+        params_bytes=params,
+        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * dtype.grad_bytes,
+        optimizer_bytes=(split.optimizer_parts[rank] if zero >= ZeroStage.ZERO1 else full)
+        * optimizer_bytes_per_param(dtype),
+        optimizer_step_bytes=split.steps[rank] * STEP_BYTES,
+        params_after_step_bytes=after_step)
+
+
 def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
-                      partitioning: Partitioning = Partitioning.FLAT, rank: int | None = None) -> ModelStateBytes:
+                      partitioning: Partitioning | None = None, rank: int | None = None,
+                      framework: Framework | None = None) -> ModelStateBytes:
     """Parameters, gradients and optimizer bytes of one data-parallel rank (``rank=None``: the most
-    loaded). ``shapes`` are the tensors the rank's model replica holds, ``[(name, shape), ...]``
-    (e.g. :func:`simulator.memory.shapes.stage_param_shapes`). ZeRO stage s partitions the
-    optimizer (s >= 1), gradients (s >= 2) and parameters (s = 3) with ``partitioning``."""
+    loaded, largest peak total, lowest rank on a tie). ``shapes`` are the tensors the rank's model
+    replica holds, ``[(name, shape), ...]`` (e.g. :func:`simulator.memory.shapes.stage_param_shapes`).
+    ZeRO stage s partitions the optimizer (s >= 1), gradients (s >= 2) and parameters (s = 3) with
+    ``partitioning``; ``framework`` adds what its implementation allocates on purpose (FSDP2's
+    unpadded Adam state and ZeRO-2 unsharded copy, torch's Adam ``step`` tensors). Partitioning and
+    framework default from each other (:func:`~simulator.memory.strategy.resolve_framework`)."""
     _check_rank(dp, rank)
     zero = ZeroStage(zero)
-    full = sum(numel(d) for d in _dims(shapes))
-    parts = partition_numels(shapes, dp, partitioning)
-    part = max(parts) if rank is None else parts[rank]
-    k = optimizer_bytes_per_param(dtype)
-    return ModelStateBytes(
-        params_bytes=(part if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes,
-        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * dtype.grad_bytes,
-        optimizer_bytes=(part if zero >= ZeroStage.ZERO1 else full) * k,
-    )
+    partitioning, framework = resolve_framework(zero, partitioning, framework)
+    split = _split(shapes, dp, zero, partitioning, framework)
+    ranks = [rank] if rank is not None else range(dp) if partitioning is Partitioning.WHOLE_TENSOR else [0]
+    per_rank = [_rank_states(split, dp, zero, dtype, framework, r) for r in ranks]
+    return max(per_rank, key=lambda m: m.total_bytes)

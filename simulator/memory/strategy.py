@@ -1,5 +1,6 @@
 """What the memory model needs to know about *how* a model is trained (kept apart from the cluster
-and the workload): parallel degrees, ZeRO stage, offload, micro-batching, recomputation, schedule.
+and the workload): parallel degrees, ZeRO stage, the framework and its partitioning, offload,
+micro-batching, recomputation, schedule, attention implementation.
 
 :class:`MemoryStrategy` is deliberately small; a later, full ``Strategy`` type can build one with
 :meth:`MemoryStrategy` keyword arguments of the same names.
@@ -16,8 +17,6 @@ from simulator.strategy.spec import Offload, ZeroStage
 from simulator.workload.flops import Recompute
 
 
-
-
 class Partitioning(Enum):
     """How a framework splits a partitioned state over the dp ranks (decides the most loaded rank)."""
 
@@ -32,8 +31,66 @@ class Partitioning(Enum):
     ``_fsdp_param.py``: ``torch.chunk`` then pad every shard to chunk 0's size)."""
 
 
+class Framework(Enum):
+    """The software that implements a ZeRO stage; decides what torch (or DeepSpeed) allocates
+    besides the ZeRO paper's states: Adam ``step`` tensors, gradient buckets, FSDP2's padding."""
+
+    TORCH_DDP = "torch"
+    """torch ``DistributedDataParallel`` + ``torch.optim.Adam(W)`` (ZeRO 0), with
+    ``ZeroRedundancyOptimizer`` for ZeRO 1 (whole-tensor partitioning). One ``step`` tensor per
+    parameter tensor with Adam state; DDP's bucket copy of the gradients."""
+    FSDP2 = "fsdp2"
+    """torch ``fully_shard`` (dim-0 padded shards) + ``torch.optim.Adam(W)``: ZeRO 3 with
+    ``reshard_after_forward=True``, ZeRO 2 with ``False`` (the unsharded parameters stay from forward
+    to backward). Adam state is built from the unpadded local shard; no DDP buckets."""
+    DEEPSPEED = "deepspeed"
+    """DeepSpeed ZeRO (flat partitioning; Megatron-LM's distributed optimizer has the same states):
+    the optimizer runs on flat fp32 partitions, so no per-tensor ``step`` tensors; gradients go
+    through DeepSpeed's reduce bucket."""
+
+    @property
+    def partitioning(self) -> Partitioning:
+        """How this framework splits partitioned states."""
+        return {Framework.TORCH_DDP: Partitioning.WHOLE_TENSOR, Framework.FSDP2: Partitioning.DIM0_PADDED,
+                Framework.DEEPSPEED: Partitioning.FLAT}[self]
+
+    @property
+    def zero_stages(self) -> tuple[ZeroStage, ...]:
+        """The ZeRO stages the framework implements."""
+        return {Framework.TORCH_DDP: (ZeroStage.ZERO0, ZeroStage.ZERO1),
+                Framework.FSDP2: (ZeroStage.ZERO2, ZeroStage.ZERO3),
+                Framework.DEEPSPEED: tuple(ZeroStage)}[self]
 
 
+def resolve_framework(zero: ZeroStage, partitioning: Partitioning | None = None,
+                      framework: Framework | None = None) -> tuple[Partitioning, Framework]:
+    """(partitioning, framework) from what was given.
+
+    Neither: flat partitioning; torch DDP at ZeRO 0, DeepSpeed at ZeRO >= 1 (the defaults the
+    memory model always had). Only a partitioning: the framework that splits that way (flat at
+    ZeRO 0 is torch DDP, whose states are not partitioned). Only a framework: its partitioning.
+    Both, or a framework with a ZeRO stage it does not implement: checked, a SpecError names the fix.
+    """
+    zero = ZeroStage(zero)
+    if framework is None:
+        if partitioning is Partitioning.DIM0_PADDED:
+            framework = Framework.FSDP2
+        elif partitioning is Partitioning.WHOLE_TENSOR or zero is ZeroStage.ZERO0:
+            framework = Framework.TORCH_DDP
+        else:
+            framework = Framework.DEEPSPEED
+        return partitioning or Partitioning.FLAT, framework
+    if not isinstance(framework, Framework):
+        raise SpecError("framework", f"must be a Framework, got {framework!r}; known: "
+                        f"{', '.join(f.value for f in Framework)}")
+    if zero not in framework.zero_stages:
+        raise SpecError("framework", f"{framework.value} does not implement ZeRO-{int(zero)}; it does ZeRO "
+                        f"{'/'.join(str(int(z)) for z in framework.zero_stages)}")
+    if partitioning is not None and zero is not ZeroStage.ZERO0 and partitioning is not framework.partitioning:
+        raise SpecError("partitioning", f"{framework.value} partitions {framework.partitioning.value}, not "
+                        f"{partitioning.value}; leave the partitioning out or give "
+                        f"{framework.partitioning.value}")
+    return partitioning or framework.partitioning, framework
 
 
 def _pos_int(name: str, value) -> None:
@@ -69,15 +126,30 @@ class MemoryStrategy:
     """Micro-batches per step per pipeline (m); gradient accumulation steps when pp = 1."""
     virtual_stages: int = 1
     """Model chunks per rank (v) for the interleaved schedule; 1 otherwise."""
-    partitioning: Partitioning = Partitioning.FLAT
+    partitioning: Partitioning | None = None
+    """How ZeRO splits states; None: the framework's (flat when no framework is given either)."""
+    framework: Framework | None = None
+    """Who implements the ZeRO stage; None: implied by the partitioning (:func:`resolve_framework`)."""
+    gradient_as_bucket_view: bool = False
+    """torch DDP's option (default False, which keeps a bucket copy of the gradients); torch DDP only."""
+    flash_attention: bool = True
+    """FlashAttention / SDPA: the s×s attention scores are never stored (a log-sum-exp per row is);
+    False: eager attention, Korthikanti et al.'s count. The compute model defaults to flash too
+    (``simulator.compute.layer_times(..., flash_attention=True)``)."""
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "mbs", "seq", "microbatches", "virtual_stages"):
             _pos_int(name, getattr(self, name))
         for name, kind in (("zero", ZeroStage), ("offload", Offload), ("recompute", Recompute),
-                           ("schedule", ScheduleKind), ("partitioning", Partitioning)):
+                           ("schedule", ScheduleKind)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(name, f"must be a {kind.__name__}, got {getattr(self, name)!r}")
+        if self.partitioning is not None and not isinstance(self.partitioning, Partitioning):
+            raise SpecError("partitioning", f"must be a Partitioning, got {self.partitioning!r}")
+        part, framework = resolve_framework(self.zero, self.partitioning, self.framework)
+        if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
+            raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
+                            "buckets (use --framework torch with --zero 0 or 1)")
         if self.sp and self.tp == 1:
             raise SpecError("sp", "sequence parallelism splits activations over tensor-parallel ranks; "
                             "give --tp > 1 or drop --sp")
@@ -91,6 +163,16 @@ class MemoryStrategy:
                             "full recomputation) go to the CPU; add --recompute full")
         if self.virtual_stages > 1 and self.schedule is not ScheduleKind.INTERLEAVED:
             raise SpecError("virtual_stages", "model chunks per rank need --schedule interleaved")
+
+    @property
+    def resolved_partitioning(self) -> Partitioning:
+        """The partitioning in effect (given, or the framework's)."""
+        return resolve_framework(self.zero, self.partitioning, self.framework)[0]
+
+    @property
+    def resolved_framework(self) -> Framework:
+        """The framework in effect (given, or implied by the partitioning and ZeRO stage)."""
+        return resolve_framework(self.zero, self.partitioning, self.framework)[1]
 
     @property
     def world_size(self) -> int:

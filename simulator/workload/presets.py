@@ -15,6 +15,7 @@ its authors publish. Notes on the sources:
 - Llama 3 / 3.1 (Llama Team 2024, "The Llama 3 Herd of Models", Table 3: layers, model and FFN
   dimension, heads, 8 KV heads; vocabulary 128256 from the released config.json). Llama 3.1 has the
   same shapes as Llama 3 (longer RoPE context only); presets use the 8192-token pre-training length.
+- Dropout (:data:`GPT_DROPOUT`, :data:`LLAMA_DROPOUT`): only the memory model reads it (dropout masks).
 """
 
 from __future__ import annotations
@@ -29,11 +30,21 @@ _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1; widths from meta-llama/Llama-2
 _LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3; vocab from meta-llama config.json"
 
 
+GPT_DROPOUT = 0.1
+"""GPT-2/3 and Megatron GPT: 0.1. Brown et al. 2020 do not list it; GPT-2's released config (resid,
+embd and attn pdrop 0.1, Radford et al. 2019), Megatron-LM's ``--hidden-dropout``/``--attention-dropout``
+defaults (0.1) and Korthikanti et al. 2022's activation count (which keeps the masks) all use it."""
+LLAMA_DROPOUT = 0.0
+"""Llama 2/3: no dropout. The papers (Touvron et al. 2023 §2.2; Llama Team 2024 §3) list none, Meta's
+reference ``llama/model.py`` has no dropout layer, and Hugging Face's Llama config defaults
+``attention_dropout`` to 0.0."""
+
+
 def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, source: str) -> TransformerSpec:
     return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                            seq_len=2048, activation=ActivationKind.GELU, norm=NormKind.LAYERNORM,
                            position=PositionKind.LEARNED, bias=BiasKind.ALL, tied_embeddings=True,
-                           source=source)
+                           dropout=GPT_DROPOUT, source=source)
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
@@ -41,7 +52,7 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: 
     return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                            ffn=ffn, vocab=vocab, seq_len=seq, activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, position=PositionKind.ROTARY, bias=BiasKind.NONE,
-                           tied_embeddings=False, source=source)
+                           tied_embeddings=False, dropout=LLAMA_DROPOUT, source=source)
 
 
 def _build() -> dict[str, TransformerSpec]:

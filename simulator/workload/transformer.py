@@ -136,6 +136,9 @@ class TransformerSpec:
     tied_embeddings: bool = True
     """The logits projection reuses the token-embedding matrix (no extra V·h parameters)."""
     dtype: DtypePolicy = DtypePolicy.BF16_MIXED
+    dropout: float = 0.0
+    """Dropout probability of the residual (attention-output, MLP-output), attention-probability and
+    embedding dropouts; 0 means no dropout layers (and no masks kept for backward)."""
     source: str = ""
     """Where the shapes come from (paper table, released config)."""
 
@@ -153,6 +156,9 @@ class TransformerSpec:
         if self.heads % self.n_kv_heads:
             raise SpecError("model.kv_heads", f"{self.heads} query heads are not a multiple of "
                             f"{self.n_kv_heads} key/value heads")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0 <= self.dropout < 1:
+            raise SpecError("model.dropout", f"must be a probability in [0, 1), got {self.dropout!r}")
         for field_name, kind in (("activation", ActivationKind), ("norm", NormKind),
                                  ("position", PositionKind), ("bias", BiasKind), ("dtype", DtypePolicy)):
             if not isinstance(getattr(self, field_name), kind):

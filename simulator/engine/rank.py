@@ -1,0 +1,227 @@
+"""One simulated rank's step: its schedule's actions on the compute stream, and its side streams.
+
+The plays (the analytical engine adds up the same ones in closed form):
+
+- An action waits for its cross-stage input: F(s, j) for the activations of F(s−1, j), B(s, j) for
+  the gradient of B(s+1, j), each arriving over p2p when the stages sit on different ranks. The
+  wait is booked as BUBBLE until the producer finished computing, and as PP while the message flies.
+- A forward is ``fwd_s`` of compute cut into ``len(tp_fwd) + 1`` equal segments with the TP calls
+  between them (they block compute: Megatron's row-parallel all-reduce). ZeRO-3 all-gathers run in
+  order on the dp stream from the start of the action; segment i waits for the gathers of the
+  layers it covers (prefetch one layer ahead). A backward is the recompute, then the same with
+  ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
+  :func:`simulator.schedules.dry_run` assumes).
+- Sends run on the rank's pp stream, one at a time, without blocking compute.
+- Gradient buckets: when the rank's last backward starts (after its recompute), bucket i becomes
+  ready ``grad_ready_fraction[i] × (bwd + Σ tp_bwd)`` later (the uncontended length of that
+  backward); buckets run one after another on the dp stream (host copies on the host stream). Under
+  synchronous data parallelism with stragglers a bucket's collective starts when the last dp
+  replica's bucket is ready (a barrier); the wait is booked as STRAGGLER.
+- After the last action the rank waits for its buckets (exposed DP/PS/OFFLOAD), runs the optimizer
+  (on the CPU stream under ZeRO-Offload), then the ``after_step`` calls, blocking.
+- The input pipeline reads the next step's batch on the data stream from the start of the step; the
+  step cannot end before it is read (exposed as DATA: a steady-state prefetch of one batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier
+from simulator.results import Category
+from simulator.schedules import Action, ActionKind
+from simulator.work import CommKind
+
+SYNC_KINDS = (CommKind.DP, CommKind.PS, CommKind.ZERO)
+"""Gradient-sync kinds whose call waits for every dp replica under synchronous training."""
+
+
+@dataclass(frozen=True)
+class Pipe:
+    """One simulated pipeline (a set of dp replicas that behave identically in a step)."""
+
+    name: str
+    """Account key, e.g. ``dp0`` (the smallest dp index it stands for) or ``w3`` (async worker)."""
+    dp: int
+    """dp index of the replica whose ranks it simulates."""
+    factors: tuple[float, ...]
+    """Compute-time multiplier per pipeline rank (the slowest of its tp ranks: TP runs in lockstep)."""
+    base: bool
+    """Its calls go on the network with their replicas; others are timed as they run alone."""
+    sync: bool
+    """Gradient sync waits at a barrier of all simulated pipelines of the step."""
+
+
+def rank_step(ctx, pipe: Pipe, r: int, k: int):
+    """SimPy process: pipeline rank ``r`` of ``pipe`` runs step ``k``; returns the time it finished."""
+    env, rec, sw = ctx.env, ctx.rec, ctx.work.stages[r]
+    who, rank, f = (k, pipe.name, r), ctx.layout.rank_of(dp=pipe.dp, pp=r, tp=0), pipe.factors[r]
+    data = None
+    if sw.data_s > 0:
+        data = env.timeout(sw.data_s)
+        rec.row(rank, "data", "read next batch", Category.DATA, env.now, env.now + sw.data_s, -1, r)
+    streams: list = []
+    last_b = ctx.last_backward[r]
+    for i, act in enumerate(ctx.schedule.ranks[r]):
+        chunk = ctx.chunk_of[act.stage]
+        dep = ctx.dependency(act)
+        if dep is not None:
+            key = (pipe.name, k, dep[0], dep[1], act.microbatch)
+            ev = ctx.arrival(key)
+            if not ev.processed:
+                t0 = env.now
+                yield ev
+                rec.wait(who, t0, env.now, ctx.sent_at.get(key, t0), Category.BUBBLE, Category.PP)
+        if act.kind is ActionKind.F:
+            yield from _compute(ctx, pipe, who, rank, act, chunk.fwd_s * f, chunk.tp_fwd, chunk.zero_fwd,
+                                Category.FORWARD)
+            _send(ctx, pipe, k, rank, act, chunk.p2p_fwd, act.stage + 1)
+            continue
+        share = 1.0 if act.kind is ActionKind.B else 0.5
+        if act.kind is ActionKind.W:
+            yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, (), (), Category.BACKWARD)
+            continue
+        if chunk.recompute_s > 0:
+            t0 = env.now
+            yield env.timeout(chunk.recompute_s * f)
+            rec.spend(who, Category.RECOMPUTE, env.now - t0)
+            rec.row(rank, "compute", f"{act} recompute", Category.RECOMPUTE, t0, env.now, act.microbatch, act.stage)
+        if i == last_b:
+            nominal = chunk.bwd_s * f * share + sum(c.time_s for c in chunk.tp_bwd)
+            streams = _launch_grad_sync(ctx, pipe, rank, r, k, env.now, nominal)
+        yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, chunk.tp_bwd, chunk.zero_bwd,
+                            Category.BACKWARD)
+        _send(ctx, pipe, k, rank, act, chunk.p2p_bwd, act.stage - 1)
+    if streams:
+        t0 = env.now
+        yield simpy.AllOf(env, streams)
+        intervals = [iv for proc in streams for iv in proc.value[0]]
+        last_cat = max((proc.value for proc in streams), key=lambda v: v[2])[1]
+        straggle = sum(max(0.0, min(b, env.now) - max(a, t0)) for a, b in intervals)
+        rec.spend(who, Category.STRAGGLER, straggle)
+        rec.spend(who, last_cat, env.now - t0 - straggle)
+    if sw.optimizer_s > 0:
+        t0 = env.now
+        yield env.timeout(sw.optimizer_s)
+        rec.spend(who, Category.OPTIMIZER, sw.optimizer_s)
+        rec.row(rank, ctx.optimizer_stream, "optimizer", Category.OPTIMIZER, t0, env.now, -1, r)
+    for call in ctx.work.stages[r].after_step:
+        t0 = env.now
+        yield ctx.runner.start(call, (r, KIND_STREAM[call.kind]), network=pipe.base)
+        rec.spend(who, KIND_CATEGORY[call.kind], env.now - t0)
+        rec.row(rank, KIND_STREAM[call.kind], f"{call.kind.value} {call.op.value}", KIND_CATEGORY[call.kind],
+                t0, env.now, -1, r)
+    if data is not None and not data.processed:
+        t0 = env.now
+        yield data
+        rec.spend(who, Category.DATA, env.now - t0)
+    return env.now
+
+
+def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
+             category: Category):
+    """Compute segments with the TP calls between them, waiting for ZeRO gathers as they are needed."""
+    env, rec, runner = ctx.env, ctx.rec, ctx.runner
+    r = ctx.schedule.rank_of(act.stage)
+    segments = len(tp_calls) + 1
+    seg_s = total_s / segments
+    gathers = _start_gathers(ctx, pipe, rank, act, zero_calls) if zero_calls else []
+    n_g, g = len(gathers), 0
+    name = str(act)
+    for j in range(segments):
+        while g < n_g and (g * segments) // n_g <= j:
+            if not gathers[g].processed:
+                t0 = env.now
+                yield gathers[g]
+                rec.spend(who, Category.ZERO, env.now - t0)
+            g += 1
+        if seg_s > 0:
+            t0 = env.now
+            yield env.timeout(seg_s)
+            rec.spend(who, category, seg_s)
+            rec.row(rank, "compute", name, category, t0, env.now, act.microbatch, act.stage)
+        if j < segments - 1:
+            call = tp_calls[j]
+            t0 = env.now
+            yield runner.start(call, (r, "tp"), network=pipe.base)
+            rec.spend(who, Category.TP, env.now - t0)
+            rec.row(rank, "tp", f"{name} {call.op.value}", Category.TP, t0, env.now, act.microbatch, act.stage)
+
+
+def _start_gathers(ctx, pipe: Pipe, rank: int, act: Action, calls) -> list[simpy.Event]:
+    events = [simpy.Event(ctx.env) for _ in calls]
+    ctx.env.process(_gather_stream(ctx, pipe, rank, act, calls, events))
+    return events
+
+
+def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, events):
+    env, r = ctx.env, ctx.schedule.rank_of(act.stage)
+    for call, ev in zip(calls, events):
+        t0 = env.now
+        yield ctx.runner.start(call, (r, "dp"), network=pipe.base)
+        ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
+        ev.succeed()
+
+
+def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int) -> None:
+    """Deliver ``act``'s output to ``dst_stage`` (over p2p if it sits on another rank)."""
+    if not 0 <= dst_stage < ctx.schedule.n_stages:
+        return
+    kind = "F" if act.kind is ActionKind.F else "B"
+    key = (pipe.name, k, act.stage, kind, act.microbatch)
+    arrived = ctx.arrival(key)
+    ctx.sent_at[key] = ctx.env.now
+    if call is None or ctx.schedule.rank_of(dst_stage) == ctx.schedule.rank_of(act.stage):
+        arrived.succeed()
+        return
+    ctx.env.process(_p2p(ctx, pipe, k, rank, act, call, arrived))
+
+
+def _p2p(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, arrived: simpy.Event):
+    env, r = ctx.env, ctx.schedule.rank_of(act.stage)
+    stream = ctx.pp_stream(pipe, r, k)
+    with stream.request() as req:
+        yield req
+        t0 = env.now
+        yield ctx.runner.start(call, (r, "pp"), network=pipe.base)
+        ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)
+    arrived.succeed()
+
+
+def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, t0: float, nominal_s: float) -> list:
+    sw = ctx.work.stages[r]
+    fractions = sw.grad_ready_fraction or (1.0,) * len(sw.grad_sync)
+    by_stream: dict[str, list] = {}
+    for i, (call, frac) in enumerate(zip(sw.grad_sync, fractions)):
+        by_stream.setdefault(KIND_STREAM[call.kind], []).append((i, call, t0 + frac * nominal_s))
+    return [ctx.env.process(_grad_stream(ctx, pipe, rank, r, k, stream, items))
+            for stream, items in by_stream.items()]
+
+
+def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items):
+    """Buckets in order on one stream; returns (barrier waits, category, end time)."""
+    env, waits, category = ctx.env, [], Category.DP
+    for i, call, ready in items:
+        if ready > env.now:
+            yield env.timeout(ready - env.now)
+        category = KIND_CATEGORY[call.kind]
+        t0 = env.now
+        parties = ctx.parties(k)
+        if pipe.sync and parties > 1 and call.kind in SYNC_KINDS:
+            bar = ctx.barrier((k, r, stream, i), parties)
+            if bar.arrive(env.now):
+                env.process(_release(ctx, bar, call, (r, stream)))
+            yield bar.released
+            waits.append((t0, max(bar.arrive_s)))
+            t0 = max(bar.arrive_s)
+        else:
+            yield ctx.runner.start(call, (r, stream), network=pipe.base)
+        ctx.rec.row(rank, stream, f"{call.kind.value} {call.op.value} bucket {i}", category, t0, env.now, -1, r)
+    return waits, category, env.now
+
+
+def _release(ctx, bar: Barrier, call, klass):
+    yield ctx.runner.start(call, klass, network=True)
+    bar.released.succeed()

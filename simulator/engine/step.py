@@ -1,0 +1,251 @@
+"""The step-level discrete-event engine: :func:`simulate` plays a compiled :class:`StepWork` on SimPy.
+
+One process per simulated rank follows its pipeline schedule (:mod:`simulator.engine.rank`);
+communication goes on the flow network (:mod:`simulator.engine.replay_work`). Symmetry: each
+pipeline stage is simulated once, for the representative dp replica, while the replicas' flows that
+share its links ride along. Stragglers break symmetry: each step, dp replicas are grouped by their
+per-stage speed factors and each distinct group is simulated (its calls timed as alone, the base
+group's on the network); gradient sync waits for all of them. An asynchronous parameter server
+simulates every worker, each running steps on its own, bounded by the staleness (stale-synchronous
+parallel, Ho et al. NIPS'13).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import replace
+
+import pandas as pd
+import simpy
+
+from simulator.cluster.spec import Cluster
+from simulator.engine.faults import failure_extras
+from simulator.engine.network import FlowNetwork
+from simulator.engine.rank import Pipe, rank_step
+from simulator.engine.replay_work import CommRunner
+from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
+from simulator.errors import SpecError
+from simulator.results import Category, Engine, StepResult
+from simulator.schedules import ActionKind
+from simulator.strategy import Offload, ParamServerMode, ParamServerSync
+from simulator.work import StepWork
+
+
+class _Ctx:
+    """What every rank process of one simulation shares."""
+
+    def __init__(self, work: StepWork, cluster: Cluster, trace: bool, shortcuts: bool):
+        self.env = CountingEnv()
+        self.net = FlowNetwork(self.env)
+        self.work, self.layout, self.schedule = work, work.layout, work.schedule
+        self.rec = Recorder(trace)
+        self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts)
+        self.runner.prepare(_classes(work), isolate=shortcuts)
+        self.chunk_of = {c.chunk: c for sw in work.stages for c in sw.chunks}
+        self.last_backward = [max(i for i, a in enumerate(acts) if a.kind in (ActionKind.B, ActionKind.I))
+                              for acts in self.schedule.ranks]
+        self.optimizer_stream = "compute" if work.strategy.offload is Offload.NONE else "cpu"
+        self.arrivals: dict[tuple, simpy.Event] = {}
+        self.sent_at: dict[tuple, float] = {}
+        self.barriers: dict[tuple, Barrier] = {}
+        self.pp_streams: dict[tuple, simpy.Resource] = {}
+        self.parties_of: dict[int, int] = {}
+
+    def dependency(self, act):
+        """(stage, kind) whose output ``act`` needs from another stage, or None."""
+        if act.kind is ActionKind.F:
+            return (act.stage - 1, "F") if act.stage > 0 else None
+        if act.kind is ActionKind.W or act.stage == self.schedule.n_stages - 1:
+            return None
+        return (act.stage + 1, "B")
+
+    def arrival(self, key: tuple) -> simpy.Event:
+        ev = self.arrivals.get(key)
+        if ev is None:
+            ev = self.arrivals[key] = simpy.Event(self.env)
+        return ev
+
+    def pp_stream(self, pipe: Pipe, r: int, k: int) -> simpy.Resource:
+        key = (pipe.name, r)
+        if key not in self.pp_streams:
+            self.pp_streams[key] = simpy.Resource(self.env, capacity=1)
+        return self.pp_streams[key]
+
+    def parties(self, k: int) -> int:
+        return self.parties_of.get(k, 1)
+
+    def barrier(self, key: tuple, parties: int) -> Barrier:
+        if key not in self.barriers:
+            self.barriers[key] = Barrier(self.env, parties)
+        return self.barriers[key]
+
+
+def _classes(work: StepWork) -> dict:
+    """Calls per (stage, stream) class, for the runner's isolation check."""
+    classes: dict = defaultdict(list)
+    for sw in work.stages:
+        for c in sw.chunks:
+            classes[(sw.stage, "tp")] += [*c.tp_fwd, *c.tp_bwd]
+            classes[(sw.stage, "dp")] += [*c.zero_fwd, *c.zero_bwd]
+            classes[(sw.stage, "pp")] += [x for x in (c.p2p_fwd, c.p2p_bwd) if x is not None]
+        for call in (*sw.grad_sync, *sw.after_step):
+            classes[(sw.stage, KIND_STREAM[call.kind])].append(call)
+    return classes
+
+
+def _factors(work: StepWork, model, dp: int, k: int) -> tuple[float, ...]:
+    lay = work.layout
+    return tuple(max(model.factor(lay.rank_of(dp=dp, pp=s, tp=t), k) for t in range(lay.tp)) for s in range(lay.pp))
+
+
+def _has_stragglers(model) -> bool:
+    return bool(model.speed_factors) and any(f != 1.0 for f in model.speed_factors) or model.slowdown_prob > 0
+
+
+def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
+    """dp replicas grouped by their per-stage factors; the group holding dp 0 goes on the network."""
+    if not _has_stragglers(model):
+        return [Pipe("dp0", 0, (1.0,) * work.layout.pp, True, True)]
+    groups: dict[tuple, int] = {}
+    for d in range(work.layout.dp):
+        groups.setdefault(_factors(work, model, d, k), d)
+    return [Pipe(f"dp{d}", d, vec, d == 0, True) for vec, d in groups.items()]
+
+
+def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
+    env = ctx.env
+    for k in range(steps):
+        pipes = _pipes_for_step(ctx.work, model, k)
+        ctx.parties_of[k] = len(pipes)
+        t0 = env.now
+        procs = {(p.name, r): env.process(rank_step(ctx, p, r, k)) for p in pipes for r in range(ctx.layout.pp)}
+        yield simpy.AllOf(env, list(procs.values()))
+        for (name, r), proc in procs.items():
+            tails[(k, name, r)] = env.now - proc.value
+            ctx.rec.spend((k, name, r), Category.BUBBLE, env.now - proc.value)
+        step_times.append(env.now - t0)
+
+
+def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> tuple[float, dict]:
+    """Every worker runs on its own until the workers together finished ``steps × dp`` steps."""
+    env, dp, pp = ctx.env, ctx.layout.dp, ctx.layout.pp
+    clock = [0] * dp
+    state = {"progress": simpy.Event(env), "total": 0}
+    done = simpy.Event(env)
+    staleness: dict[int, list[int]] = {w: [] for w in range(dp)}
+
+    def worker(w: int):
+        k = 0
+        while not done.triggered:
+            t0 = env.now
+            while bound is not None and clock[w] - min(clock) > bound:
+                yield state["progress"]
+            for r in range(pp):
+                ctx.rec.spend((k, f"w{w}", r), Category.STRAGGLER, env.now - t0)
+            pipe = Pipe(f"w{w}", w, _factors(ctx.work, model, w, k), w == 0, False)
+            procs = [env.process(rank_step(ctx, pipe, r, k)) for r in range(pp)]
+            yield simpy.AllOf(env, procs)
+            for r, proc in enumerate(procs):
+                tails[(k, pipe.name, r)] = env.now - proc.value
+                ctx.rec.spend((k, pipe.name, r), Category.BUBBLE, env.now - proc.value)
+            staleness[w].append(max(0, max((c for i, c in enumerate(clock) if i != w), default=0) - clock[w]))
+            clock[w] += 1
+            state["total"] += 1
+            state["progress"].succeed()
+            state["progress"] = simpy.Event(env)
+            if state["total"] == steps * dp and not done.triggered:
+                done.succeed(env.now)
+            k += 1
+
+    for w in range(dp):
+        env.process(worker(w))
+    env.run(until=done)
+    return done.value, staleness
+
+
+def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
+             train_steps: int | None = None, shortcuts: bool = True) -> StepResult:
+    """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
+
+    ``seed`` offsets the straggler model's seed and seeds the failure sampling; same inputs and
+    seed give the same timeline. ``train_steps`` (default ``steps``) is the horizon of the failure
+    model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
+    (every call on the network, all replicas that meet the representatives' links): slow, for checks.
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise SpecError("steps", f"must be a positive integer, got {steps!r}")
+    wall0 = time.perf_counter()
+    strategy = work.strategy
+    model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)
+    ctx = _Ctx(work, cluster, trace, shortcuts)
+    tails: dict[tuple, float] = {}
+    extras: dict = {}
+    sync = strategy.dp_sync
+    if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
+        end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails)
+        step_time = end_s / steps
+        extras["staleness"] = _staleness_summary(staleness)
+    else:
+        step_times: list[float] = []
+        ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails))
+        ctx.env.run()
+        step_time = sum(step_times) / steps
+        extras["step_times_s"] = step_times
+    breakdown, per_rank = _accounts(ctx, tails, step_time)
+    if strategy.failures is not None:
+        extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps, seed))
+    stats = ctx.net.stats
+    extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
+                  isolated_classes=len(ctx.runner.isolated))
+    return StepResult(engine=Engine.DES, step_time_s=step_time, tokens_per_step=work.tokens_per_step,
+                      model_flops_per_step=work.model_flops_per_step,
+                      hardware_flops_per_step=work.hardware_flops_per_step, world_size=work.world_size,
+                      peak_flops_per_gpu=work.peak_flops_per_gpu, breakdown=breakdown, per_rank=per_rank,
+                      memory=work.memory, timeline=ctx.rec.timeline() if trace else None, extras=extras)
+
+
+def _accounts(ctx: _Ctx, tails: dict, step_time: float) -> tuple[dict[Category, float], pd.DataFrame]:
+    """Breakdown of the slowest rank (least idle: bubble, straggler wait, tail; per step, averaged)
+    and per-rank means."""
+    accounts = ctx.rec.accounts
+    by_step: dict[int, list] = defaultdict(list)
+    for (k, name, r), acc in accounts.items():
+        idle = tails.get((k, name, r), 0.0) + acc.get(Category.STRAGGLER, 0.0) + acc.get(Category.BUBBLE, 0.0)
+        by_step[k].append((idle, name, r))
+    steps = sorted(by_step)
+    total: dict[Category, float] = defaultdict(float)
+    for k in steps:
+        _, name, r = min(by_step[k], key=lambda x: (x[0], x[1], x[2]))
+        for cat, s in accounts[(k, name, r)].items():
+            total[cat] += s
+    breakdown = {c: total.get(c, 0.0) / len(steps) for c in Category}
+    s = sum(breakdown.values())
+    if s > 0 and abs(s - step_time) > 1e-12 * step_time:  # async: shares of worker 0's steps
+        breakdown = {c: v * step_time / s for c, v in breakdown.items()}
+    rows = defaultdict(lambda: defaultdict(float))
+    counts: dict = defaultdict(int)
+    for (k, name, r), acc in accounts.items():
+        counts[(name, r)] += 1
+        for cat, v in acc.items():
+            rows[(name, r)][cat.value] += v
+    records = []
+    for (name, r), acc in sorted(rows.items(), key=lambda x: (_dp_of(x[0][0]), x[0][1])):
+        dp = _dp_of(name)
+        rec = {"rank": ctx.layout.rank_of(dp=dp, pp=r, tp=0), "stage": r, "replica": name}
+        rec.update({c.value: acc.get(c.value, 0.0) / counts[(name, r)] for c in Category})
+        records.append(rec)
+    return breakdown, pd.DataFrame(records)
+
+
+def _dp_of(name: str) -> int:
+    return int(name[2:] if name.startswith("dp") else name[1:])
+
+
+def _staleness_summary(staleness: dict[int, list[int]]) -> dict:
+    values = [s for v in staleness.values() for s in v]
+    hist: dict[str, int] = {}
+    for s in sorted(values):
+        hist[str(s)] = hist.get(str(s), 0) + 1
+    return {"per_worker": {str(w): v for w, v in staleness.items()}, "histogram": hist,
+            "mean": sum(values) / len(values) if values else 0.0, "max": max(values, default=0)}
