@@ -41,6 +41,7 @@ CATEGORY_COLOURS: dict[Category, str] = {
 """One colour per category (seaborn's "deep" palette order; bubble light grey, straggler near black)."""
 
 _US_PER_S = 1e6
+_DPI = 120
 
 
 def category_of(value: Any) -> Category:
@@ -190,18 +191,21 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
 
     width_in = 14.0
     fig, ax = plt.subplots(figsize=(width_in, max(2.5, 0.32 * len(rows) + 1.6)))
+    axes_px = width_in * 0.8 * _DPI
+    min_width = span * scale / axes_px
     cats = [category_of(c) for c in shown["category"]]
     frame = shown.assign(_cat=cats, _row=[row_of[(int(r), str(s))] for r, s in zip(shown["rank"], shown["stream"])])
     for (row, cat), group in frame.groupby(["_row", "_cat"], sort=False):
         starts = (group["start_s"].to_numpy(float) - t0) * scale
         widths = (group["end_s"].to_numpy(float) - group["start_s"].to_numpy(float)) * scale
         half = 0.4 if rows[row][1] == COMPUTE_STREAM else 0.25  # compute rows stand out
+        widths = np.maximum(widths, min_width)  # a 1 µs call stays visible as a hairline
         ax.broken_barh(list(zip(starts, widths)), (row - half, 2 * half), facecolors=CATEGORY_COLOURS[cat],
-                       edgecolor="white", linewidth=0.3)
+                       edgecolor="none", linewidth=0)
     for i in range(1, len(rows)):
         if rows[i][0] != rows[i - 1][0]:
             ax.axhline(i - 0.5, color="#BBBBBB", linewidth=0.5)
-    _label_microbatches(ax, frame, t0, scale, span * scale, width_in)
+    _draw_actions(ax, frame, t0, scale, span * scale, axes_px)
     ax.set_yticks(range(len(rows)), [f"r{r} {s}" for r, s in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, span * scale)
@@ -216,7 +220,7 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
     ax.set_title(head, fontsize=10)
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=_DPI)
     plt.close(fig)
     return out
 
@@ -224,21 +228,40 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
 _MAX_LABELS = 3000
 """Most micro-batch labels drawn: beyond this the text is unreadable and slows matplotlib down."""
 
+_ACTION_CATEGORIES = (Category.FORWARD, Category.BACKWARD, Category.RECOMPUTE)
 
-def _label_microbatches(ax, frame, t0: float, scale: float, span: float, width_in: float) -> None:
-    """Write the micro-batch number inside forward/backward/recompute bars that have room for it."""
-    compute = frame[frame["_cat"].isin([Category.FORWARD, Category.BACKWARD, Category.RECOMPUTE])]
+
+def action_spans(frame) -> pd.DataFrame:
+    """Compute pieces merged into actions: consecutive pieces of one row with the same task name
+    (an engine may time a forward layer by layer, ``0F3`` six times) become one span."""
+    compute = frame[frame["_cat"].isin(_ACTION_CATEGORIES)].sort_values(["_row", "start_s"], kind="stable")
     if compute.empty:
+        return compute.assign(_group=[])
+    names, rows = compute["name"].astype(str).to_numpy(), compute["_row"].to_numpy()
+    new = np.ones(len(compute), dtype=bool)
+    new[1:] = (names[1:] != names[:-1]) | (rows[1:] != rows[:-1])
+    grouped = compute.assign(_group=np.cumsum(new)).groupby("_group", sort=False)
+    return grouped.agg(_row=("_row", "first"), start_s=("start_s", "min"), end_s=("end_s", "max"),
+                       microbatch=("microbatch", "first"), _cat=("_cat", "first"))
+
+
+def _draw_actions(ax, frame, t0: float, scale: float, span: float, axes_px: float) -> None:
+    """Outline each forward/backward action and write its micro-batch number when there is room."""
+    spans = action_spans(frame)
+    if spans.empty:
         return
-    axes_px = width_in * 0.8 * 120
-    mbs = [_int_or_none(m) for m in compute["microbatch"]]
-    starts = (compute["start_s"].to_numpy(float) - t0) * scale
-    widths = (compute["end_s"].to_numpy(float) - compute["start_s"].to_numpy(float)) * scale
+    starts = (spans["start_s"].to_numpy(float) - t0) * scale
+    widths = (spans["end_s"].to_numpy(float) - spans["start_s"].to_numpy(float)) * scale
+    for row, idx in spans.groupby("_row").indices.items():
+        ax.broken_barh(list(zip(starts[idx], widths[idx])), (row - 0.4, 0.8), facecolors="none",
+                       edgecolors="#333333", linewidth=0.4)
     labelled = 0
-    for start, width, mb, row in zip(starts, widths, mbs, compute["_row"]):
-        if mb is None or width / span * axes_px < 7 * len(str(mb)) + 2:
+    for start, width, mb, row, cat in zip(starts, widths, _optional_ints(spans["microbatch"]), spans["_row"],
+                                          spans["_cat"]):
+        if mb is None or width / span * axes_px < 7 * len(str(mb)) + 4:
             continue
-        ax.text(start + width / 2, row, str(mb), ha="center", va="center", fontsize=6, color="white")
+        ax.text(start + width / 2, row, str(mb), ha="center", va="center", fontsize=7, color="white",
+                fontweight="bold", bbox={"boxstyle": "square,pad=0.1", "fc": CATEGORY_COLOURS[cat], "ec": "none"})
         labelled += 1
         if labelled >= _MAX_LABELS:
             return

@@ -9,7 +9,7 @@ import pytest
 
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.trace import category_of, chrome_trace_events, gantt, pick_ranks, rank_label, to_chrome_trace
+from simulator.trace import action_spans, category_of, chrome_trace_events, gantt, pick_ranks, rank_label, to_chrome_trace
 from timeline_fixtures import T_BWD_S, T_FWD_S, one_f_one_b_timeline
 
 P, M = 4, 8
@@ -95,3 +95,35 @@ def test_gantt_many_ranks_limited(tmp_path):
         frames.append(f)
     path = gantt(pd.concat(frames, ignore_index=True), tmp_path / "g.png", max_ranks=6)
     assert path.stat().st_size > 5_000
+
+
+def test_action_spans_merge_layer_pieces():
+    """An engine may time one forward layer by layer: pieces of one action on one row become one span."""
+    frame = pd.DataFrame({"_row": [0, 0, 0, 0, 1], "name": ["0F0", "0F0", "0B0", "0F0", "0F0"],
+                          "_cat": [Category.FORWARD, Category.FORWARD, Category.BACKWARD, Category.FORWARD,
+                                   Category.FORWARD],
+                          "start_s": [0.0, 1.5, 3.0, 5.0, 0.0], "end_s": [1.0, 2.5, 4.0, 6.0, 1.0],
+                          "microbatch": [0, 0, 0, 0, 0]})
+    spans = action_spans(frame)
+    assert list(zip(spans["_row"], spans["start_s"], spans["end_s"])) == [
+        (0, 0.0, 2.5), (0, 3.0, 4.0), (0, 5.0, 6.0), (1, 0.0, 1.0)]  # a later 0F0 (next step) stays apart
+
+
+def test_trace_of_a_des_timeline(tmp_path):
+    """The DES's own timeline (hand-made work, 2 stages x 2 tp x 2 dp): one process per simulated rank."""
+    from simulator.cluster.io import load_cluster
+    from simulator.engine.handwork import HandSpec, hand_work
+    from simulator.engine.step import simulate
+    from simulator.strategy import Strategy
+    from simulator.workload import load_model
+
+    cluster = load_cluster("dgx-h100")
+    work = hand_work(cluster, Strategy(global_batch=8, dp=2, tp=2, pp=2), load_model("gpt3-125m"),
+                     HandSpec(fwd_s=1e-3, bwd_s=2e-3, tp_calls_per_layer=2, tp_bytes=1 << 20, p2p_bytes=1 << 20,
+                              bucket_bytes=(1 << 24,)))
+    timeline = simulate(work, cluster).timeline
+    events = _load(to_chrome_trace(timeline, tmp_path / "des.json"))
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(processes.values()) == ["rank 0 (stage 0)", "rank 2 (stage 1)"]
+    assert sum(e["ph"] == "X" for e in events) == len(timeline)
+    assert gantt(timeline, tmp_path / "des.png").stat().st_size > 5_000
