@@ -14,7 +14,7 @@ import pytest
 
 from simulator.schedules import ScheduleKind
 from simulator.strategy import ParamServerSync, ZeroStage
-from trainplan import cmd_simulate
+from trainplan import cmd_simulate, simulate_args
 from trainplan.__main__ import build_parser, main
 from timeline_fixtures import step_result
 
@@ -26,7 +26,7 @@ DONE = ["simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--nodes", 
 
 def _inputs(*extra):
     args = build_parser().parse_args(SMALL + list(extra))
-    return cmd_simulate.build_inputs(args)
+    return simulate_args.build_inputs(args)
 
 
 def _fail(argv, capsys) -> str:
@@ -52,7 +52,7 @@ def test_small_layout():
 
 def test_nodes_follow_gpus_and_seq_overrides_model():
     args = build_parser().parse_args(DONE)
-    workload, cluster, _, layout = cmd_simulate.build_inputs(args)
+    workload, cluster, _, layout = simulate_args.build_inputs(args)
     assert cluster.nodes == 128 and layout.micro_batches == 96 and workload.seq_len == 2048
 
 
@@ -62,7 +62,7 @@ def test_flags_reach_the_strategy():
     assert s.zero is ZeroStage.ZERO1 and s.sequence_parallel and s.recompute.value == "selective"
     assert s.dp_sync.algorithm.value == "ring" and s.dp_sync.bucket_bytes == 50 * 1024 * 1024
     assert s.dp_sync.overlap_grad_reduce is False
-    assert layout.v == cmd_simulate.DEFAULT_INTERLEAVED_V and layout.micro_batches == 4
+    assert layout.v == simulate_args.DEFAULT_INTERLEAVED_V and layout.micro_batches == 4
 
 
 def test_profile_sets_defaults_and_flags_override():
@@ -95,7 +95,7 @@ def test_failure_flags():
                                   "rank=1;factor=2"])
 def test_bad_straggler_syntax(text):
     with pytest.raises(Exception) as info:
-        cmd_simulate.parse_straggler(text)
+        simulate_args.parse_straggler(text)
     assert str(info.value).startswith("--straggler:")
 
 
@@ -111,12 +111,12 @@ def test_bad_straggler_syntax(text):
     (["--model", "gpt9"], "--model"),
     (["--cluster", "dgx-z"], "--cluster"),
     (["--profile", "jax"], "--profile"),
-    (["--straggler", "rank=8,factor=2"], "--straggler"),
-    (["--straggler", "prob=1.5,factor=2"], "--straggler"),
+    (["--engine", "des", "--straggler", "rank=8,factor=2"], "--straggler"),
+    (["--engine", "des", "--straggler", "prob=1.5,factor=2"], "--straggler"),
     (["--servers", "2"], "--servers"),
     (["--param-server", "sync", "--staleness", "2"], "--staleness"),
     (["--param-server", "async", "--bucket-mb", "10"], "--bucket-mb"),
-    (["--mtbf-hours", "100"], "--checkpoint-every"),
+    (["--engine", "des", "--mtbf-hours", "100"], "--checkpoint-every"),
     (["--nodes", "3"], "--nodes"),
     (["--gpus", "4"], "--gpus"),
     (["--seq", "0"], "--seq"),
@@ -125,6 +125,11 @@ def test_bad_straggler_syntax(text):
     (["--trace", "t.json"], "--engine des"),
     (["--engine", "analytical", "--plot", "t.png"], "--engine des"),
     (["--zero", "4"], "--zero"),
+    (["--straggler", "rank=1,factor=2"], "--engine des"),       # the analytical engine has no stragglers
+    (["--steps", "4"], "--engine des"),
+    (["--engine", "des", "--steps", "0"], "--steps"),
+    (["--engine", "des", "--train-steps", "100"], "--train-steps"),  # without a failure model
+    (["--param-fetch", "nvme"], "--param-fetch"),
 ])
 def test_bad_inputs_are_one_line(extra, flag, capsys):
     err = _fail(SMALL + extra, capsys)
