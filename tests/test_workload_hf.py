@@ -71,3 +71,17 @@ def test_missing_file_and_layer_list():
     mlp = load_model(str(DATA / "small-mlp.layers.json"))
     assert isinstance(mlp, LayerListWorkload)
     assert mlp.params == 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+
+
+def test_dropout_is_read_per_family_with_transformers_defaults(tmp_path):
+    """GPT-2 resid_pdrop (default 0.1 in GPT2Config), Llama attention_dropout (default 0.0)."""
+    from simulator.workload.hf import spec_from_hf_config
+
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32, "vocab_size": 100}
+    assert spec_from_hf_config(gpt2, "g").dropout == 0.1
+    assert spec_from_hf_config({**gpt2, "resid_pdrop": 0.0}, "g").dropout == 0.0
+    llama = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128, "max_position_embeddings": 32, "vocab_size": 100}
+    assert spec_from_hf_config(llama, "l").dropout == 0.0
+    with pytest.raises(SpecError, match="resid_pdrop"):
+        spec_from_hf_config({**gpt2, "resid_pdrop": 1.5}, "g")

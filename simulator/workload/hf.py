@@ -13,6 +13,9 @@ Families and the keys read (a missing required key is an error that names it):
   ``attention_bias: true``, counted as Q/K/V biases: the output-projection bias, h parameters,
   is left out).
 
+Dropout (for the activation-memory model's masks): GPT-2 ``resid_pdrop`` (transformers' default
+0.1), GPT-NeoX ``hidden_dropout``, Llama-like ``attention_dropout`` (transformers' defaults 0.0).
+
 ``torch_dtype`` picks the dtype policy (bfloat16, float16, float32; default bf16). The sequence
 length is ``n_positions`` / ``max_position_embeddings``; callers override it with ``with_seq``.
 """
@@ -46,6 +49,21 @@ def _reader(cfg: dict, where: str, model_type: str):
     return get_int
 
 
+_DROPOUT_KEY = {"gpt2": ("resid_pdrop", 0.1), "gpt_neox": ("hidden_dropout", 0.0)}
+"""Key holding the residual/hidden dropout per family, and transformers' default when it is absent
+(``GPT2Config`` resid_pdrop=0.1; ``GPTNeoXConfig`` hidden_dropout=0.0; Llama-like attention_dropout=0.0)."""
+
+
+def _dropout(cfg: dict, where: str, model_type: str) -> float:
+    key, default = _DROPOUT_KEY.get(model_type, ("attention_dropout", 0.0))
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise SpecError(f"{where}: {key}", f"must be a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
 def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> TransformerSpec:
     """Build a spec from a parsed config dict; ``where`` prefixes error fields (the file path)."""
     if not isinstance(cfg, dict):
@@ -58,7 +76,8 @@ def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> Tra
     dtype_text = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     if dtype_text not in _DTYPES:
         raise SpecError(f"{where}: torch_dtype", f"unknown {dtype_text!r}; known: {', '.join(_DTYPES)}")
-    common = {"name": name, "vocab": get("vocab_size"), "dtype": _DTYPES[dtype_text], "source": where}
+    common = {"name": name, "vocab": get("vocab_size"), "dtype": _DTYPES[dtype_text], "source": where,
+              "dropout": _dropout(cfg, where, model_type)}
     if model_type == "gpt2":
         positions = get("n_positions")
         return TransformerSpec(hidden=get("n_embd"), layers=get("n_layer"), heads=get("n_head"),
