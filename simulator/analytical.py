@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_formula import EXPOSED_KINDS, SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate
+from simulator.analytical_formula import (EXPOSED_KINDS, SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate,
+                                         sync_exposure)
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.results import Category, Engine, StepResult
@@ -56,8 +57,8 @@ def _chunk_numbers(ch: ChunkWork) -> tuple[float, float, list[float]]:
     return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
 
 
-def summarize(work: StepWork, buckets: int | None = None) -> StepArrays:
-    """The closed form's inputs for one compiled step (batch of one); ``buckets`` pads the sync calls."""
+def summarize(work: StepWork) -> StepArrays:
+    """The closed form's inputs for one compiled step (a batch of one)."""
     p, v = len(work.stages), work.layout.v
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, 6))
@@ -69,16 +70,16 @@ def summarize(work: StepWork, buckets: int | None = None) -> StepArrays:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
             cb[c - 1] = ch.p2p_bwd.time_s
-    J = max((len(st.grad_sync) for st in work.stages), default=0) if buckets is None else buckets
-    sync_d, sync_f, sync_k = np.zeros((p, J)), np.ones((p, J)), np.zeros((p, J), dtype=int)
+    tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
     for r, st in enumerate(work.stages):
-        for j, (c, f) in enumerate(zip(st.grad_sync, st.grad_ready_fraction)):
-            sync_d[r, j], sync_f[r, j], sync_k[r, j] = c.time_s, f, _KIND_CODE.get(c.kind, 0)
+        d = np.array([c.time_s for c in st.grad_sync])
+        k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
+        tail[r], exposed[r] = sync_exposure(np.array(B[r]), d, np.array(st.grad_ready_fraction, dtype=float), k)
         for c in st.after_step:
             after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
-                      sync_d=sync_d[None], sync_f=sync_f[None], sync_k=sync_k[None],
+                      tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in work.stages]]), after=after[None],
                       data=np.array([work.stages[0].data_s if work.stages else 0.0]))
 

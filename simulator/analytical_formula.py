@@ -5,8 +5,9 @@ Inputs (:class:`StepArrays`, one row per candidate; n = p·v chunks, p pipeline 
 - per chunk c, per micro-batch: ``F[c]`` forward action time and ``B[c]`` backward action time
   (compute + blocking TP calls + exposed ZeRO/offload fetches; B includes recomputation);
 - per boundary k (chunk k → k+1): ``cf[k]``, ``cb[k]`` the forward and backward p2p times;
-- per rank r: its gradient-sync calls (durations ``sync_d``, ready fractions ``sync_f``), the
-  optimizer ``opt``, the calls after the step ``after``.
+- per rank r: its gradient-sync exposure past its last backward (``tail``, from the calls'
+  durations and ready fractions by :func:`sync_exposure`), the optimizer ``opt``, the calls after
+  the step ``after``.
 
 Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; C = Σcf + Σcb):
 
@@ -46,7 +47,7 @@ SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED = 0, 1, 2
 
 @dataclass
 class StepArrays:
-    """Numbers of N candidates that share p, v and the bucket count J (see the module docstring)."""
+    """Numbers of N candidates that share p and v (see the module docstring)."""
 
     p: int
     v: int
@@ -60,18 +61,33 @@ class StepArrays:
     """(N, n−1) forward p2p seconds per boundary."""
     cb: np.ndarray
     """(N, n−1) backward p2p seconds per boundary."""
-    sync_d: np.ndarray
-    """(N, p, J) gradient-sync call seconds (0 pads)."""
-    sync_f: np.ndarray
-    """(N, p, J) ready fractions (1.0 pads)."""
-    sync_k: np.ndarray
-    """(N, p, J) category code of each call (index into EXPOSED_KINDS)."""
+    tail: np.ndarray
+    """(N, p) gradient-sync seconds past each rank's last backward (:func:`sync_exposure`)."""
+    sync_exposed: np.ndarray
+    """(N, p, len(EXPOSED_KINDS)) those seconds by category."""
     opt: np.ndarray
     """(N, p) optimizer seconds."""
     after: np.ndarray
     """(N, p, len(EXPOSED_KINDS)) after-step seconds by category."""
     data: np.ndarray
     """(N,) data read seconds of one step."""
+
+
+def sync_exposure(b_last: np.ndarray, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tail, exposed by category) of gradient buckets: ``b_last`` (..., ) last backward seconds, ``d``,
+    ``f``, ``k`` (..., J) durations, ready fractions, category codes. Times are relative to the end of the
+    last backward, so they do not depend on the pipeline: bucket j is ready at ``(f_j − 1)·b_last`` and
+    ``end_j = max(ready_j, end_{j−1}) + d_j = Σ_{i≤j} d_i + max_{i≤j}(ready_i − Σ_{i'<i} d_i')``."""
+    kinds = np.zeros(b_last.shape + (len(EXPOSED_KINDS),))
+    if d.shape[-1] == 0:
+        return np.zeros(b_last.shape), kinds
+    ready = (f - 1.0) * b_last[..., None]
+    cum = np.cumsum(d, axis=-1)
+    end = cum + np.maximum.accumulate(ready - (cum - d), axis=-1)
+    exposed = np.maximum(0.0, end - np.maximum(end - d, 0.0))
+    for code in range(len(EXPOSED_KINDS)):
+        kinds[..., code] = (exposed * (k == code)).sum(axis=-1)
+    return np.maximum(0.0, end.max(axis=-1)), kinds
 
 
 def pipeline_time(a: StepArrays, m: np.ndarray, sched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,14 +119,7 @@ def evaluate(a: StepArrays, m: np.ndarray, sched: np.ndarray, prefetch: np.ndarr
     Bfirst = a.B[:, :p]
     drain = np.concatenate([np.zeros((len(T), 1)), np.cumsum(Bfirst[:, :-1] + a.cb[:, :p - 1], axis=1)], axis=1)
     last_end = T[:, None] - drain                                                   # (N, p)
-    t0 = last_end - Bfirst
-    ready = t0[:, :, None] + a.sync_f * Bfirst[:, :, None]                          # (N, p, J)
-    cum = np.cumsum(a.sync_d, axis=2)
-    prev = cum - a.sync_d
-    end = cum + np.maximum.accumulate(ready - prev, axis=2) if a.sync_d.shape[2] else ready
-    start = end - a.sync_d
-    exposed = np.maximum(0.0, end - np.maximum(start, last_end[:, :, None]))        # (N, p, J)
-    tail = np.maximum(0.0, end.max(axis=2, initial=-np.inf) - last_end) if a.sync_d.shape[2] else 0 * last_end
+    tail = a.tail
     finish = last_end + tail + a.opt + a.after.sum(axis=2)
     step0 = finish.max(axis=1)
     stall = np.where(prefetch > 0, np.maximum(0.0, a.data - step0), a.data)
@@ -122,7 +131,7 @@ def evaluate(a: StepArrays, m: np.ndarray, sched: np.ndarray, prefetch: np.ndarr
                              Category.OFFLOAD)):
         out[:, :, cats.index(cat)] += per_rank[:, :, i]
     for k, cat in enumerate(EXPOSED_KINDS):
-        out[:, :, cats.index(cat)] += (exposed * (a.sync_k == k)).sum(axis=2) + a.after[:, :, k]
+        out[:, :, cats.index(cat)] += a.sync_exposed[:, :, k] + a.after[:, :, k]
     out[:, :, cats.index(Category.OPTIMIZER)] = a.opt
     idle = last_end - per_rank.sum(axis=2)
     out[:, :, cats.index(Category.PP)] = np.minimum(np.maximum(idle, 0.0), crit_pp[:, None])

@@ -75,20 +75,13 @@ def _check_m(cluster: Cluster, workload, s: Strategy, dp: int) -> int:
 
 
 def _stack(items: list[StepArrays]) -> StepArrays:
-    J = max(a.sync_d.shape[2] for a in items)
-
-    def pad(x, value):
-        extra = J - x.shape[2]
-        return x if not extra else np.concatenate([x, np.full(x.shape[:2] + (extra,), value, dtype=x.dtype)], axis=2)
-
     first = items[0]
-    return StepArrays(p=first.p, v=first.v, F=np.concatenate([a.F for a in items]),
-                      B=np.concatenate([a.B for a in items]), parts=np.concatenate([a.parts for a in items]),
-                      cf=np.concatenate([a.cf for a in items]), cb=np.concatenate([a.cb for a in items]),
-                      sync_d=np.concatenate([pad(a.sync_d, 0.0) for a in items]),
-                      sync_f=np.concatenate([pad(a.sync_f, 1.0) for a in items]),
-                      sync_k=np.concatenate([pad(a.sync_k, 0) for a in items]),
-                      opt=np.concatenate([a.opt for a in items]), after=np.concatenate([a.after for a in items]),
+
+    def cat(name):
+        return np.concatenate([getattr(a, name) for a in items])
+
+    return StepArrays(p=first.p, v=first.v, F=cat("F"), B=cat("B"), parts=cat("parts"), cf=cat("cf"), cb=cat("cb"),
+                      tail=cat("tail"), sync_exposed=cat("sync_exposed"), opt=cat("opt"), after=cat("after"),
                       data=np.zeros(len(items)))
 
 

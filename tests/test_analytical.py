@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.analytical import estimate, estimate_work
-from simulator.analytical_formula import SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate
+from simulator.analytical_formula import (SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate,
+                                         sync_exposure)
 from simulator.cluster.presets import load_preset
 from simulator.collectives.ps import ps_time_s
 from simulator.compile import CostCache, compile_step
@@ -26,9 +27,10 @@ def arrays(p, v=1, F=1.0, B=2.0, c=0.0, sync=(), fractions=None, opt=0.0):
     parts = np.zeros((1, n, 6))
     parts[0, :, 0], parts[0, :, 1] = Fa, Ba
     f = np.ones(J) if fractions is None else np.asarray(fractions, float)
+    tail, exposed = sync_exposure(Ba[:p], np.tile(np.asarray(sync, float), (p, 1)).reshape(p, J), np.tile(f, (p, 1)),
+                                  np.zeros((p, J), dtype=int))
     return StepArrays(p=p, v=v, F=Fa[None], B=Ba[None], parts=parts, cf=np.full((1, n - 1), c),
-                      cb=np.full((1, n - 1), c), sync_d=np.tile(np.asarray(sync, float), (1, p, 1)).reshape(1, p, J),
-                      sync_f=np.tile(f, (1, p, 1)).reshape(1, p, J), sync_k=np.zeros((1, p, J), dtype=int),
+                      cb=np.full((1, n - 1), c), tail=tail[None], sync_exposed=exposed[None],
                       opt=np.full((1, p), opt), after=np.zeros((1, p, 4)), data=np.zeros(1))
 
 
