@@ -62,14 +62,14 @@ def test_interleaved_reduces_the_bubble_by_v(v):
        F=st.lists(st.floats(0.9, 1.1), min_size=6, max_size=6), gpipe=st.booleans())
 def test_closed_form_against_the_list_scheduler(p, m, c, F, gpipe):
     """GPipe is exact against dry_run for any stage times. 1F1B is exact for equal stages without p2p and within
-    3 % for m ≥ p, stages within ±10 % of each other (edge stages of real models) and p2p up to a tenth of a forward;
+    5 % for m ≥ p, stages within ±10 % of each other (edge stages of real models) and p2p up to a tenth of a forward;
     a much heavier stage makes the closed form pessimistic (p 2, m 2, stage 0 50 % heavier: +14 %)."""
     F, m = F[:p], m + p  # m >= p: the regime pipelines run in (m ≫ p, Narayanan et al. §3.3)
     B = [2 * f for f in F]
     kind = ScheduleKind.GPIPE if gpipe else ScheduleKind.ONE_F_ONE_B
     truth = dry_run(make_schedule(kind, p, m), tuple(F), tuple(B), c).makespan_s
     got = run(arrays(p, F=F, B=B, c=c), m, SCHED_GPIPE if gpipe else SCHED_1F1B)["step_time_s"][0]
-    assert got == pytest.approx(truth, rel=1e-9 if gpipe else 0.03)
+    assert got == pytest.approx(truth, rel=1e-9 if gpipe else 0.05)
 
 
 def test_exposed_dp_is_the_tail_after_backward():
