@@ -57,6 +57,16 @@ def _chunk_numbers(ch: ChunkWork) -> tuple[float, float, list[float]]:
     return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
 
 
+def gradient_work_s(chunk: ChunkWork) -> float:
+    """The part of a backward action that produces gradients: backward compute and its TP calls.
+
+    Bucket j is ready once ``grad_ready_fraction[j]`` of this work is done; recompute (before it) and
+    waits for ZeRO gathers produce none. Both engines use this rule: here the buckets' ready times
+    count back from the end of the last backward; the DES tracks the same progress as it plays.
+    """
+    return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
+
+
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
     p, v = len(work.stages), work.layout.v
@@ -75,7 +85,8 @@ def summarize(work: StepWork) -> StepArrays:
     for r, st in enumerate(work.stages):
         d = np.array([c.time_s for c in st.grad_sync])
         k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
-        tail[r], exposed[r] = sync_exposure(np.array(B[r]), d, np.array(st.grad_ready_fraction, dtype=float), k)
+        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), d,
+                                            np.array(st.grad_ready_fraction, dtype=float), k)
         for c in st.after_step:
             after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],

@@ -74,7 +74,8 @@ class StepArrays:
 
 
 def sync_exposure(b_last: np.ndarray, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(tail, exposed by category) of gradient buckets: ``b_last`` (..., ) last backward seconds, ``d``,
+    """(tail, exposed by category) of gradient buckets: ``b_last`` (..., ) seconds of gradient-producing
+    work in the last backward (:func:`simulator.analytical.gradient_work_s`), ``d``,
     ``f``, ``k`` (..., J) durations, ready fractions, category codes. Times are relative to the end of the
     last backward, so they do not depend on the pipeline: bucket j is ready at ``(f_j − 1)·b_last`` and
     ``end_j = max(ready_j, end_{j−1}) + d_j = Σ_{i≤j} d_i + max_{i≤j}(ready_i − Σ_{i'<i} d_i')``."""
