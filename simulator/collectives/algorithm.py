@@ -8,6 +8,9 @@ inherited):
   ``nvls``). Algorithms built from point-to-point sends use ``ring``: the same kernel launch and
   proxy costs (an assumption; NCCL has no table entry for them).
 - ``calls``: library calls one collective takes (hierarchical all-reduce is three).
+- ``schedule_times_it``: True when replaying the schedule on links is the algorithm's timing model.
+  False for in-switch reduction (NVLS), whose schedule is a data-equivalent exchange: engines then
+  charge the closed form.
 - ``ops``: the :class:`Op` values it implements.
 - ``supports_group(group, op)``: extra conditions on the group (power of two, one node, ...).
 - ``comm_time_s(env, group, op, nbytes, root)``: the closed-form transfer time (sum of its steps).
@@ -31,6 +34,7 @@ class Algorithm:
     name: str = ""
     family: str = "ring"
     calls: int = 1
+    schedule_times_it: bool = True
     ops: frozenset[Op] = frozenset()
 
     def supports(self, group: Group, op: Op) -> bool:

@@ -37,6 +37,7 @@ class Nvls(Algorithm):
 
     name = "nvls"
     family = "nvls"
+    schedule_times_it = False  # the switch reduces; the schedule only reproduces the data
     ops = frozenset({Op.ALL_REDUCE})
 
     def supports_group(self, group: Group, op: Op) -> bool:

@@ -6,9 +6,9 @@ The plays (the analytical engine adds up the same ones in closed form):
   the gradient of B(s+1, j), each arriving over p2p when the stages sit on different ranks. The
   wait is booked as BUBBLE until the producer finished computing, and as PP while the message flies.
 - A forward is ``fwd_s`` of compute cut into ``len(tp_fwd) + 1`` equal segments with the TP calls
-  between them (they block compute: Megatron's row-parallel all-reduce). ZeRO-3 all-gathers run in
-  order on the dp stream from the start of the action; segment i waits for the gathers of the
-  layers it covers (prefetch one layer ahead). A backward is the recompute, then the same with
+  between them (they block compute: Megatron's row-parallel all-reduce). With ZeRO-3 all-gathers
+  the action runs block by block: block i waits for gather i, issued on the dp stream when block
+  i−1 starts (prefetch one block ahead, one gather at a time). A backward is the recompute, then the same with
   ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
   :func:`simulator.schedules.dry_run` assumes).
 - Sends run on the rank's pp stream, one at a time, without blocking compute.
@@ -88,11 +88,15 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
             yield env.timeout(chunk.recompute_s * f)
             rec.spend(who, Category.RECOMPUTE, env.now - t0)
             rec.row(rank, "compute", f"{act} recompute", Category.RECOMPUTE, t0, env.now, act.microbatch, act.stage)
+        progress = None
         if i == last_b:
             nominal = chunk.bwd_s * f * share + sum(c.time_s for c in chunk.tp_bwd)
-            streams = _launch_grad_sync(ctx, pipe, rank, r, k, env.now, nominal)
+            progress = GradProgress(env, nominal, sw.grad_ready_fraction or (1.0,) * len(sw.grad_sync))
+            streams = _launch_grad_sync(ctx, pipe, rank, r, k, progress)
         yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, chunk.tp_bwd, chunk.zero_bwd,
-                            Category.BACKWARD)
+                            Category.BACKWARD, progress)
+        if progress is not None:
+            progress.finish()
         _send(ctx, pipe, k, rank, act, chunk.p2p_bwd, act.stage - 1)
     if streams:
         t0 = env.now
@@ -120,49 +124,105 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
     return env.now
 
 
+class GradProgress:
+    """Gradient-producing work done in a rank's last backward; fires each bucket's ready event.
+
+    Bucket j is ready once ``fractions[j]`` of the backward compute and its TP calls is done (recompute
+    and gather waits produce no gradients) — the rule of :func:`simulator.analytical.gradient_work_s`.
+    """
+
+    def __init__(self, env: simpy.Environment, total_s: float, fractions):
+        self.env, self.done = env, 0.0
+        self.ready = [(f * total_s, simpy.Event(env)) for f in fractions]
+
+    def advance(self, seconds: float, *, instant: bool = False) -> None:
+        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``)."""
+        end = self.done + seconds
+        for threshold, event in self.ready:
+            if not event.triggered and threshold <= end:
+                delay = 0.0 if instant else max(0.0, threshold - self.done)
+                self._fire(event, delay)
+        self.done = end
+
+    def finish(self) -> None:
+        for _, event in self.ready:
+            if not event.triggered:
+                event.succeed()
+
+    def _fire(self, event: simpy.Event, delay: float) -> None:
+        if delay <= 0:
+            event.succeed()
+        else:
+            self.env.timeout(delay).callbacks.append(lambda _: event.triggered or event.succeed())
+
+
 def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
-             category: Category):
-    """Compute segments with the TP calls between them, waiting for ZeRO gathers as they are needed."""
+             category: Category, progress: GradProgress | None = None):
+    """An action's compute with its TP calls between segments; with ZeRO gathers, block by block.
+
+    Without gathers the compute is split evenly around its TP calls. With ``L`` gathers the action
+    runs as ``L`` blocks (:func:`_blocks`): block i waits for gather i, which the gather stream issues
+    when block i−1 starts (prefetch one block ahead, one gather at a time) — the play the analytical
+    engine's :func:`simulator.analytical.exposed_gathers` adds up in closed form.
+    """
+    if zero_calls:
+        yield from _blocks(ctx, pipe, who, rank, act, total_s, tp_calls, zero_calls, category, progress)
+    else:
+        yield from _segments(ctx, pipe, who, rank, act, total_s, tp_calls, category, progress)
+
+
+def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, category: Category,
+              progress: GradProgress | None = None):
+    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute."""
     env, rec, runner = ctx.env, ctx.rec, ctx.runner
     r = ctx.schedule.rank_of(act.stage)
-    segments = len(tp_calls) + 1
-    seg_s = total_s / segments
-    gathers = _start_gathers(ctx, pipe, rank, act, zero_calls) if zero_calls else []
-    n_g, g = len(gathers), 0
+    seg_s = total_s / (len(tp_calls) + 1)
     name = str(act)
-    for j in range(segments):
-        while g < n_g and (g * segments) // n_g <= j:
-            if not gathers[g].processed:
-                t0 = env.now
-                yield gathers[g]
-                rec.spend(who, Category.ZERO, env.now - t0)
-            g += 1
+    for j in range(len(tp_calls) + 1):
         if seg_s > 0:
             t0 = env.now
+            if progress is not None:
+                progress.advance(seg_s)
             yield env.timeout(seg_s)
             rec.spend(who, category, seg_s)
             rec.row(rank, "compute", name, category, t0, env.now, act.microbatch, act.stage)
-        if j < segments - 1:
+        if j < len(tp_calls):
             call = tp_calls[j]
             t0 = env.now
             yield runner.start(call, (r, "tp"), network=pipe.base)
+            if progress is not None:
+                progress.advance(call.time_s, instant=True)
             rec.spend(who, Category.TP, env.now - t0)
             rec.row(rank, "tp", f"{name} {call.op.value}", Category.TP, t0, env.now, act.microbatch, act.stage)
 
 
-def _start_gathers(ctx, pipe: Pipe, rank: int, act: Action, calls) -> list[simpy.Event]:
-    events = [simpy.Event(ctx.env) for _ in calls]
-    ctx.env.process(_gather_stream(ctx, pipe, rank, act, calls, events))
-    return events
+def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
+            category: Category, progress: GradProgress | None = None):
+    """``L = len(zero_calls)`` blocks of ``total_s / L`` compute; the TP calls are shared out in order."""
+    env, blocks = ctx.env, len(zero_calls)
+    started = [simpy.Event(env) for _ in range(blocks)]
+    gathered = [simpy.Event(env) for _ in range(blocks)]
+    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered))
+    for i in range(blocks):
+        if not gathered[i].processed:
+            t0 = env.now
+            yield gathered[i]
+            ctx.rec.spend(who, Category.ZERO, env.now - t0)
+        started[i].succeed()
+        mine = tuple(c for j, c in enumerate(tp_calls) if j * blocks // len(tp_calls) == i)
+        yield from _segments(ctx, pipe, who, rank, act, total_s / blocks, mine, category, progress)
 
 
-def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, events):
+def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered):
+    """Gather i is issued once gather i−1 is done and block i−1 has started (one block of prefetch)."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
-    for call, ev in zip(calls, events):
+    for i, call in enumerate(calls):
+        if i > 0 and not started[i - 1].processed:
+            yield started[i - 1]
         t0 = env.now
         yield ctx.runner.start(call, (r, "dp"), network=pipe.base)
         ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
-        ev.succeed()
+        gathered[i].succeed()
 
 
 def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int) -> None:
@@ -190,12 +250,11 @@ def _p2p(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, arrived: simpy.E
     arrived.succeed()
 
 
-def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, t0: float, nominal_s: float) -> list:
+def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, progress: GradProgress) -> list:
     sw = ctx.work.stages[r]
-    fractions = sw.grad_ready_fraction or (1.0,) * len(sw.grad_sync)
     by_stream: dict[str, list] = {}
-    for i, (call, frac) in enumerate(zip(sw.grad_sync, fractions)):
-        by_stream.setdefault(KIND_STREAM[call.kind], []).append((i, call, t0 + frac * nominal_s))
+    for i, (call, (_, ready)) in enumerate(zip(sw.grad_sync, progress.ready)):
+        by_stream.setdefault(KIND_STREAM[call.kind], []).append((i, call, ready))
     return [ctx.env.process(_grad_stream(ctx, pipe, rank, r, k, stream, items))
             for stream, items in by_stream.items()]
 
@@ -204,8 +263,8 @@ def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items)
     """Buckets in order on one stream; returns (barrier waits, category, end time)."""
     env, waits, category = ctx.env, [], Category.DP
     for i, call, ready in items:
-        if ready > env.now:
-            yield env.timeout(ready - env.now)
+        if not ready.processed:
+            yield ready
         category = KIND_CATEGORY[call.kind]
         t0 = env.now
         parties = ctx.parties(k)

@@ -7,7 +7,8 @@ many identical groups run it at the same moment. :class:`CommRunner` turns a cal
   runs on the :class:`~simulator.engine.network.FlowNetwork` with the costs of
   :mod:`simulator.engine.collective` (per-call overhead, per-hop α of the protocol the registry picks,
   wire bytes ``b / bw_factor``, γ after the last step). Pipeline p2p (``SEND_RECV`` / ``p2p``) is one
-  flow. Host copies (``pcie``), input reads and zero-byte calls are timed delays on their stream.
+  flow. Host copies (``pcie``), input reads, zero-byte calls and algorithms whose schedule is not
+  their timing model (NVLS in-switch reduction) are timed delays of their ``time_s``.
 - **Calibration to the cost model.** A call's uncontended time in the DES is exactly its
   ``time_s`` from the compiler: the difference between ``time_s`` and the schedule's analytical
   replay (:func:`~simulator.collectives.replay.schedule_time_s`), when positive, is added as a fixed
@@ -109,6 +110,8 @@ class CommRunner:
         if call.kind not in NETWORK_KINDS or call.nbytes <= 0 or self.cluster.world_size < 2:
             return None
         if call.algorithm in algorithm_names():
+            if not get_algorithm(call.algorithm).schedule_times_it:
+                return None  # in-switch reduction: its closed form, as a delay
             return self._collective_plan(call, group)
         if call.op is Op.SEND_RECV and len(group) == 2:
             costs = self._env(None)
@@ -117,20 +120,22 @@ class CommRunner:
             return _Plan(max(0.0, call.time_s - alone), [[(path, float(call.nbytes), path.latency_s)]], 0.0)
         return None
 
-    def _env(self, protocol) -> Env:
-        name = None if protocol is None else protocol.name
-        if name not in self._envs:
-            self._envs[name] = Env(self.cluster, protocol, self._paths)
-        return self._envs[name]
+    def _env(self, protocol, family: str | None = None) -> Env:
+        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio),
+        the same :class:`Env` the closed forms and :func:`schedule_time_s` use."""
+        key = (None if protocol is None else protocol.name, family)
+        if key not in self._envs:
+            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family)
+        return self._envs[key]
 
     def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> _Plan:
         cluster = self.cluster
         chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm).protocol
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
         schedule = build_schedule(cluster, group, call.op, call.nbytes, call.algorithm)
-        costs = self._env(protocol)
         algorithm = get_algorithm(schedule.algorithm)
-        wire = 1.0 if protocol is None else 1.0 / protocol.bw_factor
+        costs = self._env(protocol, algorithm.family)
+        wire = 1.0 / costs.bw_ratio
         steps, last = [], None
         for step in schedule.steps():
             pairs = [(group[t.src], group[t.dst], t.nic, t.nbytes) for t in step if t.nbytes > 0]

@@ -1,0 +1,125 @@
+"""The analytical engine: a closed-form step time from the compiled work, no contention.
+
+:func:`estimate` compiles (cluster, workload, strategy) with :func:`simulator.compile.compile_step`
+and evaluates the closed form of :mod:`simulator.analytical_formula` (Megatron-style pipeline
+time, exposed gradient synchronisation, optimizer, data stall). The closed form is the outcome
+of playing the :class:`~simulator.work.StepWork` on streams with nothing shared: one compute
+stream per rank that blocks on its tensor-parallel calls, ZeRO gathers prefetched one block ahead
+on their own stream, p2p on its own stream, gradient buckets on a data-parallel stream as they
+become ready. It is therefore a lower bound on the discrete-event engine, which adds contention
+and stragglers. :func:`simulator.analytical_vec.estimate_many` evaluates many strategies at once
+with the same numbers (``docs/simulator.md``).
+
+Per chunk and micro-batch the forward action takes ``fwd_s + Σ tp_fwd + exposed ZeRO``; with
+per-block compute ``t`` (the action's compute and TP time split evenly over its L blocks) and
+gathers ``g_0, g_1, …`` issued one block ahead on a serial stream, the gathers finish at
+``a_i = max(a_{i−1}, start of block i−1) + g_i`` and block i starts at ``max(end of block i−1, a_i)``
+(for equal gathers: ``g_0 + (L−1)·max(0, g − t)`` exposed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.analytical_formula import (EXPOSED_KINDS, SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate,
+                                         sync_exposure)
+from simulator.cluster.spec import Cluster
+from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.results import Category, Engine, StepResult
+from simulator.schedules import ScheduleKind
+from simulator.strategy import Strategy
+from simulator.work import ChunkWork, CommCall, CommKind, StepWork
+
+_KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
+SCHED_CODE = {ScheduleKind.GPIPE: SCHED_GPIPE, ScheduleKind.ONE_F_ONE_B: SCHED_1F1B,
+              ScheduleKind.INTERLEAVED: SCHED_INTERLEAVED}
+
+
+def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float) -> float:
+    """Seconds a block-by-block action waits for gathers prefetched one block ahead (module docstring)."""
+    if not calls:
+        return 0.0
+    t = compute_s / len(calls)
+    gathered = start = 0.0  # end of the last gather; start of the previous block
+    for i, c in enumerate(calls):
+        gathered = max(gathered, start) + c.time_s
+        start = gathered if i == 0 else max(start + t, gathered)
+    return start + t - compute_s
+
+
+def _chunk_numbers(ch: ChunkWork) -> tuple[float, float, list[float]]:
+    tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
+    zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f)
+    zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b)
+    offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
+    parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp_f + tp_b, 0.0 if offload else zf + zb, zf + zb if offload else 0.0]
+    return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
+
+
+def gradient_work_s(chunk: ChunkWork) -> float:
+    """The part of a backward action that produces gradients: backward compute and its TP calls.
+
+    Bucket j is ready once ``grad_ready_fraction[j]`` of this work is done; recompute (before it) and
+    waits for ZeRO gathers produce none. Both engines use this rule: here the buckets' ready times
+    count back from the end of the last backward; the DES tracks the same progress as it plays.
+    """
+    return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
+
+
+def summarize(work: StepWork) -> StepArrays:
+    """The closed form's inputs for one compiled step (a batch of one)."""
+    p, v = len(work.stages), work.layout.v
+    n = p * v
+    F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, 6))
+    cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
+    chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
+    for c, ch in chunks.items():
+        F[c], B[c], parts[c] = _chunk_numbers(ch)
+        if c < n - 1 and ch.p2p_fwd is not None:
+            cf[c] = ch.p2p_fwd.time_s
+        if c > 0 and ch.p2p_bwd is not None:
+            cb[c - 1] = ch.p2p_bwd.time_s
+    tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
+    after = np.zeros((p, len(EXPOSED_KINDS)))
+    for r, st in enumerate(work.stages):
+        d = np.array([c.time_s for c in st.grad_sync])
+        k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
+        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), d,
+                                            np.array(st.grad_ready_fraction, dtype=float), k)
+        for c in st.after_step:
+            after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
+    return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
+                      tail=tail[None], sync_exposed=exposed[None],
+                      opt=np.array([[st.optimizer_s for st in work.stages]]), after=after[None],
+                      data=np.array([work.stages[0].data_s if work.stages else 0.0]))
+
+
+def per_rank_frame(work: StepWork, breakdown: np.ndarray) -> pd.DataFrame:
+    """One row per stage: rank, stage, then seconds per category."""
+    rows = [{"rank": st.rank, "stage": st.stage, **{c.value: float(breakdown[i, k]) for k, c in enumerate(Category)}}
+            for i, st in enumerate(work.stages)]
+    return pd.DataFrame(rows)
+
+
+def estimate_work(work: StepWork) -> StepResult:
+    """The analytical estimate of a compiled step."""
+    s = work.strategy
+    arrays = summarize(work)
+    out = evaluate(arrays, np.array([float(work.micro_batches)]), np.array([SCHED_CODE[s.schedule]]),
+                   np.array([s.input.prefetch_batches]))
+    breakdown = out["breakdown"][0]
+    slowest = int(out["slowest"][0])
+    return StepResult(engine=Engine.ANALYTICAL, step_time_s=float(out["step_time_s"][0]),
+                      tokens_per_step=work.tokens_per_step, model_flops_per_step=work.model_flops_per_step,
+                      hardware_flops_per_step=work.hardware_flops_per_step, world_size=work.world_size,
+                      peak_flops_per_gpu=work.peak_flops_per_gpu,
+                      breakdown={c: float(breakdown[slowest, k]) for k, c in enumerate(Category)},
+                      per_rank=per_rank_frame(work, breakdown), memory=work.memory,
+                      extras={"slowest_stage": slowest, "pipeline_s": float(out["pipeline_s"][0])})
+
+
+def estimate(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
+             cache: CostCache | None = None) -> StepResult:
+    """Analytical step estimate (Engine.ANALYTICAL) of ``strategy`` for ``workload`` on ``cluster``."""
+    return estimate_work(compile_step(cluster, workload, strategy, fetch=fetch, cache=cache))

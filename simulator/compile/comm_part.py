@@ -1,0 +1,119 @@
+"""Communication side of a compiled step: tensor-parallel, pipeline, data-parallel, ZeRO and PS calls.
+
+- Tensor parallel (Megatron-LM, Shoeybi et al. 2019 §3): per block, forward all-reduces the
+  attention output and the MLP output (2 calls), backward all-reduces the input gradients of the
+  two column-parallel regions (2 calls), each of ``b·s·h`` activation elements. With sequence
+  parallelism (Korthikanti et al. 2022 §4.2.2) each all-reduce becomes a reduce-scatter plus an
+  all-gather of the same tensor: 2 of each forward, 2 of each backward. The embedding's
+  vocabulary-parallel lookup adds one forward all-reduce (SP: reduce-scatter) on the first chunk;
+  the logits' input gradient one backward all-reduce (SP: reduce-scatter; and one forward
+  all-gather) on the last. Full recomputation repeats the forward calls inside backward, listed
+  before the backward calls of the same block.
+- Pipeline: ``b·s·h`` activations per micro-batch forward, the same size of gradients backward
+  (÷t with sequence parallelism, Korthikanti et al. §4.2.2), one send/recv between the two
+  stages' representative ranks.
+- Data parallel (DDP, Li et al. VLDB 2020 §3.2): gradients in buckets of ``bucket_bytes``, last
+  layers first; bucket j is ready when the backward has produced the bytes up to its end (a
+  bucket's ready point is its cumulative byte fraction of the chunk's gradients: gradient bytes
+  are taken to appear at a constant rate over the backward, an assumption). All-reduce under ZeRO
+  0/1, reduce-scatter under ZeRO 2/3; ZeRO-1/2 all-gather the updated parameters after the step.
+  Gradient accumulation is DDP's ``no_sync``: only the last micro-batch communicates.
+- ZeRO-3 (Rajbhandari et al. SC'20 §5.3): every micro-batch all-gathers each block's parameters
+  before its forward and again before its backward, prefetched one block ahead; the chunk's edge
+  parameters are gathered with its first block.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.collectives.base import Op
+from simulator.compile.costs import CostCache
+from simulator.work import CommCall, CommKind
+
+
+def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbytes: float, algorithm: str,
+         concurrent: int) -> CommCall | None:
+    """One timed call, or None when it costs nothing (a group of one, an empty message)."""
+    nbytes = int(round(nbytes))
+    if len(group) < 2 or nbytes <= 0:
+        return None
+    if op is Op.SEND_RECV:
+        t, algo = cache.p2p(group[0], group[1], nbytes), "p2p"
+    else:
+        t, algo = cache.collective(group, op, nbytes, algorithm)
+    return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, algorithm=algo, time_s=t,
+                    concurrent_groups=concurrent)
+
+
+def tp_calls(cache: CostCache, group: tuple[int, ...], nbytes: int, *, sp: bool, layers: int, first: bool,
+             last: bool, full_recompute: bool, concurrent: int) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
+    """(forward calls, backward calls) of one chunk's micro-batch on its tp group."""
+    if len(group) < 2:
+        return (), ()
+    if sp:
+        ag = call(cache, CommKind.TP, Op.ALL_GATHER, group, nbytes, "auto", concurrent)
+        rs = call(cache, CommKind.TP, Op.REDUCE_SCATTER, group, nbytes, "auto", concurrent)
+        block_fwd, block_bwd = (ag, rs, ag, rs), (ag, rs, ag, rs)
+        embed_fwd, head_fwd, head_bwd = (rs,), (ag,), (rs,)
+    else:
+        ar = call(cache, CommKind.TP, Op.ALL_REDUCE, group, nbytes, "auto", concurrent)
+        block_fwd = block_bwd = (ar, ar)
+        embed_fwd, head_fwd, head_bwd = (ar,), (), (ar,)
+    fwd = (embed_fwd if first else ()) + block_fwd * layers + (head_fwd if last else ())
+    per_block_bwd = (block_fwd if full_recompute else ()) + block_bwd
+    bwd = (head_bwd if last else ()) + per_block_bwd * layers
+    return fwd, bwd
+
+
+def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
+    """Bucket sizes in issue order: full buckets, the remainder last (None: one bucket of all)."""
+    total = int(round(total_bytes))
+    if total <= 0:
+        return []
+    if bucket_bytes is None or bucket_bytes >= total:
+        return [total]
+    full, rest = divmod(total, bucket_bytes)
+    return [bucket_bytes] * full + ([rest] if rest else [])
+
+
+def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], total_bytes: float,
+             bucket_bytes: int | None, algorithm: str, concurrent: int) -> tuple[CommCall, ...]:
+    """One call per bucket; equal buckets share one CommCall object (their times are equal)."""
+    out, made = [], {}
+    for size in buckets(total_bytes, bucket_bytes):
+        if size not in made:
+            made[size] = call(cache, kind, op, group, size, algorithm, concurrent)
+        if made[size] is not None:
+            out.append(made[size])
+    return tuple(out)
+
+
+def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, ...]:
+    """Cumulative byte fraction at each bucket's end (its ready point), or all 1.0 without overlap."""
+    if not overlap:
+        return (1.0,) * len(calls)
+    total = sum(c.nbytes for c in calls)
+    out, done = [], 0
+    for c in calls:
+        done += c.nbytes
+        out.append(done / total)
+    return tuple(out)
+
+
+def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float, layers: int,
+                  concurrent: int) -> tuple[CommCall, ...]:
+    """Per-block parameter all-gathers of one chunk (edge parameters with the first block)."""
+    if len(group) < 2 or layers == 0 and edge_bytes <= 0:
+        return ()
+    if layers == 0:  # a layer-list chunk: everything in one gather
+        return tuple(c for c in (call(cache, CommKind.ZERO, Op.ALL_GATHER, group, edge_bytes, "auto", concurrent),)
+                     if c is not None)
+    first = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes + edge_bytes, "auto", concurrent)
+    rest = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes, "auto", concurrent)
+    return (first,) + (rest,) * (layers - 1)
+
+
+def partition(numel: float, dp: int) -> float:
+    """Elements of one rank's ZeRO partition: ⌈numel / dp⌉ (DeepSpeed's flat, padded split)."""
+    return float(math.ceil(numel / dp))

@@ -1,0 +1,77 @@
+"""Memoised cost-model answers for one cluster: collective times, p2p times, compute tables.
+
+Compiling a step asks the same questions many times (every layer's tensor-parallel all-reduce has
+the same size; many candidate strategies share a tp group or a gradient bucket size), and the
+collective cost model is slow on large groups (a 128-rank tree estimate takes tens of ms). A
+:class:`CostCache` remembers each answer for one cluster. It is an explicit object the caller owns
+(no module-level state): :func:`simulator.compile.compile_step` makes one per call unless given
+one, and :func:`simulator.analytical_vec.estimate_many` shares one over all its candidates.
+
+``auto`` here follows NCCL's tuner (``src/graph/tuning.cc``): it considers only the algorithms
+NCCL implements for the operation — ring, tree and NVLS for all-reduce, ring and NVLS for
+reduce-scatter and all-gather, ring for broadcast — and picks the fastest predicted one. The
+registry's own ``auto`` also weighs ``ps`` and ``direct``, which are not library collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from simulator.cluster.spec import Cluster
+from simulator.collectives.base import Op
+from simulator.collectives.ps import ps_time_s
+from simulator.collectives.registry import estimate, supports
+
+NCCL_AUTO: dict[Op, tuple[str, ...]] = {
+    Op.ALL_REDUCE: ("ring", "tree", "nvls"),
+    Op.REDUCE_SCATTER: ("ring", "nvls"),
+    Op.ALL_GATHER: ("ring", "nvls"),
+    Op.BROADCAST: ("ring",),
+}
+"""Algorithms NCCL's tuner chooses between, per operation (NCCL ``tuning.cc``, v2.18+)."""
+
+
+class CostCache:
+    """Memo of cost answers on one cluster. Keys include every input, so answers never go stale."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self._memo: dict[Hashable, Any] = {}
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` the first time ``key`` is asked, the remembered value afterwards."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int, algorithm: str = "auto") -> tuple[float, str]:
+        """(time_s, algorithm used) of one call; a one-rank group or an empty message costs nothing."""
+        if len(ranks) < 2 or nbytes <= 0:
+            return 0.0, "none"
+        return self.memo(("coll", ranks, op, int(nbytes), algorithm),
+                         lambda: self._collective(ranks, op, int(nbytes), algorithm))
+
+    def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, str]:
+        if algorithm != "auto":
+            est = estimate(self.cluster, ranks, op, nbytes, algorithm)
+            return est.time_s, est.algorithm
+        names = [a for a in NCCL_AUTO.get(op, ()) if supports(a, op, self.cluster, ranks)]
+        if not names:  # an operation NCCL has no tuned choice for: the registry's own pick
+            est = estimate(self.cluster, ranks, op, nbytes, "auto")
+            return est.time_s, est.algorithm
+        best = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
+        return best.time_s, best.algorithm
+
+    def p2p(self, src: int, dst: int, nbytes: int) -> float:
+        """One send/recv from ``src`` to ``dst`` (the registry's point-to-point estimate)."""
+        if src == dst or nbytes <= 0:
+            return 0.0
+        return self.collective((src, dst), Op.SEND_RECV, int(nbytes))[0]
+
+    def ps(self, ranks: tuple[int, ...], nbytes: int, shards: int, colocated: bool) -> float:
+        """Synchronous push + pull of ``nbytes`` per worker (:func:`simulator.collectives.ps.ps_time_s`)."""
+        if nbytes <= 0:
+            return 0.0
+        return self.memo(("ps", ranks, int(nbytes), shards, colocated),
+                         lambda: ps_time_s(self.cluster, ranks, int(nbytes), shards, colocated))

@@ -1,0 +1,184 @@
+"""``compile_step``: (cluster, workload, strategy) → the :class:`simulator.work.StepWork` of one step.
+
+One :class:`StageWork` per pipeline rank, for its representative (dp 0, tp 0): its v chunks'
+compute and calls (:mod:`.compute_part`, :mod:`.comm_part`), its gradient synchronisation, the
+optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import Cluster
+from simulator.collectives.base import Op
+from simulator.compile import comm_part as cp
+from simulator.compile import offload_part as op_
+from simulator.compile.compute_part import ChunkCompute, layer_list_chunk, step_flops, transformer_chunk
+from simulator.compile.costs import CostCache
+from simulator.errors import SpecError
+from simulator.strategy import Offload, ParallelLayout, ParamServerSync, Recompute, Strategy, ZeroStage, build_layout
+from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
+from simulator.workload import LayerListWorkload, TransformerSpec
+
+ParamFetch = op_.ParamFetch
+
+
+def _check_workload(workload) -> None:
+    if not isinstance(workload, (TransformerSpec, LayerListWorkload)):
+        raise SpecError("model", "a step time needs a transformer (preset or config.json) or a layer list; "
+                        "a bare parameter count (--params) has no compute to time")
+
+
+def _chunk_compute(cache: CostCache, workload, layout: ParallelLayout, c: int) -> ChunkCompute:
+    s, n = layout.strategy, layout.pp * layout.v
+    layers = layout.layers_per_stage[c]
+    if isinstance(workload, TransformerSpec):
+        return transformer_chunk(cache, workload, mbs=s.micro_batch, tp=layout.tp, recompute=s.recompute,
+                                 sp=layout.sequence_parallel, layers=layers, first=c == 0, last=c == n - 1,
+                                 n_chunks=n)
+    start = sum(layout.layers_per_stage[:c])
+    return layer_list_chunk(cache, workload, mbs=s.micro_batch, recompute=s.recompute, start=start, layers=layers)
+
+
+def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
+    if nbytes <= 0:
+        return None
+    t = op_.fetch_slice_s(cluster, offload, nbytes) if offload is Offload.NVME else op_.pcie_s(cluster, nbytes)
+    return CommCall(kind=CommKind.OFFLOAD, op=Op.SEND_RECV, group=(rank,), nbytes=int(round(nbytes)),
+                    algorithm="pcie", time_s=t)
+
+
+def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
+               nbytes: float) -> CommCall:
+    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`)."""
+    cluster, dp = cache.cluster, len(group)
+    if fetch is ParamFetch.INFINITY:
+        t_coll, algo = cache.collective(group, Op.ALL_GATHER, int(round(nbytes)))
+        t, op = op_.fetch_slice_s(cluster, offload, nbytes / dp) + t_coll, Op.ALL_GATHER
+    else:
+        t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
+        t, op = op_.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
+    return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
+                    algorithm=f"pcie+{algo}", time_s=t)
+
+
+def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
+    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
+    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
+    rep, tp_group, dp_group = groups
+    layers = layout.layers_per_stage[c] if isinstance(workload, TransformerSpec) else 0
+    tp_fwd, tp_bwd = (), ()
+    if isinstance(workload, TransformerSpec):
+        tp_fwd, tp_bwd = cp.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel, layers=layers,
+                                     first=c == 0, last=c == n - 1, full_recompute=s.recompute is Recompute.FULL,
+                                     concurrent=dp)
+    p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
+    p2p = []
+    for other in (c + 1, c - 1):
+        dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
+        p2p.append(None if dst == rep else cp.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes, "p2p",
+                                                   dp * tp))
+    zero = ()
+    pbytes = workload.dtype.param_bytes
+    if s.zero is ZeroStage.ZERO3 and dp > 1:
+        if s.offload in (Offload.PARAMS, Offload.NVME):
+            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes)
+            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
+            zero = (first,) + (rest,) * (max(layers, 1) - 1)
+        else:
+            zero = cp.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes, layers, tp)
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
+                     recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero, zero_bwd=zero,
+                     p2p_fwd=p2p[0], p2p_bwd=p2p[1])
+    return work, layers * cc.layer_params + cc.edge_params
+
+
+def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
+    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank."""
+    s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
+    dp, tp = layout.dp, layout.tp
+    if isinstance(s.dp_sync, ParamServerSync):
+        sync = s.dp_sync
+        t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
+        calls = (CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=dp_group, nbytes=int(round(params * dt.grad_bytes)),
+                          algorithm="ps", time_s=t, concurrent_groups=tp),) if t > 0 else ()
+        return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
+    sync = s.dp_sync
+    op = Op.ALL_REDUCE if s.zero < ZeroStage.ZERO2 else Op.REDUCE_SCATTER
+    calls = cp.bucketed(cache, CommKind.DP, op, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
+                        sync.algorithm.value, tp)
+    fractions = cp.ready_fractions(calls, sync.overlap_grad_reduce)
+    part = cp.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
+    after: tuple = ()
+    if s.offload is Offload.NONE:
+        opt = op_.gpu_optimizer_s(cluster, dt, part)
+    else:
+        d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
+        calls, fractions = calls + (d2h,), fractions + (1.0,)
+        opt = op_.cpu_adam_s(cluster, part)
+        if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
+            k = 12 if dt.master_bytes else 8
+            opt += op_.nvme_s(cluster, part * k) + op_.nvme_s(cluster, part * k, write=True)
+        if s.offload is Offload.OPTIMIZER:
+            after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
+    if s.zero in (ZeroStage.ZERO1, ZeroStage.ZERO2):
+        ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
+                     else layout.bucket_bytes)
+        after += cp.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,
+                             "auto", tp)
+    return calls, fractions, after, opt
+
+
+def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
+               fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
+    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
+    rep = layout.rank_of(0, r, 0)
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, r), lambda: (
+        rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
+        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp))))
+    chunks, params = [], 0.0
+    for k in range(layout.v):
+        work, held = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
+        chunks.append(work)
+        params += held
+    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
+    return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
+                     after_step=after, optimizer_s=opt,
+                     data_s=op_.data_s(cache.cluster, layout.strategy, layout.world_size))
+
+
+def _memory(cluster: Cluster, workload, layout: ParallelLayout):
+    if not isinstance(workload, TransformerSpec):
+        return None
+    from simulator.memory import MemoryStrategy, memory_report
+
+    s = layout.strategy
+    ms = MemoryStrategy(dp=layout.dp, tp=layout.tp, pp=layout.pp, zero=s.zero, offload=s.offload, mbs=s.micro_batch,
+                        seq=workload.seq_len, recompute=s.recompute, sp=layout.sequence_parallel, schedule=s.schedule,
+                        microbatches=layout.micro_batches, virtual_stages=layout.v)
+    return memory_report(workload, cluster, ms)
+
+
+def compile_step(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
+                 cache: CostCache | None = None, memory: bool = True, layout: ParallelLayout | None = None) -> StepWork:
+    """Compile one training step (see the package docstring). Bad input raises SpecError.
+
+    ``fetch``: how offloaded ZeRO-3 parameters are fetched (a compile option, not a strategy field).
+    ``cache``: share cost answers between calls on the same cluster. ``memory``: attach the memory
+    report. ``layout``: a layout already built for these inputs (skips :func:`build_layout`).
+    """
+    _check_workload(workload)
+    if not isinstance(fetch, ParamFetch):
+        raise SpecError("fetch", f"must be a ParamFetch ({', '.join(f.value for f in ParamFetch)}), got {fetch!r}")
+    layout = build_layout(strategy, cluster, workload) if layout is None else layout
+    cache = CostCache(cluster) if cache is None else cache
+    if cache.cluster is not cluster and cache.cluster != cluster:
+        raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
+    stages = tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+    samples = strategy.global_batch
+    seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
+    model_flops, hw_flops = step_flops(workload, samples * seq, samples, strategy.recompute)
+    return StepWork(stages=stages, strategy=strategy, layout=layout, schedule=layout.schedule,
+                    micro_batches=layout.micro_batches, tokens_per_step=samples * seq,
+                    model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
+                    world_size=layout.world_size,
+                    peak_flops_per_gpu=cluster.device.peak_flops(workload.dtype.compute_dtype),
+                    memory=_memory(cluster, workload, layout) if memory else None)

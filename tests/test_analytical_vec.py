@@ -1,0 +1,75 @@
+"""estimate_many gives estimate's numbers for every candidate, and handles bad candidates."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.analytical import estimate
+from simulator.analytical_vec import estimate_many
+from simulator.cluster.presets import load_preset
+from simulator.compile import CostCache
+from simulator.errors import SpecError
+from simulator.results import Category
+from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, InputPipeline, Offload, ParamServerSync,
+                                Recompute, ScheduleKind, Strategy, ZeroStage)
+from simulator.workload import get_preset
+
+
+@pytest.fixture(scope="module")
+def setup():
+    base = load_preset("dgx-a100", 2)
+    host = replace(base.node.host, cpu_adam_params_per_s=2e9, storage_read_GBps=0.5)  # test figures
+    return replace(base, node=replace(base.node, host=host)), get_preset("megatron-1.7b")
+
+
+CANDIDATES = [
+    Strategy(global_batch=32),
+    Strategy(global_batch=64, tp=2, pp=4, schedule=ScheduleKind.GPIPE),
+    Strategy(global_batch=64, tp=2, pp=4),
+    Strategy(global_batch=32, tp=2, pp=4),  # same structure as the one above, another batch
+    Strategy(global_batch=64, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED, virtual_stages=3,
+             sequence_parallel=True, recompute=Recompute.FULL),
+    Strategy(global_batch=32, tp=4, zero=ZeroStage.ZERO2, dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING)),
+    Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE),
+    Strategy(global_batch=32, zero=ZeroStage.ZERO3, offload=Offload.PARAMS),
+    Strategy(global_batch=32, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER,
+             dp_sync=AllReduceSync(overlap_grad_reduce=False)),
+    Strategy(global_batch=32, dp_sync=ParamServerSync(shards=4)),
+    Strategy(global_batch=64, pp=2, input=InputPipeline(bytes_per_sample=50_000_000)),
+    Strategy(global_batch=64, pp=2, input=InputPipeline(bytes_per_sample=50_000_000, prefetch_batches=0)),
+]
+
+
+def test_estimate_many_equals_estimate(setup):
+    cluster, model = setup
+    cache = CostCache(cluster)
+    frame = estimate_many(cluster, model, CANDIDATES, cache=cache)
+    assert len(frame) == len(CANDIDATES) and (frame["error"] == "").all()
+    for i, s in enumerate(CANDIDATES):
+        r = estimate(cluster, model, s, cache=cache)
+        row = frame.iloc[i]
+        assert row["step_time_s"] == pytest.approx(r.step_time_s, rel=1e-9), i
+        assert row["mfu"] == pytest.approx(r.mfu, rel=1e-9)
+        for c in Category:
+            assert row[c.value] == pytest.approx(r.breakdown[c], rel=1e-9, abs=1e-12), (i, c)
+    assert frame.iloc[-1]["data"] > 0 and frame.iloc[-1]["step_time_s"] > frame.iloc[-2]["step_time_s"]
+
+
+def test_more_micro_batches_cost_more(setup):
+    cluster, model = setup
+    frame = estimate_many(cluster, model, [Strategy(global_batch=g, tp=2, pp=4) for g in (16, 32, 64)])
+    assert np.all(np.diff(frame["step_time_s"]) > 0)
+    assert list(frame["micro_batches"]) == [8, 16, 32]  # dp = 16 / (2·4) = 2
+
+
+def test_bad_candidates_raise_or_are_marked(setup):
+    cluster, model = setup
+    bad = [Strategy(global_batch=32), Strategy(global_batch=33), Strategy(global_batch=32, tp=5)]
+    with pytest.raises(SpecError, match="candidate 1"):
+        estimate_many(cluster, model, bad)
+    frame = estimate_many(cluster, model, bad, on_invalid="mark")
+    assert frame["error"].iloc[0] == "" and "global_batch" in frame["error"].iloc[1] and "tp" in frame["error"].iloc[2]
+    assert np.isnan(frame["step_time_s"].iloc[1]) and frame["step_time_s"].iloc[0] > 0
+    with pytest.raises(SpecError, match="on_invalid"):
+        estimate_many(cluster, model, bad, on_invalid="ignore")

@@ -1,0 +1,145 @@
+"""compile_step: the calls and times a step is made of (Megatron-LM, DDP, ZeRO, ZeRO-Offload/Infinity)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from simulator.cluster.presets import load_preset
+from simulator.collectives.base import Op
+from simulator.compile import CostCache, ParamFetch, adam_bytes_per_param, compile_step
+from simulator.errors import SpecError
+from simulator.strategy import AllReduceSync, Offload, Recompute, Strategy, ZeroStage
+from simulator.work import CommKind
+from simulator.workload import DtypePolicy, ParamCountModel, get_preset, model_flops_per_token
+
+MiB = 1024 * 1024
+
+
+CPU_ADAM_PARAMS_PER_S = 2e9
+"""A test figure for the node's CPU Adam rate (the preset has none); not a measurement."""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    base = load_preset("dgx-a100", 2)
+    host = replace(base.node.host, cpu_adam_params_per_s=CPU_ADAM_PARAMS_PER_S)
+    return replace(base, node=replace(base.node, host=host))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return get_preset("megatron-1.7b")  # 24 layers, h 2304, 24 heads, s 2048
+
+
+@pytest.fixture(scope="module")
+def cache(cluster):
+    return CostCache(cluster)
+
+
+def test_megatron_tp_calls_per_layer(cluster, model, cache):
+    """Megatron (Shoeybi et al. 2019 §3): 2 all-reduces forward and 2 backward per block of b·s·h elements;
+    the embedding adds one forward all-reduce on the first chunk, the logits one backward on the last."""
+    work = compile_step(cluster, model, Strategy(global_batch=8, tp=4, pp=2), cache=cache, memory=False)
+    first, last = work.stages[0].chunks[0], work.stages[1].chunks[0]
+    assert first.layers == last.layers == 12
+    assert len(first.tp_fwd) == 2 * 12 + 1 and len(first.tp_bwd) == 2 * 12
+    assert len(last.tp_fwd) == 2 * 12 and len(last.tp_bwd) == 2 * 12 + 1
+    assert all(c.op is Op.ALL_REDUCE and c.nbytes == 1 * 2048 * 2304 * 2 for c in first.tp_fwd)
+    assert first.tp_fwd[0].concurrent_groups == work.layout.dp == 2
+
+
+def test_sequence_parallel_swaps_all_reduce_for_rs_ag(cluster, model, cache):
+    """Korthikanti et al. 2022 §4.2.2: with SP each all-reduce becomes a reduce-scatter + all-gather and the
+    pipeline p2p carries 1/t of the activations; full recompute repeats the forward calls in backward."""
+    s = Strategy(global_batch=8, tp=4, pp=2, sequence_parallel=True, recompute=Recompute.FULL)
+    ch = compile_step(cluster, model, s, cache=cache, memory=False).stages[0].chunks[0]
+    ops = [c.op for c in ch.tp_fwd[1:]]
+    assert ops.count(Op.ALL_GATHER) == ops.count(Op.REDUCE_SCATTER) == 24
+    assert len(ch.tp_bwd) == 2 * len(ch.tp_fwd[1:])
+    assert ch.p2p_fwd.nbytes == 2048 * 2304 * 2 // 4 and ch.p2p_bwd is None
+
+
+def test_dp_buckets_and_ready_fractions(cluster, model, cache):
+    """DDP (Li et al. VLDB 2020): ⌈G / bucket⌉ buckets, ready at their cumulative byte fraction; off: all at 1."""
+    s = Strategy(global_batch=16, dp_sync=AllReduceSync(bucket_bytes=25 * MiB))
+    st = compile_step(cluster, model, s, cache=cache, memory=False).stages[0]
+    grad_bytes = model.params * 2  # bf16 gradients of the whole model (tp = pp = 1)
+    assert len(st.grad_sync) == math.ceil(grad_bytes / (25 * MiB))
+    assert st.grad_ready_fraction[-1] == pytest.approx(1.0)
+    assert st.grad_ready_fraction[0] == pytest.approx(25 * MiB / grad_bytes, rel=1e-6)
+    off = Strategy(global_batch=16, dp_sync=AllReduceSync(overlap_grad_reduce=False))
+    assert set(compile_step(cluster, model, off, cache=cache, memory=False).stages[0].grad_ready_fraction) == {1.0}
+
+
+def test_zero_stages_change_the_calls(cluster, model, cache):
+    """ZeRO (Rajbhandari et al. SC'20): stage 2 reduce-scatters gradients and all-gathers parameters after the
+    step; stage 3 gathers every block forward and backward instead."""
+    z2 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO2), cache=cache, memory=False)
+    st = z2.stages[0]
+    assert {c.op for c in st.grad_sync} == {Op.REDUCE_SCATTER}
+    assert {c.kind for c in st.after_step} == {CommKind.ZERO} and st.after_step[0].op is Op.ALL_GATHER
+    z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
+    ch = z3.stages[0].chunks[0]
+    assert len(ch.zero_fwd) == len(ch.zero_bwd) == 24 and z3.stages[0].after_step == ()
+    assert ch.zero_fwd[0].nbytes > ch.zero_fwd[1].nbytes  # the embedding rides with the first block
+
+
+def test_gpu_optimizer_is_one_pass_over_states(cluster, model, cache):
+    """Adam reads K + grad and writes K + weights: 28 bytes per parameter in bf16 mixed precision."""
+    assert adam_bytes_per_param(DtypePolicy.BF16_MIXED) == 28
+    assert adam_bytes_per_param(DtypePolicy.FP32) == 28
+    st = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO1), cache=cache,
+                      memory=False).stages[0]
+    hbm = cluster.device.hbm_bw_GBps * 1e9
+    partition = math.ceil(model.params / 16)
+    assert st.optimizer_s >= partition * 28 / hbm  # at most the full HBM bandwidth
+    assert st.optimizer_s < 2 * partition * 28 / hbm
+
+
+def test_optimizer_offload_runs_adam_on_the_cpu(cluster, model, cache):
+    """ZeRO-Offload (Ren et al. ATC'21): gradient partition to host, CPU Adam at the node's rate shared by its
+    GPUs, parameters back over PCIe."""
+    host = cluster.node.host
+    st = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO2, offload=Offload.OPTIMIZER),
+                      cache=cache, memory=False).stages[0]
+    partition = math.ceil(model.params / 16)
+    assert st.optimizer_s == pytest.approx(partition * 8 / host.cpu_adam_params_per_s)
+    assert st.grad_sync[-1].kind is CommKind.OFFLOAD
+    assert st.grad_sync[-1].time_s == pytest.approx(host.h2d_latency_us * 1e-6 + partition * 2 / (host.h2d_bw_GBps * 1e9))
+
+
+def test_infinity_fetch_beats_owner_broadcast(cluster, model, cache):
+    """ZeRO-Infinity §6.1: each rank copies 1/dp of a block over its own PCIe link, so the fetch uses dp links
+    at once; the owner's broadcast pushes the whole block through one link."""
+    s = Strategy(global_batch=16, zero=ZeroStage.ZERO3, offload=Offload.PARAMS)
+    inf = compile_step(cluster, model, s, cache=cache, memory=False).stages[0].chunks[0].zero_fwd[1]
+    own = compile_step(cluster, model, s, fetch=ParamFetch.OWNER_BROADCAST, cache=cache,
+                       memory=False).stages[0].chunks[0].zero_fwd[1]
+    block = model.layer_params * 2
+    pcie = cluster.node.host.h2d_bw_GBps * 1e9
+    assert own.time_s > block / pcie and inf.time_s < own.time_s
+    assert inf.kind is own.kind is CommKind.OFFLOAD
+
+
+def test_flops_tokens_memory(cluster, model, cache):
+    work = compile_step(cluster, model, Strategy(global_batch=16, recompute=Recompute.FULL), cache=cache)
+    assert work.tokens_per_step == 16 * 2048
+    assert work.model_flops_per_step == pytest.approx(model_flops_per_token(model) * 16 * 2048)
+    assert work.hardware_flops_per_step > work.model_flops_per_step
+    assert work.memory is not None and work.peak_flops_per_gpu == 312e12
+
+
+def test_offload_without_cpu_adam_rate_is_an_error(model):
+    with pytest.raises(SpecError, match="cpu_adam_params_per_s"):
+        compile_step(load_preset("dgx-a100", 2), model, Strategy(global_batch=16, zero=ZeroStage.ZERO1,
+                                                                 offload=Offload.OPTIMIZER))
+
+
+def test_bad_inputs(cluster, model):
+    with pytest.raises(SpecError, match="parameter count"):
+        compile_step(cluster, ParamCountModel(params=10**9), Strategy(global_batch=16))
+    with pytest.raises(SpecError, match="dp"):
+        compile_step(cluster, model, Strategy(global_batch=16, dp=3))
+    with pytest.raises(SpecError, match="fetch"):
+        compile_step(cluster, model, Strategy(global_batch=16), fetch="infinity")
