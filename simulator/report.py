@@ -18,6 +18,9 @@ from simulator.results import Category, StepResult
 GB = 1e9
 """Decimal gigabyte, as the memory report uses (device memory on datasheets is decimal)."""
 
+FAILURE_KEYS = ("time_to_train_sampled_s", "train_steps", "job_mtbf_s", "young_interval_s", "daly_interval_s")
+"""Failure-model extras listed under the time to train, one per line (the DES's names)."""
+
 MAX_RANK_ROWS = 16
 """Most rows of the per-rank table; the rest are summarised in one line."""
 
@@ -175,12 +178,18 @@ def extras_lines(r: StepResult) -> list[str]:
         lines.append(f"expected time to train: {seconds:,.0f} s ({seconds / 86400:.2f} days)")
     if "staleness" in extras:
         lines += _staleness_lines(extras.pop("staleness"))
-    for key, value in extras.items():
-        if isinstance(value, float) and math.isfinite(value):
-            lines.append(f"{key}: {value:.6g}")
-        elif isinstance(value, (int, str, bool)):
-            lines.append(f"{key}: {value}")
+    for key in FAILURE_KEYS:
+        if key in extras:
+            lines.append(f"  {key}: {_scalar(extras.pop(key))}")
+    other = [f"{key} {_scalar(value)}" for key, value in extras.items()
+             if isinstance(value, (int, str, bool)) or (isinstance(value, float) and math.isfinite(value))]
+    if other:
+        lines.append("engine notes: " + ", ".join(other))
     return lines
+
+
+def _scalar(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def format_step(result: StepResult) -> str:

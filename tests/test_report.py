@@ -72,7 +72,7 @@ def test_extras_goodput_time_to_train_and_staleness():
     assert "goodput: 93.4 %" in text
     assert "expected time to train: 172,800 s (2.00 days)" in text
     assert any(line.split() == ["worker", "0", "1.00", "2"] for line in text.splitlines())
-    assert "restarts: 3" in text
+    assert "engine notes: restarts 3" in text
 
 
 def test_staleness_as_a_flat_list():

@@ -113,8 +113,9 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
     sync = strategy.dp_sync
     sync_text = (f"PS {sync.mode.value} x{sync.shards}" if isinstance(sync, ParamServerSync)
                  else f"all-reduce {sync.algorithm.value}")
+    nodes = f"{cluster.nodes} node{'s' if cluster.nodes != 1 else ''}"
     return (f"{getattr(workload, 'name', 'model')} on {layout.world_size} x {cluster.device.name} "
-            f"({cluster.name}, {cluster.nodes} nodes): dp={layout.dp} tp={layout.tp} pp={layout.pp}"
+            f"({cluster.name}, {nodes}): dp={layout.dp} tp={layout.tp} pp={layout.pp}"
             f"{' +sp' if layout.sequence_parallel else ''}{sched}, ZeRO-{int(strategy.zero)}, "
             f"gbs {strategy.global_batch}, mbs {strategy.micro_batch}, seq {getattr(workload, 'seq_len', '-')}, "
             f"{sync_text}" + (f", profile {strategy.profile}" if strategy.profile else ""))
