@@ -194,7 +194,8 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
     fig, ax = plt.subplots(figsize=(width_in, max(2.5, 0.32 * len(rows) + 1.6)))
     axes_px = width_in * 0.8 * _DPI
     min_width = span * scale / axes_px
-    cats = [category_of(c) for c in shown["category"]]
+    cat_of = {value: category_of(value) for value in set(shown["category"])}
+    cats = [cat_of[c] for c in shown["category"]]
     frame = shown.assign(_cat=cats, _row=[row_of[(int(r), str(s))] for r, s in zip(shown["rank"], shown["stream"])])
     for (row, cat), group in frame.groupby(["_row", "_cat"], sort=False):
         starts = (group["start_s"].to_numpy(float) - t0) * scale
