@@ -51,9 +51,15 @@ def headline(r: StepResult) -> list[str]:
     ]
 
 
+def time_unit(step_time_s: float) -> tuple[str, float]:
+    """Unit of the tables: milliseconds for a step under a second, else seconds; and its factor."""
+    return ("ms", 1e3) if step_time_s < 1 else ("s", 1.0)
+
+
 def breakdown_lines(r: StepResult) -> list[str]:
     """One line per non-zero category (in :class:`Category` order), then the total and what it misses."""
-    lines = [f"breakdown (slowest rank){'':16}seconds  % of step"]
+    unit, k = time_unit(r.step_time_s)
+    lines = [f"breakdown (slowest rank){'':16}{unit:>7}  % of step"]
     total = 0.0
     for cat in Category:
         seconds = float(r.breakdown.get(cat, 0.0))
@@ -61,8 +67,8 @@ def breakdown_lines(r: StepResult) -> list[str]:
             continue
         total += seconds
         kind = " (exposed)" if cat.is_comm else ""
-        lines.append(f"  {cat.value + kind:<36}{seconds:>11.4f}  {_percent(seconds, r.step_time_s)}")
-    lines.append(f"  {'total':<36}{total:>11.4f}  {_percent(total, r.step_time_s)}")
+        lines.append(f"  {cat.value + kind:<36}{seconds * k:>11.4f}  {_percent(seconds, r.step_time_s)}")
+    lines.append(f"  {'total':<36}{total * k:>11.4f}  {_percent(total, r.step_time_s)}")
     gap = r.step_time_s - total
     if abs(gap) > 1e-6 * max(r.step_time_s, 1e-12):
         lines.append(f"  note: categories sum to {total:.6g} s, the step is {r.step_time_s:.6g} s")
@@ -92,9 +98,10 @@ def per_rank_lines(r: StepResult) -> list[str]:
     cats.sort(key=lambda pair: list(Category).index(pair[1]))
     width = max([9] + [len(cat.value) + 1 for _, cat in cats])
     head = f"  {'rank':>6} {'stage':>5}" + "".join(f"{cat.value:>{width}}" for _, cat in cats) + f"{'total':>{width}}"
-    lines = [f"per rank (seconds; {len(frame)} distinct simulated rank{'s' if len(frame) != 1 else ''})", head]
+    unit, k = time_unit(r.step_time_s)
+    lines = [f"per rank ({unit}; {len(frame)} distinct simulated rank{'s' if len(frame) != 1 else ''})", head]
     for _, row in frame.head(MAX_RANK_ROWS).iterrows():
-        values = [float(row[col]) for col, _ in cats]
+        values = [float(row[col]) * k for col, _ in cats]
         stage = row["stage"] if "stage" in frame.columns else ""
         lines.append(f"  {_cell(row.get('rank', '')):>6} {_cell(stage):>5}"
                      + "".join(f"{v:>{width}.4f}" for v in values) + f"{sum(values):>{width}.4f}")

@@ -94,3 +94,15 @@ def test_staleness_summary_shape():
     assert ["worker", "1", "2.00", "2"] in [line.split() for line in lines]
     assert "  histogram (staleness: updates): 0: 1, 1: 2, 2: 2" in lines
     assert "  all workers: mean 1.20, max 2" in lines
+
+
+def test_short_steps_in_milliseconds():
+    r = step_result()
+    short = StepResult(**{**r.__dict__, "step_time_s": 0.03, "breakdown": {Category.FORWARD: 0.01,
+                                                                           Category.BACKWARD: 0.02}})
+    lines = format_step(short).splitlines()
+    assert lines[0].startswith("engine des: step 30.00 ms")
+    assert "ms" in next(line for line in lines if line.startswith("breakdown")).split()
+    fwd = next(line for line in lines if line.strip().startswith("forward"))
+    assert fwd.split()[:2] == ["forward", "10.0000"]
+    assert any(line.startswith("per rank (ms;") for line in lines)
