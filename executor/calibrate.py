@@ -92,6 +92,29 @@ def _default_estimate(cluster: Cluster, ranks: list[int], op, nbytes: int, algor
     return estimate(cluster, ranks, op, nbytes, algorithm)
 
 
+def executed_time(cases) -> Callable:
+    """An ``estimate`` that times exactly the schedule each measurement ran.
+
+    ``registry.estimate`` re-chooses a pipelined algorithm's chunk count from the parameters being
+    fitted, so it would compare the measurement with a schedule that never ran. The replay of the
+    executed schedule (:func:`simulator.collectives.replay.schedule_time_s`, equal to the closed form
+    for the same schedule) is exactly linear in the fitted parameters.
+    """
+    from simulator.collectives.replay import schedule_time_s
+
+    schedules = {(case.algorithm, case.nbytes): case.schedule for case in cases if case.schedule is not None}
+
+    def estimate(cluster: Cluster, ranks, op, nbytes: int, algorithm: str):
+        return _Timed(schedule_time_s(cluster, schedules[(algorithm, nbytes)]))
+
+    return estimate
+
+
+@dataclass(frozen=True)
+class _Timed:
+    time_s: float
+
+
 def check_calibratable(cluster: Cluster) -> None:
     """Calibration fits one tier: one node, and a library without NCCL's protocol table."""
     if cluster.nodes != 1:
@@ -241,16 +264,17 @@ def calibrate(*, nproc: int, sizes: list[int], algorithms=("ring", "tree"), op=N
     import datetime
     import platform
 
-    from executor.collective_bench import local_cluster, measure
+    from executor.collective_bench import build_cases, local_cluster, measure_cases
     from simulator.collectives.base import Op
     from simulator.units import format_size
 
     op = Op.ALL_REDUCE if op is None else op
     cluster = local_cluster(nproc, base)
     check_calibratable(cluster)
-    measurements = measure(op, list(algorithms), nproc, sizes, cluster=cluster, backend=backend,
-                           repeats=repeats, warmup=warmup, progress=progress)
-    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction)
+    cases = build_cases(cluster, op, list(algorithms), nproc, sizes)
+    measurements = measure_cases(op, cases, nproc, backend=backend, repeats=repeats, warmup=warmup,
+                                 progress=progress)
+    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=executed_time(cases))
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {nproc}, {op.value} with {', '.join(algorithms)}, sizes {format_size(min(sizes))}.."
