@@ -3,14 +3,17 @@
 ``estimate_many(cluster, workload, strategies)`` returns one DataFrame row per strategy with the
 same numbers :func:`simulator.analytical.estimate` gives (tested equal). How it is fast:
 
-1. Everything but the global batch decides a candidate's per-chunk and per-rank numbers
-   (:class:`simulator.analytical_formula.StepArrays`); those are compiled once per distinct
-   structure (with a tiny batch, so no long schedule is built) and remembered in the
-   :class:`~simulator.compile.CostCache`, which also remembers every collective time and compute
-   table by its inputs — so candidates sharing a tp group, a bucket size or a (tp, micro-batch)
-   compute table share the work.
-2. The global batch only sets m and the data read; candidates with the same pipeline shape
-   (p, v) are stacked and the closed form runs once over the stack.
+1. Everything but the global batch and the input pipeline decides a candidate's per-chunk and
+   per-rank numbers (:class:`simulator.analytical_formula.StepArrays`): its *structure*. Each
+   distinct structure is compiled once (with a tiny batch, so no long schedule is built) and
+   remembered in the :class:`~simulator.compile.CostCache`, which also remembers every collective
+   time and compute table by its inputs — so candidates sharing a tp group, a bucket size or a
+   (tp, micro-batch) compute table share the work.
+2. The remembered structures are kept stacked by pipeline shape (p, v), one row each, with their
+   scalars (dp × micro-batch, schedule code, world size, FLOPs per sample) in one table. A
+   candidate costs one dictionary look-up of a cheap key (:func:`_key`: plain values, no hashing
+   of whole dataclasses or enum members); everything after is numpy indexing by structure row,
+   and the closed form runs once per pipeline shape over all its candidates.
 
 Pass the same ``cache`` to later calls on the same cluster (a planner's successive sweeps) to
 reuse the compiled structures. The cost per candidate is measured by ``benchmarks/bench_analytical.py``.
@@ -36,33 +39,98 @@ from simulator.schedules import ScheduleKind
 from simulator.strategy import ParamServerSync, Strategy, build_layout
 from simulator.workload import TransformerSpec
 
+_FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
+"""The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
+_PER, _IPP, _SCHED, _WORLD, _MODEL, _HW = range(6)
+"""Columns of :attr:`_Structures.scalars`: dp·micro-batch, pp when interleaved (else 0), schedule
+code, GPUs in the step, model and hardware FLOPs per token (per sample for layer lists)."""
+
 
 def _key(s: Strategy) -> tuple:
-    return (s.micro_batch, s.dp, s.tp, s.pp, s.placement, s.schedule, s.virtual_stages, s.layer_split,
-            s.sequence_parallel, s.zero, s.offload, s.recompute, s.dp_sync)
+    """The fields that decide a strategy's structure, as plain values (enum members by value, the
+    dp_sync by its type and field values), so hashing it runs no Python-level ``__hash__`` but
+    the one enum inside dp_sync."""
+    d = s.dp_sync
+    return (s.micro_batch, s.dp, s.tp, s.pp, s.placement._value_, s.schedule._value_, s.virtual_stages,
+            s.layer_split, s.sequence_parallel, s.zero._value_, s.offload._value_, s.recompute._value_,
+            type(d), *d.__dict__.values())
+
+
+def _world(cluster: Cluster, s: Strategy) -> int:
+    gpus = cluster.world_size
+    if isinstance(s.dp_sync, ParamServerSync):
+        gpus -= s.dp_sync.server_nodes * cluster.node.gpus_per_node
+    return gpus
 
 
 def _dp(cluster: Cluster, s: Strategy) -> int | None:
     if s.dp is not None:
         return s.dp
-    gpus = cluster.world_size
-    if isinstance(s.dp_sync, ParamServerSync):
-        gpus -= s.dp_sync.server_nodes * cluster.node.gpus_per_node
+    gpus = _world(cluster, s)
     return gpus // (s.tp * s.pp) if gpus > 0 and gpus % (s.tp * s.pp) == 0 else None
 
 
-def _structure(cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> tuple[StepArrays, int]:
+def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> tuple[StepArrays, int]:
     """(arrays, dp) of a strategy's structure, compiled with the smallest valid batch."""
-    def build():
-        dp = _dp(cache.cluster, s)
-        if dp is None:
-            build_layout(s, cache.cluster, workload)  # raises the layout's own error
+    dp = _dp(cache.cluster, s)
+    if dp is None:
+        build_layout(s, cache.cluster, workload)  # raises the layout's own error
+    interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
+    small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
+    layout = build_layout(small, cache.cluster, workload)
+    work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
+    return summarize(work), layout.dp
+
+
+class _Structures:
+    """The compiled structures of one (workload, fetch) on one cache's cluster, stacked by (p, v).
+
+    Mutable, but owned by the caller's :class:`CostCache` (``cache.memo``), like its other answers.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[tuple, int] = {}
+        """:func:`_key` → structure number."""
+        self._rows: list[tuple[int, int]] = []          # per structure: (shape number, row in its stack)
+        self._scalars: list[tuple[float, ...]] = []     # per structure: the _PER.._HW columns
+        self._shapes: dict[tuple[int, int], int] = {}   # (p, v) → shape number
+        self._parts: list[list[StepArrays]] = []        # per shape: its structures' arrays, in row order
+        self._stacks: list[StepArrays | None] = []      # per shape: those stacked (None: to restack)
+        self._table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> int:
+        """Compile ``s``'s structure (raises its SpecError) and remember it under ``key``."""
+        arrays, dp = _compile(cache, workload, s, fetch)
+        shape = self._shapes.setdefault((arrays.p, arrays.v), len(self._shapes))
+        if shape == len(self._parts):
+            self._parts.append([])
+            self._stacks.append(None)
         interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
-        small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
-        layout = build_layout(small, cache.cluster, workload)
-        work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
-        return summarize(work), layout.dp
-    return cache.memo(("structure", workload, fetch, _key(s)), build)
+        flops = cache.memo(("flops", workload, s.recompute), lambda: step_flops(workload, 1, 1, s.recompute))
+        self._rows.append((shape, len(self._parts[shape])))
+        self._scalars.append((dp * s.micro_batch, s.pp if interleaved else 0, SCHED_CODE[s.schedule],
+                              _world(cache.cluster, s), flops[0], flops[1]))
+        self._parts[shape].append(arrays)
+        self._stacks[shape] = None
+        self._table = None
+        self.index[key] = len(self._rows) - 1
+        return len(self._rows) - 1
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(shape number, row in its stack, scalars (structures × 6)) of every structure."""
+        if self._table is None:
+            rows = np.array(self._rows, dtype=np.int64).reshape(-1, 2)
+            self._table = rows[:, 0], rows[:, 1], np.array(self._scalars, dtype=float).reshape(-1, 6)
+        return self._table
+
+    def shape(self, shape: int) -> StepArrays:
+        """The stacked arrays of one (p, v) shape (``data`` left empty)."""
+        if self._stacks[shape] is None:
+            items = self._parts[shape]
+            first = items[0]
+            cat = {f: np.concatenate([getattr(a, f) for a in items]) for f in _FIELDS}
+            self._stacks[shape] = StepArrays(p=first.p, v=first.v, data=np.zeros(0), **cat)
+        return self._stacks[shape]
 
 
 def _check_m(cluster: Cluster, workload, s: Strategy, dp: int) -> int:
@@ -74,15 +142,31 @@ def _check_m(cluster: Cluster, workload, s: Strategy, dp: int) -> int:
     return m
 
 
-def _stack(items: list[StepArrays]) -> StepArrays:
-    first = items[0]
-
-    def cat(name):
-        return np.concatenate([getattr(a, name) for a in items])
-
-    return StepArrays(p=first.p, v=first.v, F=cat("F"), B=cat("B"), parts=cat("parts"), cf=cat("cf"), cb=cat("cb"),
-                      tail=cat("tail"), sync_exposed=cat("sync_exposed"), opt=cat("opt"), after=cat("after"),
-                      data=np.zeros(len(items)))
+def _lookup(cache, workload, strategies, fetch, store, stop_at_first):
+    """Per candidate: structure number (−1 if bad), global batch, prefetch, input bytes; and the
+    errors {index: SpecError}. With ``stop_at_first`` the scan stops at the first structure error."""
+    index, n = store.index, len(strategies)
+    ids, gbs, pre, reads, errors = [-1] * n, [0] * n, [0] * n, [], {}
+    for i, s in enumerate(strategies):
+        if not isinstance(s, Strategy):
+            errors[i] = SpecError("strategy", f"expected a Strategy, got {type(s).__name__}")
+            continue
+        key = _key(s)
+        j = index.get(key)
+        if j is None:
+            try:
+                j = store.add(key, cache, workload, s, fetch)
+            except SpecError as err:
+                errors[i] = err
+                if stop_at_first:
+                    return ids[:i], gbs[:i], pre[:i], reads, errors
+                continue
+        ids[i], gbs[i] = j, s.global_batch
+        inp = s.input
+        pre[i] = inp.prefetch_batches
+        if inp.bytes_per_sample:
+            reads.append(i)
+    return ids, gbs, pre, reads, errors
 
 
 def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
@@ -95,55 +179,66 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
     if on_invalid not in ("raise", "mark"):
         raise SpecError("on_invalid", f"must be 'raise' or 'mark', got {on_invalid!r}")
     cache = CostCache(cluster) if cache is None else cache
-    seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
-    groups: dict[tuple[int, int], list[int]] = {}
-    arrays, m, errors = [None] * len(strategies), np.zeros(len(strategies)), [""] * len(strategies)
-    for i, s in enumerate(strategies):
-        try:
-            if not isinstance(s, Strategy):
-                raise SpecError("strategy", f"expected a Strategy, got {type(s).__name__}")
-            arrays[i], dp = _structure(cache, workload, s, fetch)
-            m[i] = _check_m(cluster, workload, s, dp)
-        except SpecError as err:
-            if on_invalid == "raise":
-                raise SpecError(err.field, f"candidate {i}: {err.problem}") from None
-            errors[i] = str(err)
-            continue
-        groups.setdefault((arrays[i].p, arrays[i].v), []).append(i)
-    cats = list(Category)
+    store = cache.memo(("structures", workload, fetch), _Structures)
     n = len(strategies)
+    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, store, on_invalid == "raise")
+    k = len(ids)  # n, or fewer when a structure error stopped the scan (raise mode)
+    ids = np.array(ids, dtype=np.int64)
+    shape_of, row_of, scalars = store.table()
+    ok = ids >= 0
+    sc = scalars[np.where(ok, ids, 0)] if len(scalars) else np.zeros((k, 6))
+    gbs_k = np.array(gbs, dtype=np.int64)
+    per = sc[:, _PER].astype(np.int64)
+    m = np.where(ok, gbs_k // np.maximum(per, 1), 0)
+    ipp = sc[:, _IPP].astype(np.int64)
+    bad = ok & ((gbs_k % np.maximum(per, 1) != 0) | ((ipp > 0) & (m % np.maximum(ipp, 1) != 0)))
+    for i in np.flatnonzero(bad):
+        s = strategies[i]
+        try:
+            m[i] = _check_m(cluster, workload, s, int(per[i]) // s.micro_batch)
+        except SpecError as err:
+            errors[int(i)] = err
+            ok[i] = False
+    if errors and on_invalid == "raise":
+        i = min(errors)
+        raise SpecError(errors[i].field, f"candidate {i}: {errors[i].problem}") from None
+    return _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, np.array(gbs, dtype=float),
+                     np.array(pre), reads, errors, store, shape_of, row_of)
+
+
+def _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, gbs, pre, reads, errors, store, shape_of,
+              row_of) -> pd.DataFrame:
+    """Run the closed form once per (p, v) shape over its valid candidates and build the frame."""
+    data = np.zeros(n)
+    for i in reads:
+        if ok[i]:
+            data[i] = data_s(cluster, strategies[i], int(sc[i, _WORLD]))
     step, slowest = np.full(n, np.nan), np.full(n, -1)
-    bd = np.full((n, len(cats)), np.nan)
-    for idx in groups.values():
-        stacked = _stack([arrays[i] for i in idx])
-        stacked.data = np.array([data_s(cluster, strategies[i], _world(cluster, strategies[i]))
-                                 if strategies[i].input.bytes_per_sample else 0.0 for i in idx])
-        out = evaluate(stacked, m[idx], np.array([SCHED_CODE[strategies[i].schedule] for i in idx]),
-                       np.array([strategies[i].input.prefetch_batches for i in idx]))
+    bd = np.full((n, len(Category)), np.nan)
+    idx_ok = np.flatnonzero(ok)
+    shapes = shape_of[ids[idx_ok]]
+    for shape in np.unique(shapes):
+        idx = idx_ok[shapes == shape]
+        stack, rows = store.shape(int(shape)), row_of[ids[idx]]
+        arrays = StepArrays(p=stack.p, v=stack.v, data=data[idx], **{f: getattr(stack, f)[rows] for f in _FIELDS})
+        out = evaluate(arrays, m[idx], sc[idx, _SCHED].astype(int), pre[idx])
         step[idx], slowest[idx] = out["step_time_s"], out["slowest"]
         bd[idx] = out["breakdown"][np.arange(len(idx)), out["slowest"]]
-    return _frame(cluster, workload, strategies, step, slowest, bd, m, errors, cache, seq)
-
-
-def _world(cluster: Cluster, s: Strategy) -> int:
-    gpus = cluster.world_size
-    if isinstance(s.dp_sync, ParamServerSync):
-        gpus -= s.dp_sync.server_nodes * cluster.node.gpus_per_node
-    return gpus
-
-
-def _frame(cluster, workload, strategies, step, slowest, bd, m, errors, cache, seq) -> pd.DataFrame:
-    gbs = np.array([s.global_batch for s in strategies], dtype=float)
-    flops = [cache.memo(("flops", workload, s.recompute), lambda s=s: step_flops(workload, 1, 1, s.recompute))
-             if not errors[i] else (np.nan, np.nan) for i, s in enumerate(strategies)]
-    model = np.array([f[0] for f in flops]) * gbs * seq
-    hw = np.array([f[1] for f in flops]) * gbs * seq
-    world = np.array([_world(cluster, s) for s in strategies], dtype=float)
+    seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
+    gbs_n, world = np.zeros(n), np.ones(n)
+    gbs_n[:len(gbs)], world[:len(ids)] = gbs, sc[:, _WORLD]
+    model, hw = np.full(n, np.nan), np.full(n, np.nan)
+    model[idx_ok] = sc[idx_ok, _MODEL] * gbs_n[idx_ok] * seq
+    hw[idx_ok] = sc[idx_ok, _HW] * gbs_n[idx_ok] * seq
+    m_n = np.zeros(n)
+    m_n[idx_ok] = m[idx_ok]
     peak = cluster.device.peak_flops(workload.dtype.compute_dtype)
-    frame = pd.DataFrame({"step_time_s": step, "tokens_per_s": gbs * seq / step,
-                          "mfu": model / (step * world * peak), "hfu": hw / (step * world * peak),
-                          "slowest_stage": slowest, "micro_batches": m})
-    for k, c in enumerate(Category):
-        frame[c.value] = bd[:, k]
-    frame["error"] = errors
-    return frame
+    columns = {"step_time_s": step, "tokens_per_s": gbs_n * seq / step,
+               "mfu": model / (step * world * peak), "hfu": hw / (step * world * peak),
+               "slowest_stage": slowest, "micro_batches": m_n}
+    columns.update({c.value: bd[:, k] for k, c in enumerate(Category)})
+    messages = [""] * n
+    for i, err in errors.items():
+        messages[i] = str(err)
+    columns["error"] = messages
+    return pd.DataFrame(columns)

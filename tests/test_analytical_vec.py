@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from simulator.analytical import estimate
@@ -73,3 +74,26 @@ def test_bad_candidates_raise_or_are_marked(setup):
     assert np.isnan(frame["step_time_s"].iloc[1]) and frame["step_time_s"].iloc[0] > 0
     with pytest.raises(SpecError, match="on_invalid"):
         estimate_many(cluster, model, bad, on_invalid="ignore")
+
+
+def test_warm_cache_gives_the_same_frame(setup):
+    """A second call finds every structure remembered in the cache; its numbers must not change,
+    also when new structures join the stacks between calls."""
+    cluster, model = setup
+    cache = CostCache(cluster)
+    first = estimate_many(cluster, model, CANDIDATES[:4], cache=cache)
+    estimate_many(cluster, model, CANDIDATES[4:], cache=cache)
+    again = estimate_many(cluster, model, CANDIDATES, cache=cache)
+    fresh = estimate_many(cluster, model, CANDIDATES)
+    pd.testing.assert_frame_equal(again, fresh, check_exact=True)
+    pd.testing.assert_frame_equal(again.iloc[:4], first, check_exact=True)
+
+
+def test_non_strategy_and_interleaved_batch_are_marked(setup):
+    cluster, model = setup
+    inter = Strategy(global_batch=36, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)  # m = 18
+    frame = estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter], on_invalid="mark")
+    assert frame["error"].iloc[0] == "" and "Strategy" in frame["error"].iloc[1]
+    assert "multiple of pp=4" in frame["error"].iloc[2] and np.isnan(frame["mfu"].iloc[2])
+    with pytest.raises(SpecError, match="candidate 1"):
+        estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter])
