@@ -39,7 +39,7 @@ from simulator.workload import TransformerSpec
 
 def _key(s: Strategy) -> tuple:
     return (s.micro_batch, s.dp, s.tp, s.pp, s.placement, s.schedule, s.virtual_stages, s.layer_split,
-            s.sequence_parallel, s.zero, s.offload, s.recompute, s.dp_sync)
+            s.sequence_parallel, s.zero, s.offload, s.recompute, s.attention, s.dp_sync)
 
 
 def _dp(cluster: Cluster, s: Strategy) -> int | None:
@@ -134,7 +134,8 @@ def _world(cluster: Cluster, s: Strategy) -> int:
 
 def _frame(cluster, workload, strategies, step, slowest, bd, m, errors, cache, seq) -> pd.DataFrame:
     gbs = np.array([s.global_batch for s in strategies], dtype=float)
-    flops = [cache.memo(("flops", workload, s.recompute), lambda s=s: step_flops(workload, 1, 1, s.recompute))
+    flops = [cache.memo(("flops", workload, s.recompute, s.attention),
+                        lambda s=s: step_flops(workload, 1, 1, s.recompute, s.attention))
              if not errors[i] else (np.nan, np.nan) for i, s in enumerate(strategies)]
     model = np.array([f[0] for f in flops]) * gbs * seq
     hw = np.array([f[1] for f in flops]) * gbs * seq

@@ -11,8 +11,8 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, InputPipeline, Offload, ParamServerSync,
-                                Recompute, ScheduleKind, Strategy, ZeroStage)
+from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, InputPipeline, Offload,
+                                ParamServerSync, Recompute, ScheduleKind, Strategy, ZeroStage)
 from simulator.workload import get_preset
 
 
@@ -32,6 +32,8 @@ CANDIDATES = [
              sequence_parallel=True, recompute=Recompute.FULL),
     Strategy(global_batch=32, tp=4, zero=ZeroStage.ZERO2, dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING)),
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE),
+    # the same structure but eager attention: must not share the flash candidate's compiled numbers
+    Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE, attention=AttentionKind.EAGER),
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, offload=Offload.PARAMS),
     Strategy(global_batch=32, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER,
              dp_sync=AllReduceSync(overlap_grad_reduce=False)),
@@ -54,6 +56,7 @@ def test_estimate_many_equals_estimate(setup):
         for c in Category:
             assert row[c.value] == pytest.approx(r.breakdown[c], rel=1e-9, abs=1e-12), (i, c)
     assert frame.iloc[-1]["data"] > 0 and frame.iloc[-1]["step_time_s"] > frame.iloc[-2]["step_time_s"]
+    assert frame.iloc[7]["step_time_s"] > frame.iloc[6]["step_time_s"]  # eager + selective recompute is slower
 
 
 def test_more_micro_batches_cost_more(setup):
