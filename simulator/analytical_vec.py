@@ -46,14 +46,21 @@ _PER, _IPP, _SCHED, _WORLD, _MODEL, _HW = range(6)
 code, GPUs in the step, model and hardware FLOPs per token (per sample for layer lists)."""
 
 
+_KEY_FIELDS = ("micro_batch", "dp", "tp", "pp", "placement", "schedule", "virtual_stages", "layer_split",
+               "sequence_parallel", "zero", "offload", "recompute", "attention", "dp_sync")
+"""Strategy fields that decide the structure (:func:`_key`); a new Strategy field must join these or
+:data:`_NOT_KEY_FIELDS` (a test checks)."""
+_NOT_KEY_FIELDS = ("global_batch", "input", "stragglers", "failures", "profile")
+"""Fields read per candidate (batch, input) or not used by the closed form."""
+
+
 def _key(s: Strategy) -> tuple:
-    """The fields that decide a strategy's structure, as plain values (enum members by value, the
-    dp_sync by its type and field values), so hashing it runs no Python-level ``__hash__`` but
-    the one enum inside dp_sync."""
+    """The :data:`_KEY_FIELDS` as plain values (enum members by value, the dp_sync by its type and
+    field values), so hashing it runs no Python-level ``__hash__`` but the one enum inside dp_sync."""
     d = s.dp_sync
     return (s.micro_batch, s.dp, s.tp, s.pp, s.placement._value_, s.schedule._value_, s.virtual_stages,
             s.layer_split, s.sequence_parallel, s.zero._value_, s.offload._value_, s.recompute._value_,
-            type(d), *d.__dict__.values())
+            s.attention._value_, type(d), *d.__dict__.values())
 
 
 def _world(cluster: Cluster, s: Strategy) -> int:
@@ -106,7 +113,8 @@ class _Structures:
             self._parts.append([])
             self._stacks.append(None)
         interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
-        flops = cache.memo(("flops", workload, s.recompute), lambda: step_flops(workload, 1, 1, s.recompute))
+        flops = cache.memo(("flops", workload, s.recompute, s.attention),
+                           lambda: step_flops(workload, 1, 1, s.recompute, s.attention))
         self._rows.append((shape, len(self._parts[shape])))
         self._scalars.append((dp * s.micro_batch, s.pp if interleaved else 0, SCHED_CODE[s.schedule],
                               _world(cache.cluster, s), flops[0], flops[1]))

@@ -91,10 +91,19 @@ def _rates(spec: TransformerSpec, device: Device) -> tuple[float, float, GemmEff
     return peak, device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve
 
 
-def _recomputed(work: OpWork, recompute: Recompute) -> bool:
+def _recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
+    """Whether backward repeats ``work``'s forward. Full: every block operation. Selective: the
+    eager attention core (Korthikanti et al. 2022 §5), whose scores it does not keep; with flash
+    attention nothing — no scores are stored, and the flash backward kernel already recomputes them
+    (its cost is in the backward row). Megatron-LM's first flash path likewise checkpointed core
+    attention only when not using flash (``ParallelAttention.forward`` in
+    megatron/model/transformer.py, 2023; see also Dao-AILab/flash-attention issue #257), and the
+    memory model drops nothing there (:mod:`simulator.memory.activations`)."""
     if work.scope is not Scope.LAYER:
         return False
-    return recompute is Recompute.FULL or (recompute is Recompute.SELECTIVE and work.op is OpKind.ATTENTION)
+    if recompute is Recompute.FULL:
+        return True
+    return recompute is Recompute.SELECTIVE and not flash_attention and work.op is OpKind.ATTENTION
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
@@ -106,7 +115,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
     works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel)
     rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
-    rows += [_row(w, Phase.RECOMPUTE, w.fwd, peak, hbm, curve) for w in works if _recomputed(w, recompute)]
+    rows += [_row(w, Phase.RECOMPUTE, w.fwd, peak, hbm, curve) for w in works
+             if _recomputed(w, recompute, flash_attention)]
     rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
     return rows
 

@@ -12,8 +12,8 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, InputPipeline, Offload, ParamServerSync,
-                                Recompute, ScheduleKind, Strategy, ZeroStage)
+from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, InputPipeline, Offload,
+                                ParamServerSync, Recompute, ScheduleKind, Strategy, ZeroStage)
 from simulator.workload import get_preset
 
 
@@ -33,6 +33,8 @@ CANDIDATES = [
              sequence_parallel=True, recompute=Recompute.FULL),
     Strategy(global_batch=32, tp=4, zero=ZeroStage.ZERO2, dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING)),
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE),
+    # the same structure but eager attention: must not share the flash candidate's compiled numbers
+    Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE, attention=AttentionKind.EAGER),
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, offload=Offload.PARAMS),
     Strategy(global_batch=32, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER,
              dp_sync=AllReduceSync(overlap_grad_reduce=False)),
@@ -55,6 +57,7 @@ def test_estimate_many_equals_estimate(setup):
         for c in Category:
             assert row[c.value] == pytest.approx(r.breakdown[c], rel=1e-9, abs=1e-12), (i, c)
     assert frame.iloc[-1]["data"] > 0 and frame.iloc[-1]["step_time_s"] > frame.iloc[-2]["step_time_s"]
+    assert frame.iloc[7]["step_time_s"] > frame.iloc[6]["step_time_s"]  # eager + selective recompute is slower
 
 
 def test_more_micro_batches_cost_more(setup):
@@ -97,3 +100,15 @@ def test_non_strategy_and_interleaved_batch_are_marked(setup):
     assert "multiple of pp=4" in frame["error"].iloc[2] and np.isnan(frame["mfu"].iloc[2])
     with pytest.raises(SpecError, match="candidate 1"):
         estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter])
+
+
+def test_every_strategy_field_is_in_the_structure_key_or_read_per_candidate():
+    """A new Strategy field left out of both lists could let two different strategies share one
+    compiled structure; this fails until it is placed (and _key extended when it is structural)."""
+    from dataclasses import fields
+
+    from simulator.analytical_vec import _KEY_FIELDS, _NOT_KEY_FIELDS, _key
+    names = {f.name for f in fields(Strategy)}
+    assert names == set(_KEY_FIELDS) | set(_NOT_KEY_FIELDS) and not set(_KEY_FIELDS) & set(_NOT_KEY_FIELDS)
+    s = Strategy(global_batch=8)
+    assert len(_key(s)) == len(_KEY_FIELDS) + len(vars(s.dp_sync))  # dp_sync: its type, then its fields

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from simulator.schedules import ScheduleKind
-from simulator.strategy import ParamServerSync, ZeroStage
+from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
 from trainplan import cmd_simulate, simulate_args
 from trainplan.__main__ import build_parser, main
 from timeline_fixtures import step_result
@@ -70,6 +70,14 @@ def test_profile_sets_defaults_and_flags_override():
     assert s.sequence_parallel and s.zero is ZeroStage.ZERO1 and s.profile == "megatron"
     _, _, s, _ = _inputs("--profile", "megatron", "--no-sp", "--zero", "0")
     assert not s.sequence_parallel and s.zero is ZeroStage.ZERO0
+
+
+def test_attention_flag_reaches_the_strategy():
+    """Flash unless asked; ``--attention eager`` also overrides a profile (none of them sets it)."""
+    assert _inputs()[2].attention is AttentionKind.FLASH
+    assert _inputs("--attention", "eager")[2].attention is AttentionKind.EAGER
+    _, _, s, _ = _inputs("--profile", "megatron", "--attention", "eager")
+    assert s.attention is AttentionKind.EAGER and s.profile == "megatron"
 
 
 def test_parameter_server_flags():
@@ -130,6 +138,7 @@ def test_bad_straggler_syntax(text):
     (["--engine", "des", "--steps", "0"], "--steps"),
     (["--engine", "des", "--train-steps", "100"], "--train-steps"),  # without a failure model
     (["--param-fetch", "nvme"], "--param-fetch"),
+    (["--attention", "sdpa"], "--attention"),
 ])
 def test_bad_inputs_are_one_line(extra, flag, capsys):
     err = _fail(SMALL + extra, capsys)
@@ -159,6 +168,7 @@ def test_text_output(fake_engine, capsys):
     assert main(SMALL) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpt3-125m on 8 x ") and "dp=2 tp=2 pp=2, 1f1b m=8" in out
+    assert "flash attention" in out
     assert "engine des: step 3.000 s" in out and "breakdown (slowest rank)" in out
 
 

@@ -12,7 +12,7 @@ from simulator.cluster.io import load_cluster
 from simulator.compile import compile_step
 from simulator.engine.step import simulate
 from simulator.schedules import ScheduleKind
-from simulator.strategy import AllReduceSync, ParamServerSync, Strategy, ZeroStage
+from simulator.strategy import AllReduceSync, AttentionKind, ParamServerSync, Strategy, ZeroStage
 from simulator.workload import Recompute, load_model
 
 AGREEMENT = 0.02
@@ -22,6 +22,8 @@ CASES = {
     "3d": dict(global_batch=16, micro_batch=1, dp=2, tp=2, pp=2),
     "3d-sp-selective": dict(global_batch=16, micro_batch=1, dp=2, tp=2, pp=2, sequence_parallel=True,
                             recompute=Recompute.SELECTIVE),
+    "3d-eager-selective": dict(global_batch=16, micro_batch=1, dp=2, tp=2, pp=2, attention=AttentionKind.EAGER,
+                               recompute=Recompute.SELECTIVE),
     "gpipe": dict(global_batch=16, micro_batch=1, dp=2, tp=1, pp=4, schedule=ScheduleKind.GPIPE),
     "interleaved": dict(global_batch=32, micro_batch=1, dp=1, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED,
                         virtual_stages=2),

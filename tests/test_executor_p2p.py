@@ -38,7 +38,7 @@ def ring_all_reduce(p: int, nbytes: int) -> Schedule:
 def tree_all_reduce(p: int, nbytes: int) -> Schedule:
     """Binomial tree: at level k rank i (i mod 2^(k+1) = 2^k) adds its buffer into i − 2^k; then mirror."""
     levels = max(1, (p - 1).bit_length())
-    up, down = [], []
+    up = []
     for k in range(levels):
         for i in range(p):
             if i % (2 ** (k + 1)) == 2 ** k:

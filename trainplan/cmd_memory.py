@@ -18,6 +18,7 @@ from simulator.memory import (Framework, MemoryReport, MemoryStrategy, Offload, 
                               ZeroStage, memory_report, resolve_degrees)
 from simulator.memory.plot import plot_zero_stages
 from simulator.memory.report import GB
+from simulator.strategy.spec import AttentionKind
 from simulator.workload import ParamCountModel, Recompute, TransformerSpec, load_model, parse_param_count
 from trainplan import cli_common
 
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
                         "--partitioning (flat: torch at ZeRO 0, deepspeed above)")
     p.add_argument("--bucket-view", action="store_true",
                    help="torch DDP gradient_as_bucket_view=True: no bucket copy of the gradients")
-    p.add_argument("--attention", choices=["flash", "eager"], default="flash",
+    p.add_argument("--attention", choices=[k.value for k in AttentionKind], default=AttentionKind.FLASH.value,
                    help="flash (FlashAttention/SDPA, default: no s x s scores kept) or eager (Korthikanti's count)")
     p.add_argument("--json", action="store_true", help="print JSON (most loaded rank at the top level)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw ZeRO 0-3 stacked bars to FILE.png")
@@ -93,7 +94,7 @@ def build(args) -> tuple[object, object, MemoryStrategy]:
             2 if schedule is ScheduleKind.INTERLEAVED else 1),
         partitioning=Partitioning(args.partitioning) if args.partitioning else None,
         framework=Framework(args.framework) if args.framework else None,
-        gradient_as_bucket_view=args.bucket_view, flash_attention=args.attention == "flash")
+        gradient_as_bucket_view=args.bucket_view, flash_attention=AttentionKind(args.attention) is AttentionKind.FLASH)
     return model, cluster, strategy
 
 

@@ -2,7 +2,8 @@
 
     trainplan simulate --model M --cluster C [--nodes N] --gpus G --dp D --tp T --pp P --gbs GB
         [--zero Z] [--mbs B] [--seq S] [--schedule gpipe|1f1b|interleaved --virtual-stages V]
-        [--recompute none|selective|full] [--sp] [--dp-algorithm ALGO] [--bucket-mb X] [--no-overlap]
+        [--recompute none|selective|full] [--attention flash|eager] [--sp] [--dp-algorithm ALGO]
+        [--bucket-mb X] [--no-overlap]
         [--param-server sync|async --servers K [--staleness S]] [--straggler SPEC ...]
         [--mtbf-hours H --checkpoint-every N --checkpoint-cost S --restart-cost S]
         [--profile NAME] [--engine analytical|des] [--trace FILE.json] [--plot FILE.png] [--json]
@@ -19,7 +20,8 @@ import sys
 
 from simulator.profiles import profile_names
 from simulator.schedules import ScheduleKind
-from simulator.strategy import AllReduceAlgorithm, DataSource, Offload, PlacementOrder, Recompute, Strategy
+from simulator.strategy import (AllReduceAlgorithm, AttentionKind, DataSource, Offload, PlacementOrder, Recompute,
+                                Strategy)
 from simulator.strategy.sync import ParamServerSync
 from trainplan import cli_common
 from trainplan.simulate_args import DEFAULT_INTERLEAVED_V, build_inputs, check_engine_flags
@@ -50,6 +52,9 @@ def register(subparsers) -> None:
     s.add_argument("--zero", choices=["0", "1", "2", "3"], help="ZeRO stage (default 0)")
     s.add_argument("--offload", choices=[o.value for o in Offload], help="ZeRO-Offload / Infinity")
     s.add_argument("--recompute", choices=[r.value for r in Recompute], help="activation recompute (default none)")
+    s.add_argument("--attention", choices=[k.value for k in AttentionKind],
+                   help="flash (FlashAttention/SDPA, no s x s scores kept; default) or eager (scores materialised, "
+                        "as Megatron-LM 2021); with eager, --recompute selective recomputes the attention core")
     g = p.add_argument_group("gradient synchronisation")
     g.add_argument("--dp-algorithm", choices=[a.value for a in AllReduceAlgorithm],
                    help="all-reduce algorithm (default auto)")
@@ -117,6 +122,7 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
     return (f"{getattr(workload, 'name', 'model')} on {layout.world_size} x {cluster.device.name} "
             f"({cluster.name}, {nodes}): dp={layout.dp} tp={layout.tp} pp={layout.pp}"
             f"{' +sp' if layout.sequence_parallel else ''}{sched}, ZeRO-{int(strategy.zero)}, "
+            f"{strategy.attention.value} attention, "
             f"gbs {strategy.global_batch}, mbs {strategy.micro_batch}, seq {getattr(workload, 'seq_len', '-')}, "
             f"{sync_text}" + (f", profile {strategy.profile}" if strategy.profile else ""))
 
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict() | {"model": getattr(workload, "name", args.model), "cluster": cluster.name,
                                   "nodes": cluster.nodes, "gpus": layout.world_size, "micro_batches":
-                                  layout.micro_batches, "files": written}
+                                  layout.micro_batches, "attention": strategy.attention.value, "files": written}
         if result.per_rank is not None and hasattr(result.per_rank, "to_dict"):
             out["per_rank"] = result.per_rank.to_dict(orient="records")
         cli_common.print_json(out)

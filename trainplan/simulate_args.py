@@ -30,7 +30,7 @@ DEFAULT_INTERLEAVED_V = 2
 FLAG_OF = {
     "global_batch": "--gbs", "micro_batch": "--mbs", "dp": "--dp", "tp": "--tp", "pp": "--pp", "zero": "--zero",
     "offload": "--offload", "placement": "--placement", "schedule": "--schedule",
-    "virtual_stages": "--virtual-stages", "layer_split": "--pp", "recompute": "--recompute",
+    "virtual_stages": "--virtual-stages", "layer_split": "--pp", "recompute": "--recompute", "attention": "--attention",
     "sequence_parallel": "--sp", "allreduce_algorithm": "--dp-algorithm", "bucket_bytes": "--bucket-mb",
     "bucket_params": "--bucket-mb", "overlap_grad_reduce": "--no-overlap", "ps_mode": "--param-server",
     "staleness_steps": "--staleness", "ps_shards": "--servers", "ps_server_nodes": "--server-nodes",
@@ -108,7 +108,8 @@ def strategy_keys(args) -> dict:
     keys: dict = {"global_batch": args.gbs}
     for flag, key in (("mbs", "micro_batch"), ("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("zero", "zero"),
                       ("placement", "placement"), ("schedule", "schedule"), ("virtual_stages", "virtual_stages"),
-                      ("offload", "offload"), ("recompute", "recompute"), ("sp", "sequence_parallel"),
+                      ("offload", "offload"), ("recompute", "recompute"), ("attention", "attention"),
+                      ("sp", "sequence_parallel"),
                       ("dp_algorithm", "allreduce_algorithm"), ("overlap", "overlap_grad_reduce"),
                       ("servers", "ps_shards"), ("server_nodes", "ps_server_nodes"),
                       ("staleness", "staleness_steps"), ("bytes_per_sample", "bytes_per_sample"),

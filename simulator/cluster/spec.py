@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
 from simulator.errors import SpecError
 
 if TYPE_CHECKING:
@@ -61,17 +62,6 @@ class LinkKind(Enum):
         if self in (LinkKind.PCIE, LinkKind.SOCKET, LinkKind.LOOPBACK):
             return LinkClass.PCIE
         return LinkClass.NET
-
-
-class LinkClass(Enum):
-    """Latency classes of NCCL's tuning model (per-hop latency differs by class)."""
-
-    NVLINK = "nvlink"
-    """NVLink or NVSwitch hop."""
-    PCIE = "pcie"
-    """PCIe (or host-memory) hop inside a node."""
-    NET = "net"
-    """Network hop between nodes."""
 
 
 class Fabric(Enum):
@@ -270,71 +260,6 @@ class NetworkSpec:
         if self.oversubscription < 1:
             raise SpecError("inter_node.oversubscription", f"must be >= 1, got {self.oversubscription!r}")
         _non_negative("inter_node.nodes_per_leaf", self.nodes_per_leaf)
-
-
-class CommLibrary(Enum):
-    """Communication library whose per-message costs a cluster is modelled with."""
-
-    IDEAL = "ideal"
-    """No library overhead: pure α-β on the links as given (a user's own file by default)."""
-    NCCL = "nccl"
-    """NVIDIA NCCL with its LL / LL128 / Simple protocols (``src/graph/tuning.cc``)."""
-    GLOO = "gloo"
-    """PyTorch's Gloo (CPU, TCP); per-call overhead measured by ``trainplan calibrate``."""
-    MPI = "mpi"
-    """An MPI library; a per-call overhead, no protocol switching."""
-
-    @property
-    def fuses_reduction(self) -> bool:
-        """True when reductions run inside the copy kernels while data streams over the link.
-
-        NCCL reduces in its reduce-copy primitives (``src/device/prims_*.h``, ``reduce_kernel.h``):
-        the sum of an incoming chunk is computed as it arrives, so the γ term overlaps the transfer.
-        Gloo and MPI reduce on the host after receiving, so their γ adds to the transfer time.
-        """
-        return self is CommLibrary.NCCL
-
-
-@dataclass(frozen=True, kw_only=True)
-class Protocol:
-    """One NCCL protocol: its latencies and achievable fraction of bus bandwidth."""
-
-    name: str
-    base_latency_us: dict[str, float]
-    """Fixed cost per collective call by algorithm family (``ring``, ``tree``, ``nvls``), µs."""
-    hop_latency_us: dict[LinkClass, float]
-    """Latency per hop by link class, µs; replaces the links' own latency_us."""
-    bw_factor: float
-    """Fraction of the link bandwidth this protocol achieves (LL 0.5, LL128 ≈ 0.92, Simple 1)."""
-    algo_hop_latency_us: dict[str, dict[LinkClass, float]] = field(default_factory=dict)
-    """Per-algorithm overrides of ``hop_latency_us`` (NCCL's tree and NVLS hop latencies differ
-    from the ring's, ``tuning.cc`` hwLat); a class not listed falls back to ``hop_latency_us``."""
-
-    algo_bw_factor: dict[str, float] = field(default_factory=dict)
-    """Per-algorithm ratio applied on top of ``bw_factor`` (NCCL's tuner models tree all-reduce at
-    half the bus bandwidth: ``tuning.cc``, "ratio = .5" for non-ring algorithms); absent means 1."""
-
-    def bw_ratio(self, algorithm: str | None) -> float:
-        """Fraction of link bandwidth ``algorithm`` achieves under this protocol."""
-        return self.bw_factor * self.algo_bw_factor.get(algorithm, 1.0) if algorithm else self.bw_factor
-
-    def hop_latency(self, algorithm: str, link_class: LinkClass) -> float:
-        """Per-hop latency in µs for ``algorithm`` (``ring``, ``tree``, ``nvls``) over ``link_class``."""
-        return self.algo_hop_latency_us.get(algorithm, {}).get(link_class, self.hop_latency_us[link_class])
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommProfile:
-    """Per-message overheads of the communication library."""
-
-    library: CommLibrary = CommLibrary.IDEAL
-    call_latency_us: float = 0.0
-    """Fixed cost per collective call when the library has no protocol table, µs."""
-    protocols: tuple[Protocol, ...] = ()
-    """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
-
-    def __post_init__(self) -> None:
-        _non_negative("comm.call_latency_us", self.call_latency_us)
 
 
 @dataclass(frozen=True, kw_only=True)

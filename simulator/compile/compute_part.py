@@ -2,13 +2,17 @@
 per chunk, the bytes a stage boundary sends, and the step's FLOPs.
 
 Transformer (from :mod:`simulator.compute`): a chunk of ``L`` blocks takes ``L ×`` one block's
-time (:func:`simulator.compute.layer_times` on one tensor-parallel rank, flash attention, the
-strategy's recomputation and sequence parallelism), plus the embedding on the model's first chunk
+time (:func:`simulator.compute.layer_times` on one tensor-parallel rank with the strategy's
+attention kind, recomputation and sequence parallelism), plus the embedding on the model's first chunk
 and the final norm, logits and loss on its last (:func:`simulator.compute.edge_times`).
-Recomputation rows are the forward work backward repeats; they run inside the backward action.
+Recomputation rows are the forward work backward repeats; they run inside the backward action:
+full repeats the block's forward; selective repeats the attention core with eager attention and
+nothing with flash attention (no scores are kept to drop; the flash backward recomputes them
+itself), so the time, the hardware FLOPs (:func:`step_flops`) and the memory report agree.
 
 Layer list (:func:`simulator.compute.layer_list_times`): a chunk sums its layers' rows; full
-recomputation repeats the chunk's forward (selective has no attention core to recompute: nothing).
+recomputation repeats the chunk's forward; selective recomputes nothing, whatever the attention
+kind: a layer list names no attention core (its layers are opaque), so there is none to recompute.
 
 Parameters a rank holds (gradient bytes, ZeRO gathers, optimizer): a block's parameters divided by
 tp (an approximation: Megatron replicates norms and row-parallel biases, under 0.01 % of a GPT
@@ -25,6 +29,7 @@ from simulator.cluster.spec import Device
 from simulator.compile.costs import CostCache
 from simulator.compute import Phase, edge_times, layer_list_times, layer_times, total_time
 from simulator.errors import SpecError
+from simulator.strategy.spec import AttentionKind
 from simulator.workload import (LayerListWorkload, Recompute, TransformerSpec, model_flops_per_token,
                                 train_flops_per_token)
 from simulator.workload.ops import Scope
@@ -57,8 +62,9 @@ class _BlockTimes:
 
 
 def _block_times(spec: TransformerSpec, device: Device, mbs: int, tp: int, recompute: Recompute,
-                 sp: bool) -> _BlockTimes:
-    rows = layer_times(spec, device, mbs, spec.seq_len, tp, recompute, sequence_parallel=sp)
+                 sp: bool, attention: AttentionKind) -> _BlockTimes:
+    rows = layer_times(spec, device, mbs, spec.seq_len, tp, recompute, sequence_parallel=sp,
+                       flash_attention=attention is AttentionKind.FLASH)
     edge = edge_times(spec, device, mbs, spec.seq_len, tp, sequence_parallel=sp)
 
     def edge_sum(scope: Scope, phase: Phase) -> float:
@@ -70,11 +76,12 @@ def _block_times(spec: TransformerSpec, device: Device, mbs: int, tp: int, recom
 
 
 def transformer_chunk(cache: CostCache, spec: TransformerSpec, *, mbs: int, tp: int, recompute: Recompute,
-                      sp: bool, layers: int, first: bool, last: bool, n_chunks: int) -> ChunkCompute:
+                      sp: bool, layers: int, first: bool, last: bool, n_chunks: int,
+                      attention: AttentionKind = AttentionKind.FLASH) -> ChunkCompute:
     """Compute of one transformer chunk of ``layers`` blocks (``first``/``last``: model edges)."""
     device = cache.cluster.device
-    bt = cache.memo(("blocks", spec, mbs, tp, recompute, sp),
-                    lambda: _block_times(spec, device, mbs, tp, recompute, sp))
+    bt = cache.memo(("blocks", spec, mbs, tp, recompute, sp, attention),
+                    lambda: _block_times(spec, device, mbs, tp, recompute, sp, attention))
     fwd = layers * bt.fwd_s + (bt.first_fwd_s if first else 0.0) + (bt.last_fwd_s if last else 0.0)
     bwd = layers * bt.bwd_s + (bt.first_bwd_s if first else 0.0) + (bt.last_bwd_s if last else 0.0)
     vh = spec.vocab * spec.hidden
@@ -103,14 +110,18 @@ def layer_list_chunk(cache: CostCache, workload: LayerListWorkload, *, mbs: int,
                         boundary_bytes=mbs * chosen[-1].output_bytes)
 
 
-def step_flops(workload, tokens: int, samples: int, recompute: Recompute) -> tuple[float, float]:
+def step_flops(workload, tokens: int, samples: int, recompute: Recompute,
+               attention: AttentionKind = AttentionKind.FLASH) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one step over all GPUs.
 
     Transformer: ``model_flops_per_token × tokens`` (6N + attention, Chowdhery et al. 2022 App. B)
-    and ``train_flops_per_token(recompute) × tokens``. Layer list: 3 × forward per sample, plus
-    one more forward under full recomputation.
+    and ``train_flops_per_token(recompute) × tokens`` — selective with flash attention recomputes
+    nothing (module docstring), so it counts as no recomputation. Layer list: 3 × forward per
+    sample, plus one more forward under full recomputation.
     """
     if isinstance(workload, TransformerSpec):
+        if recompute is Recompute.SELECTIVE and attention is AttentionKind.FLASH:
+            recompute = Recompute.NONE
         return (model_flops_per_token(workload, workload.seq_len) * tokens,
                 train_flops_per_token(workload, recompute, workload.seq_len) * tokens)
     if isinstance(workload, LayerListWorkload):

@@ -14,7 +14,8 @@ from simulator.compile import offload_part as op_
 from simulator.compile.compute_part import ChunkCompute, layer_list_chunk, step_flops, transformer_chunk
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
-from simulator.strategy import Offload, ParallelLayout, ParamServerSync, Recompute, Strategy, ZeroStage, build_layout
+from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
+                                ZeroStage, build_layout)
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
 from simulator.workload import LayerListWorkload, TransformerSpec
 
@@ -33,7 +34,7 @@ def _chunk_compute(cache: CostCache, workload, layout: ParallelLayout, c: int) -
     if isinstance(workload, TransformerSpec):
         return transformer_chunk(cache, workload, mbs=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                                  sp=layout.sequence_parallel, layers=layers, first=c == 0, last=c == n - 1,
-                                 n_chunks=n)
+                                 n_chunks=n, attention=s.attention)
     start = sum(layout.layers_per_stage[:c])
     return layer_list_chunk(cache, workload, mbs=s.micro_batch, recompute=s.recompute, start=start, layers=layers)
 
@@ -153,7 +154,8 @@ def _memory(cluster: Cluster, workload, layout: ParallelLayout):
     s = layout.strategy
     ms = MemoryStrategy(dp=layout.dp, tp=layout.tp, pp=layout.pp, zero=s.zero, offload=s.offload, mbs=s.micro_batch,
                         seq=workload.seq_len, recompute=s.recompute, sp=layout.sequence_parallel, schedule=s.schedule,
-                        microbatches=layout.micro_batches, virtual_stages=layout.v)
+                        microbatches=layout.micro_batches, virtual_stages=layout.v,
+                        flash_attention=s.attention is AttentionKind.FLASH)
     return memory_report(workload, cluster, ms)
 
 
@@ -175,7 +177,8 @@ def compile_step(cluster: Cluster, workload, strategy: Strategy, *, fetch: Param
     stages = tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
     samples = strategy.global_batch
     seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
-    model_flops, hw_flops = step_flops(workload, samples * seq, samples, strategy.recompute)
+    model_flops, hw_flops = step_flops(workload, samples * seq, samples, strategy.recompute,
+                                          strategy.attention)
     return StepWork(stages=stages, strategy=strategy, layout=layout, schedule=layout.schedule,
                     micro_batches=layout.micro_batches, tokens_per_step=samples * seq,
                     model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,

@@ -6,12 +6,14 @@ live in :mod:`simulator.profiles`; pipeline schedules in :mod:`simulator.schedul
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
 from simulator.strategy.layout import ParallelLayout, RankCoord, build_layout
-from simulator.strategy.spec import DataSource, InputPipeline, Offload, PlacementOrder, Strategy, ZeroStage
+from simulator.strategy.spec import (AttentionKind, DataSource, InputPipeline, Offload, PlacementOrder, Strategy,
+                                     ZeroStage)
 from simulator.strategy.sync import AllReduceAlgorithm, AllReduceSync, DpSyncKind, ParamServerMode, ParamServerSync
 from simulator.workload import Recompute
 
 __all__ = [
-    "AllReduceAlgorithm", "AllReduceSync", "DataSource", "DpSyncKind", "FailureModel", "InputPipeline", "Offload",
+    "AllReduceAlgorithm", "AllReduceSync", "AttentionKind", "DataSource", "DpSyncKind", "FailureModel",
+    "InputPipeline", "Offload",
     "ParallelLayout", "ParamServerMode", "ParamServerSync", "PlacementOrder", "RankCoord", "Recompute",
     "ScheduleKind", "Strategy", "StragglerModel", "ZeroStage", "build_layout",
 ]

@@ -11,14 +11,15 @@ from __future__ import annotations
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
-from simulator.strategy.spec import DataSource, InputPipeline, Offload, PlacementOrder, Strategy, ZeroStage
+from simulator.strategy.spec import (AttentionKind, DataSource, InputPipeline, Offload, PlacementOrder, Strategy,
+                                     ZeroStage)
 from simulator.strategy.sync import (AllReduceAlgorithm, AllReduceSync, DpSyncKind, ParamServerMode,
                                      ParamServerSync)
 from simulator.units import parse_size
 from simulator.workload import Recompute
 
 STRATEGY_KEYS = ("global_batch", "micro_batch", "dp", "tp", "pp", "placement", "schedule", "virtual_stages",
-                 "layer_split", "sequence_parallel", "zero", "offload", "recompute", "profile")
+                 "layer_split", "sequence_parallel", "zero", "offload", "recompute", "attention", "profile")
 ALLREDUCE_KEYS = {"allreduce_algorithm": "algorithm", "bucket_bytes": "bucket_bytes", "bucket_params": "bucket_params",
                   "allgather_bucket_params": "allgather_bucket_params", "overlap_grad_reduce": "overlap_grad_reduce",
                   "fusion_cycle_s": "fusion_cycle_s"}
@@ -61,6 +62,7 @@ _CONVERT = {
     "zero": _zero,
     "offload": lambda v: _enum("offload", Offload, v),
     "recompute": lambda v: _enum("recompute", Recompute, v),
+    "attention": lambda v: _enum("attention", AttentionKind, v),
     "dp_sync": lambda v: _enum("dp_sync", DpSyncKind, v),
     "allreduce_algorithm": lambda v: _enum("allreduce_algorithm", AllReduceAlgorithm, v),
     "ps_mode": lambda v: _enum("ps_mode", ParamServerMode, v),

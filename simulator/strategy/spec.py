@@ -80,6 +80,19 @@ class PlacementOrder(Enum):
         raise SpecError("placement", f"unknown order {text!r}; known: {', '.join(o.value for o in cls)}")
 
 
+class AttentionKind(Enum):
+    """How the attention core (scores QKᵀ, softmax, A·V) is computed, which sets both its time and
+    the activations it keeps for backward."""
+
+    FLASH = "flash"
+    """FlashAttention / torch SDPA (Dao et al. 2022): one fused kernel; the s×s scores are never
+    materialised in device memory, only a log-sum-exp per row is kept, and backward recomputes the
+    scores inside its own kernel. Default (what current frameworks use)."""
+    EAGER = "eager"
+    """Scores and softmax materialised as separate kernels and kept for backward, as in Megatron-LM
+    (Narayanan et al. SC'21) and Korthikanti et al. 2022's activation count (the 5as/h term)."""
+
+
 class DataSource(Enum):
     """Where training samples are read from."""
 
@@ -148,6 +161,10 @@ class Strategy:
     zero: ZeroStage = ZeroStage.ZERO0
     offload: Offload = Offload.NONE
     recompute: Recompute = Recompute.NONE
+    attention: AttentionKind = AttentionKind.FLASH
+    """Attention implementation; with EAGER, selective recomputation recomputes the attention core
+    (and does not keep its scores); with FLASH there is nothing stored for it to drop, so selective
+    recomputes nothing (FlashAttention already recomputes the scores in its backward)."""
     dp_sync: AllReduceSync | ParamServerSync = field(default_factory=AllReduceSync)
     input: InputPipeline = field(default_factory=InputPipeline)
     stragglers: StragglerModel = field(default_factory=StragglerModel)
@@ -165,7 +182,7 @@ class Strategy:
         _pos_int("pp", self.pp)
         _pos_int("virtual_stages", self.virtual_stages)
         for name, kind in (("placement", PlacementOrder), ("schedule", ScheduleKind), ("offload", Offload),
-                           ("recompute", Recompute)):
+                           ("recompute", Recompute), ("attention", AttentionKind)):
             if not isinstance(getattr(self, name), kind):
                 raise SpecError(name, f"must be a {kind.__name__}, got {getattr(self, name)!r}")
         if not isinstance(self.zero, ZeroStage):
