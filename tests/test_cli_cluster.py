@@ -12,14 +12,8 @@ from trainplan.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MINIMAL_YAML = """\
-name: my-cluster
-nodes: 4
-gpus_per_node: 8
-device: {name: H100-SXM, peak_tflops: {bf16: 989, fp32: 67}, memory_GB: 80, hbm_bw_GBps: 3350}
-intra_node: {kind: nvswitch, bw_GBps: 450, latency_us: 0.6}
-inter_node: {kind: infiniband, bw_GBps: 50, latency_us: 5.0, nics_per_node: 8}
-"""
+MINIMAL_YAML = (Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text()
+"""The issue's minimal cluster file, verbatim (it must load)."""
 
 
 def run_cli(*args):

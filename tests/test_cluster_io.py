@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,14 +15,8 @@ from simulator.cluster.nccl import nccl_protocols
 from simulator.cluster.spec import CommLibrary, Dtype, Fabric, LinkClass, LinkKind
 from simulator.errors import SpecError
 
-MINIMAL_YAML = """\
-name: my-cluster
-nodes: 4
-gpus_per_node: 8
-device: {name: H100-SXM, peak_tflops: {bf16: 989, fp32: 67}, memory_GB: 80, hbm_bw_GBps: 3350}
-intra_node: {kind: nvswitch, bw_GBps: 450, latency_us: 0.6}
-inter_node: {kind: infiniband, bw_GBps: 50, latency_us: 5.0, nics_per_node: 8}
-"""
+MINIMAL_YAML = (Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text()
+"""The issue's minimal cluster file, verbatim (it must load)."""
 
 MINIMAL = yaml.safe_load(MINIMAL_YAML)
 
