@@ -14,9 +14,7 @@ import math
 from typing import Any
 
 from simulator.results import Category, StepResult
-
-GB = 1e9
-"""Decimal gigabyte, as the memory report uses (device memory on datasheets is decimal)."""
+from simulator.units import GB
 
 FAILURE_KEYS = ("time_to_train_sampled_s", "train_steps", "job_mtbf_s", "young_interval_s", "daly_interval_s")
 """Failure-model extras listed under the time to train, one per line (the DES's names)."""

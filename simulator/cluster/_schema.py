@@ -9,10 +9,25 @@ from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
-                                    LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
+from simulator.cluster.spec import (
+    Cluster,
+    CommLibrary,
+    CommProfile,
+    Device,
+    Dtype,
+    Fabric,
+    HostSpec,
+    Link,
+    LinkClass,
+    LinkKind,
+    NetworkSpec,
+    NodeSpec,
+    PcieTree,
+    Protocol,
+)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import gemm_efficiency_from_dict
+from simulator.units import GB
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
             "comm", "in_switch_reduction", "source")
@@ -32,7 +47,6 @@ FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
 """Fabric assumed when ``intra_node.fabric`` is absent, from the intra-node link kind."""
 
-GB = 1e9
 
 
 def cluster_from_dict(d: dict) -> Cluster:
