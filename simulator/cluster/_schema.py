@@ -9,22 +9,8 @@ from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (
-    Cluster,
-    CommLibrary,
-    CommProfile,
-    Device,
-    Dtype,
-    Fabric,
-    HostSpec,
-    Link,
-    LinkClass,
-    LinkKind,
-    NetworkSpec,
-    NodeSpec,
-    PcieTree,
-    Protocol,
-)
+from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
+                                    LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import gemm_efficiency_from_dict
 from simulator.units import GB

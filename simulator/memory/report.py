@@ -19,15 +19,8 @@ from simulator.errors import SpecError
 from simulator.memory.activations import StageActivations, stage_activations
 from simulator.memory.buffers import BufferBytes, buffer_bytes, overhead_bytes
 from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
-from simulator.memory.shapes import (
-    check_tp,
-    embedding_shapes,
-    head_shapes,
-    layer_param_shapes,
-    numel,
-    stage_layers,
-    stage_param_shapes,
-)
+from simulator.memory.shapes import (check_tp, embedding_shapes, head_shapes, layer_param_shapes, numel,
+                                     stage_layers, stage_param_shapes)
 from simulator.memory.states import model_state_bytes, partition_numels
 from simulator.memory.strategy import MemoryStrategy, Offload
 from simulator.units import GB
