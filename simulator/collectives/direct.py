@@ -57,7 +57,7 @@ class Direct(Algorithm):
         per = nbytes / group.p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
         if op is Op.ALL_TO_ALL:
             per = a2a_blocks(nbytes, group.p)[0][1]
-        return env.step_time_s([Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)])
+        return env.steps_time_s([[Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)]])
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         p = group.p
@@ -92,8 +92,8 @@ class Pairwise(Algorithm):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, order = group.p, group.order
         block = a2a_blocks(nbytes, p)[0][1]
-        return sum(env.step_time_s([Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
-                                    for v in range(p)]) for s in range(1, p))
+        return env.steps_time_s([[Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
+                                  for v in range(p)] for s in range(1, p)])
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         p, order = group.p, group.order

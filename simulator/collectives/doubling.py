@@ -67,13 +67,14 @@ class _Pairwise(Algorithm):
         return [Flow(group.ranks[vmap[a]], group.ranks[vmap[b]], nbytes) for a, b in pairs]
 
     @staticmethod
-    def _fold_time(env: Env, group: Group, nbytes: int) -> float:
+    def _folded(group: Group, nbytes: int, middle: list[list[Flow]]) -> list[list[Flow]]:
+        """The steps of a non-power-of-two group: fold in, ``middle``, unfold (just ``middle`` if none)."""
         _, pairs = fold(group.p)
         if not pairs:
-            return 0.0
-        there = env.step_time_s(_Pairwise._flows(group, list(group.order), pairs, nbytes))
-        back = env.step_time_s(_Pairwise._flows(group, list(group.order), [(b, a) for a, b in pairs], nbytes))
-        return there + back
+            return middle
+        there = _Pairwise._flows(group, list(group.order), pairs, nbytes)
+        back = _Pairwise._flows(group, list(group.order), [(b, a) for a, b in pairs], nbytes)
+        return [there] + middle + [back]
 
 
 def _block_transfers(step, src, dst, slice_ids, slices, reduce):
@@ -95,17 +96,16 @@ class RecursiveDoubling(_Pairwise):
         p = group.p
         if op in (Op.BROADCAST, Op.REDUCE):
             vmap = _rotated(group, root)
-            return sum(env.step_time_s(self._flows(group, vmap, s, nbytes)) for s in _binomial(p, op is Op.REDUCE))
+            return env.steps_time_s([self._flows(group, vmap, s, nbytes) for s in _binomial(p, op is Op.REDUCE)])
         if op is Op.ALL_GATHER:
             vmap = list(group.order)
-            return sum(env.step_time_s(self._flows(group, vmap, [(v, v ^ d) for v in range(p)], d * nbytes / p))
-                       for d in _pair_steps(p, halving=False))
+            return env.steps_time_s([self._flows(group, vmap, [(v, v ^ d) for v in range(p)], d * nbytes / p)
+                                     for d in _pair_steps(p, halving=False)])
         survivors, _ = fold(p)
         vmap = [group.order[v] for v in survivors]
         m = len(survivors)
-        return self._fold_time(env, group, nbytes) + sum(
-            env.step_time_s(self._flows(group, vmap, [(u, u ^ d) for u in range(m)], nbytes))
-            for d in _pair_steps(m, halving=False))
+        return env.steps_time_s(self._folded(group, nbytes, [
+            self._flows(group, vmap, [(u, u ^ d) for u in range(m)], nbytes) for d in _pair_steps(m, halving=False)]))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op is Op.REDUCE:
@@ -161,11 +161,11 @@ class HalvingDoubling(_Pairwise):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         vmap, _, _ = self._layout(group, op, nbytes)
         m = len(vmap)
-        halves = sum(env.step_time_s(self._flows(group, vmap, [(u, u ^ d) for u in range(m)], d * nbytes / m))
-                     for d in _pair_steps(m, halving=True))
+        halves = [self._flows(group, vmap, [(u, u ^ d) for u in range(m)], d * nbytes / m)
+                  for d in _pair_steps(m, halving=True)]
         if op is Op.REDUCE_SCATTER:
-            return halves
-        return self._fold_time(env, group, nbytes) + 2 * halves
+            return env.steps_time_s(halves)
+        return env.steps_time_s(self._folded(group, nbytes, halves + halves[::-1]))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op is Op.REDUCE_SCATTER:

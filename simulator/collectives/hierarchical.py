@@ -56,7 +56,7 @@ class Hierarchical(Algorithm):
         intra = [Flow(ranks[x[i]], ranks[x[(i + 1) % g]], nbytes / g) for x in nodes for i in range(g)] if g > 1 else []
         inter = [Flow(ranks[nodes[k][l]], ranks[nodes[(k + 1) % n_nodes][l]], nbytes / (g * n_nodes))
                  for l in range(g) for k in range(n_nodes)]
-        return 2 * (g - 1) * env.step_time_s(intra) + 2 * (n_nodes - 1) * env.step_time_s(inter)
+        return env.steps_time_s([intra] * (g - 1) + [inter] * (2 * (n_nodes - 1)) + [intra] * (g - 1))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         g, n_nodes = len(group.nodes[0]), len(group.nodes)

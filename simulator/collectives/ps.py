@@ -58,7 +58,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
     if colocated:
         push, pull = _push_pull(group, servers, nbytes)
         gamma = env.gamma_s((group.p - 1) * nbytes / servers)
-        return overhead + env.step_time_s(push) + env.step_time_s(pull) + gamma
+        return overhead + env.steps_time_s([push, pull]) + gamma
     if cluster.network is None:
         raise SpecError("inter_node", "separate parameter servers sit on the network; the cluster has no "
                         "inter_node section (add one, or use colocated servers)")
@@ -84,7 +84,7 @@ class ParameterServer(Algorithm):
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         push, pull = _push_pull(group, group.p, nbytes)
-        return env.step_time_s(push) + env.step_time_s(pull)
+        return env.steps_time_s([push, pull])
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         return (group.p - 1) * nbytes / group.p

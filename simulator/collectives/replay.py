@@ -33,7 +33,6 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
     algorithm = get_algorithm(schedule.algorithm)
     env = Env(cluster, protocol, family=algorithm.family)
     ranks = schedule.ranks
-    total = env.overhead_s(algorithm.family, algorithm.calls)
-    for step in schedule.steps():
-        total += env.step_time_s([Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step])
-    return total + env.gamma_s(schedule.reduce_bytes_per_rank)
+    steps = [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
+    return env.overhead_s(algorithm.family, algorithm.calls) + env.steps_time_s(steps) + \
+        env.gamma_s(schedule.reduce_bytes_per_rank)

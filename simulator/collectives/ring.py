@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
+from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env, Flow, Group
 
 
@@ -40,6 +41,14 @@ def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
     return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
                  _nic(group, pos[i], pos[(i + 1) % p], c))
             for c in range(group.channels) for i in range(p)]
+
+
+def ring_edge_alphas(env: Env, flows: list[Flow], p: int) -> list[float]:
+    """α of each ring edge (position i → i+1), the largest over channels; empty if no bytes move."""
+    edges = env.edges(flows)
+    if not edges:
+        return []
+    return [max(edges[c * p + i][2] for c in range(len(edges) // p)) for i in range(p)]
 
 
 def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -> list[Transfer]:
@@ -97,7 +106,8 @@ class Ring(Algorithm):
         if op in (Op.BROADCAST, Op.REDUCE):
             return env.best_pipeline(_chain_levels(group, op, root), nbytes / channels)[0]
         steps = 2 * (p - 1) if op is Op.ALL_REDUCE else p - 1
-        return steps * env.step_time_s(ring_flows(group, nbytes / (p * channels)))
+        flows = ring_flows(group, nbytes / (p * channels))
+        return steps * env.step_bw_s(flows) + ring_chain_s(ring_edge_alphas(env, flows, p), steps)
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER):
