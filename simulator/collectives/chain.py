@@ -103,7 +103,7 @@ class PipelineChain:
             a = np.zeros(self.n)
             for s in range(k + depth - 1):
                 a = self._step(a, max(0, s - k + 1), min(depth - 1, s))
-            out[k] = float(a.max())
+            out[k] = _top(a)
         a, done = np.zeros(self.n), 0
         for s in range(depth - 1):  # fill
             a = self._step(a, 0, s)
@@ -113,5 +113,9 @@ class PipelineChain:
             b = a
             for s in range(1, depth):  # drain
                 b = self._step(b, s, depth - 1)
-            out[k] = float(b.max())
+            out[k] = _top(b)
         return out
+
+
+def _top(arrival: np.ndarray) -> float:
+    return float(arrival.max()) if arrival.size else 0.0
