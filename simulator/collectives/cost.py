@@ -1,16 +1,20 @@
-"""The cost machinery every collective model shares: a group's layout, the α-β link model, one step's time.
+"""The cost machinery every collective model shares: a group's layout, the α-β link model, a schedule's time.
 
 Model (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 MPICH", IJHPCA 2005, §2): a message of ``b`` bytes over a connection costs ``α + b·β``. We
 evaluate α and β on the group's real placement (:func:`simulator.cluster.topology.path`) and
-run the transfers of one algorithm step concurrently, so
+run the transfers of one algorithm step concurrently. Bandwidth is step-synchronous, latency is
+a chain (:mod:`simulator.collectives.chain`):
 
-    step time = max over the step's transfers f of ( α_f + max over the links r that f crosses of B_r / bw_r )
+    step_bw   = max over the step's transfers f of max over the links r that f crosses of B_r / bw_r
+    T         = Σ_steps step_bw  +  L,   L = the longest chain of α along the transfers (chain.py)
 
 where ``B_r`` is the bytes *all* the step's transfers push through link ``r`` (a GPU port, a NIC,
-a PCIe uplink). On an uncontended placement every ``B_r`` is the transfer's own bytes and the
-formula is Thakur's ``α + b·β`` with the step's slowest connection. A closed form is then a sum of
-such steps, e.g. ring all-reduce on one switched node of ``p`` GPUs: ``2(p−1)·(α + (n/p)/bw)``.
+a PCIe uplink). A pipelined ring's throughput is bounded by its slowest link on every step, but
+latencies add along the path a chunk travels, as NCCL's tuner adds a ring's hop latencies
+(tuning.cc: ``(nsteps − nInter)·intraLat + nInter·interLat``). When every step's transfers share one
+α and every rank receives in every step, ``L = steps·α`` and T is Thakur's sum of ``α + b·β`` steps,
+e.g. ring all-reduce on one switched node of ``p`` GPUs: ``2(p−1)·(α + (n/p)/bw)``.
 
 Protocols: with a protocol (an NCCL profile) α of a connection is ``protocol.hop_latency_us`` of its
 link class instead of the links' own ``latency_us``, every bandwidth is scaled by

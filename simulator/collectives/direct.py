@@ -14,7 +14,9 @@ carrying all of its rank's messages, the closed forms are one step each:
 - send/recv: group index 0 to 1: ``α + n/B``
 
 Pairwise exchange all-to-all (Thakur et al. 2005 §5): ``p−1`` steps, at step ``s`` position ``i``
-sends to position ``i+s``: ``(p−1)·(α + (n/p)/B)`` ≈ Thakur's ``(p−1)α + nβ``.
+sends to position ``i+s``: ``(p−1)·(α + (n/p)/B)`` ≈ Thakur's ``(p−1)α + nβ``. Across nodes a step
+mixes link classes; the latency is then the schedule's chain from the same per-step flows (cost.py
+``steps_time_s``), not ``p−1`` times the network α. A one-step collective's chain is its slowest α.
 
 All-to-all moves ``p`` equal blocks of ``⌊n/(4p)⌋·4`` bytes (:func:`a2a_blocks`), as nccl-tests does
 (its count per peer rounds down); when ``n`` is not a multiple of ``4p`` the tail is not sent (the

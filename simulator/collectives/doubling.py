@@ -1,8 +1,12 @@
 """Recursive doubling, binomial trees and Rabenseifner's halving-doubling (Thakur et al. 2005 §4–5).
 
 Virtual index ``v`` = position in the node-by-node order (:attr:`Group.order`), so small distances
-stay inside a node. Every step is a set of pairwise exchanges timed by cost.py's ``step``; with one
-uniform connection of latency α and bandwidth 1/β the closed forms reduce to Thakur's:
+stay inside a node. Every step is a set of pairwise exchanges; a closed form is cost.py's
+``steps_time_s`` of the same per-step flows as the schedule (Σ step bandwidth terms + the latency
+chain), so where a step mixes link classes the latency is the longest chain, not the slowest hop
+per step. With one uniform connection of latency α and bandwidth 1/β the closed forms reduce to
+Thakur's (latency counts below assume every step extends the chain; a binomial tree on a
+non-power-of-two group, or the fold, can have a shorter chain, e.g. p = 5 broadcast: 2α, not 3α):
 
 - recursive doubling all-reduce: ``lg p·(α + nβ) + lg p·nγ``
 - recursive doubling all-gather: ``lg p·α + ((p−1)/p)·nβ`` (power-of-two groups only; MPICH uses

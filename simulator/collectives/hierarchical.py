@@ -10,7 +10,10 @@
 Closed form (network.md, two-level formula, with latencies; ``step_intra(b)`` and ``step_inter(b)``
 are one ring step of every node's / every local position's ring at ``b`` bytes per message):
 
-    T = 3·call + 2(g−1)·step_intra(n/g) + 2(N−1)·step_inter(n/(gN)) + γ·((g−1)/g·n + (N−1)/N·n/g)
+    T = 3·call + 2(g−1)·bw_intra(n/g) + 2(N−1)·bw_inter(n/(gN)) + L + γ·((g−1)/g·n + (N−1)/N·n/g)
+
+with ``L`` the latency chain of those steps (cost.py ``steps_time_s``); every step is uniform and
+every GPU receives in it, so ``L = 2(g−1)·α_intra + 2(N−1)·α_net``.
 
 ≈ ``2((g−1)/g)·n/B_intra + 2((N−1)/N)·(n/g)/B_nic_per_gpu``. It is three library calls, so it pays
 the per-call overhead three times.

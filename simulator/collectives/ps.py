@@ -6,7 +6,9 @@ result is an all-reduce. Two layouts (:func:`ps_time_s`):
 
 - colocated: shard ``s`` lives on a worker (workers spread over the nodes); a worker does not send
   its own shard. Push is one step, pull is one step:
-  ``T = 2·call + step(push) + step(pull) + γ·(p−1)·n/k``. With ``k = p`` every port carries
+  ``T = 2·call + bw(push) + bw(pull) + L + γ·(p−1)·n/k``, ``L`` the latency chain of the two steps
+  (the longest worker → host → worker pair of hops: ``2α_net`` as before as soon as a host has a
+  worker on another node). With ``k = p`` every port carries
   ``(p−1)/p·n`` each way per phase, BytePS's colocated ``2(p−1)n/(pB)`` (network.md) plus 2α.
 - separate servers: ``k`` server machines, each with one NIC like the cluster's; a worker NIC
   shared by ``s`` of the group's GPUs sends ``s·n``, a server receives ``p·n/k``:
