@@ -137,3 +137,24 @@ def test_des_replay_is_deterministic():
     cluster = switched(nodes=4, gpus=4, nics=2, nvs=NVSWITCH)
     schedule = build_schedule(cluster, list(range(16)), Op.ALL_TO_ALL, NBYTES, "direct")
     assert des(cluster, schedule) == des(cluster, schedule)
+
+
+@pytest.mark.parametrize("name", ["ring", "tree", "pairwise", "ps"])
+def test_step_replay_of_a_mixed_class_call_alone_takes_its_compiled_time(name):
+    """replay_work's rule: alone, a call takes exactly its ``time_s``; latency is the chain delay.
+
+    2 nodes × 2 GPUs (NVSwitch α 1 µs, network α 5 µs): the ring's steps mix both classes, so the
+    chain (18 µs for all-reduce) differs from the per-step sum (30 µs); the fused flows carry none.
+    """
+    from simulator.collectives.registry import estimate
+    from simulator.engine.replay_work import CommRunner
+    from simulator.work import CommCall, CommKind
+
+    cluster = switched(nodes=2, gpus=2)
+    group = (0, 1, 2, 3)
+    op = Op.ALL_TO_ALL if name == "pairwise" else Op.ALL_REDUCE
+    compiled = estimate(cluster, list(group), op, NBYTES, name).time_s
+    for time_s in (compiled, compiled + 10e-6):
+        call = CommCall(kind=CommKind.DP, op=op, group=group, nbytes=NBYTES, algorithm=name, time_s=time_s)
+        runner = CommRunner(simpy.Environment(), None, cluster, None, replicas=False)
+        assert runner.alone_s(call) == pytest.approx(time_s, rel=1e-9)
