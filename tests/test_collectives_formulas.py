@@ -39,14 +39,19 @@ def test_rabenseifner_allreduce_thakur():
 
 
 def test_non_power_of_two_allreduce_adds_the_fold_steps():
-    # p = 6: m = 4 survivors; fold there and back: 2(α + nβ) + nγ on top of the p = 4 algorithm.
-    expected = 2 * (1e-6 + N / 100e9) + 2 * (1e-6 + N / 100e9) + GAMMA * 3 * N
+    # p = 6: m = 4 survivors; fold there and back add 2·nβ + nγ of bandwidth to the p = 4 algorithm.
+    # Latency is the longest chain (cost.py): 1→0 (α), 0→2 (2α), 2→5 (3α), 0→1 (3α) … every chain
+    # crosses at most 3 of the 4 steps, since ranks 4 and 5 do not fold: 3α, not 4α.
+    expected = 4 * N / 100e9 + 3e-6 + GAMMA * 3 * N
     assert t("recursive_doubling", Op.ALL_REDUCE, ranks=range(6)) == pytest.approx(expected, rel=1e-9)
 
 
 def test_binomial_broadcast_thakur():
-    # ⌈lg p⌉(α + nβ), p = 5 → 3 steps.
-    assert t("recursive_doubling", Op.BROADCAST, ranks=range(5)) == pytest.approx(3 * (1e-6 + N / 100e9), rel=1e-9)
+    # ⌈lg p⌉·nβ, p = 5 → 3 steps, plus the longest latency chain: 0→1, 1→3 (2α); the last step is
+    # only 0→4, so no chain crosses all three steps: 2α (Thakur's per-step count gives 3α).
+    assert t("recursive_doubling", Op.BROADCAST, ranks=range(5)) == pytest.approx(3 * N / 100e9 + 2e-6, rel=1e-9)
+    # p = 8 (power of two): every step extends the chain, ⌈lg p⌉(α + nβ) exactly.
+    assert t("recursive_doubling", Op.BROADCAST) == pytest.approx(3 * (1e-6 + N / 100e9), rel=1e-9)
 
 
 def test_all_to_all_direct_and_pairwise():

@@ -1,16 +1,20 @@
-"""The cost machinery every collective model shares: a group's layout, the α-β link model, one step's time.
+"""The cost machinery every collective model shares: a group's layout, the α-β link model, a schedule's time.
 
 Model (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 MPICH", IJHPCA 2005, §2): a message of ``b`` bytes over a connection costs ``α + b·β``. We
 evaluate α and β on the group's real placement (:func:`simulator.cluster.topology.path`) and
-run the transfers of one algorithm step concurrently, so
+run the transfers of one algorithm step concurrently. Bandwidth is step-synchronous, latency is
+a chain (:mod:`simulator.collectives.chain`):
 
-    step time = max over the step's transfers f of ( α_f + max over the links r that f crosses of B_r / bw_r )
+    step_bw   = max over the step's transfers f of max over the links r that f crosses of B_r / bw_r
+    T         = Σ_steps step_bw  +  L,   L = the longest chain of α along the transfers (chain.py)
 
 where ``B_r`` is the bytes *all* the step's transfers push through link ``r`` (a GPU port, a NIC,
-a PCIe uplink). On an uncontended placement every ``B_r`` is the transfer's own bytes and the
-formula is Thakur's ``α + b·β`` with the step's slowest connection. A closed form is then a sum of
-such steps, e.g. ring all-reduce on one switched node of ``p`` GPUs: ``2(p−1)·(α + (n/p)/bw)``.
+a PCIe uplink). A pipelined ring's throughput is bounded by its slowest link on every step, but
+latencies add along the path a chunk travels, as NCCL's tuner adds a ring's hop latencies
+(tuning.cc: ``(nsteps − nInter)·intraLat + nInter·interLat``). When every step's transfers share one
+α and every rank receives in every step, ``L = steps·α`` and T is Thakur's sum of ``α + b·β`` steps,
+e.g. ring all-reduce on one switched node of ``p`` GPUs: ``2(p−1)·(α + (n/p)/bw)``.
 
 Protocols: with a protocol (an NCCL profile) α of a connection is ``protocol.hop_latency_us`` of its
 link class instead of the links' own ``latency_us``, every bandwidth is scaled by
@@ -34,6 +38,7 @@ import numpy as np
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.cluster.topology import Hop, Path, path
+from simulator.collectives.chain import Edge, PipelineChain, chain_latency_s
 from simulator.errors import SpecError
 
 PIPELINE_CHUNKS = tuple(2**i for i in range(11))
@@ -193,8 +198,8 @@ class Env:
             return reduce_s
         return max(0.0, reduce_s - reduce_bytes / self.cluster.node.intra_link.bw_Bps)
 
-    def step_time_s(self, flows: list[Flow]) -> float:
-        """One step: max over flows of (α + max over its links of bytes through the link / bw)."""
+    def step_bw_s(self, flows: list[Flow]) -> float:
+        """One step's bandwidth term: max over flows of max over its links of (step's bytes through the link / bw)."""
         flows = [f for f in flows if f.nbytes > 0]
         if not flows:
             return 0.0
@@ -203,8 +208,28 @@ class Env:
         for f, p in zip(flows, paths):
             for hop in p.hops:
                 load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
-        return max(self.latency_s(p) + max(load[h.resource] / self.bw_Bps(h) for h in p.hops)
-                   for p in paths)
+        return max(max(load[h.resource] / self.bw_Bps(h) for h in p.hops) for p in paths)
+
+    def edges(self, flows: list[Flow]) -> list[Edge]:
+        """``(src, dst, α)`` of each non-empty flow (chain.py's input)."""
+        return [(f.src, f.dst, self.latency_s(self.path(f.src, f.dst, f.nic))) for f in flows if f.nbytes > 0]
+
+    def chain_latency_s(self, steps_of_flows: list[list[Flow]]) -> float:
+        """Longest latency chain through the steps (:func:`simulator.collectives.chain.chain_latency_s`)."""
+        memo: dict[int, list[Edge]] = {}
+        for s in steps_of_flows:
+            if id(s) not in memo:
+                memo[id(s)] = self.edges(s)
+        return chain_latency_s(memo[id(s)] for s in steps_of_flows)
+
+    def steps_time_s(self, steps_of_flows: list[list[Flow]]) -> float:
+        """A schedule's communication time: ``Σ step_bw_s + chain_latency_s`` (module docstring)."""
+        memo: dict[int, float] = {}
+        for s in steps_of_flows:
+            if id(s) not in memo:
+                memo[id(s)] = self.step_bw_s(s)
+        bw = sum(memo[id(s)] for s in steps_of_flows)
+        return bw + self.chain_latency_s(steps_of_flows)
 
     def pipeline_time_s(self, levels: list[list[Flow]], chunks: int, chunk_bytes: float) -> float:
         """A pipeline: chunk ``j`` crosses level ``ℓ`` at step ``j + ℓ`` (``chunks + L − 1`` steps).
@@ -218,18 +243,21 @@ class Env:
     def best_pipeline(self, levels: list[list[Flow]], bytes_per_channel: float) -> tuple[float, int]:
         """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks)."""
         pipe = _Pipeline(self, levels)
-        return min((pipe.time_s(k, bytes_per_channel / k), k) for k in PIPELINE_CHUNKS)
+        chains = pipe.chain.many(PIPELINE_CHUNKS)
+        return min((pipe.bw_s(k, bytes_per_channel / k) + chains[k], k) for k in PIPELINE_CHUNKS)
 
 
 class _Pipeline:
     """The levels of a pipeline as arrays, so each step's cost is a few vector operations.
 
-    ``cost(lo, hi)`` is :meth:`Env.step_time_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
-    unit: ``max_f (α_f + b · max over f's links r of load_r / bw_r)`` with ``load_r`` in units.
+    ``cost(lo, hi)`` is :meth:`Env.step_bw_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
+    unit: ``max_f b · max over f's links r of load_r / bw_r`` with ``load_r`` in units; the latency
+    is the schedule's chain (:class:`simulator.collectives.chain.PipelineChain`).
     """
 
     def __init__(self, env: Env, levels: list[list[Flow]]):
         flows = [f for lvl in levels for f in lvl]
+        lvl_of = [k for k, lvl in enumerate(levels) for _ in lvl]
         paths = [env.path(f.src, f.dst, f.nic) for f in flows]
         ids: dict[tuple, int] = {}
         width = max((len(p.hops) for p in paths), default=1)
@@ -241,25 +269,31 @@ class _Pipeline:
                 self.inv_bw[i, j] = 1.0 / env.bw_Bps(hop)
         self.n_res = len(ids) + 1
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
-        self.alpha = np.array([env.latency_s(p) for p in paths])
+        alpha = [env.latency_s(p) for p in paths]
+        self.chain = PipelineChain([[(f.src, f.dst, alpha[i]) for i, f in enumerate(flows) if lvl_of[i] == k]
+                                    for k in range(len(levels))])
         self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
         self.depth = len(levels)
-        self._profiles: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._profiles: dict[tuple[int, int], float] = {}
 
-    def _profile(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    def _profile(self, lo: int, hi: int) -> float:
         if (lo, hi) not in self._profiles:
             sel = (self.level >= lo) & (self.level <= hi)
             res, inv_bw = self.res[sel], self.inv_bw[sel]
             load = np.bincount(res.ravel(), weights=np.repeat(self.weight[sel], res.shape[1]),
                                minlength=self.n_res)
-            self._profiles[(lo, hi)] = (self.alpha[sel], (load[res] * inv_bw).max(axis=1))
+            unit = (load[res] * inv_bw).max(axis=1)
+            self._profiles[(lo, hi)] = float(unit.max()) if unit.size else 0.0
         return self._profiles[(lo, hi)]
 
     def cost(self, lo: int, hi: int, chunk_bytes: float) -> float:
-        alpha, unit = self._profile(lo, hi)
-        return float(np.max(alpha + chunk_bytes * unit)) if alpha.size else 0.0
+        return chunk_bytes * self._profile(lo, hi)
 
     def time_s(self, chunks: int, b: float) -> float:
+        """Σ step bandwidth terms + the schedule's latency chain."""
+        return self.bw_s(chunks, b) + self.chain.of(chunks)
+
+    def bw_s(self, chunks: int, b: float) -> float:
         depth = self.depth
         if depth == 0:
             return 0.0

@@ -14,7 +14,9 @@ carrying all of its rank's messages, the closed forms are one step each:
 - send/recv: group index 0 to 1: ``α + n/B``
 
 Pairwise exchange all-to-all (Thakur et al. 2005 §5): ``p−1`` steps, at step ``s`` position ``i``
-sends to position ``i+s``: ``(p−1)·(α + (n/p)/B)`` ≈ Thakur's ``(p−1)α + nβ``.
+sends to position ``i+s``: ``(p−1)·(α + (n/p)/B)`` ≈ Thakur's ``(p−1)α + nβ``. Across nodes a step
+mixes link classes; the latency is then the schedule's chain from the same per-step flows (cost.py
+``steps_time_s``), not ``p−1`` times the network α. A one-step collective's chain is its slowest α.
 
 All-to-all moves ``p`` equal blocks of ``⌊n/(4p)⌋·4`` bytes (:func:`a2a_blocks`), as nccl-tests does
 (its count per peer rounds down); when ``n`` is not a multiple of ``4p`` the tail is not sent (the
@@ -57,7 +59,7 @@ class Direct(Algorithm):
         per = nbytes / group.p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
         if op is Op.ALL_TO_ALL:
             per = a2a_blocks(nbytes, group.p)[0][1]
-        return env.step_time_s([Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)])
+        return env.steps_time_s([[Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)]])
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         p = group.p
@@ -92,8 +94,8 @@ class Pairwise(Algorithm):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, order = group.p, group.order
         block = a2a_blocks(nbytes, p)[0][1]
-        return sum(env.step_time_s([Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
-                                    for v in range(p)]) for s in range(1, p))
+        return env.steps_time_s([[Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
+                                  for v in range(p)] for s in range(1, p)])
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         p, order = group.p, group.order

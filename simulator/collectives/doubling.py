@@ -1,8 +1,12 @@
 """Recursive doubling, binomial trees and Rabenseifner's halving-doubling (Thakur et al. 2005 §4–5).
 
 Virtual index ``v`` = position in the node-by-node order (:attr:`Group.order`), so small distances
-stay inside a node. Every step is a set of pairwise exchanges timed by cost.py's ``step``; with one
-uniform connection of latency α and bandwidth 1/β the closed forms reduce to Thakur's:
+stay inside a node. Every step is a set of pairwise exchanges; a closed form is cost.py's
+``steps_time_s`` of the same per-step flows as the schedule (Σ step bandwidth terms + the latency
+chain), so where a step mixes link classes the latency is the longest chain, not the slowest hop
+per step. With one uniform connection of latency α and bandwidth 1/β the closed forms reduce to
+Thakur's (latency counts below assume every step extends the chain; a binomial tree on a
+non-power-of-two group, or the fold, can have a shorter chain, e.g. p = 5 broadcast: 2α, not 3α):
 
 - recursive doubling all-reduce: ``lg p·(α + nβ) + lg p·nγ``
 - recursive doubling all-gather: ``lg p·α + ((p−1)/p)·nβ`` (power-of-two groups only; MPICH uses
@@ -67,13 +71,14 @@ class _Pairwise(Algorithm):
         return [Flow(group.ranks[vmap[a]], group.ranks[vmap[b]], nbytes) for a, b in pairs]
 
     @staticmethod
-    def _fold_time(env: Env, group: Group, nbytes: int) -> float:
+    def _folded(group: Group, nbytes: int, middle: list[list[Flow]]) -> list[list[Flow]]:
+        """The steps of a non-power-of-two group: fold in, ``middle``, unfold (just ``middle`` if none)."""
         _, pairs = fold(group.p)
         if not pairs:
-            return 0.0
-        there = env.step_time_s(_Pairwise._flows(group, list(group.order), pairs, nbytes))
-        back = env.step_time_s(_Pairwise._flows(group, list(group.order), [(b, a) for a, b in pairs], nbytes))
-        return there + back
+            return middle
+        there = _Pairwise._flows(group, list(group.order), pairs, nbytes)
+        back = _Pairwise._flows(group, list(group.order), [(b, a) for a, b in pairs], nbytes)
+        return [there] + middle + [back]
 
 
 def _block_transfers(step, src, dst, slice_ids, slices, reduce):
@@ -95,17 +100,16 @@ class RecursiveDoubling(_Pairwise):
         p = group.p
         if op in (Op.BROADCAST, Op.REDUCE):
             vmap = _rotated(group, root)
-            return sum(env.step_time_s(self._flows(group, vmap, s, nbytes)) for s in _binomial(p, op is Op.REDUCE))
+            return env.steps_time_s([self._flows(group, vmap, s, nbytes) for s in _binomial(p, op is Op.REDUCE)])
         if op is Op.ALL_GATHER:
             vmap = list(group.order)
-            return sum(env.step_time_s(self._flows(group, vmap, [(v, v ^ d) for v in range(p)], d * nbytes / p))
-                       for d in _pair_steps(p, halving=False))
+            return env.steps_time_s([self._flows(group, vmap, [(v, v ^ d) for v in range(p)], d * nbytes / p)
+                                     for d in _pair_steps(p, halving=False)])
         survivors, _ = fold(p)
         vmap = [group.order[v] for v in survivors]
         m = len(survivors)
-        return self._fold_time(env, group, nbytes) + sum(
-            env.step_time_s(self._flows(group, vmap, [(u, u ^ d) for u in range(m)], nbytes))
-            for d in _pair_steps(m, halving=False))
+        return env.steps_time_s(self._folded(group, nbytes, [
+            self._flows(group, vmap, [(u, u ^ d) for u in range(m)], nbytes) for d in _pair_steps(m, halving=False)]))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op is Op.REDUCE:
@@ -161,11 +165,11 @@ class HalvingDoubling(_Pairwise):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         vmap, _, _ = self._layout(group, op, nbytes)
         m = len(vmap)
-        halves = sum(env.step_time_s(self._flows(group, vmap, [(u, u ^ d) for u in range(m)], d * nbytes / m))
-                     for d in _pair_steps(m, halving=True))
+        halves = [self._flows(group, vmap, [(u, u ^ d) for u in range(m)], d * nbytes / m)
+                  for d in _pair_steps(m, halving=True)]
         if op is Op.REDUCE_SCATTER:
-            return halves
-        return self._fold_time(env, group, nbytes) + 2 * halves
+            return env.steps_time_s(halves)
+        return env.steps_time_s(self._folded(group, nbytes, halves + halves[::-1]))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op is Op.REDUCE_SCATTER:

@@ -10,7 +10,10 @@
 Closed form (network.md, two-level formula, with latencies; ``step_intra(b)`` and ``step_inter(b)``
 are one ring step of every node's / every local position's ring at ``b`` bytes per message):
 
-    T = 3·call + 2(g−1)·step_intra(n/g) + 2(N−1)·step_inter(n/(gN)) + γ·((g−1)/g·n + (N−1)/N·n/g)
+    T = 3·call + 2(g−1)·bw_intra(n/g) + 2(N−1)·bw_inter(n/(gN)) + L + γ·((g−1)/g·n + (N−1)/N·n/g)
+
+with ``L`` the latency chain of those steps (cost.py ``steps_time_s``); every step is uniform and
+every GPU receives in it, so ``L = 2(g−1)·α_intra + 2(N−1)·α_net``.
 
 ≈ ``2((g−1)/g)·n/B_intra + 2((N−1)/N)·(n/g)/B_nic_per_gpu``. It is three library calls, so it pays
 the per-call overhead three times.
@@ -56,7 +59,7 @@ class Hierarchical(Algorithm):
         intra = [Flow(ranks[x[i]], ranks[x[(i + 1) % g]], nbytes / g) for x in nodes for i in range(g)] if g > 1 else []
         inter = [Flow(ranks[nodes[k][l]], ranks[nodes[(k + 1) % n_nodes][l]], nbytes / (g * n_nodes))
                  for l in range(g) for k in range(n_nodes)]
-        return 2 * (g - 1) * env.step_time_s(intra) + 2 * (n_nodes - 1) * env.step_time_s(inter)
+        return env.steps_time_s([intra] * (g - 1) + [inter] * (2 * (n_nodes - 1)) + [intra] * (g - 1))
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         g, n_nodes = len(group.nodes[0]), len(group.nodes)

@@ -6,7 +6,9 @@ result is an all-reduce. Two layouts (:func:`ps_time_s`):
 
 - colocated: shard ``s`` lives on a worker (workers spread over the nodes); a worker does not send
   its own shard. Push is one step, pull is one step:
-  ``T = 2·call + step(push) + step(pull) + γ·(p−1)·n/k``. With ``k = p`` every port carries
+  ``T = 2·call + bw(push) + bw(pull) + L + γ·(p−1)·n/k``, ``L`` the latency chain of the two steps
+  (the longest worker → host → worker pair of hops: ``2α_net`` as before as soon as a host has a
+  worker on another node). With ``k = p`` every port carries
   ``(p−1)/p·n`` each way per phase, BytePS's colocated ``2(p−1)n/(pB)`` (network.md) plus 2α.
 - separate servers: ``k`` server machines, each with one NIC like the cluster's; a worker NIC
   shared by ``s`` of the group's GPUs sends ``s·n``, a server receives ``p·n/k``:
@@ -58,7 +60,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
     if colocated:
         push, pull = _push_pull(group, servers, nbytes)
         gamma = env.gamma_s((group.p - 1) * nbytes / servers)
-        return overhead + env.step_time_s(push) + env.step_time_s(pull) + gamma
+        return overhead + env.steps_time_s([push, pull]) + gamma
     if cluster.network is None:
         raise SpecError("inter_node", "separate parameter servers sit on the network; the cluster has no "
                         "inter_node section (add one, or use colocated servers)")
@@ -84,7 +86,7 @@ class ParameterServer(Algorithm):
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         push, pull = _push_pull(group, group.p, nbytes)
-        return env.step_time_s(push) + env.step_time_s(pull)
+        return env.steps_time_s([push, pull])
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         return (group.p - 1) * nbytes / group.p

@@ -1,8 +1,11 @@
-"""Time a schedule on the topology, step by step (bulk-synchronous), with the closed forms' extras.
+"""Time a schedule on the topology, step by step, with the closed forms' extras.
 
     T = calls·call_overhead + Σ_steps max over the step's transfers t of
-            ( α_t + max over the links r of t's path of (bytes of the whole step through r) / bw_r )
-        + γ·schedule.reduce_bytes_per_rank
+            max over the links r of t's path of (bytes of the whole step through r) / bw_r
+        + L + γ·schedule.reduce_bytes_per_rank
+
+``L`` is the longest latency chain through the schedule (:mod:`simulator.collectives.chain`:
+``A'[dst] = max(A'[dst], A[src] + α_t)`` step by step, the largest arrival at the end).
 
 α, bandwidths and the per-call overhead follow cost.py (the protocol's table, or the links' own).
 On an uncontended placement with slice sizes that divide evenly this equals the algorithm's closed
@@ -27,13 +30,12 @@ from simulator.errors import SpecError
 
 
 def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | None = None) -> float:
-    """Bulk-synchronous time of ``schedule`` on ``cluster`` under ``protocol`` (None: links' own numbers)."""
+    """Time of ``schedule`` (step bandwidth terms + latency chain) on ``cluster`` under ``protocol`` (None: links' own numbers)."""
     if protocol is not None and protocol not in cluster.comm.protocols:
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
     env = Env(cluster, protocol, family=algorithm.family)
     ranks = schedule.ranks
-    total = env.overhead_s(algorithm.family, algorithm.calls)
-    for step in schedule.steps():
-        total += env.step_time_s([Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step])
-    return total + env.gamma_s(schedule.reduce_bytes_per_rank)
+    steps = [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
+    return env.overhead_s(algorithm.family, algorithm.calls) + env.steps_time_s(steps) + \
+        env.gamma_s(schedule.reduce_bytes_per_rank)

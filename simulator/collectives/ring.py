@@ -5,28 +5,34 @@ once. ``C`` = :attr:`Group.channels` rings run side by side, each on ``1/C`` of 
 ring leaves a node, channel ``c`` uses the node's ``c``-th NIC, so the inter-node part reaches
 ``C × NIC bandwidth`` while the GPU ports inside a node carry all ``C`` channels.
 
-Closed forms, with ``step(b)`` one ring step of ``b`` bytes per channel on every ring edge
-(cost.py: α of the slowest connection + the most loaded link's bytes / bandwidth):
+Closed forms, with ``bw(b)`` one ring step's bandwidth term at ``b`` bytes per channel on every
+ring edge (cost.py: the most loaded link's bytes / bandwidth) and ``chain(m)`` the ring's latency
+chain over ``m`` steps: the largest sum of α over ``m`` cyclically consecutive ring edges (every
+position receives on every step; an edge's α is the largest over channels; chain.py ``ring_chain_s``,
+O(p)):
 
-- reduce-scatter, all-gather: ``(p−1)·step(n/(pC))``  (Thakur: ``(p−1)α + ((p−1)/p)·nβ``)
-- all-reduce = reduce-scatter + all-gather: ``2(p−1)·step(n/(pC)) + γ·((p−1)/p)·n``
+- reduce-scatter, all-gather: ``(p−1)·bw(n/(pC)) + chain(p−1)``  (Thakur: ``(p−1)α + ((p−1)/p)·nβ``)
+- all-reduce = reduce-scatter + all-gather: ``2(p−1)·bw(n/(pC)) + chain(2(p−1)) + γ·((p−1)/p)·n``
   On one switched node with link bandwidth B and latency α: ``2(p−1)·(α + (n/p)/B) + γ-term``.
+  Across N nodes the ring has N network edges; ``2(p−1)`` consecutive edges are the whole ring
+  plus ``p−2`` more, so ``chain(2(p−1))`` holds ``2N`` network edges with 3 or more GPUs per node
+  (``2N−1`` with 2), e.g. 32 H100 ranks on 4 nodes, LL:
+  ``6.6 + 54·0.6 + 8·2.7 = 60.6 µs`` (NCCL's tuner: ``nInter = 2(N−1)``, 56.4 µs).
 - broadcast / reduce: a pipelined chain from (to) the root along the ring order; each channel's
   share is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS`` on the links' own
   numbers), chunk ``j`` crosses edge ``e`` at step ``j+e``:
-  ``Σ_{s<k+p−2} step(active edges, n/(Ck))`` ≈ ``(k+p−2)·(α + n/(Ck)·β)``.
+  ``Σ_{s<k+p−2} bw(active edges, n/(Ck)) + Σ_edges α_e`` ≈ ``(k+p−2)·n/(Ck)·β + (p−1)·α``: a line
+  has no cycle, so its latency chain is one pass down the line whatever ``k`` (chain.py
+  ``PipelineChain``). Nothing then charges a chunk for being a chunk, so the fastest count is
+  the largest of ``PIPELINE_CHUNKS`` (1024; an assumption: no per-chunk overhead is modelled).
   Reduce adds ``γ·n`` (every rank on the chain adds the incoming partial sum once).
-
-NCCL's own tuner charges a ring's latency as the sum of its hop latencies (``tuning.cc``), which is
-what a dependency-driven replay gives; this bulk-synchronous model charges every step its slowest
-hop, so a ring spanning nodes pays the network hop latency on every step (pessimistic at small
-sizes; bandwidth terms agree).
 """
 
 from __future__ import annotations
 
 from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
+from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env, Flow, Group
 
 
@@ -40,6 +46,14 @@ def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
     return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
                  _nic(group, pos[i], pos[(i + 1) % p], c))
             for c in range(group.channels) for i in range(p)]
+
+
+def ring_edge_alphas(env: Env, flows: list[Flow], p: int) -> list[float]:
+    """α of each ring edge (position i → i+1), the largest over channels; empty if no bytes move."""
+    edges = env.edges(flows)
+    if not edges:
+        return []
+    return [max(edges[c * p + i][2] for c in range(len(edges) // p)) for i in range(p)]
 
 
 def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -> list[Transfer]:
@@ -97,7 +111,8 @@ class Ring(Algorithm):
         if op in (Op.BROADCAST, Op.REDUCE):
             return env.best_pipeline(_chain_levels(group, op, root), nbytes / channels)[0]
         steps = 2 * (p - 1) if op is Op.ALL_REDUCE else p - 1
-        return steps * env.step_time_s(ring_flows(group, nbytes / (p * channels)))
+        flows = ring_flows(group, nbytes / (p * channels))
+        return steps * env.step_bw_s(flows) + ring_chain_s(ring_edge_alphas(env, flows, p), steps)
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER):

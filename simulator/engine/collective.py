@@ -7,8 +7,11 @@ analytical replay (:func:`simulator.collectives.replay.schedule_time_s`, through
 
 - the library's per-call overhead (``calls × base_latency_us[family]`` under a protocol, else
   ``comm.call_latency_us``) before the first step;
-- per transfer: α = the protocol's per-hop latency of the path's link class (else the links' own
-  ``path.latency_s``), then its bytes over the path's links, shared max-min fairly with every other
+- the schedule's latency chain ``L`` (:meth:`simulator.collectives.cost.Env.chain_latency_s`: the
+  longest sum of per-hop α along the transfers a message follows, α = the protocol's per-hop
+  latency of the path's link class, else the links' own ``path.latency_s``) as one delay after the
+  overhead; the transfers themselves carry no latency;
+- per step, every transfer's bytes over its path's links, shared max-min fairly with every other
   flow in the network (:mod:`simulator.engine.network`);
 - a protocol's ``bw_factor`` ``f`` (LL: half of each line is flags) as wire bytes: a transfer of ``b``
   bytes puts ``b / f`` bytes on its links at their full rate, so alone it takes ``b / (f·bw)``, the
@@ -16,8 +19,9 @@ analytical replay (:func:`simulator.collectives.replay.schedule_time_s`, through
 - the reduction (γ) term ``3·reduce_bytes_per_rank / hbm_bw`` after the last step, as the replay adds it.
 
 Where nothing else shares the links, a flow alone on its resources runs at its bottleneck and the
-step time is the replay's ``max(α + bytes/bw)``; the DES differs only where flows contend: within
-a step (with unequal latencies or partly shared paths) or with other traffic in the network.
+step time is the replay's bandwidth term ``max(bytes/bw)``, so the whole call is the replay's
+``overhead + L + Σ step_bw + γ``; the DES differs only where flows contend: within a step (partly
+shared paths) or with other traffic in the network. Latency is not contended (a delay, not a flow).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import simpy
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Op, Schedule
-from simulator.collectives.cost import Env
+from simulator.collectives.cost import Env, Flow
 from simulator.collectives.registry import build_schedule, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.errors import SpecError
@@ -47,27 +51,22 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
     costs = Env(cluster, protocol, paths, family=algorithm.family)
     overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
     gamma_s = costs.gamma_s(schedule.reduce_bytes_per_rank)
+    ranks = schedule.ranks
+    chain_s = costs.chain_latency_s([[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step]
+                                     for step in schedule.steps()])
     wire = 1.0 / costs.bw_ratio
-    return env.process(_replay(env, net, costs, schedule, overhead_s, gamma_s, wire))
+    return env.process(_replay(env, net, costs, schedule, overhead_s + chain_s, gamma_s, wire))
 
 
 def _replay(env: simpy.Environment, net: FlowNetwork, costs: Env, schedule: Schedule,
-            overhead_s: float, gamma_s: float, wire: float):
+            pre_s: float, gamma_s: float, wire: float):
     start = env.now
-    if overhead_s > 0:
-        yield env.timeout(overhead_s)
+    if pre_s > 0:  # per-call overhead + the latency chain
+        yield env.timeout(pre_s)
     ranks = schedule.ranks
-    latency: dict[int, float] = {}
     for step in schedule.steps():
-        items = []
-        for t in step:
-            if t.nbytes <= 0:
-                continue  # the replay skips empty transfers: no latency either
-            path = costs.path(ranks[t.src], ranks[t.dst], t.nic)
-            alpha = latency.get(id(path))
-            if alpha is None:
-                alpha = latency[id(path)] = costs.latency_s(path)
-            items.append((path, t.nbytes * wire, alpha))
+        items = [(costs.path(ranks[t.src], ranks[t.dst], t.nic), t.nbytes * wire, 0.0)
+                 for t in step if t.nbytes > 0]  # the replay skips empty transfers
         if items:
             yield net.transfer_all(items)
     if gamma_s > 0:

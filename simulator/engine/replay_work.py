@@ -5,8 +5,9 @@ many identical groups run it at the same moment. :class:`CommRunner` turns a cal
 
 - **Network replay.** The algorithm's schedule (:func:`~simulator.collectives.registry.build_schedule`)
   runs on the :class:`~simulator.engine.network.FlowNetwork` with the costs of
-  :mod:`simulator.engine.collective` (per-call overhead, per-hop α of the protocol the registry picks,
-  wire bytes ``b / bw_factor``, γ after the last step). Pipeline p2p (``SEND_RECV`` / ``p2p``) is one
+  :mod:`simulator.engine.collective` (per-call overhead and the schedule's latency chain as one
+  delay, with the per-hop α of the protocol the registry picks; flows without latency, wire bytes
+  ``b / bw_factor``; γ after the last step). Pipeline p2p (``SEND_RECV`` / ``p2p``) is one
   flow. Host copies (``pcie``), input reads, zero-byte calls and algorithms whose schedule is not
   their timing model (NVLS in-switch reduction) are timed delays of their ``time_s``.
 - **Calibration to the cost model.** A call's uncontended time in the DES is exactly its
@@ -14,8 +15,8 @@ many identical groups run it at the same moment. :class:`CommRunner` turns a cal
   replay (:func:`~simulator.collectives.replay.schedule_time_s`), when positive, is added as a fixed
   delay before the first transfer. Contention can then only add to ``time_s``.
 - **Step fusion (shortcut 1).** Consecutive steps whose transfers join the same (src, dst, NIC)
-  pairs (a ring's 2(p−1) steps) become one step whose flows carry the summed bytes and the summed
-  latency. Alone, ``Σ(α + b/bw) = kα + Σb/bw``: the same time. Under contention that stays constant
+  pairs (a ring's 2(p−1) steps) become one step whose flows carry the summed bytes (latency is the
+  chain delay, not the flows'). Alone, ``Σ_k b_k/bw``: the same time. Under contention that stays constant
   it is the same as long as one flow is the slowest of every step; it drops the per-step barrier,
   so it can only be optimistic. It turns a 16-rank ring from 30 settles into 1.
 - **Replicas that matter (shortcut 2).** Replica groups (the same call on other dp / tp indices,
@@ -38,7 +39,7 @@ import simpy
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.collectives.cost import Env
+from simulator.collectives.cost import Env, Flow
 from simulator.collectives.registry import algorithm_names, build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine.network import FlowNetwork
@@ -142,18 +143,15 @@ class CommRunner:
             if not pairs:
                 continue
             shape = tuple(p[:3] for p in pairs)
-            if self.fuse and shape == last:  # fuse: same flows again, add bytes and latency
-                steps[-1] = [(path, b + n * wire, a + costs.latency_s(path))
-                             for (path, b, a), (_, _, _, n) in zip(steps[-1], pairs)]
+            if self.fuse and shape == last:  # fuse: same flows again, add bytes
+                steps[-1] = [(path, b + n * wire, 0.0) for (path, b, _), (_, _, _, n) in zip(steps[-1], pairs)]
             else:
-                items = []
-                for src, dst, nic, n in pairs:
-                    path = costs.path(src, dst, nic)
-                    items.append((path, n * wire, costs.latency_s(path)))
-                steps.append(items)
+                steps.append([(costs.path(src, dst, nic), n * wire, 0.0) for src, dst, nic, n in pairs])
                 last = shape
         replay_s = schedule_time_s(cluster, schedule, protocol)
-        pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s)
+        chain_s = costs.chain_latency_s([[Flow(group[t.src], group[t.dst], t.nbytes, t.nic) for t in step]
+                                         for step in schedule.steps()])
+        pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
         return _Plan(pre_s, steps, costs.gamma_s(schedule.reduce_bytes_per_rank))
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
