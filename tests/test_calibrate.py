@@ -152,3 +152,18 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert cluster.name.endswith("-calibrated")
     assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
     assert cluster.node.intra_link.bw_GBps > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nproc", "1"], "nproc: a collective needs at least 2 processes"),
+    (["--nproc", "2", "--algorithms", "bogus"], "unknown algorithm 'bogus'"),
+    (["--nproc", "3", "--op", "reduce-scatter", "--algorithms", "halving_doubling"], "does not implement"),
+])
+def test_cli_bad_input_is_one_line_before_anything_runs(capfd, tmp_path, argv, message):
+    from trainplan.__main__ import main
+
+    code = main(["calibrate", "--out", str(tmp_path / "c.yaml"), *argv])
+    err = capfd.readouterr().err
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "c.yaml").exists()

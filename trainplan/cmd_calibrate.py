@@ -41,8 +41,8 @@ def run(args) -> int:
     from simulator.errors import SpecError
     from simulator.units import parse_size_range
 
-    if args.nproc < 1:
-        raise SpecError("nproc", f"must be a positive integer, got {args.nproc}")
+    if args.nproc < 2:
+        raise SpecError("nproc", f"a collective needs at least 2 processes, got {args.nproc}")
     if args.repeats < 1 or args.warmup < 0:
         raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
     check_backend(args.backend)
@@ -54,6 +54,7 @@ def run(args) -> int:
     if not algorithms:
         raise SpecError("algorithms", "give at least one algorithm, e.g. ring,tree")
     base = load_cluster(args.cluster)
+    _check_algorithms(algorithms, op, base, args.nproc)
     print(f"calibrate: {op.value} with {', '.join(algorithms)} on {args.nproc} {args.backend} processes, "
           f"{len(sizes)} sizes, {args.warmup} warm-up + {args.repeats} timed calls each", file=sys.stderr)
     cluster, fit = calibrate(nproc=args.nproc, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,
@@ -91,3 +92,19 @@ def _print_table(fit) -> None:
     lo, hi = fit.abs_error_spread_pct
     print(f"\nmedian absolute error {fit.median_abs_error_pct:.1f} % (range {lo:.1f}..{hi:.1f} %) "
           f"over {len(fit.rows)} points")
+
+
+def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
+    """Every name must be a registered algorithm that implements ``op`` on ``nproc`` local ranks."""
+    from executor.collective_bench import local_cluster
+    from simulator.collectives.registry import algorithm_names, supports
+    from simulator.errors import SpecError
+
+    cluster, ranks = local_cluster(nproc, base), list(range(nproc))
+    for name in algorithms:
+        if name not in algorithm_names():
+            raise SpecError("algorithms", f"unknown algorithm {name!r}; known: {', '.join(algorithm_names())}")
+        if not supports(name, op, cluster, ranks):
+            able = [a for a in algorithm_names() if supports(a, op, cluster, ranks)]
+            raise SpecError("algorithms", f"{name} does not implement {op.value} on {nproc} ranks; use one of: "
+                                          f"{', '.join(able)}")
