@@ -22,7 +22,7 @@ reuse the compiled structures. The cost per candidate is measured by ``benchmark
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,8 @@ from simulator.compile.offload_part import data_s
 from simulator.errors import SpecError
 from simulator.results import Category
 from simulator.schedules import ScheduleKind
-from simulator.strategy import ParamServerSync, Strategy, build_layout
+from simulator.strategy import AllReduceSync, ParamServerSync, Role, Strategy, build_layout
+from simulator.strategy.fields import declared
 from simulator.workload import TransformerSpec
 
 _FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
@@ -46,21 +47,18 @@ _PER, _IPP, _SCHED, _WORLD, _MODEL, _HW = range(6)
 code, GPUs in the step, model and hardware FLOPs per token (per sample for layer lists)."""
 
 
-_KEY_FIELDS = ("micro_batch", "dp", "tp", "pp", "placement", "schedule", "virtual_stages", "layer_split",
-               "sequence_parallel", "zero", "offload", "recompute", "attention", "dp_sync")
-"""Strategy fields that decide the structure (:func:`_key`); a new Strategy field must join these or
-:data:`_NOT_KEY_FIELDS` (a test checks)."""
-_NOT_KEY_FIELDS = ("global_batch", "input", "stragglers", "failures", "profile")
-"""Fields read per candidate (batch, input) or not used by the closed form."""
+_KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE)
+"""Strategy fields that decide the compiled structure (:func:`_key`): those declared with
+:data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration."""
+_SYNC_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (AllReduceSync, ParamServerSync)}
 
 
 def _key(s: Strategy) -> tuple:
-    """The :data:`_KEY_FIELDS` as plain values (enum members by value, the dp_sync by its type and
-    field values), so hashing it runs no Python-level ``__hash__`` but the one enum inside dp_sync."""
+    """The :data:`_KEY_FIELDS` of ``s``, the gradient sync expanded into its type and field values.
+    Enum members hash by identity (cheap), so no value look-ups are needed."""
     d = s.dp_sync
-    return (s.micro_batch, s.dp, s.tp, s.pp, s.placement._value_, s.schedule._value_, s.virtual_stages,
-            s.layer_split, s.sequence_parallel, s.zero._value_, s.offload._value_, s.recompute._value_,
-            s.attention._value_, type(d), *d.__dict__.values())
+    return (*(getattr(s, name) for name in _KEY_FIELDS if name != "dp_sync"), type(d),
+            *(getattr(d, name) for name in _SYNC_FIELDS[type(d)]))
 
 
 def _world(cluster: Cluster, s: Strategy) -> int:

@@ -15,9 +15,8 @@ from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.flat import strategy_from_flat_with_profile
 from simulator.strategy.spec import PlacementOrder, Strategy, ZeroStage
-from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind, ParamServerMode
-
-MiB = 1024 * 1024
+from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm, DpSyncKind, ParamServerMode
+from simulator.units import MiB
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("ddp", "PyTorch DDP", "DistributedDataParallel: bucketed all-reduce overlapped with backward", {
         "dp_sync": Default(DpSyncKind.ALL_REDUCE, _DDP_DOC),
         "allreduce_algorithm": Default(AllReduceAlgorithm.AUTO, _NCCL_AUTO),
-        "bucket_bytes": Default(25 * MiB, _DDP_DOC + "; MB means MiB in torch (bucket_cap_mb·1024·1024)"),
+        "bucket_bytes": Default(DDP_BUCKET_CAP_BYTES, _DDP_DOC + "; MB means MiB in torch (bucket_cap_mb·1024·1024)"),
         "overlap_grad_reduce": Default(True, "Li et al. VLDB 2020 §3.2.3: a bucket's all-reduce is launched from "
                                        "autograd hooks as soon as it is full"),
         "zero": Default(ZeroStage.ZERO0, "DDP replicates parameters, gradients and optimizer state"),

@@ -16,6 +16,8 @@ from simulator.errors import SpecError
 
 GB = 1e9
 """Bytes in a decimal gigabyte (bandwidth and datasheet memory sizes)."""
+MiB = 1024**2
+"""Bytes in a mebibyte (torch's ``bucket_cap_mb`` counts these)."""
 GiB = 1024**3
 US = 1e-6
 """Seconds in a microsecond."""

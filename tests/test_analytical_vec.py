@@ -12,8 +12,9 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, InputPipeline, Offload,
-                                ParamServerSync, Recompute, ScheduleKind, Strategy, ZeroStage)
+from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, InputPipeline, Offload,
+                                ParamServerSync, PlacementOrder, Recompute, Role, ScheduleKind, Strategy,
+                                StragglerModel, ZeroStage)
 from simulator.workload import get_preset
 
 
@@ -102,13 +103,31 @@ def test_non_strategy_and_interleaved_batch_are_marked(setup):
         estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter])
 
 
-def test_every_strategy_field_is_in_the_structure_key_or_read_per_candidate():
-    """A new Strategy field left out of both lists could let two different strategies share one
-    compiled structure; this fails until it is placed (and _key extended when it is structural)."""
-    from dataclasses import fields
+STRUCTURE_VARIANTS = {
+    "micro_batch": dict(micro_batch=2), "dp": dict(dp=4), "tp": dict(tp=2), "pp": dict(pp=2),
+    "placement": dict(placement=PlacementOrder.DP_TP_PP), "schedule": dict(schedule=ScheduleKind.GPIPE),
+    "virtual_stages": dict(pp=2, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2),
+    "layer_split": dict(pp=2, layer_split=(4, 8)), "sequence_parallel": dict(tp=2, sequence_parallel=True),
+    "zero": dict(zero=ZeroStage.ZERO1), "offload": dict(zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER),
+    "recompute": dict(recompute=Recompute.FULL), "attention": dict(attention=AttentionKind.EAGER),
+    "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
+}
+"""One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
-    from simulator.analytical_vec import _KEY_FIELDS, _NOT_KEY_FIELDS, _key
-    names = {f.name for f in fields(Strategy)}
-    assert names == set(_KEY_FIELDS) | set(_NOT_KEY_FIELDS) and not set(_KEY_FIELDS) & set(_NOT_KEY_FIELDS)
-    s = Strategy(global_batch=8)
-    assert len(_key(s)) == len(_KEY_FIELDS) + len(vars(s.dp_sync))  # dp_sync: its type, then its fields
+
+def test_structure_key_follows_the_field_declarations():
+    """Every field declared STRUCTURE changes the cache key, every other field leaves it alone; a new
+    structural field fails here until it has a variant (so two different strategies can never share
+    one compiled structure)."""
+    from dataclasses import replace
+
+    from simulator.analytical_vec import _KEY_FIELDS, _key
+    from simulator.strategy.fields import declared
+    structural = {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE}
+    assert set(_KEY_FIELDS) == structural == set(STRUCTURE_VARIANTS)
+    base = Strategy(global_batch=64)
+    for name, change in STRUCTURE_VARIANTS.items():
+        assert _key(replace(base, **change)) != _key(base), name
+    same = replace(base, global_batch=128, profile="ddp", framework=Framework.TORCH_DDP,
+                   offload_activations=False, stragglers=StragglerModel(seed=3))
+    assert _key(same) == _key(base)

@@ -70,7 +70,7 @@ def test_params_only_zero_paper(capsys):
 
 def test_pipeline_table_lists_stages(capsys):
     assert main(["memory", "--model", "llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "--zero", "1",
-                 "--sp", "--recompute", "selective", "--microbatches", "8"]) == 0
+                 "--sp", "--recompute", "selective", "--gbs", "16"]) == 0  # dp 2 · mbs 1 · m 8
     out = capsys.readouterr().out
     assert "per stage" in out and "stage 3" in out and "verdict: fits" in out
 
@@ -120,7 +120,7 @@ def test_pp_larger_than_layers(capsys):
 
 def test_degrees_not_matching_gpus(capsys):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8", "--dp", "2", "--tp", "2"],
-                    "dp·tp·pp = 2·2·1 = 4", "--gpus 8")
+                    "--dp: dp·tp·pp = 2·2·1 = 4 does not match the 8 GPUs")
 
 
 def test_unknown_model_lists_known(capsys):
@@ -141,16 +141,21 @@ def test_offload_without_host_section(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--zero", "1", "--offload", "params"], "--zero 3"),
-    (["--offload-activations"], "--recompute full"),
-    (["--sp"], "--tp > 1"),
+    (["--zero", "1", "--offload", "params"], "needs zero 3"),
+    (["--offload-activations"], "use recompute full"),
     (["--zero", "4"], "invalid choice"),
     (["--zero", "1", "--framework", "fsdp2"], "does not implement ZeRO-1"),
     (["--zero", "3", "--framework", "fsdp2", "--partitioning", "flat"], "partitioning"),
-    (["--zero", "3", "--bucket-view"], "gradient_as_bucket_view"),
+    (["--zero", "3", "--bucket-view"], "--bucket-view: is a torch DDP option"),
 ])
 def test_inconsistent_options(capsys, argv, needle):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8"] + argv, needle)
+
+
+def test_sp_at_tp_1_is_a_no_op_as_in_megatron(capsys):
+    """Megatron-LM turns --sequence-parallel off at tp = 1; memory and simulate both accept it as a no-op."""
+    assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--sp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"]["sp"] is False
 
 
 def test_model_and_params_together(capsys):

@@ -14,7 +14,7 @@ import pytest
 
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
-from trainplan import cmd_simulate, simulate_args
+from trainplan import cmd_simulate, strategy_flags, stragglers
 from trainplan.__main__ import build_parser, main
 from timeline_fixtures import step_result
 
@@ -24,9 +24,13 @@ DONE = ["simulate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--nodes", 
         "--dp", "16", "--tp", "8", "--pp", "8", "--mbs", "1", "--gbs", "1536", "--seq", "2048", "--engine", "des"]
 
 
+def _build(args):
+    job = strategy_flags.build_job(args)
+    return job.workload, job.cluster, job.strategy, job.layout
+
+
 def _inputs(*extra):
-    args = build_parser().parse_args(SMALL + list(extra))
-    return simulate_args.build_inputs(args)
+    return _build(build_parser().parse_args(SMALL + list(extra)))
 
 
 def _fail(argv, capsys) -> str:
@@ -52,7 +56,7 @@ def test_small_layout():
 
 def test_nodes_follow_gpus_and_seq_overrides_model():
     args = build_parser().parse_args(DONE)
-    workload, cluster, _, layout = simulate_args.build_inputs(args)
+    workload, cluster, _, layout = _build(args)
     assert cluster.nodes == 128 and layout.micro_batches == 96 and workload.seq_len == 2048
 
 
@@ -62,7 +66,7 @@ def test_flags_reach_the_strategy():
     assert s.zero is ZeroStage.ZERO1 and s.sequence_parallel and s.recompute.value == "selective"
     assert s.dp_sync.algorithm.value == "ring" and s.dp_sync.bucket_bytes == 50 * 1024 * 1024
     assert s.dp_sync.overlap_grad_reduce is False
-    assert layout.v == simulate_args.DEFAULT_INTERLEAVED_V and layout.micro_batches == 4
+    assert layout.v == strategy_flags.DEFAULT_INTERLEAVED_V and layout.micro_batches == 4
 
 
 def test_profile_sets_defaults_and_flags_override():
@@ -103,7 +107,7 @@ def test_failure_flags():
                                   "rank=1;factor=2"])
 def test_bad_straggler_syntax(text):
     with pytest.raises(Exception) as info:
-        simulate_args.parse_straggler(text)
+        stragglers.parse_straggler(text)
     assert str(info.value).startswith("--straggler:")
 
 
@@ -126,7 +130,8 @@ def test_bad_straggler_syntax(text):
     (["--param-server", "async", "--bucket-mb", "10"], "--bucket-mb"),
     (["--engine", "des", "--mtbf-hours", "100"], "--checkpoint-every"),
     (["--nodes", "3"], "--nodes"),
-    (["--gpus", "4"], "--gpus"),
+    (["--gpus", "4"], "--dp: dp·tp·pp = 2·2·2 = 8 does not match the 4 GPUs"),  # part of a node: the layout says
+    (["--gpus", "12", "--dp", "3"], "--gpus: 12 is not a whole number of 8-GPU"),
     (["--seq", "0"], "--seq"),
     (["--virtual-stages", "2"], "--virtual-stages"),
     (["--bucket-mb", "-1"], "--bucket-mb"),
@@ -156,7 +161,7 @@ def test_missing_required_flag(capsys):
 def fake_engine(monkeypatch):
     calls = []
 
-    def run_engine(args, cluster, workload, strategy):
+    def run_engine(args, job):
         calls.append(args)
         return step_result()
 

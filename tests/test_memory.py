@@ -7,10 +7,11 @@ import pytest
 
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
-from simulator.memory import (MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage, in_flight,
-                              layer_activation, memory_report, model_state_bytes, partition_numels,
-                              resolve_degrees, stage_layers, stage_param_shapes, transformer_param_shapes,
-                              whole_tensor_assignment)
+from simulator.memory import (Offload, Partitioning, ScheduleKind, ZeroStage, in_flight, layer_activation,
+                              model_state_bytes, partition_numels, stage_layers, stage_param_shapes,
+                              transformer_param_shapes, whole_tensor_assignment)
+from simulator.strategy import Strategy
+from memory_layouts import layout_of, report_of
 from simulator.memory.buffers import FIXED_OVERHEAD_BYTES, REDUCE_BUCKET_ELEMENTS
 from simulator.memory.offload import HOST_BUFFER_FACTOR
 from simulator.memory.shapes import numel
@@ -202,11 +203,11 @@ def test_llama_block_swiglu_rotary_rmsnorm_by_hand():
 def test_in_flight_per_schedule():
     """GPipe: m; 1F1B: min(p - k, m) (Narayanan et al. 2021); interleaved first stage:
     p(1 + (p - 1)/(p v)) (Korthikanti et al. 2022 section 4.2.3)."""
-    base = dict(pp=4, microbatches=8)
-    assert in_flight(MemoryStrategy(**base, schedule=ScheduleKind.GPIPE), 3)[0] == 8
-    assert [in_flight(MemoryStrategy(**base), k)[0] for k in range(4)] == [4, 3, 2, 1]
-    assert in_flight(MemoryStrategy(pp=4, microbatches=2), 0)[0] == 2
-    inter = MemoryStrategy(**base, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)
+    spec, base = get_preset("gpt3-125m"), dict(pp=4, microbatches=8)
+    assert in_flight(layout_of(spec, **base, schedule=ScheduleKind.GPIPE), 3)[0] == 8
+    assert [in_flight(layout_of(spec, **base), k)[0] for k in range(4)] == [4, 3, 2, 1]
+    assert in_flight(layout_of(spec, pp=4, microbatches=2), 0)[0] == 2
+    inter = layout_of(spec, **base, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)
     assert in_flight(inter, 0)[0] == pytest.approx(4 * (1 + 3 / (4 * 2)))
 
 
@@ -218,8 +219,8 @@ def _a100(nodes=1):
 def test_report_llama2_7b_zero3():
     """llama2-7b (6,738,415,616 params) on 8 GPUs, ZeRO-3: each rank holds Psi/8 of 2 + 2 + 12 bytes."""
     spec = get_preset("llama2-7b")
-    r = memory_report(spec, _a100(), MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096,
-                                                    recompute=Recompute.SELECTIVE))
+    r = report_of(spec, dp=8, zero=ZeroStage.ZERO3, seq=4096,
+                                                    recompute=Recompute.SELECTIVE)
     part = math.ceil(spec.params / 8)
     w = r.worst
     assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part, 2 * part, 12 * part)
@@ -231,28 +232,28 @@ def test_report_llama2_7b_zero3():
 def test_report_eager_attention_adds_the_scores_and_says_so():
     """Eager attention without dropout keeps the softmax output, 2·a·s²·b bytes per block (bf16):
     32 blocks x 2 x 32 x 4096² = 34.4 GB more than flash, minus flash's fp32 log-sum-exp (4·a·s·b)."""
-    flash = MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096)
+    flash = dict(dp=8, zero=ZeroStage.ZERO3, seq=4096)
     spec = get_preset("llama2-7b")
-    r_flash = memory_report(spec, _a100(), flash)
-    r_eager = memory_report(spec, _a100(), replace(flash, flash_attention=False))
+    r_flash = report_of(spec, **flash)
+    r_eager = report_of(spec, **flash, flash_attention=False)
     extra = r_eager.worst.activations.blocks_bytes - r_flash.worst.activations.blocks_bytes
     assert extra == 32 * (2 * 32 * 4096**2 - 4 * 32 * 4096)
     assert any("attention scores" in n for n in r_eager.notes)
-    r_big = memory_report(spec, _a100(), replace(flash, flash_attention=False, mbs=2))
+    r_big = report_of(spec, **flash, flash_attention=False, mbs=2)
     assert not r_big.fits and r_big.reasons[0].startswith("GPU")
 
 
 def test_report_flash_without_recompute_fits():
     """With FlashAttention (the default) llama2-7b at s = 4096, mbs 1, ZeRO-3 on 8 A100-80GB fits
     without recomputation: 32 blocks x ~0.7 GB of saved activations."""
-    r = memory_report(get_preset("llama2-7b"), _a100(), MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, seq=4096))
+    r = report_of(get_preset("llama2-7b"), dp=8, zero=ZeroStage.ZERO3, seq=4096)
     assert r.fits and not r.notes and r.worst.activations.scores_bytes == 0
 
 
 def test_pipeline_first_stage_most_loaded_under_1f1b():
     spec = get_preset("llama2-13b")
-    r = memory_report(spec, _a100(), MemoryStrategy(pp=4, microbatches=8, seq=4096, recompute=Recompute.SELECTIVE,
-                                                    zero=ZeroStage.ZERO1, dp=2))
+    r = report_of(spec, pp=4, microbatches=8, seq=4096, recompute=Recompute.SELECTIVE,
+                                                    zero=ZeroStage.ZERO1, dp=2)
     acts = [st.activations.blocks_bytes for st in r.stages]
     assert acts == sorted(acts, reverse=True) and acts[0] == pytest.approx(4 * acts[3])
     assert r.worst.stage == 0
@@ -262,8 +263,7 @@ def test_optimizer_offload_zero2():
     """ZeRO-Offload with ZeRO-2: GPU keeps 2 Psi parameters; the host 12 + 4 (fp32 grads) bytes per
     partition element (Ren et al. ATC'21)."""
     psi = 8_000_000_000
-    r = memory_report(ParamCountModel(params=psi), _a100(),
-                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO2, offload=Offload.OPTIMIZER))
+    r = report_of(ParamCountModel(params=psi), dp=8, zero=ZeroStage.ZERO2, offload=Offload.OPTIMIZER)
     w = r.worst
     assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * psi, 0, 0)
     assert w.host_bytes == 16 * psi / 8
@@ -274,26 +274,24 @@ def test_params_offload_is_18_bytes_per_partition_element():
     """ZeRO-3 offload of parameters and optimizer: 2 + 4 + 12 host bytes per element of the rank's
     partition (DeepSpeed estimate_zero3_model_states_mem_needs: 18 x params)."""
     psi = 8_000_000_000
-    r = memory_report(ParamCountModel(params=psi), _a100(),
-                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS))
+    r = report_of(ParamCountModel(params=psi), dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS)
     assert r.worst.params_bytes == 0 and r.worst.host_bytes == 18 * psi / 8
 
 
 def test_host_overflow_does_not_fit():
     """175B with ZeRO-3 parameter offload on one DGX A100: 18 x 175e9 x 1.5 = 4.7 TB > 2 TB of host RAM."""
-    r = memory_report(ParamCountModel(params=175_000_000_000), _a100(),
-                      MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS))
+    r = report_of(ParamCountModel(params=175_000_000_000), dp=8, zero=ZeroStage.ZERO3, offload=Offload.PARAMS)
     assert not r.fits and any(reason.startswith("host") for reason in r.reasons)
 
 
 def test_nvme_offload_uses_nvme_and_checks_capacity():
     psi = 175_000_000_000
     cluster = _a100()
-    s = MemoryStrategy(dp=8, zero=ZeroStage.ZERO3, offload=Offload.NVME)
-    r = memory_report(ParamCountModel(params=psi), cluster, s)
+    s = dict(dp=8, zero=ZeroStage.ZERO3, offload=Offload.NVME)
+    r = report_of(ParamCountModel(params=psi), cluster, **s)
     assert r.worst.nvme_bytes == 14 * psi / 8 and r.nvme_node_bytes == 14 * psi
     no_nvme = replace(cluster, node=replace(cluster.node, host=replace(cluster.node.host, nvme_bytes=0)))
-    r2 = memory_report(ParamCountModel(params=psi), no_nvme, s)
+    r2 = report_of(ParamCountModel(params=psi), no_nvme, **s)
     assert not r2.fits and any(reason.startswith("NVMe") for reason in r2.reasons)
 
 
@@ -301,15 +299,14 @@ def test_offload_without_host_section_names_host():
     cluster = load_cluster("localhost-cpu")
     assert cluster.node.host is None
     with pytest.raises(SpecError) as err:
-        memory_report(ParamCountModel(params=10**9), cluster,
-                      MemoryStrategy(dp=1, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER))
+        report_of(ParamCountModel(params=10**9), cluster, dp=1, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER)
     assert err.value.field == "host"
 
 
 def test_activation_checkpoints_offloaded_to_host():
     spec = get_preset("gpt3-1.3b")
-    on = memory_report(spec, _a100(), MemoryStrategy(dp=8, recompute=Recompute.FULL, offload_activations=True))
-    off = memory_report(spec, _a100(), MemoryStrategy(dp=8, recompute=Recompute.FULL))
+    on = report_of(spec, dp=8, recompute=Recompute.FULL, offload_activations=True)
+    off = report_of(spec, dp=8, recompute=Recompute.FULL)
     moved = off.worst.activations.blocks_bytes
     assert moved == 2 * 2048 * 2048 * 24  # 2sbh per layer, 24 layers
     assert on.worst.host_bytes == moved and on.worst.activations.blocks_bytes == 0
@@ -319,21 +316,12 @@ def test_activation_checkpoints_offloaded_to_host():
     (dict(zero=ZeroStage.ZERO1, offload=Offload.PARAMS), "offload"),
     (dict(offload=Offload.OPTIMIZER), "offload"),
     (dict(offload_activations=True), "offload_activations"),
-    (dict(sp=True), "sp"),
     (dict(virtual_stages=2), "virtual_stages"),
 ])
 def test_strategy_rejects_inconsistent(kwargs, field):
     with pytest.raises(SpecError) as err:
-        MemoryStrategy(**kwargs)
+        Strategy(global_batch=8, **kwargs)
     assert err.value.field == field
-
-
-def test_resolve_degrees():
-    assert resolve_degrees(64, tp=8, pp=2) == (4, 8, 2)
-    with pytest.raises(SpecError, match="dp·tp·pp"):
-        resolve_degrees(8, dp=2, tp=2, pp=1)
-    with pytest.raises(SpecError, match="multiple"):
-        resolve_degrees(8, tp=3)
 
 
 # --- frameworks: what torch / DeepSpeed allocate on purpose (hand-worked; measured in test_memory_measured) ---
@@ -410,9 +398,9 @@ def test_deepspeed_bucket_is_capped():
 
 def test_strategy_rejects_bucket_view_outside_ddp():
     with pytest.raises(SpecError) as err:
-        MemoryStrategy(dp=2, zero=ZeroStage.ZERO3, gradient_as_bucket_view=True)
+        Strategy(global_batch=2, dp=2, zero=ZeroStage.ZERO3, gradient_as_bucket_view=True)
     assert err.value.field == "gradient_as_bucket_view"
-    assert MemoryStrategy(dp=2, zero=ZeroStage.ZERO3, framework=Framework.FSDP2).resolved_partitioning \
+    assert Strategy(global_batch=2, dp=2, zero=ZeroStage.ZERO3, framework=Framework.FSDP2).resolved_partitioning \
         is Partitioning.DIM0_PADDED
 
 

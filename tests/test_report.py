@@ -57,10 +57,11 @@ def test_memory_line_without_memory_model():
 
 def test_memory_line_from_memory_report():
     from simulator.cluster.io import load_cluster
-    from simulator.memory import MemoryStrategy, memory_report
+    from simulator.memory import memory_report
+    from simulator.strategy import Strategy
     from simulator.workload import load_model
 
-    report = memory_report(load_model("gpt3-125m"), load_cluster("dgx-a100"), MemoryStrategy(dp=8, tp=1, pp=1))
+    report = memory_report(load_model("gpt3-125m"), load_cluster("dgx-a100"), Strategy(global_batch=8, dp=8))
     r = step_result()
     text = format_step(StepResult(**{**r.__dict__, "memory": report}))
     assert "memory: most loaded rank (stage 0)" in text and "of 80.0 GB" in text and "memory: fits" in text

@@ -137,7 +137,7 @@ def test_synthetic_input_needs_no_storage_bandwidth():
     (dict(global_batch=8, zero=ZeroStage.ZERO2, offload=Offload.NVME), "offload: nvme offload needs zero 3"),
     (dict(global_batch=8, zero=ZeroStage.ZERO1, dp_sync=ParamServerSync()), "zero: ZeRO partitions state"),
     (dict(global_batch=8, pp=2, layer_split=(4, 4, 4)), "layer_split: has 3 entries; give pp·virtual_stages = 2"),
-    (dict(global_batch=8, zero=2), "zero: must be a ZeroStage 0-3"),
+    (dict(global_batch=8, zero=2), "zero: must be a ZeroStage \\(0, 1, 2, 3\\)"),
     (dict(global_batch=8, schedule="1f1b"), "schedule: must be a ScheduleKind"),
 ])
 def test_strategy_errors(kw, message):
@@ -150,7 +150,7 @@ def test_strategy_errors(kw, message):
     (lambda: ParamServerSync(shards=0), "ps_shards: must be a positive integer"),
     (lambda: AllReduceSync(bucket_params=10), "bucket_params: give one bucket capacity"),
     (lambda: AllReduceSync(fusion_cycle_s=-1), "fusion_cycle_s: must be a non-negative number"),
-    (lambda: InputPipeline(shared_storage_GBps=10.0), "shared_storage_GBps: must be positive and is only"),
+    (lambda: InputPipeline(shared_storage_GBps=10.0), "shared_storage_GBps: is only meaningful with data_source shared"),
     (lambda: StragglerModel(slowdown_prob=1.5), "slowdown_prob: is a probability"),
     (lambda: StragglerModel(speed_factors=(1.0, 0.0)), "speed_factors\\[1\\]: must be a number > 0"),
     (lambda: FailureModel(mtbf_gpu_hours=0, checkpoint_interval_steps=1, checkpoint_cost_s=1, restart_cost_s=1),
@@ -204,7 +204,7 @@ def test_flat_keys_read_text():
     ({"global_batch": 8, "allreduce_algorithm": "butterfly"}, "allreduce_algorithm: unknown algorithm 'butterfly'"),
     ({"global_batch": 8, "placement": "dp-tp"}, "placement: unknown order 'dp-tp'; known: tp-pp-dp"),
     ({"global_batch": 8, "dp_sync": "param-server", "bucket_bytes": 10}, "bucket_bytes: does not apply to dp_sync"),
-    ({"global_batch": 8, "mtbf_gpu_hours": 10}, "checkpoint_cost_s: the failure model needs all of"),
+    ({"global_batch": 8, "mtbf_gpu_hours": 10}, "checkpoint_interval_steps: the failure model needs all of"),
     ({"global_batch": 8, "bucket_bytes": 10, "bucket_params": 10}, "bucket_params: give bucket_bytes or"),
 ])
 def test_flat_errors(values, message):

@@ -1,16 +1,12 @@
 """``trainplan simulate``: estimate one training step of a strategy on a cluster (docs/cli.md).
 
-    trainplan simulate --model M --cluster C [--nodes N] --gpus G --dp D --tp T --pp P --gbs GB
-        [--zero Z] [--mbs B] [--seq S] [--schedule gpipe|1f1b|interleaved --virtual-stages V]
-        [--recompute none|selective|full] [--attention flash|eager] [--sp] [--dp-algorithm ALGO]
-        [--bucket-mb X] [--no-overlap]
-        [--param-server sync|async --servers K [--staleness S]] [--straggler SPEC ...]
-        [--mtbf-hours H --checkpoint-every N --checkpoint-cost S --restart-cost S]
-        [--profile NAME] [--engine analytical|des] [--trace FILE.json] [--plot FILE.png] [--json]
+    trainplan simulate --model M [--cluster C] [--nodes N] --gpus G --gbs B [strategy flags ...]
+        [--engine analytical|des] [--steps N] [--trace FILE.json] [--plot FILE.png] [--json]
 
-The flags are turned into checked inputs by :mod:`trainplan.simulate_args`; this module registers
-the parser, runs the chosen engine and prints or writes the outputs. Every bad input is one line
-naming the flag, exit code 2.
+The strategy flags are the ones every strategy-taking command shares (:mod:`trainplan.strategy_flags`,
+derived from the strategy's field declarations); this module adds the engine and output flags,
+runs the chosen engine and prints or writes the outputs. Every bad input is one line naming the
+flag, exit code 2.
 """
 
 from __future__ import annotations
@@ -18,13 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.profiles import profile_names
-from simulator.schedules import ScheduleKind
-from simulator.strategy import (AllReduceAlgorithm, AttentionKind, DataSource, Offload, PlacementOrder, Recompute,
-                                Strategy)
+from simulator.compile.offload_part import ParamFetch
+from simulator.errors import SpecError
+from simulator.results import Engine
+from simulator.strategy import Strategy
 from simulator.strategy.sync import ParamServerSync
-from trainplan import cli_common
-from trainplan.simulate_args import DEFAULT_INTERLEAVED_V, build_inputs, check_engine_flags
+from trainplan import cli_common, strategy_flags
 
 
 def register(subparsers) -> None:
@@ -32,83 +27,54 @@ def register(subparsers) -> None:
                               description="Estimate one training step of a strategy on a cluster with the "
                                           "analytical engine (closed form, fast) or the discrete-event engine "
                                           "(timeline, contention, stragglers). See docs/cli.md.")
-    w = p.add_argument_group("workload and cluster")
-    w.add_argument("--model", required=True, metavar="NAME|config.json", help="model preset or HF config.json")
-    w.add_argument("--cluster", required=True, metavar="NAME|FILE", help="cluster preset or file")
-    w.add_argument("--nodes", type=int, metavar="N", help="nodes (default: enough for --gpus plus PS nodes)")
-    w.add_argument("--gpus", type=int, required=True, metavar="G", help="worker GPUs, = dp·tp·pp")
-    w.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
-    s = p.add_argument_group("parallelism and batch")
-    s.add_argument("--dp", type=int, metavar="D", help="data-parallel degree (default: G / (tp·pp))")
-    s.add_argument("--tp", type=int, metavar="T", help="tensor-parallel degree (default 1)")
-    s.add_argument("--pp", type=int, metavar="P", help="pipeline stages (default 1)")
-    s.add_argument("--gbs", type=int, required=True, metavar="GB", help="global batch, sequences per step")
-    s.add_argument("--mbs", type=int, metavar="B", help="micro-batch size, sequences (default 1)")
-    s.add_argument("--placement", choices=[o.value for o in PlacementOrder], help="rank order, innermost first")
-    s.add_argument("--schedule", choices=[k.value for k in ScheduleKind], help="pipeline schedule (default 1f1b)")
-    s.add_argument("--virtual-stages", type=int, metavar="V",
-                   help=f"chunks per rank for interleaved (default {DEFAULT_INTERLEAVED_V} with it)")
-    s.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallelism with tp")
-    s.add_argument("--zero", choices=["0", "1", "2", "3"], help="ZeRO stage (default 0)")
-    s.add_argument("--offload", choices=[o.value for o in Offload], help="ZeRO-Offload / Infinity")
-    s.add_argument("--recompute", choices=[r.value for r in Recompute], help="activation recompute (default none)")
-    s.add_argument("--attention", choices=[k.value for k in AttentionKind],
-                   help="flash (FlashAttention/SDPA, no s x s scores kept; default) or eager (scores materialised, "
-                        "as Megatron-LM 2021); with eager, --recompute selective recomputes the attention core")
-    g = p.add_argument_group("gradient synchronisation")
-    g.add_argument("--dp-algorithm", choices=[a.value for a in AllReduceAlgorithm],
-                   help="all-reduce algorithm (default auto)")
-    g.add_argument("--bucket-mb", type=float, metavar="X", help="gradient bucket in MiB (default 25, as DDP)")
-    g.add_argument("--overlap", dest="overlap", action=argparse.BooleanOptionalAction,
-                   help="overlap gradient reduce with backward (default on; --no-overlap: after backward)")
-    g.add_argument("--param-server", choices=["sync", "async"], help="a parameter server instead of all-reduce")
-    g.add_argument("--servers", type=int, metavar="K", help="parameter-server shards (default 1)")
-    g.add_argument("--server-nodes", type=int, metavar="N", help="dedicated PS nodes (default 0: colocated)")
-    g.add_argument("--staleness", type=int, metavar="S", help="async PS staleness bound, steps (default none)")
-    f = p.add_argument_group("input, stragglers, failures")
-    f.add_argument("--bytes-per-sample", type=int, metavar="BYTES", help="input read per sample (default 0)")
-    f.add_argument("--data-source", choices=[d.value for d in DataSource], help="where samples are read from")
-    f.add_argument("--straggler", action="append", default=[], metavar="SPEC",
-                   help="rank=R,factor=F: rank R computes F× slower; prob=P,factor=F: each rank is slowed F× "
-                        "in a step with probability P (repeatable)")
-    f.add_argument("--mtbf-hours", type=float, metavar="H", help="mean time between failures per GPU, hours")
-    f.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="steps between checkpoints")
-    f.add_argument("--checkpoint-cost", type=float, metavar="SECONDS", help="seconds to write a checkpoint")
-    f.add_argument("--restart-cost", type=float, metavar="SECONDS", help="seconds from a failure to training")
-    f.add_argument("--train-steps", type=int, metavar="N",
-                   help="steps of the whole run, for the expected time to train (default: --steps); needs des")
+    strategy_flags.add_job_flags(p)
+    strategy_flags.add_strategy_flags(p)
     e = p.add_argument_group("engine and output")
-    e.add_argument("--profile", metavar="NAME", help=f"framework defaults: {', '.join(profile_names())}")
-    e.add_argument("--engine", choices=["analytical", "des"], default="analytical",
+    e.add_argument("--engine", choices=[k.value for k in Engine], default=Engine.ANALYTICAL.value,
                    help="analytical (closed form, default) or des (discrete-event, with a timeline)")
-    e.add_argument("--seed", type=int, metavar="N", help="seed of random slowdowns and the DES (default 0)")
     e.add_argument("--steps", type=int, metavar="N", help="steps the DES runs (default 1)")
+    e.add_argument("--train-steps", type=int, metavar="N",
+                   help="steps of the whole run, for the expected time to train (default: --steps); needs des")
     e.add_argument("--trace", metavar="FILE.json", help="Chrome-trace JSON of the timeline (Perfetto); needs des")
     e.add_argument("--plot", metavar="FILE.png", help="Gantt chart of the timeline; needs des")
-    e.add_argument("--param-fetch", choices=["infinity", "owner-broadcast"],
+    e.add_argument("--param-fetch", choices=[f.value for f in ParamFetch],
                    help="how offloaded ZeRO-3 parameters reach the GPUs: every rank copies its partition and "
                         "all-gathers (ZeRO-Infinity, default) or the owner copies and broadcasts")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
 
 
-def run_engine(args, cluster, workload, strategy):
-    """The :class:`StepResult` of the chosen engine (imported here: the CLI parses without them)."""
-    options = {}
-    if args.param_fetch is not None:
-        from simulator.compile import ParamFetch
+def check_engine_flags(args) -> None:
+    """Refuse what the analytical engine cannot do rather than ignore it silently."""
+    if args.engine == Engine.ANALYTICAL.value:
+        for flag, value in (("--trace", args.trace), ("--plot", args.plot)):
+            if value is not None:
+                raise cli_common.UsageError(f"{flag} needs the discrete-event timeline: add --engine des")
+        for flag, value in (("--steps", args.steps), ("--train-steps", args.train_steps),
+                            ("--straggler", args.straggler or None), ("--mtbf-hours", args.mtbf_gpu_hours)):
+            if value is not None:
+                raise cli_common.UsageError(f"{flag}: the analytical engine assumes identical ranks and single "
+                                            "steps without failures; add --engine des")
+    for flag, value in (("--steps", args.steps), ("--train-steps", args.train_steps)):
+        if value is not None and value < 1:
+            raise SpecError(flag, f"must be a positive integer, got {value}")
+    if args.train_steps is not None and args.mtbf_gpu_hours is None:
+        raise SpecError("--train-steps", "sets the horizon of the failure model: add --mtbf-hours and the "
+                        "checkpoint and restart flags")
 
-        options["fetch"] = ParamFetch(args.param_fetch)
-    if args.engine == "analytical":
-        from simulator.analytical import estimate
 
-        return estimate(cluster, workload, strategy, **options)
+def run_engine(args, job: strategy_flags.Job):
+    """The :class:`StepResult` of the chosen engine on the job's layout."""
+    from simulator.analytical import estimate_work
     from simulator.compile import compile_step
     from simulator.engine.step import simulate
 
-    work = compile_step(cluster, workload, strategy, **options)
-    return simulate(work, cluster, seed=args.seed or 0, steps=args.steps or 1, train_steps=args.train_steps,
-                    trace=bool(args.trace or args.plot))
+    fetch = ParamFetch(args.param_fetch) if args.param_fetch else ParamFetch.INFINITY
+    work = compile_step(job.cluster, job.workload, job.strategy, fetch=fetch, layout=job.layout)
+    if args.engine == Engine.ANALYTICAL.value:
+        return estimate_work(work)
+    return simulate(work, job.cluster, seed=job.strategy.stragglers.seed, steps=args.steps or 1,
+                    train_steps=args.train_steps, trace=bool(args.trace or args.plot))
 
 
 def describe(workload, cluster, strategy: Strategy, layout) -> str:
@@ -129,11 +95,9 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_engine_flags(args)
-    workload, cluster, strategy, layout = build_inputs(args)
-    try:
-        result = run_engine(args, cluster, workload, strategy)
-    except ImportError as err:
-        raise cli_common.UsageError(f"--engine {args.engine} is not available in this build ({err})") from None
+    job = strategy_flags.build_job(args)
+    workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
+    result = run_engine(args, job)
     written = _write_outputs(args, result, describe(workload, cluster, strategy, layout))
     if args.json:
         out = result.to_dict() | {"model": getattr(workload, "name", args.model), "cluster": cluster.name,

@@ -149,14 +149,9 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
 def _memory(cluster: Cluster, workload, layout: ParallelLayout):
     if not isinstance(workload, TransformerSpec):
         return None
-    from simulator.memory import MemoryStrategy, memory_report
+    from simulator.memory import memory_report
 
-    s = layout.strategy
-    ms = MemoryStrategy(dp=layout.dp, tp=layout.tp, pp=layout.pp, zero=s.zero, offload=s.offload, mbs=s.micro_batch,
-                        seq=workload.seq_len, recompute=s.recompute, sp=layout.sequence_parallel, schedule=s.schedule,
-                        microbatches=layout.micro_batches, virtual_stages=layout.v,
-                        flash_attention=s.attention is AttentionKind.FLASH)
-    return memory_report(workload, cluster, ms)
+    return memory_report(workload, cluster, layout)
 
 
 def compile_step(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,

@@ -2,8 +2,9 @@
 offload, activations (Korthikanti et al. 2022) per pipeline stage, temporary buffers and the
 framework-overhead allowance, with a fits verdict (``docs/memory.md``).
 
-Public API: :class:`ZeroStage`, :class:`Partitioning`, :class:`Framework`, :func:`resolve_framework`,
-:class:`Offload`, :class:`ScheduleKind`, :class:`MemoryStrategy`, :func:`resolve_degrees`;
+The layout comes from :mod:`simulator.strategy` (one Strategy, one ParallelLayout for every
+consumer); :class:`ZeroStage`, :class:`Partitioning`, :class:`Framework`, :func:`resolve_framework`,
+:class:`Offload` and :class:`ScheduleKind` are re-exported from there for convenience. Public API:
 :func:`transformer_param_shapes`, :func:`stage_param_shapes`, :func:`stage_layers`;
 :class:`ModelStateBytes`, :func:`model_state_bytes`, :func:`partition_numels`,
 :func:`dim0_real_numels`, :func:`step_tensors`; :func:`layer_activation`, :func:`stage_activations`; :func:`buffer_bytes`;
@@ -20,14 +21,15 @@ from simulator.memory.shapes import stage_layers, stage_param_shapes, transforme
 from simulator.memory.states import (ModelStateBytes, dim0_real_numels, model_state_bytes,
                                      optimizer_bytes_per_param, partition_numels, step_tensors,
                                      whole_tensor_assignment)
-from simulator.memory.strategy import (Framework, MemoryStrategy, Offload, Partitioning, ScheduleKind, ZeroStage,
-                                       resolve_degrees, resolve_framework)
+from simulator.schedules import ScheduleKind
+from simulator.strategy.framework import Framework, Partitioning, resolve_framework
+from simulator.strategy.kinds import Offload, ZeroStage
 
 __all__ = [
     "BufferBytes", "FIXED_OVERHEAD_BYTES", "Framework", "dim0_real_numels", "resolve_framework", "step_tensors", "FRAGMENTATION_FRACTION", "HOST_BUFFER_FACTOR", "LayerActivation",
-    "MemoryReport", "MemoryStrategy", "ModelStateBytes", "Offload", "Partitioning", "PlacedStates",
+    "MemoryReport", "ModelStateBytes", "Offload", "Partitioning", "PlacedStates",
     "ScheduleKind", "StageActivations", "StageMemory", "ZeroStage", "buffer_bytes", "in_flight",
     "layer_activation", "memory_report", "model_state_bytes", "optimizer_bytes_per_param", "overhead_bytes",
-    "partition_numels", "place_states", "resolve_degrees", "stage_activations", "stage_layers",
+    "partition_numels", "place_states", "stage_activations", "stage_layers",
     "stage_param_shapes", "transformer_param_shapes", "whole_tensor_assignment",
 ]

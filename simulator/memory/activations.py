@@ -41,8 +41,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from simulator.memory.shapes import _kv_rows, stage_layers
-from simulator.memory.strategy import MemoryStrategy, ScheduleKind
+from simulator.memory.shapes import _kv_rows
+from simulator.schedules import ScheduleKind
+from simulator.strategy.kinds import AttentionKind
+from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute
 from simulator.workload.transformer import ActivationKind, NormKind, PositionKind, TransformerSpec
 
@@ -117,7 +119,7 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     )
 
 
-def in_flight(strategy: MemoryStrategy, stage: int) -> tuple[float, float, float]:
+def in_flight(layout: ParallelLayout, stage: int) -> tuple[float, float, float]:
     """Micro-batches' worth of activations stage ``stage`` holds at peak: (blocks, embedding, head).
 
     pp = 1: one (accumulation steps run one after another). GPipe: all m. 1F1B: min(p - k, m).
@@ -126,12 +128,12 @@ def in_flight(strategy: MemoryStrategy, stage: int) -> tuple[float, float, float
     blocks (p·(1 + (p - 1)/(p·v)) on the first stage, Korthikanti §4.2.3); its embedding chunk holds
     min(p, m) (an approximation) and its head chunk one, as under 1F1B.
     """
-    p, m, k, v = strategy.pp, strategy.microbatches, stage, strategy.virtual_stages
+    p, m, k, v = layout.pp, layout.micro_batches, stage, layout.v
     if p == 1:
         return 1.0, 1.0, 1.0
-    if strategy.schedule is ScheduleKind.GPIPE:
+    if layout.strategy.schedule is ScheduleKind.GPIPE:
         return float(m), float(m), float(m)
-    if strategy.schedule is ScheduleKind.ONE_F_ONE_B:
+    if layout.strategy.schedule is ScheduleKind.ONE_F_ONE_B:
         n = float(min(p - k, m))
         return n, n, n
     chunks = min(m * v, 2 * (p - k - 1) + (v - 1) * p + 1)
@@ -161,24 +163,25 @@ class StageActivations:
         return self.blocks_bytes + self.recompute_working_bytes + self.embedding_bytes + self.head_bytes
 
 
-def stage_activations(spec: TransformerSpec, strategy: MemoryStrategy, stage: int) -> StageActivations:
-    """Activation bytes of one rank of pipeline stage ``stage`` under ``strategy``."""
-    s = strategy
-    layer = layer_activation(spec, seq=s.seq, mbs=s.mbs, tp=s.tp, sp=s.sp, flash_attention=s.flash_attention)
-    n_blocks = len(stage_layers(spec.layers, s.pp)[stage])
-    n_layers, n_embed, n_head = in_flight(s, stage)
+def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int) -> StageActivations:
+    """Activation bytes of one rank of pipeline stage (pp rank) ``stage`` under ``layout``."""
+    s, tp, sp = layout.strategy, layout.tp, layout.sequence_parallel
+    seq, mbs = spec.seq_len, s.micro_batch
+    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=s.attention is AttentionKind.FLASH)
+    n_blocks = layout.layers_per_rank[stage]
+    n_layers, n_embed, n_head = in_flight(layout, stage)
     kept = layer.kept_bytes(s.recompute) * n_blocks * n_layers
     scores = layer.scores_bytes * n_blocks * n_layers if s.recompute is Recompute.NONE else 0.0
-    rep_div = s.tp if s.sp else 1
-    sbh = s.seq * s.mbs * spec.hidden
+    rep_div = tp if sp else 1
+    sbh = seq * mbs * spec.hidden
     e = spec.dtype.activation_bytes
     embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
     head = 0.0
-    if stage == s.pp - 1:
-        head = (2 * sbh * e / rep_div + s.seq * s.mbs * ceil(spec.vocab / s.tp) * LOGITS_BYTES) * n_head
+    if stage == layout.pp - 1:
+        head = (2 * sbh * e / rep_div + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
+    offload = s.offload_activations
     return StageActivations(
-        blocks_bytes=0.0 if s.offload_activations else kept,
+        blocks_bytes=0.0 if offload else kept,
         recompute_working_bytes=layer.working_bytes(s.recompute) if s.recompute is not Recompute.NONE else 0.0,
-        embedding_bytes=embedding, head_bytes=head,
-        host_checkpoint_bytes=kept if s.offload_activations else 0.0,
+        embedding_bytes=embedding, head_bytes=head, host_checkpoint_bytes=kept if offload else 0.0,
         scores_bytes=scores, micro_batches_in_flight=n_layers)

@@ -1,6 +1,6 @@
 """Temporary GPU buffers and the allowance for framework overhead, per rank.
 
-Buffers follow the framework (:class:`~simulator.memory.strategy.Framework`), each a named default:
+Buffers follow the framework (:class:`~simulator.strategy.framework.Framework`), each a named default:
 
 - torch DDP (ZeRO 0, and ZeRO 1 with ``ZeroRedundancyOptimizer``, which runs under DDP): gradients
   are copied into flat all-reduce buckets (``bucket_cap_mb`` = 25) unless
@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.errors import SpecError
-from simulator.memory.strategy import Framework, ZeroStage, resolve_framework
+from simulator.strategy.framework import Framework, resolve_framework
+from simulator.strategy.kinds import ZeroStage
 from simulator.workload.transformer import DtypePolicy
 
 DDP_BUCKET_CAP_BYTES = 25 * 1024**2

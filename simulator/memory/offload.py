@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.memory.states import ModelStateBytes
-from simulator.memory.strategy import Offload, ZeroStage
+from simulator.strategy.kinds import Offload, ZeroStage
 
 HOST_BUFFER_FACTOR = 1.5
 """DeepSpeed's estimators multiply host model-state memory by ``additional_buffer_factor=1.5``

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simulator.errors import SpecError
 from simulator.memory.report import GB, MemoryReport, memory_report
-from simulator.memory.strategy import Framework, Offload, ZeroStage
+from simulator.strategy import Framework, Offload, ZeroStage, build_layout
 
 PARTS = (("params_bytes", "parameters"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer states"),
          ("activations_bytes", "activations"), ("buffers_bytes", "buffers"), ("overhead_bytes", "overhead"))
@@ -33,12 +33,14 @@ def _at_stage(strategy, zero: ZeroStage):
     return out
 
 
-def zero_sweep(model, cluster, strategy) -> list[tuple[ZeroStage, MemoryReport]]:
-    """Reports for ZeRO 0-3 with everything else as in ``strategy`` (see :func:`_at_stage`)."""
-    return [(zero, memory_report(model, cluster, _at_stage(strategy, zero))) for zero in ZeroStage]
+def zero_sweep(model, cluster, layout) -> list[tuple[ZeroStage, MemoryReport]]:
+    """Reports for ZeRO 0-3 with everything else as in ``layout`` (see :func:`_at_stage`)."""
+    return [(zero, memory_report(model, cluster, build_layout(_at_stage(layout.strategy, zero), cluster, model,
+                                                              gpus=layout.world_size)))
+            for zero in ZeroStage]
 
 
-def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
+def plot_zero_stages(model, cluster, layout, path: str | Path) -> Path:
     """Write the ZeRO 0-3 stacked-bar chart of the most loaded rank to ``path`` (PNG)."""
     import matplotlib
 
@@ -48,10 +50,11 @@ def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise SpecError("plot", f"write a .png file, got {str(path)!r}")
-    sweep = zero_sweep(model, cluster, strategy)
+    sweep = zero_sweep(model, cluster, layout)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    labels = [f"ZeRO-{int(z)}\n{r.strategy.resolved_framework.value}"
-              + ("" if r.strategy.offload is Offload.NONE else f" +{r.strategy.offload.value}") for z, r in sweep]
+    labels = [f"ZeRO-{int(z)}\n{r.layout.framework.value}"
+              + ("" if r.layout.strategy.offload is Offload.NONE else f" +{r.layout.strategy.offload.value}")
+              for z, r in sweep]
     bottoms = [0.0] * len(sweep)
     for attr, label in PARTS:
         heights = [getattr(r.worst, attr) / GB for _, r in sweep]
@@ -63,9 +66,9 @@ def plot_zero_stages(model, cluster, strategy, path: str | Path) -> Path:
     ax.axhline(memory, color="black", linestyle="--", linewidth=1)
     ax.text(-0.4, memory, f"{sweep[0][1].device_name} {memory:.0f} GB", ha="left", va="bottom",
             fontsize=8)
-    s = strategy
-    ax.set_title(f"{sweep[0][1].model_name}: per-rank memory, dp={s.dp} tp={s.tp} pp={s.pp}, "
-                 f"mbs={s.mbs} seq={s.seq}, {'flash' if s.flash_attention else 'eager'} attention, "
+    s = layout.strategy
+    ax.set_title(f"{sweep[0][1].model_name}: per-rank memory, dp={layout.dp} tp={layout.tp} pp={layout.pp}, "
+                 f"mbs={s.micro_batch} seq={getattr(model, 'seq_len', '-')}, {s.attention.value} attention, "
                  f"recompute={s.recompute.value}", fontsize=8)
     ax.set_ylabel("GB per GPU (most loaded rank)")
     ax.legend(fontsize=8, loc="upper right")

@@ -1,6 +1,7 @@
 """The per-rank memory breakdown of a training layout, per pipeline stage, with a fits verdict.
 
-``memory_report(model, cluster, strategy)`` puts together, for one rank of each pipeline stage
+``memory_report(model, cluster, layout)`` (a :class:`~simulator.strategy.ParallelLayout`, or a
+:class:`~simulator.strategy.Strategy` that is laid out over the whole cluster) puts together, for one rank of each pipeline stage
 (tensor-parallel rank 0, the most loaded data-parallel rank): model states
 (:mod:`~simulator.memory.states`), their placement under offload (:mod:`~simulator.memory.offload`),
 activations (:mod:`~simulator.memory.activations`), temporary buffers and the framework-overhead
@@ -20,9 +21,9 @@ from simulator.memory.activations import StageActivations, stage_activations
 from simulator.memory.buffers import BufferBytes, buffer_bytes, overhead_bytes
 from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
 from simulator.memory.shapes import (check_tp, embedding_shapes, head_shapes, layer_param_shapes, numel,
-                                     stage_layers, stage_param_shapes)
+                                     stage_param_shapes)
 from simulator.memory.states import model_state_bytes, partition_numels
-from simulator.memory.strategy import MemoryStrategy, Offload
+from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.units import GB
 from simulator.workload.layers import ParamCountModel
 from simulator.workload.transformer import TransformerSpec
@@ -116,7 +117,9 @@ class MemoryReport:
     """Per-stage breakdowns, the most loaded rank, and the verdict against the cluster."""
 
     model_name: str
-    strategy: MemoryStrategy
+    layout: ParallelLayout
+    seq: int | None
+    """Tokens per sample (None for a bare parameter count)."""
     device_name: str
     device_memory_bytes: int
     ranks_per_node: int
@@ -163,7 +166,8 @@ class MemoryReport:
 
     def to_dict(self) -> dict:
         """The ``--json`` object: the most loaded rank's fields at the top level, then the rest."""
-        s = self.strategy
+        lay = self.layout
+        s = lay.strategy
         top = {k: v for k, v in self.worst.to_dict().items() if k.endswith("_bytes")}
         return top | {
             "fits": self.fits, "reasons": list(self.reasons), "most_loaded_stage": self.worst.stage,
@@ -171,14 +175,13 @@ class MemoryReport:
             "host_node_bytes": self.host_node_bytes, "host_capacity_bytes": self.host_capacity_bytes,
             "nvme_node_bytes": self.nvme_node_bytes, "nvme_capacity_bytes": self.nvme_capacity_bytes,
             "ranks_per_node": self.ranks_per_node, "model": self.model_name,
-            "strategy": {"dp": s.dp, "tp": s.tp, "pp": s.pp, "zero": int(s.zero), "offload": s.offload.value,
-                         "offload_activations": s.offload_activations, "mbs": s.mbs, "seq": s.seq,
-                         "recompute": s.recompute.value, "sp": s.sp, "schedule": s.schedule.value,
-                         "microbatches": s.microbatches, "virtual_stages": s.virtual_stages,
-                         "partitioning": s.resolved_partitioning.value,
-                         "framework": s.resolved_framework.value,
-                         "gradient_as_bucket_view": s.gradient_as_bucket_view,
-                         "attention": "flash" if s.flash_attention else "eager"},
+            "strategy": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "zero": int(s.zero), "offload": s.offload.value,
+                         "offload_activations": s.offload_activations, "mbs": s.micro_batch,
+                         "gbs": s.global_batch, "seq": self.seq, "recompute": s.recompute.value, "sp": lay.sequence_parallel,
+                         "schedule": s.schedule.value, "microbatches": lay.micro_batches, "virtual_stages": lay.v,
+                         "layers_per_stage": list(lay.layers_per_stage),
+                         "partitioning": lay.partitioning.value, "framework": lay.framework.value,
+                         "gradient_as_bucket_view": s.gradient_as_bucket_view, "attention": s.attention.value},
             "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes),
         }
 
@@ -193,21 +196,21 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
     return max(units)
 
 
-def _stage(model, strategy: MemoryStrategy, stage: int) -> StageMemory:
-    s = strategy
+def _stage(model, layout: ParallelLayout, stage: int) -> StageMemory:
+    s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp
     dtype = model.dtype
     if isinstance(model, TransformerSpec):
-        shapes = stage_param_shapes(model, tp=s.tp, pp=s.pp, stage=stage)
-        blocks = stage_layers(model.layers, s.pp)[stage]
-        largest = _largest_block(model, s.tp, blocks, stage, s.pp)
-        acts = stage_activations(model, s, stage)
+        blocks = layout.layer_indices(stage)
+        shapes = stage_param_shapes(model, tp=tp, pp=pp, stage=stage, layers=blocks)
+        largest = _largest_block(model, tp, blocks, stage, pp)
+        acts = stage_activations(model, layout, stage)
     else:
-        shapes = [("params", (ceil(model.params / (s.tp * s.pp)),))]
-        blocks, largest, acts = range(0), 0, None
-    partitioning, framework = s.resolved_partitioning, s.resolved_framework
-    states = model_state_bytes(shapes, dp=s.dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
+        shapes = [("params", (ceil(model.params / (tp * pp)),))]
+        blocks, largest, acts = (), 0, None
+    partitioning, framework = layout.partitioning, layout.framework
+    states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
                                framework=framework)
-    partition = max(partition_numels(shapes, s.dp, partitioning))
+    partition = max(partition_numels(shapes, dp, partitioning))
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
                           param_bytes=dtype.param_bytes)
     local = sum(numel(d) for _, d in shapes)
@@ -218,7 +221,7 @@ def _stage(model, strategy: MemoryStrategy, stage: int) -> StageMemory:
                        overhead_bytes=overhead_bytes(activations_bytes=act_gpu, buffers_bytes=buffers.total_bytes))
 
 
-def _notes(model, stages: list[StageMemory], strategy: MemoryStrategy) -> tuple[str, ...]:
+def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[str, ...]:
     notes = []
     if not isinstance(model, TransformerSpec):
         notes.append("a bare parameter count: activations and ZeRO-3 gathered blocks are not modelled; "
@@ -228,30 +231,37 @@ def _notes(model, stages: list[StageMemory], strategy: MemoryStrategy) -> tuple[
     if scores > 0.25 * max(st.activations_bytes for st in stages):
         notes.append(f"eager attention scores (s x s per head) are {scores / GB:.1f} GB of activations; "
                      "FlashAttention (--attention flash) or --recompute selective does not keep them")
-    if strategy.pp > 1 and model.layers % strategy.pp:
-        notes.append(f"{model.layers} layers over {strategy.pp} stages: stages 1.. get the extra layers")
+    split = layout.layers_per_stage
+    if len(split) > 1 and len(set(split)) > 1:
+        notes.append(f"{model.layers} layers over {len(split)} stages split unevenly: {', '.join(map(str, split))}")
     return tuple(notes)
 
 
-def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster, strategy: MemoryStrategy) -> MemoryReport:
-    """Per-rank memory of ``model`` trained with ``strategy`` on ``cluster`` (see module docstring)."""
-    if strategy.world_size > cluster.world_size:
-        raise SpecError("gpus", f"the layout needs {strategy.world_size} GPUs; cluster {cluster.name} has "
-                        f"{cluster.world_size} (give more nodes)")
+def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
+                  layout: ParallelLayout | Strategy) -> MemoryReport:
+    """Per-rank memory of ``model`` trained with ``layout`` on ``cluster`` (see module docstring).
+
+    A :class:`Strategy` is laid out first (:func:`build_layout` over the whole cluster), so the memory
+    report and the step estimate of one strategy always see the same layout.
+    """
+    if isinstance(layout, Strategy):
+        layout = build_layout(layout, cluster, model)
+    elif not isinstance(layout, ParallelLayout):
+        raise SpecError("layout", f"must be a ParallelLayout or a Strategy, got {type(layout).__name__}")
+    s = layout.strategy
     host = cluster.node.host
-    if host is None and (strategy.offload is not Offload.NONE or strategy.offload_activations):
+    if host is None and (s.offload is not Offload.NONE or s.offload_activations):
         raise SpecError("host", f"cluster {cluster.name} has no host section; offload needs host.cpu_memory_GB "
                         "(and host.nvme_GB for nvme), see docs/clusters.md")
     if isinstance(model, TransformerSpec):
-        check_tp(model, strategy.tp)
-        stage_layers(model.layers, strategy.pp)
+        check_tp(model, layout.tp)
     elif not isinstance(model, ParamCountModel):
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
-    stages = [_stage(model, strategy, k) for k in range(strategy.pp)]
+    stages = [_stage(model, layout, k) for k in range(layout.pp)]
     return MemoryReport(
-        model_name=model.name, strategy=strategy, device_name=cluster.device.name,
+        model_name=model.name, layout=layout, seq=getattr(model, "seq_len", None), device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,
-        ranks_per_node=min(strategy.world_size, cluster.node.gpus_per_node),
+        ranks_per_node=min(layout.world_size, cluster.node.gpus_per_node),
         host_capacity_bytes=host.cpu_memory_bytes if host else None,
         nvme_capacity_bytes=host.nvme_bytes if host else None,
-        stages=tuple(stages), notes=_notes(model, stages, strategy))
+        stages=tuple(stages), notes=_notes(model, stages, layout))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from simulator.errors import SpecError
+from simulator.strategy.layout import even_split
 from simulator.workload.transformer import ActivationKind, BiasKind, NormKind, PositionKind, TransformerSpec
 
 Shape = tuple[int, ...]
@@ -116,23 +117,25 @@ def stage_layers(layers: int, pp: int) -> list[range]:
     if pp > layers:
         raise SpecError("pp", f"{pp} pipeline stages for {layers} layers: every stage needs at least one "
                         f"layer; use pp <= {layers}")
-    base, extra = divmod(layers, pp)
-    counts = [base + (1 if 1 <= k <= extra else 0) for k in range(pp)]
     ranges, start = [], 0
-    for count in counts:
+    for count in even_split(layers, pp):
         ranges.append(range(start, start + count))
         start += count
     return ranges
 
 
-def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage: int = 0) -> NamedShapes:
-    """The tensors one rank of pipeline stage ``stage`` holds (its tensor-parallel shard)."""
+def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage: int = 0,
+                       layers=None) -> NamedShapes:
+    """The tensors one rank of pipeline stage ``stage`` holds (its tensor-parallel shard).
+
+    ``layers``: the block indices the rank holds (a layout's :meth:`~ParallelLayout.layer_indices`);
+    None: the even split of :func:`stage_layers`.
+    """
     check_tp(spec, tp)
-    ranges = stage_layers(spec.layers, pp)
     if not 0 <= stage < pp:
         raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
     out: NamedShapes = embedding_shapes(spec, tp) if stage == 0 else []
-    for i in ranges[stage]:
+    for i in (stage_layers(spec.layers, pp)[stage] if layers is None else layers):
         out += layer_param_shapes(spec, i, tp)
     if stage == pp - 1:
         out += head_shapes(spec, tp, separate_stage=pp > 1)

@@ -21,7 +21,8 @@ from math import ceil
 
 from simulator.errors import SpecError
 from simulator.memory.shapes import Shape, numel
-from simulator.memory.strategy import Framework, Partitioning, ZeroStage, resolve_framework
+from simulator.strategy.framework import Framework, Partitioning, resolve_framework
+from simulator.strategy.kinds import ZeroStage
 from simulator.workload.transformer import DtypePolicy
 
 ADAM_STATES_PER_PARAM = 2
@@ -207,7 +208,7 @@ def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
     ZeRO stage s partitions the optimizer (s >= 1), gradients (s >= 2) and parameters (s = 3) with
     ``partitioning``; ``framework`` adds what its implementation allocates on purpose (FSDP2's
     unpadded Adam state and ZeRO-2 unsharded copy, torch's Adam ``step`` tensors). Partitioning and
-    framework default from each other (:func:`~simulator.memory.strategy.resolve_framework`)."""
+    framework default from each other (:func:`~simulator.strategy.framework.resolve_framework`)."""
     _check_rank(dp, rank)
     zero = ZeroStage(zero)
     partitioning, framework = resolve_framework(zero, partitioning, framework)

@@ -17,33 +17,60 @@ import random
 from dataclasses import dataclass
 
 from simulator.errors import SpecError
+from simulator.strategy.fields import (Flag, FlagKind, Role, declare, float_parser, int_parser, pos_int,
+                                       validate)
 
 
 def _num(field: str, value, lo: float = 0.0, strict: bool = False) -> None:
-    bad = not isinstance(value, (int, float)) or isinstance(value, bool) or value < lo or (strict and value == lo)
+    bad = (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= lo
+           or (strict and value == lo))
     if bad:
         raise SpecError(field, f"must be a number {'>' if strict else '>='} {lo:g}, got {value!r}")
+
+
+def _factors(key: str, value) -> None:
+    if not isinstance(value, tuple):
+        raise SpecError(key, f"must be a tuple of numbers, got {value!r}")
+    for i, f in enumerate(value):
+        _num(f"{key}[{i}]", f, 0.0, strict=True)
+
+
+def _probability(key: str, value) -> None:
+    _num(key, value)
+    if value > 1:
+        raise SpecError(key, f"is a probability, must be in [0, 1], got {value!r}")
+
+
+def _seed(key: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(key, f"must be an integer, got {value!r}")
+
+
+_STRAGGLER = Flag("--straggler", "rank=R,factor=F: rank R computes F× slower; prob=P,factor=F: each rank is "
+                  "slowed F× in a step with probability P (repeatable)", kind=FlagKind.CUSTOM, metavar="SPEC")
+_SCENARIO = Role.SCENARIO
 
 
 @dataclass(frozen=True, kw_only=True)
 class StragglerModel:
     """Fixed per-rank speed factors plus seeded random slowdowns."""
 
-    speed_factors: tuple[float, ...] = ()
-    """Compute-time multiplier per rank (len = world size); empty: every rank 1.0."""
-    slowdown_prob: float = 0.0
-    """Probability that a given rank is slowed in a given step (independent draws)."""
-    slowdown_factor: float = 1.0
-    """Compute-time multiplier of a slowed step (e.g. 1.5)."""
-    seed: int = 0
+    speed_factors: tuple[float, ...] = declare(
+        (), key="speed_factors", role=_SCENARIO, flag=_STRAGGLER, check=_factors,
+        parse=lambda v: tuple(v) if isinstance(v, list) else v,
+        doc="Compute-time multiplier per rank (len = world size); empty: every rank 1.0")
+    slowdown_prob: float = declare(
+        0.0, key="slowdown_prob", role=_SCENARIO, flag=_STRAGGLER, parse=float_parser("slowdown_prob"),
+        check=_probability, doc="Probability that a given rank is slowed in a given step (independent draws)")
+    slowdown_factor: float = declare(
+        1.0, key="slowdown_factor", role=_SCENARIO, flag=_STRAGGLER, parse=float_parser("slowdown_factor"),
+        check=lambda k, v: _num(k, v, 1.0), doc="Compute-time multiplier of a slowed step (e.g. 1.5)")
+    seed: int = declare(
+        0, key="seed", role=_SCENARIO, parse=int_parser("seed"), check=_seed,
+        doc="Seed of the random slowdowns", flag=Flag("--seed", "seed of random slowdowns and the DES", metavar="N"))
 
     def __post_init__(self) -> None:
-        for i, f in enumerate(self.speed_factors):
-            _num(f"speed_factors[{i}]", f, 0.0, strict=True)
-        _num("slowdown_prob", self.slowdown_prob)
-        if self.slowdown_prob > 1:
-            raise SpecError("slowdown_prob", f"is a probability, must be in [0, 1], got {self.slowdown_prob!r}")
-        _num("slowdown_factor", self.slowdown_factor, 1.0)
+        validate(self)
 
     def factor(self, rank: int, step: int) -> float:
         """Compute-time multiplier of ``rank`` in ``step``: its speed factor, times the slowdown if drawn."""
@@ -58,22 +85,26 @@ class StragglerModel:
 class FailureModel:
     """GPU failures, checkpoints and restarts for multi-step horizons."""
 
-    mtbf_gpu_hours: float
-    """Mean time between failures of one GPU (with its share of host and network), hours."""
-    checkpoint_interval_steps: int
-    """Steps between checkpoints."""
-    checkpoint_cost_s: float
-    """Seconds training stalls to write one checkpoint."""
-    restart_cost_s: float
-    """Seconds from a failure to training again (detect, reschedule, load the checkpoint)."""
+    mtbf_gpu_hours: float = declare(
+        key="mtbf_gpu_hours", role=_SCENARIO, parse=float_parser("mtbf_gpu_hours"),
+        check=lambda k, v: _num(k, v, 0.0, strict=True),
+        doc="Mean time between failures of one GPU (with its share of host and network), hours",
+        flag=Flag("--mtbf-hours", "mean time between failures per GPU, hours", metavar="H"))
+    checkpoint_interval_steps: int = declare(
+        key="checkpoint_interval_steps", role=_SCENARIO, parse=int_parser("checkpoint_interval_steps"),
+        check=pos_int, doc="Steps between checkpoints",
+        flag=Flag("--checkpoint-every", "steps between checkpoints", metavar="STEPS"))
+    checkpoint_cost_s: float = declare(
+        key="checkpoint_cost_s", role=_SCENARIO, parse=float_parser("checkpoint_cost_s"), check=_num,
+        doc="Seconds training stalls to write one checkpoint",
+        flag=Flag("--checkpoint-cost", "seconds to write a checkpoint", metavar="SECONDS"))
+    restart_cost_s: float = declare(
+        key="restart_cost_s", role=_SCENARIO, parse=float_parser("restart_cost_s"), check=_num,
+        doc="Seconds from a failure to training again (detect, reschedule, load the checkpoint)",
+        flag=Flag("--restart-cost", "seconds from a failure to training again", metavar="SECONDS"))
 
     def __post_init__(self) -> None:
-        _num("mtbf_gpu_hours", self.mtbf_gpu_hours, 0.0, strict=True)
-        if not isinstance(self.checkpoint_interval_steps, int) or self.checkpoint_interval_steps < 1:
-            raise SpecError("checkpoint_interval_steps", f"must be a positive integer, got "
-                            f"{self.checkpoint_interval_steps!r}")
-        _num("checkpoint_cost_s", self.checkpoint_cost_s)
-        _num("restart_cost_s", self.restart_cost_s)
+        validate(self)
 
     def job_mtbf_s(self, gpus: int) -> float:
         """Mean seconds between failures of a job on ``gpus`` GPUs: ``MTBF_gpu · 3600 / gpus``."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
 from simulator.workload import LayerListWorkload, TransformerSpec
@@ -71,6 +72,10 @@ class ParallelLayout:
     """Gradient bucket capacity in bytes; None: one bucket of all gradients, or a parameter server."""
     ps_shard_nodes: tuple[int, ...] = ()
     """Node holding each parameter-server shard (empty under all-reduce)."""
+    framework: Framework = Framework.TORCH_DDP
+    """Who implements the ZeRO stage (given, or implied: :func:`resolve_framework`)."""
+    partitioning: Partitioning = Partitioning.FLAT
+    """How partitioned states are split over the dp ranks (given, or the framework's)."""
 
     @property
     def dims(self) -> dict[str, int]:
@@ -124,6 +129,12 @@ class ParallelLayout:
         """Layers each pp rank holds (summed over its v chunks)."""
         return tuple(sum(self.layers_per_stage[r::self.pp]) for r in range(self.pp))
 
+    def layer_indices(self, rank: int) -> tuple[int, ...]:
+        """Model layer indices pp rank ``rank`` holds: its chunks ``rank, rank + pp, ...`` in order."""
+        starts = [sum(self.layers_per_stage[:i]) for i in range(len(self.layers_per_stage))]
+        return tuple(i for c in range(rank, len(starts), self.pp)
+                     for i in range(starts[c], starts[c] + self.layers_per_stage[c]))
+
     @property
     def embedding_ranks(self) -> tuple[int, ...]:
         """Ranks holding the token embedding: pp rank 0 (stage 0) of every pipeline."""
@@ -155,6 +166,16 @@ def _check_tp(tp: int, workload, heads: int | None, kv_heads: int | None) -> Non
                         f"{_choices(_divisors(kv_heads))}")
 
 
+def even_split(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage when none is given: ⌊l/n⌋ each, the l mod n extra ones to stages 1, 2, ...
+    (stage 0 also holds the embedding). The one home of this rule."""
+    if stages > layers:
+        raise SpecError("pp", f"pp·virtual_stages = {stages} exceeds the model's {layers} layers; "
+                        f"use at most {layers} stages")
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if 1 <= i <= extra else 0) for i in range(stages))
+
+
 def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
     n = s.pp * s.virtual_stages
     if layers is None:
@@ -162,16 +183,11 @@ def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
             raise SpecError("pp", f"{s.pp}: a model known only by its parameter count has no layers to split; "
                             "give a transformer or a layer list, or use pp 1")
         return (0,)
-    if n > layers:
-        raise SpecError("pp", f"pp·virtual_stages = {n} exceeds the model's {layers} layers; "
-                        f"use at most {layers} stages")
     if s.layer_split is not None:
         if sum(s.layer_split) != layers:
             raise SpecError("layer_split", f"sums to {sum(s.layer_split)}; the model has {layers} layers")
         return s.layer_split
-    base, extra = divmod(layers, n)
-    # the extra layers go to the stages after the first (stage 0 also holds the embedding)
-    return tuple(base + (1 if 1 <= i <= extra else 0) for i in range(n))
+    return even_split(layers, n)
 
 
 def _micro_batches(s: Strategy, dp: int) -> int:
@@ -185,10 +201,17 @@ def _micro_batches(s: Strategy, dp: int) -> int:
     return per_replica // s.micro_batch
 
 
-def _worker_gpus(s: Strategy, cluster: Cluster) -> tuple[int, tuple[int, ...]]:
+def _worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
     sync = s.dp_sync
     if not isinstance(sync, ParamServerSync):
-        return cluster.world_size, ()
+        if gpus is None:
+            return cluster.world_size, ()
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= cluster.world_size:
+            raise SpecError("gpus", f"must be 1..{cluster.world_size} (the cluster's GPUs), got {gpus!r}; "
+                            "give more nodes")
+        return gpus, ()
+    if gpus is not None:
+        raise SpecError("gpus", "a parameter-server layout uses every worker node; size the cluster instead")
     if sync.server_nodes >= cluster.nodes:
         raise SpecError("ps_server_nodes", f"{sync.server_nodes} server nodes leave no workers in "
                         f"{cluster.nodes} nodes; use at most {cluster.nodes - 1}")
@@ -226,12 +249,18 @@ def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
                             "add it to the cluster file, or use data_source synthetic")
 
 
-def build_layout(strategy: Strategy, cluster: Cluster, workload) -> ParallelLayout:
-    """Check ``strategy`` against ``cluster`` and ``workload``; raise SpecError at the first violation."""
+def build_layout(strategy: Strategy, cluster: Cluster, workload, gpus: int | None = None) -> ParallelLayout:
+    """Check ``strategy`` against ``cluster`` and ``workload``; raise SpecError at the first violation.
+
+    ``gpus``: worker GPUs the job uses, the first ones of the cluster (default: all of them, less
+    dedicated parameter-server nodes); a job smaller than one node uses part of it.
+    """
+    if not isinstance(strategy, Strategy):
+        raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     layers, heads, kv_heads = _model_shape(workload)
     _check_tp(strategy.tp, workload, heads, kv_heads)
     split = _split_layers(strategy, layers)
-    gpus, shard_nodes = _worker_gpus(strategy, cluster)
+    gpus, shard_nodes = _worker_gpus(strategy, cluster, gpus)
     dp = _world(strategy, gpus)
     m = _micro_batches(strategy, dp)
     schedule = make_schedule(strategy.schedule, strategy.pp, m, strategy.virtual_stages)
@@ -243,4 +272,5 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload) -> ParallelLayo
         strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,
         micro_batches=m, grad_accum_steps=m, layers_per_stage=split,
         sequence_parallel=strategy.sequence_parallel and strategy.tp > 1, schedule=schedule,
-        bucket_bytes=bucket, ps_shard_nodes=shard_nodes)
+        bucket_bytes=bucket, ps_shard_nodes=shard_nodes, framework=strategy.resolved_framework,
+        partitioning=strategy.resolved_partitioning)

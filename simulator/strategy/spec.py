@@ -1,138 +1,82 @@
 """The strategy: how a workload is spread over a cluster, as the user asked for it.
 
 Only what the user said, checked field by field; everything that needs the cluster or the
-workload (world size, micro-batch count, layer split, rank groups) is derived and checked in
-:mod:`simulator.strategy.layout`, as torchtitan's ``ParallelDims`` separates requested from
-derived values.
+workload (world size, micro-batch count, layer split, rank groups, the framework in effect) is
+derived and checked in :mod:`simulator.strategy.layout`, as torchtitan's ``ParallelDims``
+separates requested from derived values. Each field is declared once, with its flat key, flag,
+role and check (:mod:`simulator.strategy.fields`); the cross-field rules are in
+:meth:`Strategy._check_combinations`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from dataclasses import MISSING, dataclass
 
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
+from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
+                                       int_parser, int_tuple_parser, is_a, nonneg_int, opt, opt_pos_int, pos_int,
+                                       validate)
+from simulator.strategy.framework import Framework, Partitioning, resolve_framework
+from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
 
-
-class ZeroStage(IntEnum):
-    """Which model states are partitioned over the data-parallel ranks (Rajbhandari et al. SC'20)."""
-
-    ZERO0 = 0
-    """Plain data parallelism (DDP): every rank holds all parameters, gradients, optimizer states."""
-    ZERO1 = 1
-    """P_os: optimizer states partitioned."""
-    ZERO2 = 2
-    """P_os+g: optimizer states and gradients partitioned."""
-    ZERO3 = 3
-    """P_os+g+p: optimizer states, gradients and parameters partitioned (FSDP's full sharding)."""
+__all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
+           "PlacementOrder", "Strategy", "ZeroStage"]
 
 
-class Offload(Enum):
-    """Where model states live outside GPU memory (DeepSpeed ZeRO-Offload / ZeRO-Infinity)."""
-
-    NONE = "none"
-    """Everything on the GPU."""
-    OPTIMIZER = "optimizer"
-    """ZeRO-Offload (Ren et al. ATC'21): fp32 optimizer states and fp32 gradient partitions in host
-    memory, the Adam step on the CPU; needs ZeRO >= 1."""
-    PARAMS = "params"
-    """ZeRO-3 offload: the optimizer offload plus the 16-bit parameter partitions in host memory;
-    the GPU holds only the layers gathered for compute. Needs ZeRO 3."""
-    NVME = "nvme"
-    """ZeRO-Infinity (Rajbhandari et al. SC'21): parameter and optimizer partitions on NVMe, fp32
-    gradient partitions and staging buffers in host memory. Needs ZeRO 3."""
+def _opt_positive_number(key: str, value) -> None:
+    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0):
+        raise SpecError(key, f"must be a positive number, got {value!r}")
 
 
-class PlacementOrder(Enum):
-    """Order in which the parallel dimensions fill consecutive ranks, innermost first.
-
-    Ranks fill a node before the next (``Cluster.place``), so the innermost dimension's groups
-    share a node when their size divides ``gpus_per_node``.
-    """
-
-    TP_PP_DP = "tp-pp-dp"
-    """tp innermost (same node, fastest links), then pp, then dp outermost. Default."""
-    TP_DP_PP = "tp-dp-pp"
-    """tp innermost, then dp, pp outermost: Megatron-LM's default order ``tp-cp-ep-dp-pp``."""
-    PP_TP_DP = "pp-tp-dp"
-    """pp innermost, then tp, then dp."""
-    PP_DP_TP = "pp-dp-tp"
-    """pp innermost, then dp, then tp."""
-    DP_TP_PP = "dp-tp-pp"
-    """dp innermost, then tp, then pp."""
-    DP_PP_TP = "dp-pp-tp"
-    """dp innermost, then pp, tp outermost."""
-
-    @property
-    def dims(self) -> tuple[str, str, str]:
-        """The three dimension names, innermost first."""
-        return tuple(self.value.split("-"))  # type: ignore[return-value]
-
-    @classmethod
-    def parse(cls, text: str) -> "PlacementOrder":
-        for order in cls:
-            if text.lower().replace(",", "-") in (order.value, order.name.lower()):
-                return order
-        raise SpecError("placement", f"unknown order {text!r}; known: {', '.join(o.value for o in cls)}")
+def _text(key: str, value) -> None:
+    if not isinstance(value, str):
+        raise SpecError(key, f"must be a name, got {value!r}")
 
 
-class AttentionKind(Enum):
-    """How the attention core (scores QKᵀ, softmax, A·V) is computed, which sets both its time and
-    the activations it keeps for backward."""
-
-    FLASH = "flash"
-    """FlashAttention / torch SDPA (Dao et al. 2022): one fused kernel; the s×s scores are never
-    materialised in device memory, only a log-sum-exp per row is kept, and backward recomputes the
-    scores inside its own kernel. Default (what current frameworks use)."""
-    EAGER = "eager"
-    """Scores and softmax materialised as separate kernels and kept for backward, as in Megatron-LM
-    (Narayanan et al. SC'21) and Korthikanti et al. 2022's activation count (the 5as/h term)."""
+def _enum(kind, key: str, flag: Flag | None = None, role: Role = Role.STRUCTURE, doc: str = "", default=None):
+    """A declared enum field: parsed by value or name, checked to be a member."""
+    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=enum_parser(kind, key), check=is_a(kind))
 
 
-class DataSource(Enum):
-    """Where training samples are read from."""
+def _int(default, key: str, doc: str, flag: Flag | None, check=pos_int, role: Role = Role.STRUCTURE):
+    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=int_parser(key), check=check)
 
-    SYNTHETIC = "synthetic"
-    """Generated in memory: no input cost (benchmarks)."""
-    LOCAL = "local"
-    """Node-local disk at the node's ``host.storage_read_GBps``."""
-    SHARED = "shared"
-    """A shared file system: each node at ``host.storage_read_GBps``, all nodes together capped at
-    ``shared_storage_GBps`` when given."""
+
+def _switch(default: bool, key: str, doc: str, flag: str, role: Role = Role.STRUCTURE):
+    return declare(default, key=key, role=role, doc=doc, check=boolean,
+                   flag=Flag(flag, doc, kind=FlagKind.SWITCH))
 
 
 @dataclass(frozen=True, kw_only=True)
 class InputPipeline:
     """Reading the next batch: bytes per sample from storage, prefetched behind compute."""
 
-    bytes_per_sample: int = 0
-    """Bytes read from storage per training sample (0: input cost ignored)."""
-    source: DataSource = DataSource.LOCAL
-    shared_storage_GBps: float | None = None
-    """Aggregate read bandwidth of shared storage over all nodes, GB/s (SHARED only; None: no cap)."""
-    prefetch_batches: int = 2
-    """Batches read ahead while computing (PyTorch DataLoader's ``prefetch_factor`` default is 2
-    per worker); 0: each step waits for its own read."""
+    bytes_per_sample: int = _int(0, "bytes_per_sample", "Bytes read from storage per training sample "
+                                 "(0: input cost ignored)", Flag("--bytes-per-sample", "input bytes read per sample",
+                                                                 metavar="BYTES"), nonneg_int, Role.BATCH)
+    source: DataSource = _enum(DataSource, "data_source", Flag("--data-source", "where samples are read from",
+                                                               choices=choices_of(DataSource)),
+                               Role.BATCH, "Where training samples are read from", DataSource.LOCAL)
+    shared_storage_GBps: float | None = declare(
+        None, key="shared_storage_GBps", role=Role.BATCH, parse=float_parser("shared_storage_GBps"),
+        check=_opt_positive_number, doc="Aggregate read bandwidth of shared storage over all nodes, GB/s "
+                                        "(data_source shared only; None: no cap)")
+    prefetch_batches: int = _int(2, "prefetch_batches", "Batches read ahead while computing (PyTorch "
+                                 "DataLoader's prefetch_factor default is 2 per worker); 0: each step waits for "
+                                 "its own read", None, nonneg_int, Role.BATCH)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bytes_per_sample, int) or self.bytes_per_sample < 0:
-            raise SpecError("bytes_per_sample", f"must be a non-negative integer, got {self.bytes_per_sample!r}")
-        if not isinstance(self.source, DataSource):
-            raise SpecError("data_source", f"must be a DataSource, got {self.source!r}")
-        if self.shared_storage_GBps is not None and (self.source is not DataSource.SHARED
-                                                     or self.shared_storage_GBps <= 0):
-            raise SpecError("shared_storage_GBps", "must be positive and is only meaningful with data_source shared")
-        if not isinstance(self.prefetch_batches, int) or self.prefetch_batches < 0:
-            raise SpecError("prefetch_batches", f"must be a non-negative integer, got {self.prefetch_batches!r}")
+        validate(self)
+        if self.shared_storage_GBps is not None and self.source is not DataSource.SHARED:
+            raise SpecError("shared_storage_GBps", "is only meaningful with data_source shared")
 
 
-def _pos_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(name, f"must be a positive integer, got {value!r}")
+_F = Flag
+_STRUCT, _MEM = Role.STRUCTURE, Role.MEMORY
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,58 +84,86 @@ class Strategy:
     """A parallelisation strategy as requested. :func:`simulator.strategy.build_layout` checks it
     against a cluster and a workload and derives the rest."""
 
-    global_batch: int
-    """Samples (sequences) per optimizer step, over all replicas."""
-    micro_batch: int = 1
-    """Samples per micro-batch on one pipeline (one dp replica)."""
-    dp: int | None = None
-    """Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp)."""
-    tp: int = 1
-    """Tensor-parallel degree (Megatron-style, attention heads split)."""
-    pp: int = 1
-    """Pipeline-parallel degree (ranks per pipeline)."""
-    placement: PlacementOrder = PlacementOrder.TP_PP_DP
-    schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
-    virtual_stages: int = 1
-    """Model chunks per pipeline rank, v (INTERLEAVED only)."""
-    layer_split: tuple[int, ...] | None = None
-    """Layers per (virtual) stage in model order, pp·v entries; None: as even as possible."""
-    sequence_parallel: bool = False
-    """Megatron sequence parallelism on the tp group (Korthikanti et al. 2022); no-op at tp = 1."""
-    zero: ZeroStage = ZeroStage.ZERO0
-    offload: Offload = Offload.NONE
-    recompute: Recompute = Recompute.NONE
-    attention: AttentionKind = AttentionKind.FLASH
-    """Attention implementation; with EAGER, selective recomputation recomputes the attention core
-    (and does not keep its scores); with FLASH there is nothing stored for it to drop, so selective
-    recomputes nothing (FlashAttention already recomputes the scores in its backward)."""
-    dp_sync: AllReduceSync | ParamServerSync = field(default_factory=AllReduceSync)
-    input: InputPipeline = field(default_factory=InputPipeline)
-    stragglers: StragglerModel = field(default_factory=StragglerModel)
-    failures: FailureModel | None = None
-    """None: no failures (single-step questions)."""
-    profile: str = ""
-    """Name of the framework profile the defaults came from ('' for none); informational."""
+    global_batch: int = _int(MISSING, "global_batch", "Samples (sequences) per optimizer step, over all replicas",
+                             _F("--gbs", "global batch, sequences per optimizer step", metavar="GB"),
+                             role=Role.BATCH)
+    micro_batch: int = _int(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
+                            _F("--mbs", "micro-batch size, sequences", metavar="B"))
+    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp)",
+                          _F("--dp", "data-parallel degree (default: GPUs ÷ (tp·pp))", metavar="D"), opt_pos_int)
+    tp: int = _int(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
+                   _F("--tp", "tensor-parallel degree", metavar="T"))
+    pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
+                   _F("--pp", "pipeline-parallel degree (stages)", metavar="P"))
+    placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
+                                                                      choices=choices_of(PlacementOrder)),
+                                      doc="Order the dimensions fill consecutive ranks", default=PlacementOrder.TP_PP_DP)
+    schedule: ScheduleKind = _enum(ScheduleKind, "schedule", _F("--schedule", "pipeline schedule",
+                                                                choices=choices_of(ScheduleKind)),
+                                   doc="Pipeline schedule", default=ScheduleKind.ONE_F_ONE_B)
+    virtual_stages: int = _int(1, "virtual_stages", "Model chunks per pipeline rank, v (interleaved only)",
+                               _F("--virtual-stages", "model chunks per rank (interleaved; 2 when the schedule is "
+                                  "interleaved and this is not given)", metavar="V"))
+    layer_split: tuple[int, ...] | None = declare(
+        None, key="layer_split", role=_STRUCT, parse=int_tuple_parser("layer_split"), check=None,
+        doc="Layers per (virtual) stage in model order, pp·v entries; None: as even as possible",
+        flag=_F("--layer-split", "layers per (virtual) stage in model order, e.g. 2,10 (default: even)",
+                metavar="L1,L2,..."))
+    sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
+                                      "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
+    zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=("0", "1", "2", "3")),
+                            doc="Which model states are partitioned over the dp ranks", default=ZeroStage.ZERO0)
+    offload: Offload = _enum(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
+                                                    choices=choices_of(Offload)),
+                             doc="Where model states live outside GPU memory", default=Offload.NONE)
+    offload_activations: bool = _switch(
+        False, "offload_activations", "Move the activation checkpoints of full recomputation to host memory "
+        "(DeepSpeed activation checkpointing, cpu_checkpointing)", "--offload-activations", _MEM)
+    recompute: Recompute = _enum(Recompute, "recompute", _F("--recompute", "activation recomputation",
+                                                            choices=choices_of(Recompute)),
+                                 doc="Activation recomputation", default=Recompute.NONE)
+    attention: AttentionKind = _enum(AttentionKind, "attention", _F(
+        "--attention", "flash (FlashAttention/SDPA, no s×s scores kept) or eager (scores materialised, as "
+        "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
+        doc="Attention implementation", default=AttentionKind.FLASH)
+    framework: Framework | None = declare(
+        None, key="framework", role=_MEM, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
+        doc="Who implements the ZeRO stage; None: implied by the partitioning and the stage (resolve_framework)",
+        flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3); default: implied "
+                "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
+    partitioning: Partitioning | None = declare(
+        None, key="partitioning", role=_MEM, parse=enum_parser(Partitioning, "partitioning"),
+        check=opt(is_a(Partitioning)), doc="How ZeRO splits states over dp ranks; None: the framework's",
+        flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
+                "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",
+                choices=choices_of(Partitioning)))
+    gradient_as_bucket_view: bool = _switch(
+        False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
+        "--bucket-view", _MEM)
+    dp_sync: AllReduceSync | ParamServerSync = declare(
+        key="dp_sync", role=_STRUCT, default_factory=AllReduceSync, nested=(AllReduceSync, ParamServerSync),
+        doc="How dp replicas agree on gradients: all-reduce, or a parameter server")
+    input: InputPipeline = declare(key="input", role=Role.BATCH, default_factory=InputPipeline,
+                                   nested=(InputPipeline,), doc="Reading the training samples")
+    stragglers: StragglerModel = declare(key="stragglers", role=Role.SCENARIO, default_factory=StragglerModel,
+                                         nested=(StragglerModel,), doc="Per-rank speed factors and slowdowns")
+    failures: FailureModel | None = declare(None, key="failures", role=Role.SCENARIO, nested=(FailureModel,),
+                                            doc="GPU failures and checkpoints; None: no failures")
+    profile: str = declare("", key="profile", role=Role.INFO, check=_text,
+                           doc="Name of the framework profile the defaults came from ('' for none)",
+                           flag=_F("--profile", "framework defaults (every flag given overrides them)", metavar="NAME"))
 
     def __post_init__(self) -> None:
-        _pos_int("global_batch", self.global_batch)
-        _pos_int("micro_batch", self.micro_batch)
-        if self.dp is not None:
-            _pos_int("dp", self.dp)
-        _pos_int("tp", self.tp)
-        _pos_int("pp", self.pp)
-        _pos_int("virtual_stages", self.virtual_stages)
-        for name, kind in (("placement", PlacementOrder), ("schedule", ScheduleKind), ("offload", Offload),
-                           ("recompute", Recompute), ("attention", AttentionKind)):
-            if not isinstance(getattr(self, name), kind):
-                raise SpecError(name, f"must be a {kind.__name__}, got {getattr(self, name)!r}")
-        if not isinstance(self.zero, ZeroStage):
-            raise SpecError("zero", f"must be a ZeroStage 0-3, got {self.zero!r}")
-        if not isinstance(self.dp_sync, (AllReduceSync, ParamServerSync)):
-            raise SpecError("dp_sync", f"must be AllReduceSync or ParamServerSync, got {self.dp_sync!r}")
+        validate(self)
+        for name, kinds in (("dp_sync", (AllReduceSync, ParamServerSync)), ("input", (InputPipeline,)),
+                            ("stragglers", (StragglerModel,)), ("failures", (FailureModel, type(None)))):
+            if not isinstance(getattr(self, name), kinds):
+                raise SpecError(name, f"must be a {' or '.join(k.__name__ for k in kinds)}, got "
+                                f"{getattr(self, name)!r}")
         self._check_combinations()
 
     def _check_combinations(self) -> None:
+        """The rules between fields (each written here only)."""
         if self.virtual_stages > 1 and self.schedule is not ScheduleKind.INTERLEAVED:
             raise SpecError("virtual_stages", f"{self.virtual_stages} chunks per rank need schedule interleaved, "
                             f"not {self.schedule.value}; or use virtual_stages 1")
@@ -200,13 +172,34 @@ class Strategy:
         if self.offload in (Offload.PARAMS, Offload.NVME) and self.zero is not ZeroStage.ZERO3:
             raise SpecError("offload", f"{self.offload.value} offload needs zero 3 (DeepSpeed offload_param is "
                             "stage-3 only)")
+        if self.offload_activations and self.recompute is not Recompute.FULL:
+            raise SpecError("offload_activations", "only activation checkpoints (the layer inputs kept by full "
+                            "recomputation) go to the host; use recompute full")
         if isinstance(self.dp_sync, ParamServerSync) and self.zero is not ZeroStage.ZERO0:
             raise SpecError("zero", "ZeRO partitions state over an all-reduce group; with a parameter server "
                             "use zero 0")
-        if self.layer_split is not None:
-            if not isinstance(self.layer_split, tuple) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.layer_split):
-                raise SpecError("layer_split", f"must be a tuple of positive integers, got {self.layer_split!r}")
-            if len(self.layer_split) != self.pp * self.virtual_stages:
-                raise SpecError("layer_split", f"has {len(self.layer_split)} entries; give pp·virtual_stages = "
-                                f"{self.pp * self.virtual_stages}")
+        _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
+        if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
+            raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
+                            "buckets (use framework torch with zero 0 or 1)")
+        self._check_layer_split()
+
+    def _check_layer_split(self) -> None:
+        if self.layer_split is None:
+            return
+        if not isinstance(self.layer_split, tuple) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.layer_split):
+            raise SpecError("layer_split", f"must be a tuple of positive integers, got {self.layer_split!r}")
+        if len(self.layer_split) != self.pp * self.virtual_stages:
+            raise SpecError("layer_split", f"has {len(self.layer_split)} entries; give pp·virtual_stages = "
+                            f"{self.pp * self.virtual_stages}")
+
+    @property
+    def resolved_framework(self) -> Framework:
+        """The framework in effect (given, or implied by the partitioning and the ZeRO stage)."""
+        return resolve_framework(self.zero, self.partitioning, self.framework)[1]
+
+    @property
+    def resolved_partitioning(self) -> Partitioning:
+        """The partitioning in effect (given, or the framework's)."""
+        return resolve_framework(self.zero, self.partitioning, self.framework)[0]

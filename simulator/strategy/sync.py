@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.errors import SpecError
+from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
+                                       int_parser, is_a, nonneg_int, opt_pos_int, pos_int, validate)
+from simulator.units import MiB
 
-MiB = 1024 * 1024
+DDP_BUCKET_CAP_BYTES = 25 * MiB
+"""PyTorch DDP's ``bucket_cap_mb=25`` (torch.nn.parallel.DistributedDataParallel docs; MB means MiB
+there: ``bucket_cap_mb * 1024 * 1024``), the default bucket of every all-reduce strategy."""
 
 
 class AllReduceAlgorithm(Enum):
@@ -67,44 +72,76 @@ class ParamServerMode(Enum):
     """Workers update independently, at most ``staleness_steps`` apart (stale-synchronous)."""
 
 
-def _pos_int(field: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(field, f"must be a positive integer, got {value!r}")
+def _bucket_bytes(value):
+    from simulator.units import parse_size
+
+    return value if value is None or isinstance(value, int) else parse_size(value, "bucket_bytes")
+
+
+def _mib_to_bytes(text) -> int:
+    """``--bucket-mb 25`` → 25 MiB in bytes (torch's ``bucket_cap_mb`` counts MiB)."""
+    try:
+        mib = float(text)
+    except (TypeError, ValueError):
+        raise SpecError("bucket_bytes", f"must be a number of MiB, got {text!r}") from None
+    if not 0 < mib < float("inf"):
+        raise SpecError("bucket_bytes", f"must be positive, got {text}")
+    return round(mib * MiB)
+
+
+def _non_negative_number(key: str, value) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+        raise SpecError(key, f"must be a non-negative number, got {value!r}")
+
+
+def _opt_nonneg(key: str, value) -> None:
+    if value is not None:
+        nonneg_int(key, value)
+
+
+_STRUCT = Role.STRUCTURE
 
 
 @dataclass(frozen=True, kw_only=True)
 class AllReduceSync:
     """Gradient all-reduce among the dp group, bucketed as DDP or fused as Horovod."""
 
-    algorithm: AllReduceAlgorithm = AllReduceAlgorithm.AUTO
-    bucket_bytes: int | None = 25 * MiB
-    """Bucket (fusion buffer) capacity in bytes; PyTorch DDP's ``bucket_cap_mb=25`` (MiB).
-    None with ``bucket_params`` None: one bucket holding every gradient (TF ``num_packs=1``)."""
-    bucket_params: int | None = None
-    """Bucket capacity in elements (DeepSpeed, Megatron count elements); set ``bucket_bytes`` None with it."""
-    allgather_bucket_params: int | None = None
-    """Elements per ZeRO parameter all-gather (DeepSpeed ``allgather_bucket_size``); None: as the
-    reduce bucket."""
-    overlap_grad_reduce: bool = True
-    """Start a bucket's all-reduce during backward as soon as it is full; off, after backward."""
-    fusion_cycle_s: float = 0.0
-    """Horovod cycle time: ready tensors are fused and launched every this many seconds (0: at once)."""
+    algorithm: AllReduceAlgorithm = declare(
+        AllReduceAlgorithm.AUTO, key="allreduce_algorithm", role=_STRUCT, doc="all-reduce algorithm",
+        parse=enum_parser(AllReduceAlgorithm, "allreduce_algorithm"), check=is_a(AllReduceAlgorithm),
+        flag=Flag("--dp-algorithm", "all-reduce algorithm of the gradient sync",
+                  choices=choices_of(AllReduceAlgorithm)))
+    bucket_bytes: int | None = declare(
+        DDP_BUCKET_CAP_BYTES, key="bucket_bytes", role=_STRUCT, parse=_bucket_bytes, check=opt_pos_int,
+        doc="Bucket (fusion buffer) capacity in bytes; None with bucket_params None: one bucket holding "
+            "every gradient (TF num_packs=1)",
+        flag=Flag("--bucket-mb", "gradient bucket in MiB (25 is DDP's bucket_cap_mb)", metavar="X",
+                  from_flag=_mib_to_bytes))
+    bucket_params: int | None = declare(
+        None, key="bucket_params", role=_STRUCT, parse=int_parser("bucket_params"), check=opt_pos_int,
+        doc="Bucket capacity in elements (DeepSpeed, Megatron count elements); set bucket_bytes None with it")
+    allgather_bucket_params: int | None = declare(
+        None, key="allgather_bucket_params", role=_STRUCT, parse=int_parser("allgather_bucket_params"),
+        check=opt_pos_int, doc="Elements per ZeRO parameter all-gather (DeepSpeed allgather_bucket_size); "
+                               "None: as the reduce bucket")
+    overlap_grad_reduce: bool = declare(
+        True, key="overlap_grad_reduce", role=_STRUCT, check=boolean,
+        doc="Start a bucket's all-reduce during backward as soon as it is full; off: after backward",
+        flag=Flag("--overlap", "overlap the gradient reduce with backward (--no-overlap: after backward)",
+                  kind=FlagKind.SWITCH))
+    fusion_cycle_s: float = declare(
+        0.0, key="fusion_cycle_s", role=_STRUCT, parse=float_parser("fusion_cycle_s"), check=_non_negative_number,
+        doc="Horovod cycle time: ready tensors are fused and launched every this many seconds (0: at once)")
 
     @property
     def kind(self) -> DpSyncKind:
         return DpSyncKind.ALL_REDUCE
 
     def __post_init__(self) -> None:
-        if not isinstance(self.algorithm, AllReduceAlgorithm):
-            raise SpecError("allreduce_algorithm", f"must be an AllReduceAlgorithm, got {self.algorithm!r}")
-        for name in ("bucket_bytes", "bucket_params", "allgather_bucket_params"):
-            if getattr(self, name) is not None:
-                _pos_int(name, getattr(self, name))
+        validate(self)
         if self.bucket_params is not None and self.bucket_bytes is not None:
             raise SpecError("bucket_params", "give one bucket capacity: bucket_params with bucket_bytes None, "
                             "or bucket_bytes alone")
-        if not isinstance(self.fusion_cycle_s, (int, float)) or self.fusion_cycle_s < 0:
-            raise SpecError("fusion_cycle_s", f"must be a non-negative number, got {self.fusion_cycle_s!r}")
 
     def resolved_bucket_bytes(self, grad_bytes: int) -> int | None:
         """Bucket capacity in bytes for ``grad_bytes``-byte gradients; None: one bucket for all."""
@@ -117,14 +154,23 @@ class AllReduceSync:
 class ParamServerSync:
     """A sharded parameter server, on the workers' nodes or on nodes of its own."""
 
-    mode: ParamServerMode = ParamServerMode.SYNC
-    staleness_steps: int | None = None
-    """Most steps a worker may run ahead of the slowest (ASYNC only); None: unbounded (pure
-    asynchronous, as TensorFlow's ParameterServerStrategy)."""
-    shards: int = 1
-    """Server shards the parameters are split over (evenly, by bytes)."""
-    server_nodes: int = 0
-    """Dedicated server nodes, taken from the end of the cluster; 0: shards colocated with workers."""
+    mode: ParamServerMode = declare(
+        ParamServerMode.SYNC, key="ps_mode", role=_STRUCT, doc="parameter-server consistency",
+        parse=enum_parser(ParamServerMode, "ps_mode"), check=is_a(ParamServerMode),
+        flag=Flag("--param-server", "a parameter server instead of all-reduce", choices=choices_of(ParamServerMode)))
+    staleness_steps: int | None = declare(
+        None, key="staleness_steps", role=_STRUCT, parse=int_parser("staleness_steps"), check=_opt_nonneg,
+        doc="Most steps a worker may run ahead of the slowest (async only); None: unbounded (pure asynchronous, "
+            "as TensorFlow's ParameterServerStrategy)",
+        flag=Flag("--staleness", "async parameter-server staleness bound, steps", metavar="S"))
+    shards: int = declare(
+        1, key="ps_shards", role=_STRUCT, parse=int_parser("ps_shards"), check=pos_int,
+        doc="Server shards the parameters are split over (evenly, by bytes)",
+        flag=Flag("--servers", "parameter-server shards", metavar="K"))
+    server_nodes: int = declare(
+        0, key="ps_server_nodes", role=_STRUCT, parse=int_parser("ps_server_nodes"), check=nonneg_int,
+        doc="Dedicated server nodes, taken from the end of the cluster; 0: shards colocated with workers",
+        flag=Flag("--server-nodes", "dedicated parameter-server nodes (0: colocated with workers)", metavar="N"))
 
     @property
     def kind(self) -> DpSyncKind:
@@ -135,14 +181,7 @@ class ParamServerSync:
         return self.server_nodes == 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mode, ParamServerMode):
-            raise SpecError("ps_mode", f"must be a ParamServerMode, got {self.mode!r}")
-        _pos_int("ps_shards", self.shards)
-        if not isinstance(self.server_nodes, int) or self.server_nodes < 0:
-            raise SpecError("ps_server_nodes", f"must be a non-negative integer, got {self.server_nodes!r}")
-        if self.staleness_steps is not None and (not isinstance(self.staleness_steps, int)
-                                                 or self.staleness_steps < 0):
-            raise SpecError("staleness_steps", f"must be a non-negative integer, got {self.staleness_steps!r}")
+        validate(self)
         if self.mode is ParamServerMode.SYNC and self.staleness_steps:
             raise SpecError("staleness_steps", "a synchronous parameter server has no staleness; "
                             "use ps_mode async, or leave staleness_steps unset")

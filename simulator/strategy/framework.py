@@ -1,0 +1,90 @@
+"""Which software implements the data-parallel partitioning, and how it splits the states.
+
+The framework decides what is allocated besides the ZeRO paper's states (Adam ``step`` tensors,
+gradient buckets, FSDP2's padding) and how a partitioned state is split over the dp ranks, hence
+which rank is the most loaded. A strategy may name the framework, the partitioning, both or
+neither; :func:`resolve_framework` is the one rule that completes them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from simulator.errors import SpecError
+from simulator.strategy.kinds import ZeroStage
+
+
+class Partitioning(Enum):
+    """How a framework splits a partitioned state over the dp ranks (decides the most loaded rank)."""
+
+    FLAT = "flat"
+    """One flat buffer of all tensors split evenly, padded to a multiple of dp (DeepSpeed ZeRO,
+    Megatron's distributed optimizer): every rank holds ceil(N/dp) elements."""
+    WHOLE_TENSOR = "whole-tensor"
+    """Whole tensors assigned greedily, largest first, each to the rank with the fewest elements so
+    far (torch ``ZeroRedundancyOptimizer._partition_parameters``); ranks can be uneven."""
+    DIM0_PADDED = "dim0-padded"
+    """Every tensor split on dim 0 into ceil(dim0/dp) rows per rank, padded (FSDP2 ``fully_shard``,
+    ``_fsdp_param.py``: ``torch.chunk`` then pad every shard to chunk 0's size)."""
+
+
+class Framework(Enum):
+    """The software that implements a ZeRO stage; decides what torch (or DeepSpeed) allocates
+    besides the ZeRO paper's states: Adam ``step`` tensors, gradient buckets, FSDP2's padding."""
+
+    TORCH_DDP = "torch"
+    """torch ``DistributedDataParallel`` + ``torch.optim.Adam(W)`` (ZeRO 0), with
+    ``ZeroRedundancyOptimizer`` for ZeRO 1 (whole-tensor partitioning). One ``step`` tensor per
+    parameter tensor with Adam state; DDP's bucket copy of the gradients."""
+    FSDP2 = "fsdp2"
+    """torch ``fully_shard`` (dim-0 padded shards) + ``torch.optim.Adam(W)``: ZeRO 3 with
+    ``reshard_after_forward=True``, ZeRO 2 with ``False`` (the unsharded parameters stay from forward
+    to backward). Adam state is built from the unpadded local shard; no DDP buckets."""
+    DEEPSPEED = "deepspeed"
+    """DeepSpeed ZeRO (flat partitioning; Megatron-LM's distributed optimizer has the same states):
+    the optimizer runs on flat fp32 partitions, so no per-tensor ``step`` tensors; gradients go
+    through DeepSpeed's reduce bucket."""
+
+    @property
+    def partitioning(self) -> Partitioning:
+        """How this framework splits partitioned states."""
+        return {Framework.TORCH_DDP: Partitioning.WHOLE_TENSOR, Framework.FSDP2: Partitioning.DIM0_PADDED,
+                Framework.DEEPSPEED: Partitioning.FLAT}[self]
+
+    @property
+    def zero_stages(self) -> tuple[ZeroStage, ...]:
+        """The ZeRO stages the framework implements."""
+        return {Framework.TORCH_DDP: (ZeroStage.ZERO0, ZeroStage.ZERO1),
+                Framework.FSDP2: (ZeroStage.ZERO2, ZeroStage.ZERO3),
+                Framework.DEEPSPEED: tuple(ZeroStage)}[self]
+
+
+def resolve_framework(zero: ZeroStage, partitioning: Partitioning | None = None,
+                      framework: Framework | None = None) -> tuple[Partitioning, Framework]:
+    """(partitioning, framework) from what was given.
+
+    Neither: flat partitioning; torch DDP at ZeRO 0, DeepSpeed at ZeRO >= 1 (the defaults the
+    memory model always had). Only a partitioning: the framework that splits that way (flat at
+    ZeRO 0 is torch DDP, whose states are not partitioned). Only a framework: its partitioning.
+    Both, or a framework with a ZeRO stage it does not implement: checked, a SpecError names the fix.
+    """
+    zero = ZeroStage(zero)
+    if framework is None:
+        if partitioning is Partitioning.DIM0_PADDED:
+            framework = Framework.FSDP2
+        elif partitioning is Partitioning.WHOLE_TENSOR or zero is ZeroStage.ZERO0:
+            framework = Framework.TORCH_DDP
+        else:
+            framework = Framework.DEEPSPEED
+        return partitioning or Partitioning.FLAT, framework
+    if not isinstance(framework, Framework):
+        raise SpecError("framework", f"must be a Framework, got {framework!r}; known: "
+                        f"{', '.join(f.value for f in Framework)}")
+    if zero not in framework.zero_stages:
+        raise SpecError("framework", f"{framework.value} does not implement ZeRO-{int(zero)}; it does ZeRO "
+                        f"{'/'.join(str(int(z)) for z in framework.zero_stages)}")
+    if partitioning is not None and zero is not ZeroStage.ZERO0 and partitioning is not framework.partitioning:
+        raise SpecError("partitioning", f"{framework.value} partitions {framework.partitioning.value}, not "
+                        f"{partitioning.value}; leave the partitioning out or give "
+                        f"{framework.partitioning.value}")
+    return partitioning or framework.partitioning, framework

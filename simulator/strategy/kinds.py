@@ -1,0 +1,102 @@
+"""The choices a strategy is made of, as enums with a docstring per member."""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+from simulator.errors import SpecError
+
+
+class ZeroStage(IntEnum):
+    """Which model states are partitioned over the data-parallel ranks (Rajbhandari et al. SC'20)."""
+
+    ZERO0 = 0
+    """Plain data parallelism (DDP): every rank holds all parameters, gradients, optimizer states."""
+    ZERO1 = 1
+    """P_os: optimizer states partitioned."""
+    ZERO2 = 2
+    """P_os+g: optimizer states and gradients partitioned."""
+    ZERO3 = 3
+    """P_os+g+p: optimizer states, gradients and parameters partitioned (FSDP's full sharding)."""
+
+    @classmethod
+    def parse(cls, text: str) -> "ZeroStage":
+        """``"2"``, ``"zero2"``, ``"zero-2"`` or ``"ZERO2"`` → ZERO2."""
+        stage = str(text).lower().removeprefix("zero").removeprefix("-")
+        if stage in ("0", "1", "2", "3"):
+            return cls(int(stage))
+        raise SpecError("zero", f"unknown ZeRO stage {text!r}; use 0, 1, 2 or 3")
+
+
+class Offload(Enum):
+    """Where model states live outside GPU memory (DeepSpeed ZeRO-Offload / ZeRO-Infinity)."""
+
+    NONE = "none"
+    """Everything on the GPU."""
+    OPTIMIZER = "optimizer"
+    """ZeRO-Offload (Ren et al. ATC'21): fp32 optimizer states and fp32 gradient partitions in host
+    memory, the Adam step on the CPU; needs ZeRO >= 1."""
+    PARAMS = "params"
+    """ZeRO-3 offload: the optimizer offload plus the 16-bit parameter partitions in host memory;
+    the GPU holds only the layers gathered for compute. Needs ZeRO 3."""
+    NVME = "nvme"
+    """ZeRO-Infinity (Rajbhandari et al. SC'21): parameter and optimizer partitions on NVMe, fp32
+    gradient partitions and staging buffers in host memory. Needs ZeRO 3."""
+
+
+class PlacementOrder(Enum):
+    """Order in which the parallel dimensions fill consecutive ranks, innermost first.
+
+    Ranks fill a node before the next (``Cluster.place``), so the innermost dimension's groups
+    share a node when their size divides ``gpus_per_node``.
+    """
+
+    TP_PP_DP = "tp-pp-dp"
+    """tp innermost (same node, fastest links), then pp, then dp outermost. Default."""
+    TP_DP_PP = "tp-dp-pp"
+    """tp innermost, then dp, pp outermost: Megatron-LM's default order ``tp-cp-ep-dp-pp``."""
+    PP_TP_DP = "pp-tp-dp"
+    """pp innermost, then tp, then dp."""
+    PP_DP_TP = "pp-dp-tp"
+    """pp innermost, then dp, then tp."""
+    DP_TP_PP = "dp-tp-pp"
+    """dp innermost, then tp, then pp."""
+    DP_PP_TP = "dp-pp-tp"
+    """dp innermost, then pp, tp outermost."""
+
+    @property
+    def dims(self) -> tuple[str, str, str]:
+        """The three dimension names, innermost first."""
+        return tuple(self.value.split("-"))  # type: ignore[return-value]
+
+    @classmethod
+    def parse(cls, text: str) -> "PlacementOrder":
+        for order in cls:
+            if text.lower().replace(",", "-") in (order.value, order.name.lower()):
+                return order
+        raise SpecError("placement", f"unknown order {text!r}; known: {', '.join(o.value for o in cls)}")
+
+
+class AttentionKind(Enum):
+    """How the attention core (scores QKᵀ, softmax, A·V) is computed, which sets both its time and
+    the activations it keeps for backward."""
+
+    FLASH = "flash"
+    """FlashAttention / torch SDPA (Dao et al. 2022): one fused kernel; the s×s scores are never
+    materialised in device memory, only a log-sum-exp per row is kept, and backward recomputes the
+    scores inside its own kernel. Default (what current frameworks use)."""
+    EAGER = "eager"
+    """Scores and softmax materialised as separate kernels and kept for backward, as in Megatron-LM
+    (Narayanan et al. SC'21) and Korthikanti et al. 2022's activation count (the 5as/h term)."""
+
+
+class DataSource(Enum):
+    """Where training samples are read from."""
+
+    SYNTHETIC = "synthetic"
+    """Generated in memory: no input cost (benchmarks)."""
+    LOCAL = "local"
+    """Node-local disk at the node's ``host.storage_read_GBps``."""
+    SHARED = "shared"
+    """A shared file system: each node at ``host.storage_read_GBps``, all nodes together capped at
+    ``shared_storage_GBps`` when given."""
