@@ -19,8 +19,8 @@ EXPECTED = ["dgx-a100", "dgx-b200", "dgx-h100", "dgx-v100", "h100-roce", "hgx-h2
             "pcie-a100", "pcie-l40s"]
 GPU_PRESETS = [n for n in EXPECTED if n != "localhost-cpu"]
 
-# GPU datasheets (dense): (16-bit TFLOP/s, TF32 or None, memory GB, HBM GB/s) [src: nvidia-v100-ds,
-# nvidia-a100-ds, nvidia-h100-ds, nvidia-h200-ds, nvidia-dgx-b200-ds, nvidia-l40s-ds].
+# GPU datasheets (dense): (16-bit TFLOP/s, TF32 or None, memory GB, HBM GB/s).
+# [src: nvidia-v100-ds, nvidia-a100-ds, nvidia-h100-ds, nvidia-h200-ds, nvidia-dgx-b200-ds, nvidia-l40s-ds]
 GPU_TABLE = {
     "dgx-v100": (125, None, 32, 900),       # V100 SXM2: FP16 125, 16/32 GB, 900 GB/s
     "dgx-a100": (312, 156, 80, 2039),       # A100 SXM 80 GB
@@ -32,8 +32,8 @@ GPU_TABLE = {
     "pcie-a100": (312, 156, 80, 1935),      # A100 PCIe: HBM from the A100 80GB PCIe datasheet (unverified)
 }
 
-# Line rates per direction: (intra kind, intra GB/s, NIC kind, NIC GB/s, NICs per node) [src: nvidia-nvlink,
-# pcie-spec, ibta-roadmap, ieee-802.3]; NIC counts from the DGX datasheets.
+# Line rates per direction: (intra kind, intra GB/s, NIC kind, NIC GB/s, NICs per node); NIC counts from
+# the DGX datasheets. [src: nvidia-nvlink, pcie-spec, ibta-roadmap, ieee-802.3]
 LINK_TABLE = {
     "dgx-v100": (LinkKind.NVLINK, 25, LinkKind.INFINIBAND, 12.5, 4),     # NVLink2 per link; EDR; DGX-1 4 NICs
     "dgx-a100": (LinkKind.NVSWITCH, 300, LinkKind.INFINIBAND, 25, 8),    # NVLink3 12×25; HDR; 8 NICs
