@@ -83,7 +83,7 @@ def stray_references(name: str, text: str) -> list[str]:
 
 
 def test_no_reference_to_notes_outside_the_repository(texts):
-    bad = {n: stray_references(n, t) for n, t in texts.items()}
+    bad = {n: stray_references(n, t) for n, t in texts.items() if n != THIS}  # this file names the patterns
     bad = {n: refs for n, refs in bad.items() if refs}
     assert not bad, f"cite the primary source instead (see {SOURCES}): {bad}"
 
