@@ -6,9 +6,10 @@ on each, and returns the per-rank return values in rank order.
 
 Failure handling: each rank reports its result or its traceback on one queue. The parent reads the
 queue itself instead of relying on ``mp.spawn``/``torchrun``, which SIGTERM the survivors as soon as
-one rank dies (see ``/work/shared/reference/torch-cpu.md``): the *first* report of a failure is the
-one raised, as a :class:`LaunchError` naming the rank and carrying its traceback, and only then are
-the survivors (usually blocked in a collective with the dead peer) terminated.
+one rank dies (torch ``multiprocessing.spawn`` docs [src: torch-mp-spawn]; seen with torch 2.13 on
+gloo [src: own-gloo-probe]): the *first* report of a failure is the one raised, as a
+:class:`LaunchError` naming the rank and carrying its traceback, and only then are the survivors
+(usually blocked in a collective with the dead peer) terminated.
 
 ``fn`` and its arguments must be picklable (a module-level function); return values travel back
 pickled, so return plain Python values (floats, lists, dicts), not tensors on a device.

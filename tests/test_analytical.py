@@ -129,7 +129,7 @@ def test_interleaving_shrinks_the_measured_bubble():
 
 
 def test_parameter_server_bottleneck_and_shards():
-    """BytePS (Jiang et al. OSDI'20; network.md): non-colocated PS moves max(M/B, n·M/(k·B)) each way, so one
+    """BytePS (Jiang et al. OSDI'20) [src: jiang-2020]: non-colocated PS moves max(M/B, n·M/(k·B)) each way, so one
     server with n workers is n× one worker's NIC time; k = n shards bring it down to M/B. ps.py runs push and
     pull one after the other (2×). Tolerance 1 %: the per-call latencies."""
     cluster = load_preset("dgx-a100", 5)  # 4 worker nodes (32 GPUs, one NIC each) + 1 server node

@@ -41,7 +41,7 @@ def test_show_preset_with_nodes(capsys):
     out = capsys.readouterr().out
     assert "4 nodes × 8 GPUs = world size 32" in out
     assert "450 GB/s per GPU per direction × 0.82 = 369 GB/s achievable" in out  # 450 × 0.82
-    assert "8 NICs per node" in out and "nccl" in out and "network.md" in out
+    assert "8 NICs per node" in out and "nccl" in out and "[src: nccl-tuning, nccl-topo]" in out
 
 
 def test_show_localhost_says_placeholders(capsys):

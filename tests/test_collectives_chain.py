@@ -47,7 +47,7 @@ def test_two_node_ring_hand_worked():
 
 
 def test_nccl_one_node_worked_example_unchanged():
-    # network.md: 8 GPUs one NVLink node, ring LL: 6.6 + 14 × 0.6 = 15.0 µs (uniform α: unchanged).
+    # NCCL tuning.cc [src: nccl-tuning]: 8 GPUs one NVLink node, ring LL: 6.6 + 14 × 0.6 = 15.0 µs (uniform α).
     cluster = switched(nodes=1, gpus=8, comm=nccl_protocols())
     ll = cluster.comm.protocols[0]
     got = get_algorithm("ring").time_s(Group(cluster, tuple(range(8))), Op.ALL_REDUCE, 32, ll)
@@ -57,7 +57,7 @@ def test_nccl_one_node_worked_example_unchanged():
 def test_h100_four_nodes_ring_matches_nccl_tuner_latency():
     """32 H100 ranks (dgx-h100 preset, 4 nodes × 8), 1 KB all-reduce, ring LL.
 
-    NCCL tuning.cc (v2.30.7, network.md): 6.6 + (62 − nInter)·0.6 + nInter·2.7 µs, nInter = 2(N−1) = 6:
+    NCCL tuning.cc (v2.30.7) [src: nccl-tuning]: 6.6 + (62 − nInter)·0.6 + nInter·2.7 µs, nInter = 2(N−1) = 6:
     56.4 µs. The chain over 62 consecutive ring edges holds 8 network edges (the full ring's 4 plus 4
     in the next 30 edges): 6.6 + 54·0.6 + 8·2.7 = 60.6 µs, the older tuners' nInter = 2N count. The
     step-synchronous model gave 6.6 + 62·2.7 = 174 µs. Bandwidth adds < 0.05 µs at 1 KB. Tolerance:

@@ -61,7 +61,7 @@ def test_all_to_all_direct_and_pairwise():
 
 
 def test_nccl_ring_ll_latency_worked_example():
-    # network.md / NCCL tuning.cc: 8 GPUs one NVLink node, ring LL: 6.6 + 14 × 0.6 = 15.0 µs;
+    # NCCL tuning.cc [src: nccl-tuning]: 8 GPUs one NVLink node, ring LL: 6.6 + 14 × 0.6 = 15.0 µs;
     # Simple: 8.4 + 14 × 3.4 = 56 µs. 32 bytes add < 0.01% of bandwidth and γ terms.
     cluster = switched(nodes=1, gpus=8, comm=nccl_protocols())
     ll, _, simple = cluster.comm.protocols

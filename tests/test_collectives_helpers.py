@@ -34,7 +34,7 @@ def pcie_tree():
 
 
 def nccl_protocols():
-    """NCCL tuning.cc (v2.30.7) ring latencies and bandwidth factors, as network.md lists them."""
+    """NCCL tuning.cc (v2.30.7) ring latencies and bandwidth factors [src: nccl-tuning]."""
     def proto(name, ring, tree, nvl, pcie, net, factor, nvls=None):
         base = {"ring": ring, "tree": tree, **({"nvls": nvls} if nvls else {})}
         return Protocol(name=name, base_latency_us=base, bw_factor=factor,

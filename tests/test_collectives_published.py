@@ -1,9 +1,10 @@
 """The collective models against published all-reduce measurements (nccl-tests), on the embedded presets.
 
-Every expected figure is a measured bus bandwidth from ``shared/reference/network.md`` with its
-source. Tolerance: 15 % of the measured figure at 8 GiB (large enough that latency is negligible);
-the presets' efficiency factors come from single-node figures, so multi-node rows are real checks
-of the topology model (channels per NIC, rails), not of a fitted constant.
+Every expected figure is a measured bus bandwidth from an nccl-tests or NCCL GitHub issue named in
+its row (docs/sources.md keys nccl-tests-N and nccl-N). Tolerance: 15 % of the measured figure at
+8 GiB (large enough that latency is negligible); the presets' efficiency factors come from
+single-node figures, so multi-node rows are real checks of the topology model (channels per NIC,
+rails), not of a fitted constant.
 """
 
 from dataclasses import replace

@@ -18,7 +18,7 @@ FLAT = GemmEfficiency(points=((1.0, 0.5),))
 
 
 def device(name="H100-SXM5-80GB", curve=None, bf16=989.0, hbm=3350.0):
-    # H100 SXM datasheet: 989 dense BF16 TFLOP/s, 3.35 TB/s (shared/reference/network.md).
+    # H100 SXM datasheet: 989 dense BF16 TFLOP/s, 3.35 TB/s [src: nvidia-h100-ds].
     return Device(name=name, peak_tflops={Dtype.BF16: bf16}, memory_bytes=80 * 10**9, hbm_bw_GBps=hbm,
                   gemm_efficiency=curve)
 

@@ -1,7 +1,7 @@
-"""Embedded presets: each loads, round-trips, and its numbers match /work/shared/reference/network.md.
+"""Embedded presets: each loads, round-trips, and its numbers match their primary sources.
 
-"network.md" below is that file; it cites the primary source of each figure (NVIDIA datasheets,
-NCCL src/graph/tuning.cc v2.30.7 and topo.h, nccl-tests issues). Tolerances are stated per test.
+Sources are named by their docs/sources.md keys: NVIDIA datasheets, NCCL src/graph/tuning.cc v2.30.7
+and topo.h/topo.cc, nccl-tests and NCCL GitHub issues. Tolerances are stated per test.
 """
 
 import re
@@ -19,7 +19,8 @@ EXPECTED = ["dgx-a100", "dgx-b200", "dgx-h100", "dgx-v100", "h100-roce", "hgx-h2
             "pcie-a100", "pcie-l40s"]
 GPU_PRESETS = [n for n in EXPECTED if n != "localhost-cpu"]
 
-# network.md GPU table (dense): (16-bit TFLOP/s, TF32 or None, memory GB, HBM GB/s).
+# GPU datasheets (dense): (16-bit TFLOP/s, TF32 or None, memory GB, HBM GB/s).
+# [src: nvidia-v100-ds, nvidia-a100-ds, nvidia-h100-ds, nvidia-h200-ds, nvidia-dgx-b200-ds, nvidia-l40s-ds]
 GPU_TABLE = {
     "dgx-v100": (125, None, 32, 900),       # V100 SXM2: FP16 125, 16/32 GB, 900 GB/s
     "dgx-a100": (312, 156, 80, 2039),       # A100 SXM 80 GB
@@ -31,7 +32,8 @@ GPU_TABLE = {
     "pcie-a100": (312, 156, 80, 1935),      # A100 PCIe: HBM from the A100 80GB PCIe datasheet (unverified)
 }
 
-# network.md link table, per direction: (intra kind, intra GB/s, NIC kind, NIC GB/s, NICs per node).
+# Line rates per direction: (intra kind, intra GB/s, NIC kind, NIC GB/s, NICs per node); NIC counts from
+# the DGX datasheets. [src: nvidia-nvlink, pcie-spec, ibta-roadmap, ieee-802.3]
 LINK_TABLE = {
     "dgx-v100": (LinkKind.NVLINK, 25, LinkKind.INFINIBAND, 12.5, 4),     # NVLink2 per link; EDR; DGX-1 4 NICs
     "dgx-a100": (LinkKind.NVSWITCH, 300, LinkKind.INFINIBAND, 25, 8),    # NVLink3 12×25; HDR; 8 NICs
@@ -43,15 +45,15 @@ LINK_TABLE = {
     "pcie-a100": (LinkKind.PCIE, 31.5, LinkKind.INFINIBAND, 25, 4),      # Gen4 x16; HDR
 }
 
-# Achievable fraction of the intra-node line rate, from network.md (tolerance 0.01 absolute).
+# Achievable fraction of the intra-node line rate (tolerance 0.01 absolute).
 INTRA_EFFICIENCY = {
-    "dgx-v100": 20 / 25,      # NCCL topo.h SM70 per-link model 20 GB/s
-    "dgx-a100": 230 / 300,    # ~230 GB/s busbw, nccl-tests issue 149
-    "dgx-h100": 370 / 450,    # ~370 GB/s ring busbw, nccl-tests issue 212
+    "dgx-v100": 20 / 25,      # NCCL topo.h SM70_NVLINK_BW 20 GB/s per link [src: nccl-topo]
+    "dgx-a100": 230 / 300,    # ~230 GB/s busbw [src: nccl-tests-149]
+    "dgx-h100": 370 / 450,    # ~370 GB/s ring busbw [src: nccl-tests-212]
     "hgx-h200": 370 / 450,
     "h100-roce": 370 / 450,
-    "dgx-b200": 40.1 / 50,    # NCCL topo.h SM100 per-link model 40.1 GB/s
-    "pcie-l40s": 24 / 31.5,   # NCCL topo.cc Gen4 model 24 GB/s
+    "dgx-b200": 40.1 / 50,    # NCCL topo.h SM100_NVLINK_BW 40.1 GB/s per link [src: nccl-topo]
+    "pcie-l40s": 24 / 31.5,   # NCCL topo.cc Gen4 x16: width·rate/80 = 24 GB/s [src: nccl-topo]
     "pcie-a100": 24 / 31.5,
 }
 
@@ -67,7 +69,7 @@ def test_preset_loads_with_one_node_by_default(name):
 
 
 @pytest.mark.parametrize("name", GPU_PRESETS)
-def test_gpu_numbers_match_network_md(name):
+def test_gpu_numbers_match_datasheets(name):
     half, tf32, mem_gb, hbm = GPU_TABLE[name]
     d = load_preset(name).device
     assert d.peak_tflops[Dtype.FP16] == half
@@ -79,7 +81,7 @@ def test_gpu_numbers_match_network_md(name):
 
 
 @pytest.mark.parametrize("name", GPU_PRESETS)
-def test_link_numbers_match_network_md(name):
+def test_link_numbers_match_line_rates(name):
     intra_kind, intra_bw, nic_kind, nic_bw, nics = LINK_TABLE[name]
     c = load_preset(name)
     assert (c.node.intra_link.kind, c.node.intra_link.bw_GBps) == (intra_kind, intra_bw)
@@ -89,14 +91,15 @@ def test_link_numbers_match_network_md(name):
 
 @pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "dgx-v100", "pcie-a100"])
 def test_infiniband_efficiency_is_nccls_net_model(name):
-    # NCCL NET_BW: 12 / 24 / 48 GB/s for EDR / HDR / NDR (network.md); measured CX-7 46-49 GB/s.
+    # 0.96 of line rate: 12 / 24 / 48 GB/s for EDR / HDR / NDR. EDR: topo.h NET_BW 12 ("100Gbit") [src: nccl-topo];
+    # HDR: 8 × HDR busbw ≈ 192 GB/s [src: nccl-1576]; NDR: CX-7 46-49 GB/s [src: nccl-tests-290, nccl-tests-267].
     net = load_preset(name).network.link
     assert net.bw_GBps * net.efficiency == pytest.approx(net.bw_GBps * 0.96, rel=1e-9)
     assert net.bw_GBps * net.efficiency == pytest.approx({12.5: 12, 25: 24, 50: 48}[net.bw_GBps], abs=0.01)
 
 
 def test_roce_400g_efficiency_from_measured_busbw():
-    # nccl issue 1221: H100 8 × 400G RoCE, > 2 nodes, all-reduce busbw ≈ 320 GB/s over 8 NICs of 50 GB/s.
+    # H100 8 × 400G RoCE, > 2 nodes, all-reduce busbw ≈ 320 GB/s over 8 NICs of 50 GB/s [src: nccl-1221].
     c = load_preset("h100-roce")
     assert c.node.nics_per_node * c.network.link.bw_GBps * c.network.link.efficiency == pytest.approx(320, rel=0.01)
 
@@ -111,7 +114,7 @@ def test_dgx_v100_hybrid_cube_mesh():
     c = load_preset("dgx-v100")
     assert c.node.fabric is Fabric.NVLINK_MESH
     per_gpu = [sum(k for a, b, k in c.node.nvlink_pairs if g in (a, b)) for g in range(8)]
-    assert per_gpu == [6] * 8  # NVLink 2: 6 links per V100 (network.md: 6 × 25 = 150 GB/s)
+    assert per_gpu == [6] * 8  # NVLink 2: 6 links per V100, 6 × 25 = 150 GB/s [src: nvidia-v100-ds]
     pairs = {frozenset((a, b)) for a, b, _ in c.node.nvlink_pairs}
     assert len(pairs) == len(c.node.nvlink_pairs) == 16
     # Doubled pair 0-3 gets 2 × 25 × 0.8 = 40 GB/s; 0-5 has no NVLink and falls back to PCIe across sockets.
@@ -134,15 +137,15 @@ def test_gpu_presets_use_nccls_single_table(name):
     assert comm.library is CommLibrary.NCCL and comm.protocols == nccl_protocols()
 
 
-def test_nccl_table_reproduces_network_md_worked_example():
-    # network.md: 8 GPUs on one NVLink node, ring all-reduce latency = base + 2(p-1) × hop:
+def test_nccl_table_reproduces_tuning_cc_worked_example():
+    # NCCL tuning.cc [src: nccl-tuning]: 8 GPUs on one NVLink node, ring all-reduce latency = base + 2(p-1) × hop:
     # LL 6.6 + 14 × 0.6 = 15.0 µs; Simple 8.4 + 14 × 3.4 = 56 µs (exact to float rounding).
     protocols = {p.name: p for p in load_preset("dgx-h100").comm.protocols}
     steps = 2 * (8 - 1)
     ll, simple = protocols["LL"], protocols["Simple"]
     assert ll.base_latency_us["ring"] + steps * ll.hop_latency("ring", LinkClass.NVLINK) == pytest.approx(15.0)
     assert simple.base_latency_us["ring"] + steps * simple.hop_latency("ring", LinkClass.NVLINK) == pytest.approx(56.0)
-    # Tree hop latencies differ from the ring's (network.md): network LL 5.0 vs 2.7, LL128 8.5 vs 4.0.
+    # Tree hop latencies differ from the ring's (tuning.cc hwLat): network LL 5.0 vs 2.7, LL128 8.5 vs 4.0.
     assert ll.hop_latency("tree", LinkClass.NET) == 5.0 and ll.hop_latency("ring", LinkClass.NET) == 2.7
     assert protocols["LL128"].hop_latency("tree", LinkClass.NET) == 8.5
     assert simple.hop_latency("nvls", LinkClass.NVLINK) == 25 and simple.hop_latency("nvls", LinkClass.NET) == 18

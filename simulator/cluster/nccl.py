@@ -1,13 +1,12 @@
 """NCCL's protocol table: the one definition every cluster with ``comm: {library: nccl}`` gets.
 
 Source: NVIDIA/nccl ``src/graph/tuning.cc`` v2.30.7 (arrays ``baseLat`` and ``hwLat``, and the
-bandwidth refinements in ``ncclTopoTuneModel``), as summarised with sources in
-``/work/shared/reference/network.md`` ("NCCL's own cost model"). NCCL's time model is
+bandwidth refinements in ``ncclTopoTuneModel``) [src: nccl-tuning]. NCCL's time model is
 ``latency + bytes / (busbw × ratio)``; this table holds the latency terms and each protocol's ratio.
 
 - Base latency per call, µs (LL / LL128 / Simple): tree 6.8 / 14.0 / 8.4, ring 6.6 / 14.0 / 8.4.
-  NVLS runs only with Simple; its base latency row in ``tuning.cc`` is 0 (not in network.md:
-  unverified here).
+  NVLS runs only with Simple; its ``baseLat`` row is 0 (checked in a 2.19-era ``tuning.cc``,
+  not in v2.30.7).
 - Per-hop latency, µs (LL / LL128 / Simple):
   ring:  NVLink 0.6 / 1.9 / 3.4,  PCIe 1.0 / 2.5 / 5.7,  network 2.7 / 4.0 / 14.0;
   tree:  NVLink 0.6 / 1.25 / 4.0, PCIe 1.0 / 1.9 / 4.0,  network 5.0 / 8.5 / 14.0;
@@ -58,7 +57,7 @@ _BW_FACTOR = (0.5, 0.92, 1.0)
 _ALGO_BW_RATIO = {"tree": 0.5}
 """tuning.cc converts bus to algorithm bandwidth with ``ratio = .5`` for the tree (ring: nRanks/nSteps,
 which our ring's 2(p−1)/p steps already give). Measured 2-node all-reduce follows it: 86–91 GB/s with
-4x HDR (nccl-tests issues 175, 100), where a tree at full link rate would reach ~170."""
+4x HDR [src: nccl-tests-175, nccl-tests-100], where a tree at full link rate would reach ~170."""
 
 
 def nccl_protocols() -> tuple[Protocol, ...]:

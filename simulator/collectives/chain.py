@@ -11,7 +11,7 @@ moving while earlier ones are in flight, so latencies add along the chain, not p
     L = max_r A[r] after the last step
 
 NCCL's tuner charges a ring the same way: the sum of the hop latencies along the ring,
-``base + (nsteps − nInterSteps)·intraLat + nInterSteps·interLat`` (tuning.cc; network.md). When
+``base + (nsteps − nInterSteps)·intraLat + nInterSteps·interLat`` (tuning.cc) [src: nccl-tuning]. When
 every step's transfers share one α and every rank receives in every step, ``L = steps·α``, the old
 per-step charge. Transfers of zero bytes are not transfers (no latency either), as in the replay.
 """

@@ -114,7 +114,7 @@ class Group:
 
         Each channel carries ``1/channels`` of the data and leaves the node through its own NIC, so
         the inter-node bus bandwidth reaches ``channels × NIC bandwidth`` (nccl-tests on DGX A100,
-        8×HDR: ≈192 GB/s, network.md). A group with one GPU per node owns one NIC: one channel.
+        8×HDR: ≈192 GB/s) [src: nccl-1576]. A group with one GPU per node owns one NIC: one channel.
         """
         if len(self.nodes) == 1:
             return 1

@@ -7,7 +7,8 @@
    per local position, all at once, each GPU on its own NIC);
 3. intra-node ring all-gather of the ``g`` slices.
 
-Closed form (network.md, two-level formula, with latencies; ``step_intra(b)`` and ``step_inter(b)``
+Closed form (Thakur et al.'s ring costs per level [src: thakur-2005], the three phases of Horovod's
+hierarchical all-reduce [src: horovod-docs]; ``step_intra(b)`` and ``step_inter(b)``
 are one ring step of every node's / every local position's ring at ``b`` bytes per message):
 
     T = 3·call + 2(g−1)·bw_intra(n/g) + 2(N−1)·bw_inter(n/(gN)) + L + γ·((g−1)/g·n + (N−1)/N·n/g)

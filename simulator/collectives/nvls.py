@@ -7,8 +7,8 @@ slice) + ``n/p`` (the multicast), in ``n/p`` + ``n``. So
 
     T = call(nvls) + 2α + n·(1 + 1/p) / (B·NVLS_EFFICIENCY)          (no γ: the switch adds)
 
-against the ring's ``2(p−1)/p·n/B``: 1.56× less time for 8 GPUs. Measured (nccl issue 1455, H100,
-network.md): busbw 480 GB/s with NVLS for 8 GPUs against ~370 with the ring; this model gives
+against the ring's ``2(p−1)/p·n/B``: 1.56× less time for 8 GPUs. Measured on H100 [src: nccl-1455,
+nccl-tests-212]: busbw 480 GB/s with NVLS for 8 GPUs against ~370 with the ring; this model gives
 ≈ 595 GB/s for 450 GB/s ports, so it is optimistic by ~25% at 8 GPUs: calibrate the link
 efficiency against nccl-tests before trusting it. Available only when ``cluster.in_switch_reduction``,
 the node's fabric is switched, and the group sits on one node (SHARP across nodes is not modelled).
@@ -28,8 +28,8 @@ from simulator.collectives.cost import Env, Group
 from simulator.collectives.direct import Direct
 
 NVLS_EFFICIENCY = 0.85
-"""Fraction of the port bandwidth NVLS achieves on Hopper (NCCL ``src/graph/tuning.cc`` nvlsEfficiency,
-network.md)."""
+"""Fraction of the port bandwidth NVLS achieves on Hopper (NCCL ``src/graph/tuning.cc`` nvlsEfficiency)
+[src: nccl-tuning]."""
 
 
 class Nvls(Algorithm):

@@ -9,7 +9,7 @@ result is an all-reduce. Two layouts (:func:`ps_time_s`):
   ``T = 2·call + bw(push) + bw(pull) + L + γ·(p−1)·n/k``, ``L`` the latency chain of the two steps
   (the longest worker → host → worker pair of hops: ``2α_net`` as before as soon as a host has a
   worker on another node). With ``k = p`` every port carries
-  ``(p−1)/p·n`` each way per phase, BytePS's colocated ``2(p−1)n/(pB)`` (network.md) plus 2α.
+  ``(p−1)/p·n`` each way per phase, BytePS's colocated ``2(p−1)n/(pB)`` [src: jiang-2020] plus 2α.
 - separate servers: ``k`` server machines, each with one NIC like the cluster's; a worker NIC
   shared by ``s`` of the group's GPUs sends ``s·n``, a server receives ``p·n/k``:
   ``T = 2·call + 2·(α_net + max(s·n, p·n/k)/B_nic)``. BytePS's ``max(n/B, pn/(kB))`` assumes push

@@ -24,7 +24,7 @@ where a child's up edge and its parent's down edge are busy in overlapping steps
 chain can go up and down again, so ``L`` grows by about the larger α per step, as the old per-step
 charge did; that is what keeps the chunk count finite. With ``k = 1`` (small messages) ``L`` is
 NCCL's tree latency ``2·((g−1)·α_intra + ⌊log2 N⌋·α_net)``
-(network.md, tuning.cc) for ``g`` GPUs on each of ``N`` nodes. At large sizes each NIC moves ≈ 2n/C
+(tuning.cc) [src: nccl-tuning] for ``g`` GPUs on each of ``N`` nodes. At large sizes each NIC moves ≈ 2n/C
 bytes, the ring's ``2(p−1)/p·n/C``, so ring edges ahead by the pipeline fill ``(2H−1)/k``.
 """
 

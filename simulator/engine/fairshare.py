@@ -2,8 +2,7 @@
 
 Definition (Bertsekas & Gallager, "Data Networks", 2nd ed., §6.5.2): an allocation is max-min fair
 when no flow's rate can grow without lowering the rate of a flow that already has no more. It is
-what SimGrid's flow-level model computes (Velho et al., ACM TOMACS 2013) and what the reference
-notes name for contention (/work/shared/reference/network.md, "How contention is modelled elsewhere").
+what SimGrid's flow-level model computes (Velho et al., ACM TOMACS 2013) [src: velho-2013].
 
 Progressive filling: every resource ``r`` has ``left_r`` (capacity not yet given out) and ``n_r``
 (flows crossing it whose rate is not fixed). The resource with the least fair share

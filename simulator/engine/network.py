@@ -1,8 +1,7 @@
 """Flow-level network on SimPy: concurrent transfers share link bandwidth max-min fairly.
 
 Model (the flow-level model of SimGrid, Velho & Legrand et al., "On the validity of flow-level TCP
-network models for grid and cloud simulations", ACM TOMACS 2013; /work/shared/reference/network.md
-"How contention is modelled elsewhere"):
+network models for grid and cloud simulations", ACM TOMACS 2013 [src: velho-2013]):
 
 - A transfer (a *flow*) of ``b`` bytes over a :class:`~simulator.cluster.topology.Path` first waits
   its latency ``α`` using no bandwidth, then becomes *active*.
