@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from simulator.cluster.spec import Dtype
+from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 
 
