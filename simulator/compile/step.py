@@ -14,6 +14,7 @@ from simulator.compile import offload_part as op_
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
+from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
                                 ZeroStage, build_layout)
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
@@ -113,7 +114,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
         calls, fractions = calls + (d2h,), fractions + (1.0,)
         opt = op_.cpu_adam_s(cluster, part)
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
-            k = 12 if dt.master_bytes else 8
+            k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
             opt += op_.nvme_s(cluster, part * k) + op_.nvme_s(cluster, part * k, write=True)
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
