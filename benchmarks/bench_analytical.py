@@ -20,9 +20,9 @@ from simulator.analytical_vec import estimate_many
 from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.strategy import AllReduceSync, Recompute, ScheduleKind, Strategy, ZeroStage
+from simulator.units import MiB
 from simulator.workload import get_preset
 
-MiB = 1024 * 1024
 
 
 def candidates(limit: int) -> list[Strategy]:

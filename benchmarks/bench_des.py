@@ -23,12 +23,12 @@ from simulator.cluster.presets import load_preset  # noqa: E402
 from simulator.engine.handwork import HandSpec, hand_work  # noqa: E402
 from simulator.engine.step import simulate  # noqa: E402
 from simulator.strategy import Strategy  # noqa: E402
+from simulator.units import MiB  # noqa: E402
 from simulator.workload.presets import get_preset  # noqa: E402
 
 CONFIGS = [(8, 1, 8, 1, 96), (64, 1, 8, 8, 96), (256, 4, 8, 8, 384), (1024, 16, 8, 8, 1536)]
 """(GPUs, dp, tp, pp, global batch): m = 96 micro-batches per pipeline in every case."""
 PARAMS = 175e9
-MiB = 1 << 20
 
 
 def work_for(gpus: int, dp: int, tp: int, pp: int, gbs: int):

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from executor.launch import run
 from executor.model import build_gpt
 from simulator.errors import SpecError
-from simulator.workload.transformer import TransformerSpec
+from simulator.workload import TransformerSpec, Workload
 
 MODES = ("ddp", "zero1", "fsdp2-noreshard", "fsdp2-reshard")
 """Wrappings :func:`measure_model_states` knows."""
@@ -146,8 +146,9 @@ def _measure_rank(rank: int, nproc: int, job: _Job) -> dict[str, dict]:
 
 
 def _check_args(spec: TransformerSpec, nproc: int, modes: Iterable[str], batch: int, seq: int | None) -> int:
-    if not isinstance(spec, TransformerSpec):
-        raise SpecError("spec", f"must be a TransformerSpec, got {type(spec).__name__}")
+    if not isinstance(spec, Workload) or not spec.has_activation_shapes:
+        raise SpecError("spec", f"must be a transformer workload (the executor builds a GPT from its shapes), "
+                        f"got {type(spec).__name__}")
     if not isinstance(nproc, int) or nproc < 1:
         raise SpecError("nproc", f"must be a positive integer, got {nproc!r}")
     for mode in modes:

@@ -38,7 +38,6 @@ from simulator.results import Category
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParamServerSync, Role, Strategy, build_layout
 from simulator.strategy.fields import declared
-from simulator.workload import TransformerSpec
 
 _FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
 """The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
@@ -112,7 +111,7 @@ class _Structures:
             self._stacks.append(None)
         interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
         flops = cache.memo(("flops", workload, s.recompute, s.attention),
-                           lambda: step_flops(workload, 1, 1, s.recompute, s.attention))
+                           lambda: step_flops(workload, 1, s.recompute, s.attention))
         self._rows.append((shape, len(self._parts[shape])))
         self._scalars.append((dp * s.micro_batch, s.pp if interleaved else 0, SCHED_CODE[s.schedule],
                               _world(cache.cluster, s), flops[0], flops[1]))
@@ -230,7 +229,7 @@ def _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, gbs, pre, reads,
         out = evaluate(arrays, m[idx], sc[idx, _SCHED].astype(int), pre[idx])
         step[idx], slowest[idx] = out["step_time_s"], out["slowest"]
         bd[idx] = out["breakdown"][np.arange(len(idx)), out["slowest"]]
-    seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
+    seq = workload.seq_len
     gbs_n, world = np.zeros(n), np.ones(n)
     gbs_n[:len(gbs)], world[:len(ids)] = gbs, sc[:, _WORLD]
     model, hw = np.full(n, np.nan), np.full(n, np.nan)

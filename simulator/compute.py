@@ -22,9 +22,12 @@ from enum import Enum
 
 from simulator.cluster.spec import Device
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
+from simulator.workload.chunks import layer_kernel, recomputed
 from simulator.workload.flops import Recompute
+from simulator.workload.kinds import DtypePolicy
 from simulator.workload.layers import LayerListWorkload
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.protocol import WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
 
@@ -85,25 +88,10 @@ def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], peak: float, h
                   bytes=sum(k.bytes for k in kernels), time_s=total, bound=bound, efficiency=eff)
 
 
-def _rates(spec: TransformerSpec, device: Device) -> tuple[float, float, GemmEfficiency]:
+def _rates(dtype: DtypePolicy, device: Device) -> tuple[float, float, GemmEfficiency]:
     curve = efficiency_for(device)
-    peak = device.peak_flops(spec.dtype.compute_dtype)
+    peak = device.peak_flops(dtype.compute_dtype)
     return peak, device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve
-
-
-def _recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
-    """Whether backward repeats ``work``'s forward. Full: every block operation. Selective: the
-    eager attention core (Korthikanti et al. 2022 §5), whose scores it does not keep; with flash
-    attention nothing — no scores are stored, and the flash backward kernel already recomputes them
-    (its cost is in the backward row). Megatron-LM's first flash path likewise checkpointed core
-    attention only when not using flash (``ParallelAttention.forward`` in
-    megatron/model/transformer.py, 2023; see also Dao-AILab/flash-attention issue #257), and the
-    memory model drops nothing there (:mod:`simulator.memory.activations`)."""
-    if work.scope is not Scope.LAYER:
-        return False
-    if recompute is Recompute.FULL:
-        return True
-    return recompute is Recompute.SELECTIVE and not flash_attention and work.op is OpKind.ATTENTION
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
@@ -111,12 +99,12 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                 sequence_parallel: bool = False) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
     forward rows, then recompute rows (if any), then backward rows."""
-    peak, hbm, curve = _rates(spec, device)
+    peak, hbm, curve = _rates(spec.dtype, device)
     works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel)
     rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, peak, hbm, curve) for w in works
-             if _recomputed(w, recompute, flash_attention)]
+             if recomputed(w, recompute, flash_attention)]
     rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
     return rows
 
@@ -124,7 +112,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                tp: int = 1, *, sequence_parallel: bool = False) -> list[OpTime]:
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST)."""
-    peak, hbm, curve = _rates(spec, device)
+    peak, hbm, curve = _rates(spec.dtype, device)
     works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
     rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
     rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
@@ -169,16 +157,26 @@ class LayerTime:
 
 def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: int) -> list[LayerTime]:
     """Roofline per layer of a generic workload: forward reads the weights and writes the activations
-    (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes."""
-    curve = efficiency_for(device)
-    peak = device.peak_flops(workload.dtype.compute_dtype)
-    hbm = device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency
+    (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes
+    (:func:`simulator.workload.chunks.layer_kernel`)."""
+    peak, hbm, curve = _rates(workload.dtype, device)
     rows = []
     for phase, factor in ((Phase.FWD, 1), (Phase.BWD, 2)):
         for layer in workload.layers:
-            flops = factor * micro_batch * layer.fwd_flops
-            nbytes = factor * (layer.params * workload.dtype.param_bytes + micro_batch * layer.activation_bytes)
-            t, bound = kernel_time(Kernel(name=layer.name, flops=flops, bytes=nbytes, gemm=flops > 0), peak, hbm,
-                                   curve)
-            rows.append(LayerTime(layer=layer.name, phase=phase, flops=flops, bytes=nbytes, time_s=t, bound=bound))
+            kernel = layer_kernel(layer, micro_batch, workload.dtype, factor)
+            t, bound = kernel_time(kernel, peak, hbm, curve)
+            rows.append(LayerTime(layer=layer.name, phase=phase, flops=kernel.flops, bytes=kernel.bytes, time_s=t,
+                                  bound=bound))
     return rows
+
+
+def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[float, float, float]:
+    """(forward, backward, recompute) seconds of one repetition of ``unit``: each operation the sum of
+    its kernels' roofline times, each phase the sum of its operations (as :func:`total_time` adds
+    the rows of :func:`layer_times`)."""
+    peak, hbm, curve = _rates(dtype, device)
+
+    def phase(ops: tuple[tuple[Kernel, ...], ...]) -> float:
+        return sum(sum(kernel_time(k, peak, hbm, curve)[0] for k in kernels) for kernels in ops)
+
+    return phase(unit.fwd), phase(unit.bwd), phase(unit.recompute)

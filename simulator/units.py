@@ -16,17 +16,20 @@ from simulator.errors import SpecError
 
 GB = 1e9
 """Bytes in a decimal gigabyte (bandwidth and datasheet memory sizes)."""
+KiB = 1024
+"""Bytes in a binary kibibyte."""
 MiB = 1024**2
-"""Bytes in a mebibyte (torch's ``bucket_cap_mb`` counts these)."""
+"""Bytes in a binary mebibyte (bucket sizes: PyTorch DDP's ``bucket_cap_mb=25`` is 25 MiB)."""
 GiB = 1024**3
+"""Bytes in a binary gibibyte."""
 US = 1e-6
 """Seconds in a microsecond."""
 
 _SIZE_SUFFIX = {
     "": 1, "B": 1,
-    "K": 1024, "KB": 1024, "KIB": 1024,
-    "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-    "G": 1024**3, "GB": 1024**3, "GIB": 1024**3,
+    "K": KiB, "KB": KiB, "KIB": KiB,
+    "M": MiB, "MB": MiB, "MIB": MiB,
+    "G": GiB, "GB": GiB, "GIB": GiB,
     "T": 1024**4, "TB": 1024**4, "TIB": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -66,7 +69,7 @@ def parse_size_range(text: str, field: str = "bytes") -> list[int]:
 
 def format_size(nbytes: float) -> str:
     """Human size with binary units, as nccl-tests' size column reads (``64KiB`` → ``64KB``)."""
-    for unit, div in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+    for unit, div in (("GB", GiB), ("MB", MiB), ("KB", KiB)):
         if nbytes >= div and nbytes % div == 0:
             return f"{int(nbytes // div)}{unit}"
     return f"{int(nbytes)}B"

@@ -14,6 +14,7 @@ import pytest
 
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
+from simulator.units import MiB
 from trainplan import cmd_simulate, strategy_flags, stragglers
 from trainplan.__main__ import build_parser, main
 from timeline_fixtures import step_result
@@ -64,7 +65,7 @@ def test_flags_reach_the_strategy():
     _, _, s, layout = _inputs("--zero", "1", "--sp", "--recompute", "selective", "--dp-algorithm", "ring",
                               "--bucket-mb", "50", "--no-overlap", "--schedule", "interleaved", "--mbs", "2")
     assert s.zero is ZeroStage.ZERO1 and s.sequence_parallel and s.recompute.value == "selective"
-    assert s.dp_sync.algorithm.value == "ring" and s.dp_sync.bucket_bytes == 50 * 1024 * 1024
+    assert s.dp_sync.algorithm.value == "ring" and s.dp_sync.bucket_bytes == 50 * MiB
     assert s.dp_sync.overlap_grad_reduce is False
     assert layout.v == strategy_flags.DEFAULT_INTERLEAVED_V and layout.micro_batches == 4
 

@@ -10,10 +10,10 @@ from simulator.collectives.base import Op
 from simulator.compile import CostCache, ParamFetch, adam_bytes_per_param, compile_step
 from simulator.errors import SpecError
 from simulator.strategy import AllReduceSync, Offload, Recompute, Strategy, ZeroStage
+from simulator.units import MiB
 from simulator.work import CommKind
 from simulator.workload import DtypePolicy, ParamCountModel, get_preset, model_flops_per_token
 
-MiB = 1024 * 1024
 
 
 CPU_ADAM_PARAMS_PER_S = 2e9

@@ -7,9 +7,9 @@ from simulator.errors import SpecError
 from simulator.profiles import PROFILES, apply_profile, get_profile, profile_names
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, ParamServerMode, ParamServerSync, PlacementOrder,
                                 ZeroStage, build_layout)
+from simulator.units import MiB
 from simulator.workload import get_preset
 
-MiB = 1024 * 1024
 
 
 def test_profile_names():

@@ -10,6 +10,7 @@ from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, DataSource, F
                                 ParamServerMode, ParamServerSync, PlacementOrder, Recompute, ScheduleKind, Strategy,
                                 StragglerModel, ZeroStage, build_layout)
 from simulator.strategy.flat import ALL_KEYS, strategy_from_flat
+from simulator.units import MiB
 from simulator.workload import LayerListWorkload, LayerSpec, ParamCountModel, get_preset
 
 H100 = load_preset("dgx-h100")  # 8 GPUs per node
@@ -66,7 +67,7 @@ def test_sequence_parallel_is_a_no_op_without_tp():
 def test_bucket_resolution_by_elements_uses_gradient_bytes():
     sync = AllReduceSync(bucket_bytes=None, bucket_params=1000)
     assert layout(dp_sync=sync).bucket_bytes == 2000  # bf16 gradients: 2 bytes each
-    assert layout().bucket_bytes == 25 * 1024 * 1024
+    assert layout().bucket_bytes == 25 * MiB
 
 
 def test_param_server_on_dedicated_nodes():
@@ -193,7 +194,7 @@ def test_flat_keys_read_text():
                             "restart_cost_s": 600})
     assert s.schedule is ScheduleKind.INTERLEAVED and s.zero is ZeroStage.ZERO1
     assert s.placement is PlacementOrder.TP_DP_PP and s.recompute is Recompute.SELECTIVE
-    assert s.dp_sync.algorithm is AllReduceAlgorithm.HIERARCHICAL and s.dp_sync.bucket_bytes == 64 * 2**20
+    assert s.dp_sync.algorithm is AllReduceAlgorithm.HIERARCHICAL and s.dp_sync.bucket_bytes == 64 * MiB
     assert s.input.source is DataSource.SHARED and s.failures.restart_cost_s == 600
     assert "ps_mode" in ALL_KEYS
 

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.cluster.spec import Dtype
+from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.workload import (ActivationKind, BiasKind, DtypePolicy, LayerListWorkload, NormKind,
                                 ParamCountModel, PositionKind, Recompute, TransformerSpec, fwd_flops_per_token,

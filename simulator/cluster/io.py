@@ -15,12 +15,15 @@ from typing import Any
 
 import yaml
 
+from simulator.cluster._files import parse_yaml, with_nodes  # noqa: F401 (re-exported)
 from simulator.cluster._schema import cluster_from_dict
+from simulator.cluster.presets import load_preset
 from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, NodeSpec, Protocol
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import gemm_efficiency_to_dict
 
-__all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file"]
+__all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file", "parse_yaml",
+           "with_nodes"]
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -31,19 +34,8 @@ def load_cluster(path_or_name: str, nodes: int | None = None) -> Cluster:
     if _looks_like_file(text):
         cluster = cluster_from_dict(read_cluster_file(text))
     else:
-        from simulator.cluster.presets import load_preset
-
         return load_preset(text, nodes=nodes)
     return with_nodes(cluster, nodes)
-
-
-def with_nodes(cluster: Cluster, nodes: int | None) -> Cluster:
-    """``cluster`` with ``nodes`` nodes (``--nodes N``); ``None`` keeps the file's count."""
-    if nodes is None:
-        return cluster
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise SpecError("nodes", f"must be a positive integer, got {nodes!r}")
-    return cluster.with_nodes(nodes)
 
 
 def _looks_like_file(text: str) -> bool:
@@ -68,35 +60,6 @@ def read_cluster_file(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError(str(p), "the file must hold one mapping (name:, nodes:, device:, ...)")
     return data
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (plain YAML keeps the last silently)."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} given twice (first at line {seen[key] + 1})", key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def parse_yaml(text: str, where: str) -> Any:
-    """YAML text → Python data; errors become SpecError(``where``, "invalid YAML at line N ...")."""
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise SpecError(where, f"invalid YAML{line}: {problem}") from None
 
 
 def save_cluster(cluster: Cluster, path: str | Path) -> Path:

@@ -33,16 +33,26 @@ P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
 """How NCCL runs all-to-all and send/recv: grouped point-to-point calls, no tuner choice."""
 
 
-def tuner_choices(op_name: str) -> tuple[str, ...]:
-    """Algorithms NCCL's tuner chooses among for an operation (``auto`` on an NCCL cluster).
+COLLECTIVE_CHOICES: dict[str, tuple[str, ...]] = {
+    "all-reduce": ("ring", "tree", "nvls"),
+    "reduce-scatter": ("ring", "nvls"),
+    "all-gather": ("ring", "nvls"),
+    "broadcast": ("ring",),
+}
+"""Algorithms NCCL's tuner chooses between, per collective (``tuning.cc``, v2.18+: the tree runs
+all-reduce only, NVLS all-reduce, reduce-scatter and all-gather; CollNet, which needs SHARP-capable
+switches, is not modelled). The one home of this rule: the registry's ``auto`` on an NCCL cluster
+and :class:`simulator.compile.CostCache`'s ``auto`` both read it."""
 
-    Collectives: ring, tree (all-reduce only) and NVLS (``tuning.cc`` evaluates exactly these, plus
-    CollNet, which needs SHARP-capable switches and is not modelled). All-to-all and send/recv are
-    point-to-point in NCCL.
-    """
+
+def tuner_choices(op_name: str) -> tuple[str, ...]:
+    """Algorithms NCCL's tuner chooses among for an operation (``auto`` on an NCCL cluster):
+    :data:`COLLECTIVE_CHOICES`; all-to-all and send/recv are point-to-point in NCCL; any other
+    operation, every algorithm family (the registry keeps those that implement it)."""
     if op_name in ("all-to-all", "send-recv"):
         return P2P_ALGORITHMS
-    return ALGORITHMS
+    return COLLECTIVE_CHOICES.get(op_name, ALGORITHMS)
+
 
 PROTOCOL_NAMES: tuple[str, ...] = ("LL", "LL128", "Simple")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from simulator.cluster.io import parse_yaml, with_nodes
+from simulator.cluster._files import parse_yaml, with_nodes
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError

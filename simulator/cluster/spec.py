@@ -13,25 +13,11 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
+from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
 
 if TYPE_CHECKING:
     from simulator.gemm_efficiency import GemmEfficiency
-
-
-class Dtype(Enum):
-    """Numeric formats a device's peak throughput is quoted for."""
-
-    BF16 = "bf16"
-    """bfloat16 tensor-core math (dense)."""
-    FP16 = "fp16"
-    """IEEE half-precision tensor-core math (dense)."""
-    TF32 = "tf32"
-    """TensorFloat-32 tensor-core math (dense)."""
-    FP32 = "fp32"
-    """IEEE single precision on the CUDA cores (or a CPU's vector units)."""
-    FP8 = "fp8"
-    """8-bit floating point tensor-core math (dense), Hopper and later."""
 
 
 class LinkKind(Enum):

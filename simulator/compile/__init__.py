@@ -4,9 +4,9 @@ Public API: :func:`compile_step`, :class:`ParamFetch`, :class:`CostCache` (memoi
 shareable between compilations on one cluster), :func:`stage_work`. Both engines consume the result.
 """
 
-from simulator.compile.costs import NCCL_AUTO, CostCache
+from simulator.compile.costs import CostCache
 from simulator.compile.offload_part import ParamFetch, adam_bytes_per_param
 from simulator.compile.step import compile_step, fetch_call, stage_work
 
-__all__ = ["CostCache", "NCCL_AUTO", "ParamFetch", "adam_bytes_per_param", "compile_step", "fetch_call",
+__all__ = ["CostCache", "ParamFetch", "adam_bytes_per_param", "compile_step", "fetch_call",
            "stage_work"]

@@ -7,10 +7,11 @@ collective cost model is slow on large groups (a 128-rank tree estimate takes te
 (no module-level state): :func:`simulator.compile.compile_step` makes one per call unless given
 one, and :func:`simulator.analytical_vec.estimate_many` shares one over all its candidates.
 
-``auto`` here follows NCCL's tuner (``src/graph/tuning.cc``): it considers only the algorithms
-NCCL implements for the operation — ring, tree and NVLS for all-reduce, ring and NVLS for
-reduce-scatter and all-gather, ring for broadcast — and picks the fastest predicted one. The
-registry's own ``auto`` also weighs ``ps`` and ``direct``, which are not library collectives.
+``auto`` here follows NCCL's tuner (``src/graph/tuning.cc``) on every cluster: for a collective it
+considers only the algorithms NCCL implements for it (:data:`simulator.cluster.nccl.COLLECTIVE_CHOICES`:
+ring, tree and NVLS for all-reduce, ring and NVLS for reduce-scatter and all-gather, ring for
+broadcast) and picks the fastest predicted one. The registry's own ``auto`` on a non-NCCL cluster
+also weighs ``ps`` and ``direct``, which are not library collectives.
 """
 
 from __future__ import annotations
@@ -18,19 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.registry import estimate, supports
-
-NCCL_AUTO: dict[Op, tuple[str, ...]] = {
-    Op.ALL_REDUCE: ("ring", "tree", "nvls"),
-    Op.REDUCE_SCATTER: ("ring", "nvls"),
-    Op.ALL_GATHER: ("ring", "nvls"),
-    Op.BROADCAST: ("ring",),
-}
-"""Algorithms NCCL's tuner chooses between, per operation (NCCL ``tuning.cc``, v2.18+)."""
-
 
 class CostCache:
     """Memo of cost answers on one cluster. Keys include every input, so answers never go stale."""
@@ -56,7 +49,7 @@ class CostCache:
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
             return est.time_s, est.algorithm
-        names = [a for a in NCCL_AUTO.get(op, ()) if supports(a, op, self.cluster, ranks)]
+        names = [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]
         if not names:  # an operation NCCL has no tuned choice for: the registry's own pick
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
             return est.time_s, est.algorithm

@@ -11,32 +11,31 @@ from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part as cp
 from simulator.compile import offload_part as op_
-from simulator.compile.compute_part import ChunkCompute, layer_list_chunk, step_flops, transformer_chunk
+from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
+from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
                                 ZeroStage, build_layout)
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
-from simulator.workload import LayerListWorkload, TransformerSpec
+from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 
 ParamFetch = op_.ParamFetch
 
 
 def _check_workload(workload) -> None:
-    if not isinstance(workload, (TransformerSpec, LayerListWorkload)):
-        raise SpecError("model", "a step time needs a transformer (preset or config.json) or a layer list; "
-                        "a bare parameter count (--params) has no compute to time")
+    if not isinstance(workload, Workload) or not workload.has_compute:
+        raise no_compute()
 
 
-def _chunk_compute(cache: CostCache, workload, layout: ParallelLayout, c: int) -> ChunkCompute:
-    s, n = layout.strategy, layout.pp * layout.v
-    layers = layout.layers_per_stage[c]
-    if isinstance(workload, TransformerSpec):
-        return transformer_chunk(cache, workload, mbs=s.micro_batch, tp=layout.tp, recompute=s.recompute,
-                                 sp=layout.sequence_parallel, layers=layers, first=c == 0, last=c == n - 1,
-                                 n_chunks=n, attention=s.attention)
-    start = sum(layout.layers_per_stage[:c])
-    return layer_list_chunk(cache, workload, mbs=s.micro_batch, recompute=s.recompute, start=start, layers=layers)
+def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout, c: int) -> ChunkCompute:
+    s = layout.strategy
+    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
+                       layers=layout.layers_per_stage[c])
+    options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
+                             sequence_parallel=layout.sequence_parallel,
+                             flash_attention=s.attention is AttentionKind.FLASH)
+    return chunk_compute(cache, workload, chunk, options)
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
@@ -65,12 +64,11 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
     rep, tp_group, dp_group = groups
-    layers = layout.layers_per_stage[c] if isinstance(workload, TransformerSpec) else 0
-    tp_fwd, tp_bwd = (), ()
-    if isinstance(workload, TransformerSpec):
-        tp_fwd, tp_bwd = cp.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel, layers=layers,
-                                     first=c == 0, last=c == n - 1, full_recompute=s.recompute is Recompute.FULL,
-                                     concurrent=dp)
+    layers = cc.blocks
+    # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
+    tp_fwd, tp_bwd = cp.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel, layers=layers,
+                                 first=c == 0, last=c == n - 1, full_recompute=s.recompute is Recompute.FULL,
+                                 concurrent=dp)
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
@@ -116,7 +114,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
         calls, fractions = calls + (d2h,), fractions + (1.0,)
         opt = op_.cpu_adam_s(cluster, part)
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
-            k = 12 if dt.master_bytes else 8
+            k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
             opt += op_.nvme_s(cluster, part * k) + op_.nvme_s(cluster, part * k, write=True)
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
@@ -154,7 +152,7 @@ def _memory(cluster: Cluster, workload, layout: ParallelLayout):
     return memory_report(workload, cluster, layout)
 
 
-def compile_step(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
+def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
                  cache: CostCache | None = None, memory: bool = True, layout: ParallelLayout | None = None) -> StepWork:
     """Compile one training step (see the package docstring). Bad input raises SpecError.
 
@@ -171,9 +169,8 @@ def compile_step(cluster: Cluster, workload, strategy: Strategy, *, fetch: Param
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
     stages = tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
     samples = strategy.global_batch
-    seq = workload.seq_len if isinstance(workload, TransformerSpec) else 1
-    model_flops, hw_flops = step_flops(workload, samples * seq, samples, strategy.recompute,
-                                          strategy.attention)
+    seq = workload.seq_len
+    model_flops, hw_flops = step_flops(workload, samples * seq, strategy.recompute, strategy.attention)
     return StepWork(stages=stages, strategy=strategy, layout=layout, schedule=layout.schedule,
                     micro_batches=layout.micro_batches, tokens_per_step=samples * seq,
                     model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,

@@ -20,7 +20,7 @@ from simulator.errors import SpecError
 from simulator.memory.activations import StageActivations, stage_activations
 from simulator.memory.buffers import BufferBytes, buffer_bytes, overhead_bytes
 from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
-from simulator.memory.shapes import (check_tp, embedding_shapes, head_shapes, layer_param_shapes, numel,
+from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
                                      stage_param_shapes)
 from simulator.memory.states import model_state_bytes, partition_numels
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
@@ -199,7 +199,7 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
 def _stage(model, layout: ParallelLayout, stage: int) -> StageMemory:
     s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp
     dtype = model.dtype
-    if isinstance(model, TransformerSpec):
+    if model.has_activation_shapes:
         blocks = layout.layer_indices(stage)
         shapes = stage_param_shapes(model, tp=tp, pp=pp, stage=stage, layers=blocks)
         largest = _largest_block(model, tp, blocks, stage, pp)
@@ -223,7 +223,7 @@ def _stage(model, layout: ParallelLayout, stage: int) -> StageMemory:
 
 def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[str, ...]:
     notes = []
-    if not isinstance(model, TransformerSpec):
+    if not model.has_activation_shapes:
         notes.append("a bare parameter count: activations and ZeRO-3 gathered blocks are not modelled; "
                      "give --model for them")
         return tuple(notes)
@@ -253,9 +253,7 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
     if host is None and (s.offload is not Offload.NONE or s.offload_activations):
         raise SpecError("host", f"cluster {cluster.name} has no host section; offload needs host.cpu_memory_GB "
                         "(and host.nvme_GB for nvme), see docs/clusters.md")
-    if isinstance(model, TransformerSpec):
-        check_tp(model, layout.tp)
-    elif not isinstance(model, ParamCountModel):
+    if not model.has_activation_shapes and model.layer_count is not None:
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
     stages = [_stage(model, layout, k) for k in range(layout.pp)]
     return MemoryReport(

@@ -34,16 +34,11 @@ def numel(shape: Shape) -> int:
 
 
 def check_tp(spec: TransformerSpec, tp: int) -> None:
-    """Tensor parallelism splits whole attention heads: t must divide the query heads, and the
-    key/value heads must either split evenly or be replicated (t a multiple of kv heads)."""
+    """The workload's own tensor-parallel rule (:meth:`TransformerSpec.check_tp`: tp divides the
+    query heads and the key/value heads), after checking tp is a positive integer."""
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         raise SpecError("tp", f"must be a positive integer, got {tp!r}")
-    if spec.heads % tp:
-        raise SpecError("tp", f"{tp} does not divide the {spec.heads} attention heads of {spec.name}; "
-                        f"use a divisor of {spec.heads}")
-    kv = spec.n_kv_heads
-    if kv % tp and tp % kv:
-        raise SpecError("tp", f"{tp} neither divides nor is a multiple of the {kv} key/value heads of {spec.name}")
+    spec.check_tp(tp)
 
 
 def _kv_rows(spec: TransformerSpec, tp: int) -> int:

@@ -36,7 +36,10 @@ unless Adam is ``fused`` or ``capturable``; kilobytes per rank either way."""
 
 
 def optimizer_bytes_per_param(dtype: DtypePolicy) -> int:
-    """K: fp32 master (if any) + Adam momentum + variance: 12 mixed precision, 8 pure fp32."""
+    """K, the optimizer-state bytes per parameter: fp32 master (if any) + Adam momentum + variance —
+    12 in mixed precision (Rajbhandari et al. SC'20, "ZeRO", §3.1: K = 12 for mixed-precision Adam),
+    8 in pure fp32. The one home of this number: memory, compile (NVMe traffic) and the optimizer
+    step's bytes (:func:`simulator.compile.offload_part.adam_bytes_per_param`) all call it."""
     return dtype.master_bytes + ADAM_STATES_PER_PARAM * ADAM_STATE_BYTES
 
 

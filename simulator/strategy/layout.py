@@ -3,8 +3,8 @@
 ``build_layout(strategy, cluster, workload)`` is the one place the cross-input rules live:
 
 - world size = dp·tp·pp equals the worker GPUs (all GPUs, less dedicated parameter-server nodes);
-- tp divides the attention heads and the key/value heads (Megatron-LM splits whole heads and
-  whole query groups per tp rank);
+- the workload accepts the tp degree (``Workload.check_tp``: a transformer's tp divides its
+  attention heads and key/value heads, as Megatron-Core's ``divide`` requires);
 - pp·v ≤ layers (every virtual stage holds at least one layer); an explicit split sums to layers;
 - the global batch splits into dp replicas × micro-batches: m = B ÷ (dp·b), and gradient
   accumulation runs the same m micro-batches per optimizer step;
@@ -25,16 +25,7 @@ from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
-from simulator.workload import LayerListWorkload, TransformerSpec
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _choices(values: list[int]) -> str:
-    text = [str(v) for v in values]
-    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+from simulator.workload.protocol import Workload, divisors, one_of
 
 
 @dataclass(frozen=True)
@@ -146,26 +137,6 @@ class ParallelLayout:
         return tuple(r for r in range(self.world_size) if self.coords(r).pp == self.pp - 1)
 
 
-def _model_shape(workload) -> tuple[int | None, int | None, int | None]:
-    if isinstance(workload, TransformerSpec):
-        return workload.layers, workload.heads, workload.n_kv_heads
-    if isinstance(workload, LayerListWorkload):
-        return len(workload.layers), None, None
-    return None, None, None
-
-
-def _check_tp(tp: int, workload, heads: int | None, kv_heads: int | None) -> None:
-    if tp == 1:
-        return
-    if isinstance(workload, LayerListWorkload):
-        raise SpecError("tp", f"{tp}: a layer-list workload has no heads to split; use tp 1")
-    if heads is not None and heads % tp:
-        raise SpecError("tp", f"{tp} does not divide {heads} attention heads; use {_choices(_divisors(heads))}")
-    if kv_heads is not None and kv_heads % tp:
-        raise SpecError("tp", f"{tp} does not divide {kv_heads} key/value heads; use "
-                        f"{_choices(_divisors(kv_heads))}")
-
-
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
     """Layers per stage when none is given: ⌊l/n⌋ each, the l mod n extra ones to stages 1, 2, ...
     (stage 0 also holds the embedding). The one home of this rule."""
@@ -197,7 +168,7 @@ def _micro_batches(s: Strategy, dp: int) -> int:
     per_replica = s.global_batch // dp
     if per_replica % s.micro_batch:
         raise SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
-                        f"use {_choices(_divisors(per_replica))}")
+                        f"use {one_of(divisors(per_replica))}")
     return per_replica // s.micro_batch
 
 
@@ -227,11 +198,11 @@ def _world(s: Strategy, gpus: int) -> int:
     if s.dp is None:
         if gpus % (s.tp * s.pp):
             raise SpecError("tp", f"tp·pp = {s.tp * s.pp} does not divide the {gpus} GPUs; choose tp·pp from "
-                            f"{_choices(_divisors(gpus))}")
+                            f"{one_of(divisors(gpus))}")
         return gpus // (s.tp * s.pp)
     if s.dp * s.tp * s.pp != gpus:
         fix = (f"use dp {gpus // (s.tp * s.pp)}" if gpus % (s.tp * s.pp) == 0 else
-               f"choose tp·pp from {_choices(_divisors(gpus))}")
+               f"choose tp·pp from {one_of(divisors(gpus))}")
         raise SpecError("dp", f"dp·tp·pp = {s.dp}·{s.tp}·{s.pp} = {s.dp * s.tp * s.pp} does not match the "
                         f"{gpus} GPUs; {fix}")
     return s.dp
@@ -249,7 +220,7 @@ def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
                             "add it to the cluster file, or use data_source synthetic")
 
 
-def build_layout(strategy: Strategy, cluster: Cluster, workload, gpus: int | None = None) -> ParallelLayout:
+def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus: int | None = None) -> ParallelLayout:
     """Check ``strategy`` against ``cluster`` and ``workload``; raise SpecError at the first violation.
 
     ``gpus``: worker GPUs the job uses, the first ones of the cluster (default: all of them, less
@@ -257,9 +228,8 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload, gpus: int | Non
     """
     if not isinstance(strategy, Strategy):
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
-    layers, heads, kv_heads = _model_shape(workload)
-    _check_tp(strategy.tp, workload, heads, kv_heads)
-    split = _split_layers(strategy, layers)
+    workload.check_tp(strategy.tp)
+    split = _split_layers(strategy, workload.layer_count)
     gpus, shard_nodes = _worker_gpus(strategy, cluster, gpus)
     dp = _world(strategy, gpus)
     m = _micro_batches(strategy, dp)

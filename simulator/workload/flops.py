@@ -22,9 +22,13 @@ as a cross-check in the tests.
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
-from simulator.workload.transformer import ActivationKind, TransformerSpec
+from simulator.workload.kinds import ActivationKind
+
+if TYPE_CHECKING:
+    from simulator.workload.transformer import TransformerSpec
 
 
 class Recompute(Enum):

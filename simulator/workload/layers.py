@@ -5,30 +5,21 @@
   this list, since only ``executor/`` imports torch).
 - :class:`ParamCountModel`: only a parameter count (``--params 7.5e9``), enough for model-state
   memory questions (ZeRO stages, offload) and gradient-communication volume.
-- :class:`Workload`: what all three kinds (with :class:`TransformerSpec`) share.
+All three implement :class:`simulator.workload.protocol.Workload` (a parameter count as far as it
+can: model states only).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from simulator.errors import SpecError
-from simulator.workload.flops import layer_fwd_flops, logits_fwd_flops
+from simulator.workload import summary
+from simulator.workload.chunks import layer_list_chunk_load
+from simulator.workload.flops import Recompute, layer_fwd_flops, logits_fwd_flops
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, no_compute
 from simulator.workload.transformer import DtypePolicy, TransformerSpec
-
-
-@runtime_checkable
-class Workload(Protocol):
-    """What every workload provides: a name, a parameter count and a dtype policy."""
-
-    name: str
-    dtype: DtypePolicy
-
-    @property
-    def params(self) -> int: ...
-
 
 @dataclass(frozen=True, kw_only=True)
 class LayerSpec:
@@ -80,6 +71,49 @@ class LayerListWorkload:
     def train_flops_per_sample(self) -> float:
         """Forward + backward (2× forward) FLOPs per sample."""
         return 3.0 * self.fwd_flops_per_sample
+
+    # --- the workload protocol (simulator.workload.protocol) -----------------------------------
+    @property
+    def layer_count(self) -> int:
+        """Layers a pipeline splits: every entry of the list."""
+        return len(self.layers)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sample: 1 (a sample is one input example, not a sequence)."""
+        return 1
+
+    @property
+    def has_compute(self) -> bool:
+        return True
+
+    @property
+    def has_activation_shapes(self) -> bool:
+        return False
+
+    def check_tp(self, tp: int) -> None:
+        """A layer list names no heads or matrices to split: tensor parallelism 1 only."""
+        if tp != 1:
+            raise SpecError("tp", f"{tp}: a layer-list workload has no heads to split; use tp 1")
+
+    def with_seq(self, seq_len: int) -> "LayerListWorkload":
+        raise SpecError("seq", "a layer list has no sequence length; --seq applies to transformers")
+
+    def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+        return layer_list_chunk_load(self, chunk, options)
+
+    def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]:
+        """(model, hardware) FLOPs of ``tokens`` samples: 3 × forward each, plus one more forward
+        under full recomputation (a layer list has no attention core for selective to recompute)."""
+        model = self.train_flops_per_sample * tokens
+        extra = self.fwd_flops_per_sample * tokens if recompute is Recompute.FULL else 0.0
+        return model, model + extra
+
+    def summary(self) -> dict:
+        return summary.layer_list_summary(self)
+
+    def describe(self) -> str:
+        return summary.describe_layer_list(self)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "dtype": self.dtype.value, "source": self.source,
@@ -159,3 +193,41 @@ class ParamCountModel:
             raise SpecError("params", f"must be a positive integer, got {self.params!r}")
         if not self.name:
             object.__setattr__(self, "name", f"{self.params:.3g} params")
+
+    # --- the workload protocol, as far as a bare count goes -----------------------------------------
+    @property
+    def layer_count(self) -> None:
+        """No layers known: a pipeline cannot split it (pipeline degree 1 only)."""
+        return None
+
+    @property
+    def seq_len(self) -> int:
+        """1: a bare count has no sequence (model states do not depend on one)."""
+        return 1
+
+    @property
+    def has_compute(self) -> bool:
+        return False
+
+    @property
+    def has_activation_shapes(self) -> bool:
+        return False
+
+    def check_tp(self, tp: int) -> None:
+        """Any degree: the states are taken as split evenly (no shapes to check against)."""
+
+    def with_seq(self, seq_len: int) -> "ParamCountModel":
+        """Itself: model states do not depend on the sequence length."""
+        return self
+
+    def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+        raise no_compute()
+
+    def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]:
+        raise no_compute()
+
+    def summary(self) -> dict:
+        return summary.param_count_summary(self)
+
+    def describe(self) -> str:
+        return summary.describe_param_count(self)

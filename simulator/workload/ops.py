@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
-from simulator.workload.transformer import ActivationKind, PositionKind, TransformerSpec
+from simulator.workload.kinds import ActivationKind, PositionKind
+
+if TYPE_CHECKING:
+    from simulator.workload.transformer import TransformerSpec
 
 MEMORY_BWD_FACTOR = 1.5
 """Backward bytes / forward bytes of an element-wise kernel (3 tensors touched instead of 2)."""

@@ -20,85 +20,15 @@ we also count the final norm (2h), which eq. 2 leaves out.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
-from simulator.cluster.spec import Dtype
 from simulator.errors import SpecError
+from simulator.workload import summary
+from simulator.workload.chunks import transformer_chunk_load
+from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
+from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, one_of
 
-
-class ActivationKind(Enum):
-    """The MLP's shape and non-linearity."""
-
-    GELU = "gelu"
-    """Two matrices h→f→h with GELU between (GPT-2/3, GPT-NeoX, Megatron GPT; f = 4h usually)."""
-    SWIGLU = "swiglu"
-    """Three matrices: gate and up h→f, SiLU(gate)·up, down f→h (Llama, Mistral, Qwen2; Shazeer 2020)."""
-
-
-class NormKind(Enum):
-    """The normalisation layer before attention, before the MLP, and after the last block."""
-
-    LAYERNORM = "layernorm"
-    """LayerNorm with a scale and a bias: 2h parameters (GPT-2/3, GPT-NeoX)."""
-    RMSNORM = "rmsnorm"
-    """RMSNorm with a scale only: h parameters (Llama, Mistral, Qwen2)."""
-
-
-class PositionKind(Enum):
-    """How token positions enter the model."""
-
-    LEARNED = "learned"
-    """A learned position-embedding table of ``max_positions × h`` parameters (GPT-2/3)."""
-    ROTARY = "rotary"
-    """Rotary embeddings applied to Q and K: no parameters, an element-wise op (NeoX, Llama)."""
-
-
-class BiasKind(Enum):
-    """Which linear layers carry a bias vector."""
-
-    NONE = "none"
-    """No biases (Llama, Mistral)."""
-    QKV = "qkv"
-    """Biases on the Q, K, V projections only (Qwen2)."""
-    ALL = "all"
-    """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
-
-
-class DtypePolicy(Enum):
-    """Numeric formats for compute, stored weights, gradients and optimizer master weights."""
-
-    BF16_MIXED = "bf16"
-    """bf16 weights, activations and gradients for compute; fp32 master weights in the optimizer."""
-    FP16_MIXED = "fp16"
-    """fp16 compute with loss scaling; fp32 master weights (Micikevicius et al. 2018)."""
-    FP32 = "fp32"
-    """Everything in fp32 (on the CUDA cores: no TF32 unless the device's fp32 peak says so)."""
-
-    @property
-    def compute_dtype(self) -> Dtype:
-        """Format the matmuls run in; picks the device's peak FLOP/s."""
-        return {DtypePolicy.BF16_MIXED: Dtype.BF16, DtypePolicy.FP16_MIXED: Dtype.FP16,
-                DtypePolicy.FP32: Dtype.FP32}[self]
-
-    @property
-    def activation_bytes(self) -> int:
-        """Bytes per activation element (and per compute-copy weight element)."""
-        return 4 if self is DtypePolicy.FP32 else 2
-
-    @property
-    def param_bytes(self) -> int:
-        """Bytes per parameter of the weights the forward pass reads."""
-        return self.activation_bytes
-
-    @property
-    def grad_bytes(self) -> int:
-        """Bytes per gradient element as produced by backward."""
-        return self.activation_bytes
-
-    @property
-    def master_bytes(self) -> int:
-        """Bytes per parameter of a separate fp32 master copy (0: the weights are the master)."""
-        return 0 if self is DtypePolicy.FP32 else 4
+__all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind", "TransformerSpec"]
 
 
 def _pos_int(name: str, value) -> None:
@@ -243,3 +173,46 @@ class TransformerSpec:
     def non_embedding_params(self) -> int:
         """Parameters outside the embedding and output matrices (Kaplan et al. 2020's N)."""
         return self.layers * self.layer_params + self.norm_params
+
+    # --- the workload protocol (simulator.workload.protocol) -----------------------------------
+    @property
+    def layer_count(self) -> int:
+        """Blocks a pipeline splits: ``layers``."""
+        return self.layers
+
+    @property
+    def has_compute(self) -> bool:
+        return True
+
+    @property
+    def has_activation_shapes(self) -> bool:
+        return True
+
+    def check_tp(self, tp: int) -> None:
+        """Tensor parallelism splits whole heads: ``tp`` must divide the query and the key/value heads."""
+        if tp == 1:
+            return
+        if self.heads % tp:
+            raise SpecError("tp", f"{tp} does not divide {self.heads} attention heads; use {one_of(divisors(self.heads))}")
+        if self.n_kv_heads % tp:
+            raise SpecError("tp", f"{tp} does not divide {self.n_kv_heads} key/value heads; use "
+                            f"{one_of(divisors(self.n_kv_heads))}")
+
+    def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+        return transformer_chunk_load(self, chunk, options)
+
+    def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]:
+        """(model, hardware) FLOPs of ``tokens`` tokens: ``model_flops_per_token × tokens`` (6N +
+        attention, Chowdhery et al. 2022 App. B) and ``train_flops_per_token(recompute) × tokens``;
+        selective recomputation with flash attention recomputes nothing
+        (:func:`simulator.workload.chunks.recomputed`), so it counts as none."""
+        if recompute is Recompute.SELECTIVE and flash_attention:
+            recompute = Recompute.NONE
+        return (model_flops_per_token(self, self.seq_len) * tokens,
+                train_flops_per_token(self, recompute, self.seq_len) * tokens)
+
+    def summary(self) -> dict:
+        return summary.transformer_summary(self)
+
+    def describe(self) -> str:
+        return summary.describe_transformer(self)

@@ -1,0 +1,52 @@
+"""Helpers shared by the cluster-file reader (:mod:`.io`) and the preset registry (:mod:`.presets`):
+strict YAML parsing and the node-count override. A module below both, so that the reader can
+resolve a preset name and the registry can parse its YAML without importing each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from simulator.cluster.spec import Cluster
+from simulator.errors import SpecError
+
+__all__ = ["parse_yaml", "with_nodes"]
+
+
+def with_nodes(cluster: Cluster, nodes: int | None) -> Cluster:
+    """``cluster`` with ``nodes`` nodes (``--nodes N``); ``None`` keeps the file's count."""
+    if nodes is None:
+        return cluster
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise SpecError("nodes", f"must be a positive integer, got {nodes!r}")
+    return cluster.with_nodes(nodes)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice (first at line {seen[key] + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text → Python data; errors become SpecError(``where``, "invalid YAML at line N ...")."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(where, f"invalid YAML{line}: {problem}") from None

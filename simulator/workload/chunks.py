@@ -1,0 +1,98 @@
+"""One pipeline chunk's load for each workload kind: its kernels, parameters and boundary bytes.
+
+Transformer (:mod:`simulator.workload.ops` kernels): a chunk of ``L`` blocks is ``L`` repetitions
+of one block's kernels on one tensor-parallel rank, plus the embedding on the model's first chunk
+and the final norm, logits and loss on its last. Recomputation repeats forward work inside
+backward (:func:`recomputed`). Parameters a rank holds: a block's parameters divided by tp (an
+approximation: Megatron replicates norms and row-parallel biases, under 0.01 % of a GPT block), the
+token embedding (vocabulary-parallel, ÷tp) with the position table on the first chunk, the final
+norm and the output matrix on the last — Megatron keeps a copy of a tied embedding on the last stage
+when the model is split, so the last chunk holds V·h/tp then too.
+
+Layer list: one kernel per layer and phase (:func:`layer_kernel`); full recomputation repeats the
+chunk's forward; selective recomputes nothing, whatever the attention kind: a layer list names no
+attention core (its layers are opaque), so there is none to recompute.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.workload.flops import Recompute
+from simulator.workload.kinds import DtypePolicy
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
+
+if TYPE_CHECKING:
+    from simulator.workload.layers import LayerListWorkload, LayerSpec
+    from simulator.workload.transformer import TransformerSpec
+
+__all__ = ["layer_kernel", "layer_list_chunk_load", "recomputed", "transformer_chunk_load"]
+
+
+def recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
+    """Whether backward repeats ``work``'s forward. Full: every block operation. Selective: the
+    eager attention core (Korthikanti et al. 2022 §5), whose scores it does not keep; with flash
+    attention nothing — no scores are stored, and the flash backward kernel already recomputes them
+    (its cost is in the backward row). Megatron-LM's first flash path likewise checkpointed core
+    attention only when not using flash (``ParallelAttention.forward`` in
+    megatron/model/transformer.py, 2023; see also Dao-AILab/flash-attention issue #257), and the
+    memory model drops nothing there (:mod:`simulator.memory.activations`)."""
+    if work.scope is not Scope.LAYER:
+        return False
+    if recompute is Recompute.FULL:
+        return True
+    return recompute is Recompute.SELECTIVE and not flash_attention and work.op is OpKind.ATTENTION
+
+
+def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> WorkUnit:
+    return WorkUnit(fwd=tuple(w.fwd for w in works), bwd=tuple(w.bwd for w in works),
+                    recompute=tuple(w.fwd for w in works if recomputed(w, recompute, flash_attention)))
+
+
+def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
+    block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
+                       sequence_parallel=o.sequence_parallel)
+    units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
+    if chunk.first or chunk.last:
+        edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel)
+        for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
+            if wanted:
+                units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))
+    return tuple(units)
+
+
+def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+    """Load of a transformer chunk of ``chunk.layers`` blocks (see the module docstring)."""
+    tp, vh = options.tp, spec.vocab * spec.hidden
+    edge = 0.0
+    if chunk.first:
+        edge += vh / tp + (spec.embedding_params - vh)
+    if chunk.last:
+        edge += spec.norm_params
+        if not spec.tied_embeddings or chunk.count > 1:
+            edge += vh / tp
+    boundary = options.micro_batch * spec.seq_len * spec.hidden * spec.dtype.activation_bytes
+    return ChunkLoad(units=_transformer_units(spec, chunk, options), blocks=chunk.layers,
+                     block_params=spec.layer_params / tp, edge_params=edge, boundary_bytes=boundary)
+
+
+def layer_kernel(layer: LayerSpec, micro_batch: int, dtype: DtypePolicy, factor: int = 1) -> Kernel:
+    """One layer's forward (``factor`` 1) or backward (2) as one kernel: ``factor`` × the forward
+    FLOPs; it reads the weights and writes the activations, ``factor · (params·param_bytes +
+    b·activation_bytes)`` bytes."""
+    flops = factor * micro_batch * layer.fwd_flops
+    nbytes = factor * (layer.params * dtype.param_bytes + micro_batch * layer.activation_bytes)
+    return Kernel(name=layer.name, flops=flops, bytes=nbytes, gemm=flops > 0)
+
+
+def layer_list_chunk_load(workload: LayerListWorkload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+    """Load of layers ``chunk.start … chunk.start + chunk.layers − 1`` of a layer list."""
+    chosen = workload.layers[chunk.start:chunk.start + chunk.layers]
+    b, dtype = options.micro_batch, workload.dtype
+    fwd = tuple((layer_kernel(layer, b, dtype),) for layer in chosen)
+    bwd = tuple((layer_kernel(layer, b, dtype, factor=2),) for layer in chosen)
+    unit = WorkUnit(fwd=fwd, bwd=bwd, recompute=fwd if options.recompute is Recompute.FULL else ())
+    return ChunkLoad(units=((1, unit),), blocks=0, block_params=0.0,
+                     edge_params=float(sum(layer.params for layer in chosen)),
+                     boundary_bytes=b * chosen[-1].output_bytes)

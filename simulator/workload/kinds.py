@@ -1,0 +1,86 @@
+"""The options a transformer workload is described by (MLP kind, norm, positions, biases, numeric
+formats). A module below the workload classes and their FLOP and kernel counts, so that those can
+import them without importing :class:`~simulator.workload.transformer.TransformerSpec`."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from simulator.dtypes import Dtype
+
+__all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind"]
+
+
+class ActivationKind(Enum):
+    """The MLP's shape and non-linearity."""
+
+    GELU = "gelu"
+    """Two matrices h→f→h with GELU between (GPT-2/3, GPT-NeoX, Megatron GPT; f = 4h usually)."""
+    SWIGLU = "swiglu"
+    """Three matrices: gate and up h→f, SiLU(gate)·up, down f→h (Llama, Mistral, Qwen2; Shazeer 2020)."""
+
+
+class NormKind(Enum):
+    """The normalisation layer before attention, before the MLP, and after the last block."""
+
+    LAYERNORM = "layernorm"
+    """LayerNorm with a scale and a bias: 2h parameters (GPT-2/3, GPT-NeoX)."""
+    RMSNORM = "rmsnorm"
+    """RMSNorm with a scale only: h parameters (Llama, Mistral, Qwen2)."""
+
+
+class PositionKind(Enum):
+    """How token positions enter the model."""
+
+    LEARNED = "learned"
+    """A learned position-embedding table of ``max_positions × h`` parameters (GPT-2/3)."""
+    ROTARY = "rotary"
+    """Rotary embeddings applied to Q and K: no parameters, an element-wise op (NeoX, Llama)."""
+
+
+class BiasKind(Enum):
+    """Which linear layers carry a bias vector."""
+
+    NONE = "none"
+    """No biases (Llama, Mistral)."""
+    QKV = "qkv"
+    """Biases on the Q, K, V projections only (Qwen2)."""
+    ALL = "all"
+    """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
+
+
+class DtypePolicy(Enum):
+    """Numeric formats for compute, stored weights, gradients and optimizer master weights."""
+
+    BF16_MIXED = "bf16"
+    """bf16 weights, activations and gradients for compute; fp32 master weights in the optimizer."""
+    FP16_MIXED = "fp16"
+    """fp16 compute with loss scaling; fp32 master weights (Micikevicius et al. 2018)."""
+    FP32 = "fp32"
+    """Everything in fp32 (on the CUDA cores: no TF32 unless the device's fp32 peak says so)."""
+
+    @property
+    def compute_dtype(self) -> Dtype:
+        """Format the matmuls run in; picks the device's peak FLOP/s."""
+        return {DtypePolicy.BF16_MIXED: Dtype.BF16, DtypePolicy.FP16_MIXED: Dtype.FP16,
+                DtypePolicy.FP32: Dtype.FP32}[self]
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element (and per compute-copy weight element)."""
+        return 4 if self is DtypePolicy.FP32 else 2
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per parameter of the weights the forward pass reads."""
+        return self.activation_bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element as produced by backward."""
+        return self.activation_bytes
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes per parameter of a separate fp32 master copy (0: the weights are the master)."""
+        return 0 if self is DtypePolicy.FP32 else 4

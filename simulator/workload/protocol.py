@@ -1,0 +1,146 @@
+"""The workload protocol: everything the rest of the simulator asks of a workload, in one place.
+
+Consumers (compile, the layout, the memory model, the CLI, the executor's checks) call these
+members instead of branching on the workload's class, so a new workload kind is one class that
+implements :class:`Workload` — nothing else changes. The kinds today: :class:`TransformerSpec`,
+:class:`LayerListWorkload` and, for model-state questions only, :class:`ParamCountModel`.
+
+Override points (what a new kind implements; ``isinstance(x, Workload)`` checks that they exist):
+
+- ``name``, ``dtype``, ``params``: identity, numeric formats and parameter count.
+- ``layer_count``: units a pipeline can split (None: no layers known, so pipeline degree 1 only).
+- ``seq_len``: tokens per sample (1 where a sample is not a sequence).
+- ``has_compute``: whether :meth:`chunk_load` and :meth:`step_flops` can be answered.
+- ``has_activation_shapes``: whether the transformer shapes the activation-memory model needs
+  (hidden, heads, vocabulary, sequence; Korthikanti et al. 2022) are known.
+- ``check_tp(tp)``: raise :class:`SpecError` naming ``tp`` if the workload cannot be split ``tp`` ways.
+- ``with_seq(seq)``: the same workload trained at another sequence length.
+- ``chunk_load(chunk, options)``: the kernels, parameters and stage-boundary bytes of one chunk.
+- ``step_flops(tokens, recompute, flash_attention=)``: (model, hardware) FLOPs of ``tokens`` tokens.
+- ``summary()`` / ``describe()``: the JSON and text forms ``trainplan model show`` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from simulator.errors import SpecError
+from simulator.workload.flops import Recompute
+from simulator.workload.kinds import DtypePolicy
+from simulator.workload.ops import Kernel
+
+__all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute", "one_of"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkSlice:
+    """Which part of the model one pipeline chunk holds."""
+
+    index: int
+    """The chunk's position in the model, 0 … count − 1 (0 holds the input, count − 1 the output)."""
+    count: int
+    """Chunks the model is cut into (pipeline ranks × virtual stages)."""
+    start: int
+    """First layer of the chunk."""
+    layers: int
+    """Layers in the chunk."""
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.count - 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeOptions:
+    """How a chunk is run on one tensor-parallel rank for one micro-batch."""
+
+    micro_batch: int
+    tp: int = 1
+    recompute: Recompute = Recompute.NONE
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkUnit:
+    """The kernels of one repetition of a unit of work (a transformer block, the model's edges, a run
+    of layers). Each entry of a phase is one operation's kernels — one row of a compute table."""
+
+    fwd: tuple[tuple[Kernel, ...], ...]
+    bwd: tuple[tuple[Kernel, ...], ...]
+    recompute: tuple[tuple[Kernel, ...], ...] = ()
+    """Forward kernels the backward pass repeats (activation recomputation)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkLoad:
+    """What one chunk computes and holds on one tensor-parallel rank, per micro-batch."""
+
+    units: tuple[tuple[int, WorkUnit], ...]
+    """(repetitions, unit) pairs; the chunk's time is the sum of repetitions × unit time."""
+    blocks: int
+    """Identical blocks of ``block_params`` each (ZeRO-3 gathers them one at a time; tensor
+    parallelism communicates per block); 0 when the chunk is one unit."""
+    block_params: float
+    """Parameters of one block on this rank."""
+    edge_params: float
+    """Parameters outside the blocks on this rank (embedding, head; for a layer list, all)."""
+    boundary_bytes: int
+    """Bytes of the activation the chunk hands to the next (before any sequence-parallel split)."""
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """What every workload kind provides (see the module docstring for each member)."""
+
+    name: str
+    dtype: DtypePolicy
+
+    @property
+    def params(self) -> int: ...
+
+    @property
+    def layer_count(self) -> int | None: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    @property
+    def has_compute(self) -> bool: ...
+
+    @property
+    def has_activation_shapes(self) -> bool: ...
+
+    def check_tp(self, tp: int) -> None: ...
+
+    def with_seq(self, seq_len: int) -> "Workload": ...
+
+    def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad: ...
+
+    def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]: ...
+
+    def summary(self) -> dict: ...
+
+    def describe(self) -> str: ...
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def one_of(values: list[int]) -> str:
+    """``[1, 2, 4]`` → ``"1, 2 or 4"`` (for error messages that suggest valid values)."""
+    text = [str(v) for v in values]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+
+
+def no_compute() -> SpecError:
+    """The error for a workload without compute asked for a time or FLOPs."""
+    return SpecError("model", "a step time needs a transformer (preset or config.json) or a layer list; "
+                     "a bare parameter count (--params) has no compute to time")
