@@ -110,17 +110,16 @@ def test_action_spans_merge_layer_pieces():
 
 
 def test_trace_of_a_des_timeline(tmp_path):
-    """The DES's own timeline (hand-made work, 2 stages x 2 tp x 2 dp): one process per simulated rank."""
+    """The DES's own timeline (compiled work, 2 stages x 2 tp x 2 dp): one process per simulated rank."""
     from simulator.cluster.io import load_cluster
-    from simulator.engine.handwork import HandSpec, hand_work
+    from simulator.compile import compile_step
     from simulator.engine.step import simulate
-    from simulator.strategy import Strategy
+    from simulator.strategy import AllReduceSync, Strategy
     from simulator.workload import load_model
 
     cluster = load_cluster("dgx-h100")
-    work = hand_work(cluster, Strategy(global_batch=8, dp=2, tp=2, pp=2), load_model("gpt3-125m"),
-                     HandSpec(fwd_s=1e-3, bwd_s=2e-3, tp_calls_per_layer=2, tp_bytes=1 << 20, p2p_bytes=1 << 20,
-                              bucket_bytes=(1 << 24,)))
+    strategy = Strategy(global_batch=8, dp=2, tp=2, pp=2, dp_sync=AllReduceSync(bucket_bytes=1 << 24))
+    work = compile_step(cluster, load_model("gpt3-125m"), strategy, memory=False)
     timeline = simulate(work, cluster).timeline
     events = _load(to_chrome_trace(timeline, tmp_path / "des.json"))
     processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
