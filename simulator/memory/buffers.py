@@ -36,8 +36,6 @@ from simulator.errors import SpecError
 from simulator.memory.strategy import Framework, ZeroStage, resolve_framework
 from simulator.workload.transformer import DtypePolicy
 
-DDP_BUCKET_CAP_BYTES = 25 * 1024**2
-"""PyTorch DDP's default bucket size, ``bucket_cap_mb=25`` (torch DistributedDataParallel docs)."""
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``zero_optimization.reduce_bucket_size`` default, 5e8 elements (DeepSpeed config docs)."""
 ZERO3_GATHERED_BLOCKS = 2
