@@ -9,7 +9,8 @@ import pytest
 
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.trace import action_spans, category_of, chrome_trace_events, gantt, pick_ranks, rank_label, to_chrome_trace
+from simulator.trace import (action_spans, category_of, chrome_trace_events, gantt, gantt_figure, pick_ranks, rank_label,
+                             to_chrome_trace)
 from timeline_fixtures import T_BWD_S, T_FWD_S, one_f_one_b_timeline
 
 P, M = 4, 8
@@ -85,6 +86,21 @@ def test_gantt_png_written(tmp_path):
     path = gantt(one_f_one_b_timeline(P, M), tmp_path / "g.png", title="1F1B p=4 m=8")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_gantt_figure_leaves_pyplot_and_the_backend_alone():
+    # A library drawing must not switch the process's backend (matplotlib.use) nor open pyplot figures:
+    # a notebook displays the returned Figure itself.
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    backend, open_figures = matplotlib.get_backend(), plt.get_fignums()
+    fig = gantt_figure(one_f_one_b_timeline(P, M), title="1F1B p=4 m=8")
+    assert isinstance(fig, Figure) and fig.axes[0].get_title() == "1F1B p=4 m=8"
+    assert matplotlib.get_backend() == backend and plt.get_fignums() == open_figures
+    # 4 ranks x (compute, tp, dp) rows, compute first (see timeline_fixtures)
+    assert len(fig.axes[0].get_yticks()) == 3 * P
 
 
 def test_gantt_many_ranks_limited(tmp_path):

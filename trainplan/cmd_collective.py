@@ -146,12 +146,20 @@ def format_table(rows: list[dict]) -> str:
 
 
 def _plot(rows: list[dict], path: str, title: str) -> None:
-    import matplotlib
+    """Write :func:`collective_figure` of ``rows`` to ``path``."""
+    try:
+        collective_figure(rows, title).savefig(path, dpi=120)
+    except OSError as err:
+        raise SpecError("plot", f"cannot write {path}: {err.strerror}") from None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+def collective_figure(rows: list[dict], title: str):
+    """Time and bus bandwidth against message size, one line per algorithm, as a ``matplotlib.figure.Figure``
+    (no pyplot state, no backend switch)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.5))
+    ax_t, ax_b = fig.subplots(1, 2)
     for algo in dict.fromkeys(r["algorithm"] for r in rows):
         mine = [r for r in rows if r["algorithm"] == algo]
         sizes = [r["bytes"] for r in mine]
@@ -169,9 +177,4 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
     ax_t.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise SpecError("plot", f"cannot write {path}: {err.strerror}") from None
-    finally:
-        plt.close(fig)
+    return fig
