@@ -15,7 +15,7 @@ from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
 from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
                                 ZeroStage, build_layout)
-from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
+from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import LayerListWorkload, TransformerSpec
 
 ParamFetch = offload_part.ParamFetch
@@ -46,7 +46,7 @@ def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> 
     else:
         t = offload_part.pcie_s(cluster, nbytes)
     return CommCall(kind=CommKind.OFFLOAD, op=Op.SEND_RECV, group=(rank,), nbytes=int(round(nbytes)),
-                    algorithm="pcie", time_s=t)
+                    transport=Transport.HOST, time_s=t)
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
@@ -60,7 +60,7 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
         t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
         t, op = offload_part.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
     return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
-                    algorithm=f"pcie+{algo}", time_s=t)
+                    transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
@@ -78,7 +78,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     for other in (c + 1, c - 1):
         dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
         p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
-                                                          "p2p", dp * tp))
+                                                          dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
     if s.zero is ZeroStage.ZERO3 and dp > 1:
@@ -103,7 +103,8 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
         sync = s.dp_sync
         t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
         calls = (CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=dp_group, nbytes=int(round(params * dt.grad_bytes)),
-                          algorithm="ps", time_s=t, concurrent_groups=tp),) if t > 0 else ()
+                          transport=Transport.COLLECTIVE, algorithm=CollectiveAlgorithm.PS, time_s=t,
+                          concurrent_groups=tp),) if t > 0 else ()
         return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
     sync = s.dp_sync
     op = Op.ALL_REDUCE if s.zero < ZeroStage.ZERO2 else Op.REDUCE_SCATTER
