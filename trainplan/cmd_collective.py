@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from executor.launch import BACKENDS
 from simulator.cluster.io import load_cluster
 from simulator.collectives import registry
 from simulator.collectives.base import Op
@@ -19,8 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "with --measure, also run it for real on local processes and show the error.")
     p.add_argument("--cluster", required=True, help="preset name (see `trainplan cluster list`) or a cluster file")
     p.add_argument("--nodes", type=int, help="number of nodes (overrides the preset's or file's)")
-    p.add_argument("--op", default="all-reduce", help="all-reduce, reduce-scatter, all-gather, broadcast, reduce, "
-                                                     "all-to-all, send-recv (default: all-reduce)")
+    p.add_argument("--op", default=Op.ALL_REDUCE.value, help=f"{', '.join(o.value for o in Op)} "
+                                                            f"(default: {Op.ALL_REDUCE.value})")
     p.add_argument("--algorithm", default="auto",
                    help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
                         "as NCCL's tuner picks) or 'all' (default: auto)")
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="draw time and bus bandwidth against size per algorithm")
     m = p.add_argument_group("measurement (runs the collective for real on this machine)")
     m.add_argument("--measure", action="store_true", help="also measure each row with torch.distributed")
-    m.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="torch.distributed backend")
+    m.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help="torch.distributed backend")
     m.add_argument("--nproc", type=int, help="local processes to launch (equals --ranks)")
     m.add_argument("--repeats", type=int, default=10, help="timed calls per size (median reported)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per size before timing")
