@@ -16,7 +16,7 @@ import itertools
 import time
 
 from simulator.analytical import estimate
-from simulator.analytical_vec import estimate_many
+from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.strategy import AllReduceSync, Recompute, ScheduleKind, Strategy, ZeroStage
@@ -52,10 +52,10 @@ def main() -> None:
     cands = candidates(args.candidates)
     cache = CostCache(cluster)
     t0 = time.perf_counter()
-    frame = estimate_many(cluster, model, cands, cache=cache, on_invalid="mark")
+    frame = estimate_many(cluster, model, cands, cache=cache, on_invalid=OnInvalid.MARK)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    estimate_many(cluster, model, cands, cache=cache, on_invalid="mark")
+    estimate_many(cluster, model, cands, cache=cache, on_invalid=OnInvalid.MARK)
     warm = time.perf_counter() - t0
     sample = cands[:: max(1, len(cands) // args.scalar_sample)][: args.scalar_sample]
     t0 = time.perf_counter()

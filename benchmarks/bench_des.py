@@ -1,12 +1,8 @@
 """DES wall time and events/s for a 3D-parallel GPT-3 175B step at 8, 64, 256 and 1024 GPUs.
 
-Run by hand: ``python benchmarks/bench_des.py [--exact]``. Uses ``simulator.compile.compile_step``
-when it exists, else a hand-made StepWork (:mod:`simulator.engine.handwork`) with these
-assumptions (not measurements): mbs 1, seq 2048, hidden 12288; per layer and micro-batch a
-forward of 6.1 ms and a backward of 12.2 ms on one A100 of a tp=8 group (24·s·h² FLOPs per layer,
-Narayanan et al. SC'21 eq. 3, at ~50 % of 312 TFLOP/s); 2 TP all-reduces of b·s·h·2 = 50 MB per
-layer in forward and 2 in backward (Megatron); p2p of 50 MB; DP ring all-reduce of the stage's
-bf16 gradients in 25 MiB buckets (PyTorch DDP's default).
+Run by hand: ``python benchmarks/bench_des.py [--exact]``. The step is what
+:func:`simulator.compile.compile_step` makes of the ``gpt3-175b`` preset on ``dgx-a100`` nodes
+with the :class:`~simulator.strategy.Strategy` defaults for all but the degrees and the batch.
 """
 
 from __future__ import annotations
@@ -20,32 +16,20 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from simulator.cluster.presets import load_preset  # noqa: E402
-from simulator.engine.handwork import HandSpec, hand_work  # noqa: E402
+from simulator.compile import compile_step  # noqa: E402
 from simulator.engine.step import simulate  # noqa: E402
 from simulator.strategy import Strategy  # noqa: E402
-from simulator.units import MiB  # noqa: E402
 from simulator.workload.presets import get_preset  # noqa: E402
 
 CONFIGS = [(8, 1, 8, 1, 96), (64, 1, 8, 8, 96), (256, 4, 8, 8, 384), (1024, 16, 8, 8, 1536)]
 """(GPUs, dp, tp, pp, global batch): m = 96 micro-batches per pipeline in every case."""
-PARAMS = 175e9
 
 
 def work_for(gpus: int, dp: int, tp: int, pp: int, gbs: int):
     cluster = load_preset("dgx-a100").with_nodes(gpus // 8)
     strategy = Strategy(global_batch=gbs, tp=tp, pp=pp)
     model = get_preset("gpt3-175b")
-    try:
-        from simulator.compile import compile_step  # type: ignore
-        return cluster, compile_step(cluster, model, strategy)
-    except ImportError:
-        pass
-    grad_bytes = int(PARAMS / (tp * pp) * 2)
-    buckets = (25 * MiB,) * (grad_bytes // (25 * MiB)) if dp > 1 else ()
-    layers = 96 // pp
-    spec = HandSpec(fwd_s=0.0061 * layers, bwd_s=0.0122 * layers, tp_calls_per_layer=2, tp_bytes=2048 * 12288 * 2,
-                    p2p_bytes=2048 * 12288 * 2, bucket_bytes=buckets)
-    return cluster, hand_work(cluster, strategy, model, spec)
+    return cluster, compile_step(cluster, model, strategy)
 
 
 def main() -> None:

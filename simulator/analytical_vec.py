@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields, replace
+from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,15 @@ from simulator.results import Category
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParamServerSync, Role, Strategy, build_layout
 from simulator.strategy.fields import declared
+
+class OnInvalid(Enum):
+    """What :func:`estimate_many` does with a candidate whose layout is invalid."""
+
+    RAISE = "raise"
+    """Raise the first bad candidate's SpecError (its message starts with the candidate's index)."""
+    MARK = "mark"
+    """Give it NaN times and its message in the ``error`` column; evaluate the others."""
+
 
 _FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
 """The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
@@ -176,17 +186,16 @@ def _lookup(cache, workload, strategies, fetch, store, stop_at_first):
 
 def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
                   fetch: ParamFetch = ParamFetch.INFINITY, cache: CostCache | None = None,
-                  on_invalid: str = "raise") -> pd.DataFrame:
+                  on_invalid: OnInvalid = OnInvalid.RAISE) -> pd.DataFrame:
     """One row per strategy: step_time_s, tokens_per_s, mfu, hfu, slowest_stage, m, seconds per
-    category (slowest rank), error. ``on_invalid``: ``"raise"`` the first bad strategy's SpecError
-    (its message starts with the candidate's index), or ``"mark"`` it (NaN times, the message in
-    ``error``)."""
-    if on_invalid not in ("raise", "mark"):
-        raise SpecError("on_invalid", f"must be 'raise' or 'mark', got {on_invalid!r}")
+    category (slowest rank), error. ``on_invalid``: what to do with bad candidates (:class:`OnInvalid`)."""
+    if not isinstance(on_invalid, OnInvalid):
+        raise SpecError("on_invalid", f"must be an OnInvalid ({', '.join(f'OnInvalid.{o.name}' for o in OnInvalid)}), "
+                        f"got {on_invalid!r}")
     cache = CostCache(cluster) if cache is None else cache
     store = cache.memo(("structures", workload, fetch), _Structures)
     n = len(strategies)
-    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, store, on_invalid == "raise")
+    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, store, on_invalid is OnInvalid.RAISE)
     k = len(ids)  # n, or fewer when a structure error stopped the scan (raise mode)
     ids = np.array(ids, dtype=np.int64)
     shape_of, row_of, scalars = store.table()
@@ -204,7 +213,7 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
         except SpecError as err:
             errors[int(i)] = err
             ok[i] = False
-    if errors and on_invalid == "raise":
+    if errors and on_invalid is OnInvalid.RAISE:
         i = min(errors)
         raise SpecError(errors[i].field, f"candidate {i}: {errors[i].problem}") from None
     return _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, np.array(gbs, dtype=float),

@@ -275,7 +275,8 @@ def dry_run(schedule: PipelineSchedule, t_fwd_s, t_bwd_s, t_p2p_s: float = 0.0,
         raise SpecError("t_w_s", "the weight-gradient time cannot exceed the full backward time")
     duration = {ActionKind.F: tf, ActionKind.B: tb, ActionKind.W: tw,
                 ActionKind.I: tuple(b - w for b, w in zip(tb, tw))}
-    done: dict[tuple[int, str, int], float] = {}
+    # (stage, what is ready, micro-batch) -> when: F activations, I the input gradient (of a B or I), W weights
+    done: dict[tuple[int, ActionKind, int], float] = {}
     pos, clock = [0] * schedule.p, [0.0] * schedule.p
     busy, timeline = [0.0] * schedule.p, []
     remaining = sum(len(acts) for acts in schedule.ranks)
@@ -289,10 +290,10 @@ def dry_run(schedule: PipelineSchedule, t_fwd_s, t_bwd_s, t_p2p_s: float = 0.0,
                     break
                 start = max(clock[r], ready)
                 end = start + duration[act.kind][act.stage]
-                key = "G" if act.kind in (ActionKind.B, ActionKind.I) else act.kind.value
-                done[(act.stage, key, act.microbatch)] = end
+                ready = ActionKind.I if act.kind is ActionKind.B else act.kind  # a full B yields I's gradient
+                done[(act.stage, ready, act.microbatch)] = end
                 if act.kind is ActionKind.B:
-                    done[(act.stage, "W", act.microbatch)] = end
+                    done[(act.stage, ActionKind.W, act.microbatch)] = end
                 timeline.append((r, act, start, end))
                 busy[r] += end - start
                 clock[r], pos[r] = end, pos[r] + 1
@@ -309,11 +310,11 @@ def _ready_time(schedule: PipelineSchedule, act: Action, done: dict, t_p2p_s: fl
     """When ``act``'s cross-action inputs are ready, or None if a producer has not run yet."""
     s, j = act.stage, act.microbatch
     if act.kind is ActionKind.F:
-        deps = [(s - 1, "F")] if s > 0 else []
+        deps = [(s - 1, ActionKind.F)] if s > 0 else []
     elif act.kind is ActionKind.W:
-        deps = [(s, "G")]
+        deps = [(s, ActionKind.I)]
     else:
-        deps = [(s, "F")] + ([(s + 1, "G")] if s < schedule.n_stages - 1 else [])
+        deps = [(s, ActionKind.F)] + ([(s + 1, ActionKind.I)] if s < schedule.n_stages - 1 else [])
     ready = 0.0
     for stage, key in deps:
         if (stage, key, j) not in done:

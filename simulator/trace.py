@@ -8,9 +8,10 @@ value; ``microbatch`` and ``stage`` may be missing for tasks that belong to neit
   the JSON that ``chrome://tracing`` and https://ui.perfetto.dev read): complete events
   (``"ph": "X"``) with microsecond ``ts``/``dur``, one process per rank named
   ``rank 3 (stage 1)``, one thread (track) per stream, sorted compute first.
-- :func:`gantt` draws one row per (rank, stream) with matplotlib's ``broken_barh``, a colour per
-  category and the micro-batch number inside bars wide enough to hold it, so a 1F1B pattern
-  (warm-up forwards, alternating forward/backward, cool-down backwards) reads at a glance.
+- :func:`gantt_figure` draws one row per (rank, stream) with matplotlib's ``broken_barh``, a colour
+  per category and the micro-batch number inside bars wide enough to hold it, so a 1F1B pattern
+  (warm-up forwards, alternating forward/backward, cool-down backwards) reads at a glance;
+  :func:`gantt` saves it as a PNG.
 """
 
 from __future__ import annotations
@@ -167,15 +168,20 @@ def pick_ranks(ranks: list[int], max_ranks: int) -> list[int]:
 
 
 def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None = None) -> Path:
-    """Draw a Gantt chart of ``timeline`` to ``path`` (PNG): one row per (rank, stream), colours per category.
+    """Write :func:`gantt_figure` of ``timeline`` to ``path`` (PNG); return the path."""
+    out = Path(path)
+    gantt_figure(timeline, max_ranks=max_ranks, title=title).savefig(out, dpi=_DPI)
+    return out
+
+
+def gantt_figure(timeline, *, max_ranks: int = 16, title: str | None = None):
+    """A Gantt chart of ``timeline`` as a matplotlib ``Figure``: one row per (rank, stream), colours per category.
 
     With more than ``max_ranks`` ranks, an even spread of them is drawn (the title says how many).
-    Compute bars wide enough carry their micro-batch number.
+    Compute bars wide enough carry their micro-batch number. The figure is a plain
+    ``matplotlib.figure.Figure`` (no pyplot, no global backend switch): save it, or display it in a notebook.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     check_timeline(timeline)
@@ -191,7 +197,8 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
     scale, unit = (1e3, "ms") if span < 1.0 else (1.0, "s")
 
     width_in = 14.0
-    fig, ax = plt.subplots(figsize=(width_in, max(2.5, 0.32 * len(rows) + 1.6)))
+    fig = Figure(figsize=(width_in, max(2.5, 0.32 * len(rows) + 1.6)))
+    ax = fig.subplots()
     axes_px = width_in * 0.8 * _DPI
     min_width = span * scale / axes_px
     cat_of = {value: category_of(value) for value in set(shown["category"])}
@@ -221,10 +228,7 @@ def gantt(timeline, path: str | Path, *, max_ranks: int = 16, title: str | None 
         head += f" ({len(ranks)} of {len(all_ranks)} simulated ranks shown)"
     ax.set_title(head, fontsize=10)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=_DPI)
-    plt.close(fig)
-    return out
+    return fig
 
 
 _MAX_LABELS = 3000

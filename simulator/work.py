@@ -22,6 +22,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.collectives.base import Op
+from simulator.collectives.registry import algorithm_names
+from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule
 from simulator.strategy import ParallelLayout, Strategy
 
@@ -48,6 +50,26 @@ class CommKind(Enum):
     """Reading the next batch from storage (the input pipeline)."""
 
 
+class Transport(Enum):
+    """How a call moves its bytes; it decides how the discrete-event engine plays the call."""
+
+    COLLECTIVE = "collective"
+    """The registry algorithm ``CommCall.algorithm``'s point-to-point schedule, replayed on the links."""
+    P2P = "p2p"
+    """One send/recv: a single flow from ``group[0]`` to ``group[1]`` (pipeline activations)."""
+    HOST = "host"
+    """A host<->device copy over PCIe or an NVMe transfer (ZeRO-Offload): a timed delay, off the network."""
+    HOST_THEN_COLLECTIVE = "host+collective"
+    """Offloaded ZeRO-3 parameters read from host or NVMe, then gathered or broadcast by
+    ``CommCall.algorithm`` (None when there was nothing to gather): a timed delay."""
+
+
+CollectiveAlgorithm = Enum("CollectiveAlgorithm", [(name.upper(), name) for name in algorithm_names()],
+                           module=__name__)
+CollectiveAlgorithm.__doc__ = """A collective algorithm of :mod:`simulator.collectives.registry`; a member's value is
+its registry name, and the members are the registry's names, so the two cannot drift apart."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CommCall:
     """One communication call issued by the representative rank."""
@@ -59,12 +81,20 @@ class CommCall:
     """Global ranks of the representative group (for SEND_RECV: (src, dst))."""
     nbytes: int
     """Message size in nccl-tests' convention (see :mod:`simulator.collectives.base`)."""
-    algorithm: str
-    """Collective algorithm (a registry name, after ``auto`` was resolved), or ``p2p`` / ``pcie``."""
+    transport: Transport
+    """How the bytes move (the engines match on it)."""
     time_s: float
     """Uncontended time from the cost model."""
+    algorithm: CollectiveAlgorithm | None = None
+    """The collective algorithm (``auto`` already resolved) of a COLLECTIVE or HOST_THEN_COLLECTIVE call."""
     concurrent_groups: int = 1
     """Identical groups (other dp/tp replicas) running the same call at the same moment."""
+
+    def __post_init__(self) -> None:
+        if self.transport is Transport.COLLECTIVE and self.algorithm is None:
+            raise SpecError("algorithm", "a collective call needs its algorithm")
+        if self.transport in (Transport.P2P, Transport.HOST) and self.algorithm is not None:
+            raise SpecError("algorithm", f"a {self.transport.value} call runs no collective algorithm")
 
 
 @dataclass(frozen=True, kw_only=True)

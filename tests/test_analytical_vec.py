@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from simulator.analytical import estimate
-from simulator.analytical_vec import estimate_many
+from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
@@ -73,11 +73,11 @@ def test_bad_candidates_raise_or_are_marked(setup):
     bad = [Strategy(global_batch=32), Strategy(global_batch=33), Strategy(global_batch=32, tp=5)]
     with pytest.raises(SpecError, match="candidate 1"):
         estimate_many(cluster, model, bad)
-    frame = estimate_many(cluster, model, bad, on_invalid="mark")
+    frame = estimate_many(cluster, model, bad, on_invalid=OnInvalid.MARK)
     assert frame["error"].iloc[0] == "" and "global_batch" in frame["error"].iloc[1] and "tp" in frame["error"].iloc[2]
     assert np.isnan(frame["step_time_s"].iloc[1]) and frame["step_time_s"].iloc[0] > 0
-    with pytest.raises(SpecError, match="on_invalid"):
-        estimate_many(cluster, model, bad, on_invalid="ignore")
+    with pytest.raises(SpecError, match="on_invalid"):  # the enum, not its old string spelling
+        estimate_many(cluster, model, bad, on_invalid="mark")
 
 
 def test_warm_cache_gives_the_same_frame(setup):
@@ -96,7 +96,7 @@ def test_warm_cache_gives_the_same_frame(setup):
 def test_non_strategy_and_interleaved_batch_are_marked(setup):
     cluster, model = setup
     inter = Strategy(global_batch=36, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)  # m = 18
-    frame = estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter], on_invalid="mark")
+    frame = estimate_many(cluster, model, [CANDIDATES[0], "not a strategy", inter], on_invalid=OnInvalid.MARK)
     assert frame["error"].iloc[0] == "" and "Strategy" in frame["error"].iloc[1]
     assert "multiple of pp=4" in frame["error"].iloc[2] and np.isnan(frame["mfu"].iloc[2])
     with pytest.raises(SpecError, match="candidate 1"):

@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import pytest
 
 from trainplan.__main__ import main
 

@@ -143,3 +143,18 @@ def test_bad_inputs(cluster, model):
         compile_step(cluster, model, Strategy(global_batch=16, dp=3))
     with pytest.raises(SpecError, match="fetch"):
         compile_step(cluster, model, Strategy(global_batch=16), fetch="infinity")
+
+
+def test_calls_say_how_their_bytes_move():
+    # The engines match on CommCall.transport, never on a string: TP/DP/ZeRO calls are registry
+    # collectives (auto resolved to an algorithm), pipeline sends are P2P, optimizer-offload copies HOST.
+    from simulator.work import CollectiveAlgorithm, Transport
+
+    cluster = load_preset("dgx-a100", 2)
+    work = compile_step(cluster, get_preset("gpt3-1.3b"), Strategy(global_batch=16, tp=2, pp=2))
+    chunk = work.stages[0].chunks[0]
+    assert {c.transport for c in chunk.tp_fwd} == {Transport.COLLECTIVE}
+    assert all(isinstance(c.algorithm, CollectiveAlgorithm) for c in chunk.tp_fwd + work.stages[0].grad_sync)
+    assert chunk.p2p_fwd.transport is Transport.P2P and chunk.p2p_fwd.algorithm is None
+    with pytest.raises(SpecError, match="algorithm"):
+        replace(chunk.p2p_fwd, transport=Transport.COLLECTIVE)

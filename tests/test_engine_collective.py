@@ -148,13 +148,14 @@ def test_step_replay_of_a_mixed_class_call_alone_takes_its_compiled_time(name):
     """
     from simulator.collectives.registry import estimate
     from simulator.engine.replay_work import CommRunner
-    from simulator.work import CommCall, CommKind
+    from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
     cluster = switched(nodes=2, gpus=2)
     group = (0, 1, 2, 3)
     op = Op.ALL_TO_ALL if name == "pairwise" else Op.ALL_REDUCE
     compiled = estimate(cluster, list(group), op, NBYTES, name).time_s
     for time_s in (compiled, compiled + 10e-6):
-        call = CommCall(kind=CommKind.DP, op=op, group=group, nbytes=NBYTES, algorithm=name, time_s=time_s)
+        call = CommCall(kind=CommKind.DP, op=op, group=group, nbytes=NBYTES, transport=Transport.COLLECTIVE,
+                        algorithm=CollectiveAlgorithm(name), time_s=time_s)
         runner = CommRunner(simpy.Environment(), None, cluster, None, replicas=False)
         assert runner.alone_s(call) == pytest.approx(time_s, rel=1e-9)

@@ -10,15 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.collectives.base import Op
 from simulator.engine.faults import expected_time_to_train_s, sampled_time_to_train_s
-from simulator.engine.handwork import HandSpec, hand_work
 from simulator.engine.step import simulate
 from simulator.results import Category
-from simulator.strategy import FailureModel, ParamServerMode, ParamServerSync, Strategy, StragglerModel
-from simulator.work import CommCall, CommKind
+from simulator.strategy import AllReduceSync, FailureModel, ParamServerMode, ParamServerSync, Strategy, StragglerModel
 from simulator.workload.presets import get_preset
-from test_collectives_helpers import switched
+from compiled_work import compiled, switched
 
 SMALL = get_preset("gpt3-125m")
 CLUSTER = switched(nodes=4, gpus=1)  # dp=4, one GPU per node
@@ -28,17 +25,19 @@ def _ps_work(mode, slow: float, staleness=None, push_s=0.05):
     sync = ParamServerSync(mode=mode, staleness_steps=staleness)
     strat = Strategy(global_batch=8, tp=1, pp=1, dp_sync=sync,
                      stragglers=StragglerModel(speed_factors=(1.0, 1.0, 1.0, slow)))
-    work = hand_work(CLUSTER, strat, SMALL, HandSpec(fwd_s=0.1, bwd_s=0.2))
-    push = CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=(0, 1, 2, 3), nbytes=1, algorithm="ps-push",
-                    time_s=push_s)  # not a registry algorithm: a timed delay, as the hand-worked numbers need
+    work = compiled(CLUSTER, strat, SMALL, fwd_s=0.1, bwd_s=0.2)
+    (ps,) = work.stages[0].grad_sync
+    # one byte: its replay takes microseconds, so the call takes its compiled time, set to push_s
+    push = replace(ps, nbytes=1, time_s=push_s)
     stage = replace(work.stages[0], grad_sync=(push,), grad_ready_fraction=(1.0,))
     return replace(work, stages=(stage,))
 
 
 def test_slow_replica_stretches_sync_step_and_shows_as_straggler_wait():
-    strat = Strategy(global_batch=8, tp=1, pp=1, stragglers=StragglerModel(speed_factors=(1.0, 2.0, 1.0, 1.0)))
-    work = hand_work(CLUSTER, strat, SMALL, HandSpec(fwd_s=0.1, bwd_s=0.2, bucket_bytes=(1 << 20,),
-                                                     ready_fraction=(1.0,)))
+    one_bucket = AllReduceSync(bucket_bytes=None, overlap_grad_reduce=False)  # ready at the end of backward
+    strat = Strategy(global_batch=8, tp=1, pp=1, dp_sync=one_bucket,
+                     stragglers=StragglerModel(speed_factors=(1.0, 2.0, 1.0, 1.0)))
+    work = compiled(CLUSTER, strat, SMALL, fwd_s=0.1, bwd_s=0.2)
     res = simulate(work, CLUSTER)
     call_s = work.stages[0].grad_sync[0].time_s
     assert res.step_time_s == pytest.approx(2 * 0.6 + call_s, rel=1e-6)  # m=2: 2·(F+B)·2 + all-reduce
@@ -83,7 +82,7 @@ def test_daly_formula_limits_and_sampling():
 def test_simulate_reports_goodput_and_time_to_train():
     fm = FailureModel(mtbf_gpu_hours=1000.0, checkpoint_interval_steps=50, checkpoint_cost_s=10.0, restart_cost_s=120.0)
     strat = Strategy(global_batch=8, tp=1, pp=1, failures=fm)
-    work = hand_work(CLUSTER, strat, SMALL, HandSpec(fwd_s=0.1, bwd_s=0.2))
+    work = compiled(CLUSTER, strat, SMALL, fwd_s=0.1, bwd_s=0.2)
     res = simulate(work, CLUSTER, train_steps=10_000)
     assert 0 < res.extras["goodput"] < 1
     assert res.extras["time_to_train_s"] == pytest.approx(10_000 * res.step_time_s / res.extras["goodput"])

@@ -1,8 +1,9 @@
-"""Step DES on hand-made StepWork: schedules timed exactly, comm on shared links, shortcuts, determinism.
+"""Step DES on compiled StepWork: schedules timed exactly, comm on shared links, shortcuts, determinism.
 
 Hand-worked references: :func:`simulator.schedules.dry_run` (the list-scheduler time of the same
-action order, no contention) and α-β times of single flows. Tolerances: 1e-9 relative where the
-DES must reproduce the same sum; the 2 % of the issue where stated.
+action order, no contention) and α-β times of single flows. Where a test needs round compute times
+it compiles the step and sets them (:func:`compiled_work.timed`); the calls stay the compiler's. Tolerances: 1e-9
+relative where the DES must reproduce the same sum; the 2 % of the issue where stated.
 """
 
 import pandas as pd
@@ -10,14 +11,13 @@ import pytest
 
 from simulator.cluster.presets import load_preset
 from simulator.cluster.topology import path
-from simulator.engine.handwork import HandSpec, hand_work
 from simulator.engine.step import simulate
-from simulator.engine.streams import TIMELINE_COLUMNS
 from simulator.results import Category, Engine
 from simulator.schedules import ScheduleKind, dry_run
-from simulator.strategy import Strategy
+from simulator.strategy import AllReduceAlgorithm, AllReduceSync, Strategy
+from simulator.trace import TIMELINE_COLUMNS
 from simulator.workload.presets import get_preset
-from test_collectives_helpers import switched
+from compiled_work import compiled, switched
 
 A100 = load_preset("dgx-a100")
 SMALL = get_preset("gpt3-125m")  # 12 layers, 12 heads
@@ -28,8 +28,8 @@ GPT13 = get_preset("gpt3-1.3b")  # 24 layers, 32 heads
 def test_p2_m4_makespan_equals_dry_run(kind):
     # p=2, m=4, F=1 s, B=2 s, p2p fixed at 0.5 s: the DES plays the schedule's critical path.
     cluster = A100.with_nodes(2)
-    work = hand_work(cluster, Strategy(global_batch=4, tp=8, pp=2, schedule=kind), GPT13,
-                     HandSpec(fwd_s=1.0, bwd_s=2.0, p2p_bytes=1 << 20, p2p_time_s=0.5))
+    work = compiled(cluster, Strategy(global_batch=4, tp=8, pp=2, schedule=kind), GPT13, fwd_s=1.0, bwd_s=2.0,
+                    p2p_s=0.5, tp=False)
     res = simulate(work, cluster)
     ref = dry_run(work.schedule, 1.0, 2.0, 0.5).makespan_s
     assert res.engine is Engine.DES
@@ -41,17 +41,16 @@ def test_p2_m4_makespan_equals_dry_run(kind):
 
 def test_interleaved_matches_dry_run():
     cluster = A100.with_nodes(2)
-    work = hand_work(cluster, Strategy(global_batch=4, tp=8, pp=2, schedule=ScheduleKind.INTERLEAVED,
-                                       virtual_stages=2), GPT13, HandSpec(fwd_s=0.5, bwd_s=1.0))
-    assert simulate(work, cluster).step_time_s == pytest.approx(dry_run(work.schedule, 0.5, 1.0).makespan_s)
+    work = compiled(cluster, Strategy(global_batch=4, tp=8, pp=2, schedule=ScheduleKind.INTERLEAVED,
+                                      virtual_stages=2), GPT13, fwd_s=0.5, bwd_s=1.0, p2p_s=0.01, tp=False)
+    assert simulate(work, cluster).step_time_s == pytest.approx(dry_run(work.schedule, 0.5, 1.0, 0.01).makespan_s)
 
 
 def test_timeline_columns_and_breakdown_per_rank():
     cluster = A100.with_nodes(2)
-    work = hand_work(cluster, Strategy(global_batch=8, tp=8, pp=2), GPT13,
-                     HandSpec(fwd_s=0.01, bwd_s=0.02, tp_calls_per_layer=2, tp_bytes=4 << 20, p2p_bytes=8 << 20))
+    work = compiled(cluster, Strategy(global_batch=8, tp=8, pp=2), GPT13)
     res = simulate(work, cluster)
-    assert list(res.timeline.columns) == TIMELINE_COLUMNS
+    assert list(res.timeline.columns) == list(TIMELINE_COLUMNS)
     assert set(res.timeline.stream) == {"compute", "tp", "pp"}
     assert len(res.per_rank) == 2
     cats = [c.value for c in Category]
@@ -63,11 +62,11 @@ def test_des_equals_hand_worked_uncontended_and_never_below():
     # tp=8 inside a node, pp=2 across two nodes: TP calls block compute, p2p is one flow; no
     # link is shared, so the step is dry_run with (compute + TP) per action and the p2p time.
     cluster = A100.with_nodes(2)
-    spec = HandSpec(fwd_s=0.02, bwd_s=0.04, tp_calls_per_layer=2, tp_bytes=8 << 20, p2p_bytes=16 << 20)
-    work = hand_work(cluster, Strategy(global_batch=8, tp=8, pp=2), GPT13, spec)
-    chunk = work.stages[0].chunks[0]
-    tp = sum(c.time_s for c in chunk.tp_fwd)
-    ref = dry_run(work.schedule, spec.fwd_s + tp, spec.bwd_s + tp, chunk.p2p_fwd.time_s).makespan_s
+    work = compiled(cluster, Strategy(global_batch=8, tp=8, pp=2), GPT13, fwd_s=0.02, bwd_s=0.04)
+    chunks = [st.chunks[0] for st in work.stages]
+    tp_f, tp_b = [sum(c.time_s for c in ch.tp_fwd) for ch in chunks], [sum(c.time_s for c in ch.tp_bwd) for ch in chunks]
+    ref = dry_run(work.schedule, [0.02 + t for t in tp_f], [0.04 + t for t in tp_b],
+                  chunks[0].p2p_fwd.time_s).makespan_s
     des = simulate(work, cluster).step_time_s
     assert des >= ref * (1 - 1e-9)
     assert des == pytest.approx(ref, rel=0.02)
@@ -77,12 +76,13 @@ def test_two_dp_buckets_share_one_nic_each_get_half():
     # 2 nodes × 2 GPUs, ONE NIC per node; tp=2, dp=2: the representative's all-reduce (ranks 0, 2)
     # and its tp replica's (1, 3) cross the same NIC at once. Ring on 2 ranks = one flow of n bytes
     # each way (two steps of n/2): alone 2α + n/bw; sharing, each gets bw/2, so + n/bw exposed.
+    # One bucket of all the stage's gradients, ready at the end of the backward (no overlap).
     cluster = switched(nodes=2, gpus=2, nics=1)
-    n = 64 << 20
-    spec = HandSpec(fwd_s=0.001, bwd_s=0.002, bucket_bytes=(n,), ready_fraction=(1.0,))
-    work = hand_work(cluster, Strategy(global_batch=2, tp=2, pp=1), SMALL, spec)
-    call = work.stages[0].grad_sync[0]
-    assert call.concurrent_groups == 2
+    sync = AllReduceSync(algorithm=AllReduceAlgorithm.RING, bucket_bytes=None, overlap_grad_reduce=False)
+    work = compiled(cluster, Strategy(global_batch=2, tp=2, pp=1, dp_sync=sync), SMALL, fwd_s=0.001, bwd_s=0.002)
+    (call,) = work.stages[0].grad_sync
+    n = call.nbytes
+    assert call.concurrent_groups == 2 and call.group == (0, 2)
     bw = path(cluster, 0, 2).bottleneck_Bps
     for shortcuts in (True, False):
         res = simulate(work, cluster, shortcuts=shortcuts)
@@ -91,9 +91,8 @@ def test_two_dp_buckets_share_one_nic_each_get_half():
 
 def test_shortcuts_agree_with_exact_replay():
     cluster = A100.with_nodes(4)
-    spec = HandSpec(fwd_s=0.01, bwd_s=0.02, tp_calls_per_layer=1, tp_bytes=1 << 20, p2p_bytes=8 << 20,
-                    bucket_bytes=(32 << 20,) * 3)
-    work = hand_work(cluster, Strategy(global_batch=8, tp=8, pp=2), GPT13, spec)
+    strat = Strategy(global_batch=8, tp=8, pp=2, dp_sync=AllReduceSync(bucket_bytes=32 << 20))
+    work = compiled(cluster, strat, GPT13, fwd_s=0.01, bwd_s=0.02)
     fast, exact = simulate(work, cluster), simulate(work, cluster, shortcuts=False)
     assert fast.step_time_s == pytest.approx(exact.step_time_s, rel=1e-3)
     assert fast.extras["flows"] < exact.extras["flows"]
@@ -101,11 +100,12 @@ def test_shortcuts_agree_with_exact_replay():
 
 def test_dp_overlaps_backward_and_is_exposed_without_overlap():
     cluster = switched(nodes=2, gpus=1)
-    spec = HandSpec(fwd_s=0.05, bwd_s=0.1, bucket_bytes=(8 << 20,) * 4)
-    strat = Strategy(global_batch=2, tp=1, pp=1)
-    overlap = simulate(hand_work(cluster, strat, SMALL, spec), cluster)
-    late = simulate(hand_work(cluster, strat, SMALL, HandSpec(**{**spec.__dict__, "ready_fraction": (1.0,) * 4})),
-                    cluster)
+    def run(overlap: bool):
+        sync = AllReduceSync(bucket_bytes=8 << 20, overlap_grad_reduce=overlap)
+        work = compiled(cluster, Strategy(global_batch=2, tp=1, pp=1, dp_sync=sync), SMALL, fwd_s=0.05, bwd_s=0.1)
+        return simulate(work, cluster)
+
+    overlap, late = run(True), run(False)
     assert overlap.breakdown[Category.DP] < late.breakdown[Category.DP]
     assert late.step_time_s > overlap.step_time_s
 
@@ -114,8 +114,7 @@ def test_same_seed_same_timeline():
     cluster = A100.with_nodes(4)
     from simulator.strategy import StragglerModel
     strat = Strategy(global_batch=16, tp=8, pp=2, stragglers=StragglerModel(slowdown_prob=0.3, slowdown_factor=1.5))
-    work = hand_work(cluster, strat, GPT13, HandSpec(fwd_s=0.01, bwd_s=0.02, p2p_bytes=1 << 20,
-                                                     bucket_bytes=(16 << 20,) * 2))
+    work = compiled(cluster, strat, GPT13)
     a, b = simulate(work, cluster, seed=3, steps=3), simulate(work, cluster, seed=3, steps=3)
     pd.testing.assert_frame_equal(a.timeline, b.timeline)
     assert a.step_time_s == b.step_time_s
@@ -123,7 +122,7 @@ def test_same_seed_same_timeline():
 
 def test_data_stall_when_storage_is_slower_than_compute():
     cluster = switched(nodes=1, gpus=1)
-    work = hand_work(cluster, Strategy(global_batch=2, tp=1, pp=1), SMALL, HandSpec(fwd_s=0.1, bwd_s=0.2, data_s=1.0))
+    work = compiled(cluster, Strategy(global_batch=2, tp=1, pp=1), SMALL, fwd_s=0.1, bwd_s=0.2, data_s=1.0)
     res = simulate(work, cluster)
     assert res.step_time_s == pytest.approx(1.0)
     assert res.breakdown[Category.DATA] == pytest.approx(0.4)

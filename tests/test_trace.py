@@ -9,7 +9,8 @@ import pytest
 
 from simulator.errors import SpecError
 from simulator.results import Category
-from simulator.trace import action_spans, category_of, chrome_trace_events, gantt, pick_ranks, rank_label, to_chrome_trace
+from simulator.trace import (action_spans, category_of, chrome_trace_events, gantt, gantt_figure, pick_ranks, rank_label,
+                             to_chrome_trace)
 from timeline_fixtures import T_BWD_S, T_FWD_S, one_f_one_b_timeline
 
 P, M = 4, 8
@@ -87,6 +88,21 @@ def test_gantt_png_written(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+def test_gantt_figure_leaves_pyplot_and_the_backend_alone():
+    # A library drawing must not switch the process's backend (matplotlib.use) nor open pyplot figures:
+    # a notebook displays the returned Figure itself.
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    backend, open_figures = matplotlib.get_backend(), plt.get_fignums()
+    fig = gantt_figure(one_f_one_b_timeline(P, M), title="1F1B p=4 m=8")
+    assert isinstance(fig, Figure) and fig.axes[0].get_title() == "1F1B p=4 m=8"
+    assert matplotlib.get_backend() == backend and plt.get_fignums() == open_figures
+    # 4 ranks x (compute, tp, dp) rows, compute first (see timeline_fixtures)
+    assert len(fig.axes[0].get_yticks()) == 3 * P
+
+
 def test_gantt_many_ranks_limited(tmp_path):
     frames = []
     for block in range(10):  # 40 ranks: ten copies of a 4-stage pipeline
@@ -110,17 +126,16 @@ def test_action_spans_merge_layer_pieces():
 
 
 def test_trace_of_a_des_timeline(tmp_path):
-    """The DES's own timeline (hand-made work, 2 stages x 2 tp x 2 dp): one process per simulated rank."""
+    """The DES's own timeline (compiled work, 2 stages x 2 tp x 2 dp): one process per simulated rank."""
     from simulator.cluster.io import load_cluster
-    from simulator.engine.handwork import HandSpec, hand_work
+    from simulator.compile import compile_step
     from simulator.engine.step import simulate
-    from simulator.strategy import Strategy
+    from simulator.strategy import AllReduceSync, Strategy
     from simulator.workload import load_model
 
     cluster = load_cluster("dgx-h100")
-    work = hand_work(cluster, Strategy(global_batch=8, dp=2, tp=2, pp=2), load_model("gpt3-125m"),
-                     HandSpec(fwd_s=1e-3, bwd_s=2e-3, tp_calls_per_layer=2, tp_bytes=1 << 20, p2p_bytes=1 << 20,
-                              bucket_bytes=(1 << 24,)))
+    strategy = Strategy(global_batch=8, dp=2, tp=2, pp=2, dp_sync=AllReduceSync(bucket_bytes=1 << 24))
+    work = compile_step(cluster, load_model("gpt3-125m"), strategy, memory=False)
     timeline = simulate(work, cluster).timeline
     events = _load(to_chrome_trace(timeline, tmp_path / "des.json"))
     processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}

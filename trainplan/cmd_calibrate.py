@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import sys
 
+from executor.launch import BACKENDS
+from simulator.collectives.base import Op
 from trainplan import cli_common
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="measure local collectives and fit a cluster file",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="gloo", help="gloo (CPU processes) or nccl (one GPU per process)")
+    p.add_argument("--backend", default=BACKENDS[0],
+                   help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process)")
     p.add_argument("--nproc", type=int, default=2, help="number of local processes (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
     p.add_argument("--sizes", default="64KB..64MB", help="message sizes, e.g. 64KB..64MB (powers of two)")
     p.add_argument("--algorithms", default="ring,tree", help="replayed algorithms to fit, comma-separated")
-    p.add_argument("--op", default="all-reduce", help="collective to measure (default all-reduce)")
+    p.add_argument("--op", default=Op.ALL_REDUCE.value,
+                   help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")
     p.add_argument("--repeats", type=int, default=10, help="timed calls per size and algorithm")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before them")
     p.add_argument("--cluster", default="localhost-cpu", help="base cluster (preset name or file) to fit")

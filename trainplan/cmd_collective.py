@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from executor.launch import BACKENDS
 from simulator.cluster.io import load_cluster
 from simulator.collectives import registry
 from simulator.collectives.base import Op
@@ -19,8 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "with --measure, also run it for real on local processes and show the error.")
     p.add_argument("--cluster", required=True, help="preset name (see `trainplan cluster list`) or a cluster file")
     p.add_argument("--nodes", type=int, help="number of nodes (overrides the preset's or file's)")
-    p.add_argument("--op", default="all-reduce", help="all-reduce, reduce-scatter, all-gather, broadcast, reduce, "
-                                                     "all-to-all, send-recv (default: all-reduce)")
+    p.add_argument("--op", default=Op.ALL_REDUCE.value, help=f"{', '.join(o.value for o in Op)} "
+                                                            f"(default: {Op.ALL_REDUCE.value})")
     p.add_argument("--algorithm", default="auto",
                    help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
                         "as NCCL's tuner picks) or 'all' (default: auto)")
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="draw time and bus bandwidth against size per algorithm")
     m = p.add_argument_group("measurement (runs the collective for real on this machine)")
     m.add_argument("--measure", action="store_true", help="also measure each row with torch.distributed")
-    m.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="torch.distributed backend")
+    m.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help="torch.distributed backend")
     m.add_argument("--nproc", type=int, help="local processes to launch (equals --ranks)")
     m.add_argument("--repeats", type=int, default=10, help="timed calls per size (median reported)")
     m.add_argument("--warmup", type=int, default=2, help="untimed calls per size before timing")
@@ -146,12 +147,20 @@ def format_table(rows: list[dict]) -> str:
 
 
 def _plot(rows: list[dict], path: str, title: str) -> None:
-    import matplotlib
+    """Write :func:`collective_figure` of ``rows`` to ``path``."""
+    try:
+        collective_figure(rows, title).savefig(path, dpi=120)
+    except OSError as err:
+        raise SpecError("plot", f"cannot write {path}: {err.strerror}") from None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+def collective_figure(rows: list[dict], title: str):
+    """Time and bus bandwidth against message size, one line per algorithm, as a ``matplotlib.figure.Figure``
+    (no pyplot state, no backend switch)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.5))
+    ax_t, ax_b = fig.subplots(1, 2)
     for algo in dict.fromkeys(r["algorithm"] for r in rows):
         mine = [r for r in rows if r["algorithm"] == algo]
         sizes = [r["bytes"] for r in mine]
@@ -169,9 +178,4 @@ def _plot(rows: list[dict], path: str, title: str) -> None:
     ax_t.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise SpecError("plot", f"cannot write {path}: {err.strerror}") from None
-    finally:
-        plt.close(fig)
+    return fig

@@ -29,21 +29,24 @@ import math
 
 from simulator.collectives.base import Op
 from simulator.compile.costs import CostCache
-from simulator.work import CommCall, CommKind
+from simulator.work import CommCall, CommKind, Transport
 
 
-def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbytes: float, algorithm: str,
-         concurrent: int) -> CommCall | None:
-    """One timed call, or None when it costs nothing (a group of one, an empty message)."""
+def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbytes: float, concurrent: int,
+         algorithm: str = "auto") -> CommCall | None:
+    """One timed call, or None when it costs nothing (a group of one, an empty message).
+
+    ``SEND_RECV`` is a point-to-point transfer (``algorithm`` unused); any other op a collective,
+    ``algorithm`` a registry name or ``auto``."""
     nbytes = int(round(nbytes))
     if len(group) < 2 or nbytes <= 0:
         return None
     if op is Op.SEND_RECV:
-        t, algo = cache.p2p(group[0], group[1], nbytes), "p2p"
-    else:
-        t, algo = cache.collective(group, op, nbytes, algorithm)
-    return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, algorithm=algo, time_s=t,
-                    concurrent_groups=concurrent)
+        return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.P2P,
+                        time_s=cache.p2p(group[0], group[1], nbytes), concurrent_groups=concurrent)
+    t, algo = cache.collective(group, op, nbytes, algorithm)
+    return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.COLLECTIVE, algorithm=algo,
+                    time_s=t, concurrent_groups=concurrent)
 
 
 def tp_calls(cache: CostCache, group: tuple[int, ...], nbytes: int, *, sp: bool, layers: int, first: bool,
@@ -52,12 +55,12 @@ def tp_calls(cache: CostCache, group: tuple[int, ...], nbytes: int, *, sp: bool,
     if len(group) < 2:
         return (), ()
     if sp:
-        ag = call(cache, CommKind.TP, Op.ALL_GATHER, group, nbytes, "auto", concurrent)
-        rs = call(cache, CommKind.TP, Op.REDUCE_SCATTER, group, nbytes, "auto", concurrent)
+        ag = call(cache, CommKind.TP, Op.ALL_GATHER, group, nbytes, concurrent)
+        rs = call(cache, CommKind.TP, Op.REDUCE_SCATTER, group, nbytes, concurrent)
         block_fwd, block_bwd = (ag, rs, ag, rs), (ag, rs, ag, rs)
         embed_fwd, head_fwd, head_bwd = (rs,), (ag,), (rs,)
     else:
-        ar = call(cache, CommKind.TP, Op.ALL_REDUCE, group, nbytes, "auto", concurrent)
+        ar = call(cache, CommKind.TP, Op.ALL_REDUCE, group, nbytes, concurrent)
         block_fwd = block_bwd = (ar, ar)
         embed_fwd, head_fwd, head_bwd = (ar,), (), (ar,)
     fwd = (embed_fwd if first else ()) + block_fwd * layers + (head_fwd if last else ())
@@ -83,7 +86,7 @@ def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], t
     out, made = [], {}
     for size in buckets(total_bytes, bucket_bytes):
         if size not in made:
-            made[size] = call(cache, kind, op, group, size, algorithm, concurrent)
+            made[size] = call(cache, kind, op, group, size, concurrent, algorithm)
         if made[size] is not None:
             out.append(made[size])
     return tuple(out)
@@ -107,10 +110,10 @@ def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, 
     if len(group) < 2 or layers == 0 and edge_bytes <= 0:
         return ()
     if layers == 0:  # a layer-list chunk: everything in one gather
-        return tuple(c for c in (call(cache, CommKind.ZERO, Op.ALL_GATHER, group, edge_bytes, "auto", concurrent),)
+        return tuple(c for c in (call(cache, CommKind.ZERO, Op.ALL_GATHER, group, edge_bytes, concurrent),)
                      if c is not None)
-    first = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes + edge_bytes, "auto", concurrent)
-    rest = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes, "auto", concurrent)
+    first = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes + edge_bytes, concurrent)
+    rest = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes, concurrent)
     return (first,) + (rest,) * (layers - 1)
 
 

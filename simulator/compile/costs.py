@@ -24,6 +24,7 @@ from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.registry import estimate, supports
+from simulator.work import CollectiveAlgorithm
 
 class CostCache:
     """Memo of cost answers on one cluster. Keys include every input, so answers never go stale."""
@@ -38,23 +39,23 @@ class CostCache:
             self._memo[key] = compute()
         return self._memo[key]
 
-    def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int, algorithm: str = "auto") -> tuple[float, str]:
-        """(time_s, algorithm used) of one call; a one-rank group or an empty message costs nothing."""
+    def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int,
+                   algorithm: str = "auto") -> tuple[float, CollectiveAlgorithm | None]:
+        """(time_s, algorithm used) of one call; ``algorithm`` a registry name or ``auto``. A one-rank
+        group or an empty message costs nothing and runs no algorithm (None)."""
         if len(ranks) < 2 or nbytes <= 0:
-            return 0.0, "none"
+            return 0.0, None
         return self.memo(("coll", ranks, op, int(nbytes), algorithm),
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
 
-    def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, str]:
+    def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, CollectiveAlgorithm]:
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
-            return est.time_s, est.algorithm
-        names = [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]
-        if not names:  # an operation NCCL has no tuned choice for: the registry's own pick
+        elif names := [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]:
+            est = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
+        else:  # an operation NCCL has no tuned choice for: the registry's own pick
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
-            return est.time_s, est.algorithm
-        best = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
-        return best.time_s, best.algorithm
+        return est.time_s, CollectiveAlgorithm(est.algorithm)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> float:
         """One send/recv from ``src`` to ``dst`` (the registry's point-to-point estimate)."""

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part as cp
-from simulator.compile import offload_part as op_
+from simulator.compile import comm_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
                                 ZeroStage, build_layout)
-from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
+from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 
-ParamFetch = op_.ParamFetch
+ParamFetch = offload_part.ParamFetch
 
 
 def _check_workload(workload) -> None:
@@ -41,9 +40,12 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
     if nbytes <= 0:
         return None
-    t = op_.fetch_slice_s(cluster, offload, nbytes) if offload is Offload.NVME else op_.pcie_s(cluster, nbytes)
+    if offload is Offload.NVME:
+        t = offload_part.fetch_slice_s(cluster, offload, nbytes)
+    else:
+        t = offload_part.pcie_s(cluster, nbytes)
     return CommCall(kind=CommKind.OFFLOAD, op=Op.SEND_RECV, group=(rank,), nbytes=int(round(nbytes)),
-                    algorithm="pcie", time_s=t)
+                    transport=Transport.HOST, time_s=t)
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
@@ -52,12 +54,12 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
     cluster, dp = cache.cluster, len(group)
     if fetch is ParamFetch.INFINITY:
         t_coll, algo = cache.collective(group, Op.ALL_GATHER, int(round(nbytes)))
-        t, op = op_.fetch_slice_s(cluster, offload, nbytes / dp) + t_coll, Op.ALL_GATHER
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp) + t_coll, Op.ALL_GATHER
     else:
         t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
-        t, op = op_.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
     return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
-                    algorithm=f"pcie+{algo}", time_s=t)
+                    transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
@@ -66,15 +68,15 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     rep, tp_group, dp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
-    tp_fwd, tp_bwd = cp.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel, layers=layers,
-                                 first=c == 0, last=c == n - 1, full_recompute=s.recompute is Recompute.FULL,
-                                 concurrent=dp)
+    tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
+                                        layers=layers, first=c == 0, last=c == n - 1,
+                                        full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
         dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
-        p2p.append(None if dst == rep else cp.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes, "p2p",
-                                                   dp * tp))
+        p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
+                                                          dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
     if s.zero is ZeroStage.ZERO3 and dp > 1:
@@ -83,7 +85,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = cp.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes, layers, tp)
+            zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
+                                           layers, tp)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero, zero_bwd=zero,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
@@ -98,30 +101,31 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
         sync = s.dp_sync
         t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
         calls = (CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=dp_group, nbytes=int(round(params * dt.grad_bytes)),
-                          algorithm="ps", time_s=t, concurrent_groups=tp),) if t > 0 else ()
+                          transport=Transport.COLLECTIVE, algorithm=CollectiveAlgorithm.PS, time_s=t,
+                          concurrent_groups=tp),) if t > 0 else ()
         return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
     sync = s.dp_sync
     op = Op.ALL_REDUCE if s.zero < ZeroStage.ZERO2 else Op.REDUCE_SCATTER
-    calls = cp.bucketed(cache, CommKind.DP, op, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
+    calls = comm_part.bucketed(cache, CommKind.DP, op, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
                         sync.algorithm.value, tp)
-    fractions = cp.ready_fractions(calls, sync.overlap_grad_reduce)
-    part = cp.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
+    fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
+    part = comm_part.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
     after: tuple = ()
     if s.offload is Offload.NONE:
-        opt = op_.gpu_optimizer_s(cluster, dt, part)
+        opt = offload_part.gpu_optimizer_s(cluster, dt, part)
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
-        opt = op_.cpu_adam_s(cluster, part)
+        opt = offload_part.cpu_adam_s(cluster, part)
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
             k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
-            opt += op_.nvme_s(cluster, part * k) + op_.nvme_s(cluster, part * k, write=True)
+            opt += offload_part.nvme_s(cluster, part * k) + offload_part.nvme_s(cluster, part * k, write=True)
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
     if s.zero in (ZeroStage.ZERO1, ZeroStage.ZERO2):
         ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
                      else layout.bucket_bytes)
-        after += cp.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,
+        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,
                              "auto", tp)
     return calls, fractions, after, opt
 
@@ -141,7 +145,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
-                     data_s=op_.data_s(cache.cluster, layout.strategy, layout.world_size))
+                     data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
 
 
 def _memory(cluster: Cluster, workload, layout: ParallelLayout):

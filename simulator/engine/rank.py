@@ -26,6 +26,7 @@ The plays (the analytical engine adds up the same ones in closed form):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import simpy
 
@@ -38,14 +39,23 @@ SYNC_KINDS = (CommKind.DP, CommKind.PS, CommKind.ZERO)
 """Gradient-sync kinds whose call waits for every dp replica under synchronous training."""
 
 
+class PipeKey(NamedTuple):
+    """Which simulated pipeline a time account, an arrival or a stream belongs to; prints ``dp0`` / ``w3``."""
+
+    dp: int
+    """dp index of the replica whose ranks it simulates (the smallest of the replicas it stands for)."""
+    worker: bool = False
+    """An asynchronous parameter-server worker (steps on its own) rather than synchronous replicas."""
+
+    def __str__(self) -> str:
+        return f"{'w' if self.worker else 'dp'}{self.dp}"
+
+
 @dataclass(frozen=True)
 class Pipe:
     """One simulated pipeline (a set of dp replicas that behave identically in a step)."""
 
-    name: str
-    """Account key, e.g. ``dp0`` (the smallest dp index it stands for) or ``w3`` (async worker)."""
-    dp: int
-    """dp index of the replica whose ranks it simulates."""
+    key: PipeKey
     factors: tuple[float, ...]
     """Compute-time multiplier per pipeline rank (the slowest of its tp ranks: TP runs in lockstep)."""
     base: bool
@@ -53,11 +63,16 @@ class Pipe:
     sync: bool
     """Gradient sync waits at a barrier of all simulated pipelines of the step."""
 
+    @property
+    def dp(self) -> int:
+        """dp index of the replica whose ranks it simulates."""
+        return self.key.dp
+
 
 def rank_step(ctx, pipe: Pipe, r: int, k: int):
     """SimPy process: pipeline rank ``r`` of ``pipe`` runs step ``k``; returns the time it finished."""
     env, rec, sw = ctx.env, ctx.rec, ctx.work.stages[r]
-    who, rank, f = (k, pipe.name, r), ctx.layout.rank_of(dp=pipe.dp, pp=r, tp=0), pipe.factors[r]
+    who, rank, f = (k, pipe.key, r), ctx.layout.rank_of(dp=pipe.dp, pp=r, tp=0), pipe.factors[r]
     data = None
     if sw.data_s > 0:
         data = env.timeout(sw.data_s)
@@ -68,7 +83,7 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
         chunk = ctx.chunk_of[act.stage]
         dep = ctx.dependency(act)
         if dep is not None:
-            key = (pipe.name, k, dep[0], dep[1], act.microbatch)
+            key = (pipe.key, k, dep[0], dep[1], act.microbatch)
             ev = ctx.arrival(key)
             if not ev.processed:
                 t0 = env.now
@@ -229,8 +244,8 @@ def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int)
     """Deliver ``act``'s output to ``dst_stage`` (over p2p if it sits on another rank)."""
     if not 0 <= dst_stage < ctx.schedule.n_stages:
         return
-    kind = "F" if act.kind is ActionKind.F else "B"
-    key = (pipe.name, k, act.stage, kind, act.microbatch)
+    kind = ActionKind.F if act.kind is ActionKind.F else ActionKind.B  # activations, or their gradient
+    key = (pipe.key, k, act.stage, kind, act.microbatch)
     arrived = ctx.arrival(key)
     ctx.sent_at[key] = ctx.env.now
     if call is None or ctx.schedule.rank_of(dst_stage) == ctx.schedule.rank_of(act.stage):

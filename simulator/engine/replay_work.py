@@ -7,9 +7,10 @@ many identical groups run it at the same moment. :class:`CommRunner` turns a cal
   runs on the :class:`~simulator.engine.network.FlowNetwork` with the costs of
   :mod:`simulator.engine.collective` (per-call overhead and the schedule's latency chain as one
   delay, with the per-hop α of the protocol the registry picks; flows without latency, wire bytes
-  ``b / bw_factor``; γ after the last step). Pipeline p2p (``SEND_RECV`` / ``p2p``) is one
-  flow. Host copies (``pcie``), input reads, zero-byte calls and algorithms whose schedule is not
-  their timing model (NVLS in-switch reduction) are timed delays of their ``time_s``.
+  ``b / bw_factor``; γ after the last step). A :attr:`~simulator.work.Transport.P2P` call (pipeline
+  send/recv) is one flow. Host copies and fetches (``Transport.HOST*``), zero-byte calls and
+  algorithms whose schedule is not their timing model (NVLS in-switch reduction) are timed delays of
+  their ``time_s``.
 - **Calibration to the cost model.** A call's uncontended time in the DES is exactly its
   ``time_s`` from the compiler: the difference between ``time_s`` and the schedule's analytical
   replay (:func:`~simulator.collectives.replay.schedule_time_s`), when positive, is added as a fixed
@@ -38,16 +39,12 @@ import itertools
 import simpy
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.base import Op
 from simulator.collectives.cost import Env, Flow
-from simulator.collectives.registry import algorithm_names, build_schedule, estimate, get_algorithm
+from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine.network import FlowNetwork
 from simulator.strategy import ParallelLayout
-from simulator.work import CommCall, CommKind
-
-NETWORK_KINDS = (CommKind.TP, CommKind.PP, CommKind.DP, CommKind.ZERO, CommKind.PS)
-"""Kinds replayed on links; OFFLOAD (PCIe host copies) and DATA (storage reads) are timed delays."""
+from simulator.work import CommCall, Transport
 
 
 class _Plan:
@@ -61,7 +58,7 @@ class _Plan:
 
 
 def _key(call: CommCall, group: tuple[int, ...]) -> tuple:
-    return (call.op, call.algorithm, call.nbytes, group, call.time_s)
+    return (call.op, call.transport, call.algorithm, call.nbytes, group, call.time_s)
 
 
 def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
@@ -108,13 +105,13 @@ class CommRunner:
         return self._plans[key]
 
     def _build(self, call: CommCall, group: tuple[int, ...]) -> _Plan | None:
-        if call.kind not in NETWORK_KINDS or call.nbytes <= 0 or self.cluster.world_size < 2:
+        if call.nbytes <= 0 or self.cluster.world_size < 2:
             return None
-        if call.algorithm in algorithm_names():
-            if not get_algorithm(call.algorithm).schedule_times_it:
+        if call.transport is Transport.COLLECTIVE:
+            if not get_algorithm(call.algorithm.value).schedule_times_it:
                 return None  # in-switch reduction: its closed form, as a delay
             return self._collective_plan(call, group)
-        if call.op is Op.SEND_RECV and len(group) == 2:
+        if call.transport is Transport.P2P and len(group) == 2:
             costs = self._env(None)
             path = costs.path(group[0], group[1])
             alone = path.latency_s + call.nbytes / path.bottleneck_Bps
@@ -131,9 +128,9 @@ class CommRunner:
 
     def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> _Plan:
         cluster = self.cluster
-        chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm).protocol
+        chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm.value).protocol
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
-        schedule = build_schedule(cluster, group, call.op, call.nbytes, call.algorithm)
+        schedule = build_schedule(cluster, group, call.op, call.nbytes, call.algorithm.value)
         algorithm = get_algorithm(schedule.algorithm)
         costs = self._env(protocol, algorithm.family)
         wire = 1.0 / costs.bw_ratio

@@ -22,7 +22,7 @@ import simpy
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
 from simulator.engine.network import FlowNetwork
-from simulator.engine.rank import Pipe, rank_step
+from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
 from simulator.errors import SpecError
@@ -53,12 +53,13 @@ class _Ctx:
         self.parties_of: dict[int, int] = {}
 
     def dependency(self, act):
-        """(stage, kind) whose output ``act`` needs from another stage, or None."""
+        """(stage, kind) whose output ``act`` needs from another stage, or None: a forward needs the
+        previous stage's forward (F), a backward the next stage's input gradient (sent by its B or I)."""
         if act.kind is ActionKind.F:
-            return (act.stage - 1, "F") if act.stage > 0 else None
+            return (act.stage - 1, ActionKind.F) if act.stage > 0 else None
         if act.kind is ActionKind.W or act.stage == self.schedule.n_stages - 1:
             return None
-        return (act.stage + 1, "B")
+        return (act.stage + 1, ActionKind.B)
 
     def arrival(self, key: tuple) -> simpy.Event:
         ev = self.arrivals.get(key)
@@ -67,7 +68,7 @@ class _Ctx:
         return ev
 
     def pp_stream(self, pipe: Pipe, r: int, k: int) -> simpy.Resource:
-        key = (pipe.name, r)
+        key = (pipe.key, r)
         if key not in self.pp_streams:
             self.pp_streams[key] = simpy.Resource(self.env, capacity=1)
         return self.pp_streams[key]
@@ -106,11 +107,11 @@ def _has_stragglers(model) -> bool:
 def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
     """dp replicas grouped by their per-stage factors; the group holding dp 0 goes on the network."""
     if not _has_stragglers(model):
-        return [Pipe("dp0", 0, (1.0,) * work.layout.pp, True, True)]
+        return [Pipe(PipeKey(0), (1.0,) * work.layout.pp, True, True)]
     groups: dict[tuple, int] = {}
     for d in range(work.layout.dp):
         groups.setdefault(_factors(work, model, d, k), d)
-    return [Pipe(f"dp{d}", d, vec, d == 0, True) for vec, d in groups.items()]
+    return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
 
 def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
@@ -119,11 +120,11 @@ def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
         pipes = _pipes_for_step(ctx.work, model, k)
         ctx.parties_of[k] = len(pipes)
         t0 = env.now
-        procs = {(p.name, r): env.process(rank_step(ctx, p, r, k)) for p in pipes for r in range(ctx.layout.pp)}
+        procs = {(p.key, r): env.process(rank_step(ctx, p, r, k)) for p in pipes for r in range(ctx.layout.pp)}
         yield simpy.AllOf(env, list(procs.values()))
-        for (name, r), proc in procs.items():
-            tails[(k, name, r)] = env.now - proc.value
-            ctx.rec.spend((k, name, r), Category.BUBBLE, env.now - proc.value)
+        for (key, r), proc in procs.items():
+            tails[(k, key, r)] = env.now - proc.value
+            ctx.rec.spend((k, key, r), Category.BUBBLE, env.now - proc.value)
         step_times.append(env.now - t0)
 
 
@@ -142,13 +143,13 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
             while bound is not None and clock[w] - min(clock) > bound:
                 yield state["progress"]
             for r in range(pp):
-                ctx.rec.spend((k, f"w{w}", r), Category.STRAGGLER, env.now - t0)
-            pipe = Pipe(f"w{w}", w, _factors(ctx.work, model, w, k), w == 0, False)
+                ctx.rec.spend((k, PipeKey(w, worker=True), r), Category.STRAGGLER, env.now - t0)
+            pipe = Pipe(PipeKey(w, worker=True), _factors(ctx.work, model, w, k), w == 0, False)
             procs = [env.process(rank_step(ctx, pipe, r, k)) for r in range(pp)]
             yield simpy.AllOf(env, procs)
             for r, proc in enumerate(procs):
-                tails[(k, pipe.name, r)] = env.now - proc.value
-                ctx.rec.spend((k, pipe.name, r), Category.BUBBLE, env.now - proc.value)
+                tails[(k, pipe.key, r)] = env.now - proc.value
+                ctx.rec.spend((k, pipe.key, r), Category.BUBBLE, env.now - proc.value)
             staleness[w].append(max(0, max((c for i, c in enumerate(clock) if i != w), default=0) - clock[w]))
             clock[w] += 1
             state["total"] += 1
@@ -210,14 +211,14 @@ def _accounts(ctx: _Ctx, tails: dict, step_time: float) -> tuple[dict[Category, 
     and per-rank means."""
     accounts = ctx.rec.accounts
     by_step: dict[int, list] = defaultdict(list)
-    for (k, name, r), acc in accounts.items():
-        idle = tails.get((k, name, r), 0.0) + acc.get(Category.STRAGGLER, 0.0) + acc.get(Category.BUBBLE, 0.0)
-        by_step[k].append((idle, name, r))
+    for (k, key, r), acc in accounts.items():
+        idle = tails.get((k, key, r), 0.0) + acc.get(Category.STRAGGLER, 0.0) + acc.get(Category.BUBBLE, 0.0)
+        by_step[k].append((idle, key, r))
     steps = sorted(by_step)
     total: dict[Category, float] = defaultdict(float)
     for k in steps:
-        _, name, r = min(by_step[k], key=lambda x: (x[0], x[1], x[2]))
-        for cat, s in accounts[(k, name, r)].items():
+        _, key, r = min(by_step[k])  # ties: the lower dp index, then the lower stage
+        for cat, s in accounts[(k, key, r)].items():
             total[cat] += s
     breakdown = {c: total.get(c, 0.0) / len(steps) for c in Category}
     s = sum(breakdown.values())
@@ -225,21 +226,16 @@ def _accounts(ctx: _Ctx, tails: dict, step_time: float) -> tuple[dict[Category, 
         breakdown = {c: v * step_time / s for c, v in breakdown.items()}
     rows = defaultdict(lambda: defaultdict(float))
     counts: dict = defaultdict(int)
-    for (k, name, r), acc in accounts.items():
-        counts[(name, r)] += 1
+    for (k, key, r), acc in accounts.items():
+        counts[(key, r)] += 1
         for cat, v in acc.items():
-            rows[(name, r)][cat.value] += v
+            rows[(key, r)][cat.value] += v
     records = []
-    for (name, r), acc in sorted(rows.items(), key=lambda x: (_dp_of(x[0][0]), x[0][1])):
-        dp = _dp_of(name)
-        rec = {"rank": ctx.layout.rank_of(dp=dp, pp=r, tp=0), "stage": r, "replica": name}
-        rec.update({c.value: acc.get(c.value, 0.0) / counts[(name, r)] for c in Category})
+    for (key, r), acc in sorted(rows.items(), key=lambda x: (x[0][0].dp, x[0][1])):
+        rec = {"rank": ctx.layout.rank_of(dp=key.dp, pp=r, tp=0), "stage": r, "replica": str(key)}
+        rec.update({c.value: acc.get(c.value, 0.0) / counts[(key, r)] for c in Category})
         records.append(rec)
     return breakdown, pd.DataFrame(records)
-
-
-def _dp_of(name: str) -> int:
-    return int(name[2:] if name.startswith("dp") else name[1:])
 
 
 def _staleness_summary(staleness: dict[int, list[int]]) -> dict:

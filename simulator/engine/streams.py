@@ -15,10 +15,8 @@ import pandas as pd
 import simpy
 
 from simulator.results import Category
+from simulator.trace import TIMELINE_COLUMNS
 from simulator.work import CommKind
-
-TIMELINE_COLUMNS = ["rank", "stream", "name", "category", "start_s", "end_s", "microbatch", "stage"]
-"""Columns of ``StepResult.timeline`` (the Perfetto/Gantt exporters read exactly these)."""
 
 KIND_CATEGORY = {CommKind.TP: Category.TP, CommKind.PP: Category.PP, CommKind.DP: Category.DP,
                  CommKind.ZERO: Category.ZERO, CommKind.PS: Category.PS, CommKind.OFFLOAD: Category.OFFLOAD,
@@ -69,7 +67,7 @@ class Recorder:
         self.spend(who, rest, t1 - split)
 
     def timeline(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.rows, columns=TIMELINE_COLUMNS)
+        df = pd.DataFrame(self.rows, columns=list(TIMELINE_COLUMNS))
         return df.sort_values(["start_s", "rank", "stream"], kind="stable").reset_index(drop=True)
 
 

@@ -35,11 +35,8 @@ from dataclasses import dataclass
 from simulator.errors import SpecError
 from simulator.strategy.framework import Framework, resolve_framework
 from simulator.strategy.kinds import ZeroStage
-from simulator.units import MiB
 from simulator.workload.transformer import DtypePolicy
 
-DDP_BUCKET_CAP_BYTES = 25 * MiB
-"""PyTorch DDP's default bucket size, ``bucket_cap_mb=25`` (torch DistributedDataParallel docs)."""
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ``zero_optimization.reduce_bucket_size`` default, 5e8 elements (DeepSpeed config docs)."""
 ZERO3_GATHERED_BLOCKS = 2

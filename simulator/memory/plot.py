@@ -41,17 +41,24 @@ def zero_sweep(model, cluster, layout) -> list[tuple[ZeroStage, MemoryReport]]:
 
 
 def plot_zero_stages(model, cluster, layout, path: str | Path) -> Path:
-    """Write the ZeRO 0-3 stacked-bar chart of the most loaded rank to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Write :func:`zero_stages_figure` to ``path`` (PNG); return the path."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise SpecError("plot", f"write a .png file, got {str(path)!r}")
+    fig = zero_stages_figure(model, cluster, layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def zero_stages_figure(model, cluster, layout):
+    """The ZeRO 0-3 stacked-bar chart of the most loaded rank, as a ``matplotlib.figure.Figure``
+    (no pyplot state, no backend switch: save it or display it in a notebook)."""
+    from matplotlib.figure import Figure
+
     sweep = zero_sweep(model, cluster, layout)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     labels = [f"ZeRO-{int(z)}\n{r.layout.framework.value}"
               + ("" if r.layout.strategy.offload is Offload.NONE else f" +{r.layout.strategy.offload.value}")
               for z, r in sweep]
@@ -73,7 +80,4 @@ def plot_zero_stages(model, cluster, layout, path: str | Path) -> Path:
     ax.set_ylabel("GB per GPU (most loaded rank)")
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
