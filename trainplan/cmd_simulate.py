@@ -27,8 +27,8 @@ def register(subparsers) -> None:
                               description="Estimate one training step of a strategy on a cluster with the "
                                           "analytical engine (closed form, fast) or the discrete-event engine "
                                           "(timeline, contention, stragglers). See docs/cli.md.")
-    strategy_flags.add_job_flags(p)
-    strategy_flags.add_strategy_flags(p)
+    strategy_flags.add_job_flags(p, plan=True)
+    strategy_flags.add_strategy_flags(p, gbs_required=False)
     e = p.add_argument_group("engine and output")
     e.add_argument("--engine", choices=[k.value for k in Engine], default=Engine.ANALYTICAL.value,
                    help="analytical (closed form, default) or des (discrete-event, with a timeline)")
@@ -40,6 +40,9 @@ def register(subparsers) -> None:
     e.add_argument("--param-fetch", choices=[f.value for f in ParamFetch],
                    help="how offloaded ZeRO-3 parameters reach the GPUs: every rank copies its partition and "
                         "all-gathers (ZeRO-Infinity, default) or the owner copies and broadcasts")
+    e.add_argument("--save-plan", metavar="PLAN.json",
+                   help="write the model, cluster, strategy and this estimate as a plan file (trainplan execute, "
+                        "simulate --plan)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
 
@@ -93,12 +96,35 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
             f"{sync_text}" + (f", profile {strategy.profile}" if strategy.profile else ""))
 
 
+def _job(args) -> strategy_flags.Job:
+    if args.plan is not None:
+        return strategy_flags.job_from_plan(args)
+    for flag, value in (("--model", args.model), ("--gpus", args.gpus), ("--gbs", args.global_batch)):
+        if value is None:
+            raise cli_common.UsageError(f"{flag} is required (or give --plan PLAN.json)")
+    return strategy_flags.build_job(args)
+
+
+def _save_plan(path: str, job: strategy_flags.Job, result) -> str:
+    from simulator.plan_file import Plan, with_estimates
+
+    plan = Plan(model=job.workload, cluster=job.cluster, gpus=job.layout.world_size, strategy=job.strategy)
+    return str(with_estimates(plan, [result]).save(path))
+
+
 def run(args: argparse.Namespace) -> int:
     check_engine_flags(args)
-    job = strategy_flags.build_job(args)
+    from simulator.jsonio import check_writable
+
+    for flag, path in (("--save-plan", args.save_plan), ("--trace", args.trace), ("--plot", args.plot)):
+        if path is not None:
+            check_writable(path, flag)  # before the work, not after it
+    job = _job(args)
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
     result = run_engine(args, job)
     written = _write_outputs(args, result, describe(workload, cluster, strategy, layout))
+    if args.save_plan:
+        written.append(_save_plan(args.save_plan, job, result))
     if args.json:
         out = result.to_dict() | {"model": getattr(workload, "name", args.model), "cluster": cluster.name,
                                   "nodes": cluster.nodes, "gpus": layout.world_size, "micro_batches":

@@ -55,17 +55,20 @@ def flag_error(err: SpecError) -> SpecError:
     return SpecError(FLAG_OF[base], err.problem) if base in FLAG_OF else err
 
 
-def add_job_flags(parser, *, params: bool = False) -> None:
-    """``--model`` (or ``--params`` with ``params``), ``--cluster``, ``--nodes``, ``--gpus``, ``--seq``."""
+def add_job_flags(parser, *, params: bool = False, plan: bool = False) -> None:
+    """``--model`` (or ``--params`` with ``params``), ``--cluster``, ``--nodes``, ``--gpus``, ``--seq``;
+    with ``plan``, ``--plan FILE`` instead of all of them (checked by :func:`job_from_plan`)."""
     g = parser.add_argument_group("workload and cluster")
-    g.add_argument("--model", metavar="NAME|config.json", required=not params,
+    if plan:
+        g.add_argument("--plan", metavar="PLAN.json", help="a plan file: its model, cluster, GPUs and strategy "
+                                                           "instead of the flags")
+    g.add_argument("--model", metavar="NAME|config.json", required=not (params or plan),
                    help="model preset, Hugging Face config.json or layer-list file")
     if params:
         g.add_argument("--params", help="a bare parameter count instead of --model (7.5e9, 7.5B): model states only")
-    g.add_argument("--cluster", default=DEFAULT_CLUSTER, metavar="NAME|FILE",
-                   help=f"cluster preset or file (default: {DEFAULT_CLUSTER})")
+    g.add_argument("--cluster", metavar="NAME|FILE", help=f"cluster preset or file (default: {DEFAULT_CLUSTER})")
     g.add_argument("--nodes", type=int, metavar="N", help="nodes (default: enough for --gpus plus PS nodes)")
-    g.add_argument("--gpus", type=int, required=True, metavar="G", help="worker GPUs, = dp·tp·pp")
+    g.add_argument("--gpus", type=int, required=not plan, metavar="G", help="worker GPUs, = dp·tp·pp")
     g.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
 
 
@@ -78,6 +81,7 @@ def _default_text(f) -> str:
 
 
 def add_strategy_flags(parser, *, gbs_required: bool = True) -> None:
+    # gbs_required: argparse enforces --gbs (False where a default exists or --plan may replace it)
     """One flag per declared strategy field that has one, grouped by record, defaults in the help."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     seen: set[str] = set()
@@ -175,7 +179,7 @@ def build_job(args, workload=None, global_batch: int | None = None) -> Job:
     """(workload, cluster, strategy, layout) from the parsed flags, checked; errors name the flag."""
     workload = load_workload(args) if workload is None else workload
     try:
-        base = load_cluster(args.cluster)
+        base = load_cluster(args.cluster or DEFAULT_CLUSTER)
     except SpecError as err:
         raise SpecError("--cluster", str(err)) from None
     if args.gpus < 1:
@@ -189,3 +193,21 @@ def build_job(args, workload=None, global_batch: int | None = None) -> Job:
     except SpecError as err:
         raise flag_error(err) from None
     return Job(workload, cluster, strategy, layout)
+
+
+def job_from_plan(args) -> Job:
+    """The job a ``--plan`` file describes; giving model, cluster or strategy flags with it is an error
+    (the file already says them, and two sources would silently disagree)."""
+    from simulator.plan_file import load_plan
+
+    given = [f for f, v in (("--model", args.model), ("--cluster", args.cluster), ("--nodes", args.nodes),
+                            ("--gpus", args.gpus), ("--seq", args.seq)) if v is not None]
+    given += [FLAG_OF[k] for k in strategy_keys(args)] + (["--straggler"] if args.straggler else [])
+    if given:
+        raise SpecError(given[0], "the plan file already gives the model, cluster, GPUs and strategy; drop it, "
+                        "or drop --plan")
+    try:
+        plan = load_plan(args.plan)
+    except SpecError as err:
+        raise SpecError("--plan", str(err)) from None
+    return Job(plan.model, plan.cluster, plan.strategy, plan.layout())

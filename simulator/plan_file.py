@@ -1,0 +1,265 @@
+"""The plan file: what the planner writes and the executor runs, as versioned JSON.
+
+A plan is self-contained: the model (a preset name and sequence length, or the full shape), the
+cluster (a preset name and node count, or the full cluster), the worker GPU count, the strategy
+and the estimates made for it. The strategy is split in two, by each field's declared role
+(:mod:`simulator.strategy.fields`):
+
+- ``strategy``: the executable training layout (every role but :data:`Role.SCENARIO`), the only
+  part an executor reads;
+- ``scenario``: what-if inputs for the simulator alone (stragglers, failures).
+
+Schema (``version`` 1)::
+
+    {"schema": "trainplan.plan", "version": 1,
+     "model": {"preset": "llama2-7b", "seq": 4096} | {"transformer": {...}} | {"layers": {...}},
+     "cluster": {"preset": "dgx-h100", "nodes": 1} | {"spec": {...cluster file...}},
+     "gpus": 8,
+     "strategy": {flat strategy keys},
+     "scenario": {flat straggler and failure keys},
+     "estimates": [{"engine": "analytical", "step_time_s": ..., "tokens_per_s": ..., "mfu": ...,
+                    "breakdown": {category: seconds}, "memory": {"total_bytes": ..., "fits": ...}}]}
+
+Loading checks everything: an unknown field or version, a wrong type, a strategy that does not lay
+out on the cluster and model gives one :class:`~simulator.errors.SpecError` naming the field
+(``plan.model.seqq: unknown field; known: preset, seq``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from pathlib import Path
+from typing import get_type_hints
+
+from simulator.cluster.io import cluster_to_dict, load_cluster
+from simulator.cluster.presets import preset_names
+from simulator.cluster._schema import cluster_from_dict
+from simulator.errors import SpecError
+from simulator.jsonio import read_json, write_json
+from simulator.strategy import ParallelLayout, ParamServerSync, Role, Strategy, build_layout
+from simulator.strategy.flat import FLAT, strategy_from_flat, strategy_to_flat
+from simulator.workload import LayerListWorkload, TransformerSpec, get_preset, layer_list_from_dict, model_names
+
+SCHEMA = "trainplan.plan"
+VERSION = 1
+"""The plan-file schema version this code writes and reads."""
+_EXECUTABLE = tuple(r for r in Role if r is not Role.SCENARIO)
+
+
+def _known(where: str, given: dict, known: tuple[str, ...]) -> None:
+    if not isinstance(given, dict):
+        raise SpecError(where, f"must be a mapping, got {type(given).__name__}")
+    for key in given:
+        if key not in known:
+            raise SpecError(f"{where}.{key}", f"unknown field; known: {', '.join(known)}")
+
+
+def _plain(value):
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+def _transformer_to_dict(spec: TransformerSpec) -> dict:
+    return {f.name: _plain(getattr(spec, f.name)) for f in fields(spec)}
+
+
+def _transformer_from_dict(d: dict) -> TransformerSpec:
+    hints = get_type_hints(TransformerSpec)
+    names = tuple(f.name for f in fields(TransformerSpec))
+    _known("plan.model.transformer", d, names)
+    values = {}
+    for name, value in d.items():
+        kind = hints[name]
+        enum = next((t for t in getattr(kind, "__args__", (kind,)) if isinstance(t, type) and issubclass(t, Enum)),
+                    None)
+        if enum is not None and value is not None:
+            try:
+                value = enum(value)
+            except ValueError:
+                raise SpecError(f"plan.model.transformer.{name}", f"unknown value {value!r}; known: "
+                                f"{', '.join(str(m.value) for m in enum)}") from None
+        values[name] = value
+    try:
+        return TransformerSpec(**values)
+    except TypeError as err:
+        raise SpecError("plan.model.transformer", f"incomplete shape ({err})") from None
+    except SpecError as err:
+        raise SpecError(f"plan.model.transformer.{err.field.removeprefix('model.')}", err.problem) from None
+
+
+def model_to_dict(workload) -> dict:
+    """A preset reference when ``workload`` is a preset at some sequence length, else the full shape."""
+    if isinstance(workload, TransformerSpec):
+        if workload.name in model_names():
+            preset = get_preset(workload.name)
+            if preset.with_seq(workload.seq_len) == workload or preset == workload:
+                return {"preset": workload.name, "seq": workload.seq_len}
+        return {"transformer": _transformer_to_dict(workload)}
+    if isinstance(workload, LayerListWorkload):
+        return {"layers": workload.to_dict()}
+    raise SpecError("model", f"a plan needs a transformer or a layer list, got {type(workload).__name__}")
+
+
+def model_from_dict(d: dict):
+    _known("plan.model", d, ("preset", "seq", "transformer", "layers"))
+    kinds = [k for k in ("preset", "transformer", "layers") if k in d]
+    if len(kinds) != 1:
+        raise SpecError("plan.model", "give exactly one of preset (with seq), transformer or layers")
+    if "preset" in d:
+        spec = get_preset(str(d["preset"]))
+        return spec if d.get("seq") is None else spec.with_seq(d["seq"])
+    if "seq" in d:
+        raise SpecError("plan.model.seq", "goes with a preset; a full shape carries its own seq_len")
+    if "transformer" in d:
+        return _transformer_from_dict(d["transformer"])
+    return layer_list_from_dict(d["layers"])
+
+
+# --- the cluster ----------------------------------------------------------------------------------
+
+def cluster_ref(cluster, preset: str | None = None) -> dict:
+    """``{"preset": name, "nodes": n}`` when ``cluster`` is that preset at n nodes, else the full spec."""
+    name = preset or cluster.name
+    if name in preset_names() and load_cluster(name, nodes=cluster.nodes) == cluster:
+        return {"preset": name, "nodes": cluster.nodes}
+    return {"spec": cluster_to_dict(cluster)}
+
+
+def cluster_from_ref(d: dict):
+    _known("plan.cluster", d, ("preset", "nodes", "spec"))
+    if ("preset" in d) == ("spec" in d):
+        raise SpecError("plan.cluster", "give a preset (with nodes) or a full spec")
+    if "preset" in d:
+        return load_cluster(str(d["preset"]), nodes=d.get("nodes"))
+    if "nodes" in d:
+        raise SpecError("plan.cluster.nodes", "goes with a preset; a full spec carries its own node count")
+    return cluster_from_dict(d["spec"])
+
+
+# --- estimates ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """One engine's estimate of the plan's step, as the planner recorded it."""
+
+    engine: str
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+    """Seconds per category on the slowest rank (``simulator.results.Category`` values)."""
+    memory: dict[str, object] = field(default_factory=dict)
+    """``total_bytes`` of the most loaded rank and ``fits``, when the memory model ran."""
+
+    @classmethod
+    def from_result(cls, result) -> "Estimate":
+        """From a :class:`simulator.results.StepResult`."""
+        memory = {} if result.memory is None else {"total_bytes": result.memory.worst.total_bytes,
+                                                   "fits": result.memory.fits}
+        return cls(engine=result.engine.value, step_time_s=result.step_time_s, tokens_per_s=result.tokens_per_s,
+                   mfu=result.mfu, breakdown={c.value: v for c, v in result.breakdown.items()}, memory=memory)
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> "Estimate":
+        names = tuple(f.name for f in fields(cls))
+        _known(where, d, names)
+        try:
+            return cls(**d)
+        except TypeError as err:
+            raise SpecError(where, f"incomplete estimate ({err})") from None
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A plan: model, cluster, worker GPUs, strategy (layout + scenario) and its estimates."""
+
+    model: object
+    """The workload (a TransformerSpec or a LayerListWorkload)."""
+    cluster: object
+    gpus: int
+    strategy: Strategy
+    estimates: tuple[Estimate, ...] = ()
+
+    def layout(self) -> ParallelLayout:
+        """The checked layout (raises the layout's SpecError)."""
+        return build_layout(self.strategy, self.cluster, self.model, gpus=self._layout_gpus())
+
+    def executable_strategy(self) -> Strategy:
+        """The strategy without the what-if scenario (no stragglers, no failures): what an executor runs."""
+        flat = strategy_to_flat(self.strategy, _EXECUTABLE)
+        return strategy_from_flat(flat)
+
+    def _layout_gpus(self) -> int | None:
+        """Worker GPUs for the layout (a parameter-server layout takes every worker node instead)."""
+        return None if isinstance(self.strategy.dp_sync, ParamServerSync) else self.gpus
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "version": VERSION, "model": model_to_dict(self.model),
+                "cluster": cluster_ref(self.cluster), "gpus": self.gpus,
+                "strategy": strategy_to_flat(self.strategy, _EXECUTABLE),
+                "scenario": strategy_to_flat(self.strategy, (Role.SCENARIO,)),
+                "estimates": [_plain_estimate(e) for e in self.estimates]}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the plan as JSON, atomically (a temporary file renamed over ``path``)."""
+        return write_json(path, self.to_dict())
+
+
+def _plain_estimate(e: Estimate) -> dict:
+    return {f.name: getattr(e, f.name) for f in fields(e)}
+
+
+def plan_from_dict(d: dict) -> Plan:
+    """A checked :class:`Plan` from its JSON data (see the module docstring)."""
+    _known("plan", d, ("schema", "version", "model", "cluster", "gpus", "strategy", "scenario", "estimates"))
+    if d.get("schema") != SCHEMA:
+        raise SpecError("plan.schema", f"must be {SCHEMA!r}, got {d.get('schema')!r}; is this a plan file?")
+    if d.get("version") != VERSION:
+        raise SpecError("plan.version", f"{d.get('version')!r} is not supported; this trainplan reads version "
+                        f"{VERSION}")
+    for key in ("model", "cluster", "gpus", "strategy"):
+        if key not in d:
+            raise SpecError(f"plan.{key}", "missing")
+    gpus = d["gpus"]
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise SpecError("plan.gpus", f"must be a positive integer, got {gpus!r}")
+    strategy = _strategy(d["strategy"], d.get("scenario", {}))
+    estimates = d.get("estimates", [])
+    if not isinstance(estimates, list):
+        raise SpecError("plan.estimates", "must be a list")
+    plan = Plan(model=model_from_dict(d["model"]), cluster=cluster_from_ref(d["cluster"]), gpus=gpus,
+                strategy=strategy,
+                estimates=tuple(Estimate.from_dict(e, f"plan.estimates[{i}]") for i, e in enumerate(estimates)))
+    try:
+        plan.layout()
+    except SpecError as err:
+        raise SpecError(f"plan.strategy.{err.field}", err.problem) from None
+    return plan
+
+
+def _strategy(layout: dict, scenario: dict) -> Strategy:
+    _known("plan.strategy", layout, tuple(k for k, v in FLAT.items() if v.decl.role in _EXECUTABLE))
+    _known("plan.scenario", scenario, tuple(k for k, v in FLAT.items() if v.decl.role is Role.SCENARIO))
+    try:
+        return strategy_from_flat(layout | scenario)
+    except SpecError as err:
+        where = "scenario" if err.field in scenario else "strategy"
+        raise SpecError(f"plan.{where}.{err.field}", err.problem) from None
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and check a plan file; every problem is one SpecError naming the file or the field."""
+    return plan_from_dict(read_json(path, "plan"))
+
+
+def with_estimates(plan: Plan, estimates) -> Plan:
+    """``plan`` with ``estimates`` (StepResults or Estimates) recorded."""
+    return replace(plan, estimates=tuple(e if isinstance(e, Estimate) else Estimate.from_result(e) for e in estimates))
