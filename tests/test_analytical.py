@@ -72,6 +72,29 @@ def test_closed_form_against_the_list_scheduler(p, m, c, F, gpipe):
     assert got == pytest.approx(truth, rel=1e-9 if gpipe else 0.05)
 
 
+def test_p2p_terms_of_the_closed_form_hand_worked():
+    """analytical_formula's docstring on p 2, m 4, F 1, B 2 (w = 3 per chunk), p2p c = 0.5 each way:
+    Σw = 6, C = cf + cb = 1.0.
+    GPipe: Σw + (m−1)(max F + max B) + C = 6 + 3·3 + 1 = 16 (dry_run: 16, exact).
+    1F1B: period P = max(max w = 3, rank 0: (Σw + cf + cb)/(p−0) = 7/2 = 3.5, rank 1: 3/1 = 3) = 3.5,
+    T = Σw + (m−1)·P + C = 6 + 10.5 + 1 = 17.5 (dry_run: 17; the closed form is pessimistic by one c here,
+    see test_engines_agree.test_des_is_never_faster_with_heavy_p2p).
+    Interleaved p 2, v 2, chunks F 0.5, B 1: W_r = 3, C = 3 boundaries × 2 × 0.5 = 3,
+    T = m·max W + (ΣW − max W)/v + C = 12 + 1.5 + 3 = 16.5 (dry_run: 16.5)."""
+    assert run(arrays(2, c=0.5), 4, SCHED_GPIPE)["step_time_s"][0] == pytest.approx(16.0, rel=1e-12)
+    one = run(arrays(2, c=0.5), 4, SCHED_1F1B)
+    assert one["step_time_s"][0] == pytest.approx(17.5, rel=1e-12)
+    assert one["pipeline_s"][0] == pytest.approx(17.5, rel=1e-12)
+    # p2p on the critical path: C + (m−1)(P − max w) = 1 + 3·0.5 = 2.5; rank 0 idles 17.5 − 4·3 = 5.5 ≥ 2.5.
+    assert one["breakdown"][0, 0, list(Category).index(Category.PP)] == pytest.approx(2.5, rel=1e-12)
+    inter = run(arrays(2, v=2, F=0.5, B=1.0, c=0.5), 4, SCHED_INTERLEAVED)
+    assert inter["step_time_s"][0] == pytest.approx(16.5, rel=1e-12)
+    for kind, expected in ((ScheduleKind.GPIPE, 16.0), (ScheduleKind.ONE_F_ONE_B, 17.0)):
+        assert dry_run(make_schedule(kind, 2, 4), 1.0, 2.0, 0.5).makespan_s == pytest.approx(expected, rel=1e-12)
+    assert dry_run(make_schedule(ScheduleKind.INTERLEAVED, 2, 4, 2), 0.5, 1.0, 0.5).makespan_s == \
+        pytest.approx(16.5, rel=1e-12)
+
+
 def test_exposed_dp_is_the_tail_after_backward():
     """DDP overlap (Li et al. VLDB 2020): backward of 10 s producing 4 buckets of 3 s at 1/4, 1/2, 3/4, 1: the
     stream runs 2.5–5.5, 5.5–8.5, 8.5–11.5, 11.5–14.5, so 4.5 s show. Without overlap all 12 s show."""
