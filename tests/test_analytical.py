@@ -95,6 +95,19 @@ def test_p2p_terms_of_the_closed_form_hand_worked():
         pytest.approx(16.5, rel=1e-12)
 
 
+@pytest.mark.xfail(strict=True, reason="bug: the 1F1B closed form is 5.03 % above the schedule here, outside the "
+                   "5 % its property test and docstring allow (found by hypothesis during mutation testing)")
+def test_closed_form_within_five_percent_on_uneven_stages():
+    """p 5, m 6, c 0, forwards (1.09375, 0.9375, 1, 1, 0.9375), backwards twice those: dry_run 29.8125,
+    the closed form 31.3125 (+5.03 %)."""
+    F = (1.09375, 0.9375, 1.0, 1.0, 0.9375)
+    B = tuple(2 * f for f in F)
+    truth = dry_run(make_schedule(ScheduleKind.ONE_F_ONE_B, 5, 6), F, B, 0.0).makespan_s
+    assert truth == pytest.approx(29.8125, rel=1e-12)
+    got = run(arrays(5, F=list(F), B=list(B)), 6, SCHED_1F1B)["step_time_s"][0]
+    assert got == pytest.approx(truth, rel=0.05)
+
+
 def test_exposed_dp_is_the_tail_after_backward():
     """DDP overlap (Li et al. VLDB 2020): backward of 10 s producing 4 buckets of 3 s at 1/4, 1/2, 3/4, 1: the
     stream runs 2.5–5.5, 5.5–8.5, 8.5–11.5, 11.5–14.5, so 4.5 s show. Without overlap all 12 s show."""
