@@ -72,6 +72,42 @@ def test_closed_form_against_the_list_scheduler(p, m, c, F, gpipe):
     assert got == pytest.approx(truth, rel=1e-9 if gpipe else 0.05)
 
 
+def test_p2p_terms_of_the_closed_form_hand_worked():
+    """analytical_formula's docstring on p 2, m 4, F 1, B 2 (w = 3 per chunk), p2p c = 0.5 each way:
+    Σw = 6, C = cf + cb = 1.0.
+    GPipe: Σw + (m−1)(max F + max B) + C = 6 + 3·3 + 1 = 16 (dry_run: 16, exact).
+    1F1B: period P = max(max w = 3, rank 0: (Σw + cf + cb)/(p−0) = 7/2 = 3.5, rank 1: 3/1 = 3) = 3.5,
+    T = Σw + (m−1)·P + C = 6 + 10.5 + 1 = 17.5 (dry_run: 17; the closed form is pessimistic by one c here,
+    see test_engines_agree.test_des_is_never_faster_with_heavy_p2p).
+    Interleaved p 2, v 2, chunks F 0.5, B 1: W_r = 3, C = 3 boundaries × 2 × 0.5 = 3,
+    T = m·max W + (ΣW − max W)/v + C = 12 + 1.5 + 3 = 16.5 (dry_run: 16.5)."""
+    assert run(arrays(2, c=0.5), 4, SCHED_GPIPE)["step_time_s"][0] == pytest.approx(16.0, rel=1e-12)
+    one = run(arrays(2, c=0.5), 4, SCHED_1F1B)
+    assert one["step_time_s"][0] == pytest.approx(17.5, rel=1e-12)
+    assert one["pipeline_s"][0] == pytest.approx(17.5, rel=1e-12)
+    # p2p on the critical path: C + (m−1)(P − max w) = 1 + 3·0.5 = 2.5; rank 0 idles 17.5 − 4·3 = 5.5 ≥ 2.5.
+    assert one["breakdown"][0, 0, list(Category).index(Category.PP)] == pytest.approx(2.5, rel=1e-12)
+    inter = run(arrays(2, v=2, F=0.5, B=1.0, c=0.5), 4, SCHED_INTERLEAVED)
+    assert inter["step_time_s"][0] == pytest.approx(16.5, rel=1e-12)
+    for kind, expected in ((ScheduleKind.GPIPE, 16.0), (ScheduleKind.ONE_F_ONE_B, 17.0)):
+        assert dry_run(make_schedule(kind, 2, 4), 1.0, 2.0, 0.5).makespan_s == pytest.approx(expected, rel=1e-12)
+    assert dry_run(make_schedule(ScheduleKind.INTERLEAVED, 2, 4, 2), 0.5, 1.0, 0.5).makespan_s == \
+        pytest.approx(16.5, rel=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the 1F1B closed form is 5.03 % above the schedule here, outside the "
+                   "5 % its property test and docstring allow (found by hypothesis during mutation testing)")
+def test_closed_form_within_five_percent_on_uneven_stages():
+    """p 5, m 6, c 0, forwards (1.09375, 0.9375, 1, 1, 0.9375), backwards twice those: dry_run 29.8125,
+    the closed form 31.3125 (+5.03 %)."""
+    F = (1.09375, 0.9375, 1.0, 1.0, 0.9375)
+    B = tuple(2 * f for f in F)
+    truth = dry_run(make_schedule(ScheduleKind.ONE_F_ONE_B, 5, 6), F, B, 0.0).makespan_s
+    assert truth == pytest.approx(29.8125, rel=1e-12)
+    got = run(arrays(5, F=list(F), B=list(B)), 6, SCHED_1F1B)["step_time_s"][0]
+    assert got == pytest.approx(truth, rel=0.05)
+
+
 def test_exposed_dp_is_the_tail_after_backward():
     """DDP overlap (Li et al. VLDB 2020): backward of 10 s producing 4 buckets of 3 s at 1/4, 1/2, 3/4, 1: the
     stream runs 2.5–5.5, 5.5–8.5, 8.5–11.5, 11.5–14.5, so 4.5 s show. Without overlap all 12 s show."""
@@ -146,16 +182,28 @@ def test_parameter_server_bottleneck_and_shards():
     assert times[32] == pytest.approx(ps_time_s(cluster, tuple(range(32)), M, 32, False), rel=1e-9)
 
 
-def test_gpt3_175b_mfu_is_plausible():
-    """Narayanan et al. SC'21 Table 1: GPT-3 175B on 1024 A100s (t 8, p 8, d 16, b 1, B 1536, full
-    recompute) reached 138 TFLOP/s per GPU counting recompute, 44 % of the 312 TFLOP/s peak (≈ 33 % MFU
-    without it). Tolerance: hardware utilisation between 35 % and 70 %; the model gives ≈ 62 % because the
-    compute model has no kernel-launch gaps, fused-op overheads or memory-allocator stalls."""
+def test_gpt3_175b_against_narayanan_table_1():
+    """Narayanan et al. SC'21 Table 1: GPT-3 175B on 1024 A100s (t 8, p 8, d 16, b 1, B 1536, s 2048, full
+    recompute) at 138 TFLOP/s per GPU. Their FLOPs per iteration (eq. 3, full recompute)
+    96·B·s·l·h²·(1 + s/6h + V/16lh) = 4.51075e18, so the measured step is 4.51075e18 / (1024 × 138e12)
+    = 31.92 s. The model is optimistic by construction (no kernel-launch gaps, fused-op overheads or allocator
+    stalls): it must come in below 31.92 s, and currently does by 29 % (22.8 s); tolerance 30 %.
+    Hand-worked identities: MFU = model FLOPs / (step × 1024 × 312e12) with model FLOPs from eq. 3 without
+    recompute, 72·B·s·l·h²·(1 + s/6h + V/12lh) = 3.38598e18; MFU/HFU = 72·(1 + 0.0277778 + 0.0035503) /
+    (96·(1 + 0.0277778 + 0.0026627)) = 0.750646; the bubble (p − 1)/(m + p − 1) = 7/103 of the step."""
     cluster, model = load_preset("dgx-a100", 128), get_preset("gpt3-175b").with_seq(2048)
     s = Strategy(global_batch=1536, micro_batch=1, dp=16, tp=8, pp=8, recompute=Recompute.FULL)
     r = estimate(cluster, model, s)
-    assert 0.35 < r.hfu < 0.70
-    assert 0.25 < r.mfu < r.hfu
+    B, sq, l, h, v = 1536, 2048, 96, 12288, model.vocab
+    hardware = 96 * B * sq * l * h * h * (1 + sq / (6 * h) + v / (16 * l * h))
+    useful = 72 * B * sq * l * h * h * (1 + sq / (6 * h) + v / (12 * l * h))
+    assert hardware == pytest.approx(4.51075e18, rel=1e-5) and useful == pytest.approx(3.38598e18, rel=1e-5)
+    measured_step_s = hardware / (1024 * 138e12)
+    assert measured_step_s == pytest.approx(31.92, rel=1e-3)
+    assert r.step_time_s < measured_step_s
+    assert r.step_time_s == pytest.approx(measured_step_s, rel=0.30)
+    assert r.mfu == pytest.approx(useful / (r.step_time_s * 1024 * 312e12), rel=1e-6)
+    assert r.mfu / r.hfu == pytest.approx(0.750646, rel=1e-5)
     assert r.breakdown[Category.BUBBLE] / r.step_time_s == pytest.approx(7 / (96 + 7), abs=0.03)
 
 

@@ -112,7 +112,8 @@ def test_no_measurements_is_rejected():
 
 
 def test_recovery_through_the_simulator_estimate():
-    registry = pytest.importorskip("simulator.collectives.registry")
+    from simulator.collectives import registry
+
     truth = with_values(base_cluster(4), [TRUE["call_latency_us"], TRUE["latency_us"], 1 / TRUE["bw_GBps"],
                                           1 / TRUE["hbm_bw_GBps"]])
     measurements = [Measurement.from_times(Op.ALL_REDUCE, a, 4, n, [
@@ -136,8 +137,7 @@ def test_cli_nccl_without_cuda_is_one_line_exit_2(capsys, tmp_path):
 
 @pytest.mark.multiproc
 def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
-    pytest.importorskip("simulator.collectives.registry")
-    io = pytest.importorskip("simulator.cluster.io")
+    from simulator.cluster import io
     from trainplan.__main__ import main
 
     out = tmp_path / "local.yaml"

@@ -126,3 +126,25 @@ def test_data_stall_when_storage_is_slower_than_compute():
     res = simulate(work, cluster)
     assert res.step_time_s == pytest.approx(1.0)
     assert res.breakdown[Category.DATA] == pytest.approx(0.4)
+
+
+def test_split_backward_runs_i_and_w_as_halves():
+    """A zero-bubble style split backward (Qi et al. ICLR'24: B = I, the input gradient, then W, the weight
+    gradient) on pp 2, one micro-batch, f = 10 ms, b = 20 ms, so I = W = b/2 = 10 ms (rank.py and dry_run's
+    assumption), p2p c = 5 µs + 25e6 B / 25e9 B/s = 1.005 ms (two_rank_work's NIC). Rank 1's I sends the
+    gradient before its W: 0F0 0–0.01, c, 1F0 0.011005–0.021005, 1I0 –0.031005, c, 0I0 0.03201–0.04201,
+    0W0 –0.05201 (1W0 runs 0.031005–0.041005 off the critical path). Step = 2f + 2c + 3·(b/2) = 0.05201 s;
+    the unsplit B0 would give 2f + 2c + 2b = 0.06201 s."""
+    from simulator.schedules import from_csv
+    from two_rank_work import cluster as two_nodes, pipeline_work
+
+    strategy = Strategy(global_batch=1, micro_batch=1, pp=2, dp=1)
+    split = from_csv("0F0,0I0,0W0\n1F0,1I0,1W0\n")
+    res = simulate(pipeline_work(strategy, 0.01, 0.02, 25_000_000, schedule=split), two_nodes())
+    assert res.step_time_s == pytest.approx(0.05201, rel=1e-9)
+    rows = res.timeline[res.timeline.stream == "compute"]
+    i0 = rows[rows.name == "0I0"]
+    assert float(i0.end_s.iloc[0] - i0.start_s.iloc[0]) == pytest.approx(0.01, rel=1e-9)
+    assert dry_run(split, 0.01, 0.02, 1.005e-3).makespan_s == pytest.approx(0.05201, rel=1e-9)
+    whole = simulate(pipeline_work(strategy, 0.01, 0.02, 25_000_000), two_nodes())
+    assert whole.step_time_s == pytest.approx(0.06201, rel=1e-9)

@@ -74,8 +74,9 @@ def test_names_shapes_order_match_contract(spec):
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_matches_simulator_shapes_when_merged(spec):
-    memory = pytest.importorskip("simulator.memory", reason="simulator.memory not merged yet (branch memory)")
+def test_matches_simulator_shapes(spec):
+    from simulator import memory
+
     model = build_gpt(spec)
     got = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
     assert got == [(n, tuple(s)) for n, s in memory.transformer_param_shapes(spec)]

@@ -153,8 +153,8 @@ def test_nccl_replay_equals_all_reduce():
 
 @pytest.mark.parametrize("p", [2, 4])
 def test_simulator_ring_and_tree_schedules_replay_to_dist_all_reduce(p):
-    registry = pytest.importorskip("simulator.collectives.registry")
     from executor.collective_bench import local_cluster
+    from simulator.collectives import registry
 
     cluster = local_cluster(p)
     sizes = [4, 36, 1000, 4096]  # 1000 B = 250 elements: uneven slices over 4 ranks
