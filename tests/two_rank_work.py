@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from simulator.collectives.base import Op
 from simulator.strategy import Strategy, build_layout
-from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
+from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload.presets import get_preset
 from test_collectives_helpers import switched
 
@@ -41,13 +41,13 @@ def ring2_all_reduce_s(nbytes: int) -> float:
 
 
 def p2p_call(src: int, dst: int, nbytes: int, time_s: float | None = None) -> CommCall:
-    return CommCall(kind=CommKind.PP, op=Op.SEND_RECV, group=(src, dst), nbytes=nbytes, algorithm="p2p",
+    return CommCall(kind=CommKind.PP, op=Op.SEND_RECV, group=(src, dst), nbytes=nbytes, transport=Transport.P2P,
                     time_s=p2p_s(nbytes) if time_s is None else time_s)
 
 
 def bucket_call(nbytes: int, time_s: float | None = None) -> CommCall:
-    return CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=(0, 1), nbytes=nbytes, algorithm="ring",
-                    time_s=ring2_all_reduce_s(nbytes) if time_s is None else time_s)
+    return CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=(0, 1), nbytes=nbytes, transport=Transport.COLLECTIVE,
+                    algorithm=CollectiveAlgorithm.RING, time_s=ring2_all_reduce_s(nbytes) if time_s is None else time_s)
 
 
 def pipeline_work(strategy: Strategy, fwd_s: float, bwd_s: float, p2p_bytes: int, schedule=None,
