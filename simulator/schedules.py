@@ -113,6 +113,12 @@ def _check_pm(p: int, m: int) -> None:
         raise SpecError("micro_batches", f"must be a positive integer, got {m!r}")
 
 
+def interleaved_ok(m, p):
+    """Whether m micro-batches fit an interleaved schedule over p ranks (v > 1): m a multiple of p
+    (Megatron-LM's original rule). Works on numbers and numpy arrays (the planner's vector check)."""
+    return m % p == 0
+
+
 def gpipe(p: int, m: int) -> PipelineSchedule:
     """GPipe: on every rank, forwards of micro-batches 0..m−1, then their backwards in the same order."""
     _check_pm(p, m)
@@ -150,7 +156,7 @@ def interleaved_1f1b(p: int, m: int, v: int) -> PipelineSchedule:
     if v == 1:
         sched = one_f_one_b(p, m)
         return PipelineSchedule(sched.ranks, p, m, 1, ScheduleKind.INTERLEAVED)
-    if m % p:
+    if not interleaved_ok(m, p):
         lo, hi = (m // p) * p, (m // p + 1) * p
         fix = f"{lo} or {hi}" if lo else f"{hi}"
         raise SpecError("micro_batches", f"interleaved schedule needs micro-batches a multiple of pp={p}, "

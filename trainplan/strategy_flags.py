@@ -25,7 +25,7 @@ from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
 from simulator.strategy import ParallelLayout, ParamServerSync, Strategy, build_layout
 from simulator.strategy.fields import FlagKind
-from simulator.strategy.flat import FLAT, strategy_from_flat
+from simulator.strategy.flat import FLAT, flat_keys, strategy_from_flat
 from trainplan import stragglers
 
 DEFAULT_CLUSTER = "dgx-a100"
@@ -80,22 +80,24 @@ def _default_text(f) -> str:
     return "none" if value is None else str(value)
 
 
-def add_strategy_flags(parser, *, gbs_required: bool = True) -> None:
-    # gbs_required: argparse enforces --gbs (False where a default exists or --plan may replace it)
-    """One flag per declared strategy field that has one, grouped by record, defaults in the help."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    seen: set[str] = set()
+def add_strategy_flags(parser, *, gbs_required: bool = True, cls=Strategy) -> None:
+    """One flag per declared field of ``cls`` that has one, grouped by record, defaults in the help.
+
+    ``gbs_required``: argparse enforces ``--gbs`` (False where a default exists or ``--plan`` replaces it).
+    """
     from dataclasses import fields
 
-    for k in FLAT.values():
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    seen: set[str] = set()
+    for k in flat_keys(cls).values():
         flag = k.decl.flag
         if flag is None or flag.name in seen:
             continue
         seen.add(flag.name)
         record = k.record.__name__ if k.record else "parallelism, batch and memory"
         group = groups.setdefault(record, parser.add_argument_group(record))
-        cls = k.record or Strategy
-        default = _default_text(next(f for f in fields(cls) if f.name == k.attr))
+        owner = k.record or cls
+        default = _default_text(next(f for f in fields(owner) if f.name == k.attr))
         if flag.kind is FlagKind.CUSTOM:
             group.add_argument(flag.name, dest=flag.name.lstrip("-").replace("-", "_"), action="append", default=[],
                                metavar=flag.metavar, help=flag.help)
@@ -108,10 +110,10 @@ def add_strategy_flags(parser, *, gbs_required: bool = True) -> None:
                                help=flag.help + ("" if required else f" (default: {default})"))
 
 
-def strategy_keys(args) -> dict:
+def strategy_keys(args, cls=Strategy) -> dict:
     """The flat strategy keys of the flags the user gave (a flag left out leaves the key to the profile)."""
     keys: dict = {}
-    for k in FLAT.values():
+    for k in flat_keys(cls).values():
         flag = k.decl.flag
         if flag is None or flag.kind is FlagKind.CUSTOM or k.key == "profile":
             continue

@@ -34,7 +34,8 @@ class FlatKey:
     decl: FieldDecl
 
 
-def _flat_keys(cls=Strategy) -> dict[str, FlatKey]:
+def flat_keys(cls=Strategy) -> dict[str, FlatKey]:
+    """Flat key → where it lands, for ``cls`` (Strategy, or a subclass with more declared fields)."""
     out: dict[str, FlatKey] = {}
     for f, d in declared(cls):
         if not d.nested:
@@ -50,7 +51,7 @@ def _flat_keys(cls=Strategy) -> dict[str, FlatKey]:
     return out
 
 
-FLAT: dict[str, FlatKey] = _flat_keys()
+FLAT: dict[str, FlatKey] = flat_keys()
 """Every flat key of a Strategy, derived from the field declarations."""
 ALL_KEYS: tuple[str, ...] = tuple(FLAT)
 _SYNC_KIND = enum_parser(DpSyncKind, "dp_sync")

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.schedules import PipelineSchedule, ScheduleKind, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
+from simulator.strategy.rules import Candidates, first_violation
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
 from simulator.workload.protocol import Workload, divisors, one_of
@@ -148,28 +149,66 @@ def even_split(layers: int, stages: int) -> tuple[int, ...]:
 
 
 def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
-    n = s.pp * s.virtual_stages
+    """The layers of each (virtual) stage; the count rule (pp·v ≤ layers) is checked before, in RULES."""
     if layers is None:
-        if n > 1:
-            raise SpecError("pp", f"{s.pp}: a model known only by its parameter count has no layers to split; "
-                            "give a transformer or a layer list, or use pp 1")
         return (0,)
     if s.layer_split is not None:
         if sum(s.layer_split) != layers:
             raise SpecError("layer_split", f"sums to {sum(s.layer_split)}; the model has {layers} layers")
         return s.layer_split
-    return even_split(layers, n)
+    return even_split(layers, s.pp * s.virtual_stages)
 
 
-def _micro_batches(s: Strategy, dp: int) -> int:
-    if s.global_batch % dp:
-        raise SpecError("global_batch", f"{s.global_batch} does not split over dp={dp} replicas; use a multiple "
-                        f"of {dp}")
+def _pp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    n = s.pp * s.virtual_stages
+    if layers is None:
+        return SpecError("pp", f"{s.pp}: a model known only by its parameter count has no layers to split; "
+                         "give a transformer or a layer list, or use pp 1")
+    return SpecError("pp", f"pp·virtual_stages = {n} exceeds the model's {layers} layers; use at most {layers} "
+                     "stages")
+
+
+def _dp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    if s.dp is None:
+        return SpecError("tp", f"tp·pp = {s.tp * s.pp} does not divide the {gpus} GPUs; choose tp·pp from "
+                         f"{one_of(divisors(gpus))}")
+    fix = (f"use dp {gpus // (s.tp * s.pp)}" if gpus % (s.tp * s.pp) == 0 else
+           f"choose tp·pp from {one_of(divisors(gpus))}")
+    return SpecError("dp", f"dp·tp·pp = {s.dp}·{s.tp}·{s.pp} = {s.dp * s.tp * s.pp} does not match the "
+                     f"{gpus} GPUs; {fix}")
+
+
+def _batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    return SpecError("global_batch", f"{s.global_batch} does not split over dp={dp} replicas; use a multiple "
+                     f"of {dp}")
+
+
+def _micro_batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
     per_replica = s.global_batch // dp
-    if per_replica % s.micro_batch:
-        raise SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
-                        f"use {one_of(divisors(per_replica))}")
-    return per_replica // s.micro_batch
+    return SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
+                     f"use {one_of(divisors(per_replica))}")
+
+
+def _schedule_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    try:  # the schedule generator words its own precondition
+        make_schedule(s.schedule, s.pp, s.global_batch // (dp * s.micro_batch), s.virtual_stages)
+    except SpecError as err:
+        return err
+    raise AssertionError("rules.RULES and the schedule generator disagree")  # pragma: no cover
+
+
+_ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
+           "micro_batches": _schedule_error}
+"""The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
+
+
+def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
+    one = Candidates.of(dp=dp, tp=s.tp, pp=s.pp, v=s.virtual_stages, micro_batch=s.micro_batch,
+                        global_batch=s.global_batch,
+                        interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1)
+    field = first_violation(one, gpus, layers)
+    if field is not None:
+        raise _ERRORS[field](s, dp, gpus, layers)
 
 
 def _worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
@@ -194,18 +233,12 @@ def _worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, 
     return workers * cluster.node.gpus_per_node, shard_nodes
 
 
-def _world(s: Strategy, gpus: int) -> int:
-    if s.dp is None:
-        if gpus % (s.tp * s.pp):
-            raise SpecError("tp", f"tp·pp = {s.tp * s.pp} does not divide the {gpus} GPUs; choose tp·pp from "
-                            f"{one_of(divisors(gpus))}")
-        return gpus // (s.tp * s.pp)
-    if s.dp * s.tp * s.pp != gpus:
-        fix = (f"use dp {gpus // (s.tp * s.pp)}" if gpus % (s.tp * s.pp) == 0 else
-               f"choose tp·pp from {one_of(divisors(gpus))}")
-        raise SpecError("dp", f"dp·tp·pp = {s.dp}·{s.tp}·{s.pp} = {s.dp * s.tp * s.pp} does not match the "
-                        f"{gpus} GPUs; {fix}")
-    return s.dp
+def _dp(s: Strategy, gpus: int) -> int:
+    """dp as given, or derived as gpus ÷ (tp·pp) (0 when that does not divide: the dp rule of RULES
+    then fails and says so)."""
+    if s.dp is not None:
+        return s.dp
+    return 0 if gpus % (s.tp * s.pp) else gpus // (s.tp * s.pp)
 
 
 def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
@@ -229,10 +262,11 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     if not isinstance(strategy, Strategy):
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     workload.check_tp(strategy.tp)
-    split = _split_layers(strategy, workload.layer_count)
     gpus, shard_nodes = _worker_gpus(strategy, cluster, gpus)
-    dp = _world(strategy, gpus)
-    m = _micro_batches(strategy, dp)
+    dp = _dp(strategy, gpus)
+    _check_rules(strategy, dp, gpus, workload.layer_count)
+    split = _split_layers(strategy, workload.layer_count)
+    m = strategy.global_batch // (dp * strategy.micro_batch)
     schedule = make_schedule(strategy.schedule, strategy.pp, m, strategy.virtual_stages)
     _check_cluster_inputs(strategy, cluster, gpus)
     sync = strategy.dp_sync

@@ -1,0 +1,91 @@
+"""The layout rules on degrees and batch, written once for one strategy or for many at a time.
+
+A planner checks thousands of candidates; :func:`valid_mask` runs the rules on numpy arrays of
+candidates in one pass, and :func:`build_layout` runs the very same rule functions on one
+candidate (:func:`first_violation`) to raise the error that names the field and the fix. The
+rules (each a predicate on arrays of integers):
+
+- ``pp``:        pp·v ≤ the model's layers (each virtual stage holds a layer), or pp·v = 1 when
+                 the workload has no layers to split;
+- ``dp``:        dp·tp·pp equals the worker GPUs;
+- ``global_batch``: dp divides the global batch;
+- ``micro_batch``:  the micro-batch divides the samples per replica, B ÷ dp;
+- ``micro_batches``: interleaved schedules need the micro-batch count m a multiple of pp
+                 (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule).
+
+The tensor-parallel rule belongs to the workload (``Workload.check_tp``); :func:`valid_mask`
+asks it once per distinct tp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.schedules import interleaved_ok
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Integer arrays of equal length, one entry per candidate (``v`` is 1 for non-interleaved)."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    v: np.ndarray
+    micro_batch: np.ndarray
+    global_batch: np.ndarray
+    interleaved: np.ndarray
+    """True where the schedule is interleaved with v > 1."""
+
+    @classmethod
+    def of(cls, **columns) -> "Candidates":
+        arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
+        n = max(len(a) for a in arrays.values())
+        return cls(**{k: np.broadcast_to(a, n) for k, a in arrays.items()})
+
+
+@dataclass(frozen=True)
+class Rule:
+    field: str
+    ok: Callable[[Candidates, int, int | None], np.ndarray]
+    """(candidates, worker GPUs, layers or None) → bool array."""
+
+
+def _micro_batches(c: Candidates) -> np.ndarray:
+    per = c.dp * c.micro_batch
+    return np.where(per > 0, c.global_batch // np.maximum(per, 1), 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("pp", lambda c, gpus, layers: (c.pp * c.v == 1) if layers is None else (c.pp * c.v <= layers)),
+    Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp == gpus),
+    Rule("global_batch", lambda c, gpus, layers: c.global_batch % np.maximum(c.dp, 1) == 0),
+    Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
+    Rule("micro_batches", lambda c, gpus, layers: ~c.interleaved | interleaved_ok(_micro_batches(c), c.pp)),
+)
+"""In the order :func:`build_layout` reports them."""
+
+
+def first_violation(c: Candidates, gpus: int, layers: int | None) -> str | None:
+    """The field of the first rule the (single) candidate breaks, or None."""
+    for rule in RULES:
+        if not bool(rule.ok(c, gpus, layers)[0]):
+            return rule.field
+    return None
+
+
+def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
+    """True where a candidate passes every rule here and the workload accepts its tp degree."""
+    layers = workload.layer_count
+    mask = np.ones(len(c.dp), dtype=bool)
+    for rule in RULES:
+        mask &= rule.ok(c, gpus, layers)
+    for tp in np.unique(c.tp):
+        try:
+            workload.check_tp(int(tp))
+        except ValueError:  # SpecError
+            mask &= c.tp != tp
+    return mask
