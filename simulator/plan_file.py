@@ -38,7 +38,7 @@ from simulator.cluster._schema import cluster_from_dict
 from simulator.errors import SpecError
 from simulator.jsonio import read_json, write_json
 from simulator.strategy import ParallelLayout, ParamServerSync, Role, Strategy, build_layout
-from simulator.strategy.flat import FLAT, strategy_from_flat, strategy_to_flat
+from simulator.strategy.flat import FLAT, plain, strategy_from_flat, strategy_to_flat
 from simulator.workload import LayerListWorkload, TransformerSpec, get_preset, layer_list_from_dict, model_names
 
 SCHEMA = "trainplan.plan"
@@ -55,18 +55,10 @@ def _known(where: str, given: dict, known: tuple[str, ...]) -> None:
             raise SpecError(f"{where}.{key}", f"unknown field; known: {', '.join(known)}")
 
 
-def _plain(value):
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 # --- the model ------------------------------------------------------------------------------------
 
 def _transformer_to_dict(spec: TransformerSpec) -> dict:
-    return {f.name: _plain(getattr(spec, f.name)) for f in fields(spec)}
+    return {f.name: plain(getattr(spec, f.name)) for f in fields(spec)}
 
 
 def _transformer_from_dict(d: dict) -> TransformerSpec:

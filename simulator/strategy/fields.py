@@ -173,28 +173,26 @@ def enum_parser(kind: type[Enum], key: str) -> Callable[[object], Enum]:
     return parse
 
 
-def int_parser(key: str) -> Callable[[object], int]:
-    """Reads an integer from an int or its decimal text (``"8"``); anything else is left for the check."""
+def _text_parser(key: str, read: Callable[[str], object], what: str) -> Callable[[object], object]:
+    """Reads text with ``read`` (``"8"`` → 8); a non-text value is left for the field's check."""
     def parse(value):
         if isinstance(value, str):
             try:
-                return int(value.strip())
+                return read(value.strip())
             except ValueError:
-                raise SpecError(key, f"must be an integer, got {value!r}") from None
+                raise SpecError(key, f"must be {what}, got {value!r}") from None
         return value
     return parse
+
+
+def int_parser(key: str) -> Callable[[object], int]:
+    """Reads an integer from an int or its decimal text (``"8"``)."""
+    return _text_parser(key, int, "an integer")
 
 
 def float_parser(key: str) -> Callable[[object], float]:
-    """Reads a number from a number or its text (``"1.5"``); anything else is left for the check."""
-    def parse(value):
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                raise SpecError(key, f"must be a number, got {value!r}") from None
-        return value
-    return parse
+    """Reads a number from a number or its text (``"1.5"``)."""
+    return _text_parser(key, float, "a number")
 
 
 def int_tuple_parser(key: str) -> Callable[[object], tuple | None]:

@@ -109,12 +109,12 @@ def strategy_from_flat(values: dict) -> Strategy:
     return Strategy(**plain, **records)
 
 
-def _plain(value):
+def plain(value):
     """A field value as plain JSON data: enums by value, tuples as lists."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -130,11 +130,11 @@ def strategy_to_flat(s: Strategy, roles: tuple[Role, ...] | None = None) -> dict
             continue
         if k.record is None:
             value = getattr(s, k.field)
-            out[k.key] = value.kind.value if k.key == "dp_sync" else _plain(value)
+            out[k.key] = value.kind.value if k.key == "dp_sync" else plain(value)
         else:
             holder = getattr(s, k.field)
             if isinstance(holder, k.record):
-                out[k.key] = _plain(getattr(holder, k.attr))
+                out[k.key] = plain(getattr(holder, k.attr))
     return out
 
 

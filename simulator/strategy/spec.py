@@ -111,7 +111,7 @@ class Strategy:
                 metavar="L1,L2,..."))
     sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
                                       "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
-    zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=("0", "1", "2", "3")),
+    zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
                             doc="Which model states are partitioned over the dp ranks", default=ZeroStage.ZERO0)
     offload: Offload = _enum(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
                                                     choices=choices_of(Offload)),
