@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
 
 if TYPE_CHECKING:
     from simulator.gemm_efficiency import GemmEfficiency
@@ -114,8 +115,11 @@ class Device:
     hbm_bw_GBps: float
     """Device memory bandwidth, decimal GB/s."""
     gemm_efficiency: "GemmEfficiency | None" = None
-    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`); None: the
-    compute model uses the default curve for this device's name, and errors if there is none."""
+    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`), measured;
+    None: the default curve named by ``gemm_curve``."""
+    gemm_curve: GemmCurve | None = None
+    """Which published measurement the default curve comes from (its plateau over this device's BF16
+    peak); None: the one the device's name suggests (a file written before the field)."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -126,6 +130,11 @@ class Device:
             _positive(f"device.peak_tflops.{dtype.value}", tflops)
         _positive("device.memory_GB", self.memory_bytes)
         _positive("device.hbm_bw_GBps", self.hbm_bw_GBps)
+        if self.gemm_curve is not None and not isinstance(self.gemm_curve, GemmCurve):
+            raise SpecError("device.gemm_curve", f"must be a GemmCurve, got {self.gemm_curve!r}")
+        if self.gemm_curve not in (None, GemmCurve.NONE) and MAMF_DTYPE not in self.peak_tflops:
+            raise SpecError("device.peak_tflops", f"gemm_curve {self.gemm_curve.value!r} is relative to the "
+                            f"{MAMF_DTYPE.value} peak; give peak_tflops.{MAMF_DTYPE.value}")
 
     def peak_flops(self, dtype: Dtype) -> float:
         """Peak FLOP/s for ``dtype``; a format the device file does not list is an error."""
