@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from executor.launch import run
 from executor.model import build_gpt
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.workload import TransformerSpec, Workload
 
@@ -149,13 +150,11 @@ def _check_args(spec: TransformerSpec, nproc: int, modes: Iterable[str], batch: 
     if not isinstance(spec, Workload) or not spec.has_activation_shapes:
         raise SpecError("spec", f"must be a transformer workload (the executor builds a GPT from its shapes), "
                         f"got {type(spec).__name__}")
-    if not isinstance(nproc, int) or nproc < 1:
-        raise SpecError("nproc", f"must be a positive integer, got {nproc!r}")
+    positive_int("nproc", nproc)
     for mode in modes:
         if mode not in MODES:
             raise SpecError("mode", f"unknown {mode!r}; known: {', '.join(MODES)}")
-    if not isinstance(batch, int) or batch < 1:
-        raise SpecError("batch", f"must be a positive integer, got {batch!r}")
+    positive_int("batch", batch)
     seq = spec.seq_len if seq is None else seq
     if not isinstance(seq, int) or seq < 1 or seq > spec.positions:
         raise SpecError("seq", f"must be an integer in 1..{spec.positions}, got {seq!r}")
@@ -195,8 +194,7 @@ def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None 
     """
     seq = spec.seq_len if seq is None else seq
     for name, value in (("batch", batch), ("seq", seq)):
-        if not isinstance(value, int) or value < 1:
-            raise SpecError(name, f"must be a positive integer, got {value!r}")
+        positive_int(name, value)
     block = build_gpt(spec, seed=seed).layers[0]
     param_ptrs = {p.untyped_storage().data_ptr() for p in block.parameters()}
     seen: dict[int, int] = {}

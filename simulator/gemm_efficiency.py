@@ -8,17 +8,21 @@ partly filled last wave of thread blocks: NVIDIA, "Matrix Multiplication Backgro
 roofline's memory term in :mod:`simulator.compute`, not this curve. Tensor parallelism and the
 micro-batch size change efficiency only by moving a GEMM along this curve.
 
-Defaults (:data:`DEFAULT_CURVES`), per GPU:
+Default curves, chosen by the device's ``gemm_curve`` (:class:`GemmCurve`):
 - the plateau (large GEMMs) is the *Maximum Achievable Matmul FLOPS* measured with
   ``mamf-finder.py`` (torch.matmul, BF16, best shape, mean of 100 iterations) in S. Bekman,
-  "Machine Learning Engineering", ``compute/accelerator/README.md``, MAMF comparison table:
-  A100 SXM 271.2/312 = 86.9 %, A100 PCIe 81.1 %, H100 SXM 794.5/989 = 80.3 % ("H200 is the
-  same"), GH200 828.6/989 = 83.8 %, B200 77.6 %, MI300X 51.4 %.
+  "Machine Learning Engineering", ``compute/accelerator/README.md``, MAMF comparison table
+  (:data:`MAMF`: A100 SXM 271.2, A100 PCIe 252.9, H100 SXM 794.5 ("H200 is the same"), GH200 828.6,
+  B200 1745, MI300X 668.4 TFLOP/s), divided by the device's own BF16 peak from its cluster file
+  (A100 SXM 271.2/312 = 86.9 %, H100 SXM 794.5/989 = 80.3 %): the peak has one home, and
+  the largest GEMMs run at the measured rate whatever peak a file states.
 - the fall-off for small GEMMs is an ASSUMPTION, to be calibrated: a fixed per-kernel cost
   ``t0 = 4 µs`` on top of the plateau rate, ``e(F) = plateau · t/(t + t0)`` with ``t = F/peak``
   the GEMM's duration at peak; sampled at durations 0.1 µs … 10 ms into the curve's points.
-None of these numbers is fitted to an end-to-end training run (that would hide the model's
-errors). A measured curve replaces the default through ``device.gemm_efficiency`` in a cluster file.
+A device without ``gemm_curve`` (a user's file written before the field) falls back to the curve its
+name suggests (:func:`curve_for_name`). None of these numbers is fitted to an end-to-end training
+run (that would hide the model's errors). A measured curve replaces the default through
+``device.gemm_efficiency`` in a cluster file.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
+from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 
 _MAMF_SOURCE = ("plateau: Bekman, Machine Learning Engineering, compute/accelerator/README.md, "
@@ -84,54 +90,103 @@ def overhead_curve(plateau: float, peak_tflops: float, overhead_us: float = 4.0,
     return GemmEfficiency(points=points, source=source)
 
 
-def _mamf(gpu: str, mamf_tflops: float, peak_tflops: float) -> GemmEfficiency:
-    plateau = mamf_tflops / peak_tflops
-    return overhead_curve(plateau, peak_tflops, source=_MAMF_SOURCE.format(gpu=gpu, eff=plateau))
+class GemmCurve(Enum):
+    """A published matmul measurement a device's default curve is built from (``device.gemm_curve``)."""
+
+    A100_SXM = "a100-sxm"
+    """NVIDIA A100 SXM: MAMF 271.2 TFLOP/s."""
+    A100_PCIE = "a100-pcie"
+    """NVIDIA A100 PCIe: MAMF 252.9 TFLOP/s."""
+    H100_SXM = "h100-sxm"
+    """NVIDIA H100 SXM: MAMF 794.5 TFLOP/s."""
+    H200 = "h200"
+    """NVIDIA H200: the H100 SXM figure (the table notes "H200 is the same")."""
+    GH200 = "gh200"
+    """NVIDIA GH200: MAMF 828.6 TFLOP/s."""
+    B200 = "b200"
+    """NVIDIA B200 SXM: MAMF 1745 TFLOP/s."""
+    MI300X = "mi300x"
+    """AMD MI300X: MAMF 668.4 TFLOP/s."""
+    NONE = "none"
+    """No published measurement (V100, L40S, H100 PCIe, CPUs): the device must give ``gemm_efficiency``."""
 
 
-DEFAULT_CURVES: dict[str, GemmEfficiency] = {
-    "a100-sxm": _mamf("NVIDIA A100 SXM", 271.2, 312),
-    "a100-pcie": _mamf("NVIDIA A100 PCIe", 252.9, 312),
-    "h100-sxm": _mamf("NVIDIA H100 SXM", 794.5, 989),
-    "h200": _mamf("NVIDIA H100 SXM, which the table notes H200 matches,", 794.5, 989),
-    "gh200": _mamf("NVIDIA GH200", 828.6, 989),
-    "b200": _mamf("NVIDIA B200 SXM", 1745.0, 2250),
-    "mi300x": _mamf("AMD MI300X", 668.4, 1300),
+@dataclass(frozen=True)
+class Mamf:
+    """One row of the MAMF table: the GPU as the table names it and its measured BF16 matmul rate."""
+
+    gpu: str
+    tflops: float
+    """Maximum Achievable Matmul FLOPS, TFLOP/s (torch.matmul, BF16, best shape)."""
+
+
+MAMF: dict[GemmCurve, Mamf] = {
+    GemmCurve.A100_SXM: Mamf("NVIDIA A100 SXM", 271.2),
+    GemmCurve.A100_PCIE: Mamf("NVIDIA A100 PCIe", 252.9),
+    GemmCurve.H100_SXM: Mamf("NVIDIA H100 SXM", 794.5),
+    GemmCurve.H200: Mamf("NVIDIA H100 SXM, which the table notes H200 matches,", 794.5),
+    GemmCurve.GH200: Mamf("NVIDIA GH200", 828.6),
+    GemmCurve.B200: Mamf("NVIDIA B200 SXM", 1745.0),
+    GemmCurve.MI300X: Mamf("AMD MI300X", 668.4),
 }
-"""Default curves by GPU key; :func:`default_gemm_efficiency` maps device names onto these keys."""
+"""Measured plateaus [src: bekman-mle]. The peak they are divided by is the device's own (its
+``peak_tflops.bf16``), so a peak figure lives only in the cluster file."""
 
-_NAME_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("gh200",), "gh200"),
-    (("h200",), "h200"),
-    (("h100", "pcie"), ""),  # no published measurement: a user must give a curve
-    (("h100",), "h100-sxm"),
-    (("a100", "pcie"), "a100-pcie"),
-    (("a100",), "a100-sxm"),
-    (("b200",), "b200"),
-    (("mi300x",), "mi300x"),
+MAMF_DTYPE = Dtype.BF16
+"""The format the MAMF table measured: a named curve is relative to the device's peak in this format."""
+
+
+def mamf_curve(curve: GemmCurve, peak_tflops: float) -> GemmEfficiency:
+    """The default curve ``curve`` on a device of BF16 peak ``peak_tflops``: plateau = MAMF / peak,
+    the fall-off of :func:`overhead_curve` below it."""
+    if curve not in MAMF:
+        raise SpecError("device.gemm_curve", f"{curve.value!r} has no published measurement; give "
+                        "device.gemm_efficiency points")
+    mamf = MAMF[curve]
+    plateau = mamf.tflops / peak_tflops
+    if plateau > 1:
+        raise SpecError(f"device.peak_tflops.{MAMF_DTYPE.value}", f"{peak_tflops} is below the measured "
+                        f"{mamf.tflops} TFLOP/s of gemm_curve {curve.value!r}")
+    return overhead_curve(plateau, peak_tflops, source=_MAMF_SOURCE.format(gpu=mamf.gpu, eff=plateau))
+
+
+_NAME_RULES: tuple[tuple[tuple[str, ...], GemmCurve], ...] = (
+    (("gh200",), GemmCurve.GH200),
+    (("h200",), GemmCurve.H200),
+    (("h100", "pcie"), GemmCurve.NONE),  # no published measurement: a user must give a curve
+    (("h100",), GemmCurve.H100_SXM),
+    (("a100", "pcie"), GemmCurve.A100_PCIE),
+    (("a100",), GemmCurve.A100_SXM),
+    (("b200",), GemmCurve.B200),
+    (("mi300x",), GemmCurve.MI300X),
 )
 
 
-def default_gemm_efficiency(device_name: str) -> GemmEfficiency | None:
-    """The default curve for a device name (``"H100-SXM5-80GB"`` → h100-sxm), or None if none fits."""
+def curve_for_name(device_name: str) -> GemmCurve:
+    """The fallback for a device without ``gemm_curve``: the curve its name suggests
+    (``"H100-SXM5-80GB"`` → h100-sxm), NONE if no rule fits."""
     norm = re.sub(r"[^a-z0-9]", "", device_name.lower())
     for tokens, key in _NAME_RULES:
         if all(tok in norm for tok in tokens):
-            return DEFAULT_CURVES.get(key)
-    return None
+            return key
+    return GemmCurve.NONE
 
 
 def efficiency_for(device) -> GemmEfficiency:
-    """The device's own curve, else the default for its name; neither is an error naming the field."""
+    """The device's own ``gemm_efficiency``; else its ``gemm_curve`` (or, without one, the curve its
+    name suggests) on its own BF16 peak. A device with none of these is an error naming the field."""
     curve = getattr(device, "gemm_efficiency", None)
     if curve is not None:
         return curve
-    curve = default_gemm_efficiency(device.name)
-    if curve is None:
+    key = getattr(device, "gemm_curve", None) or curve_for_name(device.name)
+    if key is GemmCurve.NONE:
         raise SpecError("device.gemm_efficiency", f"no default matmul-efficiency curve for {device.name!r} "
-                        f"(defaults: {', '.join(DEFAULT_CURVES)}); give points: [[gemm_flops, efficiency], "
-                        "...] in the cluster file, or measure them with a GEMM benchmark")
-    return curve
+                        f"(gemm_curve: {', '.join(c.value for c in MAMF)}); give points: [[gemm_flops, "
+                        "efficiency], ...] in the cluster file, or measure them with a GEMM benchmark")
+    if MAMF_DTYPE not in device.peak_tflops:
+        raise SpecError("device.peak_tflops", f"gemm_curve {key.value!r} is relative to the "
+                        f"{MAMF_DTYPE.value} peak; give peak_tflops.{MAMF_DTYPE.value} or gemm_efficiency points")
+    return mamf_curve(key, device.peak_tflops[MAMF_DTYPE])
 
 
 def _number(field: str, value) -> float:

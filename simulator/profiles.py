@@ -16,7 +16,8 @@ from simulator.schedules import ScheduleKind
 from simulator.strategy.flat import strategy_from_flat_with_profile
 from simulator.strategy.spec import PlacementOrder, Strategy, ZeroStage
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm, DpSyncKind, ParamServerMode
-from simulator.units import MiB
+from simulator.bucket_defaults import (DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                                        HOROVOD_FUSION_THRESHOLD_BYTES, MEGATRON_BUCKET_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         "allreduce_algorithm": Default(AllReduceAlgorithm.AUTO, "HOROVOD_HIERARCHICAL_ALLREDUCE is off by default "
                                        "(horovodrun --hierarchical-allreduce turns it on; set this to hierarchical "
                                        "to model it); then " + _NCCL_AUTO),
-        "bucket_bytes": Default(128 * MiB, "HOROVOD_FUSION_THRESHOLD default 128 MB since v0.21.0 (release notes, "
+        "bucket_bytes": Default(HOROVOD_FUSION_THRESHOLD_BYTES, "HOROVOD_FUSION_THRESHOLD default 128 MB since v0.21.0 (release notes, "
                                 "PR #2468; the docs' Tensor Fusion page gives the older 64 MB)"),
         "fusion_cycle_s": Default(1e-3, "HOROVOD_CYCLE_TIME default 1 ms since v0.21.0 (was 5 ms), release notes"),
         "overlap_grad_reduce": Default(True, "Horovod docs, Tensor Fusion: tensors are reduced as they become ready "
@@ -69,9 +70,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         "zero": Default(ZeroStage.ZERO2, "(assumption) the ZeRO-2 recipe of DeepSpeed's tutorials; the library's "
                         "own zero_optimization.stage default is 0"),
         "allreduce_algorithm": Default(AllReduceAlgorithm.AUTO, _NCCL_AUTO),
-        "bucket_params": Default(500_000_000, "zero_optimization.reduce_bucket_size default 5e8 elements "
+        "bucket_params": Default(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, "zero_optimization.reduce_bucket_size default 5e8 elements "
                                  "(DeepSpeed config docs; also the value logged by GPT-NeoX runs that leave it unset)"),
-        "allgather_bucket_params": Default(500_000_000, "zero_optimization.allgather_bucket_size default 5e8 "
+        "allgather_bucket_params": Default(DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, "zero_optimization.allgather_bucket_size default 5e8 "
                                            "elements (DeepSpeed config docs)"),
         "overlap_grad_reduce": Default(False, "zero_optimization.overlap_comm default false for stages 1-2 "
                                        "(DeepSpeed config docs; true only for stage 3)"),
@@ -87,7 +88,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         "zero": Default(ZeroStage.ZERO1, "(assumption) --use-distributed-optimizer (Megatron-LM docs, "
                         "distributed optimizer: optimizer state sharded over dp); off by default"),
         "allreduce_algorithm": Default(AllReduceAlgorithm.AUTO, _NCCL_AUTO),
-        "bucket_params": Default(40_000_000, "Megatron-Core DistributedDataParallelConfig.bucket_size default "
+        "bucket_params": Default(MEGATRON_BUCKET_PARAMS, "Megatron-Core DistributedDataParallelConfig.bucket_size default "
                                  "max(40e6, 1e6·dp) parameters (MCore API docs); 40e6 is exact for dp ≤ 40"),
         "overlap_grad_reduce": Default(True, "(assumption) --overlap-grad-reduce as in Megatron-LM's example "
                                        "scripts; DistributedDataParallelConfig.overlap_grad_reduce defaults to False"),

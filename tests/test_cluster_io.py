@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from simulator.cluster.io import cluster_from_dict, cluster_to_dict, load_cluste
 from simulator.cluster.nccl import nccl_protocols
 from simulator.cluster.spec import CommLibrary, Dtype, Fabric, LinkClass, LinkKind
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import GemmCurve, efficiency_for
 
 MINIMAL_YAML = (Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text()
 """The issue's minimal cluster file, verbatim (it must load)."""
@@ -242,3 +244,29 @@ def test_malformed_gemm_efficiency_names_the_field(tmp_path):
             "intra_node": {"kind": "loopback", "bw_GBps": 2.0, "latency_us": 30.0}}
     with pytest.raises(SpecError, match="gemm_efficiency"):
         cluster_from_dict(data)
+
+
+def test_gemm_curve_names_the_published_measurement_and_round_trips(tmp_path):
+    """``device.gemm_curve`` picks the default curve explicitly; a wrong value is one line listing the valid ones."""
+    data = copy.deepcopy(MINIMAL)
+    data["device"]["name"] = "my-accelerator"          # no name rule matches: the field alone decides
+    data["device"]["gemm_curve"] = "h100-sxm"
+    cluster = cluster_from_dict(data)
+    assert cluster.device.gemm_curve is GemmCurve.H100_SXM
+    # plateau 794.5 / 989 [src: bekman-mle] times 10000/10004, the last sample (t = 10 ms, t0 = 4 us)
+    assert efficiency_for(cluster.device).plateau == pytest.approx(794.5 / 989 * 10000 / 10004, rel=1e-12)
+    save_cluster(cluster, tmp_path / "again.yaml")
+    assert load_cluster(str(tmp_path / "again.yaml")) == cluster
+    data["device"]["gemm_curve"] = "h100"
+    with pytest.raises(SpecError) as err:
+        cluster_from_dict(data)
+    assert str(err.value) == ("device.gemm_curve: unknown value 'h100'; valid: "
+                              + ", ".join(c.value for c in GemmCurve))
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_without_gemm_curve_falls_back_to_the_device_name():
+    """Files written before ``gemm_curve`` keep working: the minimal file's ``H100-SXM`` gets the H100 curve."""
+    cluster = cluster_from_dict(copy.deepcopy(MINIMAL))
+    assert cluster.device.gemm_curve is None
+    assert efficiency_for(cluster.device) == efficiency_for(replace(cluster.device, gemm_curve=GemmCurve.H100_SXM))

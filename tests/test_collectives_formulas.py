@@ -8,7 +8,7 @@ import pytest
 
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Group
-from simulator.collectives.registry import estimate, get_algorithm
+from simulator.collectives.registry import estimate, get_algorithm, supporting
 from simulator.collectives.ps import ps_time_s
 from simulator.errors import SpecError
 from test_collectives_helpers import Link, LinkKind, nccl_protocols, switched
@@ -115,6 +115,18 @@ def test_multi_channel_ring_reaches_nics_times_nic_bandwidth():
     cluster = replace(cluster, device=replace(cluster.device, hbm_bw_GBps=1e12))
     e = estimate(cluster, range(32), Op.ALL_REDUCE, 2**30, "ring")
     assert e.busbw_GBps == pytest.approx(400.0, rel=1e-6)
+
+
+def test_supporting_lists_the_algorithms_an_error_offers():
+    # Recursive doubling gathers and halving-doubling scatters by powers of two (supports_group): on 3 ranks
+    # all-gather is left to ring and direct, reduce-scatter too; all-to-all is only direct or pairwise.
+    assert supporting(Op.ALL_GATHER, NODE, range(8)) == ["ring", "recursive_doubling", "direct"]
+    assert supporting(Op.ALL_GATHER, NODE, range(3)) == ["ring", "direct"]
+    assert supporting(Op.REDUCE_SCATTER, NODE, range(3)) == ["ring", "direct"]
+    assert supporting(Op.ALL_TO_ALL, NODE, range(8)) == ["direct", "pairwise"]
+    with pytest.raises(SpecError, match="halving_doubling does not implement reduce-scatter on this group of 3 "
+                                        "ranks; algorithms that do: ring, direct"):
+        estimate(NODE, range(3), Op.REDUCE_SCATTER, N, "halving_doubling")
 
 
 def test_registry_errors_name_the_fix():

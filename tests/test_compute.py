@@ -9,18 +9,18 @@ from simulator.cluster.spec import Device, Dtype
 from simulator.compute import (Bound, Phase, edge_times, kernel_time, layer_times, microbatch_time, to_dataframe,
                                total_time)
 from simulator.errors import SpecError
-from simulator.gemm_efficiency import (DEFAULT_CURVES, GemmEfficiency, default_gemm_efficiency, efficiency_for,
-                                       gemm_efficiency_from_dict, gemm_efficiency_to_dict)
+from simulator.gemm_efficiency import (MAMF, GemmCurve, GemmEfficiency, curve_for_name, efficiency_for,
+                                       gemm_efficiency_from_dict, gemm_efficiency_to_dict, mamf_curve)
 from simulator.workload import Recompute, get_preset, train_flops_per_token
 from simulator.workload.ops import gemm, memory
 
 FLAT = GemmEfficiency(points=((1.0, 0.5),))
 
 
-def device(name="H100-SXM5-80GB", curve=None, bf16=989.0, hbm=3350.0):
+def device(name="H100-SXM5-80GB", curve=None, bf16=989.0, hbm=3350.0, named=None):
     # H100 SXM datasheet: 989 dense BF16 TFLOP/s, 3.35 TB/s [src: nvidia-h100-ds].
     return Device(name=name, peak_tflops={Dtype.BF16: bf16}, memory_bytes=80 * 10**9, hbm_bw_GBps=hbm,
-                  gemm_efficiency=curve)
+                  gemm_efficiency=curve, gemm_curve=named)
 
 
 def test_curve_interpolates_in_log_space_and_is_flat_outside():
@@ -36,7 +36,7 @@ def test_curve_validation(points):
 
 
 def test_dict_round_trip_and_yaml_strings():
-    c = DEFAULT_CURVES["h100-sxm"]
+    c = mamf_curve(GemmCurve.H100_SXM, 989)
     assert gemm_efficiency_from_dict(gemm_efficiency_to_dict(c)) == c
     # PyYAML reads 1e9 (no dot) as a string; the loader accepts numeric strings.
     assert gemm_efficiency_from_dict({"points": [["1e9", 0.5]]}).efficiency(1e9) == 0.5
@@ -46,26 +46,55 @@ def test_dict_round_trip_and_yaml_strings():
         gemm_efficiency_from_dict({"points": [[1e9, 0.5]], "efficency": 1})
 
 
-def test_default_plateaus_are_the_published_mamf():
-    # Bekman, ML Engineering, MAMF table: H100 SXM 794.5/989, A100 SXM 271.2/312.
-    assert default_gemm_efficiency("NVIDIA H100 80GB HBM3 SXM").plateau == pytest.approx(794.5 / 989, rel=1e-3)
-    assert default_gemm_efficiency("a100-sxm4-80gb").plateau == pytest.approx(271.2 / 312, rel=1e-3)
-    assert default_gemm_efficiency("A100-PCIE-40GB") is DEFAULT_CURVES["a100-pcie"]
-    assert default_gemm_efficiency("GH200") is DEFAULT_CURVES["gh200"]
-    assert default_gemm_efficiency("H100-PCIe") is None  # no published measurement
+def test_default_plateaus_are_the_published_mamf_over_the_devices_own_peak():
+    # Bekman, ML Engineering, MAMF table: H100 SXM 794.5/989, A100 SXM 271.2/312 [src: bekman-mle]. The last
+    # point sits at t = 10 ms at peak, where e = plateau · t/(t + t0) = plateau · 10000/10004 (t0 = 4 us).
+    last = 10000 / 10004
+    assert efficiency_for(device(named=GemmCurve.H100_SXM)).plateau == pytest.approx(794.5 / 989 * last, rel=1e-12)
+    assert efficiency_for(device(named=GemmCurve.A100_SXM, bf16=312.0)).plateau == \
+        pytest.approx(271.2 / 312 * last, rel=1e-12)
+    # The peak comes from the device: a file stating 1000 TFLOP/s keeps the measured 794.5 TFLOP/s plateau,
+    h100_at_1000 = efficiency_for(device(named=GemmCurve.H100_SXM, bf16=1000.0))
+    assert h100_at_1000.plateau == pytest.approx(0.7945 * last, rel=1e-12)
+    # and the fall-off is in durations at that peak: 10 us at 1000 TFLOP/s is 1e10 FLOPs, e = 0.7945 · 10/14.
+    assert h100_at_1000.efficiency(1e10) == pytest.approx(0.7945 * 10 / 14, rel=1e-12)
 
 
-def test_device_own_curve_wins_and_unknown_device_is_an_error():
-    assert efficiency_for(device(curve=FLAT)) is FLAT
-    with pytest.raises(SpecError) as err:
-        efficiency_for(device(name="cpu-gloo"))
-    assert err.value.field == "device.gemm_efficiency"
+def test_the_explicit_curve_wins_over_the_name_and_the_name_is_the_fallback():
+    # plateaus within 1e-3 of MAMF/peak (the last point is 10000/10004 of it, see above)
+    assert efficiency_for(device(name="A100-PCIE-40GB", bf16=312.0)).plateau == pytest.approx(252.9 / 312, rel=1e-3)
+    assert efficiency_for(device(name="my-gpu", bf16=312.0, named=GemmCurve.A100_PCIE)).plateau == \
+        pytest.approx(252.9 / 312, rel=1e-3)
+    assert efficiency_for(device(name="H100", named=GemmCurve.GH200)).plateau == pytest.approx(828.6 / 989, rel=1e-3)
+    with pytest.raises(SpecError, match="gemm_efficiency"):
+        efficiency_for(device(name="H100-SXM", named=GemmCurve.NONE))   # explicit none beats the name
+
+
+def test_name_fallback_rules():
+    assert curve_for_name("NVIDIA H100 80GB HBM3 SXM") is GemmCurve.H100_SXM
+    assert curve_for_name("a100-sxm4-80gb") is GemmCurve.A100_SXM
+    assert curve_for_name("A100-PCIE-40GB") is GemmCurve.A100_PCIE
+    assert curve_for_name("GH200") is GemmCurve.GH200
+    assert curve_for_name("H100-PCIe") is GemmCurve.NONE  # no published measurement
+
+
+def test_a_named_curve_needs_a_bf16_peak_at_or_above_the_measurement():
+    with pytest.raises(SpecError, match="bf16") as err:
+        Device(name="v", peak_tflops={Dtype.FP16: 125.0}, memory_bytes=10**9, hbm_bw_GBps=900.0,
+               gemm_curve=GemmCurve.A100_SXM)
+    assert err.value.field == "device.peak_tflops"
+    with pytest.raises(SpecError, match="below the measured 794.5") as err:
+        efficiency_for(device(named=GemmCurve.H100_SXM, bf16=700.0))
+    assert err.value.field == "device.peak_tflops.bf16"
+    with pytest.raises(SpecError, match="gemm_curve"):
+        Device(name="v", peak_tflops={Dtype.BF16: 1.0}, memory_bytes=10**9, hbm_bw_GBps=1.0, gemm_curve="h100-sxm")
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.floats(1e3, 1e16))
 def test_default_curves_are_monotone_and_in_range(flops):
-    for c in DEFAULT_CURVES.values():
+    for key in MAMF:
+        c = mamf_curve(key, 2250)
         e = c.efficiency(flops)
         assert 0 < e <= c.plateau and c.efficiency(flops * 10) >= e
 

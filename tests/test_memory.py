@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.bucket_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
 from simulator.memory import (Offload, Partitioning, ScheduleKind, ZeroStage, in_flight, layer_activation,
@@ -12,7 +13,7 @@ from simulator.memory import (Offload, Partitioning, ScheduleKind, ZeroStage, in
                               transformer_param_shapes, whole_tensor_assignment)
 from simulator.strategy import Strategy
 from memory_layouts import layout_of, report_of
-from simulator.memory.buffers import FIXED_OVERHEAD_BYTES, REDUCE_BUCKET_ELEMENTS
+from simulator.memory.buffers import FIXED_OVERHEAD_BYTES
 from simulator.memory.offload import HOST_BUFFER_FACTOR
 from simulator.memory.shapes import numel
 from simulator.workload import DtypePolicy, ParamCountModel, Recompute, get_preset, model_names
@@ -224,7 +225,7 @@ def test_report_llama2_7b_zero3():
     part = math.ceil(spec.params / 8)
     w = r.worst
     assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part, 2 * part, 12 * part)
-    assert w.buffers.grad_buckets_bytes == 2 * REDUCE_BUCKET_ELEMENTS
+    assert w.buffers.grad_buckets_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     assert w.overhead_bytes >= FIXED_OVERHEAD_BYTES
     assert r.fits and 30 * GB < w.total_bytes < 60 * GB
 
@@ -391,7 +392,7 @@ def test_grad_buckets_follow_the_framework(zero, framework, view, expected):
 
 def test_deepspeed_bucket_is_capped():
     b = buffer_bytes(local_params=10**10, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED)
-    assert b.grad_buckets_bytes == 2 * REDUCE_BUCKET_ELEMENTS
+    assert b.grad_buckets_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     with pytest.raises(SpecError):
         buffer_bytes(local_params=1, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED, gradient_as_bucket_view=True)
 

@@ -14,6 +14,7 @@ from simulator.cluster.presets import load_preset, preset_names, preset_text
 from simulator.cluster.spec import CommLibrary, Dtype, Fabric, LinkClass, LinkKind
 from simulator.cluster.topology import path
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import GemmCurve, curve_for_name
 
 EXPECTED = ["dgx-a100", "dgx-b200", "dgx-h100", "dgx-v100", "h100-roce", "hgx-h200", "localhost-cpu",
             "pcie-a100", "pcie-l40s"]
@@ -78,6 +79,23 @@ def test_gpu_numbers_match_datasheets(name):
     else:
         assert Dtype.BF16 not in d.peak_tflops  # V100 has no bf16: asking for it must fail, not guess
     assert d.memory_bytes == mem_gb * 10**9 and d.hbm_bw_GBps == hbm
+
+
+# The published matmul measurement each preset's device is timed with (MAMF table [src: bekman-mle]);
+# NONE where the table has no row for the GPU.
+GEMM_CURVE = {
+    "dgx-v100": GemmCurve.NONE, "dgx-a100": GemmCurve.A100_SXM, "dgx-h100": GemmCurve.H100_SXM,
+    "h100-roce": GemmCurve.H100_SXM, "hgx-h200": GemmCurve.H200, "dgx-b200": GemmCurve.B200,
+    "pcie-l40s": GemmCurve.NONE, "pcie-a100": GemmCurve.A100_PCIE, "localhost-cpu": GemmCurve.NONE,
+}
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_preset_names_its_gemm_curve_and_the_name_rule_agrees(name):
+    """The field is explicit in every preset; the name fallback (for older user files) picks the same curve."""
+    d = load_preset(name).device
+    assert d.gemm_curve is GEMM_CURVE[name]
+    assert curve_for_name(d.name) is GEMM_CURVE[name]
 
 
 @pytest.mark.parametrize("name", GPU_PRESETS)

@@ -101,14 +101,14 @@ def _print_table(fit) -> None:
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
     """Every name must be a registered algorithm that implements ``op`` on ``nproc`` local ranks."""
     from executor.collective_bench import local_cluster
-    from simulator.collectives.registry import algorithm_names, supports
+    from simulator.collectives.registry import algorithm_names, supporting
     from simulator.errors import SpecError
 
     cluster, ranks = local_cluster(nproc, base), list(range(nproc))
+    able = supporting(op, cluster, ranks)
     for name in algorithms:
         if name not in algorithm_names():
             raise SpecError("algorithms", f"unknown algorithm {name!r}; known: {', '.join(algorithm_names())}")
-        if not supports(name, op, cluster, ranks):
-            able = [a for a in algorithm_names() if supports(a, op, cluster, ranks)]
+        if name not in able:
             raise SpecError("algorithms", f"{name} does not implement {op.value} on {nproc} ranks; use one of: "
                                           f"{', '.join(able)}")

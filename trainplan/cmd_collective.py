@@ -107,16 +107,15 @@ def _algorithms(text: str, op: Op, cluster, ranks: list[int], allow_native: bool
 
 
 def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
+    able = registry.supporting(op, cluster, ranks)
     if name == "all":
-        found = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
-        if not found:
+        if not able:
             raise SpecError("algorithm", f"no algorithm supports {op.value} on this group")
-        return found
+        return able
     if name != "auto" and name not in registry.algorithm_names():
         known = ", ".join(["auto", "all", *registry.algorithm_names()])
         raise SpecError("algorithm", f"unknown algorithm {name!r}; known: {known}")
-    if name != "auto" and not registry.supports(name, op, cluster, ranks):
-        able = [a for a in registry.algorithm_names() if registry.supports(a, op, cluster, ranks)]
+    if name != "auto" and name not in able:
         raise SpecError("algorithm", f"{name} does not support {op.value} on this group; use one of: "
                                      f"{', '.join(['auto', *able])}")
     return [name]

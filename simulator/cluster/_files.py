@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 
@@ -18,9 +19,7 @@ def with_nodes(cluster: Cluster, nodes: int | None) -> Cluster:
     """``cluster`` with ``nodes`` nodes (``--nodes N``); ``None`` keeps the file's count."""
     if nodes is None:
         return cluster
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise SpecError("nodes", f"must be a positive integer, got {nodes!r}")
-    return cluster.with_nodes(nodes)
+    return cluster.with_nodes(positive_int("nodes", nodes))
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from simulator.errors import SpecError
+from simulator.checks import non_negative_number
 
 
 class LinkClass(Enum):
@@ -86,5 +86,4 @@ class CommProfile:
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.call_latency_us, (int, float)) or self.call_latency_us < 0:
-            raise SpecError("comm.call_latency_us", f"must be a non-negative number, got {self.call_latency_us!r}")
+        non_negative_number("comm.call_latency_us", self.call_latency_us)

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from simulator.checks import non_negative_number, positive_int, positive_number
 from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
+from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
 
 if TYPE_CHECKING:
     from simulator.gemm_efficiency import GemmEfficiency
@@ -63,16 +65,6 @@ class Fabric(Enum):
     """Direct NVLink between listed GPU pairs (DGX-1 hybrid cube-mesh); other pairs use PCIe."""
 
 
-def _positive(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise SpecError(name, f"must be a positive number, got {value!r}")
-
-
-def _non_negative(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise SpecError(name, f"must be a non-negative number, got {value!r}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class Link:
     """One directional link type: its line rate, per-hop latency and achievable fraction."""
@@ -87,8 +79,8 @@ class Link:
     """Achievable fraction of ``bw_GBps`` (protocol and DMA overheads). 1.0 unless a source says."""
 
     def __post_init__(self) -> None:
-        _positive("bw_GBps", self.bw_GBps)
-        _non_negative("latency_us", self.latency_us)
+        positive_number("bw_GBps", self.bw_GBps)
+        non_negative_number("latency_us", self.latency_us)
         if not 0 < self.efficiency <= 1:
             raise SpecError("efficiency", f"must be in (0, 1], got {self.efficiency!r}")
 
@@ -114,8 +106,11 @@ class Device:
     hbm_bw_GBps: float
     """Device memory bandwidth, decimal GB/s."""
     gemm_efficiency: "GemmEfficiency | None" = None
-    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`); None: the
-    compute model uses the default curve for this device's name, and errors if there is none."""
+    """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`), measured;
+    None: the default curve named by ``gemm_curve``."""
+    gemm_curve: GemmCurve | None = None
+    """Which published measurement the default curve comes from (its plateau over this device's BF16
+    peak); None: the one the device's name suggests (a file written before the field)."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -123,9 +118,14 @@ class Device:
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():
-            _positive(f"device.peak_tflops.{dtype.value}", tflops)
-        _positive("device.memory_GB", self.memory_bytes)
-        _positive("device.hbm_bw_GBps", self.hbm_bw_GBps)
+            positive_number(f"device.peak_tflops.{dtype.value}", tflops)
+        positive_number("device.memory_GB", self.memory_bytes)
+        positive_number("device.hbm_bw_GBps", self.hbm_bw_GBps)
+        if self.gemm_curve is not None and not isinstance(self.gemm_curve, GemmCurve):
+            raise SpecError("device.gemm_curve", f"must be a GemmCurve, got {self.gemm_curve!r}")
+        if self.gemm_curve not in (None, GemmCurve.NONE) and MAMF_DTYPE not in self.peak_tflops:
+            raise SpecError("device.peak_tflops", f"gemm_curve {self.gemm_curve.value!r} is relative to the "
+                            f"{MAMF_DTYPE.value} peak; give peak_tflops.{MAMF_DTYPE.value}")
 
     def peak_flops(self, dtype: Dtype) -> float:
         """Peak FLOP/s for ``dtype``; a format the device file does not list is an error."""
@@ -157,12 +157,12 @@ class HostSpec:
     """Read bandwidth from training-data storage per node, GB/s (0: unknown)."""
 
     def __post_init__(self) -> None:
-        _positive("host.cpu_memory_GB", self.cpu_memory_bytes)
-        _positive("host.h2d_bw_GBps", self.h2d_bw_GBps)
-        _non_negative("host.h2d_latency_us", self.h2d_latency_us)
+        positive_number("host.cpu_memory_GB", self.cpu_memory_bytes)
+        positive_number("host.h2d_bw_GBps", self.h2d_bw_GBps)
+        non_negative_number("host.h2d_latency_us", self.h2d_latency_us)
         for name in ("nvme_bytes", "nvme_read_GBps", "nvme_write_GBps", "cpu_adam_params_per_s",
                      "storage_read_GBps"):
-            _non_negative(f"host.{name}", getattr(self, name))
+            non_negative_number(f"host.{name}", getattr(self, name))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,8 +179,8 @@ class PcieTree:
     """CPU socket-to-socket link (UPI/xGMI), per direction."""
 
     def __post_init__(self) -> None:
-        _positive("pcie_tree.gpus_per_switch", self.gpus_per_switch)
-        _positive("pcie_tree.switches_per_socket", self.switches_per_socket)
+        positive_number("pcie_tree.gpus_per_switch", self.gpus_per_switch)
+        positive_number("pcie_tree.switches_per_socket", self.switches_per_socket)
 
     def switch_of(self, local: int) -> int:
         return local // self.gpus_per_switch
@@ -207,14 +207,14 @@ class NodeSpec:
     host: HostSpec | None = None
 
     def __post_init__(self) -> None:
-        _positive("gpus_per_node", self.gpus_per_node)
-        _positive("inter_node.nics_per_node", self.nics_per_node)
+        positive_number("gpus_per_node", self.gpus_per_node)
+        positive_number("inter_node.nics_per_node", self.nics_per_node)
         if self.fabric in (Fabric.PCIE_TREE, Fabric.NVLINK_MESH) and self.pcie_tree is None:
             raise SpecError("intra_node.pcie_tree", f"fabric {self.fabric.value} needs a pcie_tree section")
         for a, b, links in self.nvlink_pairs:
             if not (0 <= a < self.gpus_per_node and 0 <= b < self.gpus_per_node and a != b):
                 raise SpecError("intra_node.nvlink_pairs", f"pair ({a}, {b}) is not two GPUs of the node")
-            _positive("intra_node.nvlink_pairs links", links)
+            positive_number("intra_node.nvlink_pairs links", links)
 
     def nic_of(self, local: int) -> int:
         """NIC used by GPU ``local``: GPUs spread evenly over NICs (GPU i → NIC i·nics/gpus)."""
@@ -245,7 +245,7 @@ class NetworkSpec:
     def __post_init__(self) -> None:
         if self.oversubscription < 1:
             raise SpecError("inter_node.oversubscription", f"must be >= 1, got {self.oversubscription!r}")
-        _non_negative("inter_node.nodes_per_leaf", self.nodes_per_leaf)
+        non_negative_number("inter_node.nodes_per_leaf", self.nodes_per_leaf)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,8 +269,7 @@ class Cluster:
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("name", "must be a non-empty string")
-        if not isinstance(self.nodes, int) or self.nodes < 1:
-            raise SpecError("nodes", f"must be a positive integer, got {self.nodes!r}")
+        positive_int("nodes", self.nodes)
         if self.nodes > 1 and self.network is None:
             raise SpecError("inter_node", f"a cluster of {self.nodes} nodes needs an inter_node section")
 

@@ -24,6 +24,7 @@ is the push step (``reduce``) and the pull step.
 
 from __future__ import annotations
 
+from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster, LinkClass, Protocol
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import Op, Transfer, split
@@ -43,8 +44,7 @@ def _push_pull(group: Group, servers: int, nbytes: float) -> tuple[list[Flow], l
 
 
 def _check(group: Group, servers: int, colocated: bool) -> None:
-    if not isinstance(servers, int) or isinstance(servers, bool) or servers < 1:
-        raise SpecError("servers", f"must be a positive integer, got {servers!r}")
+    positive_int("servers", servers)
     if colocated and servers > group.p:
         raise SpecError("servers", f"{servers} colocated shards need at least as many workers; the group has "
                         f"{group.p}; use at most {group.p} or separate servers")

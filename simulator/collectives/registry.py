@@ -7,6 +7,7 @@ Public API (other packages code against exactly these):
 - :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
 - :func:`build_schedule` — an algorithm's point-to-point schedule.
 - :func:`supports` — whether an algorithm implements an op on a group.
+- :func:`supporting` — the algorithms that implement an op on a group.
 
 Protocols: when ``cluster.comm.protocols`` is non-empty each (algorithm, protocol) pair whose
 protocol lists a base latency for the algorithm's family is evaluated, and the fastest is kept
@@ -37,7 +38,7 @@ _ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Hierarchical(), Nvls(), ParameterServer())}
 
 __all__ = ["Algorithm", "algorithm_names", "get_algorithm", "estimate", "estimate_all", "build_schedule",
-           "supports"]
+           "supports", "supporting"]
 
 
 def algorithm_names() -> list[str]:
@@ -81,6 +82,18 @@ def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> 
     return _supported(get_algorithm(algorithm), Group(cluster, tuple(ranks)), _op(op))
 
 
+def supporting(op: Op, cluster: Cluster, ranks: Sequence[int]) -> list[str]:
+    """Names of the algorithms that implement ``op`` on this group (and some protocol can run), in
+    registration order: what an error about an unsupported choice offers instead."""
+    group, op = Group(cluster, tuple(ranks)), _op(op)
+    return [a.name for a in _ALGORITHMS.values() if _supported(a, group, op)]
+
+
+def _unsupported(algorithm: str, op: Op, group: Group, able: list[str]) -> SpecError:
+    return SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
+                     f"algorithms that do: {', '.join(able) or 'none'}")
+
+
 def _best(algorithm: Algorithm, group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
     """The algorithm under its fastest protocol (ties: the protocol listed first)."""
     best = None
@@ -110,9 +123,7 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
         return min(candidates, key=lambda e: e.time_s)
     chosen = get_algorithm(algorithm)
     if not _supported(chosen, group, op):
-        able = [a.name for a in _ALGORITHMS.values() if _supported(a, group, op)]
-        raise SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
-                        f"algorithms that do: {', '.join(able) or 'none'}")
+        raise _unsupported(algorithm, op, group, supporting(op, cluster, ranks))
     return _best(chosen, group, op, nbytes)
 
 
@@ -129,10 +140,8 @@ def build_schedule(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, 
     """The point-to-point schedule of ``algorithm`` for this call (base.py semantics)."""
     group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
     chosen = get_algorithm(algorithm)
-    if not chosen.supports(group, op):
-        able = [a.name for a in _ALGORITHMS.values() if a.supports(group, op)]
-        raise SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
-                        f"algorithms that do: {', '.join(able) or 'none'}")
+    if not chosen.supports(group, op):  # a schedule needs no protocol: any algorithm that implements op
+        raise _unsupported(algorithm, op, group, [a.name for a in _ALGORITHMS.values() if a.supports(group, op)])
     if not isinstance(root, int) or not 0 <= root < group.p:
         raise SpecError("root", f"root is a group index in 0..{group.p - 1}, got {root!r}")
     return chosen.schedule(group, op, nbytes, root)

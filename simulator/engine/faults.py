@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.strategy import FailureModel
 
@@ -29,8 +30,7 @@ MAX_SAMPLED_SEGMENTS = 200_000
 def _check(step_time_s: float, train_steps: int) -> None:
     if not step_time_s > 0:
         raise SpecError("step_time_s", f"must be positive, got {step_time_s!r}")
-    if not isinstance(train_steps, int) or train_steps < 1:
-        raise SpecError("train_steps", f"must be a positive integer, got {train_steps!r}")
+    positive_int("train_steps", train_steps)
 
 
 def expected_time_to_train_s(model: FailureModel, gpus: int, step_time_s: float, train_steps: int) -> float:

@@ -19,13 +19,13 @@ from dataclasses import replace
 import pandas as pd
 import simpy
 
+from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
-from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult
 from simulator.schedules import ActionKind
 from simulator.strategy import Offload, ParamServerMode, ParamServerSync
@@ -174,8 +174,7 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
     """
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise SpecError("steps", f"must be a positive integer, got {steps!r}")
+    positive_int("steps", steps)
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)

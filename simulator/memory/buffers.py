@@ -8,9 +8,9 @@ Buffers follow the framework (:class:`~simulator.strategy.framework.Framework`),
   copy of every gradient (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring:
   "the saved memory size will be equal to the total gradients size"); with True the ``.grad``
   tensors are views into the buckets: no extra bytes. Measured exactly (docs/memory_measured.md).
-- DeepSpeed: gradients are reduced through one bucket of ``reduce_bucket_size`` = 5e8 elements
-  (DeepSpeed config docs, ``zero_optimization`` defaults), or the rank's whole gradient when that
-  is smaller.
+- DeepSpeed: gradients are reduced through one bucket of ``reduce_bucket_size``
+  (:data:`~simulator.bucket_defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`, 5e8 elements by DeepSpeed's
+  config docs), or the rank's whole gradient when that is smaller.
 - FSDP2: no persistent bucket (measured 0); the reduce-scatter input of one block is the
   "current block's unsharded gradient" below.
 - ZeRO 3: parameters gathered for compute: the block being computed and the next one being
@@ -32,13 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.bucket_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from simulator.errors import SpecError
 from simulator.strategy.framework import Framework, resolve_framework
 from simulator.strategy.kinds import ZeroStage
 from simulator.workload.transformer import DtypePolicy
 
-REDUCE_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed ``zero_optimization.reduce_bucket_size`` default, 5e8 elements (DeepSpeed config docs)."""
 ZERO3_GATHERED_BLOCKS = 2
 """Blocks whose full parameters ZeRO-3 holds at once: the current one and the prefetched next
 (FSDP's default forward/backward prefetch of one module; DeepSpeed prefetches by bucket)."""
@@ -80,7 +79,7 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
     if framework is Framework.TORCH_DDP:
         buckets = 0 if gradient_as_bucket_view else local_params * dtype.grad_bytes
     elif framework is Framework.DEEPSPEED:
-        buckets = min(REDUCE_BUCKET_ELEMENTS, local_params) * dtype.grad_bytes
+        buckets = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, local_params) * dtype.grad_bytes
     else:
         buckets = 0
     gathered = 0

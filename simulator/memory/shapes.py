@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from math import ceil, prod
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.strategy.layout import even_split
 from simulator.workload.transformer import ActivationKind, BiasKind, NormKind, PositionKind, TransformerSpec
@@ -36,8 +37,7 @@ def numel(shape: Shape) -> int:
 def check_tp(spec: TransformerSpec, tp: int) -> None:
     """The workload's own tensor-parallel rule (:meth:`TransformerSpec.check_tp`: tp divides the
     query heads and the key/value heads), after checking tp is a positive integer."""
-    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        raise SpecError("tp", f"must be a positive integer, got {tp!r}")
+    positive_int("tp", tp)
     spec.check_tp(tp)
 
 
@@ -107,8 +107,7 @@ def transformer_param_shapes(spec: TransformerSpec, tp: int = 1) -> NamedShapes:
 
 def stage_layers(layers: int, pp: int) -> list[range]:
     """Blocks of each pipeline stage: l // p each, the l mod p extra ones to stages 1, 2, ..."""
-    if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
-        raise SpecError("pp", f"must be a positive integer, got {pp!r}")
+    positive_int("pp", pp)
     if pp > layers:
         raise SpecError("pp", f"{pp} pipeline stages for {layers} layers: every stage needs at least one "
                         f"layer; use pp <= {layers}")

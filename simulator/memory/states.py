@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.memory.shapes import Shape, numel
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
@@ -80,8 +81,7 @@ class ModelStateBytes:
 
 
 def _check_rank(dp: int, rank: int | None) -> None:
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
-        raise SpecError("dp", f"must be a positive integer, got {dp!r}")
+    positive_int("dp", dp)
     if rank is not None and not 0 <= rank < dp:
         raise SpecError("rank", f"rank {rank} is outside 0..{dp - 1}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
@@ -42,10 +43,7 @@ def _reader(cfg: dict, where: str, model_type: str):
                 raise SpecError(f"{where}: {key}", f"missing from config.json (needed for model_type "
                                 f"{model_type!r})")
             return default
-        value = cfg[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(f"{where}: {key}", f"must be a positive integer, got {value!r}")
-        return value
+        return positive_int(f"{where}: {key}", cfg[key])
     return get_int
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from simulator.checks import non_negative_number, positive_int
 from simulator.errors import SpecError
 from simulator.workload import summary
 from simulator.workload.chunks import layer_list_chunk_load
@@ -39,9 +40,7 @@ class LayerSpec:
         if not self.name:
             raise SpecError("layers[].name", "must be a non-empty string")
         for field_name in ("params", "fwd_flops", "activation_bytes", "output_bytes"):
-            value = getattr(self, field_name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise SpecError(f"layers[{self.name}].{field_name}", f"must be a non-negative number, got {value!r}")
+            non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,8 +188,7 @@ class ParamCountModel:
     dtype: DtypePolicy = DtypePolicy.BF16_MIXED
 
     def __post_init__(self) -> None:
-        if not isinstance(self.params, int) or isinstance(self.params, bool) or self.params < 1:
-            raise SpecError("params", f"must be a positive integer, got {self.params!r}")
+        positive_int("params", self.params)
         if not self.name:
             object.__setattr__(self, "name", f"{self.params:.3g} params")
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.workload.kinds import ActivationKind, PositionKind
 
@@ -124,8 +125,7 @@ def _g(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> tup
 
 def _check(spec: TransformerSpec, micro_batch: int, seq: int, tp: int) -> None:
     for name, value in (("micro_batch", micro_batch), ("seq", seq), ("tp", tp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(name, f"must be a positive integer, got {value!r}")
+        positive_int(name, value)
     if spec.heads % tp or spec.n_kv_heads % tp and tp % spec.n_kv_heads:
         raise SpecError("tp", f"{tp} tensor-parallel ranks do not divide {spec.heads} heads / "
                         f"{spec.n_kv_heads} KV heads of {spec.name}")

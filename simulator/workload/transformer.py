@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.workload import summary
 from simulator.workload.chunks import transformer_chunk_load
@@ -29,11 +30,6 @@ from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, Norm
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, one_of
 
 __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind", "TransformerSpec"]
-
-
-def _pos_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(name, f"must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,10 +72,10 @@ class TransformerSpec:
         if not self.name:
             raise SpecError("model.name", "must be a non-empty string")
         for field_name in ("layers", "hidden", "heads", "vocab", "seq_len"):
-            _pos_int(f"model.{field_name}", getattr(self, field_name))
+            positive_int(f"model.{field_name}", getattr(self, field_name))
         for field_name in ("ffn", "kv_heads", "head_dim", "max_positions"):
             if getattr(self, field_name) is not None:
-                _pos_int(f"model.{field_name}", getattr(self, field_name))
+                positive_int(f"model.{field_name}", getattr(self, field_name))
         if self.head_dim is None and self.hidden % self.heads:
             raise SpecError("model.heads", f"hidden {self.hidden} is not divisible by {self.heads} heads; "
                             "give head_dim explicitly")
@@ -124,7 +120,7 @@ class TransformerSpec:
 
     def with_seq(self, seq_len: int) -> "TransformerSpec":
         """The same model trained at another sequence length (learned position table unchanged)."""
-        _pos_int("seq", seq_len)
+        positive_int("seq", seq_len)
         return replace(self, seq_len=seq_len, max_positions=self.positions)
 
     # --- parameters -----------------------------------------------------------------------------

@@ -1,0 +1,35 @@
+"""The value checks every spec shares: positive integers, positive and non-negative numbers.
+
+Each raises :class:`~simulator.errors.SpecError` naming the field, in one wording everywhere
+("must be a positive integer, got 0"). ``bool`` is not a number here (``True`` is not a count),
+and NaN fails every comparison, so it is rejected too.
+"""
+
+from __future__ import annotations
+
+from simulator.errors import SpecError
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(field: str, value) -> int:
+    """``value`` if it is an integer ≥ 1, else a SpecError naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(field, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_number(field: str, value) -> float:
+    """``value`` if it is a number > 0, else a SpecError naming ``field``."""
+    if not _is_number(value) or not value > 0:
+        raise SpecError(field, f"must be a positive number, got {value!r}")
+    return value
+
+
+def non_negative_number(field: str, value) -> float:
+    """``value`` if it is a number ≥ 0, else a SpecError naming ``field``."""
+    if not _is_number(value) or not value >= 0:
+        raise SpecError(field, f"must be a non-negative number, got {value!r}")
+    return value
