@@ -148,6 +148,41 @@ def test_max_min_is_not_monotone_adding_a_flow_can_speed_up_another():
     assert crowded[0] == pytest.approx(1.5, rel=REL)
 
 
+def test_a_wake_up_the_clock_lands_an_ulp_early_still_wakes_for_the_next_finish():
+    """Regression (found by the conservation property): three disjoint 1-byte flows at t = 0.
+
+    Each is alone on its link: c (25 GB/s) ends at 1 / 25e9 = 4e-11 s, a (10 GB/s) at 1 / 10e9 = 1e-10 s,
+    b (4 GB/s) at 1 / 4e9 = 2.5e-10 s. The wake-up for a is scheduled at 4e-11 s with delay
+    1e-10 − 4e-11 = 6e-11 s, and the clock lands at 4e-11 + 6e-11 = 9.999999999999999e-11 s, one ulp
+    below 1e-10: a is due there (within the clock's slack), and its settle must still plan the wake
+    for b. It used not to (b never finished). Settles: the start, then one wake per finish = 4.
+    """
+    a, b, c = ("a", 10), ("b", 4), ("c", 25)
+    assert 4e-11 + (1e-10 - 4e-11) < 1e-10  # the float trap this test is about
+    times, flows, net = run([(path(a), 1, None, 0.0), (path(b), 1, None, 0.0), (path(c), 1, None, 0.0)])
+    assert times == pytest.approx([1e-10, 2.5e-10, 4e-11], rel=REL)
+    assert [f.delivered_bytes for f in flows] == pytest.approx([1, 1, 1], rel=REL)
+    assert net.stats.settles == 4 and net.active_flows == 0
+
+
+def test_a_missed_wake_up_does_not_let_a_flow_run_on_until_the_next_start():
+    """Regression: the example above plus a 1-byte flow on a at t = 2^-7 = 0.0078125 s.
+
+    Expected: a, b, c as above (1e-10, 2.5e-10, 4e-11 s); the fourth is alone on a: 2^-7 + 1e-10 s.
+    Each delivers 1 byte. With the missed wake-up, b ran on at 4 GB/s until the fourth flow's start
+    settled it: 4e9 × 2^-7 = 31,250,000 bytes delivered, finish 2^-7 s. Tolerance on the fourth
+    flow's bytes: its 1e-10 s lasts ~6e7 ulps of a clock at 2^-7 s (ulp 1.7e-18 s), so its rate
+    integral is good to what 10 GB/s moves in the engine's CLOCK_ULPS = 16 ulps there: 2.8e-7 bytes.
+    """
+    a, b, c = ("a", 10), ("b", 4), ("c", 25)
+    t4 = 2.0**-7
+    times, flows, _ = run([(path(a), 1, None, 0.0), (path(b), 1, None, 0.0), (path(c), 1, None, 0.0),
+                           (path(a), 1, None, t4)])
+    assert times == pytest.approx([1e-10, 2.5e-10, 4e-11, t4 + 1e-10], rel=REL)
+    slack_bytes = 10 * GBps * 16 * math.ulp(t4)
+    assert [f.delivered_bytes for f in flows] == pytest.approx([1, 1, 1, 1], rel=REL, abs=slack_bytes)
+
+
 _flow_spec = st.tuples(st.integers(1, 10**10), st.floats(0, 1e-3), st.floats(0, 1e-2))
 
 

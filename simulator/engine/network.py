@@ -20,7 +20,9 @@ Implementation:
   priority below SimPy's NORMAL, so it runs after every ordinary event of that instant: a step's
   1024 transfers that start together are rated once, not 1024 times.
 - The next completion comes from a heap of predicted finish times with a version per flow (a
-  re-rated flow's old entry is stale and skipped), and one pending wake-up at the earliest.
+  re-rated flow's old entry is stale and skipped), and one pending wake-up at the earliest. The
+  wake-up's own settle ends it, whatever the clock shows: SimPy lands it at ``now + (t − now)``,
+  which can round an ulp below the predicted ``t``.
 - A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
   left with negative bytes. Ties are broken by flow creation order: deterministic.
@@ -133,6 +135,8 @@ class FlowNetwork:
         self._due: dict[float, list[tuple[Flow, int]]] = {}
         self._due_times: list[float] = []
         self._wake_at: float | None = None
+        """Predicted finish time the pending wake-up settle (``_wake``) was scheduled for."""
+        self._wake: _Settle | None = None
         self._stamp = 0
         self._active = 0
 
@@ -216,12 +220,14 @@ class FlowNetwork:
         self._routes[id(path)] = route  # keeps the path alive, so its id stays unique
         return route
 
-    def _settle(self, _event=None) -> None:
+    def _settle(self, event: simpy.Event) -> None:
         """Apply every start and end due now, re-rate the flows they touch, and plan the next wake."""
         now = self.env.now
         self.stats.settles += 1
-        if self._wake_at is not None and self._wake_at <= now:
-            self._wake_at = None
+        if event is self._wake or (self._wake_at is not None and self._wake_at <= now):
+            # The wake-up is spent once its settle runs, even when the clock shows its time rounded
+            # down (now < _wake_at); kept, it would stop _plan_wake from waking for later finishes.
+            self._wake = self._wake_at = None
         arrivals: list[Flow] = []
         times = self._arrival_times
         while times and times[0] <= now:
@@ -338,7 +344,7 @@ class FlowNetwork:
         if self._wake_at is not None and self._wake_at <= t:
             return
         self._wake_at = t
-        _Settle(self.env, self._settle, max(t - now, 0.0))
+        self._wake = _Settle(self.env, self._settle, max(t - now, 0.0))
 
 
 def _reject(nbytes: float, latency: float) -> None:
