@@ -17,6 +17,9 @@ are read by their info string:
 - a block right after ``<!-- sketch -->`` is not run (code that shows a shape, not an example).
 
 Blocks with any other info string (plain synopses, ``text``, ``yaml``) are not run.
+
+The flat-key table of docs/strategy.md is generated from the field declarations
+(:func:`flat_key_table`); ``python tests/test_docs_examples.py`` rewrites it after a field changes.
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ import json
 import math
 import re
 import shlex
+import sys
+import types
+import typing
+from enum import Enum
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("docs/plan_file.md",)
+DOCS = ("docs/plan_file.md", "docs/strategy.md")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 MARK = re.compile(r"<!--\s*(output|sketch|file:\s*(\S+))\s*-->\s*$")
+TABLE_BEGIN, TABLE_END = "<!-- flat-keys:begin -->", "<!-- flat-keys:end -->"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +153,75 @@ def test_document_examples_run(name, tmp_path, monkeypatch):
     assert run_document(name) > 0, f"{name} has no example the test runs"
 
 
+# --- the flat-key table of docs/strategy.md, generated from the declarations ----------------------
+
+def _type_text(hint) -> str:
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        text = " or ".join(_type_text(a) for a in args if a is not type(None))
+        return text + (" or none" if type(None) in args else "")
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return ", ".join(f"`{m.value}`" for m in hint)
+    if typing.get_origin(hint) is tuple:
+        return f"list of {_type_text(args[0])}"
+    return {int: "int", float: "number", bool: "bool", str: "text"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _value_text(value) -> str:
+    from simulator.units import MiB
+
+    value = value.value if isinstance(value, Enum) else value
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and value and value % MiB == 0:
+        return f"{value // MiB} MiB"
+    return {"": "''", (): "empty"}.get(value, str(value)) if isinstance(value, (str, tuple)) else str(value)
+
+
+def _default_text(k, owner) -> str:
+    from simulator.strategy import Strategy
+
+    f = next(f for f in dataclasses.fields(owner) if f.name == k.attr)
+    if k.decl.nested:
+        return f"`{f.default_factory().kind.value}`"
+    if f.default is not dataclasses.MISSING:
+        return _value_text(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return _value_text(f.default_factory())
+    holder = next(f for f in dataclasses.fields(Strategy) if f.name == k.field)
+    return "unset (all or none)" if holder.default is None else "required"
+
+
+def flat_key_table() -> str:
+    """One row per flat key (:data:`simulator.strategy.flat.FLAT`), from its declaration."""
+    from simulator.strategy import Strategy
+    from simulator.strategy.flat import FLAT
+
+    rows = ["| key | record | role | values | default | flag | meaning |", "|---|---|---|---|---|---|---|"]
+    for k in FLAT.values():
+        owner = k.record or Strategy
+        values = (", ".join(f"`{r().kind.value}`" for r in k.decl.nested) if k.decl.nested
+                  else _type_text(typing.get_type_hints(owner)[k.attr]))
+        flag = f"`{k.decl.flag.name}`" if k.decl.flag else "–"
+        rows.append(f"| `{k.key}` | {owner.__name__} | {k.decl.role.value} | {values} | "
+                    f"{_default_text(k, owner)} | {flag} | {k.decl.doc} |")
+    return "\n".join(rows)
+
+
+def _table_in(text: str) -> tuple[int, int]:
+    begin, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    return begin, end
+
+
+def test_strategy_doc_lists_every_flat_key_as_declared():
+    text = (ROOT / "docs/strategy.md").read_text(encoding="utf-8")
+    begin, end = _table_in(text)
+    assert text[begin:end].strip() == flat_key_table(), \
+        "docs/strategy.md's flat-key table is out of date: run `python tests/test_docs_examples.py`"
+
+
 def test_the_runner_fails_on_a_wrong_example(tmp_path, monkeypatch):
     """The checks above can fail: a wrong expected line, a command other than trainplan, a JSON
     value that differs (exactly, or beyond 1e-9 relative)."""
@@ -157,3 +234,12 @@ def test_the_runner_fails_on_a_wrong_example(tmp_path, monkeypatch):
         same_json({"gpus": 9}, {"gpus": 8})
     with pytest.raises(AssertionError, match="step"):
         same_json({"step": 1.0 + 1e-6}, {"step": 1.0})
+
+
+if __name__ == "__main__":  # rewrite the generated table of docs/strategy.md
+    sys.path.insert(0, str(ROOT))
+    doc = ROOT / "docs/strategy.md"
+    text = doc.read_text(encoding="utf-8")
+    begin, end = _table_in(text)
+    doc.write_text(text[:begin] + "\n" + flat_key_table() + "\n" + text[end:], encoding="utf-8")
+    print(f"rewrote the flat-key table of {doc.relative_to(ROOT)}")
