@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("docs/plan_file.md", "docs/memory.md", "docs/strategy.md")
+DOCS = ("docs/plan_file.md", "docs/memory.md", "docs/strategy.md", "docs/cli.md")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 MARK = re.compile(r"<!--\s*(output|sketch|file:\s*(\S+))\s*-->\s*$")
 TABLE_BEGIN, TABLE_END = "<!-- flat-keys:begin -->", "<!-- flat-keys:end -->"
