@@ -1,6 +1,6 @@
 """A real GPT-style torch model built from a :class:`~simulator.workload.TransformerSpec`.
 
-Its ``named_parameters()`` follow the memory contract (``notes/MEMORY_CONTRACT.md``) exactly, in
+Its ``named_parameters()`` follow the parameter list of ``simulator.memory.shapes`` (``transformer_param_shapes``) exactly, in
 names, shapes and order, so the simulator's ``transformer_param_shapes(spec)`` and this model
 describe the same tensors::
 

@@ -45,6 +45,9 @@ def write_json(path: str | Path, data: dict) -> Path:
         with os.fdopen(fd, "w") as out:
             json.dump(data, out, indent=2)
             out.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode a plain open() would
         os.replace(tmp, p)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)

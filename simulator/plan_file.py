@@ -233,7 +233,8 @@ def plan_from_dict(d: dict) -> Plan:
     try:
         plan.layout()
     except SpecError as err:
-        raise SpecError(f"plan.strategy.{err.field}", err.problem) from None
+        where = "scenario" if err.field.split("[")[0] in d.get("scenario", {}) else "strategy"
+        raise SpecError(f"plan.{where}.{err.field}", err.problem) from None
     return plan
 
 

@@ -173,3 +173,9 @@ def test_plot_with_fsdp2_drops_it_where_it_cannot_run(tmp_path, capsys):
     assert main(["memory", "--model", "llama2-7b", "--gpus", "8", "--zero", "2", "--framework", "fsdp2",
                  "--plot", str(path)]) == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, flag", [(["--straggler", "rank=1,factor=2"], "--straggler"),
+                                        (["--mtbf-hours", "100"], "--mtbf-hours")])
+def test_scenario_flags_are_refused(capsys, argv, flag):
+    _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8"] + argv, f"{flag}: stragglers and failures")

@@ -1,8 +1,7 @@
 """executor.model.build_gpt: parameter names, shapes, order and counts match the memory contract.
 
-Expected names/shapes are written out here from notes/MEMORY_CONTRACT.md (independently of the
-simulator), and, once ``simulator.memory`` is merged, also compared with its
-``transformer_param_shapes``. Counts are checked against ``TransformerSpec.params`` exactly.
+Expected names/shapes are written out here by hand (independently of the simulator) and also
+compared with ``simulator.memory.shapes.transformer_param_shapes``. Counts are checked against ``TransformerSpec.params`` exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ SPECS = [GPT2_TINY, LLAMA_TINY, QWEN_TINY, GPT_HEADDIM]
 
 
 def contract_shapes(spec: TransformerSpec) -> list[tuple[str, tuple[int, ...]]]:
-    """The contract's list, written out by hand from MEMORY_CONTRACT.md."""
+    """The parameter list, written out by hand (Megatron-style names; see executor/model.py)."""
     h, q, kv, f, V = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn_size, spec.vocab
     ln = spec.norm is NormKind.LAYERNORM
     out = [("embed.tok.weight", (V, h))]

@@ -137,3 +137,30 @@ def test_cli_unwritable_save_plan_fails_before_the_work(capsys):
     assert main(["simulate", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--save-plan",
                  "/nonexistent/dir/p.json"]) == 2
     assert "--save-plan: folder '/nonexistent/dir' does not exist" in capsys.readouterr().err
+
+
+def test_plan_file_has_the_usual_mode(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = _plan().save(tmp_path / "p.json")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_layout_error_in_the_scenario_names_the_scenario():
+    d = _base()
+    d["scenario"]["speed_factors"] = [1.0, 2.0]  # 2 entries for 8 ranks
+    with pytest.raises(SpecError) as err:
+        plan_from_dict(d)
+    assert err.value.field == "plan.scenario.speed_factors"
+
+
+def test_cli_plan_with_a_scenario_needs_the_des(tmp_path, capsys):
+    s = Strategy(global_batch=16, stragglers=StragglerModel(slowdown_prob=0.1, slowdown_factor=2.0))
+    path = _plan(strategy=s).save(tmp_path / "p.json")
+    assert main(["simulate", "--plan", str(path)]) == 2
+    assert "add --engine des" in capsys.readouterr().err
+    assert main(["simulate", "--plan", str(path), "--engine", "des"]) == 0

@@ -65,7 +65,7 @@ def test_errors():
         get_profile("horovd")
     with pytest.raises(SpecError, match="^global_batch: a profile sets no batch size"):
         apply_profile("ddp")
-    with pytest.raises(SpecError, match="^ps_shards: does not apply to dp_sync all-reduce"):
+    with pytest.raises(SpecError, match="^ps_shards: applies to a parameter server, not to all-reduce"):
         apply_profile("ddp", global_batch=8, ps_shards=2)
 
 

@@ -138,7 +138,7 @@ def test_synthetic_input_needs_no_storage_bandwidth():
     (dict(global_batch=8, zero=ZeroStage.ZERO2, offload=Offload.NVME), "offload: nvme offload needs zero 3"),
     (dict(global_batch=8, zero=ZeroStage.ZERO1, dp_sync=ParamServerSync()), "zero: ZeRO partitions state"),
     (dict(global_batch=8, pp=2, layer_split=(4, 4, 4)), "layer_split: has 3 entries; give pp·virtual_stages = 2"),
-    (dict(global_batch=8, zero=2), "zero: must be a ZeroStage \\(0, 1, 2, 3\\)"),
+    (dict(global_batch=8, zero=2), "zero: must be a ZeroStage member \\(0, 1, 2, 3\\)"),
     (dict(global_batch=8, schedule="1f1b"), "schedule: must be a ScheduleKind"),
 ])
 def test_strategy_errors(kw, message):
@@ -204,8 +204,8 @@ def test_flat_keys_read_text():
     ({"global_batch": 8, "zero": "zero5"}, "zero: unknown ZeRO stage 'zero5'; use 0, 1, 2 or 3"),
     ({"global_batch": 8, "allreduce_algorithm": "butterfly"}, "allreduce_algorithm: unknown algorithm 'butterfly'"),
     ({"global_batch": 8, "placement": "dp-tp"}, "placement: unknown order 'dp-tp'; known: tp-pp-dp"),
-    ({"global_batch": 8, "dp_sync": "param-server", "bucket_bytes": 10}, "bucket_bytes: does not apply to dp_sync"),
-    ({"global_batch": 8, "mtbf_gpu_hours": 10}, "checkpoint_interval_steps: the failure model needs all of"),
+    ({"global_batch": 8, "dp_sync": "param-server", "bucket_bytes": 10}, "bucket_bytes: applies to all-reduce, not to param-server"),
+    ({"global_batch": 8, "mtbf_gpu_hours": 10}, "checkpoint_interval_steps: the failure model needs all four"),
     ({"global_batch": 8, "bucket_bytes": 10, "bucket_params": 10}, "bucket_params: give bucket_bytes or"),
 ])
 def test_flat_errors(values, message):

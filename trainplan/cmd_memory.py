@@ -16,6 +16,8 @@ import argparse
 from simulator.memory import MemoryReport, memory_report
 from simulator.memory.plot import plot_zero_stages
 from simulator.memory.report import GB
+from simulator.strategy import Role
+from simulator.strategy.flat import FLAT
 from simulator.workload import ParamCountModel, parse_param_count
 from trainplan import cli_common, strategy_flags
 
@@ -25,7 +27,7 @@ def register(subparsers) -> None:
                               description="Per-rank memory of a training layout and whether it fits "
                                           "(docs/memory.md). Sizes are decimal GB (1e9 bytes).")
     strategy_flags.add_job_flags(p, params=True)
-    strategy_flags.add_strategy_flags(p, gbs_required=False)
+    strategy_flags.add_strategy_flags(p, gbs_required=False, gbs_default="dp·mbs·pp, one micro-batch per stage")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print JSON (most loaded rank at the top level)")
     o.add_argument("--plot", metavar="FILE.png", help="also draw ZeRO 0-3 stacked bars to FILE.png")
@@ -46,6 +48,11 @@ def build(args) -> strategy_flags.Job:
     """The checked job of the parsed arguments (a bare ``--params`` count or a ``--model``)."""
     if (args.model is None) == (args.params is None):
         raise cli_common.UsageError("give --model NAME|config.json or --params COUNT (one of them)")
+    scenario = [strategy_flags.FLAG_OF[k] for k in strategy_flags.strategy_keys(args)
+                if FLAT[k].decl.role is Role.SCENARIO] + (["--straggler"] if args.straggler else [])
+    if scenario:
+        raise cli_common.UsageError(f"{scenario[0]}: stragglers and failures do not change memory; drop it "
+                                    "(simulate --engine des takes it)")
     workload = ParamCountModel(params=parse_param_count(args.params)) if args.params is not None else None
     return strategy_flags.build_job(args, workload=workload, global_batch=_default_gbs(args))
 
@@ -77,7 +84,7 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
     lines = [f"{r.model_name} on {lay.world_size} x {r.device_name} ({cluster_name}): dp={lay.dp} tp={lay.tp} "
              f"pp={lay.pp}{' +sp' if lay.sequence_parallel else ''}, ZeRO-{int(s.zero)}, offload {s.offload.value}"
              f"{' +activations' if s.offload_activations else ''}, {lay.framework.value} "
-             f"({lay.partitioning.value}), gbs {s.global_batch}, mbs {s.micro_batch}, seq {r.seq}, "
+             f"({lay.partitioning.value}), gbs {s.global_batch}, mbs {s.micro_batch}, seq {r.seq or '-'}, "
              f"{s.attention.value} attention, recompute {s.recompute.value}{sched}",
              f"per GPU, most loaded rank (stage {w.stage}){'':13}GB"]
     rows = [("parameters", w.params_bytes)]

@@ -17,7 +17,7 @@ import sys
 from simulator.compile.offload_part import ParamFetch
 from simulator.errors import SpecError
 from simulator.results import Engine
-from simulator.strategy import Strategy
+from simulator.strategy import Strategy, StragglerModel
 from simulator.strategy.sync import ParamServerSync
 from trainplan import cli_common, strategy_flags
 
@@ -41,8 +41,8 @@ def register(subparsers) -> None:
                    help="how offloaded ZeRO-3 parameters reach the GPUs: every rank copies its partition and "
                         "all-gathers (ZeRO-Infinity, default) or the owner copies and broadcasts")
     e.add_argument("--save-plan", metavar="PLAN.json",
-                   help="write the model, cluster, strategy and this estimate as a plan file (trainplan execute, "
-                        "simulate --plan)")
+                   help="write the model, cluster, strategy and this estimate as a plan file (read back by "
+                        "simulate --plan; docs/plan_file.md)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
 
@@ -121,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
             check_writable(path, flag)  # before the work, not after it
     job = _job(args)
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
+    if args.engine == Engine.ANALYTICAL.value and (strategy.failures is not None
+                                                   or strategy.stragglers != StragglerModel()):
+        raise cli_common.UsageError("--plan: the plan's scenario (stragglers, failures) needs the discrete-event "
+                                    "engine: add --engine des")
     result = run_engine(args, job)
     written = _write_outputs(args, result, describe(workload, cluster, strategy, layout))
     if args.save_plan:

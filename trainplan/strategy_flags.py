@@ -80,7 +80,7 @@ def _default_text(f) -> str:
     return "none" if value is None else str(value)
 
 
-def add_strategy_flags(parser, *, gbs_required: bool = True, cls=Strategy) -> None:
+def add_strategy_flags(parser, *, gbs_required: bool = True, gbs_default: str | None = None, cls=Strategy) -> None:
     """One flag per declared field of ``cls`` that has one, grouped by record, defaults in the help.
 
     ``gbs_required``: argparse enforces ``--gbs`` (False where a default exists or ``--plan`` replaces it).
@@ -97,7 +97,9 @@ def add_strategy_flags(parser, *, gbs_required: bool = True, cls=Strategy) -> No
         record = k.record.__name__ if k.record else "parallelism, batch and memory"
         group = groups.setdefault(record, parser.add_argument_group(record))
         owner = k.record or cls
-        default = _default_text(next(f for f in fields(owner) if f.name == k.attr))
+        default = flag.default_help or _default_text(next(f for f in fields(owner) if f.name == k.attr))
+        if k.key == "global_batch" and gbs_default:
+            default = gbs_default
         if flag.kind is FlagKind.CUSTOM:
             group.add_argument(flag.name, dest=flag.name.lstrip("-").replace("-", "_"), action="append", default=[],
                                metavar=flag.metavar, help=flag.help)
@@ -106,8 +108,9 @@ def add_strategy_flags(parser, *, gbs_required: bool = True, cls=Strategy) -> No
                                help=f"{flag.help} (default: {'on' if default == 'True' else 'off'})")
         else:
             required = k.key == "global_batch" and gbs_required
+            shown = "" if required or (k.key == "global_batch" and not gbs_default) else f" (default: {default})"
             group.add_argument(flag.name, dest=k.key, metavar=flag.metavar, choices=flag.choices, required=required,
-                               help=flag.help + ("" if required else f" (default: {default})"))
+                               help=flag.help + shown)
 
 
 def strategy_keys(args, cls=Strategy) -> dict:

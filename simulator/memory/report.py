@@ -257,7 +257,7 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
     stages = [_stage(model, layout, k) for k in range(layout.pp)]
     return MemoryReport(
-        model_name=model.name, layout=layout, seq=getattr(model, "seq_len", None), device_name=cluster.device.name,
+        model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,
         ranks_per_node=min(layout.world_size, cluster.node.gpus_per_node),
         host_capacity_bytes=host.cpu_memory_bytes if host else None,

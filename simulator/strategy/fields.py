@@ -5,8 +5,7 @@ Every field of :class:`~simulator.strategy.Strategy` and of the records nested i
 ``StragglerModel``, ``FailureModel``) is declared with :func:`declare`. Everything else is derived
 from the declarations, so adding a field is one declaration plus the logic that uses it:
 
-- the flat keys and their converters (:mod:`simulator.strategy.flat`: YAML files, profiles, the
-  plan file);
+- the flat keys and their converters (:mod:`simulator.strategy.flat`: profiles, the plan file);
 - the command-line flags every strategy-taking command shares (``trainplan.strategy_flags``), and
   the map from a field to the flag that sets it, for error messages;
 - the fields that decide a candidate's compiled structure (:data:`Role.STRUCTURE`, the key of
@@ -14,7 +13,7 @@ from the declarations, so adding a field is one declaration plus the logic that 
 - what the plan file calls the executable layout and what it calls the what-if scenario.
 
 A declaration names no argparse type: the command line reads a flag's text with the field's own
-``parse`` (the same converter a YAML file goes through), then ``from_flag`` for a unit the flag
+``parse`` (the same converter a plan file goes through), then ``from_flag`` for a unit the flag
 counts differently (``--bucket-mb`` counts MiB, the field bytes).
 """
 
@@ -69,6 +68,9 @@ class Flag:
     """Valid spellings listed in ``--help`` (enum values); None: free text checked by ``parse``."""
     from_flag: Callable[[object], object] | None = None
     """Turns the parsed flag value into the field's value (a unit conversion); None: as parsed."""
+    default_help: str | None = None
+    """The default as ``--help`` states it, where the field's own default reads badly on the command
+    line (a unit conversion, a derived value); None: the field's default."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def is_a(kind: type) -> Callable[[str, object], None]:
     """A check that the value is a member of enum ``kind`` (or None where the field allows it)."""
     def check(key: str, value) -> None:
         if not isinstance(value, kind):
-            raise SpecError(key, f"must be a {kind.__name__} ({', '.join(str(m.value) for m in kind)}), "
+            raise SpecError(key, f"must be a {kind.__name__} member ({', '.join(str(m.value) for m in kind)}), "
                                  f"got {value!r}")
     return check
 

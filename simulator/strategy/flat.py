@@ -1,4 +1,4 @@
-"""A :class:`Strategy` to and from one flat mapping of named values (CLI flags, a YAML file, a
+"""A :class:`Strategy` to and from one flat mapping of named values (CLI flags, a
 profile, the plan file).
 
 Every key is one declared field (:mod:`simulator.strategy.fields`); the fields of the nested
@@ -91,7 +91,9 @@ def strategy_from_flat(values: dict) -> Strategy:
     sync_class = _SYNC_CLASS[kind]
     clash = sorted(k for k in values if FLAT[k].field == "dp_sync" and FLAT[k].record is not sync_class)
     if clash:
-        raise SpecError(clash[0], f"does not apply to dp_sync {kind.value}; drop it or change dp_sync")
+        other = "a parameter server" if kind is DpSyncKind.ALL_REDUCE else "all-reduce"
+        raise SpecError(clash[0], f"applies to {other}, not to {kind.value}; drop it, or choose {other} "
+                        "(dp_sync; --param-server on the command line)")
     if values.get("bucket_params") is not None:
         if values.get("bucket_bytes") is not None:
             raise SpecError("bucket_params", "give bucket_bytes or bucket_params, not both")
@@ -103,7 +105,8 @@ def strategy_from_flat(values: dict) -> Strategy:
     failure = _nested(values, FLAT_RECORD["failures"])
     if failure and len(failure) != len(keys_of(FLAT_RECORD["failures"])):
         missing = [k for k in keys_of(FLAT_RECORD["failures"]) if k not in values]
-        raise SpecError(missing[0], f"the failure model needs all of {', '.join(keys_of(FLAT_RECORD['failures']))}")
+        raise SpecError(missing[0], "the failure model needs all four of its values: the MTBF, the checkpoint "
+                        "interval, the checkpoint cost and the restart cost")
     records["failures"] = FLAT_RECORD["failures"](**failure) if failure else None
     plain = {k.field: values[k.key] for k in FLAT.values() if k.record is None and k.key in values}
     return Strategy(**plain, **records)

@@ -90,7 +90,7 @@ class Strategy:
     micro_batch: int = _int(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
                             _F("--mbs", "micro-batch size, sequences", metavar="B"))
     dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp)",
-                          _F("--dp", "data-parallel degree (default: GPUs ÷ (tp·pp))", metavar="D"), opt_pos_int)
+                          _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp)"), opt_pos_int)
     tp: int = _int(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
                    _F("--tp", "tensor-parallel degree", metavar="T"))
     pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
@@ -102,13 +102,13 @@ class Strategy:
                                                                 choices=choices_of(ScheduleKind)),
                                    doc="Pipeline schedule", default=ScheduleKind.ONE_F_ONE_B)
     virtual_stages: int = _int(1, "virtual_stages", "Model chunks per pipeline rank, v (interleaved only)",
-                               _F("--virtual-stages", "model chunks per rank (interleaved; 2 when the schedule is "
-                                  "interleaved and this is not given)", metavar="V"))
+                               _F("--virtual-stages", "model chunks per rank (interleaved only)", metavar="V",
+                                  default_help="1; 2 with --schedule interleaved"))
     layer_split: tuple[int, ...] | None = declare(
         None, key="layer_split", role=_STRUCT, parse=int_tuple_parser("layer_split"), check=None,
         doc="Layers per (virtual) stage in model order, pp·v entries; None: as even as possible",
-        flag=_F("--layer-split", "layers per (virtual) stage in model order, e.g. 2,10 (default: even)",
-                metavar="L1,L2,..."))
+        flag=_F("--layer-split", "layers per (virtual) stage in model order, e.g. 2,10", metavar="L1,L2,...",
+                default_help="as even as possible, extra layers after the first stage"))
     sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
                                       "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
     zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
@@ -151,7 +151,8 @@ class Strategy:
                                             doc="GPU failures and checkpoints; None: no failures")
     profile: str = declare("", key="profile", role=Role.INFO, check=_text,
                            doc="Name of the framework profile the defaults came from ('' for none)",
-                           flag=_F("--profile", "framework defaults (every flag given overrides them)", metavar="NAME"))
+                           flag=_F("--profile", "framework defaults (every flag given overrides them)", metavar="NAME",
+                                   default_help="none"))
 
     def __post_init__(self) -> None:
         validate(self)

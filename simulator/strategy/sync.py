@@ -115,8 +115,8 @@ class AllReduceSync:
         DDP_BUCKET_CAP_BYTES, key="bucket_bytes", role=_STRUCT, parse=_bucket_bytes, check=opt_pos_int,
         doc="Bucket (fusion buffer) capacity in bytes; None with bucket_params None: one bucket holding "
             "every gradient (TF num_packs=1)",
-        flag=Flag("--bucket-mb", "gradient bucket in MiB (25 is DDP's bucket_cap_mb)", metavar="X",
-                  from_flag=_mib_to_bytes))
+        flag=Flag("--bucket-mb", "gradient bucket in MiB", metavar="X", from_flag=_mib_to_bytes,
+                  default_help="25, PyTorch DDP's bucket_cap_mb"))
     bucket_params: int | None = declare(
         None, key="bucket_params", role=_STRUCT, parse=int_parser("bucket_params"), check=opt_pos_int,
         doc="Bucket capacity in elements (DeepSpeed, Megatron count elements); set bucket_bytes None with it")
