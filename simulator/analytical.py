@@ -22,18 +22,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_formula import (EXPOSED_KINDS, SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate,
-                                         sync_exposure)
+from simulator.analytical_formula import EXPOSED_KINDS, StepArrays, evaluate, stack, sync_exposure
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult
-from simulator.schedules import ScheduleKind
+from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
 from simulator.work import ChunkWork, CommCall, CommKind, StepWork
 
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
-SCHED_CODE = {ScheduleKind.GPIPE: SCHED_GPIPE, ScheduleKind.ONE_F_ONE_B: SCHED_1F1B,
-              ScheduleKind.INTERLEAVED: SCHED_INTERLEAVED}
 
 
 def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float) -> float:
@@ -102,12 +100,23 @@ def per_rank_frame(work: StepWork, breakdown: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def estimate_work(work: StepWork) -> StepResult:
-    """The analytical estimate of a compiled step."""
-    s = work.strategy
+def work_shape(work: StepWork, cache: CostCache | None = None) -> ScheduleShape:
+    """The closed form's view of ``work.schedule``: read from its action lists, so a schedule loaded from a
+    file (``replace(work, schedule=from_csv(text))``) is simulated as written. A built-in schedule's
+    shape is remembered in ``cache`` per (kind, p, m, v)."""
+    sched, layout = work.schedule, work.layout
+    if (sched.p, sched.v) != (len(work.stages), layout.v) or sched.m != work.micro_batches:
+        raise SpecError("schedule", f"has pp={sched.p}, v={sched.v}, {sched.m} micro-batches; the compiled step "
+                        f"has pp={len(work.stages)}, v={layout.v}, {work.micro_batches}")
+    if cache is not None and sched is layout.schedule and sched.kind is not None:
+        return shape_of(cache, sched.kind, sched.p, sched.m, sched.v)
+    return schedule_shape(sched)
+
+
+def estimate_work(work: StepWork, cache: CostCache | None = None) -> StepResult:
+    """The analytical estimate of a compiled step, for the pipeline schedule ``work.schedule``."""
     arrays = summarize(work)
-    out = evaluate(arrays, np.array([float(work.micro_batches)]), np.array([SCHED_CODE[s.schedule]]),
-                   np.array([s.input.prefetch_batches]))
+    out = evaluate(arrays, stack([work_shape(work, cache)]), np.array([work.strategy.input.prefetch_batches]))
     breakdown = out["breakdown"][0]
     slowest = int(out["slowest"][0])
     return StepResult(engine=Engine.ANALYTICAL, step_time_s=float(out["step_time_s"][0]),
@@ -122,4 +131,4 @@ def estimate_work(work: StepWork) -> StepResult:
 def estimate(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
              cache: CostCache | None = None) -> StepResult:
     """Analytical step estimate (Engine.ANALYTICAL) of ``strategy`` for ``workload`` on ``cluster``."""
-    return estimate_work(compile_step(cluster, workload, strategy, fetch=fetch, cache=cache))
+    return estimate_work(compile_step(cluster, workload, strategy, fetch=fetch, cache=cache), cache)

@@ -13,16 +13,27 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
 
 - GPipe: ``T = Σ_c w_c + (m−1)·(max F + max B) + C`` — the longest path through the
   (stage × micro-batch) grid; exact for any stage times (Huang et al. 2019's (m+p−1) steps).
-- 1F1B (PipeDream-Flush): ``T = Σ_c w_c + (m−1)·P + C`` with the steady-state period
-  ``P = max(max_c w_c, max_r (Σ_{s≥r} w_s + Σ_{k≥r} (cf_k + cb_k)) / (p − r))`` over ranks whose
-  p − r in-flight micro-batches fit in m: rank r's forward of a micro-batch must travel to the last
-  stage and back before its backward, while it works on p − r micro-batches. With equal stages
-  and free p2p this is Narayanan et al. SC'21's (m + p − 1)·(t_f + t_b), bubble (p−1)/m.
+- 1F1B family (rank r runs d_r forwards, then one forward one backward; PipeDream-Flush has
+  d_r = min(p − r, m)): ``T = max_r (Σ_{s<r} (w_s + cf_s + cb_s) + m·w_r + gain_r)``, the longest of
+  these paths through the list schedule: fill to rank r, rank r's own actions in order, drain back;
+  any window of rank r's actions from forward i to backward i may instead be a *round trip* of
+  micro-batch i to the last stage and back, ``R_r = Σ_{s≥r} w_s + Σ_{k≥r} (cf_k + cb_k)``. The
+  window holds ``d·F_r + B_r`` for i = 0, ``F_r + d·B_r`` for i = m − 1 (d = min(d_r, m)) and
+  ``d_r·w_r`` in the steady state, where windows i, i + d_r, … are adjacent; so, if m − 1 ≥ d_r,
+  ``gain_r = (R_r − d·F_r − B_r)⁺ + (R_r − F_r − d·B_r)⁺ + (⌊(m−1)/d_r⌋ − 1)·(R_r − d_r·w_r)⁺``, else
+  only one of the first two fits. (The former single period ``P = max_r R_r/(p − r)`` counted
+  fractional round trips, and one on a rank whose p − r = m never makes one: p = 2, m = 2 gave
+  3w + 3c for the true 3w + 2c.) Each term is a real path, so T never exceeds
+  :func:`simulator.schedules.dry_run`; it equals it without p2p for stages within ±10 % of each
+  other (B = 2F), and is within ~1.5 % below it with p2p up to a tenth of a forward (tests). Paths
+  that cross several ranks' windows (rank r+1 entered from rank r's round trips) are not in the
+  family: stages several times heavier than others can put the truth ~12 % higher.
 - Interleaved (v > 1): ``T = m·max W + (Σ_r W_r − max W)/v + C``: bubble (p−1)/(v·m) of the
   ideal time for equal stages (Narayanan et al. SC'21 §2.2).
 
-GPipe is exact against :func:`simulator.schedules.dry_run`; 1F1B and interleaved are exact for
-equal stages without p2p, and within ~1 % with p2p latency or edge-heavy stages (tests).
+GPipe is exact against :func:`simulator.schedules.dry_run`; interleaved is exact for equal stages
+without p2p, and within ~1 % with p2p latency or edge-heavy stages (tests). Which formula a
+candidate gets is read from its schedule's action lists (:mod:`simulator.schedule_shape`).
 
 After the pipeline, rank r's last backward (of its first chunk) ends at ``T − D_r`` with
 ``D_r = Σ_{k<r} (B_k + cb_k)``. Its gradient buckets start when ready (bucket j at fraction
@@ -34,15 +45,16 @@ slower than the step (prefetched) adds the difference as a stall.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.results import Category
+from simulator.schedule_shape import PipelineFamily, ScheduleShape
 
 EXPOSED_KINDS = (Category.DP, Category.PS, Category.ZERO, Category.OFFLOAD)
 """Categories a gradient-sync or after-step call can be charged to (index = kind code)."""
-SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED = 0, 1, 2
 
 
 @dataclass
@@ -91,32 +103,76 @@ def sync_exposure(b_last: np.ndarray, d: np.ndarray, f: np.ndarray, k: np.ndarra
     return np.maximum(0.0, end.max(axis=-1)), kinds
 
 
-def pipeline_time(a: StepArrays, m: np.ndarray, sched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class PipelineArrays:
+    """The schedules of N candidates (:class:`~simulator.schedule_shape.ScheduleShape` stacked by :func:`stack`)."""
+
+    m: np.ndarray
+    """(N,) micro-batches."""
+    forwards_first: np.ndarray
+    """(N,) bool: the GPipe formula applies (:attr:`PipelineFamily.ALL_FORWARDS_FIRST`)."""
+    in_flight: np.ndarray
+    """(N, p) the forwards each rank runs before its first backward (1F1B family: d_r)."""
+
+    def take(self, index: np.ndarray) -> "PipelineArrays":
+        """Rows ``index`` (a candidate per row)."""
+        return PipelineArrays(m=self.m[index], forwards_first=self.forwards_first[index],
+                              in_flight=self.in_flight[index])
+
+
+def stack(shapes: Sequence[ScheduleShape]) -> PipelineArrays:
+    """One row per shape; all share p and v (the interleaved family is told by v > 1)."""
+    return PipelineArrays(m=np.array([s.m for s in shapes], dtype=float),
+                          forwards_first=np.array([s.family is PipelineFamily.ALL_FORWARDS_FIRST for s in shapes]),
+                          in_flight=np.array([s.in_flight for s in shapes], dtype=float).reshape(len(shapes), -1))
+
+
+def _one_f_one_b(a: StepArrays, m: np.ndarray, d_all: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T, p2p seconds on that path) of the 1F1B family: the longest of the paths of the module docstring."""
+    w, c = a.F + a.B, a.cf + a.cb
+    zero = np.zeros((len(w), 1))
+    fill = np.concatenate([zero, np.cumsum(a.F[:, :-1] + a.B[:, :-1] + c, axis=1)], axis=1)
+    hops_before = np.concatenate([zero, np.cumsum(c, axis=1)], axis=1)                       # (N, p)
+    trip = np.cumsum((w[:, ::-1])[:, :-1] + c[:, ::-1], axis=1)[:, ::-1]                 # Σ_{s>r} w + Σ_{k≥r} c
+    trip = np.concatenate([trip, zero], axis=1) + w                                       # R_r
+    trip_hops = hops_before[:, -1:] - hops_before
+    best, best_hops = np.zeros(len(w)), np.zeros(len(w))
+    for r in range(a.p):
+        F, B, R, d = a.F[:, r], a.B[:, r], trip[:, r], d_all[:, r]
+        dm = np.minimum(d, m)
+        g0, g_last, g = R - (dm * F + B), R - (F + dm * B), R - d * (F + B)
+        both = m - 1 >= d
+        middle = np.where(both, np.floor((m - 1) / np.maximum(d, 1)) - 1, 0.0)
+        taken0, taken_last, taken_mid = g0 > 0, g_last > 0, g > 0
+        one = np.maximum(g0, g_last) > 0  # only one of the two fits
+        gain = np.where(both, np.maximum(g0, 0) + np.maximum(g_last, 0) + middle * np.maximum(g, 0),
+                        np.maximum(np.maximum(g0, g_last), 0))
+        trips = np.where(both, taken0 * 1.0 + taken_last + middle * taken_mid, one * 1.0)
+        path = fill[:, r] + m * w[:, r] + gain
+        hops = hops_before[:, r] + trips * trip_hops[:, r]
+        better = path > best
+        best, best_hops = np.where(better, path, best), np.where(better, hops, best_hops)
+    return best, best_hops
+
+
+def pipeline_time(a: StepArrays, pipe: PipelineArrays) -> tuple[np.ndarray, np.ndarray]:
     """(T, p2p-on-critical-path seconds) of the pipeline part, per candidate."""
-    p, v = a.p, a.v
+    p, v, m = a.p, a.v, pipe.m
     w = a.F + a.B
     hops = a.cf.sum(axis=1) + a.cb.sum(axis=1)
-    sum_w, max_w = w.sum(axis=1), w.max(axis=1)
-    gpipe = sum_w + (m - 1) * (a.F.max(axis=1) + a.B.max(axis=1)) + hops
+    gpipe = w.sum(axis=1) + (m - 1) * (a.F.max(axis=1) + a.B.max(axis=1)) + hops
     if v > 1:
         W = w.reshape(len(w), v, p).sum(axis=1)
         inter = m * W.max(axis=1) + (W.sum(axis=1) - W.max(axis=1)) / v + hops
-        return np.where(sched == SCHED_GPIPE, gpipe, inter), hops
-    c = a.cf + a.cb
-    period = max_w.copy()
-    for r in range(p):
-        cyc = (w[:, r:].sum(axis=1) + c[:, r:].sum(axis=1)) / (p - r)
-        period = np.where(p - r <= m, np.maximum(period, cyc), period)
-    one = sum_w + (m - 1) * period + hops
-    stall = (m - 1) * (period - max_w)
-    return np.where(sched == SCHED_GPIPE, gpipe, one), np.where(sched == SCHED_GPIPE, hops, hops + stall)
+        return np.where(pipe.forwards_first, gpipe, inter), hops
+    one, one_hops = _one_f_one_b(a, m, pipe.in_flight)
+    return np.where(pipe.forwards_first, gpipe, one), np.where(pipe.forwards_first, hops, one_hops)
 
 
-def evaluate(a: StepArrays, m: np.ndarray, sched: np.ndarray, prefetch: np.ndarray) -> dict[str, np.ndarray]:
+def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[str, np.ndarray]:
     """Step time, per-rank finish, and the per-rank breakdown ``(N, p, len(Category))``."""
-    p = a.p
-    m = np.asarray(m, dtype=float)
-    T, crit_pp = pipeline_time(a, m, sched)
+    p, m = a.p, pipe.m
+    T, crit_pp = pipeline_time(a, pipe)
     Bfirst = a.B[:, :p]
     drain = np.concatenate([np.zeros((len(T), 1)), np.cumsum(Bfirst[:, :-1] + a.cb[:, :p - 1], axis=1)], axis=1)
     last_end = T[:, None] - drain                                                   # (N, p)

@@ -22,20 +22,21 @@ reuse the compiled structures. The cost per candidate is measured by ``benchmark
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 
 import numpy as np
 import pandas as pd
 
-from simulator.analytical import SCHED_CODE, summarize
-from simulator.analytical_formula import StepArrays, evaluate
+from simulator.analytical import summarize
+from simulator.analytical_formula import StepArrays, evaluate, stack
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.compile.compute_part import step_flops
 from simulator.compile.offload_part import data_s
 from simulator.errors import SpecError
 from simulator.results import Category
+from simulator.schedule_shape import shape_of
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParamServerSync, Role, Strategy, build_layout
 from simulator.strategy.fields import declared
@@ -51,9 +52,33 @@ class OnInvalid(Enum):
 
 _FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
 """The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
-_PER, _IPP, _SCHED, _WORLD, _MODEL, _HW = range(6)
-"""Columns of :attr:`_Structures.scalars`: dp·micro-batch, pp when interleaved (else 0), schedule
-code, GPUs in the step, model and hardware FLOPs per token (per sample for layer lists)."""
+_KINDS = tuple(ScheduleKind)
+
+
+@dataclass(frozen=True)
+class _Scalars:
+    """Per-structure (or, indexed, per-candidate) numbers beside the arrays, one array per field."""
+
+    per_step: np.ndarray
+    """Samples per micro-batch step over all data-parallel ranks (dp · micro-batch)."""
+    interleave_pp: np.ndarray
+    """pp when the schedule is interleaved with v > 1 (m must be a multiple of it), else 0."""
+    kind: np.ndarray
+    """The schedule kind, as its position in ``tuple(ScheduleKind)``."""
+    world: np.ndarray
+    """GPUs in the step."""
+    model_flops: np.ndarray
+    """Model FLOPs per token (per sample for layer lists)."""
+    hw_flops: np.ndarray
+    """Hardware FLOPs (recompute included) per token."""
+
+    @classmethod
+    def of(cls, rows: list[tuple]) -> "_Scalars":
+        cols = np.array(rows, dtype=float).reshape(-1, len(fields(cls)))
+        return cls(*(cols[:, i].astype(np.int64) if i < 4 else cols[:, i] for i in range(cols.shape[1])))
+
+    def take(self, index: np.ndarray) -> "_Scalars":
+        return _Scalars(*(getattr(self, f.name)[index] for f in fields(self)))
 
 
 _KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE)
@@ -106,11 +131,11 @@ class _Structures:
         self.index: dict[tuple, int] = {}
         """:func:`_key` → structure number."""
         self._rows: list[tuple[int, int]] = []          # per structure: (shape number, row in its stack)
-        self._scalars: list[tuple[float, ...]] = []     # per structure: the _PER.._HW columns
+        self._scalars: list[tuple] = []                 # per structure: the _Scalars fields
         self._shapes: dict[tuple[int, int], int] = {}   # (p, v) → shape number
         self._parts: list[list[StepArrays]] = []        # per shape: its structures' arrays, in row order
         self._stacks: list[StepArrays | None] = []      # per shape: those stacked (None: to restack)
-        self._table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._table: tuple[np.ndarray, np.ndarray, _Scalars] | None = None
 
     def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> int:
         """Compile ``s``'s structure (raises its SpecError) and remember it under ``key``."""
@@ -123,7 +148,7 @@ class _Structures:
         flops = cache.memo(("flops", workload, s.recompute, s.attention),
                            lambda: step_flops(workload, 1, s.recompute, s.attention))
         self._rows.append((shape, len(self._parts[shape])))
-        self._scalars.append((dp * s.micro_batch, s.pp if interleaved else 0, SCHED_CODE[s.schedule],
+        self._scalars.append((dp * s.micro_batch, s.pp if interleaved else 0, _KINDS.index(s.schedule),
                               _world(cache.cluster, s), flops[0], flops[1]))
         self._parts[shape].append(arrays)
         self._stacks[shape] = None
@@ -131,11 +156,11 @@ class _Structures:
         self.index[key] = len(self._rows) - 1
         return len(self._rows) - 1
 
-    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(shape number, row in its stack, scalars (structures × 6)) of every structure."""
+    def table(self) -> tuple[np.ndarray, np.ndarray, _Scalars]:
+        """(shape number, row in its stack, scalars) of every structure."""
         if self._table is None:
             rows = np.array(self._rows, dtype=np.int64).reshape(-1, 2)
-            self._table = rows[:, 0], rows[:, 1], np.array(self._scalars, dtype=float).reshape(-1, 6)
+            self._table = rows[:, 0], rows[:, 1], _Scalars.of(self._scalars)
         return self._table
 
     def shape(self, shape: int) -> StepArrays:
@@ -184,6 +209,55 @@ def _lookup(cache, workload, strategies, fetch, store, stop_at_first):
     return ids, gbs, pre, reads, errors
 
 
+@dataclass
+class _Candidates:
+    """What :func:`estimate_many` knows of its k candidates before the closed form (k = n unless a
+    structure error stopped the scan in raise mode)."""
+
+    ids: np.ndarray
+    """(k,) structure number of each candidate, −1 if its structure is bad."""
+    ok: np.ndarray
+    """(k,) bool: evaluate it."""
+    m: np.ndarray
+    """(k,) micro-batches."""
+    scalars: _Scalars
+    """Its structure's scalars (rows of bad ones are structure 0's or zeros)."""
+    gbs: np.ndarray
+    """(k,) global batch."""
+    prefetch: np.ndarray
+    """(k,) batches the input pipeline prefetches."""
+    reads: list[int]
+    """Candidates whose input pipeline reads bytes (data read time to compute)."""
+    errors: dict[int, SpecError]
+    """Bad candidates' errors by index."""
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The fixed inputs of one :func:`estimate_many` call."""
+
+    cluster: Cluster
+    workload: object
+    strategies: Sequence[Strategy]
+    cache: CostCache
+    store: _Structures
+
+
+def _micro_batches(ctx: _Context, c: _Candidates) -> None:
+    """Fill ``c.m``; candidates whose global batch does not split mark their layout's error."""
+    per, gbs = c.scalars.per_step, c.gbs.astype(np.int64)
+    c.m = np.where(c.ok, gbs // np.maximum(per, 1), 0)
+    ipp = c.scalars.interleave_pp
+    bad = c.ok & ((gbs % np.maximum(per, 1) != 0) | ((ipp > 0) & (c.m % np.maximum(ipp, 1) != 0)))
+    for i in np.flatnonzero(bad):
+        s = ctx.strategies[i]
+        try:
+            c.m[i] = _check_m(ctx.cluster, ctx.workload, s, int(per[i]) // s.micro_batch)
+        except SpecError as err:
+            c.errors[int(i)] = err
+            c.ok[i] = False
+
+
 def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
                   fetch: ParamFetch = ParamFetch.INFINITY, cache: CostCache | None = None,
                   on_invalid: OnInvalid = OnInvalid.RAISE) -> pd.DataFrame:
@@ -193,66 +267,75 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
         raise SpecError("on_invalid", f"must be an OnInvalid ({', '.join(f'OnInvalid.{o.name}' for o in OnInvalid)}), "
                         f"got {on_invalid!r}")
     cache = CostCache(cluster) if cache is None else cache
-    store = cache.memo(("structures", workload, fetch), _Structures)
-    n = len(strategies)
-    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, store, on_invalid is OnInvalid.RAISE)
-    k = len(ids)  # n, or fewer when a structure error stopped the scan (raise mode)
+    ctx = _Context(cluster, workload, strategies, cache, cache.memo(("structures", workload, fetch), _Structures))
+    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store, on_invalid is OnInvalid.RAISE)
     ids = np.array(ids, dtype=np.int64)
-    shape_of, row_of, scalars = store.table()
     ok = ids >= 0
-    sc = scalars[np.where(ok, ids, 0)] if len(scalars) else np.zeros((k, 6))
-    gbs_k = np.array(gbs, dtype=np.int64)
-    per = sc[:, _PER].astype(np.int64)
-    m = np.where(ok, gbs_k // np.maximum(per, 1), 0)
-    ipp = sc[:, _IPP].astype(np.int64)
-    bad = ok & ((gbs_k % np.maximum(per, 1) != 0) | ((ipp > 0) & (m % np.maximum(ipp, 1) != 0)))
-    for i in np.flatnonzero(bad):
-        s = strategies[i]
-        try:
-            m[i] = _check_m(cluster, workload, s, int(per[i]) // s.micro_batch)
-        except SpecError as err:
-            errors[int(i)] = err
-            ok[i] = False
-    if errors and on_invalid is OnInvalid.RAISE:
-        i = min(errors)
-        raise SpecError(errors[i].field, f"candidate {i}: {errors[i].problem}") from None
-    return _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, np.array(gbs, dtype=float),
-                     np.array(pre), reads, errors, store, shape_of, row_of)
+    _, _, scalars = ctx.store.table()
+    if not len(scalars.kind):
+        scalars, ids_or_0 = _Scalars.of([(0,) * len(fields(_Scalars))]), np.zeros(len(ids), dtype=np.int64)
+    else:
+        ids_or_0 = np.where(ok, ids, 0)
+    c = _Candidates(ids=ids, ok=ok, m=np.zeros(len(ids), dtype=np.int64), scalars=scalars.take(ids_or_0),
+                    gbs=np.array(gbs, dtype=float), prefetch=np.array(pre), reads=reads, errors=errors)
+    _micro_batches(ctx, c)
+    if c.errors and on_invalid is OnInvalid.RAISE:
+        i = min(c.errors)
+        raise SpecError(c.errors[i].field, f"candidate {i}: {c.errors[i].problem}") from None
+    return _evaluate(ctx, c)
 
 
-def _evaluate(cluster, workload, strategies, n, ids, ok, m, sc, gbs, pre, reads, errors, store, shape_of,
-              row_of) -> pd.DataFrame:
-    """Run the closed form once per (p, v) shape over its valid candidates and build the frame."""
-    data = np.zeros(n)
-    for i in reads:
-        if ok[i]:
-            data[i] = data_s(cluster, strategies[i], int(sc[i, _WORLD]))
+def _pipelines(ctx: _Context, c: _Candidates, idx: np.ndarray, p: int, v: int):
+    """The schedule shapes of candidates ``idx`` (one pipeline shape (p, v)), read once per (kind, m)."""
+    pairs = np.stack([c.scalars.kind[idx], c.m[idx]], axis=1)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    shapes = [shape_of(ctx.cache, _KINDS[k], p, int(m), v if _KINDS[k] is ScheduleKind.INTERLEAVED else 1)
+              for k, m in unique]
+    return stack(shapes).take(inverse.reshape(-1))
+
+
+def _run_closed_form(ctx: _Context, c: _Candidates, data: np.ndarray):
+    """(step, slowest, breakdown of the slowest) per candidate: the closed form once per (p, v) shape."""
+    n = len(ctx.strategies)
     step, slowest = np.full(n, np.nan), np.full(n, -1)
     bd = np.full((n, len(Category)), np.nan)
-    idx_ok = np.flatnonzero(ok)
-    shapes = shape_of[ids[idx_ok]]
+    shape_of_row, row_of, _ = ctx.store.table()
+    idx_ok = np.flatnonzero(c.ok)
+    shapes = shape_of_row[c.ids[idx_ok]]
     for shape in np.unique(shapes):
         idx = idx_ok[shapes == shape]
-        stack, rows = store.shape(int(shape)), row_of[ids[idx]]
-        arrays = StepArrays(p=stack.p, v=stack.v, data=data[idx], **{f: getattr(stack, f)[rows] for f in _FIELDS})
-        out = evaluate(arrays, m[idx], sc[idx, _SCHED].astype(int), pre[idx])
+        stack_, rows = ctx.store.shape(int(shape)), row_of[c.ids[idx]]
+        arrays = StepArrays(p=stack_.p, v=stack_.v, data=data[idx], **{f: getattr(stack_, f)[rows] for f in _FIELDS})
+        out = evaluate(arrays, _pipelines(ctx, c, idx, stack_.p, stack_.v), c.prefetch[idx])
         step[idx], slowest[idx] = out["step_time_s"], out["slowest"]
         bd[idx] = out["breakdown"][np.arange(len(idx)), out["slowest"]]
-    seq = workload.seq_len
+    return step, slowest, bd
+
+
+def _evaluate(ctx: _Context, c: _Candidates) -> pd.DataFrame:
+    """Run the closed form over the valid candidates and build the frame."""
+    n, sc = len(ctx.strategies), c.scalars
+    data = np.zeros(n)
+    for i in c.reads:
+        if c.ok[i]:
+            data[i] = data_s(ctx.cluster, ctx.strategies[i], int(sc.world[i]))
+    step, slowest, bd = _run_closed_form(ctx, c, data)
+    idx_ok = np.flatnonzero(c.ok)
+    seq = ctx.workload.seq_len
     gbs_n, world = np.zeros(n), np.ones(n)
-    gbs_n[:len(gbs)], world[:len(ids)] = gbs, sc[:, _WORLD]
+    gbs_n[:len(c.gbs)], world[:len(c.ids)] = c.gbs, sc.world
     model, hw = np.full(n, np.nan), np.full(n, np.nan)
-    model[idx_ok] = sc[idx_ok, _MODEL] * gbs_n[idx_ok] * seq
-    hw[idx_ok] = sc[idx_ok, _HW] * gbs_n[idx_ok] * seq
+    model[idx_ok] = sc.model_flops[idx_ok] * gbs_n[idx_ok] * seq
+    hw[idx_ok] = sc.hw_flops[idx_ok] * gbs_n[idx_ok] * seq
     m_n = np.zeros(n)
-    m_n[idx_ok] = m[idx_ok]
-    peak = cluster.device.peak_flops(workload.dtype.compute_dtype)
+    m_n[idx_ok] = c.m[idx_ok]
+    peak = ctx.cluster.device.peak_flops(ctx.workload.dtype.compute_dtype)
     columns = {"step_time_s": step, "tokens_per_s": gbs_n * seq / step,
                "mfu": model / (step * world * peak), "hfu": hw / (step * world * peak),
                "slowest_stage": slowest, "micro_batches": m_n}
-    columns.update({c.value: bd[:, k] for k, c in enumerate(Category)})
+    columns.update({cat.value: bd[:, k] for k, cat in enumerate(Category)})
     messages = [""] * n
-    for i, err in errors.items():
+    for i, err in c.errors.items():
         messages[i] = str(err)
     columns["error"] = messages
     return pd.DataFrame(columns)

@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.analytical import estimate, estimate_work
-from simulator.analytical_formula import (SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, StepArrays, evaluate,
-                                         sync_exposure)
+from simulator.analytical_formula import StepArrays, evaluate, stack, sync_exposure
 from simulator.cluster.presets import load_preset
 from simulator.collectives.ps import ps_time_s
 from simulator.compile import CostCache, compile_step
 from simulator.errors import SpecError
 from simulator.results import Category
+from simulator.schedule_shape import schedule_shape
 from simulator.schedules import ScheduleKind, dry_run, make_schedule
 from simulator.strategy import AllReduceSync, ParamServerSync, Recompute, Strategy
 from simulator.workload import ParamCountModel, get_preset
@@ -34,11 +34,12 @@ def arrays(p, v=1, F=1.0, B=2.0, c=0.0, sync=(), fractions=None, opt=0.0):
                       opt=np.full((1, p), opt), after=np.zeros((1, p, 4)), data=np.zeros(1))
 
 
-def run(a, m, sched):
-    return evaluate(a, np.array([float(m)]), np.array([sched]), np.array([2]))
+def run(a, m, kind):
+    """The closed form on ``a`` for the built-in schedule ``kind`` with m micro-batches."""
+    return evaluate(a, stack([schedule_shape(make_schedule(kind, a.p, m, a.v))]), np.array([2]))
 
 
-@pytest.mark.parametrize("sched", [SCHED_GPIPE, SCHED_1F1B])
+@pytest.mark.parametrize("sched", [ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B])
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 32), (2, 1)])
 def test_bubble_fraction_gpipe_and_1f1b(sched, p, m):
     """Narayanan et al. SC'21 §2.2: (m + p − 1)(t_f + t_b); bubble (p − 1)/m of the ideal m(t_f + t_b). Exact."""
@@ -52,7 +53,7 @@ def test_bubble_fraction_gpipe_and_1f1b(sched, p, m):
 def test_interleaved_reduces_the_bubble_by_v(v):
     """Interleaved 1F1B: bubble (p − 1)/(v·m) (Narayanan et al. SC'21 §2.2); chunks are 1/v of a stage."""
     p, m = 4, 8
-    out = run(arrays(p, v, F=1.0 / v, B=2.0 / v), m, SCHED_INTERLEAVED)
+    out = run(arrays(p, v, F=1.0 / v, B=2.0 / v), m, ScheduleKind.INTERLEAVED)
     ideal = m * 3.0
     assert (out["step_time_s"][0] - ideal) / ideal == pytest.approx((p - 1) / (v * m), rel=1e-12)
 
@@ -61,15 +62,16 @@ def test_interleaved_reduces_the_bubble_by_v(v):
 @given(p=st.integers(1, 6), m=st.integers(1, 12), c=st.floats(0, 0.1),
        F=st.lists(st.floats(0.9, 1.1), min_size=6, max_size=6), gpipe=st.booleans())
 def test_closed_form_against_the_list_scheduler(p, m, c, F, gpipe):
-    """GPipe is exact against dry_run for any stage times. 1F1B is exact for equal stages without p2p and within
-    5 % for m ≥ p, stages within ±10 % of each other (edge stages of real models) and p2p up to a tenth of a forward;
-    a much heavier stage makes the closed form pessimistic (p 2, m 2, stage 0 50 % heavier: +14 %)."""
+    """GPipe is exact against dry_run for any stage times. 1F1B, a longest path of a family of real paths, is
+    never above dry_run, exact without p2p for stages within ±10 % of each other (edge stages of real models),
+    and within 2 % below with p2p up to a tenth of a forward (worst seen in 3,000 draws: −1.5 %)."""
     F, m = F[:p], m + p  # m >= p: the regime pipelines run in (m ≫ p, Narayanan et al. §3.3)
     B = [2 * f for f in F]
     kind = ScheduleKind.GPIPE if gpipe else ScheduleKind.ONE_F_ONE_B
     truth = dry_run(make_schedule(kind, p, m), tuple(F), tuple(B), c).makespan_s
-    got = run(arrays(p, F=F, B=B, c=c), m, SCHED_GPIPE if gpipe else SCHED_1F1B)["step_time_s"][0]
-    assert got == pytest.approx(truth, rel=1e-9 if gpipe else 0.05)
+    got = run(arrays(p, F=F, B=B, c=c), m, kind)["step_time_s"][0]
+    assert got <= truth * (1 + 1e-12)
+    assert got == pytest.approx(truth, rel=1e-9 if gpipe or c == 0 else 0.02)
 
 
 def test_p2p_terms_of_the_closed_form_hand_worked():
@@ -112,10 +114,10 @@ def test_exposed_dp_is_the_tail_after_backward():
     """DDP overlap (Li et al. VLDB 2020): backward of 10 s producing 4 buckets of 3 s at 1/4, 1/2, 3/4, 1: the
     stream runs 2.5–5.5, 5.5–8.5, 8.5–11.5, 11.5–14.5, so 4.5 s show. Without overlap all 12 s show."""
     dp = list(Category).index(Category.DP)
-    on = run(arrays(1, F=5.0, B=10.0, sync=(3, 3, 3, 3), fractions=(0.25, 0.5, 0.75, 1.0)), 1, SCHED_1F1B)
+    on = run(arrays(1, F=5.0, B=10.0, sync=(3, 3, 3, 3), fractions=(0.25, 0.5, 0.75, 1.0)), 1, ScheduleKind.ONE_F_ONE_B)
     assert on["step_time_s"][0] == pytest.approx(15.0 + 4.5)
     assert on["breakdown"][0, 0, dp] == pytest.approx(4.5)
-    off = run(arrays(1, F=5.0, B=10.0, sync=(3, 3, 3, 3)), 1, SCHED_1F1B)
+    off = run(arrays(1, F=5.0, B=10.0, sync=(3, 3, 3, 3)), 1, ScheduleKind.ONE_F_ONE_B)
     assert off["step_time_s"][0] == pytest.approx(15.0 + 12.0)
 
 

@@ -1,0 +1,88 @@
+"""What the analytical closed form needs to know about a pipeline schedule, read from its action lists.
+
+The closed form (:mod:`simulator.analytical_formula`) has a formula for three families of
+schedules. :func:`schedule_shape` reads a :class:`~simulator.schedules.PipelineSchedule` (built in,
+or loaded with :func:`~simulator.schedules.from_csv`) and says which family it belongs to and how
+many micro-batches each rank takes in before its first backward; a schedule of none of them raises
+SpecError (simulate it with the discrete-event engine, which runs any valid action list).
+
+- :attr:`PipelineFamily.ALL_FORWARDS_FIRST`: every rank runs the forwards of micro-batches
+  0 … m−1, then their backwards in the same order (GPipe).
+- :attr:`PipelineFamily.ONE_F_ONE_B`: exactly the action lists of
+  :func:`~simulator.schedules.one_f_one_b` (rank r: d_r = min(p − r, m) forwards, then one forward
+  one backward). Other warm-up depths are not taken: with d_0 = d_1 a path runs up to rank 0 and
+  back down every micro-batch (p = 4, m = 8, d = (3, 3, 2, 1), F = 1, B = 2: dry run 48 against the
+  33 of 1F1B), which the closed form does not follow.
+- :attr:`PipelineFamily.INTERLEAVED`: exactly the action lists of
+  :func:`~simulator.schedules.interleaved_1f1b` for its (p, m, v).
+
+:func:`shape_of` builds and reads the generator's schedule once per (kind, p, m, v) and remembers
+the answer in a :class:`~simulator.compile.CostCache`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.errors import SpecError
+from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, interleaved_1f1b, make_schedule,
+                                 max_in_flight, one_f_one_b)
+
+
+class PipelineFamily(Enum):
+    """The schedule families the closed form has a formula for (module docstring)."""
+
+    ALL_FORWARDS_FIRST = "all-forwards-first"
+    """Every rank: all forwards, then all backwards, micro-batches in order (GPipe)."""
+    ONE_F_ONE_B = "1f1b"
+    """One chunk per rank: a warm-up of min(p − r, m) forwards, then one forward one backward (PipeDream-Flush)."""
+    INTERLEAVED = "interleaved"
+    """Megatron-LM's interleaved 1F1B with v > 1 chunks per rank."""
+
+
+@dataclass(frozen=True)
+class ScheduleShape:
+    """The closed form's view of one schedule: its family, size and per-rank warm-up depth."""
+
+    family: PipelineFamily
+    p: int
+    m: int
+    v: int
+    in_flight: tuple[int, ...]
+    """Per rank: micro-batches it holds at most (:func:`~simulator.schedules.max_in_flight`); for
+    the 1F1B family, the forwards it runs before its first backward (d_r)."""
+
+
+def _all_forwards_first(r: int, m: int) -> tuple[Action, ...]:
+    return tuple([Action(r, ActionKind.F, j) for j in range(m)] + [Action(r, ActionKind.B, j) for j in range(m)])
+
+
+def _family(schedule: PipelineSchedule) -> PipelineFamily | None:
+    p, m, v, ranks = schedule.p, schedule.m, schedule.v, schedule.ranks
+    if v == 1 and all(acts == _all_forwards_first(r, m) for r, acts in enumerate(ranks)):
+        return PipelineFamily.ALL_FORWARDS_FIRST
+    if v == 1 and ranks == one_f_one_b(p, m).ranks:
+        return PipelineFamily.ONE_F_ONE_B
+    if v > 1 and m % p == 0 and ranks == interleaved_1f1b(p, m, v).ranks:
+        return PipelineFamily.INTERLEAVED
+    return None
+
+
+def schedule_shape(schedule: PipelineSchedule) -> ScheduleShape:
+    """Read ``schedule``'s family and warm-up depths from its action lists (module docstring)."""
+    if len(schedule.ranks) != schedule.p:
+        raise SpecError("schedule", f"has {len(schedule.ranks)} rank lists for pp={schedule.p}")
+    in_flight = tuple(max_in_flight(schedule, r) for r in range(schedule.p))
+    family = _family(schedule)
+    if family is None:
+        raise SpecError("schedule", "the analytical engine has closed forms for the GPipe, 1F1B and "
+                        "interleaved 1F1B action lists; this schedule is none of them: "
+                        "simulate it with the discrete-event engine")
+    return ScheduleShape(family=family, p=schedule.p, m=schedule.m, v=schedule.v, in_flight=in_flight)
+
+
+def shape_of(cache, kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
+    """The shape of the built-in ``kind``'s schedule, read once per (kind, p, m, v) and kept in ``cache``
+    (a :class:`~simulator.compile.CostCache`)."""
+    return cache.memo(("schedule_shape", kind, p, m, v), lambda: schedule_shape(make_schedule(kind, p, m, v)))
