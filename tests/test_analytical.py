@@ -78,18 +78,18 @@ def test_p2p_terms_of_the_closed_form_hand_worked():
     """analytical_formula's docstring on p 2, m 4, F 1, B 2 (w = 3 per chunk), p2p c = 0.5 each way:
     Σw = 6, C = cf + cb = 1.0.
     GPipe: Σw + (m−1)(max F + max B) + C = 6 + 3·3 + 1 = 16 (dry_run: 16, exact).
-    1F1B: period P = max(max w = 3, rank 0: (Σw + cf + cb)/(p−0) = 7/2 = 3.5, rank 1: 3/1 = 3) = 3.5,
-    T = Σw + (m−1)·P + C = 6 + 10.5 + 1 = 17.5 (dry_run: 17; the closed form is pessimistic by one c here,
-    see test_engines_agree.test_des_is_never_faster_with_heavy_p2p).
+    1F1B: the schedule's critical path (dry_run: 17) — rank 0's four chunks (4·3 = 12) plus, per round trip
+    through rank 1, its forward-and-backward wait: the longest-path form (analytical_formula) gives 17 exactly,
+    with 4 of the path's hops of c = 0.5 on it (2.0 of p2p).
     Interleaved p 2, v 2, chunks F 0.5, B 1: W_r = 3, C = 3 boundaries × 2 × 0.5 = 3,
     T = m·max W + (ΣW − max W)/v + C = 12 + 1.5 + 3 = 16.5 (dry_run: 16.5)."""
-    assert run(arrays(2, c=0.5), 4, SCHED_GPIPE)["step_time_s"][0] == pytest.approx(16.0, rel=1e-12)
-    one = run(arrays(2, c=0.5), 4, SCHED_1F1B)
-    assert one["step_time_s"][0] == pytest.approx(17.5, rel=1e-12)
-    assert one["pipeline_s"][0] == pytest.approx(17.5, rel=1e-12)
-    # p2p on the critical path: C + (m−1)(P − max w) = 1 + 3·0.5 = 2.5; rank 0 idles 17.5 − 4·3 = 5.5 ≥ 2.5.
-    assert one["breakdown"][0, 0, list(Category).index(Category.PP)] == pytest.approx(2.5, rel=1e-12)
-    inter = run(arrays(2, v=2, F=0.5, B=1.0, c=0.5), 4, SCHED_INTERLEAVED)
+    assert run(arrays(2, c=0.5), 4, ScheduleKind.GPIPE)["step_time_s"][0] == pytest.approx(16.0, rel=1e-12)
+    one = run(arrays(2, c=0.5), 4, ScheduleKind.ONE_F_ONE_B)
+    assert one["step_time_s"][0] == pytest.approx(17.0, rel=1e-12)
+    assert one["pipeline_s"][0] == pytest.approx(17.0, rel=1e-12)
+    # p2p on the critical path: 4 hops × 0.5 = 2.0; rank 0 idles 17 − 4·3 = 5 ≥ 2.0.
+    assert one["breakdown"][0, 0, list(Category).index(Category.PP)] == pytest.approx(2.0, rel=1e-12)
+    inter = run(arrays(2, v=2, F=0.5, B=1.0, c=0.5), 4, ScheduleKind.INTERLEAVED)
     assert inter["step_time_s"][0] == pytest.approx(16.5, rel=1e-12)
     for kind, expected in ((ScheduleKind.GPIPE, 16.0), (ScheduleKind.ONE_F_ONE_B, 17.0)):
         assert dry_run(make_schedule(kind, 2, 4), 1.0, 2.0, 0.5).makespan_s == pytest.approx(expected, rel=1e-12)
@@ -97,17 +97,16 @@ def test_p2p_terms_of_the_closed_form_hand_worked():
         pytest.approx(16.5, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the 1F1B closed form is 5.03 % above the schedule here, outside the "
-                   "5 % its property test and docstring allow (found by hypothesis during mutation testing)")
-def test_closed_form_within_five_percent_on_uneven_stages():
-    """p 5, m 6, c 0, forwards (1.09375, 0.9375, 1, 1, 0.9375), backwards twice those: dry_run 29.8125,
-    the closed form 31.3125 (+5.03 %)."""
+def test_closed_form_exact_on_uneven_stages_without_p2p():
+    """p 5, m 6, c 0, forwards (1.09375, 0.9375, 1, 1, 0.9375), backwards twice those: dry_run 29.8125.
+    The earlier period form gave 31.3125 (+5.03 %, found by hypothesis during mutation testing); the
+    longest-path form is exact without p2p."""
     F = (1.09375, 0.9375, 1.0, 1.0, 0.9375)
     B = tuple(2 * f for f in F)
     truth = dry_run(make_schedule(ScheduleKind.ONE_F_ONE_B, 5, 6), F, B, 0.0).makespan_s
     assert truth == pytest.approx(29.8125, rel=1e-12)
-    got = run(arrays(5, F=list(F), B=list(B)), 6, SCHED_1F1B)["step_time_s"][0]
-    assert got == pytest.approx(truth, rel=0.05)
+    got = run(arrays(5, F=list(F), B=list(B)), 6, ScheduleKind.ONE_F_ONE_B)["step_time_s"][0]
+    assert got == pytest.approx(truth, rel=1e-9)
 
 
 def test_exposed_dp_is_the_tail_after_backward():
