@@ -121,7 +121,7 @@ def test_structure_key_follows_the_field_declarations():
     one compiled structure)."""
     from dataclasses import replace
 
-    from simulator.analytical_vec import _KEY_FIELDS, _key
+    from simulator.analytical_structures import KEY_FIELDS as _KEY_FIELDS, structure_key as _key
     from simulator.strategy.fields import declared
     structural = {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE}
     assert set(_KEY_FIELDS) == structural == set(STRUCTURE_VARIANTS)

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from simulator.analytical_vec import _KEY_FIELDS
+from simulator.analytical_structures import KEY_FIELDS as _KEY_FIELDS
 from simulator.errors import SpecError
 from simulator.strategy import Role, Strategy
 from simulator.strategy.fields import Flag, decl_of, declare, declared, int_parser, pos_int

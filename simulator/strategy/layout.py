@@ -211,7 +211,7 @@ def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
         raise _ERRORS[field](s, dp, gpus, layers)
 
 
-def _worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
+def worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
     sync = s.dp_sync
     if not isinstance(sync, ParamServerSync):
         if gpus is None:
@@ -233,7 +233,7 @@ def _worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, 
     return workers * cluster.node.gpus_per_node, shard_nodes
 
 
-def _dp(s: Strategy, gpus: int) -> int:
+def derived_dp(s: Strategy, gpus: int) -> int:
     """dp as given, or derived as gpus ÷ (tp·pp) (0 when that does not divide: the dp rule of RULES
     then fails and says so)."""
     if s.dp is not None:
@@ -262,8 +262,8 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     if not isinstance(strategy, Strategy):
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     workload.check_tp(strategy.tp)
-    gpus, shard_nodes = _worker_gpus(strategy, cluster, gpus)
-    dp = _dp(strategy, gpus)
+    gpus, shard_nodes = worker_gpus(strategy, cluster, gpus)
+    dp = derived_dp(strategy, gpus)
     _check_rules(strategy, dp, gpus, workload.layer_count)
     split = _split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)

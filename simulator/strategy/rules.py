@@ -69,6 +69,20 @@ RULES: tuple[Rule, ...] = (
 """In the order :func:`build_layout` reports them."""
 
 
+BATCH_RULES = ("global_batch", "micro_batch", "micro_batches")
+"""The rules that depend on the global batch (what :func:`simulator.analytical_vec.estimate_many`
+checks per candidate on top of a compiled structure)."""
+
+
+def mask(c: Candidates, names: tuple[str, ...], gpus: int = 0, layers: int | None = None) -> np.ndarray:
+    """True where every rule named in ``names`` holds."""
+    out = np.ones(len(c.dp), dtype=bool)
+    for rule in RULES:
+        if rule.field in names:
+            out &= rule.ok(c, gpus, layers)
+    return out
+
+
 def first_violation(c: Candidates, gpus: int, layers: int | None) -> str | None:
     """The field of the first rule the (single) candidate breaks, or None."""
     for rule in RULES:

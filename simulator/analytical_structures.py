@@ -1,0 +1,141 @@
+"""The compiled structures behind :func:`simulator.analytical_vec.estimate_many`.
+
+A candidate's *structure* is everything but its global batch and input pipeline: the fields
+declared :data:`~simulator.strategy.Role.STRUCTURE`. Each distinct structure is compiled once
+(with the smallest valid batch, so no long schedule is built) into the closed form's arrays
+(:class:`~simulator.analytical_formula.StepArrays`) and a row of :class:`Scalars`, kept stacked
+by pipeline shape (p, v) in a :class:`Structures` owned by the caller's
+:class:`~simulator.compile.CostCache`. A candidate costs one dictionary look-up of
+:func:`structure_key`; everything after is numpy indexing by structure row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from simulator.analytical import summarize
+from simulator.analytical_formula import StepArrays
+from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.compile.compute_part import step_flops
+from simulator.schedules import ScheduleKind
+from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
+from simulator.strategy.fields import declared
+from simulator.strategy.layout import derived_dp, worker_gpus
+
+ARRAY_FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
+"""The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
+KINDS = tuple(ScheduleKind)
+
+
+_INT_FIELDS = 6
+"""The first six fields of :class:`Scalars` are integers; the FLOPs are floats."""
+
+
+@dataclass(frozen=True)
+class Scalars:
+    """Per-structure (or, indexed, per-candidate) numbers beside the arrays, one array per field."""
+
+    dp: np.ndarray
+    micro_batch: np.ndarray
+    pp: np.ndarray
+    interleaved: np.ndarray
+    """1 when the schedule is interleaved with v > 1 (m must then be a multiple of pp), else 0."""
+    kind: np.ndarray
+    """The schedule kind, as its position in ``tuple(ScheduleKind)``."""
+    world: np.ndarray
+    """GPUs in the step."""
+    model_flops: np.ndarray
+    """Model FLOPs per token (per sample for layer lists)."""
+    hw_flops: np.ndarray
+    """Hardware FLOPs (recompute included) per token."""
+
+    @classmethod
+    def of(cls, rows: list[tuple]) -> "Scalars":
+        cols = np.array(rows, dtype=float).reshape(-1, len(fields(cls)))
+        return cls(*(cols[:, i].astype(np.int64) if i < _INT_FIELDS else cols[:, i] for i in range(cols.shape[1])))
+
+    def take(self, index: np.ndarray) -> "Scalars":
+        return Scalars(*(getattr(self, f.name)[index] for f in fields(self)))
+
+
+KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE)
+"""Strategy fields that decide the compiled structure (:func:`structure_key`): those declared with
+:data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration."""
+_SYNC_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (AllReduceSync, ParamServerSync)}
+
+
+def structure_key(s: Strategy) -> tuple:
+    """The :data:`KEY_FIELDS` of ``s``, the gradient sync expanded into its type and field values.
+    Enum members hash by identity (cheap), so no value look-ups are needed."""
+    d = s.dp_sync
+    return (*(getattr(s, name) for name in KEY_FIELDS if name != "dp_sync"), type(d),
+            *(getattr(d, name) for name in _SYNC_FIELDS[type(d)]))
+
+
+def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> tuple[StepArrays, ParallelLayout]:
+    """(arrays, layout) of a strategy's structure, compiled with the smallest valid batch."""
+    gpus, _ = worker_gpus(s, cache.cluster, None)
+    dp = derived_dp(s, gpus)
+    if dp == 0:
+        build_layout(s, cache.cluster, workload)  # raises the layout's own error
+    interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
+    small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
+    layout = build_layout(small, cache.cluster, workload)
+    work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
+    return summarize(work), layout
+
+
+class Structures:
+    """The compiled structures of one (workload, fetch) on one cache's cluster, stacked by (p, v).
+
+    Mutable, but owned by the caller's :class:`CostCache` (``cache.memo``), like its other answers.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[tuple, int] = {}
+        """:func:`structure_key` → structure number."""
+        self._rows: list[tuple[int, int]] = []          # per structure: (shape number, row in its stack)
+        self._scalars: list[tuple] = []                 # per structure: the _Scalars fields
+        self._shapes: dict[tuple[int, int], int] = {}   # (p, v) → shape number
+        self._parts: list[list[StepArrays]] = []        # per shape: its structures' arrays, in row order
+        self._stacks: list[StepArrays | None] = []      # per shape: those stacked (None: to restack)
+        self._table: tuple[np.ndarray, np.ndarray, Scalars] | None = None
+
+    def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> int:
+        """Compile ``s``'s structure (raises its SpecError) and remember it under ``key``."""
+        arrays, layout = _compile(cache, workload, s, fetch)
+        shape = self._shapes.setdefault((arrays.p, arrays.v), len(self._shapes))
+        if shape == len(self._parts):
+            self._parts.append([])
+            self._stacks.append(None)
+        interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
+        flops = cache.memo(("flops", workload, s.recompute, s.attention),
+                           lambda: step_flops(workload, 1, s.recompute, s.attention))
+        self._rows.append((shape, len(self._parts[shape])))
+        self._scalars.append((layout.dp, s.micro_batch, s.pp, int(interleaved), KINDS.index(s.schedule),
+                              layout.world_size, flops[0], flops[1]))
+        self._parts[shape].append(arrays)
+        self._stacks[shape] = None
+        self._table = None
+        self.index[key] = len(self._rows) - 1
+        return len(self._rows) - 1
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, Scalars]:
+        """(shape number, row in its stack, scalars) of every structure."""
+        if self._table is None:
+            rows = np.array(self._rows, dtype=np.int64).reshape(-1, 2)
+            self._table = rows[:, 0], rows[:, 1], Scalars.of(self._scalars)
+        return self._table
+
+    def shape(self, shape: int) -> StepArrays:
+        """The stacked arrays of one (p, v) shape (``data`` left empty)."""
+        if self._stacks[shape] is None:
+            items = self._parts[shape]
+            first = items[0]
+            cat = {f: np.concatenate([getattr(a, f) for a in items]) for f in ARRAY_FIELDS}
+            self._stacks[shape] = StepArrays(p=first.p, v=first.v, data=np.zeros(0), **cat)
+        return self._stacks[shape]
+
+
