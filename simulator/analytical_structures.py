@@ -12,6 +12,7 @@ by pipeline shape (p, v) in a :class:`Structures` owned by the caller's
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 import numpy as np
 
@@ -63,15 +64,15 @@ class Scalars:
 KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE)
 """Strategy fields that decide the compiled structure (:func:`structure_key`): those declared with
 :data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration."""
-_SYNC_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (AllReduceSync, ParamServerSync)}
+_OWN = attrgetter(*(name for name in KEY_FIELDS if name != "dp_sync"))
+_SYNC = {cls: attrgetter(*(f.name for f in fields(cls))) for cls in (AllReduceSync, ParamServerSync)}
 
 
 def structure_key(s: Strategy) -> tuple:
-    """The :data:`KEY_FIELDS` of ``s``, the gradient sync expanded into its type and field values.
-    Enum members hash by identity (cheap), so no value look-ups are needed."""
+    """The :data:`KEY_FIELDS` of ``s``, the gradient sync expanded into its type and field values
+    (read by ``operator.attrgetter``: a planner builds thousands of these)."""
     d = s.dp_sync
-    return (*(getattr(s, name) for name in KEY_FIELDS if name != "dp_sync"), type(d),
-            *(getattr(d, name) for name in _SYNC_FIELDS[type(d)]))
+    return _OWN(s), type(d), _SYNC[type(d)](d)
 
 
 def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> tuple[StepArrays, ParallelLayout]:
