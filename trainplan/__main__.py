@@ -15,6 +15,7 @@ from simulator.errors import SpecError
 from trainplan import cli_common
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "trainplan.cmd_plan",
     "trainplan.cmd_cluster",
     "trainplan.cmd_model",
     "trainplan.cmd_memory",

@@ -180,13 +180,18 @@ def load_workload(args):
     return workload
 
 
+def cluster_of(args):
+    """The cluster of ``--cluster`` (default :data:`DEFAULT_CLUSTER`) as the file or preset says; errors name the flag."""
+    try:
+        return load_cluster(args.cluster or DEFAULT_CLUSTER)
+    except SpecError as err:
+        raise SpecError("--cluster", str(err)) from None
+
+
 def build_job(args, workload=None, global_batch: int | None = None) -> Job:
     """(workload, cluster, strategy, layout) from the parsed flags, checked; errors name the flag."""
     workload = load_workload(args) if workload is None else workload
-    try:
-        base = load_cluster(args.cluster or DEFAULT_CLUSTER)
-    except SpecError as err:
-        raise SpecError("--cluster", str(err)) from None
+    base = cluster_of(args)
     if args.gpus < 1:
         raise SpecError("--gpus", f"must be a positive integer, got {args.gpus}")
     strategy = build_strategy(args, args.gpus, global_batch)

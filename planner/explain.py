@@ -1,0 +1,81 @@
+"""Why the best plan wins: plain sentences with the numbers, against the runner-up and the best
+plan of each family (pure data parallel / ZeRO, tensor-parallel heavy, pipeline heavy, offload,
+parameter server).
+
+The differences are per category of the analytical breakdown on the slowest rank (forward,
+backward, recompute, exposed tp/pp/dp/zero/ps/offload communication, bubble, ...), largest first;
+memory is compared by the most loaded rank's total. Families with no feasible candidate say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from simulator.results import Category
+from simulator.strategy import Offload, ParamServerSync
+from simulator.units import GB
+
+FAMILIES: tuple[tuple[str, Callable], ...] = (
+    ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and not isinstance(s.dp_sync, ParamServerSync)),
+    ("tensor-parallel heavy", lambda s: s.tp > 1 and s.pp == 1),
+    ("pipeline heavy", lambda s: s.pp > 1),
+    ("offload", lambda s: s.offload is not Offload.NONE),
+    ("parameter server", lambda s: isinstance(s.dp_sync, ParamServerSync)),
+)
+"""(name, membership test) of the plan families the explanation compares."""
+
+
+def describe(s) -> str:
+    """One readable line for a strategy."""
+    parts = [f"dp {s.dp} tp {s.tp} pp {s.pp}", f"ZeRO-{int(s.zero)}", f"mbs {s.micro_batch}"]
+    if s.pp > 1:
+        parts.append(s.schedule.value + (f" v{s.virtual_stages}" if s.virtual_stages > 1 else ""))
+    if s.sequence_parallel and s.tp > 1:
+        parts.append("sp")
+    parts.append(f"recompute {s.recompute.value}")
+    if s.offload is not Offload.NONE:
+        parts.append(f"offload {s.offload.value}")
+    if isinstance(s.dp_sync, ParamServerSync):
+        parts.append(f"PS {s.dp_sync.mode.value} x{s.dp_sync.shards}")
+    return ", ".join(parts)
+
+
+def _differences(best: pd.Series, other: pd.Series, step_s: float) -> str:
+    cats = [c.value for c in Category if c.value in best.index]
+    diffs = sorted(((float(other[c]) - float(best[c]), c) for c in cats), reverse=True)
+    shown = [f"{d:+.3g} s {c}" for d, c in diffs if abs(d) >= 0.01 * step_s][:3]
+    return ", ".join(shown) if shown else "no category differs by more than 1 % of the step"
+
+
+def _analytical_s(row: pd.Series) -> float:
+    """The closed form's step time (refined rows keep it apart from their DES time), so that the
+    comparison and its breakdown come from one engine."""
+    value = row.get("step_time_s_analytical")
+    return float(row["step_time_s"] if value is None or pd.isna(value) else value)
+
+
+def _sentence(label: str, best: pd.Series, other: pd.Series) -> str:
+    a, b = _analytical_s(best), _analytical_s(other)
+    mem = (float(other["memory_bytes"]) - float(best["memory_bytes"])) / GB
+    return (f"The {label} ({describe(other['strategy'])}) is {b - a:.3g} s per step slower in the closed form "
+            f"({b:.3g} s vs {a:.3g} s): {_differences(best, other, a)}; memory {mem:+.1f} GB per GPU.")
+
+
+def explain(frame: pd.DataFrame) -> list[str]:
+    """Sentences on why row 0 wins (the frame as :func:`planner.plan` ranks it)."""
+    if frame.empty:
+        return ["No candidate fits; see the counts by reason."]
+    best = frame.iloc[0]
+    lines = [f"Best: {describe(best['strategy'])}: {float(best['step_time_s']):.3g} s per step, MFU "
+             f"{float(best['mfu']):.1%}, {float(best['memory_bytes']) / GB:.1f} GB per GPU."]
+    if len(frame) > 1:
+        lines.append(_sentence("runner-up", best, frame.iloc[1]))
+    for name, member in FAMILIES:
+        rows = frame[[member(s) for s in frame["strategy"]]]
+        if rows.empty:
+            lines.append(f"No {name} plan fits or was searched.")
+        elif rows.index[0] != 0:
+            lines.append(_sentence(f"best {name} plan", best, rows.iloc[0]))
+    return lines

@@ -1,0 +1,115 @@
+"""``plan()``: the planner's entry point, its objectives and its result."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+import pandas as pd
+
+from simulator.errors import SpecError
+from simulator.plan_file import Estimate, Plan
+from simulator.strategy.flat import strategy_to_flat
+
+from planner.refine import refine as des_refine
+from planner.search import Counts, Search, rank
+from planner.space import DEFAULT_MAX_MBS, Problem
+
+SECONDS_PER_HOUR = 3600.0
+
+
+class Objective(Enum):
+    """What the ranking minimises."""
+
+    TIME = "time"
+    """Step time (the default)."""
+    THROUGHPUT = "throughput"
+    """Tokens per second per GPU, highest first (the same order as time for one GPU count)."""
+    COST = "cost"
+    """GPU-hours to train ``tokens`` tokens (times the price per GPU-hour, when given)."""
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What a search found: counts by outcome, every ranked candidate, and the best as a plan."""
+
+    counts: Counts
+    frame: pd.DataFrame
+    """One row per ranked candidate, best first: the estimate's columns, ``strategy`` (the object),
+    ``memory_bytes``, ``headroom_bytes`` and, for refined rows, ``des_step_time_s``."""
+    best: Plan | None
+    """None when nothing fits."""
+
+    def top(self, k: int) -> pd.DataFrame:
+        return self.frame.head(k)
+
+    def row_dict(self, i: int) -> dict:
+        """One ranked row as plain data: the strategy's flat keys and the headline numbers."""
+        r = self.frame.iloc[i]
+        keys = strategy_to_flat(r["strategy"])
+        return {"strategy": {k: v for k, v in keys.items() if k not in ("speed_factors",)},
+                "step_time_s": float(r["step_time_s"]), "tokens_per_s": float(r["tokens_per_s"]),
+                "tokens_per_s_per_gpu": float(r["tokens_per_s_per_gpu"]), "mfu": float(r["mfu"]),
+                "des_step_time_s": None if pd.isna(r.get("des_step_time_s")) else float(r["des_step_time_s"]),
+                "memory": {"total_bytes": float(r["memory_bytes"]), "headroom_bytes": float(r["headroom_bytes"])}}
+
+    def to_dict(self, top: int) -> dict:
+        out = {"candidates": self.counts.to_dict(), "best": self.row_dict(0) if len(self.frame) else None,
+               "top": [self.row_dict(i) for i in range(min(top, len(self.frame)))]}
+        return out
+
+
+def _objective_columns(frame: pd.DataFrame, gpus: int, tokens: float | None, price: float | None) -> None:
+    frame["tokens_per_s_per_gpu"] = frame["tokens_per_s"] / gpus
+    if tokens:
+        frame["time_to_train_s"] = tokens / frame["tokens_per_s"]
+        frame["gpu_hours"] = frame["time_to_train_s"] * gpus / SECONDS_PER_HOUR
+        if price is not None:
+            frame["cost"] = frame["gpu_hours"] * price
+
+
+def _order(frame: pd.DataFrame, objective: Objective, by: str) -> pd.DataFrame:
+    if objective is Objective.THROUGHPUT:
+        return frame.sort_values(["tokens_per_s_per_gpu", "memory_bytes"], ascending=[False, True], kind="stable")
+    return frame.sort_values([by, "memory_bytes"], kind="stable")
+
+
+def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None = None,
+         objective: Objective = Objective.TIME, refine: int = 8, jobs: int = 1, reserve_gb: float = 0.0,
+         max_mbs: int = DEFAULT_MAX_MBS, allow_cross_node_tp: bool = False, profile: str | None = None,
+         tokens: float | None = None, price_per_gpu_hour: float | None = None) -> PlanResult:
+    """Search the strategies for ``workload`` on ``gpus`` GPUs of ``cluster`` (module docstrings)."""
+    if gpus != cluster.world_size:
+        raise SpecError("gpus", f"{gpus} GPUs but the cluster has {cluster.world_size}; size the cluster to the job "
+                        "(whole nodes)")
+    if objective is Objective.COST and not tokens:
+        raise SpecError("tokens", "the cost objective needs the tokens to train (--tokens)")
+    problem = Problem(gpus=gpus, global_batch=global_batch, gpus_per_node=cluster.node.gpus_per_node,
+                      layers=workload.layer_count, check_tp=workload.check_tp, max_mbs=max_mbs,
+                      allow_cross_node_tp=allow_cross_node_tp)
+    counts = Counts()
+    frame = rank(Search(workload, cluster, problem, pins or {}, profile, reserve_gb), counts)
+    _objective_columns(frame, gpus, tokens, price_per_gpu_hour)
+    frame = _order(frame, objective, "step_time_s").reset_index(drop=True)
+    t0 = time.perf_counter()
+    k = min(refine, len(frame))
+    if k:
+        results = des_refine(cluster, workload, list(frame["strategy"][:k]), jobs)
+        frame["des_step_time_s"] = [r.step_time_s for r in results] + [float("nan")] * (len(frame) - k)
+        head = frame.head(k).copy()
+        head["step_time_s_analytical"] = head["step_time_s"]
+        head["step_time_s"], head["tokens_per_s"] = head["des_step_time_s"], [r.tokens_per_s for r in results]
+        head["mfu"] = [r.mfu for r in results]
+        _objective_columns(head, gpus, tokens, price_per_gpu_hour)
+        frame = pd.concat([_order(head, objective, "step_time_s"), frame.iloc[k:]], ignore_index=True)
+        counts.refined = k
+    counts.seconds["refine"] = time.perf_counter() - t0
+    best = None
+    if len(frame):
+        r = frame.iloc[0]
+        best = Plan(model=workload, cluster=cluster, gpus=gpus, strategy=r["strategy"],
+                    estimates=(Estimate(engine="analytical" if pd.isna(r.get("des_step_time_s")) else "des",
+                                        step_time_s=float(r["step_time_s"]), tokens_per_s=float(r["tokens_per_s"]),
+                                        mfu=float(r["mfu"]), memory={"total_bytes": float(r["memory_bytes"])}),))
+    return PlanResult(counts=counts, frame=frame, best=best)

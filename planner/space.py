@@ -1,0 +1,147 @@
+"""The search space: every strategy a practitioner would consider, as typed axes over flat keys.
+
+A space is an ordered tuple of :class:`Axis`. Each axis sets one flat strategy key
+(:mod:`simulator.strategy.flat`) to each of its values, where it applies given the keys set before
+it (sequence parallelism only where tp > 1, a schedule only where pp > 1); the degrees are one
+axis of (dp, tp, pp) factorisations of the GPU count. A new dimension (expert or context
+parallelism) joins by adding one axis to :func:`default_axes`, not by editing loops.
+
+Pins (``--tp 8``, ``--zero 1,2``, ``--recompute none,selective``) restrict an axis to the pinned
+values; a pin no candidate can honour is a one-line error naming the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from simulator.errors import SpecError
+from simulator.schedules import ScheduleKind
+from simulator.strategy import AttentionKind, Offload, Recompute, ZeroStage
+from simulator.workload.protocol import divisors
+
+DEFAULT_MAX_MBS = 8
+"""Largest micro-batch tried unless ``--max-mbs`` says otherwise."""
+DEFAULT_VIRTUAL_STAGES = (2,)
+"""Interleaved chunks per rank tried unless pinned (Megatron-LM's examples use 2-4)."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One dimension of the space: the flat key it sets and its candidate values."""
+
+    key: str
+    values: tuple
+    applies: Callable[[dict], bool] | None = None
+    """Whether the axis applies given the keys set so far; where it does not, the key is left out."""
+    allow: Callable[[dict, object], bool] | None = None
+    """Whether one value makes sense given the keys set so far (None: every value)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """What the search is about: the job and the limits the user set."""
+
+    gpus: int
+    global_batch: int
+    gpus_per_node: int
+    layers: int | None
+    check_tp: Callable[[int], None]
+    max_mbs: int = DEFAULT_MAX_MBS
+    allow_cross_node_tp: bool = False
+
+
+def _tp_values(p: Problem) -> list[int]:
+    out = []
+    for tp in divisors(p.gpus):
+        if tp > p.gpus_per_node and not p.allow_cross_node_tp:
+            continue
+        try:
+            p.check_tp(tp)
+        except SpecError:
+            continue
+        out.append(tp)
+    return out
+
+
+def degrees(p: Problem) -> tuple[tuple[int, int, int], ...]:
+    """(dp, tp, pp) with dp·tp·pp = GPUs, tp the workload accepts (within a node by default) and
+    pp ≤ layers."""
+    out = []
+    for tp in _tp_values(p):
+        for pp in divisors(p.gpus // tp):
+            if p.layers is None and pp > 1 or p.layers is not None and pp > p.layers:
+                continue
+            out.append((p.gpus // (tp * pp), tp, pp))
+    return tuple(out)
+
+
+def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
+    per_replica, rest = divmod(p.global_batch, keys["dp"])
+    return () if rest else tuple(b for b in divisors(per_replica) if b <= p.max_mbs)
+
+
+def default_axes(p: Problem) -> tuple[Axis, ...]:
+    """The space the planner searches unless pinned (module docstring)."""
+    pipelined = lambda k: k["pp"] > 1  # noqa: E731
+    return (
+        Axis("degrees", degrees(p)),
+        Axis("zero", tuple(ZeroStage)),
+        Axis("offload", (Offload.NONE,)),
+        Axis("schedule", tuple(ScheduleKind), pipelined),
+        Axis("virtual_stages", DEFAULT_VIRTUAL_STAGES, lambda k: k.get("schedule") is ScheduleKind.INTERLEAVED),
+        Axis("attention", (AttentionKind.FLASH,)),
+        # selective recomputation recomputes the attention core, which FlashAttention already does
+        Axis("recompute", (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL),
+             allow=lambda k, v: v is not Recompute.SELECTIVE or k.get("attention") is AttentionKind.EAGER),
+        Axis("sequence_parallel", (False, True), lambda k: k["tp"] > 1),
+        Axis("micro_batch", (), None),  # filled per candidate from the batch (see enumerate_keys)
+    )
+
+
+def pin(axes: tuple[Axis, ...], pins: dict[str, tuple]) -> tuple[Axis, ...]:
+    """``axes`` with each pinned key's values replaced by the pinned ones (a pin of a key with no
+    axis, e.g. ``dp_sync``, becomes a one-value axis)."""
+    out = []
+    seen = set()
+    for axis in axes:
+        if axis.key == "degrees":
+            values = tuple(d for d in axis.values if all(d[i] in pins.get(name, (d[i],))
+                                                         for i, name in enumerate(("dp", "tp", "pp"))))
+            out.append(Axis("degrees", values))
+            seen.update(("dp", "tp", "pp"))
+        elif axis.key in pins:
+            out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, axis.allow))
+            seen.add(axis.key)
+        else:
+            out.append(axis)
+    out += [Axis(key, tuple(values)) for key, values in pins.items() if key not in seen and key != "max_pp"]
+    if "max_pp" in pins:
+        out[0] = Axis("degrees", tuple(d for d in out[0].values if d[2] <= pins["max_pp"][0]))
+    return tuple(out)
+
+
+def enumerate_keys(p: Problem, axes: tuple[Axis, ...]) -> Iterator[dict]:
+    """Every combination of the axes' values as flat strategy keys (plus dp, tp, pp)."""
+    fixed = [a for a in axes if a.key not in ("degrees", "micro_batch")]
+    mbs_axis = next((a for a in axes if a.key == "micro_batch"), None)
+    for dp, tp, pp in next(a for a in axes if a.key == "degrees").values:
+        base = {"global_batch": p.global_batch, "dp": dp, "tp": tp, "pp": pp}
+        mbs = _micro_batches(p, base)
+        if mbs_axis is not None and mbs_axis.values:
+            mbs = tuple(b for b in mbs if b in mbs_axis.values)
+        yield from _expand(base, fixed, mbs)
+
+
+def _expand(base: dict, axes: list[Axis], mbs: tuple[int, ...]) -> Iterator[dict]:
+    if not axes:
+        for b in mbs:
+            yield base | {"micro_batch": b}
+        return
+    axis, rest = axes[0], axes[1:]
+    if axis.applies is not None and not axis.applies(base):
+        yield from _expand(base, rest, mbs)
+        return
+    for value in axis.values:
+        if axis.allow is None or axis.allow(base, value):
+            yield from _expand(base | {axis.key: value}, rest, mbs)

@@ -1,0 +1,161 @@
+"""``trainplan plan``: search every feasible strategy for a model on a cluster, rank, explain, write a plan.
+
+    trainplan plan --model M [--cluster C] [--nodes N] --gpus G --gbs B [--seq S]
+        [--objective time|throughput|cost] [--tokens N [--price-per-gpu-hour P]] [--top K] [--refine K]
+        [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain]
+        [--out plan.json] [--csv all.csv] [--json] [--quiet] [pins: --tp 8 --pp 1,2,4 --zero 1,2 ...]
+
+Every strategy flag of ``simulate`` is a pin here and takes a comma-separated list
+(``--recompute none,full``); ``--max-pp`` caps the pipeline degree. Exit codes: 0 a plan, 1
+nothing fits, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simulator.errors import SpecError
+from simulator.jsonio import check_writable
+from simulator.strategy.fields import FlagKind
+from simulator.strategy.flat import FLAT
+from simulator.units import GB
+from trainplan import cli_common, strategy_flags
+
+NOT_PINS = ("global_batch", "profile", "layer_split", "seed")
+"""Declared flags that are inputs of the search, not dimensions of it."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="search the strategies for a model on a cluster and write the best plan",
+                              description="Enumerate every strategy for the model on the cluster, drop the invalid "
+                                          "and those that do not fit, rank by the closed form, re-simulate the best "
+                                          "with the discrete-event engine. See docs/planner.md.")
+    strategy_flags.add_job_flags(p)
+    g = p.add_argument_group("search")
+    g.add_argument("--gbs", type=int, required=True, metavar="B", help="global batch, sequences per step")
+    g.add_argument("--objective", choices=("time", "throughput", "cost"), default="time",
+                   help="minimise step time (default), maximise tokens/s per GPU, or minimise GPU-hours to train "
+                        "--tokens")
+    g.add_argument("--tokens", type=float, metavar="N", help="tokens to train (time and GPU-hours to train)")
+    g.add_argument("--price-per-gpu-hour", type=float, metavar="P", help="price of a GPU-hour (cost to train)")
+    g.add_argument("--top", type=int, default=5, metavar="K", help="plans shown (default 5)")
+    g.add_argument("--refine", type=int, default=8, metavar="K", help="best plans re-simulated by the DES (default 8)")
+    g.add_argument("--jobs", type=int, default=1, metavar="J", help="processes for the DES refinement (default 1)")
+    g.add_argument("--reserve-gb", type=float, default=0.0, metavar="R", help="GPU memory kept free, GB (default 0)")
+    g.add_argument("--max-mbs", type=int, default=8, metavar="B", help="largest micro-batch tried (default 8)")
+    g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
+    g.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes (default: within a node)")
+    g.add_argument("--profile", metavar="NAME", help="framework defaults under every candidate (default none)")
+    pins = p.add_argument_group("pins (comma-separated lists restrict a dimension)")
+    for k in FLAT.values():
+        flag = k.decl.flag
+        if flag is None or k.key in NOT_PINS or flag.kind is FlagKind.CUSTOM:
+            continue
+        if flag.kind is FlagKind.SWITCH:
+            pins.add_argument(flag.name, dest=k.key, action=argparse.BooleanOptionalAction, help=flag.help)
+        else:
+            pins.add_argument(flag.name, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
+    o = p.add_argument_group("output")
+    o.add_argument("--explain", action="store_true", help="say why the best plan beats the others")
+    o.add_argument("--out", metavar="PLAN.json", help="write the best plan as a plan file")
+    o.add_argument("--csv", metavar="FILE.csv", help="write every ranked candidate")
+    o.add_argument("--json", action="store_true", help="print JSON (candidates, best, top)")
+    o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=run)
+
+
+def _pins(args) -> dict:
+    """{flat key: allowed values} from the pin flags (values read by each field's own parser)."""
+    pins: dict = {}
+    for k in FLAT.values():
+        value = getattr(args, k.key, None) if k.key not in NOT_PINS else None
+        if value is None:
+            continue
+        flag, parse = k.decl.flag, k.decl.parse
+        items = [value] if isinstance(value, bool) else [v for v in str(value).split(",") if v.strip()]
+        try:
+            items = [flag.from_flag(v) if flag.from_flag else v for v in items]
+            pins[k.key] = tuple(parse(v) if parse else v for v in items)
+        except SpecError as err:
+            raise SpecError(flag.name, err.problem) from None
+    if "ps_mode" in pins:
+        pins["dp_sync"] = ("param-server",)
+    if args.max_pp is not None:
+        pins["max_pp"] = (args.max_pp,)
+    return pins
+
+
+def _table(result, top: int) -> str:
+    from planner.explain import describe
+
+    lines = [f"{'#':>2}  {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'GB/GPU':>7} {'free GB':>7}  strategy"]
+    for i, r in result.top(top).iterrows():
+        lines.append(f"{i + 1:>2}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
+                     f"{r['memory_bytes'] / GB:>7.1f} {r['headroom_bytes'] / GB:>7.1f}  {describe(r['strategy'])}")
+    return "\n".join(lines)
+
+
+def _counts_line(counts) -> str:
+    d = counts.to_dict()
+    why = lambda by: ", ".join(f"{k} {v}" for k, v in by.items())  # noqa: E731
+    return (f"candidates: {d['enumerated']} enumerated, {d['invalid']} invalid ({why(d['invalid_by_reason'])}), "
+            f"{d['infeasible']} do not fit ({why(d['infeasible_by_reason'])}), {d['ranked']} ranked, "
+            f"{d['refined']} refined by the DES; seconds " + ", ".join(f"{k} {v:g}" for k, v in d["seconds"].items()))
+
+
+def run(args: argparse.Namespace) -> int:
+    import planner
+
+    for flag, path in (("--out", args.out), ("--csv", args.csv)):
+        if path is not None:
+            check_writable(path, flag)
+    for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
+        if value < 1:
+            raise SpecError(flag, f"must be a positive integer, got {value}")
+    workload = strategy_flags.load_workload(args)
+    cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
+    if cluster.world_size != args.gpus:
+        raise SpecError("--gpus", f"the planner searches whole nodes; use a multiple of {cluster.node.gpus_per_node}")
+    pins = _pins(args)
+    if not args.quiet:
+        print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
+    try:
+        result = planner.plan(workload, cluster, gpus=args.gpus, global_batch=args.gbs, pins=pins,
+                              objective=planner.Objective(args.objective), refine=max(args.refine, 0), jobs=args.jobs,
+                              reserve_gb=args.reserve_gb, max_mbs=args.max_mbs,
+                              allow_cross_node_tp=args.allow_cross_node_tp, profile=args.profile,
+                              tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour)
+    except SpecError as err:
+        raise strategy_flags.flag_error(err) from None
+    if result.counts.enumerated == 0:
+        raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
+    return _report(args, result)
+
+
+def _report(args, result) -> int:
+    from planner.explain import explain
+
+    if not args.quiet:
+        print(_counts_line(result.counts), file=sys.stderr)
+    if args.csv:
+        frame = result.frame.drop(columns=["strategy"]).assign(strategy=[str(s) for s in result.frame["strategy"]])
+        frame.to_csv(args.csv, index=False)
+    if args.out and result.best is not None:
+        result.best.save(args.out)
+    if args.json:
+        out = result.to_dict(args.top)
+        if args.explain:
+            out["explain"] = explain(result.frame)
+        cli_common.print_json(out)
+    elif result.best is None:
+        print("nothing fits: " + _counts_line(result.counts))
+        print("to make it fit: more GPUs, --zero 3, --recompute full, a smaller --max-mbs, or --offload")
+    else:
+        print(_table(result, args.top))
+        if args.explain:
+            print("\n".join(explain(result.frame)))
+    for path in (args.out if result.best is not None else None, args.csv):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0 if result.best is not None else 1
