@@ -43,7 +43,8 @@ class Candidates:
     @classmethod
     def of(cls, **columns) -> "Candidates":
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
-        n = max(len(a) for a in arrays.values())
+        lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
+        n = max(lengths) if lengths else 1
         return cls(**{k: np.broadcast_to(a, n) for k, a in arrays.items()})
 
 

@@ -1,0 +1,118 @@
+"""The planner: only plans that fit, pins honoured, the vectorised ranking equal to the scalar
+estimate, determinism, the DES refinement, and ``trainplan plan``'s outputs and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.space import Problem, default_axes, degrees, enumerate_keys, pin
+from simulator.analytical import estimate
+from simulator.cluster.io import load_cluster
+from simulator.plan_file import load_plan
+from simulator.schedules import ScheduleKind
+from simulator.strategy import ZeroStage
+from simulator.workload import get_preset
+from trainplan.__main__ import main
+
+MODEL = get_preset("gpt3-125m").with_seq(512)
+CLUSTER = load_cluster("dgx-h100")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, refine=3,
+                        pins={"zero": (ZeroStage.ZERO0, ZeroStage.ZERO1, ZeroStage.ZERO3)})
+
+
+def test_degrees_factorise_the_gpus_within_a_node():
+    """8 GPUs, 12 heads, 12 layers: tp ∈ {1, 2, 4} (8 does not divide 12 heads), pp | 8/tp."""
+    p = Problem(gpus=8, global_batch=16, gpus_per_node=8, layers=12, check_tp=MODEL.check_tp)
+    assert sorted(degrees(p)) == sorted([(8, 1, 1), (4, 1, 2), (2, 1, 4), (1, 1, 8), (4, 2, 1), (2, 2, 2),
+                                         (1, 2, 4), (2, 4, 1), (1, 4, 2)])
+    four = Problem(gpus=8, global_batch=16, gpus_per_node=2, layers=12, check_tp=MODEL.check_tp)
+    assert max(tp for _, tp, _ in degrees(four)) == 2  # tp stays inside a 2-GPU node
+
+
+def test_pins_restrict_the_space():
+    p = Problem(gpus=8, global_batch=16, gpus_per_node=8, layers=12, check_tp=MODEL.check_tp)
+    keys = list(enumerate_keys(p, pin(default_axes(p), {"tp": (2,), "schedule": (ScheduleKind.GPIPE,)})))
+    assert keys and all(k["tp"] == 2 for k in keys)
+    assert all(k.get("schedule", ScheduleKind.GPIPE) is ScheduleKind.GPIPE for k in keys)
+    assert not any(k.get("sequence_parallel") is None and k["tp"] > 1 for k in keys)
+
+
+def test_only_plans_that_fit_and_the_best_first(result):
+    frame = result.frame
+    assert len(frame) == result.counts.ranked > 0
+    assert (frame["memory_bytes"] <= CLUSTER.device.memory_bytes).all()
+    assert set(frame["strategy"].map(lambda s: s.zero)) <= {ZeroStage.ZERO0, ZeroStage.ZERO1, ZeroStage.ZERO3}
+    refined = frame.head(result.counts.refined)
+    assert refined["step_time_s"].is_monotonic_increasing
+    assert (refined["step_time_s"] == refined["des_step_time_s"]).all()
+    rest = frame.iloc[result.counts.refined:]
+    assert rest["step_time_s"].is_monotonic_increasing
+    assert result.best.strategy == frame["strategy"][0]
+
+
+def test_ranking_equals_the_scalar_estimate(result):
+    rest = result.frame.iloc[result.counts.refined:]
+    for _, row in rest.iloc[:: max(1, len(rest) // 6)].iterrows():
+        assert row["step_time_s"] == pytest.approx(estimate(CLUSTER, MODEL, row["strategy"]).step_time_s, rel=1e-9)
+
+
+def test_counts_add_up(result):
+    c = result.counts.to_dict()
+    assert c["enumerated"] == c["invalid"] + c["infeasible"] + c["ranked"]
+
+
+def test_same_inputs_same_ranking(result):
+    again = planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, refine=3,
+                         pins={"zero": (ZeroStage.ZERO0, ZeroStage.ZERO1, ZeroStage.ZERO3)})
+    assert list(again.frame["strategy"]) == list(result.frame["strategy"])
+
+
+def test_explain_names_the_families(result):
+    from planner.explain import explain
+
+    lines = explain(result.frame)
+    assert lines[0].startswith("Best: ") and "runner-up" in lines[1]
+    assert any("pipeline heavy" in line for line in lines)
+
+
+def test_cli_json_out_and_simulate_plan(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--seq", "512",
+            "--tp", "1,2", "--zero", "1", "--refine", "0", "--json", "--quiet", "--out", str(out), "--csv",
+            str(tmp_path / "all.csv")]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"candidates", "best", "top"}
+    best = data["best"]
+    assert best["strategy"]["tp"] in (1, 2) and best["strategy"]["zero"] == 1 and best["memory"]["total_bytes"] > 0
+    assert {"dp", "tp", "pp", "zero", "offload", "micro_batch", "schedule", "recompute"} <= set(best["strategy"])
+    plan = load_plan(out)
+    assert plan.estimates[0].step_time_s == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert main(["simulate", "--plan", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert (tmp_path / "all.csv").read_text().count("\n") == data["candidates"]["ranked"] + 1
+
+
+def test_cli_nothing_fits_exits_1(capsys):
+    assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8", "--gbs", "8", "--zero", "0",
+                 "--refine", "0", "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("nothing fits")
+
+
+@pytest.mark.parametrize("extra, needle", [(["--tp", "3"], "pins leave no candidate"),
+                                           (["--zero", "7"], "--zero"),
+                                           (["--gpus", "12"], "--gpus"),
+                                           (["--out", "/nonexistent/x.json"], "--out")])
+def test_cli_bad_input_is_one_line(capsys, extra, needle):
+    argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
+            "--refine", "0"]
+    assert main(argv + extra) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
