@@ -101,14 +101,14 @@ def _in_flight_cap(s: Strategy, m: int) -> int:
     return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1 else s.pp)
 
 
-def _memory(cache: dict, workload, cluster, s: Strategy):
+def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
     dp = s.dp
     m = s.global_batch // (dp * s.micro_batch)
     cap = _in_flight_cap(s, m)
     key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
         small = replace(s, global_batch=dp * s.micro_batch * cap)
-        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload))
+        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload), cache=states)
     return cache[key]
 
 
@@ -128,6 +128,7 @@ def _states_lower_bound(workload, s: Strategy) -> float:
 def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts):
     """(strategy, memory report) of those that fit, counting the others by what overflows."""
     cache: dict = {}
+    states: dict = {}
     limit = cluster.device.memory_bytes - reserve_gb * GB
     out = []
     for s in strategies:
@@ -135,7 +136,7 @@ def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, 
             counts.infeasible["gpu memory"] += 1
             continue
         try:
-            report = _memory(cache, workload, cluster, s)
+            report = _memory(cache, states, workload, cluster, s)
         except SpecError as err:
             counts.invalid[err.field] += 1
             continue

@@ -196,17 +196,18 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
     return max(units)
 
 
-def _stage(model, layout: ParallelLayout, stage: int) -> StageMemory:
+def _states(model, layout: ParallelLayout, stage: int):
+    """(blocks, placed states, buffers) of one stage: everything but the activations, so a search
+    can share it between candidates that differ only in micro-batch, recomputation or schedule."""
     s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp
     dtype = model.dtype
     if model.has_activation_shapes:
         blocks = layout.layer_indices(stage)
         shapes = stage_param_shapes(model, tp=tp, pp=pp, stage=stage, layers=blocks)
         largest = _largest_block(model, tp, blocks, stage, pp)
-        acts = stage_activations(model, layout, stage)
     else:
         shapes = [("params", (ceil(model.params / (tp * pp)),))]
-        blocks, largest, acts = (), 0, None
+        blocks, largest = (), 0
     partitioning, framework = layout.partitioning, layout.framework
     states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
                                framework=framework)
@@ -216,6 +217,25 @@ def _stage(model, layout: ParallelLayout, stage: int) -> StageMemory:
     local = sum(numel(d) for _, d in shapes)
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view)
+    return blocks, placed, buffers
+
+
+def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
+    """What :func:`_states` depends on."""
+    s = layout.strategy
+    return (model, layout.tp, layout.pp, layout.dp, stage, layout.layer_indices(stage), s.zero, s.offload,
+            layout.partitioning, layout.framework, s.gradient_as_bucket_view)
+
+
+def _stage(model, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
+    if cache is None:
+        blocks, placed, buffers = _states(model, layout, stage)
+    else:
+        key = _states_key(model, layout, stage)
+        if key not in cache:
+            cache[key] = _states(model, layout, stage)
+        blocks, placed, buffers = cache[key]
+    acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
     act_gpu = acts.gpu_bytes if acts else 0.0
     return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
                        overhead_bytes=overhead_bytes(activations_bytes=act_gpu, buffers_bytes=buffers.total_bytes))
@@ -238,11 +258,13 @@ def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[st
 
 
 def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
-                  layout: ParallelLayout | Strategy) -> MemoryReport:
+                  layout: ParallelLayout | Strategy, *, cache: dict | None = None) -> MemoryReport:
     """Per-rank memory of ``model`` trained with ``layout`` on ``cluster`` (see module docstring).
 
     A :class:`Strategy` is laid out first (:func:`build_layout` over the whole cluster), so the memory
-    report and the step estimate of one strategy always see the same layout.
+    report and the step estimate of one strategy always see the same layout. ``cache``: a dict the
+    caller keeps across calls (a planner's search) to share each stage's model states and buffers
+    between layouts that differ only in what decides activations.
     """
     if isinstance(layout, Strategy):
         layout = build_layout(layout, cluster, model)
@@ -255,7 +277,7 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
                         "(and host.nvme_GB for nvme), see docs/clusters.md")
     if not model.has_activation_shapes and model.layer_count is not None:
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
-    stages = [_stage(model, layout, k) for k in range(layout.pp)]
+    stages = [_stage(model, layout, k, cache) for k in range(layout.pp)]
     return MemoryReport(
         model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,

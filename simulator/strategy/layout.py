@@ -18,6 +18,7 @@ stride 1 for the innermost. Stage s of a pipeline (s < pp·v) lives on pp rank `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
@@ -58,8 +59,6 @@ class ParallelLayout:
     """Layers of each global (virtual) stage, pp·v entries in model order."""
     sequence_parallel: bool
     """Sequence parallelism in effect (requested and tp > 1)."""
-    schedule: PipelineSchedule
-    """The per-rank action lists every pipeline runs."""
     bucket_bytes: int | None
     """Gradient bucket capacity in bytes; None: one bucket of all gradients, or a parameter server."""
     ps_shard_nodes: tuple[int, ...] = ()
@@ -68,6 +67,12 @@ class ParallelLayout:
     """Who implements the ZeRO stage (given, or implied: :func:`resolve_framework`)."""
     partitioning: Partitioning = Partitioning.FLAT
     """How partitioned states are split over the dp ranks (given, or the framework's)."""
+
+    @cached_property
+    def schedule(self) -> PipelineSchedule:
+        """The per-rank action lists every pipeline runs, built on first use (a memory query or a
+        planner's feasibility check never needs them; a GPipe list grows with the micro-batches)."""
+        return make_schedule(self.strategy.schedule, self.pp, self.micro_batches, self.v)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -267,7 +272,6 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     _check_rules(strategy, dp, gpus, workload.layer_count)
     split = _split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
-    schedule = make_schedule(strategy.schedule, strategy.pp, m, strategy.virtual_stages)
     _check_cluster_inputs(strategy, cluster, gpus)
     sync = strategy.dp_sync
     grad_bytes = workload.dtype.grad_bytes
@@ -275,6 +279,6 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     return ParallelLayout(
         strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,
         micro_batches=m, grad_accum_steps=m, layers_per_stage=split,
-        sequence_parallel=strategy.sequence_parallel and strategy.tp > 1, schedule=schedule,
+        sequence_parallel=strategy.sequence_parallel and strategy.tp > 1,
         bucket_bytes=bucket, ps_shard_nodes=shard_nodes, framework=strategy.resolved_framework,
         partitioning=strategy.resolved_partitioning)
