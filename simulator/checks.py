@@ -33,3 +33,10 @@ def non_negative_number(field: str, value) -> float:
     if not _is_number(value) or not value >= 0:
         raise SpecError(field, f"must be a non-negative number, got {value!r}")
     return value
+
+
+def non_negative_int(field: str, value) -> int:
+    """``value`` if it is an integer ≥ 0, else a SpecError naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpecError(field, f"must be a non-negative integer, got {value!r}")
+    return value

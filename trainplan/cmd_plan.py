@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import check_writable
 from simulator.strategy.fields import FlagKind
@@ -111,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             check_writable(path, flag)
     for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
-        if value < 1:
-            raise SpecError(flag, f"must be a positive integer, got {value}")
+        positive_int(flag, value)
     workload = strategy_flags.load_workload(args)
     cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
     if cluster.world_size != args.gpus:

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from simulator.compile.offload_part import ParamFetch
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.results import Engine
 from simulator.strategy import Strategy, StragglerModel
@@ -59,8 +60,8 @@ def check_engine_flags(args) -> None:
                 raise cli_common.UsageError(f"{flag}: the analytical engine assumes identical ranks and single "
                                             "steps without failures; add --engine des")
     for flag, value in (("--steps", args.steps), ("--train-steps", args.train_steps)):
-        if value is not None and value < 1:
-            raise SpecError(flag, f"must be a positive integer, got {value}")
+        if value is not None:
+            positive_int(flag, value)
     if args.train_steps is not None and args.mtbf_gpu_hours is None:
         raise SpecError("--train-steps", "sets the horizon of the failure model: add --mtbf-hours and the "
                         "checkpoint and restart flags")

@@ -20,6 +20,7 @@ from enum import Enum
 from math import ceil
 
 from simulator.cluster.io import load_cluster
+from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
@@ -146,16 +147,14 @@ def build_strategy(args, world: int, global_batch: int | None = None) -> Strateg
 
 def sized_cluster(base, gpus: int, nodes: int | None, server_nodes: int):
     """``base`` with ``nodes`` nodes (default: enough for ``gpus`` workers plus the server nodes)."""
-    if not isinstance(gpus, int) or gpus < 1:
-        raise SpecError("--gpus", f"must be a positive integer, got {gpus}")
+    positive_int("--gpus", gpus)
     gpn = base.node.gpus_per_node
     if gpus > gpn and gpus % gpn:
         raise SpecError("--gpus", f"{gpus} is not a whole number of {gpn}-GPU {base.name} nodes; use a multiple of "
                         f"{gpn}, or at most {gpn} for part of one node")
     need = ceil(gpus / gpn) + server_nodes
     nodes = need if nodes is None else nodes
-    if nodes < 1:
-        raise SpecError("--nodes", f"must be a positive integer, got {nodes}")
+    positive_int("--nodes", nodes)
     if nodes != need:
         extra = f" plus {server_nodes} server node(s)" if server_nodes else ""
         raise SpecError("--nodes", f"{nodes} nodes do not match --gpus {gpus}{extra} on {gpn}-GPU nodes; use "
@@ -172,8 +171,7 @@ def load_workload(args):
     except SpecError as err:
         raise SpecError("--model", str(err)) from None
     if args.seq is not None:
-        if args.seq < 1:
-            raise SpecError("--seq", f"must be a positive integer, got {args.seq}")
+        positive_int("--seq", args.seq)
         if not hasattr(workload, "with_seq"):
             raise SpecError("--seq", "this workload has no sequence length to change; leave --seq out")
         workload = workload.with_seq(args.seq)
@@ -192,8 +190,7 @@ def build_job(args, workload=None, global_batch: int | None = None) -> Job:
     """(workload, cluster, strategy, layout) from the parsed flags, checked; errors name the flag."""
     workload = load_workload(args) if workload is None else workload
     base = cluster_of(args)
-    if args.gpus < 1:
-        raise SpecError("--gpus", f"must be a positive integer, got {args.gpus}")
+    positive_int("--gpus", args.gpus)
     strategy = build_strategy(args, args.gpus, global_batch)
     sync = strategy.dp_sync
     cluster = sized_cluster(base, args.gpus, args.nodes, sync.server_nodes if isinstance(sync, ParamServerSync) else 0)

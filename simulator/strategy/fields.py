@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
+from simulator.checks import non_negative_int, positive_int
 from simulator.errors import SpecError
 
 
@@ -123,19 +124,13 @@ def validate(obj) -> None:
 
 # Checks and parsers shared by the declarations ------------------------------------------------
 
-def pos_int(key: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(key, f"must be a positive integer, got {value!r}")
+pos_int = positive_int
+nonneg_int = non_negative_int
 
 
 def opt_pos_int(key: str, value) -> None:
     if value is not None:
         pos_int(key, value)
-
-
-def nonneg_int(key: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecError(key, f"must be a non-negative integer, got {value!r}")
 
 
 def boolean(key: str, value) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass
 
+from simulator.checks import positive_number
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
@@ -28,8 +29,8 @@ __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload
 
 
 def _opt_positive_number(key: str, value) -> None:
-    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0):
-        raise SpecError(key, f"must be a positive number, got {value!r}")
+    if value is not None:
+        positive_number(key, value)
 
 
 def _text(key: str, value) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from simulator.checks import non_negative_number
 from simulator.errors import SpecError
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
                                        int_parser, is_a, nonneg_int, opt_pos_int, pos_int, validate)
@@ -89,9 +90,7 @@ def _mib_to_bytes(text) -> int:
     return round(mib * MiB)
 
 
-def _non_negative_number(key: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-        raise SpecError(key, f"must be a non-negative number, got {value!r}")
+_non_negative_number = non_negative_number
 
 
 def _opt_nonneg(key: str, value) -> None:
