@@ -45,8 +45,23 @@ class CostCache:
         group or an empty message costs nothing and runs no algorithm (None)."""
         if len(ranks) < 2 or nbytes <= 0:
             return 0.0, None
+        ranks = self._translated(ranks)
         return self.memo(("coll", ranks, op, int(nbytes), algorithm),
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
+
+    def _translated(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """The same group moved down by whole leaf groups of nodes (by whole nodes when the network
+        has one leaf tier): identical nodes, NICs and links, so an identical cost. Groups of different
+        pipeline stages or replicas that differ only by such a move share one answer."""
+        gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
+        first = min(ranks) // gpn
+        shift = first - first % per_leaf if per_leaf else first
+        return ranks if shift == 0 else tuple(r - shift * gpn for r in ranks)
+
+    @property
+    def _nodes_per_leaf(self) -> int:
+        net = self.cluster.network
+        return int(net.nodes_per_leaf) if net is not None else 0
 
     def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, CollectiveAlgorithm]:
         if algorithm != "auto":
