@@ -22,11 +22,11 @@ length is ``n_positions`` / ``max_position_embeddings``; callers override it wit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.jsonio import read_json
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -62,17 +62,27 @@ def _dropout(cfg: dict, where: str, model_type: str) -> float:
     return float(value)
 
 
+def _flag(cfg: dict, key: str, default: bool, where: str) -> bool:
+    """A true/false key (absent: transformers' ``default``; null: false); anything else names the key."""
+    value = cfg.get(key, default)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: {key}", f"must be true or false, got {value!r}")
+    return value
+
+
 def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> TransformerSpec:
     """Build a spec from a parsed config dict; ``where`` prefixes error fields (the file path)."""
     if not isinstance(cfg, dict):
         raise SpecError(where, "must be a JSON object")
     model_type = cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise SpecError(f"{where}: model_type", f"unsupported {model_type or '(missing)'!r}; supported: "
                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     get = _reader(cfg, where, model_type)
     dtype_text = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    if dtype_text not in _DTYPES:
+    if not isinstance(dtype_text, str) or dtype_text not in _DTYPES:
         raise SpecError(f"{where}: torch_dtype", f"unknown {dtype_text!r}; known: {', '.join(_DTYPES)}")
     common = {"name": name, "vocab": get("vocab_size"), "dtype": _DTYPES[dtype_text], "source": where,
               "dropout": _dropout(cfg, where, model_type)}
@@ -82,15 +92,15 @@ def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> Tra
                                ffn=get("n_inner", required=False), seq_len=positions, max_positions=positions,
                                activation=ActivationKind.GELU, norm=NormKind.LAYERNORM,
                                position=PositionKind.LEARNED, bias=BiasKind.ALL,
-                               tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), **common)
+                               tied_embeddings=_flag(cfg, "tie_word_embeddings", True, where), **common)
     shape = {"hidden": get("hidden_size"), "layers": get("num_hidden_layers"),
              "heads": get("num_attention_heads"), "ffn": get("intermediate_size"),
              "seq_len": get("max_position_embeddings"), "position": PositionKind.ROTARY,
-             "tied_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+             "tied_embeddings": _flag(cfg, "tie_word_embeddings", False, where)}
     if model_type == "gpt_neox":
         return TransformerSpec(activation=ActivationKind.GELU, norm=NormKind.LAYERNORM, bias=BiasKind.ALL,
                                **shape, **common)
-    qkv_bias = model_type == "qwen2" or bool(cfg.get("attention_bias", False))
+    qkv_bias = model_type == "qwen2" or _flag(cfg, "attention_bias", False, where)
     return TransformerSpec(kv_heads=get("num_key_value_heads", required=False),
                            head_dim=get("head_dim", required=False), activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, bias=BiasKind.QKV if qkv_bias else BiasKind.NONE,
@@ -101,14 +111,13 @@ def load_hf_config(path: str | Path) -> TransformerSpec:
     """Read ``path`` (a config.json) into a spec named after the file's directory (or ``_name_or_path``)."""
     path = Path(path)
     where = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(where, f"cannot read: {err.strerror or err}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(where, f"not valid JSON ({err.msg} at line {err.lineno})") from None
-    name = (cfg.get("_name_or_path") if isinstance(cfg, dict) else None) or (
-        path.parent.name if path.name == "config.json" and path.parent.name else path.stem.removesuffix(".config"))
-    return spec_from_hf_config(cfg, str(name), where)
+    cfg = read_json(path, where)
+    return spec_from_hf_config(cfg, hf_model_name(path, cfg), where)
+
+
+def hf_model_name(path: Path, cfg: dict) -> str:
+    """``_name_or_path`` when the config gives one, else the file's folder (``.../llama-7b/config.json``) or stem."""
+    given = cfg.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        return given
+    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem.removesuffix(".config")

@@ -11,6 +11,7 @@ can: model states only).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -40,7 +41,9 @@ class LayerSpec:
         if not self.name:
             raise SpecError("layers[].name", "must be a non-empty string")
         for field_name in ("params", "fwd_flops", "activation_bytes", "output_bytes"):
-            non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
+            value = non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
+            if not math.isfinite(value):
+                raise SpecError(f"layers[{self.name}].{field_name}", f"must be finite, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +169,10 @@ def transformer_layers(spec: TransformerSpec, seq: int | None = None) -> LayerLi
 
 _COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBT]?)\s*$", re.IGNORECASE)
 _COUNT_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+MAX_PARAMS = 10**15
+"""The largest parameter count accepted (a quadrillion): over 600× Switch-C's 1.6 trillion (Fedus et al.
+2021, "Switch Transformers", arXiv:2101.03961), so no published model is refused, while ``1e400``
+(infinite as a float) is."""
 
 
 def parse_param_count(text: str) -> int:
@@ -176,6 +183,8 @@ def parse_param_count(text: str) -> int:
     value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
     if value < 1:
         raise SpecError("params", f"must be at least 1, got {text!r}")
+    if not value <= MAX_PARAMS:  # also inf, from 1e400
+        raise SpecError("params", f"{text!r} is more than the limit of {MAX_PARAMS:.0e} parameters")
     return int(round(value))
 
 
@@ -189,6 +198,8 @@ class ParamCountModel:
 
     def __post_init__(self) -> None:
         positive_int("params", self.params)
+        if self.params > MAX_PARAMS:
+            raise SpecError("params", f"{self.params} is more than the limit of {MAX_PARAMS:.0e} parameters")
         if not self.name:
             object.__setattr__(self, "name", f"{self.params:.3g} params")
 

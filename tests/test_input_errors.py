@@ -1,0 +1,151 @@
+"""Issue 15: input that used to end in a traceback (or a hang) is one line on stderr and exit code 2.
+
+Each case is run as the user ran it (``trainplan ...`` in process) and, where a library entry point
+is behind it, called directly: only :class:`SpecError` may come out, and it names the field.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cluster.io import load_cluster, read_cluster_file
+from simulator.cluster._files import parse_yaml
+from simulator.errors import SpecError
+from simulator.workload import load_model, spec_from_hf_config
+from trainplan.__main__ import main
+
+MINIMAL_YAML = (Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text()
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+         "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096}
+"""Llama-2-7B's config.json shape keys (meta-llama/Llama-2-7b-hf, config.json)."""
+
+DEEP = 100_000
+"""Nesting depth past Python's recursion limit (1000) in both the JSON and the YAML parser."""
+
+
+def one_line_error(capsys, argv: list[str], command: str) -> str:
+    """Run ``trainplan argv``; assert exit 2 and one ``trainplan CMD: error: ...`` line; return it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"trainplan {command}: error: "), err
+    return err
+
+
+def unreadable_files(tmp_path: Path, suffix: str) -> dict[str, Path]:
+    """Files no loader can read, each named for what is wrong with it."""
+    files = {"binary": tmp_path / f"binary{suffix}", "latin1": tmp_path / f"latin1{suffix}",
+             "directory": tmp_path / f"folder{suffix}", "deep": tmp_path / f"deep{suffix}"}
+    files["binary"].write_bytes(bytes(range(256)) * 4)
+    files["latin1"].write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    files["directory"].mkdir()
+    files["deep"].write_text("[" * DEEP + "]" * DEEP if suffix == ".json" else "a: " + "[" * DEEP)
+    return files
+
+
+EXPECTED = {"binary": "is not UTF-8 text", "latin1": "is not UTF-8 text", "directory": "is a directory",
+            "deep": "nested too deeply"}
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_unreadable_cluster_file(tmp_path, capsys, suffix, kind):
+    path = unreadable_files(tmp_path, suffix)[kind]
+    err = one_line_error(capsys, ["cluster", "show", str(path)], "cluster")
+    assert EXPECTED[kind] in err and str(path) in err
+    with pytest.raises(SpecError, match=EXPECTED[kind]):
+        read_cluster_file(path)
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_unreadable_model_file(tmp_path, capsys, kind):
+    path = unreadable_files(tmp_path, ".json")[kind]
+    err = one_line_error(capsys, ["model", "show", str(path)], "model")
+    assert EXPECTED[kind] in err and str(path) in err
+    with pytest.raises(SpecError, match=EXPECTED[kind]):
+        load_model(str(path))
+
+
+def test_missing_files_say_so(tmp_path, capsys):
+    missing = tmp_path / "nope.json"
+    assert "no such file" in one_line_error(capsys, ["model", "show", str(missing)], "model")
+    assert "no such file" in one_line_error(capsys, ["cluster", "show", str(missing)], "cluster")
+
+
+def test_calibrate_refuses_an_unreadable_base_cluster_before_measuring(tmp_path, capsys):
+    path = unreadable_files(tmp_path, ".yaml")["binary"]
+    err = one_line_error(capsys, ["calibrate", "--cluster", str(path), "--out", str(tmp_path / "o.yaml")],
+                         "calibrate")
+    assert "is not UTF-8 text" in err
+    assert not (tmp_path / "o.yaml").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: 2024-13-45\n", "month must be in 1..12"),   # PyYAML builds a date and datetime raises ValueError
+    ("? [a, b]\n: 1\n", "a list cannot be a key"),   # unhashable key: TypeError in the duplicate-key check
+    ("? {a: 1}\n: 1\n", "a dict cannot be a key"),
+    ("a: " + "9" * 5000 + "\n", "4300 digits"),      # Python's int-from-text limit (a ValueError)
+])
+def test_yaml_that_pyyaml_cannot_build_is_one_error(text, message):
+    with pytest.raises(SpecError, match=message) as err:
+        parse_yaml(text, "x.yaml")
+    assert err.value.field == "x.yaml"
+
+
+def test_json_integer_over_the_digit_limit(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text('{"nodes": ' + "9" * 5000 + "}")
+    with pytest.raises(SpecError, match="4300 digits"):
+        load_cluster(str(path))
+    with pytest.raises(SpecError, match="4300 digits"):
+        load_model(str(path))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("torch_dtype", ["bfloat16"]),        # unhashable: TypeError in the dtype lookup before
+    ("torch_dtype", {"a": 1}),
+    ("model_type", ["llama"]),
+    ("model_type", 7),
+    ("hidden_size", "4096"),
+    ("hidden_size", 4096.0),
+    ("hidden_size", True),
+    ("num_key_value_heads", [8]),
+    ("tie_word_embeddings", "false"),     # bool("false") was True: silently tied
+    ("attention_bias", 1),
+    ("attention_dropout", "0.1"),
+])
+def test_hf_config_wrongly_typed_field_is_named(key, value):
+    cfg = dict(LLAMA, **{key: value})
+    with pytest.raises(SpecError) as err:
+        spec_from_hf_config(cfg, "llama", "cfg.json")
+    assert err.value.field == f"cfg.json: {key}"
+
+
+def test_hf_config_flags_still_read_as_before():
+    assert spec_from_hf_config(dict(LLAMA, tie_word_embeddings=True), "m").tied_embeddings is True
+    assert spec_from_hf_config(dict(LLAMA, tie_word_embeddings=None), "m").tied_embeddings is False
+    assert spec_from_hf_config(LLAMA, "m").tied_embeddings is False   # transformers' LlamaConfig default
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024,
+            "vocab_size": 50257}
+    assert spec_from_hf_config(gpt2, "gpt2").tied_embeddings is True  # GPT2Config default
+
+
+def test_hf_config_name_from_file(tmp_path):
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(LLAMA, _name_or_path=["not", "a", "name"])))
+    assert load_model(str(folder / "config.json")).name == "my-llama"
+    (folder / "config.json").write_text(json.dumps(dict(LLAMA, _name_or_path="org/llama")))
+    assert load_model(str(folder / "config.json")).name == "org/llama"
+
+
+@pytest.mark.parametrize("field, value", [("params", "Infinity"), ("fwd_flops", "Infinity"),
+                                          ("fwd_flops", "NaN"), ("activation_bytes", "-Infinity")])
+def test_layer_list_non_finite_values(tmp_path, field, value):
+    layer = {"name": "fc", "params": 10, "fwd_flops": 20.0, "activation_bytes": 40}
+    text = json.dumps({"name": "m", "layers": [layer]}).replace(f'"{field}": {layer[field]}', f'"{field}": {value}')
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_model(str(path))
+    assert err.value.field == f"layers[fc].{field}"
