@@ -149,3 +149,64 @@ def test_layer_list_non_finite_values(tmp_path, field, value):
     with pytest.raises(SpecError) as err:
         load_model(str(path))
     assert err.value.field == f"layers[fc].{field}"
+
+
+# --- numbers: sizes and parameter counts ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["model", "show", "--params", "1e400"],
+                                  ["memory", "--params", "1e400", "--gpus", "8"],
+                                  ["model", "show", "--params", "2e15"]])
+def test_params_beyond_the_limit(capsys, argv):
+    err = one_line_error(capsys, argv, argv[0])
+    assert "params: " in err and "limit of 1e+15 parameters" in err
+
+
+def test_params_at_the_limit_still_load():
+    from simulator.workload import parse_param_count
+    assert parse_param_count("1e15") == 10**15
+    assert parse_param_count("1000T") == 10**15
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1e400", "more than the limit of 1024GB"),      # inf as a float: OverflowError in int() before
+    ("1e24", "more than the limit of 1024GB"),       # printed as 953674316406249984MB before
+    ("2TB", "more than the limit"),
+    ("0.4", "at least 1 byte"),                      # rounded to 0 before
+    ("0.5", "at least 1 byte"),                      # round-half-even: round(0.5) == 0
+    ("1e-9KB", "at least 1 byte"),
+])
+def test_parse_size_limits(text, message):
+    from simulator.units import parse_size
+    with pytest.raises(SpecError, match=message):
+        parse_size(text)
+
+
+def test_parse_size_bounds_are_inclusive():
+    from simulator.units import MAX_MESSAGE_BYTES, parse_size
+    assert parse_size("1TB") == MAX_MESSAGE_BYTES == 1_099_511_627_776
+    assert parse_size("0.6") == 1 and parse_size("1") == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1KB...1GB", "two dots"),          # read as 1KB..0.1GB before
+    ("0.4..1GB", "at least 1 byte"),    # lo rounded to 0 doubled 0 forever before
+    ("1..1e24", "more than the limit"),
+    ("1KB..2KB..4KB", "cannot read size"),
+])
+def test_parse_size_range_refuses(text, message):
+    from simulator.units import parse_size_range
+    with pytest.raises(SpecError, match=message):
+        parse_size_range(text)
+
+
+def test_widest_range_is_41_sizes():
+    from simulator.units import parse_size_range
+    sizes = parse_size_range("1..1TB")          # 2**0 .. 2**40
+    assert len(sizes) == 41 and sizes[-1] == 2**40
+
+
+@pytest.mark.parametrize("value, message", [("1e24", "more than the limit"), ("1KB...1GB", "two dots"),
+                                            ("0.4", "at least 1 byte")])
+def test_collective_bytes_refused(capsys, value, message):
+    err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--bytes", value], "collective")
+    assert f"bytes: " in err and message in err
