@@ -210,3 +210,51 @@ def test_widest_range_is_41_sizes():
 def test_collective_bytes_refused(capsys, value, message):
     err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--bytes", value], "collective")
     assert f"bytes: " in err and message in err
+
+
+# --- cluster numbers the schema used to accept ---------------------------------------------------------
+
+def minimal_with(old: str, new: str) -> str:
+    assert old in MINIMAL_YAML
+    return MINIMAL_YAML.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("old, new, field, message", [
+    ("memory_GB: 80", "memory_GB: 1.0e+300", "device.memory_GB", "at most 1e\\+15"),   # OverflowError in _bytes
+    ("memory_GB: 80", "memory_GB: .inf", "device.memory_GB", "at most 1e\\+15"),
+    ("bw_GBps: 450", "bw_GBps: .inf", "intra_node.bw_GBps", "at most 1e\\+15"),    # printed as inf GB/s
+    ("bw_GBps: 450", "bw_GBps: .nan", "intra_node.bw_GBps", "positive number"),
+    ("bw_GBps: 450", "bw_GBps: 5.0e-324", "intra_node.bw_GBps", "at least 1e-09"),  # times of inf
+    ("latency_us: 0.6", "latency_us: .inf", "intra_node.latency_us", "at most 1e\\+15"),
+    ("nodes: 4", "nodes: 10000000000000000", "nodes", "at most 1e\\+15"),
+])
+def test_cluster_file_numbers_out_of_range(tmp_path, capsys, old, new, field, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(minimal_with(old, new))
+    with pytest.raises(SpecError, match=message) as err:
+        load_cluster(str(path))
+    assert err.value.field == field
+    one_line_error(capsys, ["cluster", "show", str(path)], "cluster")
+
+
+def test_cluster_number_limits_are_inclusive(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(minimal_with("memory_GB: 80", "memory_GB: 1.0e+15"))
+    assert load_cluster(str(path)).device.memory_bytes == int(1e15 * 1e9)   # 1e15 GB, in bytes
+    path.write_text(minimal_with("bw_GBps: 450", "bw_GBps: 1.0e-9"))
+    assert load_cluster(str(path)).node.intra_link.bw_GBps == 1e-9
+
+
+def test_world_size_limit(capsys):
+    err = one_line_error(capsys, ["cluster", "show", "dgx-h100", "--nodes", "1000000000"], "cluster")
+    assert "nodes: 1000000000 nodes × 8 GPUs = 8,000,000,000 GPUs, more than the limit of 100,000" in err
+    one_line_error(capsys, ["cluster", "show", "dgx-h100", "--nodes", "12501"], "cluster")   # 100,008 GPUs
+    assert load_cluster("dgx-h100", nodes=12_500).world_size == 100_000                     # at the limit
+
+
+def test_collective_rank_count_beyond_the_world_is_refused_without_building_it(capsys):
+    # a list of 8e9 ranks was a MemoryError; the cluster is refused before any list is built
+    err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--nodes", "1000000000"], "collective")
+    assert "more than the limit of 100,000" in err
+    err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--ranks", "10000000000000"], "collective")
+    assert "ranks: 10000000000000 ranks but the cluster has 8 GPUs" in err
