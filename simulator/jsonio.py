@@ -93,3 +93,13 @@ def check_suffix(path: str | Path, suffixes: tuple[str, ...], field: str) -> Non
     """Raise SpecError if ``path`` does not end in one of ``suffixes`` (case-insensitive), naming them."""
     if Path(path).suffix.lower() not in suffixes:
         raise SpecError(field, f"{str(path)!r} must end in {', '.join(suffixes)}")
+
+
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+"""File types matplotlib's ``savefig`` writes with its default backends (``FigureCanvasBase.filetypes``)."""
+
+
+def check_plot_path(path: str | Path, field: str = "plot") -> None:
+    """Raise SpecError now if ``path`` is not an image file name that can be written (before long work)."""
+    check_suffix(path, IMAGE_SUFFIXES, field)
+    check_writable(path, field)

@@ -258,3 +258,39 @@ def test_collective_rank_count_beyond_the_world_is_refused_without_building_it(c
     assert "more than the limit of 100,000" in err
     err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--ranks", "10000000000000"], "collective")
     assert "ranks: 10000000000000 ranks but the cluster has 8 GPUs" in err
+
+
+# --- output paths, checked before the work starts -----------------------------------------------------
+
+def bad_outputs(tmp_path: Path, suffix: str) -> dict[str, tuple[Path, str]]:
+    """Output paths that cannot be written, with the words of the error each must give."""
+    folder = tmp_path / f"folder{suffix}"
+    folder.mkdir()
+    return {"wrong suffix": (tmp_path / "out.txt", "must end in"),
+            "missing folder": (tmp_path / "no" / "such" / f"x{suffix}", "does not exist"),
+            "directory": (folder, "is a directory")}
+
+
+@pytest.mark.parametrize("case", ["wrong suffix", "missing folder", "directory"])
+def test_collective_plot_path_checked_before_estimating(tmp_path, capsys, monkeypatch, case):
+    import trainplan.cmd_collective as cmd
+    path, words = bad_outputs(tmp_path, ".png")[case]
+    monkeypatch.setattr(cmd, "load_cluster", lambda *a, **k: pytest.fail("the cluster was loaded first"))
+    err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--plot", str(path)], "collective")
+    assert err.startswith("trainplan collective: error: plot: ") and words in err
+    assert not (tmp_path / "no").exists()          # no folders created
+
+
+def test_collective_plot_still_written(tmp_path, capsys):
+    path = tmp_path / "c.svg"
+    assert main(["collective", "--cluster", "dgx-h100", "--bytes", "1MB", "--plot", str(path)]) == 0
+    assert path.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("case", ["wrong suffix", "missing folder", "directory"])
+def test_calibrate_out_checked_before_measuring(tmp_path, capsys, monkeypatch, case):
+    import executor.calibrate
+    path, words = bad_outputs(tmp_path, ".yaml")[case]
+    monkeypatch.setattr(executor.calibrate, "calibrate", lambda **k: pytest.fail("measured before checking --out"))
+    err = one_line_error(capsys, ["calibrate", "--out", str(path)], "calibrate")
+    assert err.startswith("trainplan calibrate: error: out: ") and words in err
