@@ -294,3 +294,39 @@ def test_calibrate_out_checked_before_measuring(tmp_path, capsys, monkeypatch, c
     monkeypatch.setattr(executor.calibrate, "calibrate", lambda **k: pytest.fail("measured before checking --out"))
     err = one_line_error(capsys, ["calibrate", "--out", str(path)], "calibrate")
     assert err.startswith("trainplan calibrate: error: out: ") and words in err
+
+
+# --- sizes in model files: finite FLOPs and bytes ------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size",
+                                 "max_position_embeddings"])
+def test_hf_config_dimension_limit(key):
+    # vocab_size 10**400 loaded, then `model show` overflowed in logits_fwd_flops (2.0 * h * vocab)
+    with pytest.raises(SpecError, match="must be at most 2,147,483,647") as err:
+        spec_from_hf_config(dict(LLAMA, **{key: 10**400}), "m", "cfg.json")
+    assert err.value.field == f"cfg.json: {key}"
+
+
+def test_hf_config_parameter_limit():
+    # 2**20 hidden × 2**16 layers: 12·h²·l ≈ 8.6e17 parameters, past the 1e15 limit
+    cfg = dict(LLAMA, hidden_size=2**20, num_attention_heads=2**10, intermediate_size=2**22,
+               num_hidden_layers=2**16)
+    with pytest.raises(SpecError, match="more than the limit of 1e\\+15") as err:
+        spec_from_hf_config(cfg, "m", "cfg.json")
+    assert err.value.field == "cfg.json"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("params", 10**400, "at most 1e\\+15$"),
+    ("params", 2e15, "at most 1e\\+15, got 2000000000000000.0"),
+    ("fwd_flops", 1e19, "at most 1e\\+18, got 1e\\+19"),
+    ("activation_bytes", 10**400, "at most 1e\\+18$"),
+])
+def test_layer_list_limits(tmp_path, capsys, field, value, message):
+    layer = {"name": "fc", "params": 10, "fwd_flops": 20.0, "activation_bytes": 40, field: value}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"name": "m", "layers": [layer]}))
+    with pytest.raises(SpecError, match=message) as err:
+        load_model(str(path))
+    assert err.value.field == f"layers[fc].{field}"
+    one_line_error(capsys, ["model", "show", str(path)], "model")

@@ -128,7 +128,7 @@ def _show(value: Any) -> str:
     if value is None:
         return "nothing (null)"
     if isinstance(value, int) and abs(value) > 10**30:
-        return f"an integer of {len(str(abs(value)))} digits"
+        return f"an integer of {value.bit_length()} bits"  # repr of a 5000-digit int raises ValueError
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

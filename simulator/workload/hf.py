@@ -27,8 +27,15 @@ from pathlib import Path
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import read_json
+from simulator.workload.layers import MAX_PARAMS
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
+
+MAX_DIM = 2**31 - 1
+"""The largest size a config.json may give (hidden, layers, heads, vocab, positions): int32's maximum,
+far above any released model (vocabularies of ~256k, contexts of ~10M tokens). With the parameter
+limit (:data:`~simulator.workload.layers.MAX_PARAMS`) it keeps every FLOP count a finite float:
+a vocabulary of 10**400 overflowed in ``logits_fwd_flops``."""
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox") + _LLAMA_LIKE
@@ -43,7 +50,10 @@ def _reader(cfg: dict, where: str, model_type: str):
                 raise SpecError(f"{where}: {key}", f"missing from config.json (needed for model_type "
                                 f"{model_type!r})")
             return default
-        return positive_int(f"{where}: {key}", cfg[key])
+        value = positive_int(f"{where}: {key}", cfg[key])
+        if value > MAX_DIM:
+            raise SpecError(f"{where}: {key}", f"must be at most {MAX_DIM:,}")
+        return value
     return get_int
 
 
@@ -74,6 +84,13 @@ def _flag(cfg: dict, key: str, default: bool, where: str) -> bool:
 
 def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> TransformerSpec:
     """Build a spec from a parsed config dict; ``where`` prefixes error fields (the file path)."""
+    spec = _spec(cfg, name, where)
+    if spec.params > MAX_PARAMS:
+        raise SpecError(where, f"{spec.params:.3g} parameters, more than the limit of {MAX_PARAMS:.0e}")
+    return spec
+
+
+def _spec(cfg: dict, name: str, where: str) -> TransformerSpec:
     if not isinstance(cfg, dict):
         raise SpecError(where, "must be a JSON object")
     model_type = cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "")

@@ -11,7 +11,6 @@ can: model states only).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -22,6 +21,16 @@ from simulator.workload.chunks import layer_list_chunk_load
 from simulator.workload.flops import Recompute, layer_fwd_flops, logits_fwd_flops
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, no_compute
 from simulator.workload.transformer import DtypePolicy, TransformerSpec
+
+MAX_PARAMS = 10**15
+"""The largest parameter count accepted (a quadrillion): over 600× Switch-C's 1.6 trillion (Fedus et al.
+2021, "Switch Transformers", arXiv:2101.03961), so no published model is refused, while ``1e400``
+(infinite as a float) is."""
+MAX_PER_SAMPLE = 1e18
+"""The largest forward FLOPs or bytes one layer may have per sample: about 10× Llama-3.1-405B's whole
+forward pass on a 131,072-token sample (2 · 4.05e11 · 131072 ≈ 1.1e17 FLOPs, Dubey et al. 2024,
+arXiv:2407.21783), so sums over layers and steps stay finite floats."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerSpec:
@@ -42,8 +51,10 @@ class LayerSpec:
             raise SpecError("layers[].name", "must be a non-empty string")
         for field_name in ("params", "fwd_flops", "activation_bytes", "output_bytes"):
             value = non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
-            if not math.isfinite(value):
-                raise SpecError(f"layers[{self.name}].{field_name}", f"must be finite, got {value!r}")
+            limit = MAX_PARAMS if field_name == "params" else MAX_PER_SAMPLE
+            if not value <= limit:  # inf; an int too large for a float is compared exactly
+                shown = f", got {value}" if isinstance(value, float) else ""  # str() of a 5000-digit int raises
+                raise SpecError(f"layers[{self.name}].{field_name}", f"must be at most {limit:.0e}{shown}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,10 +180,6 @@ def transformer_layers(spec: TransformerSpec, seq: int | None = None) -> LayerLi
 
 _COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBT]?)\s*$", re.IGNORECASE)
 _COUNT_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
-MAX_PARAMS = 10**15
-"""The largest parameter count accepted (a quadrillion): over 600× Switch-C's 1.6 trillion (Fedus et al.
-2021, "Switch Transformers", arXiv:2101.03961), so no published model is refused, while ``1e400``
-(infinite as a float) is."""
 
 
 def parse_param_count(text: str) -> int:
@@ -199,7 +206,7 @@ class ParamCountModel:
     def __post_init__(self) -> None:
         positive_int("params", self.params)
         if self.params > MAX_PARAMS:
-            raise SpecError("params", f"{self.params} is more than the limit of {MAX_PARAMS:.0e} parameters")
+            raise SpecError("params", f"must be at most {MAX_PARAMS:.0e} parameters")
         if not self.name:
             object.__setattr__(self, "name", f"{self.params:.3g} params")
 
