@@ -28,9 +28,9 @@ US = 1e-6
 """Seconds in a microsecond."""
 
 MAX_MESSAGE_BYTES = 1024**4
-"""The largest message size accepted (1 TiB): over 5× the memory of the largest GPU, 192 GB on an AMD
-MI300X or NVIDIA B200 (AMD Instinct MI300X data sheet; NVIDIA DGX B200 data sheet, 1,440 GB for 8 GPUs),
-so no buffer a collective could send is refused."""
+"""The largest message size accepted (1 TiB): over 5× the memory of the largest GPU in the presets,
+a B200's 180 GB (1,440 GB for 8 GPUs) [src: nvidia-dgx-b200-ds], so no buffer a collective could send
+is refused while ``1e24`` is."""
 
 _SIZE_SUFFIX = {
     "": 1, "B": 1,

@@ -33,9 +33,9 @@ from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolic
 
 MAX_DIM = 2**31 - 1
 """The largest size a config.json may give (hidden, layers, heads, vocab, positions): int32's maximum,
-far above any released model (vocabularies of ~256k, contexts of ~10M tokens). With the parameter
-limit (:data:`~simulator.workload.layers.MAX_PARAMS`) it keeps every FLOP count a finite float:
-a vocabulary of 10**400 overflowed in ``logits_fwd_flops``."""
+over 10,000× Llama 3's 128K vocabulary and 128K context [src: llama3-2024]. With the parameter limit
+(:data:`~simulator.workload.layers.MAX_PARAMS`) it keeps every FLOP count a finite float: a vocabulary
+of 10**400 loaded, then overflowed in ``logits_fwd_flops``."""
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox") + _LLAMA_LIKE

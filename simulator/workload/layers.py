@@ -23,13 +23,12 @@ from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, n
 from simulator.workload.transformer import DtypePolicy, TransformerSpec
 
 MAX_PARAMS = 10**15
-"""The largest parameter count accepted (a quadrillion): over 600× Switch-C's 1.6 trillion (Fedus et al.
-2021, "Switch Transformers", arXiv:2101.03961), so no published model is refused, while ``1e400``
-(infinite as a float) is."""
+"""The largest parameter count accepted (a quadrillion): over 2,000× Llama 3.1's 405 billion
+[src: llama3-2024], so no model trained today is refused, while ``1e400`` (infinite as a float) is."""
 MAX_PER_SAMPLE = 1e18
-"""The largest forward FLOPs or bytes one layer may have per sample: about 10× Llama-3.1-405B's whole
-forward pass on a 131,072-token sample (2 · 4.05e11 · 131072 ≈ 1.1e17 FLOPs, Dubey et al. 2024,
-arXiv:2407.21783), so sums over layers and steps stay finite floats."""
+"""The largest forward FLOPs or bytes one layer may have per sample: about 10× Llama 3.1 405B's whole
+forward pass on a 131,072-token sample (2 · 4.05e11 · 131072 ≈ 1.1e17 FLOPs) [src: llama3-2024],
+so sums over layers and steps stay finite floats."""
 
 
 @dataclass(frozen=True, kw_only=True)
