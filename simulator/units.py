@@ -4,6 +4,8 @@ Conventions (stated once, used everywhere):
 - Bandwidths are decimal: 1 GB/s = 1e9 bytes/s, as in NVIDIA datasheets and nccl-tests' GB/s.
 - Message sizes written by a user (``--bytes 1KB..1GB``) are binary, as nccl-tests' ``-b 1K -e 1G``:
   1KB = 1KiB = 1024 bytes. Both spellings (KB, KiB) are accepted; a bare number is bytes.
+- A size is a whole number of bytes from 1 to :data:`MAX_MESSAGE_BYTES` (1 TiB); ``0.4`` (0 bytes
+  once rounded) and ``1e24`` are refused, and so a size range has at most 41 powers of two.
 - Internally time is seconds, sizes bytes, rates bytes/s; names carry the unit when it is not
   SI base (``bw_GBps``, ``latency_us``).
 """
@@ -25,6 +27,11 @@ GiB = 1024**3
 US = 1e-6
 """Seconds in a microsecond."""
 
+MAX_MESSAGE_BYTES = 1024**4
+"""The largest message size accepted (1 TiB): over 5× the memory of the largest GPU in the presets,
+a B200's 180 GB (1,440 GB for 8 GPUs) [src: nvidia-dgx-b200-ds], so no buffer a collective could send
+is refused while ``1e24`` is."""
+
 _SIZE_SUFFIX = {
     "": 1, "B": 1,
     "K": KiB, "KB": KiB, "KIB": KiB,
@@ -44,9 +51,13 @@ def parse_size(text: str, field: str = "bytes") -> int:
     if suffix not in _SIZE_SUFFIX:
         raise SpecError(field, f"unknown size unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB or TB")
     value = float(m.group(1)) * _SIZE_SUFFIX[suffix]
-    if value <= 0:
-        raise SpecError(field, f"size must be positive, got {text!r}")
-    return int(round(value))
+    if not value <= MAX_MESSAGE_BYTES:  # also inf, from 1e400
+        raise SpecError(field, f"size {text!r} is more than the limit of {format_size(MAX_MESSAGE_BYTES)} "
+                               f"({MAX_MESSAGE_BYTES:,} bytes)")
+    nbytes = int(round(value))
+    if nbytes < 1:  # 0, or 0.4 rounded to 0 (a range from it doubled 0 forever)
+        raise SpecError(field, f"size must be at least 1 byte, got {text!r}")
+    return nbytes
 
 
 def parse_size_range(text: str, field: str = "bytes") -> list[int]:
@@ -55,6 +66,8 @@ def parse_size_range(text: str, field: str = "bytes") -> list[int]:
         raise SpecError(field, f"size must be positive, got {text!r}")
     if ".." not in str(text):
         return [parse_size(text, field)]
+    if "..." in str(text):  # "1KB...1GB" would read as 1KB..0.1GB
+        raise SpecError(field, f"cannot read range {text!r}; write SMALL..LARGE with two dots, e.g. 1KB..1GB")
     lo_text, hi_text = str(text).split("..", 1)
     lo, hi = parse_size(lo_text, field), parse_size(hi_text, field)
     if hi < lo:

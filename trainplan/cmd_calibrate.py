@@ -45,6 +45,11 @@ def run(args) -> int:
     from simulator.errors import SpecError
     from simulator.units import parse_size_range
 
+    from simulator.cluster.io import FILE_SUFFIXES
+    from simulator.jsonio import check_suffix, check_writable
+
+    check_suffix(args.out, FILE_SUFFIXES, "out")  # before any measurement runs
+    check_writable(args.out, "out")
     if args.nproc < 2:
         raise SpecError("nproc", f"a collective needs at least 2 processes, got {args.nproc}")
     if args.repeats < 1 or args.warmup < 0:

@@ -10,6 +10,7 @@ from simulator.cluster.io import load_cluster
 from simulator.collectives import registry
 from simulator.collectives.base import Op
 from simulator.errors import SpecError
+from simulator.jsonio import check_plot_path
 from simulator.units import format_size, parse_size_range
 from trainplan.cli_common import UsageError, print_json
 
@@ -39,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot)  # before the estimates or measurements run
     cluster = load_cluster(args.cluster, nodes=args.nodes)
     op = Op.parse(args.op)
     if args.measure and args.nproc:

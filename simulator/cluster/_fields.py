@@ -13,6 +13,15 @@ from simulator.errors import SpecError
 
 _MISSING = object()
 
+MAX_NUMBER = 1e15
+"""The largest number a cluster file may hold, in any unit (GB, GB/s, µs, TFLOP/s, params/s). Real
+values are far below it (the presets' largest is 30,720 GB of NVMe; a host's CPU Adam rate is ~1e9
+params/s), while ``1e300`` GB overflowed to infinity once turned into bytes and ``.inf`` GB/s printed
+and computed as infinity."""
+MIN_POSITIVE = 1e-9
+"""The smallest value a number that must be positive may take (1e-9 GB/s is one byte per second):
+smaller ones, such as ``5e-324``, made times infinite."""
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -48,26 +57,35 @@ class Section:
         return default
 
     def number(self, key: str, default: Any = _MISSING, *, minimum: str = "positive") -> float:
-        """A number; ``minimum`` is ``"positive"`` (> 0) or ``"non_negative"`` (>= 0)."""
+        """A finite number up to :data:`MAX_NUMBER`; ``minimum`` is ``"positive"`` (at least
+        :data:`MIN_POSITIVE`) or ``"non_negative"`` (>= 0)."""
         value = self.raw(key, default)
         if minimum == "positive" and not (_is_number(value) and value > 0):
             raise SpecError(self.field(key), f"must be a positive number, got {_show(value)}{_hint(value)}")
         if minimum == "non_negative" and not (_is_number(value) and value >= 0):
             raise SpecError(self.field(key), f"must be a non-negative number, got {_show(value)}{_hint(value)}")
-        return value
+        return self._in_range(key, value, MIN_POSITIVE if minimum == "positive" else 0)
 
     def fraction(self, key: str, default: Any = _MISSING) -> float:
-        """A number in (0, 1] (an efficiency or a bandwidth factor)."""
+        """A number in (0, 1] (an efficiency or a bandwidth factor), at least :data:`MIN_POSITIVE`."""
         value = self.raw(key, default)
         if not (_is_number(value) and 0 < value <= 1):
             raise SpecError(self.field(key), f"must be a number in (0, 1], got {_show(value)}")
-        return value
+        return self._in_range(key, value, MIN_POSITIVE)
 
     def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         value = self.raw(key, default)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise SpecError(self.field(key), f"must be {kind}, got {_show(value)}")
+        return self._in_range(key, value, minimum)
+
+    def _in_range(self, key: str, value: float, lowest: float) -> float:
+        """``value`` if it lies in [``lowest``, :data:`MAX_NUMBER`] (so finite); else the limit it broke."""
+        if not value <= MAX_NUMBER:  # inf; a huge int is compared exactly
+            raise SpecError(self.field(key), f"must be at most {MAX_NUMBER:.0e}, got {_show(value)}")
+        if value < lowest:
+            raise SpecError(self.field(key), f"must be at least {lowest:g}, got {_show(value)}")
         return value
 
     def boolean(self, key: str, default: Any = _MISSING) -> bool:
@@ -109,7 +127,10 @@ def _show(value: Any) -> str:
         return "a list"
     if value is None:
         return "nothing (null)"
-    return repr(value)
+    if isinstance(value, int) and abs(value) > 10**30:
+        return f"an integer of {value.bit_length()} bits"  # repr of a 5000-digit int raises ValueError
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _hint(value: Any) -> str:

@@ -4,6 +4,7 @@ resolve a preset name and the registry can parse its YAML without importing each
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
@@ -30,6 +31,9 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):  # a list or mapping as a key (``? [a, b]``, ``{[1]: 2}``)
+            raise yaml.constructor.ConstructorError(None, None, f"a {type(key).__name__} cannot be a key",
+                                                    key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} given twice (first at line {seen[key] + 1})", key_node.start_mark)
@@ -41,9 +45,16 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    """YAML text → Python data; errors become SpecError(``where``, "invalid YAML at line N ...")."""
+    """YAML text → Python data; errors become SpecError(``where``, "invalid YAML at line N ...").
+
+    Besides syntax errors, PyYAML fails with a RecursionError on deep nesting, a ValueError on an
+    impossible date (``2024-13-45``) or an integer over Python's 4300-digit limit: each is one SpecError."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except RecursionError:
+        raise SpecError(where, "invalid YAML: nested too deeply") from None
+    except ValueError as err:
+        raise SpecError(where, f"invalid YAML: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -21,6 +21,7 @@ from simulator.cluster.presets import load_preset
 from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, NodeSpec, Protocol
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import gemm_efficiency_to_dict
+from simulator.jsonio import parse_json, read_text
 
 __all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file", "parse_yaml",
            "with_nodes"]
@@ -43,20 +44,15 @@ def _looks_like_file(text: str) -> bool:
 
 
 def read_cluster_file(path: str | Path) -> dict:
-    """Parse a YAML or JSON file into a dict; syntax errors name the file and line."""
+    """Parse a YAML or JSON file into a dict; syntax errors name the file and line, and a missing file,
+    a directory, a binary or non-UTF-8 file, or nesting too deep to parse is one SpecError."""
     p = Path(path)
     if p.suffix.lower() not in FILE_SUFFIXES:
         raise SpecError(str(p), f"a cluster file must end in {', '.join(FILE_SUFFIXES)}")
-    if not p.is_file():
+    if not p.exists():
         raise SpecError(str(p), "no such file")
-    text = p.read_text(encoding="utf-8")
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(str(p), f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    else:
-        data = parse_yaml(text, str(p))
+    text = read_text(p, "cluster")
+    data = parse_json(text, str(p)) if p.suffix.lower() == ".json" else parse_yaml(text, str(p))
     if not isinstance(data, dict):
         raise SpecError(str(p), "the file must hold one mapping (name:, nodes:, device:, ...)")
     return data

@@ -248,6 +248,12 @@ class NetworkSpec:
         non_negative_number("inter_node.nodes_per_leaf", self.nodes_per_leaf)
 
 
+MAX_WORLD_SIZE = 100_000
+"""The most GPUs a cluster may have (12,500 eight-GPU nodes). Estimates cost time and memory that grow
+with the GPU count (issue 15 measured a collective over 100,000 ranks at 137 s and 2.6 GB), so a typo
+such as ``--nodes 1000000000`` (8 billion GPUs) is refused at once rather than run out of memory."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
     """A whole cluster: ``nodes`` identical nodes on a network, and how ranks are placed."""
@@ -270,6 +276,9 @@ class Cluster:
         if not self.name:
             raise SpecError("name", "must be a non-empty string")
         positive_int("nodes", self.nodes)
+        if self.world_size > MAX_WORLD_SIZE:
+            raise SpecError("nodes", f"{self.nodes} nodes × {self.node.gpus_per_node} GPUs = {self.world_size:,} GPUs, "
+                                     f"more than the limit of {MAX_WORLD_SIZE:,}")
         if self.nodes > 1 and self.network is None:
             raise SpecError("inter_node", f"a cluster of {self.nodes} nodes needs an inter_node section")
 

@@ -22,13 +22,20 @@ length is ``n_positions`` / ``max_position_embeddings``; callers override it wit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.jsonio import read_json
+from simulator.workload.layers import MAX_PARAMS
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
+
+MAX_DIM = 2**31 - 1
+"""The largest size a config.json may give (hidden, layers, heads, vocab, positions): int32's maximum,
+over 10,000× Llama 3's 128K vocabulary and 128K context [src: llama3-2024]. With the parameter limit
+(:data:`~simulator.workload.layers.MAX_PARAMS`) it keeps every FLOP count a finite float: a vocabulary
+of 10**400 loaded, then overflowed in ``logits_fwd_flops``."""
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox") + _LLAMA_LIKE
@@ -43,7 +50,10 @@ def _reader(cfg: dict, where: str, model_type: str):
                 raise SpecError(f"{where}: {key}", f"missing from config.json (needed for model_type "
                                 f"{model_type!r})")
             return default
-        return positive_int(f"{where}: {key}", cfg[key])
+        value = positive_int(f"{where}: {key}", cfg[key])
+        if value > MAX_DIM:
+            raise SpecError(f"{where}: {key}", f"must be at most {MAX_DIM:,}")
+        return value
     return get_int
 
 
@@ -62,17 +72,34 @@ def _dropout(cfg: dict, where: str, model_type: str) -> float:
     return float(value)
 
 
+def _flag(cfg: dict, key: str, default: bool, where: str) -> bool:
+    """A true/false key (absent: transformers' ``default``; null: false); anything else names the key."""
+    value = cfg.get(key, default)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: {key}", f"must be true or false, got {value!r}")
+    return value
+
+
 def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> TransformerSpec:
     """Build a spec from a parsed config dict; ``where`` prefixes error fields (the file path)."""
+    spec = _spec(cfg, name, where)
+    if spec.params > MAX_PARAMS:
+        raise SpecError(where, f"{spec.params:.3g} parameters, more than the limit of {MAX_PARAMS:.0e}")
+    return spec
+
+
+def _spec(cfg: dict, name: str, where: str) -> TransformerSpec:
     if not isinstance(cfg, dict):
         raise SpecError(where, "must be a JSON object")
     model_type = cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise SpecError(f"{where}: model_type", f"unsupported {model_type or '(missing)'!r}; supported: "
                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     get = _reader(cfg, where, model_type)
     dtype_text = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    if dtype_text not in _DTYPES:
+    if not isinstance(dtype_text, str) or dtype_text not in _DTYPES:
         raise SpecError(f"{where}: torch_dtype", f"unknown {dtype_text!r}; known: {', '.join(_DTYPES)}")
     common = {"name": name, "vocab": get("vocab_size"), "dtype": _DTYPES[dtype_text], "source": where,
               "dropout": _dropout(cfg, where, model_type)}
@@ -82,15 +109,15 @@ def spec_from_hf_config(cfg: dict, name: str, where: str = "config.json") -> Tra
                                ffn=get("n_inner", required=False), seq_len=positions, max_positions=positions,
                                activation=ActivationKind.GELU, norm=NormKind.LAYERNORM,
                                position=PositionKind.LEARNED, bias=BiasKind.ALL,
-                               tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), **common)
+                               tied_embeddings=_flag(cfg, "tie_word_embeddings", True, where), **common)
     shape = {"hidden": get("hidden_size"), "layers": get("num_hidden_layers"),
              "heads": get("num_attention_heads"), "ffn": get("intermediate_size"),
              "seq_len": get("max_position_embeddings"), "position": PositionKind.ROTARY,
-             "tied_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+             "tied_embeddings": _flag(cfg, "tie_word_embeddings", False, where)}
     if model_type == "gpt_neox":
         return TransformerSpec(activation=ActivationKind.GELU, norm=NormKind.LAYERNORM, bias=BiasKind.ALL,
                                **shape, **common)
-    qkv_bias = model_type == "qwen2" or bool(cfg.get("attention_bias", False))
+    qkv_bias = model_type == "qwen2" or _flag(cfg, "attention_bias", False, where)
     return TransformerSpec(kv_heads=get("num_key_value_heads", required=False),
                            head_dim=get("head_dim", required=False), activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, bias=BiasKind.QKV if qkv_bias else BiasKind.NONE,
@@ -101,14 +128,13 @@ def load_hf_config(path: str | Path) -> TransformerSpec:
     """Read ``path`` (a config.json) into a spec named after the file's directory (or ``_name_or_path``)."""
     path = Path(path)
     where = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(where, f"cannot read: {err.strerror or err}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(where, f"not valid JSON ({err.msg} at line {err.lineno})") from None
-    name = (cfg.get("_name_or_path") if isinstance(cfg, dict) else None) or (
-        path.parent.name if path.name == "config.json" and path.parent.name else path.stem.removesuffix(".config"))
-    return spec_from_hf_config(cfg, str(name), where)
+    cfg = read_json(path, where)
+    return spec_from_hf_config(cfg, hf_model_name(path, cfg), where)
+
+
+def hf_model_name(path: Path, cfg: dict) -> str:
+    """``_name_or_path`` when the config gives one, else the file's folder (``.../llama-7b/config.json``) or stem."""
+    given = cfg.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        return given
+    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem.removesuffix(".config")

@@ -22,6 +22,15 @@ from simulator.workload.flops import Recompute, layer_fwd_flops, logits_fwd_flop
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, no_compute
 from simulator.workload.transformer import DtypePolicy, TransformerSpec
 
+MAX_PARAMS = 10**15
+"""The largest parameter count accepted (a quadrillion): over 2,000× Llama 3.1's 405 billion
+[src: llama3-2024], so no model trained today is refused, while ``1e400`` (infinite as a float) is."""
+MAX_PER_SAMPLE = 1e18
+"""The largest forward FLOPs or bytes one layer may have per sample: about 10× Llama 3.1 405B's whole
+forward pass on a 131,072-token sample (2 · 4.05e11 · 131072 ≈ 1.1e17 FLOPs) [src: llama3-2024],
+so sums over layers and steps stay finite floats."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayerSpec:
     """One layer of a generic model, per sample (one input example)."""
@@ -40,7 +49,11 @@ class LayerSpec:
         if not self.name:
             raise SpecError("layers[].name", "must be a non-empty string")
         for field_name in ("params", "fwd_flops", "activation_bytes", "output_bytes"):
-            non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
+            value = non_negative_number(f"layers[{self.name}].{field_name}", getattr(self, field_name))
+            limit = MAX_PARAMS if field_name == "params" else MAX_PER_SAMPLE
+            if not value <= limit:  # inf; an int too large for a float is compared exactly
+                shown = f", got {value}" if isinstance(value, float) else ""  # str() of a 5000-digit int raises
+                raise SpecError(f"layers[{self.name}].{field_name}", f"must be at most {limit:.0e}{shown}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +189,8 @@ def parse_param_count(text: str) -> int:
     value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
     if value < 1:
         raise SpecError("params", f"must be at least 1, got {text!r}")
+    if not value <= MAX_PARAMS:  # also inf, from 1e400
+        raise SpecError("params", f"{text!r} is more than the limit of {MAX_PARAMS:.0e} parameters")
     return int(round(value))
 
 
@@ -189,6 +204,8 @@ class ParamCountModel:
 
     def __post_init__(self) -> None:
         positive_int("params", self.params)
+        if self.params > MAX_PARAMS:
+            raise SpecError("params", f"must be at most {MAX_PARAMS:.0e} parameters")
         if not self.name:
             object.__setattr__(self, "name", f"{self.params:.3g} params")
 

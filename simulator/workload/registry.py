@@ -6,11 +6,11 @@ read as a Hugging Face config; anything else is a preset name. Unknown names lis
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from simulator.errors import SpecError
-from simulator.workload.hf import load_hf_config
+from simulator.jsonio import read_json
+from simulator.workload.hf import hf_model_name, spec_from_hf_config
 from simulator.workload.layers import LayerListWorkload, layer_list_from_dict
 from simulator.workload.presets import get_preset, model_names
 from simulator.workload.transformer import TransformerSpec
@@ -30,12 +30,9 @@ def load_model(name_or_path: str) -> TransformerSpec | LayerListWorkload:
     if not _looks_like_path(text):
         return get_preset(text)
     path = Path(text)
-    if not path.is_file():
+    if not path.exists():
         raise SpecError("model", f"no such file {text!r}; or use a preset: {', '.join(model_names())}")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        data = None  # load_hf_config reports the exact problem
-    if isinstance(data, dict) and isinstance(data.get("layers"), list):
+    data = read_json(path, "model")  # a directory, binary or malformed file: one SpecError
+    if isinstance(data.get("layers"), list):
         return layer_list_from_dict(data)
-    return load_hf_config(path)
+    return spec_from_hf_config(data, hf_model_name(path, data), str(path))
