@@ -179,3 +179,10 @@ def test_plot_with_fsdp2_drops_it_where_it_cannot_run(tmp_path, capsys):
                                         (["--mtbf-hours", "100"], "--mtbf-hours")])
 def test_scenario_flags_are_refused(capsys, argv, flag):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--gpus", "8"] + argv, f"{flag}: stragglers and failures")
+
+
+def test_plot_path_checked_before_the_work_and_no_folder_created(tmp_path, capsys):
+    target = tmp_path / "missing" / "x.png"
+    _one_line_error(capsys, DONE + ["--plot", str(target)], "--plot", "does not exist")
+    assert not (tmp_path / "missing").exists()
+    _one_line_error(capsys, DONE + ["--plot", str(tmp_path / "x.txt")], "--plot", "must end in .png")

@@ -209,7 +209,7 @@ def test_widest_range_is_41_sizes():
                                             ("0.4", "at least 1 byte")])
 def test_collective_bytes_refused(capsys, value, message):
     err = one_line_error(capsys, ["collective", "--cluster", "dgx-h100", "--bytes", value], "collective")
-    assert f"bytes: " in err and message in err
+    assert "bytes: " in err and message in err
 
 
 # --- cluster numbers the schema used to accept ---------------------------------------------------------

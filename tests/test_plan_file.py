@@ -164,3 +164,17 @@ def test_cli_plan_with_a_scenario_needs_the_des(tmp_path, capsys):
     assert main(["simulate", "--plan", str(path)]) == 2
     assert "add --engine des" in capsys.readouterr().err
     assert main(["simulate", "--plan", str(path), "--engine", "des"]) == 0
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["simulate", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--engine", "des", "--plot", "t.txt"],
+     "--plot"),
+    (["simulate", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--save-plan", "p.yaml"], "--save-plan"),
+    (["plan", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--out", "p.txt"], "--out"),
+    (["plan", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--csv", "all.json"], "--csv"),
+])
+def test_output_suffixes_are_checked_first(tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{needle}:" in err and "must end in" in err and not list(tmp_path.iterdir())

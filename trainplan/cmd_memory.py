@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from simulator.jsonio import check_plot_path
 from simulator.memory import MemoryReport, memory_report
 from simulator.memory.plot import plot_zero_stages
 from simulator.memory.report import GB
@@ -58,6 +59,8 @@ def build(args) -> strategy_flags.Job:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot, "--plot")  # before the work, and no folders created
     job = build(args)
     report = memory_report(job.workload, job.cluster, job.layout)
     if args.plot:

@@ -17,7 +17,7 @@ import sys
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.jsonio import check_writable
+from simulator.jsonio import check_suffix, check_writable
 from simulator.strategy.fields import FlagKind
 from simulator.strategy.flat import FLAT
 from simulator.units import GB
@@ -108,8 +108,9 @@ def _counts_line(counts) -> str:
 def run(args: argparse.Namespace) -> int:
     import planner
 
-    for flag, path in (("--out", args.out), ("--csv", args.csv)):
+    for flag, path, suffix in (("--out", args.out, ".json"), ("--csv", args.csv, ".csv")):
         if path is not None:
+            check_suffix(path, (suffix,), flag)
             check_writable(path, flag)
     for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
         positive_int(flag, value)

@@ -115,11 +115,14 @@ def _save_plan(path: str, job: strategy_flags.Job, result) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_engine_flags(args)
-    from simulator.jsonio import check_writable
+    from simulator.jsonio import check_plot_path, check_suffix, check_writable
 
-    for flag, path in (("--save-plan", args.save_plan), ("--trace", args.trace), ("--plot", args.plot)):
+    for flag, path in (("--save-plan", args.save_plan), ("--trace", args.trace)):  # before the work, not after it
         if path is not None:
-            check_writable(path, flag)  # before the work, not after it
+            check_suffix(path, (".json",), flag)
+            check_writable(path, flag)
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")
     job = _job(args)
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
     if args.engine == Engine.ANALYTICAL.value and (strategy.failures is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from simulator.errors import SpecError
+from simulator.jsonio import check_plot_path
 from simulator.memory.report import GB, MemoryReport, memory_report
 from simulator.strategy import Framework, Offload, ZeroStage, build_layout
 
@@ -43,10 +43,8 @@ def zero_sweep(model, cluster, layout) -> list[tuple[ZeroStage, MemoryReport]]:
 def plot_zero_stages(model, cluster, layout, path: str | Path) -> Path:
     """Write :func:`zero_stages_figure` to ``path`` (PNG); return the path."""
     path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise SpecError("plot", f"write a .png file, got {str(path)!r}")
+    check_plot_path(path, "plot")
     fig = zero_stages_figure(model, cluster, layout)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
 
