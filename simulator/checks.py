@@ -7,6 +7,8 @@ and NaN fails every comparison, so it is rejected too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.errors import SpecError
 
 
@@ -40,3 +42,16 @@ def non_negative_int(field: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise SpecError(field, f"must be a non-negative integer, got {value!r}")
     return value
+
+
+def enum_member(kind, value, field: str, what: str = "value", spellings: Callable[[str], str] = str.lower):
+    """The member of enum ``kind`` that ``value`` is or names (its value or its name, compared after
+    ``spellings``, lower case by default); anything else is a SpecError naming ``field`` and listing
+    the values. The one rule every enum read from text follows."""
+    if isinstance(value, kind):
+        return value
+    text = spellings(str(value))
+    for member in kind:
+        if text in (spellings(str(member.value)), spellings(member.name)):
+            return member
+    raise SpecError(field, f"unknown {what} {value!r}; known: {', '.join(str(m.value) for m in kind)}")

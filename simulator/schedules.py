@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from simulator.checks import enum_member
 from simulator.errors import SpecError
 
 
@@ -52,10 +53,7 @@ class ScheduleKind(Enum):
 
     @classmethod
     def parse(cls, text: str) -> "ScheduleKind":
-        for kind in cls:
-            if text.lower() in (kind.value, kind.name.lower()):
-                return kind
-        raise SpecError("schedule", f"unknown schedule {text!r}; known: {', '.join(k.value for k in cls)}")
+        return enum_member(cls, text, "schedule", "schedule")
 
 
 _ACTION_RE = re.compile(r"^\s*(\d+)([FBIW])(\d+)\s*$")

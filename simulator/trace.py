@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.checks import enum_member
 from simulator.errors import SpecError
 from simulator.results import Category
 
@@ -47,13 +48,7 @@ _DPI = 120
 
 def category_of(value: Any) -> Category:
     """A timeline ``category`` cell (a :class:`Category`, its value or its name) as a :class:`Category`."""
-    if isinstance(value, Category):
-        return value
-    text = str(value).lower()
-    for cat in Category:
-        if text in (cat.value, cat.name.lower()):
-            return cat
-    raise SpecError("timeline.category", f"unknown category {value!r}; known: {', '.join(c.value for c in Category)}")
+    return enum_member(Category, value, "timeline.category", "category")
 
 
 def check_timeline(timeline) -> None:

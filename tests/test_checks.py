@@ -28,3 +28,19 @@ def test_valid_values_pass_through_unchanged():
     assert positive_int("tp", 8) == 8
     assert positive_number("bw_GBps", 0.5) == 0.5 and positive_number("n", 3) == 3
     assert non_negative_number("latency_us", 0) == 0 and non_negative_number("x", 2.5) == 2.5
+
+
+def test_enum_member_reads_values_names_and_spellings():
+    """The one rule every enum read from text follows: member, value or name, after the field's spellings."""
+    from simulator.checks import enum_member
+    from simulator.collectives.base import Op
+    from simulator.schedules import ScheduleKind
+    from simulator.strategy import AllReduceAlgorithm, PlacementOrder
+
+    assert enum_member(ScheduleKind, "1F1B", "schedule") is ScheduleKind.ONE_F_ONE_B
+    assert enum_member(ScheduleKind, "one_f_one_b", "schedule") is ScheduleKind.ONE_F_ONE_B
+    assert Op.parse("all_reduce") is Op.parse("ALL-REDUCE") is Op.ALL_REDUCE
+    assert AllReduceAlgorithm.parse("recursive-doubling") is AllReduceAlgorithm.RECURSIVE_DOUBLING
+    assert PlacementOrder.parse("tp,dp,pp") is PlacementOrder.parse("TP_DP_PP") is PlacementOrder.TP_DP_PP
+    with pytest.raises(SpecError, match=r"^schedule: unknown schedule 'zb'; known: gpipe, 1f1b, interleaved$"):
+        enum_member(ScheduleKind, "zb", "schedule", "schedule")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from simulator.checks import enum_member
 from simulator.errors import SpecError
 
 ELEMENT_BYTES = 4
@@ -60,11 +61,7 @@ class Op(Enum):
 
     @classmethod
     def parse(cls, text: str) -> "Op":
-        for op in cls:
-            if op.value == text or op.name.lower() == text.replace("-", "_").lower():
-                return op
-        known = ", ".join(op.value for op in cls)
-        raise SpecError("op", f"unknown operation {text!r}; known: {known}")
+        return enum_member(cls, text, "op", "operation", lambda t: t.lower().replace("_", "-"))
 
 
 def split(nbytes: int, parts: int) -> list[tuple[int, int]]:

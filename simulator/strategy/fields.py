@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from simulator.checks import non_negative_int, positive_int
+from simulator.checks import enum_member, non_negative_int, positive_int
 from simulator.errors import SpecError
 
 
@@ -162,11 +162,7 @@ def enum_parser(kind: type[Enum], key: str) -> Callable[[object], Enum]:
             return value
         if hasattr(kind, "parse"):
             return kind.parse(str(value))
-        text = str(value).lower()
-        for member in kind:
-            if text in (str(member.value).lower(), member.name.lower()):
-                return member
-        raise SpecError(key, f"unknown value {value!r}; known: {', '.join(str(m.value) for m in kind)}")
+        return enum_member(kind, value, key)
     return parse
 
 

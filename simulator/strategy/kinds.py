@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 
+from simulator.checks import enum_member
 from simulator.errors import SpecError
 
 
@@ -71,10 +72,7 @@ class PlacementOrder(Enum):
 
     @classmethod
     def parse(cls, text: str) -> "PlacementOrder":
-        for order in cls:
-            if text.lower().replace(",", "-") in (order.value, order.name.lower()):
-                return order
-        raise SpecError("placement", f"unknown order {text!r}; known: {', '.join(o.value for o in cls)}")
+        return enum_member(cls, text, "placement", "order", lambda t: t.lower().replace(",", "-").replace("_", "-"))
 
 
 class AttentionKind(Enum):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from simulator.checks import non_negative_number
+from simulator.checks import enum_member, non_negative_number
 from simulator.errors import SpecError
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
                                        int_parser, is_a, nonneg_int, opt_pos_int, pos_int, validate)
@@ -48,11 +48,7 @@ class AllReduceAlgorithm(Enum):
 
     @classmethod
     def parse(cls, text: str) -> "AllReduceAlgorithm":
-        for algo in cls:
-            if text.lower().replace("-", "_") in (algo.value, algo.name.lower()):
-                return algo
-        raise SpecError("allreduce_algorithm", f"unknown algorithm {text!r}; known: "
-                        f"{', '.join(a.value for a in cls)}")
+        return enum_member(cls, text, "allreduce_algorithm", "algorithm", lambda t: t.lower().replace("-", "_"))
 
 
 class DpSyncKind(Enum):
