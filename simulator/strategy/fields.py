@@ -128,9 +128,16 @@ pos_int = positive_int
 nonneg_int = non_negative_int
 
 
-def opt_pos_int(key: str, value) -> None:
-    if value is not None:
-        pos_int(key, value)
+def opt(check: Callable[[str, object], None]) -> Callable[[str, object], None]:
+    """``check``, letting None through."""
+    def wrapped(key: str, value) -> None:
+        if value is not None:
+            check(key, value)
+    return wrapped
+
+
+opt_pos_int = opt(pos_int)
+opt_nonneg_int = opt(nonneg_int)
 
 
 def boolean(key: str, value) -> None:
@@ -145,14 +152,6 @@ def is_a(kind: type) -> Callable[[str, object], None]:
             raise SpecError(key, f"must be a {kind.__name__} member ({', '.join(str(m.value) for m in kind)}), "
                                  f"got {value!r}")
     return check
-
-
-def opt(check: Callable[[str, object], None]) -> Callable[[str, object], None]:
-    """``check``, letting None through."""
-    def wrapped(key: str, value) -> None:
-        if value is not None:
-            check(key, value)
-    return wrapped
 
 
 def enum_parser(kind: type[Enum], key: str) -> Callable[[object], Enum]:

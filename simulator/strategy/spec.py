@@ -28,9 +28,7 @@ __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload
            "PlacementOrder", "Strategy", "ZeroStage"]
 
 
-def _opt_positive_number(key: str, value) -> None:
-    if value is not None:
-        positive_number(key, value)
+_opt_positive_number = opt(positive_number)
 
 
 def _text(key: str, value) -> None:

@@ -18,7 +18,7 @@ from enum import Enum
 from simulator.checks import enum_member, non_negative_number
 from simulator.errors import SpecError
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
-                                       int_parser, is_a, nonneg_int, opt_pos_int, pos_int, validate)
+                                       int_parser, is_a, nonneg_int, opt_nonneg_int, opt_pos_int, pos_int, validate)
 from simulator.units import MiB
 
 DDP_BUCKET_CAP_BYTES = 25 * MiB
@@ -89,9 +89,7 @@ def _mib_to_bytes(text) -> int:
 _non_negative_number = non_negative_number
 
 
-def _opt_nonneg(key: str, value) -> None:
-    if value is not None:
-        nonneg_int(key, value)
+
 
 
 _STRUCT = Role.STRUCTURE
@@ -154,7 +152,7 @@ class ParamServerSync:
         parse=enum_parser(ParamServerMode, "ps_mode"), check=is_a(ParamServerMode),
         flag=Flag("--param-server", "a parameter server instead of all-reduce", choices=choices_of(ParamServerMode)))
     staleness_steps: int | None = declare(
-        None, key="staleness_steps", role=_STRUCT, parse=int_parser("staleness_steps"), check=_opt_nonneg,
+        None, key="staleness_steps", role=_STRUCT, parse=int_parser("staleness_steps"), check=opt_nonneg_int,
         doc="Most steps a worker may run ahead of the slowest (async only); None: unbounded (pure asynchronous, "
             "as TensorFlow's ParameterServerStrategy)",
         flag=Flag("--staleness", "async parameter-server staleness bound, steps", metavar="S"))
