@@ -116,3 +116,18 @@ def test_cli_bad_input_is_one_line(capsys, extra, needle):
     assert main(argv + extra) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_analytical_top1_is_the_exhaustive_des_best_on_a_small_space():
+    """Every candidate of a small space simulated by the DES: the closed form's first choice is the
+    DES's (benchmarks/plan_quality.py reports larger spaces; docs/planner.md)."""
+    import numpy as np
+
+    from planner.refine import des_step
+    from simulator.strategy import Recompute
+
+    pins = {"zero": (ZeroStage.ZERO1,), "recompute": (Recompute.NONE,), "micro_batch": (1, 2),
+            "schedule": (ScheduleKind.ONE_F_ONE_B,)}
+    ranked = planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, pins=pins, refine=0).frame
+    des = np.array([des_step(CLUSTER, MODEL, s).step_time_s for s in ranked["strategy"]])
+    assert len(des) >= 10 and int(np.argmin(des)) == 0
