@@ -1,13 +1,15 @@
 """``trainplan plan``: search every feasible strategy for a model on a cluster, rank, explain, write a plan.
 
-    trainplan plan --model M [--cluster C] [--nodes N] --gpus G --gbs B [--seq S]
+    trainplan plan --model M [--cluster C[,C2...]] [--nodes N] --gpus G|G1,G2,...|G1..G2 --gbs B [--seq S]
         [--objective time|throughput|cost] [--tokens N [--price-per-gpu-hour P]] [--top K] [--refine K]
         [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain]
-        [--out plan.json] [--csv all.csv] [--json] [--quiet] [pins: --tp 8 --pp 1,2,4 --zero 1,2 ...]
+        [--out plan.json] [--csv all.csv] [--plot sweep.png] [--json] [--quiet] [pins: --tp 8 --pp 1,2,4 ...]
 
 Every strategy flag of ``simulate`` is a pin here and takes a comma-separated list
 (``--recompute none,full``); ``--max-pp`` caps the pipeline degree. Exit codes: 0 a plan, 1
-nothing fits, 2 bad input.
+nothing fits, 2 bad input. Several GPU counts (``--gpus 16..256`` or ``16,32,64``) or clusters
+(``--cluster dgx-a100,dgx-h100``) make a sweep (:func:`planner.sweep.sweep`): one row per point,
+the best plan of each, ``--plot`` the figure, ``--out`` the best plan of the fastest point.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import sys
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.jsonio import check_suffix, check_writable
+from simulator.jsonio import check_plot_path, check_suffix, check_writable
 from simulator.strategy.fields import FlagKind
 from simulator.strategy.flat import FLAT
 from simulator.units import GB
-from trainplan import cli_common, strategy_flags
+from trainplan import cli_common, plan_sweep, strategy_flags
 
 NOT_PINS = ("global_batch", "profile", "layer_split", "seed")
 """Declared flags that are inputs of the search, not dimensions of it."""
@@ -31,8 +33,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="search the strategies for a model on a cluster and write the best plan",
                               description="Enumerate every strategy for the model on the cluster, drop the invalid "
                                           "and those that do not fit, rank by the closed form, re-simulate the best "
-                                          "with the discrete-event engine. See docs/planner.md.")
+                                          "with the discrete-event engine. See docs/planner.md.",
+                              conflict_handler="resolve")
     strategy_flags.add_job_flags(p)
+    # replaces the shared integer --gpus (conflict_handler="resolve"): the planner also takes a list or a range
+    p.add_argument("--gpus", required=True, metavar="G|G1,G2|G1..G2",
+                   help="worker GPUs, = dp·tp·pp; a list or a range of powers of two sweeps the counts")
     g = p.add_argument_group("search")
     g.add_argument("--gbs", type=int, required=True, metavar="B", help="global batch, sequences per step")
     g.add_argument("--objective", choices=("time", "throughput", "cost"), default="time",
@@ -61,7 +67,8 @@ def register(subparsers) -> None:
     o.add_argument("--explain", action="store_true", help="say why the best plan beats the others")
     o.add_argument("--out", metavar="PLAN.json", help="write the best plan as a plan file")
     o.add_argument("--csv", metavar="FILE.csv", help="write every ranked candidate")
-    o.add_argument("--json", action="store_true", help="print JSON (candidates, best, top)")
+    o.add_argument("--plot", metavar="FILE.png", help="with a sweep: time and GPU-hours (or cost) against GPUs")
+    o.add_argument("--json", action="store_true", help="print JSON (candidates, best, top; a sweep: rows)")
     o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=run)
 
@@ -105,6 +112,15 @@ def _counts_line(counts) -> str:
             f"{d['refined']} refined by the DES; seconds " + ", ".join(f"{k} {v:g}" for k, v in d["seconds"].items()))
 
 
+def _plan_kwargs(args) -> dict:
+    """The keyword arguments of :func:`planner.plan` that the flags give (all but the job's size)."""
+    import planner
+
+    return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": max(args.refine, 0),
+            "jobs": args.jobs, "reserve_gb": args.reserve_gb, "max_mbs": args.max_mbs,
+            "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile}
+
+
 def run(args: argparse.Namespace) -> int:
     import planner
 
@@ -114,19 +130,23 @@ def run(args: argparse.Namespace) -> int:
             check_writable(path, flag)
     for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
         positive_int(flag, value)
+    counts, names = plan_sweep.gpu_counts(args.gpus), plan_sweep.cluster_names(args.cluster)
+    if len(counts) > 1 or len(names) > 1:
+        return _run_sweep(args, counts, names)
+    if args.plot is not None:
+        raise cli_common.UsageError("--plot draws a sweep; give several --gpus (16..256) or --cluster values")
+    args.gpus, args.cluster = counts[0], names[0]
     workload = strategy_flags.load_workload(args)
     cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
     if cluster.world_size != args.gpus:
         raise SpecError("--gpus", f"the planner searches whole nodes; use a multiple of {cluster.node.gpus_per_node}")
-    pins = _pins(args)
+    kwargs = _plan_kwargs(args)
+    pins = kwargs["pins"]
     if not args.quiet:
         print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
     try:
-        result = planner.plan(workload, cluster, gpus=args.gpus, global_batch=args.gbs, pins=pins,
-                              objective=planner.Objective(args.objective), refine=max(args.refine, 0), jobs=args.jobs,
-                              reserve_gb=args.reserve_gb, max_mbs=args.max_mbs,
-                              allow_cross_node_tp=args.allow_cross_node_tp, profile=args.profile,
-                              tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour)
+        result = planner.plan(workload, cluster, gpus=args.gpus, global_batch=args.gbs, tokens=args.tokens,
+                              price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
     if result.counts.enumerated == 0:
@@ -160,3 +180,41 @@ def _report(args, result) -> int:
         if path:
             print(f"wrote {path}", file=sys.stderr)
     return 0 if result.best is not None else 1
+
+
+def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
+    """The best plan per (cluster, GPU count): the table (or ``--json`` rows), ``--plot``, ``--csv``, ``--out``."""
+    from planner.plot import sweep_figure
+    from planner.sweep import fastest, rows_as_dicts, sweep
+
+    if args.nodes is not None:
+        raise cli_common.UsageError("--nodes sizes one cluster; a sweep sizes each to its --gpus, leave --nodes out")
+    if args.explain:
+        raise cli_common.UsageError("--explain compares the plans of one search; leave it out of a sweep")
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")
+    workload = strategy_flags.load_workload(args)
+    clusters = [strategy_flags.cluster_of(argparse.Namespace(cluster=name)) for name in names]
+    if not args.quiet:
+        print(f"sweeping {len(clusters)} cluster(s) x {len(counts)} GPU count(s) for {workload.name} ...",
+              file=sys.stderr)
+    try:
+        frame = sweep(workload, clusters, counts, args.gbs, tokens=args.tokens,
+                      price_per_gpu_hour=args.price_per_gpu_hour, **_plan_kwargs(args))
+    except SpecError as err:
+        raise strategy_flags.flag_error(err) from None
+    best = fastest(frame)
+    if args.out and best is not None:
+        best["plan"].save(args.out)
+    if args.csv:
+        frame.drop(columns=["plan"]).to_csv(args.csv, index=False)
+    if args.plot is not None:
+        sweep_figure(frame, title=f"{workload.name}, global batch {args.gbs}").savefig(args.plot, dpi=120)
+    if args.json:
+        cli_common.print_json({"rows": rows_as_dicts(frame)})
+    else:
+        print(plan_sweep.table(frame))
+    for path in (args.out if best is not None else None, args.csv, args.plot):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0 if best is not None else 1
