@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from argv import merged
+
 from trainplan.__main__ import main
 
 DATA = Path(__file__).parent / "data"
@@ -23,7 +25,7 @@ def test_done_means_command_prints_breakdown(capsys):
 
 
 def test_eager_attention_keeps_scores_and_says_so(capsys):
-    assert main(DONE + ["--attention", "eager", "--mbs", "2"]) == 0
+    assert main(merged(DONE, ["--attention", "eager", "--mbs", "2"])) == 0
     out = capsys.readouterr().out
     assert "eager attention" in out and "verdict: DOES NOT FIT" in out and "attention scores" in out
 

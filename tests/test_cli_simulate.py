@@ -20,6 +20,7 @@ from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
 from simulator.units import MiB
 from trainplan import cmd_simulate, strategy_flags, stragglers
 from trainplan.__main__ import build_parser, main
+from argv import merged
 from timeline_fixtures import step_result
 
 SMALL = ["simulate", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--dp", "2", "--tp", "2",
@@ -34,7 +35,7 @@ def _build(args):
 
 
 def _inputs(*extra):
-    return _build(build_parser().parse_args(SMALL + list(extra)))
+    return _build(build_parser().parse_args(merged(SMALL, list(extra))))
 
 
 def _fail(argv, capsys) -> str:
@@ -150,7 +151,7 @@ def test_bad_straggler_syntax(text):
     (["--attention", "sdpa"], "--attention"),
 ])
 def test_bad_inputs_are_one_line(extra, flag, capsys):
-    err = _fail(SMALL + extra, capsys)
+    err = _fail(merged(SMALL, extra), capsys)
     assert flag in err
 
 
@@ -325,3 +326,18 @@ def test_param_fetch_owner_broadcast_is_slower(tmp_path, capsys):
 def test_profile_end_to_end(capsys):
     assert main(SMALL + ["--profile", "horovod"]) == 0
     assert "profile horovod" in capsys.readouterr().out.splitlines()[0]
+
+
+@pytest.mark.parametrize("extra, needle", [(["--sp", "--no-sp"], "--no-sp: given after --sp"),
+                                           (["--cluster", "dgx-a100"], "--cluster: given after --cluster"),
+                                           (["--gbs", "32"], "--gbs: given after --gbs")])
+def test_an_option_given_twice_is_refused(extra, needle, capsys):
+    """Repeated or contradictory flags are refused rather than last-one-wins (issue 15); --straggler,
+    which collects specs, may repeat (test_stragglers_fixed_and_random)."""
+    assert needle in _fail(SMALL + extra, capsys)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("trainplan ")

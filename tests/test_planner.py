@@ -8,6 +8,7 @@ import json
 import pytest
 
 import planner
+from argv import merged
 from planner.space import Problem, default_axes, degrees, enumerate_keys, pin
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
@@ -113,7 +114,7 @@ def test_cli_nothing_fits_exits_1(capsys):
 def test_cli_bad_input_is_one_line(capsys, extra, needle):
     argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
             "--refine", "0"]
-    assert main(argv + extra) == 2
+    assert main(merged(argv, extra)) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
 

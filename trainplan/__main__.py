@@ -26,11 +26,21 @@ COMMAND_MODULES: tuple[str, ...] = (
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trainplan")
+    except PackageNotFoundError:  # running from a checkout that was not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     parser = cli_common.ArgumentParser(prog="trainplan", description=(
         "Simulate and plan distributed deep-learning training; run plans for real and check the model."))
+    parser.add_argument("--version", action="version", version=f"trainplan {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:

@@ -12,11 +12,31 @@ class UsageError(ValueError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports errors as one line with exit code 2 (argparse's own code), no usage dump."""
+    """argparse that reports errors as one line with exit code 2 (argparse's own code), no usage dump,
+    and refuses an option given twice (or with its negation, ``--sp --no-sp``) instead of letting
+    the last one win silently; options that collect values (``--straggler``) may repeat."""
 
     def error(self, message: str) -> None:  # noqa: D102 - argparse override
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse override
+        self._refuse_repeats(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, args: list[str]) -> None:
+        seen: dict[str, str] = {}
+        for token in args:
+            if not token.startswith("--"):
+                continue
+            if token == "--":
+                break
+            action = self._option_string_actions.get(token.split("=", 1)[0])
+            if action is None or isinstance(action, (argparse._AppendAction, argparse._SubParsersAction)):
+                continue
+            if action.dest in seen:
+                self.error(f"{token.split('=', 1)[0]}: given after {seen[action.dest]}; give it once")
+            seen[action.dest] = token.split("=", 1)[0]
 
 
 def print_json(obj) -> None:

@@ -84,7 +84,7 @@ def run_engine(args, job: strategy_flags.Job):
 def describe(workload, cluster, strategy: Strategy, layout) -> str:
     """One header line: model, GPUs, cluster, degrees, schedule, batch."""
     sched = (f", {strategy.schedule.value} m={layout.micro_batches}"
-             + (f" v={layout.v}" if layout.v > 1 else "")) if layout.pp > 1 else f", {layout.micro_batches} micro-batches"
+             + (f" v={layout.v}" if layout.v > 1 else "")) if layout.pp > 1 else f", {layout.micro_batches} micro-batch{'es' if layout.micro_batches != 1 else ''}"
     sync = strategy.dp_sync
     sync_text = (f"PS {sync.mode.value} x{sync.shards}" if isinstance(sync, ParamServerSync)
                  else f"all-reduce {sync.algorithm.value}")
