@@ -37,7 +37,10 @@ class PlanResult:
     counts: Counts
     frame: pd.DataFrame
     """One row per ranked candidate, best first: the estimate's columns, ``strategy`` (the object),
-    ``memory_bytes``, ``headroom_bytes`` and, for refined rows, ``des_step_time_s``."""
+    ``memory_bytes``, ``headroom_bytes`` and, for refined rows, ``des_step_time_s``. In the refined
+    rows ``step_time_s``, ``tokens_per_s`` and ``mfu`` are the DES's (the closed form's step time is
+    kept in ``step_time_s_analytical``); ``hfu``, ``slowest_stage`` and the breakdown columns stay the
+    closed form's in every row."""
     best: Plan | None
     """None when nothing fits."""
 
@@ -69,10 +72,13 @@ def _objective_columns(frame: pd.DataFrame, gpus: int, tokens: float | None, pri
             frame["cost"] = frame["gpu_hours"] * price
 
 
-def _order(frame: pd.DataFrame, objective: Objective, by: str) -> pd.DataFrame:
+def _order(frame: pd.DataFrame, objective: Objective) -> pd.DataFrame:
+    """Best first. Within one search (one cluster, one GPU count) the three objectives give the same
+    order — tokens/s per GPU and GPU-hours to train are both monotone in the step time — so they
+    differ only in the columns shown; they part ways across GPU counts and clusters (planner.sweep)."""
     if objective is Objective.THROUGHPUT:
         return frame.sort_values(["tokens_per_s_per_gpu", "memory_bytes"], ascending=[False, True], kind="stable")
-    return frame.sort_values([by, "memory_bytes"], kind="stable")
+    return frame.sort_values(["step_time_s", "memory_bytes"], kind="stable")
 
 
 def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None = None,
@@ -91,7 +97,7 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
     counts = Counts()
     frame = rank(Search(workload, cluster, problem, pins or {}, profile, reserve_gb), counts)
     _objective_columns(frame, gpus, tokens, price_per_gpu_hour)
-    frame = _order(frame, objective, "step_time_s").reset_index(drop=True)
+    frame = _order(frame, objective).reset_index(drop=True)
     t0 = time.perf_counter()
     k = min(refine, len(frame))
     if k:
@@ -102,7 +108,7 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
         head["step_time_s"], head["tokens_per_s"] = head["des_step_time_s"], [r.tokens_per_s for r in results]
         head["mfu"] = [r.mfu for r in results]
         _objective_columns(head, gpus, tokens, price_per_gpu_hour)
-        frame = pd.concat([_order(head, objective, "step_time_s"), frame.iloc[k:]], ignore_index=True)
+        frame = pd.concat([_order(head, objective), frame.iloc[k:]], ignore_index=True)
         counts.refined = k
     counts.seconds["refine"] = time.perf_counter() - t0
     best = None

@@ -77,7 +77,7 @@ def _valid(keys: list[dict], problem: Problem, workload, counts: Counts) -> list
     c = _arrays(keys)
     ok = valid_mask(c, problem.gpus, workload)
     failing = np.flatnonzero(~ok)
-    reason = np.full(len(keys), "tp", dtype=object)
+    reason = np.full(len(keys), "tp", dtype=object)  # valid_mask = RULES and the workload's tp check
     for rule in reversed(RULES):  # the first rule that breaks wins
         reason[~rule.ok(c, problem.gpus, problem.layers)] = rule.field
     counts.invalid.update(reason[failing].tolist())
@@ -95,13 +95,18 @@ def _strategies(keys: list[dict], profile: str | None, counts: Counts) -> list[S
 
 
 def _in_flight_cap(s: Strategy, m: int) -> int:
-    """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3)."""
+    """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3), as
+    :func:`simulator.memory.activations.in_flight` counts them: 1F1B min(p − k, m) stops growing at
+    m = p; every interleaved schedule (v = 1 included, which that function counts the interleaved
+    way) at m = 2p; GPipe keeps all m."""
     if s.pp == 1 or s.schedule is ScheduleKind.GPIPE:
         return m if s.pp > 1 else 1
-    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1 else s.pp)
+    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
 
 
 def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
+    """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
+    figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
     dp = s.dp
     m = s.global_batch // (dp * s.micro_batch)
     cap = _in_flight_cap(s, m)
@@ -162,10 +167,30 @@ class Search:
     reserve_gb: float = 0.0
 
 
+def _check_pins_apply(keys: list[dict], pins: dict) -> None:
+    """Every pinned value must reach some candidate; one that never does (``--recompute selective``
+    without eager attention, ``--virtual-stages 4`` with ``--schedule 1f1b``) is an error naming the key
+    rather than silently dropped."""
+    own = [key for key in pins if key not in ("dp", "tp", "pp", "max_pp", "dp_sync")]
+    if not keys and len(own) == 1:  # one pin emptied the space: it is the culprit
+        keys = [{}]
+    for key, values in pins.items():
+        if key not in own or not keys:
+            continue  # several pins emptied the space together: the caller says which were given
+        used = {k.get(key) for k in keys}
+        missing = [v for v in values if v not in used]
+        if missing:
+            shown = getattr(missing[0], "value", missing[0])
+            raise SpecError(key, f"{shown} applies to no candidate: its dimension does not apply there (e.g. "
+                            "selective recompute needs eager attention, virtual stages an interleaved schedule, "
+                            "sequence parallelism tp > 1) or another pin excludes it")
+
+
 def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
     """Every feasible candidate with its analytical estimate and memory, fastest first."""
     t0 = time.perf_counter()
     keys = list(enumerate_keys(search.problem, pin(default_axes(search.problem), search.pins)))
+    _check_pins_apply(keys, search.pins)
     counts.enumerated = len(keys)
     strategies = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
     counts.seconds["enumerate"] = time.perf_counter() - t0

@@ -6,8 +6,9 @@ it (sequence parallelism only where tp > 1, a schedule only where pp > 1); the d
 axis of (dp, tp, pp) factorisations of the GPU count. A new dimension (expert or context
 parallelism) joins by adding one axis to :func:`default_axes`, not by editing loops.
 
-Pins (``--tp 8``, ``--zero 1,2``, ``--recompute none,selective``) restrict an axis to the pinned
-values; a pin no candidate can honour is a one-line error naming the flag.
+Pins (``--tp 8``, ``--zero 1,2``, ``--recompute none,full``) restrict an axis to the pinned
+values; a pin no candidate can honour is a one-line error naming the flag
+(:func:`planner.search.rank` checks every pinned value reaches some candidate).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from dataclasses import dataclass
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, Offload, Recompute, ZeroStage
+from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
 from simulator.workload.protocol import divisors
 
 DEFAULT_MAX_MBS = 8
-"""Largest micro-batch tried unless ``--max-mbs`` says otherwise."""
-DEFAULT_VIRTUAL_STAGES = (2,)
-"""Interleaved chunks per rank tried unless pinned (Megatron-LM's examples use 2-4)."""
+"""Largest micro-batch tried unless ``--max-mbs`` says otherwise: a bound on the search, not a
+measured figure (larger micro-batches are searched when the flag raises it)."""
+DEFAULT_VIRTUAL_STAGES = (DEFAULT_INTERLEAVED_V,)
+"""Interleaved chunks per rank tried unless pinned (the CLI's default, :data:`DEFAULT_INTERLEAVED_V`)."""
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,8 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
         raise SpecError("on_invalid", f"must be an OnInvalid ({', '.join(f'OnInvalid.{o.name}' for o in OnInvalid)}), "
                         f"got {on_invalid!r}")
     cache = CostCache(cluster) if cache is None else cache
+    if cache.cluster is not cluster and cache.cluster != cluster:
+        raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
     ctx = _Context(cluster, workload, strategies, cache, cache.memo(("structures", workload, fetch), Structures))
     ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store, on_invalid is OnInvalid.RAISE)
     ids = np.array(ids, dtype=np.int64)

@@ -131,3 +131,10 @@ def test_structure_key_follows_the_field_declarations():
     same = replace(base, global_batch=128, profile="ddp", framework=Framework.TORCH_DDP,
                    offload_activations=False, stragglers=StragglerModel(seed=3))
     assert _key(same) == _key(base)
+
+
+def test_a_cache_of_another_cluster_is_refused():
+    """estimate_many compiles with the cache's cluster and times with its own: they must be one cluster."""
+    other = CostCache(load_preset("dgx-a100", 2))
+    with pytest.raises(SpecError, match="^cache: the cost cache belongs to another cluster"):
+        estimate_many(load_preset("dgx-h100"), get_preset("gpt3-125m"), [Strategy(global_batch=8)], cache=other)

@@ -108,9 +108,10 @@ def test_cli_nothing_fits_exits_1(capsys):
 
 
 @pytest.mark.parametrize("extra, needle", [(["--tp", "3"], "pins leave no candidate"),
-                                           (["--zero", "7"], "--zero"),
-                                           (["--gpus", "12"], "--gpus"),
-                                           (["--out", "/nonexistent/x.json"], "--out")])
+                                           (["--zero", "7"], "--zero: unknown ZeRO stage '7'"),
+                                           (["--gpus", "12"], "--gpus: 12 is not a whole number of 8-GPU"),
+                                           (["--out", "/nonexistent/x.json"],
+                                            "--out: folder '/nonexistent' does not exist")])
 def test_cli_bad_input_is_one_line(capsys, extra, needle):
     argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
             "--refine", "0"]
@@ -132,3 +133,30 @@ def test_analytical_top1_is_the_exhaustive_des_best_on_a_small_space():
     ranked = planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, pins=pins, refine=0).frame
     des = np.array([des_step(CLUSTER, MODEL, s).step_time_s for s in ranked["strategy"]])
     assert len(des) >= 10 and int(np.argmin(des)) == 0
+
+
+def test_memory_shared_across_the_search_equals_a_fresh_report():
+    """The planner's memory cache (batch capped where in-flight micro-batches stop growing) gives what
+    memory_report gives on the full layout, interleaved with v = 1 included (a cap of pp was wrong there)."""
+    from planner.search import _memory
+    from simulator.memory import memory_report
+    from simulator.strategy import Strategy, build_layout
+
+    cache, states = {}, {}
+    for schedule, v in ((ScheduleKind.INTERLEAVED, 1), (ScheduleKind.INTERLEAVED, 2), (ScheduleKind.ONE_F_ONE_B, 1),
+                        (ScheduleKind.GPIPE, 1)):
+        s = Strategy(global_batch=64, dp=2, pp=4, schedule=schedule, virtual_stages=v, zero=ZeroStage.ZERO1)
+        fresh = memory_report(MODEL, CLUSTER, build_layout(s, CLUSTER, MODEL))
+        shared = _memory(cache, states, MODEL, CLUSTER, s)
+        assert [st.total_bytes for st in shared.stages] == [st.total_bytes for st in fresh.stages], (schedule, v)
+
+
+@pytest.mark.parametrize("pins, key", [({"recompute": (planner.space.Recompute.SELECTIVE,)}, "recompute"),
+                                       ({"virtual_stages": (4,), "schedule": (ScheduleKind.ONE_F_ONE_B,)},
+                                        "virtual_stages")])
+def test_a_pin_that_reaches_no_candidate_is_an_error(pins, key):
+    from simulator.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, pins=pins, refine=0)
+    assert err.value.field == key and "applies to no candidate" in err.value.problem

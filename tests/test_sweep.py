@@ -95,11 +95,13 @@ def test_cli_sweep_json_plot_out(tmp_path, capsys):
     assert load_plan(out).cluster.name == "dgx-h100" and load_plan(out).gpus == 8
 
 
-@pytest.mark.parametrize("extra, needle", [(["--gpus", "8..7"], "--gpus"), (["--gpus", "8,12"], "--gpus"),
-                                           (["--gpus", "8..24"], "--gpus"), (["--gpus", "8,16", "--nodes", "2"],
-                                                                             "--nodes"),
-                                           (["--gpus", "8", "--plot", "x.png"], "--plot"),
-                                           (["--gpus", "8,16", "--plot", "x.txt"], "--plot")])
+@pytest.mark.parametrize("extra, needle", [
+    (["--gpus", "8..7"], "--gpus: a range G1..G2 runs over powers of two; 7 is not one"),
+    (["--gpus", "8,12"], "--gpus: 12 is not a whole number of 8-GPU"),
+    (["--gpus", "8..24"], "--gpus: a range G1..G2 runs over powers of two; 24 is not one"),
+    (["--gpus", "8,16", "--nodes", "2"], "--nodes sizes one cluster"),
+    (["--gpus", "8", "--plot", "x.png"], "--plot draws a sweep"),
+    (["--gpus", "8,16", "--plot", "x.txt"], "--plot: 'x.txt' must end in .png")])
 def test_cli_bad_sweep_is_one_line(capsys, extra, needle):
     argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gbs", "16", "--quiet", "--refine", "0"]
     assert main(argv + extra) == 2

@@ -53,7 +53,10 @@ def register(subparsers) -> None:
     g.add_argument("--max-mbs", type=int, default=8, metavar="B", help="largest micro-batch tried (default 8)")
     g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
     g.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes (default: within a node)")
-    g.add_argument("--profile", metavar="NAME", help="framework defaults under every candidate (default none)")
+    g.add_argument("--profile", metavar="NAME",
+                   help="framework defaults for the fields the search does not vary (buckets, overlap, placement, "
+                        "gradient sync); ZeRO, schedule, sp and recompute are still searched: pin them to follow the "
+                        "profile (default none)")
     pins = p.add_argument_group("pins (comma-separated lists restrict a dimension)")
     for k in FLAT.values():
         flag = k.decl.flag

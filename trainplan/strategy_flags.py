@@ -26,13 +26,12 @@ from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
 from simulator.strategy import ParallelLayout, ParamServerSync, Strategy, build_layout
 from simulator.strategy.fields import FlagKind
+from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
 from simulator.strategy.flat import FLAT, flat_keys, strategy_from_flat
 from trainplan import stragglers
 
 DEFAULT_CLUSTER = "dgx-a100"
 """The cluster every command uses when ``--cluster`` is not given (said in ``--help`` and in the header)."""
-DEFAULT_INTERLEAVED_V = 2
-"""Virtual stages per rank when ``--schedule interleaved`` comes without ``--virtual-stages``."""
 JOB_FLAGS = {"model": "--model", "seq": "--seq", "nodes": "--nodes", "gpus": "--gpus", "cluster": "--cluster",
              "profile": "--profile"}
 """Inputs that are not strategy fields → their flags."""

@@ -14,12 +14,12 @@ from simulator.errors import SpecError
 _MISSING = object()
 
 MAX_NUMBER = 1e15
-"""The largest number a cluster file may hold, in any unit (GB, GB/s, µs, TFLOP/s, params/s). Real
+"""A sanity guard, not a physical limit: the largest number a cluster file may hold, in any unit (GB, GB/s, µs, TFLOP/s, params/s). Real
 values are far below it (the presets' largest is 30,720 GB of NVMe; a host's CPU Adam rate is ~1e9
 params/s), while ``1e300`` GB overflowed to infinity once turned into bytes and ``.inf`` GB/s printed
 and computed as infinity."""
 MIN_POSITIVE = 1e-9
-"""The smallest value a number that must be positive may take (1e-9 GB/s is one byte per second):
+"""A sanity guard, not a physical limit: the smallest value a number that must be positive may take (1e-9 GB/s is one byte per second):
 smaller ones, such as ``5e-324``, made times infinite."""
 
 

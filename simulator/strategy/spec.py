@@ -31,6 +31,12 @@ __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload
 _opt_positive_number = opt(positive_number)
 
 
+DEFAULT_INTERLEAVED_V = 2
+"""Model chunks per rank an interleaved schedule gets when none is given (the CLI) or searched (the
+planner's default): a choice, not a framework default — Megatron-LM makes the user set the virtual
+pipeline size [src: megatron-core]; 2 is the smallest interleaving."""
+
+
 def _text(key: str, value) -> None:
     if not isinstance(value, str):
         raise SpecError(key, f"must be a name, got {value!r}")

@@ -23,7 +23,7 @@ from simulator.units import MiB
 
 DDP_BUCKET_CAP_BYTES = 25 * MiB
 """PyTorch DDP's ``bucket_cap_mb=25`` (torch.nn.parallel.DistributedDataParallel docs; MB means MiB
-there: ``bucket_cap_mb * 1024 * 1024``), the default bucket of every all-reduce strategy."""
+there: ``bucket_cap_mb * 1024 * 1024``) [src: torch-ddp], the default bucket of every all-reduce strategy."""
 
 
 class AllReduceAlgorithm(Enum):
