@@ -22,7 +22,7 @@ Schema (``version`` 1)::
 
 Loading checks everything: an unknown field or version, a wrong type, a strategy that does not lay
 out on the cluster and model gives one :class:`~simulator.errors.SpecError` naming the field
-(``plan.model.seqq: unknown field; known: preset, seq``).
+(``plan.model.seqq: unknown field; known: preset, seq, transformer, layers``).
 """
 
 from __future__ import annotations

@@ -178,3 +178,20 @@ def test_output_suffixes_are_checked_first(tmp_path, capsys, monkeypatch, argv, 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"{needle}:" in err and "must end in" in err and not list(tmp_path.iterdir())
+
+
+def test_plan_without_global_batch_and_plan_with_profile(tmp_path, capsys):
+    d = _base()
+    d["strategy"].pop("global_batch")
+    with pytest.raises(SpecError) as err:
+        plan_from_dict(d)
+    assert err.value.field == "plan.strategy.global_batch"
+    path = _plan().save(tmp_path / "p.json")
+    assert main(["simulate", "--plan", str(path), "--profile", "megatron"]) == 2
+    assert "--profile: the plan file already gives" in capsys.readouterr().err
+
+
+def test_infinite_straggler_factor_is_refused(capsys):
+    assert main(["simulate", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--engine", "des",
+                 "--straggler", "rank=0,factor=inf"]) == 2
+    assert "--straggler: must be a number > 0, got inf" in capsys.readouterr().err

@@ -160,3 +160,14 @@ def test_a_pin_that_reaches_no_candidate_is_an_error(pins, key):
     with pytest.raises(SpecError) as err:
         planner.plan(MODEL, CLUSTER, gpus=8, global_batch=16, pins=pins, refine=0)
     assert err.value.field == key and "applies to no candidate" in err.value.problem
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--reserve-gb", "nan"], "--reserve-gb: must be a finite number >= 0"),  # NaN once let every plan fit
+    (["--refine=-3"], "--refine: must be a finite number >= 0"),
+    (["--tokens", "nan"], "--tokens: must be a finite positive number"),
+    (["--price-per-gpu-hour", "3"], "--price-per-gpu-hour: prices the GPU-hours to train --tokens")])
+def test_cli_search_numbers_are_checked(capsys, extra, needle):
+    assert main(["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
+                 *extra]) == 2
+    assert needle in capsys.readouterr().err

@@ -133,6 +133,14 @@ def run(args: argparse.Namespace) -> int:
             check_writable(path, flag)
     for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
         positive_int(flag, value)
+    for flag, value in (("--reserve-gb", args.reserve_gb), ("--refine", args.refine)):
+        if not 0 <= value < float("inf"):  # NaN fails too: a NaN reserve would let every plan fit
+            raise SpecError(flag, f"must be a finite number >= 0, got {value}")
+    for flag, value in (("--tokens", args.tokens), ("--price-per-gpu-hour", args.price_per_gpu_hour)):
+        if value is not None and not 0 < value < float("inf"):
+            raise SpecError(flag, f"must be a finite positive number, got {value}")
+    if args.price_per_gpu_hour is not None and args.tokens is None:
+        raise SpecError("--price-per-gpu-hour", "prices the GPU-hours to train --tokens: add --tokens")
     counts, names = plan_sweep.gpu_counts(args.gpus), plan_sweep.cluster_names(args.cluster)
     if len(counts) > 1 or len(names) > 1:
         return _run_sweep(args, counts, names)

@@ -127,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
     if args.engine == Engine.ANALYTICAL.value and (strategy.failures is not None
                                                    or strategy.stragglers != StragglerModel()):
-        raise cli_common.UsageError("--plan: the plan's scenario (stragglers, failures) needs the discrete-event "
-                                    "engine: add --engine des")
+        where = "--plan: the plan's scenario" if args.plan else "the scenario"
+        raise cli_common.UsageError(f"{where} (stragglers, failures, their seed) needs the discrete-event engine: "
+                                    "add --engine des")
     result = run_engine(args, job)
     written = _write_outputs(args, result, describe(workload, cluster, strategy, layout))
     if args.save_plan:

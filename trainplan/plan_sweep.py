@@ -14,9 +14,10 @@ from simulator.errors import SpecError
 
 def _int(text: str) -> int:
     try:
-        return positive_int("--gpus", int(text.strip()))
+        value = int(text.strip())
     except ValueError:
         raise SpecError("--gpus", f"{text.strip()!r} is not a whole number; give G, G1,G2,... or G1..G2") from None
+    return positive_int("--gpus", value)
 
 
 def _power_of_two(text: str) -> int:

@@ -207,7 +207,7 @@ def job_from_plan(args) -> Job:
     from simulator.plan_file import load_plan
 
     given = [f for f, v in (("--model", args.model), ("--cluster", args.cluster), ("--nodes", args.nodes),
-                            ("--gpus", args.gpus), ("--seq", args.seq)) if v is not None]
+                            ("--gpus", args.gpus), ("--seq", args.seq), ("--profile", args.profile)) if v is not None]
     given += [FLAG_OF[k] for k in strategy_keys(args)] + (["--straggler"] if args.straggler else [])
     if given:
         raise SpecError(given[0], "the plan file already gives the model, cluster, GPUs and strategy; drop it, "

@@ -22,7 +22,7 @@ from simulator.strategy.fields import (Flag, FlagKind, Role, declare, float_pars
 
 
 def _num(field: str, value, lo: float = 0.0, strict: bool = False) -> None:
-    bad = (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= lo
+    bad = (not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value < math.inf
            or (strict and value == lo))
     if bad:
         raise SpecError(field, f"must be a number {'>' if strict else '>='} {lo:g}, got {value!r}")

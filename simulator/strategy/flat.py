@@ -86,6 +86,8 @@ def strategy_from_flat(values: dict) -> Strategy:
     unknown = sorted(str(k) for k in set(values) - set(FLAT))
     if unknown:
         raise SpecError(unknown[0], f"unknown strategy key; known: {', '.join(ALL_KEYS)}")
+    if "global_batch" not in values:
+        raise SpecError("global_batch", "missing; give the global batch (sequences per optimizer step)")
     values = {k: _parse(k, v) for k, v in values.items()}
     kind = _SYNC_KIND(values.pop("dp_sync", DpSyncKind.ALL_REDUCE))
     sync_class = _SYNC_CLASS[kind]
