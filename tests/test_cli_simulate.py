@@ -17,6 +17,7 @@ import simulator.compile  # noqa: F401
 import simulator.engine.step  # noqa: F401
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
+from simulator.errors import SpecError
 from simulator.units import MiB
 from trainplan import cmd_simulate, strategy_flags, stragglers
 from trainplan.__main__ import build_parser, main
@@ -100,6 +101,12 @@ def test_stragglers_fixed_and_random():
     _, _, s, _ = _inputs("--straggler", "rank=3,factor=1.5", "--straggler", "prob=0.05,factor=2", "--seed", "7")
     assert s.stragglers.speed_factors == (1, 1, 1, 1.5, 1, 1, 1, 1)
     assert (s.stragglers.slowdown_prob, s.stragglers.slowdown_factor, s.stragglers.seed) == (0.05, 2.0, 7)
+
+
+def test_a_straggler_rank_given_twice_is_refused():
+    """The last factor used to win silently (review of issue 15)."""
+    with pytest.raises(SpecError, match=r"^--straggler: rank 3 is given twice; give each rank's factor once$"):
+        stragglers.straggler_keys(["rank=3,factor=1.5", "rank=3,factor=2"], 8)
 
 
 def test_failure_flags():
