@@ -292,6 +292,21 @@ def _json(argv, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def test_cli_seed_is_the_api_seed(capsys):
+    """``--seed 7`` simulates what ``simulate(work, seed=0)`` does for a strategy whose straggler seed is 7
+    (it used to add the seed twice: the CLI's --seed 7 was the API's seed 14)."""
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+
+    extra = ["--engine", "des", "--steps", "4", "--straggler", "prob=0.3,factor=3", "--seed", "7"]
+    cli = _json(SMALL + extra, capsys)["step_time_s"]
+    workload, cluster, strategy, layout = _inputs(*extra[:-4], "--straggler", "prob=0.3,factor=3", "--seed", "7")
+    work = compile_step(cluster, workload, strategy, layout=layout)
+    assert strategy.stragglers.seed == 7
+    assert cli == simulate(work, cluster, seed=0, steps=4, trace=False).step_time_s
+    assert cli != simulate(work, cluster, seed=7, steps=4, trace=False).step_time_s
+
+
 def test_des_straggler_slows_the_step_and_is_deterministic(capsys):
     base = _json(SMALL + ["--engine", "des"], capsys)["step_time_s"]
     slow = _json(SMALL + ["--engine", "des", "--straggler", "rank=3,factor=1.5"], capsys)["step_time_s"]
