@@ -193,6 +193,8 @@ def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[
     idle = last_end - per_rank.sum(axis=2)
     out[:, :, cats.index(Category.PP)] = np.minimum(np.maximum(idle, 0.0), crit_pp[:, None])
     out[:, :, cats.index(Category.DATA)] = stall[:, None]
-    out[:, :, cats.index(Category.BUBBLE)] = step[:, None] - out.sum(axis=2)
+    residual = step[:, None] - out.sum(axis=2)
+    rounding = np.abs(residual) <= 1e-12 * step[:, None]   # float noise of the subtraction (a -5e-17 s bubble)
+    out[:, :, cats.index(Category.BUBBLE)] = np.where(rounding, 0.0, residual)
     slowest = np.argmax(finish, axis=1)
     return {"step_time_s": step, "finish_s": finish, "breakdown": out, "slowest": slowest, "pipeline_s": T}

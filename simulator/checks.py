@@ -2,18 +2,20 @@
 
 Each raises :class:`~simulator.errors.SpecError` naming the field, in one wording everywhere
 ("must be a positive integer, got 0"). ``bool`` is not a number here (``True`` is not a count),
-and NaN fails every comparison, so it is rejected too.
+NaN fails every comparison, and infinity is no quantity a spec can hold (an infinite
+``fusion_cycle_s`` or bandwidth only overflows later), so both are rejected too.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from simulator.errors import SpecError
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def positive_int(field: str, value) -> int:

@@ -35,7 +35,9 @@ from typing import get_type_hints
 from simulator.cluster.io import cluster_to_dict, load_cluster
 from simulator.cluster.presets import preset_names
 from simulator.cluster._schema import cluster_from_dict
+from simulator.checks import enum_member, non_negative_number, positive_number
 from simulator.errors import SpecError
+from simulator.results import Engine
 from simulator.jsonio import read_json, write_json
 from simulator.strategy import ParallelLayout, ParamServerSync, Role, Strategy, build_layout
 from simulator.strategy.flat import FLAT, plain, strategy_from_flat, strategy_to_flat
@@ -162,9 +164,27 @@ class Estimate:
         names = tuple(f.name for f in fields(cls))
         _known(where, d, names)
         try:
-            return cls(**d)
+            estimate = cls(**d)
         except TypeError as err:
             raise SpecError(where, f"incomplete estimate ({err})") from None
+        estimate._check(where)
+        return estimate
+
+    def _check(self, where: str) -> None:
+        """Types and ranges: a hand-edited estimate of "fast" seconds or a NaN MFU is refused on load."""
+        enum_member(Engine, self.engine, f"{where}.engine", "engine")
+        positive_number(f"{where}.step_time_s", self.step_time_s)
+        positive_number(f"{where}.tokens_per_s", self.tokens_per_s)
+        non_negative_number(f"{where}.mfu", self.mfu)
+        for name, part in (("breakdown", self.breakdown), ("memory", self.memory)):
+            if not isinstance(part, dict):
+                raise SpecError(f"{where}.{name}", f"must be a mapping, got {type(part).__name__}")
+        for category, seconds in self.breakdown.items():
+            non_negative_number(f"{where}.breakdown.{category}", seconds)
+        if "total_bytes" in self.memory:
+            non_negative_number(f"{where}.memory.total_bytes", self.memory["total_bytes"])
+        if not isinstance(self.memory.get("fits", False), bool):
+            raise SpecError(f"{where}.memory.fits", f"must be true or false, got {self.memory['fits']!r}")
 
 
 # --- the plan -------------------------------------------------------------------------------------
@@ -227,15 +247,37 @@ def plan_from_dict(d: dict) -> Plan:
     estimates = d.get("estimates", [])
     if not isinstance(estimates, list):
         raise SpecError("plan.estimates", "must be a list")
-    plan = Plan(model=model_from_dict(d["model"]), cluster=cluster_from_ref(d["cluster"]), gpus=gpus,
+    plan = Plan(model=_placed("plan.model", model_from_dict, d["model"]),
+                cluster=_placed("plan.cluster", cluster_from_ref, d["cluster"]), gpus=gpus,
                 strategy=strategy,
                 estimates=tuple(Estimate.from_dict(e, f"plan.estimates[{i}]") for i, e in enumerate(estimates)))
     try:
-        plan.layout()
+        layout = plan.layout()
     except SpecError as err:
         where = "scenario" if err.field.split("[")[0] in d.get("scenario", {}) else "strategy"
         raise SpecError(f"plan.{where}.{err.field}", err.problem) from None
+    if layout.world_size != gpus:  # a parameter-server layout takes every worker node, whatever gpus says
+        raise SpecError("plan.gpus", f"the parameter-server layout runs on {layout.world_size} worker GPUs (every "
+                        f"worker node), got {gpus}; set gpus to {layout.world_size}")
     return plan
+
+
+def _placed(where: str, read, d):
+    """``read(d)``, its SpecError's field placed inside the plan (``cluster`` → ``plan.cluster.preset``,
+    ``device.memory_GB`` → ``plan.cluster.spec.device.memory_GB``)."""
+    try:
+        return read(d)
+    except SpecError as err:
+        if err.field.startswith("plan."):
+            raise
+        head = where.removeprefix("plan.")
+        if err.field == head:
+            field = "preset" if isinstance(d, dict) and "preset" in d else "spec"
+        elif err.field in ("seq", "nodes"):
+            field = err.field
+        else:
+            field = ("spec." if head == "cluster" else "") + err.field
+        raise SpecError(f"{where}.{field}", err.problem) from None
 
 
 def _strategy(layout: dict, scenario: dict) -> Strategy:

@@ -112,9 +112,11 @@ def _check_pm(p: int, m: int) -> None:
 
 
 def interleaved_ok(m, p):
-    """Whether m micro-batches fit an interleaved schedule over p ranks (v > 1): m a multiple of p
-    (Megatron-LM's original rule). Works on numbers and numpy arrays (the planner's vector check)."""
-    return m % p == 0
+    """Whether m micro-batches fit an interleaved schedule over p ranks (v > 1): at least two ranks
+    (on one rank the chunks just run in order: nothing interleaves; Megatron-LM refuses a virtual
+    pipeline without pipeline parallelism [src: megatron-core]) and m a multiple of p (Megatron-LM's
+    original rule). Works on numbers and numpy arrays (the planner's vector check)."""
+    return (m % p == 0) & (p > 1)
 
 
 def gpipe(p: int, m: int) -> PipelineSchedule:
@@ -154,6 +156,9 @@ def interleaved_1f1b(p: int, m: int, v: int) -> PipelineSchedule:
     if v == 1:
         sched = one_f_one_b(p, m)
         return PipelineSchedule(sched.ranks, p, m, 1, ScheduleKind.INTERLEAVED)
+    if p < 2:
+        raise SpecError("schedule", f"interleaving {v} chunks needs pp ≥ 2 (on one rank they just run in order); "
+                        "use 1f1b or gpipe, or raise --pp")
     if not interleaved_ok(m, p):
         lo, hi = (m // p) * p, (m // p + 1) * p
         fix = f"{lo} or {hi}" if lo else f"{hi}"

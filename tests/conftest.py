@@ -22,3 +22,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# Hypothesis profiles: the default run stays quick for CI; `pytest --hypothesis-profile long` runs the
+# fuzz suites (tests/test_fuzz_*.py) at 10,000 cases each (they read the profile's name).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("long", max_examples=10_000, deadline=None)

@@ -18,8 +18,10 @@ def test_positive_int_rejects(value):
 @pytest.mark.parametrize("check, value", [(positive_number, 0), (positive_number, -0.5), (positive_number, math.nan),
                                           (positive_number, True), (non_negative_number, -1e-9),
                                           (non_negative_number, math.nan), (non_negative_number, False),
-                                          (non_negative_number, "0")])
+                                          (non_negative_number, "0"), (positive_number, math.inf),
+                                          (non_negative_number, math.inf), (non_negative_number, -math.inf)])
 def test_number_checks_reject(check, value):
+    """Infinity too: an infinite fusion_cycle_s in a plan file was accepted and overflowed later (review)."""
     with pytest.raises(SpecError, match="^x: must be a (positive|non-negative) number, got "):
         check("x", value)
 

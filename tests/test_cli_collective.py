@@ -67,6 +67,10 @@ def test_plot_is_written(capsys, tmp_path):
     (["--cluster", "dgx-h100", "--op", "all-to-all", "--algorithm", "tree"], "tree does not support all-to-all"),
     (["--cluster", "dgx-h100", "--op", "scatter"], "unknown operation"),
     (["--cluster", "dgx-h100", "--algorithm", "nvls", "--nodes", "2"], "nvls does not support"),
+    # nothing moves (blocks of 4-byte elements per peer round to 0): was a ZeroDivisionError in algbw
+    (["--cluster", "dgx-h100", "--op", "all-to-all", "--bytes", "8"], "bytes: an all-to-all over 8 ranks sends "
+                                                                        "whole 4-byte elements to each peer: give "
+                                                                        "at least 32 bytes, got 8"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, field):
     code, out, err = run(capsys, "collective", *argv)

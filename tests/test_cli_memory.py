@@ -164,6 +164,11 @@ def test_model_and_params_together(capsys):
     _one_line_error(capsys, ["memory", "--model", "llama2-7b", "--params", "7e9", "--gpus", "8"], "one of them")
 
 
+def test_seq_with_a_bare_parameter_count_is_refused(capsys):
+    """--seq was silently ignored with --params (issue 15 review): a bare count has no activations."""
+    _one_line_error(capsys, ["memory", "--params", "7e9", "--seq", "8192", "--gpus", "8"], "--seq: a bare --params")
+
+
 def test_layer_list_workload_is_refused(capsys):
     _one_line_error(capsys, ["memory", "--model", str(DATA / "small-mlp.layers.json"), "--gpus", "2"],
                     "model", "--params")

@@ -17,6 +17,7 @@ import simulator.compile  # noqa: F401
 import simulator.engine.step  # noqa: F401
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, ParamServerSync, ZeroStage
+from simulator.errors import SpecError
 from simulator.units import MiB
 from trainplan import cmd_simulate, strategy_flags, stragglers
 from trainplan.__main__ import build_parser, main
@@ -100,6 +101,12 @@ def test_stragglers_fixed_and_random():
     _, _, s, _ = _inputs("--straggler", "rank=3,factor=1.5", "--straggler", "prob=0.05,factor=2", "--seed", "7")
     assert s.stragglers.speed_factors == (1, 1, 1, 1.5, 1, 1, 1, 1)
     assert (s.stragglers.slowdown_prob, s.stragglers.slowdown_factor, s.stragglers.seed) == (0.05, 2.0, 7)
+
+
+def test_a_straggler_rank_given_twice_is_refused():
+    """The last factor used to win silently (review of issue 15)."""
+    with pytest.raises(SpecError, match=r"^--straggler: rank 3 is given twice; give each rank's factor once$"):
+        stragglers.straggler_keys(["rank=3,factor=1.5", "rank=3,factor=2"], 8)
 
 
 def test_failure_flags():
@@ -285,6 +292,21 @@ def _json(argv, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def test_cli_seed_is_the_api_seed(capsys):
+    """``--seed 7`` simulates what ``simulate(work, seed=0)`` does for a strategy whose straggler seed is 7
+    (it used to add the seed twice: the CLI's --seed 7 was the API's seed 14)."""
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+
+    extra = ["--engine", "des", "--steps", "4", "--straggler", "prob=0.3,factor=3", "--seed", "7"]
+    cli = _json(SMALL + extra, capsys)["step_time_s"]
+    workload, cluster, strategy, layout = _inputs(*extra[:-4], "--straggler", "prob=0.3,factor=3", "--seed", "7")
+    work = compile_step(cluster, workload, strategy, layout=layout)
+    assert strategy.stragglers.seed == 7
+    assert cli == simulate(work, cluster, seed=0, steps=4, trace=False).step_time_s
+    assert cli != simulate(work, cluster, seed=7, steps=4, trace=False).step_time_s
+
+
 def test_des_straggler_slows_the_step_and_is_deterministic(capsys):
     base = _json(SMALL + ["--engine", "des"], capsys)["step_time_s"]
     slow = _json(SMALL + ["--engine", "des", "--straggler", "rank=3,factor=1.5"], capsys)["step_time_s"]
@@ -330,10 +352,12 @@ def test_profile_end_to_end(capsys):
 
 @pytest.mark.parametrize("extra, needle", [(["--sp", "--no-sp"], "--no-sp: given after --sp"),
                                            (["--cluster", "dgx-a100"], "--cluster: given after --cluster"),
-                                           (["--gbs", "32"], "--gbs: given after --gbs")])
+                                           (["--gbs", "32"], "--gbs: given after --gbs"),
+                                           (["--gb", "32"], "unrecognized arguments: --gb 32")])
 def test_an_option_given_twice_is_refused(extra, needle, capsys):
     """Repeated or contradictory flags are refused rather than last-one-wins (issue 15); --straggler,
-    which collects specs, may repeat (test_stragglers_fixed_and_random)."""
+    which collects specs, may repeat (test_stragglers_fixed_and_random). An abbreviation (--gb for
+    --gbs) is no flag at all: it slipped past the repeat check."""
     assert needle in _fail(SMALL + extra, capsys)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from simulator.engine.faults import expected_time_to_train_s, sampled_time_to_train_s
 from simulator.engine.step import simulate
+from simulator.errors import SpecError
 from simulator.results import Category
 from simulator.strategy import AllReduceSync, FailureModel, ParamServerMode, ParamServerSync, Strategy, StragglerModel
 from simulator.workload.presets import get_preset
@@ -87,3 +88,18 @@ def test_simulate_reports_goodput_and_time_to_train():
     assert 0 < res.extras["goodput"] < 1
     assert res.extras["time_to_train_s"] == pytest.approx(10_000 * res.step_time_s / res.extras["goodput"])
     assert res.extras["young_interval_s"] == pytest.approx(math.sqrt(2 * 10.0 * 1000 * 3600 / 4))
+
+
+def test_a_job_that_cannot_finish_is_refused_not_sampled_forever():
+    """MTBF 1e-6 GPU-hours on 8 GPUs: the job fails every 0.45 ms, so a 31 s segment would be retried
+    ~e^(31/0.00045) times; sampling used to hang (issue 15). It is a SpecError naming the MTBF; a
+    short MTBF that still finishes (4.5 s against a 1 s segment and 2 s restarts) is sampled."""
+    hopeless = FailureModel(mtbf_gpu_hours=1e-6, checkpoint_interval_steps=100, checkpoint_cost_s=30.0,
+                            restart_cost_s=600.0)
+    with pytest.raises(SpecError, match=r"^mtbf_gpu_hours: the job fails every 0\.00045 s on 8 GPUs"):
+        sampled_time_to_train_s(hopeless, gpus=8, step_time_s=0.01, train_steps=1000)
+    short = FailureModel(mtbf_gpu_hours=0.01, checkpoint_interval_steps=100, checkpoint_cost_s=0.0,
+                         restart_cost_s=2.0)
+    sampled = sampled_time_to_train_s(short, gpus=8, step_time_s=0.01, train_steps=1000)
+    expected = expected_time_to_train_s(short, gpus=8, step_time_s=0.01, train_steps=1000)
+    assert sampled == pytest.approx(expected, rel=0.15)

@@ -4,8 +4,8 @@ only exception that may come out is :class:`SpecError`, and what loads can be de
 Inputs: random bytes and random text as a file; random JSON-like nested structures; the valid
 minimal cluster file and Llama/GPT-2 configs with one field set to a random value of any type
 (huge and tiny numbers, NaN, infinity, lists, mappings, text). The default run is quick
-(``FUZZ_EXAMPLES`` examples per test, 150); set the environment variable ``TRAINPLAN_FUZZ_EXAMPLES``
-(e.g. 10000) for a long run.
+(``FUZZ_EXAMPLES`` examples per test, 150); ``pytest --hypothesis-profile long`` runs 10,000 (the
+profile is registered in ``conftest.py``), and ``TRAINPLAN_FUZZ_EXAMPLES=N`` any number.
 """
 
 import copy
@@ -23,8 +23,10 @@ from simulator.cluster.io import cluster_from_dict, load_cluster
 from simulator.errors import SpecError
 from simulator.workload import load_model, spec_from_hf_config
 
-FUZZ_EXAMPLES = int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize="TRAINPLAN_FUZZ_EXAMPLES" not in os.environ,
+LONG = settings.get_current_profile_name() == "long"
+FUZZ_EXAMPLES = int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "10000" if LONG else "150"))
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None,
+                derandomize="TRAINPLAN_FUZZ_EXAMPLES" not in os.environ and not LONG,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 MINIMAL = yaml.safe_load((Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text())

@@ -70,6 +70,11 @@ def test_scenario_is_kept_apart_from_the_executable_layout(tmp_path):
     assert loaded.executable_strategy() == Strategy(global_batch=16)
 
 
+def _estimate(**change) -> dict:
+    return {"engine": "analytical", "step_time_s": 1.0, "tokens_per_s": 1e5, "mfu": 0.4, "breakdown": {"forward": 0.3},
+            "memory": {"total_bytes": 1e9, "fits": True}} | change
+
+
 def _base() -> dict:
     return _plan().to_dict()
 
@@ -88,6 +93,17 @@ def _base() -> dict:
     (lambda d: d.update(gpus=0), "plan.gpus"),
     (lambda d: d.pop("strategy"), "plan.strategy"),
     (lambda d: d.update(estimates=[{"engine": "x"}]), "plan.estimates[0]"),
+    # found in review (issue 15): wrong types in estimates, and model/cluster errors without the plan prefix
+    (lambda d: d.update(estimates=[_estimate(step_time_s="fast")]), "plan.estimates[0].step_time_s"),
+    (lambda d: d.update(estimates=[_estimate(mfu=float("nan"))]), "plan.estimates[0].mfu"),
+    (lambda d: d.update(estimates=[_estimate(engine="magic")]), "plan.estimates[0].engine"),
+    (lambda d: d.update(estimates=[_estimate(breakdown=[1, 2])]), "plan.estimates[0].breakdown"),
+    (lambda d: d.update(estimates=[_estimate(memory={"total_bytes": 1, "fits": "yes"})]),
+     "plan.estimates[0].memory.fits"),
+    (lambda d: d["cluster"].update(preset="dgx-h10"), "plan.cluster.preset"),
+    (lambda d: d["cluster"].update(nodes=0), "plan.cluster.nodes"),
+    (lambda d: d["model"].update(preset="gpt3-12"), "plan.model.preset"),
+    (lambda d: d["model"].update(seq=-1), "plan.model.seq"),
 ])
 def test_bad_plans_name_the_field(edit, field):
     d = _base()
@@ -195,3 +211,16 @@ def test_infinite_straggler_factor_is_refused(capsys):
     assert main(["simulate", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--engine", "des",
                  "--straggler", "rank=0,factor=inf"]) == 2
     assert "--straggler: must be a number > 0, got inf" in capsys.readouterr().err
+
+
+def test_a_parameter_server_plan_checks_its_gpus(tmp_path, capsys):
+    """A PS layout runs on every worker node (16 A100s on 2 colocated nodes); a plan that says 3 GPUs was
+    accepted (issue 15 review) and is now refused naming plan.gpus and the value to write."""
+    path = tmp_path / "ps.json"
+    assert main(["simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100", "--nodes", "2", "--gpus", "16",
+                 "--gbs", "256", "--param-server", "sync", "--servers", "4", "--save-plan", str(path)]) == 0
+    d = json.loads(path.read_text())
+    assert plan_from_dict(d).gpus == 16
+    d["gpus"] = 3
+    with pytest.raises(SpecError, match=r"^plan\.gpus: the parameter-server layout runs on 16 worker GPUs"):
+        plan_from_dict(d)

@@ -174,3 +174,14 @@ def test_every_generated_schedule_validates(config, t_f, t_b, t_p2p):
     # 1F1B-family memory bound on the first stage; GPipe holds all m
     bound = m if kind is ScheduleKind.GPIPE else (min(m, p) if v == 1 else m * v)
     assert max_in_flight(s, 0) <= bound
+
+
+def test_interleaving_needs_two_pipeline_ranks():
+    """pp = 1 with v = 2 was accepted and quietly ran the chunks in order (issue 15 review); Megatron-LM
+    refuses a virtual pipeline without pipeline parallelism (parallel_state.py)."""
+    from simulator.errors import SpecError
+    from simulator.schedules import interleaved_ok, make_schedule
+
+    assert not interleaved_ok(4, 1) and interleaved_ok(4, 2)
+    with pytest.raises(SpecError, match=r"^schedule: interleaving 2 chunks needs pp ≥ 2"):
+        make_schedule(ScheduleKind.INTERLEAVED, 1, 4, 2)

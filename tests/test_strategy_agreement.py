@@ -87,11 +87,11 @@ def _by_hand(c: dict, gpus: int) -> bool:
     """The layout rules written out independently of simulator.strategy.rules, for gpt3-125m (12 layers,
     12 heads, 12 kv heads): degrees multiply to the GPUs, tp divides the heads (Megatron-Core's divide),
     pp·v ≤ layers, dp divides the batch, the micro-batch divides each replica's share, and interleaving
-    needs m a multiple of pp (Narayanan et al. SC'21)."""
+    needs at least two pipeline ranks and m a multiple of pp (Narayanan et al. SC'21)."""
     dp, tp, pp, v, b, gbs = c["dp"], c["tp"], c["pp"], c["v"], c["micro_batch"], c["global_batch"]
     if dp * tp * pp != gpus or 12 % tp or pp * v > 12 or gbs % dp or (gbs // dp) % b:
         return False
-    return not c["interleaved"] or (gbs // (dp * b)) % pp == 0
+    return not c["interleaved"] or (pp > 1 and (gbs // (dp * b)) % pp == 0)
 
 
 @settings(max_examples=60, deadline=None)

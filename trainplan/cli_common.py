@@ -14,7 +14,13 @@ class UsageError(ValueError):
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as one line with exit code 2 (argparse's own code), no usage dump,
     and refuses an option given twice (or with its negation, ``--sp --no-sp``) instead of letting
-    the last one win silently; options that collect values (``--straggler``) may repeat."""
+    the last one win silently; options that collect values (``--straggler``) may repeat.
+    Abbreviations are off (``--gb`` is not ``--gbs``): a prefix slipped past the repeat check, and
+    its meaning would change whenever a flag that shares the prefix is added."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # noqa: D102 - argparse override
         print(f"{self.prog}: error: {message}", file=sys.stderr)

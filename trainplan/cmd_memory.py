@@ -54,6 +54,9 @@ def build(args) -> strategy_flags.Job:
     if scenario:
         raise cli_common.UsageError(f"{scenario[0]}: stragglers and failures do not change memory; drop it "
                                     "(simulate --engine des takes it)")
+    if args.params is not None and args.seq is not None:
+        raise cli_common.UsageError("--seq: a bare --params count has no activations for a sequence length to "
+                                    "change; drop --seq, or give --model for activation memory")
     workload = ParamCountModel(params=parse_param_count(args.params)) if args.params is not None else None
     return strategy_flags.build_job(args, workload=workload, global_batch=_default_gbs(args))
 

@@ -77,8 +77,12 @@ def run_engine(args, job: strategy_flags.Job):
     work = compile_step(job.cluster, job.workload, job.strategy, fetch=fetch, layout=job.layout)
     if args.engine == Engine.ANALYTICAL.value:
         return estimate_work(work)
-    return simulate(work, job.cluster, seed=job.strategy.stragglers.seed, steps=args.steps or 1,
-                    train_steps=args.train_steps, trace=bool(args.trace or args.plot))
+    try:
+        # --seed is the strategy's straggler seed already; simulate's seed is an extra offset (was added twice)
+        return simulate(work, job.cluster, seed=0, steps=args.steps or 1,
+                        train_steps=args.train_steps, trace=bool(args.trace or args.plot))
+    except SpecError as err:  # a strategy field the run finds unworkable (the failure model) names its flag
+        raise strategy_flags.flag_error(err) from None
 
 
 def describe(workload, cluster, strategy: Strategy, layout) -> str:

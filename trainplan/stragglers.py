@@ -30,12 +30,16 @@ def parse_straggler(text: str) -> dict[str, float]:
 def straggler_keys(specs: list[str], world: int) -> dict:
     """Flat straggler keys from ``--straggler`` specs: fixed per-rank factors and/or one random slowdown."""
     factors = [1.0] * world
+    given: set[int] = set()
     keys: dict = {}
     for spec in map(parse_straggler, specs):
         if "rank" in spec:
             rank = int(spec["rank"])
             if not 0 <= rank < world:
                 raise SpecError("--straggler", f"rank {rank} is outside the {world} worker GPUs (0..{world - 1})")
+            if rank in given:
+                raise SpecError("--straggler", f"rank {rank} is given twice; give each rank's factor once")
+            given.add(rank)
             factors[rank] = spec["factor"]
         elif "slowdown_prob" in keys:
             raise SpecError("--straggler", "give one prob=P,factor=F random slowdown, not several")

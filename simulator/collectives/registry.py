@@ -24,7 +24,7 @@ from simulator.cluster.spec import Cluster, CommLibrary, Protocol
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import CollectiveEstimate, Op, Schedule
 from simulator.collectives.cost import Group
-from simulator.collectives.direct import Direct, Pairwise
+from simulator.collectives.direct import Direct, Pairwise, a2a_blocks
 from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
 from simulator.collectives.hierarchical import Hierarchical
 from simulator.collectives.nvls import Nvls
@@ -116,6 +116,9 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
              algorithm: str = "auto") -> CollectiveEstimate:
     """Estimated time of one collective call; ``"auto"`` picks the fastest (algorithm, protocol)."""
     group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    if op is Op.ALL_TO_ALL and a2a_blocks(nbytes, group.p)[0][1] == 0:  # nothing moves: no time, no bandwidth
+        raise SpecError("bytes", f"an all-to-all over {group.p} ranks sends whole 4-byte elements to each peer: "
+                        f"give at least {4 * group.p} bytes, got {nbytes}")
     if algorithm == "auto":
         candidates = [_best(a, group, op, nbytes) for a in _auto_pool(cluster, op) if _supported(a, group, op)]
         if not candidates:

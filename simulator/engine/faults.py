@@ -23,8 +23,18 @@ from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.strategy import FailureModel
 
-MAX_SAMPLED_SEGMENTS = 200_000
-"""Cap on segments × trials drawn by :func:`sampled_time_to_train_s` (keeps a call well under a second)."""
+MAX_SAMPLED_DRAWS = 200_000
+"""Cap on the expected random draws of one :func:`sampled_time_to_train_s` call (keeps a call well under
+a second). A guard on work, not a model parameter."""
+
+
+def _expected_draws(segments: list[float], m: float, restart_s: float) -> float:
+    """Expected draws of one sampled run: a segment of ``τ`` seconds is hit ``e^{τ/M} − 1`` times on
+    average (geometric retries of an exponential clock), and each restart takes ``e^{R/M}`` draws."""
+    if restart_s / m > 700 or any(seg / m > 700 for seg in segments):
+        return math.inf
+    per_restart = math.exp(restart_s / m)
+    return sum(1.0 + math.expm1(seg / m) * (1.0 + per_restart) for seg in segments)
 
 
 def _check(step_time_s: float, train_steps: int) -> None:
@@ -53,7 +63,12 @@ def sampled_time_to_train_s(model: FailureModel, gpus: int, step_time_s: float, 
     per = model.checkpoint_interval_steps
     segments = [min(per, train_steps - i) * step_time_s + model.checkpoint_cost_s
                 for i in range(0, train_steps, per)]
-    trials = max(1, min(trials, MAX_SAMPLED_SEGMENTS // len(segments)))
+    draws = _expected_draws(segments, m, model.restart_cost_s)
+    if draws > max(MAX_SAMPLED_DRAWS, 2 * len(segments)):
+        raise SpecError("mtbf_gpu_hours", f"the job fails every {m:.3g} s on {gpus} GPUs on average, so a "
+                        f"{max(segments):.3g} s checkpoint segment (with a {model.restart_cost_s:.3g} s restart) "
+                        "almost never completes; raise the MTBF or checkpoint more often")
+    trials = max(1, min(trials, int(MAX_SAMPLED_DRAWS // draws)))
     rng = random.Random(f"failures:{seed}")
     total = 0.0
     for _ in range(trials):

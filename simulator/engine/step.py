@@ -169,8 +169,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
              train_steps: int | None = None, shortcuts: bool = True) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
-    ``seed`` offsets the straggler model's seed and seeds the failure sampling; same inputs and
-    seed give the same timeline. ``train_steps`` (default ``steps``) is the horizon of the failure
+    ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
+    sampling alike, so a plan's own seed is enough and same inputs and seed give the same timeline. ``train_steps`` (default ``steps``) is the horizon of the failure
     model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
     """
@@ -194,7 +194,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
         extras["step_times_s"] = step_times
     breakdown, per_rank = _accounts(ctx, tails, step_time)
     if strategy.failures is not None:
-        extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps, seed))
+        extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps,
+                                     model.seed))
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
                   isolated_classes=len(ctx.runner.isolated))
