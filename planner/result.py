@@ -15,6 +15,7 @@ from simulator.strategy.flat import strategy_to_flat
 from planner.refine import refine as des_refine
 from planner.search import Counts, Search, rank
 from planner.space import DEFAULT_MAX_MBS, Problem
+from planner.variants import notes as variant_notes
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -43,6 +44,8 @@ class PlanResult:
     closed form's in every row."""
     best: Plan | None
     """None when nothing fits."""
+    notes: tuple[str, ...] = ()
+    """What the search left out and why (offload the cluster cannot time, dominated algorithms)."""
 
     def top(self, k: int) -> pd.DataFrame:
         return self.frame.head(k)
@@ -118,4 +121,4 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
                     estimates=(Estimate(engine="analytical" if pd.isna(r.get("des_step_time_s")) else "des",
                                         step_time_s=float(r["step_time_s"]), tokens_per_s=float(r["tokens_per_s"]),
                                         mfu=float(r["mfu"]), memory={"total_bytes": float(r["memory_bytes"])}),))
-    return PlanResult(counts=counts, frame=frame, best=best)
+    return PlanResult(counts=counts, frame=frame, best=best, notes=tuple(variant_notes(cluster, pins or {})))

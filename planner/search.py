@@ -37,6 +37,7 @@ from simulator.strategy.rules import RULES, Candidates, valid_mask
 from simulator.units import GB
 
 from planner.space import Problem, default_axes, enumerate_keys, pin
+from planner.variants import check_offload_pin, variants
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Counts:
     """By what overflows (``gpu memory``, ``host memory``, ``nvme``)."""
     ranked: int = 0
     refined: int = 0
+    variants: int = 0
+    """Of ``enumerated``, the gradient-sync and offload variants of the best bases (planner.variants)."""
     seconds: dict = field(default_factory=dict)
     """Wall seconds per phase."""
 
@@ -58,7 +61,7 @@ class Counts:
                 "invalid_by_reason": dict(sorted(self.invalid.items())),
                 "infeasible": sum(self.infeasible.values()),
                 "infeasible_by_reason": dict(sorted(self.infeasible.items())),
-                "ranked": self.ranked, "refined": self.refined,
+                "ranked": self.ranked, "refined": self.refined, "variants": self.variants,
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
 
@@ -130,18 +133,30 @@ def _states_lower_bound(workload, s: Strategy) -> float:
     return states.params_bytes + states.grads_bytes + states.optimizer_bytes
 
 
-def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts):
+@dataclass
+class _Memory:
+    """What the memory phase shares across a search: the reports by memory inputs, the model states,
+    and the bases that overflowed only GPU memory (with the bytes they need, for the offload rescue)."""
+
+    reports: dict = field(default_factory=dict)
+    states: dict = field(default_factory=dict)
+    over_gpu: list = field(default_factory=list)
+
+
+def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts,
+              mem: _Memory | None = None):
     """(strategy, memory report) of those that fit, counting the others by what overflows."""
-    cache: dict = {}
-    states: dict = {}
+    mem = _Memory() if mem is None else mem
     limit = cluster.device.memory_bytes - reserve_gb * GB
     out = []
     for s in strategies:
-        if _states_lower_bound(workload, s) > limit:  # cheap: skip the full report
+        bound = _states_lower_bound(workload, s)
+        if bound > limit:  # cheap: skip the full report
             counts.infeasible["gpu memory"] += 1
+            mem.over_gpu.append((bound, s))
             continue
         try:
-            report = _memory(cache, states, workload, cluster, s)
+            report = _memory(mem.reports, mem.states, workload, cluster, s)
         except SpecError as err:
             counts.invalid[err.field] += 1
             continue
@@ -150,6 +165,8 @@ def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, 
             over.insert(0, "gpu memory")
         if over:
             counts.infeasible[{"host": "host memory", "NVMe": "nvme"}.get(over[0], over[0])] += 1
+            if over == ["gpu memory"]:
+                mem.over_gpu.append((report.worst.total_bytes, s))
             continue
         out.append((s, report))
     return out
@@ -165,6 +182,10 @@ class Search:
     pins: dict
     profile: str | None = None
     reserve_gb: float = 0.0
+
+    def allowed(self, key: str) -> bool:
+        """Whether the second phase may vary ``key`` (a framework profile can forbid it)."""
+        return True
 
 
 def _check_pins_apply(keys: list[dict], pins: dict) -> None:
@@ -186,28 +207,52 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
                             "sequence parallelism tp > 1) or another pin excludes it")
 
 
-def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
-    """Every feasible candidate with its analytical estimate and memory, fastest first."""
-    t0 = time.perf_counter()
-    keys = list(enumerate_keys(search.problem, pin(default_axes(search.problem), search.pins)))
-    _check_pins_apply(keys, search.pins)
-    counts.enumerated = len(keys)
-    strategies = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
-    counts.seconds["enumerate"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts)
-    counts.seconds["memory"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    cache = cache or CostCache(search.cluster)
+def _score(fits: list, search: Search, cache: CostCache, counts: Counts) -> pd.DataFrame:
+    """The closed form over the candidates that fit, fastest first (estimate errors counted invalid)."""
     frame = estimate_many(search.cluster, search.workload, [s for s, _ in fits], cache=cache,
                           on_invalid=OnInvalid.MARK)
-    counts.seconds["rank"] = time.perf_counter() - t0
     frame["strategy"] = [s for s, _ in fits]
     frame["memory_bytes"] = [r.worst.total_bytes for _, r in fits]
     frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
     bad = frame["error"] != ""
     for message in frame.loc[bad, "error"]:
         counts.invalid[message.split(":")[0]] += 1
-    frame = frame[~bad].sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
+    return frame[~bad]
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
+
+
+def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
+    """Every feasible candidate with its analytical estimate and memory, fastest first: the base
+    space, then the gradient-sync and offload variants of the best bases (:mod:`planner.variants`)."""
+    t0 = time.perf_counter()
+    if "offload" in search.pins:
+        check_offload_pin(search.cluster, search.pins["offload"])
+    keys = list(enumerate_keys(search.problem, pin(default_axes(search.problem), search.pins)))
+    _check_pins_apply(keys, search.pins)
+    counts.enumerated = len(keys)
+    strategies = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
+    counts.seconds["enumerate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mem = _Memory()
+    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem)
+    counts.seconds["memory"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cache = cache or CostCache(search.cluster)
+    frame = _sorted(_score(fits, search, cache, counts))
+    counts.seconds["rank"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    over = [s for _, s in sorted(mem.over_gpu, key=lambda bs: bs[0])]
+    extra, refused = variants(list(frame["strategy"]), over, search.cluster, search.pins, search.allowed)
+    counts.enumerated += len(extra) + refused
+    if refused:
+        counts.invalid["strategy"] += refused
+    counts.variants = len(extra) + refused
+    more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states))
+    if more:
+        frame = _sorted(pd.concat([frame, _score(more, search, cache, counts)], ignore_index=True))
+    counts.seconds["variants"] = time.perf_counter() - t0
     counts.ranked = len(frame)
     return frame

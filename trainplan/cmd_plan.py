@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.checks import positive_int
+from simulator.checks import enum_member, positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import check_plot_path, check_suffix, check_writable
 from simulator.strategy.fields import FlagKind
+from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.flat import FLAT
 from simulator.units import GB
 from trainplan import cli_common, plan_sweep, strategy_flags
@@ -66,6 +67,11 @@ def register(subparsers) -> None:
             pins.add_argument(flag.name, dest=k.key, action=argparse.BooleanOptionalAction, help=flag.help)
         else:
             pins.add_argument(flag.name, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
+    pins.add_argument("--no-offload", dest="offload", action="store_const", const="none",
+                      help="search no model-state offload (the same as --offload none)")
+    pins.add_argument("--dp-sync", dest="dp_sync_kinds", metavar="KIND,...",
+                      help="gradient sync searched: all-reduce, param-server (default: both, a parameter server "
+                           "for the best ZeRO-0 plans)")
     o = p.add_argument_group("output")
     o.add_argument("--explain", action="store_true", help="say why the best plan beats the others")
     o.add_argument("--out", metavar="PLAN.json", help="write the best plan as a plan file")
@@ -90,8 +96,14 @@ def _pins(args) -> dict:
             pins[k.key] = tuple(parse(v) if parse else v for v in items)
         except SpecError as err:
             raise SpecError(flag.name, err.problem) from None
-    if "ps_mode" in pins:
-        pins["dp_sync"] = ("param-server",)
+    if args.dp_sync_kinds is not None:
+        pins["dp_sync"] = tuple(dict.fromkeys(enum_member(DpSyncKind, v.strip(), "--dp-sync", "gradient sync")
+                                              for v in args.dp_sync_kinds.split(",") if v.strip()))
+    if "ps_mode" in pins or "ps_shards" in pins or "ps_server_nodes" in pins or "staleness_steps" in pins:
+        if pins.get("dp_sync", (DpSyncKind.PARAM_SERVER,)) != (DpSyncKind.PARAM_SERVER,):
+            raise SpecError("--dp-sync", "the parameter-server flags (--param-server, --servers, --server-nodes, "
+                            "--staleness) need --dp-sync param-server; drop one of them")
+        pins["dp_sync"] = (DpSyncKind.PARAM_SERVER,)
     if args.max_pp is not None:
         pins["max_pp"] = (args.max_pp,)
     return pins
@@ -178,7 +190,7 @@ def _report(args, result) -> int:
     if args.json:
         out = result.to_dict(args.top)
         if args.explain:
-            out["explain"] = explain(result.frame)
+            out["explain"] = explain(result.frame, result.notes)
         cli_common.print_json(out)
     elif result.best is None:
         print("nothing fits: " + _counts_line(result.counts))
@@ -186,7 +198,7 @@ def _report(args, result) -> int:
     else:
         print(_table(result, args.top))
         if args.explain:
-            print("\n".join(explain(result.frame)))
+            print("\n".join(explain(result.frame, result.notes)))
     for path in (args.out if result.best is not None else None, args.csv):
         if path:
             print(f"wrote {path}", file=sys.stderr)
