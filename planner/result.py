@@ -12,6 +12,7 @@ from simulator.errors import SpecError
 from simulator.plan_file import Estimate, Plan
 from simulator.strategy.flat import strategy_to_flat
 
+from planner.frameworks import capability
 from planner.refine import refine as des_refine
 from planner.search import Counts, Search, rank
 from planner.space import DEFAULT_MAX_MBS, Problem
@@ -98,7 +99,7 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
                       layers=workload.layer_count, check_tp=workload.check_tp, max_mbs=max_mbs,
                       allow_cross_node_tp=allow_cross_node_tp)
     counts = Counts()
-    frame = rank(Search(workload, cluster, problem, pins or {}, profile, reserve_gb), counts)
+    frame = rank(Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb), counts)
     _objective_columns(frame, gpus, tokens, price_per_gpu_hour)
     frame = _order(frame, objective).reset_index(drop=True)
     t0 = time.perf_counter()

@@ -33,10 +33,12 @@ from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
 from simulator.strategy import Framework, Offload, Partitioning, Strategy, ZeroStage, build_layout
 from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
 from simulator.units import GB
 
-from planner.space import Problem, default_axes, enumerate_keys, pin
+from planner.frameworks import Capability
+from planner.space import Axis, Problem, default_axes, enumerate_keys, pin
 from planner.variants import check_offload_pin, variants
 
 
@@ -180,12 +182,42 @@ class Search:
     cluster: object
     problem: Problem
     pins: dict
-    profile: str | None = None
+    capability: Capability | None = None
+    """The framework profile's capability (:mod:`planner.frameworks`), None for no profile."""
     reserve_gb: float = 0.0
 
+    @property
+    def profile(self) -> str | None:
+        """The simulator profile whose defaults the candidates take."""
+        return None if self.capability is None else self.capability.defaults
+
     def allowed(self, key: str) -> bool:
-        """Whether the second phase may vary ``key`` (a framework profile can forbid it)."""
+        """Whether the second phase may vary ``key`` at all under the framework profile."""
+        cap = self.capability
+        if cap is None:
+            return True
+        if key == "dp_sync":
+            return cap.allows("dp_sync", DpSyncKind.PARAM_SERVER)
+        if key == "offload":
+            return any(cap.allows("offload", o) for o in Offload if o is not Offload.NONE)
+        if key == "bucket_bytes":
+            return cap.buckets
         return True
+
+    def axes(self) -> tuple:
+        """The default axes under the pins, then restricted to what the framework runs."""
+        axes = pin(default_axes(self.problem), self.pins)
+        cap = self.capability
+        if cap is None:
+            return axes
+        out = []
+        for axis in axes:
+            if axis.key == "degrees":
+                values = tuple(d for d in axis.values if cap.allows("tp", d[1]) and cap.allows("pp", d[2]))
+            else:
+                values = tuple(v for v in axis.values if cap.allows(axis.key, v))
+            out.append(Axis(axis.key, values, axis.applies, axis.allow))
+        return tuple(out) + tuple(Axis(k, (v,)) for k, v in cap.fixed.items() if k not in self.pins)
 
 
 def _check_pins_apply(keys: list[dict], pins: dict) -> None:
@@ -224,16 +256,36 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
 
 
+def _admitted(strategies: list[Strategy], cap: Capability | None, counts: Counts) -> tuple[list[Strategy], str]:
+    """The strategies the framework runs, and the first refusal's reason ('' if none)."""
+    if cap is None:
+        return strategies, ""
+    out, first = [], ""
+    for s in strategies:
+        why = cap.refusal(s)
+        if why is None:
+            out.append(s)
+        else:
+            counts.invalid["profile"] += 1
+            first = first or why
+    return out, first
+
+
 def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
     """Every feasible candidate with its analytical estimate and memory, fastest first: the base
     space, then the gradient-sync and offload variants of the best bases (:mod:`planner.variants`)."""
     t0 = time.perf_counter()
+    if search.capability is not None:
+        search.capability.check_pins(search.pins, search.problem.gpus, search.problem.gpus_per_node)
     if "offload" in search.pins:
         check_offload_pin(search.cluster, search.pins["offload"])
-    keys = list(enumerate_keys(search.problem, pin(default_axes(search.problem), search.pins)))
+    keys = list(enumerate_keys(search.problem, search.axes()))
     _check_pins_apply(keys, search.pins)
     counts.enumerated = len(keys)
-    strategies = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
+    built = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
+    strategies, refused = _admitted(built, search.capability, counts)
+    if built and not strategies:
+        raise SpecError("profile", f"{refused}; the pins leave no candidate it can run")
     counts.seconds["enumerate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem = _Memory()
@@ -245,8 +297,10 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     counts.seconds["rank"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     over = [s for _, s in sorted(mem.over_gpu, key=lambda bs: bs[0])]
+    profile_before = counts.invalid["profile"]
     extra, refused = variants(list(frame["strategy"]), over, search.cluster, search.pins, search.allowed)
-    counts.enumerated += len(extra) + refused
+    extra, _ = _admitted(extra, search.capability, counts)
+    counts.enumerated += len(extra) + refused + counts.invalid["profile"] - profile_before
     if refused:
         counts.invalid["strategy"] += refused
     counts.variants = len(extra) + refused

@@ -55,9 +55,9 @@ def register(subparsers) -> None:
     g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
     g.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes (default: within a node)")
     g.add_argument("--profile", metavar="NAME",
-                   help="framework defaults for the fields the search does not vary (buckets, overlap, placement, "
-                        "gradient sync); ZeRO, schedule, sp and recompute are still searched: pin them to follow the "
-                        "profile (default none)")
+                   help="search only what the framework runs (ddp, fsdp, megatron, deepspeed, horovod, tf-mirrored, "
+                        "tf-multiworker, tf-ps), with its defaults for what the search does not vary; a pin it cannot "
+                        "run is an error (default none; docs/planner.md)")
     pins = p.add_argument_group("pins (comma-separated lists restrict a dimension)")
     for k in FLAT.values():
         flag = k.decl.flag
