@@ -90,22 +90,24 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
          max_mbs: int = DEFAULT_MAX_MBS, allow_cross_node_tp: bool = False, profile: str | None = None,
          tokens: float | None = None, price_per_gpu_hour: float | None = None) -> PlanResult:
     """Search the strategies for ``workload`` on ``gpus`` GPUs of ``cluster`` (module docstrings)."""
-    if gpus != cluster.world_size:
+    gpn = cluster.node.gpus_per_node
+    if gpus != cluster.world_size and not (cluster.nodes == 1 and isinstance(gpus, int) and 1 <= gpus < gpn):
         raise SpecError("gpus", f"{gpus} GPUs but the cluster has {cluster.world_size}; size the cluster to the job "
-                        "(whole nodes)")
+                        f"(whole nodes, or one node for a job of fewer than {gpn} GPUs)")
     if objective is Objective.COST and not tokens:
         raise SpecError("tokens", "the cost objective needs the tokens to train (--tokens)")
     problem = Problem(gpus=gpus, global_batch=global_batch, gpus_per_node=cluster.node.gpus_per_node,
                       layers=workload.layer_count, check_tp=workload.check_tp, max_mbs=max_mbs,
                       allow_cross_node_tp=allow_cross_node_tp)
     counts = Counts()
-    frame = rank(Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb), counts)
+    search = Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb)
+    frame = rank(search, counts)
     _objective_columns(frame, gpus, tokens, price_per_gpu_hour)
     frame = _order(frame, objective).reset_index(drop=True)
     t0 = time.perf_counter()
     k = min(refine, len(frame))
     if k:
-        results = des_refine(cluster, workload, list(frame["strategy"][:k]), jobs)
+        results = des_refine(cluster, workload, list(frame["strategy"][:k]), jobs, search.layout_gpus)
         frame["des_step_time_s"] = [r.step_time_s for r in results] + [float("nan")] * (len(frame) - k)
         head = frame.head(k).copy()
         head["step_time_s_analytical"] = head["step_time_s"]

@@ -109,7 +109,7 @@ def _in_flight_cap(s: Strategy, m: int) -> int:
     return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
 
 
-def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
+def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int | None = None):
     """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
     figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
     dp = s.dp
@@ -118,7 +118,7 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
     key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
         small = replace(s, global_batch=dp * s.micro_batch * cap)
-        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload), cache=states)
+        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
     return cache[key]
 
 
@@ -146,7 +146,7 @@ class _Memory:
 
 
 def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts,
-              mem: _Memory | None = None):
+              mem: _Memory | None = None, gpus: int | None = None):
     """(strategy, memory report) of those that fit, counting the others by what overflows."""
     mem = _Memory() if mem is None else mem
     limit = cluster.device.memory_bytes - reserve_gb * GB
@@ -158,7 +158,7 @@ def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, 
             mem.over_gpu.append((bound, s))
             continue
         try:
-            report = _memory(mem.reports, mem.states, workload, cluster, s)
+            report = _memory(mem.reports, mem.states, workload, cluster, s, gpus)
         except SpecError as err:
             counts.invalid[err.field] += 1
             continue
@@ -187,6 +187,11 @@ class Search:
     reserve_gb: float = 0.0
 
     @property
+    def layout_gpus(self) -> int | None:
+        """Worker GPUs for the layouts: None for the whole cluster, the count for a job smaller than it."""
+        return None if self.problem.gpus == self.cluster.world_size else self.problem.gpus
+
+    @property
     def profile(self) -> str | None:
         """The simulator profile whose defaults the candidates take."""
         return None if self.capability is None else self.capability.defaults
@@ -194,6 +199,8 @@ class Search:
     def allowed(self, key: str) -> bool:
         """Whether the second phase may vary ``key`` at all under the framework profile."""
         cap = self.capability
+        if key == "dp_sync" and self.layout_gpus is not None:
+            return False  # a parameter server uses every worker node (build_layout): not on part of one
         if cap is None:
             return True
         if key == "dp_sync":
@@ -242,7 +249,7 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
 def _score(fits: list, search: Search, cache: CostCache, counts: Counts) -> pd.DataFrame:
     """The closed form over the candidates that fit, fastest first (estimate errors counted invalid)."""
     frame = estimate_many(search.cluster, search.workload, [s for s, _ in fits], cache=cache,
-                          on_invalid=OnInvalid.MARK)
+                          on_invalid=OnInvalid.MARK, gpus=search.layout_gpus)
     frame["strategy"] = [s for s, _ in fits]
     frame["memory_bytes"] = [r.worst.total_bytes for _, r in fits]
     frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
@@ -289,7 +296,7 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     counts.seconds["enumerate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem = _Memory()
-    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem)
+    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem, search.layout_gpus)
     counts.seconds["memory"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache = cache or CostCache(search.cluster)
@@ -304,7 +311,8 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     if refused:
         counts.invalid["strategy"] += refused
     counts.variants = len(extra) + refused
-    more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states))
+    more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states),
+                     search.layout_gpus)
     if more:
         frame = _sorted(pd.concat([frame, _score(more, search, cache, counts)], ignore_index=True))
     counts.seconds["variants"] = time.perf_counter() - t0

@@ -124,3 +124,25 @@ def test_cli_no_offload_and_dp_sync_pins(capsys):
     assert main(argv) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     assert top and all(r["strategy"]["dp_sync"] == "param-server" and r["strategy"]["offload"] == "none" for r in top)
+
+
+def test_a_job_smaller_than_a_node():
+    """4 of a DGX H100's 8 GPUs: every ranked plan uses 4 workers, the ranking equals the scalar
+    estimate of the same layout on those GPUs, the plan file keeps gpus 4, and no parameter server
+    (which uses whole worker nodes) is proposed."""
+    from simulator.compile import compile_step
+    from simulator.analytical import estimate_work
+    from simulator.strategy import build_layout
+
+    result = planner.plan(MODEL, BASE, gpus=4, global_batch=16, refine=1)
+    frame = result.frame
+    assert len(frame) and all(s.dp * s.tp * s.pp == 4 for s in frame["strategy"])
+    assert not any(isinstance(s.dp_sync, ParamServerSync) for s in frame["strategy"])
+    for _, row in frame.iloc[1:40:7].iterrows():
+        s = row["strategy"]
+        work = compile_step(BASE, MODEL, s, layout=build_layout(s, BASE, MODEL, gpus=4))
+        assert row["step_time_s"] == pytest.approx(estimate_work(work).step_time_s, rel=1e-9)
+    assert result.best.gpus == 4 and result.best.layout().world_size == 4
+    with pytest.raises(SpecError) as err:
+        planner.plan(MODEL, CLUSTER, gpus=12, global_batch=24, refine=0)
+    assert err.value.field == "gpus" and "whole nodes" in err.value.problem

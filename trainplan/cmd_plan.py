@@ -74,6 +74,9 @@ def register(subparsers) -> None:
                            "for the best ZeRO-0 plans)")
     o = p.add_argument_group("output")
     o.add_argument("--explain", action="store_true", help="say why the best plan beats the others")
+    o.add_argument("--against", metavar="PLAN.json", help="with --explain: compare the best plan with this plan "
+                                                          "file's layout (e.g. a published one, from simulate "
+                                                          "--save-plan)")
     o.add_argument("--out", metavar="PLAN.json", help="write the best plan as a plan file")
     o.add_argument("--csv", metavar="FILE.csv", help="write every ranked candidate")
     o.add_argument("--plot", metavar="FILE.png", help="with a sweep: time and GPU-hours (or cost) against GPUs")
@@ -138,6 +141,7 @@ def _plan_kwargs(args) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     import planner
+    from planner.compare import against
 
     for flag, path, suffix in (("--out", args.out, ".json"), ("--csv", args.csv, ".csv")):
         if path is not None:
@@ -161,10 +165,10 @@ def run(args: argparse.Namespace) -> int:
     args.gpus, args.cluster = counts[0], names[0]
     workload = strategy_flags.load_workload(args)
     cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
-    if cluster.world_size != args.gpus:
-        raise SpecError("--gpus", f"the planner searches whole nodes; use a multiple of {cluster.node.gpus_per_node}")
+
     kwargs = _plan_kwargs(args)
     pins = kwargs["pins"]
+    reference = _reference(args, workload, cluster)
     if not args.quiet:
         print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
     try:
@@ -174,10 +178,28 @@ def run(args: argparse.Namespace) -> int:
         raise strategy_flags.flag_error(err) from None
     if result.counts.enumerated == 0:
         raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
-    return _report(args, result)
+    return _report(args, result, reference and (lambda frame: against(frame, workload, cluster, reference.strategy,
+                                                                      args.reserve_gb, f"layout of {args.against}", args.gpus)))
 
 
-def _report(args, result) -> int:
+def _reference(args, workload, cluster):
+    """The plan file of ``--against``, checked to describe this job (None without the flag)."""
+    from planner.compare import check_comparable
+    from simulator.plan_file import load_plan
+
+    if args.against is None:
+        return None
+    if not args.explain:
+        raise cli_common.UsageError("--against is part of --explain; add --explain")
+    try:
+        plan = load_plan(args.against)
+    except SpecError as err:
+        raise SpecError("--against", str(err)) from None
+    check_comparable(plan, workload, cluster, args.gpus, args.gbs)
+    return plan
+
+
+def _report(args, result, compare=None) -> int:
     from planner.explain import explain
 
     if not args.quiet:
@@ -190,7 +212,7 @@ def _report(args, result) -> int:
     if args.json:
         out = result.to_dict(args.top)
         if args.explain:
-            out["explain"] = explain(result.frame, result.notes)
+            out["explain"] = explain(result.frame, result.notes) + (compare(result.frame) if compare else [])
         cli_common.print_json(out)
     elif result.best is None:
         print("nothing fits: " + _counts_line(result.counts))
@@ -198,7 +220,7 @@ def _report(args, result) -> int:
     else:
         print(_table(result, args.top))
         if args.explain:
-            print("\n".join(explain(result.frame, result.notes)))
+            print("\n".join(explain(result.frame, result.notes) + (compare(result.frame) if compare else [])))
     for path in (args.out if result.best is not None else None, args.csv):
         if path:
             print(f"wrote {path}", file=sys.stderr)
@@ -212,7 +234,7 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
 
     if args.nodes is not None:
         raise cli_common.UsageError("--nodes sizes one cluster; a sweep sizes each to its --gpus, leave --nodes out")
-    if args.explain:
+    if args.explain or args.against:
         raise cli_common.UsageError("--explain compares the plans of one search; leave it out of a sweep")
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")
