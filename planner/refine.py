@@ -27,11 +27,20 @@ def _one(args):
     return des_step(*args)
 
 
-def refine(cluster, workload, strategies, jobs: int = 1, gpus: int | None = None) -> list:
+def refine(cluster, workload, strategies, jobs: int = 1, gpus: int | None = None, tick=None) -> list:
     """DES results of ``strategies`` on ``gpus`` workers, in order; ``jobs`` > 1 runs them in that many
-    processes."""
+    processes; ``tick(done, total)`` after each result."""
     tasks = [(cluster, workload, s, gpus) for s in strategies]
     if jobs <= 1 or len(tasks) <= 1:
-        return [_one(t) for t in tasks]
+        return _collect(map(_one, tasks), len(tasks), tick)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_one, tasks))
+        return _collect(pool.map(_one, tasks), len(tasks), tick)
+
+
+def _collect(results, total: int, tick) -> list:
+    out = []
+    for r in results:
+        out.append(r)
+        if tick is not None:
+            tick(len(out), total)
+    return out

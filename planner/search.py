@@ -5,12 +5,11 @@ vectorised closed form, refine the best with the discrete-event engine.
 2. Invalid: the layout rules on arrays of candidates (:func:`simulator.strategy.rules.valid_mask`,
    the rules :func:`build_layout` raises from), then each survivor's own field checks.
 3. Infeasible: per-rank GPU memory over the device's capacity less ``reserve_gb``, or host / NVMe
-   capacity exceeded (:func:`simulator.memory.memory_report`). Memory depends on the micro-batch
-   count only through the micro-batches in flight, so it is computed once per structure with the
-   count capped where the schedule's in-flight count stops growing (1F1B: pp; interleaved: 2·pp;
-   GPipe: all m).
-4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search.
-5. Refine: the top ``refine`` re-simulated with the discrete-event engine and re-ranked by it.
+   capacity exceeded (:mod:`planner.feasible`, one memory report per set of memory inputs).
+4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search,
+   in chunks of :data:`RANK_CHUNK` so that progress can be reported.
+5. Variants: gradient sync and offload of the best bases (:mod:`planner.variants`), through 2–4.
+6. Refine (:mod:`planner.result`): the top ``refine`` re-simulated with the discrete-event engine.
 
 Counts by outcome (and by reason) are kept for the report; the same inputs give the same ranking.
 """
@@ -19,24 +18,23 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_structures import structure_key
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.compile import CostCache
 from simulator.errors import SpecError
-from simulator.memory import memory_report, model_state_bytes
 from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Framework, Offload, Partitioning, Strategy, ZeroStage, build_layout
+from simulator.strategy import Offload, Strategy
 from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
-from simulator.units import GB
 
+from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
 from planner.space import Axis, Problem, default_axes, enumerate_keys, pin
 from planner.variants import check_offload_pin, variants
@@ -99,79 +97,10 @@ def _strategies(keys: list[dict], profile: str | None, counts: Counts) -> list[S
     return out
 
 
-def _in_flight_cap(s: Strategy, m: int) -> int:
-    """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3), as
-    :func:`simulator.memory.activations.in_flight` counts them: 1F1B min(p − k, m) stops growing at
-    m = p; every interleaved schedule (v = 1 included, which that function counts the interleaved
-    way) at m = 2p; GPipe keeps all m."""
-    if s.pp == 1 or s.schedule is ScheduleKind.GPIPE:
-        return m if s.pp > 1 else 1
-    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
-
-
-def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int | None = None):
-    """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
-    figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
-    dp = s.dp
-    m = s.global_batch // (dp * s.micro_batch)
-    cap = _in_flight_cap(s, m)
-    key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
-    if key not in cache:
-        small = replace(s, global_batch=dp * s.micro_batch * cap)
-        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
-    return cache[key]
-
-
-def _states_lower_bound(workload, s: Strategy) -> float:
-    """Model-state bytes no rank can go below: the parameters spread evenly over tp·pp in one flat
-    tensor, through the memory model's own ZeRO accounting (the most loaded real rank holds at least
-    its even share, plus replicated norms and padding). 0 under offload (states leave the GPU)."""
-    if s.offload is not Offload.NONE:
-        return 0.0
-    even = -(-workload.params // (s.tp * s.pp))
-    states = model_state_bytes([("even share", (even,))], dp=s.dp, zero=s.zero, dtype=workload.dtype,
-                               partitioning=Partitioning.FLAT, framework=Framework.DEEPSPEED
-                               if s.zero is not ZeroStage.ZERO0 else Framework.TORCH_DDP)
-    return states.params_bytes + states.grads_bytes + states.optimizer_bytes
-
-
-@dataclass
-class _Memory:
-    """What the memory phase shares across a search: the reports by memory inputs, the model states,
-    and the bases that overflowed only GPU memory (with the bytes they need, for the offload rescue)."""
-
-    reports: dict = field(default_factory=dict)
-    states: dict = field(default_factory=dict)
-    over_gpu: list = field(default_factory=list)
-
-
-def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts,
-              mem: _Memory | None = None, gpus: int | None = None):
-    """(strategy, memory report) of those that fit, counting the others by what overflows."""
-    mem = _Memory() if mem is None else mem
-    limit = cluster.device.memory_bytes - reserve_gb * GB
-    out = []
-    for s in strategies:
-        bound = _states_lower_bound(workload, s)
-        if bound > limit:  # cheap: skip the full report
-            counts.infeasible["gpu memory"] += 1
-            mem.over_gpu.append((bound, s))
-            continue
-        try:
-            report = _memory(mem.reports, mem.states, workload, cluster, s, gpus)
-        except SpecError as err:
-            counts.invalid[err.field] += 1
-            continue
-        over = [r.split(":")[0] for r in report.reasons if not r.startswith("GPU")]
-        if report.worst.total_bytes > limit:
-            over.insert(0, "gpu memory")
-        if over:
-            counts.infeasible[{"host": "host memory", "NVMe": "nvme"}.get(over[0], over[0])] += 1
-            if over == ["gpu memory"]:
-                mem.over_gpu.append((report.worst.total_bytes, s))
-            continue
-        out.append((s, report))
-    return out
+RANK_CHUNK = 256
+"""Candidates per :func:`estimate_many` call of the rank phase (progress cadence; one cache for all)."""
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: called as the search advances (the CLI draws a counter)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +114,11 @@ class Search:
     capability: Capability | None = None
     """The framework profile's capability (:mod:`planner.frameworks`), None for no profile."""
     reserve_gb: float = 0.0
+    progress: Progress | None = None
+
+    def tick(self, phase: str) -> Callable[[int, int], None] | None:
+        """A ``(done, total)`` callback reporting ``phase`` (None without a progress callback)."""
+        return None if self.progress is None else (lambda done, total: self.progress(phase, done, total))
 
     @property
     def layout_gpus(self) -> int | None:
@@ -246,10 +180,16 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
                             "sequence parallelism tp > 1) or another pin excludes it")
 
 
-def _score(fits: list, search: Search, cache: CostCache, counts: Counts) -> pd.DataFrame:
-    """The closed form over the candidates that fit, fastest first (estimate errors counted invalid)."""
-    frame = estimate_many(search.cluster, search.workload, [s for s, _ in fits], cache=cache,
-                          on_invalid=OnInvalid.MARK, gpus=search.layout_gpus)
+def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: str = "rank") -> pd.DataFrame:
+    """The closed form over the candidates that fit (estimate errors counted invalid)."""
+    tick, parts = search.tick(phase), []
+    strategies = [s for s, _ in fits]
+    for start in range(0, max(len(strategies), 1), RANK_CHUNK):
+        if tick is not None:
+            tick(start, len(strategies))
+        parts.append(estimate_many(search.cluster, search.workload, strategies[start:start + RANK_CHUNK], cache=cache,
+                                   on_invalid=OnInvalid.MARK, gpus=search.layout_gpus))
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     frame["strategy"] = [s for s, _ in fits]
     frame["memory_bytes"] = [r.worst.total_bytes for _, r in fits]
     frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
@@ -296,7 +236,8 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     counts.seconds["enumerate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mem = _Memory()
-    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem, search.layout_gpus)
+    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem, search.layout_gpus,
+                     search.tick("memory"))
     counts.seconds["memory"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache = cache or CostCache(search.cluster)
@@ -312,9 +253,9 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
         counts.invalid["strategy"] += refused
     counts.variants = len(extra) + refused
     more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states),
-                     search.layout_gpus)
+                     search.layout_gpus, search.tick("variants"))
     if more:
-        frame = _sorted(pd.concat([frame, _score(more, search, cache, counts)], ignore_index=True))
+        frame = _sorted(pd.concat([frame, _score(more, search, cache, counts, "variants")], ignore_index=True))
     counts.seconds["variants"] = time.perf_counter() - t0
     counts.ranked = len(frame)
     return frame

@@ -81,7 +81,9 @@ def register(subparsers) -> None:
     o.add_argument("--csv", metavar="FILE.csv", help="write every ranked candidate")
     o.add_argument("--plot", metavar="FILE.png", help="with a sweep: time and GPU-hours (or cost) against GPUs")
     o.add_argument("--json", action="store_true", help="print JSON (candidates, best, top; a sweep: rows)")
-    o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    o.add_argument("--pareto", action="store_true", help="show the plans no other beats on both step time and "
+                                                         "memory per GPU (the speed / headroom trade-off)")
+    o.add_argument("--quiet", action="store_true", help="no progress on stderr (it is drawn on a terminal only)")
     p.set_defaults(handler=run)
 
 
@@ -112,12 +114,16 @@ def _pins(args) -> dict:
     return pins
 
 
-def _table(result, top: int) -> str:
+def _table(result, top: int, pareto: bool = False) -> str:
+    """The top ``top`` plans, or with ``pareto`` every plan on the step-time / memory front (# is the rank)."""
     from planner.explain import describe
 
     lines = [f"{'#':>2}  {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'GB/GPU':>7} {'free GB':>7}  strategy"]
-    for i, r in result.top(top).iterrows():
-        lines.append(f"{i + 1:>2}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
+    rows = result.pareto() if pareto else result.top(top)
+    width = max([2] + [len(str(i + 1)) for i in rows.index])
+    lines[0] = " " * (width - 2) + lines[0]
+    for i, r in rows.iterrows():
+        lines.append(f"{i + 1:>{width}}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
                      f"{r['memory_bytes'] / GB:>7.1f} {r['headroom_bytes'] / GB:>7.1f}  {describe(r['strategy'])}")
     return "\n".join(lines)
 
@@ -136,7 +142,8 @@ def _plan_kwargs(args) -> dict:
 
     return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": max(args.refine, 0),
             "jobs": args.jobs, "reserve_gb": args.reserve_gb, "max_mbs": args.max_mbs,
-            "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile}
+            "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile,
+            "progress": None if args.quiet or not sys.stderr.isatty() else cli_common.Counter(sys.stderr)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,6 +183,9 @@ def run(args: argparse.Namespace) -> int:
                               price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
+    finally:
+        if kwargs["progress"] is not None:
+            kwargs["progress"].close()
     if result.counts.enumerated == 0:
         raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
     return _report(args, result, reference and (lambda frame: against(frame, workload, cluster, reference.strategy,
@@ -210,7 +220,7 @@ def _report(args, result, compare=None) -> int:
     if args.out and result.best is not None:
         result.best.save(args.out)
     if args.json:
-        out = result.to_dict(args.top)
+        out = result.to_dict(args.top, pareto=args.pareto)
         if args.explain:
             out["explain"] = explain(result.frame, result.notes) + (compare(result.frame) if compare else [])
         cli_common.print_json(out)
@@ -218,7 +228,9 @@ def _report(args, result, compare=None) -> int:
         print("nothing fits: " + _counts_line(result.counts))
         print("to make it fit: more GPUs, --zero 3, --recompute full, a smaller --max-mbs, or --offload")
     else:
-        print(_table(result, args.top))
+        if args.pareto:
+            print("plans no other beats on both step time and memory per GPU (# is the rank):")
+        print(_table(result, args.top, args.pareto))
         if args.explain:
             print("\n".join(explain(result.frame, result.notes) + (compare(result.frame) if compare else [])))
     for path in (args.out if result.best is not None else None, args.csv):
@@ -234,8 +246,9 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
 
     if args.nodes is not None:
         raise cli_common.UsageError("--nodes sizes one cluster; a sweep sizes each to its --gpus, leave --nodes out")
-    if args.explain or args.against:
-        raise cli_common.UsageError("--explain compares the plans of one search; leave it out of a sweep")
+    if args.explain or args.against or args.pareto:
+        raise cli_common.UsageError("--explain, --against and --pareto compare the plans of one search; leave "
+                                    "them out of a sweep")
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")
     workload = strategy_flags.load_workload(args)
@@ -243,11 +256,15 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
     if not args.quiet:
         print(f"sweeping {len(clusters)} cluster(s) x {len(counts)} GPU count(s) for {workload.name} ...",
               file=sys.stderr)
+    kwargs = _plan_kwargs(args)
     try:
         frame = sweep(workload, clusters, counts, args.gbs, tokens=args.tokens,
-                      price_per_gpu_hour=args.price_per_gpu_hour, **_plan_kwargs(args))
+                      price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
+    finally:
+        if kwargs["progress"] is not None:
+            kwargs["progress"].close()
     best = fastest(frame)
     if args.out and best is not None:
         best["plan"].save(args.out)
