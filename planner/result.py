@@ -15,7 +15,7 @@ from simulator.strategy.flat import strategy_to_flat
 
 from planner.frameworks import capability
 from planner.refine import refine as des_refine
-from planner.search import Counts, Search, rank
+from planner.search import Counts, Search, rank, server_nodes
 from planner.space import DEFAULT_MAX_MBS, Problem
 from planner.variants import notes as variant_notes
 
@@ -111,10 +111,12 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
          tokens: float | None = None, price_per_gpu_hour: float | None = None, progress=None) -> PlanResult:
     """Search the strategies for ``workload`` on ``gpus`` GPUs of ``cluster`` (module docstrings);
     ``progress(phase, done, total)`` is called as it advances (:data:`planner.search.Progress`)."""
-    gpn = cluster.node.gpus_per_node
-    if gpus != cluster.world_size and not (cluster.nodes == 1 and isinstance(gpus, int) and 1 <= gpus < gpn):
-        raise SpecError("gpus", f"{gpus} GPUs but the cluster has {cluster.world_size}; size the cluster to the job "
-                        f"(whole nodes, or one node for a job of fewer than {gpn} GPUs)")
+    gpn, servers = cluster.node.gpus_per_node, server_nodes(pins or {})
+    if gpus != cluster.world_size - servers * gpn and not (
+            cluster.nodes == 1 and isinstance(gpus, int) and 1 <= gpus < gpn and not servers):
+        extra = f" plus {servers} parameter-server node(s)" if servers else ""
+        raise SpecError("gpus", f"{gpus} GPUs{extra} but the cluster has {cluster.world_size}; size the cluster to the "
+                        f"job (whole nodes, or one node for a job of fewer than {gpn} GPUs)")
     if objective is Objective.COST and not tokens:
         raise SpecError("tokens", "the cost objective needs the tokens to train (--tokens)")
     problem = Problem(gpus=gpus, global_batch=global_batch, gpus_per_node=cluster.node.gpus_per_node,

@@ -97,6 +97,15 @@ def _strategies(keys: list[dict], profile: str | None, counts: Counts) -> list[S
     return out
 
 
+def server_nodes(pins: dict) -> int:
+    """Dedicated parameter-server nodes the pins ask for (``--server-nodes N``; 0: none): the cluster
+    holds them beside the workers, so one value only (it sizes the cluster)."""
+    values = pins.get("ps_server_nodes", (0,))
+    if len(values) != 1:
+        raise SpecError("ps_server_nodes", "give one value: the dedicated server nodes size the cluster")
+    return int(values[0])
+
+
 RANK_CHUNK = 256
 """Candidates per :func:`estimate_many` call of the rank phase (progress cadence; one cache for all)."""
 Progress = Callable[[str, int, int], None]
@@ -122,8 +131,9 @@ class Search:
 
     @property
     def layout_gpus(self) -> int | None:
-        """Worker GPUs for the layouts: None for the whole cluster, the count for a job smaller than it."""
-        return None if self.problem.gpus == self.cluster.world_size else self.problem.gpus
+        """Worker GPUs for the layouts: None for the whole cluster (less dedicated server nodes), the
+        count for a job smaller than one node."""
+        return None if self.problem.gpus == self.cluster.world_size or server_nodes(self.pins) else self.problem.gpus
 
     @property
     def profile(self) -> str | None:

@@ -146,3 +146,18 @@ def test_a_job_smaller_than_a_node():
     with pytest.raises(SpecError) as err:
         planner.plan(MODEL, CLUSTER, gpus=12, global_batch=24, refine=0)
     assert err.value.field == "gpus" and "whole nodes" in err.value.problem
+
+
+def test_dedicated_server_nodes_are_searched_when_pinned(capsys):
+    """--server-nodes 1 sizes the cluster with one node beside the workers; every plan uses it."""
+    import json
+
+    argv = ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "32", "--seq", "512",
+            "--quiet", "--refine", "0", "--json", "--top", "30", "--param-server", "sync,async", "--server-nodes", "1"]
+    assert main(argv) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    assert top and all(r["strategy"]["ps_server_nodes"] == 1 and r["strategy"]["dp_sync"] == "param-server"
+                       for r in top)
+    assert {r["strategy"]["ps_mode"] for r in top} == {"sync", "async"}
+    assert main([*argv[:-1], "1,2"]) == 2
+    assert "--server-nodes: give one value" in capsys.readouterr().err

@@ -2,11 +2,15 @@
 
     trainplan plan --model M [--cluster C[,C2...]] [--nodes N] --gpus G|G1,G2,...|G1..G2 --gbs B [--seq S]
         [--objective time|throughput|cost] [--tokens N [--price-per-gpu-hour P]] [--top K] [--refine K]
-        [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain]
-        [--out plan.json] [--csv all.csv] [--plot sweep.png] [--json] [--quiet] [pins: --tp 8 --pp 1,2,4 ...]
+        [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain
+        [--against PLAN.json]] [--pareto] [--out plan.json] [--csv all.csv] [--plot sweep.png] [--json] [--quiet]
+        [pins: --tp 8 --pp 1,2,4 --no-offload --dp-sync all-reduce ...]
 
 Every strategy flag of ``simulate`` is a pin here and takes a comma-separated list
-(``--recompute none,full``); ``--max-pp`` caps the pipeline degree. Exit codes: 0 a plan, 1
+(``--recompute none,full``); ``--max-pp`` caps the pipeline degree, ``--no-offload`` is ``--offload
+none``, ``--dp-sync`` keeps one kind of gradient sync; ``--profile`` restricts the search to what a
+framework runs (:mod:`planner.frameworks`). A progress counter is drawn on stderr when it is a
+terminal (not with ``--quiet``). Exit codes: 0 a plan, 1
 nothing fits, 2 bad input. Several GPU counts (``--gpus 16..256`` or ``16,32,64``) or clusters
 (``--cluster dgx-a100,dgx-h100``) make a sweep (:func:`planner.sweep.sweep`): one row per point,
 the best plan of each, ``--plot`` the figure, ``--out`` the best plan of the fastest point.
@@ -171,10 +175,16 @@ def run(args: argparse.Namespace) -> int:
         raise cli_common.UsageError("--plot draws a sweep; give several --gpus (16..256) or --cluster values")
     args.gpus, args.cluster = counts[0], names[0]
     workload = strategy_flags.load_workload(args)
-    cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
 
     kwargs = _plan_kwargs(args)
     pins = kwargs["pins"]
+    from planner.search import server_nodes
+
+    try:
+        servers = server_nodes(pins)
+    except SpecError as err:
+        raise strategy_flags.flag_error(err) from None
+    cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, servers)
     reference = _reference(args, workload, cluster)
     if not args.quiet:
         print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
