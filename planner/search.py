@@ -7,8 +7,8 @@ vectorised closed form, refine the best with the discrete-event engine.
 3. Infeasible: per-rank GPU memory over the device's capacity less ``reserve_gb``, or host / NVMe
    capacity exceeded (:func:`simulator.memory.memory_report`). Memory depends on the micro-batch
    count only through the micro-batches in flight, so it is computed once per structure with the
-   count capped where the schedule's in-flight count stops growing (1F1B: pp; interleaved: 2·pp;
-   GPipe: all m).
+   count capped where the schedule's in-flight count stops growing (1F1B and interleaved with v = 1: pp;
+   interleaved with v > 1: 2·pp; GPipe: all m).
 4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search.
 5. Refine: the top ``refine`` re-simulated with the discrete-event engine and re-ranked by it.
 
@@ -96,12 +96,13 @@ def _strategies(keys: list[dict], profile: str | None, counts: Counts) -> list[S
 
 def _in_flight_cap(s: Strategy, m: int) -> int:
     """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3), as
-    :func:`simulator.memory.activations.in_flight` counts them: 1F1B min(p − k, m) stops growing at
-    m = p; every interleaved schedule (v = 1 included, which that function counts the interleaved
-    way) at m = 2p; GPipe keeps all m."""
+    :func:`simulator.memory.activations.in_flight` counts them: 1F1B, and the interleaved schedule with
+    v = 1 (which is 1F1B), min(p − k, m) stops growing at m = p; interleaved with v > 1 at m = 2p;
+    GPipe keeps all m."""
     if s.pp == 1 or s.schedule is ScheduleKind.GPIPE:
         return m if s.pp > 1 else 1
-    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
+    interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
+    return min(m, 2 * s.pp if interleaved else s.pp)
 
 
 def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
