@@ -100,3 +100,44 @@ def test_deepspeed_buffers_come_from_the_strategy(profile, zero, overlap, expect
     small = apply_profile(profile, global_batch=8, zero=zero, overlap_grad_reduce=overlap, bucket_params=10**6)
     w = memory_report(spec, cluster, build_layout(small, cluster, spec)).worst
     assert w.buffers.grad_buckets_bytes == expected // 500
+
+
+# --- Megatron-LM ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, zero0, zero1_d4", [
+    (DtypePolicy.BF16_MIXED, 18, 6 + 12 / 4),   # bf16 param, fp32 grads
+    (DtypePolicy.FP16_MIXED, 20, 4 + 16 / 4),   # fp16 param, fp16 grads (+ fp32 main grads in the optimizer)
+    (DtypePolicy.FP32, 16, 8 + 8 / 4),          # fp32 param, fp32 grads
+])
+def test_megatron_bytes_per_parameter_table(dtype, zero0, zero1_d4):
+    """Megatron-LM's distributed-optimizer table, bytes per parameter: non-distributed / distributed
+    over d = 4 [src: megatron-distopt]; 1000 parameters, exact."""
+    from simulator.memory import Framework, model_state_bytes
+    shapes = [("w", (1000,))]
+    z0 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO0, dtype=dtype, framework=Framework.MEGATRON)
+    z1 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO1, dtype=dtype, framework=Framework.MEGATRON)
+    assert z0.total_bytes == zero0 * 1000 and z1.total_bytes == zero1_d4 * 1000
+    assert z0.optimizer_step_bytes == 0
+
+
+def test_megatron_buckets_are_views_and_its_loss_works_in_place():
+    """No bucket bytes (views into main_grad); the vocab-parallel cross-entropy adds only the 16-bit logits
+    or their gradient's cast: 2 B per logit in bf16 (eager torch: 6) [src: megatron-cross-entropy]."""
+    from simulator.memory import Framework, buffer_bytes
+    b = buffer_bytes(local_params=1000, largest_block=1, zero=ZeroStage.ZERO1, dtype=DtypePolicy.BF16_MIXED,
+                     framework=Framework.MEGATRON, bucket_elements=100, overlap_grad_reduce=True)
+    assert b.total_bytes == 0
+    spec = get_preset("llama2-7b")
+    assert loss_working_bytes(spec, seq=4096, mbs=1, framework=Framework.MEGATRON) == 4096 * 32000 * 2
+    s = apply_profile("megatron", global_batch=8, tp=2)
+    cluster = load_cluster("dgx-a100")
+    w = memory_report(spec.with_seq(4096), cluster, build_layout(s, cluster, spec)).worst
+    assert w.activations.loss_working_bytes == 4096 * 16000 * 2
+    assert w.buffers.grad_buckets_bytes == 0
+    assert w.grads_bytes == 2 * w.params_bytes  # fp32 main grads of every local bf16 parameter (not sharded)
+
+
+def test_megatron_refuses_zero_2_and_3():
+    from simulator.errors import SpecError
+    with pytest.raises(SpecError) as err:
+        apply_profile("megatron", global_batch=8, zero=3)
+    assert err.value.field == "framework" and "megatron does not implement ZeRO-3" in err.value.problem

@@ -32,7 +32,7 @@ scores (nothing to drop under FlashAttention); full recompute keeps only the blo
 
 Around the blocks (Korthikanti §4.3): the first stage keeps the embedding-dropout mask (sbh bytes,
 dropout only), the last the final-norm and output-projection inputs (2·2sbh) and fp32 logits for
-the loss (4sbV/t), plus the eager cross-entropy's transient logits ((4 + e)·sbV/t, one micro-batch:
+the loss (4sbV/t), plus the cross-entropy's transient logits (one micro-batch, by framework:
 :func:`loss_working_bytes`). Recomputation runs one block at a time in backward, so one block's
 recomputed activations (one micro-batch) are live on top of the checkpoints: the recompute working
 set. The two working sets are never live together; the peak holds the larger.
@@ -45,6 +45,7 @@ from math import ceil
 
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
+from simulator.strategy.framework import Framework
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute
@@ -172,15 +173,23 @@ class StageActivations:
                 + max(self.recompute_working_bytes, self.loss_working_bytes))
 
 
-def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1) -> float:
-    """Bytes the eager cross-entropy (``F.cross_entropy(logits.float(), ...)``: ``log_softmax`` +
-    ``nll_loss``, as torchtitan and DeepSpeed's examples call it) holds on top of the saved fp32
-    log-probabilities (``head_bytes``), per micro-batch on the last stage, s·b·ceil(V/t) logits each:
-    in forward the e-byte logits and their fp32 copy, in backward the fp32 gradient of the logits
-    and its e-byte cast for the output projection's backward: (4 + e) bytes per logit either way;
-    4 when the logits are already fp32 (``.float()`` returns the same tensor) [src: torch-autograd]."""
+def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1,
+                       framework: Framework = Framework.TORCH_DDP) -> float:
+    """Bytes the cross-entropy holds on top of the saved fp32 probabilities (``head_bytes``), per
+    micro-batch on the last stage, s·b·ceil(V/t) logits each, with e-byte activations:
+
+    - eager PyTorch (``F.cross_entropy(logits.float(), ...)``: ``log_softmax`` + ``nll_loss``, as
+      torchtitan and DeepSpeed's examples call it): in forward the e-byte logits and their fp32 copy,
+      in backward the fp32 gradient of the logits and its e-byte cast for the output projection's
+      backward: 4 + e bytes per logit either way; 4 when the logits are already fp32 (``.float()``
+      returns the same tensor) [src: torch-autograd];
+    - Megatron-LM's vocab-parallel cross-entropy works in place on its fp32 copy (which becomes the
+      saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
+      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy].
+    """
     e = spec.dtype.activation_bytes
-    per_logit = LOGITS_BYTES + (e if e != LOGITS_BYTES else 0)
+    cast = e if e != LOGITS_BYTES else 0
+    per_logit = cast if framework is Framework.MEGATRON else LOGITS_BYTES + cast
     return seq * mbs * ceil(spec.vocab / tp) * per_logit
 
 
@@ -200,7 +209,7 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     head = loss = 0.0
     if stage == layout.pp - 1:
         head = (2 * sbh * e / rep_div + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
-        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp)
+        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework)
     offload = s.offload_activations
     return StageActivations(
         blocks_bytes=0.0 if offload else kept,

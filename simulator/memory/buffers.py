@@ -15,6 +15,8 @@
   ``buffered_allreduce_fallback``): each bucket is flattened while it is reduced, at most
   min(bucket, local gradients). The bucket is the strategy's (``bucket_params``, or
   ``bucket_bytes`` / gradient bytes; the ``deepspeed`` profile sets DeepSpeed's 5e8).
+- Megatron-LM: none; its buckets are views into the contiguous ``main_grad`` buffer, which the
+  gradient line already counts (``param_and_grad_buffer.py``) [src: megatron-distopt].
 - FSDP2: no persistent bucket (measured 0); the reduce-scatter input of one block is the
   "current block's unsharded gradient" below.
 - ZeRO 3: parameters gathered for compute: the block being computed and the next one being
