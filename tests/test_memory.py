@@ -441,3 +441,17 @@ def test_dropout_presets_and_validation():
     with pytest.raises(SpecError) as err:
         replace(get_preset("gpt3-125m"), dropout=1.0)
     assert err.value.field == "model.dropout"
+
+
+@pytest.mark.parametrize("zero, framework, per_element", [
+    (ZeroStage.ZERO3, Framework.DEEPSPEED, 2 * 2 + 2),      # current + prefetched block, one unsharded gradient
+    (ZeroStage.ZERO3, Framework.FSDP2, 2 * 2 + 2 * 2),      # + the reduce-scatter input the gradient is copied into
+    (ZeroStage.ZERO2, Framework.FSDP2, 2 * 2),              # parameters already in the peak: the two gradient copies
+    (ZeroStage.ZERO2, Framework.DEEPSPEED, 0),
+])
+def test_gathered_block_buffers_per_framework(zero, framework, per_element):
+    """Largest block 1000 elements, bf16: FSDP2's foreach_reduce frees the unsharded gradients only after
+    copying them into the reduce-scatter input (torch 2.13 _fsdp_collectives.py lines 597-606)
+    [src: torch-fsdp2]; both frameworks hold the current and one prefetched block's parameters."""
+    b = buffer_bytes(local_params=10**6, largest_block=1000, zero=zero, dtype=MIXED, framework=framework)
+    assert b.gathered_params_bytes == 1000 * per_element

@@ -17,16 +17,21 @@
   ``bucket_bytes`` / gradient bytes; the ``deepspeed`` profile sets DeepSpeed's 5e8).
 - Megatron-LM: none; its buckets are views into the contiguous ``main_grad`` buffer, which the
   gradient line already counts (``param_and_grad_buffer.py``) [src: megatron-distopt].
-- FSDP2: no persistent bucket (measured 0); the reduce-scatter input of one block is the
-  "current block's unsharded gradient" below.
-- ZeRO 3: parameters gathered for compute: the block being computed and the next one being
-  prefetched (2 × the largest block, 16-bit), plus the current block's full gradient before its
-  reduce-scatter (1 × the largest block). DeepSpeed's own estimator
-  (``estimate_zero3_model_states_mem_needs``) charges 4 bytes × largest layer for this; we count
-  one more prefetched copy (6 bytes × largest layer in mixed precision).
+- FSDP2: no persistent bucket (measured 0). Per block, ``foreach_reduce`` allocates a flat
+  reduce-scatter input, copies the block's unsharded gradients into it and only then frees them
+  (torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` lines 597-606: "Only after
+  the copy-in finishes can we free the gradients"): two gradient copies of the block at that moment
+  [src: torch-fsdp2].
+- ZeRO 3: parameters gathered for compute: the block being computed and the one being prefetched
+  (FSDP2's default backward prefetch of one group, ``_fsdp_param_group.py`` ``pre_backward`` line 576
+  [src: torch-fsdp2]; DeepSpeed prefetches by bucket): 2 × the largest block, 16-bit; plus the
+  current block's unsharded gradient (1 × the largest block; FSDP2: 2, with its reduce-scatter
+  input). DeepSpeed's own estimator (``estimate_zero3_model_states_mem_needs``) charges 4 bytes ×
+  largest layer for this; we count one more prefetched copy (6 bytes × largest layer in mixed
+  precision; FSDP2 8).
 - FSDP2 ZeRO 2 (``reshard_after_forward=False``): every block's unsharded parameters are already
   in the peak parameter bytes (:func:`simulator.memory.states.model_state_bytes`); only the current
-  block's unsharded gradient is gathered here.
+  block's unsharded gradient and its reduce-scatter input are here.
 
 The CUDA context, library workspaces, NCCL buffers and the allocator's reserve are runtime terms:
 :mod:`simulator.memory.runtime`.
@@ -45,6 +50,9 @@ from simulator.workload.transformer import DtypePolicy
 ZERO3_GATHERED_BLOCKS = 2
 """Blocks whose full parameters ZeRO-3 holds at once: the current one and the prefetched next
 (FSDP's default forward/backward prefetch of one module; DeepSpeed prefetches by bucket)."""
+FSDP2_GRAD_COPIES = 2
+"""Copies of a block's unsharded gradient FSDP2 holds at once: the gradients and the reduce-scatter
+input they are copied into before being freed (module docstring) [src: torch-fsdp2]."""
 DEEPSPEED_OVERLAP_BUFFERS = 2
 """Reduce buffers DeepSpeed ZeRO 1-2 allocates with ``overlap_comm`` (double buffering; one without)
 [src: deepspeed-zero-ipg]."""
@@ -98,9 +106,10 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
         buckets = 0 if gradient_as_bucket_view else local_params * dtype.grad_bytes
     elif framework is Framework.DEEPSPEED:
         buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * dtype.grad_bytes
+    grad_copies = FSDP2_GRAD_COPIES if framework is Framework.FSDP2 else 1
     gathered = 0
     if zero is ZeroStage.ZERO3:
-        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + dtype.grad_bytes)
+        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grad_copies * dtype.grad_bytes)
     elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
-        gathered = largest_block * dtype.grad_bytes
+        gathered = largest_block * grad_copies * dtype.grad_bytes
     return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered))
