@@ -179,17 +179,20 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
     micro-batch on the last stage, s·b·ceil(V/t) logits each, with e-byte activations:
 
     - eager PyTorch (``F.cross_entropy(logits.float(), ...)``: ``log_softmax`` + ``nll_loss``, as
-      torchtitan and DeepSpeed's examples call it): in forward the e-byte logits and their fp32 copy,
-      in backward the fp32 gradient of the logits and its e-byte cast for the output projection's
-      backward: 4 + e bytes per logit either way; 4 when the logits are already fp32 (``.float()``
-      returns the same tensor) [src: torch-autograd];
+      torchtitan and DeepSpeed's examples call it): in forward the e-byte logits and their fp32 copy
+      (4 + e; 4 when the logits are already fp32, as ``.float()`` returns the same tensor); in
+      backward ``nll_loss_backward`` returns a dense fp32 gradient of the log-probabilities and
+      ``_log_softmax_backward_data(grad, result, ...)`` a dense fp32 gradient of the logits while both
+      are alive (``derivatives.yaml`` lines 2095-2096 and 2188-2189 in torch 2.13): 8. The larger,
+      8 bytes per logit for e <= 4, is the working set [src: torch-autograd];
     - Megatron-LM's vocab-parallel cross-entropy works in place on its fp32 copy (which becomes the
       saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
       the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy].
     """
     e = spec.dtype.activation_bytes
     cast = e if e != LOGITS_BYTES else 0
-    per_logit = cast if framework is Framework.MEGATRON else LOGITS_BYTES + cast
+    eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
+    per_logit = cast if framework is Framework.MEGATRON else eager
     return seq * mbs * ceil(spec.vocab / tp) * per_logit
 
 
