@@ -24,12 +24,13 @@ PROGRESS_EVERY = 64
 
 def _in_flight_cap(s: Strategy, m: int) -> int:
     """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3), as
-    :func:`simulator.memory.activations.in_flight` counts them: 1F1B min(p − k, m) stops growing at
-    m = p; every interleaved schedule (v = 1 included, which that function counts the interleaved
-    way) at m = 2p; GPipe keeps all m."""
+    :func:`simulator.memory.activations.in_flight` counts them: 1F1B, and the interleaved schedule with
+    v = 1 (which is 1F1B), min(p − k, m) stops growing at m = p; interleaved with v > 1 at m = 2p;
+    GPipe keeps all m."""
     if s.pp == 1 or s.schedule is ScheduleKind.GPIPE:
         return m if s.pp > 1 else 1
-    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
+    interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
+    return min(m, 2 * s.pp if interleaved else s.pp)
 
 
 def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int | None = None):
