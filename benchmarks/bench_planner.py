@@ -2,7 +2,8 @@
 
 Run by hand: ``python benchmarks/bench_planner.py [--case NAME ...] [--refine K] [--jobs J]``.
 Prints, per case, the candidate counts and the seconds and candidates per second of each phase
-(enumerate, memory, rank, refine). Results are recorded in docs/planner.md with the machine.
+(enumerate, memory, rank, variants — the gradient-sync and offload variants of the best bases,
+their memory and rank — and refine). Results are recorded in docs/planner.md with the machine.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def run(name: str, refine: int, jobs: int) -> None:
     c = result.counts.to_dict()
     print(f"{name}: {total:.1f} s total; {c['enumerated']} enumerated, {c['invalid']} invalid, {c['infeasible']} "
           f"do not fit, {c['ranked']} ranked, {c['refined']} refined")
-    n = {"enumerate": c["enumerated"], "memory": c["enumerated"] - c["invalid"], "rank": c["ranked"],
-         "refine": c["refined"]}
+    n = {"enumerate": c["enumerated"] - c["variants"], "memory": c["enumerated"] - c["invalid"],
+         "rank": c["ranked"], "variants": c["variants"], "refine": c["refined"]}
     for phase, seconds in c["seconds"].items():
         rate = f"{n[phase] / seconds:,.1f} candidates/s" if seconds > 0 else "-"
         print(f"  {phase:<10}{seconds:8.2f} s  {rate}")

@@ -25,6 +25,12 @@ CASES = (
                                                 "recompute": (Recompute.NONE,), "micro_batch": (1, 2)}),
     ("llama2-7b", 4096, "h100-roce", 2, 16, 64, {"zero": (ZeroStage.ZERO1,), "micro_batch": (1,),
                                                  "recompute": (Recompute.NONE, Recompute.FULL)}),
+    # ZeRO-0 only: the parameter-server variants (sync/async, shard counts) join the space
+    ("gpt3-350m", 1024, "dgx-a100", 2, 16, 32, {"zero": (ZeroStage.ZERO0,), "recompute": (Recompute.NONE,),
+                                                "micro_batch": (1, 2)}),
+    # four nodes over RoCE: pipelines and data parallelism share the network
+    ("gpt3-1.3b", 2048, "h100-roce", 4, 32, 64, {"zero": (ZeroStage.ZERO1,), "recompute": (Recompute.NONE,),
+                                                 "micro_batch": (1,)}),
 )
 
 
@@ -40,7 +46,10 @@ def gap(model, seq, cluster, nodes, gpus, gbs, pins) -> dict:
 
 
 def main() -> None:
-    for case in CASES:
+    import sys
+
+    chosen = [int(a) for a in sys.argv[1:]] or range(len(CASES))  # case numbers to run (default: all)
+    for case in (CASES[i] for i in chosen):
         t0 = time.perf_counter()
         g = gap(*case)
         print(f"{case[0]} on {case[4]} x {case[2]}: {g['candidates']} candidates, analytical top-1 {g['top1_des_s']:.5g} "

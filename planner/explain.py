@@ -14,8 +14,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from simulator.results import Category
-from simulator.strategy import Offload, ParamServerSync
-from simulator.units import GB
+from simulator.strategy import AllReduceSync, Offload, ParamServerSync
+from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
+from simulator.units import GB, MiB
 
 FAMILIES: tuple[tuple[str, Callable], ...] = (
     ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and not isinstance(s.dp_sync, ParamServerSync)),
@@ -37,8 +38,15 @@ def describe(s) -> str:
     parts.append(f"recompute {s.recompute.value}")
     if s.offload is not Offload.NONE:
         parts.append(f"offload {s.offload.value}")
-    if isinstance(s.dp_sync, ParamServerSync):
-        parts.append(f"PS {s.dp_sync.mode.value} x{s.dp_sync.shards}")
+    sync = s.dp_sync
+    if isinstance(sync, ParamServerSync):
+        where = "colocated" if sync.colocated else f"on {sync.server_nodes} node(s)"
+        parts.append(f"PS {sync.mode.value} x{sync.shards} {where}")
+    elif isinstance(sync, AllReduceSync) and s.dp > 1:
+        if sync.algorithm is not AllReduceAlgorithm.AUTO:
+            parts.append(f"all-reduce {sync.algorithm.value}")
+        if sync.bucket_params is None and sync.bucket_bytes != DDP_BUCKET_CAP_BYTES:
+            parts.append("one bucket" if sync.bucket_bytes is None else f"bucket {sync.bucket_bytes / MiB:g} MiB")
     return ", ".join(parts)
 
 
@@ -64,8 +72,9 @@ def _sentence(label: str, best: pd.Series, other: pd.Series) -> str:
             f"({b:.3g} s vs {a:.3g} s): {_differences(best, other, a)}; memory {mem:+.1f} GB per GPU.")
 
 
-def explain(frame: pd.DataFrame) -> list[str]:
-    """Sentences on why row 0 wins (the frame as :func:`planner.plan` ranks it)."""
+def explain(frame: pd.DataFrame, notes=()) -> list[str]:
+    """Sentences on why row 0 wins (the frame as :func:`planner.plan` ranks it); ``notes`` say what the
+    search left out and why (:attr:`planner.PlanResult.notes`)."""
     if frame.empty:
         return ["No candidate fits; see the counts by reason."]
     best = frame.iloc[0]
@@ -76,7 +85,26 @@ def explain(frame: pd.DataFrame) -> list[str]:
     for name, member in FAMILIES:
         rows = frame[[member(s) for s in frame["strategy"]]]
         if rows.empty:
-            lines.append(f"No {name} plan fits or was searched.")
+            why = [n for n in notes if n.startswith("No offload")] if name == "offload" else []
+            lines += why or [f"No {name} plan fits or was searched."]
         elif rows.index[0] != 0:
             lines.append(_sentence(f"best {name} plan", best, rows.iloc[0]))
-    return lines
+    sync = _sync_alternatives(frame)
+    if sync is not None and sync.name != 1:  # row 1 is the runner-up, already said
+        lines.append(_sentence("best other gradient sync of the same layout", best, sync))
+    return lines + [n for n in notes if not n.startswith("No offload")]
+
+
+def _layout_of(s) -> tuple:
+    """What places the work: degrees, micro-batch, schedule, recomputation (not ZeRO, sync or offload)."""
+    return (s.dp, s.tp, s.pp, s.micro_batch, s.schedule, s.virtual_stages, s.recompute, s.sequence_parallel,
+            s.attention)
+
+
+def _sync_alternatives(frame: pd.DataFrame):
+    """The fastest ranked row with the best plan's layout and another gradient sync (algorithm, bucket
+    or parameter server), or None."""
+    best = frame["strategy"].iloc[0]
+    same = [i for i, s in enumerate(frame["strategy"]) if i and s.dp_sync != best.dp_sync
+            and s.offload is best.offload and _layout_of(s) == _layout_of(best)]
+    return frame.iloc[same[0]] if same else None

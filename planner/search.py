@@ -5,12 +5,11 @@ vectorised closed form, refine the best with the discrete-event engine.
 2. Invalid: the layout rules on arrays of candidates (:func:`simulator.strategy.rules.valid_mask`,
    the rules :func:`build_layout` raises from), then each survivor's own field checks.
 3. Infeasible: per-rank GPU memory over the device's capacity less ``reserve_gb``, or host / NVMe
-   capacity exceeded (:func:`simulator.memory.memory_report`). Memory depends on the micro-batch
-   count only through the micro-batches in flight, so it is computed once per structure with the
-   count capped where the schedule's in-flight count stops growing (1F1B: pp; interleaved: 2·pp;
-   GPipe: all m).
-4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search.
-5. Refine: the top ``refine`` re-simulated with the discrete-event engine and re-ranked by it.
+   capacity exceeded (:mod:`planner.feasible`, one memory report per set of memory inputs).
+4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search,
+   in chunks of :data:`RANK_CHUNK` so that progress can be reported.
+5. Variants: gradient sync and offload of the best bases (:mod:`planner.variants`), through 2–4.
+6. Refine (:mod:`planner.result`): the top ``refine`` re-simulated with the discrete-event engine.
 
 Counts by outcome (and by reason) are kept for the report; the same inputs give the same ranking.
 """
@@ -19,24 +18,26 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_structures import structure_key
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.compile import CostCache
 from simulator.errors import SpecError
-from simulator.memory import memory_report, model_state_bytes
 from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Framework, Offload, Partitioning, Strategy, ZeroStage, build_layout
+from simulator.strategy import Offload, Strategy
 from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
-from simulator.units import GB
 
-from planner.space import Problem, default_axes, enumerate_keys, pin
+from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
+from planner.frameworks import Capability
+from planner.space import Axis, Problem, default_axes, enumerate_keys, pin
+from planner.variants import check_offload_pin, variants
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Counts:
     """By what overflows (``gpu memory``, ``host memory``, ``nvme``)."""
     ranked: int = 0
     refined: int = 0
+    variants: int = 0
+    """Of ``enumerated``, the gradient-sync and offload variants of the best bases (planner.variants)."""
     seconds: dict = field(default_factory=dict)
     """Wall seconds per phase."""
 
@@ -58,7 +61,7 @@ class Counts:
                 "invalid_by_reason": dict(sorted(self.invalid.items())),
                 "infeasible": sum(self.infeasible.values()),
                 "infeasible_by_reason": dict(sorted(self.infeasible.items())),
-                "ranked": self.ranked, "refined": self.refined,
+                "ranked": self.ranked, "refined": self.refined, "variants": self.variants,
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
 
@@ -94,65 +97,19 @@ def _strategies(keys: list[dict], profile: str | None, counts: Counts) -> list[S
     return out
 
 
-def _in_flight_cap(s: Strategy, m: int) -> int:
-    """Micro-batches beyond which a schedule holds no more in flight (module docstring, step 3), as
-    :func:`simulator.memory.activations.in_flight` counts them: 1F1B min(p − k, m) stops growing at
-    m = p; every interleaved schedule (v = 1 included, which that function counts the interleaved
-    way) at m = 2p; GPipe keeps all m."""
-    if s.pp == 1 or s.schedule is ScheduleKind.GPIPE:
-        return m if s.pp > 1 else 1
-    return min(m, 2 * s.pp if s.schedule is ScheduleKind.INTERLEAVED else s.pp)
+def server_nodes(pins: dict) -> int:
+    """Dedicated parameter-server nodes the pins ask for (``--server-nodes N``; 0: none): the cluster
+    holds them beside the workers, so one value only (it sizes the cluster)."""
+    values = pins.get("ps_server_nodes", (0,))
+    if len(values) != 1:
+        raise SpecError("ps_server_nodes", "give one value: the dedicated server nodes size the cluster")
+    return int(values[0])
 
 
-def _memory(cache: dict, states: dict, workload, cluster, s: Strategy):
-    """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
-    figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
-    dp = s.dp
-    m = s.global_batch // (dp * s.micro_batch)
-    cap = _in_flight_cap(s, m)
-    key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
-    if key not in cache:
-        small = replace(s, global_batch=dp * s.micro_batch * cap)
-        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload), cache=states)
-    return cache[key]
-
-
-def _states_lower_bound(workload, s: Strategy) -> float:
-    """Model-state bytes no rank can go below: the parameters spread evenly over tp·pp in one flat
-    tensor, through the memory model's own ZeRO accounting (the most loaded real rank holds at least
-    its even share, plus replicated norms and padding). 0 under offload (states leave the GPU)."""
-    if s.offload is not Offload.NONE:
-        return 0.0
-    even = -(-workload.params // (s.tp * s.pp))
-    states = model_state_bytes([("even share", (even,))], dp=s.dp, zero=s.zero, dtype=workload.dtype,
-                               partitioning=Partitioning.FLAT, framework=Framework.DEEPSPEED
-                               if s.zero is not ZeroStage.ZERO0 else Framework.TORCH_DDP)
-    return states.params_bytes + states.grads_bytes + states.optimizer_bytes
-
-
-def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts: Counts):
-    """(strategy, memory report) of those that fit, counting the others by what overflows."""
-    cache: dict = {}
-    states: dict = {}
-    limit = cluster.device.memory_bytes - reserve_gb * GB
-    out = []
-    for s in strategies:
-        if _states_lower_bound(workload, s) > limit:  # cheap: skip the full report
-            counts.infeasible["gpu memory"] += 1
-            continue
-        try:
-            report = _memory(cache, states, workload, cluster, s)
-        except SpecError as err:
-            counts.invalid[err.field] += 1
-            continue
-        over = [r.split(":")[0] for r in report.reasons if not r.startswith("GPU")]
-        if report.worst.total_bytes > limit:
-            over.insert(0, "gpu memory")
-        if over:
-            counts.infeasible[{"host": "host memory", "NVMe": "nvme"}.get(over[0], over[0])] += 1
-            continue
-        out.append((s, report))
-    return out
+RANK_CHUNK = 256
+"""Candidates per :func:`estimate_many` call of the rank phase (progress cadence; one cache for all)."""
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: called as the search advances (the CLI draws a counter)."""
 
 
 @dataclass(frozen=True)
@@ -163,8 +120,55 @@ class Search:
     cluster: object
     problem: Problem
     pins: dict
-    profile: str | None = None
+    capability: Capability | None = None
+    """The framework profile's capability (:mod:`planner.frameworks`), None for no profile."""
     reserve_gb: float = 0.0
+    progress: Progress | None = None
+
+    def tick(self, phase: str) -> Callable[[int, int], None] | None:
+        """A ``(done, total)`` callback reporting ``phase`` (None without a progress callback)."""
+        return None if self.progress is None else (lambda done, total: self.progress(phase, done, total))
+
+    @property
+    def layout_gpus(self) -> int | None:
+        """Worker GPUs for the layouts: None for the whole cluster (less dedicated server nodes), the
+        count for a job smaller than one node."""
+        return None if self.problem.gpus == self.cluster.world_size or server_nodes(self.pins) else self.problem.gpus
+
+    @property
+    def profile(self) -> str | None:
+        """The simulator profile whose defaults the candidates take."""
+        return None if self.capability is None else self.capability.defaults
+
+    def allowed(self, key: str) -> bool:
+        """Whether the second phase may vary ``key`` at all under the framework profile."""
+        cap = self.capability
+        if key == "dp_sync" and self.layout_gpus is not None:
+            return False  # a parameter server uses every worker node (build_layout): not on part of one
+        if cap is None:
+            return True
+        if key == "dp_sync":
+            return cap.allows("dp_sync", DpSyncKind.PARAM_SERVER)
+        if key == "offload":
+            return any(cap.allows("offload", o) for o in Offload if o is not Offload.NONE)
+        if key == "bucket_bytes":
+            return cap.buckets
+        return True
+
+    def axes(self) -> tuple:
+        """The default axes under the pins, then restricted to what the framework runs."""
+        axes = pin(default_axes(self.problem), self.pins)
+        cap = self.capability
+        if cap is None:
+            return axes
+        out = []
+        for axis in axes:
+            if axis.key == "degrees":
+                values = tuple(d for d in axis.values if cap.allows("tp", d[1]) and cap.allows("pp", d[2]))
+            else:
+                values = tuple(v for v in axis.values if cap.allows(axis.key, v))
+            out.append(Axis(axis.key, values, axis.applies, axis.allow))
+        return tuple(out) + tuple(Axis(k, (v,)) for k, v in cap.fixed.items() if k not in self.pins)
 
 
 def _check_pins_apply(keys: list[dict], pins: dict) -> None:
@@ -186,28 +190,82 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
                             "sequence parallelism tp > 1) or another pin excludes it")
 
 
-def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
-    """Every feasible candidate with its analytical estimate and memory, fastest first."""
-    t0 = time.perf_counter()
-    keys = list(enumerate_keys(search.problem, pin(default_axes(search.problem), search.pins)))
-    _check_pins_apply(keys, search.pins)
-    counts.enumerated = len(keys)
-    strategies = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
-    counts.seconds["enumerate"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts)
-    counts.seconds["memory"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    cache = cache or CostCache(search.cluster)
-    frame = estimate_many(search.cluster, search.workload, [s for s, _ in fits], cache=cache,
-                          on_invalid=OnInvalid.MARK)
-    counts.seconds["rank"] = time.perf_counter() - t0
+def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: str = "rank") -> pd.DataFrame:
+    """The closed form over the candidates that fit (estimate errors counted invalid)."""
+    tick, parts = search.tick(phase), []
+    strategies = [s for s, _ in fits]
+    for start in range(0, max(len(strategies), 1), RANK_CHUNK):
+        if tick is not None:
+            tick(start, len(strategies))
+        parts.append(estimate_many(search.cluster, search.workload, strategies[start:start + RANK_CHUNK], cache=cache,
+                                   on_invalid=OnInvalid.MARK, gpus=search.layout_gpus))
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     frame["strategy"] = [s for s, _ in fits]
     frame["memory_bytes"] = [r.worst.total_bytes for _, r in fits]
     frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
     bad = frame["error"] != ""
     for message in frame.loc[bad, "error"]:
         counts.invalid[message.split(":")[0]] += 1
-    frame = frame[~bad].sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
+    return frame[~bad]
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
+
+
+def _admitted(strategies: list[Strategy], cap: Capability | None, counts: Counts) -> tuple[list[Strategy], str]:
+    """The strategies the framework runs, and the first refusal's reason ('' if none)."""
+    if cap is None:
+        return strategies, ""
+    out, first = [], ""
+    for s in strategies:
+        why = cap.refusal(s)
+        if why is None:
+            out.append(s)
+        else:
+            counts.invalid["profile"] += 1
+            first = first or why
+    return out, first
+
+
+def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
+    """Every feasible candidate with its analytical estimate and memory, fastest first: the base
+    space, then the gradient-sync and offload variants of the best bases (:mod:`planner.variants`)."""
+    t0 = time.perf_counter()
+    if search.capability is not None:
+        search.capability.check_pins(search.pins, search.problem.gpus, search.problem.gpus_per_node)
+    if "offload" in search.pins:
+        check_offload_pin(search.cluster, search.pins["offload"])
+    keys = list(enumerate_keys(search.problem, search.axes()))
+    _check_pins_apply(keys, search.pins)
+    counts.enumerated = len(keys)
+    built = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
+    strategies, refused = _admitted(built, search.capability, counts)
+    if built and not strategies:
+        raise SpecError("profile", f"{refused}; the pins leave no candidate it can run")
+    counts.seconds["enumerate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mem = _Memory()
+    fits = _feasible(strategies, search.workload, search.cluster, search.reserve_gb, counts, mem, search.layout_gpus,
+                     search.tick("memory"))
+    counts.seconds["memory"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cache = cache or CostCache(search.cluster)
+    frame = _sorted(_score(fits, search, cache, counts))
+    counts.seconds["rank"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    over = [s for _, s in sorted(mem.over_gpu, key=lambda bs: bs[0])]
+    profile_before = counts.invalid["profile"]
+    extra, refused = variants(list(frame["strategy"]), over, search.cluster, search.pins, search.allowed)
+    extra, _ = _admitted(extra, search.capability, counts)
+    counts.enumerated += len(extra) + refused + counts.invalid["profile"] - profile_before
+    if refused:
+        counts.invalid["strategy"] += refused
+    counts.variants = len(extra) + refused
+    more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states),
+                     search.layout_gpus, search.tick("variants"))
+    if more:
+        frame = _sorted(pd.concat([frame, _score(more, search, cache, counts, "variants")], ignore_index=True))
+    counts.seconds["variants"] = time.perf_counter() - t0
     counts.ranked = len(frame)
     return frame

@@ -32,7 +32,8 @@ TRAIN = ("time_to_train_s", "gpu_hours", "cost")
 
 
 def _check_sizes(clusters: Sequence, gpu_counts: Sequence[int]) -> list[int]:
-    """The GPU counts, sorted and unique, each a whole number of nodes of every cluster (before any search)."""
+    """The GPU counts, sorted and unique, each a whole number of nodes of every cluster or part of one node
+    (before any search)."""
     if not clusters:
         raise SpecError("clusters", "give at least one cluster")
     if not gpu_counts:
@@ -40,10 +41,10 @@ def _check_sizes(clusters: Sequence, gpu_counts: Sequence[int]) -> list[int]:
     counts = sorted({positive_int("gpus", g) for g in gpu_counts})
     for cluster in clusters:
         gpn = cluster.node.gpus_per_node
-        bad = [g for g in counts if g % gpn]
+        bad = [g for g in counts if g % gpn and g > gpn]
         if bad:
             raise SpecError("gpus", f"{bad[0]} is not a whole number of {gpn}-GPU {cluster.name} nodes; use "
-                                    f"multiples of {gpn}")
+                                    f"multiples of {gpn}, or at most {gpn} for part of one node")
     return counts
 
 
@@ -56,7 +57,7 @@ def _reason(counts) -> str:
 
 
 def _row(cluster, gpus: int, result, train_columns: tuple[str, ...]) -> dict:
-    row = {"cluster": cluster.name, "gpus": gpus, "nodes": gpus // cluster.node.gpus_per_node}
+    row = {"cluster": cluster.name, "gpus": gpus, "nodes": cluster.nodes}
     if result.best is None:
         return row | {"strategy": None} | dict.fromkeys(NUMBERS + train_columns, float("nan")) | {
             "reason": _reason(result.counts), "plan": None}
@@ -82,15 +83,15 @@ def sweep(workload, clusters: Sequence, gpu_counts: Sequence[int], global_batch:
     with ``tokens`` ``time_to_train_s`` and ``gpu_hours`` (and ``cost`` with a price), ``reason``
     (why nothing fits, else None) and ``plan`` (the best :class:`simulator.plan_file.Plan`, or None).
     Rows are in the order of ``clusters``, GPU counts ascending. ``plan_kwargs`` go to
-    :func:`planner.plan` (pins, objective, refine, ...). A GPU count that is not a whole number of
-    a cluster's nodes is a SpecError naming ``gpus``.
+    :func:`planner.plan` (pins, objective, refine, ...). A GPU count above one node that is not a
+    whole number of a cluster's nodes is a SpecError naming ``gpus``.
     """
     counts = _check_sizes(clusters, gpu_counts)
     train_columns = (TRAIN[:2] + (("cost",) if price_per_gpu_hour is not None else ())) if tokens else ()
     rows = []
     for cluster in clusters:
         for gpus in counts:
-            sized = cluster.with_nodes(gpus // cluster.node.gpus_per_node)
+            sized = cluster.with_nodes(-(-gpus // cluster.node.gpus_per_node))  # part of one node below a node
             result = plan(workload, sized, gpus=gpus, global_batch=global_batch, tokens=tokens,
                           price_per_gpu_hour=price_per_gpu_hour, **plan_kwargs)
             rows.append(_row(sized, gpus, result, train_columns))

@@ -75,15 +75,17 @@ def structure_key(s: Strategy) -> tuple:
     return _OWN(s), type(d), _SYNC[type(d)](d)
 
 
-def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> tuple[StepArrays, ParallelLayout]:
-    """(arrays, layout) of a strategy's structure, compiled with the smallest valid batch."""
-    gpus, _ = worker_gpus(s, cache.cluster, None)
-    dp = derived_dp(s, gpus)
+def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
+             gpus: int | None = None) -> tuple[StepArrays, ParallelLayout]:
+    """(arrays, layout) of a strategy's structure, compiled with the smallest valid batch, on the first
+    ``gpus`` worker GPUs (None: the whole cluster; see :func:`build_layout`)."""
+    workers, _ = worker_gpus(s, cache.cluster, gpus)
+    dp = derived_dp(s, workers)
     if dp == 0:
-        build_layout(s, cache.cluster, workload)  # raises the layout's own error
+        build_layout(s, cache.cluster, workload, gpus=gpus)  # raises the layout's own error
     interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
     small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
-    layout = build_layout(small, cache.cluster, workload)
+    layout = build_layout(small, cache.cluster, workload, gpus=gpus)
     work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
     return summarize(work), layout
 
@@ -104,9 +106,10 @@ class Structures:
         self._stacks: list[StepArrays | None] = []      # per shape: those stacked (None: to restack)
         self._table: tuple[np.ndarray, np.ndarray, Scalars] | None = None
 
-    def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch) -> int:
-        """Compile ``s``'s structure (raises its SpecError) and remember it under ``key``."""
-        arrays, layout = _compile(cache, workload, s, fetch)
+    def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
+            gpus: int | None = None) -> int:
+        """Compile ``s``'s structure on ``gpus`` workers (raises its SpecError); remember it under ``key``."""
+        arrays, layout = _compile(cache, workload, s, fetch, gpus)
         shape = self._shapes.setdefault((arrays.p, arrays.v), len(self._shapes))
         if shape == len(self._parts):
             self._parts.append([])

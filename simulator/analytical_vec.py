@@ -49,7 +49,7 @@ class OnInvalid(Enum):
     """Give it NaN times and its message in the ``error`` column; evaluate the others."""
 
 
-def _lookup(cache, workload, strategies, fetch, store, stop_at_first):
+def _lookup(cache, workload, strategies, fetch, store, stop_at_first, gpus=None):
     """Per candidate: structure number (−1 if bad), global batch, prefetch, input bytes; and the
     errors {index: SpecError}. With ``stop_at_first`` the scan stops at the first structure error."""
     index, n = store.index, len(strategies)
@@ -62,7 +62,7 @@ def _lookup(cache, workload, strategies, fetch, store, stop_at_first):
         j = index.get(key)
         if j is None:
             try:
-                j = store.add(key, cache, workload, s, fetch)
+                j = store.add(key, cache, workload, s, fetch, gpus)
             except SpecError as err:
                 errors[i] = err
                 if stop_at_first:
@@ -108,6 +108,8 @@ class _Context:
     strategies: Sequence[Strategy]
     cache: CostCache
     store: Structures
+    gpus: int | None = None
+    """Worker GPUs, the first of the cluster (None: all of them)."""
 
 
 def _micro_batches(ctx: _Context, c: _Candidates) -> None:
@@ -119,7 +121,7 @@ def _micro_batches(ctx: _Context, c: _Candidates) -> None:
     bad = c.ok & ~mask(batch, BATCH_RULES)
     for i in np.flatnonzero(bad):
         try:
-            build_layout(ctx.strategies[i], ctx.cluster, ctx.workload)  # the rule's own error, with the fix
+            build_layout(ctx.strategies[i], ctx.cluster, ctx.workload, gpus=ctx.gpus)  # the rule's own error
         except SpecError as err:
             c.errors[int(i)] = err
             c.ok[i] = False
@@ -127,17 +129,21 @@ def _micro_batches(ctx: _Context, c: _Candidates) -> None:
 
 def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
                   fetch: ParamFetch = ParamFetch.INFINITY, cache: CostCache | None = None,
-                  on_invalid: OnInvalid = OnInvalid.RAISE) -> pd.DataFrame:
+                  on_invalid: OnInvalid = OnInvalid.RAISE, gpus: int | None = None) -> pd.DataFrame:
     """One row per strategy: step_time_s, tokens_per_s, mfu, hfu, slowest_stage, m, seconds per
-    category (slowest rank), error. ``on_invalid``: what to do with bad candidates (:class:`OnInvalid`)."""
+    category (slowest rank), error. ``on_invalid``: what to do with bad candidates (:class:`OnInvalid`).
+    ``gpus``: worker GPUs, the first of the cluster, for a job smaller than the cluster (None: all;
+    as :func:`~simulator.strategy.build_layout`'s ``gpus``)."""
     if not isinstance(on_invalid, OnInvalid):
         raise SpecError("on_invalid", f"must be an OnInvalid ({', '.join(f'OnInvalid.{o.name}' for o in OnInvalid)}), "
                         f"got {on_invalid!r}")
     cache = CostCache(cluster) if cache is None else cache
     if cache.cluster is not cluster and cache.cluster != cluster:
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
-    ctx = _Context(cluster, workload, strategies, cache, cache.memo(("structures", workload, fetch), Structures))
-    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store, on_invalid is OnInvalid.RAISE)
+    ctx = _Context(cluster, workload, strategies, cache, cache.memo(("structures", workload, fetch, gpus), Structures),
+                   gpus)
+    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store, on_invalid is OnInvalid.RAISE,
+                                           gpus)
     ids = np.array(ids, dtype=np.int64)
     ok = ids >= 0
     _, _, scalars = ctx.store.table()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.flat import strategy_from_flat_with_profile
+from simulator.strategy.framework import Framework
 from simulator.strategy.spec import PlacementOrder, Strategy, ZeroStage
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm, DpSyncKind, ParamServerMode
 from simulator.bucket_defaults import (DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
@@ -87,6 +88,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
                                      "runs; off unless the flag is given"),
         "zero": Default(ZeroStage.ZERO1, "(assumption) --use-distributed-optimizer (Megatron-LM docs, "
                         "distributed optimizer: optimizer state sharded over dp); off by default"),
+        "framework": Default(Framework.MEGATRON, "Megatron-Core DistributedDataParallel and DistributedOptimizer: "
+                             "fp32 main_grad buffer for bf16 models, buckets as views into it (Megatron-LM "
+                             "distributed-optimizer docs: 18 / 6 + 12/d bytes per parameter); ZeRO 0-1 only"),
         "allreduce_algorithm": Default(AllReduceAlgorithm.AUTO, _NCCL_AUTO),
         "bucket_params": Default(MEGATRON_BUCKET_PARAMS, "Megatron-Core DistributedDataParallelConfig.bucket_size default "
                                  "max(40e6, 1e6·dp) parameters (MCore API docs); 40e6 is exact for dp ≤ 40"),

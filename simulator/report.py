@@ -115,7 +115,8 @@ def _cell(value: Any) -> str:
 
 
 def memory_lines(r: StepResult) -> list[str]:
-    """One line from the memory report: the most loaded rank's GPU total against the device, and the verdict."""
+    """One line from the memory report: the most loaded rank's device total against the device, its parts
+    and its allocated / reserved peaks (as torch.cuda.max_memory_allocated / max_memory_reserved), and the verdict."""
     m = r.memory
     if m is None:
         return ["memory: not modelled for this workload"]
@@ -124,7 +125,8 @@ def memory_lines(r: StepResult) -> list[str]:
         line = (f"memory: most loaded rank (stage {w.stage}) {w.total_bytes / GB:.1f} GB of "
                 f"{m.device_memory_bytes / GB:.1f} GB ({m.device_name}): params {w.params_bytes / GB:.1f}, "
                 f"grads {w.grads_bytes / GB:.1f}, optimizer {w.optimizer_bytes / GB:.1f}, "
-                f"activations {w.activations_bytes / GB:.1f}, buffers {w.buffers_bytes / GB:.1f} GB")
+                f"activations {w.activations_bytes / GB:.1f}, buffers {w.buffers_bytes / GB:.1f} GB; peak allocated "
+                f"{w.allocated_bytes / GB:.1f}, reserved {w.reserved_bytes / GB:.1f} GB")
         verdict = "memory: fits" if m.fits else "memory: DOES NOT FIT - " + "; ".join(m.reasons)
         return [line, verdict]
     except AttributeError:  # a report of another shape: its own text

@@ -19,7 +19,8 @@ def test_done_means_command_prints_breakdown(capsys):
     out = capsys.readouterr().out
     for needle in ("llama2-7b on 8 x A100-SXM-80GB (dgx-a100): dp=8 tp=1 pp=1", "ZeRO-3", "deepspeed (flat)",
                    "flash attention", "parameters", "gradients", "optimizer states", "activations", "buffers",
-                   "framework overhead (assumed)", "total", "verdict: fits"):
+                   "allocated (max_memory_allocated)", "reserved (max_memory_reserved)", "NCCL buffers",
+                   "CUDA context (assumed)", "total on the device", "verdict: fits"):
         assert needle in out, needle
     assert "note:" not in out
 
@@ -53,13 +54,18 @@ def test_json_has_contract_keys(capsys):
     assert main(DONE + ["--recompute", "selective", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes",
-                "total_bytes", "host_bytes", "fits"):
+                "allocated_bytes", "reserved_bytes", "runtime_bytes", "total_bytes", "host_bytes", "fits"):
         assert key in out
     assert out["fits"] is True
     assert out["params_bytes"] == 2 * -(-6_738_415_616 // 8)
     parts = sum(out[k] for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-                                 "buffers_bytes", "overhead_bytes"))
+                                 "buffers_bytes", "runtime_bytes"))
     assert out["total_bytes"] == pytest.approx(parts)
+    runtime = out["stages"][0]["runtime"]
+    assert out["allocated_bytes"] == pytest.approx(parts - out["runtime_bytes"] + runtime["cublas_workspace_bytes"])
+    assert out["reserved_bytes"] == pytest.approx(out["allocated_bytes"] + runtime["allocator_slack_bytes"])
+    assert out["total_bytes"] == pytest.approx(out["reserved_bytes"] + runtime["cuda_context_bytes"]
+                                               + runtime["nccl_buffers_bytes"])
 
 
 def test_params_only_zero_paper(capsys):

@@ -13,7 +13,7 @@ from simulator.memory import (Offload, Partitioning, ScheduleKind, ZeroStage, in
                               transformer_param_shapes, whole_tensor_assignment)
 from simulator.strategy import Strategy
 from memory_layouts import layout_of, report_of
-from simulator.memory.buffers import FIXED_OVERHEAD_BYTES
+from simulator.memory.runtime import CUDA_CONTEXT_BYTES, NCCL_CHANNELS, NCCL_CONNECTION_BYTES
 from simulator.memory.offload import HOST_BUFFER_FACTOR
 from simulator.memory.shapes import numel
 from simulator.workload import DtypePolicy, ParamCountModel, Recompute, get_preset, model_names
@@ -210,6 +210,9 @@ def test_in_flight_per_schedule():
     assert in_flight(layout_of(spec, pp=4, microbatches=2), 0)[0] == 2
     inter = layout_of(spec, **base, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)
     assert in_flight(inter, 0)[0] == pytest.approx(4 * (1 + 3 / (4 * 2)))
+    # one chunk per rank is 1F1B (Megatron-LM runs the non-interleaved schedule then): p - k, not up to 2p
+    one = layout_of(spec, **base, schedule=ScheduleKind.INTERLEAVED, virtual_stages=1)
+    assert [in_flight(one, k)[0] for k in range(4)] == [4, 3, 2, 1]
 
 
 # --- whole report ---------------------------------------------------------------------------------------
@@ -225,8 +228,12 @@ def test_report_llama2_7b_zero3():
     part = math.ceil(spec.params / 8)
     w = r.worst
     assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part, 2 * part, 12 * part)
-    assert w.buffers.grad_buckets_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    assert w.overhead_bytes >= FIXED_OVERHEAD_BYTES
+    # the strategy's bucket (25 MiB, no profile): DeepSpeed ZeRO-3 keeps one flat reduce buffer of it
+    assert w.buffers.grad_buckets_bytes == 25 * 1024**2
+    # one dp communicator (a ring predecessor) x NCCL_CHANNELS x the three protocols' buffers
+    assert w.runtime.nccl_buffers_bytes == NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    assert w.runtime.cuda_context_bytes == CUDA_CONTEXT_BYTES
+    assert w.allocated_bytes < w.reserved_bytes < w.total_bytes
     assert r.fits and 30 * GB < w.total_bytes < 60 * GB
 
 
@@ -381,7 +388,8 @@ def test_framework_resolution():
     (ZeroStage.ZERO0, Framework.TORCH_DDP, False, 4000),    # DDP default: a full bucket copy of the grads
     (ZeroStage.ZERO0, Framework.TORCH_DDP, True, 0),        # grads are views into the buckets
     (ZeroStage.ZERO1, Framework.TORCH_DDP, False, 4000),    # ZeroRedundancyOptimizer runs under DDP
-    (ZeroStage.ZERO1, Framework.DEEPSPEED, False, 4000),    # min(5e8, P) = P for a small model
+    (ZeroStage.ZERO0, Framework.DEEPSPEED, False, 4000),    # flattened per bucket: min(5e8, P) = P
+    (ZeroStage.ZERO1, Framework.DEEPSPEED, False, 4 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS),  # torch.empty(bucket)
     (ZeroStage.ZERO3, Framework.FSDP2, False, 0),
 ])
 def test_grad_buckets_follow_the_framework(zero, framework, view, expected):
@@ -390,9 +398,29 @@ def test_grad_buckets_follow_the_framework(zero, framework, view, expected):
     assert b.grad_buckets_bytes == expected
 
 
-def test_deepspeed_bucket_is_capped():
-    b = buffer_bytes(local_params=10**10, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED)
-    assert b.grad_buckets_bytes == 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+@pytest.mark.parametrize("zero, overlap, buffers", [
+    (ZeroStage.ZERO1, False, 1), (ZeroStage.ZERO2, False, 1),
+    (ZeroStage.ZERO2, True, 2),   # overlap_comm: double buffering
+    (ZeroStage.ZERO3, True, 1),   # stage3.py: one flat reduce buffer
+])
+def test_deepspeed_reduce_buffers_follow_the_strategy_bucket(zero, overlap, buffers):
+    """DeepSpeed stage_1_and_2.py backward(): torch.empty(reduce_bucket_size) of the 16-bit dtype, a
+    second with overlap_comm; the bucket is the strategy's (here 1e6 elements), not DeepSpeed's 5e8:
+    1e6 x 2 B x buffers."""
+    b = buffer_bytes(local_params=10**10, largest_block=1, zero=zero, dtype=MIXED, bucket_elements=10**6,
+                     overlap_grad_reduce=overlap)
+    assert b.grad_buckets_bytes == 2 * 10**6 * buffers
+    whole = buffer_bytes(local_params=5000, largest_block=1, zero=zero, dtype=MIXED, bucket_elements=None)
+    assert whole.grad_buckets_bytes == 2 * 5000  # no bucket size: one bucket of every local gradient
+
+
+def test_parameter_server_has_no_buckets():
+    """A parameter server pushes gradients as they are: no DDP bucket copy (it used to count one)."""
+    b = buffer_bytes(local_params=1000, largest_block=1, zero=ZeroStage.ZERO0, dtype=MIXED, all_reduce=False)
+    assert b.grad_buckets_bytes == 0
+
+
+def test_bucket_view_only_under_ddp():
     with pytest.raises(SpecError):
         buffer_bytes(local_params=1, largest_block=1, zero=ZeroStage.ZERO1, dtype=MIXED, gradient_as_bucket_view=True)
 
@@ -413,3 +441,17 @@ def test_dropout_presets_and_validation():
     with pytest.raises(SpecError) as err:
         replace(get_preset("gpt3-125m"), dropout=1.0)
     assert err.value.field == "model.dropout"
+
+
+@pytest.mark.parametrize("zero, framework, per_element", [
+    (ZeroStage.ZERO3, Framework.DEEPSPEED, 2 * 2 + 2),      # current + prefetched block, one unsharded gradient
+    (ZeroStage.ZERO3, Framework.FSDP2, 2 * 2 + 2 * 2),      # + the reduce-scatter input the gradient is copied into
+    (ZeroStage.ZERO2, Framework.FSDP2, 2 * 2),              # parameters already in the peak: the two gradient copies
+    (ZeroStage.ZERO2, Framework.DEEPSPEED, 0),
+])
+def test_gathered_block_buffers_per_framework(zero, framework, per_element):
+    """Largest block 1000 elements, bf16: FSDP2's foreach_reduce frees the unsharded gradients only after
+    copying them into the reduce-scatter input (torch 2.13 _fsdp_collectives.py lines 597-606)
+    [src: torch-fsdp2]; both frameworks hold the current and one prefetched block's parameters."""
+    b = buffer_bytes(local_params=10**6, largest_block=1000, zero=zero, dtype=MIXED, framework=framework)
+    assert b.gathered_params_bytes == 1000 * per_element

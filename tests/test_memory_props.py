@@ -75,7 +75,7 @@ def layouts(draw, spec):
     tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if spec.heads % t == 0 and spec.n_kv_heads % t == 0]))
     pp = draw(st.integers(1, min(4, spec.layers)))
     schedule = draw(st.sampled_from(list(ScheduleKind)))
-    interleaved = schedule is ScheduleKind.INTERLEAVED and 2 * pp <= spec.layers
+    interleaved = schedule is ScheduleKind.INTERLEAVED and pp > 1 and 2 * pp <= spec.layers
     m = draw(st.integers(1, 8))
     return dict(tp=tp, pp=pp, sp=tp > 1 and draw(st.booleans()), mbs=draw(st.integers(1, 4)),
                 seq=draw(st.integers(1, 2048)), schedule=schedule if interleaved or schedule is not
@@ -106,3 +106,24 @@ def test_sequence_parallelism_never_increases_activations(data):
     without = stage_activations(at, layout_of(spec, **(layout | {"sp": False}), recompute=recompute), 0)
     with_sp = stage_activations(at, layout_of(spec, **(layout | {"sp": True}), recompute=recompute), 0)
     assert with_sp.gpu_bytes <= without.gpu_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_peaks_are_ordered_and_never_below_model_states(data):
+    """Per stage: model states on the GPU <= allocated <= reserved <= device total, over random shapes,
+    layouts, ZeRO stages, frameworks and clusters (Hopper and Ampere cuBLAS workspaces)."""
+    from simulator.cluster.io import load_cluster
+    from simulator.memory import memory_report
+
+    spec = data.draw(specs())
+    layout = data.draw(layouts(spec))
+    framework = data.draw(st.sampled_from(list(Framework)))
+    zero = data.draw(st.sampled_from(framework.zero_stages))
+    dp = data.draw(st.integers(1, 4))
+    cluster = load_cluster(data.draw(st.sampled_from(["dgx-h100", "dgx-a100"])))
+    lay = layout_of(spec, cluster, **layout, dp=dp, zero=zero, framework=framework,
+                    recompute=data.draw(st.sampled_from(list(Recompute))))
+    for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
+        states = s.params_bytes + s.grads_bytes + s.optimizer_bytes
+        assert 0 < states <= s.allocated_bytes <= s.reserved_bytes <= s.total_bytes

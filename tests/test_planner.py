@@ -137,7 +137,7 @@ def test_analytical_top1_is_the_exhaustive_des_best_on_a_small_space():
 
 def test_memory_shared_across_the_search_equals_a_fresh_report():
     """The planner's memory cache (batch capped where in-flight micro-batches stop growing) gives what
-    memory_report gives on the full layout, interleaved with v = 1 included (a cap of pp was wrong there)."""
+    memory_report gives on the full layout, interleaved with v = 1 included (counted as the 1F1B it is)."""
     from planner.search import _memory
     from simulator.memory import memory_report
     from simulator.strategy import Strategy, build_layout

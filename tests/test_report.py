@@ -65,6 +65,7 @@ def test_memory_line_from_memory_report():
     r = step_result()
     text = format_step(StepResult(**{**r.__dict__, "memory": report}))
     assert "memory: most loaded rank (stage 0)" in text and "of 80.0 GB" in text and "memory: fits" in text
+    assert "; peak allocated " in text and ", reserved " in text
 
 
 def test_extras_goodput_time_to_train_and_staleness():

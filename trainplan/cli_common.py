@@ -1,10 +1,11 @@
-"""Helpers shared by the command modules: the parser class, JSON output, and one-line errors."""
+"""Helpers shared by the command modules: the parser class, JSON output, one-line errors, a progress counter."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 
 
 class UsageError(ValueError):
@@ -57,3 +58,28 @@ def _default(obj):
     if hasattr(obj, "tolist"):
         return obj.tolist()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+class Counter:
+    """A one-line progress counter on stderr, ``phase: done/total``, redrawn at most every
+    :data:`REDRAW_S` seconds and cleared by :meth:`close` (the CLI draws it on a terminal only)."""
+
+    REDRAW_S = 0.1
+
+    def __init__(self, stream) -> None:
+        self.stream, self.last_s, self.width = stream, 0.0, 0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last_s < self.REDRAW_S and done < total:
+            return
+        self.last_s = now
+        text = f"{phase}: {done:,}/{total:,}"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = max(self.width, len(text))
+
+    def close(self) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()

@@ -1,5 +1,5 @@
 """``trainplan memory``: per-rank memory of a training layout (model states, activations, buffers,
-overhead; GPU, host and NVMe) and whether it fits. See docs/memory.md.
+runtime: CUDA context, cuBLAS, NCCL, allocator; GPU, host and NVMe) and whether it fits. See docs/memory.md.
 
     trainplan memory --model NAME|config.json|--params N [--cluster NAME|FILE] --gpus G
                      [--gbs B] [strategy flags ...] [--json] [--plot FILE.png]
@@ -102,12 +102,18 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
     if a is not None:
         rows += [(f"  blocks ({w.blocks} x {a.micro_batches_in_flight:g} micro-batches)", a.blocks_bytes),
                  ("  recompute working set", a.recompute_working_bytes),
-                 ("  embedding + logits", a.embedding_bytes + a.head_bytes)]
+                 ("  embedding + logits", a.embedding_bytes + a.head_bytes),
+                 ("  loss working set (fp32 logits)", a.loss_working_bytes)]
     rows += [("buffers", w.buffers_bytes), ("  gradient buckets", w.buffers.grad_buckets_bytes),
              ("  gathered blocks (ZeRO-3, FSDP2)", w.buffers.gathered_params_bytes),
-             ("framework overhead (assumed)", w.overhead_bytes)]
+             ("cuBLAS workspaces", w.runtime.cublas_workspace_bytes),
+             ("allocated (max_memory_allocated)", w.allocated_bytes),
+             ("  allocator reserve (assumed 10%)", w.runtime.allocator_slack_bytes),
+             ("reserved (max_memory_reserved)", w.reserved_bytes),
+             ("  CUDA context (assumed)", w.runtime.cuda_context_bytes),
+             ("  NCCL buffers", w.runtime.nccl_buffers_bytes)]
     lines += [f"  {name:<38}{_gb(value)}" for name, value in rows]
-    lines.append(f"  {'total':<38}{_gb(w.total_bytes)}  of {r.device_memory_bytes / GB:.2f}")
+    lines.append(f"  {'total on the device':<38}{_gb(w.total_bytes)}  of {r.device_memory_bytes / GB:.2f}")
     if r.host_node_bytes or r.nvme_node_bytes:
         lines.append(f"  {'host memory (this rank)':<38}{_gb(w.host_bytes)}")
         lines.append(f"  {'host per node (x{0} ranks, states x1.5)'.format(r.ranks_per_node):<38}"
@@ -115,11 +121,11 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
     if r.nvme_node_bytes:
         lines.append(f"  {'NVMe per node':<38}{_gb(r.nvme_node_bytes)}  of {(r.nvme_capacity_bytes or 0) / GB:.0f}")
     if len(r.stages) > 1:
-        lines.append("per stage (GB)  blocks  params   grads     opt    acts  buffers overhead   total    host")
+        lines.append("per stage (GB)  blocks  params   grads     opt    acts  buffers runtime   total    host")
         for st in r.stages:
             lines.append(f"  stage {st.stage:<7}{st.blocks:>6}" + "".join(
                 f"{v / GB:>8.2f}" for v in (st.params_bytes, st.grads_bytes, st.optimizer_bytes,
-                                            st.activations_bytes, st.buffers_bytes, st.overhead_bytes,
+                                            st.activations_bytes, st.buffers_bytes, st.runtime_total_bytes,
                                             st.total_bytes, st.host_bytes)))
     lines.append("verdict: fits" if r.fits else "verdict: DOES NOT FIT - " + "; ".join(r.reasons))
     lines += [f"note: {n}" for n in r.notes]

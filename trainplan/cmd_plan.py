@@ -2,11 +2,15 @@
 
     trainplan plan --model M [--cluster C[,C2...]] [--nodes N] --gpus G|G1,G2,...|G1..G2 --gbs B [--seq S]
         [--objective time|throughput|cost] [--tokens N [--price-per-gpu-hour P]] [--top K] [--refine K]
-        [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain]
-        [--out plan.json] [--csv all.csv] [--plot sweep.png] [--json] [--quiet] [pins: --tp 8 --pp 1,2,4 ...]
+        [--jobs J] [--reserve-gb R] [--max-mbs B] [--allow-cross-node-tp] [--profile NAME] [--explain
+        [--against PLAN.json]] [--pareto] [--out plan.json] [--csv all.csv] [--plot sweep.png] [--json] [--quiet]
+        [pins: --tp 8 --pp 1,2,4 --no-offload --dp-sync all-reduce ...]
 
 Every strategy flag of ``simulate`` is a pin here and takes a comma-separated list
-(``--recompute none,full``); ``--max-pp`` caps the pipeline degree. Exit codes: 0 a plan, 1
+(``--recompute none,full``); ``--max-pp`` caps the pipeline degree, ``--no-offload`` is ``--offload
+none``, ``--dp-sync`` keeps one kind of gradient sync; ``--profile`` restricts the search to what a
+framework runs (:mod:`planner.frameworks`). A progress counter is drawn on stderr when it is a
+terminal (not with ``--quiet``). Exit codes: 0 a plan, 1
 nothing fits, 2 bad input. Several GPU counts (``--gpus 16..256`` or ``16,32,64``) or clusters
 (``--cluster dgx-a100,dgx-h100``) make a sweep (:func:`planner.sweep.sweep`): one row per point,
 the best plan of each, ``--plot`` the figure, ``--out`` the best plan of the fastest point.
@@ -17,10 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.checks import positive_int
+from simulator.checks import enum_member, positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import check_plot_path, check_suffix, check_writable
 from simulator.strategy.fields import FlagKind
+from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.flat import FLAT
 from simulator.units import GB
 from trainplan import cli_common, plan_sweep, strategy_flags
@@ -54,9 +59,9 @@ def register(subparsers) -> None:
     g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
     g.add_argument("--allow-cross-node-tp", action="store_true", help="let tp span nodes (default: within a node)")
     g.add_argument("--profile", metavar="NAME",
-                   help="framework defaults for the fields the search does not vary (buckets, overlap, placement, "
-                        "gradient sync); ZeRO, schedule, sp and recompute are still searched: pin them to follow the "
-                        "profile (default none)")
+                   help="search only what the framework runs (ddp, fsdp, megatron, deepspeed, horovod, tf-mirrored, "
+                        "tf-multiworker, tf-ps), with its defaults for what the search does not vary; a pin it cannot "
+                        "run is an error (default none; docs/planner.md)")
     pins = p.add_argument_group("pins (comma-separated lists restrict a dimension)")
     for k in FLAT.values():
         flag = k.decl.flag
@@ -66,13 +71,23 @@ def register(subparsers) -> None:
             pins.add_argument(flag.name, dest=k.key, action=argparse.BooleanOptionalAction, help=flag.help)
         else:
             pins.add_argument(flag.name, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
+    pins.add_argument("--no-offload", dest="offload", action="store_const", const="none",
+                      help="search no model-state offload (the same as --offload none)")
+    pins.add_argument("--dp-sync", dest="dp_sync_kinds", metavar="KIND,...",
+                      help="gradient sync searched: all-reduce, param-server (default: both, a parameter server "
+                           "for the best ZeRO-0 plans)")
     o = p.add_argument_group("output")
     o.add_argument("--explain", action="store_true", help="say why the best plan beats the others")
+    o.add_argument("--against", metavar="PLAN.json", help="with --explain: compare the best plan with this plan "
+                                                          "file's layout (e.g. a published one, from simulate "
+                                                          "--save-plan)")
     o.add_argument("--out", metavar="PLAN.json", help="write the best plan as a plan file")
     o.add_argument("--csv", metavar="FILE.csv", help="write every ranked candidate")
     o.add_argument("--plot", metavar="FILE.png", help="with a sweep: time and GPU-hours (or cost) against GPUs")
     o.add_argument("--json", action="store_true", help="print JSON (candidates, best, top; a sweep: rows)")
-    o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    o.add_argument("--pareto", action="store_true", help="show the plans no other beats on both step time and "
+                                                         "memory per GPU (the speed / headroom trade-off)")
+    o.add_argument("--quiet", action="store_true", help="no progress on stderr (it is drawn on a terminal only)")
     p.set_defaults(handler=run)
 
 
@@ -90,19 +105,29 @@ def _pins(args) -> dict:
             pins[k.key] = tuple(parse(v) if parse else v for v in items)
         except SpecError as err:
             raise SpecError(flag.name, err.problem) from None
-    if "ps_mode" in pins:
-        pins["dp_sync"] = ("param-server",)
+    if args.dp_sync_kinds is not None:
+        pins["dp_sync"] = tuple(dict.fromkeys(enum_member(DpSyncKind, v.strip(), "--dp-sync", "gradient sync")
+                                              for v in args.dp_sync_kinds.split(",") if v.strip()))
+    if "ps_mode" in pins or "ps_shards" in pins or "ps_server_nodes" in pins or "staleness_steps" in pins:
+        if pins.get("dp_sync", (DpSyncKind.PARAM_SERVER,)) != (DpSyncKind.PARAM_SERVER,):
+            raise SpecError("--dp-sync", "the parameter-server flags (--param-server, --servers, --server-nodes, "
+                            "--staleness) need --dp-sync param-server; drop one of them")
+        pins["dp_sync"] = (DpSyncKind.PARAM_SERVER,)
     if args.max_pp is not None:
         pins["max_pp"] = (args.max_pp,)
     return pins
 
 
-def _table(result, top: int) -> str:
+def _table(result, top: int, pareto: bool = False) -> str:
+    """The top ``top`` plans, or with ``pareto`` every plan on the step-time / memory front (# is the rank)."""
     from planner.explain import describe
 
     lines = [f"{'#':>2}  {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'GB/GPU':>7} {'free GB':>7}  strategy"]
-    for i, r in result.top(top).iterrows():
-        lines.append(f"{i + 1:>2}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
+    rows = result.pareto() if pareto else result.top(top)
+    width = max([2] + [len(str(i + 1)) for i in rows.index])
+    lines[0] = " " * (width - 2) + lines[0]
+    for i, r in rows.iterrows():
+        lines.append(f"{i + 1:>{width}}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
                      f"{r['memory_bytes'] / GB:>7.1f} {r['headroom_bytes'] / GB:>7.1f}  {describe(r['strategy'])}")
     return "\n".join(lines)
 
@@ -121,11 +146,13 @@ def _plan_kwargs(args) -> dict:
 
     return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": max(args.refine, 0),
             "jobs": args.jobs, "reserve_gb": args.reserve_gb, "max_mbs": args.max_mbs,
-            "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile}
+            "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile,
+            "progress": None if args.quiet or not sys.stderr.isatty() else cli_common.Counter(sys.stderr)}
 
 
 def run(args: argparse.Namespace) -> int:
     import planner
+    from planner.compare import against
 
     for flag, path, suffix in (("--out", args.out, ".json"), ("--csv", args.csv, ".csv")):
         if path is not None:
@@ -148,11 +175,17 @@ def run(args: argparse.Namespace) -> int:
         raise cli_common.UsageError("--plot draws a sweep; give several --gpus (16..256) or --cluster values")
     args.gpus, args.cluster = counts[0], names[0]
     workload = strategy_flags.load_workload(args)
-    cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, 0)
-    if cluster.world_size != args.gpus:
-        raise SpecError("--gpus", f"the planner searches whole nodes; use a multiple of {cluster.node.gpus_per_node}")
+
     kwargs = _plan_kwargs(args)
     pins = kwargs["pins"]
+    from planner.search import server_nodes
+
+    try:
+        servers = server_nodes(pins)
+    except SpecError as err:
+        raise strategy_flags.flag_error(err) from None
+    cluster = strategy_flags.sized_cluster(strategy_flags.cluster_of(args), args.gpus, args.nodes, servers)
+    reference = _reference(args, workload, cluster)
     if not args.quiet:
         print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
     try:
@@ -160,12 +193,33 @@ def run(args: argparse.Namespace) -> int:
                               price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
+    finally:
+        if kwargs["progress"] is not None:
+            kwargs["progress"].close()
     if result.counts.enumerated == 0:
         raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
-    return _report(args, result)
+    return _report(args, result, reference and (lambda frame: against(frame, workload, cluster, reference.strategy,
+                                                                      args.reserve_gb, f"layout of {args.against}", args.gpus)))
 
 
-def _report(args, result) -> int:
+def _reference(args, workload, cluster):
+    """The plan file of ``--against``, checked to describe this job (None without the flag)."""
+    from planner.compare import check_comparable
+    from simulator.plan_file import load_plan
+
+    if args.against is None:
+        return None
+    if not args.explain:
+        raise cli_common.UsageError("--against is part of --explain; add --explain")
+    try:
+        plan = load_plan(args.against)
+    except SpecError as err:
+        raise SpecError("--against", str(err)) from None
+    check_comparable(plan, workload, cluster, args.gpus, args.gbs)
+    return plan
+
+
+def _report(args, result, compare=None) -> int:
     from planner.explain import explain
 
     if not args.quiet:
@@ -176,17 +230,19 @@ def _report(args, result) -> int:
     if args.out and result.best is not None:
         result.best.save(args.out)
     if args.json:
-        out = result.to_dict(args.top)
+        out = result.to_dict(args.top, pareto=args.pareto)
         if args.explain:
-            out["explain"] = explain(result.frame)
+            out["explain"] = explain(result.frame, result.notes) + (compare(result.frame) if compare else [])
         cli_common.print_json(out)
     elif result.best is None:
         print("nothing fits: " + _counts_line(result.counts))
         print("to make it fit: more GPUs, --zero 3, --recompute full, a smaller --max-mbs, or --offload")
     else:
-        print(_table(result, args.top))
+        if args.pareto:
+            print("plans no other beats on both step time and memory per GPU (# is the rank):")
+        print(_table(result, args.top, args.pareto))
         if args.explain:
-            print("\n".join(explain(result.frame)))
+            print("\n".join(explain(result.frame, result.notes) + (compare(result.frame) if compare else [])))
     for path in (args.out if result.best is not None else None, args.csv):
         if path:
             print(f"wrote {path}", file=sys.stderr)
@@ -200,8 +256,9 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
 
     if args.nodes is not None:
         raise cli_common.UsageError("--nodes sizes one cluster; a sweep sizes each to its --gpus, leave --nodes out")
-    if args.explain:
-        raise cli_common.UsageError("--explain compares the plans of one search; leave it out of a sweep")
+    if args.explain or args.against or args.pareto:
+        raise cli_common.UsageError("--explain, --against and --pareto compare the plans of one search; leave "
+                                    "them out of a sweep")
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")
     workload = strategy_flags.load_workload(args)
@@ -209,11 +266,15 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
     if not args.quiet:
         print(f"sweeping {len(clusters)} cluster(s) x {len(counts)} GPU count(s) for {workload.name} ...",
               file=sys.stderr)
+    kwargs = _plan_kwargs(args)
     try:
         frame = sweep(workload, clusters, counts, args.gbs, tokens=args.tokens,
-                      price_per_gpu_hour=args.price_per_gpu_hour, **_plan_kwargs(args))
+                      price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
+    finally:
+        if kwargs["progress"] is not None:
+            kwargs["progress"].close()
     best = fastest(frame)
     if args.out and best is not None:
         best["plan"].save(args.out)

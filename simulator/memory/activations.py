@@ -32,8 +32,10 @@ scores (nothing to drop under FlashAttention); full recompute keeps only the blo
 
 Around the blocks (Korthikanti §4.3): the first stage keeps the embedding-dropout mask (sbh bytes,
 dropout only), the last the final-norm and output-projection inputs (2·2sbh) and fp32 logits for
-the loss (4sbV/t). Recomputation runs one block at a time in backward, so one block's recomputed
-activations (one micro-batch) are live on top of the checkpoints: counted as the recompute working set.
+the loss (4sbV/t), plus the cross-entropy's transient logits (one micro-batch, by framework:
+:func:`loss_working_bytes`). Recomputation runs one block at a time in backward, so one block's
+recomputed activations (one micro-batch) are live on top of the checkpoints: the recompute working
+set. The two working sets are never live together; the peak holds the larger.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from math import ceil
 
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
+from simulator.strategy.framework import Framework
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute
@@ -55,7 +58,9 @@ STAT_BYTES = 4
 """Bytes per row statistic (norm mean/rstd, attention log-sum-exp): fp32 even for 16-bit inputs
 (the CUDA LayerNorm/RMSNorm and flash kernels accumulate and save these in fp32)."""
 LOGITS_BYTES = 4
-"""Bytes per logit kept for the loss: the cross-entropy upcasts logits to fp32 (Korthikanti §4.3)."""
+"""Bytes per logit kept for the loss: the cross-entropy upcasts logits to fp32 (Korthikanti §4.3); what
+autograd keeps is ``log_softmax``'s fp32 output (its derivative reads ``result`` only,
+``torchgen/packaged/autograd/derivatives.yaml``) [src: torch-autograd]."""
 SWIGLU_SAVED = 4
 """Elements of f per token a SwiGLU MLP saves: gate+up output (2), SiLU output (1), product (1)."""
 GELU_SAVED = 2
@@ -122,8 +127,8 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
 def in_flight(layout: ParallelLayout, stage: int) -> tuple[float, float, float]:
     """Micro-batches' worth of activations stage ``stage`` holds at peak: (blocks, embedding, head).
 
-    pp = 1: one (accumulation steps run one after another). GPipe: all m. 1F1B: min(p - k, m).
-    Interleaved with v chunks: Megatron-LM's warm-up count, min(m·v, 2(p - k - 1) + (v - 1)·p + 1)
+    pp = 1: one (accumulation steps run one after another). GPipe: all m. 1F1B, and the interleaved
+    schedule with one chunk per rank (which is 1F1B): min(p - k, m). Interleaved with v > 1 chunks: Megatron-LM's warm-up count, min(m·v, 2(p - k - 1) + (v - 1)·p + 1)
     chunk-micro-batches of l/(p·v) blocks each, i.e. that count / v micro-batches of the stage's
     blocks (p·(1 + (p - 1)/(p·v)) on the first stage, Korthikanti §4.2.3); its embedding chunk holds
     min(p, m) (an approximation) and its head chunk one, as under 1F1B.
@@ -133,7 +138,7 @@ def in_flight(layout: ParallelLayout, stage: int) -> tuple[float, float, float]:
         return 1.0, 1.0, 1.0
     if layout.strategy.schedule is ScheduleKind.GPIPE:
         return float(m), float(m), float(m)
-    if layout.strategy.schedule is ScheduleKind.ONE_F_ONE_B:
+    if layout.strategy.schedule is ScheduleKind.ONE_F_ONE_B or v == 1:
         n = float(min(p - k, m))
         return n, n, n
     chunks = min(m * v, 2 * (p - k - 1) + (v - 1) * p + 1)
@@ -152,6 +157,8 @@ class StageActivations:
     """Embedding-dropout masks (first stage; 0 without dropout)."""
     head_bytes: float
     """Final-norm and output-projection inputs and fp32 logits (last stage)."""
+    loss_working_bytes: float
+    """The loss's transient logits on the last stage (:func:`loss_working_bytes`; 0 elsewhere)."""
     host_checkpoint_bytes: float
     """Block checkpoints moved to host memory (``offload_activations``)."""
     scores_bytes: float
@@ -160,7 +167,33 @@ class StageActivations:
 
     @property
     def gpu_bytes(self) -> float:
-        return self.blocks_bytes + self.recompute_working_bytes + self.embedding_bytes + self.head_bytes
+        """Kept activations plus the larger of the two working sets, which are never live together:
+        the loss's runs before the first block's backward, a recomputed block's after it."""
+        return (self.blocks_bytes + self.embedding_bytes + self.head_bytes
+                + max(self.recompute_working_bytes, self.loss_working_bytes))
+
+
+def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1,
+                       framework: Framework = Framework.TORCH_DDP) -> float:
+    """Bytes the cross-entropy holds on top of the saved fp32 probabilities (``head_bytes``), per
+    micro-batch on the last stage, s·b·ceil(V/t) logits each, with e-byte activations:
+
+    - eager PyTorch (``F.cross_entropy(logits.float(), ...)``: ``log_softmax`` + ``nll_loss``, as
+      torchtitan and DeepSpeed's examples call it): in forward the e-byte logits and their fp32 copy
+      (4 + e; 4 when the logits are already fp32, as ``.float()`` returns the same tensor); in
+      backward ``nll_loss_backward`` returns a dense fp32 gradient of the log-probabilities and
+      ``_log_softmax_backward_data(grad, result, ...)`` a dense fp32 gradient of the logits while both
+      are alive (``derivatives.yaml`` lines 2095-2096 and 2188-2189 in torch 2.13): 8. The larger,
+      8 bytes per logit for e <= 4, is the working set [src: torch-autograd];
+    - Megatron-LM's vocab-parallel cross-entropy works in place on its fp32 copy (which becomes the
+      saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
+      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy].
+    """
+    e = spec.dtype.activation_bytes
+    cast = e if e != LOGITS_BYTES else 0
+    eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
+    per_logit = cast if framework is Framework.MEGATRON else eager
+    return seq * mbs * ceil(spec.vocab / tp) * per_logit
 
 
 def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int) -> StageActivations:
@@ -176,12 +209,13 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     sbh = seq * mbs * spec.hidden
     e = spec.dtype.activation_bytes
     embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
-    head = 0.0
+    head = loss = 0.0
     if stage == layout.pp - 1:
         head = (2 * sbh * e / rep_div + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
+        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework)
     offload = s.offload_activations
     return StageActivations(
         blocks_bytes=0.0 if offload else kept,
         recompute_working_bytes=layer.working_bytes(s.recompute) if s.recompute is not Recompute.NONE else 0.0,
-        embedding_bytes=embedding, head_bytes=head, host_checkpoint_bytes=kept if offload else 0.0,
+        embedding_bytes=embedding, head_bytes=head, loss_working_bytes=loss, host_checkpoint_bytes=kept if offload else 0.0,
         scores_bytes=scores, micro_batches_in_flight=n_layers)

@@ -1,31 +1,40 @@
-"""Temporary GPU buffers and the allowance for framework overhead, per rank.
-
-Buffers follow the framework (:class:`~simulator.strategy.framework.Framework`), each a named default:
+"""Temporary GPU buffers per rank, as each framework allocates them
+(:class:`~simulator.strategy.framework.Framework`), sized from the strategy's own bucket settings:
 
 - torch DDP (ZeRO 0, and ZeRO 1 with ``ZeroRedundancyOptimizer``, which runs under DDP): gradients
-  are copied into flat all-reduce buckets (``bucket_cap_mb`` = 25) unless
-  ``gradient_as_bucket_view=True``; with torch's default (False) the buckets together hold a second
-  copy of every gradient (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring:
-  "the saved memory size will be equal to the total gradients size"); with True the ``.grad``
-  tensors are views into the buckets: no extra bytes. Measured exactly (docs/memory_measured.md).
-- DeepSpeed: gradients are reduced through one bucket of ``reduce_bucket_size``
-  (:data:`~simulator.bucket_defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`, 5e8 elements by DeepSpeed's
-  config docs), or the rank's whole gradient when that is smaller.
-- FSDP2: no persistent bucket (measured 0); the reduce-scatter input of one block is the
-  "current block's unsharded gradient" below.
-- ZeRO 3: parameters gathered for compute: the block being computed and the next one being
-  prefetched (2 × the largest block, 16-bit), plus the current block's full gradient before its
-  reduce-scatter (1 × the largest block). DeepSpeed's own estimator
-  (``estimate_zero3_model_states_mem_needs``) charges 4 bytes × largest layer for this; we count
-  one more prefetched copy (6 bytes × largest layer in mixed precision).
+  are copied into flat all-reduce buckets unless ``gradient_as_bucket_view=True``; with torch's
+  default (False) the buckets together hold a second copy of every gradient
+  (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring: "the saved memory
+  size will be equal to the total gradients size") [src: torch-ddp]; with True the ``.grad`` tensors
+  are views into the buckets: no extra bytes. Measured exactly (docs/memory_measured.md). A
+  parameter server has no all-reduce buckets.
+- DeepSpeed ZeRO 1-2 (``deepspeed/runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.backward``):
+  with ``contiguous_gradients`` (default on) it allocates ``reduce_bucket_size`` elements of the
+  16-bit dtype, twice with ``overlap_comm`` (double buffering), whatever the model's size
+  [src: deepspeed-zero-ipg]. ZeRO 3 (``stage3.py``): one such flat buffer. ZeRO 0 (the engine's
+  ``buffered_allreduce_fallback``): each bucket is flattened while it is reduced, at most
+  min(bucket, local gradients). The bucket is the strategy's (``bucket_params``, or
+  ``bucket_bytes`` / gradient bytes; the ``deepspeed`` profile sets DeepSpeed's 5e8).
+- Megatron-LM: none; its buckets are views into the contiguous ``main_grad`` buffer, which the
+  gradient line already counts (``param_and_grad_buffer.py``) [src: megatron-distopt].
+- FSDP2: no persistent bucket (measured 0). Per block, ``foreach_reduce`` allocates a flat
+  reduce-scatter input, copies the block's unsharded gradients into it and only then frees them
+  (torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` lines 597-606: "Only after
+  the copy-in finishes can we free the gradients"): two gradient copies of the block at that moment
+  [src: torch-fsdp2].
+- ZeRO 3: parameters gathered for compute: the block being computed and the one being prefetched
+  (FSDP2's default backward prefetch of one group, ``_fsdp_param_group.py`` ``pre_backward`` line 576
+  [src: torch-fsdp2]; DeepSpeed prefetches by bucket): 2 × the largest block, 16-bit; plus the
+  current block's unsharded gradient (1 × the largest block; FSDP2: 2, with its reduce-scatter
+  input). DeepSpeed's own estimator (``estimate_zero3_model_states_mem_needs``) charges 4 bytes ×
+  largest layer for this; we count one more prefetched copy (6 bytes × largest layer in mixed
+  precision; FSDP2 8).
 - FSDP2 ZeRO 2 (``reshard_after_forward=False``): every block's unsharded parameters are already
   in the peak parameter bytes (:func:`simulator.memory.states.model_state_bytes`); only the current
-  block's unsharded gradient is gathered here.
+  block's unsharded gradient and its reduce-scatter input are here.
 
-Overhead (shown as its own line): ``FIXED_OVERHEAD_BYTES`` for the CUDA context, NCCL channel
-buffers and the cuBLAS workspace, plus ``FRAGMENTATION_FRACTION`` of the activations and buffers
-(memory the caching allocator reserves but cannot hand out). Both are assumptions, stated below;
-``torch.cuda.memory_reserved() - memory_allocated()`` and ``nvidia-smi`` minus reserved measure them.
+The CUDA context, library workspaces, NCCL buffers and the allocator's reserve are runtime terms:
+:mod:`simulator.memory.runtime`.
 """
 
 from __future__ import annotations
@@ -41,14 +50,12 @@ from simulator.workload.transformer import DtypePolicy
 ZERO3_GATHERED_BLOCKS = 2
 """Blocks whose full parameters ZeRO-3 holds at once: the current one and the prefetched next
 (FSDP's default forward/backward prefetch of one module; DeepSpeed prefetches by bucket)."""
-FIXED_OVERHEAD_BYTES = 1024**3
-"""Assumption, 1 GiB per GPU: CUDA context (~0.3-0.5 GiB on A100/H100 with CUDA 12, measured by
-users as nvidia-smi usage of an idle process after ``torch.cuda.init()``), NCCL buffers
-(``NCCL_BUFFSIZE`` 4 MiB per channel per peer) and the cuBLAS workspace (``:4096:8``, 32 MiB);
-rounded up. Replace with a measurement of the target system."""
-FRAGMENTATION_FRACTION = 0.10
-"""Assumption: the PyTorch caching allocator reserves ~10% more than the activations and temporary
-buffers it serves (segments split by varying sizes). Not sourced; measure with memory_stats()."""
+FSDP2_GRAD_COPIES = 2
+"""Copies of a block's unsharded gradient FSDP2 holds at once: the gradients and the reduce-scatter
+input they are copied into before being freed (module docstring) [src: torch-fsdp2]."""
+DEEPSPEED_OVERLAP_BUFFERS = 2
+"""Reduce buffers DeepSpeed ZeRO 1-2 allocates with ``overlap_comm`` (double buffering; one without)
+[src: deepspeed-zero-ipg]."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,30 +73,43 @@ class BufferBytes:
         return self.grad_buckets_bytes + self.gathered_params_bytes
 
 
+def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int, overlap: bool) -> int:
+    """Elements of DeepSpeed's reduce buffers (module docstring): ZeRO 0 flattens one bucket at a time
+    (at most the local gradients), ZeRO 1-2 keep one or, with overlap_comm, two full buckets, ZeRO 3 one."""
+    if zero is ZeroStage.ZERO0:
+        return min(bucket_elements, local_params)
+    if zero is ZeroStage.ZERO3:
+        return bucket_elements
+    return bucket_elements * (DEEPSPEED_OVERLAP_BUFFERS if overlap else 1)
+
+
 def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtype: DtypePolicy,
-                 framework: Framework | None = None, gradient_as_bucket_view: bool = False) -> BufferBytes:
+                 framework: Framework | None = None, gradient_as_bucket_view: bool = False,
+                 bucket_elements: int | None = DEEPSPEED_REDUCE_BUCKET_ELEMENTS, overlap_grad_reduce: bool = False,
+                 all_reduce: bool = True) -> BufferBytes:
     """Buffers for a rank whose model replica has ``local_params`` elements (its tp/pp shard) and
     whose largest block (transformer layer, embedding or head) has ``largest_block`` elements.
     ``framework`` None: torch DDP at ZeRO 0, DeepSpeed above (flat partitioning's default).
-    Offload does not change them: the reduce bucket and gathered blocks stay on the GPU."""
+    ``bucket_elements``: the strategy's gradient bucket in elements (None: one bucket of all the
+    local gradients); ``overlap_grad_reduce``: DeepSpeed's ``overlap_comm``; ``all_reduce`` False:
+    a parameter server (no buckets). Offload does not change them: the reduce bucket and gathered
+    blocks stay on the GPU."""
     zero = ZeroStage(zero)
     framework = resolve_framework(zero, None, framework)[1]
     if gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
         raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP buckets")
-    if framework is Framework.TORCH_DDP:
+    bucket = local_params if bucket_elements is None else bucket_elements
+    buckets = 0
+    if not all_reduce:
+        pass  # a parameter server pushes the gradients as they are
+    elif framework is Framework.TORCH_DDP:
         buckets = 0 if gradient_as_bucket_view else local_params * dtype.grad_bytes
     elif framework is Framework.DEEPSPEED:
-        buckets = min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, local_params) * dtype.grad_bytes
-    else:
-        buckets = 0
+        buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * dtype.grad_bytes
+    grad_copies = FSDP2_GRAD_COPIES if framework is Framework.FSDP2 else 1
     gathered = 0
     if zero is ZeroStage.ZERO3:
-        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + dtype.grad_bytes)
+        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grad_copies * dtype.grad_bytes)
     elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
-        gathered = largest_block * dtype.grad_bytes
+        gathered = largest_block * grad_copies * dtype.grad_bytes
     return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered))
-
-
-def overhead_bytes(*, activations_bytes: float, buffers_bytes: float) -> float:
-    """Framework overhead: fixed CUDA/NCCL/cuBLAS allowance + fragmentation of the transient memory."""
-    return FIXED_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * (activations_bytes + buffers_bytes)

@@ -11,7 +11,7 @@ from simulator.memory.report import GB, MemoryReport, memory_report
 from simulator.strategy import Framework, Offload, ZeroStage, build_layout
 
 PARTS = (("params_bytes", "parameters"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer states"),
-         ("activations_bytes", "activations"), ("buffers_bytes", "buffers"), ("overhead_bytes", "overhead"))
+         ("activations_bytes", "activations"), ("buffers_bytes", "buffers"), ("runtime_total_bytes", "runtime (CUDA, cuBLAS, NCCL, allocator)"))
 """Bar segments, bottom to top: (StageMemory attribute, legend label)."""
 
 

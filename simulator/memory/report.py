@@ -4,8 +4,11 @@
 :class:`~simulator.strategy.Strategy` that is laid out over the whole cluster) puts together, for one rank of each pipeline stage
 (tensor-parallel rank 0, the most loaded data-parallel rank): model states
 (:mod:`~simulator.memory.states`), their placement under offload (:mod:`~simulator.memory.offload`),
-activations (:mod:`~simulator.memory.activations`), temporary buffers and the framework-overhead
-allowance (:mod:`~simulator.memory.buffers`). The most loaded stage decides the verdict: it fits
+activations (:mod:`~simulator.memory.activations`), temporary buffers (:mod:`~simulator.memory.buffers`)
+and the runtime's own memory (:mod:`~simulator.memory.runtime`). Each rank reports, as the frameworks
+do, its peak ``allocated`` (``torch.cuda.max_memory_allocated``) and ``reserved``
+(``max_memory_reserved``), and the device total (reserved + CUDA context + NCCL buffers) that
+decides fit. The most loaded stage decides the verdict: it fits
 when its GPU total is within the device memory and, per node, the host bytes (times
 :data:`~simulator.memory.offload.HOST_BUFFER_FACTOR`) and NVMe bytes are within the node's capacity.
 """
@@ -17,99 +20,19 @@ from math import ceil
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.memory.activations import StageActivations, stage_activations
-from simulator.memory.buffers import BufferBytes, buffer_bytes, overhead_bytes
-from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
+from simulator.memory.activations import stage_activations
+from simulator.memory.buffers import buffer_bytes
+from simulator.memory.offload import HOST_BUFFER_FACTOR, place_states
+from simulator.memory.runtime import runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
                                      stage_param_shapes)
+from simulator.memory.stage import StageMemory
 from simulator.memory.states import model_state_bytes, partition_numels
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
+from simulator.strategy.sync import AllReduceSync
 from simulator.units import GB
 from simulator.workload.layers import ParamCountModel
 from simulator.workload.transformer import TransformerSpec
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageMemory:
-    """Bytes one rank of a pipeline stage holds at its peak, by kind and location."""
-
-    stage: int
-    blocks: int
-    """Transformer blocks on this stage."""
-    placed: PlacedStates
-    """Model states by location (GPU, host, NVMe)."""
-    activations: StageActivations | None
-    """None for a bare parameter count (no shapes to size activations from)."""
-    buffers: BufferBytes
-    overhead_bytes: float
-
-    @property
-    def params_bytes(self) -> float:
-        return float(self.placed.gpu.params_bytes)
-
-    @property
-    def grads_bytes(self) -> float:
-        return float(self.placed.gpu.grads_bytes)
-
-    @property
-    def params_after_step_bytes(self) -> float:
-        """GPU parameter bytes after the optimizer step (below ``params_bytes`` only under FSDP2 ZeRO-2,
-        whose unsharded copy lives from forward to backward)."""
-        return float(self.placed.gpu.params_at_rest_bytes)
-
-    @property
-    def optimizer_bytes(self) -> float:
-        """Adam moments, fp32 master and the ``step`` tensors (torch keeps those on the CPU unless Adam
-        is fused or capturable: a few KB per rank, counted here so the line matches the measurement)."""
-        return float(self.placed.gpu.optimizer_bytes + self.placed.gpu.optimizer_step_bytes)
-
-    @property
-    def activations_bytes(self) -> float:
-        return self.activations.gpu_bytes if self.activations else 0.0
-
-    @property
-    def buffers_bytes(self) -> float:
-        return self.buffers.total_bytes
-
-    @property
-    def total_bytes(self) -> float:
-        """GPU bytes: model states on the GPU + activations + buffers + overhead."""
-        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes + self.overhead_bytes)
-
-    @property
-    def host_activation_bytes(self) -> float:
-        return self.activations.host_checkpoint_bytes if self.activations else 0.0
-
-    @property
-    def host_bytes(self) -> float:
-        """Host-memory bytes of this rank (offloaded states, swap buffers, activation checkpoints)."""
-        return self.placed.host_bytes + self.host_activation_bytes
-
-    @property
-    def nvme_bytes(self) -> float:
-        return self.placed.nvme_bytes
-
-    def to_dict(self) -> dict:
-        act = self.activations
-        return {
-            "stage": self.stage, "blocks": self.blocks,
-            "params_bytes": self.params_bytes, "params_after_step_bytes": self.params_after_step_bytes,
-            "grads_bytes": self.grads_bytes,
-            "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
-            "buffers_bytes": self.buffers_bytes, "overhead_bytes": self.overhead_bytes,
-            "total_bytes": self.total_bytes, "host_bytes": self.host_bytes, "nvme_bytes": self.nvme_bytes,
-            "activations": None if act is None else {
-                "blocks_bytes": act.blocks_bytes, "recompute_working_bytes": act.recompute_working_bytes,
-                "embedding_bytes": act.embedding_bytes, "head_bytes": act.head_bytes,
-                "attention_scores_bytes": act.scores_bytes, "micro_batches_in_flight": act.micro_batches_in_flight},
-            "buffers": {"grad_buckets_bytes": self.buffers.grad_buckets_bytes,
-                        "gathered_params_bytes": self.buffers.gathered_params_bytes},
-            "host": {"params_bytes": self.placed.host_params_bytes, "grads_bytes": self.placed.host_grads_bytes,
-                     "optimizer_bytes": self.placed.host_optimizer_bytes,
-                     "swap_buffers_bytes": self.placed.host_swap_buffers_bytes,
-                     "activation_checkpoints_bytes": self.host_activation_bytes},
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,8 +138,12 @@ def _states(model, layout: ParallelLayout, stage: int):
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
                           param_bytes=dtype.param_bytes)
     local = sum(numel(d) for _, d in shapes)
+    sync = s.dp_sync
+    all_reduce = isinstance(sync, AllReduceSync)
+    bucket = None if layout.bucket_bytes is None else layout.bucket_bytes // dtype.grad_bytes  # elements
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
-                           gradient_as_bucket_view=s.gradient_as_bucket_view)
+                           gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
+                           overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce)
     return blocks, placed, buffers
 
 
@@ -224,10 +151,10 @@ def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
     """What :func:`_states` depends on."""
     s = layout.strategy
     return (model, layout.tp, layout.pp, layout.dp, stage, layout.layer_indices(stage), s.zero, s.offload,
-            layout.partitioning, layout.framework, s.gradient_as_bucket_view)
+            layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync)
 
 
-def _stage(model, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
+def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
     if cache is None:
         blocks, placed, buffers = _states(model, layout, stage)
     else:
@@ -237,8 +164,9 @@ def _stage(model, layout: ParallelLayout, stage: int, cache: dict | None) -> Sta
         blocks, placed, buffers = cache[key]
     acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
     act_gpu = acts.gpu_bytes if acts else 0.0
+    runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers.total_bytes)
     return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
-                       overhead_bytes=overhead_bytes(activations_bytes=act_gpu, buffers_bytes=buffers.total_bytes))
+                       runtime=runtime)
 
 
 def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[str, ...]:
@@ -277,7 +205,7 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
                         "(and host.nvme_GB for nvme), see docs/clusters.md")
     if not model.has_activation_shapes and model.layer_count is not None:
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
-    stages = [_stage(model, layout, k, cache) for k in range(layout.pp)]
+    stages = [_stage(model, cluster, layout, k, cache) for k in range(layout.pp)]
     return MemoryReport(
         model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,

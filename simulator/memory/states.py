@@ -36,6 +36,30 @@ STEP_BYTES = 4
 unless Adam is ``fused`` or ``capturable``; kilobytes per rank either way."""
 
 
+MEGATRON_BF16_GRAD_BYTES = 4
+"""Megatron-LM keeps bf16 models' gradients in fp32 (``main_grad``; ``arguments.py`` sets
+``accumulate_allreduce_grads_in_fp32`` for bf16): "bf16 param, fp32 grads", 18 bytes per parameter
+without and 6 + 12/d with the distributed optimizer [src: megatron-distopt]."""
+MEGATRON_FP16_MAIN_GRAD_BYTES = 4
+"""With fp16 models Megatron's optimizer keeps an fp32 copy of the gradients next to the master
+weights: 20 bytes per parameter, 4 + 16/d distributed [src: megatron-distopt]."""
+
+
+def _grad_bytes(dtype: DtypePolicy, framework: Framework) -> int:
+    """Bytes per gradient element as the framework stores them."""
+    if framework is Framework.MEGATRON and dtype is DtypePolicy.BF16_MIXED:
+        return MEGATRON_BF16_GRAD_BYTES
+    return dtype.grad_bytes
+
+
+def _optimizer_bytes(dtype: DtypePolicy, framework: Framework) -> int:
+    """Optimizer bytes per parameter as the framework stores them (K, plus Megatron's fp32 main
+    gradients of an fp16 model)."""
+    extra = MEGATRON_FP16_MAIN_GRAD_BYTES if framework is Framework.MEGATRON and \
+        dtype is DtypePolicy.FP16_MIXED else 0
+    return optimizer_bytes_per_param(dtype) + extra
+
+
 def optimizer_bytes_per_param(dtype: DtypePolicy) -> int:
     """K, the optimizer-state bytes per parameter: fp32 master (if any) + Adam momentum + variance —
     12 in mixed precision (Rajbhandari et al. SC'20, "ZeRO", §3.1: K = 12 for mixed-precision Adam),
@@ -153,10 +177,11 @@ def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list
     torch optimizers (``torch/optim/adam.py``, ``_init_group``) give every parameter with a gradient
     a 0-d ``step`` tensor: all tensors under DDP and FSDP2 (every rank holds a shard of every tensor,
     possibly empty), the rank's own tensors under ``ZeroRedundancyOptimizer``. DeepSpeed's optimizer
-    steps flat partitions (one per parameter group), which we count as none.
+    steps flat partitions (one per parameter group), which we count as none; so does Megatron's
+    (its fused Adam keeps one step count per parameter group).
     """
     count = len(_dims(shapes))
-    if framework is Framework.DEEPSPEED:
+    if framework in (Framework.DEEPSPEED, Framework.MEGATRON):
         return [0] * dp
     if framework is Framework.TORCH_DDP and zero >= ZeroStage.ZERO1:
         owners = whole_tensor_assignment([numel(d) for d in _dims(shapes)], dp)
@@ -195,9 +220,9 @@ def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, fr
         params = dp * part * dtype.param_bytes + (after_step if dtype.master_bytes == 0 else 0)
     return ModelStateBytes(
         params_bytes=params,
-        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * dtype.grad_bytes,
+        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * _grad_bytes(dtype, framework),
         optimizer_bytes=(split.optimizer_parts[rank] if zero >= ZeroStage.ZERO1 else full)
-        * optimizer_bytes_per_param(dtype),
+        * _optimizer_bytes(dtype, framework),
         optimizer_step_bytes=split.steps[rank] * STEP_BYTES,
         params_after_step_bytes=after_step)
 

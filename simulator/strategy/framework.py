@@ -41,22 +41,27 @@ class Framework(Enum):
     ``reshard_after_forward=True``, ZeRO 2 with ``False`` (the unsharded parameters stay from forward
     to backward). Adam state is built from the unpadded local shard; no DDP buckets."""
     DEEPSPEED = "deepspeed"
-    """DeepSpeed ZeRO (flat partitioning; Megatron-LM's distributed optimizer has the same states):
-    the optimizer runs on flat fp32 partitions, so no per-tensor ``step`` tensors; gradients go
-    through DeepSpeed's reduce bucket."""
+    """DeepSpeed ZeRO (flat partitioning): the optimizer runs on flat fp32 partitions, so no
+    per-tensor ``step`` tensors; gradients go through DeepSpeed's reduce buffers."""
+    MEGATRON = "megatron"
+    """Megatron-LM / Megatron-Core: its DistributedDataParallel (ZeRO 0) and distributed optimizer
+    (ZeRO 1, flat). Gradients accumulate in a contiguous ``main_grad`` buffer, in fp32 for bf16
+    models (``accumulate_allreduce_grads_in_fp32``, forced for bf16), and the buckets are views into
+    it: bytes per parameter 18 / 6 + 12/d in bf16 (Megatron-LM's distributed-optimizer table)."""
 
     @property
     def partitioning(self) -> Partitioning:
         """How this framework splits partitioned states."""
         return {Framework.TORCH_DDP: Partitioning.WHOLE_TENSOR, Framework.FSDP2: Partitioning.DIM0_PADDED,
-                Framework.DEEPSPEED: Partitioning.FLAT}[self]
+                Framework.DEEPSPEED: Partitioning.FLAT, Framework.MEGATRON: Partitioning.FLAT}[self]
 
     @property
     def zero_stages(self) -> tuple[ZeroStage, ...]:
         """The ZeRO stages the framework implements."""
         return {Framework.TORCH_DDP: (ZeroStage.ZERO0, ZeroStage.ZERO1),
                 Framework.FSDP2: (ZeroStage.ZERO2, ZeroStage.ZERO3),
-                Framework.DEEPSPEED: tuple(ZeroStage)}[self]
+                Framework.DEEPSPEED: tuple(ZeroStage),
+                Framework.MEGATRON: (ZeroStage.ZERO0, ZeroStage.ZERO1)}[self]
 
 
 def resolve_framework(zero: ZeroStage, partitioning: Partitioning | None = None,

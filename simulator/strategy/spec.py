@@ -134,7 +134,8 @@ class Strategy:
     framework: Framework | None = declare(
         None, key="framework", role=_MEM, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
         doc="Who implements the ZeRO stage; None: implied by the partitioning and the stage (resolve_framework)",
-        flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3); default: implied "
+        flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3), megatron (DDP and "
+                "distributed optimizer, ZeRO 0-1); default: implied "
                 "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
     partitioning: Partitioning | None = declare(
         None, key="partitioning", role=_MEM, parse=enum_parser(Partitioning, "partitioning"),
