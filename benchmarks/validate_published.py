@@ -63,6 +63,9 @@ class Run:
     published: float
     held_out: bool
     memory_gib: float | None = None
+    mfu_percent: float | None = None
+    checks: dict = dataclasses.field(default_factory=dict)
+    """Columns printed next to the figure (aggregate_pflops, train_days_300b), for consistency tests."""
     unsupported: str | None = None
     assumed: dict = dataclasses.field(default_factory=dict)
 
@@ -84,7 +87,8 @@ def load_runs(path: Path = RUNS) -> list[Run]:
             model=merged["model"], seq=int(merged["seq"]), gpus=int(merged["gpus"]), preset=cluster["preset"],
             overrides=dict(cluster.get("overrides", {})), strategy={**g.get("strategy", {}), **row.get("strategy", {})},
             metric=Metric(merged["metric"]), published=float(merged["published"]), held_out=bool(row["held_out"]),
-            memory_gib=row.get("memory_gib"), unsupported=row.get("unsupported"),
+            memory_gib=row.get("memory_gib"), mfu_percent=row.get("mfu_percent"),
+            checks={k: row[k] for k in ("aggregate_pflops", "train_days_300b") if k in row}, unsupported=row.get("unsupported"),
             assumed=dict(g.get("assumed", {}))))
     return runs
 
@@ -92,6 +96,13 @@ def load_runs(path: Path = RUNS) -> list[Run]:
 def megatron_flops_per_iteration(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
     """Narayanan et al. SC'21 eq. 3: F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (recompute included)."""
     return 96.0 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def mfu_6n_attention(spec, seq: int, tokens_per_s_per_gpu: float, peak_flops_per_gpu: float) -> float:
+    """MFU as torchtitan (``train.py``: 6·N + 12·l·h·s FLOPs per token, N all parameters)
+    [src: torchtitan-perf-a100] and llm-foundry (3·(2·N·s + 4·l·h·s²) per sequence, its README's MFU
+    section) [src: llm-foundry-bench] both define it: (6·N + 12·l·h·s) · tokens/s/GPU / peak."""
+    return (6 * spec.params + 12 * spec.layers * spec.hidden * seq) * tokens_per_s_per_gpu / peak_flops_per_gpu
 
 
 def figure_from_step_time(run: Run, spec, step_time_s: float) -> float:
@@ -228,6 +239,11 @@ def _strategy_text(run: Run) -> str:
     return " ".join(parts)
 
 
+def _hardware_text(run: Run) -> str:
+    extra = ", ".join(f"{k} {v}" for k, v in run.overrides.items() if k != "name")
+    return f"{run.preset}{f' ({extra})' if extra else ''} ×{run.gpus}"
+
+
 def _dominant(r: dict) -> str:
     c = r["causes"]
     return ", ".join(f"{k} {abs(100 * v):.0f} %" for k, v in c.items() if k != "other")
@@ -247,8 +263,7 @@ def markdown(results: list[dict]) -> str:
         run = r["run"]
         mem = (f"{run.memory_gib:.1f} / {r['memory_gib_est']:.1f} ({_pct(r['memory_error'])})"
                if "memory_error" in r else "—")
-        lines.append(f"| {run.id} | {'yes' if run.held_out else ''} | `{run.source}` {run.where} | {run.preset} "
-                     f"×{run.gpus} | {run.model}, {run.seq} | {_strategy_text(run)} | {run.published:g} "
+        lines.append(f"| {run.id} | {'yes' if run.held_out else ''} | `{run.source}` {run.where} | {_hardware_text(run)} | {run.model}, {run.seq} | {_strategy_text(run)} | {run.published:g} "
                      f"{run.metric.value} | {r['estimate']:.4g} | {_pct(r['figure_error'])} | "
                      f"{_pct(r['time_error'])} | {mem} | {_dominant(r)} |")
     des = [r for r in results if "des_time_error" in r]
