@@ -204,9 +204,11 @@ def mape(values: list[float]) -> float | None:
 
 
 def summary(results: list[dict]) -> dict[str, dict]:
-    """{label: {"n", "mape"}} of |step-time error|: per source, held-in, held-out, overall; and memory."""
+    """{label: {"n", "mape"}} of |step-time error|: per source, per GPU, held-in, held-out, overall; and memory."""
     ok = [r for r in results if r["status"] == "ok"]
     groups = {f"source {s}": [r for r in ok if r["run"].source == s] for s in sorted({r["run"].source for r in ok})}
+    for gpu in ("A100", "H100"):
+        groups[f"GPU {gpu}"] = [r for r in ok if gpu.lower() in r["run"].preset]
     groups["held-in"] = [r for r in ok if not r["run"].held_out]
     groups["held-out"] = [r for r in ok if r["run"].held_out]
     groups["overall"] = ok
