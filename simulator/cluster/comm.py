@@ -46,6 +46,17 @@ class CommLibrary(Enum):
         """
         return self is CommLibrary.NCCL
 
+    def overlaps_reduction(self, pipelined: bool) -> bool:
+        """True when only the reduction's excess over the link shows (:meth:`Env.gamma_s`).
+
+        NCCL: always (:attr:`fuses_reduction`). IDEAL (pure α-β, a user's own file): in pipelined
+        algorithms (ring, tree, chain): the reduction of one chunk runs while the next chunk
+        crosses the link, as NCCL's reduce-copy primitives do [src: nccl-prims], so a ring
+        all-reduce follows the α-β closed form exactly unless the device reduces slower than the
+        link moves bytes. Gloo and MPI reduce on the host after receiving: never.
+        """
+        return self.fuses_reduction or (pipelined and self is CommLibrary.IDEAL)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Protocol:

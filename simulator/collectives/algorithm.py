@@ -11,13 +11,16 @@ inherited):
 - ``schedule_times_it``: True when replaying the schedule on links is the algorithm's timing model.
   False for in-switch reduction (NVLS), whose schedule is a data-equivalent exchange: engines then
   charge the closed form.
+- ``pipelined``: True when a rank reduces one chunk while the next crosses the link (ring, tree,
+  chain), so the reduction overlaps the transfer (:meth:`Env.gamma_s`); False when a step reduces
+  a whole received block before the next step sends it (doubling, direct, parameter server).
 - ``ops``: the :class:`Op` values it implements.
 - ``supports_group(group, op)``: extra conditions on the group (power of two, one node, ...).
 - ``comm_time_s(env, group, op, nbytes, root)``: the closed-form transfer time (sum of its steps).
 - ``reduce_bytes(group, op, nbytes)``: bytes the busiest rank reduces (the γ term).
 - ``transfers(group, op, nbytes, root)``: the schedule's :class:`Transfer` list (base.py semantics).
 
-``time_s`` = calls × per-call overhead + ``comm_time_s`` + γ·``reduce_bytes``; ``schedule`` wraps the
+``time_s`` = calls × per-call overhead + ``comm_time_s`` + exposed γ of ``reduce_bytes``; ``schedule`` wraps the
 transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured from the transfers.
 """
 
@@ -35,6 +38,7 @@ class Algorithm:
     family: str = "ring"
     calls: int = 1
     schedule_times_it: bool = True
+    pipelined: bool = False
     ops: frozenset[Op] = frozenset()
 
     def supports(self, group: Group, op: Op) -> bool:
@@ -47,7 +51,11 @@ class Algorithm:
         """Closed form: ``calls·overhead + Σ steps + γ·reduce_bytes`` (see cost.py)."""
         env = Env(group.cluster, protocol, group.paths, family=self.family)
         return (env.overhead_s(self.family, self.calls) + self.comm_time_s(env, group, op, nbytes, root)
-                + env.gamma_s(self.reduce_bytes(group, op, nbytes)))
+                + self.gamma_s(env, self.reduce_bytes(group, op, nbytes)))
+
+    def gamma_s(self, env: Env, reduce_bytes: float) -> float:
+        """The exposed reduction time of ``reduce_bytes`` (:meth:`Env.gamma_s` with :attr:`pipelined`)."""
+        return env.gamma_s(reduce_bytes, self.pipelined)
 
     def schedule(self, group: Group, op: Op, nbytes: int, root: int = 0) -> Schedule:
         transfers = tuple(t for t in self.transfers(group, op, nbytes, root) if t.nbytes > 0)

@@ -26,7 +26,8 @@ Reduction (the γ term of Thakur et al.): reducing ``n`` bytes reads two operand
 result, ``3n`` bytes of device memory, so it takes ``3n / hbm_bw``. Assumption: the reduction is
 memory-bound and, for libraries that reduce after receiving (gloo, MPI, the IDEAL profile), not
 overlapped with the transfers (Thakur et al. add it the same way). NCCL fuses it into its copy
-kernels, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
+kernels, and a pipelined algorithm (ring, tree, chain) reduces one chunk while the next is on the
+link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 """
 
 from __future__ import annotations
@@ -184,17 +185,19 @@ class Env:
                             f"the {family!r} family; known: {', '.join(base)}")
         return calls * base[family] * 1e-6
 
-    def gamma_s(self, reduce_bytes: float) -> float:
+    def gamma_s(self, reduce_bytes: float, pipelined: bool = False) -> float:
         """γ term: ``3·bytes / hbm_bw`` (read two operands, write one; see the module docstring).
 
-        A library that fuses the reduction into its copy kernels (NCCL, see
-        :attr:`CommLibrary.fuses_reduction`) streams the operands through device memory while the
-        same bytes cross the link, so only the excess over the fastest link's time is exposed:
-        ``bytes · max(0, 3/hbm_bw − 1/bw_intra)`` — zero on every GPU preset (H100: 3350/3 =
-        1117 GB/s of reduction against 450 GB/s of NVLink).
+        Where the reduction overlaps the transfer (:meth:`CommLibrary.overlaps_reduction`: NCCL's
+        fused reduce-copy kernels; a pipelined algorithm on the IDEAL profile) the operands stream
+        through device memory while the same bytes cross the link, so only the excess over the
+        fastest link's time is exposed: ``bytes · max(0, 3/hbm_bw − 1/bw_intra)`` — zero on every
+        GPU preset (H100: 3350/3 = 1117 GB/s of reduction against 450 GB/s of NVLink) and on a
+        user's file whose device reduces faster than its links move bytes, where the closed forms
+        are then the α-β ones exactly.
         """
         reduce_s = REDUCE_MEMORY_PASSES * reduce_bytes / (self.cluster.device.hbm_bw_GBps * 1e9)
-        if not self.cluster.comm.library.fuses_reduction:
+        if not self.cluster.comm.library.overlaps_reduction(pipelined):
             return reduce_s
         return max(0.0, reduce_s - reduce_bytes / self.cluster.node.intra_link.bw_Bps)
 

@@ -2,7 +2,7 @@
 
     T = calls·call_overhead + Σ_steps max over the step's transfers t of
             max over the links r of t's path of (bytes of the whole step through r) / bw_r
-        + L + γ·schedule.reduce_bytes_per_rank
+        + L + γ(schedule.reduce_bytes_per_rank)   (exposed part, Algorithm.gamma_s)
 
 ``L`` is the longest latency chain through the schedule (:mod:`simulator.collectives.chain`:
 ``A'[dst] = max(A'[dst], A[src] + α_t)`` step by step, the largest arrival at the end).
@@ -38,4 +38,4 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
     ranks = schedule.ranks
     steps = [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
     return env.overhead_s(algorithm.family, algorithm.calls) + env.steps_time_s(steps) + \
-        env.gamma_s(schedule.reduce_bytes_per_rank)
+        algorithm.gamma_s(env, schedule.reduce_bytes_per_rank)

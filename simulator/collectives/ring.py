@@ -104,6 +104,7 @@ class Ring(Algorithm):
 
     name = "ring"
     family = "ring"
+    pipelined = True
     ops = frozenset({Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.REDUCE})
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:

@@ -94,6 +94,7 @@ class DoubleBinaryTree(Algorithm):
 
     name = "tree"
     family = "tree"
+    pipelined = True
     ops = frozenset({Op.ALL_REDUCE})
 
     def _nic(self, group: Group, src: int, dst: int, channel: int) -> int | None:

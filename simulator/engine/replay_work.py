@@ -149,7 +149,7 @@ class CommRunner:
         chain_s = costs.chain_latency_s([[Flow(group[t.src], group[t.dst], t.nbytes, t.nic) for t in step]
                                          for step in schedule.steps()])
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
-        return _Plan(pre_s, steps, costs.gamma_s(schedule.reduce_bytes_per_rank))
+        return _Plan(pre_s, steps, algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank))
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""
