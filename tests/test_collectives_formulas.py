@@ -221,3 +221,38 @@ def test_non_pipelined_algorithms_and_host_libraries_still_pay_gamma():
     slow = replace(NODE, device=replace(NODE.device, hbm_bw_GBps=150))  # reduces at 50 GB/s < 100 GB/s link
     excess = 7e6 * (3 / 150e9 - 1 / 100e9)
     assert t("ring", Op.ALL_REDUCE, cluster=slow) == pytest.approx(14 * (1e-6 + 1e6 / 100e9) + excess, rel=1e-9)
+
+
+def test_pipelined_chain_pays_one_latency_per_further_chunk():
+    """Ring broadcast as a segmented chain (Pješivac-Grbović et al. 2007): ``(k + p − 2)`` steps of
+    ``n/k`` bytes, one pass of α down the line and α per further chunk (cost.py Env.best_pipeline).
+
+    Hand-worked, 8 GPUs, α = 1 µs, B = 100 GB/s, n = 8 MB (n/B = 80 µs):
+    T(k) = 80·(k + 6)/k + 7 + (k − 1) µs = 86 + 480/k + k: k = 8: 154, 16: 132, 32: 133, so k = 16,
+    132 µs (the optimum of the continuous form is sqrt(480) ≈ 22). Before, nothing charged a chunk
+    and the chain always took 1024 chunks.
+    """
+    from simulator.collectives.registry import build_schedule
+    from simulator.collectives.replay import schedule_time_s
+
+    assert t("ring", Op.BROADCAST) == pytest.approx(132e-6, rel=1e-9)
+    schedule = build_schedule(NODE, range(8), Op.BROADCAST, N, "ring")
+    assert max(tr.step for tr in schedule.transfers) + 1 == 16 + 6
+    assert schedule_time_s(NODE, schedule) == pytest.approx(132e-6, rel=1e-9)
+
+
+def test_nccl_chunks_are_at_most_one_fifo_step():
+    """Under an NCCL protocol a pipeline chunk is at most one FIFO step (nccl.py STEP_BYTES: Simple
+    4 MiB / NCCL_STEPS 8 = 512 KiB): 64 MiB down a chain takes at least 128 chunks, however cheap
+    fewer would look; with no protocol the per-chunk latency alone decides (fewer chunks here)."""
+    from simulator.cluster.nccl import STEP_BYTES, nccl_protocols
+    from simulator.collectives.cost import Env
+    from simulator.collectives.ring import _chain_levels
+
+    assert STEP_BYTES == (32768, 576000, 524288)
+    simple = nccl_protocols()[2]
+    group = Group(NODE, tuple(range(8)))
+    levels = _chain_levels(group, Op.BROADCAST, 0)
+    n = 64 * 2**20
+    assert Env(NODE, simple, family="ring").best_pipeline(levels, n)[1] == 128
+    assert Env(NODE, None, family="ring").best_pipeline(levels, n)[1] < 128

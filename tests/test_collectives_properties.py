@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.cluster.spec import CommProfile
+from simulator.cluster.nccl import nccl_protocols as real_nccl_protocols
+from simulator.cluster.spec import CommLibrary, CommProfile
 from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names, estimate, estimate_all, supports
 from test_collectives_helpers import NIC, NVSWITCH, nccl_protocols, switched
@@ -78,3 +79,21 @@ def test_tree_beats_ring_small_ring_beats_tree_large_on_many_nodes():
     large = {e.algorithm: e.time_s for e in estimate_all(cluster, ranks, Op.ALL_REDUCE, 2**30)}
     assert small["tree"] < small["ring"] / 5
     assert large["ring"] < large["tree"]
+
+
+STEP = 524288  # NCCL Simple's FIFO step (nccl.py STEP_BYTES)
+REAL_NCCL = switched(nodes=2, gpus=4, comm=CommProfile(library=CommLibrary.NCCL, protocols=real_nccl_protocols()))
+"""NCCL's own table (simulator/cluster/nccl.py), with its step sizes; the helpers' NCCL has none."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(0, 2047), d=st.integers(-4096, 4096), e=st.integers(1, 8192),
+       op_name=st.sampled_from([("ring", Op.BROADCAST), ("ring", Op.REDUCE), ("tree", Op.ALL_REDUCE)]),
+       cluster=st.sampled_from([IDEAL, NCCL, REAL_NCCL]))
+def test_pipelines_grow_with_bytes_across_chunk_boundaries(k, d, e, op_name, cluster):
+    """Monotone in bytes where the chunk count changes: sizes just around multiples of NCCL's
+    step (where the step bound moves the chunk count) and of 1024 steps (the cap)."""
+    name, op = op_name
+    n = max(1, k * STEP * 2 + d)
+    small = estimate(cluster, list(range(8)), op, n, name).time_s
+    assert estimate(cluster, list(range(8)), op, n + e, name).time_s >= small * (1 - 1e-12)

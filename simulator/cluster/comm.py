@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from simulator.checks import non_negative_number
+from simulator.errors import SpecError
 
 
 class LinkClass(Enum):
@@ -76,6 +77,14 @@ class Protocol:
     algo_bw_factor: dict[str, float] = field(default_factory=dict)
     """Per-algorithm ratio applied on top of ``bw_factor`` (NCCL's tuner models tree all-reduce at
     half the bus bandwidth: ``tuning.cc``, "ratio = .5" for non-ring algorithms); absent means 1."""
+
+    step_bytes: int | None = None
+    """Largest pipeline chunk of payload, bytes: one step of the protocol's FIFO buffer (NCCL:
+    ``buffSize / NCCL_STEPS``, :mod:`simulator.cluster.nccl`); None: no bound (a chunk may be any size)."""
+
+    def __post_init__(self) -> None:
+        if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
+            raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 
     def bw_ratio(self, algorithm: str | None) -> float:
         """Fraction of link bandwidth ``algorithm`` achieves under this protocol."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Protocol
 from simulator.collectives.base import Op, Schedule, Transfer, split
-from simulator.collectives.cost import Env, Group
+from simulator.collectives.cost import Env, Flow, Group
 
 
 class Algorithm:
@@ -62,6 +62,18 @@ class Algorithm:
         return Schedule(op=op, algorithm=self.name, ranks=group.ranks, nbytes=nbytes, transfers=transfers,
                         root=root, reduce_bytes_per_rank=max_reduce_bytes(transfers))
 
+    def chunk_pipelined(self, op: Op) -> bool:
+        """True when ``op``'s schedule is a chunk pipeline (:meth:`Env.best_pipeline`): its latency is
+        one chunk's chain plus ``α_max`` per further chunk (:meth:`schedule_latency_s`)."""
+        return False
+
+    def schedule_latency_s(self, env: Env, schedule: Schedule) -> float:
+        """The latency part of replaying ``schedule``: the rank-level chain (chain.py), or for a chunk
+        pipeline the chunk-level chain plus the per-chunk overhead (:func:`pipeline_latency_s`)."""
+        if self.chunk_pipelined(schedule.op):
+            return pipeline_latency_s(env, schedule)
+        return env.chain_latency_s(flows_by_step(schedule))
+
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         raise NotImplementedError
 
@@ -70,6 +82,42 @@ class Algorithm:
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         raise NotImplementedError
+
+
+def flows_by_step(schedule: Schedule) -> list[list[Flow]]:
+    """The schedule's transfers as cost-model flows (global ranks), step by step."""
+    ranks = schedule.ranks
+    return [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
+
+
+def pipeline_latency_s(env: Env, schedule: Schedule) -> float:
+    """A chunk pipeline's latency, as :meth:`Env.best_pipeline` charges it: ``L + (k − 1)·α_max``.
+
+    ``L``: chunk-level dataflow (a transfer of the bytes at offset ``o`` waits for the sender's own
+    arrival of offset ``o``, not for everything it has received; chain.py's recurrence keyed by
+    ``(rank, offset)``); ``k``: the most transfers on one (src, dst, channel) edge, the chunks per
+    channel; ``α_max``: the slowest hop's latency.
+    """
+    ranks = schedule.ranks
+    arrival: dict[tuple[int, int], float] = {}
+    per_edge: dict[tuple[int, int, int], int] = {}
+    alpha_max = 0.0
+    for step in schedule.steps():
+        new = dict(arrival)
+        for t in step:
+            if t.nbytes <= 0:
+                continue
+            alpha = env.latency_s(env.path(ranks[t.src], ranks[t.dst], t.nic))
+            alpha_max = max(alpha_max, alpha)
+            edge = (t.src, t.dst, t.channel)
+            per_edge[edge] = per_edge.get(edge, 0) + 1
+            v = arrival.get((t.src, t.offset), 0.0) + alpha
+            key = (t.dst, t.recv_offset)
+            if v > new.get(key, 0.0):
+                new[key] = v
+        arrival = new
+    chunks = max(per_edge.values(), default=1)
+    return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max
 
 
 def max_reduce_bytes(transfers: tuple[Transfer, ...]) -> float:

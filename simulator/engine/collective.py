@@ -33,7 +33,7 @@ import simpy
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Op, Schedule
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.cost import Env
 from simulator.collectives.registry import build_schedule, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.errors import SpecError
@@ -52,9 +52,7 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
     costs = Env(cluster, protocol, paths, family=algorithm.family)
     overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
     gamma_s = algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank)
-    ranks = schedule.ranks
-    chain_s = costs.chain_latency_s([[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step]
-                                     for step in schedule.steps()])
+    chain_s = algorithm.schedule_latency_s(costs, schedule)
     wire = 1.0 / costs.bw_ratio
     return env.process(_replay(env, net, costs, schedule, overhead_s + chain_s, gamma_s, wire))
 
