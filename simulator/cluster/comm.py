@@ -82,7 +82,19 @@ class Protocol:
     """Largest pipeline chunk of payload, bytes: one step of the protocol's FIFO buffer (NCCL:
     ``buffSize / NCCL_STEPS``, :mod:`simulator.cluster.nccl`); None: no bound (a chunk may be any size)."""
 
+    fifo_steps: int = 1
+    """Chunks a sender may have in flight on one connection before the receiver frees a slot (NCCL:
+    ``NCCL_STEPS`` = 8); a pipeline's per-chunk latency overlaps across them, so each chunk after
+    the first pays ``α / fifo_steps`` (cost.py ``Env.best_pipeline``). 1: store-and-forward."""
+
+    @property
+    def chunk_latency_share(self) -> float:
+        """Fraction of a hop's latency each further pipeline chunk pays: ``1 / fifo_steps``."""
+        return 1.0 / self.fifo_steps
+
     def __post_init__(self) -> None:
+        if not isinstance(self.fifo_steps, int) or isinstance(self.fifo_steps, bool) or self.fifo_steps < 1:
+            raise SpecError("comm.protocols.fifo_steps", f"must be a positive integer, got {self.fifo_steps!r}")
         if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
             raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 

@@ -142,6 +142,8 @@ def _protocol_dict(p: Protocol) -> dict:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
     if p.step_bytes is not None:
         d["step_bytes"] = p.step_bytes
+    if p.fifo_steps != 1:
+        d["fifo_steps"] = p.fifo_steps
     return d
 
 

@@ -10,7 +10,7 @@ bandwidth refinements in ``ncclTopoTuneModel``) [src: nccl-tuning]. NCCL's time 
 - Per-hop latency, µs (LL / LL128 / Simple):
   ring:  NVLink 0.6 / 1.9 / 3.4,  PCIe 1.0 / 2.5 / 5.7,  network 2.7 / 4.0 / 14.0;
   tree:  NVLink 0.6 / 1.25 / 4.0, PCIe 1.0 / 1.9 / 4.0,  network 5.0 / 8.5 / 14.0;
-  NVLS (Simple): NVLink 25, network 18.
+  NVLS (Simple): NVLink 25, network 18; NVLS-Tree (Simple, 2.20-era table): NVLink 23, network 14.
 - Bandwidth factor: LL 0.5 (each 8-byte line carries 4 bytes of data and a 4-byte flag); LL128 0.92
   (the constant ``tuning.cc`` uses, commented there as 120/128: 120 payload bytes per 128-byte line);
   Simple 1.0.
@@ -26,7 +26,8 @@ non-ring algorithms use one step per chunk, ``enqueue.cc``) [src: nccl-chunks]. 
 step; LL ``8 lines/thread × 512 threads × 8 steps × 16 B`` = 512 KiB → 64 KiB of lines per step, half of
 it payload (each 8-byte half-line carries 4 data bytes and a 4-byte flag): 32 KiB; LL128
 ``120 elements/thread × 640 threads × 8 steps × 8 B`` = 4 915 200 B → 614 400 B per step, 120 of every
-128 bytes payload: 576 000 B.
+128 bytes payload: 576 000 B. A sender may run ``NCCL_STEPS`` steps ahead of its receiver, so a
+pipeline's per-chunk hop latency overlaps eight ways (``Protocol.fifo_steps``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from simulator.cluster.spec import LinkClass, Protocol
 NCCL_VERSION = "2.30.7"
 NCCL_SOURCE = f"NVIDIA/nccl src/graph/tuning.cc v{NCCL_VERSION} (baseLat, hwLat, LL/LL128 bandwidth factors)"
 
-ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvls_tree")
 """Algorithm families a protocol's base latency may be given for."""
 
 P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
@@ -44,7 +45,7 @@ P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
 
 
 COLLECTIVE_CHOICES: dict[str, tuple[str, ...]] = {
-    "all-reduce": ("ring", "tree", "nvls"),
+    "all-reduce": ("ring", "tree", "nvls", "nvls_tree"),
     "reduce-scatter": ("ring", "nvls"),
     "all-gather": ("ring", "nvls"),
     "broadcast": ("ring",),
@@ -73,6 +74,9 @@ _HOP_US = {
 }
 _NVLS_BASE_US = 0.0
 _NVLS_HOP_US = {LinkClass.NVLINK: 25.0, LinkClass.NET: 18.0}
+_NVLS_TREE_HOP_US = {LinkClass.NVLINK: 23.0, LinkClass.NET: 14.0}
+"""NVLS-Tree row of ``hwLat`` (Simple), µs, and its ``baseLat`` 0, from the 2.20-era ``tuning.cc`` that
+the published NVLSTree measurements ran under (NCCL 2.20.5 / 2.21.5) [src: nccl-tuning-2.20]."""
 _BW_FACTOR = (0.5, 0.92, 1.0)
 NCCL_STEPS = 8
 """FIFO steps per peer buffer (``src/include/device.h``) [src: nccl-chunks]."""
@@ -96,9 +100,11 @@ def nccl_protocols() -> tuple[Protocol, ...]:
         hop = {cls: row[i] for cls, row in _HOP_US["ring"].items()}
         overrides = {"tree": {cls: row[i] for cls, row in _HOP_US["tree"].items()}}
         if name == "Simple":
-            base["nvls"] = _NVLS_BASE_US
+            base["nvls"] = base["nvls_tree"] = _NVLS_BASE_US
             overrides["nvls"] = dict(_NVLS_HOP_US)
+            overrides["nvls_tree"] = dict(_NVLS_TREE_HOP_US)
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
                                   bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
-                                  algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i]))
+                                  algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i],
+                                  fifo_steps=NCCL_STEPS))
     return tuple(protocols)

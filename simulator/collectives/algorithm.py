@@ -96,7 +96,7 @@ def pipeline_latency_s(env: Env, schedule: Schedule) -> float:
     ``L``: chunk-level dataflow (a transfer of the bytes at offset ``o`` waits for the sender's own
     arrival of offset ``o``, not for everything it has received; chain.py's recurrence keyed by
     ``(rank, offset)``); ``k``: the most transfers on one (src, dst, channel) edge, the chunks per
-    channel; ``α_max``: the slowest hop's latency.
+    channel; ``α_max``: the slowest hop's latency (× ``1/fifo_steps`` under a protocol, cost.py).
     """
     ranks = schedule.ranks
     arrival: dict[tuple[int, int], float] = {}
@@ -117,7 +117,7 @@ def pipeline_latency_s(env: Env, schedule: Schedule) -> float:
                 new[key] = v
         arrival = new
     chunks = max(per_edge.values(), default=1)
-    return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max
+    return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max * env.chunk_latency_share
 
 
 def max_reduce_bytes(transfers: tuple[Transfer, ...]) -> float:

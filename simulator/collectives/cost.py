@@ -257,8 +257,9 @@ class Env:
         chunk ``j`` waits only for chunk ``j`` upstream, chain.py ``PipelineChain.of(1)``), and the
         per-chunk overhead: every chunk after the first is one more message on the slowest hop, so
         it pays that hop's latency ``α_max`` once (the segmented pipeline ``(k + L − 1)·(α + sβ)``
-        of Pješivac-Grbović et al. 2007 [src: pjesivac-2007]; NCCL's tuner charges a hop latency per
-        pipeline step the same way, ``tuning.cc`` [src: nccl-tuning]). Under a protocol with
+        of Pješivac-Grbović et al. 2007 [src: pjesivac-2007]). A protocol whose sender may run
+        ``fifo_steps`` chunks ahead (NCCL: ``NCCL_STEPS`` = 8 [src: nccl-chunks]) overlaps those
+        latencies, so a further chunk pays ``α_max / fifo_steps``. Under a protocol with
         ``step_bytes`` a chunk is at most one FIFO step (:data:`PIPELINE_CHUNKS`).
         """
         pipe = _Pipeline(self, levels)
@@ -266,8 +267,14 @@ class Env:
         step = None if self.protocol is None else self.protocol.step_bytes
         counts = [k for k in PIPELINE_CHUNKS if step is None or bytes_per_channel / k <= step]
         counts = counts or [PIPELINE_CHUNKS[-1]]
-        return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * pipe.alpha_max_s, k)
-                   for k in counts)
+        per_chunk = pipe.alpha_max_s * self.chunk_latency_share
+        return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * per_chunk, k) for k in counts)
+
+    @property
+    def chunk_latency_share(self) -> float:
+        """Fraction of a hop latency each further pipeline chunk pays: ``1 / protocol.fifo_steps``
+        (NCCL: 1/8, the chunks in flight overlap their latencies), 1 without a protocol."""
+        return 1.0 if self.protocol is None else self.protocol.chunk_latency_share
 
 
 class _Pipeline:
@@ -295,6 +302,7 @@ class _Pipeline:
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
         alpha = [env.latency_s(p) for p in paths]
         self.alpha_max_s = max(alpha, default=0.0)
+        self.share = env.chunk_latency_share
         """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
         self.chain = PipelineChain([[(f.src, f.dst, alpha[i]) for i, f in enumerate(flows) if lvl_of[i] == k]
                                     for k in range(len(levels))])
@@ -317,7 +325,7 @@ class _Pipeline:
 
     def time_s(self, chunks: int, b: float) -> float:
         """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
-        return self.bw_s(chunks, b) + self.chain.of(1) + (chunks - 1) * self.alpha_max_s
+        return self.bw_s(chunks, b) + self.chain.of(1) + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
         depth = self.depth
