@@ -211,3 +211,26 @@ def test_flat_keys_read_text():
 def test_flat_errors(values, message):
     with pytest.raises(SpecError, match="^" + message):
         strategy_from_flat(values)
+
+
+def test_zero_2_3_with_a_pipeline_is_refused_unless_the_framework_runs_it():
+    """DeepSpeed's pipeline engine asserts ZeRO < 2 (deepspeed/runtime/pipe/engine.py) and Megatron-LM's
+    distributed optimizer is ZeRO-1, so ZeRO-2/3 with pp > 1 under DeepSpeed (the default framework at
+    ZeRO >= 1) is a one-line error naming the fix; FSDP2 runs with torch pipelining (torchtitan)."""
+    import pytest
+
+    from simulator.cluster.io import load_cluster
+    from simulator.errors import SpecError
+    from simulator.strategy import Framework, Strategy, ZeroStage, build_layout
+    from simulator.workload import get_preset
+
+    cluster, model = load_cluster("dgx-a100", nodes=1), get_preset("gpt3-125m")
+    for zero in (ZeroStage.ZERO2, ZeroStage.ZERO3):
+        for framework in (None, Framework.DEEPSPEED):
+            with pytest.raises(SpecError) as err:
+                build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=zero, framework=framework), cluster, model)
+            assert err.value.field == "zero"
+            assert "deepspeed" in str(err.value) and "fsdp2" in str(err.value) and "\n" not in str(err.value)
+        build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=zero, framework=Framework.FSDP2), cluster, model)
+        build_layout(Strategy(global_batch=16, dp=8, pp=1, zero=zero), cluster, model)
+    build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=ZeroStage.ZERO1), cluster, model)

@@ -27,7 +27,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "cpu_adam_params_per_s", "storage_read_GBps")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor")
+                 "algo_bw_factor", "step_bytes", "fifo_steps")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -164,7 +164,9 @@ def _protocol(s: Section) -> Protocol:
     ratios = s.section("algo_bw_factor", ALGORITHMS, {})
     algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
     return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
-                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw)
+                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
+                    step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
+                    fifo_steps=s.integer("fifo_steps", 1))
 
 
 def _latency_map(s: Section, key_type) -> dict:

@@ -140,6 +140,10 @@ def _protocol_dict(p: Protocol) -> dict:
                                     for algo, table in p.algo_hop_latency_us.items()}
     if p.algo_bw_factor:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
+    if p.step_bytes is not None:
+        d["step_bytes"] = p.step_bytes
+    if p.fifo_steps != 1:
+        d["fifo_steps"] = p.fifo_steps
     return d
 
 

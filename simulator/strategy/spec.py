@@ -132,13 +132,14 @@ class Strategy:
         "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
         doc="Attention implementation", default=AttentionKind.FLASH)
     framework: Framework | None = declare(
-        None, key="framework", role=_MEM, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
-        doc="Who implements the ZeRO stage; None: implied by the partitioning and the stage (resolve_framework)",
+        None, key="framework", role=_STRUCT, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
+        doc="Who implements the ZeRO stage (memory, and the granularity of ZeRO-2/3 calls); None: implied by the "
+            "partitioning and the stage (resolve_framework)",
         flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3), megatron (DDP and "
                 "distributed optimizer, ZeRO 0-1); default: implied "
                 "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
     partitioning: Partitioning | None = declare(
-        None, key="partitioning", role=_MEM, parse=enum_parser(Partitioning, "partitioning"),
+        None, key="partitioning", role=_STRUCT, parse=enum_parser(Partitioning, "partitioning"),
         check=opt(is_a(Partitioning)), doc="How ZeRO splits states over dp ranks; None: the framework's",
         flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
                 "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",
