@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
-from executor.strategies.base import Backend, RunContext
+from executor.strategies.base import Backend, Precision, RunContext
 from simulator.errors import SpecError
 from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus
 from simulator.strategy.sync import AllReduceAlgorithm
@@ -64,12 +64,18 @@ def _mesh(layout, device_type: str):
     return init_device_mesh(device_type, tuple(layout.dims[n] for n in names), mesh_dim_names=names)
 
 
+def build_context(plan, *, rank: int, world: int, local_rank: int, backend: Backend, seed: int,
+                  precision: Precision) -> RunContext:
+    """The RunContext of ``plan`` (already scaled to ``world``) on this rank; the process group must exist."""
+    device = torch.device("cuda", local_rank) if backend is Backend.NCCL else torch.device("cpu")
+    return RunContext(rank=rank, world=world, local_rank=local_rank, backend=backend, device=device, seed=seed,
+                      plan=plan, spec=plan.model, layout=plan.layout(), mesh=_mesh(plan.layout(), device.type),
+                      precision=precision)
+
+
 def _context(options: RunOptions, scaled, rank: int, world: int, local_rank: int) -> RunContext:
-    plan = scaled.run
-    device = torch.device("cuda", local_rank) if options.backend is Backend.NCCL else torch.device("cpu")
-    return RunContext(rank=rank, world=world, local_rank=local_rank, backend=options.backend, device=device,
-                      seed=options.seed, plan=plan, spec=plan.model, layout=plan.layout(),
-                      mesh=_mesh(plan.layout(), device.type), precision=options.precision.resolve(plan.model.dtype))
+    return build_context(scaled.run, rank=rank, world=world, local_rank=local_rank, backend=options.backend,
+                         seed=options.seed, precision=options.precision.resolve(scaled.run.model.dtype))
 
 
 class _Recorder:

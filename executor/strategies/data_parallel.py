@@ -91,7 +91,7 @@ class _ReplayHook:
                                                     self.algorithm.value)
         replay_schedule(self.schedules[nbytes], flat, self.ranks.index(self.ctx.rank))
 
-    def __call__(self, state, bucket) -> torch.futures.Future:
+    def on_bucket(self, bucket) -> torch.futures.Future:
         buf = bucket.buffer()
         self.buckets[buf.untyped_storage().data_ptr()] = buf.untyped_storage().nbytes()
         self.all_reduce(buf)
@@ -99,6 +99,11 @@ class _ReplayHook:
         fut = torch.futures.Future()
         fut.set_result(buf)
         return fut
+
+
+def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares it with a non-string type
+    """The DDP communication hook (``state`` is the rank's :class:`_ReplayHook`)."""
+    return state.on_bucket(bucket)
 
 
 class DataParallelRunner:
@@ -134,7 +139,7 @@ class DataParallelRunner:
         self.module = DDP(self.model, process_group=self.group, bucket_cap_mb=cap_mb,
                           gradient_as_bucket_view=s.gradient_as_bucket_view,
                           device_ids=None if self.ctx.device.type == "cpu" else [self.ctx.device])
-        self.module.register_comm_hook(None, self.hook)
+        self.module.register_comm_hook(self.hook, _comm_hook)
         algo = s.dp_sync.algorithm
         how = ("dist.all_reduce" if algo is AllReduceAlgorithm.AUTO else
                f"{algo.value} schedule of the simulator replayed with isend/irecv (executor/p2p.py)")
@@ -218,10 +223,21 @@ class DataParallelRunner:
             local += loss.detach().float()
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, self._sync_after_backward)
+        norm = self._grad_norm()
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
         dist.all_reduce(local, group=self.group)
-        return StepRecord(loss=float(local) / layout.dp, phases_s=phases)
+        return StepRecord(loss=float(local) / layout.dp, phases_s=phases, grad_norm=norm)
+
+    def _grad_norm(self) -> float:
+        """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group)."""
+        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                 for p in self.model.parameters() if p.grad is not None]
+        squares = torch.stack([g.float().pow(2).sum() for g in grads]).sum()
+        if self.fsdp:
+            squares = squares.to(self.ctx.device)
+            dist.all_reduce(squares, group=self.group)
+        return float(squares.sqrt())
 
     def model_state_bytes(self) -> ModelStateBytes:
         params = list(self.model.parameters())
