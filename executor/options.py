@@ -84,7 +84,11 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         raise SpecError("--timeout-s", f"must be a positive number of seconds, got {args.timeout_s}")
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads", f"must be a positive integer, got {args.threads}")
-    return RunOptions(plan=args.plan, scale=Scale.parse(args.scale), steps=args.steps, warmup=args.warmup,
+    try:
+        scale = Scale.parse(args.scale)
+    except SpecError as err:
+        raise SpecError("--scale", err.problem) from None
+    return RunOptions(plan=args.plan, scale=scale, steps=args.steps, warmup=args.warmup,
                       seed=args.seed, backend=_backend(args.backend), precision=PrecisionChoice(args.precision),
                       out=args.out, trace=args.trace, timeout_s=args.timeout_s, threads=args.threads,
                       status_dir=args.status_dir)
@@ -103,11 +107,11 @@ def _backend(name: str | None) -> Backend:
 
 def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilySpec]:
     """Check everything that can be checked before launching: SpecError names the flag or plan field."""
+    plan = load_plan(options.plan)
     try:
-        plan = load_plan(options.plan)
+        scaled = scale_plan(plan, options.scale, nproc)
     except SpecError as err:
-        raise SpecError("plan", str(err)) from None
-    scaled = scale_plan(plan, options.scale, nproc)
+        raise (SpecError(f"--{err.field}", err.problem) if err.field in ("nproc", "scale") else err) from None
     load_families()
     family = family_spec(scaled.run.layout())
     family.check(scaled.run, scaled.run.layout())
