@@ -1,7 +1,7 @@
 """Activation recomputation and the attention implementation, applied to an ``executor.model.GPT``.
 
 - ``Recompute.FULL``: every block's forward runs under ``torch.utils.checkpoint.checkpoint``
-  (non-reentrant): only the block input is kept, backward reruns the block (Chen et al. 2016).
+  (non-reentrant): only the block input is kept, backward reruns the block.
 - ``Recompute.SELECTIVE``: only the attention core (``Attention.core``: scores, softmax, ·V) is
   checkpointed, as Korthikanti et al. 2022 §5 recompute it.
 - ``AttentionKind.EAGER``: the core materialises the scores instead of calling fused SDPA.

@@ -146,6 +146,7 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
 
 def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
     runner = family.build(ctx)
+    _write_status(options, ctx.rank, "step", 0)
     recorder = _Recorder(options, scaled, family, ctx, runner) if ctx.rank == 0 else None
     reset_peak(ctx)
     gathered = [None] * ctx.world if ctx.rank == 0 else None

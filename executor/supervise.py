@@ -11,7 +11,8 @@ runs. It then watches them:
   rank that died without a word (a signal, e.g. SIGKILL), a rank still running while its peers
   failed (hung), the first rank to report;
 - a watchdog blames the slowest rank when no rank has finished a step for ``timeout_s`` plus
-  :data:`GRACE_S` (the process-group timeout should have fired first);
+  :data:`GRACE_S` (the process-group timeout should have fired first), or when the ranks are not
+  all ready (model built) after :data:`STARTUP_S`;
 - the survivors are terminated, and the results file (if rank 0 wrote one) is marked failed with
   the blamed rank and its error, keeping the completed steps.
 """
@@ -35,6 +36,9 @@ SETTLE_S = 3.0
 neighbours fail in < 0.1 s on gloo: torch-cpu notes [src: own-gloo-probe])."""
 GRACE_S = 15.0
 """Seconds the watchdog adds to the process-group timeout before it stops a silent run."""
+STARTUP_S = 300.0
+"""Seconds the ranks get to import torch, join the group and build the model before the watchdog
+counts steps (a loaded 2-core machine needs tens of seconds to start 4 ranks)."""
 _POLL_S = 0.1
 
 
@@ -75,7 +79,9 @@ class _Ranks:
                 stdout=out, stderr=log))
 
     def steps(self) -> list[int]:
-        return [_read(self.status / f"rank{r}.step") or 0 for r in range(len(self.procs))]
+        """Steps each rank finished; -1 before it is ready (model built)."""
+        return [s if isinstance(s := _read(self.status / f"rank{r}.step"), int) else -1
+                for r in range(len(self.procs))]
 
     def errors(self) -> dict[int, dict]:
         return {r: e for r in range(len(self.procs)) if (e := _read(self.status / f"rank{r}.error"))}
@@ -138,10 +144,12 @@ def _watch(ranks: _Ranks, timeout_s: float) -> Outcome:
         steps = ranks.steps()
         if steps != last_steps:
             last_steps, last_change = steps, time.monotonic()
-        elif time.monotonic() - last_change > timeout_s + GRACE_S:
+            continue
+        limit = timeout_s + GRACE_S if min(steps) >= 0 else STARTUP_S
+        if steps == last_steps and time.monotonic() - last_change > limit:
             r = min(range(len(steps)), key=lambda i: steps[i])
-            return Outcome(r, f"no step finished for {timeout_s + GRACE_S:g} s (watchdog); rank {r} had done "
-                              f"{steps[r]} step(s)")
+            return Outcome(r, f"no progress for {limit:g} s (watchdog); rank {r} had done {max(steps[r], 0)} "
+                              "step(s)" + ("" if steps[r] >= 0 else " and was not ready"))
 
 
 def _mark_failed(out: str | None, outcome: Outcome) -> None:
