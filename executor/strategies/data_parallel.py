@@ -126,6 +126,8 @@ class DataParallelRunner:
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if ctx.spec.dropout:
+            self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
             self._shard(s)
         else:
