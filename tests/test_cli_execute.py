@@ -39,6 +39,9 @@ def _plan(tmp_path: Path, name: str = "plan.json", **changes) -> str:
     (["--scale", "big"], "--scale: unknown scale 'big'"),
     (["--timeout-s", "-1"], "--timeout-s: must be a positive number"),
     (["--out", "/nonexistent/dir/r.json"], "--out: folder '/nonexistent/dir' does not exist"),
+    (["--trace", "/nonexistent/dir/t"], "--trace: folder '/nonexistent/dir' does not exist"),
+    pytest.param(["--backend", "nccl"], "--backend: nccl needs CUDA GPUs", marks=pytest.mark.skipif(
+        __import__("torch").cuda.is_available(), reason="a GPU is present")),
 ])
 def test_bad_flags_are_one_line(tmp_path, capsys, extra, words):
     base = [] if "--scale" in extra else ["--scale", "tiny"]

@@ -109,6 +109,14 @@ def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares 
 class DataParallelRunner:
     """One rank of a tp = pp = 1 plan (see the module docstring)."""
 
+    phase_notes = {
+        Phase.FORWARD.value: "wall time of the forward calls, summed over micro-batches (FSDP2: with all-gathers)",
+        Phase.BACKWARD.value: "wall time of loss.backward() (DDP: with the all-reduce backward did not hide; "
+                              "FSDP2: with reduce-scatters)",
+        Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
+        Phase.DP.value: "without overlap only: the bucketed all-reduce after backward",
+    }
+
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         layout, s = ctx.layout, ctx.plan.strategy
