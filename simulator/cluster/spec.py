@@ -111,10 +111,15 @@ class Device:
     gemm_curve: GemmCurve | None = None
     """Which published measurement the default curve comes from (its plateau over this device's BF16
     peak); None: the one the device's name suggests (a file written before the field)."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (GPU compute units) that run a GEMM's thread blocks, for tile and
+    wave quantisation (:mod:`simulator.gemm_shape`); None: GEMMs are timed by their FLOPs alone."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("device.name", "must be a non-empty string")
+        if self.sm_count is not None:
+            positive_int("device.sm_count", self.sm_count)
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.gemm_shape import GemmShape
 from simulator.workload.kinds import ActivationKind, PositionKind
 
 if TYPE_CHECKING:
@@ -82,12 +83,15 @@ class Kernel:
     bytes: float
     gemm: bool
     """True: timed on the matmul-efficiency curve; False: memory-bound, bytes only."""
+    shape: GemmShape | None = None
+    """A GEMM's (m, n, k, batch), for tile and wave quantisation (:mod:`simulator.gemm_shape`);
+    None for memory kernels and for compute kernels known by FLOPs only (flash attention, a layer list)."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
     """A (batched) GEMM producing m×n from m×k and k×n."""
     return Kernel(name=name, flops=2.0 * batch * m * n * k, bytes=float(e * batch * (m * k + k * n + m * n)),
-                  gemm=True)
+                  gemm=True, shape=GemmShape(m, n, k, batch))
 
 
 def memory(name: str, nbytes: float) -> Kernel:
