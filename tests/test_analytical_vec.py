@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator.workload.kinds import KernelFusion
+
 from simulator.analytical import estimate
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.cluster.presets import load_preset
@@ -111,6 +113,7 @@ STRUCTURE_VARIANTS = {
     "zero": dict(zero=ZeroStage.ZERO1), "offload": dict(zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER),
     "recompute": dict(recompute=Recompute.FULL), "attention": dict(attention=AttentionKind.EAGER),
     "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
+    "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
 }
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
