@@ -74,15 +74,16 @@ class OpTime:
 
 
 def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
-                sm_count: int | None = None) -> tuple[float, Bound]:
+                sm_count: int | None = None, clock_ratio: float = 1.0) -> tuple[float, Bound]:
     """Roofline time of one kernel and which term bounds it. A GEMM with a shape is timed on its
     padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs, :mod:`simulator.gemm_shape`):
-    ``W / (peak · e(W))``, what a perfectly quantised GEMM of ``W`` FLOPs costs on the curve."""
+    ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM of ``W`` FLOPs costs on the
+    curve at the device's sustained clock (``Device.sustained_clock_ratio``)."""
     t_mem = kernel.bytes / hbm_Bps
     if not kernel.gemm or kernel.flops <= 0:
         return t_mem, Bound.MEMORY
     work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)
-    t_comp = work / (peak_flops * curve.efficiency(work))
+    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work))
     return (t_comp, Bound.COMPUTE) if t_comp >= t_mem else (t_mem, Bound.MEMORY)
 
 
@@ -95,9 +96,10 @@ class Rates:
     hbm_Bps: float
     curve: GemmEfficiency
     sm_count: int | None
+    clock_ratio: float = 1.0
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
-        return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count)
+        return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio)
 
 
 def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) -> OpTime:
@@ -114,7 +116,8 @@ def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) 
 def _rates(dtype: DtypePolicy, device: Device) -> Rates:
     curve = efficiency_for(device)
     return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
-                 hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count)
+                 hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
+                 clock_ratio=device.sustained_clock_ratio)
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,

@@ -109,3 +109,31 @@ def test_efficiency_never_exceeds_the_plateau(m, n, k, sms):
 
 def test_tiles_are_the_guides_larger_ones():
     assert {(t.m, t.n) for t in TILES} == {(256, 128), (128, 256), (128, 128)}
+
+
+def test_a_lower_sustained_clock_slows_compute_not_memory():
+    # A power-capped device at 80 % of the measured clock: GEMM time / 0.8, a memory-bound kernel unchanged.
+    from simulator.workload.ops import memory
+
+    k = gemm("qkv", 2048, 4608, 12288, 2)
+    full, _ = kernel_time(k, 312e12, 2039e9, FLAT, A100_SMS)
+    capped, _ = kernel_time(k, 312e12, 2039e9, FLAT, A100_SMS, clock_ratio=0.8)
+    assert capped == pytest.approx(full / 0.8)
+    m = memory("norm", 1e9)
+    assert kernel_time(m, 312e12, 2039e9, FLAT, A100_SMS, 0.8) == kernel_time(m, 312e12, 2039e9, FLAT, A100_SMS)
+
+
+def test_sm_count_and_clock_ratio_round_trip_through_a_cluster_file(tmp_path):
+    from simulator.cluster.io import load_cluster, save_cluster
+    from simulator.errors import SpecError
+
+    cluster = load_preset("dgx-h100")
+    capped = replace(cluster, device=replace(cluster.device, sustained_clock_ratio=0.85))
+    path = tmp_path / "c.yaml"
+    save_cluster(capped, path)
+    back = load_cluster(str(path))
+    assert back.device.sm_count == 132 and back.device.sustained_clock_ratio == 0.85
+    with pytest.raises(SpecError, match="^device.sustained_clock_ratio"):
+        replace(cluster.device, sustained_clock_ratio=1.2)
+    with pytest.raises(SpecError, match="^device.sm_count"):
+        replace(cluster.device, sm_count=0)

@@ -86,6 +86,8 @@ def cluster_to_dict(c: Cluster) -> dict:
         d["device"]["gemm_curve"] = c.device.gemm_curve.value
     if c.device.sm_count is not None:
         d["device"]["sm_count"] = c.device.sm_count
+    if c.device.sustained_clock_ratio != 1.0:
+        d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
     if c.device.gemm_efficiency is not None:
         d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
     d["intra_node"] = _intra_dict(c.node)
