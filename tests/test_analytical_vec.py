@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator.workload.kinds import KernelFusion
+
 from simulator.analytical import estimate
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.cluster.presets import load_preset
@@ -112,6 +114,7 @@ STRUCTURE_VARIANTS = {
     "recompute": dict(recompute=Recompute.FULL), "attention": dict(attention=AttentionKind.EAGER),
     "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
     "framework": dict(framework=Framework.DEEPSPEED), "partitioning": dict(partitioning=Partitioning.FLAT),
+    "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
 }
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 

@@ -172,9 +172,10 @@ def test_flops_tokens_memory(cluster, model, cache):
 
 
 def test_offload_without_cpu_adam_rate_is_an_error(model):
+    base = load_preset("dgx-a100", 2)
+    cluster = replace(base, node=replace(base.node, host=replace(base.node.host, cpu_adam_params_per_s=0.0)))
     with pytest.raises(SpecError, match="cpu_adam_params_per_s"):
-        compile_step(load_preset("dgx-a100", 2), model, Strategy(global_batch=16, zero=ZeroStage.ZERO1,
-                                                                 offload=Offload.OPTIMIZER))
+        compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER))
 
 
 def test_bad_inputs(cluster, model):

@@ -17,7 +17,8 @@ from simulator.units import GB
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
             "comm", "in_switch_reduction", "source")
-DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency")
+DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
+               "sm_count", "sustained_clock_ratio")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -63,7 +64,9 @@ def _device(s: Section) -> Device:
         curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
-                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named)
+                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
+                  sm_count=s.integer("sm_count") if s.has("sm_count") else None,
+                  sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0))
 
 
 def _link(s: Section, default_kind: LinkKind | None = None) -> Link:

@@ -84,6 +84,10 @@ def cluster_to_dict(c: Cluster) -> dict:
                    "memory_GB": _gb(c.device.memory_bytes), "hbm_bw_GBps": c.device.hbm_bw_GBps}
     if c.device.gemm_curve is not None:
         d["device"]["gemm_curve"] = c.device.gemm_curve.value
+    if c.device.sm_count is not None:
+        d["device"]["sm_count"] = c.device.sm_count
+    if c.device.sustained_clock_ratio != 1.0:
+        d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
     if c.device.gemm_efficiency is not None:
         d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
     d["intra_node"] = _intra_dict(c.node)

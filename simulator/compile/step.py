@@ -33,7 +33,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                        layers=layout.layers_per_stage[c])
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=s.attention is AttentionKind.FLASH)
+                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion)
     return chunk_compute(cache, workload, chunk, options)
 
 
