@@ -57,22 +57,24 @@ class Attention(nn.Module):
     def __init__(self, spec: TransformerSpec):
         super().__init__()
         self.spec = spec
+        self.heads, self.kv_heads = spec.heads, spec.n_kv_heads
+        """Heads this module computes: all of them, or its share under tensor parallelism."""
         self.qkv = nn.Linear(spec.hidden, spec.q_dim + 2 * spec.kv_dim, bias=spec.bias is not BiasKind.NONE)
         self.out = nn.Linear(spec.q_dim, spec.hidden, bias=spec.bias is BiasKind.ALL)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        spec = self.spec
+        d_head = self.spec.d_head
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).split((spec.q_dim, spec.kv_dim, spec.kv_dim), dim=-1)
-        q = q.view(b, s, spec.heads, spec.d_head).transpose(1, 2)
-        k = k.view(b, s, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-        v = v.view(b, s, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-        if spec.position is PositionKind.ROTARY:
-            cos, sin = _rope_tables(s, spec.d_head, x.device)
+        q_dim, kv_dim = self.heads * d_head, self.kv_heads * d_head
+        q, k, v = self.qkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)
+        q = q.view(b, s, self.heads, d_head).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, d_head).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, d_head).transpose(1, 2)
+        if self.spec.position is PositionKind.ROTARY:
+            cos, sin = _rope_tables(s, d_head, x.device)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=spec.n_kv_heads != spec.heads)
-        return self.out(y.transpose(1, 2).reshape(b, s, spec.q_dim))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        return self.out(y.transpose(1, 2).reshape(b, s, q_dim))
 
 
 class MLP(nn.Module):
