@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILY_MODULES: tuple[str, ...] = ()
+FAMILY_MODULES: tuple[str, ...] = ("executor.strategies.parallel",)
 """Modules that register a family. Add a module here to add a family."""
 
 

@@ -1,5 +1,5 @@
-"""The layout's (dp, pp, tp) rank grid as a torch ``DeviceMesh``, and the data-parallel gradient
-average the combined families share.
+"""The layout's (dp, pp, tp) rank grid as a torch ``DeviceMesh``, and the bucketed data-parallel
+gradient average the tensor/pipeline families use.
 
 ``ParallelLayout`` numbers ranks by its ``placement`` (innermost dimension first: ``tp-pp-dp``
 puts tp neighbours on consecutive ranks); the mesh is built from ``layout.rank_of`` itself, so
@@ -32,12 +32,25 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def average_gradients(params, group, size: int) -> None:
-    """Average gradients over a data-parallel group with one flat all-reduce (one bucket holding every
-    gradient, TF ``num_packs=1``'s shape), after backward; DTensor gradients by their local shards."""
-    grads = [_local(p.grad) for p in params if p.grad is not None]
+def average_gradients(params, group, size: int, bucket_bytes: int | None = None) -> None:
+    """Average gradients over a data-parallel group after backward: gradients packed in reverse
+    parameter order into flat buckets of at most ``bucket_bytes`` (None: one bucket holding all),
+    one ``dist.all_reduce`` per bucket (DDP's bucketing without its overlap, Li et al. VLDB 2020);
+    DTensor gradients by their local shards."""
+    grads = [_local(p.grad) for p in reversed(list(params)) if p.grad is not None]
     if size == 1 or not grads:
         return
+    bucket: list[torch.Tensor] = []
+    for g in grads:
+        if bucket and bucket_bytes is not None and \
+                sum(t.numel() * t.element_size() for t in bucket) + g.numel() * g.element_size() > bucket_bytes:
+            _reduce(bucket, group, size)
+            bucket = []
+        bucket.append(g)
+    _reduce(bucket, group, size)
+
+
+def _reduce(grads: list[torch.Tensor], group, size: int) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, group=group)
     flat /= size
