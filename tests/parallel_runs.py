@@ -25,15 +25,17 @@ SGD_LR = 0.5
 """Large enough that three SGD steps move the loss well beyond float32 rounding."""
 
 
-def plan_for(spec: TransformerSpec, flat: dict) -> Plan:
+def plan_for(spec: TransformerSpec, flat: dict, cluster: str = "dgx-h100") -> Plan:
+    """A plan of ``spec`` with the flat strategy keys ``flat`` (global batch 8, micro-batch 2 unless given);
+    a parameter-server plan lays out over every GPU of ``cluster`` (localhost-cpu: 2 workers)."""
     world = flat.get("dp", 1) * flat.get("tp", 1) * flat.get("pp", 1)
     strategy = strategy_from_flat({"global_batch": BATCH, "micro_batch": 2, **flat})
-    plan = Plan(model=spec, cluster=load_cluster("dgx-h100"), gpus=world, strategy=strategy)
+    plan = Plan(model=spec, cluster=load_cluster(cluster), gpus=world, strategy=strategy)
     plan.layout()
     return plan
 
 
-def context(plan: Plan, rank: int, world: int):
+def context(plan: Plan, rank: int, world: int, mesh: bool = True):
     import torch.distributed as dist  # noqa: F401 - the process group exists (executor.launch.run)
 
     from executor.strategies.base import Backend, Precision, RunContext
@@ -41,7 +43,7 @@ def context(plan: Plan, rank: int, world: int):
 
     layout = plan.layout()
     return RunContext(rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, device=torch.device("cpu"),
-                      seed=0, plan=plan, spec=plan.model, layout=layout, mesh=layout_mesh(layout),
+                      seed=0, plan=plan, spec=plan.model, layout=layout, mesh=layout_mesh(layout) if mesh else None,
                       precision=Precision.FP32)
 
 

@@ -116,3 +116,19 @@ def test_gpipe_and_1f1b_match_torch_single_stage_orders(p, m):
     assert all(theirs[r] == [str(a) for a in ours.ranks[r]] for r in range(p - 1))
     last = p - 1
     assert [str(a) for a in ours.ranks[last]] == [f"{last}{k}{j}" for j in range(m) for k in "FB"]
+
+
+@pytest.mark.parametrize("flat,field,words", [
+    ({"tp": 2, "dp": 2, "zero": 1}, "plan.strategy.zero", "ZeRO 1"),
+    ({"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}, "plan.strategy.zero", "use zero 0"),
+    ({"tp": 2, "recompute": "selective"}, "plan.strategy.recompute", "selective"),
+    ({"tp": 2, "dp": 2, "allreduce_algorithm": "ring"}, "plan.strategy.allreduce_algorithm", "use auto"),
+])
+def test_what_torch_cannot_run_here_is_refused_in_one_line(flat, field, words):
+    from executor.strategies.parallel import check
+    from simulator.errors import SpecError
+
+    plan = plan_for(LLAMA_TINY, flat)
+    with pytest.raises(SpecError) as err:
+        check(plan, plan.layout())
+    assert err.value.field == field and words in err.value.problem and "\n" not in str(err.value)
