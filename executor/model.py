@@ -61,6 +61,8 @@ class Attention(nn.Module):
         """Heads this module computes: all of them, or its share under tensor parallelism."""
         self.qkv = nn.Linear(spec.hidden, spec.q_dim + 2 * spec.kv_dim, bias=spec.bias is not BiasKind.NONE)
         self.out = nn.Linear(spec.q_dim, spec.hidden, bias=spec.bias is BiasKind.ALL)
+        self.eager = False
+        """Unfused attention core (see :meth:`core`); set by ``executor.recompute.apply_attention``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d_head = self.spec.d_head
@@ -73,8 +75,23 @@ class Attention(nn.Module):
         if self.spec.position is PositionKind.ROTARY:
             cos, sin = _rope_tables(s, d_head, x.device)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        y = self.core(q, k, v)
         return self.out(y.transpose(1, 2).reshape(b, s, q_dim))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The attention core softmax(QKᵀ/√d + causal mask)·V on ``(b, heads, s, d)``: the part selective
+        recomputation reruns. Fused SDPA by default; ``eager`` materialises the scores (Megatron-LM's
+        unfused attention, what the simulator's ``attention eager`` counts)."""
+        gqa = self.kv_heads != self.heads
+        if not self.eager:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if gqa:
+            group = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        s = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        return scores.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
 
 
 class MLP(nn.Module):

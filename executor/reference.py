@@ -24,15 +24,22 @@ def make_optimizer(params, config: OptimizerConfig = OPTIMIZER) -> torch.optim.A
 
 def reference_losses(spec: TransformerSpec, *, seed: int, steps: int, global_batch_size: int) -> list[float]:
     """Loss of each of ``steps`` optimizer steps (before each update), fp32, one process."""
+    return reference_run(spec, seed=seed, steps=steps, global_batch_size=global_batch_size)[0]
+
+
+def reference_run(spec: TransformerSpec, *, seed: int, steps: int,
+                  global_batch_size: int) -> tuple[list[float], list[float]]:
+    """(loss, gradient L2 norm) of each of ``steps`` optimizer steps, fp32, one process."""
     positive_int("steps", steps)
     model = build_gpt(spec, seed=seed)
     opt = make_optimizer(model.parameters())
-    losses = []
+    losses, norms = [], []
     for step in range(steps):
         inputs, targets = global_batch(seed, step, batch=global_batch_size, seq=spec.seq_len, vocab=spec.vocab)
         loss = model(inputs, targets)
         loss.backward()
+        norms.append(float(torch.stack([p.grad.pow(2).sum() for p in model.parameters()]).sum().sqrt()))
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
-    return losses
+    return losses, norms

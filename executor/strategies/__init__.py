@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import importlib
 
-FAMILY_MODULES: tuple[str, ...] = ("executor.strategies.parallel", "executor.strategies.param_server")
+FAMILY_MODULES: tuple[str, ...] = (
+    "executor.strategies.data_parallel",
+    "executor.strategies.parallel",
+    "executor.strategies.param_server",
+)
 """Modules that register a family. Add a module here to add a family."""
 
 

@@ -132,6 +132,10 @@ class StepRecord:
     """Mean token cross-entropy over the global batch, before the update; equal on every rank."""
     phases_s: dict[Phase, float] = field(default_factory=dict)
     """Seconds per measured phase on this rank (absent: not measured)."""
+    grad_norm: float | None = None
+    """Global L2 norm of the summed gradient the optimizer stepped with (all parameters, all shards),
+    equal on every rank; None if not computed. AdamW is blind to a constant gradient scale, so the
+    equivalence check compares this too (a missing 1/dp or 1/m shows here, not in the loss)."""
 
 
 @dataclass(frozen=True, kw_only=True)
