@@ -114,13 +114,20 @@ def launch_shape(plan: Plan, nodes: int | None = None, gpus_per_node: int | None
     return LaunchShape(nodes=nodes, gpus_per_node=gpus_per_node, backend=backend, env=env)
 
 
+def nccl_algo(plan: Plan) -> EnvVar | None:
+    """``NCCL_ALGO=allreduce:<Ring|Tree|NVLS>`` when the plan's all-reduce algorithm is NCCL's own; None
+    for ``auto`` (NCCL's tuner) and for algorithms NCCL does not have [src: nccl-env]."""
+    algorithm = getattr(plan.strategy.dp_sync, "algorithm", AllReduceAlgorithm.AUTO)
+    if algorithm not in _NCCL_ALGO:
+        return None
+    return EnvVar("NCCL_ALGO", f"allreduce:{_NCCL_ALGO[algorithm]}",
+                  f"the plan's all-reduce algorithm is {algorithm.value} (needs NCCL >= 2.24)")
+
+
 def nccl_env(plan: Plan, nodes: int) -> tuple[EnvVar, ...]:
     """The NCCL variables the plan implies (see the module docstring) [src: nccl-env]."""
-    out = []
-    algorithm = getattr(plan.strategy.dp_sync, "algorithm", AllReduceAlgorithm.AUTO)
-    if algorithm in _NCCL_ALGO:
-        out.append(EnvVar("NCCL_ALGO", f"allreduce:{_NCCL_ALGO[algorithm]}",
-                          f"the plan's all-reduce algorithm is {algorithm.value} (needs NCCL >= 2.24)"))
+    algo = nccl_algo(plan)
+    out = [] if algo is None else [algo]
     network = plan.cluster.network
     if nodes > 1 and network is not None:
         kind = network.link.kind
