@@ -14,10 +14,10 @@ from tests.parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, 
 TOL = 1e-5
 
 TWO_RANKS = {
-    "tp": (LLAMA_TINY, {"tp": 2}),
+    "tp": (LLAMA_TINY, {"tp": 2, "recompute": "full"}),
     "tp+sp": (GPT_TINY, {"tp": 2, "sequence_parallel": True}),
     "pp gpipe": (GPT_TINY, {"pp": 2, "schedule": "gpipe"}),
-    "pp 1f1b": (LLAMA_TINY, {"pp": 2, "schedule": "1f1b"}),
+    "pp 1f1b": (LLAMA_TINY, {"pp": 2, "schedule": "1f1b", "recompute": "selective"}),
     "pp interleaved": (GPT_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}),
 }
 FOUR_RANKS = {
@@ -121,7 +121,7 @@ def test_gpipe_and_1f1b_match_torch_single_stage_orders(p, m):
 @pytest.mark.parametrize("flat,field,words", [
     ({"tp": 2, "dp": 2, "zero": 1}, "plan.strategy.zero", "ZeRO 1"),
     ({"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}, "plan.strategy.zero", "use zero 0"),
-    ({"tp": 2, "recompute": "selective"}, "plan.strategy.recompute", "selective"),
+    ({"tp": 2, "offload": "optimizer", "zero": 2, "dp": 2}, "plan.strategy.offload", "offload none"),
     ({"tp": 2, "dp": 2, "allreduce_algorithm": "ring"}, "plan.strategy.allreduce_algorithm", "use auto"),
 ])
 def test_what_torch_cannot_run_here_is_refused_in_one_line(flat, field, words):

@@ -14,7 +14,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO / FSDP2 with pp, offload, selective recompute, and a named all-reduce algorithm (the gradient
+ZeRO-1 with tp, ZeRO / FSDP2 with pp, offload, and a named all-reduce algorithm (the gradient
 average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
@@ -29,6 +29,7 @@ from torch import nn
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
+from executor.recompute import apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
 from executor.strategies.mesh import average_gradients
@@ -52,9 +53,6 @@ def check(plan, layout: ParallelLayout) -> None:
     if s.offload is not Offload.NONE:
         raise SpecError("plan.strategy.offload", f"offload with tp={layout.tp} pp={layout.pp} is not run here; "
                         "use offload none")
-    if s.recompute is Recompute.SELECTIVE:
-        raise SpecError("plan.strategy.recompute", "selective recompute is not run by the tensor/pipeline "
-                        "families; use recompute full or none")
     if getattr(s.dp_sync, "algorithm", AllReduceAlgorithm.AUTO) is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
                         "with dist.all_reduce (the library's own algorithm); use auto")
@@ -63,15 +61,6 @@ def check(plan, layout: ParallelLayout) -> None:
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:
             raise SpecError("plan.strategy.tp", f"{layout.tp} does not divide the model's {count} {name}")
-
-
-def _checkpointed(blocks: nn.ModuleList) -> None:
-    """Full recompute: each block keeps only its input and reruns its forward in backward
-    (``torch.utils.checkpoint``, non-reentrant) [src: torch-checkpoint]."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-    for i, block in enumerate(blocks):
-        blocks[i] = checkpoint_wrapper(block)
 
 
 class ParallelRunner:
@@ -90,9 +79,9 @@ class ParallelRunner:
             self.modules = [full]
         else:
             self.modules = self._stages(full)
-        if layout.strategy.recompute is Recompute.FULL:
-            for module in self.modules:
-                _checkpointed(module.layers)
+        for module in self.modules:  # before FSDP2 shards them (executor/recompute.py)
+            apply_recompute(module, layout.strategy.recompute)
+            apply_attention(module, layout.strategy.attention)
         self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
         if self.fsdp:
             self._shard(ctx)
@@ -208,8 +197,10 @@ class ParallelRunner:
             out["gradient sync"] = ("FSDP2 fully_shard over the dp mesh" if self.fsdp else
                                     f"dist.all_reduce of flat buckets of {layout.bucket_bytes} bytes after backward "
                                     "(no overlap); the dp phase is that exposed time")
-        if layout.strategy.recompute is Recompute.FULL:
-            out["recompute"] = "torch.utils.checkpoint per block (checkpoint_wrapper, non-reentrant)"
+        if layout.strategy.recompute is not Recompute.NONE:
+            out["recompute"] = (f"{layout.strategy.recompute.value}: torch.utils.checkpoint (non-reentrant) around "
+                                + ("each block" if layout.strategy.recompute is Recompute.FULL else
+                                   "each attention core"))
         return out
 
 
