@@ -48,11 +48,6 @@ _HEAD = 3
 """Header floats of a push (step, version pulled, loss); an answer has 2 (version, loss)."""
 
 
-def world_size(layout: ParallelLayout) -> int:
-    """Processes a parameter-server run needs: dp workers + one per server shard."""
-    return layout.dp + layout.strategy.dp_sync.shards
-
-
 def check(plan, layout: ParallelLayout) -> None:
     """Refuse, in one line, what this family cannot run as the plan says (torch-free)."""
     s = layout.strategy
