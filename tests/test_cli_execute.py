@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.launch import free_port
 from simulator.cluster.io import load_cluster
 from simulator.plan_file import Plan
 from simulator.run_results import RunStatus, load_results
@@ -38,6 +39,9 @@ def _plan(tmp_path: Path, name: str = "plan.json", **changes) -> str:
     (["--scale", "big"], "--scale: unknown scale 'big'"),
     (["--timeout-s", "-1"], "--timeout-s: must be a positive number"),
     (["--out", "/nonexistent/dir/r.json"], "--out: folder '/nonexistent/dir' does not exist"),
+    (["--trace", "/nonexistent/dir/t"], "--trace: folder '/nonexistent/dir' does not exist"),
+    pytest.param(["--backend", "nccl"], "--backend: nccl needs CUDA GPUs", marks=pytest.mark.skipif(
+        __import__("torch").cuda.is_available(), reason="a GPU is present")),
 ])
 def test_bad_flags_are_one_line(tmp_path, capsys, extra, words):
     base = [] if "--scale" in extra else ["--scale", "tiny"]
@@ -70,13 +74,13 @@ def test_a_family_not_registered_is_refused(tmp_path, capsys, monkeypatch):
 # --- real runs --------------------------------------------------------------------------------------
 
 @pytest.mark.multiproc
-def test_done_command_writes_a_complete_results_file(tmp_path, capsys):
+def test_done_command_writes_a_complete_results_file(tmp_path, capfd):
     plan, out, trace = tmp_path / "plan.json", tmp_path / "results.json", tmp_path / "trace"
     assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64",
                  "--out", str(plan)]) == 0
     assert main(["execute", str(plan), "--nproc", "4", "--scale", "tiny", "--steps", "3", "--warmup", "1",
                  "--out", str(out), "--trace", str(trace)]) == 0
-    text = capsys.readouterr().out
+    text = capfd.readouterr().out  # rank 0's line comes from its own process: capture the file descriptor
     assert "world 8→4 processes: dp 8→4" in text and "ran data-parallel on 4 rank(s)" in text
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and results.failure is None
@@ -101,11 +105,12 @@ def test_done_command_writes_a_complete_results_file(tmp_path, capsys):
 def test_torchrun_runs_the_same_entry_point(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                           "0", "-m", "executor.run", _plan(tmp_path), "--scale", "tiny", "--steps", "2",
+                           str(free_port()), "-m", "executor.run", _plan(tmp_path), "--scale", "tiny", "--steps", "2",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2 and results.completed_steps == 2
+    assert {"forward", "backward", "dp", "optimizer"} == set(results.ranks[0].phases_s)  # DDP: exposed sync
 
 
 @pytest.mark.multiproc

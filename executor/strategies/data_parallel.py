@@ -21,9 +21,11 @@ Plan field → torch component:
 - Recompute and attention: :mod:`executor.recompute`.
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
-parameter all-gathers), ``backward`` (DDP: with the part of the gradient all-reduce that backward
-did not hide, which DDP waits for before ``backward()`` returns; FSDP2: with its reduce-scatters),
-``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp`` only without overlap.
+parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
+``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp``: under DDP the gradient sync backward
+did not hide (with overlap: from the moment the last parameter gradient is computed, seen by a
+multi-grad hook, until ``backward()`` returns, which DDP holds until every bucket is reduced;
+without overlap: the bucketed all-reduce after backward); FSDP2's is not separated.
 """
 
 from __future__ import annotations
@@ -109,6 +111,16 @@ def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares 
 class DataParallelRunner:
     """One rank of a tp = pp = 1 plan (see the module docstring)."""
 
+    phase_notes = {
+        Phase.FORWARD.value: "wall time of the forward calls, summed over micro-batches (FSDP2: with all-gathers)",
+        Phase.BACKWARD.value: "wall time of loss.backward() (DDP: with the all-reduce backward did not hide; "
+                              "FSDP2: with reduce-scatters)",
+        Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
+        Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
+                        "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
+                        "all-reduce after backward; FSDP2: not separated (inside backward)",
+    }
+
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         layout, s = ctx.layout, ctx.plan.strategy
@@ -126,6 +138,8 @@ class DataParallelRunner:
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if ctx.spec.dropout:
+            self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
             self._shard(s)
         else:
@@ -190,6 +204,29 @@ class DataParallelRunner:
         phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t0
         return out
 
+    def _backward_with_exposed_sync(self, loss: torch.Tensor, phases: dict[Phase, float]) -> None:
+        """DDP's synchronising backward: the time from the last parameter gradient computed to
+        ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase."""
+        stamps: list[float] = []
+
+        def all_grads_computed(_grads) -> None:
+            self.ctx.synchronize()
+            stamps.append(time.perf_counter())
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        handle = torch.autograd.graph.register_multi_grad_hook(params, all_grads_computed, mode="all")
+        try:
+            self.ctx.synchronize()
+            t0 = time.perf_counter()
+            loss.backward()
+            self.ctx.synchronize()
+            t1 = time.perf_counter()
+        finally:
+            handle.remove()
+        tail = t1 - stamps[0] if stamps else 0.0
+        phases[Phase.BACKWARD] = phases.get(Phase.BACKWARD, 0.0) + (t1 - t0) - tail
+        phases[Phase.DP] = phases.get(Phase.DP, 0.0) + tail
+
     def _sync_after_backward(self) -> None:
         """No overlap: all-reduce the accumulated gradients bucket by bucket, in reverse order."""
         grads = [p.grad for p in reversed(list(self.model.parameters())) if p.grad is not None]
@@ -219,7 +256,10 @@ class DataParallelRunner:
                     with self.ctx.autocast():
                         return self.module(x, y) / m
                 loss = self._timed(phases, Phase.FORWARD, forward)
-                self._timed(phases, Phase.BACKWARD, loss.backward)
+                if i == m - 1 and self.overlap and not self.fsdp:
+                    self._backward_with_exposed_sync(loss, phases)
+                else:
+                    self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, self._sync_after_backward)
