@@ -71,3 +71,18 @@ def test_shards_cover_the_vector_evenly_and_ps_with_tp_is_refused():
     tp_plan = plan_for(LLAMA_TINY, {"dp": 1, "tp": 2, "dp_sync": "param-server"}, cluster="localhost-cpu")
     with pytest.raises(SpecError, match="tp=2"):
         check(tp_plan, tp_plan.layout())
+
+
+@pytest.mark.multiproc
+def test_trainplan_execute_starts_the_server_ranks(tmp_path, capsys):
+    """Through the plan runner: dp workers + k servers are started, and the results hold every rank."""
+    from simulator.run_results import RunStatus, load_results
+    from trainplan.__main__ import main
+
+    plan = tmp_path / "ps.json"
+    _ps_plan(GPT_TINY, ps_mode="sync", ps_shards=1).save(plan)
+    out = tmp_path / "results.json"
+    assert main(["execute", str(plan), "--steps", "2", "--warmup", "0", "--out", str(out)]) == 0
+    results = load_results(out)
+    assert results.status is RunStatus.COMPLETE and len(results.ranks) == 3
+    assert results.ranks[0].loss == results.ranks[2].loss  # the server reports the workers' mean loss

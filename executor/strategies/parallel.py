@@ -66,6 +66,16 @@ def check(plan, layout: ParallelLayout) -> None:
 class ParallelRunner:
     """This rank's trainer for a (dp, pp, tp) layout with tp > 1 or pp > 1 (a :class:`StepRunner`)."""
 
+    phase_notes = {
+        Phase.FORWARD.value: "pp 1: wall time of the forward calls, summed over micro-batches (tp all-reduces and "
+                             "SP all-gathers inside); pp > 1: not separated",
+        Phase.BACKWARD.value: "pp 1: wall time of loss.backward() (tp communication inside; FSDP2: with its "
+                              "reduce-scatters); pp > 1: not separated",
+        Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
+                        "FSDP2: the loss average only",
+        Phase.OPTIMIZER.value: "optimizer.step()",
+    }
+
     def __init__(self, ctx: RunContext, optimizer=make_optimizer):
         self.ctx, self.layout = ctx, ctx.layout
         self.coord = ctx.layout.coords(ctx.rank)

@@ -2,7 +2,7 @@
 pull parameters back, over point-to-point ``send``/``recv`` on the process group.
 
 Ranks ``0 .. dp−1`` are workers, ranks ``dp .. dp+k−1`` the servers: the world is dp + k
-processes (the server shards run as processes of their own, whether the plan colocates them with
+processes (``executor.strategies.base.processes``; the server shards run as processes of their own, whether the plan colocates them with
 workers or gives them nodes; on CPU that is only a placement). The flat parameter vector is split
 into k contiguous shards of near-equal size (the simulator's "evenly, by bytes"); server j holds
 shard j and its AdamW state (AdamW is elementwise, so a sharded step equals the unsharded one).
@@ -72,6 +72,12 @@ def shard_bounds(numel: int, shards: int) -> list[tuple[int, int]]:
 
 class ParamServerRunner:
     """A worker or a server of a parameter-server run (a :class:`StepRunner`)."""
+
+    phase_notes = {
+        Phase.FORWARD.value: "workers: forward and backward together, summed over micro-batches",
+        Phase.DP.value: "workers: push, the servers' update and pull (what the worker waited for)",
+        Phase.OPTIMIZER.value: "servers: receiving the pushes and updating the shard (the server's whole step)",
+    }
 
     def __init__(self, ctx: RunContext, optimizer: Callable = make_optimizer, batch_fn: Callable = batch_for):
         self.ctx, self.layout, self.batch_fn = ctx, ctx.layout, batch_fn
@@ -158,7 +164,7 @@ class ParamServerRunner:
                 losses.append(float(msg[2]))
                 self.staleness.append(self.version - int(msg[1]))
             self._apply(grad / self.dp)
-            mean = sum(losses) / self.dp
+            mean = float(torch.tensor(sum(losses) / self.dp))  # float32, as the answer carries it to workers
             for w in range(self.dp):
                 self._answer(w, mean)
         else:
