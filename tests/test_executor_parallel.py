@@ -22,7 +22,7 @@ TWO_RANKS = {
 }
 FOUR_RANKS = {
     "tp+dp": (LLAMA_TINY, {"tp": 2, "dp": 2}),
-    "pp+dp": (GPT_TINY, {"pp": 2, "dp": 2, "schedule": "1f1b"}),
+    "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}),
     "pp+tp+sp": (LLAMA_TINY, {"pp": 2, "tp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
     "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3}),
 }
@@ -120,7 +120,7 @@ def test_gpipe_and_1f1b_match_torch_single_stage_orders(p, m):
 
 @pytest.mark.parametrize("flat,field,words", [
     ({"tp": 2, "dp": 2, "zero": 1}, "plan.strategy.zero", "ZeRO 1"),
-    ({"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}, "plan.strategy.zero", "use zero 0"),
+    ({"pp": 2, "dp": 2, "zero": 1, "schedule": "1f1b"}, "plan.strategy.zero", "use zero 0, 2 or 3"),
     ({"tp": 2, "offload": "optimizer", "zero": 2, "dp": 2}, "plan.strategy.offload", "offload none"),
     ({"tp": 2, "dp": 2, "allreduce_algorithm": "ring"}, "plan.strategy.allreduce_algorithm", "use auto"),
 ])

@@ -14,7 +14,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO-1 with tp, ZeRO / FSDP2 with pp, offload, and a named all-reduce algorithm (the gradient
+ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient
 average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
@@ -47,9 +47,10 @@ from simulator.workload import Recompute
 def check(plan, layout: ParallelLayout) -> None:
     """Refuse, in one line, what these families cannot run as the plan says (torch-free)."""
     s = layout.strategy
-    if s.zero is not ZeroStage.ZERO0 and (layout.pp > 1 or s.zero is ZeroStage.ZERO1):
-        raise SpecError("plan.strategy.zero", f"ZeRO {int(s.zero)} with tp={layout.tp} pp={layout.pp} is not run "
-                        "here (FSDP2 + TP runs with zero 2 or 3 and pp 1); use zero 0")
+    if s.zero is ZeroStage.ZERO1:
+        raise SpecError("plan.strategy.zero", f"ZeRO 1 with tp={layout.tp} pp={layout.pp} is not run: "
+                        "ZeroRedundancyOptimizer is not combined with DTensor parameters or pipeline stages here "
+                        "(FSDP2 runs zero 2 and 3); use zero 0, 2 or 3")
     if s.offload is not Offload.NONE:
         raise SpecError("plan.strategy.offload", f"offload with tp={layout.tp} pp={layout.pp} is not run here; "
                         "use offload none")
@@ -83,18 +84,14 @@ class ParallelRunner:
         full = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         self.tp_mesh = ctx.mesh["tp"] if layout.tp > 1 else None
         self.schedule = self.tied_group = None
+        self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
         if layout.pp == 1:
             if self.tp_mesh is not None:
                 parallelize_gpt(full, self.tp_mesh, layout.sequence_parallel)
             self.modules = [full]
+            self._finish(full)
         else:
             self.modules = self._stages(full)
-        for module in self.modules:  # before FSDP2 shards them (executor/recompute.py)
-            apply_recompute(module, layout.strategy.recompute)
-            apply_attention(module, layout.strategy.attention)
-        self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
-        if self.fsdp:
-            self._shard(ctx)
         self.model = self.modules[0] if len(self.modules) == 1 else nn.ModuleList(self.modules)
         self.params = [p for m in self.modules for p in m.parameters()]
         self.optimizer = optimizer(self.params)
@@ -114,6 +111,7 @@ class ParallelRunner:
                 parallelize_blocks(module.layers, full.spec, self.tp_mesh, layout.sequence_parallel)
                 if layout.sequence_parallel:
                     sp_gather_output(module.layers[-1], self.tp_mesh)
+            self._finish(module)
         pp_group = ctx.mesh["pp"].get_group()
         stages = [PipelineStage(m, s, n, ctx.device, group=pp_group) for m, s in zip(modules, mine)]
         self.schedule = load_schedule(layout.schedule, stages, layout.micro_batches)
@@ -121,16 +119,21 @@ class ParallelRunner:
             self.tied_group = embedding_groups(layout)[(self.coord.dp, self.coord.tp)]
         return modules
 
-    def _shard(self, ctx: RunContext) -> None:
-        """FSDP2 + TP (pp = 1): each block, then the whole model, fully sharded over the dp mesh;
-        reshard after forward for ZeRO-3, not for ZeRO-2 [src: torch-fsdp2]."""
+    def _finish(self, module) -> None:
+        """Recompute and attention kind (executor/recompute.py), then FSDP2 for ZeRO 2/3: each block,
+        then the module, fully sharded over the dp mesh, resharded after forward for ZeRO-3 only;
+        checkpointing goes first, as FSDP2 requires [src: torch-fsdp2]."""
+        strategy = self.layout.strategy
+        apply_recompute(module, strategy.recompute)
+        apply_attention(module, strategy.attention)
+        if not self.fsdp:
+            return
         from torch.distributed.fsdp import fully_shard
 
-        reshard = self.layout.strategy.zero is ZeroStage.ZERO3
-        model = self.modules[0]
-        for block in model.layers:
-            fully_shard(block, mesh=ctx.mesh["dp"], reshard_after_forward=reshard)
-        fully_shard(model, mesh=ctx.mesh["dp"], reshard_after_forward=reshard)
+        reshard = strategy.zero is ZeroStage.ZERO3
+        for block in module.layers:
+            fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
+        fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
 
     def train_step(self, step: int) -> StepRecord:
         """One optimizer step on global batch ``step``; the loss is the global mean, equal on every rank."""

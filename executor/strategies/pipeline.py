@@ -12,7 +12,8 @@ makes them the full batch's mean-loss gradients.
 
 Tied embeddings across stages (GPT): the last stage keeps its own copy of the token embedding for
 the logits, and after each step the first and last stage of a pipeline all-reduce the two copies'
-gradients (Megatron-LM's embedding group, Shoeybi et al. 2019), so both copies stay equal.
+gradients (Megatron-LM's embedding group, Shoeybi et al. 2019), so both copies stay equal (under
+FSDP2 both copies are sharded alike over dp, and the local shards are summed).
 """
 
 from __future__ import annotations
@@ -114,4 +115,5 @@ def sync_tied(stages: list, group) -> None:
     for module in stages:
         weight = module.embed.tok.weight if module.first else getattr(module, "tied_head", None)
         if weight is not None and weight.grad is not None and not (module.first and module.last):
-            dist.all_reduce(weight.grad, group=group)
+            grad = weight.grad
+            dist.all_reduce(grad._local_tensor if hasattr(grad, "_local_tensor") else grad, group=group)
