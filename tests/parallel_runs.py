@@ -35,16 +35,13 @@ def plan_for(spec: TransformerSpec, flat: dict, cluster: str = "dgx-h100") -> Pl
     return plan
 
 
-def context(plan: Plan, rank: int, world: int, mesh: bool = True):
-    import torch.distributed as dist  # noqa: F401 - the process group exists (executor.launch.run)
+def context(plan: Plan, rank: int, world: int):
+    """The runner's own RunContext (``executor.run.build_context``: its mesh; none for a parameter server)."""
+    from executor.run import build_context
+    from executor.strategies.base import Backend, Precision
 
-    from executor.strategies.base import Backend, Precision, RunContext
-    from executor.strategies.mesh import layout_mesh
-
-    layout = plan.layout()
-    return RunContext(rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, device=torch.device("cpu"),
-                      seed=0, plan=plan, spec=plan.model, layout=layout, mesh=layout_mesh(layout) if mesh else None,
-                      precision=Precision.FP32)
+    return build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
+                         precision=Precision.FP32)
 
 
 def sgd(params):

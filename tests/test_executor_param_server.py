@@ -32,10 +32,10 @@ def _both(rank, world):
     from executor.strategies.param_server import ParamServerRunner
 
     plan = _ps_plan(LLAMA_TINY, ps_mode="sync", ps_shards=2)
-    runner = ParamServerRunner(context(plan, rank, world, mesh=False), optimizer=sgd)
+    runner = ParamServerRunner(context(plan, rank, world), optimizer=sgd)
     sync = ([runner.train_step(step).loss for step in range(STEPS)], runner.measured_staleness())
     plan = _ps_plan(GPT_TINY, ps_mode="async", ps_shards=2, staleness_steps=BOUND)
-    runner = ParamServerRunner(context(plan, rank, world, mesh=False),
+    runner = ParamServerRunner(context(plan, rank, world),
                                optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-2), batch_fn=_memorise)
     losses = [runner.train_step(step).loss for step in range(ASYNC_STEPS)]
     return sync, (losses, runner.measured_staleness(), runner.components())

@@ -6,7 +6,7 @@
   (:mod:`executor.strategies.pipeline`);
 - dp > 1: replica d trains on its share of the global batch (``executor.data.replica_samples``)
   and the replicas average their gradients after backward, in the plan's buckets
-  (:func:`executor.strategies.mesh.average_gradients`).
+  (:func:`executor.strategies.grad_sync.average_gradients`).
 
 Every rank builds the same seeded model first (``build_gpt(spec, seed)``), so the run starts from
 the reference's weights. The step's loss is the global batch's mean loss on every rank: the last
@@ -32,7 +32,7 @@ from executor.model import build_gpt
 from executor.recompute import apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
-from executor.strategies.mesh import average_gradients
+from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)
 from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,

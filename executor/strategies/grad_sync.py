@@ -1,29 +1,10 @@
-"""The layout's (dp, pp, tp) rank grid as a torch ``DeviceMesh``, and the bucketed data-parallel
-gradient average the tensor/pipeline families use.
-
-``ParallelLayout`` numbers ranks by its ``placement`` (innermost dimension first: ``tp-pp-dp``
-puts tp neighbours on consecutive ranks); the mesh is built from ``layout.rank_of`` itself, so
-``mesh["tp"]`` holds exactly ``layout.tp_groups`` and so on, whatever the placement.
-"""
+"""The bucketed data-parallel gradient average the tensor/pipeline families use (the mesh itself is
+the runner's: ``executor.run.build_context``)."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-
-from simulator.strategy import ParallelLayout
-
-DIMS = ("dp", "pp", "tp")
-"""Mesh dimension names, outermost first (torchtitan's names)."""
-
-
-def layout_mesh(layout: ParallelLayout, device_type: str = "cpu"):
-    """A 3-D DeviceMesh (dp, pp, tp) whose entry [d, p, t] is ``layout.rank_of(d, p, t)``."""
-    from torch.distributed.device_mesh import DeviceMesh
-
-    grid = torch.tensor([[[layout.rank_of(d, p, t) for t in range(layout.tp)] for p in range(layout.pp)]
-                         for d in range(layout.dp)], dtype=torch.int)
-    return DeviceMesh(device_type, grid, mesh_dim_names=DIMS)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
