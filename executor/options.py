@@ -15,6 +15,7 @@ from pathlib import Path
 
 from executor.strategies import load_families
 from executor.strategies.base import Backend, FamilySpec, Precision, family_spec
+from simulator.strategy import ParamServerSync
 from simulator.errors import SpecError
 from simulator.jsonio import check_writable
 from simulator.plan_file import load_plan
@@ -109,7 +110,7 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
     """Check everything that can be checked before launching: SpecError names the flag or plan field."""
     plan = load_plan(options.plan)
     try:
-        scaled = scale_plan(plan, options.scale, nproc)
+        scaled = scale_plan(plan, options.scale, _workers(plan, nproc))
     except SpecError as err:
         raise (SpecError(f"--{err.field}", err.problem) if err.field in ("nproc", "scale") else err) from None
     load_families()
@@ -129,6 +130,12 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
         if not trace.exists() and not trace.parent.is_dir():
             raise SpecError("--trace", f"folder {str(trace.parent)!r} does not exist")
     return scaled, family
+
+
+def _workers(plan, nproc: int | None) -> int | None:
+    """Worker processes of ``nproc``: a parameter-server run's world also holds one rank per server shard."""
+    sync = plan.strategy.dp_sync
+    return nproc - sync.shards if nproc is not None and isinstance(sync, ParamServerSync) else nproc
 
 
 def _local_world() -> int:

@@ -43,22 +43,26 @@ from executor.options import RunOptions, add_run_arguments, options_from_args, p
 from executor.strategies.base import Backend, Precision, RunContext
 from simulator.errors import SpecError
 from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus
-from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.strategy import ParamServerSync
 
-_NCCL_ALGO = {AllReduceAlgorithm.RING: "Ring", AllReduceAlgorithm.TREE: "Tree", AllReduceAlgorithm.NVLS: "NVLS"}
-"""``NCCL_ALGO`` values (NCCL environment-variable docs [src: nccl-env]) of the plan algorithms NCCL has."""
 _PEER_WORDS = ("connection reset", "connection closed", "timed out", "timeout", "broken pipe", "peer")
 
 
 def nccl_environment(plan) -> dict[str, str]:
-    """Environment for NCCL that the plan implies: ``NCCL_ALGO`` for ring, tree or NVLS all-reduce."""
-    sync = plan.strategy.dp_sync
-    algo = _NCCL_ALGO.get(getattr(sync, "algorithm", None))
-    return {} if algo is None else {"NCCL_ALGO": algo}
+    """Environment for NCCL that the plan implies: ``NCCL_ALGO`` for ring, tree or NVLS all-reduce,
+    scoped to all-reduce (:func:`executor.launch_files.nccl_algo`, the one home of the rule)."""
+    from executor.launch_files import nccl_algo
+
+    var = nccl_algo(plan)
+    return {} if var is None else {var.name: var.value}
 
 
 def _mesh(layout, device_type: str):
+    """The layout's DeviceMesh; None for a parameter server (its world also holds the server ranks)."""
     from torch.distributed.device_mesh import init_device_mesh
+
+    if isinstance(layout.strategy.dp_sync, ParamServerSync):
+        return None
 
     names = tuple(reversed(layout.strategy.placement.dims))
     return init_device_mesh(device_type, tuple(layout.dims[n] for n in names), mesh_dim_names=names)

@@ -83,7 +83,7 @@ def test_family_of_a_layout_and_the_nccl_environment():
     assert family_of(plan(tp=2).layout()) is Family.TENSOR
     assert family_of(plan(pp=2).layout()) is Family.PIPELINE
     assert family_of(plan(tp=2, pp=2).layout()) is Family.PIPELINE_TENSOR
-    assert nccl_environment(plan(allreduce_algorithm="ring")) == {"NCCL_ALGO": "Ring"}
-    assert nccl_environment(plan(allreduce_algorithm="tree")) == {"NCCL_ALGO": "Tree"}
+    assert nccl_environment(plan(allreduce_algorithm="ring")) == {"NCCL_ALGO": "allreduce:Ring"}
+    assert nccl_environment(plan(allreduce_algorithm="tree")) == {"NCCL_ALGO": "allreduce:Tree"}
     assert nccl_environment(plan()) == {}
     assert nccl_environment(plan(allreduce_algorithm="halving_doubling")) == {}

@@ -40,6 +40,7 @@ def _forwarded(args) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     from executor import run, supervise
+    from executor.strategies.base import processes
 
     options = options_from_args(args)
     if "RANK" in os.environ:  # already one rank of a torchrun job
@@ -49,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
 
         raise SpecError("--nproc", f"must be a positive integer, got {args.nproc}")
     scaled, _ = prepare(options, args.nproc)
-    nproc = scaled.run.layout().world_size
+    nproc = processes(scaled.run.layout())
     for note in scaled.notes:
         print(f"note: {note}")
     if args.trace is not None:

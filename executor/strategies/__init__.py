@@ -10,6 +10,8 @@ import importlib
 
 FAMILY_MODULES: tuple[str, ...] = (
     "executor.strategies.data_parallel",
+    "executor.strategies.parallel",
+    "executor.strategies.param_server",
 )
 """Modules that register a family. Add a module here to add a family."""
 

@@ -91,6 +91,13 @@ class Family(Enum):
     """dp_sync param-server: workers push gradients to and pull parameters from server ranks."""
 
 
+def processes(layout: ParallelLayout) -> int:
+    """Processes a run of ``layout`` takes: its worker ranks, plus one rank per server shard for a
+    parameter server (``executor.strategies.param_server``: servers are processes of their own)."""
+    sync = layout.strategy.dp_sync
+    return layout.world_size + (sync.shards if isinstance(sync, ParamServerSync) else 0)
+
+
 def family_of(layout: ParallelLayout) -> Family:
     """The family that runs ``layout``."""
     if isinstance(layout.strategy.dp_sync, ParamServerSync):
