@@ -74,6 +74,10 @@ def _storage_bytes(tensors: Iterable[torch.Tensor], seen: dict[int, int] | None 
     return total
 
 
+storage_bytes = _storage_bytes
+"""Public name of the storage accounting (the plan runner's families count model states with it)."""
+
+
 def _wrap(model: torch.nn.Module, mode: str, nproc: int, job: _Job, bucket_storages: dict[int, int]):
     """Wrap ``model`` for ``mode``; returns (module to call, optimizer, Adam state dict)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

@@ -57,22 +57,41 @@ class Attention(nn.Module):
     def __init__(self, spec: TransformerSpec):
         super().__init__()
         self.spec = spec
+        self.heads, self.kv_heads = spec.heads, spec.n_kv_heads
+        """Heads this module computes: all of them, or its share under tensor parallelism."""
         self.qkv = nn.Linear(spec.hidden, spec.q_dim + 2 * spec.kv_dim, bias=spec.bias is not BiasKind.NONE)
         self.out = nn.Linear(spec.q_dim, spec.hidden, bias=spec.bias is BiasKind.ALL)
+        self.eager = False
+        """Unfused attention core (see :meth:`core`); set by ``executor.recompute.apply_attention``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        spec = self.spec
+        d_head = self.spec.d_head
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).split((spec.q_dim, spec.kv_dim, spec.kv_dim), dim=-1)
-        q = q.view(b, s, spec.heads, spec.d_head).transpose(1, 2)
-        k = k.view(b, s, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-        v = v.view(b, s, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-        if spec.position is PositionKind.ROTARY:
-            cos, sin = _rope_tables(s, spec.d_head, x.device)
+        q_dim, kv_dim = self.heads * d_head, self.kv_heads * d_head
+        q, k, v = self.qkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)
+        q = q.view(b, s, self.heads, d_head).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, d_head).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, d_head).transpose(1, 2)
+        if self.spec.position is PositionKind.ROTARY:
+            cos, sin = _rope_tables(s, d_head, x.device)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=spec.n_kv_heads != spec.heads)
-        return self.out(y.transpose(1, 2).reshape(b, s, spec.q_dim))
+        y = self.core(q, k, v)
+        return self.out(y.transpose(1, 2).reshape(b, s, q_dim))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The attention core softmax(QKᵀ/√d + causal mask)·V on ``(b, heads, s, d)``: the part selective
+        recomputation reruns. Fused SDPA by default; ``eager`` materialises the scores (Megatron-LM's
+        unfused attention, what the simulator's ``attention eager`` counts)."""
+        gqa = self.kv_heads != self.heads
+        if not self.eager:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if gqa:
+            group = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        s = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        return scores.masked_fill(mask, float("-inf")).softmax(dim=-1) @ v
 
 
 class MLP(nn.Module):

@@ -29,8 +29,9 @@ from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Offload, Strategy
+from simulator.strategy import Offload, Strategy, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.framework import resolve_framework
 from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
 
@@ -65,12 +66,26 @@ class Counts:
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
 
+def _zero_with_pp(key: dict) -> bool:
+    """Whether the key's framework runs ZeRO-2/3 with pp > 1 (rules.py ``zero``); a framework the key
+    cannot resolve passes here and is refused with its own error when its strategy is built."""
+    try:
+        framework = resolve_framework(ZeroStage(int(key.get("zero", 0))), key.get("partitioning"),
+                                      key.get("framework"))[1]
+    except (SpecError, ValueError):
+        return True
+    return framework.partitions_gradients_with_pipeline
+
+
 def _arrays(keys: list[dict]) -> Candidates:
     col = lambda name, default=1: np.array([k.get(name, default) for k in keys], dtype=np.int64)  # noqa: E731
     inter = np.array([k.get("schedule") is ScheduleKind.INTERLEAVED and k.get("virtual_stages", 1) > 1
                       for k in keys], dtype=bool)
+    zero = np.array([int(k.get("zero", 0)) for k in keys], dtype=np.int64)
+    zero_with_pp = np.array([_zero_with_pp(k) for k in keys], dtype=bool)
     return Candidates.of(dp=col("dp"), tp=col("tp"), pp=col("pp"), v=col("virtual_stages"),
-                         micro_batch=col("micro_batch"), global_batch=col("global_batch"), interleaved=inter)
+                         micro_batch=col("micro_batch"), global_batch=col("global_batch"), interleaved=inter,
+                         zero=zero, zero_with_pp=zero_with_pp)
 
 
 def _valid(keys: list[dict], problem: Problem, workload, counts: Counts) -> list[dict]:
@@ -239,8 +254,14 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     keys = list(enumerate_keys(search.problem, search.axes()))
     _check_pins_apply(keys, search.pins)
     counts.enumerated = len(keys)
-    built = _strategies(_valid(keys, search.problem, search.workload, counts), search.profile, counts)
+    valid = _valid(keys, search.problem, search.workload, counts)
+    built = _strategies(valid, search.profile, counts)
     strategies, refused = _admitted(built, search.capability, counts)
+    if keys and not valid and search.capability is not None:  # the layout rules refused all: say why if the
+        scratch = Counts()                                    # framework itself never runs the pinned combination
+        any_run, refused = _admitted(_strategies(keys, search.profile, scratch), search.capability, scratch)
+        if refused and not any_run:
+            raise SpecError("profile", f"{refused}; the pins leave no candidate it can run")
     if built and not strategies:
         raise SpecError("profile", f"{refused}; the pins leave no candidate it can run")
     counts.seconds["enumerate"] = time.perf_counter() - t0

@@ -2,10 +2,14 @@
 
 Each kernel (see :mod:`simulator.workload.ops`) takes
 
-    time = max(FLOPs / (peak(dtype) · e(FLOPs)),  bytes / (HBM bandwidth · hbm_efficiency))
+    time = max(W / (peak(dtype) · e(W)),  bytes / (HBM bandwidth · hbm_efficiency))
 
 where ``e`` is the device's matmul-efficiency curve (:mod:`simulator.gemm_efficiency`: the device's
-own ``gemm_efficiency`` or the default for its name) and memory-bound kernels have no FLOPs term.
+own ``gemm_efficiency`` or the default for its name), ``W`` a GEMM's padded work — its FLOPs rounded
+up to whole tiles and whole waves on the device's ``sm_count`` SMs (:mod:`simulator.gemm_shape`;
+the FLOPs themselves for a kernel without a shape or a device without ``sm_count``) — and
+memory-bound kernels have no FLOPs term. A preset and a measured cluster file go through this same
+formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
 kernels, no launch gaps beyond what the efficiency curve carries).
@@ -22,9 +26,10 @@ from enum import Enum
 
 from simulator.cluster.spec import Device
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
+from simulator.gemm_shape import best_padded_flops
 from simulator.workload.chunks import layer_kernel, recomputed
 from simulator.workload.flops import Recompute
-from simulator.workload.kinds import DtypePolicy
+from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
 from simulator.workload.protocol import WorkUnit
@@ -68,18 +73,38 @@ class OpTime:
     """Achieved fraction of peak FLOP/s over the operation (0 for memory-only operations)."""
 
 
-def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency) -> tuple[float, Bound]:
-    """Roofline time of one kernel and which term bounds it."""
+def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
+                sm_count: int | None = None, clock_ratio: float = 1.0) -> tuple[float, Bound]:
+    """Roofline time of one kernel and which term bounds it. A GEMM with a shape is timed on its
+    padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs, :mod:`simulator.gemm_shape`):
+    ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM of ``W`` FLOPs costs on the
+    curve at the device's sustained clock (``Device.sustained_clock_ratio``)."""
     t_mem = kernel.bytes / hbm_Bps
     if not kernel.gemm or kernel.flops <= 0:
         return t_mem, Bound.MEMORY
-    t_comp = kernel.flops / (peak_flops * curve.efficiency(kernel.flops))
+    work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)
+    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work))
     return (t_comp, Bound.COMPUTE) if t_comp >= t_mem else (t_mem, Bound.MEMORY)
 
 
-def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], peak: float, hbm_Bps: float,
-         curve: GemmEfficiency) -> OpTime:
-    timed = [kernel_time(k, peak, hbm_Bps, curve) for k in kernels]
+@dataclass(frozen=True)
+class Rates:
+    """What a device brings to the roofline: peak FLOP/s in the compute dtype, achievable HBM bytes/s,
+    the matmul-efficiency curve and the SM count for quantisation."""
+
+    peak_flops: float
+    hbm_Bps: float
+    curve: GemmEfficiency
+    sm_count: int | None
+    clock_ratio: float = 1.0
+
+    def time(self, kernel: Kernel) -> tuple[float, Bound]:
+        return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio)
+
+
+def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) -> OpTime:
+    peak = rates.peak_flops
+    timed = [rates.time(k) for k in kernels]
     total = sum(t for t, _ in timed)
     flops = sum(k.flops for k in kernels)
     bound = max(timed, key=lambda tb: tb[0])[1]
@@ -88,34 +113,35 @@ def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], peak: float, h
                   bytes=sum(k.bytes for k in kernels), time_s=total, bound=bound, efficiency=eff)
 
 
-def _rates(dtype: DtypePolicy, device: Device) -> tuple[float, float, GemmEfficiency]:
+def _rates(dtype: DtypePolicy, device: Device) -> Rates:
     curve = efficiency_for(device)
-    peak = device.peak_flops(dtype.compute_dtype)
-    return peak, device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve
+    return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
+                 hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
+                 clock_ratio=device.sustained_clock_ratio)
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
-                sequence_parallel: bool = False) -> list[OpTime]:
+                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
     forward rows, then recompute rows (if any), then backward rows."""
-    peak, hbm, curve = _rates(spec.dtype, device)
+    rates = _rates(spec.dtype, device)
     works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel)
-    rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
-    rows += [_row(w, Phase.RECOMPUTE, w.fwd, peak, hbm, curve) for w in works
+                       sequence_parallel=sequence_parallel, fusion=fusion)
+    rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
+    rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]
-    rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
+    rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]
     return rows
 
 
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                tp: int = 1, *, sequence_parallel: bool = False) -> list[OpTime]:
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST)."""
-    peak, hbm, curve = _rates(spec.dtype, device)
+    rates = _rates(spec.dtype, device)
     works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
-    rows = [_row(w, Phase.FWD, w.fwd, peak, hbm, curve) for w in works]
-    rows += [_row(w, Phase.BWD, w.bwd, peak, hbm, curve) for w in works]
+    rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
+    rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]
     return rows
 
 
@@ -159,12 +185,12 @@ def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: i
     """Roofline per layer of a generic workload: forward reads the weights and writes the activations
     (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes
     (:func:`simulator.workload.chunks.layer_kernel`)."""
-    peak, hbm, curve = _rates(workload.dtype, device)
+    rates = _rates(workload.dtype, device)
     rows = []
     for phase, factor in ((Phase.FWD, 1), (Phase.BWD, 2)):
         for layer in workload.layers:
             kernel = layer_kernel(layer, micro_batch, workload.dtype, factor)
-            t, bound = kernel_time(kernel, peak, hbm, curve)
+            t, bound = rates.time(kernel)
             rows.append(LayerTime(layer=layer.name, phase=phase, flops=kernel.flops, bytes=kernel.bytes, time_s=t,
                                   bound=bound))
     return rows
@@ -174,9 +200,9 @@ def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[floa
     """(forward, backward, recompute) seconds of one repetition of ``unit``: each operation the sum of
     its kernels' roofline times, each phase the sum of its operations (as :func:`total_time` adds
     the rows of :func:`layer_times`)."""
-    peak, hbm, curve = _rates(dtype, device)
+    rates = _rates(dtype, device)
 
     def phase(ops: tuple[tuple[Kernel, ...], ...]) -> float:
-        return sum(sum(kernel_time(k, peak, hbm, curve)[0] for k in kernels) for kernels in ops)
+        return sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops)
 
     return phase(unit.fwd), phase(unit.bwd), phase(unit.recompute)

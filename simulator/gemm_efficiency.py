@@ -2,11 +2,11 @@
 
 A GEMM of ``F = 2·m·n·k`` FLOPs on a device of peak ``P`` takes ``F / (P · e(F))`` when it is
 compute-bound; ``e`` is this curve, piecewise-linear in ``log10(F)`` between named points and flat
-beyond the first and last. Small GEMMs run further from peak (launch and prologue/epilogue costs, a
-partly filled last wave of thread blocks: NVIDIA, "Matrix Multiplication Background User's Guide",
-§ "Dimension Quantization Effects"). Thin GEMMs are also limited by their bytes; that is the
-roofline's memory term in :mod:`simulator.compute`, not this curve. Tensor parallelism and the
-micro-batch size change efficiency only by moving a GEMM along this curve.
+beyond the first and last. Small GEMMs run further from peak (launch and prologue/epilogue costs).
+A GEMM's shape adds tile and wave quantisation (NVIDIA, "Matrix Multiplication Background User's
+Guide" [src: nvidia-gemm-guide]): :mod:`simulator.compute` evaluates the curve at the GEMM's padded
+work from :mod:`simulator.gemm_shape`, not at its FLOPs. Thin GEMMs are also limited by their bytes;
+that is the roofline's memory term in :mod:`simulator.compute`, not this curve.
 
 Default curves, chosen by the device's ``gemm_curve`` (:class:`GemmCurve`):
 - the plateau (large GEMMs) is the *Maximum Achievable Matmul FLOPS* measured with

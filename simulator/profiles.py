@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.errors import SpecError
+from simulator.workload.kinds import KernelFusion
 from simulator.schedules import ScheduleKind
 from simulator.strategy.flat import strategy_from_flat_with_profile
 from simulator.strategy.framework import Framework
@@ -96,6 +97,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
                                  "max(40e6, 1e6·dp) parameters (MCore API docs); 40e6 is exact for dp ≤ 40"),
         "overlap_grad_reduce": Default(True, "(assumption) --overlap-grad-reduce as in Megatron-LM's example "
                                        "scripts; DistributedDataParallelConfig.overlap_grad_reduce defaults to False"),
+        "kernel_fusion": Default(KernelFusion.MEGATRON, "Megatron-LM's --bias-dropout-fusion and "
+                                 "--masked-softmax-fusion are on unless disabled (megatron/training/arguments.py)"),
     }),
     Profile("tf-mirrored", "TensorFlow MirroredStrategy", "one-node synchronous replicas, NCCL all-reduce", {
         "dp_sync": Default(DpSyncKind.ALL_REDUCE, "tf.distribute.MirroredStrategy docs: synchronous training"),

@@ -38,7 +38,8 @@ class Category(Enum):
     DP = "dp"
     """Exposed data-parallel gradient synchronisation (what backward did not hide)."""
     ZERO = "zero"
-    """Exposed ZeRO parameter all-gathers."""
+    """Exposed ZeRO communication: parameter all-gathers and, under ZeRO-2/3, the gradient
+    reduce-scatters of every micro-batch."""
     PS = "ps"
     """Exposed parameter-server push/pull."""
     OFFLOAD = "offload"

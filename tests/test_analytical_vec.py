@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator.workload.kinds import KernelFusion
+
 from simulator.analytical import estimate
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.cluster.presets import load_preset
@@ -14,7 +16,7 @@ from simulator.errors import SpecError
 from simulator.results import Category
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, InputPipeline, Offload,
                                 ParamServerSync, PlacementOrder, Recompute, Role, ScheduleKind, Strategy,
-                                StragglerModel, ZeroStage)
+                                Partitioning, StragglerModel, ZeroStage)
 from simulator.workload import get_preset
 
 
@@ -111,6 +113,8 @@ STRUCTURE_VARIANTS = {
     "zero": dict(zero=ZeroStage.ZERO1), "offload": dict(zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER),
     "recompute": dict(recompute=Recompute.FULL), "attention": dict(attention=AttentionKind.EAGER),
     "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
+    "framework": dict(framework=Framework.DEEPSPEED), "partitioning": dict(partitioning=Partitioning.FLAT),
+    "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
 }
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
@@ -128,7 +132,7 @@ def test_structure_key_follows_the_field_declarations():
     base = Strategy(global_batch=64)
     for name, change in STRUCTURE_VARIANTS.items():
         assert _key(replace(base, **change)) != _key(base), name
-    same = replace(base, global_batch=128, profile="ddp", framework=Framework.TORCH_DDP,
+    same = replace(base, global_batch=128, profile="ddp",
                    offload_activations=False, stragglers=StragglerModel(seed=3))
     assert _key(same) == _key(base)
 

@@ -336,7 +336,7 @@ def test_param_fetch_owner_broadcast_is_slower(tmp_path, capsys):
     from simulator.cluster.io import load_cluster, save_cluster
 
     base = load_cluster("dgx-a100")
-    host = replace(base.node.host, cpu_adam_params_per_s=1e9)  # test value: the presets give none
+    host = replace(base.node.host, cpu_adam_params_per_s=1e9)  # a test value, not the preset's
     path = save_cluster(replace(base, node=replace(base.node, host=host)), tmp_path / "offload.yaml")
     argv = ["simulate", "--model", "gpt3-1.3b", "--cluster", str(path), "--gpus", "8", "--gbs", "16", "--zero", "3",
             "--offload", "params"]

@@ -14,6 +14,7 @@ from test_collectives_helpers import check, pcie_tree, switched
 
 ONE_NODE = switched(nodes=1, gpus=8, in_switch_reduction=True)
 FOUR_NODES = switched(nodes=4, gpus=4, nics=2)
+FOUR_SHARP = switched(nodes=4, gpus=4, nics=2, in_switch_reduction=True)
 GROUPS = [
     (ONE_NODE, [0, 1]), (ONE_NODE, [0, 1, 2]), (ONE_NODE, [3, 1, 0, 2]), (ONE_NODE, list(range(5))),
     (ONE_NODE, list(range(8))), (FOUR_NODES, list(range(16))), (FOUR_NODES, [0, 4, 8, 12]),
@@ -55,6 +56,10 @@ def test_every_op_has_an_algorithm_and_every_algorithm_an_op():
     for op in Op:
         assert any(supports(a, op, FOUR_NODES, ranks) for a in algorithm_names()), op
     for a in algorithm_names():
-        assert any(supports(a, op, c, r) for op in Op for c, r in [(ONE_NODE, list(range(8))), (FOUR_NODES, ranks)]), a
+        assert any(supports(a, op, c, r) for op in Op for c, r in [(ONE_NODE, list(range(8))), (FOUR_NODES, ranks),
+                                                                    (FOUR_SHARP, ranks)]), a
     assert not supports("hierarchical", Op.ALL_REDUCE, ONE_NODE, list(range(8)))  # needs several nodes
     assert not supports("nvls", Op.ALL_REDUCE, FOUR_NODES, ranks)  # in-switch reduction off, several nodes
+    assert not supports("nvls_tree", Op.ALL_REDUCE, FOUR_NODES, ranks)  # in-switch reduction off
+    assert not supports("nvls_tree", Op.ALL_REDUCE, ONE_NODE, list(range(8)))  # needs several nodes
+    assert not supports("nvls_tree", Op.ALL_REDUCE, FOUR_SHARP, [0, 4, 8, 12])  # one GPU per node: a plain tree

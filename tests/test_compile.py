@@ -9,7 +9,7 @@ from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
 from simulator.compile import CostCache, ParamFetch, adam_bytes_per_param, compile_step
 from simulator.errors import SpecError
-from simulator.strategy import AllReduceSync, Offload, Recompute, Strategy, ZeroStage
+from simulator.strategy import AllReduceSync, Framework, Offload, Recompute, Strategy, ZeroStage
 from simulator.units import MiB
 from simulator.work import CommKind
 from simulator.workload import DtypePolicy, ParamCountModel, get_preset, model_flops_per_token
@@ -74,15 +74,56 @@ def test_dp_buckets_and_ready_fractions(cluster, model, cache):
 
 def test_zero_stages_change_the_calls(cluster, model, cache):
     """ZeRO (Rajbhandari et al. SC'20): stage 2 reduce-scatters gradients and all-gathers parameters after the
-    step; stage 3 gathers every block forward and backward instead."""
+    step; stage 3 gathers every block forward and backward instead. The reduce-scatters run in every
+    micro-batch's backward (DeepSpeed's backward hooks; FSDP2 per fully_shard unit), so they are in the
+    chunk's ``zero_bwd`` and not in the once-per-step ``grad_sync``: DeepSpeed one per reduce bucket,
+    FSDP2 one per block."""
     z2 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO2), cache=cache, memory=False)
     st = z2.stages[0]
-    assert {c.op for c in st.grad_sync} == {Op.REDUCE_SCATTER}
+    assert st.grad_sync == ()
+    ch = st.chunks[0]
+    grad_bytes = model.params * 2
+    assert {c.op for c in ch.zero_bwd} == {Op.REDUCE_SCATTER} and ch.zero_fwd == ()
+    assert len(ch.zero_bwd) == math.ceil(grad_bytes / z2.layout.bucket_bytes)
+    assert sum(c.nbytes for c in ch.zero_bwd) == pytest.approx(grad_bytes, rel=1e-6)
     assert {c.kind for c in st.after_step} == {CommKind.ZERO} and st.after_step[0].op is Op.ALL_GATHER
     z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
     ch = z3.stages[0].chunks[0]
-    assert len(ch.zero_fwd) == len(ch.zero_bwd) == 24 and z3.stages[0].after_step == ()
+    assert len(ch.zero_fwd) == 24 and z3.stages[0].after_step == ()
+    assert [c.op for c in ch.zero_bwd[:24]] == [Op.ALL_GATHER] * 24  # re-gathered for the backward
+    assert {c.op for c in ch.zero_bwd[24:]} == {Op.REDUCE_SCATTER}
     assert ch.zero_fwd[0].nbytes > ch.zero_fwd[1].nbytes  # the embedding rides with the first block
+
+
+def test_fsdp2_issues_per_block_calls_and_gathers_zero2_in_forward(cluster, model, cache):
+    """FSDP2 (fully_shard per block): ZeRO-3 reduce-scatters each block's gradients (24 blocks, the edge
+    gradients with the first) besides re-gathering it; ZeRO-2 (reshard_after_forward=False) gathers each
+    block in every forward, keeps it for the backward, and has no all-gather after the step."""
+    z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3, framework=Framework.FSDP2),
+                      cache=cache, memory=False)
+    ch = z3.stages[0].chunks[0]
+    rs = [c for c in ch.zero_bwd if c.op is Op.REDUCE_SCATTER]
+    assert len(rs) == 24 and rs[0].nbytes > rs[1].nbytes
+    z2 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO2, framework=Framework.FSDP2),
+                      cache=cache, memory=False)
+    st = z2.stages[0]
+    assert [c.op for c in st.chunks[0].zero_fwd] == [Op.ALL_GATHER] * 24
+    assert [c.op for c in st.chunks[0].zero_bwd] == [Op.REDUCE_SCATTER] * 24
+    assert st.after_step == () and st.grad_sync == ()
+
+
+def test_gradient_accumulation_reduce_scatters_every_micro_batch(cluster, model, cache):
+    """Under accumulation ZeRO-2 reduce-scatters its gradients once per micro-batch (m times a step), DDP
+    all-reduces once (no_sync): 4 micro-batches move 4× the gradient bytes under ZeRO-2, 1× under DDP."""
+    grad_bytes = model.params * 2
+    for gbs, m in ((16, 1), (64, 4)):
+        z2 = compile_step(cluster, model, Strategy(global_batch=gbs, zero=ZeroStage.ZERO2), cache=cache, memory=False)
+        assert z2.micro_batches == m
+        per_micro_batch = sum(c.nbytes for c in z2.stages[0].chunks[0].zero_bwd)
+        assert per_micro_batch * z2.micro_batches == pytest.approx(m * grad_bytes, rel=1e-6)
+        ddp = compile_step(cluster, model, Strategy(global_batch=gbs), cache=cache, memory=False)
+        assert sum(c.nbytes for c in ddp.stages[0].grad_sync) == pytest.approx(grad_bytes, rel=1e-6)
+        assert ddp.stages[0].chunks[0].zero_bwd == ()
 
 
 def test_gpu_optimizer_is_one_pass_over_states(cluster, model, cache):
@@ -131,9 +172,10 @@ def test_flops_tokens_memory(cluster, model, cache):
 
 
 def test_offload_without_cpu_adam_rate_is_an_error(model):
+    base = load_preset("dgx-a100", 2)
+    cluster = replace(base, node=replace(base.node, host=replace(base.node.host, cpu_adam_params_per_s=0.0)))
     with pytest.raises(SpecError, match="cpu_adam_params_per_s"):
-        compile_step(load_preset("dgx-a100", 2), model, Strategy(global_batch=16, zero=ZeroStage.ZERO1,
-                                                                 offload=Offload.OPTIMIZER))
+        compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER))
 
 
 def test_bad_inputs(cluster, model):

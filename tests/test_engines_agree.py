@@ -81,7 +81,7 @@ F_S, B_S = 0.01, 0.02
 P2P_BYTES = 25_000_000
 """p2p message: α + n/bw = 5 µs + 25e6 B / 25e9 B/s = 1.005 ms (two_rank_work's NIC)."""
 BUCKET_BYTES = 250_000_000
-"""DP bucket: 2·(5 µs + 125e6/25e9) + 3·125e6/2000e9 = 0.01001 + 0.0001875 = 0.0101975 s (two_rank_work)."""
+"""DP bucket: 2·(5 µs + 125e6/25e9) = 0.01001 s; the ring's reduction overlaps its transfer (two_rank_work)."""
 
 
 def test_hand_worked_two_rank_1f1b_des():
@@ -117,16 +117,16 @@ def test_des_is_never_faster_with_heavy_p2p():
 def test_hand_worked_two_rank_data_parallel_buckets():
     """dp 2 over two nodes, one micro-batch, two buckets of 250 MB ready at 1/2 and all of the backward (DDP,
     Li et al. VLDB 2020), one at a time on the dp stream: backward runs f = 0.01 – 0.03; bucket 0 ready at
-    0.02, runs to 0.02 + d = 0.0301975 (d = 0.0101975, BUCKET_BYTES); bucket 1 ready at 0.03 waits for the
-    stream, runs 0.0301975 – 0.040395. Step = f + b/2 + 2d = 0.040395 s; exposed DP = 0.010395 s."""
+    0.02, runs to 0.02 + d = 0.03001 (d = 0.01001, BUCKET_BYTES); bucket 1 ready at 0.03 waits for the
+    stream, runs 0.03001 – 0.04002. Step = f + b/2 + 2d = 0.04002 s; exposed DP = 0.01002 s."""
     d = ring2_all_reduce_s(BUCKET_BYTES)
-    assert d == pytest.approx(0.0101975, rel=1e-12)
+    assert d == pytest.approx(0.01001, rel=1e-12)
     strategy = Strategy(global_batch=2, micro_batch=1, dp=2)
     work = data_parallel_work(strategy, F_S, B_S, (bucket_call(BUCKET_BYTES),) * 2, (0.5, 1.0))
     des, analytical = simulate(work, two_nodes(), trace=False), estimate_work(work)
     for result in (des, analytical):
-        assert result.step_time_s == pytest.approx(0.040395, rel=1e-9)
-        assert result.breakdown[Category.DP] == pytest.approx(0.010395, rel=1e-9)
+        assert result.step_time_s == pytest.approx(0.04002, rel=1e-9)
+        assert result.breakdown[Category.DP] == pytest.approx(0.01002, rel=1e-9)
     # The DES replays the ring on the NICs: calls whose compiled time is 0 still take d each.
     zeroed = data_parallel_work(strategy, F_S, B_S, (bucket_call(BUCKET_BYTES, time_s=0.0),) * 2, (0.5, 1.0))
-    assert simulate(zeroed, two_nodes(), trace=False).step_time_s == pytest.approx(0.040395, rel=1e-9)
+    assert simulate(zeroed, two_nodes(), trace=False).step_time_s == pytest.approx(0.04002, rel=1e-9)

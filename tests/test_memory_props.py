@@ -119,7 +119,8 @@ def test_peaks_are_ordered_and_never_below_model_states(data):
     spec = data.draw(specs())
     layout = data.draw(layouts(spec))
     framework = data.draw(st.sampled_from(list(Framework)))
-    zero = data.draw(st.sampled_from(framework.zero_stages))
+    zero = data.draw(st.sampled_from([z for z in framework.zero_stages  # ZeRO-2/3 with pp: FSDP2 only (rules.py)
+                                      if layout["pp"] == 1 or z.value < 2 or framework.partitions_gradients_with_pipeline]))
     dp = data.draw(st.integers(1, 4))
     cluster = load_cluster(data.draw(st.sampled_from(["dgx-h100", "dgx-a100"])))
     lay = layout_of(spec, cluster, **layout, dp=dp, zero=zero, framework=framework,

@@ -106,8 +106,6 @@ def test_groups_partition_ranks_and_coords_invert(tp, pp, order):
     (dict(tp=8, pp=4, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2, global_batch=6),
      "micro_batches: interleaved schedule needs micro-batches a multiple of pp=4, got 6; use 4 or 8"),
     (dict(stragglers=StragglerModel(speed_factors=(1.0, 1.2))), "speed_factors: has 2 entries; give one per rank"),
-    (dict(input=InputPipeline(bytes_per_sample=1000)), "bytes_per_sample: the cluster 'dgx-h100' gives no "
-                                                       "host.storage_read_GBps"),
     (dict(dp_sync=ParamServerSync(server_nodes=4)), "ps_server_nodes: 4 server nodes leave no workers in 4 nodes; "
                                                     "use at most 3"),
     (dict(workload=ParamCountModel(params=10**9), pp=2), "pp: 2: a model known only by its parameter count"),
@@ -122,6 +120,15 @@ def test_layer_list_cannot_be_tensor_parallel():
     layers = LayerListWorkload(name="x", layers=(LayerSpec(name="a", params=1, fwd_flops=1, activation_bytes=1),))
     with pytest.raises(SpecError, match="tp: 2: a layer-list workload has no heads to split; use tp 1"):
         layout(workload=layers, tp=2)
+
+
+def test_reading_samples_needs_the_clusters_storage_bandwidth():
+    from dataclasses import replace
+
+    node = replace(H100.node, host=replace(H100.node.host, storage_read_GBps=0.0))
+    cluster = replace(H100.with_nodes(4), node=node)
+    with pytest.raises(SpecError, match="^bytes_per_sample: the cluster 'dgx-h100' gives no host.storage_read_GBps"):
+        build_layout(Strategy(global_batch=64, input=InputPipeline(bytes_per_sample=1000)), cluster, LLAMA7)
 
 
 def test_synthetic_input_needs_no_storage_bandwidth():
@@ -211,3 +218,26 @@ def test_flat_keys_read_text():
 def test_flat_errors(values, message):
     with pytest.raises(SpecError, match="^" + message):
         strategy_from_flat(values)
+
+
+def test_zero_2_3_with_a_pipeline_is_refused_unless_the_framework_runs_it():
+    """DeepSpeed's pipeline engine asserts ZeRO < 2 (deepspeed/runtime/pipe/engine.py) and Megatron-LM's
+    distributed optimizer is ZeRO-1, so ZeRO-2/3 with pp > 1 under DeepSpeed (the default framework at
+    ZeRO >= 1) is a one-line error naming the fix; FSDP2 runs with torch pipelining (torchtitan)."""
+    import pytest
+
+    from simulator.cluster.io import load_cluster
+    from simulator.errors import SpecError
+    from simulator.strategy import Framework, Strategy, ZeroStage, build_layout
+    from simulator.workload import get_preset
+
+    cluster, model = load_cluster("dgx-a100", nodes=1), get_preset("gpt3-125m")
+    for zero in (ZeroStage.ZERO2, ZeroStage.ZERO3):
+        for framework in (None, Framework.DEEPSPEED):
+            with pytest.raises(SpecError) as err:
+                build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=zero, framework=framework), cluster, model)
+            assert err.value.field == "zero"
+            assert "deepspeed" in str(err.value) and "fsdp2" in str(err.value) and "\n" not in str(err.value)
+        build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=zero, framework=Framework.FSDP2), cluster, model)
+        build_layout(Strategy(global_batch=16, dp=8, pp=1, zero=zero), cluster, model)
+    build_layout(Strategy(global_batch=16, dp=4, pp=2, zero=ZeroStage.ZERO1), cluster, model)

@@ -14,7 +14,7 @@ from simulator.compile import compile_step
 from simulator.errors import SpecError
 from simulator.memory import memory_report
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Strategy, build_layout
+from simulator.strategy import Framework, Strategy, ZeroStage, build_layout
 from simulator.strategy.rules import Candidates, valid_mask
 from simulator.workload import get_preset
 from trainplan import cli_common, strategy_flags
@@ -79,19 +79,26 @@ def candidate_columns(draw):
     ints = lambda *values: np.array(draw(st.lists(st.sampled_from(values), min_size=n, max_size=n)))  # noqa: E731
     inter = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     v = np.where(inter, ints(2, 3), 1)
+    zero = ints(0, 1, 2, 3)
+    fsdp = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))) & (zero >= 2)  # FSDP2 does ZeRO 2/3
     return dict(dp=ints(1, 2, 3, 4, 8), tp=ints(1, 2, 3, 4, 5), pp=ints(1, 2, 3, 4, 8), v=v,
-                micro_batch=ints(1, 2, 3, 4), global_batch=ints(1, 6, 8, 12, 16, 24, 48), interleaved=inter)
+                micro_batch=ints(1, 2, 3, 4), global_batch=ints(1, 6, 8, 12, 16, 24, 48), interleaved=inter,
+                zero=zero, zero_with_pp=fsdp)
 
 
 def _by_hand(c: dict, gpus: int) -> bool:
     """The layout rules written out independently of simulator.strategy.rules, for gpt3-125m (12 layers,
     12 heads, 12 kv heads): degrees multiply to the GPUs, tp divides the heads (Megatron-Core's divide),
     pp·v ≤ layers, dp divides the batch, the micro-batch divides each replica's share, and interleaving
-    needs at least two pipeline ranks and m a multiple of pp (Narayanan et al. SC'21)."""
+    needs at least two pipeline ranks and m a multiple of pp (Narayanan et al. SC'21), and ZeRO-2/3
+    with pp > 1 only under FSDP2 (DeepSpeed's pipeline engine asserts ZeRO < 2; the default framework at
+    ZeRO >= 1 is DeepSpeed)."""
     dp, tp, pp, v, b, gbs = c["dp"], c["tp"], c["pp"], c["v"], c["micro_batch"], c["global_batch"]
     if dp * tp * pp != gpus or 12 % tp or pp * v > 12 or gbs % dp or (gbs // dp) % b:
         return False
-    return not c["interleaved"] or (pp > 1 and (gbs // (dp * b)) % pp == 0)
+    if c["interleaved"] and (pp == 1 or (gbs // (dp * b)) % pp):
+        return False
+    return c["zero"] < 2 or pp == 1 or bool(c["zero_with_pp"])
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,7 +114,9 @@ def test_valid_mask_equals_build_layout(columns, gpus):
         schedule = ScheduleKind.INTERLEAVED if c["interleaved"] else ScheduleKind.ONE_F_ONE_B
         try:
             build_layout(Strategy(global_batch=c["global_batch"], micro_batch=c["micro_batch"], dp=c["dp"],
-                                  tp=c["tp"], pp=c["pp"], schedule=schedule, virtual_stages=c["v"]), cluster, model)
+                                  tp=c["tp"], pp=c["pp"], schedule=schedule, virtual_stages=c["v"],
+                                  zero=ZeroStage(c["zero"]), framework=Framework.FSDP2 if c["zero_with_pp"] else None),
+                         cluster, model)
             built = True
         except SpecError:
             built = False

@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_collective",
     "trainplan.cmd_calibrate",
     "trainplan.cmd_simulate",
+    "trainplan.cmd_execute",
+    "trainplan.cmd_launch",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 

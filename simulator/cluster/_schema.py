@@ -17,7 +17,8 @@ from simulator.units import GB
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
             "comm", "in_switch_reduction", "source")
-DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency")
+DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
+               "sm_count", "sustained_clock_ratio")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -27,7 +28,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "cpu_adam_params_per_s", "storage_read_GBps")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor")
+                 "algo_bw_factor", "step_bytes", "fifo_steps")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -63,7 +64,9 @@ def _device(s: Section) -> Device:
         curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
-                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named)
+                  hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
+                  sm_count=s.integer("sm_count") if s.has("sm_count") else None,
+                  sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0))
 
 
 def _link(s: Section, default_kind: LinkKind | None = None) -> Link:
@@ -164,7 +167,9 @@ def _protocol(s: Section) -> Protocol:
     ratios = s.section("algo_bw_factor", ALGORITHMS, {})
     algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
     return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
-                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw)
+                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
+                    step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
+                    fifo_steps=s.integer("fifo_steps", 1))
 
 
 def _latency_map(s: Section, key_type) -> dict:

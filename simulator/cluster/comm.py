@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from simulator.checks import non_negative_number
+from simulator.errors import SpecError
 
 
 class LinkClass(Enum):
@@ -46,6 +47,17 @@ class CommLibrary(Enum):
         """
         return self is CommLibrary.NCCL
 
+    def overlaps_reduction(self, pipelined: bool) -> bool:
+        """True when only the reduction's excess over the link shows (:meth:`Env.gamma_s`).
+
+        NCCL: always (:attr:`fuses_reduction`). IDEAL (pure α-β, a user's own file): in pipelined
+        algorithms (ring, tree, chain): the reduction of one chunk runs while the next chunk
+        crosses the link, as NCCL's reduce-copy primitives do [src: nccl-prims], so a ring
+        all-reduce follows the α-β closed form exactly unless the device reduces slower than the
+        link moves bytes. Gloo and MPI reduce on the host after receiving: never.
+        """
+        return self.fuses_reduction or (pipelined and self is CommLibrary.IDEAL)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Protocol:
@@ -65,6 +77,26 @@ class Protocol:
     algo_bw_factor: dict[str, float] = field(default_factory=dict)
     """Per-algorithm ratio applied on top of ``bw_factor`` (NCCL's tuner models tree all-reduce at
     half the bus bandwidth: ``tuning.cc``, "ratio = .5" for non-ring algorithms); absent means 1."""
+
+    step_bytes: int | None = None
+    """Largest pipeline chunk of payload, bytes: one step of the protocol's FIFO buffer (NCCL:
+    ``buffSize / NCCL_STEPS``, :mod:`simulator.cluster.nccl`); None: no bound (a chunk may be any size)."""
+
+    fifo_steps: int = 1
+    """Chunks a sender may have in flight on one connection before the receiver frees a slot (NCCL:
+    ``NCCL_STEPS`` = 8); a pipeline's per-chunk latency overlaps across them, so each chunk after
+    the first pays ``α / fifo_steps`` (cost.py ``Env.best_pipeline``). 1: store-and-forward."""
+
+    @property
+    def chunk_latency_share(self) -> float:
+        """Fraction of a hop's latency each further pipeline chunk pays: ``1 / fifo_steps``."""
+        return 1.0 / self.fifo_steps
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fifo_steps, int) or isinstance(self.fifo_steps, bool) or self.fifo_steps < 1:
+            raise SpecError("comm.protocols.fifo_steps", f"must be a positive integer, got {self.fifo_steps!r}")
+        if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
+            raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 
     def bw_ratio(self, algorithm: str | None) -> float:
         """Fraction of link bandwidth ``algorithm`` achieves under this protocol."""

@@ -84,6 +84,10 @@ def cluster_to_dict(c: Cluster) -> dict:
                    "memory_GB": _gb(c.device.memory_bytes), "hbm_bw_GBps": c.device.hbm_bw_GBps}
     if c.device.gemm_curve is not None:
         d["device"]["gemm_curve"] = c.device.gemm_curve.value
+    if c.device.sm_count is not None:
+        d["device"]["sm_count"] = c.device.sm_count
+    if c.device.sustained_clock_ratio != 1.0:
+        d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
     if c.device.gemm_efficiency is not None:
         d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
     d["intra_node"] = _intra_dict(c.node)
@@ -140,6 +144,10 @@ def _protocol_dict(p: Protocol) -> dict:
                                     for algo, table in p.algo_hop_latency_us.items()}
     if p.algo_bw_factor:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
+    if p.step_bytes is not None:
+        d["step_bytes"] = p.step_bytes
+    if p.fifo_steps != 1:
+        d["fifo_steps"] = p.fifo_steps
     return d
 
 

@@ -10,13 +10,24 @@ bandwidth refinements in ``ncclTopoTuneModel``) [src: nccl-tuning]. NCCL's time 
 - Per-hop latency, µs (LL / LL128 / Simple):
   ring:  NVLink 0.6 / 1.9 / 3.4,  PCIe 1.0 / 2.5 / 5.7,  network 2.7 / 4.0 / 14.0;
   tree:  NVLink 0.6 / 1.25 / 4.0, PCIe 1.0 / 1.9 / 4.0,  network 5.0 / 8.5 / 14.0;
-  NVLS (Simple): NVLink 25, network 18.
+  NVLS (Simple): NVLink 25, network 18; NVLS-Tree (Simple, 2.20-era table): NVLink 23, network 14.
 - Bandwidth factor: LL 0.5 (each 8-byte line carries 4 bytes of data and a 4-byte flag); LL128 0.92
   (the constant ``tuning.cc`` uses, commented there as 120/128: 120 payload bytes per 128-byte line);
   Simple 1.0.
 
 The ring's hop latencies are each protocol's ``hop_latency_us``; the tree's and NVLS's are the
 per-algorithm overrides in ``algo_hop_latency_us``.
+
+Step size (the largest pipeline chunk, ``Protocol.step_bytes``): NCCL's FIFO per peer holds
+``NCCL_STEPS = 8`` steps (``src/include/device.h``); a pipelined broadcast, reduce or tree moves one
+step per chunk (``BROADCAST_CHUNKSTEPS 1``, ``REDUCE_CHUNKSTEPS 1``, ``src/include/collectives.h``;
+non-ring algorithms use one step per chunk, ``enqueue.cc``) [src: nccl-chunks]. Default buffers
+(``src/init.cc``): Simple ``DEFAULT_BUFFSIZE`` 4 MiB (``NCCL_BUFFSIZE`` [src: nccl-env]) → 512 KiB per
+step; LL ``8 lines/thread × 512 threads × 8 steps × 16 B`` = 512 KiB → 64 KiB of lines per step, half of
+it payload (each 8-byte half-line carries 4 data bytes and a 4-byte flag): 32 KiB; LL128
+``120 elements/thread × 640 threads × 8 steps × 8 B`` = 4 915 200 B → 614 400 B per step, 120 of every
+128 bytes payload: 576 000 B. A sender may run ``NCCL_STEPS`` steps ahead of its receiver, so a
+pipeline's per-chunk hop latency overlaps eight ways (``Protocol.fifo_steps``).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from simulator.cluster.spec import LinkClass, Protocol
 NCCL_VERSION = "2.30.7"
 NCCL_SOURCE = f"NVIDIA/nccl src/graph/tuning.cc v{NCCL_VERSION} (baseLat, hwLat, LL/LL128 bandwidth factors)"
 
-ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvls_tree")
 """Algorithm families a protocol's base latency may be given for."""
 
 P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
@@ -34,7 +45,7 @@ P2P_ALGORITHMS: tuple[str, ...] = ("pairwise", "direct")
 
 
 COLLECTIVE_CHOICES: dict[str, tuple[str, ...]] = {
-    "all-reduce": ("ring", "tree", "nvls"),
+    "all-reduce": ("ring", "tree", "nvls", "nvls_tree"),
     "reduce-scatter": ("ring", "nvls"),
     "all-gather": ("ring", "nvls"),
     "broadcast": ("ring",),
@@ -63,7 +74,18 @@ _HOP_US = {
 }
 _NVLS_BASE_US = 0.0
 _NVLS_HOP_US = {LinkClass.NVLINK: 25.0, LinkClass.NET: 18.0}
+_NVLS_TREE_HOP_US = {LinkClass.NVLINK: 23.0, LinkClass.NET: 14.0}
+"""NVLS-Tree row of ``hwLat`` (Simple), µs, and its ``baseLat`` 0, from the 2.20-era ``tuning.cc`` that
+the published NVLSTree measurements ran under (NCCL 2.20.5 / 2.21.5) [src: nccl-tuning-2.20]."""
 _BW_FACTOR = (0.5, 0.92, 1.0)
+NCCL_STEPS = 8
+"""FIFO steps per peer buffer (``src/include/device.h``) [src: nccl-chunks]."""
+_BUFF_BYTES = (8 * 512 * NCCL_STEPS * 16, 120 * 640 * NCCL_STEPS * 8, 4 * 1024 * 1024)
+"""Default per-peer buffer per protocol (LL, LL128, Simple), ``src/init.cc`` DEFAULT_*BUFFSIZE [src: nccl-chunks]."""
+_PAYLOAD = (0.5, 120 / 128, 1.0)
+"""Payload fraction of a buffer line (LL: 4 data + 4 flag bytes per 8; LL128: 120 of 128 bytes)."""
+STEP_BYTES = tuple(int(buff // NCCL_STEPS * payload) for buff, payload in zip(_BUFF_BYTES, _PAYLOAD))
+"""Payload bytes of one FIFO step, the largest pipeline chunk: LL 32 768, LL128 576 000, Simple 524 288."""
 _ALGO_BW_RATIO = {"tree": 0.5}
 """tuning.cc converts bus to algorithm bandwidth with ``ratio = .5`` for the tree (ring: nRanks/nSteps,
 which our ring's 2(p−1)/p steps already give). Measured 2-node all-reduce follows it: 86–91 GB/s with
@@ -78,9 +100,11 @@ def nccl_protocols() -> tuple[Protocol, ...]:
         hop = {cls: row[i] for cls, row in _HOP_US["ring"].items()}
         overrides = {"tree": {cls: row[i] for cls, row in _HOP_US["tree"].items()}}
         if name == "Simple":
-            base["nvls"] = _NVLS_BASE_US
+            base["nvls"] = base["nvls_tree"] = _NVLS_BASE_US
             overrides["nvls"] = dict(_NVLS_HOP_US)
+            overrides["nvls_tree"] = dict(_NVLS_TREE_HOP_US)
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
                                   bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
-                                  algo_bw_factor=dict(_ALGO_BW_RATIO)))
+                                  algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i],
+                                  fifo_steps=NCCL_STEPS))
     return tuple(protocols)

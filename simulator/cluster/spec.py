@@ -111,10 +111,22 @@ class Device:
     gemm_curve: GemmCurve | None = None
     """Which published measurement the default curve comes from (its plateau over this device's BF16
     peak); None: the one the device's name suggests (a file written before the field)."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (GPU compute units) that run a GEMM's thread blocks, for tile and
+    wave quantisation (:mod:`simulator.gemm_shape`); None: GEMMs are timed by their FLOPs alone."""
+    sustained_clock_ratio: float = 1.0
+    """SM clock the device sustains in the run (its power limit, cooling) over the clock its matmul curve
+    was measured at; it scales the compute term of every kernel, not HBM-bound time. 1.0: as measured —
+    the MAMF plateaus were measured at each GPU's default power limit (the table notes e.g. GH200's 900 W
+    [src: bekman-mle]); give less for a power-capped run."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("device.name", "must be a non-empty string")
+        if self.sm_count is not None:
+            positive_int("device.sm_count", self.sm_count)
+        if not 0 < self.sustained_clock_ratio <= 1:
+            raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():

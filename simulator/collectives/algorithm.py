@@ -11,13 +11,16 @@ inherited):
 - ``schedule_times_it``: True when replaying the schedule on links is the algorithm's timing model.
   False for in-switch reduction (NVLS), whose schedule is a data-equivalent exchange: engines then
   charge the closed form.
+- ``pipelined``: True when a rank reduces one chunk while the next crosses the link (ring, tree,
+  chain), so the reduction overlaps the transfer (:meth:`Env.gamma_s`); False when a step reduces
+  a whole received block before the next step sends it (doubling, direct, parameter server).
 - ``ops``: the :class:`Op` values it implements.
 - ``supports_group(group, op)``: extra conditions on the group (power of two, one node, ...).
 - ``comm_time_s(env, group, op, nbytes, root)``: the closed-form transfer time (sum of its steps).
 - ``reduce_bytes(group, op, nbytes)``: bytes the busiest rank reduces (the γ term).
 - ``transfers(group, op, nbytes, root)``: the schedule's :class:`Transfer` list (base.py semantics).
 
-``time_s`` = calls × per-call overhead + ``comm_time_s`` + γ·``reduce_bytes``; ``schedule`` wraps the
+``time_s`` = calls × per-call overhead + ``comm_time_s`` + exposed γ of ``reduce_bytes``; ``schedule`` wraps the
 transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured from the transfers.
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Protocol
 from simulator.collectives.base import Op, Schedule, Transfer, split
-from simulator.collectives.cost import Env, Group
+from simulator.collectives.cost import Env, Flow, Group
 
 
 class Algorithm:
@@ -35,6 +38,7 @@ class Algorithm:
     family: str = "ring"
     calls: int = 1
     schedule_times_it: bool = True
+    pipelined: bool = False
     ops: frozenset[Op] = frozenset()
 
     def supports(self, group: Group, op: Op) -> bool:
@@ -47,12 +51,28 @@ class Algorithm:
         """Closed form: ``calls·overhead + Σ steps + γ·reduce_bytes`` (see cost.py)."""
         env = Env(group.cluster, protocol, group.paths, family=self.family)
         return (env.overhead_s(self.family, self.calls) + self.comm_time_s(env, group, op, nbytes, root)
-                + env.gamma_s(self.reduce_bytes(group, op, nbytes)))
+                + self.gamma_s(env, self.reduce_bytes(group, op, nbytes)))
+
+    def gamma_s(self, env: Env, reduce_bytes: float) -> float:
+        """The exposed reduction time of ``reduce_bytes`` (:meth:`Env.gamma_s` with :attr:`pipelined`)."""
+        return env.gamma_s(reduce_bytes, self.pipelined)
 
     def schedule(self, group: Group, op: Op, nbytes: int, root: int = 0) -> Schedule:
         transfers = tuple(t for t in self.transfers(group, op, nbytes, root) if t.nbytes > 0)
         return Schedule(op=op, algorithm=self.name, ranks=group.ranks, nbytes=nbytes, transfers=transfers,
                         root=root, reduce_bytes_per_rank=max_reduce_bytes(transfers))
+
+    def chunk_pipelined(self, op: Op) -> bool:
+        """True when ``op``'s schedule is a chunk pipeline (:meth:`Env.best_pipeline`): its latency is
+        one chunk's chain plus ``α_max`` per further chunk (:meth:`schedule_latency_s`)."""
+        return False
+
+    def schedule_latency_s(self, env: Env, schedule: Schedule) -> float:
+        """The latency part of replaying ``schedule``: the rank-level chain (chain.py), or for a chunk
+        pipeline the chunk-level chain plus the per-chunk overhead (:func:`pipeline_latency_s`)."""
+        if self.chunk_pipelined(schedule.op):
+            return pipeline_latency_s(env, schedule)
+        return env.chain_latency_s(flows_by_step(schedule))
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         raise NotImplementedError
@@ -62,6 +82,42 @@ class Algorithm:
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         raise NotImplementedError
+
+
+def flows_by_step(schedule: Schedule) -> list[list[Flow]]:
+    """The schedule's transfers as cost-model flows (global ranks), step by step."""
+    ranks = schedule.ranks
+    return [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
+
+
+def pipeline_latency_s(env: Env, schedule: Schedule) -> float:
+    """A chunk pipeline's latency, as :meth:`Env.best_pipeline` charges it: ``L + (k − 1)·α_max``.
+
+    ``L``: chunk-level dataflow (a transfer of the bytes at offset ``o`` waits for the sender's own
+    arrival of offset ``o``, not for everything it has received; chain.py's recurrence keyed by
+    ``(rank, offset)``); ``k``: the most transfers on one (src, dst, channel) edge, the chunks per
+    channel; ``α_max``: the slowest hop's latency (× ``1/fifo_steps`` under a protocol, cost.py).
+    """
+    ranks = schedule.ranks
+    arrival: dict[tuple[int, int], float] = {}
+    per_edge: dict[tuple[int, int, int], int] = {}
+    alpha_max = 0.0
+    for step in schedule.steps():
+        new = dict(arrival)
+        for t in step:
+            if t.nbytes <= 0:
+                continue
+            alpha = env.latency_s(env.path(ranks[t.src], ranks[t.dst], t.nic))
+            alpha_max = max(alpha_max, alpha)
+            edge = (t.src, t.dst, t.channel)
+            per_edge[edge] = per_edge.get(edge, 0) + 1
+            v = arrival.get((t.src, t.offset), 0.0) + alpha
+            key = (t.dst, t.recv_offset)
+            if v > new.get(key, 0.0):
+                new[key] = v
+        arrival = new
+    chunks = max(per_edge.values(), default=1)
+    return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max * env.chunk_latency_share
 
 
 def max_reduce_bytes(transfers: tuple[Transfer, ...]) -> float:

@@ -26,7 +26,8 @@ Reduction (the γ term of Thakur et al.): reducing ``n`` bytes reads two operand
 result, ``3n`` bytes of device memory, so it takes ``3n / hbm_bw``. Assumption: the reduction is
 memory-bound and, for libraries that reduce after receiving (gloo, MPI, the IDEAL profile), not
 overlapped with the transfers (Thakur et al. add it the same way). NCCL fuses it into its copy
-kernels, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
+kernels, and a pipelined algorithm (ring, tree, chain) reduces one chunk while the next is on the
+link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ from simulator.errors import SpecError
 
 PIPELINE_CHUNKS = tuple(2**i for i in range(11))
 """Chunk counts a pipelined algorithm may cut each channel's share into (1 … 1024); it takes the one
-with the least time on the links' own numbers (segment-size tuning as MPI libraries do it,
-Pješivac-Grbović et al. 2007; the optimum is near ``sqrt((L−1)·nβ/α)`` for ``L`` levels). Taking a
-minimum over a fixed set keeps the time increasing in bytes and in 1/bandwidth. The cap bounds the
-schedule's size (an assumption: past ~1000 chunks the pipeline's fill is under 1% of its time)."""
+with the least time (segment-size tuning as MPI libraries do it, Pješivac-Grbović et al. 2007
+[src: pjesivac-2007]). Each chunk beyond the first costs one message latency (:meth:`Env.best_pipeline`),
+so the optimum is near ``sqrt((L−1)·nβ/α)`` for ``L`` levels. Under a protocol with a step size
+(NCCL: one FIFO step, ``buffSize / NCCL_STEPS``) a chunk is at most one step, so only counts with
+``n/k ≤ step_bytes`` are taken (all of them fail past 1024 steps: then 1024, a cap on the schedule's
+size). Taking a minimum over a fixed set that only shrinks as bytes grow keeps the time increasing
+in bytes and in 1/bandwidth."""
 REDUCE_MEMORY_PASSES = 3
 """Bytes of device memory touched per byte reduced: read two operands, write one result."""
 
@@ -185,17 +189,19 @@ class Env:
                             f"the {family!r} family; known: {', '.join(base)}")
         return calls * base[family] * 1e-6
 
-    def gamma_s(self, reduce_bytes: float) -> float:
+    def gamma_s(self, reduce_bytes: float, pipelined: bool = False) -> float:
         """γ term: ``3·bytes / hbm_bw`` (read two operands, write one; see the module docstring).
 
-        A library that fuses the reduction into its copy kernels (NCCL, see
-        :attr:`CommLibrary.fuses_reduction`) streams the operands through device memory while the
-        same bytes cross the link, so only the excess over the fastest link's time is exposed:
-        ``bytes · max(0, 3/hbm_bw − 1/bw_intra)`` — zero on every GPU preset (H100: 3350/3 =
-        1117 GB/s of reduction against 450 GB/s of NVLink).
+        Where the reduction overlaps the transfer (:meth:`CommLibrary.overlaps_reduction`: NCCL's
+        fused reduce-copy kernels; a pipelined algorithm on the IDEAL profile) the operands stream
+        through device memory while the same bytes cross the link, so only the excess over the
+        fastest link's time is exposed: ``bytes · max(0, 3/hbm_bw − 1/bw_intra)`` — zero on every
+        GPU preset (H100: 3350/3 = 1117 GB/s of reduction against 450 GB/s of NVLink) and on a
+        user's file whose device reduces faster than its links move bytes, where the closed forms
+        are then the α-β ones exactly.
         """
         reduce_s = REDUCE_MEMORY_PASSES * reduce_bytes / (self.cluster.device.hbm_bw_GBps * 1e9)
-        if not self.cluster.comm.library.fuses_reduction:
+        if not self.cluster.comm.library.overlaps_reduction(pipelined):
             return reduce_s
         return max(0.0, reduce_s - reduce_bytes / self.cluster.node.intra_link.bw_Bps)
 
@@ -223,14 +229,17 @@ class Env:
                 memo[id(s)] = self.edges(s)
         return chain_latency_s(memo[id(s)] for s in steps_of_flows)
 
-    def steps_time_s(self, steps_of_flows: list[list[Flow]]) -> float:
-        """A schedule's communication time: ``Σ step_bw_s + chain_latency_s`` (module docstring)."""
+    def steps_bw_s(self, steps_of_flows: list[list[Flow]]) -> float:
+        """``Σ step_bw_s`` over the steps (a step given twice as the same list is costed once)."""
         memo: dict[int, float] = {}
         for s in steps_of_flows:
             if id(s) not in memo:
                 memo[id(s)] = self.step_bw_s(s)
-        bw = sum(memo[id(s)] for s in steps_of_flows)
-        return bw + self.chain_latency_s(steps_of_flows)
+        return sum(memo[id(s)] for s in steps_of_flows)
+
+    def steps_time_s(self, steps_of_flows: list[list[Flow]]) -> float:
+        """A schedule's communication time: ``Σ step_bw_s + chain_latency_s`` (module docstring)."""
+        return self.steps_bw_s(steps_of_flows) + self.chain_latency_s(steps_of_flows)
 
     def pipeline_time_s(self, levels: list[list[Flow]], chunks: int, chunk_bytes: float) -> float:
         """A pipeline: chunk ``j`` crosses level ``ℓ`` at step ``j + ℓ`` (``chunks + L − 1`` steps).
@@ -242,10 +251,31 @@ class Env:
         return _Pipeline(self, levels).time_s(chunks, chunk_bytes)
 
     def best_pipeline(self, levels: list[list[Flow]], bytes_per_channel: float) -> tuple[float, int]:
-        """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks)."""
+        """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks).
+
+        ``T(k) = Σ_steps bw(k) + L + (k − 1)·α_max``: the steps' bandwidth terms at ``n/k`` bytes per
+        chunk, the latency ``L`` of one chunk's path through the levels (chunk-level dataflow:
+        chunk ``j`` waits only for chunk ``j`` upstream, chain.py ``PipelineChain.of(1)``), and the
+        per-chunk overhead: every chunk after the first is one more message on the slowest hop, so
+        it pays that hop's latency ``α_max`` once (the segmented pipeline ``(k + L − 1)·(α + sβ)``
+        of Pješivac-Grbović et al. 2007 [src: pjesivac-2007]). A protocol whose sender may run
+        ``fifo_steps`` chunks ahead (NCCL: ``NCCL_STEPS`` = 8 [src: nccl-chunks]) overlaps those
+        latencies, so a further chunk pays ``α_max / fifo_steps``. Under a protocol with
+        ``step_bytes`` a chunk is at most one FIFO step (:data:`PIPELINE_CHUNKS`).
+        """
         pipe = _Pipeline(self, levels)
-        chains = pipe.chain.many(PIPELINE_CHUNKS)
-        return min((pipe.bw_s(k, bytes_per_channel / k) + chains[k], k) for k in PIPELINE_CHUNKS)
+        latency = pipe.chain.of(1)
+        step = None if self.protocol is None else self.protocol.step_bytes
+        counts = [k for k in PIPELINE_CHUNKS if step is None or bytes_per_channel / k <= step]
+        counts = counts or [PIPELINE_CHUNKS[-1]]
+        per_chunk = pipe.alpha_max_s * self.chunk_latency_share
+        return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * per_chunk, k) for k in counts)
+
+    @property
+    def chunk_latency_share(self) -> float:
+        """Fraction of a hop latency each further pipeline chunk pays: ``1 / protocol.fifo_steps``
+        (NCCL: 1/8, the chunks in flight overlap their latencies), 1 without a protocol."""
+        return 1.0 if self.protocol is None else self.protocol.chunk_latency_share
 
 
 class _Pipeline:
@@ -253,7 +283,8 @@ class _Pipeline:
 
     ``cost(lo, hi)`` is :meth:`Env.step_bw_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
     unit: ``max_f b · max over f's links r of load_r / bw_r`` with ``load_r`` in units; the latency
-    is the schedule's chain (:class:`simulator.collectives.chain.PipelineChain`).
+    is one chunk's chain (:class:`simulator.collectives.chain.PipelineChain`) plus ``α_max`` per
+    further chunk.
     """
 
     def __init__(self, env: Env, levels: list[list[Flow]]):
@@ -271,6 +302,9 @@ class _Pipeline:
         self.n_res = len(ids) + 1
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
         alpha = [env.latency_s(p) for p in paths]
+        self.alpha_max_s = max(alpha, default=0.0)
+        self.share = env.chunk_latency_share
+        """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
         self.chain = PipelineChain([[(f.src, f.dst, alpha[i]) for i, f in enumerate(flows) if lvl_of[i] == k]
                                     for k in range(len(levels))])
         self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
@@ -291,8 +325,8 @@ class _Pipeline:
         return chunk_bytes * self._profile(lo, hi)
 
     def time_s(self, chunks: int, b: float) -> float:
-        """Σ step bandwidth terms + the schedule's latency chain."""
-        return self.bw_s(chunks, b) + self.chain.of(chunks)
+        """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
+        return self.bw_s(chunks, b) + self.chain.of(1) + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
         depth = self.depth

@@ -48,6 +48,7 @@ class Hierarchical(Algorithm):
 
     name = "hierarchical"
     family = "ring"
+    pipelined = True
     calls = 3
     ops = frozenset({Op.ALL_REDUCE})
 

@@ -28,6 +28,7 @@ from simulator.collectives.direct import Direct, Pairwise, a2a_blocks
 from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
 from simulator.collectives.hierarchical import Hierarchical
 from simulator.collectives.nvls import Nvls
+from simulator.collectives.nvls_tree import NvlsTree
 from simulator.collectives.ps import ParameterServer
 from simulator.collectives.ring import Ring
 from simulator.collectives.tree import DoubleBinaryTree
@@ -35,7 +36,7 @@ from simulator.errors import SpecError
 
 _ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Ring(), DoubleBinaryTree(), RecursiveDoubling(), HalvingDoubling(), Direct(), Pairwise(),
-    Hierarchical(), Nvls(), ParameterServer())}
+    Hierarchical(), Nvls(), NvlsTree(), ParameterServer())}
 
 __all__ = ["Algorithm", "algorithm_names", "get_algorithm", "estimate", "estimate_all", "build_schedule",
            "supports", "supporting"]

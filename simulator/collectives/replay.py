@@ -2,10 +2,12 @@
 
     T = calls·call_overhead + Σ_steps max over the step's transfers t of
             max over the links r of t's path of (bytes of the whole step through r) / bw_r
-        + L + γ·schedule.reduce_bytes_per_rank
+        + L + γ(schedule.reduce_bytes_per_rank)   (exposed part, Algorithm.gamma_s)
 
 ``L`` is the longest latency chain through the schedule (:mod:`simulator.collectives.chain`:
-``A'[dst] = max(A'[dst], A[src] + α_t)`` step by step, the largest arrival at the end).
+``A'[dst] = max(A'[dst], A[src] + α_t)`` step by step, the largest arrival at the end); for a chunk
+pipeline (ring broadcast/reduce, tree) one chunk's chain plus ``α_max`` per further chunk
+(``Algorithm.schedule_latency_s``).
 
 α, bandwidths and the per-call overhead follow cost.py (the protocol's table, or the links' own).
 On an uncontended placement with slice sizes that divide evenly this equals the algorithm's closed
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Schedule
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.algorithm import flows_by_step
+from simulator.collectives.cost import Env
 from simulator.collectives.registry import get_algorithm
 from simulator.errors import SpecError
 
@@ -35,7 +38,5 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
     env = Env(cluster, protocol, family=algorithm.family)
-    ranks = schedule.ranks
-    steps = [[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step] for step in schedule.steps()]
-    return env.overhead_s(algorithm.family, algorithm.calls) + env.steps_time_s(steps) + \
-        env.gamma_s(schedule.reduce_bytes_per_rank)
+    return (env.overhead_s(algorithm.family, algorithm.calls) + env.steps_bw_s(flows_by_step(schedule))
+            + algorithm.schedule_latency_s(env, schedule) + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))

@@ -19,13 +19,13 @@ O(p)):
   (``2N−1`` with 2), e.g. 32 H100 ranks on 4 nodes, LL:
   ``6.6 + 54·0.6 + 8·2.7 = 60.6 µs`` (NCCL's tuner: ``nInter = 2(N−1)``, 56.4 µs).
 - broadcast / reduce: a pipelined chain from (to) the root along the ring order; each channel's
-  share is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS`` on the links' own
-  numbers), chunk ``j`` crosses edge ``e`` at step ``j+e``:
-  ``Σ_{s<k+p−2} bw(active edges, n/(Ck)) + Σ_edges α_e`` ≈ ``(k+p−2)·n/(Ck)·β + (p−1)·α``: a line
-  has no cycle, so its latency chain is one pass down the line whatever ``k`` (chain.py
-  ``PipelineChain``). Nothing then charges a chunk for being a chunk, so the fastest count is
-  the largest of ``PIPELINE_CHUNKS`` (1024; an assumption: no per-chunk overhead is modelled).
-  Reduce adds ``γ·n`` (every rank on the chain adds the incoming partial sum once).
+  share is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS``; under NCCL a chunk
+  is at most one FIFO step, ``Protocol.step_bytes``), chunk ``j`` crosses edge ``e`` at step ``j+e``:
+  ``Σ_{s<k+p−2} bw(active edges, n/(Ck)) + Σ_edges α_e + (k−1)·α_max`` ≈ ``(k+p−2)·(α + n/(Ck)·β)``,
+  Pješivac-Grbović et al.'s segmented chain [src: pjesivac-2007]: one pass down the line, plus one
+  message latency per further chunk (cost.py ``Env.best_pipeline``), so the best ``k`` is near
+  ``sqrt((p−2)·nβ/α)``. Reduce adds the exposed ``γ·n`` (every rank on the chain adds the
+  incoming partial sum once; pipelined, so it overlaps the transfer where cost.py says so).
 """
 
 from __future__ import annotations
@@ -104,7 +104,11 @@ class Ring(Algorithm):
 
     name = "ring"
     family = "ring"
+    pipelined = True
     ops = frozenset({Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.REDUCE})
+
+    def chunk_pipelined(self, op: Op) -> bool:
+        return op in (Op.BROADCAST, Op.REDUCE)
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, channels = group.p, group.channels

@@ -16,14 +16,15 @@ Pipelined all-reduce (reduce up, broadcast down, overlapped as NCCL does): each 
 depth, chunk ``j`` goes up the edge from a child at depth ``d`` at step ``j + H − d`` and down the
 edge from a parent at depth ``d`` at step ``j + H + d``. Closed form:
 
-    T = Σ_{s < k+2H−1} bw(edges active at s, n/(2Ck)) + L(k) +  γ·(most children any rank has, summed over channels)·n/(2C)
+    T = Σ_{s < k+2H−1} bw(edges active at s, n/(2Ck)) + L + (k−1)·α_max + γ·(most children any rank has, summed over channels)·n/(2C)
 
-``bw`` is a step's bandwidth term and ``L(k)`` the latency chain of the schedule (chain.py
-``PipelineChain``, computed from the same unit flows per level). The chain follows ranks, not chunks:
-where a child's up edge and its parent's down edge are busy in overlapping steps (``k > 2d−1``) the
-chain can go up and down again, so ``L`` grows by about the larger α per step, as the old per-step
-charge did; that is what keeps the chunk count finite. With ``k = 1`` (small messages) ``L`` is
-NCCL's tree latency ``2·((g−1)·α_intra + ⌊log2 N⌋·α_net)``
+``bw`` is a step's bandwidth term; ``L`` the latency of one chunk's path, up the tree and down
+again (chunk-level dataflow: chunk ``j`` waits only for chunk ``j`` from its children or parent;
+chain.py ``PipelineChain.of(1)``), so ``L`` no longer grows with ``k``; each chunk after the first
+pays the slowest hop's latency ``α_max`` once (cost.py ``Env.best_pipeline``,
+[src: pjesivac-2007]), which is what keeps ``k`` finite; under NCCL a chunk is at most one FIFO
+step (``Protocol.step_bytes``). The γ overlaps the transfer where cost.py says so (pipelined).
+``L`` is NCCL's tree latency ``2·((g−1)·α_intra + ⌊log2 N⌋·α_net)``
 (tuning.cc) [src: nccl-tuning] for ``g`` GPUs on each of ``N`` nodes. At large sizes each NIC moves ≈ 2n/C
 bytes, the ring's ``2(p−1)/p·n/C``, so ring edges ahead by the pipeline fill ``(2H−1)/k``.
 """
@@ -94,7 +95,11 @@ class DoubleBinaryTree(Algorithm):
 
     name = "tree"
     family = "tree"
+    pipelined = True
     ops = frozenset({Op.ALL_REDUCE})
+
+    def chunk_pipelined(self, op: Op) -> bool:
+        return True
 
     def _nic(self, group: Group, src: int, dst: int, channel: int) -> int | None:
         return None if group.same_node(src, dst) else group.nic(src, channel // 2)

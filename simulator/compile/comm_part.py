@@ -19,8 +19,18 @@
   0/1, reduce-scatter under ZeRO 2/3; ZeRO-1/2 all-gather the updated parameters after the step.
   Gradient accumulation is DDP's ``no_sync``: only the last micro-batch communicates.
 - ZeRO-3 (Rajbhandari et al. SC'20 §5.3): every micro-batch all-gathers each block's parameters
-  before its forward and again before its backward, prefetched one block ahead; the chunk's edge
-  parameters are gathered with its first block.
+  before its forward and again before its backward (the re-gather also serves recomputation, which
+  runs inside that backward), prefetched one block ahead; the chunk's edge parameters are gathered
+  with its first block.
+- ZeRO-2/3 gradients as the frameworks issue them (:func:`zero_grad_reduce_scatters`): every
+  micro-batch's backward reduce-scatters its gradients, accumulation or not (DeepSpeed's ZeRO-2/3
+  reduce in the backward hooks into the partitioned gradient buffer, ``stage_1_and_2.py`` /
+  ``stage3.py`` [src: deepspeed-zero]; FSDP2 reduce-scatters each ``fully_shard`` unit's gradients in
+  every backward unless told not to sync [src: torch-fsdp2]). Granularity by framework: FSDP2 one
+  call per block (its ``fully_shard`` unit, torchtitan's wrapping; the edge parameters with the
+  first), DeepSpeed one per reduce bucket (``reduce_bucket_size``, ``bucket_bytes``). They ride the
+  chunk's ZeRO stream with the gathers (the block-by-block play of ``zero_bwd``). ZeRO-0/1 keep
+  DDP's ``no_sync``: one all-reduce (reduce-scatter) per step, on the last micro-batch.
 """
 
 from __future__ import annotations
@@ -120,3 +130,22 @@ def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, 
 def partition(numel: float, dp: int) -> float:
     """Elements of one rank's ZeRO partition: ⌈numel / dp⌉ (DeepSpeed's flat, padded split)."""
     return float(math.ceil(numel / dp))
+
+
+def zero_grad_reduce_scatters(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float,
+                              layers: int, bucket_bytes: int | None, per_block: bool, concurrent: int,
+                              algorithm: str = "auto") -> tuple[CommCall, ...]:
+    """One micro-batch's gradient reduce-scatters of a chunk under ZeRO-2/3 (module docstring).
+
+    ``per_block`` (FSDP2): one call per block, the edge gradients with the first, as
+    :func:`zero3_gathers` splits the parameters; otherwise (DeepSpeed) one call per bucket of
+    ``bucket_bytes`` over the chunk's gradient bytes, last layers first (:func:`bucketed`).
+    """
+    if len(group) < 2:
+        return ()
+    if not per_block or layers == 0:
+        return bucketed(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layers * layer_bytes + edge_bytes,
+                        bucket_bytes, algorithm, concurrent)
+    first = call(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layer_bytes + edge_bytes, concurrent, algorithm)
+    rest = call(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layer_bytes, concurrent, algorithm)
+    return tuple(c for c in (first,) + (rest,) * (layers - 1) if c is not None)

@@ -14,8 +14,8 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
-from simulator.strategy import (AttentionKind, Offload, ParallelLayout, ParamServerSync, Recompute, Strategy,
-                                ZeroStage, build_layout)
+from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
+                                Strategy, ZeroStage, build_layout)
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 
@@ -33,7 +33,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                        layers=layout.layers_per_stage[c])
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=s.attention is AttentionKind.FLASH)
+                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -87,10 +87,38 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
         else:
             zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
                                            layers, tp)
+    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers)
+    if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
+        zero_fwd = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
+                                           layers, tp)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
-                     recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero, zero_bwd=zero,
+                     recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
     return work, layers * cc.layer_params + cc.edge_params
+
+
+def _fsdp2_zero2(layout: ParallelLayout) -> bool:
+    """FSDP2 at ZeRO-2 (``reshard_after_forward=False``): parameters are all-gathered block by block in
+    every micro-batch's forward, kept through its backward and resharded after it [src: torch-fsdp2];
+    there is no all-gather after the optimizer step (DeepSpeed's ZeRO-2 has one)."""
+    return layout.strategy.zero is ZeroStage.ZERO2 and layout.framework is Framework.FSDP2
+
+
+def _reduces_every_micro_batch(s: Strategy) -> bool:
+    """ZeRO-2/3 reduce-scatter the gradients in every micro-batch's backward (comm_part docstring);
+    a parameter server and ZeRO-0/1 synchronise once per step."""
+    return not isinstance(s.dp_sync, ParamServerSync) and s.zero >= ZeroStage.ZERO2
+
+
+def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tuple[CommCall, ...]:
+    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part)."""
+    s = layout.strategy
+    if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
+        return ()
+    gbytes = workload.dtype.grad_bytes
+    return comm_part.zero_grad_reduce_scatters(
+        cache, dp_group, cc.layer_params * gbytes, cc.edge_params * gbytes, layers, layout.bucket_bytes,
+        per_block=layout.framework is Framework.FSDP2, concurrent=layout.tp, algorithm=s.dp_sync.algorithm.value)
 
 
 def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
@@ -105,9 +133,9 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
                           concurrent_groups=tp),) if t > 0 else ()
         return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
     sync = s.dp_sync
-    op = Op.ALL_REDUCE if s.zero < ZeroStage.ZERO2 else Op.REDUCE_SCATTER
-    calls = comm_part.bucketed(cache, CommKind.DP, op, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
-                        sync.algorithm.value, tp)
+    calls = () if _reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
+        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
+        sync.algorithm.value, tp)
     fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
     part = comm_part.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
     after: tuple = ()
@@ -122,7 +150,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
             opt += offload_part.nvme_s(cluster, part * k) + offload_part.nvme_s(cluster, part * k, write=True)
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
-    if s.zero in (ZeroStage.ZERO1, ZeroStage.ZERO2):
+    if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
         ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
                      else layout.bucket_bytes)
         after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,

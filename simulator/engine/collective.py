@@ -16,7 +16,8 @@ analytical replay (:func:`simulator.collectives.replay.schedule_time_s`, through
 - a protocol's ``bw_factor`` ``f`` (LL: half of each line is flags) as wire bytes: a transfer of ``b``
   bytes puts ``b / f`` bytes on its links at their full rate, so alone it takes ``b / (f·bw)``, the
   replay's time, and flows of different protocols sharing a link each pay their own overhead;
-- the reduction (γ) term ``3·reduce_bytes_per_rank / hbm_bw`` after the last step, as the replay adds it.
+- the exposed reduction (γ) term of ``reduce_bytes_per_rank`` (``Algorithm.gamma_s``) after the last
+  step, as the replay adds it.
 
 Where nothing else shares the links, a flow alone on its resources runs at its bottleneck and the
 step time is the replay's bandwidth term ``max(bytes/bw)``, so the whole call is the replay's
@@ -32,7 +33,7 @@ import simpy
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Op, Schedule
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.cost import Env
 from simulator.collectives.registry import build_schedule, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.errors import SpecError
@@ -50,10 +51,8 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
     algorithm = get_algorithm(schedule.algorithm)
     costs = Env(cluster, protocol, paths, family=algorithm.family)
     overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
-    gamma_s = costs.gamma_s(schedule.reduce_bytes_per_rank)
-    ranks = schedule.ranks
-    chain_s = costs.chain_latency_s([[Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step]
-                                     for step in schedule.steps()])
+    gamma_s = algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank)
+    chain_s = algorithm.schedule_latency_s(costs, schedule)
     wire = 1.0 / costs.bw_ratio
     return env.process(_replay(env, net, costs, schedule, overhead_s + chain_s, gamma_s, wire))
 

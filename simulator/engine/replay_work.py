@@ -39,7 +39,7 @@ import itertools
 import simpy
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.cost import Env
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine.network import FlowNetwork
@@ -146,10 +146,9 @@ class CommRunner:
                 steps.append([(costs.path(src, dst, nic), n * wire, 0.0) for src, dst, nic, n in pairs])
                 last = shape
         replay_s = schedule_time_s(cluster, schedule, protocol)
-        chain_s = costs.chain_latency_s([[Flow(group[t.src], group[t.dst], t.nbytes, t.nic) for t in step]
-                                         for step in schedule.steps()])
+        chain_s = algorithm.schedule_latency_s(costs, schedule)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
-        return _Plan(pre_s, steps, costs.gamma_s(schedule.reduce_bytes_per_rank))
+        return _Plan(pre_s, steps, algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank))
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""

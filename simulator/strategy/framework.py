@@ -64,6 +64,17 @@ class Framework(Enum):
                 Framework.MEGATRON: (ZeroStage.ZERO0, ZeroStage.ZERO1)}[self]
 
 
+    @property
+    def partitions_gradients_with_pipeline(self) -> bool:
+        """Whether the framework runs ZeRO-2/3 (partitioned gradients) together with pipeline
+        parallelism. DeepSpeed's pipeline engine refuses it (``deepspeed/runtime/pipe/engine.py``
+        asserts ``zero_optimization_stage() < ZeroStageEnum.gradients``: "ZeRO-2 and ZeRO-3 are
+        incompatible with pipeline parallelism") [src: deepspeed-pipe]; Megatron-LM's distributed
+        optimizer (:attr:`MEGATRON`) and torch DDP stop at ZeRO-1.
+        FSDP2 composes with ``torch.distributed.pipelining`` (torchtitan's FSDP + PP) [src: torchtitan]."""
+        return self is Framework.FSDP2
+
+
 def resolve_framework(zero: ZeroStage, partitioning: Partitioning | None = None,
                       framework: Framework | None = None) -> tuple[Partitioning, Framework]:
     """(partitioning, framework) from what was given.

@@ -202,15 +202,22 @@ def _schedule_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> Spec
     raise AssertionError("rules.RULES and the schedule generator disagree")  # pragma: no cover
 
 
+def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    return SpecError("zero", f"ZeRO-{int(s.zero)} with pp {s.pp}: {s.resolved_framework.value} cannot partition "
+                     "gradients across a pipeline (DeepSpeed's pipeline engine and Megatron-LM stop at ZeRO-1); "
+                     "use zero 1, pp 1, or framework fsdp2")
+
+
 _ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
-           "micro_batches": _schedule_error}
+           "micro_batches": _schedule_error, "zero": _zero_error}
 """The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
 
 
 def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
     one = Candidates.of(dp=dp, tp=s.tp, pp=s.pp, v=s.virtual_stages, micro_batch=s.micro_batch,
                         global_batch=s.global_batch,
-                        interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1)
+                        interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1,
+                        zero=int(s.zero), zero_with_pp=s.resolved_framework.partitions_gradients_with_pipeline)
     field = first_violation(one, gpus, layers)
     if field is not None:
         raise _ERRORS[field](s, dp, gpus, layers)

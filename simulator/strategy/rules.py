@@ -12,7 +12,10 @@ rules (each a predicate on arrays of integers):
 - ``micro_batch``:  the micro-batch divides the samples per replica, B ÷ dp;
 - ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
                  work), and interleaved schedules need the micro-batch count m a multiple of pp
-                 (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule).
+                 (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule);
+- ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
+                 together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
+                 DeepSpeed's pipeline engine nor Megatron-LM).
 
 The tensor-parallel rule belongs to the workload (``Workload.check_tp``); :func:`valid_mask`
 asks it once per distinct tp.
@@ -40,9 +43,15 @@ class Candidates:
     global_batch: np.ndarray
     interleaved: np.ndarray
     """True where the schedule is interleaved with v > 1."""
+    zero: np.ndarray
+    """ZeRO stage (0 when not given to :meth:`of`)."""
+    zero_with_pp: np.ndarray
+    """True where the framework in effect runs ZeRO-2/3 with pp > 1
+    (:attr:`Framework.partitions_gradients_with_pipeline`; False when not given to :meth:`of`)."""
 
     @classmethod
     def of(cls, **columns) -> "Candidates":
+        columns = {"zero": 0, "zero_with_pp": False, **columns}
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
         lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
         n = max(lengths) if lengths else 1
@@ -68,6 +77,7 @@ RULES: tuple[Rule, ...] = (
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
          & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
+    Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
 

@@ -23,6 +23,7 @@ from simulator.strategy.framework import Framework, Partitioning, resolve_framew
 from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
+from simulator.workload.kinds import KernelFusion
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
            "PlacementOrder", "Strategy", "ZeroStage"]
@@ -131,14 +132,19 @@ class Strategy:
         "--attention", "flash (FlashAttention/SDPA, no s×s scores kept) or eager (scores materialised, as "
         "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
         doc="Attention implementation", default=AttentionKind.FLASH)
+    kernel_fusion: KernelFusion = _enum(KernelFusion, "kernel_fusion", _F(
+        "--kernel-fusion", "how the framework fuses element-wise kernels: eager (PyTorch, one kernel per op), "
+        "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
+        choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
     framework: Framework | None = declare(
-        None, key="framework", role=_MEM, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
-        doc="Who implements the ZeRO stage; None: implied by the partitioning and the stage (resolve_framework)",
+        None, key="framework", role=_STRUCT, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
+        doc="Who implements the ZeRO stage (memory, and the granularity of ZeRO-2/3 calls); None: implied by the "
+            "partitioning and the stage (resolve_framework)",
         flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3), megatron (DDP and "
                 "distributed optimizer, ZeRO 0-1); default: implied "
                 "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
     partitioning: Partitioning | None = declare(
-        None, key="partitioning", role=_MEM, parse=enum_parser(Partitioning, "partitioning"),
+        None, key="partitioning", role=_STRUCT, parse=enum_parser(Partitioning, "partitioning"),
         check=opt(is_a(Partitioning)), doc="How ZeRO splits states over dp ranks; None: the framework's",
         flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
                 "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",

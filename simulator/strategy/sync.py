@@ -45,6 +45,9 @@ class AllReduceAlgorithm(Enum):
     """Reduce inside each node, all-reduce across nodes, broadcast inside (Horovod's hierarchical)."""
     NVLS = "nvls"
     """NVLink SHARP in-switch reduction (NVSwitch 3+); needs ``cluster.in_switch_reduction``."""
+    NVLS_TREE = "nvls_tree"
+    """NVLink SHARP inside each node plus a tree across nodes (NCCL's NVLSTree); needs
+    ``cluster.in_switch_reduction`` and 2+ nodes."""
 
     @classmethod
     def parse(cls, text: str) -> "AllReduceAlgorithm":

@@ -52,10 +52,11 @@ def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> W
 
 def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
     block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
-                       sequence_parallel=o.sequence_parallel)
+                       sequence_parallel=o.sequence_parallel, fusion=o.fusion)
     units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
     if chunk.first or chunk.last:
-        edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel)
+        edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
+                         fusion=o.fusion)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
             if wanted:
                 units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))

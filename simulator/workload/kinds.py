@@ -49,6 +49,24 @@ class BiasKind(Enum):
     """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
 
 
+class KernelFusion(Enum):
+    """How the framework turns a block's element-wise operations into kernels: the passes over
+    device memory that the memory-bound kernels make (:mod:`simulator.workload.ops`)."""
+
+    EAGER = "eager"
+    """PyTorch eager mode: one kernel per operation. ``nn.Dropout`` is its own kernel (ATen
+    ``native_dropout``: reads x, writes y and a bool mask), the residual add another; eager attention
+    scales, masks and softmaxes the scores in three passes (Hugging Face ``eager_attention_forward``)."""
+    MEGATRON = "megatron"
+    """Megatron-LM's fused kernels: bias-dropout-add in one pass (``fused_bias_dropout.py``), scale,
+    mask and softmax in one (``FusedScaleMaskSoftmax``, ``fused_softmax.py``); attention dropout and
+    embedding dropout stay separate ``torch.nn.Dropout`` calls [src: megatron-core]."""
+    COMPILED = "compiled"
+    """``torch.compile`` (TorchInductor): chains of point-wise operations and the reductions they feed
+    become one kernel (Ansel et al. ASPLOS'24 §5), so every dropout is fused into its neighbour and
+    only writes its mask."""
+
+
 class DtypePolicy(Enum):
     """Numeric formats for compute, stored weights, gradients and optimizer master weights."""
 

@@ -16,10 +16,21 @@ split, logits split by vocabulary). Forward, per block, per device:
     elementwise  residual adds (read 2, write 1 of T·h, twice), activation (GELU read/write T·f/t,
                  SwiGLU read 2 write 1), rotary on Q and K (read+write T·(q + kv)/t)
 
+Dropout (a model with ``dropout > 0``) and the eager-attention softmax depend on the framework's
+kernel fusion (:class:`~simulator.workload.kinds.KernelFusion`), with ``n = 1`` mask byte per element:
+
+    residual dropouts   eager: a dropout kernel per residual (reads T·h, writes T·h and the mask);
+                        megatron/compiled: fused into the residual add, which also writes the mask
+    softmax (eager)     eager: scale, mask, softmax as three read+write passes; megatron/compiled: one
+    attention dropout   eager attention only (flash fuses it): eager/megatron a kernel (reads and
+                        writes b·a/t·s², writes the mask); compiled: fused, writes the mask
+    embedding dropout   first stage: eager/megatron a kernel; compiled: fused into the lookup
+
 Backward of a GEMM is two GEMMs of the forward's FLOPs (input gradient m×n·n×k, weight gradient
 k×m·m×n); backward of a memory kernel moves 1.5× its forward bytes (it reads the output gradient
 and the saved input and writes the input gradient: three tensors where forward touched two).
-Dropout is not modelled (the presets train without it).
+A GEMM kernel carries its (m, n, k, batch) so the device can time it by shape (tile and wave
+quantisation, :mod:`simulator.gemm_shape`).
 """
 
 from __future__ import annotations
@@ -30,13 +41,17 @@ from typing import TYPE_CHECKING
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.workload.kinds import ActivationKind, PositionKind
+from simulator.gemm_shape import GemmShape
+from simulator.workload.kinds import ActivationKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 MEMORY_BWD_FACTOR = 1.5
 """Backward bytes / forward bytes of an element-wise kernel (3 tensors touched instead of 2)."""
+
+DROPOUT_MASK_BYTES = 1
+"""Bytes per element of a dropout mask: ATen ``native_dropout`` returns a bool mask."""
 
 
 class OpKind(Enum):
@@ -82,12 +97,15 @@ class Kernel:
     bytes: float
     gemm: bool
     """True: timed on the matmul-efficiency curve; False: memory-bound, bytes only."""
+    shape: GemmShape | None = None
+    """A GEMM's (m, n, k, batch), for tile and wave quantisation (:mod:`simulator.gemm_shape`);
+    None for memory kernels and for compute kernels known by FLOPs only (flash attention, a layer list)."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
     """A (batched) GEMM producing m×n from m×k and k×n."""
     return Kernel(name=name, flops=2.0 * batch * m * n * k, bytes=float(e * batch * (m * k + k * n + m * n)),
-                  gemm=True)
+                  gemm=True, shape=GemmShape(m, n, k, batch))
 
 
 def memory(name: str, nbytes: float) -> Kernel:
@@ -131,8 +149,17 @@ def _check(spec: TransformerSpec, micro_batch: int, seq: int, tp: int) -> None:
                         f"{spec.n_kv_heads} KV heads of {spec.name}")
 
 
+def _dropout(name: str, nbytes: float, elems: float, fused: bool) -> list[tuple[Kernel, None]]:
+    """A dropout over ``elems`` elements of ``nbytes`` bytes: its own kernel (read, write, mask), or
+    nothing but the mask write when fused into the neighbouring kernel (returned as a mask kernel)."""
+    if fused:
+        return [(memory(name + ".mask", elems * DROPOUT_MASK_BYTES), None)]
+    return [(memory(name, 2 * nbytes + elems * DROPOUT_MASK_BYTES), None)]
+
+
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
-               flash_attention: bool = True, sequence_parallel: bool = False) -> list[OpWork]:
+               flash_attention: bool = True, sequence_parallel: bool = False,
+               fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
     """The operations of one transformer block on one tensor-parallel rank."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
@@ -147,12 +174,17 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
         attention = [(core, None)]
     else:
         heads_t = spec.heads / tp
-        attention = [_g("scores", s, s, d, e, b * heads_t),
-                     (memory("softmax", 2 * e * b * heads_t * s * s), None),
-                     _g("attn_v", s, d, s, e, b * heads_t)]
+        scores = b * heads_t * s * s
+        passes = 3 if fusion is KernelFusion.EAGER else 1  # scale, mask, softmax: separate or fused
+        attention = [_g("scores", s, s, d, e, b * heads_t), (memory("softmax", passes * 2 * e * scores), None)]
+        if spec.dropout > 0:
+            attention += _dropout("attn_dropout", e * scores, scores, fusion is KernelFusion.COMPILED)
+        attention.append(_g("attn_v", s, d, s, e, b * heads_t))
     act_bytes = (3 if swiglu else 2) * T * f / tp * e
     rotary = 2 * T * (q / tp + kv_t) * e if spec.position is PositionKind.ROTARY else 0
     elementwise = [(memory("residual", 2 * 3 * res), None), (memory("activation", act_bytes), None)]
+    if spec.dropout > 0:  # after the attention output and after the MLP
+        elementwise += _dropout("resid_dropout", 2 * res, 2 * res / e, fusion is not KernelFusion.EAGER)
     if rotary:
         elementwise.append((memory("rotary", rotary), None))
     mlp_in = _g("mlp_in", T, (2 if swiglu else 1) * f / tp, h, e)
@@ -167,15 +199,18 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
 
 
 def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
-              sequence_parallel: bool = False) -> list[OpWork]:
+              sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
     """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
     h, v, e, T = spec.hidden, spec.vocab, spec.dtype.activation_bytes, micro_batch * s
     res = T * h * e / (tp if sequence_parallel else 1)
     lookups = 2 if spec.position is PositionKind.LEARNED else 1
+    embedding = [(memory("embedding", (lookups + 1) * T * h * e), None)]
+    if spec.dropout > 0:
+        embedding += _dropout("embed_dropout", T * h * e, T * h, fusion is KernelFusion.COMPILED)
     return [
-        _op(OpKind.EMBEDDING, Scope.FIRST, [(memory("embedding", (lookups + 1) * T * h * e), None)]),
+        _op(OpKind.EMBEDDING, Scope.FIRST, embedding),
         _op(OpKind.NORM, Scope.LAST, [(memory("final_norm", 2 * res), None)]),
         _op(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
         _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),

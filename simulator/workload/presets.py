@@ -15,6 +15,13 @@ its authors publish. Notes on the sources:
 - Llama 3 / 3.1 (Llama Team 2024, "The Llama 3 Herd of Models", Table 3: layers, model and FFN
   dimension, heads, 8 KV heads; vocabulary 128256 from the released config.json). Llama 3.1 has the
   same shapes as Llama 3 (longer RoPE context only); presets use the 8192-token pre-training length.
+- Megatron-LM GPT-3 175B (Narayanan et al. SC'21, §5.2 and Table 2: the 174.6B model compared with
+  ZeRO-3): GPT-3 175B's l = 96, h = 12288, 96 heads, with Megatron's padded V = 51200.
+- MPT (MosaicML llm-foundry ``scripts/train/yamls/pretrain/mpt-{size}.yaml``: d_model, n_heads,
+  n_layers, expansion_ratio 4, vocab 50368; the benchmark table of ``scripts/train/benchmarking/README.md``
+  lists the exact NumParams, which match GELU MLPs with biases, LayerNorm, learned positions and tied
+  embeddings, as counted here). Heads: the yamls give 20 (3B) and 56 (30B); 1B, 7B, 13B and 70B take
+  d_head = 128 as those yamls do; heads change neither params nor FLOPs.
 - Dropout (:data:`GPT_DROPOUT`, :data:`LLAMA_DROPOUT`): only the memory model reads it (dropout masks).
 """
 
@@ -27,6 +34,9 @@ from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, 
 _GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1"
 _MEGATRON = "Narayanan et al. SC'21, Megatron-LM, Table 1"
 _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1; widths from meta-llama/Llama-2-{size}-hf config.json"
+_MEGATRON_175B = "Narayanan et al. SC'21, Megatron-LM, §5.2 and Table 2 (GPT-3 175B shape, V = 51200)"
+# MPT shapes and exact counts [src: llm-foundry-bench]
+_MPT = "MosaicML llm-foundry scripts/train/yamls/pretrain/mpt-{size}.yaml; NumParams in scripts/train/benchmarking/README.md"
 _LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3; vocab from meta-llama config.json"
 
 
@@ -40,11 +50,18 @@ reference ``llama/model.py`` has no dropout layer, and Hugging Face's Llama conf
 ``attention_dropout`` to 0.0."""
 
 
-def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, source: str) -> TransformerSpec:
+MPT_DROPOUT = 0.0
+"""MPT: no dropout. llm-foundry's ``MPTConfig`` defaults ``resid_pdrop``, ``emb_pdrop`` and the attention
+config's ``attn_pdrop`` to 0.0 (``llmfoundry/models/mpt/configuration_mpt.py``) and the pretraining
+yamls leave them unset."""
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, source: str,
+         dropout: float = GPT_DROPOUT) -> TransformerSpec:
     return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                            seq_len=2048, activation=ActivationKind.GELU, norm=NormKind.LAYERNORM,
                            position=PositionKind.LEARNED, bias=BiasKind.ALL, tied_embeddings=True,
-                           dropout=GPT_DROPOUT, source=source)
+                           dropout=dropout, source=source)
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
@@ -77,6 +94,14 @@ def _build() -> dict[str, TransformerSpec]:
         _gpt("megatron-310.1b", 96, 16384, 128, 51200, _MEGATRON),
         _gpt("megatron-529.6b", 105, 20480, 128, 51200, _MEGATRON),
         _gpt("megatron-1t", 128, 25600, 160, 51200, _MEGATRON),
+        _gpt("megatron-174.6b", 96, 12288, 96, 51200, _MEGATRON_175B),
+        # MPT (llm-foundry benchmark models): GPT blocks, V = 50368, no dropout (MPT_DROPOUT)
+        _gpt("mpt-1b", 24, 2048, 16, 50368, _MPT.format(size="1b"), MPT_DROPOUT),
+        _gpt("mpt-3b", 32, 2560, 20, 50368, _MPT.format(size="3b"), MPT_DROPOUT),
+        _gpt("mpt-7b", 32, 4096, 32, 50368, _MPT.format(size="7b"), MPT_DROPOUT),
+        _gpt("mpt-13b", 40, 5120, 40, 50368, _MPT.format(size="13b"), MPT_DROPOUT),
+        _gpt("mpt-30b", 48, 7168, 56, 50368, _MPT.format(size="30b"), MPT_DROPOUT),
+        _gpt("mpt-70b", 80, 8192, 64, 50368, _MPT.format(size="70b"), MPT_DROPOUT),
         # Llama 2: (name, l, h, heads, kv heads, ffn, V, s)
         _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, _LLAMA2.format(size="7b")),
         _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, _LLAMA2.format(size="13b")),
@@ -97,12 +122,16 @@ PUBLISHED_PARAMS: dict[str, float] = {
     "megatron-1.7b": 1.7e9, "megatron-3.6b": 3.6e9, "megatron-7.5b": 7.5e9, "megatron-18.4b": 18.4e9,
     "megatron-39.1b": 39.1e9, "megatron-76.1b": 76.1e9, "megatron-145.6b": 145.6e9,
     "megatron-310.1b": 310.1e9, "megatron-529.6b": 529.6e9, "megatron-1t": 1008.0e9,
+    "megatron-174.6b": 174.6e9,
+    "mpt-1b": 1_315_950_592, "mpt-3b": 2_651_837_440, "mpt-7b": 6_658_859_008, "mpt-13b": 12_853_954_560,
+    "mpt-30b": 29_975_214_080, "mpt-70b": 64_862_437_376,
     "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9,
     "llama3-8b": 8.03e9, "llama3-70b": 70.6e9, "llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9,
     "llama3.1-405b": 405.8e9,
 }
 """Sizes as their authors state them (paper tables; Hugging Face model cards for the Llama 2 7B
-6.74e9, Llama 3 8B 8.03e9, 70B 70.6e9 and 3.1 405B 405.8e9 exact counts). The GPT-3 and Megatron
+6.74e9, Llama 3 8B 8.03e9, 70B 70.6e9 and 3.1 405B 405.8e9 exact counts; MPT: llm-foundry's benchmark
+table's NumParams at s = 2048, exact). The GPT-3 and Megatron
 sizes are rounded in the papers, so the tests compare them with a tolerance."""
 
 

@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from simulator.errors import SpecError
 from simulator.workload.flops import Recompute
-from simulator.workload.kinds import DtypePolicy
+from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.ops import Kernel
 
 __all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute", "one_of"]
@@ -64,6 +64,8 @@ class ComputeOptions:
     recompute: Recompute = Recompute.NONE
     sequence_parallel: bool = False
     flash_attention: bool = True
+    fusion: KernelFusion = KernelFusion.EAGER
+    """How the framework fuses element-wise operations (dropout, softmax) into kernels."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,45 @@
+"""Single-process training of the plan's model: same init, same data, same AdamW.
+
+The loss-equivalence tests compare every strategy's per-step loss with this run. The gradient of
+the mean loss over the whole global batch equals the mean of equal-sized micro-batch means, so
+one forward over the whole batch is the reference for any dp × micro-batch split (up to the order
+of floating-point sums).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from executor.data import global_batch
+from executor.model import build_gpt
+from executor.strategies.base import OPTIMIZER, OptimizerConfig
+from simulator.checks import positive_int
+from simulator.workload import TransformerSpec
+
+
+def make_optimizer(params, config: OptimizerConfig = OPTIMIZER) -> torch.optim.AdamW:
+    """AdamW with ``config`` (every family builds its optimizer through this)."""
+    return torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+
+
+def reference_losses(spec: TransformerSpec, *, seed: int, steps: int, global_batch_size: int) -> list[float]:
+    """Loss of each of ``steps`` optimizer steps (before each update), fp32, one process."""
+    return reference_run(spec, seed=seed, steps=steps, global_batch_size=global_batch_size)[0]
+
+
+def reference_run(spec: TransformerSpec, *, seed: int, steps: int,
+                  global_batch_size: int) -> tuple[list[float], list[float]]:
+    """(loss, gradient L2 norm) of each of ``steps`` optimizer steps, fp32, one process."""
+    positive_int("steps", steps)
+    model = build_gpt(spec, seed=seed)
+    opt = make_optimizer(model.parameters())
+    losses, norms = [], []
+    for step in range(steps):
+        inputs, targets = global_batch(seed, step, batch=global_batch_size, seq=spec.seq_len, vocab=spec.vocab)
+        loss = model(inputs, targets)
+        loss.backward()
+        norms.append(float(torch.stack([p.grad.pow(2).sum() for p in model.parameters()]).sum().sqrt()))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses, norms

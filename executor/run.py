@@ -1,0 +1,253 @@
+"""Run a plan file on torch.distributed: the one entry point of ``torchrun`` and ``trainplan execute``.
+
+    torchrun --nproc-per-node 4 -m executor.run plan.json --scale tiny --out results.json
+
+Each rank reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (set by torchrun, by
+``trainplan execute``'s local supervisor, or by SLURM/Kubernetes launchers), so the same command
+runs on one machine or many. Without them it runs as a world of one. Per rank:
+
+1. check the options and the plan (:func:`executor.options.prepare`); scale it to the world size;
+2. join the process group (gloo or NCCL; its timeout is ``--timeout-s``, so a silent peer fails
+   the run instead of hanging it), build the ``DeviceMesh`` (dims named by the placement,
+   outermost first) and the :class:`~executor.strategies.base.RunContext`;
+3. build the family's :class:`~executor.strategies.base.StepRunner` and run ``--steps`` steps,
+   timing each (``time.perf_counter`` around ``train_step``, after a device synchronise);
+4. after every step rank 0 gathers every rank's record and rewrites the results file
+   (``simulator.run_results``, atomically), so completed steps survive a later failure; at the
+   end it adds model-state bytes and peak memory per rank and marks the run complete.
+
+A rank that fails writes ``{"error", "detail", "peer"}`` to ``--status-dir`` (the supervisor's,
+``executor/supervise.py``), ``peer`` saying the error came from a peer's failure (a
+connection reset or a timeout in a collective), and rank 0 marks the results failed.
+
+Fault injection, for the failure tests only: ``TRAINPLAN_FAULT=RANK:STEP:KIND`` makes rank RANK
+``raise``, ``kill`` itself (SIGKILL) or ``hang`` at the start of step STEP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
+from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
+from executor.strategies.base import Backend, Precision, RunContext
+from simulator.errors import SpecError
+from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus
+from simulator.strategy import ParamServerSync
+
+_PEER_WORDS = ("connection reset", "connection closed", "timed out", "timeout", "broken pipe", "peer")
+
+
+def nccl_environment(plan) -> dict[str, str]:
+    """Environment for NCCL that the plan implies: ``NCCL_ALGO`` for ring, tree or NVLS all-reduce,
+    scoped to all-reduce (:func:`executor.launch_files.nccl_algo`, the one home of the rule)."""
+    from executor.launch_files import nccl_algo
+
+    var = nccl_algo(plan)
+    return {} if var is None else {var.name: var.value}
+
+
+def _mesh(layout, device_type: str):
+    """The layout's DeviceMesh; None for a parameter server (its world also holds the server ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if isinstance(layout.strategy.dp_sync, ParamServerSync):
+        return None
+
+    names = tuple(reversed(layout.strategy.placement.dims))
+    return init_device_mesh(device_type, tuple(layout.dims[n] for n in names), mesh_dim_names=names)
+
+
+def build_context(plan, *, rank: int, world: int, local_rank: int, backend: Backend, seed: int,
+                  precision: Precision) -> RunContext:
+    """The RunContext of ``plan`` (already scaled to ``world``) on this rank; the process group must exist."""
+    device = torch.device("cuda", local_rank) if backend is Backend.NCCL else torch.device("cpu")
+    return RunContext(rank=rank, world=world, local_rank=local_rank, backend=backend, device=device, seed=seed,
+                      plan=plan, spec=plan.model, layout=plan.layout(), mesh=_mesh(plan.layout(), device.type),
+                      precision=precision)
+
+
+def _context(options: RunOptions, scaled, rank: int, world: int, local_rank: int) -> RunContext:
+    return build_context(scaled.run, rank=rank, world=world, local_rank=local_rank, backend=options.backend,
+                         seed=options.seed, precision=options.precision.resolve(scaled.run.model.dtype))
+
+
+class _Recorder:
+    """Rank 0's copy of every rank's completed steps, and the results file it rewrites."""
+
+    def __init__(self, options: RunOptions, scaled, family, ctx: RunContext, runner):
+        self.options, self.scaled, self.ctx = options, scaled, ctx
+        self.info = RunInfo(plan=scaled.run, scale=str(scaled.scale), notes=scaled.notes, family=family.family.value,
+                            precision=ctx.precision.value, steps=options.steps, warmup=options.warmup,
+                            seed=options.seed, components=runner.components(),
+                            phases=getattr(runner, "phase_notes", {}))
+        self.env = environment(ctx)
+        self.steps: list[list[dict]] = [[] for _ in range(ctx.world)]
+        self.final: list[dict] = [{} for _ in range(ctx.world)]
+
+    def results(self, status: RunStatus, failure: Failure | None = None) -> Results:
+        n = min(len(s) for s in self.steps)
+        ranks = []
+        for r, steps in enumerate(self.steps):
+            steps = steps[:n]
+            names = sorted({p for s in steps for p in s["phases"]})
+            ranks.append(RankResult(rank=r, step_time_s=tuple(s["t"] for s in steps),
+                                    loss=tuple(s["loss"] for s in steps),
+                                    phases_s={p: tuple(s["phases"].get(p, 0.0) for s in steps) for p in names},
+                                    model_state_bytes=self.final[r].get("model_state", {}),
+                                    peak_memory_bytes=self.final[r].get("peak"),
+                                    peak_memory_kind=self.final[r].get("peak_kind")))
+        return Results(status=status, plan=self.scaled.planned, run=self.info, environment=self.env,
+                       ranks=tuple(ranks), failure=failure)
+
+    def save(self, status: RunStatus, failure: Failure | None = None) -> None:
+        if self.options.out is not None:
+            self.results(status, failure).save(self.options.out)
+
+
+def _inject_fault(rank: int, step: int) -> None:
+    spec = os.environ.get("TRAINPLAN_FAULT")
+    if not spec:
+        return
+    fault_rank, fault_step, kind = spec.split(":")
+    if int(fault_rank) != rank or int(fault_step) != step:
+        return
+    if kind == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} at step {step}")
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        while True:
+            time.sleep(1.0)
+
+
+def _write_status(options: RunOptions, rank: int, name: str, data) -> None:
+    if options.status_dir is None:
+        return
+    path = Path(options.status_dir) / f"rank{rank}.{name}"
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _step_record(ctx: RunContext, runner, step: int) -> dict:
+    ctx.synchronize()
+    t0 = time.perf_counter()
+    rec = runner.train_step(step)
+    ctx.synchronize()
+    return {"t": time.perf_counter() - t0, "loss": rec.loss, "phases": {p.value: s for p, s in rec.phases_s.items()}}
+
+
+def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
+    runner = family.build(ctx)
+    _write_status(options, ctx.rank, "step", 0)
+    recorder = _Recorder(options, scaled, family, ctx, runner) if ctx.rank == 0 else None
+    reset_peak(ctx)
+    gathered = [None] * ctx.world if ctx.rank == 0 else None
+    try:
+        with profiler(ctx, options.trace):
+            for step in range(options.steps):
+                _inject_fault(ctx.rank, step)
+                record = _step_record(ctx, runner, step)
+                dist.gather_object(record, gathered, dst=0)
+                _write_status(options, ctx.rank, "step", step + 1)
+                if recorder is not None:
+                    for r, rec in enumerate(gathered):
+                        recorder.steps[r].append(rec)
+                    recorder.save(RunStatus.RUNNING)
+        peak, kind = peak_memory(ctx)
+        final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind}
+        dist.gather_object(final, gathered, dst=0)
+    except BaseException as err:
+        if recorder is not None:
+            recorder.save(RunStatus.FAILED, _failure(err, ctx.rank))
+        raise
+    if recorder is not None:
+        recorder.final = gathered
+        recorder.save(RunStatus.COMPLETE)
+    return recorder
+
+
+def _is_peer_error(err: BaseException) -> bool:
+    if isinstance(err, getattr(dist, "DistError", ())) and not isinstance(err, SpecError):
+        return True
+    return any(w in str(err).lower() for w in _PEER_WORDS)
+
+
+def _failure(err: BaseException, rank: int) -> Failure:
+    line = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+    if _is_peer_error(err):
+        return Failure(rank=None, error=f"rank {rank} saw a peer fail: {type(err).__name__}: {line}",
+                       detail=traceback.format_exc()[-4000:])
+    return Failure(rank=rank, error=f"{type(err).__name__}: {line}", detail=traceback.format_exc()[-4000:])
+
+
+def run_rank(options: RunOptions) -> int:
+    """One rank's whole run (the process group is created and destroyed here)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    scaled, family = prepare(options, world)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    torch.set_num_threads(options.threads or max(1, (os.cpu_count() or 1) // local_world))
+    if options.backend is Backend.NCCL:
+        for key, value in nccl_environment(scaled.run).items():
+            os.environ.setdefault(key, value)
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(options.backend.value, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=options.timeout_s))
+    try:
+        ctx = _context(options, scaled, rank, world, local_rank)
+        recorder = _train(options, scaled, family, ctx)
+        if recorder is not None:
+            summary = recorder.results(RunStatus.COMPLETE).summary()
+            step = summary["step_time_s"]
+            print(f"ran {family.family.value} on {world} rank(s), scale {scaled.scale}: "
+                  f"{summary['completed_steps']} steps, loss {summary['loss'][0]:.4f} → {summary['loss'][-1]:.4f}"
+                  + (f", step median {step['median_s'] * 1e3:.1f} ms" if step else "")
+                  + (f"; results: {options.out}" if options.out else ""))
+    except BaseException as err:
+        failure = _failure(err, rank)
+        _write_status(options, rank, "error", {"error": failure.error, "detail": failure.detail,
+                                               "peer": failure.rank is None})
+        raise
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a peer's failure may have broken the group already
+                pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m executor.run", description="Run a plan file on "
+                                     "torch.distributed (under torchrun, or as a world of one).")
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        from executor.launch import free_port
+
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_port()))
+    try:
+        return run_rank(options_from_args(args))
+    except SpecError as err:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"executor.run: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""The data-parallel family (tp = pp = 1): DDP, ZeRO-1, FSDP2 ZeRO-2/3, CPU offload, recompute.
+
+Plan field → torch component:
+
+- ZeRO 0: ``DistributedDataParallel`` with ``bucket_cap_mb`` = the plan's bucket bytes (one bucket
+  for all gradients when the plan has none) and ``gradient_as_bucket_view``; gradient accumulation
+  over the plan's m micro-batches with ``no_sync()`` on all but the last; DDP overlaps each bucket's
+  all-reduce with the rest of backward (Li et al. VLDB 2020).
+- ZeRO 1: the same DDP, with ``ZeroRedundancyOptimizer(AdamW)`` (whole-tensor state partitioning).
+- ``overlap_grad_reduce`` off: backward runs under ``no_sync()`` for every micro-batch, then the
+  gradients are all-reduced bucket by bucket after backward (timed: the exposed ``dp`` phase).
+- All-reduce algorithm: ``auto`` → ``dist.all_reduce`` (the backend picks: NCCL's tuner, gloo's
+  ring); any other → the simulator's schedule for the dp group (``build_schedule``) replayed with
+  ``isend``/``irecv`` (:mod:`executor.p2p`) inside a DDP communication hook. On NCCL the algorithm
+  also sets ``NCCL_ALGO`` (``executor.run.nccl_environment``).
+- ZeRO 2 / 3: FSDP2 ``fully_shard`` on every block and on the root, ``reshard_after_forward`` False /
+  True, accumulation with ``set_requires_gradient_sync(False)`` until the last micro-batch.
+- Offload ``optimizer`` / ``params`` (ZeRO 2-3): ``CPUOffloadPolicy`` (torch offloads parameters,
+  gradients and optimizer state together, and runs AdamW on the CPU). ZeRO 1 with optimizer offload
+  and NVMe offload are refused: torch has no such component.
+- Recompute and attention: :mod:`executor.recompute`.
+
+Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
+parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
+``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp``: under DDP the gradient sync backward
+did not hide (with overlap: from the moment the last parameter gradient is computed, seen by a
+multi-grad hook, until ``backward()`` returns, which DDP holds until every bucket is reduced;
+without overlap: the bucketed all-reduce after backward); FSDP2's is not separated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+
+from executor.data import batch_for, micro_batches, replica_samples
+from executor.memory_measure import storage_bytes
+from executor.model import build_gpt
+from executor.p2p import replay_schedule
+from executor.recompute import apply_attention, apply_recompute
+from executor.reference import make_optimizer
+from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
+                                      register)
+from simulator.collectives.base import Op
+from simulator.collectives.registry import build_schedule
+from simulator.errors import SpecError
+from simulator.strategy import Offload, ZeroStage
+from simulator.strategy.sync import AllReduceAlgorithm
+
+_ONE_BUCKET_MB = 1 << 20
+"""bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
+
+
+def check(plan, layout) -> None:
+    """Refuse, in one line, what torch cannot run in this family."""
+    s = plan.strategy
+    sync = s.dp_sync
+    if s.offload is Offload.NVME:
+        raise SpecError("plan.strategy.offload", "nvme: torch has no NVMe offload (ZeRO-Infinity); FSDP2's "
+                        "CPUOffloadPolicy offloads to host memory only; use offload params")
+    if s.offload is Offload.OPTIMIZER and s.zero is ZeroStage.ZERO1:
+        raise SpecError("plan.strategy.offload", "optimizer offload with ZeRO 1: ZeroRedundancyOptimizer cannot "
+                        "offload; use zero 2 or 3 (FSDP2 CPUOffloadPolicy)")
+    if sync.fusion_cycle_s:
+        raise SpecError("plan.strategy.fusion_cycle_s", "is Horovod's fusion timer; torch DDP launches a bucket "
+                        "when it is full and has no timer; use 0")
+    if s.zero >= ZeroStage.ZERO2 and sync.algorithm is not AllReduceAlgorithm.AUTO:
+        raise SpecError("plan.strategy.allreduce_algorithm", f"{sync.algorithm.value}: FSDP2 reduce-scatters "
+                        "gradients with the backend's own collective; use auto with zero 2 or 3")
+    if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
+        build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
+
+
+class _ReplayHook:
+    """DDP comm hook: all-reduce each bucket by replaying the simulator's schedule (then average)."""
+
+    def __init__(self, ctx: RunContext, group, ranks: tuple[int, ...], buckets: dict[int, int]):
+        self.ctx, self.group, self.ranks, self.buckets = ctx, group, ranks, buckets
+        self.algorithm = ctx.plan.strategy.dp_sync.algorithm
+        self.schedules: dict[int, object] = {}
+
+    def all_reduce(self, flat: torch.Tensor) -> None:
+        """Sum ``flat`` (1-D, contiguous) over the dp group in place."""
+        if self.algorithm is AllReduceAlgorithm.AUTO:
+            dist.all_reduce(flat, group=self.group)
+            return
+        nbytes = flat.numel() * flat.element_size()
+        if nbytes not in self.schedules:
+            self.schedules[nbytes] = build_schedule(self.ctx.plan.cluster, self.ranks, Op.ALL_REDUCE, nbytes,
+                                                    self.algorithm.value)
+        replay_schedule(self.schedules[nbytes], flat, self.ranks.index(self.ctx.rank))
+
+    def on_bucket(self, bucket) -> torch.futures.Future:
+        buf = bucket.buffer()
+        self.buckets[buf.untyped_storage().data_ptr()] = buf.untyped_storage().nbytes()
+        self.all_reduce(buf)
+        buf.div_(len(self.ranks))
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+
+def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares it with a non-string type
+    """The DDP communication hook (``state`` is the rank's :class:`_ReplayHook`)."""
+    return state.on_bucket(bucket)
+
+
+class DataParallelRunner:
+    """One rank of a tp = pp = 1 plan (see the module docstring)."""
+
+    phase_notes = {
+        Phase.FORWARD.value: "wall time of the forward calls, summed over micro-batches (FSDP2: with all-gathers)",
+        Phase.BACKWARD.value: "wall time of loss.backward() (DDP: with the all-reduce backward did not hide; "
+                              "FSDP2: with reduce-scatters)",
+        Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
+        Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
+                        "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
+                        "all-reduce after backward; FSDP2: not separated (inside backward)",
+    }
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        layout, s = ctx.layout, ctx.plan.strategy
+        self.dp_rank = layout.coords(ctx.rank).dp
+        self.dp_ranks = next(g for g in layout.dp_groups if ctx.rank in g)
+        self.group = ctx.mesh["dp"].get_group()
+        self.buckets: dict[int, int] = {}
+        self.hook = _ReplayHook(ctx, self.group, self.dp_ranks, self.buckets)
+        self.overlap = s.dp_sync.overlap_grad_reduce
+        model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
+        apply_attention(model, s.attention)
+        apply_recompute(model, s.recompute)
+        self.model = model
+        self.fsdp = s.zero >= ZeroStage.ZERO2
+        self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
+                            f"(torch.utils.checkpoint), attention {s.attention.value}",
+                            "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if ctx.spec.dropout:
+            self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
+        if self.fsdp:
+            self._shard(s)
+        else:
+            self._ddp(s)
+
+    def _ddp(self, s) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        bucket = self.ctx.layout.bucket_bytes
+        cap_mb = _ONE_BUCKET_MB if bucket is None else bucket / 2 ** 20
+        self.module = DDP(self.model, process_group=self.group, bucket_cap_mb=cap_mb,
+                          gradient_as_bucket_view=s.gradient_as_bucket_view,
+                          device_ids=None if self.ctx.device.type == "cpu" else [self.ctx.device])
+        self.module.register_comm_hook(self.hook, _comm_hook)
+        algo = s.dp_sync.algorithm
+        how = ("dist.all_reduce" if algo is AllReduceAlgorithm.AUTO else
+               f"{algo.value} schedule of the simulator replayed with isend/irecv (executor/p2p.py)")
+        self._components["gradient sync"] = (f"DDP bucket_cap_mb={cap_mb:g}, gradient_as_bucket_view="
+                                             f"{s.gradient_as_bucket_view}, comm hook: {how}, "
+                                             + ("overlapped with backward" if self.overlap else
+                                                "after backward (no_sync on every micro-batch)"))
+        if s.zero is ZeroStage.ZERO1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            self.opt = ZeroRedundancyOptimizer(self.model.parameters(), optimizer_class=torch.optim.AdamW,
+                                               process_group=self.group, lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
+                                               weight_decay=OPTIMIZER.weight_decay)
+            self._adam_state = lambda: self.opt.optim.state
+            self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)"
+        else:
+            self.opt = make_optimizer(self.model.parameters())
+            self._adam_state = lambda: self.opt.state
+
+    def _shard(self, s) -> None:
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+        reshard = s.zero is ZeroStage.ZERO3
+        offload = CPUOffloadPolicy(pin_memory=self.ctx.device.type == "cuda") \
+            if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
+        mesh = self.ctx.mesh["dp"]
+        for block in self.model.layers:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
+        fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
+        self.module = self.model
+        self.opt = make_optimizer(self.model.parameters())
+        self._adam_state = lambda: self.opt.state
+        self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
+                                             f"{reshard} (ZeRO-{int(s.zero)}), offload: "
+                                             f"{type(offload).__name__}")
+
+    def _accumulating(self, last: bool):
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last and self.overlap else self.module.no_sync()
+
+    def _timed(self, phases: dict[Phase, float], phase: Phase, fn):
+        self.ctx.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        self.ctx.synchronize()
+        phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t0
+        return out
+
+    def _backward_with_exposed_sync(self, loss: torch.Tensor, phases: dict[Phase, float]) -> None:
+        """DDP's synchronising backward: the time from the last parameter gradient computed to
+        ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase."""
+        stamps: list[float] = []
+
+        def all_grads_computed(_grads) -> None:
+            self.ctx.synchronize()
+            stamps.append(time.perf_counter())
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        handle = torch.autograd.graph.register_multi_grad_hook(params, all_grads_computed, mode="all")
+        try:
+            self.ctx.synchronize()
+            t0 = time.perf_counter()
+            loss.backward()
+            self.ctx.synchronize()
+            t1 = time.perf_counter()
+        finally:
+            handle.remove()
+        tail = t1 - stamps[0] if stamps else 0.0
+        phases[Phase.BACKWARD] = phases.get(Phase.BACKWARD, 0.0) + (t1 - t0) - tail
+        phases[Phase.DP] = phases.get(Phase.DP, 0.0) + tail
+
+    def _sync_after_backward(self) -> None:
+        """No overlap: all-reduce the accumulated gradients bucket by bucket, in reverse order."""
+        grads = [p.grad for p in reversed(list(self.model.parameters())) if p.grad is not None]
+        cap = self.ctx.layout.bucket_bytes or sum(g.numel() * g.element_size() for g in grads)
+        bucket: list[torch.Tensor] = []
+        for g in grads + [None]:
+            size = sum(t.numel() * t.element_size() for t in bucket)
+            if bucket and (g is None or size + g.numel() * g.element_size() > cap):
+                flat = torch.cat([t.reshape(-1) for t in bucket])
+                self.hook.all_reduce(flat)
+                flat.div_(len(self.dp_ranks))
+                for t, new in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket)):
+                    t.copy_(new)
+                bucket = []
+            if g is not None:
+                bucket.append(g)
+
+    def train_step(self, step: int) -> StepRecord:
+        layout, phases = self.ctx.layout, {}
+        inputs, targets = (replica_samples(t, self.dp_rank, layout.dp).to(self.ctx.device)
+                           for t in batch_for(self.ctx, step))
+        m = layout.micro_batches
+        local = torch.zeros((), device=self.ctx.device)
+        for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
+            with self._accumulating(last=i == m - 1):
+                def forward():
+                    with self.ctx.autocast():
+                        return self.module(x, y) / m
+                loss = self._timed(phases, Phase.FORWARD, forward)
+                if i == m - 1 and self.overlap and not self.fsdp:
+                    self._backward_with_exposed_sync(loss, phases)
+                else:
+                    self._timed(phases, Phase.BACKWARD, loss.backward)
+            local += loss.detach().float()
+        if not self.fsdp and not self.overlap:
+            self._timed(phases, Phase.DP, self._sync_after_backward)
+        norm = self._grad_norm()
+        self._timed(phases, Phase.OPTIMIZER, self.opt.step)
+        self.opt.zero_grad(set_to_none=False)
+        dist.all_reduce(local, group=self.group)
+        return StepRecord(loss=float(local) / layout.dp, phases_s=phases, grad_norm=norm)
+
+    def _grad_norm(self) -> float:
+        """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group)."""
+        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                 for p in self.model.parameters() if p.grad is not None]
+        squares = torch.stack([g.float().pow(2).sum() for g in grads]).sum()
+        if self.fsdp:
+            squares = squares.to(self.ctx.device)
+            dist.all_reduce(squares, group=self.group)
+        return float(squares.sqrt())
+
+    def model_state_bytes(self) -> ModelStateBytes:
+        params = list(self.model.parameters())
+        grad_seen: dict[int, int] = {}
+        grads = storage_bytes((p.grad for p in params), grad_seen)
+        state = self._adam_state()
+        moments = [v for s in state.values() for v in s.values() if torch.is_tensor(v)]
+        host = 0
+        if self.ctx.device.type != "cpu":
+            host = storage_bytes(t for t in params + [p.grad for p in params] + moments
+                                 if t is not None and (t.to_local() if hasattr(t, "to_local") else t).is_cpu)
+        return ModelStateBytes(params_bytes=storage_bytes(params), grads_bytes=grads,
+                               optimizer_bytes=storage_bytes(moments),
+                               buffers_bytes=sum(n for ptr, n in self.buckets.items() if ptr not in grad_seen),
+                               host_bytes=host)
+
+    def components(self) -> dict[str, str]:
+        return dict(self._components)
+
+
+register(FamilySpec(family=Family.DATA_PARALLEL, check=check, build=DataParallelRunner))

@@ -1,0 +1,225 @@
+"""The tensor, pipeline and pipeline-tensor families: one training step of tp, pp and dp combined.
+
+- tp > 1: the blocks are tensor-parallel (:mod:`executor.strategies.tensor`), with sequence
+  parallelism when the layout says so;
+- pp > 1: each rank builds its stages and runs the simulator's schedule
+  (:mod:`executor.strategies.pipeline`);
+- dp > 1: replica d trains on its share of the global batch (``executor.data.replica_samples``)
+  and the replicas average their gradients after backward, in the plan's buckets
+  (:func:`executor.strategies.grad_sync.average_gradients`).
+
+Every rank builds the same seeded model first (``build_gpt(spec, seed)``), so the run starts from
+the reference's weights. The step's loss is the global batch's mean loss on every rank: the last
+stage's mean over its micro-batches, broadcast along the pipeline, averaged over the replicas.
+Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
+
+What these families refuse (one line each, in :func:`check`), rather than run something else:
+ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient
+average is ``dist.all_reduce``: NCCL's or gloo's own choice).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from executor.data import batch_for, micro_batches, replica_samples
+from executor.memory_measure import _storage_bytes
+from executor.model import build_gpt
+from executor.recompute import apply_attention, apply_recompute
+from executor.reference import make_optimizer
+from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
+from executor.strategies.grad_sync import average_gradients
+from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
+                                          sync_tied)
+from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,
+                                        sp_gather_output)
+from simulator.errors import SpecError
+from simulator.strategy import ParallelLayout
+from simulator.strategy.kinds import Offload, ZeroStage
+from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.workload import Recompute
+
+
+def check(plan, layout: ParallelLayout) -> None:
+    """Refuse, in one line, what these families cannot run as the plan says (torch-free)."""
+    s = layout.strategy
+    if s.zero is ZeroStage.ZERO1:
+        raise SpecError("plan.strategy.zero", f"ZeRO 1 with tp={layout.tp} pp={layout.pp} is not run: "
+                        "ZeroRedundancyOptimizer is not combined with DTensor parameters or pipeline stages here "
+                        "(FSDP2 runs zero 2 and 3); use zero 0, 2 or 3")
+    if s.offload is not Offload.NONE:
+        raise SpecError("plan.strategy.offload", f"offload with tp={layout.tp} pp={layout.pp} is not run here; "
+                        "use offload none")
+    if getattr(s.dp_sync, "algorithm", AllReduceAlgorithm.AUTO) is not AllReduceAlgorithm.AUTO and layout.dp > 1:
+        raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
+                        "with dist.all_reduce (the library's own algorithm); use auto")
+    spec = plan.model
+    for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
+                        ("MLP width", spec.ffn_size)):
+        if count % layout.tp:
+            raise SpecError("plan.strategy.tp", f"{layout.tp} does not divide the model's {count} {name}")
+
+
+class ParallelRunner:
+    """This rank's trainer for a (dp, pp, tp) layout with tp > 1 or pp > 1 (a :class:`StepRunner`)."""
+
+    phase_notes = {
+        Phase.FORWARD.value: "pp 1: wall time of the forward calls, summed over micro-batches (tp all-reduces and "
+                             "SP all-gathers inside); pp > 1: not separated",
+        Phase.BACKWARD.value: "pp 1: wall time of loss.backward() (tp communication inside; FSDP2: with its "
+                              "reduce-scatters); pp > 1: not separated",
+        Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
+                        "FSDP2: the loss average only",
+        Phase.OPTIMIZER.value: "optimizer.step()",
+    }
+
+    def __init__(self, ctx: RunContext, optimizer=make_optimizer):
+        self.ctx, self.layout = ctx, ctx.layout
+        self.coord = ctx.layout.coords(ctx.rank)
+        layout = self.layout
+        full = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
+        self.tp_mesh = ctx.mesh["tp"] if layout.tp > 1 else None
+        self.schedule = self.tied_group = None
+        self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
+        if layout.pp == 1:
+            if self.tp_mesh is not None:
+                parallelize_gpt(full, self.tp_mesh, layout.sequence_parallel)
+            self.modules = [full]
+            self._finish(full)
+        else:
+            self.modules = self._stages(full)
+        self.model = self.modules[0] if len(self.modules) == 1 else nn.ModuleList(self.modules)
+        self.params = [p for m in self.modules for p in m.parameters()]
+        self.optimizer = optimizer(self.params)
+        self.dp_group = ctx.mesh["dp"].get_group() if layout.dp > 1 else None
+
+    def _stages(self, full) -> list[Stage]:
+        from torch.distributed.pipelining import PipelineStage
+
+        layout, ctx = self.layout, self.ctx
+        if self.tp_mesh is not None:
+            check_tp(full, layout.tp)
+            permute_fused_rows(full, layout.tp)
+        n, mine = layout.pp * layout.v, rank_stages(layout, self.coord.pp)
+        modules = [Stage(full, stage_layers(layout, s), s == 0, s == n - 1) for s in mine]
+        for module in modules:
+            if self.tp_mesh is not None:
+                parallelize_blocks(module.layers, full.spec, self.tp_mesh, layout.sequence_parallel)
+                if layout.sequence_parallel:
+                    sp_gather_output(module.layers[-1], self.tp_mesh)
+            self._finish(module)
+        pp_group = ctx.mesh["pp"].get_group()
+        stages = [PipelineStage(m, s, n, ctx.device, group=pp_group) for m, s in zip(modules, mine)]
+        self.schedule = load_schedule(layout.schedule, stages, layout.micro_batches)
+        if full.spec.tied_embeddings:
+            self.tied_group = embedding_groups(layout)[(self.coord.dp, self.coord.tp)]
+        return modules
+
+    def _finish(self, module) -> None:
+        """Recompute and attention kind (executor/recompute.py), then FSDP2 for ZeRO 2/3: each block,
+        then the module, fully sharded over the dp mesh, resharded after forward for ZeRO-3 only;
+        checkpointing goes first, as FSDP2 requires [src: torch-fsdp2]."""
+        strategy = self.layout.strategy
+        apply_recompute(module, strategy.recompute)
+        apply_attention(module, strategy.attention)
+        if not self.fsdp:
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = strategy.zero is ZeroStage.ZERO3
+        for block in module.layers:
+            fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
+        fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
+
+    def train_step(self, step: int) -> StepRecord:
+        """One optimizer step on global batch ``step``; the loss is the global mean, equal on every rank."""
+        ctx, layout, phases = self.ctx, self.layout, {}
+        inputs, targets = (replica_samples(x, self.coord.dp, layout.dp).to(ctx.device) for x in batch_for(ctx, step))
+        self.optimizer.zero_grad(set_to_none=True)
+        if layout.pp > 1:
+            loss = self._pipeline_step(inputs, targets)
+        else:
+            loss = self._accumulate(inputs, targets, phases)
+        if layout.dp > 1:
+            start = time.perf_counter()
+            if not self.fsdp:
+                average_gradients(self.params, self.dp_group, layout.dp, layout.bucket_bytes)
+            dist.all_reduce(loss, group=self.dp_group)
+            loss /= layout.dp
+            ctx.synchronize()
+            phases[Phase.DP] = time.perf_counter() - start
+        start = time.perf_counter()
+        self.optimizer.step()
+        ctx.synchronize()
+        phases[Phase.OPTIMIZER] = time.perf_counter() - start
+        return StepRecord(loss=float(loss), phases_s=phases)
+
+    def _accumulate(self, inputs, targets, phases) -> torch.Tensor:
+        m, total = self.layout.micro_batches, torch.zeros((), device=self.ctx.device)
+        fwd = bwd = 0.0
+        for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
+            start = time.perf_counter()
+            with self.ctx.autocast():
+                loss = self.modules[0](x, y) / m
+            self.ctx.synchronize()
+            mid = time.perf_counter()
+            loss.backward()
+            self.ctx.synchronize()
+            fwd, bwd = fwd + mid - start, bwd + time.perf_counter() - mid
+            total += loss.detach().float()
+        phases[Phase.FORWARD], phases[Phase.BACKWARD] = fwd, bwd
+        return total
+
+    def _pipeline_step(self, inputs, targets) -> torch.Tensor:
+        layout, first, last = self.layout, self.coord.pp == 0, self.coord.pp == self.layout.pp - 1
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if first else ()
+        kwargs = {"target": targets, "losses": losses} if last else {}
+        with self.ctx.autocast():
+            self.schedule.step(*args, **kwargs)
+        if self.tied_group is not None:
+            sync_tied(self.modules, self.tied_group)
+        loss = torch.stack(losses).float().mean().detach() if last else torch.zeros((), device=self.ctx.device)
+        src = layout.rank_of(self.coord.dp, layout.pp - 1, self.coord.tp)
+        dist.broadcast(loss, src=src, group=self.ctx.mesh["pp"].get_group())
+        return loss
+
+    def model_state_bytes(self) -> ModelStateBytes:
+        seen: dict[int, int] = {}
+        params = _storage_bytes(self.params, seen)
+        grads = _storage_bytes((p.grad for p in self.params), seen)
+        states = (t for st in self.optimizer.state.values() for t in st.values() if torch.is_tensor(t))
+        return ModelStateBytes(params_bytes=params, grads_bytes=grads, optimizer_bytes=_storage_bytes(states, seen))
+
+    def components(self) -> dict[str, str]:
+        layout, out = self.layout, {}
+        if layout.tp > 1:
+            out["tensor parallel"] = (f"DTensor parallelize_module over tp={layout.tp}: ColwiseParallel qkv, mlp.up "
+                                      "(rows reordered per head / SwiGLU half), RowwiseParallel attn.out, mlp.down"
+                                      + ("; SequenceParallel norms" if layout.sequence_parallel else ""))
+        if layout.pp > 1:
+            out["pipeline"] = (f"torch.distributed.pipelining _PipelineScheduleRuntime running the simulator's "
+                               f"{layout.strategy.schedule.value} action lists (pp={layout.pp}, v={layout.v}, "
+                               f"m={layout.micro_batches}); phases not separated (forward, backward, pp and "
+                               "bubble are one schedule step)")
+        if layout.dp > 1:
+            out["gradient sync"] = ("FSDP2 fully_shard over the dp mesh" if self.fsdp else
+                                    f"dist.all_reduce of flat buckets of {layout.bucket_bytes} bytes after backward "
+                                    "(no overlap); the dp phase is that exposed time")
+        if layout.strategy.recompute is not Recompute.NONE:
+            out["recompute"] = (f"{layout.strategy.recompute.value}: torch.utils.checkpoint (non-reentrant) around "
+                                + ("each block" if layout.strategy.recompute is Recompute.FULL else
+                                   "each attention core"))
+        return out
+
+
+def build(ctx: RunContext) -> ParallelRunner:
+    return ParallelRunner(ctx)
+
+
+for _family in (Family.TENSOR, Family.PIPELINE, Family.PIPELINE_TENSOR):
+    register(FamilySpec(family=_family, check=check, build=build))

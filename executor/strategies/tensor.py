@@ -1,0 +1,116 @@
+"""Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) on executor/model.py's GPT with DTensor.
+
+Each block's first projections are split by output rows (``ColwiseParallel``: ``qkv`` and
+``mlp.up``), the second by input columns (``RowwiseParallel``: ``attn.out`` and ``mlp.down``), so a
+block costs one all-reduce forward and one backward per sub-layer [src: torch-dtensor-tp].
+
+The model fuses Q, K and V into one ``qkv`` matrix (rows: all query heads, then all key heads,
+then all value heads) and SwiGLU's gate and up into one ``up`` matrix (rows: gate, then up). A
+plain row split of a fused matrix would give tp rank 0 all of the query rows and no key rows.
+:func:`permute_fused_rows` therefore reorders those rows once, before sharding, so that the r-th
+contiguous block holds rank r's own query, key and value heads (or its gate and up halves):
+``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]``. The computation is the unsplit model's, exactly; only the
+row order of the stored (global) ``qkv`` and ``up`` weights differs from the single-process model.
+Parameter names and shapes stay those of :mod:`simulator.memory.shapes`.
+
+Sequence parallelism (Korthikanti et al. 2022): the norms run on a sequence shard
+(``SequenceParallel``), the column-parallel input is all-gathered along the sequence and the
+row-parallel output reduce-scattered along it; the embedding, the final norm's output and the head
+stay replicated (each tp rank computes the same loss).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from executor.model import GPT
+from simulator.errors import SpecError
+
+
+def check_tp(model: GPT, tp: int) -> None:
+    """Raise SpecError unless ``tp`` splits whole heads and the MLP width evenly."""
+    spec = model.spec
+    for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
+                        ("MLP width", spec.ffn_size)):
+        if count % tp:
+            raise SpecError("tp", f"{tp} does not divide the model's {count} {name}")
+
+
+def _blocks(rows: list[torch.Tensor], tp: int) -> torch.Tensor:
+    """Interleave tp-way splits of each piece: [p0_0, p1_0, ..., p0_1, p1_1, ...]."""
+    parts = [piece.chunk(tp, dim=0) for piece in rows]
+    return torch.cat([part[r] for r in range(tp) for part in parts], dim=0)
+
+
+@torch.no_grad()
+def permute_fused_rows(model: GPT, tp: int) -> None:
+    """Reorder the fused ``qkv`` and SwiGLU ``up`` rows so a contiguous tp split is per head / half."""
+    spec = model.spec
+    for block in model.layers:
+        qkv = block.attn.qkv
+        sizes = (spec.q_dim, spec.kv_dim, spec.kv_dim)
+        qkv.weight.copy_(_blocks(list(qkv.weight.split(sizes)), tp))
+        if qkv.bias is not None:
+            qkv.bias.copy_(_blocks(list(qkv.bias.split(sizes)), tp))
+        if block.mlp.swiglu:
+            up = block.mlp.up
+            up.weight.copy_(_blocks(list(up.weight.chunk(2)), tp))
+            if up.bias is not None:
+                up.bias.copy_(_blocks(list(up.bias.chunk(2)), tp))
+
+
+def block_plan(sequence_parallel: bool) -> dict:
+    """The ``parallelize_module`` plan of one block (names relative to the block)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
+
+    if not sequence_parallel:
+        return {"attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(),
+                "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return {"norm1": SequenceParallel(), "attn": gather, "attn.qkv": ColwiseParallel(),
+            "attn.out": RowwiseParallel(output_layouts=Shard(1)),
+            "norm2": SequenceParallel(), "mlp": gather, "mlp.up": ColwiseParallel(),
+            "mlp.down": RowwiseParallel(output_layouts=Shard(1))}
+
+
+def parallelize_blocks(blocks: nn.ModuleList, spec, tp_mesh, sequence_parallel: bool) -> None:
+    """Apply :func:`block_plan` to each block and give its attention its share of the heads.
+
+    With sequence parallelism the first block takes the full (replicated) hidden states and keeps
+    its sequence shard; the caller gathers the last block's output (:func:`sp_gather_output`).
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
+
+    tp = tp_mesh.size()
+    for i, block in enumerate(blocks):
+        plan = block_plan(sequence_parallel)
+        parallelize_module(block, tp_mesh, plan)
+        block.attn.heads, block.attn.kv_heads = spec.heads // tp, spec.n_kv_heads // tp
+        if sequence_parallel and i == 0:
+            parallelize_module(block, tp_mesh, PrepareModuleInput(input_layouts=(Replicate(),),
+                                                                  desired_input_layouts=(Shard(1),),
+                                                                  use_local_output=True))
+
+
+def sp_gather_output(module: nn.Module, tp_mesh) -> None:
+    """The last block's sequence shards, gathered into the full sequence (a no-op without SP)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleOutput, parallelize_module
+
+    parallelize_module(module, tp_mesh, PrepareModuleOutput(output_layouts=(Shard(1),),
+                                                            desired_output_layouts=(Replicate(),)))
+
+
+def parallelize_gpt(model: GPT, tp_mesh, sequence_parallel: bool) -> GPT:
+    """Tensor-parallel ``model`` in place over ``tp_mesh`` (a 1-D DeviceMesh); returns it."""
+    tp = tp_mesh.size()
+    check_tp(model, tp)
+    permute_fused_rows(model, tp)
+    parallelize_blocks(model.layers, model.spec, tp_mesh, sequence_parallel)
+    if sequence_parallel:
+        sp_gather_output(model.layers[-1], tp_mesh)
+    return model

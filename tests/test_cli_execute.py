@@ -1,0 +1,129 @@
+"""``trainplan execute`` and ``torchrun -m executor.run``: the issue's done command, the results file,
+failures (a rank that raises, dies or hangs) and bad input (one line, exit 2, nothing launched)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from executor.launch import free_port
+from simulator.cluster.io import load_cluster
+from simulator.plan_file import Plan
+from simulator.run_results import RunStatus, load_results
+from simulator.strategy.flat import strategy_from_flat
+from simulator.workload import get_preset
+from trainplan.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _plan(tmp_path: Path, name: str = "plan.json", **changes) -> str:
+    strategy = strategy_from_flat({"global_batch": 4, "micro_batch": 1, "dp": 2} | changes)
+    path = tmp_path / name
+    Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100"), gpus=2, strategy=strategy).save(path)
+    return str(path)
+
+
+# --- bad input: before anything is launched -------------------------------------------------------
+
+@pytest.mark.parametrize("extra, words", [
+    (["--nproc", "3"], "--nproc: 3 exceeds the plan's 2 GPUs"),
+    (["--nproc", "0"], "--nproc: must be a positive integer"),
+    (["--steps", "0"], "--steps: must be a positive integer"),
+    (["--warmup", "5"], "--warmup: must be in 0..4"),
+    (["--scale", "big"], "--scale: unknown scale 'big'"),
+    (["--timeout-s", "-1"], "--timeout-s: must be a positive number"),
+    (["--out", "/nonexistent/dir/r.json"], "--out: folder '/nonexistent/dir' does not exist"),
+    (["--trace", "/nonexistent/dir/t"], "--trace: folder '/nonexistent/dir' does not exist"),
+    pytest.param(["--backend", "nccl"], "--backend: nccl needs CUDA GPUs", marks=pytest.mark.skipif(
+        __import__("torch").cuda.is_available(), reason="a GPU is present")),
+])
+def test_bad_flags_are_one_line(tmp_path, capsys, extra, words):
+    base = [] if "--scale" in extra else ["--scale", "tiny"]
+    assert main(["execute", _plan(tmp_path), *base, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_bad_plans_are_one_line(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{not json")
+    nvme = _plan(tmp_path, "nvme.json", zero=3, offload="nvme")
+    fusion = _plan(tmp_path, "fusion.json", fusion_cycle_s=0.005)
+    for plan, words in ((str(tmp_path / "missing.json"), "no such file"), (str(tmp_path / "bad.json"), "is not valid JSON"),
+                        (nvme, "plan.strategy.offload: nvme: torch has no NVMe offload"),
+                        (fusion, "plan.strategy.fusion_cycle_s")):
+        assert main(["execute", plan, "--scale", "tiny"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_a_family_not_registered_is_refused(tmp_path, capsys, monkeypatch):
+    from executor.strategies import base
+
+    monkeypatch.setattr(base, "_REGISTRY", {})
+    monkeypatch.setattr("executor.strategies.FAMILY_MODULES", ())
+    assert main(["execute", _plan(tmp_path), "--scale", "tiny"]) == 2
+    assert "the data-parallel family (dp=2 tp=1 pp=1) is not implemented" in capsys.readouterr().err
+
+
+# --- real runs --------------------------------------------------------------------------------------
+
+@pytest.mark.multiproc
+def test_done_command_writes_a_complete_results_file(tmp_path, capfd):
+    plan, out, trace = tmp_path / "plan.json", tmp_path / "results.json", tmp_path / "trace"
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64",
+                 "--out", str(plan)]) == 0
+    assert main(["execute", str(plan), "--nproc", "4", "--scale", "tiny", "--steps", "3", "--warmup", "1",
+                 "--out", str(out), "--trace", str(trace)]) == 0
+    text = capfd.readouterr().out  # rank 0's line comes from its own process: capture the file descriptor
+    assert "world 8→4 processes: dp 8→4" in text and "ran data-parallel on 4 rank(s)" in text
+    results = load_results(out)
+    assert results.status is RunStatus.COMPLETE and results.failure is None
+    assert results.completed_steps == 3 and len(results.ranks) == 4
+    assert results.run.plan.layout().dp == 4 and results.run.plan.model.hidden == 32
+    assert results.plan.layout().dp == 8 and results.plan.model.name == "llama2-7b"
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["measured_steps"] == 2 and summary["step_time_s"]["median_s"] > 0
+    assert {"forward", "backward", "optimizer"} <= set(summary["phases_s"])
+    for rank in results.ranks:
+        assert rank.loss == results.ranks[0].loss and rank.peak_memory_bytes > 0
+        assert rank.model_state_bytes["params_bytes"] > 0 and rank.model_state_bytes["optimizer_bytes"] > 0
+    # ZeRO-3 over 4 ranks: each holds about a quarter of the fp32 parameters (FSDP2 pads dim-0 shards)
+    total = results.run.plan.model.params * 4
+    assert total / 4 <= results.ranks[0].model_state_bytes["params_bytes"] < total / 2
+    assert {"torch", "backend", "cores", "threads_per_rank"} <= set(results.environment)
+    assert sorted(p.name for p in trace.iterdir()) == [f"rank{r}.json" for r in range(4)]
+    assert json.loads((trace / "rank0.json").read_text())["traceEvents"]
+
+
+@pytest.mark.multiproc
+def test_torchrun_runs_the_same_entry_point(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(free_port()), "-m", "executor.run", _plan(tmp_path), "--scale", "tiny", "--steps", "2",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    results = load_results(out)
+    assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2 and results.completed_steps == 2
+    assert {"forward", "backward", "dp", "optimizer"} == set(results.ranks[0].phases_s)  # DDP: exposed sync
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("kind, words", [("raise", "RuntimeError: injected fault on rank 1 at step 1"),
+                                         ("kill", "killed by signal 9"),
+                                         ("hang", "hung: still running after its peers failed, 1 step(s) done")])
+def test_a_failing_rank_fails_the_run_and_keeps_completed_steps(tmp_path, capsys, monkeypatch, kind, words):
+    monkeypatch.setenv("TRAINPLAN_FAULT", f"1:1:{kind}")
+    out = tmp_path / "r.json"
+    assert main(["execute", _plan(tmp_path), "--scale", "tiny", "--steps", "3", "--out", str(out),
+                 "--timeout-s", "5"]) == 1
+    err = capsys.readouterr().err
+    assert f"trainplan execute: rank 1 failed: {words}" in err, err
+    results = load_results(out)
+    assert results.status is RunStatus.FAILED and results.failure.rank == 1 and words in results.failure.error
+    assert results.completed_steps == 1 and len(results.ranks[0].loss) == 1

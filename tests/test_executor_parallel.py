@@ -1,0 +1,134 @@
+"""Tensor, pipeline and combined families on gloo: every layout's per-step loss equals the single-process
+model's on the same data, and the pipeline runs the simulator's own action lists, action by action.
+
+Losses are compared under SGD (an update proportional to the gradient, so a gradient off by a constant
+factor, e.g. a sum where a mean belongs, changes the loss) and once under the AdamW every family uses
+(executor.reference). Tolerance 1e-5 absolute on losses near ln 64 ≈ 4.16: float32 sums in another order.
+"""
+
+import pytest
+
+from executor.launch import run
+from tests.parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, sgd, sgd_reference
+
+TOL = 1e-5
+
+TWO_RANKS = {
+    "tp": (LLAMA_TINY, {"tp": 2, "recompute": "full"}),
+    "tp+sp": (GPT_TINY, {"tp": 2, "sequence_parallel": True}),
+    "pp gpipe": (GPT_TINY, {"pp": 2, "schedule": "gpipe"}),
+    "pp 1f1b": (LLAMA_TINY, {"pp": 2, "schedule": "1f1b", "recompute": "selective"}),
+    "pp interleaved": (GPT_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}),
+}
+FOUR_RANKS = {
+    "tp+dp": (LLAMA_TINY, {"tp": 2, "dp": 2}),
+    "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}),
+    "pp+tp+sp": (LLAMA_TINY, {"pp": 2, "tp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
+    "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3}),
+}
+
+
+def _record_actions(runner) -> list[str]:
+    """Wrap each pipeline stage's compute so the actions torch really runs are logged in order."""
+    done: list[str] = []
+    for stage in runner.schedule._stages:
+        fwd, bwd = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def forward(mb, *a, _s=stage.stage_index, _f=fwd, **k):
+            done.append(f"{_s}F{mb}")
+            return _f(mb, *a, **k)
+
+        def backward(mb, *a, _s=stage.stage_index, _b=bwd, **k):
+            done.append(f"{_s}B{mb}")
+            return _b(mb, *a, **k)
+
+        stage.forward_one_chunk, stage.backward_one_chunk = forward, backward
+    return done
+
+
+def _train(rank, world, configs, adamw_too):
+    from executor.reference import make_optimizer
+    from executor.strategies.parallel import ParallelRunner
+
+    out = {}
+    for name, (spec, flat) in configs.items():
+        plan = plan_for(spec, flat)
+        runner = ParallelRunner(context(plan, rank, world), optimizer=sgd)
+        done = _record_actions(runner) if runner.schedule is not None else None
+        losses = [runner.train_step(step).loss for step in range(STEPS)]
+        per_step = None if done is None else done[:len(done) // STEPS]
+        out[name] = {"losses": losses, "ran": per_step, "pp_rank": runner.coord.pp,
+                     "planned": [str(a) for a in plan.layout().schedule.ranks[runner.coord.pp]]
+                     if runner.schedule is not None else None}
+    if adamw_too:
+        spec, flat = configs["tp"]
+        runner = ParallelRunner(context(plan_for(spec, flat), rank, world), optimizer=make_optimizer)
+        out["tp adamw"] = {"losses": [runner.train_step(step).loss for step in range(STEPS)]}
+    return out
+
+
+def _check(results, configs):
+    for name, (spec, _) in configs.items():
+        want = sgd_reference(spec)
+        for rank, res in enumerate(results):
+            got = res[name]["losses"]
+            assert got == pytest.approx(want, abs=TOL), f"{name} rank {rank}: {got} != reference {want}"
+            if res[name]["ran"] is not None:  # the executor ran the simulator's schedule, action by action
+                assert len(res[name]["ran"]) == len(res[name]["planned"]) > 0
+                assert res[name]["ran"] == res[name]["planned"], f"{name} rank {rank}"
+
+
+@pytest.mark.multiproc
+def test_tensor_and_pipeline_two_ranks_match_reference():
+    from executor.reference import reference_losses
+
+    results = run(_train, 2, (TWO_RANKS, True), timeout_s=240)
+    _check(results, TWO_RANKS)
+    want = reference_losses(LLAMA_TINY, seed=0, steps=STEPS, global_batch_size=8)
+    for res in results:
+        assert res["tp adamw"]["losses"] == pytest.approx(want, abs=TOL)
+
+
+@pytest.mark.multiproc
+def test_combinations_four_ranks_match_reference():
+    _check(run(_train, 4, (FOUR_RANKS, False), timeout_s=300), FOUR_RANKS)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (3, 5)])
+def test_gpipe_and_1f1b_match_torch_single_stage_orders(p, m):
+    """GPipe and 1F1B run through the loaded action lists above; here the lists are checked against
+    torch's own ScheduleGPipe / Schedule1F1B orders (compute actions, idle slots and REDUCE_GRAD dropped).
+    torch 2.13's Schedule1F1B.pipeline_order is wrong on the last rank (1F0 missing, a 1F{m} that does not
+    exist) although its run is right, so that rank is checked against the hand-written alternation."""
+    mod = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from simulator.schedules import gpipe, one_f_one_b
+
+    def torch_order(cls):
+        obj = object.__new__(cls)
+        obj._num_stages, obj._n_microbatches = p, m
+        order = obj._get_pipeline_order()
+        return {r: [str(a) for a in acts if a is not None and a.computation_type in
+                    (mod._ComputationType.FORWARD, mod._ComputationType.FULL_BACKWARD)] for r, acts in order.items()}
+
+    theirs, ours = torch_order(mod.ScheduleGPipe), gpipe(p, m)
+    assert all(theirs[r] == [str(a) for a in ours.ranks[r]] for r in range(p))
+    theirs, ours = torch_order(mod.Schedule1F1B), one_f_one_b(p, m)
+    assert all(theirs[r] == [str(a) for a in ours.ranks[r]] for r in range(p - 1))
+    last = p - 1
+    assert [str(a) for a in ours.ranks[last]] == [f"{last}{k}{j}" for j in range(m) for k in "FB"]
+
+
+@pytest.mark.parametrize("flat,field,words", [
+    ({"tp": 2, "dp": 2, "zero": 1}, "plan.strategy.zero", "ZeRO 1"),
+    ({"pp": 2, "dp": 2, "zero": 1, "schedule": "1f1b"}, "plan.strategy.zero", "use zero 0, 2 or 3"),
+    ({"tp": 2, "offload": "optimizer", "zero": 2, "dp": 2}, "plan.strategy.offload", "offload none"),
+    ({"tp": 2, "dp": 2, "allreduce_algorithm": "ring"}, "plan.strategy.allreduce_algorithm", "use auto"),
+])
+def test_what_torch_cannot_run_here_is_refused_in_one_line(flat, field, words):
+    from executor.strategies.parallel import check
+    from simulator.errors import SpecError
+
+    plan = plan_for(LLAMA_TINY, flat)
+    with pytest.raises(SpecError) as err:
+        check(plan, plan.layout())
+    assert err.value.field == field and words in err.value.problem and "\n" not in str(err.value)

@@ -1,0 +1,96 @@
+"""Scaling a plan down keeps its structure (simulator/plan_scale.py): hypothesis over presets and layouts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.cluster.io import load_cluster
+from simulator.errors import SpecError
+from simulator.plan_file import Plan, plan_from_dict
+from simulator.plan_scale import TINY_SEQ, Scale, ScaleKind, scale_plan
+from simulator.schedules import ScheduleKind
+from simulator.strategy import Strategy, ZeroStage
+from simulator.workload import get_preset, model_names
+from simulator.workload.protocol import divisors
+
+TRANSFORMERS = [n for n in model_names()]
+
+
+@st.composite
+def plans(draw):
+    spec = get_preset(draw(st.sampled_from(TRANSFORMERS)))
+    tp = draw(st.sampled_from([d for d in divisors(spec.n_kv_heads) if d <= 8]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    interleaved = pp > 1 and draw(st.booleans())
+    v = 2 if interleaved else 1
+    dp = draw(st.sampled_from([1, 2, 4]))
+    mbs = draw(st.sampled_from([1, 2]))
+    m = pp * draw(st.integers(1, 3))
+    strategy = Strategy(global_batch=dp * mbs * m, micro_batch=mbs, dp=dp, tp=tp, pp=pp, virtual_stages=v,
+                        schedule=ScheduleKind.INTERLEAVED if interleaved else ScheduleKind.ONE_F_ONE_B,
+                        zero=draw(st.sampled_from(list(ZeroStage) if pp == 1 else  # ZeRO-2/3 with pp: DeepSpeed
+                                                  [ZeroStage.ZERO0, ZeroStage.ZERO1])))  # refuses (rules.py)
+    gpus = dp * tp * pp
+    cluster = load_cluster("dgx-h100", nodes=-(-gpus // 8))
+    return Plan(model=spec, cluster=cluster, gpus=gpus, strategy=strategy)
+
+
+SCALES = st.one_of(st.just(Scale.parse("tiny")), st.floats(0.01, 0.99).map(lambda r: Scale.parse(f"{r:.3f}")))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=plans(), scale=SCALES, shrink=st.sampled_from([1, 2, 4]))
+def test_scaling_keeps_the_structure_and_the_divisibility_rules(plan, scale, shrink):
+    before = plan.layout()
+    nproc = max(before.tp * before.pp, plan.gpus // shrink)
+    nproc -= nproc % (before.tp * before.pp)
+    scaled = scale_plan(plan, scale, nproc)
+    after = scaled.run.layout()  # raises if a divisibility rule broke
+    spec = scaled.run.model
+    assert (after.tp, after.pp, after.v, after.micro_batches) == (before.tp, before.pp, before.v, before.micro_batches)
+    assert after.world_size == nproc and after.dp == nproc // (before.tp * before.pp)
+    for name in ("zero", "offload", "recompute", "schedule", "micro_batch", "dp_sync", "placement"):
+        assert getattr(scaled.run.strategy, name) == getattr(plan.strategy, name), name
+    assert spec.heads % after.tp == 0 and spec.n_kv_heads % after.tp == 0 and spec.vocab % after.tp == 0
+    assert spec.ffn_size % after.tp == 0
+    assert spec.layers >= after.pp * after.v
+    assert (spec.n_kv_heads < spec.heads) == (plan.model.n_kv_heads < plan.model.heads)
+    for name in ("activation", "norm", "position", "bias", "tied_embeddings", "dtype"):
+        assert getattr(spec, name) == getattr(plan.model, name), name
+    assert spec.params < plan.model.params
+    assert plan_from_dict(scaled.run.to_dict()).model == spec  # the plan as run round-trips as a file
+
+
+def test_tiny_shapes_and_notes():
+    plan = Plan(model=get_preset("llama2-70b"), cluster=load_cluster("dgx-h100", nodes=8), gpus=64,
+                strategy=Strategy(global_batch=64, micro_batch=1, dp=2, tp=8, pp=4))
+    scaled = scale_plan(plan, Scale.parse("tiny"), nproc=32)
+    spec = scaled.run.model
+    assert (spec.heads, spec.n_kv_heads, spec.hidden, spec.seq_len, spec.layers) == (16, 8, 256, TINY_SEQ, 4)
+    assert scaled.run.layout().dp == 1 and scaled.run.strategy.global_batch == 32
+    assert "dp 2→1" in scaled.notes[1] and "32 micro-batch(es) of 1" in scaled.notes[1]
+
+
+def test_as_planned_is_the_plan():
+    plan = Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100"), gpus=8,
+                strategy=Strategy(global_batch=16, dp=8))
+    scaled = scale_plan(plan, Scale.parse("1"), None)
+    assert scaled.scale.kind is ScaleKind.AS_PLANNED and scaled.run.model == plan.model and scaled.notes == ()
+
+
+@pytest.mark.parametrize("text, field", [("huge", "scale"), ("0", "scale"), ("2", "scale"), ("nan", "scale")])
+def test_bad_scales(text, field):
+    with pytest.raises(SpecError) as err:
+        Scale.parse(text)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("nproc, words", [(3, "multiple of 4"), (16, "exceeds the plan's 8 GPUs"), (2, "multiple of 4")])
+def test_nproc_that_cannot_hold_the_structure(nproc, words):
+    plan = Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100"), gpus=8,
+                strategy=Strategy(global_batch=16, dp=2, tp=2, pp=2))
+    with pytest.raises(SpecError, match=words) as err:
+        scale_plan(plan, Scale.parse("tiny"), nproc)
+    assert err.value.field == "nproc"
