@@ -153,7 +153,7 @@ def _configs(draw):
     kind = draw(st.sampled_from(list(ScheduleKind)))
     p = draw(st.integers(1, 8))
     if kind is ScheduleKind.INTERLEAVED:
-        v = draw(st.integers(1, 4))
+        v = draw(st.integers(1, 4)) if p > 1 else 1  # interleaving needs pp >= 2
         m = p * draw(st.integers(1, max(1, 16 // p)))
     else:
         v, m = 1, draw(st.integers(1, 16))
