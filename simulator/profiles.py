@@ -140,7 +140,7 @@ def profile_names() -> list[str]:
 
 def get_profile(name: str) -> Profile:
     """The profile called ``name``; an unknown name lists the known ones."""
-    if name not in PROFILES:
+    if not isinstance(name, str) or name not in PROFILES:  # a list or dict is no name (and unhashable)
         raise SpecError("profile", f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
     return PROFILES[name]
 

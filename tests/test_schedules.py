@@ -153,7 +153,7 @@ def _configs(draw):
     kind = draw(st.sampled_from(list(ScheduleKind)))
     p = draw(st.integers(1, 8))
     if kind is ScheduleKind.INTERLEAVED:
-        v = draw(st.integers(1, 4))
+        v = draw(st.integers(1, 4)) if p > 1 else 1  # interleaving needs pp >= 2
         m = p * draw(st.integers(1, max(1, 16 // p)))
     else:
         v, m = 1, draw(st.integers(1, 16))
@@ -185,3 +185,26 @@ def test_interleaving_needs_two_pipeline_ranks():
     assert not interleaved_ok(4, 1) and interleaved_ok(4, 2)
     with pytest.raises(SpecError, match=r"^schedule: interleaving 2 chunks needs pp ≥ 2"):
         make_schedule(ScheduleKind.INTERLEAVED, 1, 4, 2)
+
+
+def test_micro_batches_past_the_guard_are_refused_everywhere():
+    """1e11 sequences on 8 GPUs was 1.25e10 micro-batches: the closed form walked them for minutes
+    (issue 15 §2). The schedule, the layout and the planner's array rule refuse it alike."""
+    import numpy as np
+
+    from simulator.cluster.io import load_cluster
+    from simulator.errors import SpecError
+    from simulator.schedules import MAX_MICRO_BATCHES, make_schedule
+    from simulator.strategy import Strategy, build_layout
+    from simulator.strategy.rules import Candidates, valid_mask
+    from simulator.workload import get_preset
+
+    assert len(make_schedule(ScheduleKind.ONE_F_ONE_B, 2, MAX_MICRO_BATCHES).ranks[0]) == 2 * MAX_MICRO_BATCHES
+    with pytest.raises(SpecError, match=r"^micro_batches: 65,537 micro-batches per pipeline and step is past"):
+        make_schedule(ScheduleKind.GPIPE, 2, MAX_MICRO_BATCHES + 1)
+    model, cluster = get_preset("gpt3-125m"), load_cluster("dgx-h100")
+    with pytest.raises(SpecError, match=r"^micro_batches: 12,500,000,000 micro-batches"):
+        build_layout(Strategy(global_batch=10**11, dp=8), cluster, model)
+    gbs = np.array([8 * MAX_MICRO_BATCHES, 8 * MAX_MICRO_BATCHES + 8])
+    mask = valid_mask(Candidates.of(dp=8, tp=1, pp=1, v=1, micro_batch=1, global_batch=gbs, interleaved=False), 8, model)
+    assert mask.tolist() == [True, False]

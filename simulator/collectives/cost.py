@@ -76,11 +76,12 @@ class Group:
         if len(self.ranks) < 2:
             raise SpecError("ranks", f"a collective needs at least 2 ranks, got {len(self.ranks)}; "
                             "a group of one rank costs nothing, skip the call")
+        for r in self.ranks:  # types first: an unhashable rank would break the duplicate check
+            if not isinstance(r, int) or isinstance(r, bool):
+                raise SpecError("ranks", f"ranks must be integers, got {r!r}")
         if len(set(self.ranks)) != len(self.ranks):
             raise SpecError("ranks", "a group lists the same rank twice")
         for r in self.ranks:
-            if not isinstance(r, int) or isinstance(r, bool):
-                raise SpecError("ranks", f"ranks must be integers, got {r!r}")
             self.cluster.place(r)
 
     @property

@@ -60,6 +60,12 @@ def _op(op: Op) -> Op:
     return op
 
 
+def _group(cluster: Cluster, ranks: Sequence[int]) -> Group:
+    if isinstance(ranks, (str, bytes, dict)) or not isinstance(ranks, (Sequence, range)):
+        raise SpecError("ranks", f"must be a list of rank numbers, got {ranks!r}")
+    return Group(cluster, tuple(ranks))
+
+
 def _nbytes(nbytes: int) -> int:
     if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
         raise SpecError("bytes", f"must be a positive integer number of bytes, got {nbytes!r}")
@@ -109,14 +115,14 @@ def _best(algorithm: Algorithm, group: Group, op: Op, nbytes: int) -> Collective
 
 def estimate_all(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int) -> list[CollectiveEstimate]:
     """Every registered algorithm that supports ``op`` on this group, each under its best protocol."""
-    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    group, op, nbytes = _group(cluster, ranks), _op(op), _nbytes(nbytes)
     return [_best(a, group, op, nbytes) for a in _ALGORITHMS.values() if _supported(a, group, op)]
 
 
 def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
              algorithm: str = "auto") -> CollectiveEstimate:
     """Estimated time of one collective call; ``"auto"`` picks the fastest (algorithm, protocol)."""
-    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    group, op, nbytes = _group(cluster, ranks), _op(op), _nbytes(nbytes)
     if op is Op.ALL_TO_ALL and a2a_blocks(nbytes, group.p)[0][1] == 0:  # nothing moves: no time, no bandwidth
         raise SpecError("bytes", f"an all-to-all over {group.p} ranks sends whole 4-byte elements to each peer: "
                         f"give at least {4 * group.p} bytes, got {nbytes}")
@@ -142,7 +148,7 @@ def _auto_pool(cluster: Cluster, op: Op) -> list[Algorithm]:
 def build_schedule(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str,
                    root: int = 0) -> Schedule:
     """The point-to-point schedule of ``algorithm`` for this call (base.py semantics)."""
-    group, op, nbytes = Group(cluster, tuple(ranks)), _op(op), _nbytes(nbytes)
+    group, op, nbytes = _group(cluster, ranks), _op(op), _nbytes(nbytes)
     chosen = get_algorithm(algorithm)
     if not chosen.supports(group, op):  # a schedule needs no protocol: any algorithm that implements op
         raise _unsupported(algorithm, op, group, [a.name for a in _ALGORITHMS.values() if a.supports(group, op)])

@@ -10,7 +10,8 @@ rules (each a predicate on arrays of integers):
 - ``dp``:        dp·tp·pp equals the worker GPUs;
 - ``global_batch``: dp divides the global batch;
 - ``micro_batch``:  the micro-batch divides the samples per replica, B ÷ dp;
-- ``micro_batches``: interleaved schedules need the micro-batch count m a multiple of pp
+- ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
+                 work), and interleaved schedules need the micro-batch count m a multiple of pp
                  (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule);
 - ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
                  together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.schedules import interleaved_ok
+from simulator.schedules import interleaved_ok, micro_batches_ok
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ RULES: tuple[Rule, ...] = (
     Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp == gpus),
     Rule("global_batch", lambda c, gpus, layers: c.global_batch % np.maximum(c.dp, 1) == 0),
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
-    Rule("micro_batches", lambda c, gpus, layers: ~c.interleaved | interleaved_ok(_micro_batches(c), c.pp)),
+    Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
+         & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
     Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
