@@ -82,6 +82,10 @@ def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -
 class CommRunner:
     """Starts communication calls on one environment's network (see the module docstring)."""
 
+    merge_replicas = True
+    """Start the single-step replicas of a call as one batch (:meth:`_start_replicas`); False: one
+    process each (the reference the batching is tested against)."""
+
     def __init__(self, env: simpy.Environment, net: FlowNetwork, cluster: Cluster, layout: ParallelLayout,
                  *, replicas: bool = True, fuse: bool = True):
         self.env, self.net, self.cluster, self.layout = env, net, cluster, layout
@@ -91,6 +95,7 @@ class CommRunner:
         self._paths: dict = {}
         self._replicas: dict[tuple, list[tuple[int, ...]]] = {}
         self._alone: dict[tuple, float] = {}
+        self._resources: dict[tuple, frozenset] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
@@ -135,7 +140,8 @@ class CommRunner:
         costs = self._env(protocol, algorithm.family)
         wire = 1.0 / costs.bw_ratio
         steps, last = [], None
-        for step in schedule.steps():
+        flow_steps = _flow_steps(schedule)
+        for step, flows in zip(schedule.steps(), flow_steps):
             pairs = [(group[t.src], group[t.dst], t.nic, t.nbytes) for t in step if t.nbytes > 0]
             if not pairs:
                 continue
@@ -145,11 +151,38 @@ class CommRunner:
             else:
                 steps.append([(costs.path(src, dst, nic), n * wire, 0.0) for src, dst, nic, n in pairs])
                 last = shape
-        replay_s = schedule_time_s(cluster, schedule, protocol)
-        chain_s = costs.chain_latency_s([[Flow(group[t.src], group[t.dst], t.nbytes, t.nic) for t in step]
-                                         for step in schedule.steps()])
+        # schedule_time_s's own terms on the same flows; steps with equal content share one list, so
+        # the id-memos of Env.steps_time_s / chain_latency_s evaluate each distinct step once.
+        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls) + costs.steps_time_s(flow_steps)
+                    + costs.gamma_s(schedule.reduce_bytes_per_rank))
+        chain_s = costs.chain_latency_s(flow_steps)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
         return _Plan(pre_s, steps, costs.gamma_s(schedule.reduce_bytes_per_rank))
+
+    def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
+        key = _key(call, group)
+        plan = self._plans.get(key)
+        if plan is not None or key in self._plans:
+            return frozenset() if plan is None else plan.resources
+        if key not in self._resources:
+            if self._needs_timing(call, group):
+                self._resources[key] = self._paths_of(call, group)
+            else:
+                plan = self.plan(call, group)
+                self._resources[key] = frozenset() if plan is None else plan.resources
+        return self._resources[key]
+
+    def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
+        """A collective replayed on links: its plan needs the schedule's timing, its resources only the pairs."""
+        return (call.transport is Transport.COLLECTIVE and call.nbytes > 0 and self.cluster.world_size >= 2
+                and get_algorithm(call.algorithm.value).schedule_times_it)
+
+    def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        schedule = build_schedule(self.cluster, group, call.op, call.nbytes, call.algorithm.value)
+        costs = self._env(None)
+        pairs = {(group[t.src], group[t.dst], t.nic) for t in schedule.transfers if t.nbytes > 0}
+        return frozenset(h.resource for src, dst, nic in pairs for h in costs.path(src, dst, nic).hops)
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""
@@ -180,10 +213,10 @@ class CommRunner:
                     continue
                 res |= plan.resources
                 rkey = (call.kind, call.op, call.algorithm, call.group, call.concurrent_groups)
-                kept = [g for g in self.replicas(call) if self.plan(call, g).resources & rep]
+                kept = [g for g in self.replicas(call) if self.resources(call, g) & rep]
                 self._replicas[rkey] = kept
                 for g in kept:
-                    res |= self.plan(call, g).resources
+                    res |= self.resources(call, g)
             class_res[key] = res
         for key, res in class_res.items() if isolate else ():
             others = set().union(*(r for k, r in class_res.items() if k != key))
@@ -221,9 +254,41 @@ class CommRunner:
         if not network or klass in self.isolated:
             return self.env.timeout(self.alone_s(call))
         proc = self.env.process(_replay(self.env, self.net, plan))
-        for g in self.replicas(call):
-            self.env.process(_replay(self.env, self.net, self.plan(call, g)))
+        self._start_replicas(call)
         return proc
+
+    def _start_replicas(self, call: CommCall) -> None:
+        """Start the kept replicas of ``call``: single-step plans with the same fixed delay as one batch.
+
+        Nobody waits for a replica, so a replica of one step needs no process of its own: its flows
+        start at ``now + pre_s`` with their latencies either way, and the γ after them delays nothing.
+        Batching them (one process, one :meth:`FlowNetwork.transfer_all`) starts the same flows at the
+        same instants in the same order; multi-step plans keep one process each (a step waits for the
+        replica's previous one).
+        """
+        batches: dict[float, list] = {}
+        for g in self.replicas(call):
+            plan = self.plan(call, g)
+            if plan is None:
+                continue
+            if self.merge_replicas and len(plan.steps) <= 1:
+                batches.setdefault(plan.pre_s, []).extend(plan.steps[0] if plan.steps else ())
+            else:
+                self.env.process(_replay(self.env, self.net, plan))
+        for pre_s, items in batches.items():
+            self.env.process(_replay(self.env, self.net, _Plan(pre_s, [items], 0.0)))
+
+
+def _flow_steps(schedule) -> list[list[Flow]]:
+    """The schedule's steps as cost-model flows (global ranks), one shared list per distinct step content."""
+    ranks, out, seen = schedule.ranks, [], {}
+    for step in schedule.steps():
+        content = tuple((t.src, t.dst, t.nbytes, t.nic) for t in step)
+        flows = seen.get(content)
+        if flows is None:
+            flows = seen[content] = [Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step]
+        out.append(flows)
+    return out
 
 
 def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):
