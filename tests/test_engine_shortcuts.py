@@ -122,3 +122,28 @@ def test_isolated_classes_equal_their_network_replay(monkeypatch):
     assert slow.extras["isolated_classes"] == 0
     assert slow.extras["flows"] > fast.extras["flows"]
     assert fast.step_time_s == pytest.approx(slow.step_time_s, rel=1e-12)
+
+
+def _plan_view(plan):
+    return plan.pre_s, plan.gamma_s, [[(p.hops, b, a) for p, b, a in step] for step in plan.steps]
+
+
+@pytest.mark.parametrize("op", [Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER])
+@pytest.mark.parametrize("nbytes", [12 * 2**20, 12 * 2**20 + 6])
+def test_a_ring_schedule_shared_between_groups_of_one_shape_equals_fresh_builds(op, nbytes):
+    # 48 DGX A100 nodes, 20 per leaf: dp groups of a tp 8 × pp 4 × dp 12 layout for stages 0 and 3 and
+    # tp indices 0 and 5 (other NICs), and a two-GPUs-per-node group; they cross leaves at different
+    # positions. One runner shares a schedule between them; each fresh runner builds its own.
+    cluster = A100.with_nodes(48)
+    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
+    groups += [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
+    shared = CommRunner(None, None, cluster, None)
+    for g in groups:
+        time_s = estimate(cluster, list(g), op, nbytes, "ring").time_s
+        call = CommCall(kind=CommKind.DP, op=op, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                        algorithm=CollectiveAlgorithm.RING, time_s=time_s)
+        fresh = CommRunner(None, None, cluster, None)
+        assert shared.resources(call, g) == fresh.plan(call, g).resources
+        assert _plan_view(shared.plan(call, g)) == _plan_view(fresh.plan(call, g))
+        assert shared.plan(call, g).pre_s == _reference_pre_s(cluster, call)
+    assert len(shared._schedules._shared) == 2  # one GPU per node (4 groups), two per node

@@ -39,10 +39,10 @@ import itertools
 import simpy
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
-from simulator.collectives.replay import schedule_time_s
 from simulator.engine.network import FlowNetwork
+from simulator.engine.shapes import LocalSchedule, ScheduleCache
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall, Transport
 
@@ -96,6 +96,9 @@ class CommRunner:
         self._replicas: dict[tuple, list[tuple[int, ...]]] = {}
         self._alone: dict[tuple, float] = {}
         self._resources: dict[tuple, frozenset] = {}
+        self._schedules = ScheduleCache(cluster)
+        self._groups: dict[tuple[int, ...], Group] = {}
+        self._launchers: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
@@ -125,7 +128,8 @@ class CommRunner:
 
     def _env(self, protocol, family: str | None = None) -> Env:
         """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio),
-        the same :class:`Env` the closed forms and :func:`schedule_time_s` use."""
+        the same :class:`Env` the closed forms and
+        :func:`~simulator.collectives.replay.schedule_time_s` use."""
         key = (None if protocol is None else protocol.name, family)
         if key not in self._envs:
             self._envs[key] = Env(self.cluster, protocol, self._paths, family=family)
@@ -135,29 +139,32 @@ class CommRunner:
         cluster = self.cluster
         chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm.value).protocol
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
-        schedule = build_schedule(cluster, group, call.op, call.nbytes, call.algorithm.value)
-        algorithm = get_algorithm(schedule.algorithm)
+        local, shaped = self._local(call, group)
+        algorithm = get_algorithm(local.algorithm)
         costs = self._env(protocol, algorithm.family)
-        wire = 1.0 / costs.bw_ratio
-        steps, last = [], None
-        flow_steps = _flow_steps(schedule)
-        for step, flows in zip(schedule.steps(), flow_steps):
-            pairs = [(group[t.src], group[t.dst], t.nic, t.nbytes) for t in step if t.nbytes > 0]
-            if not pairs:
-                continue
-            shape = tuple(p[:3] for p in pairs)
-            if self.fuse and shape == last:  # fuse: same flows again, add bytes
-                steps[-1] = [(path, b + n * wire, 0.0) for (path, b, _), (_, _, _, n) in zip(steps[-1], pairs)]
-            else:
-                steps.append([(costs.path(src, dst, nic), n * wire, 0.0) for src, dst, nic, n in pairs])
-                last = shape
-        # schedule_time_s's own terms on the same flows; steps with equal content share one list, so
-        # the id-memos of Env.steps_time_s / chain_latency_s evaluate each distinct step once.
-        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls) + costs.steps_time_s(flow_steps)
-                    + costs.gamma_s(schedule.reduce_bytes_per_rank))
-        chain_s = costs.chain_latency_s(flow_steps)
+        links = dict(zip(local.pairs, local.links(shaped)))
+        steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
+                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
+        # schedule_time_s's terms on the same flows: overhead + Env.steps_time_s (Σ step_bw_s, each
+        # distinct step once, + the latency chain) + γ; the chain is also the plan's fixed delay.
+        flow_steps = local.flow_steps(shaped)
+        gamma_s = costs.gamma_s(local.reduce_bytes_per_rank)
+        step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
+        chain_s = local.chain_s(costs, flow_steps, links)
+        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)
+                    + (sum(step_bw_s[id(s)] for s in flow_steps) + chain_s) + gamma_s)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
-        return _Plan(pre_s, steps, costs.gamma_s(schedule.reduce_bytes_per_rank))
+        return _Plan(pre_s, steps, gamma_s)
+
+    def _local(self, call: CommCall, group: tuple[int, ...]) -> tuple[LocalSchedule, Group]:
+        """The call's schedule in local form (shared between groups of one shape) and the group's layout."""
+        shaped = self._groups.get(group)
+        if shaped is None:
+            shaped = self._groups[group] = Group(self.cluster, group)
+        name = call.algorithm.value
+        local = self._schedules.get(shaped, call.op, call.nbytes, name,
+                                    lambda: build_schedule(self.cluster, group, call.op, call.nbytes, name))
+        return local, shaped
 
     def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
         """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
@@ -179,10 +186,9 @@ class CommRunner:
                 and get_algorithm(call.algorithm.value).schedule_times_it)
 
     def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
-        schedule = build_schedule(self.cluster, group, call.op, call.nbytes, call.algorithm.value)
+        local, shaped = self._local(call, group)
         costs = self._env(None)
-        pairs = {(group[t.src], group[t.dst], t.nic) for t in schedule.transfers if t.nbytes > 0}
-        return frozenset(h.resource for src, dst, nic in pairs for h in costs.path(src, dst, nic).hops)
+        return frozenset(h.resource for src, dst, nic in local.links(shaped) for h in costs.path(src, dst, nic).hops)
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""
@@ -248,47 +254,41 @@ class CommRunner:
         ``network=False`` (a straggler pipeline's or an async worker's copy of the call) times it
         as it would run alone, so replicas are not counted twice.
         """
-        plan = self.plan(call)
-        if plan is None:
-            return self.env.timeout(call.time_s)
-        if not network or klass in self.isolated:
-            return self.env.timeout(self.alone_s(call))
-        proc = self.env.process(_replay(self.env, self.net, plan))
-        self._start_replicas(call)
+        key = (id(call), klass, network)
+        entry = self._launchers.get(key)
+        if entry is None or entry[0] is not call:  # the call object is kept, so its id is not reused
+            entry = self._launchers[key] = (call, *self._launcher(call, klass, network))
+        _, delay_s, plans = entry
+        if delay_s is not None:
+            return self.env.timeout(delay_s)
+        proc = self.env.process(_replay(self.env, self.net, plans[0]))
+        for plan in plans[1:]:
+            self.env.process(_replay(self.env, self.net, plan))
         return proc
 
-    def _start_replicas(self, call: CommCall) -> None:
-        """Start the kept replicas of ``call``: single-step plans with the same fixed delay as one batch.
+    def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[_Plan]]:
+        """How :meth:`start` runs ``call``: a delay, or the representative's plan then its replicas'.
 
-        Nobody waits for a replica, so a replica of one step needs no process of its own: its flows
-        start at ``now + pre_s`` with their latencies either way, and the γ after them delays nothing.
-        Batching them (one process, one :meth:`FlowNetwork.transfer_all`) starts the same flows at the
-        same instants in the same order; multi-step plans keep one process each (a step waits for the
-        replica's previous one).
+        Kept replicas of one step with the same fixed delay are one batch: nobody waits for a replica,
+        so its flows need no process of their own; the batch starts the same flows at the same instants
+        in the same order. Multi-step replicas keep a process each (a step waits for their previous one).
         """
-        batches: dict[float, list] = {}
+        plan = self.plan(call)
+        if plan is None:
+            return call.time_s, []
+        if not network or klass in self.isolated:
+            return self.alone_s(call), []
+        plans, batches = [plan], {}
         for g in self.replicas(call):
-            plan = self.plan(call, g)
-            if plan is None:
+            rep = self.plan(call, g)
+            if rep is None:
                 continue
-            if self.merge_replicas and len(plan.steps) <= 1:
-                batches.setdefault(plan.pre_s, []).extend(plan.steps[0] if plan.steps else ())
+            if self.merge_replicas and len(rep.steps) <= 1:
+                batches.setdefault(rep.pre_s, []).extend(rep.steps[0] if rep.steps else ())
             else:
-                self.env.process(_replay(self.env, self.net, plan))
-        for pre_s, items in batches.items():
-            self.env.process(_replay(self.env, self.net, _Plan(pre_s, [items], 0.0)))
-
-
-def _flow_steps(schedule) -> list[list[Flow]]:
-    """The schedule's steps as cost-model flows (global ranks), one shared list per distinct step content."""
-    ranks, out, seen = schedule.ranks, [], {}
-    for step in schedule.steps():
-        content = tuple((t.src, t.dst, t.nbytes, t.nic) for t in step)
-        flows = seen.get(content)
-        if flows is None:
-            flows = seen[content] = [Flow(ranks[t.src], ranks[t.dst], t.nbytes, t.nic) for t in step]
-        out.append(flows)
-    return out
+                plans.append(rep)
+        plans += [_Plan(pre_s, [items], 0.0) for pre_s, items in batches.items()]
+        return None, plans
 
 
 def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):
