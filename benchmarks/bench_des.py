@@ -1,57 +1,119 @@
-"""DES wall time and events/s for a 3D-parallel GPT-3 175B step at 8, 64, 256 and 1024 GPUs.
+"""DES cost of one GPT-3 175B step as the GPU count grows: wall and CPU time, events, flows, peak RSS.
 
-Run by hand: ``python benchmarks/bench_des.py [--exact]``. The step is what
-:func:`simulator.compile.compile_step` makes of the ``gpt3-175b`` preset on ``dgx-a100`` nodes
-with the :class:`~simulator.strategy.Strategy` defaults for all but the degrees and the batch.
+The layout of issue 12: ``gpt3-175b`` on ``dgx-a100`` nodes, tp 8, pp 8, 96 micro-batches of one
+sequence per pipeline (global batch 96·dp), full activation recomputation, every other field the
+:class:`~simulator.strategy.Strategy` default. Each size runs in a fresh process, so its peak RSS
+(``ru_maxrss`` of that process: compile + simulate) is its own. The exponent is the least-squares
+slope of log(simulate CPU time) against log(GPUs) over the sizes from 1,024 GPUs up: CPU time, because
+on a shared machine the wall time also counts the other processes' turns.
+
+Run by hand: ``python benchmarks/bench_des.py [--max-gpus 16384] [--plot docs/des_scaling.png] [--timeout-s S]
+[--exact]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import math
 import os
+import resource
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simulator.cluster.presets import load_preset  # noqa: E402
-from simulator.compile import compile_step  # noqa: E402
-from simulator.engine.step import simulate  # noqa: E402
-from simulator.strategy import Strategy  # noqa: E402
-from simulator.workload.presets import get_preset  # noqa: E402
-
-CONFIGS = [(8, 1, 8, 1, 96), (64, 1, 8, 8, 96), (256, 4, 8, 8, 384), (1024, 16, 8, 8, 1536)]
-"""(GPUs, dp, tp, pp, global batch): m = 96 micro-batches per pipeline in every case."""
+GPUS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+TP, PP, MICRO_BATCHES = 8, 8, 96
+FIT_FROM_GPUS = 1024
 
 
-def work_for(gpus: int, dp: int, tp: int, pp: int, gbs: int):
+def measure(gpus: int, exact: bool) -> dict:
+    """Compile and simulate one step at ``gpus`` GPUs in this process; times in seconds."""
+    from simulator.cluster.presets import load_preset
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+    from simulator.strategy import Recompute, Strategy
+    from simulator.workload.presets import get_preset
+
+    dp = gpus // (TP * PP)
     cluster = load_preset("dgx-a100").with_nodes(gpus // 8)
-    strategy = Strategy(global_batch=gbs, tp=tp, pp=pp)
-    model = get_preset("gpt3-175b")
-    return cluster, compile_step(cluster, model, strategy)
+    strategy = Strategy(global_batch=MICRO_BATCHES * dp, tp=TP, pp=PP, recompute=Recompute.FULL)
+    t0 = time.perf_counter()
+    work = compile_step(cluster, get_preset("gpt3-175b"), strategy)
+    compile_s = time.perf_counter() - t0
+    gc.collect()
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(work, cluster, trace=False, shortcuts=not exact)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return {"gpus": gpus, "dp": dp, "step_s": res.step_time_s, "compile_s": compile_s, "wall_s": wall, "cpu_s": cpu,
+            "events": res.extras["events"], "flows": res.extras["flows"],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def fitted_exponent(rows: list[dict]) -> float:
+    """Least-squares slope of log(cpu_s) on log(gpus) over the rows from FIT_FROM_GPUS up."""
+    pts = [(math.log(r["gpus"]), math.log(r["cpu_s"])) for r in rows if r["gpus"] >= FIT_FROM_GPUS]
+    if len(pts) < 2:
+        return math.nan
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
+def plot(rows: list[dict], exponent: float, path: str) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    gpus = [r["gpus"] for r in rows]
+    ax.loglog(gpus, [r["cpu_s"] for r in rows], "o-", label=f"simulate, CPU (slope {exponent:.2f} from {FIT_FROM_GPUS})")
+    ax.loglog(gpus, [r["wall_s"] for r in rows], "x:", label="simulate, wall (shared machine)")
+    ax.loglog(gpus, [r["compile_s"] for r in rows], "s--", label="compile, wall")
+    ref = rows[-1]
+    ax.loglog(gpus, [ref["cpu_s"] * g / ref["gpus"] for g in gpus], ":", color="gray", label="linear")
+    ax.set_xlabel("GPUs (GPT-3 175B, tp 8 × pp 8, 96 micro-batches, full recompute)")
+    ax.set_ylabel("time, s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax2 = ax.twinx()
+    ax2.loglog(gpus, [r["peak_rss_mb"] for r in rows], "^-", color="tab:red", alpha=0.6)
+    ax2.set_ylabel("peak RSS, MB", color="tab:red")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--exact", action="store_true", help="no shortcuts (slow)")
-    ap.add_argument("--max-gpus", type=int, default=1024)
+    ap.add_argument("--max-gpus", type=int, default=16384)
+    ap.add_argument("--plot", metavar="PNG", help="save the log-log plot here")
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="wall-time limit per size; the first size over it is reported and ends the run")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print("| GPUs | dp×tp×pp | step s | wall s | CPU s | events | events/s | flows | isolated classes |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for gpus, dp, tp, pp, gbs in CONFIGS:
-        if gpus > args.max_gpus:
-            continue
-        cluster, work = work_for(gpus, dp, tp, pp, gbs)
-        gc.collect()
-        gc.freeze()
-        w0, c0 = time.perf_counter(), time.process_time()
-        res = simulate(work, cluster, shortcuts=not args.exact)
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-        gc.unfreeze()
-        ev = res.extras["events"]
-        print(f"| {gpus} | {dp}×{tp}×{pp} | {res.step_time_s:.2f} | {wall:.2f} | {cpu:.2f} | {ev:,} | "
-              f"{ev / cpu:,.0f} | {res.extras['flows']:,} | {res.extras['isolated_classes']} |", flush=True)
+    if args.child:
+        print(json.dumps(measure(args.child, args.exact)))
+        return
+    rows = []
+    print("| GPUs | dp | step s | compile s | simulate wall s | CPU s | events | flows | peak RSS MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for gpus in (g for g in GPUS if g <= args.max_gpus):
+        cmd = [sys.executable, __file__, "--child", str(gpus)] + (["--exact"] if args.exact else [])
+        try:
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.timeout_s).stdout
+        except subprocess.TimeoutExpired:
+            print(f"| {gpus:,} | {gpus // (TP * PP)} | stopped after {args.timeout_s:.0f} s wall | | | | | | |")
+            break
+        r = json.loads(out)
+        rows.append(r)
+        print(f"| {gpus:,} | {r['dp']} | {r['step_s']:.3f} | {r['compile_s']:.2f} | {r['wall_s']:.2f} | "
+              f"{r['cpu_s']:.2f} | {r['events']:,} | {r['flows']:,} | {r['peak_rss_mb']:.0f} |", flush=True)
+    exponent = fitted_exponent(rows)
+    print(f"\nfitted exponent (simulate CPU time, GPUs >= {FIT_FROM_GPUS}): {exponent:.2f}")
+    if args.plot:
+        plot(rows, exponent, args.plot)
 
 
 if __name__ == "__main__":

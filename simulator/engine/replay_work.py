@@ -30,6 +30,9 @@ many identical groups run it at the same moment. :class:`CommRunner` turns a cal
   replicas', so each of its calls is a delay equal to its time alone with those replicas, measured
   once per distinct call in a scratch network. This is exact, and it is what keeps a 1024-GPU step's
   tens of thousands of NVLink all-reduces off the flow network.
+- **At scale** (docs/engine.md, shortcuts 4–7; each tested equal to what it replaces): schedules in
+  local form shared by groups of one shape (:mod:`simulator.engine.shapes`), each distinct step timed
+  once, replica checks on links only, and a call's single-step replicas started as one batch.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ import itertools
 import simpy
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.cost import Env
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
-from simulator.collectives.replay import schedule_time_s
 from simulator.engine.network import FlowNetwork
+from simulator.engine.shapes import LocalSchedule, ScheduleCache
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall, Transport
 
@@ -82,6 +85,10 @@ def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -
 class CommRunner:
     """Starts communication calls on one environment's network (see the module docstring)."""
 
+    merge_replicas = True
+    """Start the single-step replicas of a call as one batch (:meth:`_start_replicas`); False: one
+    process each (the reference the batching is tested against)."""
+
     def __init__(self, env: simpy.Environment, net: FlowNetwork, cluster: Cluster, layout: ParallelLayout,
                  *, replicas: bool = True, fuse: bool = True):
         self.env, self.net, self.cluster, self.layout = env, net, cluster, layout
@@ -91,6 +98,10 @@ class CommRunner:
         self._paths: dict = {}
         self._replicas: dict[tuple, list[tuple[int, ...]]] = {}
         self._alone: dict[tuple, float] = {}
+        self._resources: dict[tuple, frozenset] = {}
+        self._schedules = ScheduleCache(cluster)
+        self._groups: dict[tuple[int, ...], Group] = {}
+        self._launchers: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
@@ -120,7 +131,8 @@ class CommRunner:
 
     def _env(self, protocol, family: str | None = None) -> Env:
         """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio),
-        the same :class:`Env` the closed forms and :func:`schedule_time_s` use."""
+        the same :class:`Env` the closed forms and
+        :func:`~simulator.collectives.replay.schedule_time_s` use."""
         key = (None if protocol is None else protocol.name, family)
         if key not in self._envs:
             self._envs[key] = Env(self.cluster, protocol, self._paths, family=family)
@@ -130,25 +142,59 @@ class CommRunner:
         cluster = self.cluster
         chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm.value).protocol
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
-        schedule = build_schedule(cluster, group, call.op, call.nbytes, call.algorithm.value)
-        algorithm = get_algorithm(schedule.algorithm)
+        local, shaped = self._local(call, group)
+        algorithm = get_algorithm(local.algorithm)
         costs = self._env(protocol, algorithm.family)
-        wire = 1.0 / costs.bw_ratio
-        steps, last = [], None
-        for step in schedule.steps():
-            pairs = [(group[t.src], group[t.dst], t.nic, t.nbytes) for t in step if t.nbytes > 0]
-            if not pairs:
-                continue
-            shape = tuple(p[:3] for p in pairs)
-            if self.fuse and shape == last:  # fuse: same flows again, add bytes
-                steps[-1] = [(path, b + n * wire, 0.0) for (path, b, _), (_, _, _, n) in zip(steps[-1], pairs)]
-            else:
-                steps.append([(costs.path(src, dst, nic), n * wire, 0.0) for src, dst, nic, n in pairs])
-                last = shape
-        replay_s = schedule_time_s(cluster, schedule, protocol)
-        chain_s = algorithm.schedule_latency_s(costs, schedule)
+        links = dict(zip(local.pairs, local.links(shaped)))
+        steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
+                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
+        # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
+        # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
+        flow_steps = local.flow_steps(shaped)
+        gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
+        step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
+        if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead (never shape-shared)
+            chain_s = algorithm.schedule_latency_s(costs, local.schedule)
+        else:
+            chain_s = local.chain_s(costs, flow_steps, links)
+        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
+                    + sum(step_bw_s[id(s)] for s in flow_steps) + chain_s + gamma_s)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
-        return _Plan(pre_s, steps, algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank))
+        return _Plan(pre_s, steps, gamma_s)
+
+    def _local(self, call: CommCall, group: tuple[int, ...]) -> tuple[LocalSchedule, Group]:
+        """The call's schedule in local form (shared between groups of one shape) and the group's layout."""
+        shaped = self._groups.get(group)
+        if shaped is None:
+            shaped = self._groups[group] = Group(self.cluster, group)
+        name = call.algorithm.value
+        local = self._schedules.get(shaped, call.op, call.nbytes, name,
+                                    lambda: build_schedule(self.cluster, group, call.op, call.nbytes, name))
+        return local, shaped
+
+    def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
+        key = _key(call, group)
+        plan = self._plans.get(key)
+        if plan is not None or key in self._plans:
+            return frozenset() if plan is None else plan.resources
+        if key not in self._resources:
+            if self._needs_timing(call, group):
+                self._resources[key] = self._paths_of(call, group)
+            else:
+                plan = self.plan(call, group)
+                self._resources[key] = frozenset() if plan is None else plan.resources
+        return self._resources[key]
+
+    def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
+        """A collective replayed on links: its plan needs the schedule's timing, its resources only the pairs."""
+        return (call.transport is Transport.COLLECTIVE and call.nbytes > 0 and self.cluster.world_size >= 2
+                and get_algorithm(call.algorithm.value).schedule_times_it)
+
+    def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        local, shaped = self._local(call, group)
+        costs = self._env(None)
+        return frozenset(h.resource for src, dst, nic in local.links(shaped) for h in costs.path(src, dst, nic).hops)
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""
@@ -179,10 +225,10 @@ class CommRunner:
                     continue
                 res |= plan.resources
                 rkey = (call.kind, call.op, call.algorithm, call.group, call.concurrent_groups)
-                kept = [g for g in self.replicas(call) if self.plan(call, g).resources & rep]
+                kept = [g for g in self.replicas(call) if self.resources(call, g) & rep]
                 self._replicas[rkey] = kept
                 for g in kept:
-                    res |= self.plan(call, g).resources
+                    res |= self.resources(call, g)
             class_res[key] = res
         for key, res in class_res.items() if isolate else ():
             others = set().union(*(r for k, r in class_res.items() if k != key))
@@ -214,15 +260,41 @@ class CommRunner:
         ``network=False`` (a straggler pipeline's or an async worker's copy of the call) times it
         as it would run alone, so replicas are not counted twice.
         """
+        key = (id(call), klass, network)
+        entry = self._launchers.get(key)
+        if entry is None or entry[0] is not call:  # the call object is kept, so its id is not reused
+            entry = self._launchers[key] = (call, *self._launcher(call, klass, network))
+        _, delay_s, plans = entry
+        if delay_s is not None:
+            return self.env.timeout(delay_s)
+        proc = self.env.process(_replay(self.env, self.net, plans[0]))
+        for plan in plans[1:]:
+            self.env.process(_replay(self.env, self.net, plan))
+        return proc
+
+    def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[_Plan]]:
+        """How :meth:`start` runs ``call``: a delay, or the representative's plan then its replicas'.
+
+        Kept replicas of one step with the same fixed delay are one batch: nobody waits for a replica,
+        so its flows need no process of their own; the batch starts the same flows at the same instants
+        in the same order. Multi-step replicas keep a process each (a step waits for their previous one).
+        """
         plan = self.plan(call)
         if plan is None:
-            return self.env.timeout(call.time_s)
+            return call.time_s, []
         if not network or klass in self.isolated:
-            return self.env.timeout(self.alone_s(call))
-        proc = self.env.process(_replay(self.env, self.net, plan))
+            return self.alone_s(call), []
+        plans, batches = [plan], {}
         for g in self.replicas(call):
-            self.env.process(_replay(self.env, self.net, self.plan(call, g)))
-        return proc
+            rep = self.plan(call, g)
+            if rep is None:
+                continue
+            if self.merge_replicas and len(rep.steps) <= 1:
+                batches.setdefault(rep.pre_s, []).extend(rep.steps[0] if rep.steps else ())
+            else:
+                plans.append(rep)
+        plans += [_Plan(pre_s, [items], 0.0) for pre_s, items in batches.items()]
+        return None, plans
 
 
 def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):

@@ -1,0 +1,148 @@
+"""The step DES's shortcuts against the plain computation they replace, on cases small enough for both.
+
+- A collective's plan (fixed delay, fused steps, γ) is built from per-step flows shared between steps
+  of equal content: its delay must equal the one built from :func:`schedule_time_s` and the chain of
+  a freshly built schedule, bit for bit.
+- Replica checks take a replica's links without timing it: the same set as its full plan's.
+- Single-step replicas start as one batch: the same timeline as one process per replica.
+- Isolated classes run as measured delays: the same step as on the shared network.
+Exact (==) where the arithmetic is the same; 1e-12 relative where only the clock's rounding differs.
+"""
+
+import pandas as pd
+import pytest
+
+from simulator.cluster.presets import load_preset
+from simulator.collectives.base import Op
+from simulator.collectives.cost import Env, Flow
+from simulator.collectives.registry import build_schedule, estimate, get_algorithm
+from simulator.collectives.replay import schedule_time_s
+from simulator.engine import step as step_engine
+from simulator.engine.replay_work import CommRunner
+from simulator.engine.step import simulate
+from simulator.errors import SpecError
+from simulator.strategy import Strategy
+from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+from compiled_work import compiled
+from simulator.workload.presets import get_preset
+
+A100 = load_preset("dgx-a100")
+GPT13 = get_preset("gpt3-1.3b")
+GROUPS = [tuple(range(32)), (0, 8, 16, 24), (0, 1, 8, 9)]
+"""On 4 DGX A100 nodes: every GPU; one GPU per node (one channel); two GPUs on each of two nodes."""
+ALGORITHMS = ["ring", "tree", "halving_doubling", "recursive_doubling", "hierarchical", "direct"]
+
+
+def _call(group, name, op=Op.ALL_REDUCE, nbytes=3 * 2**20 + 4, extra_s=1e-5):
+    time_s = estimate(A100.with_nodes(4), list(group), op, nbytes, name).time_s + extra_s
+    return CommCall(kind=CommKind.DP, op=op, group=group, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                    algorithm=CollectiveAlgorithm(name), time_s=time_s)
+
+
+def _reference_pre_s(cluster, call) -> float:
+    """The plan's fixed delay as the unshared computation defines it: overhead + (time − replay) + the
+    schedule's latency (:meth:`Algorithm.schedule_latency_s`)."""
+    chosen = estimate(cluster, call.group, call.op, call.nbytes, call.algorithm.value).protocol
+    protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
+    schedule = build_schedule(cluster, call.group, call.op, call.nbytes, call.algorithm.value)
+    algorithm = get_algorithm(schedule.algorithm)
+    env = Env(cluster, protocol, family=algorithm.family)
+    chain_s = algorithm.schedule_latency_s(env, schedule)  # rank chain, or a chunk pipeline's latency
+    replay_s = schedule_time_s(cluster, schedule, protocol)
+    return env.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
+
+
+def _cases():
+    for group in GROUPS:
+        for name in ALGORITHMS:
+            for op in (Op.ALL_REDUCE, Op.ALL_GATHER):
+                try:
+                    call = _call(group, name, op)
+                except SpecError:
+                    continue  # the algorithm does not run this op on this group
+                yield pytest.param(call, id=f"{name}-{op.value}-{len(group)}r-{group[1]}")
+
+
+@pytest.mark.parametrize("call", list(_cases()))
+def test_plan_delay_equals_the_unshared_replay(call):
+    cluster = A100.with_nodes(4)
+    plan = CommRunner(None, None, cluster, None, replicas=False).plan(call)
+    assert plan.pre_s == _reference_pre_s(cluster, call)
+
+
+def test_cases_cover_every_algorithm():
+    assert {c.values[0].algorithm.value for c in _cases()} == set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", ["ring", "tree", "direct"])
+def test_replica_links_without_timing_equal_the_full_plan(name):
+    # tp-shifted copies of a one-GPU-per-node group (the dp groups of a tp=2 layout) on 4 nodes.
+    cluster = A100.with_nodes(4)
+    for g in [(1, 9, 17, 25), (3, 11, 19, 27)]:
+        call = _call((0, 8, 16, 24), name)
+        fresh = CommRunner(None, None, cluster, None)
+        links = fresh.resources(call, g)
+        assert links and fresh._plans == {}  # found without building a plan
+        assert links == CommRunner(None, None, cluster, None).plan(call, g).resources
+
+
+def _replicated_work():
+    """tp 8, pp 2, dp 4 on 8 DGX A100 nodes: the p2p sends of the dp replicas share rail 0 with the
+    representative's dp ring, so they are kept on the network (one step each)."""
+    cluster = A100.with_nodes(8)
+    return cluster, compiled(cluster, Strategy(global_batch=16, tp=8, pp=2), GPT13, fwd_s=0.01, bwd_s=0.02)
+
+
+def test_batched_replicas_give_the_timeline_of_one_process_each(monkeypatch):
+    cluster, work = _replicated_work()
+    batched = simulate(work, cluster)
+    monkeypatch.setattr(CommRunner, "merge_replicas", False)
+    single = simulate(work, cluster)
+    assert batched.step_time_s == single.step_time_s
+    assert batched.extras["flows"] == single.extras["flows"]
+    assert batched.extras["events"] < single.extras["events"]
+    pd.testing.assert_frame_equal(batched.timeline, single.timeline)
+
+
+def test_replicas_are_on_the_network_in_that_layout():
+    cluster, work = _replicated_work()
+    ctx = step_engine._Ctx(work, cluster, False, True)
+    p2p = work.stages[0].chunks[0].p2p_fwd
+    assert len(ctx.runner.replicas(p2p)) == 3  # the other dp replicas, same rail
+
+
+def test_isolated_classes_equal_their_network_replay(monkeypatch):
+    cluster, work = _replicated_work()
+    fast = simulate(work, cluster)
+    assert fast.extras["isolated_classes"] > 0
+    original = CommRunner.prepare
+    monkeypatch.setattr(CommRunner, "prepare", lambda self, classes, isolate=True: original(self, classes, False))
+    slow = simulate(work, cluster)
+    assert slow.extras["isolated_classes"] == 0
+    assert slow.extras["flows"] > fast.extras["flows"]
+    assert fast.step_time_s == pytest.approx(slow.step_time_s, rel=1e-12)
+
+
+def _plan_view(plan):
+    return plan.pre_s, plan.gamma_s, [[(p.hops, b, a) for p, b, a in step] for step in plan.steps]
+
+
+@pytest.mark.parametrize("op", [Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER])
+@pytest.mark.parametrize("nbytes", [12 * 2**20, 12 * 2**20 + 6])
+def test_a_ring_schedule_shared_between_groups_of_one_shape_equals_fresh_builds(op, nbytes):
+    # 48 DGX A100 nodes, 20 per leaf: dp groups of a tp 8 × pp 4 × dp 12 layout for stages 0 and 3 and
+    # tp indices 0 and 5 (other NICs), and a two-GPUs-per-node group; they cross leaves at different
+    # positions. One runner shares a schedule between them; each fresh runner builds its own.
+    cluster = A100.with_nodes(48)
+    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
+    groups += [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
+    shared = CommRunner(None, None, cluster, None)
+    for g in groups:
+        time_s = estimate(cluster, list(g), op, nbytes, "ring").time_s
+        call = CommCall(kind=CommKind.DP, op=op, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                        algorithm=CollectiveAlgorithm.RING, time_s=time_s)
+        fresh = CommRunner(None, None, cluster, None)
+        assert shared.resources(call, g) == fresh.plan(call, g).resources
+        assert _plan_view(shared.plan(call, g)) == _plan_view(fresh.plan(call, g))
+        assert shared.plan(call, g).pre_s == _reference_pre_s(cluster, call)
+    assert len(shared._schedules._shared) == 2  # one GPU per node (4 groups), two per node
