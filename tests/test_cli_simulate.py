@@ -365,3 +365,13 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.startswith("trainplan ")
+
+
+def test_buckets_past_the_guard_are_refused(capsys):
+    """--bucket-mb 1e-6 split a 125M model's gradients into 250 million one-byte buckets and never
+    finished (issue 15); past MAX_BUCKETS it is one line naming --bucket-mb and the least size."""
+    from simulator.compile.comm_part import MAX_BUCKETS, buckets
+
+    assert len(buckets(MAX_BUCKETS * 10, 10)) == MAX_BUCKETS
+    err = _fail(SMALL + ["--bucket-mb", "1e-6"], capsys)
+    assert err.startswith("trainplan simulate: error: --bucket-mb: 1-byte buckets split ") and "give at least" in err

@@ -74,14 +74,14 @@ def run_engine(args, job: strategy_flags.Job):
     from simulator.engine.step import simulate
 
     fetch = ParamFetch(args.param_fetch) if args.param_fetch else ParamFetch.INFINITY
-    work = compile_step(job.cluster, job.workload, job.strategy, fetch=fetch, layout=job.layout)
-    if args.engine == Engine.ANALYTICAL.value:
-        return estimate_work(work)
-    try:
+    try:  # a strategy field compile or the run finds unworkable (buckets, the failure model) names its flag
+        work = compile_step(job.cluster, job.workload, job.strategy, fetch=fetch, layout=job.layout)
+        if args.engine == Engine.ANALYTICAL.value:
+            return estimate_work(work)
         # --seed is the strategy's straggler seed already; simulate's seed is an extra offset (was added twice)
         return simulate(work, job.cluster, seed=0, steps=args.steps or 1,
                         train_steps=args.train_steps, trace=bool(args.trace or args.plot))
-    except SpecError as err:  # a strategy field the run finds unworkable (the failure model) names its flag
+    except SpecError as err:
         raise strategy_flags.flag_error(err) from None
 
 

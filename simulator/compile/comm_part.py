@@ -39,6 +39,7 @@ import math
 
 from simulator.collectives.base import Op
 from simulator.compile.costs import CostCache
+from simulator.errors import SpecError
 from simulator.work import CommCall, CommKind, Transport
 
 
@@ -79,6 +80,13 @@ def tp_calls(cache: CostCache, group: tuple[int, ...], nbytes: int, *, sp: bool,
     return fwd, bwd
 
 
+MAX_BUCKETS = 100_000
+"""Buckets one gradient sync is split into at most: a guard on work, not a model limit (each bucket is
+a call both engines play; 1-byte buckets of a 125M model were 250 million calls and never finished).
+Frameworks never split a parameter tensor across buckets (DDP assigns whole tensors, Li et al. VLDB
+2020 §3.2.3), so a real job has at most one bucket per tensor: thousands, not 100,000."""
+
+
 def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
     """Bucket sizes in issue order: full buckets, the remainder last (None: one bucket of all)."""
     total = int(round(total_bytes))
@@ -86,6 +94,10 @@ def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
         return []
     if bucket_bytes is None or bucket_bytes >= total:
         return [total]
+    if -(-total // bucket_bytes) > MAX_BUCKETS:
+        raise SpecError("bucket_bytes", f"{bucket_bytes:,}-byte buckets split {total:,} bytes of gradients into more "
+                        f"than {MAX_BUCKETS:,} calls; give at least {-(-total // MAX_BUCKETS):,} bytes (frameworks "
+                        "never split a tensor, so smaller buckets are one per parameter tensor anyway)")
     full, rest = divmod(total, bucket_bytes)
     return [bucket_bytes] * full + ([rest] if rest else [])
 
