@@ -215,6 +215,8 @@ def run_rank(options: RunOptions) -> int:
                   f"{summary['completed_steps']} steps, loss {summary['loss'][0]:.4f} → {summary['loss'][-1]:.4f}"
                   + (f", step median {step['median_s'] * 1e3:.1f} ms" if step else "")
                   + (f"; results: {options.out}" if options.out else ""))
+        dist.barrier()  # leave together: a gloo rank that tears down while a peer still holds its pairs
+        #                 can abort (SIGABRT seen once under load, after every step had completed)
     except BaseException as err:
         failure = _failure(err, rank)
         _write_status(options, rank, "error", {"error": failure.error, "detail": failure.detail,

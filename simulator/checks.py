@@ -15,7 +15,9 @@ from simulator.errors import SpecError
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # a huge int is finite (isfinite would overflow)
 
 
 def positive_int(field: str, value) -> int:

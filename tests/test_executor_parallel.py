@@ -22,9 +22,9 @@ TWO_RANKS = {
 }
 FOUR_RANKS = {
     "tp+dp": (LLAMA_TINY, {"tp": 2, "dp": 2}),
-    "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "schedule": "1f1b"}),
+    "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "framework": "fsdp2", "schedule": "1f1b"}),
     "pp+tp+sp": (LLAMA_TINY, {"pp": 2, "tp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
-    "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3}),
+    "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3, "framework": "fsdp2"}),
 }
 
 
