@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
 from executor.strategies import load_families
 from executor.strategies.base import Backend, FamilySpec, Precision, family_spec
-from simulator.strategy import ParamServerSync
+from simulator.strategy import Framework, ParamServerSync, ZeroStage
+from simulator.strategy.framework import resolve_framework
 from simulator.errors import SpecError
 from simulator.jsonio import check_writable
 from simulator.plan_file import load_plan
@@ -113,6 +114,7 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
         scaled = scale_plan(plan, options.scale, _workers(plan, nproc))
     except SpecError as err:
         raise (SpecError(f"--{err.field}", err.problem) if err.field in ("nproc", "scale") else err) from None
+    scaled = _as_torch_runs(scaled)
     load_families()
     family = family_spec(scaled.run.layout())
     family.check(scaled.run, scaled.run.layout())
@@ -130,6 +132,26 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
         if not trace.exists() and not trace.parent.is_dir():
             raise SpecError("--trace", f"folder {str(trace.parent)!r} does not exist")
     return scaled, family
+
+
+def torch_framework(zero: ZeroStage) -> Framework:
+    """The framework the executor runs a ZeRO stage with: torch DDP and ZeroRedundancyOptimizer (whole
+    tensors) at ZeRO 0-1, FSDP2 ``fully_shard`` at ZeRO 2-3 (docs/executor.md)."""
+    return Framework.TORCH_DDP if zero in (ZeroStage.ZERO0, ZeroStage.ZERO1) else Framework.FSDP2
+
+
+def _as_torch_runs(scaled: ScaledPlan) -> ScaledPlan:
+    """``scaled`` whose run plan names the framework torch really runs, with a note when the plan named
+    (or implied) another: the simulator then estimates what ran (memory and ZeRO calls differ by
+    framework), and the change is said, not silent."""
+    s = scaled.run.strategy
+    framework = torch_framework(s.zero)
+    if resolve_framework(s.zero, s.partitioning, s.framework)[1] is framework:
+        return scaled
+    was = s.framework.value if s.framework else f"{resolve_framework(s.zero, s.partitioning)[1].value} (implied)"
+    run = replace(scaled.run, strategy=replace(s, framework=framework, partitioning=None))
+    note = f"framework {was} → {framework.value}: torch runs ZeRO-{int(s.zero)} this way"
+    return replace(scaled, run=run, notes=scaled.notes + (note,))
 
 
 def _workers(plan, nproc: int | None) -> int | None:

@@ -127,3 +127,23 @@ def test_a_failing_rank_fails_the_run_and_keeps_completed_steps(tmp_path, capsys
     results = load_results(out)
     assert results.status is RunStatus.FAILED and results.failure.rank == 1 and words in results.failure.error
     assert results.completed_steps == 1 and len(results.ranks[0].loss) == 1
+
+
+@pytest.mark.parametrize("zero, framework, ran", [(3, None, "fsdp2"), (2, "deepspeed", "fsdp2"), (1, None, "torch"),
+                                                   (0, None, "torch"), (3, "fsdp2", "fsdp2")])
+def test_the_run_plan_names_the_framework_torch_runs(tmp_path, zero, framework, ran):
+    """A plan's ZeRO-3 implies DeepSpeed in the simulator, but torch runs it as FSDP2: the run plan (what
+    validation re-simulates) names what ran, with a note when that differs; never silently."""
+    from executor.options import _as_torch_runs
+    from simulator.strategy import Framework
+    from simulator.strategy.framework import resolve_framework
+    from simulator.plan_file import load_plan
+    from simulator.plan_scale import Scale, scale_plan
+
+    flat = {"zero": zero} | ({"framework": framework} if framework else {})
+    scaled = _as_torch_runs(scale_plan(load_plan(_plan(tmp_path, **flat)), Scale.parse("tiny"), None))
+    s = scaled.run.strategy
+    assert resolve_framework(s.zero, s.partitioning, s.framework)[1].value == ran
+    implied = resolve_framework(s.zero, None, None if framework is None else Framework(framework))[1].value
+    changed = [n for n in scaled.notes if n.startswith("framework ")]
+    assert bool(changed) == (implied != ran), changed
