@@ -81,7 +81,7 @@ def degrees(p: Problem) -> tuple[tuple[int, int, int], ...]:
 
 def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
     per_replica, rest = divmod(p.global_batch, keys["dp"])
-    return () if rest else tuple(b for b in divisors(per_replica) if b <= p.max_mbs)
+    return () if rest else tuple(divisors(per_replica, up_to=p.max_mbs))
 
 
 def default_axes(p: Problem) -> tuple[Axis, ...]:

@@ -149,3 +149,19 @@ def test_a_new_kind_only_implements_the_protocol():
     # its 1e6 fp32 gradients are all-reduced over the 8 data-parallel ranks: 4 MB in all
     assert sum(call.nbytes for call in work.stages[0].grad_sync) == 4_000_000
     assert work.tokens_per_step == 16 and step_flops(stream, 16, Recompute.NONE, AttentionKind.FLASH) == (0.0, 0.0)
+
+
+def test_divisors_by_pairs_equal_the_definition():
+    """divisors pairs d with n/d up to √n (a 1e19-sequence batch hung the error message that lists them)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from simulator.workload.protocol import divisors
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.integers(1, 5000), st.none() | st.integers(1, 64))
+    def check(n, up_to):
+        assert divisors(n, up_to) == [d for d in range(1, n + 1) if n % d == 0 and (up_to is None or d <= up_to)]
+
+    check()
+    assert divisors(10**19, up_to=8) == [1, 2, 4, 5, 8]

@@ -188,10 +188,14 @@ def _batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecErr
                      f"of {dp}")
 
 
+MAX_SUGGESTED_MBS = 4096
+"""Largest micro-batch an error message suggests (the divisors of a huge batch are not listed)."""
+
+
 def _micro_batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
     per_replica = s.global_batch // dp
     return SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
-                     f"use {one_of(divisors(per_replica))}")
+                     f"use {one_of(divisors(per_replica, up_to=MAX_SUGGESTED_MBS))}")
 
 
 def _schedule_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:

@@ -22,6 +22,8 @@ Override points (what a new kind implements; ``isinstance(x, Workload)`` checks 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -131,9 +133,17 @@ class Workload(Protocol):
     def describe(self) -> str: ...
 
 
-def divisors(n: int) -> list[int]:
-    """The positive divisors of ``n``, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, up_to: int | None = None) -> list[int]:
+    """The positive divisors of ``n``, ascending; with ``up_to``, only those ≤ ``up_to``. Pairs d, n/d by
+    trial division to min(√n, up_to): bounded work even for a batch of 1e19 sequences with ``up_to``."""
+    limit = math.isqrt(n) if up_to is None else min(math.isqrt(n), up_to)
+    small, large = [], []
+    for d in range(1, limit + 1):
+        if n % d == 0:
+            small.append(d)
+            if n // d != d:
+                large.append(n // d)
+    return [d for d in small + large[::-1] if up_to is None or d <= up_to]
 
 
 def one_of(values: list[int]) -> str:
