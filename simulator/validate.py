@@ -85,8 +85,9 @@ class Validation:
     cluster_name: str
     notes: tuple[str, ...] = ()
 
-    def row(self, name: str) -> Row:
-        return next(r for r in self.rows if r.name == name)
+    def row(self, name: str) -> Row | None:
+        """The row called ``name``; None when the results file did not measure it."""
+        return next((r for r in self.rows if r.name == name), None)
 
     @property
     def step_time_error(self) -> float | None:
@@ -96,7 +97,8 @@ class Validation:
     @property
     def memory_error(self) -> float | None:
         """Signed error of the model-state bytes (the exact part of the memory model)."""
-        return self.row("model_state_bytes").error_analytical
+        row = self.row("model_state_bytes")
+        return None if row is None else row.error_analytical
 
     def to_dict(self) -> dict:
         return {"cluster": self.cluster_name, "step_time_error": self.step_time_error,
