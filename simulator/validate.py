@@ -211,20 +211,22 @@ def validate(results: Results, cluster) -> Validation:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    return f"{value * 1e3:.3f} ms" if unit == "s" else f"{value / 2**20:.2f} MiB"
+    if unit == "s":
+        return f"{value * 1e3:.3f} ms"
+    return f"{value:,.0f} B" if value < 1e10 else f"{value / 2**30:.2f} GiB"
 
 
 def _pct(error: float | None) -> str:
-    return "-" if error is None or not math.isfinite(error) else f"{error * 100:+.1f}%"
+    return "-" if error is None or not math.isfinite(error) else f"{error * 100:+.2f}%"
 
 
 def format_validation(v: Validation) -> str:
     """A text table: measured (p10-p90), analytical and DES estimates, and their signed errors."""
-    head = f"{'':<20}{'measured':>13}{'p10-p90':>24}{'analytical':>14}{'error':>11}{'des':>14}{'error':>11}"
+    head = f"{'':<20}{'measured':>15}{'p10-p90':>24}{'analytical':>15}{'error':>11}{'des':>14}{'error':>11}"
     lines = [head]
     for r in v.rows:
         spread = "-" if r.p10 is None else f"{_fmt(r.p10, r.unit)}-{_fmt(r.p90, r.unit)}"
-        lines.append(f"{r.name:<20}{_fmt(r.measured, r.unit):>13}{spread:>24}{_fmt(r.analytical, r.unit):>14}"
+        lines.append(f"{r.name:<20}{_fmt(r.measured, r.unit):>15}{spread:>24}{_fmt(r.analytical, r.unit):>15}"
                      f"{_pct(r.error_analytical):>11}{_fmt(r.des, r.unit):>14}{_pct(r.error_des):>11}")
     lines.append(f"step_time_error {_pct(v.step_time_error)} (analytical), memory_error {_pct(v.memory_error)} "
                  f"(model states), on {v.cluster_name}")

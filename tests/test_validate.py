@@ -84,7 +84,7 @@ def test_compare_signed_errors_by_hand():
     assert forward.error_analytical == pytest.approx(-0.25) and forward.error_des == pytest.approx(0.5)
     assert v.step_time_error == pytest.approx(0.5)
     text = format_validation(v)
-    assert "+50.0%" in text and "-25.0%" in text and "20.000 ms" in text and "13.600 ms-36.000 ms" in text
+    assert "+50.00%" in text and "-25.00%" in text and "20.000 ms" in text and "13.600 ms-36.000 ms" in text
 
 
 def test_cli_json_rows_against_hand_values(tmp_path, capsys):
@@ -132,7 +132,7 @@ def test_text_output_and_plot(tmp_path, capsys):
     assert main(["validate", _write(tmp_path), "--cluster", "localhost-cpu", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     for word in ("step_time_s", "forward", "model_state_bytes", "peak_memory_bytes", "step_time_error",
-                 "memory_error +0.0%"):
+                 "memory_error +0.00%"):
         assert word in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
