@@ -208,12 +208,12 @@ def _rank(d: dict, i: int) -> RankResult:
 
 def results_from_dict(d: dict) -> Results:
     """A checked :class:`Results` (plans included) from its JSON data."""
+    if d.get("schema") != SCHEMA:  # first: a plan file given by mistake is named as such, not by its fields
+        raise SpecError("results.schema", f"must be {SCHEMA!r}, got {d.get('schema')!r}; is this a results file?")
     known = ("schema", "version", "status", "failure", "plan", "run", "environment", "ranks", "summary")
     for key in d:
         if key not in known:
             raise SpecError(f"results.{key}", f"unknown field; known: {', '.join(known)}")
-    if d.get("schema") != SCHEMA:
-        raise SpecError("results.schema", f"must be {SCHEMA!r}, got {d.get('schema')!r}; is this a results file?")
     if d.get("version") != VERSION:
         raise SpecError("results.version", f"{d.get('version')!r} is not supported; this trainplan reads "
                         f"version {VERSION}")

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trainplan.cmd_simulate",
     "trainplan.cmd_execute",
     "trainplan.cmd_launch",
+    "trainplan.cmd_validate",
 )
 """Command-group modules, in the order ``--help`` lists them. Add a module here to add a command."""
 

@@ -1,0 +1,267 @@
+"""Estimated vs measured for one results file: the plan as run, re-simulated, row by row.
+
+``validate(results, cluster)`` compiles the plan *as run* (the scaled model, world and batch that
+``trainplan execute`` embeds in its results file, :mod:`simulator.run_results`) on ``cluster`` and
+estimates it with both engines (analytical and discrete-event). Each :class:`Row` puts an estimate
+beside its measurement:
+
+- ``step_time_s``: the measured median over the steps after warm-up of the slowest rank per step,
+  with its p10/p90 spread, against each engine's step time;
+- one row per phase the results file measured (``forward``, ``backward``, ``optimizer``, ``dp``, ...),
+  against the estimate's breakdown of the slowest rank in the same category (seconds);
+- ``model_state_bytes``: the most loaded rank's measured states (params + grads + optimizer + its step
+  counters + host copies) against the memory model's most loaded rank, wherever its states live;
+- ``peak_memory_bytes``: the largest measured peak against the model's peak ``allocated`` bytes
+  (``torch.cuda.max_memory_allocated``). On a CPU run the measurement is the process's peak RSS,
+  which includes torch itself: an upper bound, flagged in :attr:`Validation.notes`.
+
+Error: the signed fraction ``estimate / measured - 1`` (positive: the model is slow / large), None
+when the measurement is zero. The run's precision decides the compute dtype: an ``fp32`` run is
+estimated with the model's dtype set to fp32. Model-state totals do not depend on that choice:
+mixed-precision Adam holds 2 + 2 + 12 bytes per parameter, fp32 Adam 4 + 4 + 8 (Rajbhandari et al.
+SC'20, "ZeRO", §3.1), and torch autocast keeps fp32 parameters (the fp32 layout).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simulator.errors import SpecError
+from simulator.results import Category, StepResult
+from simulator.run_results import PeakMemoryKind, Results
+from simulator.workload import TransformerSpec
+from simulator.workload.kinds import DtypePolicy
+
+STATE_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes")
+"""The measured model-state fields summed into one rank's total (``executor.strategies.base.ModelStateBytes``:
+its ``optimizer_bytes`` holds Adam's step counters; its ``host_bytes`` is a part of these, not more; its
+``buffers_bytes``, DDP buckets, are buffers in the memory model, not model states)."""
+
+
+def signed_error(estimate: float | None, measured: float | None) -> float | None:
+    """``estimate / measured - 1``; None when either is missing or the measurement is zero."""
+    if estimate is None or measured is None or measured == 0:
+        return None
+    return estimate / measured - 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One quantity: measured (median and spread) and each engine's estimate."""
+
+    name: str
+    unit: str
+    """``s`` or ``bytes``."""
+    measured: float
+    analytical: float
+    des: float | None = None
+    """None where the engines share one model (memory)."""
+    p10: float | None = None
+    p90: float | None = None
+
+    @property
+    def error_analytical(self) -> float | None:
+        return signed_error(self.analytical, self.measured)
+
+    @property
+    def error_des(self) -> float | None:
+        return signed_error(self.des, self.measured)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "unit": self.unit, "measured": self.measured, "p10": self.p10,
+                "p90": self.p90, "analytical": self.analytical, "des": self.des,
+                "error_analytical": self.error_analytical, "error_des": self.error_des}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Validation:
+    """The rows, the two estimates they came from, and notes on what is not like for like."""
+
+    rows: tuple[Row, ...]
+    analytical: StepResult
+    des: StepResult
+    cluster_name: str
+    notes: tuple[str, ...] = ()
+
+    def row(self, name: str) -> Row | None:
+        """The row called ``name``; None when the results file did not measure it."""
+        return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def step_time_error(self) -> float | None:
+        """Signed error of the analytical step time against the measured median."""
+        return self.row("step_time_s").error_analytical
+
+    @property
+    def memory_error(self) -> float | None:
+        """Signed error of the model-state bytes (the exact part of the memory model)."""
+        row = self.row("model_state_bytes")
+        return None if row is None else row.error_analytical
+
+    def to_dict(self) -> dict:
+        return {"cluster": self.cluster_name, "step_time_error": self.step_time_error,
+                "memory_error": self.memory_error, "notes": list(self.notes),
+                "rows": [r.to_dict() for r in self.rows]}
+
+
+def check_results(results: Results) -> None:
+    """SpecError unless ``results`` has a measured step (after warm-up) to compare with."""
+    if results.completed_steps == 0:
+        raise SpecError("results", f"the run ({results.status.value}) completed no step; nothing to validate")
+    if results.summary()["step_time_s"] is None:
+        raise SpecError("results", f"the run completed {results.completed_steps} step(s), all warm-up "
+                        f"({results.run.warmup}); nothing measured to validate")
+
+
+def run_workload(results: Results):
+    """The model as run: the plan-as-run's model, in fp32 when the run was."""
+    model = results.run.plan.model
+    if results.run.precision == "fp32" and isinstance(model, TransformerSpec) and model.dtype is not DtypePolicy.FP32:
+        return replace(model, dtype=DtypePolicy.FP32)
+    return model
+
+
+def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
+    """(analytical, DES) estimates of the plan as run on ``cluster``."""
+    from simulator.analytical import estimate_work
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+    from simulator.strategy import build_layout
+
+    plan = results.run.plan
+    workload = run_workload(results)
+    layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
+    work = compile_step(cluster, workload, plan.strategy, layout=layout)
+    return estimate_work(work), simulate(work, cluster, seed=0, steps=1, trace=False)
+
+
+def _measured_states(results: Results) -> float:
+    return float(max(sum(r.model_state_bytes.get(k, 0) for k in STATE_KEYS) for r in results.ranks))
+
+
+def _estimated_states(result: StepResult) -> float:
+    placed = result.memory.worst.placed
+    return float(placed.gpu.total_bytes + placed.host_params_bytes + placed.host_grads_bytes
+                 + placed.host_optimizer_bytes)
+
+
+def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str) -> Validation:
+    """The rows of :mod:`this module <simulator.validate>` from a results file and its two estimates."""
+    check_results(results)
+    summary = results.summary()
+    step = summary["step_time_s"]
+    rows = [Row(name="step_time_s", unit="s", measured=step["median_s"], p10=step["p10_s"], p90=step["p90_s"],
+                analytical=analytical.step_time_s, des=des.step_time_s)]
+    for name, stats in summary["phases_s"].items():
+        category = Category(name)
+        rows.append(Row(name=name, unit="s", measured=stats["median_s"], p10=stats["p10_s"], p90=stats["p90_s"],
+                        analytical=analytical.breakdown.get(category, 0.0), des=des.breakdown.get(category, 0.0)))
+    notes = []
+    if analytical.memory is not None and any(r.model_state_bytes for r in results.ranks):
+        rows.append(Row(name="model_state_bytes", unit="bytes", measured=_measured_states(results),
+                        analytical=_estimated_states(analytical)))
+    peaks = [r for r in results.ranks if r.peak_memory_bytes is not None]
+    if analytical.memory is not None and peaks:
+        rows.append(Row(name="peak_memory_bytes", unit="bytes", measured=float(max(r.peak_memory_bytes for r in peaks)),
+                        analytical=float(analytical.memory.worst.allocated_bytes)))
+        if any(r.peak_memory_kind is PeakMemoryKind.CPU_MAX_RSS for r in peaks):
+            notes.append("peak memory measured as the process's peak RSS, which includes torch and Python: an "
+                         "upper bound on the modelled allocated bytes, not like for like")
+    if results.run.scale != "as-planned":
+        notes.append(f"estimated for the shapes run (scale {results.run.scale}), not the plan as planned")
+    return Validation(rows=tuple(rows), analytical=analytical, des=des, cluster_name=cluster_name,
+                      notes=tuple(notes))
+
+
+def run_cluster(results: Results, cluster: str | None):
+    """The cluster to estimate on: ``cluster`` (a preset or a file), with enough nodes for the run's
+    ranks; or, for a run on GPUs (NCCL), the plan's own cluster. A gloo/CPU run has no default: its
+    plan names the GPU cluster it was planned for, not the machine that ran it."""
+    from simulator.cluster.io import load_cluster
+
+    world = results.run.plan.layout().world_size
+    if cluster is None:
+        if results.environment.get("backend", "gloo") != "nccl" or results.environment.get("device") == "cpu":
+            raise SpecError("--cluster", "this run used gloo on CPUs, not the plan's GPU cluster: give --cluster "
+                            "localhost-cpu or a file from `trainplan calibrate`")
+        return results.run.plan.cluster
+    try:
+        base = load_cluster(cluster)
+        per_node = base.node.gpus_per_node
+        chosen = base if base.world_size >= world else load_cluster(cluster, nodes=-(-world // per_node))
+    except SpecError as err:
+        raise SpecError("--cluster", f"{cluster}: {err}") from None
+    dtype = getattr(run_workload(results), "dtype", DtypePolicy.FP32).compute_dtype
+    if dtype not in chosen.device.peak_tflops:
+        raise SpecError("--cluster", f"{chosen.name} lists no {dtype.value} peak but the run computed in "
+                        f"{results.run.precision}; run `trainplan execute --precision fp32`, or give a cluster "
+                        f"whose device.peak_tflops has {dtype.value}")
+    return chosen
+
+
+def validate(results: Results, cluster) -> Validation:
+    """Re-simulate the plan as run on ``cluster`` with both engines and compare (see module docstring)."""
+    check_results(results)
+    analytical, des = estimate_run(results, cluster)
+    return compare(results, analytical, des, cluster.name)
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value * 1e3:.3f} ms"
+    return f"{value:,.0f} B" if value < 1e10 else f"{value / 2**30:.2f} GiB"
+
+
+def _pct(error: float | None) -> str:
+    return "-" if error is None or not math.isfinite(error) else f"{error * 100:+.2f}%"
+
+
+def format_validation(v: Validation) -> str:
+    """A text table: measured (p10-p90), analytical and DES estimates, and their signed errors."""
+    head = f"{'':<20}{'measured':>15}{'p10-p90':>24}{'analytical':>15}{'error':>11}{'des':>14}{'error':>11}"
+    lines = [head]
+    for r in v.rows:
+        spread = "-" if r.p10 is None else f"{_fmt(r.p10, r.unit)}-{_fmt(r.p90, r.unit)}"
+        lines.append(f"{r.name:<20}{_fmt(r.measured, r.unit):>15}{spread:>24}{_fmt(r.analytical, r.unit):>15}"
+                     f"{_pct(r.error_analytical):>11}{_fmt(r.des, r.unit):>14}{_pct(r.error_des):>11}")
+    lines.append(f"step_time_error {_pct(v.step_time_error)} (analytical), memory_error {_pct(v.memory_error)} "
+                 f"(model states), on {v.cluster_name}")
+    lines += [f"note: {n}" for n in v.notes]
+    return "\n".join(lines)
+
+
+def validation_figure(v: Validation):
+    """Two stacked bars, measured phases above the analytical estimate's breakdown, as a matplotlib ``Figure``."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 2.8))
+    ax = fig.add_subplot()
+    measured = {r.name: r.measured for r in v.rows if r.unit == "s" and r.name != "step_time_s"}
+    step = v.row("step_time_s").measured
+    if sum(measured.values()) < step:
+        measured["other (unmeasured)"] = step - sum(measured.values())
+    estimated = {c.value: s for c, s in v.analytical.breakdown.items() if s > 0}
+    names = list(dict.fromkeys([*measured, *estimated]))
+    colors = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    for y, parts in ((1, measured), (0, estimated)):
+        left = 0.0
+        for name, seconds in parts.items():
+            ax.barh(y, seconds * 1e3, left=left * 1e3, color=colors[name], edgecolor="white",
+                    label=name if y == 1 or name not in measured else None)
+            left += seconds
+    ax.set_yticks([0, 1], ["estimated (analytical)", "measured (median)"])
+    ax.set_xlabel("ms per step")
+    ax.set_title(f"measured vs estimated on {v.cluster_name}: step-time error {_pct(v.step_time_error)}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(v: Validation, path: str | Path) -> Path:
+    out = Path(path)
+    validation_figure(v).savefig(out, dpi=120)
+    return out
