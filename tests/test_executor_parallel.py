@@ -9,7 +9,7 @@ factor, e.g. a sum where a mean belongs, changes the loss) and once under the Ad
 import pytest
 
 from executor.launch import run
-from tests.parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, sgd, sgd_reference
+from parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, sgd, sgd_reference
 
 TOL = 1e-5
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from executor.launch import run
-from tests.parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, sgd, sgd_reference
+from parallel_runs import GPT_TINY, LLAMA_TINY, STEPS, context, plan_for, sgd, sgd_reference
 
 TOL = 1e-5
 ASYNC_STEPS = 8
