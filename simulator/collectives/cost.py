@@ -135,6 +135,12 @@ class Group:
         """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
         return {}
 
+    @cached_property
+    def shapes(self) -> dict:
+        """Size-independent schedule structures keyed by (algorithm, op, root), shared by every size
+        and protocol evaluated on this group (:mod:`simulator.collectives.shape`)."""
+        return {}
+
     def same_node(self, a: int, b: int) -> bool:
         return self.node_index[a] == self.node_index[b]
 

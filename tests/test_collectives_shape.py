@@ -1,0 +1,89 @@
+"""The size-independent caches (shape.py's per-group schedule structure, the registry's kept groups)
+give the times a fresh, uncached computation gives: every algorithm, op and protocol, small groups."""
+
+import pytest
+
+from simulator.cluster.presets import load_preset
+from simulator.collectives import registry
+from simulator.collectives.base import Op
+from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.direct import Direct, Pairwise, _pairs, a2a_blocks
+from simulator.collectives.shape import UniformSchedule
+
+CLUSTERS = {name: load_preset(name, nodes=2) for name in ("dgx-h100", "dgx-v100", "pcie-l40s", "h100-roce")}
+GROUPS = [tuple(range(16)), (0, 3, 5, 8, 9, 14), (2, 7, 11)]
+SIZES = [4 * 16 * 3 + 3, 1_000_003, 2**20, 2**30 + 12]
+
+
+def _direct_flows_s(env: Env, group: Group, algorithm, op: Op, nbytes: int, root: int = 0) -> float:
+    """Before the cache: the flows written out and timed by ``Env.steps_time_s`` (cost.py)."""
+    p, ranks, order = group.p, group.ranks, group.order
+    if isinstance(algorithm, Pairwise):
+        block = a2a_blocks(nbytes, p)[0][1]
+        return env.steps_time_s([[Flow(ranks[order[v]], ranks[order[(v + s) % p]], block) for v in range(p)]
+                                 for s in range(1, p)])
+    per = nbytes / p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
+    if op is Op.ALL_TO_ALL:
+        per = a2a_blocks(nbytes, p)[0][1]
+    return env.steps_time_s([[Flow(ranks[a], ranks[b], per) for a, b in _pairs(p, op, root)]])
+
+
+def _fresh_s(algorithm, cluster, ranks, op: Op, nbytes: int, protocol) -> float:
+    """The algorithm's time on a new group (no kept paths or structures)."""
+    group = Group(cluster, ranks)
+    if not isinstance(algorithm, (Direct, Pairwise)):
+        return algorithm.time_s(group, op, nbytes, protocol)
+    env = Env(cluster, protocol, family=algorithm.family)
+    return (env.overhead_s(algorithm.family, algorithm.calls) + _direct_flows_s(env, group, algorithm, op, nbytes)
+            + algorithm.gamma_s(env, algorithm.reduce_bytes(group, op, nbytes)))
+
+
+@pytest.mark.parametrize("name", list(CLUSTERS))
+@pytest.mark.parametrize("ranks", GROUPS)
+@pytest.mark.parametrize("op", list(Op))
+def test_cached_times_equal_fresh(name, ranks, op):
+    cluster = CLUSTERS[name]
+    group = registry._group(cluster, ranks)
+    for algo_name in registry.supporting(op, cluster, ranks):
+        algorithm = registry.get_algorithm(algo_name)
+        for nbytes in SIZES:  # one table: later sizes reuse what the first one built
+            for protocol in registry._protocols(cluster, algorithm):
+                cached = algorithm.time_s(group, op, nbytes, protocol)
+                fresh = _fresh_s(algorithm, cluster, ranks, op, nbytes, protocol)
+                assert cached == pytest.approx(fresh, rel=1e-12, abs=0), (algo_name, nbytes, protocol)
+    assert registry._group(cluster, ranks) is group  # kept between calls
+
+
+def test_whole_bytes_are_bit_identical():
+    """A whole number of bytes per flow: the link load ``c·b`` is the exact sum, so nothing rounds differently."""
+    cluster = CLUSTERS["dgx-h100"]
+    group = Group(cluster, tuple(range(16)))
+    for protocol in [None, *cluster.comm.protocols]:
+        env = Env(cluster, protocol, family="ring")
+        for algorithm, op in ((Direct(), Op.ALL_TO_ALL), (Pairwise(), Op.ALL_TO_ALL), (Direct(), Op.ALL_REDUCE)):
+            for nbytes in SIZES:
+                assert (algorithm.comm_time_s(env, group, op, nbytes, 0)
+                        == _direct_flows_s(env, group, algorithm, op, nbytes))
+
+
+def test_hand_worked_loads():
+    """Direct all-to-all on 2 × 8 H100: a GPU port carries its 15 flows, a NIC the 8 flows that leave
+    through it; with 1 MB blocks the port's 15 MB at 450 GB/s (× the protocol's ratio) is the step."""
+    cluster = CLUSTERS["dgx-h100"]
+    group = Group(cluster, tuple(range(16)))
+    shape = UniformSchedule(group, [[(a, b, None) for a, b in _pairs(16, Op.ALL_TO_ALL, 0)]])
+    env = Env(cluster, None, family="ring")
+    port = cluster.node.intra_link.bw_Bps
+    nic = cluster.network.link.bw_Bps
+    expected = max(15e6 / port, 8e6 / nic)
+    assert shape.bw_s(env, 1e6) == pytest.approx(expected, rel=1e-15)
+    assert shape.time_s(env, 0) == 0.0
+
+
+def test_kept_group_is_per_cluster_object():
+    """Two clusters with the same ranks never share a group; a bool rank is refused, not served from the cache."""
+    a, b = CLUSTERS["dgx-h100"], CLUSTERS["h100-roce"]
+    assert registry._group(a, (0, 1)).cluster is a
+    assert registry._group(b, (0, 1)).cluster is b
+    with pytest.raises(Exception, match="ranks must be integers"):
+        registry._group(a, (True, 0))
