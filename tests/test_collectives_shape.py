@@ -8,10 +8,12 @@ from simulator.collectives import registry
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.direct import Direct, Pairwise, _pairs, a2a_blocks
+from simulator.collectives.chain import ring_chain_s
+from simulator.collectives.ring import Ring, ring_edge_alphas, ring_flows
 from simulator.collectives.shape import UniformSchedule
 
 CLUSTERS = {name: load_preset(name, nodes=2) for name in ("dgx-h100", "dgx-v100", "pcie-l40s", "h100-roce")}
-GROUPS = [tuple(range(16)), (0, 3, 5, 8, 9, 14), (2, 7, 11)]
+GROUPS = [tuple(range(16)), (0, 3, 5, 8, 9, 14), (2, 7, 11), (0, 1, 8, 9, 10, 11)]
 SIZES = [4 * 16 * 3 + 3, 1_000_003, 2**20, 2**30 + 12]
 
 
@@ -31,11 +33,23 @@ def _direct_flows_s(env: Env, group: Group, algorithm, op: Op, nbytes: int, root
 def _fresh_s(algorithm, cluster, ranks, op: Op, nbytes: int, protocol) -> float:
     """The algorithm's time on a new group (no kept paths or structures)."""
     group = Group(cluster, ranks)
-    if not isinstance(algorithm, (Direct, Pairwise)):
-        return algorithm.time_s(group, op, nbytes, protocol)
     env = Env(cluster, protocol, family=algorithm.family)
-    return (env.overhead_s(algorithm.family, algorithm.calls) + _direct_flows_s(env, group, algorithm, op, nbytes)
+    if isinstance(algorithm, (Direct, Pairwise)):
+        comm = _direct_flows_s(env, group, algorithm, op, nbytes)
+    elif isinstance(algorithm, Ring) and op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER):
+        comm = _ring_flows_s(env, group, op, nbytes)
+    else:  # pipelines (ring broadcast/reduce, tree) and the rest: nothing kept yet on a new group
+        return algorithm.time_s(group, op, nbytes, protocol)
+    return (env.overhead_s(algorithm.family, algorithm.calls) + comm
             + algorithm.gamma_s(env, algorithm.reduce_bytes(group, op, nbytes)))
+
+
+def _ring_flows_s(env: Env, group: Group, op: Op, nbytes: int) -> float:
+    """Before the cache: one ring step's flows timed by ``Env.step_bw_s``, the chain from their α."""
+    p = group.p
+    steps = 2 * (p - 1) if op is Op.ALL_REDUCE else p - 1
+    flows = ring_flows(group, nbytes / (p * group.channels))
+    return steps * env.step_bw_s(flows) + ring_chain_s(ring_edge_alphas(env, flows, p), steps)
 
 
 @pytest.mark.parametrize("name", list(CLUSTERS))

@@ -32,6 +32,7 @@ link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -256,8 +257,13 @@ class Env:
         """
         return _Pipeline(self, levels).time_s(chunks, chunk_bytes)
 
-    def best_pipeline(self, levels: list[list[Flow]], bytes_per_channel: float) -> tuple[float, int]:
+    def best_pipeline(self, levels: list[list[Flow]] | Callable[[], list[list[Flow]]], bytes_per_channel: float,
+                      group: Group | None = None, key: tuple | None = None) -> tuple[float, int]:
         """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks).
+
+        ``levels`` (or a function that builds them) do not depend on the size: given ``group`` and a
+        ``key`` naming them (algorithm, op, root), the levels and their arrays are kept in
+        :attr:`Group.shapes`, per protocol, for the next size.
 
         ``T(k) = Σ_steps bw(k) + L + (k − 1)·α_max``: the steps' bandwidth terms at ``n/k`` bytes per
         chunk, the latency ``L`` of one chunk's path through the levels (chunk-level dataflow:
@@ -269,13 +275,24 @@ class Env:
         latencies, so a further chunk pays ``α_max / fifo_steps``. Under a protocol with
         ``step_bytes`` a chunk is at most one FIFO step (:data:`PIPELINE_CHUNKS`).
         """
-        pipe = _Pipeline(self, levels)
-        latency = pipe.chain.of(1)
+        pipe = self._pipeline(levels, group, key)
+        latency = pipe.latency_s
         step = None if self.protocol is None else self.protocol.step_bytes
         counts = [k for k in PIPELINE_CHUNKS if step is None or bytes_per_channel / k <= step]
         counts = counts or [PIPELINE_CHUNKS[-1]]
         per_chunk = pipe.alpha_max_s * self.chunk_latency_share
         return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * per_chunk, k) for k in counts)
+
+    def _pipeline(self, levels, group: Group | None, key: tuple | None) -> _Pipeline:
+        """The levels' :class:`_Pipeline` under this protocol, kept in ``group.shapes`` when keyed."""
+        if group is None or key is None:
+            return _Pipeline(self, levels() if callable(levels) else levels)
+        shapes, own = group.shapes, ("pipeline", key, id(self.protocol), self.family)
+        if own not in shapes:
+            if ("levels", key) not in shapes:
+                shapes[("levels", key)] = levels() if callable(levels) else levels
+            shapes[own] = _Pipeline(self, shapes[("levels", key)])
+        return shapes[own]
 
     @property
     def chunk_latency_share(self) -> float:
@@ -317,6 +334,11 @@ class _Pipeline:
         self.depth = len(levels)
         self._profiles: dict[tuple[int, int], float] = {}
 
+    @cached_property
+    def latency_s(self) -> float:
+        """One chunk's latency chain through the levels (``PipelineChain.of(1)``)."""
+        return self.chain.of(1)
+
     def _profile(self, lo: int, hi: int) -> float:
         if (lo, hi) not in self._profiles:
             sel = (self.level >= lo) & (self.level <= hi)
@@ -332,7 +354,7 @@ class _Pipeline:
 
     def time_s(self, chunks: int, b: float) -> float:
         """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
-        return self.bw_s(chunks, b) + self.chain.of(1) + (chunks - 1) * self.alpha_max_s * self.share
+        return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
         depth = self.depth

@@ -64,13 +64,18 @@ class UniformSchedule:
         b, ratio = float(nbytes), env.bw_ratio
         return sum(float(np.max((count * b) / (bw * ratio))) if count.size else 0.0 for count, bw in self.steps)
 
+    def alphas_s(self, env: Env, step: int) -> np.ndarray:
+        """α of each flow of ``step`` under the env's protocol (:meth:`Env.latency_s` of its path)."""
+        alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)
+        return alphas[self.edges[step][2]]
+
     def latency_s(self, env: Env) -> float:
         """``L``: the longest α chain through the steps (cost.py ``Env.chain_latency_s``), per protocol."""
         key = (id(env.protocol), env.family)
         if key not in self._latency:
-            alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)
             self._latency[key] = chain_latency_s(
-                zip(src.tolist(), dst.tolist(), alphas[kind].tolist()) for src, dst, kind in self.edges)
+                zip(src.tolist(), dst.tolist(), self.alphas_s(env, k).tolist())
+                for k, (src, dst, _) in enumerate(self.edges))
         return self._latency[key]
 
     def time_s(self, env: Env, nbytes: float) -> float:
@@ -80,10 +85,15 @@ class UniformSchedule:
         return self.bw_s(env, nbytes) + self.latency_s(env)
 
 
-def uniform_time_s(env: Env, group: Group, key: tuple, steps: Callable[[], list[list[Pair]]],
-                   nbytes: float) -> float:
-    """:meth:`UniformSchedule.time_s` of the schedule ``key`` names on ``group``, built by
-    ``steps()`` the first time and kept in :attr:`Group.shapes` (the group's layout fixes it)."""
+def uniform_schedule(group: Group, key: tuple, steps: Callable[[], list[list[Pair]]]) -> UniformSchedule:
+    """The :class:`UniformSchedule` ``key`` names on ``group``, built from ``steps()`` the first
+    time and kept in :attr:`Group.shapes` (the group's layout fixes it)."""
     if key not in group.shapes:
         group.shapes[key] = UniformSchedule(group, steps())
-    return group.shapes[key].time_s(env, nbytes)
+    return group.shapes[key]
+
+
+def uniform_time_s(env: Env, group: Group, key: tuple, steps: Callable[[], list[list[Pair]]],
+                   nbytes: float) -> float:
+    """:meth:`UniformSchedule.time_s` of :func:`uniform_schedule` at ``nbytes`` per flow."""
+    return uniform_schedule(group, key, steps).time_s(env, nbytes)

@@ -109,7 +109,8 @@ class DoubleBinaryTree(Algorithm):
                 for lvl in tree_levels(group)]
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
-        return env.best_pipeline(self._unit_levels(group), nbytes / (2 * group.channels))[0]
+        return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
+                                 group, (self.name, op))[0]
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         children: dict[int, int] = {}
