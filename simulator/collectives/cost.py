@@ -289,9 +289,9 @@ class Env:
             return _Pipeline(self, levels() if callable(levels) else levels)
         shapes, own = group.shapes, ("pipeline", key, id(self.protocol), self.family)
         if own not in shapes:
-            if ("levels", key) not in shapes:
-                shapes[("levels", key)] = levels() if callable(levels) else levels
-            shapes[own] = _Pipeline(self, shapes[("levels", key)])
+            if ("layout", key) not in shapes:
+                shapes[("layout", key)] = _Layout(self, levels() if callable(levels) else levels)
+            shapes[own] = _Pipeline(self, shapes[("layout", key)])
         return shapes[own]
 
     @property
@@ -299,6 +299,36 @@ class Env:
         """Fraction of a hop latency each further pipeline chunk pays: ``1 / protocol.fifo_steps``
         (NCCL: 1/8, the chunks in flight overlap their latencies), 1 without a protocol."""
         return 1.0 if self.protocol is None else self.protocol.chunk_latency_share
+
+
+class _Layout:
+    """A pipeline's levels as protocol-independent arrays: each flow's link resources (0: padding)
+    and link bandwidths, its connection kind (link class, own latency) and its level."""
+
+    def __init__(self, env: Env, levels: list[list[Flow]]):
+        flows = [f for lvl in levels for f in lvl]
+        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+        ids: dict[tuple, int] = {}
+        kinds: dict[tuple, int] = {}
+        self.kinds: list[Path] = []
+        """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
+        width = max((len(p.hops) for p in paths), default=1)
+        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
+        self.link_bw = np.zeros((len(flows), width))
+        self.kind = np.zeros(len(flows), dtype=np.int64)
+        for i, p in enumerate(paths):
+            for j, hop in enumerate(p.hops):
+                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
+                self.link_bw[i, j] = hop.link.bw_Bps
+            self.kind[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+            if self.kind[i] == len(self.kinds):
+                self.kinds.append(p)
+        self.n_res = len(ids) + 1
+        self.weight = np.array([f.nbytes for f in flows], dtype=float)
+        self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
+        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
+        self.by_level = [np.flatnonzero(self.level == k).tolist() for k in range(len(levels))]
+        self.depth = len(levels)
 
 
 class _Pipeline:
@@ -310,28 +340,16 @@ class _Pipeline:
     further chunk.
     """
 
-    def __init__(self, env: Env, levels: list[list[Flow]]):
-        flows = [f for lvl in levels for f in lvl]
-        lvl_of = [k for k, lvl in enumerate(levels) for _ in lvl]
-        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
-        ids: dict[tuple, int] = {}
-        width = max((len(p.hops) for p in paths), default=1)
-        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
-        self.inv_bw = np.zeros((len(flows), width))
-        for i, p in enumerate(paths):
-            for j, hop in enumerate(p.hops):
-                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
-                self.inv_bw[i, j] = 1.0 / env.bw_Bps(hop)
-        self.n_res = len(ids) + 1
-        self.weight = np.array([f.nbytes for f in flows], dtype=float)
-        alpha = [env.latency_s(p) for p in paths]
+    def __init__(self, env: Env, levels: list[list[Flow]] | _Layout):
+        lay = levels if isinstance(levels, _Layout) else _Layout(env, levels)
+        self.res, self.n_res, self.weight, self.level, self.depth = lay.res, lay.n_res, lay.weight, lay.level, lay.depth
+        self.inv_bw = np.zeros(lay.link_bw.shape)  # 1 / (link bw × the protocol's ratio); 0 on padding
+        np.divide(1.0, lay.link_bw * env.bw_ratio, out=self.inv_bw, where=lay.link_bw > 0)
+        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind].tolist()
         self.alpha_max_s = max(alpha, default=0.0)
-        self.share = env.chunk_latency_share
         """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
-        self.chain = PipelineChain([[(f.src, f.dst, alpha[i]) for i, f in enumerate(flows) if lvl_of[i] == k]
-                                    for k in range(len(levels))])
-        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
-        self.depth = len(levels)
+        self.share = env.chunk_latency_share
+        self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
         self._profiles: dict[tuple[int, int], float] = {}
 
     @cached_property
