@@ -6,10 +6,11 @@ import pytest
 from simulator.cluster.presets import load_preset
 from simulator.collectives import registry
 from simulator.collectives.base import Op
-from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.cost import PIPELINE_CHUNKS, Env, Flow, Group
 from simulator.collectives.direct import Direct, Pairwise, _pairs, a2a_blocks
-from simulator.collectives.chain import ring_chain_s
-from simulator.collectives.ring import Ring, ring_edge_alphas, ring_flows
+from simulator.collectives.chain import PipelineChain, ring_chain_s
+from simulator.collectives.ring import Ring, _chain_levels, ring_edge_alphas, ring_flows
+from simulator.collectives.tree import DoubleBinaryTree
 from simulator.collectives.shape import UniformSchedule
 
 CLUSTERS = {name: load_preset(name, nodes=2) for name in ("dgx-h100", "dgx-v100", "pcie-l40s", "h100-roce")}
@@ -101,3 +102,45 @@ def test_kept_group_is_per_cluster_object():
     assert registry._group(b, (0, 1)).cluster is b
     with pytest.raises(Exception, match="ranks must be integers"):
         registry._group(a, (True, 0))
+
+
+def _pipeline_by_steps(env: Env, levels, bytes_per_channel: float) -> tuple[float, int]:
+    """``Env.best_pipeline`` written out: each step's flows at ``n/k`` bytes per unit timed by
+    ``Env.step_bw_s``, one chunk's chain, ``(k − 1)·α_max`` per further chunk (no arrays, no cache)."""
+    depth = len(levels)
+    alpha_max = max(a for lvl in levels for _, _, a in env.edges(lvl))
+    latency = PipelineChain([env.edges(lvl) for lvl in levels]).of(1)
+    step = None if env.protocol is None else env.protocol.step_bytes
+    counts = [k for k in PIPELINE_CHUNKS if step is None or bytes_per_channel / k <= step] or [PIPELINE_CHUNKS[-1]]
+    best = None
+    for k in counts:
+        b, memo, bw = bytes_per_channel / k, {}, 0.0
+        for s in range(k + depth - 1):
+            lo, hi = max(0, s - k + 1), min(depth - 1, s)
+            if (lo, hi) not in memo:
+                memo[(lo, hi)] = env.step_bw_s([Flow(f.src, f.dst, f.nbytes * b, f.nic)
+                                               for lvl in levels[lo:hi + 1] for f in lvl])
+            bw += memo[(lo, hi)]
+        t = (bw + latency + (k - 1) * alpha_max * env.chunk_latency_share, k)
+        best = t if best is None or t < best else best
+    return best
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "dgx-v100"])
+@pytest.mark.parametrize("case", ["tree", "ring-broadcast", "ring-reduce"])
+def test_kept_pipelines_equal_steps_written_out(name, case):
+    """The kept pipeline arrays (cost.py ``_Layout``/``_Pipeline``) against the steps written out, every protocol."""
+    cluster = CLUSTERS[name]
+    group = registry._group(cluster, (0, 1, 2, 5, 8, 9, 12, 15))
+    if case == "tree":
+        algorithm, levels, key, per = DoubleBinaryTree(), DoubleBinaryTree()._unit_levels(group), ("tree", Op.ALL_REDUCE), 2
+    else:
+        op = Op.BROADCAST if case == "ring-broadcast" else Op.REDUCE
+        algorithm, levels, key, per = Ring(), _chain_levels(group, op, 3), ("ring", op, 3), 1
+    for protocol in [None, *cluster.comm.protocols]:
+        env = Env(cluster, protocol, group.paths, family=algorithm.family)
+        for nbytes in (4096, 3 * 2**20 + 4, 2**30):
+            n = nbytes / (per * group.channels)
+            kept = env.best_pipeline(levels, n, group, key)
+            assert kept[1] == _pipeline_by_steps(env, levels, n)[1]
+            assert kept[0] == pytest.approx(_pipeline_by_steps(env, levels, n)[0], rel=1e-12, abs=0)
