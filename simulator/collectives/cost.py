@@ -349,6 +349,7 @@ class _Pipeline:
         self.alpha_max_s = max(alpha, default=0.0)
         """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
         self.share = env.chunk_latency_share
+        self.protocol = env.protocol  # kept by id in Group.shapes: holding it keeps the id unique
         self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
         self._profiles: dict[tuple[int, int], float] = {}
 

@@ -55,7 +55,7 @@ class UniformSchedule:
             self.steps.append((count[pairs[:, 0].astype(np.int64)].astype(float), pairs[:, 1].copy()))
             self.edges.append((np.array([s for s, _, _ in step], dtype=np.int64),
                                np.array([d for _, d, _ in step], dtype=np.int64), kind_of))
-        self._latency: dict[tuple, float] = {}
+        self._latency: dict[tuple, tuple] = {}
 
     def bw_s(self, env: Env, nbytes: float) -> float:
         """``Σ_steps step_bw`` with every flow carrying ``nbytes`` (cost.py ``Env.steps_bw_s``)."""
@@ -71,12 +71,12 @@ class UniformSchedule:
 
     def latency_s(self, env: Env) -> float:
         """``L``: the longest α chain through the steps (cost.py ``Env.chain_latency_s``), per protocol."""
-        key = (id(env.protocol), env.family)
+        key = (id(env.protocol), env.family)  # the entry holds the protocol, so its id is not reused meanwhile
         if key not in self._latency:
-            self._latency[key] = chain_latency_s(
+            self._latency[key] = (chain_latency_s(
                 zip(src.tolist(), dst.tolist(), self.alphas_s(env, k).tolist())
-                for k, (src, dst, _) in enumerate(self.edges))
-        return self._latency[key]
+                for k, (src, dst, _) in enumerate(self.edges)), env.protocol)
+        return self._latency[key][0]
 
     def time_s(self, env: Env, nbytes: float) -> float:
         """``Σ step_bw + L`` (:meth:`Env.steps_time_s`); nothing moves (and no latency) at 0 bytes."""
