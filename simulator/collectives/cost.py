@@ -32,6 +32,7 @@ link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -133,6 +134,12 @@ class Group:
     @cached_property
     def paths(self) -> dict:
         """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
+        return {}
+
+    @cached_property
+    def shapes(self) -> dict:
+        """Size-independent schedule structures keyed by (algorithm, op, root), shared by every size
+        and protocol evaluated on this group (:mod:`simulator.collectives.shape`)."""
         return {}
 
     def same_node(self, a: int, b: int) -> bool:
@@ -250,8 +257,13 @@ class Env:
         """
         return _Pipeline(self, levels).time_s(chunks, chunk_bytes)
 
-    def best_pipeline(self, levels: list[list[Flow]], bytes_per_channel: float) -> tuple[float, int]:
+    def best_pipeline(self, levels: list[list[Flow]] | Callable[[], list[list[Flow]]], bytes_per_channel: float,
+                      group: Group | None = None, key: tuple | None = None) -> tuple[float, int]:
         """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks).
+
+        ``levels`` (or a function that builds them) do not depend on the size: given ``group`` and a
+        ``key`` naming them (algorithm, op, root), the levels and their arrays are kept in
+        :attr:`Group.shapes`, per protocol, for the next size.
 
         ``T(k) = Σ_steps bw(k) + L + (k − 1)·α_max``: the steps' bandwidth terms at ``n/k`` bytes per
         chunk, the latency ``L`` of one chunk's path through the levels (chunk-level dataflow:
@@ -263,19 +275,60 @@ class Env:
         latencies, so a further chunk pays ``α_max / fifo_steps``. Under a protocol with
         ``step_bytes`` a chunk is at most one FIFO step (:data:`PIPELINE_CHUNKS`).
         """
-        pipe = _Pipeline(self, levels)
-        latency = pipe.chain.of(1)
+        pipe = self._pipeline(levels, group, key)
+        latency = pipe.latency_s
         step = None if self.protocol is None else self.protocol.step_bytes
         counts = [k for k in PIPELINE_CHUNKS if step is None or bytes_per_channel / k <= step]
         counts = counts or [PIPELINE_CHUNKS[-1]]
         per_chunk = pipe.alpha_max_s * self.chunk_latency_share
         return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * per_chunk, k) for k in counts)
 
+    def _pipeline(self, levels, group: Group | None, key: tuple | None) -> _Pipeline:
+        """The levels' :class:`_Pipeline` under this protocol, kept in ``group.shapes`` when keyed."""
+        if group is None or key is None:
+            return _Pipeline(self, levels() if callable(levels) else levels)
+        shapes, own = group.shapes, ("pipeline", key, id(self.protocol), self.family)
+        if own not in shapes:
+            if ("layout", key) not in shapes:
+                shapes[("layout", key)] = _Layout(self, levels() if callable(levels) else levels)
+            shapes[own] = _Pipeline(self, shapes[("layout", key)])
+        return shapes[own]
+
     @property
     def chunk_latency_share(self) -> float:
         """Fraction of a hop latency each further pipeline chunk pays: ``1 / protocol.fifo_steps``
         (NCCL: 1/8, the chunks in flight overlap their latencies), 1 without a protocol."""
         return 1.0 if self.protocol is None else self.protocol.chunk_latency_share
+
+
+class _Layout:
+    """A pipeline's levels as protocol-independent arrays: each flow's link resources (0: padding)
+    and link bandwidths, its connection kind (link class, own latency) and its level."""
+
+    def __init__(self, env: Env, levels: list[list[Flow]]):
+        flows = [f for lvl in levels for f in lvl]
+        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+        ids: dict[tuple, int] = {}
+        kinds: dict[tuple, int] = {}
+        self.kinds: list[Path] = []
+        """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
+        width = max((len(p.hops) for p in paths), default=1)
+        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
+        self.link_bw = np.zeros((len(flows), width))
+        self.kind = np.zeros(len(flows), dtype=np.int64)
+        for i, p in enumerate(paths):
+            for j, hop in enumerate(p.hops):
+                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
+                self.link_bw[i, j] = hop.link.bw_Bps
+            self.kind[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+            if self.kind[i] == len(self.kinds):
+                self.kinds.append(p)
+        self.n_res = len(ids) + 1
+        self.weight = np.array([f.nbytes for f in flows], dtype=float)
+        self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
+        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
+        self.by_level = [np.flatnonzero(self.level == k).tolist() for k in range(len(levels))]
+        self.depth = len(levels)
 
 
 class _Pipeline:
@@ -287,29 +340,23 @@ class _Pipeline:
     further chunk.
     """
 
-    def __init__(self, env: Env, levels: list[list[Flow]]):
-        flows = [f for lvl in levels for f in lvl]
-        lvl_of = [k for k, lvl in enumerate(levels) for _ in lvl]
-        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
-        ids: dict[tuple, int] = {}
-        width = max((len(p.hops) for p in paths), default=1)
-        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
-        self.inv_bw = np.zeros((len(flows), width))
-        for i, p in enumerate(paths):
-            for j, hop in enumerate(p.hops):
-                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
-                self.inv_bw[i, j] = 1.0 / env.bw_Bps(hop)
-        self.n_res = len(ids) + 1
-        self.weight = np.array([f.nbytes for f in flows], dtype=float)
-        alpha = [env.latency_s(p) for p in paths]
+    def __init__(self, env: Env, levels: list[list[Flow]] | _Layout):
+        lay = levels if isinstance(levels, _Layout) else _Layout(env, levels)
+        self.res, self.n_res, self.weight, self.level, self.depth = lay.res, lay.n_res, lay.weight, lay.level, lay.depth
+        self.inv_bw = np.zeros(lay.link_bw.shape)  # 1 / (link bw × the protocol's ratio); 0 on padding
+        np.divide(1.0, lay.link_bw * env.bw_ratio, out=self.inv_bw, where=lay.link_bw > 0)
+        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind].tolist()
         self.alpha_max_s = max(alpha, default=0.0)
-        self.share = env.chunk_latency_share
         """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
-        self.chain = PipelineChain([[(f.src, f.dst, alpha[i]) for i, f in enumerate(flows) if lvl_of[i] == k]
-                                    for k in range(len(levels))])
-        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
-        self.depth = len(levels)
+        self.share = env.chunk_latency_share
+        self.protocol = env.protocol  # kept by id in Group.shapes: holding it keeps the id unique
+        self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
         self._profiles: dict[tuple[int, int], float] = {}
+
+    @cached_property
+    def latency_s(self) -> float:
+        """One chunk's latency chain through the levels (``PipelineChain.of(1)``)."""
+        return self.chain.of(1)
 
     def _profile(self, lo: int, hi: int) -> float:
         if (lo, hi) not in self._profiles:
@@ -326,7 +373,7 @@ class _Pipeline:
 
     def time_s(self, chunks: int, b: float) -> float:
         """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
-        return self.bw_s(chunks, b) + self.chain.of(1) + (chunks - 1) * self.alpha_max_s * self.share
+        return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
         depth = self.depth

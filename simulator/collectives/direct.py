@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import Op, Transfer, split
-from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.cost import Env, Group
+from simulator.collectives.shape import uniform_time_s
 
 
 def a2a_blocks(nbytes: int, p: int) -> list[tuple[int, int]]:
@@ -59,7 +60,9 @@ class Direct(Algorithm):
         per = nbytes / group.p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
         if op is Op.ALL_TO_ALL:
             per = a2a_blocks(nbytes, group.p)[0][1]
-        return env.steps_time_s([[Flow(group.ranks[a], group.ranks[b], per) for a, b in _pairs(group.p, op, root)]])
+        ranks = group.ranks
+        return uniform_time_s(env, group, (self.name, op, root),
+                              lambda: [[(ranks[a], ranks[b], None) for a, b in _pairs(group.p, op, root)]], per)
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         p = group.p
@@ -94,8 +97,9 @@ class Pairwise(Algorithm):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, order = group.p, group.order
         block = a2a_blocks(nbytes, p)[0][1]
-        return env.steps_time_s([[Flow(group.ranks[order[v]], group.ranks[order[(v + s) % p]], block)
-                                  for v in range(p)] for s in range(1, p)])
+        ranks = group.ranks
+        return uniform_time_s(env, group, (self.name, op), lambda: [
+            [(ranks[order[v]], ranks[order[(v + s) % p]], None) for v in range(p)] for s in range(1, p)], block)
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         p, order = group.p, group.order

@@ -60,10 +60,28 @@ def _op(op: Op) -> Op:
     return op
 
 
+_GROUPS: dict[tuple[int, tuple[int, ...]], Group] = {}
+_GROUPS_KEPT = 4
+"""Groups kept between calls: a table of sizes reuses one group's paths and schedule structures
+(:attr:`Group.paths`, :attr:`Group.shapes`) instead of looking them up again at every size."""
+
+
 def _group(cluster: Cluster, ranks: Sequence[int]) -> Group:
+    """The group of ``ranks`` on ``cluster``; the same object for the last few (cluster, ranks) asked."""
     if isinstance(ranks, (str, bytes, dict)) or not isinstance(ranks, (Sequence, range)):
         raise SpecError("ranks", f"must be a list of rank numbers, got {ranks!r}")
-    return Group(cluster, tuple(ranks))
+    ranks = tuple(ranks)
+    if not all(type(r) is int for r in ranks):  # Group names the bad rank; True == 1 must not hit the cache
+        return Group(cluster, ranks)
+    key = (id(cluster), ranks)  # a kept group holds its cluster, so the id is not reused meanwhile
+    kept = _GROUPS.get(key)
+    if kept is not None and kept.cluster is cluster:
+        return kept
+    group = Group(cluster, ranks)
+    if len(_GROUPS) >= _GROUPS_KEPT:
+        del _GROUPS[next(iter(_GROUPS))]
+    _GROUPS[key] = group
+    return group
 
 
 def _nbytes(nbytes: int) -> int:

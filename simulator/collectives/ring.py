@@ -34,6 +34,7 @@ from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.shape import uniform_schedule
 
 
 def _nic(group: Group, src: int, dst: int, channel: int) -> int | None:
@@ -113,10 +114,16 @@ class Ring(Algorithm):
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, channels = group.p, group.channels
         if op in (Op.BROADCAST, Op.REDUCE):
-            return env.best_pipeline(_chain_levels(group, op, root), nbytes / channels)[0]
+            return env.best_pipeline(lambda: _chain_levels(group, op, root), nbytes / channels,
+                                     group, (self.name, op, root))[0]
         steps = 2 * (p - 1) if op is Op.ALL_REDUCE else p - 1
-        flows = ring_flows(group, nbytes / (p * channels))
-        return steps * env.step_bw_s(flows) + ring_chain_s(ring_edge_alphas(env, flows, p), steps)
+        per = nbytes / (p * channels)
+        if per <= 0:
+            return 0.0
+        step = uniform_schedule(group, (self.name, "step"),  # one ring step's loads, kept for every size
+                                lambda: [[(f.src, f.dst, f.nic) for f in ring_flows(group, 1.0)]])
+        edge_alphas = step.alphas_s(env, 0).reshape(channels, p).max(axis=0)  # ring_edge_alphas
+        return steps * step.bw_s(env, per) + ring_chain_s(edge_alphas, steps)
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
         if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER):

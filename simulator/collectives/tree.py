@@ -109,15 +109,23 @@ class DoubleBinaryTree(Algorithm):
                 for lvl in tree_levels(group)]
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
-        return env.best_pipeline(self._unit_levels(group), nbytes / (2 * group.channels))[0]
+        return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
+                                 group, (self.name, op))[0]
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
-        children: dict[int, int] = {}
-        for c in range(2 * group.channels):
-            for up in tree_parents(group, mirrored=bool(c % 2)).values():
-                if up is not None:
-                    children[up] = children.get(up, 0) + 1
-        return max(children.values()) * nbytes / (2 * group.channels)
+        return self._most_children(group) * nbytes / (2 * group.channels)
+
+    def _most_children(self, group: Group) -> int:
+        """Children the busiest rank reduces over all channels' trees (kept per group: it fixes the layout)."""
+        key = (self.name, "most_children")
+        if key not in group.shapes:
+            children: dict[int, int] = {}
+            for c in range(2 * group.channels):
+                for up in tree_parents(group, mirrored=bool(c % 2)).values():
+                    if up is not None:
+                        children[up] = children.get(up, 0) + 1
+            group.shapes[key] = max(children.values())
+        return group.shapes[key]
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         channels = 2 * group.channels
