@@ -177,8 +177,10 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
 
 def run_cluster(results: Results, cluster: str | None):
     """The cluster to estimate on: ``cluster`` (a preset or a file), with enough nodes for the run's
-    ranks; or, for a run on GPUs (NCCL), the plan's own cluster. A gloo/CPU run has no default: its
-    plan names the GPU cluster it was planned for, not the machine that ran it."""
+    ranks (a one-machine cluster without an inter_node section, such as localhost-cpu, holds all of
+    them on its one node, as the run did; their sharing of its cores is not modelled); or, for a run on
+    GPUs (NCCL), the plan's own cluster. A gloo/CPU run has no default: its plan names the GPU cluster
+    it was planned for, not the machine that ran it."""
     from simulator.cluster.io import load_cluster
 
     world = results.run.plan.layout().world_size
@@ -190,7 +192,12 @@ def run_cluster(results: Results, cluster: str | None):
     try:
         base = load_cluster(cluster)
         per_node = base.node.gpus_per_node
-        chosen = base if base.world_size >= world else load_cluster(cluster, nodes=-(-world // per_node))
+        if base.world_size >= world:
+            chosen = base
+        elif base.network is None:  # one machine (localhost-cpu): the run's processes all ran on it
+            chosen = replace(base, node=replace(base.node, gpus_per_node=world))
+        else:
+            chosen = load_cluster(cluster, nodes=-(-world // per_node))
     except SpecError as err:
         raise SpecError("--cluster", f"{cluster}: {err}") from None
     dtype = getattr(run_workload(results), "dtype", DtypePolicy.FP32).compute_dtype

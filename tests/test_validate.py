@@ -201,3 +201,19 @@ def test_real_chain_plan_execute_validate(tmp_path, capsys):
         assert math.isfinite(row["measured"]) and row["measured"] > 0 and math.isfinite(row["analytical"])
         if row["unit"] == "s":
             assert math.isfinite(row["des"])
+
+
+def test_a_one_machine_cluster_holds_every_process():
+    """4 gloo processes on one machine, validated on localhost-cpu (2 per node, no inter_node section):
+    one node of 4, as the run was; it used to ask for 2 nodes and fail on the missing network."""
+    from dataclasses import replace
+
+    from simulator.validate import run_cluster
+
+    plan4 = Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100"), gpus=4,
+                 strategy=strategy_from_flat({"global_batch": 8, "micro_batch": 1, "dp": 4}))
+    base = _results()
+    results = replace(base, plan=plan4, run=replace(base.run, plan=scale_plan(plan4, Scale.parse("tiny"), 4).run))
+    cluster = run_cluster(results, "localhost-cpu")
+    assert (cluster.nodes, cluster.node.gpus_per_node, cluster.network) == (1, 4, None)
+    assert run_cluster(results, "dgx-a100").nodes == 1  # a multi-node cluster keeps its own node size
