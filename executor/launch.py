@@ -67,6 +67,27 @@ class LaunchConfig:
             raise SpecError("timeout_s", "timeouts must be positive seconds")
 
 
+MAX_PROCESSES_PER_CORE = 8
+"""Local processes per CPU core beyond which a measuring run is refused: a guard on work, not a model
+limit (each process then gets an eighth of a core or less, and a gloo full mesh of N processes opens
+N·(N−1) connections); past one per core it runs with a warning."""
+
+
+def check_local_processes(nproc: int, flag: str = "--nproc") -> str | None:
+    """SpecError when ``nproc`` local processes exceed :data:`MAX_PROCESSES_PER_CORE` per core; else a
+    warning to print when they exceed the cores (they time-share them), or None."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if nproc > MAX_PROCESSES_PER_CORE * cores:
+        raise SpecError(flag, f"{nproc} processes on {cores} cores is past the {MAX_PROCESSES_PER_CORE} per core a "
+                        f"measurement is run with; use at most {MAX_PROCESSES_PER_CORE * cores}")
+    if nproc > cores:
+        return (f"warning: {nproc} processes on {cores} cores time-share them: measured times include the sharing, "
+                "which the cluster model does not describe")
+    return None
+
+
 def check_backend(backend: str) -> None:
     """Raise SpecError for an unknown backend, or NCCL without enough CUDA devices."""
     if backend not in BACKENDS:

@@ -67,6 +67,11 @@ def test_plot_is_written(capsys, tmp_path):
     (["--cluster", "dgx-h100", "--op", "all-to-all", "--algorithm", "tree"], "tree does not support all-to-all"),
     (["--cluster", "dgx-h100", "--op", "scatter"], "unknown operation"),
     (["--cluster", "dgx-h100", "--algorithm", "nvls", "--nodes", "2"], "nvls does not support"),
+    # measuring CPU gloo processes against an NCCL GPU preset printed err% -98.9 without a word (issue 15)
+    (["--cluster", "dgx-h100", "--measure", "--nproc", "2", "--algorithm", "ring"], "cluster: dgx-h100 models nccl, "
+                                                                                      "but --measure runs gloo"),
+    (["--cluster", "localhost-cpu", "--measure", "--nproc", "10000", "--algorithm", "ring"],
+     "nproc: 10000 processes on"),  # past 8 per core: refused before launching anything
     # nothing moves (blocks of 4-byte elements per peer round to 0): was a ZeroDivisionError in algbw
     (["--cluster", "dgx-h100", "--op", "all-to-all", "--bytes", "8"], "bytes: an all-to-all over 8 ranks sends "
                                                                         "whole 4-byte elements to each peer: give "

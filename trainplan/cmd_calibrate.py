@@ -52,6 +52,9 @@ def run(args) -> int:
     check_writable(args.out, "out")
     if args.nproc < 2:
         raise SpecError("nproc", f"a collective needs at least 2 processes, got {args.nproc}")
+    from executor.launch import check_local_processes
+
+    warning = check_local_processes(args.nproc, "nproc")  # refused here; the warning once all checks pass
     if args.repeats < 1 or args.warmup < 0:
         raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
     check_backend(args.backend)
@@ -64,6 +67,8 @@ def run(args) -> int:
         raise SpecError("algorithms", "give at least one algorithm, e.g. ring,tree")
     base = load_cluster(args.cluster)
     _check_algorithms(algorithms, op, base, args.nproc)
+    if warning:
+        print(warning, file=sys.stderr)
     print(f"calibrate: {op.value} with {', '.join(algorithms)} on {args.nproc} {args.backend} processes, "
           f"{len(sizes)} sizes, {args.warmup} warm-up + {args.repeats} timed calls each", file=sys.stderr)
     cluster, fit = calibrate(nproc=args.nproc, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,

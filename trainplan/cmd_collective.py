@@ -44,9 +44,13 @@ def run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)  # before the estimates or measurements run
     cluster = load_cluster(args.cluster, nodes=args.nodes)
     op = Op.parse(args.op)
+    if args.measure:
+        _check_measured_cluster(args, cluster)
     if args.measure and args.nproc:
         from executor.collective_bench import local_cluster
+        from executor.launch import check_local_processes
 
+        check_local_processes(args.nproc, "nproc")  # refused before any work; warned when measuring
         cluster = local_cluster(args.nproc, cluster)  # one local process per rank on one node
     ranks = _ranks(args, cluster.world_size)
     sizes = parse_size_range(args.bytes, "bytes")
@@ -65,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _check_measured_cluster(args: argparse.Namespace, cluster) -> None:
+    """--measure compares the estimate with this machine: the cluster must model the library measured
+    (a gloo run on CPUs against an NCCL GPU preset printed err% -98.9 without a word)."""
+    from simulator.cluster.comm import CommLibrary
+
+    wanted = CommLibrary.GLOO if args.backend == "gloo" else CommLibrary.NCCL
+    other = CommLibrary.NCCL if wanted is CommLibrary.GLOO else CommLibrary.GLOO  # IDEAL (a user's α-β file) passes
+    if cluster.comm.library is other:
+        raise SpecError("cluster", f"{cluster.name} models {other.value}, but --measure runs "
+                        f"{args.backend} on this machine: give a cluster of the machine measured "
+                        f"({'localhost-cpu, or ' if wanted is CommLibrary.GLOO else ''}a file from `trainplan "
+                        "calibrate`)")
 
 
 def _ranks(args: argparse.Namespace, world: int) -> list[int]:
@@ -126,6 +144,11 @@ def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
 
 def _measured_rows(args, cluster, op, algorithms, nproc, sizes) -> list[dict]:
     from executor.collective_bench import measure_vs_estimate
+    from executor.launch import check_local_processes
+
+    warning = check_local_processes(nproc, "nproc")
+    if warning:
+        print(warning, file=sys.stderr)
 
     return measure_vs_estimate(cluster, op, algorithms, nproc, sizes, backend=args.backend,
                                repeats=args.repeats, warmup=args.warmup, progress=True)
