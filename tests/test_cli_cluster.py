@@ -87,3 +87,27 @@ def test_subprocess_success_and_errors(tmp_path):
         bad = run_cli(*args)
         assert bad.returncode == 2, args
         assert bad.stdout == "" and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr, args
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_export_loads_back_as_the_same_cluster(name, tmp_path, capsys):
+    """`cluster export` is an editable copy of a preset (issue 15 §5): it loads back equal, nodes included,
+    from --out and from standard output alike."""
+    from simulator.cluster.io import load_cluster
+
+    nodes = ["--nodes", "3"] if load_cluster(name).network is not None else []  # localhost-cpu is one machine
+    out = tmp_path / f"{name}.yaml"
+    assert main(["cluster", "export", name, *nodes, "--out", str(out)]) == 0
+    assert load_cluster(str(out)) == load_cluster(name, nodes=3 if nodes else None)
+    capsys.readouterr()
+    assert main(["cluster", "export", name]) == 0
+    piped = tmp_path / "piped.yaml"
+    piped.write_text(capsys.readouterr().out)
+    assert load_cluster(str(piped)) == load_cluster(name)
+
+
+@pytest.mark.parametrize("out, needle", [("x.txt", "--out"), ("/nonexistent/dir/x.yaml", "--out")])
+def test_export_output_is_checked_first(out, needle, capsys):
+    assert main(["cluster", "export", "dgx-h100", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
