@@ -171,3 +171,14 @@ def test_cli_search_numbers_are_checked(capsys, extra, needle):
     assert main(["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
                  *extra]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, needle", [(["--tp", "0"], "--tp: must be a positive integer, got 0"),
+                                           (["--tp", "1,0"], "--tp: must be a positive integer, got 0"),
+                                           (["--max-pp", "0"], "--max-pp: must be a positive integer, got 0")])
+def test_cli_pins_pass_their_fields_own_checks(capsys, extra, needle):
+    """--tp 0 said "the pins leave no candidate (tp)" (issue 15 review): a value no strategy can hold is
+    refused by the field's own check, naming the flag."""
+    assert main(["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet",
+                 *extra]) == 2
+    assert needle in capsys.readouterr().err

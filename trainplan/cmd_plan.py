@@ -103,6 +103,9 @@ def _pins(args) -> dict:
         try:
             items = [flag.from_flag(v) if flag.from_flag else v for v in items]
             pins[k.key] = tuple(parse(v) if parse else v for v in items)
+            for v in pins[k.key]:  # each value passes the field's own check (--tp 0 is no pin to search)
+                if k.decl.check is not None:
+                    k.decl.check(k.key, v)
         except SpecError as err:
             raise SpecError(flag.name, err.problem) from None
     if args.dp_sync_kinds is not None:
@@ -114,7 +117,7 @@ def _pins(args) -> dict:
                             "--staleness) need --dp-sync param-server; drop one of them")
         pins["dp_sync"] = (DpSyncKind.PARAM_SERVER,)
     if args.max_pp is not None:
-        pins["max_pp"] = (args.max_pp,)
+        pins["max_pp"] = (positive_int("--max-pp", args.max_pp),)
     return pins
 
 
