@@ -49,11 +49,12 @@ from simulator.strategy.framework import Framework
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute
+from simulator.workload.ops import DROPOUT_MASK_BYTES
 from simulator.workload.transformer import ActivationKind, NormKind, PositionKind, TransformerSpec
 
-MASK_BYTES = 1
-"""Bytes per dropout-mask element: torch's ``native_dropout`` mask is bool (Korthikanti et al. 2022
-assume 1-byte masks too)."""
+MASK_BYTES = DROPOUT_MASK_BYTES
+"""Bytes per dropout-mask element, the one figure the compute side reads too (``workload.ops``):
+torch's ``native_dropout`` mask is bool (Korthikanti et al. 2022 assume 1-byte masks too)."""
 STAT_BYTES = 4
 """Bytes per row statistic (norm mean/rstd, attention log-sum-exp): fp32 even for 16-bit inputs
 (the CUDA LayerNorm/RMSNorm and flash kernels accumulate and save these in fp32)."""
