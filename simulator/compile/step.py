@@ -49,15 +49,16 @@ def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> 
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
-               nbytes: float) -> CommCall:
-    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`)."""
+               nbytes: float, sharing: int | None = None) -> CommCall:
+    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`);
+    ``sharing``: GPUs sharing the node's NVMe (default all of the node's)."""
     cluster, dp = cache.cluster, len(group)
     if fetch is ParamFetch.INFINITY:
         t_coll, algo = cache.collective(group, Op.ALL_GATHER, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp) + t_coll, Op.ALL_GATHER
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp, sharing) + t_coll, Op.ALL_GATHER
     else:
         t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes, sharing) + t_coll, Op.BROADCAST
     return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
                     transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
@@ -81,8 +82,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     pbytes = workload.dtype.param_bytes
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):
-            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes)
-            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
+            sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
+            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes, sharing)
+            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
             zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
@@ -144,10 +146,12 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
-        opt = offload_part.cpu_adam_s(cluster, part)
+        sharing = offload_part.gpus_on_node(cluster, layout.world_size)
+        opt = offload_part.cpu_adam_s(cluster, part, sharing)
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
             k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
-            opt += offload_part.nvme_s(cluster, part * k) + offload_part.nvme_s(cluster, part * k, write=True)
+            opt += (offload_part.nvme_s(cluster, part * k, sharing=sharing)
+                    + offload_part.nvme_s(cluster, part * k, write=True, sharing=sharing))
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
     if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
