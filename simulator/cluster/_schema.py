@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
+from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, LeafUplinks,
+                                    Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmCurve, gemm_efficiency_from_dict
@@ -22,7 +23,7 @@ DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", 
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
-                          "gpudirect_rdma")
+                          "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps")
@@ -118,7 +119,8 @@ def _network(s: Section) -> NetworkSpec:
     return NetworkSpec(link=_link(s), rail_optimized=s.boolean("rail_optimized", True),
                        oversubscription=_at_least_one(s, "oversubscription"),
                        nodes_per_leaf=s.integer("nodes_per_leaf", 0, minimum=0),
-                       gpudirect_rdma=s.boolean("gpudirect_rdma", True))
+                       gpudirect_rdma=s.boolean("gpudirect_rdma", True),
+                       leaf_uplinks=s.choice("leaf_uplinks", LeafUplinks, LeafUplinks.PER_NIC))
 
 
 def _at_least_one(s: Section, key: str) -> float:

@@ -127,7 +127,8 @@ def _intra_dict(node: NodeSpec) -> dict:
 def _inter_dict(net: NetworkSpec, nics: int) -> dict:
     d = _link_dict(net.link)
     d.update(nics_per_node=nics, rail_optimized=net.rail_optimized, oversubscription=net.oversubscription,
-             nodes_per_leaf=net.nodes_per_leaf, gpudirect_rdma=net.gpudirect_rdma)
+             nodes_per_leaf=net.nodes_per_leaf, gpudirect_rdma=net.gpudirect_rdma,
+             leaf_uplinks=net.leaf_uplinks.value)
     return d
 
 

@@ -239,6 +239,18 @@ class NodeSpec:
         return 0
 
 
+class LeafUplinks(Enum):
+    """How traffic between leaf switches shares the leaf-to-spine uplinks (``inter_node.leaf_uplinks``)."""
+
+    PER_NIC = "per_nic"
+    """Each NIC has its own share of its leaf's uplinks, ``bw / oversubscription``, whatever the other
+    NICs do: a static cap, so traffic of other nodes (other jobs) under the leaf never slows it."""
+    SHARED = "shared"
+    """A leaf's uplinks are one resource per direction of ``ports × bw / oversubscription`` (ports: the
+    NIC ports under the leaf), shared max-min fairly by every flow leaving (entering) the leaf: a flow
+    alone runs at its NIC's rate, flows of several nodes or jobs crossing the spine together share it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class NetworkSpec:
     """The inter-node network."""
@@ -253,11 +265,17 @@ class NetworkSpec:
     """Nodes under one leaf group (0: all nodes under one leaf tier, no spine crossing)."""
     gpudirect_rdma: bool = True
     """NIC reads/writes GPU memory directly; off, traffic is staged through host memory."""
+    leaf_uplinks: LeafUplinks = LeafUplinks.PER_NIC
+    """Whether traffic between leaves has a per-NIC share of the uplinks or shares them as one resource."""
 
     def __post_init__(self) -> None:
         if self.oversubscription < 1:
             raise SpecError("inter_node.oversubscription", f"must be >= 1, got {self.oversubscription!r}")
         non_negative_number("inter_node.nodes_per_leaf", self.nodes_per_leaf)
+        if not isinstance(self.leaf_uplinks, LeafUplinks):
+            raise SpecError("inter_node.leaf_uplinks", f"must be a LeafUplinks, got {self.leaf_uplinks!r}")
+        if self.leaf_uplinks is LeafUplinks.SHARED and not self.nodes_per_leaf:
+            raise SpecError("inter_node.leaf_uplinks", "shared uplinks need the leaves: give nodes_per_leaf > 0")
 
 
 MAX_WORLD_SIZE = 100_000
