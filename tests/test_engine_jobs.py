@@ -119,8 +119,9 @@ def test_placement_policies():
     cluster = spine_cluster(nodes=8, per_leaf=4)
     assert place_jobs(cluster, [2, 3], PlacementPolicy.PACKED) == [(0, 1), (4, 5, 6)]
     assert place_jobs(cluster, [2, 2, 4], PlacementPolicy.SCATTERED) == [(0, 4), (1, 5), (2, 3, 6, 7)]
-    with pytest.raises(SpecError, match="placement: packed"):
-        place_jobs(cluster, [2, 2, 2], PlacementPolicy.PACKED)
+    assert place_jobs(cluster, [2, 2, 3], PlacementPolicy.PACKED) == [(0, 1), (2, 3), (4, 5, 6)]
+    with pytest.raises(SpecError, match="job_placement: packed"):
+        place_jobs(cluster, [3, 3, 2], PlacementPolicy.PACKED)  # 8 nodes, but (0-2), (4-6), then 7 and 8
     with pytest.raises(SpecError, match="nodes: the jobs need 9 nodes"):
         place_jobs(cluster, [5, 4], PlacementPolicy.SCATTERED)
     one_tier = replace(cluster, network=replace(cluster.network, nodes_per_leaf=0, leaf_uplinks=LeafUplinks.PER_NIC))

@@ -9,8 +9,9 @@ for crossing the spine even when alone.
 
 Placement policies (:class:`PlacementPolicy`), jobs taken in the order given:
 
-- ``packed``: each job on consecutive nodes starting at a leaf-group boundary, so no two jobs share a
-  leaf group (the scheduler's topology-aware choice); refused when the leaf groups run out.
+- ``packed``: each job on the next consecutive nodes, moved to the next leaf-group boundary rather
+  than straddle two groups when it fits in one (a topology-aware scheduler's choice): a job of at most
+  a leaf group's nodes sits under one leaf, and jobs of whole leaf groups hold disjoint leaves.
 - ``scattered``: the nodes ordered leaf by leaf within each slot (node ``slot`` of leaf 0, of leaf 1,
   ..., then the next slot), each job taking the next ones in that order: a job spans as many leaf
   groups as it can and a leaf group holds several jobs (a fragmented cluster).
@@ -29,7 +30,7 @@ class PlacementPolicy(Enum):
     """How jobs that do not list their nodes are put on the cluster's nodes."""
 
     PACKED = "packed"
-    """Consecutive nodes from a leaf-group boundary: jobs on disjoint leaf switches."""
+    """Consecutive nodes, never straddling a leaf group a job fits in: jobs under as few leaves as they can."""
     SCATTERED = "scattered"
     """Each job's nodes taken one per leaf group in turn: jobs spread over, and mixed under, the leaves."""
 
@@ -81,12 +82,14 @@ def place_jobs(cluster: Cluster, node_counts: list[int], policy: PlacementPolicy
     if policy is PlacementPolicy.PACKED:
         out, start = [], 0
         for n in node_counts:
+            if n <= per_leaf and start % per_leaf and start % per_leaf + n > per_leaf:
+                start += per_leaf - start % per_leaf  # it fits under one leaf: start at the next one
             if start + n > cluster.nodes:
-                raise SpecError("placement", f"packed: a job of {n} nodes does not fit from node {start} (jobs start "
-                                f"at leaf boundaries of {per_leaf} nodes; the cluster has {cluster.nodes}); "
-                                "use scattered, fewer jobs or more nodes")
+                raise SpecError("job_placement", f"packed: a job of {n} nodes does not fit from node {start} "
+                                f"(a job never straddles a leaf group of {per_leaf} nodes it fits in; the cluster "
+                                f"has {cluster.nodes}); use scattered, fewer jobs or more nodes")
             out.append(tuple(range(start, start + n)))
-            start += -(-n // per_leaf) * per_leaf if cluster.network and cluster.network.nodes_per_leaf else n
+            start += n
         return out
     leaves = -(-cluster.nodes // per_leaf)
     order = [leaf * per_leaf + slot for slot in range(per_leaf) for leaf in range(leaves)
@@ -101,4 +104,4 @@ def place_jobs(cluster: Cluster, node_counts: list[int], policy: PlacementPolicy
 def _nodes_per_leaf(cluster: Cluster) -> int:
     net = cluster.network
     per_leaf = net.nodes_per_leaf if net is not None else 0
-    return min(int(per_leaf), cluster.nodes) if per_leaf else cluster.nodes
+    return int(per_leaf) if per_leaf else cluster.nodes
