@@ -144,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot, "--plot")
     job = _job(args)
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
+    if args.engine == Engine.ANALYTICAL.value and (cluster.node_groups or cluster.slow_gpus):
+        raise cli_common.UsageError(f"--cluster: {cluster.name}'s nodes differ (node_groups, slow GPUs); the "
+                                    "analytical engine assumes identical ranks: add --engine des")
     if args.engine == Engine.ANALYTICAL.value and (strategy.failures is not None
                                                    or strategy.stragglers != StragglerModel()):
         where = "--plan: the plan's scenario" if args.plan else "the scenario"
@@ -165,9 +168,18 @@ def run(args: argparse.Namespace) -> int:
         from simulator.report import format_step
 
         print(format_step(result))
+        if "imbalance" in result.extras:
+            print(_imbalance_line(result.extras["imbalance"]))
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _imbalance_line(imb: dict) -> str:
+    """The fastest and slowest stage's compute on a cluster whose nodes differ."""
+    def who(d: dict) -> str:
+        return f"stage {d['stage']} (rank {d['rank']}, {d['device']}) {d['compute_s']:.4f} s"
+    return f"compute per stage: slowest {who(imb['slowest'])}, fastest {who(imb['fastest'])}, ratio {imb['ratio']:.2f}"
 
 
 def _write_outputs(args, result, title: str) -> list[str]:

@@ -45,11 +45,15 @@ class PlacedCluster(Cluster):
     """Nodes of the shared cluster."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # the facts are checked against cluster_nodes (fabric_nodes)
         if len(self.host_nodes) != self.nodes:
             raise SpecError("nodes", f"a job of {self.nodes} nodes needs {self.nodes} host nodes, "
                                      f"got {len(self.host_nodes)}")
         check_nodes("nodes", self.host_nodes, self.cluster_nodes)
+
+    @property
+    def fabric_nodes(self) -> int:
+        return self.cluster_nodes
 
     def place(self, rank: int) -> tuple[int, int]:
         """Rank → (cluster node, local GPU index)."""

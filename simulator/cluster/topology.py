@@ -15,6 +15,8 @@ Path model (what each fabric contributes):
   rail-optimised fabric when the two NICs are on different rails. Without GPUDirect RDMA each side
   stages through host memory: a PCIe hop at half the host-to-device bandwidth (the bytes cross
   PCIe twice, GPU→host then host→NIC) and that hop's latency.
+- A degraded NIC (``Cluster.degraded_nics``) is its node's NIC link at that fraction of the bandwidth,
+  on both directions.
 - Leaf uplinks (``NetworkSpec.leaf_uplinks``): ``per_nic`` gives each NIC its own uplink share
   ``("leaf_up", node, nic)`` at ``bw / ratio``; ``shared`` makes the source leaf's uplinks one resource
   ``("leaf_up", *leaf)`` and the destination leaf's downlinks another ``("leaf_down", *leaf)``, each of
@@ -139,7 +141,7 @@ def _inter_path(cluster: Cluster, sn: int, sl: int, dn: int, dl: int, nic: int |
     if staging is not None:
         hops.append(Hop(("host_stage", sn, nic_s), staging))
         latency += staging.latency_s
-    hops.append(Hop(("nic_tx", sn, nic_s), net.link))
+    hops.append(Hop(("nic_tx", sn, nic_s), _nic_link(cluster, sn, nic_s)))
     if _crosses_leaf(cluster, sn, dn, nic_s, nic_d):
         if net.leaf_uplinks is LeafUplinks.SHARED:
             shared = _shared_uplink(net, spec.nics_per_node)
@@ -147,11 +149,26 @@ def _inter_path(cluster: Cluster, sn: int, sl: int, dn: int, dl: int, nic: int |
                      Hop(("leaf_down", *leaf_of(cluster, dn, nic_d)), shared)]
         else:
             hops.append(Hop(("leaf_up", sn, nic_s), _leaf_uplink(net)))
-    hops.append(Hop(("nic_rx", dn, nic_d), net.link))
+    hops.append(Hop(("nic_rx", dn, nic_d), _nic_link(cluster, dn, nic_d)))
     if staging is not None:
         hops.append(Hop(("host_stage", dn, nic_d), staging))
         latency += staging.latency_s
     return Path(tuple(hops), LinkClass.NET, latency)
+
+
+def _nic_link(cluster: Cluster, node: int, nic: int) -> Link:
+    """The NIC's link: the network's, or a degraded NIC's fraction of it (``Cluster.degraded_nics``)."""
+    link = cluster.network.link
+    if not cluster.degraded_nics:
+        return link
+    fraction = cluster.nic_fraction(node, nic)
+    return link if fraction == 1.0 else _scaled(link, fraction)
+
+
+@lru_cache(maxsize=64)
+def _scaled(link: Link, fraction: float) -> Link:
+    return Link(kind=link.kind, bw_GBps=link.bw_GBps * fraction, latency_us=link.latency_us,
+                efficiency=link.efficiency)
 
 
 @lru_cache(maxsize=16)

@@ -54,7 +54,7 @@ class CostCache:
         """The same group moved down by whole leaf groups of nodes (by whole nodes when the network
         has one leaf tier): identical nodes, NICs and links, so an identical cost. Groups of different
         pipeline stages or replicas that differ only by such a move share one answer."""
-        if isinstance(self.cluster, PlacedCluster):  # a job's nodes anywhere on the cluster: no such move
+        if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
         first = min(ranks) // gpn

@@ -22,6 +22,7 @@ import simpy
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
+from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
@@ -116,12 +117,16 @@ def _classes(work: StepWork) -> dict:
 
 
 def _factors(work: StepWork, model, dp: int, k: int) -> tuple[float, ...]:
-    lay = work.layout
-    return tuple(max(model.factor(lay.rank_of(dp=dp, pp=s, tp=t), k) for t in range(lay.tp)) for s in range(lay.pp))
+    """Per stage of replica ``dp``: the slowest tp rank's compute multiplier (straggler × its device's)."""
+    lay, dev = work.layout, work.compute_factor
+    return tuple(max(model.factor(r, k) * dev(r) for r in (lay.rank_of(dp=dp, pp=s, tp=t) for t in range(lay.tp)))
+                 for s in range(lay.pp))
 
 
-def _has_stragglers(model) -> bool:
-    return bool(model.speed_factors) and any(f != 1.0 for f in model.speed_factors) or model.slowdown_prob > 0
+def _has_stragglers(model, work: StepWork | None = None) -> bool:
+    """Ranks that compute at different speeds: a straggler model, or a cluster whose nodes differ."""
+    return (bool(model.speed_factors) and any(f != 1.0 for f in model.speed_factors) or model.slowdown_prob > 0
+            or bool(work is not None and work.rank_factors))
 
 
 def _pipes_for_step(work: StepWork, model, k: int, unrolled: bool = False) -> list[Pipe]:
@@ -129,7 +134,7 @@ def _pipes_for_step(work: StepWork, model, k: int, unrolled: bool = False) -> li
     Unrolled: every replica is a pipeline of its own, all on the network."""
     if unrolled:
         return [Pipe(PipeKey(d), _factors(work, model, d, k), True, True) for d in range(work.layout.dp)]
-    if not _has_stragglers(model):
+    if not _has_stragglers(model, work):
         return [Pipe(PipeKey(0), (1.0,) * work.layout.pp, True, True)]
     groups: dict[tuple, int] = {}
     for d in range(work.layout.dp):
@@ -224,6 +229,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     if strategy.failures is not None:
         extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps,
                                      model.seed))
+    if work.rank_factors:
+        extras["imbalance"] = imbalance(ctx.rec.accounts, ctx.layout, cluster)
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
                   isolated_classes=len(ctx.runner.isolated))
