@@ -122,3 +122,28 @@ def test_the_analytical_engine_refuses_a_mixed_cluster(tmp_path, capsys):
     assert main(argv) == 2 and "--engine des" in capsys.readouterr().err
     assert main(argv + ["--engine", "des"]) == 0
     assert "compute per stage: slowest stage 1 (rank 8, A100-SXM-80GB)" in capsys.readouterr().out
+
+
+def _pp2_dp2(deg_node=None):
+    """4 nodes of 1 GPU: replica 0 = nodes 0 → 1, replica 1 = nodes 2 → 3 (one stage per node)."""
+    from compiled_work import switched
+
+    c = switched(nodes=4, gpus=1, nics=1)
+    if deg_node is not None:
+        c = replace(c, degraded_nics=(DegradedNic(node=deg_node, nic=0, bw_fraction=0.1),))
+    return c, compile_step(c, GPT13, Strategy(global_batch=8, pp=2), memory=False)
+
+
+def test_the_replica_shortcuts_switch_off_where_a_degraded_nic_breaks_symmetry():
+    # The representative pipeline is replica 0: with the slow NIC on replica 1's path (node 2), the
+    # representative engine lets replica 1's sends ride along unwaited and misses their delay; unrolled (the
+    # default on a cluster whose nodes differ) it costs what the same NIC costs on replica 0's path (a mirror).
+    c0, w0 = _pp2_dp2(0)
+    c2, w2 = _pp2_dp2(2)
+    healthy_c, healthy = _pp2_dp2()
+    ok = simulate(healthy, healthy_c, trace=False).step_time_s
+    on_rep, on_replica = simulate(w0, c0, trace=False).step_time_s, simulate(w2, c2, trace=False).step_time_s
+    assert on_rep > ok and on_replica == pytest.approx(on_rep, rel=1e-12)
+    assert simulate(w0, c0, trace=False, unrolled=False).step_time_s == pytest.approx(on_rep, rel=1e-12)
+    # the slow NIC also carries the gradient all-reduce (all replicas wait for that), but not replica 1's sends:
+    assert simulate(w2, c2, trace=False, unrolled=False).step_time_s < on_replica * (1 - 1e-3)

@@ -194,7 +194,7 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
 
 
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
-             train_steps: int | None = None, shortcuts: bool = True, unrolled: bool = False) -> StepResult:
+             train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
     ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
@@ -202,12 +202,16 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
     ``unrolled=True`` simulates every dp replica as its own pipeline (:mod:`simulator.engine.unrolled`):
-    what several jobs on one network need; slower still.
+    what several jobs on one network need; slower still. ``None`` (default): unrolled where the cluster's
+    nodes differ (``Cluster.varies``: replicas are no longer mirror images of the representative, so the
+    replica shortcuts switch off), except under parameter servers (representative pipelines as before).
     """
     positive_int("steps", steps)
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)
+    if unrolled is None:
+        unrolled = cluster.varies and not isinstance(strategy.dp_sync, ParamServerSync)
     ctx = _Ctx(work, cluster, trace, shortcuts, unrolled=unrolled)
     tails: dict[tuple, float] = {}
     extras: dict = {}
