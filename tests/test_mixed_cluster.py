@@ -87,7 +87,8 @@ def test_a_job_on_the_mixed_nodes_is_timed_on_their_device():
 
 
 def test_the_facts_round_trip_through_a_file(tmp_path):
-    mixed = replace(load_preset("dgx-h100").with_nodes(4), node_groups=(NodeGroup(first_node=2, nodes=2, device=A100),),
+    mixed = replace(load_preset("dgx-h100").with_nodes(4),
+                    node_groups=(NodeGroup(first_node=2, nodes=2, device=A100),),
                     degraded_nics=(DegradedNic(node=1, nic=7, bw_fraction=0.5),),
                     slow_gpus=(SlowGpu(node=3, gpu=0, speed_fraction=0.9),))
     assert load_cluster(str(save_cluster(mixed, tmp_path / "m.yaml"))) == mixed

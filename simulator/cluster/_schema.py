@@ -8,6 +8,7 @@ Naming ``comm: {library: nccl}`` without ``protocols`` gives NCCL's table (:mod:
 from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
+from simulator.cluster._files import parse_yaml, preset_text
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
 from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, LeafUplinks,
@@ -67,13 +68,12 @@ def _node_groups(top: Section) -> tuple[NodeGroup, ...]:
     for i, item in enumerate(items):
         s = Section(item, f"node_groups[{i}]", GROUP_KEYS)
         raw = s.raw("device")
-        if isinstance(raw, str):
-            from simulator.cluster.presets import load_preset
-
+        if isinstance(raw, str):  # a preset's device section
             try:
-                device = load_preset(raw).device
+                preset = Section(parse_yaml(preset_text(raw), f"preset {raw}"), "", TOP_KEYS)
             except SpecError as err:
                 raise SpecError(s.field("device"), err.problem) from None
+            device = _device(preset.section("device", DEVICE_KEYS))
         else:
             device = _device(s.section("device", DEVICE_KEYS))
         out.append(NodeGroup(first_node=s.integer("first_node", minimum=0), nodes=s.integer("nodes"), device=device))

@@ -97,7 +97,8 @@ def cluster_to_dict(c: Cluster) -> dict:
         d["node_groups"] = [{"first_node": g.first_node, "nodes": g.nodes, "device": _device_dict(g.device)}
                             for g in c.node_groups]
     if c.degraded_nics or c.slow_gpus:
-        d["degraded"] = {"nics": [{"node": f.node, "nic": f.nic, "bw_fraction": f.bw_fraction} for f in c.degraded_nics],
+        d["degraded"] = {"nics": [{"node": f.node, "nic": f.nic, "bw_fraction": f.bw_fraction}
+                                  for f in c.degraded_nics],
                          "gpus": [{"node": f.node, "gpu": f.gpu, "speed_fraction": f.speed_fraction}
                                   for f in c.slow_gpus]}
     return d
