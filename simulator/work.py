@@ -169,3 +169,17 @@ class StepWork:
     """Peak FLOP/s of one device in the workload's compute dtype (for MFU/HFU)."""
     memory: "MemoryReport | None" = None
     """The memory report of this strategy, when the workload allows one."""
+    rank_factors: tuple[tuple[int, float], ...] = ()
+    """(rank, compute-time multiplier) for every rank whose compute differs from the representative's
+    on the cluster's device: another GPU generation, a slow GPU (:mod:`simulator.compile.device_factors`).
+    Empty on a uniform cluster."""
+
+    def compute_factor(self, rank: int) -> float:
+        """Compute-time multiplier of ``rank`` from the cluster's facts (1.0 unless listed)."""
+        if not self.rank_factors:
+            return 1.0
+        table = self.__dict__.get("_factor_table")
+        if table is None:
+            table = dict(self.rank_factors)
+            object.__setattr__(self, "_factor_table", table)
+        return table.get(rank, 1.0)

@@ -12,6 +12,7 @@ from simulator.collectives.base import Op
 from simulator.compile import comm_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
+from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
@@ -212,4 +213,5 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
                     model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
                     world_size=layout.world_size,
                     peak_flops_per_gpu=cluster.device.peak_flops(workload.dtype.compute_dtype),
-                    memory=_memory(cluster, workload, layout) if memory else None)
+                    memory=_memory(cluster, workload, layout) if memory else None,
+                    rank_factors=rank_factors(cluster, layout, lambda c, k: _chunk_compute(c, workload, layout, k)))

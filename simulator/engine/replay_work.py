@@ -46,6 +46,7 @@ from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.engine.shapes import LocalSchedule, ScheduleCache
+from simulator.engine.unrolled import tp_copies
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall, Transport
 
@@ -102,6 +103,7 @@ class CommRunner:
         self._schedules = ScheduleCache(cluster)
         self._groups: dict[tuple[int, ...], Group] = {}
         self._launchers: dict[tuple, tuple] = {}
+        self._unrolled: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
@@ -271,6 +273,19 @@ class CommRunner:
         for plan in plans[1:]:
             self.env.process(_replay(self.env, self.net, plan))
         return proc
+
+    def start_groups(self, call: CommCall, klass, group: tuple[int, ...]) -> simpy.Event:
+        """Start ``call`` on ``group`` and on its copies at the other tp indices, all on the network;
+        the event fires when every one is done (unrolled pipelines, :mod:`simulator.engine.unrolled`)."""
+        key = (id(call), group)
+        entry = self._unrolled.get(key)
+        if entry is None or entry[0] is not call:
+            plans = [self.plan(call, g) for g in (group, *tp_copies(self.layout, group))]
+            entry = self._unrolled[key] = (call, [p for p in plans if p is not None])
+        plans = entry[1]
+        if not plans:
+            return self.env.timeout(call.time_s)
+        return simpy.AllOf(self.env, [self.env.process(_replay(self.env, self.net, p)) for p in plans])
 
     def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[_Plan]]:
         """How :meth:`start` runs ``call``: a delay, or the representative's plan then its replicas'.
