@@ -28,6 +28,7 @@ from simulator.cluster.spec import Device
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
 from simulator.workload.chunks import layer_kernel, recomputed
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
@@ -122,12 +123,13 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
-                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER) -> list[OpTime]:
-    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
-    forward rows, then recompute rows (if any), then backward rows."""
+                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER,
+                context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
+    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
+    context-parallel) rank: forward rows, then recompute rows (if any), then backward rows."""
     rates = _rates(spec.dtype, device)
     works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel, fusion=fusion)
+                       sequence_parallel=sequence_parallel, fusion=fusion, context=context)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]

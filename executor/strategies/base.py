@@ -240,6 +240,9 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
+    if layout.cp > 1:
+        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor does not run context parallelism yet; "
+                        "simulate the plan, or execute it with cp 1")
     family = family_of(layout)
     if family not in _REGISTRY:
         known = ", ".join(f.value for f in _REGISTRY) or "none"

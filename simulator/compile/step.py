@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, offload_part
+from simulator.compile import comm_part, cp_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
@@ -33,7 +33,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                        layers=layout.layers_per_stage[c])
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion)
+                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
+                             context=s.context)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -64,13 +65,18 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
-    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
+    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+    if layout.cp > 1:
+        cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
+                                          tp=tp, context=s.context, layers=layers,
+                                          full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp)
+        tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
@@ -124,7 +130,7 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tupl
 def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
     """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
-    dp, tp = layout.dp, layout.tp
+    dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
         sync = s.dp_sync
         t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
@@ -162,9 +168,9 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
     rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, r), lambda: (
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, r), lambda: (
         rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp))))
+        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp))))
     chunks, params = [], 0.0
     for k in range(layout.v):
         work, held = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)

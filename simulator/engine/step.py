@@ -21,6 +21,7 @@ import simpy
 
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
+from simulator.errors import SpecError
 from simulator.engine.faults import failure_extras
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
@@ -175,6 +176,9 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
     """
     positive_int("steps", steps)
+    if work.layout.cp > 1:
+        raise SpecError("cp", "the discrete-event engine does not play context parallelism yet; use the "
+                        "analytical engine (--engine analytical) or cp 1")
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)

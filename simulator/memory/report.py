@@ -98,7 +98,7 @@ class MemoryReport:
             "host_node_bytes": self.host_node_bytes, "host_capacity_bytes": self.host_capacity_bytes,
             "nvme_node_bytes": self.nvme_node_bytes, "nvme_capacity_bytes": self.nvme_capacity_bytes,
             "ranks_per_node": self.ranks_per_node, "model": self.model_name,
-            "strategy": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "zero": int(s.zero), "offload": s.offload.value,
+            "strategy": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "zero": int(s.zero), "offload": s.offload.value,
                          "offload_activations": s.offload_activations, "mbs": s.micro_batch,
                          "gbs": s.global_batch, "seq": self.seq, "recompute": s.recompute.value, "sp": lay.sequence_parallel,
                          "schedule": s.schedule.value, "microbatches": lay.micro_batches, "virtual_stages": lay.v,
@@ -122,7 +122,7 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
 def _states(model, layout: ParallelLayout, stage: int):
     """(blocks, placed states, buffers) of one stage: everything but the activations, so a search
     can share it between candidates that differ only in micro-batch, recomputation or schedule."""
-    s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp
+    s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp_cp  # ZeRO shards over the dp-cp group
     dtype = model.dtype
     if model.has_activation_shapes:
         blocks = layout.layer_indices(stage)
@@ -150,7 +150,7 @@ def _states(model, layout: ParallelLayout, stage: int):
 def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
     """What :func:`_states` depends on."""
     s = layout.strategy
-    return (model, layout.tp, layout.pp, layout.dp, stage, layout.layer_indices(stage), s.zero, s.offload,
+    return (model, layout.tp, layout.pp, layout.dp_cp, stage, layout.layer_indices(stage), s.zero, s.offload,
             layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync)
 
 

@@ -23,6 +23,7 @@ from simulator.strategy.framework import Framework, Partitioning, resolve_framew
 from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
+from simulator.workload.context import ContextKind, ContextSplit
 from simulator.workload.kinds import KernelFusion
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
@@ -95,8 +96,9 @@ class Strategy:
                              role=Role.BATCH)
     micro_batch: int = _int(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
                             _F("--mbs", "micro-batch size, sequences", metavar="B"))
-    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp)",
-                          _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp)"), opt_pos_int)
+    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp·cp)",
+                          _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp·cp)"),
+                          opt_pos_int)
     tp: int = _int(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
                    _F("--tp", "tensor-parallel degree", metavar="T"))
     pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
@@ -117,6 +119,15 @@ class Strategy:
                 default_help="as even as possible, extra layers after the first stage"))
     sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
                                       "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
+    cp: int = _int(1, "cp", "Context-parallel degree: each sample's sequence split over cp ranks, weights "
+                   "replicated (simulator.workload.context)", _F("--cp", "context-parallel degree", metavar="C"))
+    cp_kind: ContextKind = _enum(ContextKind, "cp_kind", _F(
+        "--cp-kind", "ring (KV blocks around the cp ring, overlapped with attention) or all-to-all "
+        "(DeepSpeed-Ulysses, heads split by cp)", choices=choices_of(ContextKind)),
+        doc="How the attention core of a cp group exchanges tokens", default=ContextKind.RING)
+    cp_balanced: bool = _switch(True, "cp_balanced", "Causal load balancing of ring attention: the sequence in "
+                                "2·cp chunks, rank r holding chunks r and 2cp−1−r (Megatron-Core, torchtitan)",
+                                "--cp-balanced")
     zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
                             doc="Which model states are partitioned over the dp ranks", default=ZeroStage.ZERO0)
     offload: Offload = _enum(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
@@ -191,6 +202,9 @@ class Strategy:
         if isinstance(self.dp_sync, ParamServerSync) and self.zero is not ZeroStage.ZERO0:
             raise SpecError("zero", "ZeRO partitions state over an all-reduce group; with a parameter server "
                             "use zero 0")
+        if self.cp > 1 and self.attention is not AttentionKind.FLASH:
+            raise SpecError("cp", "context parallelism runs the attention core as flash attention (Transformer "
+                            "Engine's context-parallel attention is fused); use attention flash or cp 1")
         _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
@@ -206,6 +220,11 @@ class Strategy:
         if len(self.layer_split) != self.pp * self.virtual_stages:
             raise SpecError("layer_split", f"has {len(self.layer_split)} entries; give pp·virtual_stages = "
                             f"{self.pp * self.virtual_stages}")
+
+    @property
+    def context(self) -> ContextSplit:
+        """The sequence split these fields ask for (:mod:`simulator.workload.context`)."""
+        return ContextSplit(self.cp, self.cp_kind, self.cp_balanced)
 
     @property
     def resolved_framework(self) -> Framework:

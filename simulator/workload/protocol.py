@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from simulator.errors import SpecError
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.ops import Kernel
@@ -68,6 +69,8 @@ class ComputeOptions:
     flash_attention: bool = True
     fusion: KernelFusion = KernelFusion.EAGER
     """How the framework fuses element-wise operations (dropout, softmax) into kernels."""
+    context: ContextSplit = NO_CONTEXT_SPLIT
+    """How each sample's sequence is split over context-parallel ranks (:mod:`simulator.workload.context`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
