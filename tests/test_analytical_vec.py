@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator.workload.context import ContextKind
 from simulator.workload.kinds import KernelFusion
 
 from simulator.analytical import estimate
@@ -116,6 +117,9 @@ STRUCTURE_VARIANTS = {
     "framework": dict(framework=Framework.DEEPSPEED), "partitioning": dict(partitioning=Partitioning.FLAT),
     "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
 }
+STRUCTURE_VARIANTS.update({  # context parallelism (issue 14 §2)
+    "cp": dict(cp=2), "cp_kind": dict(cp_kind=ContextKind.ALL_TO_ALL), "cp_balanced": dict(cp_balanced=False),
+})
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
 
