@@ -106,6 +106,8 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
                  ("  loss working set (fp32 logits)", a.loss_working_bytes)]
     rows += [("buffers", w.buffers_bytes), ("  gradient buckets", w.buffers.grad_buckets_bytes),
              ("  gathered blocks (ZeRO-3, FSDP2)", w.buffers.gathered_params_bytes),
+             *([("  FP8 weights (Transformer Engine)", w.buffers.fp8_weights_bytes)]
+               if w.buffers.fp8_weights_bytes else []),
              ("cuBLAS workspaces", w.runtime.cublas_workspace_bytes),
              ("allocated (max_memory_allocated)", w.allocated_bytes),
              ("  allocator reserve (assumed 10%)", w.runtime.allocator_slack_bytes),

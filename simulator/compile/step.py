@@ -16,8 +16,10 @@ from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
+from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
+from simulator.workload.fp8 import FP8_BYTES, Fp8Recipe, fp8_linear_weights, te_weight_cast_bytes
 
 ParamFetch = offload_part.ParamFetch
 
@@ -34,7 +36,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
-                             context=s.context)
+                             context=s.context, fp8=s.resolved_fp8_recipe,
+                             fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -85,22 +88,41 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                                           dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
+    block_bytes = _gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):
             first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes)
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
+            zero = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
     zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
+        zero_fwd = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
     return work, layers * cc.layer_params + cc.edge_params
+
+
+def _gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
+    """Bytes of one block's ZeRO-3 / FSDP2 all-gather: its parameters in the 16-bit format, or, with
+    FSDP2's float8 all-gather, its FP8 linear weights at 1 byte and the rest (norms) at 16 bits
+    (:mod:`simulator.workload.fp8`)."""
+    pbytes = workload.dtype.param_bytes
+    if not layout.strategy.fp8_all_gather:
+        return cc.layer_params * pbytes
+    linear = fp8_linear_weights(workload, layout.tp)
+    return linear * FP8_BYTES + (cc.layer_params - linear) * pbytes
+
+
+def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
+    """Transformer Engine's once-per-step cast of the rank's FP8 weights (:func:`te_weight_cast_bytes`),
+    charged with the optimizer step whose weights it casts."""
+    if layout.strategy.resolved_fp8_recipe is not Fp8Recipe.TE:
+        return 0.0
+    blocks = layout.layers_per_rank[r]
+    return memory_kernel_s(cache.cluster.device, workload.dtype, blocks * te_weight_cast_bytes(workload, layout.tp))
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:
@@ -177,6 +199,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         chunks.append(work)
         params += held
     sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
+    opt += _te_weight_cast_s(cache, workload, layout, r)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))

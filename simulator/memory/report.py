@@ -22,6 +22,7 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.memory.activations import stage_activations
 from simulator.memory.buffers import buffer_bytes
+from simulator.memory.fp8 import with_fp8
 from simulator.memory.offload import HOST_BUFFER_FACTOR, place_states
 from simulator.memory.runtime import runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
@@ -144,6 +145,9 @@ def _states(model, layout: ParallelLayout, stage: int):
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
                            overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce)
+    if s.resolved_fp8_recipe is not None and blocks:
+        block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
+        buffers = with_fp8(buffers, model, layout, len(blocks), largest, block_numel)
     return blocks, placed, buffers
 
 
@@ -151,7 +155,8 @@ def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
     """What :func:`_states` depends on."""
     s = layout.strategy
     return (model, layout.tp, layout.pp, layout.dp_cp, stage, layout.layer_indices(stage), s.zero, s.offload,
-            layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync)
+            layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync, s.resolved_fp8_recipe,
+            s.fp8_all_gather)
 
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:

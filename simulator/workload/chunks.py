@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
@@ -53,6 +54,8 @@ def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> W
 def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
     block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
                        sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
+    if o.fp8 is not None:
+        block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
     units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,

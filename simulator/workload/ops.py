@@ -40,6 +40,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import positive_int
+from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
@@ -101,6 +102,9 @@ class Kernel:
     shape: GemmShape | None = None
     """A GEMM's (m, n, k, batch), for tile and wave quantisation (:mod:`simulator.gemm_shape`);
     None for memory kernels and for compute kernels known by FLOPs only (flash attention, a layer list)."""
+    dtype: Dtype | None = None
+    """The format a GEMM runs in when it is not the workload's compute format (FP8 linears,
+    :mod:`simulator.workload.fp8`); None: the workload's."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
