@@ -194,12 +194,24 @@ def test_cp_refuses_eager_attention_and_layer_lists():
         build_layout(strategy_from_flat(dict(global_batch=8, cp=2)), load_cluster("dgx-h100", nodes=1), layers)
 
 
-def test_des_and_executor_refuse_cp():
+def test_des_plays_cp_and_agrees_with_the_closed_form_without_contention():
+    """Ring calls are timed delays (their exposed remainder), Ulysses all-to-alls replay on the links; one
+    node, so nothing contends beyond the cp group itself: the DES equals the analytical step time."""
+    cluster = load_cluster("dgx-h100", nodes=1)
+    w = LLAMA.with_seq(16384)
+    for keys in (dict(global_batch=4, tp=4, cp=2), dict(global_batch=4, tp=2, cp=4, cp_kind="all-to-all"),
+                 dict(global_batch=8, tp=2, cp=2, pp=2)):
+        s = strategy_from_flat(keys)
+        des = simulate(compile_step(cluster, w, s), cluster, seed=0, steps=1).step_time_s
+        assert des == pytest.approx(estimate(cluster, w, s).step_time_s, rel=2e-3), keys
+
+
+def test_executor_and_parameter_server_refuse_cp():
     cluster = load_cluster("dgx-h100", nodes=1)
     work = compile_step(cluster, LLAMA.with_seq(8192), strategy_from_flat(dict(global_batch=2, tp=4, cp=2)))
-    with pytest.raises(SpecError, match="discrete-event engine does not play context parallelism"):
-        simulate(work, cluster)
     from executor.strategies.base import family_spec
 
     with pytest.raises(SpecError, match="does not run context parallelism"):
         family_spec(work.layout)
+    with pytest.raises(SpecError, match="parameter server"):
+        strategy_from_flat(dict(global_batch=2, cp=2, dp_sync="param-server"))

@@ -21,7 +21,6 @@ import simpy
 
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
-from simulator.errors import SpecError
 from simulator.engine.faults import failure_extras
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
@@ -106,11 +105,12 @@ def _has_stragglers(model) -> bool:
 
 
 def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
-    """dp replicas grouped by their per-stage factors; the group holding dp 0 goes on the network."""
+    """dp replicas (dp·cp ranks per stage and tp rank: the context-parallel ranks of a replica run the
+    same work) grouped by their per-stage factors; the group holding dp 0 goes on the network."""
     if not _has_stragglers(model):
         return [Pipe(PipeKey(0), (1.0,) * work.layout.pp, True, True)]
     groups: dict[tuple, int] = {}
-    for d in range(work.layout.dp):
+    for d in range(work.layout.dp_cp):
         groups.setdefault(_factors(work, model, d, k), d)
     return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
@@ -176,9 +176,6 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
     """
     positive_int("steps", steps)
-    if work.layout.cp > 1:
-        raise SpecError("cp", "the discrete-event engine does not play context parallelism yet; use the "
-                        "analytical engine (--engine analytical) or cp 1")
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)

@@ -215,6 +215,9 @@ class Strategy:
         if isinstance(self.dp_sync, ParamServerSync) and self.zero is not ZeroStage.ZERO0:
             raise SpecError("zero", "ZeRO partitions state over an all-reduce group; with a parameter server "
                             "use zero 0")
+        if self.cp > 1 and isinstance(self.dp_sync, ParamServerSync):
+            raise SpecError("cp", "a parameter server's workers are whole data-parallel replicas; use the "
+                            "all-reduce gradient sync with cp, or cp 1")
         if self.cp > 1 and self.attention is not AttentionKind.FLASH:
             raise SpecError("cp", "context parallelism runs the attention core as flash attention (Transformer "
                             "Engine's context-parallel attention is fused); use attention flash or cp 1")
