@@ -71,3 +71,13 @@ def test_fp8_is_weighed_when_both_precisions_are_searched(long_context):
     assert {s.precision for s in frame["strategy"]} == {MatmulPrecision.MODEL, MatmulPrecision.FP8}
     lines = explain(frame)
     assert any("plan without FP8" in line or "best FP8 plan" in line for line in lines)
+
+
+def test_the_state_lower_bound_shards_over_dp_times_cp():
+    """ZeRO-3 with dp 1, cp 8: the states spread over 8 ranks, so the bound must not prune it as if dp = 1."""
+    from planner.feasible import _states_lower_bound
+    from simulator.strategy.flat import strategy_from_flat
+
+    cp = _states_lower_bound(LLAMA, strategy_from_flat(dict(global_batch=8, dp=1, cp=8, zero=3)))
+    dp = _states_lower_bound(LLAMA, strategy_from_flat(dict(global_batch=8, dp=8, zero=3)))
+    assert cp == dp
