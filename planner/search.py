@@ -34,7 +34,9 @@ from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.framework import resolve_framework
 from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
+from simulator.dtypes import Dtype
 from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.fp8 import MatmulPrecision
 
 from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
@@ -254,6 +256,13 @@ def _admitted(strategies: list[Strategy], cap: Capability | None, counts: Counts
     return out, first
 
 
+def _check_precision_pin(cluster, values) -> None:
+    """A pinned FP8 on a device without FP8 tensor cores is one line naming the flag, not an empty search."""
+    if MatmulPrecision.FP8 in values and Dtype.FP8 not in cluster.device.peak_tflops:
+        raise SpecError("precision", f"fp8: {cluster.device.name} has no FP8 tensor cores (no peak_tflops.fp8); "
+                        "drop the pin, or plan on an FP8 device (dgx-h100, hgx-h200, dgx-b200)")
+
+
 def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
     """Every feasible candidate with its analytical estimate and memory, fastest first: the base
     space, then the gradient-sync and offload variants of the best bases (:mod:`planner.variants`)."""
@@ -262,6 +271,7 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
         search.capability.check_pins(search.pins, search.problem.gpus, search.problem.gpus_per_node)
     if "offload" in search.pins:
         check_offload_pin(search.cluster, search.pins["offload"])
+    _check_precision_pin(search.cluster, search.pins.get("precision", ()))
     keys = list(enumerate_keys(search.problem, search.axes()))
     _check_pins_apply(keys, search.pins)
     counts.enumerated = len(keys)

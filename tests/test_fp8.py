@@ -165,3 +165,14 @@ def test_fp8_needs_a_bf16_transformer():
     with pytest.raises(SpecError, match="the model is fp32"):
         build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8")), H100,
                      replace(LLAMA, dtype=DtypePolicy.FP32))
+
+
+def test_estimate_many_agrees_with_estimate_under_fp8():
+    from simulator.analytical_vec import estimate_many
+
+    keys = [dict(global_batch=16, dp=8, zero=1, framework="megatron", precision="fp8"),
+            dict(global_batch=16, dp=8, zero=3, framework="fsdp2", precision="fp8", fp8_all_gather=True),
+            dict(global_batch=16, dp=4, tp=2, precision="fp8")]
+    strategies = [strategy_from_flat(k) for k in keys]
+    many = estimate_many(H100, LLAMA, strategies).step_time_s.tolist()
+    assert many == pytest.approx([estimate(H100, LLAMA, s).step_time_s for s in strategies], rel=1e-12)

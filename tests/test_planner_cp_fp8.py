@@ -81,3 +81,12 @@ def test_the_state_lower_bound_shards_over_dp_times_cp():
     cp = _states_lower_bound(LLAMA, strategy_from_flat(dict(global_batch=8, dp=1, cp=8, zero=3)))
     dp = _states_lower_bound(LLAMA, strategy_from_flat(dict(global_batch=8, dp=8, zero=3)))
     assert cp == dp
+
+
+def test_fp8_pin_on_a_device_without_fp8_is_one_line():
+    from simulator.errors import SpecError
+
+    with pytest.raises(SpecError, match="no FP8 tensor cores") as err:
+        planner.plan(LLAMA, load_cluster("dgx-a100", nodes=1), gpus=8, global_batch=16, refine=0,
+                     pins={"precision": (MatmulPrecision.FP8,)})
+    assert err.value.field == "precision"
