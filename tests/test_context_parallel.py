@@ -51,7 +51,7 @@ def test_ring_splits_every_token_wise_op_and_the_attention_core():
     assert _op(ring, OpKind.QKV).fwd[0].flops == 2 * 2048 * 4096 * 6144
     for kind in (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP):
         assert sum(k.flops for k in _op(ring, kind).fwd) == pytest.approx(sum(k.flops for k in _op(full, kind).fwd) / 2)
-    for kind in (OpKind.NORM, OpKind.ELEMENTWISE):  # memory-bound: bytes of the local tokens (a GEMM also reads weights)
+    for kind in (OpKind.NORM, OpKind.ELEMENTWISE):  # memory-bound: the local tokens' bytes (GEMMs also read weights)
         assert sum(k.bytes for k in _op(ring, kind).fwd) == pytest.approx(sum(k.bytes for k in _op(full, kind).fwd) / 2)
     core = _op(ring, OpKind.ATTENTION).fwd[0]
     assert core.flops == pytest.approx(4 * 4096**2 * 4096 / 2)       # 4·b·s²·q ÷ cp

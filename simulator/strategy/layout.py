@@ -36,9 +36,7 @@ from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.rules import Candidates, context_problem, first_violation
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
-from simulator.dtypes import Dtype
-from simulator.workload.fp8 import MatmulPrecision
-from simulator.workload.kinds import DtypePolicy
+from simulator.strategy.precision import check_fp8
 from simulator.workload.protocol import Workload, divisors, one_of
 
 
@@ -285,24 +283,6 @@ def derived_dp(s: Strategy, gpus: int) -> int:
     return 0 if gpus % model else gpus // model
 
 
-def _check_fp8(s: Strategy, cluster: Cluster, workload: Workload) -> None:
-    """FP8 needs FP8 tensor cores (a peak_tflops.fp8 figure: Hopper, Ada, Blackwell; not A100 or V100)
-    and a transformer in bf16 mixed precision (the recipes keep the rest of the model in bf16)."""
-    if s.precision is not MatmulPrecision.FP8:
-        return
-    device = cluster.device
-    if Dtype.FP8 not in device.peak_tflops:
-        raise SpecError("precision", f"fp8: {device.name} has no FP8 tensor cores (its peak_tflops gives "
-                        f"{', '.join(d.value for d in device.peak_tflops)}); use precision model, or an FP8 device "
-                        "(dgx-h100, hgx-h200, dgx-b200)")
-    if not getattr(workload, "has_activation_shapes", False) or workload.layer_count is None:
-        raise SpecError("precision", "fp8: only a transformer's linear layers are known to run in FP8; use "
-                        "precision model")
-    if workload.dtype is not DtypePolicy.BF16_MIXED:
-        raise SpecError("precision", f"fp8: the recipes run the rest of the model in bf16; the model is "
-                        f"{workload.dtype.value} (use a bf16 model, or precision model)")
-
-
 def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
     if s.stragglers.speed_factors and len(s.stragglers.speed_factors) != world:
         raise SpecError("speed_factors", f"has {len(s.stragglers.speed_factors)} entries; give one per rank "
@@ -333,7 +313,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     split = _split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
     _check_cluster_inputs(strategy, cluster, gpus)
-    _check_fp8(strategy, cluster, workload)
+    check_fp8(strategy, cluster, workload)
     sync = strategy.dp_sync
     grad_bytes = workload.dtype.grad_bytes
     bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)

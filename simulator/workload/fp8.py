@@ -45,7 +45,8 @@ from simulator.workload.ops import Kernel, OpKind, OpWork, gemm, memory
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights", "fp8_weight_cache_bytes", "te_weight_cast_bytes"]
+__all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights",
+           "fp8_weight_cache_bytes", "te_weight_cast_bytes"]
 
 FP8_BYTES = 1
 """Bytes per FP8 element (E4M3 or E5M2)."""
