@@ -5,6 +5,7 @@ Hand-worked numbers use Llama 3 8B (h 4096, 32 heads of 128, 8 KV heads: q 4096,
 [src: llama3-2024] with 2-byte activations."""
 
 import numpy as np
+from hypothesis import given, settings, strategies as st
 import pytest
 
 from simulator.analytical import estimate
@@ -215,3 +216,21 @@ def test_executor_and_parameter_server_refuse_cp():
         family_spec(work.layout)
     with pytest.raises(SpecError, match="parameter server"):
         strategy_from_flat(dict(global_batch=2, cp=2, dp_sync="param-server"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cp=st.sampled_from([1, 2, 4, 8]), tp=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 4),
+       chunks=st.integers(1, 64), kind=st.sampled_from(list(ContextKind)), balanced=st.booleans())
+def test_cp_splits_the_work_exactly(cp, tp, b, chunks, kind, balanced):
+    """Invariants: the cp ranks together do the block's GEMM FLOPs once (token-wise ops and a balanced
+    or all-to-all attention core exactly; an unbalanced ring's slowest rank (2 − 1/cp)× its share)."""
+    s = 2 * 8 * chunks * 16
+    split = ContextSplit(cp, kind, balanced)
+    full = {w.op: w for w in layer_work(LLAMA, b, s, tp)}
+    part = {w.op: w for w in layer_work(LLAMA, b, s, tp, context=split)}
+    for kind_ in (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP):
+        assert cp * sum(k.flops for k in part[kind_].fwd + part[kind_].bwd) == pytest.approx(
+            sum(k.flops for k in full[kind_].fwd + full[kind_].bwd), rel=1e-12)
+    attn = part[OpKind.ATTENTION].fwd[0].flops * cp / full[OpKind.ATTENTION].fwd[0].flops
+    assert attn == pytest.approx(split.imbalance, rel=1e-12)
+    assert split.imbalance == (2 - 1 / cp if kind is ContextKind.RING and not balanced and cp > 1 else 1.0)
