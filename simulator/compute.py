@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.cluster.spec import Device
+from simulator.dtypes import Dtype
+from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
 from simulator.workload.chunks import layer_kernel, recomputed
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work, memory
 from simulator.workload.protocol import WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
@@ -74,31 +77,48 @@ class OpTime:
 
 
 def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
-                sm_count: int | None = None, clock_ratio: float = 1.0) -> tuple[float, Bound]:
+                sm_count: int | None = None, clock_ratio: float = 1.0,
+                curve_flops_scale: float = 1.0) -> tuple[float, Bound]:
     """Roofline time of one kernel and which term bounds it. A GEMM with a shape is timed on its
     padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs, :mod:`simulator.gemm_shape`):
     ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM of ``W`` FLOPs costs on the
-    curve at the device's sustained clock (``Device.sustained_clock_ratio``)."""
+    curve at the device's sustained clock (``Device.sustained_clock_ratio``). ``curve_flops_scale``:
+    the curve is read at ``W × scale`` (an FP8 GEMM, :data:`FP8_SAME_DURATION_EFFICIENCY`)."""
     t_mem = kernel.bytes / hbm_Bps
     if not kernel.gemm or kernel.flops <= 0:
         return t_mem, Bound.MEMORY
     work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)
-    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work))
+    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work * curve_flops_scale))
     return (t_comp, Bound.COMPUTE) if t_comp >= t_mem else (t_mem, Bound.MEMORY)
+
+
+FP8_SAME_DURATION_EFFICIENCY = True
+"""(assumption) An FP8 GEMM reaches the fraction of the device's FP8 peak that a BF16 GEMM of the same
+duration reaches of the BF16 peak: the curve (a BF16 measurement, :mod:`simulator.gemm_efficiency`)
+is read at the FP8 work × (BF16 peak ÷ FP8 peak). No FP8 matmul-efficiency measurement of these
+devices is at hand; to be measured (``mamf-finder.py --dtype float8_e4m3fn``) and given as a curve."""
 
 
 @dataclass(frozen=True)
 class Rates:
     """What a device brings to the roofline: peak FLOP/s in the compute dtype, achievable HBM bytes/s,
-    the matmul-efficiency curve and the SM count for quantisation."""
+    the matmul-efficiency curve and the SM count for quantisation; the FP8 peak where the device has one."""
 
     peak_flops: float
     hbm_Bps: float
     curve: GemmEfficiency
     sm_count: int | None
     clock_ratio: float = 1.0
+    fp8_peak_flops: float | None = None
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
+        if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None:
+            return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.curve, self.sm_count,
+                               self.clock_ratio, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
+                                                                    if FP8_SAME_DURATION_EFFICIENCY else 1.0))
+        if kernel.dtype is Dtype.FP8:
+            raise SpecError("precision", "fp8: the device gives no peak_tflops.fp8; use precision model, or give "
+                            "the FP8 peak in the cluster file")
         return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio)
 
 
@@ -117,17 +137,24 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
     curve = efficiency_for(device)
     return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
                  hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
-                 clock_ratio=device.sustained_clock_ratio)
+                 clock_ratio=device.sustained_clock_ratio,
+                 fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None)
+
+
+def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
+    """Seconds of a memory-bound kernel moving ``nbytes`` on ``device`` (the roofline's memory term)."""
+    return _rates(dtype, device).time(memory("memory", nbytes))[0]
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
-                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER) -> list[OpTime]:
-    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
-    forward rows, then recompute rows (if any), then backward rows."""
+                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER,
+                context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
+    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
+    context-parallel) rank: forward rows, then recompute rows (if any), then backward rows."""
     rates = _rates(spec.dtype, device)
     works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel, fusion=fusion)
+                       sequence_parallel=sequence_parallel, fusion=fusion, context=context)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, offload_part
+from simulator.compile import comm_part, cp_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
@@ -17,8 +17,10 @@ from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
+from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
+from simulator.workload.fp8 import FP8_BYTES, Fp8Recipe, fp8_linear_weights, te_weight_cast_bytes
 
 ParamFetch = offload_part.ParamFetch
 
@@ -34,7 +36,9 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                        layers=layout.layers_per_stage[c])
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion)
+                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
+                             context=s.context, fp8=s.resolved_fp8_recipe,
+                             fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -66,13 +70,18 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
-    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
+    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+    if layout.cp > 1:
+        cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
+                                          tp=tp, context=s.context, layers=layers,
+                                          full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp)
+        tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
@@ -81,6 +90,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                                           dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
+    block_bytes = _gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):
             sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
@@ -88,16 +98,34 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
+            zero = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
     zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
+        zero_fwd = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
     return work, layers * cc.layer_params + cc.edge_params
+
+
+def _gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
+    """Bytes of one block's ZeRO-3 / FSDP2 all-gather: its parameters in the 16-bit format, or, with
+    FSDP2's float8 all-gather, its FP8 linear weights at 1 byte and the rest (norms) at 16 bits
+    (:mod:`simulator.workload.fp8`)."""
+    pbytes = workload.dtype.param_bytes
+    if not layout.strategy.fp8_all_gather:
+        return cc.layer_params * pbytes
+    linear = fp8_linear_weights(workload, layout.tp)
+    return linear * FP8_BYTES + (cc.layer_params - linear) * pbytes
+
+
+def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
+    """Transformer Engine's once-per-step cast of the rank's FP8 weights (:func:`te_weight_cast_bytes`),
+    charged with the optimizer step whose weights it casts."""
+    if layout.strategy.resolved_fp8_recipe is not Fp8Recipe.TE:
+        return 0.0
+    blocks = layout.layers_per_rank[r]
+    return memory_kernel_s(cache.cluster.device, workload.dtype, blocks * te_weight_cast_bytes(workload, layout.tp))
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:
@@ -127,7 +155,7 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tupl
 def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
     """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
-    dp, tp = layout.dp, layout.tp
+    dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
         sync = s.dp_sync
         t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
@@ -167,15 +195,16 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
     rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, r), lambda: (
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, r), lambda: (
         rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp))))
+        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp))))
     chunks, params = [], 0.0
     for k in range(layout.v):
         work, held = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
         chunks.append(work)
         params += held
     sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
+    opt += _te_weight_cast_s(cache, workload, layout, r)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))

@@ -130,14 +130,15 @@ def _has_stragglers(model, work: StepWork | None = None) -> bool:
 
 
 def _pipes_for_step(work: StepWork, model, k: int, unrolled: bool = False) -> list[Pipe]:
-    """dp replicas grouped by their per-stage factors; the group holding dp 0 goes on the network.
+    """dp replicas (dp·cp ranks per stage and tp rank: the context-parallel ranks of a replica run the
+    same work) grouped by their per-stage factors; the group holding dp 0 goes on the network.
     Unrolled: every replica is a pipeline of its own, all on the network."""
     if unrolled:
         return [Pipe(PipeKey(d), _factors(work, model, d, k), True, True) for d in range(work.layout.dp)]
     if not _has_stragglers(model, work):
         return [Pipe(PipeKey(0), (1.0,) * work.layout.pp, True, True)]
     groups: dict[tuple, int] = {}
-    for d in range(work.layout.dp):
+    for d in range(work.layout.dp_cp):
         groups.setdefault(_factors(work, model, d, k), d)
     return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
@@ -219,6 +220,9 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     if unrolled and isinstance(sync, ParamServerSync):
         raise SpecError("dp_sync", "unrolled pipelines (several jobs) model all-reduce gradient sync, not "
                         "parameter servers")
+    if unrolled and work.layout.dp_cp != work.layout.dp:
+        raise SpecError("cp", "several jobs on one network and clusters whose nodes differ are simulated with "
+                        "unrolled pipelines, which do not model context parallelism yet; use cp 1 there")
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
         end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails)
         step_time = end_s / steps

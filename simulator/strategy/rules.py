@@ -7,7 +7,7 @@ rules (each a predicate on arrays of integers):
 
 - ``pp``:        pp·v ≤ the model's layers (each virtual stage holds a layer), or pp·v = 1 when
                  the workload has no layers to split;
-- ``dp``:        dp·tp·pp equals the worker GPUs;
+- ``dp``:        dp·tp·pp·cp equals the worker GPUs (cp: context parallelism);
 - ``global_batch``: dp divides the global batch;
 - ``micro_batch``:  the micro-batch divides the samples per replica, B ÷ dp;
 - ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
@@ -18,7 +18,8 @@ rules (each a predicate on arrays of integers):
                  DeepSpeed's pipeline engine nor Megatron-LM).
 
 The tensor-parallel rule belongs to the workload (``Workload.check_tp``); :func:`valid_mask`
-asks it once per distinct tp.
+asks it once per distinct tp. The context-parallel rules need the workload's sequence and heads
+(:func:`context_problem`); :func:`valid_mask` asks them once per distinct (cp, kind, balance, tp).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.schedules import interleaved_ok, micro_batches_ok
+from simulator.workload.context import ContextKind, ContextSplit
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,12 @@ class Candidates:
     zero_with_pp: np.ndarray
     """True where the framework in effect runs ZeRO-2/3 with pp > 1
     (:attr:`Framework.partitions_gradients_with_pipeline`; False when not given to :meth:`of`)."""
+    cp: np.ndarray
+    """Context-parallel degree (1 when not given to :meth:`of`)."""
 
     @classmethod
     def of(cls, **columns) -> "Candidates":
-        columns = {"zero": 0, "zero_with_pp": False, **columns}
+        columns = {"zero": 0, "zero_with_pp": False, "cp": 1, **columns}
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
         lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
         n = max(lengths) if lengths else 1
@@ -72,7 +76,7 @@ def _micro_batches(c: Candidates) -> np.ndarray:
 
 RULES: tuple[Rule, ...] = (
     Rule("pp", lambda c, gpus, layers: (c.pp * c.v == 1) if layers is None else (c.pp * c.v <= layers)),
-    Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp == gpus),
+    Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp * c.cp == gpus),
     Rule("global_batch", lambda c, gpus, layers: c.global_batch % np.maximum(c.dp, 1) == 0),
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
@@ -104,8 +108,34 @@ def first_violation(c: Candidates, gpus: int, layers: int | None) -> str | None:
     return None
 
 
-def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
-    """True where a candidate passes every rule here and the workload accepts its tp degree."""
+def context_problem(workload, context: ContextSplit, tp: int) -> str | None:
+    """Why ``workload`` cannot be split by ``context`` (:mod:`simulator.workload.context`), or None:
+
+    - only a transformer has a sequence to split (a layer list or a parameter count does not);
+    - the sequence splits into the split's chunks: ``2·cp`` for a balanced ring (Megatron-Core's
+      ``get_batch_on_this_cp_rank`` [src: megatron-cp]), ``cp`` otherwise;
+    - all-to-all (Ulysses) splits heads: the query heads divide by tp·cp (DeepSpeed-Ulysses requires
+      the heads to divide by the sequence-parallel degree [src: jacobs-2023]).
+    """
+    cp = context.degree
+    if cp == 1:
+        return None
+    if not getattr(workload, "has_activation_shapes", False) or workload.layer_count is None:
+        return f"{cp}: only a transformer has a sequence to split; use cp 1"
+    s = workload.seq_len
+    if s % context.chunks():
+        return (f"{cp}: the sequence of {s} tokens does not split into {context.chunks()} equal chunks "
+                f"({'2·cp, causal load balancing' if context.chunks() == 2 * cp else 'cp'}); choose cp so that "
+                f"{'2·' if context.chunks() == 2 * cp else ''}cp divides {s}")
+    if context.kind is ContextKind.ALL_TO_ALL and workload.heads % (tp * cp):
+        return (f"{cp}: all-to-all context parallelism splits the {workload.heads} heads over tp·cp = {tp * cp} "
+                "ranks; choose tp·cp dividing the heads, or cp_kind ring")
+    return None
+
+
+def valid_mask(c: Candidates, gpus: int, workload, contexts: np.ndarray | None = None) -> np.ndarray:
+    """True where a candidate passes every rule here and the workload accepts its tp degree (and, given
+    ``contexts``, an object array of each candidate's :class:`ContextSplit`, its context split)."""
     layers = workload.layer_count
     mask = np.ones(len(c.dp), dtype=bool)
     for rule in RULES:
@@ -115,4 +145,8 @@ def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
             workload.check_tp(int(tp))
         except ValueError:  # SpecError
             mask &= c.tp != tp
+    if contexts is not None:
+        pairs = list(zip(contexts, c.tp.tolist()))
+        bad = {pair for pair in set(pairs) if context_problem(workload, pair[0], int(pair[1])) is not None}
+        mask &= np.array([pair not in bad for pair in pairs], dtype=bool)
     return mask

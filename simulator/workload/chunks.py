@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
@@ -52,11 +53,13 @@ def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> W
 
 def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
     block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
-                       sequence_parallel=o.sequence_parallel, fusion=o.fusion)
+                       sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
+    if o.fp8 is not None:
+        block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
     units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
-                         fusion=o.fusion)
+                         fusion=o.fusion, context=o.context)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
             if wanted:
                 units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))
@@ -73,7 +76,8 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
         edge += spec.norm_params
         if not spec.tied_embeddings or chunk.count > 1:
             edge += vh / tp
-    boundary = options.micro_batch * spec.seq_len * spec.hidden * spec.dtype.activation_bytes
+    local_seq = spec.seq_len // options.context.degree  # a context-parallel rank hands on its s/cp tokens
+    boundary = options.micro_batch * local_seq * spec.hidden * spec.dtype.activation_bytes
     return ChunkLoad(units=_transformer_units(spec, chunk, options), blocks=chunk.layers,
                      block_params=spec.layer_params / tp, edge_params=edge, boundary_bytes=boundary)
 
