@@ -88,6 +88,7 @@ def cluster_to_dict(c: Cluster) -> dict:
         d["device"]["sm_count"] = c.device.sm_count
     if c.device.sustained_clock_ratio != 1.0:
         d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
+    d["device"]["kernel_launch_overhead_us"] = c.device.kernel_launch_overhead_us
     if c.device.gemm_efficiency is not None:
         d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
     d["intra_node"] = _intra_dict(c.node)
