@@ -65,7 +65,7 @@ def test_llama_block_kernels_are_counted_by_hand():
 
 def test_overhead_is_charged_once_per_kernel():
     """Per block: +22·o; per micro-batch of the whole model: +(layers·22 + edge kernels)·o."""
-    base = load_cluster("localhost-cpu")
+    base = _with_overhead(load_cluster("localhost-cpu"), 0.0)
     o_us = 25.0
     slow = _with_overhead(base, o_us).device
     layer0 = total_time(layer_times(LLAMA_TINY, base.device, 2))
