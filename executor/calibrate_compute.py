@@ -51,6 +51,8 @@ SQUARE_SIDES = (64, 128, 256, 512, 1024)
 """Sides n of the square n×n×n GEMMs measured besides the run's own shapes (as benchmarks/cpu_probe.py)."""
 ELEMENTS = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
 """Element counts of the memory-bound kernels; the bandwidth is read at the largest (16 MB in fp32)."""
+TP_DEGREES = (1, 2, 4)
+"""Tensor-parallel degrees whose tiny-run GEMMs are measured (a tiny model grows with tp: hidden 32·tp)."""
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
 """Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
 
@@ -69,25 +71,26 @@ class ComputeGrid:
             raise SpecError("grid", "measure at least one GEMM shape and one memory-kernel size")
 
 
-def run_shapes(spec: TransformerSpec, micro_batch: int) -> tuple[GemmShape, ...]:
-    """Every distinct GEMM shape (forward and backward) of one micro-batch of ``spec`` on one rank."""
-    works = layer_work(spec, micro_batch) + edge_work(spec, micro_batch)
+def run_shapes(spec: TransformerSpec, micro_batch: int, tp: int = 1) -> tuple[GemmShape, ...]:
+    """Every distinct GEMM shape (forward and backward) of one micro-batch of ``spec`` on one of ``tp`` ranks."""
+    works = layer_work(spec, micro_batch, tp=tp) + edge_work(spec, micro_batch, tp=tp)
     kernels = [k for w in works for k in w.fwd + w.bwd if k.shape is not None]
     return tuple(dict.fromkeys(k.shape for k in kernels))
 
 
-def tiny_model(spec: TransformerSpec, dtype: DtypePolicy) -> TransformerSpec:
-    """``spec`` at the executor's ``--scale tiny`` (tp 1, one stage), in the run's format."""
-    tiny, _ = scale_model(spec, Scale(ScaleKind.TINY), tp=1, stages=1)
+def tiny_model(spec: TransformerSpec, dtype: DtypePolicy, tp: int = 1) -> TransformerSpec:
+    """``spec`` at the executor's ``--scale tiny`` for ``tp`` ranks (one stage), in the run's format."""
+    tiny, _ = scale_model(spec, Scale(ScaleKind.TINY), tp=tp, stages=1)
     return replace(tiny, dtype=dtype)
 
 
 def default_grid(spec: TransformerSpec, dtype: DtypePolicy, micro_batch: int = 2) -> ComputeGrid:
-    """Squares of :data:`SQUARE_SIDES`, the tiny run's GEMMs, :data:`ELEMENTS`, the tiny block."""
-    block = tiny_model(spec, dtype)
+    """Squares of :data:`SQUARE_SIDES` and the tiny runs' GEMMs at :data:`TP_DEGREES`; :data:`ELEMENTS`;
+    the tiny block at tp 1."""
     squares = tuple(GemmShape(n, n, n) for n in SQUARE_SIDES)
-    return ComputeGrid(shapes=squares + run_shapes(block, micro_batch), elements=ELEMENTS, block=block,
-                       micro_batch=micro_batch)
+    runs = tuple(s for tp in TP_DEGREES for s in run_shapes(tiny_model(spec, dtype, tp), micro_batch, tp))
+    return ComputeGrid(shapes=tuple(dict.fromkeys(squares + runs)), elements=ELEMENTS,
+                       block=tiny_model(spec, dtype), micro_batch=micro_batch)
 
 
 @dataclass(frozen=True, kw_only=True)

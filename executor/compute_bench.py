@@ -33,6 +33,8 @@ from simulator.workload.transformer import TransformerSpec
 
 TORCH_DTYPE = {DtypePolicy.FP32: torch.float32, DtypePolicy.BF16_MIXED: torch.bfloat16}
 """Tensor format of the measured kernels for each run precision the executor offers."""
+ROW_WIDTH = 64
+"""Last-dimension width of the normalisation and softmax inputs (a hidden-like row; rows = N / 64)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +89,13 @@ def time_call(fn: Callable[[], object], device: torch.device, *, repeats: int, w
         fn()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    times.sort()
-    pick = lambda q: times[min(len(times) - 1, int(q * (len(times) - 1) + 0.5))]  # noqa: E731
-    return Timing(median_s=statistics.median(times), p10_s=pick(0.1), p90_s=pick(0.9))
+    return Timing(median_s=statistics.median(times), p10_s=_percentile(times, 0.1), p90_s=_percentile(times, 0.9))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The value at rank ``round(q·(n − 1))`` of the sorted values (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 @contextlib.contextmanager
@@ -116,7 +122,7 @@ def time_gemm(shape: GemmShape, dtype: DtypePolicy, device: torch.device, *, rep
 
 def _memory_call(kernel: MemoryKernel, elements: int, dtype: DtypePolicy, device: torch.device) -> Callable:
     kw = {"dtype": TORCH_DTYPE[dtype], "device": device}
-    width = 64 if elements % 64 == 0 else 1  # rows of a hidden-like width for the normalisations and softmax
+    width = ROW_WIDTH if elements % ROW_WIDTH == 0 else 1
     x = torch.randn(elements // width, width, **kw)
     if kernel is MemoryKernel.LAYER_NORM:
         return lambda: F.layer_norm(x, (width,))

@@ -122,11 +122,25 @@ def test_run_shapes_are_the_gemms_the_tiny_run_plans():
     assert len(shapes) == len(set(shapes))
 
 
-def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(tmp_path):
+def test_run_shapes_cover_the_tensor_parallel_tiny_runs():
+    """At tp 2 the tiny model is twice as wide and each rank holds half the heads and FFN."""
+    from executor.calibrate_compute import default_grid
+
+    shapes = default_grid(load_model("llama2-7b"), DtypePolicy.FP32).shapes
+    wide = tiny_model(load_model("llama2-7b"), DtypePolicy.FP32, tp=2)
+    assert wide.hidden == 2 * LLAMA_TINY.hidden
+    T = 2 * wide.seq_len
+    assert GemmShape(T, (wide.q_dim + 2 * wide.kv_dim) / 2, wide.hidden) in shapes  # qkv on one of 2 ranks
+    assert len(shapes) == len(set(shapes))
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "gpt3-125m"])
+def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     base = load_cluster("localhost-cpu")
-    grid = ComputeGrid(shapes=(GemmShape(32, 32, 32), GemmShape(64, 64, 64)), elements=(1024,), block=LLAMA_TINY,
+    block = tiny_model(load_model(model), DtypePolicy.FP32)
+    grid = ComputeGrid(shapes=(GemmShape(32, 32, 32), GemmShape(64, 64, 64)), elements=(1024,), block=block,
                        micro_batch=2)
-    cluster, report = calibrate_compute(base, load_model("llama2-7b"), grid=grid, repeats=3, warmup=1, nproc=2)
+    cluster, report = calibrate_compute(base, load_model(model), grid=grid, repeats=3, warmup=1, nproc=2)
     assert report.threads == max(1, (torch.multiprocessing.cpu_count()) // 2)
     assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
     assert len(cluster.device.gemm_efficiency.points) == 2
