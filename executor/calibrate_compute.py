@@ -36,7 +36,7 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
-from executor.launch import threads_per_rank
+from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device
 from simulator.compute import layer_times, total_time
 from simulator.errors import SpecError
@@ -207,6 +207,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     """
     if dtype not in PRECISIONS:
         raise SpecError("precision", f"{dtype.value} is not a format the executor runs; use fp32 or bf16")
+    check_backend(backend)  # nccl without a visible GPU: one SpecError before anything runs
     grid = grid or default_grid(spec, dtype)
     count = threads_per_rank(nproc, thread_count)
     gemms, memory, bare, block = measure(grid, dtype=dtype, backend=backend, thread_count=count,

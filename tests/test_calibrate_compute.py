@@ -184,3 +184,9 @@ def test_cli_compute_nccl_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
     assert main(["calibrate", "--compute", "--backend", "nccl", "--out", str(tmp_path / "c.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "backend" in err and not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: nccl would measure it")
+def test_the_function_refuses_nccl_without_a_gpu_before_measuring():
+    with pytest.raises(SpecError, match="backend"):
+        calibrate_compute(load_cluster("localhost-cpu"), load_model("llama2-7b"), backend="nccl")
