@@ -113,6 +113,7 @@ def _device_dict(device) -> dict:
         d["sm_count"] = device.sm_count
     if device.sustained_clock_ratio != 1.0:
         d["sustained_clock_ratio"] = device.sustained_clock_ratio
+    d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
     if device.gemm_efficiency is not None:
         d["gemm_efficiency"] = gemm_efficiency_to_dict(device.gemm_efficiency)
     return d

@@ -120,6 +120,14 @@ class Device:
     was measured at; it scales the compute term of every kernel, not HBM-bound time. 1.0: as measured —
     the MAMF plateaus were measured at each GPU's default power limit (the table notes e.g. GH200's 900 W
     [src: bekman-mle]); give less for a power-capped run."""
+    kernel_launch_overhead_us: float = 0.0
+    """Host time per kernel the compute model schedules that overlaps no kernel's execution, µs:
+    framework dispatch, autograd bookkeeping and the launch itself. Every kernel of the workload's op
+    list costs this on top of its roofline time (:func:`simulator.compute.kernel_time`). A CPU process
+    runs its operators synchronously and pays it in full (``trainplan calibrate --compute`` measures
+    it); a GPU's launches are asynchronous — control returns to the host before the kernel has run
+    [src: nvidia-cuda-async] — so a host thread that runs ahead hides it: 0 in the GPU presets, whose
+    GEMM curve's small-kernel fall-off carries what a short GEMM loses."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -128,6 +136,7 @@ class Device:
             positive_int("device.sm_count", self.sm_count)
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
+        non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():
