@@ -63,7 +63,10 @@ def markdown(report: SuiteReport, scatter: str | None = None) -> str:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     lines += ["", "`other cpu`: the share of the machine's CPU time other work took during the case "
               "(`noisy` above the threshold); `load 1m`: the 1-minute load average before it started.", ""]
-    lines += ["## Memory", "", summary_lines(report)[2] + ".", ""]
+    lines += ["## Memory", "", f"Model states (parameters, gradients, optimizer state of the most loaded rank; "
+              f"should be exact): MAPE {pct(report.memory_mape('model_state_bytes'), signed=False)}. Peak: MAPE "
+              f"{pct(report.memory_mape('peak_memory_bytes'), signed=False)}. Each case's signed errors are in the "
+              "table (`states err`, `peak err`).", ""]
     notes = sorted({n for r in report.done for n in r.validation.notes})
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
