@@ -226,3 +226,16 @@ def test_bad_suite_input_is_one_line(tmp_path, monkeypatch, capsys, argv, words)
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []  # nothing written, nothing run
+
+
+def test_a_one_machine_cluster_with_more_processes_holds_exactly_the_run(tmp_path):
+    """A calibrated file has as many processes per node as the calibration ran (4 here); a parameter-server
+    plan lays out over every GPU of its cluster, so the 2-worker run must be estimated on 2, as it ran."""
+    from simulator.cluster.io import load_cluster, save_cluster
+
+    base = load_cluster("localhost-cpu")
+    wide = save_cluster(replace(base, name="wide", node=replace(base.node, gpus_per_node=4)), tmp_path / "w.yaml")
+    results = load_results(DATA / "ps-sync.results.json")
+    on_wide = validate(results, run_cluster(results, str(wide)))
+    on_base = validate(results, run_cluster(results, "localhost-cpu"))
+    assert on_wide.row("step_time_s").analytical == pytest.approx(on_base.row("step_time_s").analytical, rel=1e-12)
