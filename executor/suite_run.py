@@ -172,6 +172,7 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
     import datetime
 
     write_plans(cases, runs)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     start, records = os.getloadavg(), []
     for case in cases:
         rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
@@ -180,8 +181,7 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
             progress(_progress_line(rec))
     inside = Path(cluster or "")
     stored = inside.name if cluster and inside.is_file() and inside.parent.resolve() == runs.resolve() else cluster
-    manifest = SuiteRuns(suite=suite, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                         host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
+    manifest = SuiteRuns(suite=suite, date=date, host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
                          cluster_notes=tuple(cluster_notes), load_average_start=tuple(start),
                          load_average_end=tuple(os.getloadavg()), cases=tuple(records))
     manifest.save(runs)

@@ -22,7 +22,7 @@ def _run_section(report: SuiteReport) -> list[str]:
                   "by this command.", ""]
     else:
         host = m.host
-        lines += [f"- date: {m.date}",
+        lines += [f"- started: {m.date}",
                   f"- machine: {host.get('node', '?')}, {host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, "
                   f"{host.get('system', '?')}; torch {host.get('torch', '?')}, backend {host.get('backend', '?')}",
                   f"- measurement: `--scale tiny --precision fp32`, {m.steps} steps of which {m.warmup} warm-up, "
@@ -44,7 +44,8 @@ def _family_table(report: SuiteReport) -> list[str]:
         lines.append(f"| {family.value} | {len(cases)} | {sum(r.ok for r in cases)} | {pct(value, signed=False)} | "
                      f"{pct(des[family], signed=False)} |")
     lines.append(f"| **overall** | {len(report.rows)} | {len(report.done)} | "
-                 f"**{pct(report.step_time_mape(), signed=False)}** | {pct(report.step_time_mape('des'), signed=False)} |")
+                 f"**{pct(report.step_time_mape(), signed=False)}** | "
+                 f"{pct(report.step_time_mape('des'), signed=False)} |")
     return lines
 
 

@@ -52,7 +52,7 @@ class SuiteRuns:
 
     suite: str
     date: str
-    """ISO 8601, UTC."""
+    """When the runs started, ISO 8601, UTC."""
     host: dict
     cluster: str | None
     """Preset name or file the cases are estimated on (a file inside the runs folder by its name); None: each

@@ -142,7 +142,8 @@ def test_a_slower_cluster_moves_the_estimate_up_and_the_error_towards_zero(tmp_p
     from simulator.cluster.io import load_cluster, save_cluster
 
     base = load_cluster("localhost-cpu")
-    slow = replace(base, device=replace(base.device, peak_tflops={k: v / 2 for k, v in base.device.peak_tflops.items()}))
+    half = {k: v / 2 for k, v in base.device.peak_tflops.items()}
+    slow = replace(base, device=replace(base.device, peak_tflops=half))
     path = save_cluster(replace(slow, name="localhost-cpu-half-peak"), tmp_path / "slow.yaml")
     before, after = _report(), _report(cluster=str(path))
     for b, a in zip(before.rows, after.rows):

@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
     g.add_argument("--plans-only", action="store_true",
                    help="write the plans into --runs and print how to run each (e.g. under torchrun), then stop")
     g.add_argument("--no-run", action="store_true",
-                   help="validate the results files already in --runs (an earlier suite, torchrun runs) without running")
+                   help="validate the results files already in --runs (an earlier suite, torchrun runs), run nothing")
     g.add_argument("--backend", choices=("gloo", "nccl"), help="default nccl when CUDA is available, else gloo")
 
 
