@@ -32,6 +32,8 @@ PRECISION = "fp32"
 SCALE = "tiny"
 CALIBRATION_SIZES = "16KB..4MB"
 """All-reduce sizes ``--calibrate`` measures: around the tiny models' gradient buckets (about 0.5 MB of fp32)."""
+CALIBRATION_PROCESSES = 4
+"""Processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
 CALIBRATION_REPEATS = 5
 CALIBRATION_WARMUP = 2
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
@@ -94,7 +96,10 @@ def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warm
                           error=f"needs {case.min_processes} processes to keep what it tests; --nproc is {nproc}")
     argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
     options = options_from_args(_namespace(argv))
-    scaled, _ = prepare(options, processes_for(case, nproc) if nproc is not None else None)
+    try:
+        scaled, _ = prepare(options, processes_for(case, nproc) if nproc is not None else None)
+    except SpecError as err:  # e.g. a shrunk dp the plan cannot take: this case is not run, the others are
+        return CaseRecord(name=case.name, processes=0, skipped=True, error=f"refused: {err}")
     world = processes(scaled.run.layout())
     results_path(runs, case).unlink(missing_ok=True)
     load_1m = os.getloadavg()[0]

@@ -115,17 +115,11 @@ def run(args) -> int:
             shutil.rmtree(runs, ignore_errors=True)
 
 
-def _backend(args) -> str:
-    from executor.options import _backend as resolve
-
-    return resolve(args.backend).value
-
-
 def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | None):
-    from executor.options import DEFAULT_TIMEOUT_S
-    from executor.suite_run import calibrated_cluster, run_suite
+    from executor.options import DEFAULT_TIMEOUT_S, resolve_backend
+    from executor.suite_run import CALIBRATION_PROCESSES, calibrated_cluster, run_suite
 
-    backend = _backend(args)
+    backend = resolve_backend(args.backend).value
     base = args.cluster or ("localhost-cpu" if backend == "gloo" else None)
     if warning:
         print(warning, file=sys.stderr)
@@ -133,9 +127,9 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
     if args.calibrate:
         if base is None:
             raise SpecError("--cluster", "--calibrate on GPUs needs the base cluster to fit: give --cluster")
-        print(f"validate: calibrating the network on {min(args.nproc or 4, 4)} {backend} processes", file=sys.stderr)
-        base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=min(args.nproc or 4, 4),
-                                         backend=backend)
+        nproc = min(args.nproc or CALIBRATION_PROCESSES, CALIBRATION_PROCESSES)
+        print(f"validate: calibrating the network on {nproc} {backend} processes", file=sys.stderr)
+        base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=nproc, backend=backend)
     steps, warmup = steps_warmup
     print(f"validate: running the {args.suite} suite, {len(cases)} cases, {steps} steps ({warmup} warm-up) "
           f"each, into {runs}", file=sys.stderr)
