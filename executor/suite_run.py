@@ -132,9 +132,10 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     all-reduce fit (``executor.calibrate.calibrate``, ring and tree, :data:`CALIBRATION_SIZES`) on
     ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
 
-    Compute calibration (issue 11 §2, ``trainplan calibrate --compute``) plugs in HERE: merge its
-    measured compute fields into ``cluster`` after the network fit, before the file is saved; nothing
-    else in the suite changes, since every case is estimated on the file this returns.
+    Then the compute calibration of ``trainplan calibrate --compute``
+    (:func:`executor.calibrate_compute.calibrate_compute`: GEMMs of the suite model's tiny shapes,
+    memory-bound kernels, the per-kernel overhead, at the threads per rank of ``nproc`` processes) is
+    merged into the same cluster before the file is saved; every case is estimated on that file.
     """
     if not calibrate_network:
         return base, []
@@ -149,11 +150,20 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     cluster, fit = calibrate(nproc=nproc, sizes=sizes, algorithms=("ring", "tree"), op=Op.ALL_REDUCE,
                              backend=backend, repeats=CALIBRATION_REPEATS, warmup=CALIBRATION_WARMUP,
                              base=load_cluster(base), progress=progress)
+    from executor.calibrate_compute import calibrate_compute
+    from simulator.validation_suite import MODEL
+    from simulator.workload import DtypePolicy, get_preset
+
+    cluster, compute = calibrate_compute(cluster, get_preset(MODEL), dtype=DtypePolicy.FP32, backend=backend,
+                                         nproc=nproc, progress=progress)
     runs.mkdir(parents=True, exist_ok=True)
     path = save_cluster(cluster, runs / "cluster.yaml")
     note = (f"network calibrated now: all-reduce ring and tree on {nproc} {backend} processes, "
             f"{CALIBRATION_SIZES}: call latency {fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, "
-            f"bandwidth {fit.bw_GBps:.3f} GB/s, median |error| {fit.median_abs_error_pct:.1f} %; compute as in {base}")
+            f"bandwidth {fit.bw_GBps:.3f} GB/s, median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
+            f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
+            f"{compute.fields.kernel_launch_overhead_us:.1f} us, {compute.dtype.value} peak "
+            f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]
 
 
