@@ -47,7 +47,7 @@ from simulator.workload import Recompute
 def check(plan, layout: ParallelLayout) -> None:
     """Refuse, in one line, what these families cannot run as the plan says (torch-free)."""
     s = layout.strategy
-    if s.zero is ZeroStage.ZERO1:
+    if s.zero is ZeroStage.ZERO1 and layout.dp > 1:  # over one dp rank ZeRO-1 shards nothing: the plain optimizer
         raise SpecError("plan.strategy.zero", f"ZeRO 1 with tp={layout.tp} pp={layout.pp} is not run: "
                         "ZeroRedundancyOptimizer is not combined with DTensor parameters or pipeline stages here "
                         "(FSDP2 runs zero 2 and 3); use zero 0, 2 or 3")
