@@ -86,6 +86,8 @@ def cluster_to_dict(c: Cluster) -> dict:
         d["device"]["gemm_curve"] = c.device.gemm_curve.value
     if c.device.sm_count is not None:
         d["device"]["sm_count"] = c.device.sm_count
+    if c.device.compute_capability is not None:
+        d["device"]["compute_capability"] = c.device.compute_capability
     if c.device.sustained_clock_ratio != 1.0:
         d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
     if c.device.gemm_efficiency is not None:
@@ -99,6 +101,8 @@ def cluster_to_dict(c: Cluster) -> dict:
                      "h2d_latency_us": h.h2d_latency_us, "nvme_GB": _gb(h.nvme_bytes),
                      "nvme_read_GBps": h.nvme_read_GBps, "nvme_write_GBps": h.nvme_write_GBps,
                      "cpu_adam_params_per_s": h.cpu_adam_params_per_s, "storage_read_GBps": h.storage_read_GBps}
+        if h.cpu_vendor is not None:
+            d["host"]["cpu_vendor"] = h.cpu_vendor.value
     d["comm"] = _comm_dict(c.comm)
     d["in_switch_reduction"] = c.in_switch_reduction
     if c.source:
@@ -144,6 +148,11 @@ def _protocol_dict(p: Protocol) -> dict:
                                     for algo, table in p.algo_hop_latency_us.items()}
     if p.algo_bw_factor:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
+    if p.bus_bw_cap is not None:
+        cap = p.bus_bw_cap
+        d["bus_bw_cap_GBps"] = {"one_node": [list(row) for row in cap.one_node_GBps],
+                                "two_nodes": {v.value: x for v, x in cap.two_nodes_GBps.items()},
+                                "more_nodes": {v.value: x for v, x in cap.more_nodes_GBps.items()}}
     if p.step_bytes is not None:
         d["step_bytes"] = p.step_bytes
     if p.fifo_steps != 1:
