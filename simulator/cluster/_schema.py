@@ -29,7 +29,8 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps")
+                 "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
+                 "net_post_overhead_us")
 BUS_BW_CAP_KEYS = ("one_node", "two_nodes", "more_nodes")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
@@ -175,7 +176,12 @@ def _protocol(s: Section) -> Protocol:
                     step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
                     fifo_steps=s.integer("fifo_steps", 1),
                     bus_bw_cap=_bus_bw_cap(s.section("bus_bw_cap_GBps", BUS_BW_CAP_KEYS))
-                    if s.has("bus_bw_cap_GBps") else None)
+                    if s.has("bus_bw_cap_GBps") else None,
+                    net_post_overhead_us=_vendor_map(s.section("net_post_overhead_us", [v.value for v in CpuVendor], {})))
+
+
+def _vendor_map(s: Section) -> dict:
+    return {enum_value(s.field(v), CpuVendor, v): s.number(v, minimum="non_negative") for v in s.data}
 
 
 def _bus_bw_cap(s: Section) -> BusBwCap:
@@ -187,8 +193,7 @@ def _bus_bw_cap(s: Section) -> BusBwCap:
     vendors = [v.value for v in CpuVendor]
     tables = {}
     for key in ("two_nodes", "more_nodes"):
-        sub = s.section(key, vendors)
-        tables[key] = {enum_value(sub.field(v), CpuVendor, v): sub.number(v) for v in sub.data}
+        tables[key] = _vendor_map(s.section(key, vendors))
     return BusBwCap(one_node_GBps=tuple((float(cc), float(cap)) for cc, cap in rows),
                     two_nodes_GBps=tables["two_nodes"], more_nodes_GBps=tables["more_nodes"])
 

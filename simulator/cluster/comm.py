@@ -147,6 +147,18 @@ class Protocol:
 
     bus_bw_cap: BusBwCap | None = None
     """The most bus bandwidth this protocol reaches on a group (NCCL: ``llMaxBws`` for LL); None: no cap."""
+    net_post_overhead_us: dict[CpuVendor, float] = field(default_factory=dict)
+    """Host time to post one network message, µs, by host CPU vendor (a vendor not listed: ``OTHER``;
+    empty: none). A rank that sends or receives ``k`` network messages in one step posts them one after
+    another, so that step's network edges wait ``(k − 1)`` of these (cost.py ``Env.edges``). NCCL:
+    ``getNetOverhead`` in ``tuning.cc``, 1 µs on Intel, 2 µs on AMD, × 3 under Simple [src: nccl-net-overhead]."""
+
+    def net_post_overhead_s(self, cpu_vendor: CpuVendor | None) -> float:
+        """Seconds to post one network message on a host of ``cpu_vendor`` (None: ``OTHER``)."""
+        table = self.net_post_overhead_us
+        if not table:
+            return 0.0
+        return table.get(cpu_vendor, table.get(CpuVendor.OTHER, 0.0)) * 1e-6
 
     @property
     def chunk_latency_share(self) -> float:
@@ -156,6 +168,8 @@ class Protocol:
     def __post_init__(self) -> None:
         if not isinstance(self.fifo_steps, int) or isinstance(self.fifo_steps, bool) or self.fifo_steps < 1:
             raise SpecError("comm.protocols.fifo_steps", f"must be a positive integer, got {self.fifo_steps!r}")
+        for vendor, us in self.net_post_overhead_us.items():
+            non_negative_number(f"comm.protocols.net_post_overhead_us.{vendor.value}", us)
         if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
             raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 

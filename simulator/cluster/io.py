@@ -153,6 +153,8 @@ def _protocol_dict(p: Protocol) -> dict:
         d["bus_bw_cap_GBps"] = {"one_node": [list(row) for row in cap.one_node_GBps],
                                 "two_nodes": {v.value: x for v, x in cap.two_nodes_GBps.items()},
                                 "more_nodes": {v.value: x for v, x in cap.more_nodes_GBps.items()}}
+    if p.net_post_overhead_us:
+        d["net_post_overhead_us"] = {v.value: us for v, us in p.net_post_overhead_us.items()}
     if p.step_bytes is not None:
         d["step_bytes"] = p.step_bytes
     if p.fifo_steps != 1:

@@ -111,6 +111,13 @@ LL_MAX_BW = BusBwCap(
 nodes: AMD), Hopper (≥ 9), Blackwell (≥ 10, ``2*141.0``); columns 1 node / 2 nodes / more, GB/s."""
 
 
+NET_OVERHEAD_US = {CpuVendor.INTEL: 1.0, CpuVendor.AMD: 2.0, CpuVendor.OTHER: 1.0}
+"""Host time per network post, µs (``tuning.cc`` ``getNetOverhead``: "Network post overhead", 1.0 on x86
+Intel, 2.0 on x86 AMD, 1.0 otherwise; ``NCCL_NET_OVERHEAD`` overrides it) [src: nccl-net-overhead]."""
+NET_OVERHEAD_SIMPLE_FACTOR = 3
+"""``tuning.cc`` charges Simple three posts' worth per step (``if (p == NCCL_PROTO_SIMPLE) netOverhead *= 3``)."""
+
+
 def nccl_protocols() -> tuple[Protocol, ...]:
     """LL, LL128 and Simple with NCCL's latencies and bandwidth factors (a fresh copy each call)."""
     protocols = []
@@ -125,5 +132,7 @@ def nccl_protocols() -> tuple[Protocol, ...]:
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
                                   bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
                                   algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i],
-                                  fifo_steps=NCCL_STEPS, bus_bw_cap=LL_MAX_BW if name == "LL" else None))
+                                  fifo_steps=NCCL_STEPS, bus_bw_cap=LL_MAX_BW if name == "LL" else None,
+                                  net_post_overhead_us={v: us * (NET_OVERHEAD_SIMPLE_FACTOR if name == "Simple" else 1)
+                                                        for v, us in NET_OVERHEAD_US.items()}))
     return tuple(protocols)

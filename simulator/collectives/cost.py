@@ -32,13 +32,14 @@ link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from simulator.cluster.spec import Cluster, Protocol
+from simulator.cluster.spec import Cluster, LinkClass, Protocol
 from simulator.cluster.topology import Hop, Path, path
 from simulator.collectives.chain import Edge, PipelineChain, chain_latency_s
 from simulator.errors import SpecError
@@ -284,8 +285,35 @@ class Env:
         return max(max(load[h.resource] / self.bw_Bps(h) for h in p.hops) for p in paths)
 
     def edges(self, flows: list[Flow]) -> list[Edge]:
-        """``(src, dst, α)`` of each non-empty flow (chain.py's input)."""
-        return [(f.src, f.dst, self.latency_s(self.path(f.src, f.dst, f.nic))) for f in flows if f.nbytes > 0]
+        """``(src, dst, α)`` of each non-empty flow of one step (chain.py's input).
+
+        A network flow also waits for the host to post the step's messages to its ends' other network
+        peers: ``α + (k − 1)·o`` with ``k`` the most distinct network peers its sender sends to or its
+        receiver receives from in the step, and ``o`` the protocol's per-post overhead
+        (:attr:`post_overhead_s`; NCCL's proxy posts them one by one [src: nccl-net-overhead]). A ring,
+        tree or pairwise step (one network peer, however many channels) pays nothing more; a direct
+        all-to-all over ``N`` nodes of ``g`` GPUs pays ``(g·(N−1) − 1)·o``.
+        """
+        flows = [f for f in flows if f.nbytes > 0]
+        paths = [self.path(f.src, f.dst, f.nic) for f in flows]
+        alphas = [self.latency_s(p) for p in paths]
+        net = [p.link_class is LinkClass.NET for p in paths]
+        o = self.post_overhead_s
+        if o > 0 and any(net):
+            pairs = {(f.src, f.dst) for f, n in zip(flows, net) if n}
+            sends, recvs = Counter(s for s, _ in pairs), Counter(d for _, d in pairs)
+            alphas = [a + (max(sends[f.src], recvs[f.dst]) - 1) * o if n else a
+                      for f, a, n in zip(flows, alphas, net)]
+        return [(f.src, f.dst, a) for f, a in zip(flows, alphas)]
+
+    @cached_property
+    def post_overhead_s(self) -> float:
+        """Host time to post one network message under the protocol (``Protocol.net_post_overhead_us``
+        for the cluster's host CPU); 0 without a protocol (the links' own α-β, exactly)."""
+        if self.protocol is None:
+            return 0.0
+        host = self.cluster.node.host
+        return self.protocol.net_post_overhead_s(None if host is None else host.cpu_vendor)
 
     def chain_latency_s(self, steps_of_flows: list[list[Flow]]) -> float:
         """Longest latency chain through the steps (:func:`simulator.collectives.chain.chain_latency_s`)."""
