@@ -13,7 +13,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
-from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
+from simulator.cluster.comm import (BusBwCap, CommLibrary, CommProfile, CpuVendor,  # noqa: F401 (re-exported)
+                                   LinkClass, Protocol)
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu, check_facts, clipped
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
@@ -128,12 +129,18 @@ class Device:
     it); a GPU's launches are asynchronous — control returns to the host before the kernel has run
     [src: nvidia-cuda-async] — so a host thread that runs ahead hides it: 0 in the GPU presets, whose
     GEMM curve's small-kernel fall-off carries what a short GEMM loses."""
+    compute_capability: float | None = None
+    """CUDA compute capability (7.0 V100, 8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200) [src: nvidia-cuda-gpus]:
+    the GPU generation NCCL's tuner keys its per-architecture tables by (``Protocol.bus_bw_cap``);
+    None: not a CUDA GPU or not stated, no per-architecture figure applies."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("device.name", "must be a non-empty string")
         if self.sm_count is not None:
             positive_int("device.sm_count", self.sm_count)
+        if self.compute_capability is not None:
+            positive_number("device.compute_capability", self.compute_capability)
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
@@ -177,6 +184,9 @@ class HostSpec:
     """CPU optimizer throughput per node, parameters updated per second (0: unknown)."""
     storage_read_GBps: float = 0.0
     """Read bandwidth from training-data storage per node, GB/s (0: unknown)."""
+    cpu_vendor: CpuVendor | None = None
+    """Host CPU vendor (NCCL's LL cap across nodes depends on it, ``Protocol.bus_bw_cap``); None: not
+    stated, read as NCCL reads any host that is not AMD."""
 
     def __post_init__(self) -> None:
         positive_number("host.cpu_memory_GB", self.cpu_memory_bytes)

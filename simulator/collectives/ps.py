@@ -55,7 +55,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
     """Time of one synchronous push + pull of ``nbytes`` per worker with ``servers`` shards (see module)."""
     group = Group(cluster, tuple(ranks))
     _check(group, servers, colocated)
-    env = Env(cluster, protocol, family=ParameterServer.family)
+    env = Env(cluster, protocol, family=ParameterServer.family, group=group)
     overhead = env.overhead_s(ParameterServer.family, ParameterServer.calls)
     if colocated:
         push, pull = _push_pull(group, servers, nbytes)
@@ -65,7 +65,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
         raise SpecError("inter_node", "separate parameter servers sit on the network; the cluster has no "
                         "inter_node section (add one, or use colocated servers)")
     link = cluster.network.link
-    factor = 1.0 if protocol is None else protocol.bw_factor
+    factor = env.bw_ratio
     alpha = link.latency_s if protocol is None else protocol.hop_latency_us[LinkClass.NET] * 1e-6
     per_nic: dict[tuple[int, int], int] = {}
     for r in group.ranks:

@@ -131,13 +131,14 @@ class CommRunner:
             return _Plan(max(0.0, call.time_s - alone), [[(path, float(call.nbytes), path.latency_s)]], 0.0)
         return None
 
-    def _env(self, protocol, family: str | None = None) -> Env:
-        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio),
-        the same :class:`Env` the closed forms and
-        :func:`~simulator.collectives.replay.schedule_time_s` use."""
-        key = (None if protocol is None else protocol.name, family)
+    def _env(self, protocol, family: str | None = None, group: Group | None = None) -> Env:
+        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio)
+        on ``group`` (a protocol with a bus-bandwidth cap depends on it), the same :class:`Env` the
+        closed forms and :func:`~simulator.collectives.replay.schedule_time_s` use."""
+        capped = protocol is not None and protocol.bus_bw_cap is not None
+        key = (None if protocol is None else protocol.name, family, group.ranks if capped and group else None)
         if key not in self._envs:
-            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family)
+            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family, group=group if capped else None)
         return self._envs[key]
 
     def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> _Plan:
@@ -146,7 +147,7 @@ class CommRunner:
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
         local, shaped = self._local(call, group)
         algorithm = get_algorithm(local.algorithm)
-        costs = self._env(protocol, algorithm.family)
+        costs = self._env(protocol, algorithm.family, shaped)
         links = dict(zip(local.pairs, local.links(shaped)))
         steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
                  for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]

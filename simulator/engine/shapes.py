@@ -74,7 +74,8 @@ class LocalSchedule:
         """:meth:`Env.chain_latency_s` of ``flow_steps`` (this schedule on one group, ``links`` its
         :attr:`pairs` → (src, dst, NIC)), computed once per distinct α of the pairs: the chain only
         reads each flow's α and uses ranks as labels, so groups whose pairs have equal α share it."""
-        key = tuple(costs.latency_s(costs.path(*links[pair])) for pair in self.pairs)
+        paths = [costs.path(*links[pair]) for pair in self.pairs]  # α and class: network posts add (Env.edges)
+        key = tuple((costs.latency_s(p), p.link_class) for p in paths)
         if key not in self._chains:
             self._chains[key] = costs.chain_latency_s(flow_steps)
         return self._chains[key]
