@@ -122,3 +122,14 @@ def test_collective_estimates_are_spec_errors_or_sane(cluster_name, ranks, op, n
     if result is not None:
         assert math.isfinite(result.time_s) and result.time_s > 0, result
         assert math.isfinite(result.busbw_GBps) and result.busbw_GBps >= 0
+
+
+def test_a_message_beyond_a_64_bit_size_is_a_spec_error():
+    """Found by the long run of 2026-11-24: ``nbytes=10**400`` overflowed the float cost formulas
+    (``OverflowError`` from every algorithm); the largest size a library's ``size_t`` holds still
+    estimates to finite numbers."""
+    cluster = CLUSTERS["dgx-h100x2"]
+    for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.ALL_TO_ALL, Op.BROADCAST):
+        assert spec_errors_only(lambda: registry.estimate(cluster, list(range(16)), op, 10**400)) is None
+        check = registry.estimate(cluster, list(range(16)), op, 2**64 - 1)
+        assert math.isfinite(check.time_s) and check.time_s > 0 and math.isfinite(check.busbw_GBps)

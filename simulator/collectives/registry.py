@@ -84,9 +84,17 @@ def _group(cluster: Cluster, ranks: Sequence[int]) -> Group:
     return group
 
 
+MAX_CALL_BYTES = 2**64 - 1
+"""The largest message one call can carry: a communication library counts bytes in a 64-bit
+``size_t``. Larger integers (``10**400``, found by the API fuzz) overflowed the float cost formulas."""
+
+
 def _nbytes(nbytes: int) -> int:
     if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
         raise SpecError("bytes", f"must be a positive integer number of bytes, got {nbytes!r}")
+    if nbytes > MAX_CALL_BYTES:
+        raise SpecError("bytes", f"a {nbytes.bit_length()}-bit byte count is more than one call can carry "
+                                 f"(a 64-bit size, at most 2**64 - 1 bytes): give a real message size")
     return nbytes
 
 
