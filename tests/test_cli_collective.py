@@ -42,7 +42,7 @@ def test_json_rows_carry_the_nccl_tests_fields(capsys):
 def test_ring_crosses_tree_as_size_grows(capsys):
     """Tree wins small messages across many nodes, ring wins large ones (NCCL's tuner behaves the same)."""
     _, out, _ = run(capsys, "collective", "--cluster", "dgx-h100", "--nodes", "16", "--algorithm", "ring,tree",
-                    "--bytes", "1KB..1GB", "--json")
+                    "--bytes", "1KiB..1GiB", "--json")
     rows = json.loads(out)
     time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in rows}
     assert time["tree", 1024] < time["ring", 1024]

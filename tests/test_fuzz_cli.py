@@ -50,7 +50,7 @@ SKIP = {"--help", "--version", "--plot", "--trace", "--save-plan", "--plan", "--
 """Flags the fuzz leaves alone: writers (tested by the output-path tests), and measuring (launches processes)."""
 PLAUSIBLE = ["1", "2", "4", "8", "16", "64", "0.5", "25", "1e4"]
 """Values that often make a valid command, so the fuzz reaches the engines (by flag: :data:`BY_FLAG`)."""
-SIZES = ["1KB..1MB", "64MB", "1MB", "4KB..64KB", "1GB"]
+SIZES = ["1KB..1MB", "64MB", "1MiB", "4KiB..64KiB", "1GB", "1KiB..1GiB"]
 BY_FLAG = {"--cluster": ["dgx-a100", "dgx-h100", "h100-roce", "pcie-l40s", "dgx-v100", "localhost-cpu",
                          str(ROOT / "examples" / "my-cluster.yaml")],
            "--model": ["gpt3-125m", "gpt3-1.3b", "llama2-7b", str(ROOT / "tests" / "data" / "gpt2.config.json")],

@@ -2,7 +2,7 @@
 
 Example::
 
-    trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KB..64MB --algorithms ring,tree
+    trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KiB..64MiB --algorithms ring,tree
 
 Progress goes to stderr while measuring; stdout gets the fitted parameters, the error table
 (size, algorithm, measured median and p10–p90, fitted estimate, error %) and the median absolute
@@ -25,7 +25,9 @@ def register(subparsers) -> None:
                    help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process)")
     p.add_argument("--nproc", type=int, default=2, help="number of local processes (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
-    p.add_argument("--sizes", default="64KB..64MB", help="message sizes, e.g. 64KB..64MB (powers of two)")
+    p.add_argument("--sizes", default="64KiB..64MiB",
+                   help="message sizes SMALL..LARGE, doubling from SMALL (default 64KiB..64MiB); KB/MB/GB are "
+                        "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
     p.add_argument("--algorithms", default="ring,tree", help="replayed algorithms to fit, comma-separated")
     p.add_argument("--op", default=Op.ALL_REDUCE.value,
                    help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")

@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
                         "as NCCL's tuner picks) or 'all' (default: auto)")
     p.add_argument("--ranks", type=int, help="use the first R ranks in placement order (default: all, or --nproc)")
-    p.add_argument("--bytes", default="1KB..1GB", help="a size (64MB) or a range of powers of two (1KB..1GB)")
+    p.add_argument("--bytes", default="1KiB..1GiB",
+                   help="a size (64MB) or a range SMALL..LARGE doubling from SMALL (default 1KiB..1GiB, the powers "
+                        "of two); KB/MB/GB are decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="draw time and bus bandwidth against size per algorithm")
     m = p.add_argument_group("measurement (runs the collective for real on this machine)")

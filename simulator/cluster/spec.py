@@ -222,7 +222,7 @@ class NetworkSpec:
 MAX_WORLD_SIZE = 100_000
 """The most GPUs a cluster may have (12,500 eight-GPU nodes): a guard against typos, not a physical
 limit. Estimates cost time and memory that grow faster than the GPU count (measured 2026-11-23 on the
-2-core CI VM: ``trainplan collective --cluster dgx-h100 --nodes 512 --bytes 1GB``, 4,096 ranks, took
+2-core CI VM: ``trainplan collective --cluster dgx-h100 --nodes 512 --bytes 1GiB``, 4,096 ranks, took
 23–28 s), so ``--nodes 1000000000`` (8 billion GPUs) is refused at once rather than run out of memory."""
 
 
