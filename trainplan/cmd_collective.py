@@ -105,6 +105,13 @@ def _ranks(args: argparse.Namespace, world: int) -> list[int]:
     return list(range(count))
 
 
+MAX_ALL_RANKS = 1024
+"""The most ranks ``--algorithm all`` compares on: a bound on work. Measured 2026-11-24 (2-core VM shared
+with other jobs, CPU time), ``collective --cluster dgx-h100 --algorithm all --bytes 1KB..1MB``: 8,192
+ranks 82 s (after the pair-costing algorithms were bounded; 11.8 GB and past 60 s before), found by the
+long CLI fuzz run; 1,024 ranks: 13.5 s."""
+
+
 def _algorithms(text: str, op: Op, cluster, ranks: list[int], allow_native: bool = False) -> list[str]:
     """``all``, ``auto``, one name, or a comma-separated list of names, each checked against the op.
 
@@ -133,14 +140,17 @@ def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
     able = registry.supporting(op, cluster, ranks)
     if name == "all":
         if not able:
-            raise SpecError("algorithm", f"no algorithm supports {op.value} on this group")
+            raise registry.refusal("all", op, cluster, ranks)
+        if len(ranks) > MAX_ALL_RANKS:
+            raise SpecError("algorithm", f"'all' over {len(ranks):,} ranks costs every algorithm on every rank's "
+                            f"placement (minutes); it stops at {MAX_ALL_RANKS:,} ranks: name the algorithms "
+                            f"instead, e.g. --algorithm {','.join(able[:2])}")
         return able
     if name != "auto" and name not in registry.algorithm_names():
         known = ", ".join(["auto", "all", *registry.algorithm_names()])
         raise SpecError("algorithm", f"unknown algorithm {name!r}; known: {known}")
     if name != "auto" and name not in able:
-        raise SpecError("algorithm", f"{name} does not support {op.value} on this group; use one of: "
-                                     f"{', '.join(['auto', *able])}")
+        raise registry.refusal(name, op, cluster, ranks)
     return [name]
 
 

@@ -107,7 +107,18 @@ def _protocols(cluster: Cluster, algorithm: Algorithm) -> list[Protocol | None]:
 
 
 def _supported(algorithm: Algorithm, group: Group, op: Op) -> bool:
-    return algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
+    return (algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
+            and (algorithm.max_ranks is None or group.p <= algorithm.max_ranks))
+
+
+def _capped(group: Group, op: Op) -> str:
+    """What an error adds when algorithms that implement ``op`` are left out for the group's size."""
+    capped = [a for a in _ALGORITHMS.values() if a.supports(group, op) and a.max_ranks is not None
+              and group.p > a.max_ranks]
+    if not capped:
+        return ""
+    return (f"; {', '.join(a.name for a in capped)} cost every pair of ranks and stop at "
+            f"{min(a.max_ranks for a in capped):,} ranks (bounded work): use fewer ranks")
 
 
 def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
@@ -122,7 +133,22 @@ def supporting(op: Op, cluster: Cluster, ranks: Sequence[int]) -> list[str]:
     return [a.name for a in _ALGORITHMS.values() if _supported(a, group, op)]
 
 
+def refusal(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> SpecError:
+    """The error for ``algorithm`` not running ``op`` on this group (``"all"``: for none running it), with
+    the reason (the op, the group, or the size bound of the pair-costing algorithms)."""
+    group, op = Group(cluster, tuple(ranks)), _op(op)
+    able = supporting(op, cluster, ranks)
+    if algorithm == "all":
+        return SpecError("algorithm", f"no algorithm supports {op.value} on this group of {group.p} ranks"
+                         + _capped(group, op))
+    return _unsupported(algorithm, op, group, able)
+
+
 def _unsupported(algorithm: str, op: Op, group: Group, able: list[str]) -> SpecError:
+    chosen = _ALGORITHMS.get(algorithm)
+    if chosen is not None and chosen.max_ranks is not None and group.p > chosen.max_ranks and chosen.supports(group, op):
+        return SpecError("algorithm", f"{algorithm} costs every pair of ranks and stops at {chosen.max_ranks:,} ranks "
+                         f"(bounded work), this group has {group.p:,}; algorithms that do: {', '.join(able) or 'none'}")
     return SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
                      f"algorithms that do: {', '.join(able) or 'none'}")
 
@@ -155,7 +181,8 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     if algorithm == "auto":
         candidates = [_best(a, group, op, nbytes) for a in _auto_pool(cluster, op) if _supported(a, group, op)]
         if not candidates:
-            raise SpecError("op", f"no registered algorithm implements {op.value} on this group")
+            raise SpecError("op", f"no registered algorithm implements {op.value} on this group of {group.p} ranks"
+                            + _capped(group, op))
         return min(candidates, key=lambda e: e.time_s)
     chosen = get_algorithm(algorithm)
     if not _supported(chosen, group, op):
