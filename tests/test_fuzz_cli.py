@@ -150,7 +150,8 @@ def bad_numbers(obj, where: str = "") -> list[str]:
         leaf = where.rsplit(".", 1)[-1].split("[")[0].lower()
         if not math.isfinite(obj):
             found.append(f"{where} = {obj}")
-        elif obj < 0 and any(w in leaf for w in ("_s", "time", "bytes", "gb", "tokens", "flop", "mfu", "hfu")):
+        elif obj < 0 and (any(w in leaf for w in ("_s", "time", "bytes", "gb", "tokens", "flop", "mfu", "hfu"))
+                          or ".breakdown." in where):  # breakdown categories are seconds ("bubble": -2e-16 once)
             found.append(f"{where} = {obj} < 0")
         elif obj > 1 + 1e-9 and any(w in leaf for w in ("mfu", "hfu", "goodput", "efficiency", "fraction")):
             found.append(f"{where} = {obj} > 1")
@@ -196,3 +197,4 @@ def test_the_checks_can_fail():
     """The oracle itself: NaN, a negative time and an MFU over 1 are each found."""
     assert bad_numbers({"step_time_s": -1.0}) and bad_numbers({"a": [{"mfu": 1.5}]})
     assert bad_numbers({"x": float("nan")}) and not bad_numbers({"step_time_s": 2.0, "mfu": 0.4, "delta": -3})
+    assert bad_numbers({"breakdown": {"bubble": -2e-16}})

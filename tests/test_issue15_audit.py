@@ -1,0 +1,72 @@
+"""Issue 15 cases that had no test of their own (the audit of docs/quality.md): each input of the
+issue's list gives one line naming the flag and exit 2, or, where it was valid, a sane result."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simulator.analytical import estimate
+from simulator.cluster.io import load_cluster
+from simulator.errors import SpecError
+from simulator.strategy.flat import strategy_from_flat
+from simulator.workload import get_preset
+from test_fuzz_cli import bad_numbers, run
+
+SIM = ["simulate", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+       "--gbs", "16"]
+FAILURES = ["--engine", "des", "--mtbf-hours", "100", "--checkpoint-every", "10", "--checkpoint-cost", "5"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (SIM + ["--seq", "-5"], "--seq: must be a positive integer, got -5"),                       # §1 negative --seq
+    (["model", "show", "gpt3-125m", "--seq", "-5"], "seq: must be a positive integer, got -5"),
+    (SIM + FAILURES + ["--restart-cost", "nan"], "--restart-cost: must be a number >= 0, got nan"),  # §1 NaN
+    (SIM + ["--engine", "des", "--straggler", "rank=0,factor=nan"], "--straggler: must be a number > 0, got nan"),
+    (SIM + ["--engine", "des", "--straggler", "rank=0,factor=inf"], "--straggler: must be a number > 0, got inf"),
+    (SIM + ["--bucket-mb", "1e-6"], "--bucket-mb: 1-byte buckets"),                              # §1 one-byte buckets
+    (SIM[:-1] + ["100000000000"], "micro-batches per pipeline and step is past the 65,536"),    # §2 huge batch
+    (SIM + ["--sp", "--no-sp"], "--no-sp: given after --sp; give it once"),                      # §3 contradictory flags
+    (SIM + ["--overlap", "--no-overlap"], "--no-overlap: given after --overlap; give it once"),
+    (SIM + ["--cluster", "dgx-a100"], "--cluster: given after --cluster; give it once"),
+    (["memory", "--params", "-7B", "--cluster", "dgx-a100", "--gpus", "8"],                       # §3 negative numbers
+     "params: must be a positive parameter count, got '-7B'"),
+    (SIM[:-1] + ["-16"], "--gbs: must be a positive integer, got -16"),
+    (["collective", "--cluster", "dgx-h100", "--bytes", "-1KB"], "bytes: size must be positive, got '-1KB'"),
+    (["collective", "--cluster", "dgx-h100", "--bytes", "1e24"], "more than the limit"),         # §2 beyond any message
+])
+def test_issue_inputs_are_one_line_errors(argv, words):
+    code, _, err = run(argv)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_cluster_without_comm_section_times_a_tiny_all_to_all(tmp_path):
+    """§1: a small file cluster with no `comm` section, `--op all-to-all --bytes 8`, divided by zero in
+    algbw_GBps (a zero-time collective). Now a positive time or a one-line refusal, never a traceback."""
+    path = tmp_path / "small.yaml"
+    path.write_text("name: small\nnodes: 1\ngpus_per_node: 2\n"
+                    "device: {name: X, peak_tflops: {bf16: 100}, memory_GB: 80, hbm_bw_GBps: 2000}\n"
+                    "intra_node: {kind: nvswitch, bw_GBps: 100, latency_us: 1.0}\n")
+    code, out, err = run(["collective", "--cluster", str(path), "--op", "all-to-all", "--bytes", "8", "--json"])
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 0:
+        rows = json.loads(out)
+        assert rows and not bad_numbers(rows) and all(r["time_s"] > 0 for r in rows)
+
+
+def test_booleans_do_not_pass_as_numbers():
+    """§1: `prefetch_batches=True` passed as the number 1."""
+    with pytest.raises(SpecError) as err:
+        strategy_from_flat({"global_batch": 16, "prefetch_batches": True})
+    assert err.value.field == "prefetch_batches"
+
+
+def test_the_closed_form_prints_no_negative_bubble():
+    """§1: `-2e-16` bubbles were printed (float noise of a subtraction); every category is >= 0."""
+    model = get_preset("gpt3-125m").with_seq(1024)
+    for flat in ({"global_batch": 16, "dp": 8}, {"global_batch": 16, "dp": 2, "tp": 2, "pp": 2},
+                 {"global_batch": 32, "dp": 1, "tp": 2, "pp": 4, "schedule": "interleaved", "virtual_stages": 2}):
+        result = estimate(load_cluster("dgx-h100"), model, strategy_from_flat(flat))
+        assert all(math.isfinite(s) and s >= 0 for s in result.breakdown.values()), result.breakdown
