@@ -70,3 +70,52 @@ def test_the_closed_form_prints_no_negative_bubble():
                  {"global_batch": 32, "dp": 1, "tp": 2, "pp": 4, "schedule": "interleaved", "virtual_stages": 2}):
         result = estimate(load_cluster("dgx-h100"), model, strategy_from_flat(flat))
         assert all(math.isfinite(s) and s >= 0 for s in result.breakdown.values()), result.breakdown
+
+
+def _parsers():
+    import argparse
+
+    from trainplan.__main__ import build_parser
+
+    def walk(parser, path=()):
+        yield " ".join(path), parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, path + (name,))
+    return list(walk(build_parser()))
+
+
+def test_every_help_states_its_defaults_and_holds_no_rest_markup():
+    """§5: defaults stated in every --help (backend, sizes, algorithms, repeats...), no reST markup."""
+    import argparse
+    missing, markup = [], []
+    for path, parser in _parsers():
+        texts = [parser.description or ""]
+        for action in parser._actions:
+            if not action.option_strings or action.help in (None, argparse.SUPPRESS):
+                continue
+            texts.append(action.help)
+            if action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in action.help.lower():
+                missing.append(f"{path} {action.option_strings[-1]}")
+        markup += [f"{path}: {t[:60]}" for t in texts if any(m in t for m in ("``", ":func:", ":class:", ":mod:"))]
+    assert not missing, missing
+    assert not markup, markup
+
+
+def test_algorithm_help_lists_every_name_and_the_cluster_defaults_agree():
+    """§5: the list of valid names in --algorithm's help; --cluster defaulting the same way in every
+    command (calibrate fits the local machine: its base is localhost-cpu, and its help says why)."""
+    from simulator.collectives import registry
+    from trainplan.strategy_flags import DEFAULT_CLUSTER
+    defaults = {}
+    for path, parser in _parsers():
+        for action in parser._actions:
+            if "--algorithm" in action.option_strings:
+                assert all(name in action.help for name in registry.algorithm_names()), action.help
+            if "--cluster" in action.option_strings:
+                defaults[path] = action.default or (DEFAULT_CLUSTER if f"default: {DEFAULT_CLUSTER}" in action.help
+                                                    else None)
+    assert defaults.pop("calibrate") == "localhost-cpu"
+    assert set(defaults.values()) == {DEFAULT_CLUSTER} or set(defaults.values()) <= {DEFAULT_CLUSTER, None} and \
+        all(v == DEFAULT_CLUSTER for p, v in defaults.items() if p != "validate"), defaults
