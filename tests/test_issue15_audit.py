@@ -119,3 +119,30 @@ def test_algorithm_help_lists_every_name_and_the_cluster_defaults_agree():
     assert defaults.pop("calibrate") == "localhost-cpu"
     assert set(defaults.values()) == {DEFAULT_CLUSTER} or set(defaults.values()) <= {DEFAULT_CLUSTER, None} and \
         all(v == DEFAULT_CLUSTER for p, v in defaults.items() if p != "validate"), defaults
+
+
+def test_des_reports_progress_per_step():
+    """§2: `simulate --engine des --steps 100000` ran minutes without a word: the DES calls a progress
+    callback per step (synchronous) or per worker step (asynchronous PS), ending at the total."""
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+    from simulator.strategy import ParamServerMode, ParamServerSync
+    cluster, model = load_cluster("dgx-h100"), get_preset("gpt3-125m").with_seq(512)
+    seen = []
+    simulate(compile_step(cluster, model, strategy_from_flat({"global_batch": 16, "dp": 8})), cluster, steps=3,
+             trace=False, progress=lambda *a: seen.append(a))
+    assert seen[0] == ("des steps", 0, 3) and seen[-1] == ("des steps", 3, 3)
+    seen.clear()
+    async_ps = strategy_from_flat({"global_batch": 16, "dp": 8}).__class__(
+        global_batch=16, dp=8, dp_sync=ParamServerSync(mode=ParamServerMode.ASYNC))
+    simulate(compile_step(cluster, model, async_ps), cluster, steps=2, trace=False, progress=lambda *a: seen.append(a))
+    assert seen[-1] == ("des worker steps", 16, 16)
+
+
+def test_the_cli_draws_des_progress_on_a_terminal(capsys, monkeypatch):
+    import sys
+    from trainplan.__main__ import main
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(SIM + ["--engine", "des", "--steps", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "des steps: 3/3" in err and err.endswith("\r"), repr(err)

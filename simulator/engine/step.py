@@ -115,9 +115,11 @@ def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
     return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
 
-def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
+def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict, progress=None):
     env = ctx.env
     for k in range(steps):
+        if progress is not None:
+            progress("des steps", k, steps)
         pipes = _pipes_for_step(ctx.work, model, k)
         ctx.parties_of[k] = len(pipes)
         t0 = env.now
@@ -127,9 +129,11 @@ def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
             tails[(k, key, r)] = env.now - proc.value
             ctx.rec.spend((k, key, r), Category.BUBBLE, env.now - proc.value)
         step_times.append(env.now - t0)
+    if progress is not None:
+        progress("des steps", steps, steps)
 
 
-def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> tuple[float, dict]:
+def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict, progress=None) -> tuple[float, dict]:
     """Every worker runs on its own until the workers together finished ``steps × dp`` steps."""
     env, dp, pp = ctx.env, ctx.layout.dp, ctx.layout.pp
     clock = [0] * dp
@@ -154,6 +158,8 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
             staleness[w].append(max(0, max((c for i, c in enumerate(clock) if i != w), default=0) - clock[w]))
             clock[w] += 1
             state["total"] += 1
+            if progress is not None:
+                progress("des worker steps", state["total"], steps * dp)
             state["progress"].succeed()
             state["progress"] = simpy.Event(env)
             if state["total"] == steps * dp and not done.triggered:
@@ -167,13 +173,14 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
 
 
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
-             train_steps: int | None = None, shortcuts: bool = True) -> StepResult:
+             train_steps: int | None = None, shortcuts: bool = True, progress=None) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
     ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
     sampling alike, so a plan's own seed is enough and same inputs and seed give the same timeline. ``train_steps`` (default ``steps``) is the horizon of the failure
     model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
+    ``progress(phase, done, total)`` is called as steps complete (the CLI's counter on long runs).
     """
     positive_int("steps", steps)
     wall0 = time.perf_counter()
@@ -184,12 +191,12 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     extras: dict = {}
     sync = strategy.dp_sync
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
-        end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails)
+        end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails, progress)
         step_time = end_s / steps
         extras["staleness"] = _staleness_summary(staleness)
     else:
         step_times: list[float] = []
-        ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails))
+        ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails, progress))
         ctx.env.run()
         step_time = sum(step_times) / steps
         extras["step_times_s"] = step_times
