@@ -146,3 +146,46 @@ def test_the_cli_draws_des_progress_on_a_terminal(capsys, monkeypatch):
     assert main(SIM + ["--engine", "des", "--steps", "3"]) == 0
     err = capsys.readouterr().err
     assert "des steps: 3/3" in err and err.endswith("\r"), repr(err)
+
+
+def test_a_model_file_error_names_model_not_cluster(tmp_path):
+    """§3: `simulate` blamed `--cluster` for errors in the model file (`--cluster: model.kv_heads: ...`)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 128,
+                                "vocab_size": 100, "max_position_embeddings": 128}))
+    code, _, err = run(["simulate", "--model", str(path), "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16"])
+    assert code == 2 and err.startswith("trainplan simulate: error: --model:") and "--cluster" not in err, err
+
+
+@pytest.mark.parametrize("link", ["intra", "inter"])
+@pytest.mark.parametrize("flat", [{"global_batch": 32, "dp": 16}, {"global_batch": 32, "dp": 2, "tp": 4, "pp": 2},
+                                  {"global_batch": 32, "dp": 8, "tp": 2, "zero": 3}])
+def test_a_step_never_gets_faster_when_a_link_gets_slower(flat, link):
+    """§4 invariant, on both engines: halving the NVSwitch port or the NIC bandwidth never shortens a step."""
+    from dataclasses import replace
+
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+    base = load_cluster("dgx-h100", nodes=2)
+    if link == "intra":
+        slow = replace(base, node=replace(base.node, intra_link=replace(base.node.intra_link,
+                                                                         bw_GBps=base.node.intra_link.bw_GBps / 2)))
+    else:
+        slow = replace(base, network=replace(base.network, link=replace(base.network.link,
+                                                                         bw_GBps=base.network.link.bw_GBps / 2)))
+    model, strategy = get_preset("gpt3-125m").with_seq(512), strategy_from_flat(flat)
+    assert estimate(slow, model, strategy).step_time_s >= estimate(base, model, strategy).step_time_s * (1 - 1e-12)
+    des = [simulate(compile_step(c, model, strategy), c, trace=False).step_time_s for c in (base, slow)]
+    assert des[1] >= des[0] * (1 - 1e-12)
+
+
+def test_no_library_or_notebook_switches_the_matplotlib_backend_and_dev_extras_run_notebooks():
+    """§5: `matplotlib.use("Agg")` hid the notebooks' plots in Jupyter; the dev extras install what runs them."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = [f for d in ("simulator", "planner", "executor", "trainplan", "notebooks", "benchmarks")
+             for f in (root / d).rglob("*") if f.suffix in (".py", ".ipynb")]
+    assert files and not [str(f) for f in files if "matplotlib.use(" in f.read_text(encoding="utf-8")]
+    dev = (root / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n[")[0]
+    assert "nbclient" in dev and "ipykernel" in dev
