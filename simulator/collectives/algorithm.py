@@ -40,6 +40,9 @@ class Algorithm:
     schedule_times_it: bool = True
     pipelined: bool = False
     ops: frozenset[Op] = frozenset()
+    max_ranks: int | None = None
+    """The most ranks the registry costs this algorithm for (None: any): a bound on work for the
+    algorithms whose cost enumerates every pair of ranks (registry ``_supported``)."""
 
     def supports(self, group: Group, op: Op) -> bool:
         return op in self.ops and self.supports_group(group, op)

@@ -83,6 +83,11 @@ class ParameterServer(Algorithm):
     family = "ring"
     calls = 2
     ops = frozenset({Op.ALL_REDUCE})
+    max_ranks = 256
+    """One shard per worker makes p² flows, costed per size: 256 ranks took 3.7 s CPU per size, 1,024
+    ranks 38 s for an 11-size table and 8,192 ranks 25 s and 3.5 GB for one (measured 2026-11-24, 2-core VM
+    shared with other jobs, ``trainplan collective --cluster dgx-h100 --algorithm ps``). A bound on work;
+    a training plan's parameter server is costed by :func:`ps_time_s` with its own shard count."""
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         push, pull = _push_pull(group, group.p, nbytes)

@@ -1,6 +1,6 @@
 """Size-independent structure of a schedule whose flows all carry the same bytes, cached per group.
 
-A table of sizes (``trainplan collective --bytes 2KB..1MB``) costs the same flows at every size;
+A table of sizes (``trainplan collective --bytes 2KiB..1MiB``) costs the same flows at every size;
 only their bytes change. For a schedule whose flows in every step carry one size ``b`` (direct,
 pairwise all-to-all), cost.py's terms split into a part fixed by the group and one linear in ``b``:
 
