@@ -42,8 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--compute", action="store_true",
                    help="measure compute (GEMMs, memory-bound kernels, per-kernel overhead) into the device "
                         "fields of --cluster instead of the collectives; --nproc sets the threads per rank")
-    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format")
+    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured (default: llama2-7b)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format (default: fp32)")
     p.add_argument("--threads", type=int, default=None,
                    help="with --compute: torch threads (default as execute: cores ÷ --nproc, at least 1)")
     p.set_defaults(handler=run)

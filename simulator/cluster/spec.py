@@ -9,6 +9,7 @@ live in ``presets/*.yaml``; this module holds no hardware constants.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
