@@ -1,10 +1,11 @@
-"""A collective's schedule in group-local form, built once and shared by every group of the same shape.
+"""A collective's schedule in group-local form, built once and shared by every group of the same key.
 
 At scale the step DES meets the same collective on many groups: the dp all-reduce of every pipeline
-stage and of every tp index, each a ring whose schedule holds ``2(p−1)·p·C`` transfers. Building and
-timing each of them is O(p²) per group, which made a 16k-GPU step quadratic in the ranks. The
+stage and of every tp index, each a ring (``2(p−1)·p·C`` transfers) or a tree (``2C·2(p−1)·k`` for ``k``
+chunks). Building and timing each of them is O(p²) per ring group, which made a 16k-GPU step quadratic in
+the ranks, and a tree build per group was ~40 % of it. The
 schedules of those groups are the same in *local* terms (group indices), so this module keeps one
-:class:`LocalSchedule` per (algorithm, op, bytes, shape) and maps it onto a group in O(its distinct
+:class:`LocalSchedule` per (algorithm, op, bytes, schedule key) and maps it onto a group in O(its distinct
 transfers):
 
 - **Shape and key**: what a schedule depends on is the algorithm's to say
