@@ -65,6 +65,21 @@ class Algorithm:
         return Schedule(op=op, algorithm=self.name, ranks=group.ranks, nbytes=nbytes, transfers=transfers,
                         root=root, reduce_bytes_per_rank=max_reduce_bytes(transfers))
 
+    def schedule_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """What the schedule of ``op`` on ``group`` depends on besides ``op`` and ``nbytes``; None: the ranks
+        themselves (not shareable).
+
+        Two groups with equal keys get the same schedule in group-local terms: the same transfers between
+        the same group indices, a cross-node transfer's NIC being the same index in its sender node's NIC
+        set (:attr:`Group.nic_sets`). An engine may then build it once and relabel it (engine/shapes.py).
+        An algorithm that picks anything from its paths' costs (a chunk count) must put it in the key."""
+        return None
+
+    def links_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """As :meth:`schedule_key`, for which (src, dst, NIC index) pairs carry bytes only: coarser where
+        the schedule's other inputs (a chunk count) do not change them."""
+        return self.schedule_key(group, op, nbytes, root)
+
     def chunk_pipelined(self, op: Op) -> bool:
         """True when ``op``'s schedule is a chunk pipeline (:meth:`Env.best_pipeline`): its latency is
         one chunk's chain plus ``α_max`` per further chunk (:meth:`schedule_latency_s`)."""

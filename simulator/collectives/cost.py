@@ -127,6 +127,12 @@ class Group:
             return 1
         return min(len(s) for s in self.nic_sets)
 
+    @cached_property
+    def shape(self) -> tuple:
+        """Size, partition into nodes (group indices) and how many NICs the group's GPUs own on each node:
+        the layout relative to nodes without the rank ids (what :meth:`Algorithm.schedule_key` may use)."""
+        return self.p, self.nodes, tuple(len(s) for s in self.nic_sets)
+
     def nic(self, src_index: int, channel: int) -> int:
         """NIC channel ``channel`` uses to leave the node of group index ``src_index``."""
         nics = self.nic_sets[self.node_index[src_index]]

@@ -100,6 +100,12 @@ class Ring(Algorithm):
     def chunk_pipelined(self, op: Op) -> bool:
         return op in (Op.BROADCAST, Op.REDUCE)
 
+    def schedule_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """Reduce-scatter, all-gather, all-reduce: :func:`ring_transfers` reads the node order, the channel
+        count and each channel's NIC by index (``channel mod`` the node's NIC count): the shape only. The
+        chained broadcast and reduce pick a chunk count from the paths' costs: per group."""
+        return (group.shape,) if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER) else None
+
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, channels = group.p, group.channels
         if op in (Op.BROADCAST, Op.REDUCE):
