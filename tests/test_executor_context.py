@@ -129,3 +129,27 @@ def test_every_cp_shape_matches_the_single_process_run(model, ranks):
         assert losses == pytest.approx(reference, rel=1e-5, abs=1e-6), name
         assert grad_norms == pytest.approx(norms, rel=1e-5), name
     assert reference[0] != reference[1]
+
+
+def test_execute_records_the_cp_shape_and_validate_reads_it(tmp_path, capfd):
+    """`trainplan execute` on a cp plan (2 gloo ranks, tiny) writes a complete results file naming the cp
+    shape it ran; `trainplan validate` re-simulates those shapes on localhost-cpu."""
+    import json
+
+    from simulator.run_results import RunStatus, load_results
+    from trainplan.__main__ import main
+
+    plan, out = tmp_path / "plan.json", tmp_path / "results.json"
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "4", "--gbs", "4",
+                 "--seq", "32768", "--cp", "2", "--tp", "1", "--pp", "1", "--out", str(plan)]) == 0
+    assert main(["execute", str(plan), "--nproc", "2", "--scale", "tiny", "--steps", "2", "--warmup", "1",
+                 "--precision", "fp32", "--out", str(out)]) == 0
+    assert "cp 2 kept" in capfd.readouterr().out
+    results = load_results(out)
+    assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2
+    layout = results.run.plan.layout()
+    assert (layout.dp, layout.cp) == (1, 2) and results.plan.layout().cp == 2
+    assert results.run.components["context parallel"].startswith("cp=2 ring, 8 of 16 tokens per rank, balanced")
+    assert main(["validate", str(out), "--cluster", "localhost-cpu", "--json"]) == 0
+    report = json.loads(capfd.readouterr().out)
+    assert report["step_time_error"] is not None
