@@ -15,9 +15,10 @@ written on torch.distributed point-to-point operations, and runs on gloo and NCC
   ``L = logaddexp(L₁, L₂)``, ``O = O₁·exp(L₁ − L) + O₂·exp(L₂ − L)`` (FlashAttention's rescaling,
   Dao et al. 2022 [src: dao-2022]). The backward is a custom ``autograd.Function``: with the saved output
   O and L, per block ``P = exp(S − L)``, ``dV = Pᵀ·dO``, ``dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O))``,
-  ``dQ += dS·K/√d``, ``dK = dSᵀ·Q/√d`` (Dao et al. 2022, Alg. 4); the K, V blocks go round the ring again
-  with their dK, dV accumulators, and one last hop brings each accumulator home (TE passes "KV and dKV"
-  the same way). The causal mask compares global token positions, so it holds for any split.
+  ``dQ += dS·K/√d``, ``dK = dSᵀ·Q/√d`` (Dao et al. 2022, Alg. 4); the K, V blocks go round the ring
+  again (each transfer overlapped with the gradients of the block held) and each block's dK, dV
+  accumulator follows it one step behind, one last hop bringing it home (TE passes "KV and dKV" the
+  same way). The causal mask compares global token positions, so it holds for any split.
 - **all-to-all** (DeepSpeed-Ulysses, Jacobs et al. 2023 [src: jacobs-2023]): ``all_to_all_single`` turns
   Q, K, V from sequence-split into head-split, every rank runs causal SDPA over the whole sequence on
   heads/cp heads, and one all-to-all turns the output back (``dist.all_to_all_single``, which gloo
@@ -105,6 +106,10 @@ def _block_forward(q, k, v, mask, scale):
     return out, m + torch.log(total)
 
 
+_KV_TAG, _DKV_TAG = 0, 1
+"""p2p tags of the ring's two streams in backward: key/value blocks and their gradient accumulators."""
+
+
 class _Ring:
     """Pass a tensor to the next rank of the cp ring and receive the previous rank's, asynchronously."""
 
@@ -113,10 +118,12 @@ class _Ring:
         n = len(cp.ranks)
         self.next, self.prev = cp.ranks[(cp.index + 1) % n], cp.ranks[(cp.index - 1) % n]
 
-    def start(self, send: torch.Tensor):
+    def start(self, send: torch.Tensor, tag: int = 0):
+        """Post the send of ``send`` to the next rank and the receive of the previous rank's tensor of the
+        same shape; ``tag`` keeps two streams (KV, dKV) between the same ranks apart."""
         recv = torch.empty_like(send)
-        ops = [dist.P2POp(dist.isend, send, self.next, self.cp.group),
-               dist.P2POp(dist.irecv, recv, self.prev, self.cp.group)]
+        ops = [dist.P2POp(dist.isend, send, self.next, self.cp.group, tag),
+               dist.P2POp(dist.irecv, recv, self.prev, self.cp.group, tag)]
         return recv, dist.batch_isend_irecv(ops)
 
     @staticmethod
@@ -176,23 +183,32 @@ class RingAttention(torch.autograd.Function):
         delta = (do * out).sum(dim=-1, keepdim=True)
         dq = torch.zeros_like(q)
         q_pos = positions[cp.index].to(q.device)
-        state = torch.stack((k, v, torch.zeros_like(k), torch.zeros_like(v)))  # K, V, dK, dV of the block held
+        kv, incoming, pending_dkv = torch.stack((k, v)), None, None
         for i in range(n):
+            if i < n - 1:  # the KV block held goes on while its gradients are computed
+                next_kv, pending_kv = ring.start(kv, tag=_KV_TAG)
             src = (cp.index - i) % n
             mask = q_pos[:, None] >= positions[src].to(q.device)[None, :]
+            dkv = torch.zeros_like(kv)
             if bool(mask.any()):
-                kb, vb = _expand(state[0], heads), _expand(state[1], heads)
+                kb, vb = _expand(kv[0], heads), _expand(kv[1], heads)
                 p = torch.exp((q @ kb.transpose(-2, -1)) * scale - lse).masked_fill(~mask, 0.0)
                 ds = p * (do @ vb.transpose(-2, -1) - delta)
                 dq += (ds @ kb) * scale
                 dk, dv = (ds.transpose(-2, -1) @ q) * scale, p.transpose(-2, -1) @ do
                 b, _, s, d = dk.shape
-                state[2] += dk.view(b, kv_heads, heads // kv_heads, s, d).sum(2)
-                state[3] += dv.view(b, kv_heads, heads // kv_heads, s, d).sum(2)
-            # pass K, V with their gradient accumulators on; after the last block only dK, dV go home
-            nxt, pending = ring.start(state if i < n - 1 else state[2:].contiguous())
-            ring.finish(pending)
-            state = nxt
+                dkv[0] = dk.view(b, kv_heads, heads // kv_heads, s, d).sum(2)
+                dkv[1] = dv.view(b, kv_heads, heads // kv_heads, s, d).sum(2)
+            if pending_dkv is not None:  # the block's accumulator from the ranks that held it before
+                _Ring.finish(pending_dkv)
+                dkv += incoming
+            # the accumulator follows its block; after the last step it reaches the block's owner
+            incoming, pending_dkv = ring.start(dkv, tag=_DKV_TAG)
+            if i < n - 1:
+                _Ring.finish(pending_kv)
+                kv = next_kv
+        _Ring.finish(pending_dkv)
+        state = incoming  # dK, dV of this rank's own block, summed over every rank's queries
         dtype = ctx.dtype
         return dq.to(dtype), state[0].to(dtype), state[1].to(dtype), None, None
 
