@@ -92,6 +92,7 @@ CP_VARIANTS = {  # name: (ranks, flat strategy keys)
     "cp2-ring-contiguous-ddp": (2, {"cp": 2, "cp_balanced": False}),
     "cp2-all-to-all-ddp": (2, {"cp": 2, "cp_kind": "all-to-all"}),
     "cp2-ring-fsdp2-zero3-recompute": (2, {"cp": 2, "zero": 3, "recompute": "full"}),
+    "cp2-ring-selective-recompute": (2, {"cp": 2, "recompute": "selective"}),
     "cp4-ring-balanced-zero1": (4, {"cp": 4, "zero": 1}),
     "cp2-dp2-ring-balanced-ddp": (4, {"cp": 2, "dp": 2}),
     "cp2-dp2-ring-contiguous-fsdp2-zero2": (4, {"cp": 2, "dp": 2, "zero": 2, "cp_balanced": False}),
@@ -158,3 +159,19 @@ def test_execute_records_the_cp_shape_and_validate_reads_it(tmp_path, capfd):
     assert main(["validate", str(out), "--cluster", "localhost-cpu", "--json"]) == 0
     report = json.loads(capfd.readouterr().out)
     assert report["step_time_error"] is not None
+
+
+def test_cp_with_tp_or_pp_is_refused_in_one_line(tmp_path, capsys):
+    from simulator.cluster.io import load_cluster
+    from simulator.plan_file import Plan
+    from simulator.strategy.flat import strategy_from_flat
+    from simulator.workload import get_preset
+    from trainplan.__main__ import main
+
+    path = tmp_path / "plan.json"
+    Plan(model=get_preset("llama3-8b"), cluster=load_cluster("dgx-h100"), gpus=4,
+         strategy=strategy_from_flat(dict(global_batch=4, micro_batch=1, tp=2, cp=2))).save(path)
+    assert main(["execute", str(path), "--scale", "tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "plan.strategy.cp: 2: this executor runs context parallelism with tp = pp = 1 only" in err, err
+    assert len(err.splitlines()) == 1
