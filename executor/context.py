@@ -22,8 +22,8 @@ written on torch.distributed point-to-point operations, and runs on gloo and NCC
 - **all-to-all** (DeepSpeed-Ulysses, Jacobs et al. 2023 [src: jacobs-2023]): ``all_to_all_single`` turns
   Q, K, V from sequence-split into head-split, every rank runs causal SDPA over the whole sequence on
   heads/cp heads, and one all-to-all turns the output back (``dist.all_to_all_single``, which gloo
-  supports, in a small autograd Function whose backward is the same all-to-all). Grouped-query K, V whose heads do not divide by cp are
-  expanded to the query heads first.
+  supports, in a small autograd Function whose backward is the same all-to-all). Grouped-query K, V
+  whose heads do not divide by cp are expanded to the query heads first.
 
 Causal load balancing (ring, ``cp_balanced``): the sequence in 2·cp chunks, rank r holding chunks r and
 2·cp−1−r (Megatron-Core's ``get_batch_on_this_cp_rank`` [src: megatron-cp]); otherwise, and always for
