@@ -240,9 +240,10 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
-    if layout.cp > 1:
-        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor does not run context parallelism yet; "
-                        "simulate the plan, or execute it with cp 1")
+    if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1):
+        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
+                        f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "
+                        "or tp = pp = 1")
     if layout.strategy.precision.value != "model":
         raise SpecError("plan.strategy.precision", f"{layout.strategy.precision.value}: this executor runs the "
                         "model's own dtype only (FP8 needs FP8 tensor cores and Transformer Engine or torchao); "

@@ -19,6 +19,10 @@ Plan field → torch component:
   gradients and optimizer state together, and runs AdamW on the CPU). ZeRO 1 with optimizer offload
   and NVMe offload are refused: torch has no such component.
 - Recompute and attention: :mod:`executor.recompute`.
+- Context parallelism (cp > 1): :mod:`executor.context` splits each sample's sequence over the cp
+  ranks of a replica (ring or all-to-all attention core, balanced or contiguous split); the DDP or
+  FSDP2 group is the mesh's ``dp`` dimension, dp·cp ranks, so weight gradients are averaged over
+  dp·cp as the simulator's layout has it (``ParallelLayout.dp_cp``).
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
@@ -36,6 +40,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
@@ -124,7 +129,7 @@ class DataParallelRunner:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         layout, s = ctx.layout, ctx.plan.strategy
-        self.dp_rank = layout.coords(ctx.rank).dp
+        self.dp_rank = layout.coords(ctx.rank).dp // layout.cp
         self.dp_ranks = next(g for g in layout.dp_groups if ctx.rank in g)
         self.group = ctx.mesh["dp"].get_group()
         self.buckets: dict[int, int] = {}
@@ -132,12 +137,18 @@ class DataParallelRunner:
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         apply_attention(model, s.attention)
+        self.tokens = None
+        """Sequence positions this rank holds under context parallelism (None: all)."""
+        if layout.cp > 1:
+            self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
         apply_recompute(model, s.recompute)
         self.model = model
         self.fsdp = s.zero >= ZeroStage.ZERO2
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if self.tokens is not None:
+            self._components["context parallel"] = split_description(ctx.spec.seq_len, s.context)
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
@@ -246,8 +257,10 @@ class DataParallelRunner:
 
     def train_step(self, step: int) -> StepRecord:
         layout, phases = self.ctx.layout, {}
-        inputs, targets = (replica_samples(t, self.dp_rank, layout.dp).to(self.ctx.device)
-                           for t in batch_for(self.ctx, step))
+        inputs, targets = (replica_samples(t, self.dp_rank, layout.dp) for t in batch_for(self.ctx, step))
+        if self.tokens is not None:
+            inputs, targets = inputs[:, self.tokens], targets[:, self.tokens]
+        inputs, targets = inputs.to(self.ctx.device), targets.to(self.ctx.device)
         m = layout.micro_batches
         local = torch.zeros((), device=self.ctx.device)
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
@@ -267,7 +280,8 @@ class DataParallelRunner:
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
         dist.all_reduce(local, group=self.group)
-        return StepRecord(loss=float(local) / layout.dp, phases_s=phases, grad_norm=norm)
+        # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
+        return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
 
     def _grad_norm(self) -> float:
         """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group)."""
