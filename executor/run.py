@@ -41,7 +41,7 @@ import torch.distributed as dist
 from executor.launch import threads_per_rank
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
-from executor.strategies.base import Backend, Precision, RunContext
+from executor.strategies.base import Backend, Precision, RunContext, phases_absent
 from simulator.errors import SpecError
 from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus
 from simulator.strategy import ParamServerSync
@@ -146,7 +146,8 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
     t0 = time.perf_counter()
     rec = runner.train_step(step)
     ctx.synchronize()
-    return {"t": time.perf_counter() - t0, "loss": rec.loss, "phases": {p.value: s for p, s in rec.phases_s.items()}}
+    phases = {p.value: 0.0 for p in phases_absent(ctx.layout)} | {p.value: s for p, s in rec.phases_s.items()}
+    return {"t": time.perf_counter() - t0, "loss": rec.loss, "phases": phases}
 
 
 def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":

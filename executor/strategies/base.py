@@ -119,6 +119,12 @@ class Phase(Enum):
     BUBBLE = "bubble"
 
 
+def phases_absent(layout: ParallelLayout) -> tuple[Phase, ...]:
+    """Phases ``layout`` cannot have, measured as 0 s by construction: tp communication at tp 1, pipeline
+    communication and bubble at pp 1 (the runner records them so a dp-only run's file says 0, not unknown)."""
+    return ((Phase.TP,) if layout.tp == 1 else ()) + ((Phase.PP, Phase.BUBBLE) if layout.pp == 1 else ())
+
+
 @dataclass(frozen=True)
 class OptimizerConfig:
     """AdamW as every family and the reference run it: torch defaults except the learning rate."""
