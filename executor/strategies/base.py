@@ -35,6 +35,8 @@ What a :class:`StepRunner` must do (the runner calls these and nothing else):
 - ``components()``: ``{what: torch component}`` lines for the results file, e.g.
   ``{"gradient sync": "DDP, bucket_cap_mb=25, ring all-reduce comm hook (executor/p2p.py)"}``.
 - ``model``: the ``torch.nn.Module`` this rank trains (the profiler trace and the tests look at it).
+- optionally ``pushes()``: ``[(worker, step, update staleness, step lag), ...]`` this rank measured as a
+  parameter server (``simulator.run_results.Staleness``).
 - optionally ``phase_notes``: ``{phase value: how it is measured and what it includes}``, copied
   into the results file's ``run.phases``.
 
