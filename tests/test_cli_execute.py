@@ -111,8 +111,8 @@ def test_torchrun_runs_the_same_entry_point(tmp_path):
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2 and results.completed_steps == 2
     phases = results.ranks[0].phases_s
-    assert {"forward", "backward", "dp", "optimizer", "tp", "pp", "bubble"} == set(phases)  # DDP: exposed sync
-    assert all(phases[p] == (0.0, 0.0) for p in ("tp", "pp", "bubble"))  # a dp-only run has none of them
+    assert {"forward", "backward", "dp", "optimizer", "recompute", "tp", "pp", "bubble"} == set(phases)  # DDP
+    assert all(phases[p] == (0.0, 0.0) for p in ("recompute", "tp", "pp", "bubble"))  # none in a dp-only run
 
 
 @pytest.mark.multiproc

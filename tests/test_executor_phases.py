@@ -4,7 +4,8 @@ Per rank and step: every phase is ≥ 0 and together they fit in the step's wall
 ``train_step``; they are disjoint intervals inside it, so only timer rounding can exceed it:
 tolerance 0.1 % + 0.5 ms); a tp run shows tp communication; a pipeline run shows bubble and pp
 communication (bubble: GPipe's last stage waits for the first stage's first forward, whatever the
-load); a run without tp or pp records 0 for their phases. No timing is asserted beyond that.
+load); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
+without tp, pp or recompute records 0 for their phases. No timing is asserted beyond that.
 """
 
 import time
@@ -16,18 +17,22 @@ from parallel_runs import GPT_TINY, LLAMA_TINY, context, plan_for
 
 STEPS = 2
 CONFIGS = {
-    "tp": (LLAMA_TINY, {"tp": 2, "sequence_parallel": True}),
+    "tp": (LLAMA_TINY, {"tp": 2, "sequence_parallel": True, "recompute": "full"}),
     "pp gpipe": (GPT_TINY, {"pp": 2, "schedule": "gpipe"}),
-    "pp interleaved": (LLAMA_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}),
+    "pp interleaved": (LLAMA_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2,
+                                    "recompute": "selective"}),
+    "dp": (GPT_TINY, {"dp": 2, "recompute": "full"}),  # the data-parallel family's recompute phase
 }
 
 
 def _phases(rank, world):
+    from executor.strategies.data_parallel import DataParallelRunner
     from executor.strategies.parallel import ParallelRunner
 
     out = {}
     for name, (spec, flat) in CONFIGS.items():
-        runner = ParallelRunner(context(plan_for(spec, flat), rank, world))
+        family = DataParallelRunner if name == "dp" else ParallelRunner
+        runner = family(context(plan_for(spec, flat), rank, world))
         rows = []
         for step in range(STEPS):
             start = time.perf_counter()
@@ -45,11 +50,14 @@ def test_tp_and_pipeline_phases_fit_the_step_and_show_their_communication():
             for wall, phases in rows:
                 assert all(v >= 0 for v in phases.values()), (name, rank, phases)
                 assert sum(phases.values()) <= wall * 1.001 + 5e-4, (name, rank, wall, phases)
-                assert {"forward", "backward", "optimizer", "tp"} <= set(phases)
-            total = {p: sum(ph.get(p, 0.0) for _, ph in rows) for p in ("tp", "pp", "bubble", "forward")}
+                assert {"forward", "backward", "optimizer"} <= set(phases)
+            total = {p: sum(ph.get(p, 0.0) for _, ph in rows) for p in ("tp", "pp", "bubble", "forward", "recompute")}
             assert total["forward"] > 0
+            assert (total["recompute"] > 0) == ("recompute" in CONFIGS[name][1]), (name, rank, total)
             if name == "tp":
                 assert total["tp"] > 0 and "pp" not in rows[0][1], (rank, total)
+            elif name == "dp":
+                assert "tp" not in rows[0][1] and "pp" not in rows[0][1]
             else:
                 assert total["pp"] > 0 and total["bubble"] > 0 and total["tp"] == 0, (name, rank, total)
 
@@ -73,6 +81,7 @@ def test_a_receive_wait_is_bubble_until_the_sender_posted():
 def test_phases_absent_by_layout():
     from executor.strategies.base import Phase, phases_absent
 
-    assert phases_absent(plan_for(GPT_TINY, {"dp": 2}).layout()) == (Phase.TP, Phase.PP, Phase.BUBBLE)
-    assert phases_absent(plan_for(GPT_TINY, {"tp": 2}).layout()) == (Phase.PP, Phase.BUBBLE)
-    assert phases_absent(plan_for(GPT_TINY, {"pp": 2, "schedule": "gpipe"}).layout()) == (Phase.TP,)
+    assert phases_absent(plan_for(GPT_TINY, {"dp": 2}).layout()) == (Phase.RECOMPUTE, Phase.TP, Phase.PP,
+                                                                     Phase.BUBBLE)
+    assert phases_absent(plan_for(GPT_TINY, {"tp": 2, "recompute": "full"}).layout()) == (Phase.PP, Phase.BUBBLE)
+    assert phases_absent(plan_for(GPT_TINY, {"pp": 2, "schedule": "gpipe"}).layout()) == (Phase.RECOMPUTE, Phase.TP)

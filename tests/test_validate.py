@@ -198,12 +198,12 @@ def test_real_chain_plan_execute_validate(tmp_path, capsys):
     for key in ("step_time_error", "memory_error"):
         assert isinstance(out[key], float) and math.isfinite(out[key])
     for row in out["rows"]:
-        absent = row["name"] in ("tp", "pp", "bubble")  # a dp-only run: measured 0 by construction
+        absent = row["name"] in ("recompute", "tp", "pp", "bubble")  # dp only, no recompute: 0 by construction
         assert math.isfinite(row["measured"]) and (row["measured"] == 0 if absent else row["measured"] > 0)
         assert math.isfinite(row["analytical"])
         if row["unit"] == "s":
             assert math.isfinite(row["des"])
-    assert {"tp", "pp", "bubble"} <= names
+    assert {"recompute", "tp", "pp", "bubble"} <= names
 
 
 @pytest.mark.multiproc

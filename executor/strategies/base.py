@@ -113,6 +113,8 @@ class Phase(Enum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+    RECOMPUTE = "recompute"
+    """The forward rerun by activation checkpointing inside backward (``executor.recompute``)."""
     OPTIMIZER = "optimizer"
     DP = "dp"
     """Data-parallel gradient sync that compute did not hide (exposed)."""
@@ -122,9 +124,13 @@ class Phase(Enum):
 
 
 def phases_absent(layout: ParallelLayout) -> tuple[Phase, ...]:
-    """Phases ``layout`` cannot have, measured as 0 s by construction: tp communication at tp 1, pipeline
-    communication and bubble at pp 1 (the runner records them so a dp-only run's file says 0, not unknown)."""
-    return ((Phase.TP,) if layout.tp == 1 else ()) + ((Phase.PP, Phase.BUBBLE) if layout.pp == 1 else ())
+    """Phases ``layout`` cannot have, measured as 0 s by construction: recompute without recomputation, tp
+    communication at tp 1, pipeline communication and bubble at pp 1 (the runner records them so a dp-only
+    run's file says 0, not unknown)."""
+    from simulator.workload import Recompute
+
+    return (((Phase.RECOMPUTE,) if layout.strategy.recompute is Recompute.NONE else ())
+            + ((Phase.TP,) if layout.tp == 1 else ()) + ((Phase.PP, Phase.BUBBLE) if layout.pp == 1 else ()))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
 from executor.phase_clock import PipelineClock, TpClock
-from executor.recompute import apply_attention, apply_recompute
+from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
 from executor.strategies.grad_sync import average_gradients
@@ -73,6 +73,8 @@ class ParallelRunner:
                              "summed over micro-batches, less the tp time inside (FSDP2: with its all-gathers)",
         Phase.BACKWARD.value: "wall time of loss.backward() (pp > 1: backward_one_chunk), less the tp time inside "
                               "(FSDP2: with its reduce-scatters; recompute: with the recomputed forward)",
+        Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward, less the tp "
+                               "time inside (executor/recompute.py); backward excludes it",
         Phase.TP.value: "time inside DTensor's functional collectives and their waits (executor/phase_clock.py): "
                         "exposed tp communication",
         Phase.PP.value: "posting the schedule's sends/receives, receive waits after the sender posted, the final "
@@ -92,6 +94,7 @@ class ParallelRunner:
         self.tp_mesh = ctx.mesh["tp"] if layout.tp > 1 else None
         self.schedule = self.tied_group = self.pipe_clock = None
         self.tp_clock = TpClock()
+        self.recompute = RecomputeClock(exclude=self.tp_clock)
         self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
         if layout.pp == 1:
             if self.tp_mesh is not None:
@@ -133,7 +136,7 @@ class ParallelRunner:
         then the module, fully sharded over the dp mesh, resharded after forward for ZeRO-3 only;
         checkpointing goes first, as FSDP2 requires [src: torch-fsdp2]."""
         strategy = self.layout.strategy
-        apply_recompute(module, strategy.recompute)
+        apply_recompute(module, strategy.recompute, self.recompute)
         apply_attention(module, strategy.attention)
         if not self.fsdp:
             return
@@ -147,12 +150,16 @@ class ParallelRunner:
     def train_step(self, step: int) -> StepRecord:
         """One optimizer step on global batch ``step``; the loss is the global mean, equal on every rank."""
         ctx, layout, phases = self.ctx, self.layout, {}
+        recompute0 = self.recompute.seconds
         inputs, targets = (replica_samples(x, self.coord.dp, layout.dp).to(ctx.device) for x in batch_for(ctx, step))
         self.optimizer.zero_grad(set_to_none=True)
         if layout.pp > 1:
             loss = self._pipeline_step(inputs, targets, phases)
         else:
             loss = self._accumulate(inputs, targets, phases)
+        if layout.strategy.recompute is not Recompute.NONE:
+            phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
+            phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if layout.dp > 1:
             start = time.perf_counter()
             if not self.fsdp:
