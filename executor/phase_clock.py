@@ -19,6 +19,10 @@ receive wait before compute action (s, mb) is split as the discrete-event engine
 ``time.time_ns()`` stamps, exchanged over the pp group after the schedule (one int64 all-reduce);
 ranks on one host share that clock exactly; across hosts it is as good as their clock sync (NTP
 or PTP). The waits for unfinished sends at the schedule's end are pp.
+
+On CUDA the compute actions are bracketed by device synchronisations; the tp timers still read host
+time, and NCCL's ``wait_tensor`` makes the stream wait rather than the host, so there the tp phase is
+the host's share only (CUDA events or the profiler would be needed; no GPU run has been made).
 """
 
 from __future__ import annotations
@@ -72,10 +76,11 @@ class TpClock:
 class PipelineClock:
     """One rank's phase timers for torch's pipeline schedule runtime ``schedule`` (module docstring).
 
-    ``n_stages`` global stages, ``m`` micro-batches; ``tp`` times the tp collectives inside compute."""
+    ``n_stages`` global stages, ``m`` micro-batches; ``tp`` times the tp collectives inside compute;
+    ``synchronize`` (``RunContext.synchronize``) brackets each compute action, so CUDA work is timed."""
 
-    def __init__(self, schedule, n_stages: int, m: int, tp: TpClock):
-        self.schedule, self.n_stages, self.m, self.tp = schedule, n_stages, m, tp
+    def __init__(self, schedule, n_stages: int, m: int, tp: TpClock, synchronize=lambda: None):
+        self.schedule, self.n_stages, self.m, self.tp, self.sync = schedule, n_stages, m, tp, synchronize
         self.sent_ns = torch.zeros((n_stages, 2, m), dtype=torch.int64)
         self.forward_s = self.backward_s = self.comm_s = 0.0
         self.waits: list[tuple[int, int, tuple[int, int, int]]] = []
@@ -86,8 +91,10 @@ class PipelineClock:
         schedule._loss_fn = lambda *a, **k: self._compute("forward", loss_fn, a, k)
 
     def _compute(self, phase: str, fn, args, kwargs):
+        self.sync()
         tp0, start = self.tp.seconds, time.perf_counter()
         out = fn(*args, **kwargs)
+        self.sync()
         busy = time.perf_counter() - start - (self.tp.seconds - tp0)
         setattr(self, f"{phase}_s", getattr(self, f"{phase}_s") + busy)
         return out

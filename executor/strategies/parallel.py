@@ -126,7 +126,7 @@ class ParallelRunner:
         pp_group = ctx.mesh["pp"].get_group()
         stages = [PipelineStage(m, s, n, ctx.device, group=pp_group) for m, s in zip(modules, mine)]
         self.schedule = load_schedule(layout.schedule, stages, layout.micro_batches)
-        self.pipe_clock = PipelineClock(self.schedule, n, layout.micro_batches, self.tp_clock)
+        self.pipe_clock = PipelineClock(self.schedule, n, layout.micro_batches, self.tp_clock, ctx.synchronize)
         if full.spec.tied_embeddings:
             self.tied_group = embedding_groups(layout)[(self.coord.dp, self.coord.tp)]
         return modules
