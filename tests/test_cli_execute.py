@@ -110,7 +110,9 @@ def test_torchrun_runs_the_same_entry_point(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2 and results.completed_steps == 2
-    assert {"forward", "backward", "dp", "optimizer"} == set(results.ranks[0].phases_s)  # DDP: exposed sync
+    phases = results.ranks[0].phases_s
+    assert {"forward", "backward", "dp", "optimizer", "recompute", "tp", "pp", "bubble"} == set(phases)  # DDP
+    assert all(phases[p] == (0.0, 0.0) for p in ("recompute", "tp", "pp", "bubble"))  # none in a dp-only run
 
 
 @pytest.mark.multiproc

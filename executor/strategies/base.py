@@ -35,6 +35,8 @@ What a :class:`StepRunner` must do (the runner calls these and nothing else):
 - ``components()``: ``{what: torch component}`` lines for the results file, e.g.
   ``{"gradient sync": "DDP, bucket_cap_mb=25, ring all-reduce comm hook (executor/p2p.py)"}``.
 - ``model``: the ``torch.nn.Module`` this rank trains (the profiler trace and the tests look at it).
+- optionally ``pushes()``: ``[(worker, step, update staleness, step lag), ...]`` this rank measured as a
+  parameter server (``simulator.run_results.Staleness``).
 - optionally ``phase_notes``: ``{phase value: how it is measured and what it includes}``, copied
   into the results file's ``run.phases``.
 
@@ -111,12 +113,24 @@ class Phase(Enum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+    RECOMPUTE = "recompute"
+    """The forward rerun by activation checkpointing inside backward (``executor.recompute``)."""
     OPTIMIZER = "optimizer"
     DP = "dp"
     """Data-parallel gradient sync that compute did not hide (exposed)."""
     TP = "tp"
     PP = "pp"
     BUBBLE = "bubble"
+
+
+def phases_absent(layout: ParallelLayout) -> tuple[Phase, ...]:
+    """Phases ``layout`` cannot have, measured as 0 s by construction: recompute without recomputation, tp
+    communication at tp 1, pipeline communication and bubble at pp 1 (the runner records them so a dp-only
+    run's file says 0, not unknown)."""
+    from simulator.workload import Recompute
+
+    return (((Phase.RECOMPUTE,) if layout.strategy.recompute is Recompute.NONE else ())
+            + ((Phase.TP,) if layout.tp == 1 else ()) + ((Phase.PP, Phase.BUBBLE) if layout.pp == 1 else ()))
 
 
 @dataclass(frozen=True)

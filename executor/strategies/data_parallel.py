@@ -45,7 +45,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.p2p import replay_schedule
-from executor.recompute import apply_attention, apply_recompute
+from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
@@ -54,6 +54,7 @@ from simulator.collectives.registry import build_schedule
 from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.workload import Recompute
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -120,6 +121,8 @@ class DataParallelRunner:
         Phase.FORWARD.value: "wall time of the forward calls, summed over micro-batches (FSDP2: with all-gathers)",
         Phase.BACKWARD.value: "wall time of loss.backward() (DDP: with the all-reduce backward did not hide; "
                               "FSDP2: with reduce-scatters)",
+        Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward "
+                               "(executor/recompute.py); backward excludes it",
         Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
         Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
                         "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
@@ -141,7 +144,8 @@ class DataParallelRunner:
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
             self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
-        apply_recompute(model, s.recompute)
+        self.recompute = RecomputeClock()
+        apply_recompute(model, s.recompute, self.recompute)
         self.model = model
         self.fsdp = s.zero >= ZeroStage.ZERO2
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
@@ -262,7 +266,7 @@ class DataParallelRunner:
             inputs, targets = inputs[:, self.tokens], targets[:, self.tokens]
         inputs, targets = inputs.to(self.ctx.device), targets.to(self.ctx.device)
         m = layout.micro_batches
-        local = torch.zeros((), device=self.ctx.device)
+        local, recompute0 = torch.zeros((), device=self.ctx.device), self.recompute.seconds
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
             with self._accumulating(last=i == m - 1):
                 def forward():
@@ -274,6 +278,9 @@ class DataParallelRunner:
                 else:
                     self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
+        if layout.strategy.recompute is not Recompute.NONE:
+            phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
+            phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, self._sync_after_backward)
         norm = self._grad_norm()
