@@ -28,6 +28,7 @@ FOUR_RANKS = {
     "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "framework": "fsdp2", "schedule": "1f1b"}),
     "pp+tp+sp": (LLAMA_TINY, {"pp": 2, "tp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
     "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3, "framework": "fsdp2"}),
+    "pp+tp tied": (GPT_TINY, {"pp": 2, "tp": 2, "schedule": "1f1b"}),  # last stage's own vocab-split head copy
 }
 
 
