@@ -161,11 +161,24 @@ class GPT(nn.Module):
         for block in self.layers:
             x = block(x)
         x = self.norm_f(x)
-        head_weight = self.embed.tok.weight if self.spec.tied_embeddings else self.head.weight
-        logits = F.linear(x, head_weight)
+        logits = project_logits(x, self.embed.tok.weight if self.spec.tied_embeddings else self.head.weight)
         if targets is None:
             return logits
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def project_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Logits ``x · Wᵀ`` (b, s, V). A vocab-parallel ``weight`` (a DTensor ``Shard(0)`` over the tp
+    mesh, :mod:`executor.strategies.tensor`) gives each tp rank its vocabulary slice of the logits
+    (Megatron's column-parallel output layer); they are all-gathered into the full (b, s, V), so the
+    loss is the unsplit model's. The backward of the gather hands each rank its slice's gradient, and
+    that of the replicated input sums the ranks' partial input gradients (one all-reduce)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if not isinstance(weight, DTensor):
+        return F.linear(x, weight)
+    x = DTensor.from_local(x, weight.device_mesh, [Replicate()], run_check=False)
+    return F.linear(x, weight).full_tensor()
 
 
 def build_gpt(spec: TransformerSpec, seed: int = 0) -> GPT:

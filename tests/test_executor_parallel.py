@@ -6,6 +6,8 @@ factor, e.g. a sum where a mean belongs, changes the loss) and once under the Ad
 (executor.reference). Tolerance 1e-5 absolute on losses near ln 64 ≈ 4.16: float32 sums in another order.
 """
 
+import dataclasses
+
 import pytest
 
 from executor.launch import run
@@ -26,6 +28,7 @@ FOUR_RANKS = {
     "pp+dp fsdp2": (GPT_TINY, {"pp": 2, "dp": 2, "zero": 3, "framework": "fsdp2", "schedule": "1f1b"}),
     "pp+tp+sp": (LLAMA_TINY, {"pp": 2, "tp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
     "fsdp2+tp": (LLAMA_TINY, {"tp": 2, "dp": 2, "zero": 3, "framework": "fsdp2"}),
+    "pp+tp tied": (GPT_TINY, {"pp": 2, "tp": 2, "schedule": "1f1b"}),  # last stage's own vocab-split head copy
 }
 
 
@@ -144,3 +147,35 @@ def test_zero1_over_one_dp_rank_is_run(flat):
     plan = plan_for(LLAMA_TINY, flat)
     assert plan.layout().dp == 1
     check(plan, plan.layout())
+
+
+def _model_states(rank, world, configs):
+    from executor.reference import make_optimizer
+    from executor.strategies.parallel import ParallelRunner
+
+    out = {}
+    for name, (spec, flat) in configs.items():
+        runner = ParallelRunner(context(plan_for(spec, flat), rank, world), optimizer=make_optimizer)
+        runner.train_step(0)
+        out[name] = dataclasses.asdict(runner.model_state_bytes())
+    return out
+
+
+@pytest.mark.multiproc
+def test_tp_model_state_bytes_equal_the_memory_model_per_rank():
+    """tp 2, AdamW fp32: each rank's parameters, gradients and Adam state (moments + step counters)
+    are byte for byte the memory model's for ``transformer_param_shapes(spec, tp=2)``: the token
+    embedding and output layer (untied: Llama; tied: GPT) hold V/2 rows per rank, the learned
+    position table and the norms are replicated, as in Megatron-LM [src: megatron-vocab-parallel]."""
+    from simulator.memory import Framework, ZeroStage, model_state_bytes, transformer_param_shapes
+    from simulator.workload import DtypePolicy
+
+    configs = {"untied": (LLAMA_TINY, {"tp": 2}), "tied": (GPT_TINY, {"tp": 2})}
+    results = run(_model_states, 2, (configs,), timeout_s=240)
+    for name, (spec, _) in configs.items():
+        want = model_state_bytes(transformer_param_shapes(spec, tp=2), dp=1, zero=ZeroStage.ZERO0,
+                                 dtype=DtypePolicy.FP32, framework=Framework.TORCH_DDP)
+        for rank, got in enumerate(results):
+            assert got[name] == {"params_bytes": want.params_bytes, "grads_bytes": want.grads_bytes,
+                                 "optimizer_bytes": want.optimizer_bytes + want.optimizer_step_bytes,
+                                 "buffers_bytes": 0, "host_bytes": 0}, (name, rank)

@@ -37,7 +37,7 @@ from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)
 from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,
-                                        sp_gather_output)
+                                        shard_vocab, sp_gather_output)
 from simulator.errors import SpecError
 from simulator.strategy import ParallelLayout
 from simulator.strategy.kinds import Offload, ZeroStage
@@ -119,6 +119,7 @@ class ParallelRunner:
         modules = [Stage(full, stage_layers(layout, s), s == 0, s == n - 1) for s in mine]
         for module in modules:
             if self.tp_mesh is not None:
+                shard_vocab(module, self.tp_mesh)
                 parallelize_blocks(module.layers, full.spec, self.tp_mesh, layout.sequence_parallel)
                 if layout.sequence_parallel:
                     sp_gather_output(module.layers[-1], self.tp_mesh)
@@ -225,7 +226,8 @@ class ParallelRunner:
         layout, out = self.layout, {}
         if layout.tp > 1:
             out["tensor parallel"] = (f"DTensor parallelize_module over tp={layout.tp}: ColwiseParallel qkv, mlp.up "
-                                      "(rows reordered per head / SwiGLU half), RowwiseParallel attn.out, mlp.down"
+                                      "(rows reordered per head / SwiGLU half), RowwiseParallel attn.out, mlp.down, "
+                                      "vocab-parallel embedding and output layer (logits all-gathered)"
                                       + ("; SequenceParallel norms" if layout.sequence_parallel else ""))
         if layout.pp > 1:
             out["pipeline"] = (f"torch.distributed.pipelining _PipelineScheduleRuntime running the simulator's "

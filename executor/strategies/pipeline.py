@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from executor.model import GPT
+from executor.model import GPT, project_logits
 from simulator.schedules import PipelineSchedule, to_csv, validate
 from simulator.strategy import ParallelLayout
 from simulator.workload.transformer import PositionKind
@@ -59,7 +59,7 @@ class Stage(nn.Module):
             x = block(x)
         if self.last:
             weight = self.tied_head if self.spec.tied_embeddings else self.head.weight
-            x = F.linear(self.norm_f(x), weight)
+            x = project_logits(self.norm_f(x), weight)
         return x
 
 

@@ -15,8 +15,18 @@ Parameter names and shapes stay those of :mod:`simulator.memory.shapes`.
 
 Sequence parallelism (Korthikanti et al. 2022): the norms run on a sequence shard
 (``SequenceParallel``), the column-parallel input is all-gathered along the sequence and the
-row-parallel output reduce-scattered along it; the embedding, the final norm's output and the head
-stay replicated (each tp rank computes the same loss).
+row-parallel output reduce-scattered along it; the final norm's output stays replicated (each tp
+rank computes the same loss).
+
+Vocabulary parallelism, as Megatron-LM runs it (:func:`shard_vocab`): the token embedding is split
+by vocabulary rows (``VocabParallelEmbedding``: each rank looks up its own rows, zero elsewhere, and
+an all-reduce sums the partial outputs; torch's ``RowwiseParallel`` on an ``nn.Embedding`` does the
+same), and so is the output layer (``ColumnParallelLinear``), tied or not [src: megatron-vocab-parallel].
+The logits' vocabulary slices are all-gathered before the ordinary cross-entropy
+(:func:`executor.model.project_logits`), not fed to ``loss_parallel``: the executor calls backward
+outside the forward (and the pipeline schedule calls the loss itself), where ``loss_parallel``'s
+context would have to stay open. The learned position table stays replicated, as in Megatron
+(a plain ``torch.nn.Embedding`` there).
 """
 
 from __future__ import annotations
@@ -29,10 +39,10 @@ from simulator.errors import SpecError
 
 
 def check_tp(model: GPT, tp: int) -> None:
-    """Raise SpecError unless ``tp`` splits whole heads and the MLP width evenly."""
+    """Raise SpecError unless ``tp`` splits whole heads, the MLP width and the vocabulary evenly."""
     spec = model.spec
     for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
-                        ("MLP width", spec.ffn_size)):
+                        ("MLP width", spec.ffn_size), ("vocabulary", spec.vocab)):
         if count % tp:
             raise SpecError("tp", f"{tp} does not divide the model's {count} {name}")
 
@@ -105,11 +115,32 @@ def sp_gather_output(module: nn.Module, tp_mesh) -> None:
                                                             desired_output_layouts=(Replicate(),)))
 
 
+def shard_vocab(module: nn.Module, tp_mesh) -> None:
+    """Split ``module``'s token embedding (if it has one) and output layer (``head.weight``, or a
+    pipeline stage's ``tied_head``) over ``tp_mesh`` by vocabulary rows: ``V / tp`` rows per rank.
+    A tied output layer on the embedding's own module is the embedding's (now sharded) weight; a
+    pipeline stage's ``tied_head`` is the last stage's copy (``executor.strategies.pipeline.Stage``)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    embed = getattr(module, "embed", None)
+    if embed is not None:
+        parallelize_module(embed.tok, tp_mesh, RowwiseParallel(input_layouts=Replicate()))
+        # torch's sharded embedding backward returns a full (V, h) Replicate gradient; keep this
+        # rank's rows only (a local slice, no communication), as Megatron's grad holds V/tp rows
+        embed.tok.weight.register_hook(lambda grad: grad.redistribute(grad.device_mesh, [Shard(0)]))
+    for owner, name in ((getattr(module, "head", None), "weight"), (module, "tied_head")):
+        weight = getattr(owner, name, None) if owner is not None else None
+        if isinstance(weight, nn.Parameter) and not isinstance(weight, DTensor):
+            setattr(owner, name, nn.Parameter(distribute_tensor(weight.detach(), tp_mesh, [Shard(0)])))
+
+
 def parallelize_gpt(model: GPT, tp_mesh, sequence_parallel: bool) -> GPT:
     """Tensor-parallel ``model`` in place over ``tp_mesh`` (a 1-D DeviceMesh); returns it."""
     tp = tp_mesh.size()
     check_tp(model, tp)
     permute_fused_rows(model, tp)
+    shard_vocab(model, tp_mesh)
     parallelize_blocks(model.layers, model.spec, tp_mesh, sequence_parallel)
     if sequence_parallel:
         sp_gather_output(model.layers[-1], tp_mesh)
