@@ -27,6 +27,7 @@ from simulator.workload import summary
 from simulator.workload.chunks import transformer_chunk_load
 from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
 from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind
+from simulator.workload.moe import MoESpec
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, one_of
 
 __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind", "TransformerSpec"]
@@ -67,6 +68,8 @@ class TransformerSpec:
     embedding dropouts; 0 means no dropout layers (and no masks kept for backward)."""
     source: str = ""
     """Where the shapes come from (paper table, released config)."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts layers (:mod:`simulator.workload.moe`); None: every MLP is dense."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -85,6 +88,12 @@ class TransformerSpec:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
                 or not 0 <= self.dropout < 1:
             raise SpecError("model.dropout", f"must be a probability in [0, 1), got {self.dropout!r}")
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise SpecError("model.moe", f"must be a MoESpec, got {self.moe!r}")
+            if any(i >= self.layers for i in self.moe.dense_layers):
+                raise SpecError("model.moe.dense_layers", f"{self.moe.dense_layers} names a layer past the "
+                                f"model's {self.layers}; use indices 0..{self.layers - 1}")
         for field_name, kind in (("activation", ActivationKind), ("norm", NormKind),
                                  ("position", PositionKind), ("bias", BiasKind), ("dtype", DtypePolicy)):
             if not isinstance(getattr(self, field_name), kind):
@@ -145,8 +154,47 @@ class TransformerSpec:
         return (2 if self.norm is NormKind.LAYERNORM else 1) * self.hidden
 
     @property
+    def mlp_mats(self) -> int:
+        """Weight matrices of one MLP (or expert): 3 for SwiGLU, 2 for GELU."""
+        return 3 if self.activation is ActivationKind.SWIGLU else 2
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` has routed experts instead of a dense MLP."""
+        return self.moe is not None and self.moe.is_moe(layer)
+
+    def block_params(self, layer: int, *, active: bool = False) -> int:
+        """Block ``layer``: attention + MLP (dense, or MoE: :meth:`MoESpec.mlp_params`) + two norms;
+        with ``active``, the parameters one token uses (top-k experts only)."""
+        if not self.is_moe_layer(layer):
+            return self.layer_params
+        return (self.attention_params + self.moe.mlp_params(self.hidden, self.mlp_mats, active=active)
+                + 2 * self.norm_params)
+
+    @property
+    def blocks_params(self) -> int:
+        """All blocks: ``Σ_i block_params(i)`` (``l · layer_params`` without experts)."""
+        if self.moe is None:
+            return self.layers * self.layer_params
+        return sum(self.block_params(i) for i in range(self.layers))
+
+    @property
+    def expert_params(self) -> int:
+        """Routed-expert parameters of the whole model (what expert parallelism shards); 0 when dense."""
+        if self.moe is None:
+            return 0
+        return self.moe.moe_layers(self.layers) * self.moe.experts * self.moe.expert_params(self.hidden,
+                                                                                             self.mlp_mats)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: every block with only its top-k experts, embeddings and head
+        (all parameters for a dense model)."""
+        blocks = sum(self.block_params(i, active=True) for i in range(self.layers))
+        return blocks + self.embedding_params + self.head_params
+
+    @property
     def layer_params(self) -> int:
-        """One transformer block: attention + MLP + its two norms."""
+        """One dense transformer block: attention + MLP + its two norms (MoE blocks: :meth:`block_params`)."""
         return self.attention_params + self.mlp_params + 2 * self.norm_params
 
     @property
@@ -162,13 +210,13 @@ class TransformerSpec:
 
     @property
     def params(self) -> int:
-        """Total parameters: ``l · layer + embeddings + head``."""
-        return self.layers * self.layer_params + self.embedding_params + self.head_params
+        """Total parameters: ``Σ blocks + embeddings + head`` (``l · layer + …`` for a dense model)."""
+        return self.blocks_params + self.embedding_params + self.head_params
 
     @property
     def non_embedding_params(self) -> int:
         """Parameters outside the embedding and output matrices (Kaplan et al. 2020's N)."""
-        return self.layers * self.layer_params + self.norm_params
+        return self.blocks_params + self.norm_params
 
     # --- the workload protocol (simulator.workload.protocol) -----------------------------------
     @property
@@ -195,6 +243,9 @@ class TransformerSpec:
                             f"{one_of(divisors(self.n_kv_heads))}")
 
     def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
+        if self.moe is not None:  # the expert kernels and all-to-alls come with expert parallelism (issue 14)
+            raise SpecError("model", f"{self.name} is a mixture-of-experts model; its step time is not modelled "
+                            "yet (trainplan model show gives its parameters and FLOPs)")
         return transformer_chunk_load(self, chunk, options)
 
     def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]:
