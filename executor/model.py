@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simulator.errors import SpecError
 from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -131,6 +132,9 @@ class GPT(nn.Module):
 
     def __init__(self, spec: TransformerSpec):
         super().__init__()
+        if spec.moe is not None:  # a dense stand-in would run and be measured as if it were the model
+            raise SpecError("model", f"{spec.name} is a mixture-of-experts model; the executor builds dense "
+                            "transformers only (expert layers are not implemented yet)")
         self.spec = spec
         self.embed = nn.Module()
         self.embed.tok = nn.Embedding(spec.vocab, spec.hidden)

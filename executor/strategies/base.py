@@ -240,6 +240,9 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
+    if layout.ep > 1:
+        raise SpecError("plan.strategy.ep", f"{layout.ep}: expert parallelism is not run by this executor yet "
+                        "(the simulator models it); use ep 1")
     family = family_of(layout)
     if family not in _REGISTRY:
         known = ", ".join(f.value for f in _REGISTRY) or "none"

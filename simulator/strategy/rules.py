@@ -13,12 +13,17 @@ rules (each a predicate on arrays of integers):
 - ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
                  work), and interleaved schedules need the micro-batch count m a multiple of pp
                  (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule);
+- ``ep``:        ep divides dp: the experts are sharded over the data-parallel ranks, expert tensor
+                 parallelism equal to tp (Megatron-Core's expert groups inside the tp-cp-ep-dp-pp rank
+                 order, ``expert_tensor_parallel_size`` defaulting to tp [src: megatron-core]; DeepSpeed-MoE's
+                 expert-parallel groups inside the data-parallel group [src: deepspeed-moe]);
 - ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
                  together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
                  DeepSpeed's pipeline engine nor Megatron-LM).
 
-The tensor-parallel rule belongs to the workload (``Workload.check_tp``); :func:`valid_mask`
-asks it once per distinct tp.
+The tensor- and expert-parallel rules on the model's shapes belong to the workload
+(``Workload.check_tp``, ``Workload.check_ep``: ep divides the routed experts); :func:`valid_mask` asks
+them once per distinct degree.
 """
 
 from __future__ import annotations
@@ -48,10 +53,12 @@ class Candidates:
     zero_with_pp: np.ndarray
     """True where the framework in effect runs ZeRO-2/3 with pp > 1
     (:attr:`Framework.partitions_gradients_with_pipeline`; False when not given to :meth:`of`)."""
+    ep: np.ndarray
+    """Expert-parallel degree (1 when not given to :meth:`of`)."""
 
     @classmethod
     def of(cls, **columns) -> "Candidates":
-        columns = {"zero": 0, "zero_with_pp": False, **columns}
+        columns = {"zero": 0, "zero_with_pp": False, "ep": 1, **columns}
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
         lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
         n = max(lengths) if lengths else 1
@@ -77,6 +84,7 @@ RULES: tuple[Rule, ...] = (
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
          & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
+    Rule("ep", lambda c, gpus, layers: c.dp % c.ep == 0),
     Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
@@ -115,4 +123,9 @@ def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
             workload.check_tp(int(tp))
         except ValueError:  # SpecError
             mask &= c.tp != tp
+    for ep in np.unique(c.ep):
+        try:
+            workload.check_ep(int(ep))
+        except ValueError:  # SpecError
+            mask &= c.ep != ep
     return mask

@@ -28,7 +28,7 @@ from simulator.workload.chunks import transformer_chunk_load
 from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
 from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind
 from simulator.workload.moe import MoESpec
-from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, one_of
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, no_experts, one_of
 
 __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind", "TransformerSpec"]
 
@@ -241,6 +241,15 @@ class TransformerSpec:
         if self.n_kv_heads % tp:
             raise SpecError("tp", f"{tp} does not divide {self.n_kv_heads} key/value heads; use "
                             f"{one_of(divisors(self.n_kv_heads))}")
+
+    def check_ep(self, ep: int) -> None:
+        """Expert parallelism splits whole experts: ``ep`` divides the routed experts (Megatron-Core
+        asserts ``num_moe_experts % expert_model_parallel_size == 0`` [src: megatron-core]); 1 without experts."""
+        if self.moe is None:
+            no_experts(ep)
+        elif self.moe.experts % ep:
+            raise SpecError("ep", f"{ep} does not divide the {self.moe.experts} experts of {self.name}; use "
+                            f"{one_of(divisors(self.moe.experts))}")
 
     def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
         if self.moe is not None:  # the expert kernels and all-to-alls come with expert parallelism (issue 14)
