@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, offload_part
+from simulator.compile import comm_part, ep_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
@@ -33,7 +33,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                        layers=layout.layers_per_stage[c])
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
-                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion)
+                             flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
+                             ep=layout.ep, routing_skew=s.routing_skew)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -65,12 +66,18 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
-    rep, tp_group, dp_group = groups
+    rep, tp_group, dp_group, ep_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too
+        ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, ep_part.dispatch_bytes(workload, s.micro_batch,
+                                                                                  s.routing_skew),
+                                          moe_blocks=cc.moe_blocks, full_recompute=s.recompute is Recompute.FULL,
+                                          concurrent=dp // layout.ep * tp)
+        tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
@@ -94,7 +101,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
-    return work, layers * cc.layer_params + cc.edge_params
+    return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:
@@ -121,8 +128,12 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tupl
         per_block=layout.framework is Framework.FSDP2, concurrent=layout.tp, algorithm=s.dp_sync.algorithm.value)
 
 
-def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
-    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank."""
+def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
+    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank. ``experts`` of the
+    ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
+    expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
+    partition is over its dp/ep ranks; ZeRO-2/3 calls and the ZeRO-1/2 gathers keep the whole dp group
+    (an approximation: the same bytes per rank, over a larger group than Megatron-Core's)."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
     dp, tp = layout.dp, layout.tp
     if isinstance(s.dp_sync, ParamServerSync):
@@ -133,11 +144,18 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
                           concurrent_groups=tp),) if t > 0 else ()
         return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
     sync = s.dp_sync
+    split_experts = experts if layout.ep > 1 else 0.0
     calls = () if _reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
-        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
+        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * dt.grad_bytes, layout.bucket_bytes,
         sync.algorithm.value, tp)
+    if split_experts and not _reduces_every_micro_batch(s):
+        edp = layout.expert_dp_group(layout.coords(rep).pp)
+        calls += ep_part.expert_grad_sync(cache, edp, split_experts * dt.grad_bytes, layout.bucket_bytes,
+                                          sync.algorithm.value, tp * layout.ep)
     fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
-    part = comm_part.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
+    part = params
+    if s.zero >= ZeroStage.ZERO1:
+        part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
     if s.offload is Offload.NONE:
         opt = offload_part.gpu_optimizer_s(cluster, dt, part)
@@ -162,15 +180,15 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
     rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, r), lambda: (
-        rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp))))
-    chunks, params = [], 0.0
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, layout.ep, r),
+                        lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
+                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp)), layout.ep_group(r)))
+    chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
-        work, held = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
+        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
         chunks.append(work)
-        params += held
-    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
+        params, experts = params + held, experts + expert
+    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))

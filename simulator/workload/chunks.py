@@ -1,7 +1,9 @@
 """One pipeline chunk's load for each workload kind: its kernels, parameters and boundary bytes.
 
 Transformer (:mod:`simulator.workload.ops` kernels): a chunk of ``L`` blocks is ``L`` repetitions
-of one block's kernels on one tensor-parallel rank, plus the embedding on the model's first chunk
+of one block's kernels on one tensor-parallel rank (a MoE model: its dense and its MoE blocks, each
+kind repeated; the routed experts' parameters ÷ tp·ep, the rest ÷ tp, and ``block_params`` their
+mean per block, what ZeRO-3 gathers per block), plus the embedding on the model's first chunk
 and the final norm, logits and loss on its last. Recomputation repeats forward work inside
 backward (:func:`recomputed`). Parameters a rank holds: a block's parameters divided by tp (an
 approximation: Megatron replicates norms and row-parallel biases, under 0.01 % of a GPT block), the
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy
+from simulator.workload.moe_ops import moe_layer_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
@@ -50,10 +53,21 @@ def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> W
                     recompute=tuple(w.fwd for w in works if recomputed(w, recompute, flash_attention)))
 
 
+def _moe_blocks(spec: TransformerSpec, chunk: ChunkSlice) -> int:
+    return sum(1 for i in range(chunk.start, chunk.start + chunk.layers) if spec.is_moe_layer(i))
+
+
 def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
-    block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
-                       sequence_parallel=o.sequence_parallel, fusion=o.fusion)
-    units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
+    moe = _moe_blocks(spec, chunk)
+    units = []
+    for count, moe_layer in ((chunk.layers - moe, False), (moe, True)):
+        if count:
+            common = {"flash_attention": o.flash_attention, "sequence_parallel": o.sequence_parallel,
+                      "fusion": o.fusion}
+            block = (moe_layer_work(spec, o.micro_batch, spec.seq_len, o.tp, ep=o.ep, routing_skew=o.routing_skew,
+                                    **common) if moe_layer else layer_work(spec, o.micro_batch, spec.seq_len, o.tp,
+                                                                           **common))
+            units.append((count, _unit(block, o.recompute, o.flash_attention)))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion)
@@ -74,8 +88,13 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
         if not spec.tied_embeddings or chunk.count > 1:
             edge += vh / tp
     boundary = options.micro_batch * spec.seq_len * spec.hidden * spec.dtype.activation_bytes
+    moe = _moe_blocks(spec, chunk)
+    experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
+    blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))
+    held = (blocks - experts) / tp + experts / (tp * options.ep)
     return ChunkLoad(units=_transformer_units(spec, chunk, options), blocks=chunk.layers,
-                     block_params=spec.layer_params / tp, edge_params=edge, boundary_bytes=boundary)
+                     block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
+                     moe_blocks=moe, expert_params=experts / (tp * options.ep))
 
 
 def layer_kernel(layer: LayerSpec, micro_batch: int, dtype: DtypePolicy, factor: int = 1) -> Kernel:

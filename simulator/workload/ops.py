@@ -68,7 +68,10 @@ class OpKind(Enum):
     OUT_PROJ = "out_proj"
     """Attention output projection."""
     MLP = "mlp"
-    """The MLP's matmuls."""
+    """The MLP's matmuls (a MoE layer: the experts' grouped GEMMs and the shared experts)."""
+    ROUTER = "router"
+    """A MoE layer's router GEMM, top-k, and the token permutations around the experts
+    (:mod:`simulator.workload.moe_ops`)."""
     ELEMENTWISE = "elementwise"
     """Residual adds, the MLP activation, rotary embedding."""
     LOGITS = "logits"
@@ -160,7 +163,8 @@ def _dropout(name: str, nbytes: float, elems: float, fused: bool) -> list[tuple[
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
                flash_attention: bool = True, sequence_parallel: bool = False,
                fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
-    """The operations of one transformer block on one tensor-parallel rank."""
+    """The operations of one transformer block on one tensor-parallel rank (a dense MLP; a MoE block
+    is :func:`simulator.workload.moe_ops.moe_layer_work`)."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
     b, h, q, kv, f, d = micro_batch, spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn_size, spec.d_head

@@ -102,6 +102,11 @@ class ChunkLoad:
     """Parameters outside the blocks on this rank (embedding, head; for a layer list, all)."""
     boundary_bytes: int
     """Bytes of the activation the chunk hands to the next (before any sequence-parallel split)."""
+    moe_blocks: int = 0
+    """Of the ``blocks``, the mixture-of-experts ones (each exchanges its tokens by all-to-all)."""
+    expert_params: float = 0.0
+    """Of the blocks' parameters on this rank, the routed experts' (÷ tp·ep): their gradients are
+    reduced over the expert-data-parallel group, the rest over the data-parallel group."""
 
 
 @runtime_checkable

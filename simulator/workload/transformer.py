@@ -252,9 +252,6 @@ class TransformerSpec:
                             f"{one_of(divisors(self.moe.experts))}")
 
     def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
-        if self.moe is not None:  # the expert kernels and all-to-alls come with expert parallelism (issue 14)
-            raise SpecError("model", f"{self.name} is a mixture-of-experts model; its step time is not modelled "
-                            "yet (trainplan model show gives its parameters and FLOPs)")
         return transformer_chunk_load(self, chunk, options)
 
     def step_flops(self, tokens: int, recompute: Recompute, *, flash_attention: bool) -> tuple[float, float]:
