@@ -22,6 +22,7 @@ from math import ceil, prod
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.memory.moe import moe_mlp_shapes
 from simulator.strategy.layout import even_split
 from simulator.workload.transformer import ActivationKind, BiasKind, NormKind, PositionKind, TransformerSpec
 
@@ -54,8 +55,10 @@ def _norm(prefix: str, spec: TransformerSpec) -> NamedShapes:
     return out
 
 
-def layer_param_shapes(spec: TransformerSpec, i: int, tp: int = 1) -> NamedShapes:
-    """The tensors of block ``i`` as one tensor-parallel rank holds them (names per the contract)."""
+def layer_param_shapes(spec: TransformerSpec, i: int, tp: int = 1, ep: int = 1) -> NamedShapes:
+    """The tensors of block ``i`` as one tensor-parallel rank holds them (names per the contract); a
+    mixture-of-experts block has its router and experts (this rank's E/ep) instead of the MLP
+    (:func:`simulator.memory.moe.moe_mlp_shapes`)."""
     h, q = spec.hidden, spec.q_dim // tp
     f = ceil(spec.ffn_size / tp)
     qkv_rows = q + 2 * _kv_rows(spec, tp)
@@ -70,6 +73,8 @@ def layer_param_shapes(spec: TransformerSpec, i: int, tp: int = 1) -> NamedShape
     if all_bias:
         out.append((f"{p}.attn.out.bias", (h,)))
     out += _norm(f"{p}.norm2", spec)
+    if spec.is_moe_layer(i):
+        return out + moe_mlp_shapes(spec, i, tp, ep)
     out.append((f"{p}.mlp.up.weight", (up_rows, h)))
     if all_bias:
         out.append((f"{p}.mlp.up.bias", (up_rows,)))
@@ -119,7 +124,7 @@ def stage_layers(layers: int, pp: int) -> list[range]:
 
 
 def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage: int = 0,
-                       layers=None) -> NamedShapes:
+                       layers=None, ep: int = 1) -> NamedShapes:
     """The tensors one rank of pipeline stage ``stage`` holds (its tensor-parallel shard).
 
     ``layers``: the block indices the rank holds (a layout's :meth:`~ParallelLayout.layer_indices`);
@@ -130,7 +135,7 @@ def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage
         raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
     out: NamedShapes = embedding_shapes(spec, tp) if stage == 0 else []
     for i in (stage_layers(spec.layers, pp)[stage] if layers is None else layers):
-        out += layer_param_shapes(spec, i, tp)
+        out += layer_param_shapes(spec, i, tp, ep)
     if stage == pp - 1:
         out += head_shapes(spec, tp, separate_stage=pp > 1)
     return out
