@@ -3,7 +3,8 @@
 A space is an ordered tuple of :class:`Axis`. Each axis sets one flat strategy key
 (:mod:`simulator.strategy.flat`) to each of its values, where it applies given the keys set before
 it (sequence parallelism only where tp > 1, a schedule only where pp > 1); the degrees are one
-axis of (dp, tp, pp) factorisations of the GPU count. A new dimension (expert or context
+axis of (dp, tp, pp) factorisations of the GPU count; the expert-parallel degree ep is an axis of
+its own over the divisors of dp that divide the model's experts. A new dimension (context
 parallelism) joins by adding one axis to :func:`default_axes`, not by editing loops.
 
 Pins (``--tp 8``, ``--zero 1,2``, ``--recompute none,full``) restrict an axis to the pinned
@@ -52,6 +53,8 @@ class Problem:
     check_tp: Callable[[int], None]
     max_mbs: int = DEFAULT_MAX_MBS
     allow_cross_node_tp: bool = False
+    check_ep: Callable[[int], None] | None = None
+    """The workload's expert-parallel rule (``Workload.check_ep``); None: ep 1 only (no experts)."""
 
 
 def _tp_values(p: Problem) -> list[int]:
@@ -79,6 +82,21 @@ def degrees(p: Problem) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
+def ep_values(p: Problem) -> tuple[int, ...]:
+    """Expert-parallel degrees the workload accepts (ep divides its experts) up to the GPU count; (1,)
+    for a model without experts. Which of them divide a candidate's dp is the axis's ``allow``."""
+    if p.check_ep is None:
+        return (1,)
+    out = []
+    for ep in divisors(p.gpus):
+        try:
+            p.check_ep(ep)
+        except SpecError:
+            continue
+        out.append(ep)
+    return tuple(out)
+
+
 def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
     per_replica, rest = divmod(p.global_batch, keys["dp"])
     return () if rest else tuple(divisors(per_replica, up_to=p.max_mbs))
@@ -89,6 +107,8 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
     pipelined = lambda k: k["pp"] > 1  # noqa: E731
     return (
         Axis("degrees", degrees(p)),
+        # experts sharded over the data-parallel ranks: ep divides dp (simulator.strategy.rules)
+        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0),
         Axis("zero", tuple(ZeroStage)),
         Axis("offload", (Offload.NONE,)),
         Axis("schedule", tuple(ScheduleKind), pipelined),
