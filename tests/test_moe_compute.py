@@ -13,7 +13,7 @@ from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
 from simulator.compile import CostCache, compile_step
 from simulator.results import Category
-from simulator.strategy import PlacementOrder, Recompute, Strategy
+from simulator.strategy import PlacementOrder, Recompute, Strategy, ZeroStage
 from simulator.work import CommKind
 from simulator.workload import TransformerSpec, get_preset
 from simulator.workload.flops import layer_fwd_flops
@@ -129,3 +129,27 @@ def test_des_replays_the_all_to_alls_on_the_links():
     assert len(rows) == work.micro_batches * len(ep_calls(work.stages[0].chunks[0]))  # every call on stage 0's rank
     # no other traffic shares the NVLink ports here, so the replay matches the closed form closely
     assert des.breakdown[Category.EP] == pytest.approx(analytical.breakdown[Category.EP], rel=0.05)
+
+
+def test_zero3_gathers_experts_over_the_expert_data_parallel_group():
+    spec = get_preset("mixtral-8x7b").with_seq(4096)
+    work = compile_step(H100, spec, Strategy(global_batch=64, pp=1, ep=4, zero=ZeroStage.ZERO3,
+                                             placement=PlacementOrder.TP_DP_PP), memory=False)
+    chunk = work.stages[0].chunks[0]                   # 32 blocks; dp 32, expert-dp groups of 8
+    gathers = chunk.zero_fwd
+    assert len(gathers) == 2 * 32
+    dense, experts = gathers[0::2], gathers[1::2]
+    assert {len(c.group) for c in dense} == {32} and {c.group for c in experts} == {tuple(range(0, 32, 4))}
+    per_block_experts = 8 * 3 * 4096 * 14336 // 4     # 8 experts ÷ ep 4 per block, bf16
+    assert experts[1].nbytes == 2 * per_block_experts
+    assert dense[1].nbytes == 2 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 2 * 4096 + 8 * 4096)
+    rs = chunk.zero_bwd[len(gathers):]                 # DeepSpeed buckets: the dense ones, then the experts'
+    assert {len(c.group) for c in rs} == {32, 8}
+
+
+def test_zero1_gathers_the_updated_experts_over_their_group():
+    spec = get_preset("mixtral-8x7b").with_seq(4096)
+    work = compile_step(H100, spec, Strategy(global_batch=64, pp=4, ep=2, zero=ZeroStage.ZERO1,
+                                             placement=PlacementOrder.TP_DP_PP), memory=False)
+    groups = {len(c.group) for c in work.stages[0].after_step}
+    assert groups == {8, 4}                            # dp 8, expert-dp 8/2

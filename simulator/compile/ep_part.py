@@ -14,6 +14,10 @@ expert gradients' reduction over the expert-data-parallel group.
 - The all-to-alls block the compute (the experts need their tokens; the next layer needs the combined
   output): they join the chunk's blocking calls, with :attr:`CommKind.EP`. One call stands for the
   ``dp/ep · tp`` ep groups that run it at the same moment (``concurrent_groups``).
+- ZeRO with experts: the routed experts' parameters and gradients are partitioned over the
+  expert-data-parallel group, the rest over dp, so every ZeRO call of a block is two: the dense part
+  over dp, then the experts' over the dp/ep ranks holding the same experts (:func:`interleave`: the
+  block-by-block play then runs two half-block slices per block, each after its own gather).
 - Tensor parallelism inside the experts is tp (expert tensor parallelism = tp, Megatron-Core's
   default): each tp rank exchanges the tokens of its own ep group, the tp all-reduce after the MLP is
   the block's usual one (:mod:`simulator.compile.comm_part`).
@@ -54,3 +58,11 @@ def expert_grad_sync(cache: CostCache, group: tuple[int, ...], nbytes: float, bu
     the same experts: DeepSpeed-MoE's expert-data-parallel group [src: deepspeed-moe]), bucketed as
     the dense gradients are."""
     return bucketed(cache, CommKind.DP, Op.ALL_REDUCE, group, nbytes, bucket_bytes, algorithm, concurrent)
+
+
+def interleave(dense: tuple[CommCall, ...], experts: tuple[CommCall, ...]) -> tuple[CommCall, ...]:
+    """Per-block calls of the dense part and of the experts, block by block (dense first); calls past
+    the shorter list (buckets of unequal counts) follow in order."""
+    out = [c for pair in zip(dense, experts) for c in pair]
+    n = min(len(dense), len(experts))
+    return tuple(out) + dense[n:] + experts[n:]

@@ -66,7 +66,7 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
-    rep, tp_group, dp_group, ep_group = groups
+    rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
@@ -87,21 +87,37 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     zero = ()
     pbytes = workload.dtype.param_bytes
     if s.zero is ZeroStage.ZERO3 and dp > 1:
-        if s.offload in (Offload.PARAMS, Offload.NVME):
+        if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
             first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes)
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
-    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers)
+            zero = _gathers(cache, layout, cc, dp_group, edp_group, pbytes)
+    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = comm_part.zero3_gathers(cache, dp_group, cc.layer_params * pbytes, cc.edge_params * pbytes,
-                                           layers, tp)
+        zero_fwd = _gathers(cache, layout, cc, dp_group, edp_group, pbytes)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
+
+
+def _expert_split(layout: ParallelLayout, cc) -> tuple[float, float]:
+    """(dense, routed-expert) parameters per block of a chunk on this rank: the experts apart when ep > 1
+    (partitioned over the expert-data-parallel group, :mod:`simulator.compile.ep_part`)."""
+    if layout.ep > 1 and cc.expert_params > 0 and cc.blocks:
+        return cc.layer_params - cc.expert_params / cc.blocks, cc.expert_params / cc.blocks
+    return cc.layer_params, 0.0
+
+
+def _gathers(cache, layout, cc, dp_group, edp_group, pbytes) -> tuple[CommCall, ...]:
+    """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group."""
+    dense, experts = _expert_split(layout, cc)
+    calls = comm_part.zero3_gathers(cache, dp_group, dense * pbytes, cc.edge_params * pbytes, cc.blocks, layout.tp)
+    if experts:
+        calls = ep_part.interleave(calls, comm_part.zero3_gathers(cache, edp_group, experts * pbytes, 0.0, cc.blocks,
+                                                                  layout.tp * layout.ep))
+    return calls
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:
@@ -117,23 +133,28 @@ def _reduces_every_micro_batch(s: Strategy) -> bool:
     return not isinstance(s.dp_sync, ParamServerSync) and s.zero >= ZeroStage.ZERO2
 
 
-def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tuple[CommCall, ...]:
-    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part)."""
+def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
+    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part); the
+    experts' over the expert-data-parallel group."""
     s = layout.strategy
     if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
         return ()
-    gbytes = workload.dtype.grad_bytes
-    return comm_part.zero_grad_reduce_scatters(
-        cache, dp_group, cc.layer_params * gbytes, cc.edge_params * gbytes, layers, layout.bucket_bytes,
-        per_block=layout.framework is Framework.FSDP2, concurrent=layout.tp, algorithm=s.dp_sync.algorithm.value)
+    gbytes, dense, experts = workload.dtype.grad_bytes, *_expert_split(layout, cc)
+    options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
+    calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
+                                                layout.bucket_bytes, concurrent=layout.tp, **options)
+    if experts:
+        calls = ep_part.interleave(calls, comm_part.zero_grad_reduce_scatters(
+            cache, edp_group, experts * gbytes, 0.0, layers, layout.bucket_bytes, concurrent=layout.tp * layout.ep,
+            **options))
+    return calls
 
 
 def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
     """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank. ``experts`` of the
     ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
     expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
-    partition is over its dp/ep ranks; ZeRO-2/3 calls and the ZeRO-1/2 gathers keep the whole dp group
-    (an approximation: the same bytes per rank, over a larger group than Megatron-Core's)."""
+    partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
     dp, tp = layout.dp, layout.tp
     if isinstance(s.dp_sync, ParamServerSync):
@@ -171,8 +192,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
         ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
                      else layout.bucket_bytes)
-        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,
-                             "auto", tp)
+        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group,
+                                    (params - split_experts) * dt.param_bytes, ag_bucket, "auto", tp)
+        if split_experts:
+            after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
+                layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
     return calls, fractions, after, opt
 
 
@@ -182,7 +206,8 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     rep = layout.rank_of(0, r, 0)
     groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, layout.ep, r),
                         lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp)), layout.ep_group(r)))
+                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp)), layout.ep_group(r),
+                                 layout.expert_dp_group(r)))
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
