@@ -31,8 +31,8 @@ from simulator.workload.chunks import layer_kernel, recomputed
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
-from simulator.workload.moe_ops import moe_layer_work
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.blocks import block_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
 from simulator.workload.protocol import WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
@@ -127,13 +127,11 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                 routing_skew: float = 1.0) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
     forward rows, then recompute rows (if any), then backward rows. A mixture-of-experts model's
-    block is its last (a MoE block; :func:`simulator.workload.moe_ops.moe_layer_work` over ``ep``)."""
+    block is its last (a MoE block over ``ep``; :func:`simulator.workload.blocks.block_work`)."""
     rates = _rates(spec.dtype, device)
-    common = {"flash_attention": flash_attention, "sequence_parallel": sequence_parallel, "fusion": fusion}
-    if spec.is_moe_layer(spec.layers - 1):
-        works = moe_layer_work(spec, micro_batch, seq, tp, ep=ep, routing_skew=routing_skew, **common)
-    else:
-        works = layer_work(spec, micro_batch, seq, tp, **common)
+    works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
+                       routing_skew=routing_skew, flash_attention=flash_attention,
+                       sequence_parallel=sequence_parallel, fusion=fusion)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]

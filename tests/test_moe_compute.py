@@ -19,7 +19,7 @@ from simulator.workload import TransformerSpec, get_preset
 from simulator.workload.flops import layer_fwd_flops
 from simulator.workload.kinds import ActivationKind, BiasKind, NormKind, PositionKind
 from simulator.workload.moe import MoESpec
-from simulator.workload.moe_ops import moe_layer_work
+from simulator.workload.blocks import block_work
 from simulator.workload.ops import OpKind
 
 H100 = load_preset("dgx-h100", 4)  # 8 GPUs per node
@@ -37,21 +37,21 @@ def fwd_gemm_flops(ops, kinds=None):
 def test_moe_layer_forward_flops_are_the_active_weights(ep):
     # T tokens · 2 · (active matmul weights) + attention scores: layer_fwd_flops(moe_layer=True) × T, for any ep
     b, s = 2, TINY.seq_len
-    ops = moe_layer_work(TINY, b, s, 1, ep=ep)
+    ops = block_work(TINY, b, s, 1, moe_layer=True, ep=ep)
     assert fwd_gemm_flops(ops) == pytest.approx(b * s * layer_fwd_flops(TINY, s, moe_layer=True), rel=1e-12)
     assert OpKind.ROUTER in [w.op for w in ops]
 
 
 def test_expert_gemm_shape_and_skew():
     # 512 tokens, k = 2, 8 experts over ep = 4: 2 local experts of m = 512·2/2 = 512 rows; h 512, f_e 256
-    ops = moe_layer_work(TINY, 2, 256, 1, ep=4)
+    ops = block_work(TINY, 2, 256, 1, moe_layer=True, ep=4)
     experts_in = next(k for w in ops if w.op is OpKind.MLP for k in w.fwd if k.name == "experts_in")
     assert (experts_in.shape.m, experts_in.shape.n, experts_in.shape.k, experts_in.shape.batch) == (512, 512, 512, 2)
-    skewed = moe_layer_work(TINY, 2, 256, 1, ep=4, routing_skew=1.5)
+    skewed = block_work(TINY, 2, 256, 1, moe_layer=True, ep=4, routing_skew=1.5)
     expert_flops = lambda o: sum(k.flops for w in o if w.op is OpKind.MLP for k in w.fwd if k.name.startswith("experts"))
     assert expert_flops(skewed) == pytest.approx(1.5 * expert_flops(ops), rel=1e-12)
     capped = replace(TINY, moe=replace(TINY.moe, capacity_factor=1.25))
-    assert expert_flops(moe_layer_work(capped, 2, 256, 1, ep=4, routing_skew=3.0)) == \
+    assert expert_flops(block_work(capped, 2, 256, 1, moe_layer=True, ep=4, routing_skew=3.0)) == \
         pytest.approx(1.25 * expert_flops(ops), rel=1e-12)
 
 
@@ -153,3 +153,21 @@ def test_zero1_gathers_the_updated_experts_over_their_group():
                                              placement=PlacementOrder.TP_DP_PP), memory=False)
     groups = {len(c.group) for c in work.stages[0].after_step}
     assert groups == {8, 4}                            # dp 8, expert-dp 8/2
+
+
+@pytest.mark.parametrize("moe_layer", [False, True])
+def test_mla_block_forward_flops_are_its_matmul_weights(moe_layer):
+    spec = get_preset("deepseek-v2-lite")
+    b, s = 1, 1024
+    ops = block_work(spec, b, s, 1, moe_layer=moe_layer, ep=8)
+    assert fwd_gemm_flops(ops) == pytest.approx(b * s * layer_fwd_flops(spec, s, moe_layer=moe_layer), rel=1e-12)
+
+
+def test_mla_tensor_parallel_splits_heads_not_the_latent_projections():
+    from simulator.memory.shapes import layer_param_shapes
+    spec = get_preset("deepseek-v2-lite")
+    one, two = dict(layer_param_shapes(spec, 0, 1)), dict(layer_param_shapes(spec, 0, 2))
+    assert two["layers.0.attn.q.weight"] == (16 * 192 // 2, 2048)
+    assert two["layers.0.attn.kv_up.weight"] == (16 * 256 // 2, 512)
+    assert two["layers.0.attn.kv_down.weight"] == one["layers.0.attn.kv_down.weight"] == (576, 2048)
+    assert two["layers.0.attn.out.weight"] == (2048, 16 * 128 // 2)

@@ -3,7 +3,8 @@ hand-worked sums, FLOPs per token, the Hugging Face config keys, and the input c
 
 Published figures (rounded to 0.1B by their authors, so the exact counts are checked to round to them):
 Mixtral 8x7B 46.7B total / 12.9B active [src: mixtral-2024]; Qwen1.5-MoE-A2.7B 14.3B / 2.7B
-[src: qwen-moe-2024].
+[src: qwen-moe-2024]; DeepSeek-V2-Lite 15.7B / 2.4B and V2 236B / 21B [src: deepseek-v2], V3 671B /
+37B [src: deepseek-v3] (activated counts without the token-embedding table, see below).
 """
 
 import pytest
@@ -24,6 +25,13 @@ QWEN_MOE_CONFIG = {  # Qwen/Qwen1.5-MoE-A2.7B config.json (the keys read)
     "num_attention_heads": 16, "num_hidden_layers": 24, "num_key_value_heads": 16, "tie_word_embeddings": False,
     "torch_dtype": "bfloat16", "vocab_size": 151936, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
     "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60, "mlp_only_layers": []}
+DEEPSEEK_V2_LITE_CONFIG = {  # deepseek-ai/DeepSeek-V2-Lite config.json (the keys read)
+    "model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "moe_intermediate_size": 1408, "moe_layer_freq": 1, "first_k_dense_replace": 1,
+    "n_routed_experts": 64, "n_shared_experts": 2, "num_attention_heads": 16, "num_experts_per_tok": 6,
+    "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "v_head_dim": 128,
+    "vocab_size": 102400}
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen1.5-moe-a2.7b"])
@@ -55,7 +63,8 @@ def test_qwen_moe_hand_worked_counts():
     assert spec.active_params == l * (attention + 4 * expert + shared + h + 60 * h + 2 * h) + 2 * v * h + h
 
 
-@pytest.mark.parametrize("name,cfg", [("mixtral-8x7b", MIXTRAL_CONFIG), ("qwen1.5-moe-a2.7b", QWEN_MOE_CONFIG)])
+@pytest.mark.parametrize("name,cfg", [("mixtral-8x7b", MIXTRAL_CONFIG), ("qwen1.5-moe-a2.7b", QWEN_MOE_CONFIG),
+                                      ("deepseek-v2-lite", DEEPSEEK_V2_LITE_CONFIG)])
 def test_hf_config_reads_as_the_preset(name, cfg):
     spec = spec_from_hf_config(cfg, name)
     preset = get_preset(name)
@@ -72,10 +81,11 @@ def test_qwen_sparse_step_and_mlp_only_layers_make_dense_layers():
     assert spec.block_params(0) == dense_block and spec.block_params(3) > dense_block
 
 
-def test_deepseek_is_refused_naming_mla():
+def test_deepseek_config_missing_a_latent_key_is_named():
+    cfg = {k: v for k, v in DEEPSEEK_V2_LITE_CONFIG.items() if k != "kv_lora_rank"}
     with pytest.raises(SpecError) as err:
-        spec_from_hf_config({"model_type": "deepseek_v2", "hidden_size": 2048}, "d", "cfg.json")
-    assert err.value.field == "cfg.json: model_type" and "Multi-head Latent Attention" in str(err.value)
+        spec_from_hf_config(cfg, "d", "cfg.json")
+    assert err.value.field == "cfg.json: kv_lora_rank"
 
 
 def test_missing_expert_key_is_named():
@@ -121,3 +131,35 @@ def test_expert_tokens_skew_and_capacity():
     assert expert_tokens(moe, 1000, 1.5) == 3000           # the busiest rank gets 1.5× its share
     capped = MoESpec(experts=8, top_k=2, expert_ffn=16, capacity_factor=1.25)
     assert expert_tokens(capped, 1000, 1.5) == 2500        # dropped beyond cf · tokens · k
+
+
+def test_deepseek_v2_lite_hand_worked_count():
+    h, n, layers, v = 2048, 16, 27, 102400
+    attention = (h * n * 192                 # q: h × n·(128 + 64), no query latent
+                 + h * (512 + 64) + 512      # kv down to the 512 latent and the shared 64-wide rotary key; its norm
+                 + 512 * n * (128 + 128)     # kv up: per head a 128 non-rotary key and a 128 value
+                 + n * 128 * h)              # out
+    expert = 3 * h * 1408
+    dense = attention + 3 * h * 10944 + 2 * h                        # layer 0
+    moe = attention + 64 * expert + 2 * expert + 64 * h + 2 * h      # 64 routed, 2 shared, router
+    spec = get_preset("deepseek-v2-lite")
+    assert spec.params == dense + (layers - 1) * moe + 2 * v * h + h == 15_706_484_224
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2-lite", "deepseek-v2", "deepseek-v3"])
+def test_deepseek_activated_counts_leave_the_embedding_out(name):
+    # DeepSeek's activated parameters leave out the token-embedding table (a lookup): ours without it are
+    # 2.451B, 20.85B, 36.63B against the published 2.4B, 21B, 37B — rounded to two significant figures
+    # (V2-Lite's rounded down), hence 2.5 %.
+    spec = get_preset(name)
+    assert spec.active_params - spec.vocab * spec.hidden == pytest.approx(PUBLISHED_ACTIVE_PARAMS[name], rel=0.025)
+
+
+def test_mla_flops_and_saved_activations_hand_worked():
+    spec, s = get_preset("deepseek-v2-lite"), 4096
+    per_layer = layer_fwd_flops_per_token(spec, s)
+    assert per_layer["qkv"] == 2 * (2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256)
+    assert per_layer["attention"] == 2 * s * 16 * (192 + 128)
+    assert per_layer["out_proj"] == 2 * 16 * 128 * 2048
+    # Q, K (192 per head), V, O (128 per head), rotated q parts and the shared rotary key, the latent twice
+    assert spec.mla.saved_elements(16) == 16 * (2 * 192 + 2 * 128) + 17 * 64 + 2 * 512

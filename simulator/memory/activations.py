@@ -116,13 +116,16 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     mlp = (SWIGLU_SAVED if spec.activation is ActivationKind.SWIGLU else GELU_SAVED) * f
     if moe_layer and spec.moe is not None:
         mlp = moe_activation_elements(spec, tp, skew)
+    attention = q + 2 * kv + rotary + q
+    if spec.mla is not None:  # Multi-head Latent Attention's widths (simulator.workload.mla)
+        attention = spec.mla.saved_elements(spec.heads / tp)
     norm_stats = 2 * (2 if spec.norm is NormKind.LAYERNORM else 1)
     scores = 0.0
     if not flash_attention:
         scores = (a / tp) * seq * seq * mbs * (e + ((MASK_BYTES + e) if dropout else 0))
     return LayerActivation(
         replicated_bytes=sb * h * (4 * e + (2 * MASK_BYTES if dropout else 0)) / rep_div,
-        split_bytes=sb * (q + 2 * kv + rotary + q + mlp) * e,
+        split_bytes=sb * (attention + mlp) * e,
         scores_bytes=scores,
         stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
         input_bytes=sb * h * e / rep_div,

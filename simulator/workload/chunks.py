@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy
-from simulator.workload.moe_ops import moe_layer_work
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.blocks import block_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
 if TYPE_CHECKING:
@@ -62,11 +62,9 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
     units = []
     for count, moe_layer in ((chunk.layers - moe, False), (moe, True)):
         if count:
-            common = {"flash_attention": o.flash_attention, "sequence_parallel": o.sequence_parallel,
-                      "fusion": o.fusion}
-            block = (moe_layer_work(spec, o.micro_batch, spec.seq_len, o.tp, ep=o.ep, routing_skew=o.routing_skew,
-                                    **common) if moe_layer else layer_work(spec, o.micro_batch, spec.seq_len, o.tp,
-                                                                           **common))
+            block = block_work(spec, o.micro_batch, spec.seq_len, o.tp, moe_layer=moe_layer, ep=o.ep,
+                               routing_skew=o.routing_skew, flash_attention=o.flash_attention,
+                               sequence_parallel=o.sequence_parallel, fusion=o.fusion)
             units.append((count, _unit(block, o.recompute, o.flash_attention)))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,

@@ -59,6 +59,8 @@ def layer_fwd_flops_per_token(spec: TransformerSpec, seq: int | None = None, *,
         "out_proj": 2.0 * q * h,
         "mlp": 2.0 * mats * h * f,
     }
+    if spec.mla is not None:  # Multi-head Latent Attention: its projections and head widths
+        out.update(spec.mla.fwd_flops_per_token(h, spec.heads, s))
     moe = spec.moe
     if moe_layer and moe is not None:
         out["mlp"] = 2.0 * mats * h * (moe.top_k * moe.expert_ffn + moe.shared_width)

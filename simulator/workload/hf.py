@@ -7,8 +7,9 @@ Families and the keys read (a missing required key is an error that names it):
 - GPT-NeoX (``gpt_neox``): ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
   ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``; ``tie_word_embeddings``
   (default false). GELU, LayerNorm, rotary, biases.
-- Llama / Mistral / Qwen2 (``llama``, ``mistral``, ``qwen2``), and the MoE families Mixtral and
-  Qwen2-MoE (``mixtral``, ``qwen2_moe``; their expert keys in :mod:`simulator.workload.hf_moe`): the NeoX keys plus
+- Llama / Mistral / Qwen2 (``llama``, ``mistral``, ``qwen2``), and the MoE families Mixtral, Qwen2-MoE
+  and DeepSeek-V2/V3 (``mixtral``, ``qwen2_moe``, ``deepseek_v2``, ``deepseek_v3``; their expert and
+  latent-attention keys in :mod:`simulator.workload.hf_moe`): the NeoX keys plus
   ``num_key_value_heads`` (default: MHA), ``head_dim`` (optional), ``tie_word_embeddings``.
   SwiGLU, RMSNorm, rotary; no biases, except Qwen2's Q/K/V biases (and Llama's
   ``attention_bias: true``, counted as Q/K/V biases: the output-projection bias, h parameters,
@@ -28,7 +29,7 @@ from pathlib import Path
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import read_json
-from simulator.workload.hf_moe import MOE_MODEL_TYPES, moe_from_hf, refuse_mla
+from simulator.workload.hf_moe import MOE_MODEL_TYPES, mla_from_hf, moe_from_hf
 from simulator.workload.layers import MAX_PARAMS
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
@@ -96,7 +97,6 @@ def _spec(cfg: dict, name: str, where: str) -> TransformerSpec:
     if not isinstance(cfg, dict):
         raise SpecError(where, "must be a JSON object")
     model_type = cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "")
-    refuse_mla(model_type, where)
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise SpecError(f"{where}: model_type", f"unsupported {model_type or '(missing)'!r}; supported: "
                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
@@ -124,7 +124,8 @@ def _spec(cfg: dict, name: str, where: str) -> TransformerSpec:
     return TransformerSpec(kv_heads=get("num_key_value_heads", required=False),
                            head_dim=get("head_dim", required=False), activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, bias=BiasKind.QKV if qkv_bias else BiasKind.NONE,
-                           moe=moe_from_hf(cfg, model_type, get, shape["layers"], where), **shape, **common)
+                           moe=moe_from_hf(cfg, model_type, get, shape["layers"], where),
+                           mla=mla_from_hf(cfg, model_type, get), **shape, **common)
 
 
 def load_hf_config(path: str | Path) -> TransformerSpec:

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.workload.kinds import ActivationKind, KernelFusion
+from simulator.workload.kinds import ActivationKind
 from simulator.workload.moe import expert_tokens
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, gemm, layer_work, memory
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, gemm, memory
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["moe_layer_work", "moe_mlp_kernels"]
+__all__ = ["moe_mlp_kernels", "with_experts"]
 
 Item = tuple[Kernel, tuple | None]
 
@@ -65,15 +65,11 @@ def moe_mlp_kernels(spec: TransformerSpec, tokens: float, tp: int, ep: int,
     return router, mlp, act
 
 
-def moe_layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *, ep: int = 1,
-                   routing_skew: float = 1.0, flash_attention: bool = True, sequence_parallel: bool = False,
-                   fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
-    """The operations of one MoE block on one rank: the dense block of :func:`layer_work` with its MLP
-    replaced by the experts, a router operation before it, and the activation kernel on the experts'
-    hidden instead of the dense one (module docstring)."""
-    dense = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel, fusion=fusion)
-    tokens = micro_batch * (spec.seq_len if seq is None else seq)
+def with_experts(spec: TransformerSpec, dense: list[OpWork], tokens: float, tp: int, ep: int,
+                 routing_skew: float) -> list[OpWork]:
+    """A block's operations (:func:`simulator.workload.blocks.block_work`) with the MLP replaced by the
+    experts, a router operation before it, and the activation kernel on the experts' hidden instead of
+    the dense one (module docstring)."""
     router, mlp, act_bytes = moe_mlp_kernels(spec, tokens, tp, ep, routing_skew)
     out = []
     for work in dense:

@@ -27,6 +27,7 @@ from simulator.workload import summary
 from simulator.workload.chunks import transformer_chunk_load
 from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
 from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind
+from simulator.workload.mla import MLASpec
 from simulator.workload.moe import MoESpec
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, no_experts, one_of
 
@@ -70,6 +71,9 @@ class TransformerSpec:
     """Where the shapes come from (paper table, released config)."""
     moe: MoESpec | None = None
     """Mixture-of-experts layers (:mod:`simulator.workload.moe`); None: every MLP is dense."""
+    mla: MLASpec | None = None
+    """Multi-head Latent Attention (:mod:`simulator.workload.mla`) in place of the Q/K/V and output
+    projections; None: ordinary (MHA/GQA/MQA) attention."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -88,6 +92,8 @@ class TransformerSpec:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
                 or not 0 <= self.dropout < 1:
             raise SpecError("model.dropout", f"must be a probability in [0, 1), got {self.dropout!r}")
+        if self.mla is not None and (not isinstance(self.mla, MLASpec) or self.bias is not BiasKind.NONE):
+            raise SpecError("model.mla", f"must be an MLASpec on a model without biases, got {self.mla!r}")
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
                 raise SpecError("model.moe", f"must be a MoESpec, got {self.moe!r}")
@@ -135,7 +141,10 @@ class TransformerSpec:
     # --- parameters -----------------------------------------------------------------------------
     @property
     def attention_params(self) -> int:
-        """Q, K, V and output projections of one block, with their biases."""
+        """Q, K, V and output projections of one block, with their biases (MLA: its projections and
+        latent norms, :meth:`MLASpec.params`)."""
+        if self.mla is not None:
+            return self.mla.params(self.hidden, self.heads)
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
         weights = h * q + 2 * h * kv + q * h
         biases = {BiasKind.NONE: 0, BiasKind.QKV: q + 2 * kv, BiasKind.ALL: q + 2 * kv + h}[self.bias]
