@@ -163,3 +163,18 @@ def test_mla_flops_and_saved_activations_hand_worked():
     assert per_layer["out_proj"] == 2 * 16 * 128 * 2048
     # Q, K (192 per head), V, O (128 per head), rotated q parts and the shared rotary key, the latent twice
     assert spec.mla.saved_elements(16) == 16 * (2 * 192 + 2 * 128) + 17 * 64 + 2 * 512
+
+
+def test_a_plan_file_carries_experts_and_latent_attention():
+    import json
+
+    from simulator.plan_file import model_from_dict, model_to_dict
+
+    spec = spec_from_hf_config(DEEPSEEK_V2_LITE_CONFIG, "ds-lite-from-config")
+    data = json.loads(json.dumps(model_to_dict(spec)))   # not a preset: the full shape is written
+    assert data["transformer"]["moe"]["dense_layers"] == [0] and data["transformer"]["mla"]["kv_lora_rank"] == 512
+    assert model_from_dict(data) == spec
+    data["transformer"]["moe"]["experts_per_rank"] = 8
+    with pytest.raises(SpecError) as err:
+        model_from_dict(data)
+    assert err.value.field == "plan.model.transformer.moe.experts_per_rank"
