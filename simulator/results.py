@@ -55,7 +55,8 @@ class Category(Enum):
 
     @property
     def is_comm(self) -> bool:
-        return self in (Category.TP, Category.EP, Category.PP, Category.DP, Category.ZERO, Category.PS, Category.OFFLOAD)
+        return self in (Category.TP, Category.EP, Category.PP, Category.DP, Category.ZERO, Category.PS,
+                        Category.OFFLOAD)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,7 +61,7 @@ def test_moe_block_activations_hand_worked():
     seq, mbs = 4096, 1
     dense = layer_activation(MIXTRAL, seq=seq, mbs=mbs)
     moe = layer_activation(MIXTRAL, seq=seq, mbs=mbs, moe_layer=True)
-    skewed = layer_activation(MIXTRAL, seq=seq, mbs=mbs, moe_layer=True, skew=1.5)
+    skewed = layer_activation(MIXTRAL, seq=seq, mbs=mbs, moe_layer=True, skew=1.5, ep=8)
     mlp_dense, mlp_moe = 4 * 14336, 8 + 2 * (2 * H + 4 * 14336)
     assert moe.split_bytes - dense.split_bytes == seq * (mlp_moe - mlp_dense) * 2
     assert skewed.split_bytes - moe.split_bytes == seq * 0.5 * 2 * (2 * H + 4 * 14336) * 2

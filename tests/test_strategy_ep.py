@@ -66,3 +66,17 @@ def test_valid_mask_applies_both_ep_rules():
                       global_batch=64, interleaved=False, ep=np.array([8, 3, 4, 1]))
     # 8 | dp and 8 experts; 3 divides neither; 4 > dp 2; 1 always
     assert valid_mask(c, 32, MIXTRAL).tolist() == [True, False, False, True]
+
+
+def test_the_executor_refuses_what_it_does_not_run():
+    # no dense stand-in for a MoE or latent-attention model, no ep > 1 (issue 14: the executor's EP is next)
+    from executor.model import GPT
+    from executor.strategies.base import family_spec
+
+    for name in ("mixtral-8x7b", "deepseek-v2-lite"):
+        with pytest.raises(SpecError) as err:
+            GPT(get_preset(name))
+        assert err.value.field == "model"
+    with pytest.raises(SpecError) as err:
+        family_spec(layout(tp=2, ep=4))
+    assert err.value.field == "plan.strategy.ep" and "use ep 1" in str(err.value)

@@ -127,10 +127,12 @@ def test_bad_moe_fields_are_named(kwargs, field):
 
 def test_expert_tokens_skew_and_capacity():
     moe = MoESpec(experts=8, top_k=2, expert_ffn=16)
-    assert expert_tokens(moe, 1000, 1.0) == 2000           # balanced: tokens · k pairs per ep rank
-    assert expert_tokens(moe, 1000, 1.5) == 3000           # the busiest rank gets 1.5× its share
+    assert expert_tokens(moe, 1000, 1.0, 4) == 2000        # balanced: tokens · k pairs per ep rank
+    assert expert_tokens(moe, 1000, 1.5, 4) == 3000        # the busiest rank gets 1.5× its share
+    assert expert_tokens(moe, 1000, 1.5, 1) == 2000        # ep 1: every copy is local, whatever the routing
+    assert expert_tokens(moe, 1000, 3.0, 2) == 4000        # at most the whole group's tokens
     capped = MoESpec(experts=8, top_k=2, expert_ffn=16, capacity_factor=1.25)
-    assert expert_tokens(capped, 1000, 1.5) == 2500        # dropped beyond cf · tokens · k
+    assert expert_tokens(capped, 1000, 1.5, 4) == 2500     # dropped beyond cf · tokens · k
 
 
 def test_deepseek_v2_lite_hand_worked_count():

@@ -2,8 +2,8 @@
 expert gradients' reduction over the expert-data-parallel group.
 
 - Dispatch and combine (GShard, Lepikhin et al. 2021 §2.2 [src: lepikhin-2021]; DeepSpeed-MoE
-  [src: deepspeed-moe]; Megatron-Core's ``alltoall`` token dispatcher [src: megatron-core]): in every MoE layer's forward each rank of an
-  ep group sends the ``T·k`` copies of its tokens to the ranks holding their experts (dispatch) and
+  [src: deepspeed-moe]; Megatron-Core's ``alltoall`` token dispatcher [src: megatron-core]): in every
+  MoE layer's forward each rank of an ep group sends the ``T·k`` copies of its tokens to the ranks holding their experts (dispatch) and
   receives the expert outputs back (combine): two all-to-alls of ``T·k·h·e`` bytes per rank
   (nccl-tests' size convention, :mod:`simulator.collectives.direct`), on the ep group's real ranks, so
   an ep group inside a node runs on NVLink and one spread over nodes on the network (the collective
@@ -32,10 +32,10 @@ from simulator.work import CommCall, CommKind
 from simulator.workload.moe import expert_tokens
 
 
-def dispatch_bytes(workload, micro_batch: int, skew: float) -> float:
+def dispatch_bytes(workload, micro_batch: int, skew: float, ep: int) -> float:
     """Bytes one all-to-all moves per rank: the busiest rank's token copies × h × e (module docstring)."""
     tokens = micro_batch * workload.seq_len
-    return expert_tokens(workload.moe, tokens, skew) * workload.hidden * workload.dtype.activation_bytes
+    return expert_tokens(workload.moe, tokens, skew, ep) * workload.hidden * workload.dtype.activation_bytes
 
 
 def ep_calls(cache: CostCache, group: tuple[int, ...], nbytes: float, *, moe_blocks: int, full_recompute: bool,

@@ -74,7 +74,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
     if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too
         ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, ep_part.dispatch_bytes(workload, s.micro_batch,
-                                                                                  s.routing_skew),
+                                                                                  s.routing_skew, layout.ep),
                                           moe_blocks=cc.moe_blocks, full_recompute=s.recompute is Recompute.FULL,
                                           concurrent=dp // layout.ep * tp)
         tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd

@@ -103,7 +103,8 @@ class LayerActivation:
 
 
 def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
-                     flash_attention: bool = True, moe_layer: bool = False, skew: float = 1.0) -> LayerActivation:
+                     flash_attention: bool = True, moe_layer: bool = False, skew: float = 1.0,
+                     ep: int = 1) -> LayerActivation:
     """Per-block activation bytes (module docstring), with the spec's activation element size and
     dropout; ``flash_attention=False`` is eager attention (Korthikanti's count); ``moe_layer``: the MLP
     terms are a MoE block's (:func:`simulator.memory.moe.moe_activation_elements`, routing ``skew``)."""
@@ -115,7 +116,7 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     rotary = q + kv if spec.position is PositionKind.ROTARY else 0
     mlp = (SWIGLU_SAVED if spec.activation is ActivationKind.SWIGLU else GELU_SAVED) * f
     if moe_layer and spec.moe is not None:
-        mlp = moe_activation_elements(spec, tp, skew)
+        mlp = moe_activation_elements(spec, tp, skew, ep)
     attention = q + 2 * kv + rotary + q
     if spec.mla is not None:  # Multi-head Latent Attention's widths (simulator.workload.mla)
         attention = spec.mla.saved_elements(spec.heads / tp)
@@ -213,7 +214,7 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     n_blocks = layout.layers_per_rank[stage]
     n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i))
     moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, moe_layer=True,
-                           skew=s.routing_skew) if n_moe else layer
+                           skew=s.routing_skew, ep=layout.ep) if n_moe else layer
     n_layers, n_embed, n_head = in_flight(layout, stage)
     kept = (layer.kept_bytes(s.recompute) * (n_blocks - n_moe) + moe.kept_bytes(s.recompute) * n_moe) * n_layers
     scores = layer.scores_bytes * n_blocks * n_layers if s.recompute is Recompute.NONE else 0.0

@@ -10,8 +10,8 @@ norms as a dense block (:func:`simulator.memory.shapes.layer_param_shapes`), the
     shared gate       1 × h (Qwen-MoE)
     routed experts    E/ep local experts, each up (2 if SwiGLU else 1)·⌈f_e/t⌉ × h, down h × ⌈f_e/t⌉
 
-Model states (:func:`split_experts`, then :func:`add_states`): ZeRO partitions the dense tensors over the dp ranks and the routed
-experts' over the dp/ep ranks holding the same experts, the expert-data-parallel group (DeepSpeed-MoE
+Model states (:func:`split_experts`, then :func:`add_states`): ZeRO partitions the dense tensors over
+the dp ranks and the routed experts' over the dp/ep ranks holding the same experts, the expert-data-parallel group (DeepSpeed-MoE
 [src: deepspeed-moe]; Megatron-Core's distributed optimizer shards expert parameters over the
 expert-data-parallel group [src: megatron-core]); the two parts add up.
 
@@ -85,9 +85,9 @@ def add_states(a, b):
                    params_after_step_bytes=after)
 
 
-def moe_activation_elements(spec: TransformerSpec, tp: int, skew: float) -> float:
+def moe_activation_elements(spec: TransformerSpec, tp: int, skew: float, ep: int = 1) -> float:
     """Elements per token a MoE block's MLP part keeps (module docstring)."""
     moe = spec.moe
     saved = SWIGLU_SAVED if spec.activation is ActivationKind.SWIGLU else GELU_SAVED
-    copies = expert_tokens(moe, 1.0, skew)
+    copies = expert_tokens(moe, 1.0, skew, ep)
     return moe.experts + copies * (2 * spec.hidden + saved * moe.expert_ffn / tp) + saved * moe.shared_width / tp

@@ -16,8 +16,9 @@ layer but those listed in ``dense_layers`` (DeepSeek's ``first_k_dense_replace``
 k dense; Qwen's ``mlp_only_layers``); a dense layer has the spec's ordinary MLP (``ffn``).
 
 Capacity factor (Fedus et al. 2022 §2.1 [src: fedus-2022]): an expert takes at most
-``cf · tokens · k / E`` tokens, the rest are dropped; None is dropless (MegaBlocks, Megatron-Core's default ``--moe-expert-capacity-factor
-None``). Compute uses it as a cap on the tokens the slowest expert runs (:func:`expert_tokens`).
+``cf · tokens · k / E`` tokens, the rest are dropped; None is dropless (MegaBlocks, Megatron-Core's
+default ``--moe-expert-capacity-factor None``). Compute uses it as a cap on the tokens the slowest
+expert runs (:func:`expert_tokens`).
 """
 
 from __future__ import annotations
@@ -99,15 +100,17 @@ class MoESpec:
                 "capacity_factor": self.capacity_factor}
 
 
-def expert_tokens(moe: MoESpec, tokens: float, skew: float) -> float:
+def expert_tokens(moe: MoESpec, tokens: float, skew: float, ep: int) -> float:
     """Tokens the busiest expert-parallel rank's experts process in one MoE layer (per micro-batch of
     ``tokens`` tokens on each of the ``ep`` ranks that exchange them).
 
     Balanced routing gives every expert ``tokens · ep · k / E`` tokens from the ep group, and a rank
     holds ``E/ep`` experts, so a rank processes ``tokens · k`` token-expert pairs. ``skew`` ≥ 1 scales
     the busiest rank's load (1: balanced; the slowest rank sets the time of the layer, since the
-    combine all-to-all waits for it); a capacity factor caps it at ``cf · tokens · k``."""
-    load = tokens * moe.top_k * skew
+    combine all-to-all waits for it), at most to ``ep`` times its share (all the group's tokens): with
+    ep = 1 every copy is processed locally whatever the routing. A capacity factor caps the load at
+    ``cf · tokens · k``."""
+    load = tokens * moe.top_k * min(skew, ep)
     if moe.capacity_factor is not None:
         load = min(load, tokens * moe.top_k * moe.capacity_factor)
     return load

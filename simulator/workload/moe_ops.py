@@ -52,7 +52,7 @@ def moe_mlp_kernels(spec: TransformerSpec, tokens: float, tp: int, ep: int,
     router = [_g("router", T, gates, h, e), (memory("router_topk", 2 * T * moe.experts * e), None),
               (memory("permute", (T * h + T * moe.top_k * h) * e), None),
               (memory("unpermute", (T * moe.top_k * h + T * h) * e), None)]
-    load = expert_tokens(moe, T, skew)
+    load = expert_tokens(moe, T, skew, ep)
     local = moe.experts / ep
     f = moe.expert_ffn / tp
     mlp = [_g("experts_in", load / local, (2 if swiglu else 1) * f, h, e, local),
