@@ -180,3 +180,15 @@ def test_a_plan_file_carries_experts_and_latent_attention():
     with pytest.raises(SpecError) as err:
         model_from_dict(data)
     assert err.value.field == "plan.model.transformer.moe.experts_per_rank"
+
+
+def test_scaling_a_plan_down_keeps_only_the_dense_layers_it_still_has():
+    from simulator.cluster.io import load_cluster
+    from simulator.plan_file import Plan
+    from simulator.plan_scale import Scale, scale_plan
+    from simulator.strategy import Strategy
+
+    plan = Plan(model=get_preset("deepseek-v3"), cluster=load_cluster("dgx-h100"), gpus=8,
+                strategy=Strategy(global_batch=16, dp=4, pp=2))
+    tiny = scale_plan(plan, Scale.parse("tiny"), 8).run.model   # 2 layers: of V3's dense 0-2, 0 and 1 remain
+    assert tiny.layers == 2 and tiny.moe.dense_layers == (0, 1) and tiny.moe.experts == 256
