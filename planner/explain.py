@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from simulator.results import Category
-from simulator.strategy import AllReduceSync, Offload, ParamServerSync
+from simulator.strategy import AllReduceSync, Offload, ParamServerSync, PlacementOrder
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
 from simulator.units import GB, MiB
 
@@ -35,6 +35,8 @@ def describe(s) -> str:
              f"mbs {s.micro_batch}"]
     if s.pp > 1:
         parts.append(s.schedule.value + (f" v{s.virtual_stages}" if s.virtual_stages > 1 else ""))
+    if s.placement is not PlacementOrder.TP_PP_DP:
+        parts.append(f"placement {s.placement.value}")
     if s.sequence_parallel and s.tp > 1:
         parts.append("sp")
     parts.append(f"recompute {s.recompute.value}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
-from simulator.strategy import AttentionKind, Offload, Recompute, ZeroStage
+from simulator.strategy import AttentionKind, Offload, PlacementOrder, Recompute, ZeroStage
 from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
 from simulator.workload.protocol import divisors
 
@@ -40,6 +40,8 @@ class Axis:
     """Whether the axis applies given the keys set so far; where it does not, the key is left out."""
     allow: Callable[[dict, object], bool] | None = None
     """Whether one value makes sense given the keys set so far (None: every value)."""
+    pinned_free: bool = False
+    """A pin lifts ``allow``: the rule only trims what the search tries on its own (placement)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +120,10 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
         Axis("recompute", (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL),
              allow=lambda k, v: v is not Recompute.SELECTIVE or k.get("attention") is AttentionKind.EAGER),
         Axis("sequence_parallel", (False, True), lambda k: k["tp"] > 1),
+        # the default rank order puts pp inside dp, so with pp > 1 an ep group spans pp·ep ranks; the
+        # Megatron-Core order (tp-cp-ep-dp-pp [src: megatron-core]) keeps it next to tp: try both there
+        Axis("placement", (PlacementOrder.TP_PP_DP, PlacementOrder.TP_DP_PP), pinned_free=True,
+             allow=lambda k, v: v is PlacementOrder.TP_PP_DP or k.get("ep", 1) > 1 and k["pp"] > 1),
         Axis("micro_batch", (), None),  # filled per candidate from the batch (see enumerate_keys)
     )
 
@@ -134,7 +140,7 @@ def pin(axes: tuple[Axis, ...], pins: dict[str, tuple]) -> tuple[Axis, ...]:
             out.append(Axis("degrees", values))
             seen.update(("dp", "tp", "pp"))
         elif axis.key in pins:
-            out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, axis.allow))
+            out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, None if axis.pinned_free else axis.allow))
             seen.add(axis.key)
         else:
             out.append(axis)

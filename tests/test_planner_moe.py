@@ -58,3 +58,15 @@ def test_the_explanation_compares_the_other_ep(result):
     for ep in others:                                  # said once: as the runner-up, or in a sentence of its own
         assert ep == runner_up or any(line.startswith(f"The best plan with ep {ep} (") for line in lines)
     assert (f"ep {best_ep}" in describe(result.frame["strategy"][0])) == (best_ep > 1)
+
+
+def test_megatron_placement_is_tried_for_ep_with_pipelines_only():
+    from simulator.strategy import PlacementOrder
+
+    keys = list(enumerate_keys(problem(), default_axes(problem())))
+    megatron = [k for k in keys if k["placement"] is PlacementOrder.TP_DP_PP]
+    assert megatron and all(k["ep"] > 1 and k["pp"] > 1 for k in megatron)
+    dense = Problem(gpus=8, global_batch=16, gpus_per_node=8, layers=12, check_tp=lambda tp: None)
+    assert {k["placement"] for k in enumerate_keys(dense, default_axes(dense))} == {PlacementOrder.TP_PP_DP}
+    pinned = pin(default_axes(dense), {"placement": (PlacementOrder.DP_TP_PP,)})   # a pin is taken as given
+    assert {k["placement"] for k in enumerate_keys(dense, pinned)} == {PlacementOrder.DP_TP_PP}
