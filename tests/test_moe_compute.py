@@ -171,3 +171,16 @@ def test_mla_tensor_parallel_splits_heads_not_the_latent_projections():
     assert two["layers.0.attn.kv_up.weight"] == (16 * 256 // 2, 512)
     assert two["layers.0.attn.kv_down.weight"] == one["layers.0.attn.kv_down.weight"] == (576, 2048)
     assert two["layers.0.attn.out.weight"] == (2048, 16 * 128 // 2)
+
+
+def test_des_replays_the_other_ep_and_expert_dp_groups_too():
+    from simulator.engine.replay_work import replica_groups
+    from simulator.strategy import build_layout
+
+    lay = build_layout(Strategy(global_batch=64, pp=4, ep=4), H100, get_preset("mixtral-8x7b"))
+    # tp-pp-dp: rank = pp + 4·dp; ep groups are dp 0-3 and 4-7, expert-dp groups dp {0,4}, {1,5}, ...
+    assert lay.ep_group(0) == (0, 4, 8, 12)
+    assert replica_groups(lay, lay.ep_group(0), 2) == [(16, 20, 24, 28)]
+    assert lay.expert_dp_group(0) == (0, 16)
+    assert replica_groups(lay, lay.expert_dp_group(0), 4) == [(4, 20), (8, 24), (12, 28)]
+    assert replica_groups(lay, lay.dp_groups[0], 1) == []
