@@ -13,6 +13,9 @@ Storage read and write bandwidth come from ``dd`` with O_DIRECT (no page cache);
 ``dd if=/dev/urandom of=F bs=1M count=1024 conv=fsync; dd if=F of=/dev/null bs=4M iflag=direct;
 dd if=/dev/zero of=F bs=4M count=256 oflag=direct``.
 
+``trainplan calibrate --compute`` measures the same quantities (and the per-kernel overhead) the way
+the executor runs them and writes them into a cluster file (docs/calibration.md, "Calibrating compute").
+
 Usage: ``python benchmarks/cpu_probe.py [--peak-tflops 0.078]``. Results and dates: docs/sources.md,
 entry ``own-cpu-probe``.
 """

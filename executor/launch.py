@@ -67,6 +67,14 @@ class LaunchConfig:
             raise SpecError("timeout_s", "timeouts must be positive seconds")
 
 
+def threads_per_rank(local_ranks: int, threads: int | None = None) -> int:
+    """torch intra-op threads of each of ``local_ranks`` processes on this machine, as ``trainplan execute``
+    sets them: ``threads`` when given, else the cores divided among the ranks (at least 1)."""
+    if threads is not None:
+        return threads
+    return max(1, (os.cpu_count() or 1) // max(1, local_ranks))
+
+
 MAX_PROCESSES_PER_CORE = 8
 """Local processes per CPU core beyond which a measuring run is refused: a guard on work, not a model
 limit (each process then gets an eighth of a core or less, and a gloo full mesh of N processes opens

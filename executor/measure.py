@@ -22,7 +22,7 @@ from executor.strategies.base import RunContext
 from simulator.run_results import PeakMemoryKind
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -35,7 +35,7 @@ def _cpu_model() -> str:
 def environment(ctx: RunContext) -> dict[str, object]:
     """Software and hardware the run used (as seen by rank 0)."""
     env: dict[str, object] = {"torch": torch.__version__, "python": platform.python_version(),
-                              "backend": ctx.backend.value, "device": ctx.device.type, "cpu_model": _cpu_model(),
+                              "backend": ctx.backend.value, "device": ctx.device.type, "cpu_model": cpu_model(),
                               "cores": os.cpu_count(), "threads_per_rank": torch.get_num_threads(),
                               "world": ctx.world, "precision": ctx.precision.value}
     if ctx.device.type == "cuda":

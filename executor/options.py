@@ -91,12 +91,13 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     except SpecError as err:
         raise SpecError("--scale", err.problem) from None
     return RunOptions(plan=args.plan, scale=scale, steps=args.steps, warmup=args.warmup,
-                      seed=args.seed, backend=_backend(args.backend), precision=PrecisionChoice(args.precision),
+                      seed=args.seed, backend=resolve_backend(args.backend), precision=PrecisionChoice(args.precision),
                       out=args.out, trace=args.trace, timeout_s=args.timeout_s, threads=args.threads,
                       status_dir=args.status_dir)
 
 
-def _backend(name: str | None) -> Backend:
+def resolve_backend(name: str | None) -> Backend:
+    """``--backend``: the one named, or NCCL when CUDA is available, else gloo; SpecError for NCCL without CUDA."""
     import torch
 
     if name is None:

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from executor.launch import threads_per_rank
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
 from executor.strategies.base import Backend, Precision, RunContext
@@ -198,7 +199,7 @@ def run_rank(options: RunOptions) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     scaled, family = prepare(options, world)
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    torch.set_num_threads(options.threads or max(1, (os.cpu_count() or 1) // local_world))
+    torch.set_num_threads(threads_per_rank(local_world, options.threads))
     if options.backend is Backend.NCCL:
         for key, value in nccl_environment(scaled.run).items():
             os.environ.setdefault(key, value)

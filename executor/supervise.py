@@ -62,7 +62,7 @@ def _read(path: Path):
 
 
 class _Ranks:
-    def __init__(self, argv: list[str], nproc: int, status: Path):
+    def __init__(self, argv: list[str], nproc: int, status: Path, echo: bool = True):
         root = str(Path(__file__).resolve().parents[1])
         port = free_port()
         self.status, self.procs, self.logs = status, [], []
@@ -73,7 +73,7 @@ class _Ranks:
                                 "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             log = open(status / f"rank{rank}.log", "w+")
             self.logs.append(log)
-            out = None if rank == 0 else log
+            out = None if rank == 0 and echo else log
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "executor.run", *argv, "--status-dir", str(status)], env=env,
                 stdout=out, stderr=log))
@@ -163,10 +163,11 @@ def _mark_failed(out: str | None, outcome: Outcome) -> None:
     write_json(out, data)
 
 
-def supervise(argv: list[str], nproc: int, *, timeout_s: float, out: str | None) -> Outcome:
-    """Run ``executor.run`` with ``argv`` on ``nproc`` local processes; the outcome (see module docstring)."""
+def supervise(argv: list[str], nproc: int, *, timeout_s: float, out: str | None, echo: bool = True) -> Outcome:
+    """Run ``executor.run`` with ``argv`` on ``nproc`` local processes; the outcome (see module docstring).
+    ``echo`` False keeps rank 0's standard output in its log too (the validation suite prints its own lines)."""
     with tempfile.TemporaryDirectory(prefix="trainplan-run-") as status:
-        ranks = _Ranks(argv, nproc, Path(status))
+        ranks = _Ranks(argv, nproc, Path(status), echo)
         try:
             outcome = _watch(ranks, timeout_s)
         finally:

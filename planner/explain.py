@@ -20,7 +20,8 @@ from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
 from simulator.units import GB, MiB
 
 FAMILIES: tuple[tuple[str, Callable], ...] = (
-    ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and not isinstance(s.dp_sync, ParamServerSync)),
+    ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and s.cp == 1
+     and not isinstance(s.dp_sync, ParamServerSync)),
     ("tensor-parallel heavy", lambda s: s.tp > 1 and s.pp == 1),
     ("pipeline heavy", lambda s: s.pp > 1),
     ("offload", lambda s: s.offload is not Offload.NONE),
@@ -28,11 +29,20 @@ FAMILIES: tuple[tuple[str, Callable], ...] = (
 )
 """(name, membership test) of the plan families the explanation compares."""
 
+FEATURES: tuple[tuple[str, str, Callable], ...] = (
+    ("context-parallel plan", "plan without context parallelism", lambda s: s.cp > 1),
+    ("FP8 plan", "plan without FP8", lambda s: s.precision.value == "fp8"),
+)
+"""(label with, label without, test) of the choices the explanation weighs when the search tried both sides: with the
+best plan using one, against the best plan without it; else against the best plan with it."""
+
 
 def describe(s) -> str:
     """One readable line for a strategy."""
-    parts = [f"dp {s.dp} tp {s.tp} pp {s.pp}" + (f" ep {s.ep}" if s.ep > 1 else ""), f"ZeRO-{int(s.zero)}",
-             f"mbs {s.micro_batch}"]
+    parts = [f"dp {s.dp} tp {s.tp} pp {s.pp}" + (f" ep {s.ep}" if s.ep > 1 else "")
+             + (f" cp {s.cp} {s.cp_kind.value}" if s.cp > 1 else ""), f"ZeRO-{int(s.zero)}", f"mbs {s.micro_batch}"]
+    if s.resolved_fp8_recipe is not None:
+        parts.append(f"fp8 {s.resolved_fp8_recipe.value}" + (" all-gather" if s.fp8_all_gather else ""))
     if s.pp > 1:
         parts.append(s.schedule.value + (f" v{s.virtual_stages}" if s.virtual_stages > 1 else ""))
     if s.placement is not PlacementOrder.TP_PP_DP:
@@ -96,16 +106,31 @@ def explain(frame: pd.DataFrame, notes=()) -> list[str]:
     for ep, row in _ep_alternatives(frame):
         if row.name != 1:
             lines.append(_sentence(f"best plan with ep {ep}", best, row))
+    lines += _feature_lines(frame, best)
     sync = _sync_alternatives(frame)
     if sync is not None and sync.name != 1:  # row 1 is the runner-up, already said
         lines.append(_sentence("best other gradient sync of the same layout", best, sync))
     return lines + [n for n in notes if not n.startswith("No offload")]
 
 
+def _feature_lines(frame: pd.DataFrame, best: pd.Series) -> list[str]:
+    """Why the best plan uses (or not) each of :data:`FEATURES`, where the search ranked both sides."""
+    lines = []
+    for with_label, without_label, has in FEATURES:
+        member = [has(s) for s in frame["strategy"]]
+        if all(member) or not any(member):
+            continue
+        uses = has(best["strategy"])
+        rows = frame[[m != uses for m in member]]
+        label = f"best {without_label if uses else with_label}"
+        lines.append(_sentence(label, best, rows.iloc[0]))
+    return lines
+
+
 def _layout_of(s) -> tuple:
     """What places the work: degrees, micro-batch, schedule, recomputation (not ZeRO, sync or offload)."""
     return (s.dp, s.tp, s.pp, s.ep, s.micro_batch, s.schedule, s.virtual_stages, s.recompute, s.sequence_parallel,
-            s.attention)
+            s.attention, s.cp, s.cp_kind, s.precision)
 
 
 def _ep_alternatives(frame: pd.DataFrame) -> list[tuple[int, pd.Series]]:

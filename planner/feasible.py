@@ -48,12 +48,13 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int
 
 def _states_lower_bound(workload, s: Strategy) -> float:
     """Model-state bytes no rank can go below: the parameters spread evenly over tp·pp in one flat
-    tensor, through the memory model's own ZeRO accounting (the most loaded real rank holds at least
+    tensor, through the memory model's own ZeRO accounting over the dp·cp ranks that share the weights
+    (:class:`simulator.strategy.ParallelLayout`) (the most loaded real rank holds at least
     its even share, plus replicated norms and padding). 0 under offload (states leave the GPU)."""
     if s.offload is not Offload.NONE:
         return 0.0
     even = -(-workload.params // (s.tp * s.pp))
-    states = model_state_bytes([("even share", (even,))], dp=s.dp, zero=s.zero, dtype=workload.dtype,
+    states = model_state_bytes([("even share", (even,))], dp=s.dp * s.cp, zero=s.zero, dtype=workload.dtype,
                                partitioning=Partitioning.FLAT, framework=Framework.DEEPSPEED
                                if s.zero is not ZeroStage.ZERO0 else Framework.TORCH_DDP)
     return states.params_bytes + states.grads_bytes + states.optimizer_bytes

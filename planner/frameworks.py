@@ -21,6 +21,8 @@ from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy import Framework, Offload, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind, ParamServerMode
+from simulator.workload.context import ContextKind
+from simulator.workload.fp8 import MatmulPrecision
 
 Z = ZeroStage
 NCCL_ALGORITHMS = (AllReduceAlgorithm.AUTO, AllReduceAlgorithm.RING, AllReduceAlgorithm.TREE)
@@ -48,6 +50,9 @@ _READ: dict[str, Callable[[Strategy], object]] = {
     "dp_sync": lambda s: s.dp_sync.kind,
     "ps_mode": lambda s: s.dp_sync.mode if isinstance(s.dp_sync, ParamServerSync) else None,
     "allreduce_algorithm": lambda s: None if isinstance(s.dp_sync, ParamServerSync) else s.dp_sync.algorithm,
+    "cp": lambda s: s.cp,
+    "cp_kind": lambda s: s.cp_kind if s.cp > 1 else None,
+    "precision": lambda s: s.precision,
 }
 """Each ruled key's value in a strategy (None: the key does not apply there)."""
 
@@ -97,7 +102,10 @@ class Capability:
 
 
 def _data_parallel_only(why: str) -> tuple[Rule, ...]:
-    return (Rule("tp", (1,), why), Rule("pp", (1,), why))
+    return (Rule("tp", (1,), why), Rule("pp", (1,), why), Rule("cp", (1,), why))
+
+
+_NO_FP8 = Rule("precision", (MatmulPrecision.MODEL,), "(assumption) no FP8 training recipe is documented for it")
 
 
 CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
@@ -135,7 +143,9 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
         Rule("zero", (Z.ZERO0, Z.ZERO1), "PipelineEngine asserts ZeRO stage < 2 [src: deepspeed-pipe]",
              pipelined=True),
         Rule("sequence_parallel", (False,), "(assumption) Megatron-style sequence parallelism is Megatron's; "
-             "DeepSpeed-Ulysses splits attention heads instead and is not modelled"),
+             "DeepSpeed-Ulysses splits attention heads instead (cp_kind all-to-all)"),
+        Rule("cp_kind", (ContextKind.ALL_TO_ALL,), "DeepSpeed's sequence parallelism is Ulysses' all-to-all "
+             "[src: jacobs-2023]"),
         Rule("dp_sync", (DpSyncKind.ALL_REDUCE,), "ZeRO reduces gradients collectively [src: deepspeed-config]"),
         Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY)), "deepspeed"),
     Capability("horovod", "Horovod", _data_parallel_only("Horovod is data parallel [src: horovod-docs]") + (
@@ -143,12 +153,12 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
         Rule("offload", (Offload.NONE,), "every worker holds the whole model and optimizer [src: horovod-docs]"),
         Rule("dp_sync", (DpSyncKind.ALL_REDUCE,), "Horovod all-reduces [src: horovod-docs]"),
         Rule("allreduce_algorithm", NCCL_ALGORITHMS + (AllReduceAlgorithm.HIERARCHICAL,),
-             "NCCL's choices, and HOROVOD_HIERARCHICAL_ALLREDUCE [src: horovod-docs]")), "horovod"),
+             "NCCL's choices, and HOROVOD_HIERARCHICAL_ALLREDUCE [src: horovod-docs]"), _NO_FP8), "horovod"),
     *(Capability(name, title, _data_parallel_only(f"{title} replicates variables [src: tf-distribute]") + (
         Rule("zero", (Z.ZERO0,), "variables are mirrored, not partitioned [src: tf-distribute]"),
         Rule("offload", (Offload.NONE,), "variables are mirrored on the devices [src: tf-distribute]"),
         Rule("dp_sync", (DpSyncKind.ALL_REDUCE,), "synchronous all-reduce [src: tf-distribute]"),
-        Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY)), name,
+        Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY), _NO_FP8), name,
         one_node="MirroredStrategy is synchronous training on one machine [src: tf-distribute]"
         if name == "tf-mirrored" else None)
       for name, title in (("tf-mirrored", "TensorFlow MirroredStrategy"),
@@ -159,7 +169,7 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
         Rule("offload", (Offload.NONE,), "variables live on the parameter servers [src: tf-distribute]"),
         Rule("dp_sync", (DpSyncKind.PARAM_SERVER,), "variables live on the parameter servers [src: tf-distribute]"),
         Rule("ps_mode", (ParamServerMode.ASYNC,), "workers update variables asynchronously "
-             "[src: tf-distribute]")), "tf-ps",
+             "[src: tf-distribute]"), _NO_FP8), "tf-ps",
         # colocated: the planner sizes the cluster to the workers (the profile's one server node needs a spare one)
         fixed={"ps_server_nodes": 0}),
 )}

@@ -34,6 +34,9 @@ from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.framework import resolve_framework
 from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.rules import RULES, Candidates, valid_mask
+from simulator.dtypes import Dtype
+from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.fp8 import MatmulPrecision
 
 from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
@@ -85,7 +88,15 @@ def _arrays(keys: list[dict]) -> Candidates:
     zero_with_pp = np.array([_zero_with_pp(k) for k in keys], dtype=bool)
     return Candidates.of(dp=col("dp"), tp=col("tp"), pp=col("pp"), v=col("virtual_stages"),
                          micro_batch=col("micro_batch"), global_batch=col("global_batch"), interleaved=inter,
-                         zero=zero, zero_with_pp=zero_with_pp, ep=col("ep"))
+                         zero=zero, zero_with_pp=zero_with_pp, ep=col("ep"), cp=col("cp"))
+
+
+def _contexts(keys: list[dict]) -> np.ndarray:
+    """Each key's context split (:class:`ContextSplit`), for the workload's cp rules."""
+    out = np.empty(len(keys), dtype=object)
+    out[:] = [ContextSplit(int(k.get("cp", 1)), k.get("cp_kind", ContextKind.RING), k.get("cp_balanced", True))
+              for k in keys]
+    return out
 
 
 def _valid(keys: list[dict], problem: Problem, workload, counts: Counts) -> list[dict]:
@@ -93,9 +104,11 @@ def _valid(keys: list[dict], problem: Problem, workload, counts: Counts) -> list
     if not keys:
         return []
     c = _arrays(keys)
-    ok = valid_mask(c, problem.gpus, workload)
+    contexts = _contexts(keys)
+    ok = valid_mask(c, problem.gpus, workload, contexts)
     failing = np.flatnonzero(~ok)
-    reason = np.full(len(keys), "tp", dtype=object)  # valid_mask = RULES and the workload's tp check
+    reason = np.full(len(keys), "tp", dtype=object)  # valid_mask = RULES and the workload's tp and cp checks
+    reason[valid_mask(c, problem.gpus, workload) & ~ok] = "cp"  # only the context-parallel rules fail
     for rule in reversed(RULES):  # the first rule that breaks wins
         reason[~rule.ok(c, problem.gpus, problem.layers)] = rule.field
     counts.invalid.update(reason[failing].tolist())
@@ -243,6 +256,13 @@ def _admitted(strategies: list[Strategy], cap: Capability | None, counts: Counts
     return out, first
 
 
+def _check_precision_pin(cluster, values) -> None:
+    """A pinned FP8 on a device without FP8 tensor cores is one line naming the flag, not an empty search."""
+    if MatmulPrecision.FP8 in values and Dtype.FP8 not in cluster.device.peak_tflops:
+        raise SpecError("precision", f"fp8: {cluster.device.name} has no FP8 tensor cores (no peak_tflops.fp8); "
+                        "drop the pin, or plan on an FP8 device (dgx-h100, hgx-h200, dgx-b200)")
+
+
 def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.DataFrame:
     """Every feasible candidate with its analytical estimate and memory, fastest first: the base
     space, then the gradient-sync and offload variants of the best bases (:mod:`planner.variants`)."""
@@ -251,6 +271,7 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
         search.capability.check_pins(search.pins, search.problem.gpus, search.problem.gpus_per_node)
     if "offload" in search.pins:
         check_offload_pin(search.cluster, search.pins["offload"])
+    _check_precision_pin(search.cluster, search.pins.get("precision", ()))
     keys = list(enumerate_keys(search.problem, search.axes()))
     _check_pins_apply(keys, search.pins)
     counts.enumerated = len(keys)

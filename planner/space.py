@@ -3,9 +3,13 @@
 A space is an ordered tuple of :class:`Axis`. Each axis sets one flat strategy key
 (:mod:`simulator.strategy.flat`) to each of its values, where it applies given the keys set before
 it (sequence parallelism only where tp > 1, a schedule only where pp > 1); the degrees are one
-axis of (dp, tp, pp) factorisations of the GPU count; the expert-parallel degree ep is an axis of
-its own over the divisors of dp that divide the model's experts. A new dimension (context
-parallelism) joins by adding one axis to :func:`default_axes`, not by editing loops.
+axis of (dp, tp, pp) factorisations of the GPU count. A new dimension joins by adding one axis to
+:func:`default_axes`, not by editing loops. Context parallelism is the one axis that shares the
+degrees: a (d, tp, pp) factorisation and a cp dividing d make dp = d ÷ cp (:func:`enumerate_keys`).
+The expert-parallel degree ep is an axis of its own over the divisors of dp that divide the model's
+experts, with cp 1 only (:mod:`simulator.strategy.rules`, rule ``cp``).
+FP8 (``precision``) is searched only when asked (``--precision model,fp8``): it changes the
+numerics, a recipe the user adopts, not a layout choice.
 
 Pins (``--tp 8``, ``--zero 1,2``, ``--recompute none,full``) restrict an axis to the pinned
 values; a pin no candidate can honour is a one-line error naming the flag
@@ -21,11 +25,17 @@ from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AttentionKind, Offload, PlacementOrder, Recompute, ZeroStage
 from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
+from simulator.workload.context import ContextKind
 from simulator.workload.protocol import divisors
 
 DEFAULT_MAX_MBS = 8
 """Largest micro-batch tried unless ``--max-mbs`` says otherwise: a bound on the search, not a
 measured figure (larger micro-batches are searched when the flag raises it)."""
+LONG_CONTEXT_TOKENS = 32768
+"""Sequences at least this long get context parallelism searched unless pinned (``--cp``): a bound
+on the search, not a measured figure (shorter sequences are searched when ``--cp`` asks)."""
+MAX_DEFAULT_CP = 8
+"""Largest cp degree searched unless pinned: a bound on the search (one node of eight GPUs)."""
 DEFAULT_VIRTUAL_STAGES = (DEFAULT_INTERLEAVED_V,)
 """Interleaved chunks per rank tried unless pinned (the CLI's default, :data:`DEFAULT_INTERLEAVED_V`)."""
 
@@ -57,6 +67,8 @@ class Problem:
     allow_cross_node_tp: bool = False
     check_ep: Callable[[int], None] | None = None
     """The workload's expert-parallel rule (``Workload.check_ep``); None: ep 1 only (no experts)."""
+    seq_len: int | None = None
+    """Tokens per sample (None: not a sequence model): decides the cp degrees searched."""
 
 
 def _tp_values(p: Problem) -> list[int]:
@@ -99,6 +111,16 @@ def ep_values(p: Problem) -> tuple[int, ...]:
     return tuple(out)
 
 
+def cp_values(p: Problem) -> tuple[int, ...]:
+    """cp degrees searched by default: 1, and for sequences of :data:`LONG_CONTEXT_TOKENS` or more the
+    powers of two up to :data:`MAX_DEFAULT_CP` (and the node) that divide the GPUs and split the sequence
+    into 2·cp chunks (balanced ring, :func:`simulator.strategy.rules.context_problem`)."""
+    if p.seq_len is None or p.seq_len < LONG_CONTEXT_TOKENS:
+        return (1,)
+    limit = min(MAX_DEFAULT_CP, p.gpus_per_node, p.gpus)
+    return (1,) + tuple(c for c in (2, 4, 8, 16, 32) if c <= limit and p.gpus % c == 0 and p.seq_len % (2 * c) == 0)
+
+
 def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
     per_replica, rest = divmod(p.global_batch, keys["dp"])
     return () if rest else tuple(divisors(per_replica, up_to=p.max_mbs))
@@ -109,8 +131,11 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
     pipelined = lambda k: k["pp"] > 1  # noqa: E731
     return (
         Axis("degrees", degrees(p)),
-        # experts sharded over the data-parallel ranks: ep divides dp (simulator.strategy.rules)
-        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0),
+        Axis("cp", cp_values(p)),
+        Axis("cp_kind", tuple(ContextKind), lambda k: k.get("cp", 1) > 1),
+        # experts sharded over the data-parallel ranks: ep divides dp; ep > 1 only with cp 1
+        # (simulator.strategy.rules, rules ep and cp)
+        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0 and (v == 1 or k["cp"] == 1)),
         Axis("zero", tuple(ZeroStage)),
         Axis("offload", (Offload.NONE,)),
         Axis("schedule", tuple(ScheduleKind), pipelined),
@@ -134,10 +159,12 @@ def pin(axes: tuple[Axis, ...], pins: dict[str, tuple]) -> tuple[Axis, ...]:
     out = []
     seen = set()
     for axis in axes:
-        if axis.key == "degrees":
+        if axis.key == "degrees":  # a dp pin is applied per candidate (dp = d ÷ cp, enumerate_keys)
             values = tuple(d for d in axis.values if all(d[i] in pins.get(name, (d[i],))
-                                                         for i, name in enumerate(("dp", "tp", "pp"))))
+                                                         for i, name in ((1, "tp"), (2, "pp"))))
             out.append(Axis("degrees", values))
+            if "dp" in pins:
+                out.append(Axis("dp", tuple(pins["dp"])))
             seen.update(("dp", "tp", "pp"))
         elif axis.key in pins:
             out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, None if axis.pinned_free else axis.allow))
@@ -151,15 +178,20 @@ def pin(axes: tuple[Axis, ...], pins: dict[str, tuple]) -> tuple[Axis, ...]:
 
 
 def enumerate_keys(p: Problem, axes: tuple[Axis, ...]) -> Iterator[dict]:
-    """Every combination of the axes' values as flat strategy keys (plus dp, tp, pp)."""
-    fixed = [a for a in axes if a.key not in ("degrees", "micro_batch")]
+    """Every combination of the axes' values as flat strategy keys (plus dp, tp, pp, cp)."""
+    fixed = [a for a in axes if a.key not in ("degrees", "micro_batch", "cp", "dp")]
     mbs_axis = next((a for a in axes if a.key == "micro_batch"), None)
-    for dp, tp, pp in next(a for a in axes if a.key == "degrees").values:
-        base = {"global_batch": p.global_batch, "dp": dp, "tp": tp, "pp": pp}
-        mbs = _micro_batches(p, base)
-        if mbs_axis is not None and mbs_axis.values:
-            mbs = tuple(b for b in mbs if b in mbs_axis.values)
-        yield from _expand(base, fixed, mbs)
+    cps = next((a.values for a in axes if a.key == "cp"), (1,))
+    dps = next((a.values for a in axes if a.key == "dp"), None)
+    for d, tp, pp in next(a for a in axes if a.key == "degrees").values:
+        for cp in cps:
+            if d % cp or dps is not None and d // cp not in dps:
+                continue
+            base = {"global_batch": p.global_batch, "dp": d // cp, "tp": tp, "pp": pp, "cp": cp}
+            mbs = _micro_batches(p, base)
+            if mbs_axis is not None and mbs_axis.values:
+                mbs = tuple(b for b in mbs if b in mbs_axis.values)
+            yield from _expand(base, fixed, mbs)
 
 
 def _expand(base: dict, axes: list[Axis], mbs: tuple[int, ...]) -> Iterator[dict]:

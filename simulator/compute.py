@@ -2,17 +2,19 @@
 
 Each kernel (see :mod:`simulator.workload.ops`) takes
 
-    time = max(W / (peak(dtype) · e(W)),  bytes / (HBM bandwidth · hbm_efficiency))
+    time = max(W / (peak(dtype) · e(W)),  bytes / (HBM bandwidth · hbm_efficiency)) + o
 
 where ``e`` is the device's matmul-efficiency curve (:mod:`simulator.gemm_efficiency`: the device's
 own ``gemm_efficiency`` or the default for its name), ``W`` a GEMM's padded work — its FLOPs rounded
 up to whole tiles and whole waves on the device's ``sm_count`` SMs (:mod:`simulator.gemm_shape`;
 the FLOPs themselves for a kernel without a shape or a device without ``sm_count``) — and
-memory-bound kernels have no FLOPs term. A preset and a measured cluster file go through this same
-formula: only their numbers differ.
+memory-bound kernels have no FLOPs term, and ``o`` is the device's ``kernel_launch_overhead_us``:
+host time per kernel that overlaps no execution (dispatch, autograd, launch; 0 on the GPU presets,
+measured per kernel of this op list on a CPU by ``trainplan calibrate --compute``). A preset and a
+measured cluster file go through this same formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
-kernels, no launch gaps beyond what the efficiency curve carries).
+kernels; launch gaps are ``o`` plus what the efficiency curve carries).
 
 The tables: :func:`layer_times` for one block (multiply by the layers a stage holds),
 :func:`edge_times` for the embedding (first stage) and the final norm, logits and loss (last
@@ -25,14 +27,17 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.cluster.spec import Device
+from simulator.dtypes import Dtype
+from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
 from simulator.workload.chunks import layer_kernel, recomputed
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
 from simulator.workload.blocks import block_work
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
@@ -75,32 +80,55 @@ class OpTime:
 
 
 def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
-                sm_count: int | None = None, clock_ratio: float = 1.0) -> tuple[float, Bound]:
-    """Roofline time of one kernel and which term bounds it. A GEMM with a shape is timed on its
-    padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs, :mod:`simulator.gemm_shape`):
-    ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM of ``W`` FLOPs costs on the
-    curve at the device's sustained clock (``Device.sustained_clock_ratio``)."""
+                sm_count: int | None = None, clock_ratio: float = 1.0,
+                curve_flops_scale: float = 1.0, overhead_s: float = 0.0) -> tuple[float, Bound]:
+    """Roofline time of one kernel plus the per-kernel host overhead ``overhead_s``
+    (``Device.kernel_launch_overhead_us``), and which roofline term bounds it. A GEMM with a shape
+    is timed on its padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs,
+    :mod:`simulator.gemm_shape`): ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM
+    of ``W`` FLOPs costs on the curve at the device's sustained clock (``Device.sustained_clock_ratio``).
+    ``curve_flops_scale``: the curve is read at ``W × scale`` (an FP8 GEMM,
+    :data:`FP8_SAME_DURATION_EFFICIENCY`)."""
     t_mem = kernel.bytes / hbm_Bps
     if not kernel.gemm or kernel.flops <= 0:
-        return t_mem, Bound.MEMORY
+        return t_mem + overhead_s, Bound.MEMORY
     work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)
-    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work))
-    return (t_comp, Bound.COMPUTE) if t_comp >= t_mem else (t_mem, Bound.MEMORY)
+    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work * curve_flops_scale))
+    return (t_comp + overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + overhead_s, Bound.MEMORY)
+
+
+FP8_SAME_DURATION_EFFICIENCY = True
+"""(assumption) An FP8 GEMM reaches the fraction of the device's FP8 peak that a BF16 GEMM of the same
+duration reaches of the BF16 peak: the curve (a BF16 measurement, :mod:`simulator.gemm_efficiency`)
+is read at the FP8 work × (BF16 peak ÷ FP8 peak). No FP8 matmul-efficiency measurement of these
+devices is at hand; to be measured (``mamf-finder.py --dtype float8_e4m3fn``) and given as a curve."""
 
 
 @dataclass(frozen=True)
 class Rates:
     """What a device brings to the roofline: peak FLOP/s in the compute dtype, achievable HBM bytes/s,
-    the matmul-efficiency curve and the SM count for quantisation."""
+    the matmul-efficiency curve and the SM count for quantisation; the FP8 peak where the device has one."""
 
     peak_flops: float
     hbm_Bps: float
     curve: GemmEfficiency
     sm_count: int | None
     clock_ratio: float = 1.0
+    fp8_peak_flops: float | None = None
+    overhead_s: float = 0.0
+    """Host time per kernel, seconds (``Device.kernel_launch_overhead_us`` × 1e-6)."""
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
-        return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio)
+        if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None:
+            return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.curve, self.sm_count,
+                               self.clock_ratio, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
+                                                                    if FP8_SAME_DURATION_EFFICIENCY else 1.0),
+                               overhead_s=self.overhead_s)
+        if kernel.dtype is Dtype.FP8:
+            raise SpecError("precision", "fp8: the device gives no peak_tflops.fp8; use precision model, or give "
+                            "the FP8 peak in the cluster file")
+        return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio,
+                           overhead_s=self.overhead_s)
 
 
 def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) -> OpTime:
@@ -118,20 +146,29 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
     curve = efficiency_for(device)
     return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
                  hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
-                 clock_ratio=device.sustained_clock_ratio)
+                 clock_ratio=device.sustained_clock_ratio,
+                 fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
+                 overhead_s=device.kernel_launch_overhead_us * 1e-6)
+
+
+def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
+    """Seconds of a memory-bound kernel moving ``nbytes`` on ``device`` (the roofline's memory term,
+    plus the device's per-kernel host overhead)."""
+    return _rates(dtype, device).time(memory("memory", nbytes))[0]
 
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
-                routing_skew: float = 1.0) -> list[OpTime]:
-    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel rank:
-    forward rows, then recompute rows (if any), then backward rows. A mixture-of-experts model's
-    block is its last (a MoE block over ``ep``; :func:`simulator.workload.blocks.block_work`)."""
+                routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
+    """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
+    context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
+    mixture-of-experts model's block is its last (a MoE block over ``ep``;
+    :func:`simulator.workload.blocks.block_work`)."""
     rates = _rates(spec.dtype, device)
     works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
                        routing_skew=routing_skew, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel, fusion=fusion)
+                       sequence_parallel=sequence_parallel, fusion=fusion, context=context)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]

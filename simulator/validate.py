@@ -177,8 +177,9 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
 
 def run_cluster(results: Results, cluster: str | None):
     """The cluster to estimate on: ``cluster`` (a preset or a file), with enough nodes for the run's
-    ranks (a one-machine cluster without an inter_node section, such as localhost-cpu, holds all of
-    them on its one node, as the run did; their sharing of its cores is not modelled); or, for a run on
+    ranks (a one-machine cluster without an inter_node section, such as localhost-cpu or a calibrated
+    file, holds exactly them on its one node, as the run did; their sharing of its cores is not
+    modelled); or, for a run on
     GPUs (NCCL), the plan's own cluster. A gloo/CPU run has no default: its plan names the GPU cluster
     it was planned for, not the machine that ran it."""
     from simulator.cluster.io import load_cluster
@@ -192,10 +193,11 @@ def run_cluster(results: Results, cluster: str | None):
     try:
         base = load_cluster(cluster)
         per_node = base.node.gpus_per_node
-        if base.world_size >= world:
-            chosen = base
-        elif base.network is None:  # one machine (localhost-cpu): the run's processes all ran on it
+        if base.network is None:  # one machine (localhost-cpu): exactly the run's processes ran on it (a
+            #                       parameter server lays out over every GPU of its cluster, so not more)
             chosen = replace(base, node=replace(base.node, gpus_per_node=world))
+        elif base.world_size >= world:
+            chosen = base
         else:
             chosen = load_cluster(cluster, nodes=-(-world // per_node))
     except SpecError as err:

@@ -50,6 +50,9 @@ class CommKind(Enum):
     """Host<->device copies of ZeRO-Offload / ZeRO-Infinity (gradients out, parameters in)."""
     DATA = "data"
     """Reading the next batch from storage (the input pipeline)."""
+    CP = "cp"
+    """Context-parallel attention traffic: ring KV blocks (their part not hidden behind the attention)
+    or the all-to-alls of Ulysses; blocking inside the layer like TP, and reported with it."""
 
 
 class Transport(Enum):
@@ -64,6 +67,10 @@ class Transport(Enum):
     HOST_THEN_COLLECTIVE = "host+collective"
     """Offloaded ZeRO-3 parameters read from host or NVMe, then gathered or broadcast by
     ``CommCall.algorithm`` (None when there was nothing to gather): a timed delay."""
+    OVERLAPPED = "overlapped"
+    """The exposed remainder of transfers that run under compute (ring attention's KV blocks,
+    :mod:`simulator.compile.cp_part`): ``nbytes`` records the traffic, ``time_s`` is only what the
+    compute did not hide; a timed delay."""
 
 
 CollectiveAlgorithm = Enum("CollectiveAlgorithm", [(name.upper(), name) for name in algorithm_names()],
@@ -95,7 +102,7 @@ class CommCall:
     def __post_init__(self) -> None:
         if self.transport is Transport.COLLECTIVE and self.algorithm is None:
             raise SpecError("algorithm", "a collective call needs its algorithm")
-        if self.transport in (Transport.P2P, Transport.HOST) and self.algorithm is not None:
+        if self.transport in (Transport.P2P, Transport.HOST, Transport.OVERLAPPED) and self.algorithm is not None:
             raise SpecError("algorithm", f"a {self.transport.value} call runs no collective algorithm")
 
 
@@ -114,8 +121,8 @@ class ChunkWork:
     recompute_s: float = 0.0
     """Forward work repeated before backward under activation recomputation, seconds."""
     tp_fwd: tuple[CommCall, ...] = ()
-    """Tensor-parallel calls of one micro-batch's forward, in issue order (blocking the compute); the
-    expert-parallel all-to-alls (:attr:`CommKind.EP`) are among them."""
+    """Tensor-parallel (and context-parallel, kind CP) calls of one micro-batch's forward, in issue
+    order (blocking the compute); the expert-parallel all-to-alls (:attr:`CommKind.EP`) are among them."""
     tp_bwd: tuple[CommCall, ...] = ()
     """Tensor-parallel calls of one micro-batch's backward, in issue order."""
     zero_fwd: tuple[CommCall, ...] = ()
@@ -172,3 +179,17 @@ class StepWork:
     """Peak FLOP/s of one device in the workload's compute dtype (for MFU/HFU)."""
     memory: "MemoryReport | None" = None
     """The memory report of this strategy, when the workload allows one."""
+    rank_factors: tuple[tuple[int, float], ...] = ()
+    """(rank, compute-time multiplier) for every rank whose compute differs from the representative's
+    on the cluster's device: another GPU generation, a slow GPU (:mod:`simulator.compile.device_factors`).
+    Empty on a uniform cluster."""
+
+    def compute_factor(self, rank: int) -> float:
+        """Compute-time multiplier of ``rank`` from the cluster's facts (1.0 unless listed)."""
+        if not self.rank_factors:
+            return 1.0
+        table = self.__dict__.get("_factor_table")
+        if table is None:
+            table = dict(self.rank_factors)
+            object.__setattr__(self, "_factor_table", table)
+        return table.get(rank, 1.0)

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simulator.workload.context import ContextKind
+from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion
 
 from simulator.analytical import estimate
@@ -117,6 +119,15 @@ STRUCTURE_VARIANTS = {
     "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
     "ep": dict(ep=2), "routing_skew": dict(routing_skew=1.5),
 }
+STRUCTURE_VARIANTS.update({  # context parallelism (issue 14 §2)
+    "cp": dict(cp=2), "cp_kind": dict(cp_kind=ContextKind.ALL_TO_ALL), "cp_balanced": dict(cp_balanced=False),
+})
+STRUCTURE_VARIANTS.update({  # FP8 (issue 14 §3)
+    "precision": dict(precision=MatmulPrecision.FP8),
+    "fp8_recipe": dict(precision=MatmulPrecision.FP8, fp8_recipe=Fp8Recipe.TE),
+    "fp8_all_gather": dict(precision=MatmulPrecision.FP8, framework=Framework.FSDP2, zero=ZeroStage.ZERO3,
+                           fp8_all_gather=True),
+})
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
 

@@ -256,3 +256,22 @@ def test_nccl_chunks_are_at_most_one_fifo_step():
     n = 64 * 2**20
     assert Env(NODE, simple, family="ring").best_pipeline(levels, n)[1] == 128
     assert Env(NODE, None, family="ring").best_pipeline(levels, n)[1] < 128
+
+
+def test_estimate_protocols_lists_what_auto_chooses_among():
+    # Ring all-reduce, 8 GPUs on one NVLink node, 32 bytes (bandwidth terms < 0.01%), NCCL tuning.cc
+    # [src: nccl-tuning]: base + 14 hops: LL 6.6 + 14·0.6 = 15.0 µs, LL128 14 + 14·1.9 = 40.6 µs,
+    # Simple 8.4 + 14·3.4 = 56.0 µs; the estimate keeps the fastest.
+    from simulator.collectives.registry import estimate_protocols
+    cluster = switched(nodes=1, gpus=8, comm=nccl_protocols(), in_switch_reduction=True)
+    each = estimate_protocols(cluster, range(8), Op.ALL_REDUCE, 32, "ring")
+    assert [e.protocol for e in each] == ["LL", "LL128", "Simple"]
+    assert [e.time_s for e in each] == pytest.approx([15.0e-6, 40.6e-6, 56.0e-6], rel=1e-4)
+    assert estimate(cluster, range(8), Op.ALL_REDUCE, 32, "ring") == min(each, key=lambda e: e.time_s)
+    # At 1 GB LL's half bandwidth loses: Simple is the fastest, LL the slowest.
+    big = {e.protocol: e.time_s for e in estimate_protocols(cluster, range(8), Op.ALL_REDUCE, 10**9, "ring")}
+    assert big["Simple"] < big["LL128"] < big["LL"]
+    assert [e.protocol for e in estimate_protocols(cluster, range(8), Op.ALL_REDUCE, N, "nvls")] == ["Simple"]
+    assert [e.protocol for e in estimate_protocols(NODE, range(8), Op.ALL_REDUCE, N, "ring")] == [None]
+    with pytest.raises(SpecError, match="nvls does not implement"):
+        estimate_protocols(switched(nodes=2, gpus=4, comm=nccl_protocols()), range(8), Op.ALL_REDUCE, N, "nvls")

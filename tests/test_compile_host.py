@@ -131,3 +131,24 @@ def test_unprefetched_data_read_adds_to_the_step(cluster, model):
     r = estimate_work(compile_step(cluster, model, waited, memory=False))
     assert r.step_time_s == pytest.approx(t0 + 4e-3, rel=1e-9)
     assert r.breakdown[Category.DATA] == pytest.approx(4e-3, rel=1e-9)
+
+
+def test_a_job_smaller_than_a_node_shares_the_host_among_its_own_gpus(cluster):
+    """A 2-GPU job on an 8-GPU node: its ranks share the CPU and NVMe between 2 GPUs, not 8."""
+    from simulator.compile.offload_part import gpus_on_node
+    assert gpus_on_node(cluster, 2) == 2 and gpus_on_node(cluster, 64) == 8
+    # CPU Adam: 1e9 params × 2 GPUs / 2e9 params/s = 1 s (4 s when all 8 GPUs share the node)
+    assert cpu_adam_s(cluster, 1e9, sharing=2) == pytest.approx(1.0, rel=1e-12)
+    # NVMe read: 1e9 B × 2 GPUs / 50 GB/s = 0.04 s
+    assert nvme_s(cluster, 1e9, sharing=2) == pytest.approx(0.04, rel=1e-12)
+    assert fetch_slice_s(cluster, Offload.NVME, 1e9, sharing=2) == pytest.approx(0.04 + 1e-5 + 1 / 24, rel=1e-12)
+
+
+def test_a_two_gpu_offload_job_charges_cpu_adam_for_two_gpus(cluster, model):
+    """offload params on 2 GPUs of an 8-GPU node, ZeRO-3 dp 2: each rank's PARAMS/2 parameters at
+    the node's 2e9 params/s shared by 2 GPUs — a quarter of what the 8-way share charged before."""
+    from simulator.strategy.layout import build_layout
+    s = Strategy(global_batch=16, zero=ZeroStage.ZERO3, offload=Offload.PARAMS)
+    layout = build_layout(s, cluster, model, gpus=2)
+    st = compile_step(cluster, model, s, memory=False, layout=layout).stages[0]
+    assert st.optimizer_s == pytest.approx(math.ceil(PARAMS / 2) * 2 / 2e9, rel=1e-9)

@@ -83,3 +83,16 @@ class Counter:
         if self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+
+
+def cp_fp8_text(strategy) -> str:
+    """`` cp=2 (ring, balanced)`` and ``, fp8 (te)`` for a header line; empty at the defaults."""
+    text = ""
+    if strategy.cp > 1:
+        kind = strategy.cp_kind.value
+        balance = (", balanced" if strategy.cp_balanced else ", unbalanced") if kind == "ring" else ""
+        text += f" cp={strategy.cp} ({kind}{balance})"
+    recipe = strategy.resolved_fp8_recipe
+    if recipe is not None:
+        text += f", fp8 ({recipe.value}{', fp8 all-gather' if strategy.fp8_all_gather else ''})"
+    return text

@@ -1,8 +1,10 @@
-"""``trainplan calibrate``: measure collectives on local processes and fit a cluster file to them.
+"""``trainplan calibrate``: measure collectives on local processes and fit a cluster file to them;
+with ``--compute``, measure this machine's compute into the device fields instead.
 
-Example::
+Examples::
 
     trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KB..64MB --algorithms ring,tree
+    trainplan calibrate --compute --nproc 4 --cluster local.yaml --out local.yaml
 
 Progress goes to stderr while measuring; stdout gets the fitted parameters, the error table
 (size, algorithm, measured median and p10–p90, fitted estimate, error %) and the median absolute
@@ -35,10 +37,19 @@ def register(subparsers) -> None:
     p.add_argument("--fit-reduction", action="store_true",
                    help="also fit the reduction rate (device.hbm_bw_GBps); off: keep the base value")
     p.add_argument("--json", action="store_true", help="print the fit as JSON instead of a table")
+    p.add_argument("--compute", action="store_true",
+                   help="measure compute (GEMMs, memory-bound kernels, per-kernel overhead) into the device "
+                        "fields of --cluster instead of the collectives; --nproc sets the threads per rank")
+    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format")
+    p.add_argument("--threads", type=int, default=None,
+                   help="with --compute: torch threads (default as execute: cores ÷ --nproc, at least 1)")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    if args.compute:
+        return run_compute(args)
     from executor.calibrate import calibrate
     from executor.launch import check_backend
     from simulator.collectives.base import Op
@@ -122,3 +133,75 @@ def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
         if name not in able:
             raise SpecError("algorithms", f"{name} does not implement {op.value} on {nproc} ranks; use one of: "
                                           f"{', '.join(able)}")
+
+
+def run_compute(args) -> int:
+    """``--compute``: check every input, measure, write ``--out``, print the fields and the tables."""
+    from executor.calibrate_compute import calibrate_compute
+    from executor.launch import check_backend
+    from simulator.cluster.io import FILE_SUFFIXES, load_cluster, save_cluster
+    from simulator.errors import SpecError
+    from simulator.jsonio import check_suffix, check_writable
+    from simulator.workload import DtypePolicy, TransformerSpec
+    from simulator.workload.registry import load_model
+
+    check_suffix(args.out, FILE_SUFFIXES, "out")
+    check_writable(args.out, "out")
+    if args.nproc < 1:
+        raise SpecError("nproc", f"must be a positive integer, got {args.nproc}")
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("threads", f"must be a positive integer, got {args.threads}")
+    if args.repeats < 1 or args.warmup < 0:
+        raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
+    check_backend(args.backend)
+    spec = load_model(args.model)
+    if not isinstance(spec, TransformerSpec):
+        raise SpecError("model", f"{args.model} is a layer list; --compute measures a transformer block")
+    base = load_cluster(args.cluster)
+    cluster, report = calibrate_compute(base, spec, dtype=DtypePolicy(args.precision), backend=args.backend,
+                                        nproc=args.nproc, thread_count=args.threads, repeats=args.repeats,
+                                        warmup=args.warmup, progress=True)
+    path = save_cluster(cluster, args.out)
+    print(f"calibrate: wrote {path}", file=sys.stderr)
+    if args.json:
+        cli_common.print_json(_compute_dict(report, str(path)))
+    else:
+        _print_compute(report)
+    return 0
+
+
+def _timing(t) -> dict:
+    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
+
+
+def _compute_dict(r, path: str) -> dict:
+    d = r.fields
+    return {"out": path, "device": r.device, "threads": r.threads, "precision": r.dtype.value,
+            "peak_tflops": {k.value: v for k, v in d.peak_tflops.items()}, "hbm_bw_GBps": d.hbm_bw_GBps,
+            "hbm_efficiency": d.gemm_efficiency.hbm_efficiency, "gemm_efficiency": [list(p) for p in d.gemm_efficiency.points],
+            "kernel_launch_overhead_us": d.kernel_launch_overhead_us, "bare_call": _timing(r.bare_call),
+            "block": {**_timing(r.block), "kernels": r.block_kernels, "roofline_s": r.block_roofline_s},
+            "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
+                       **_timing(g.timing)} for g in r.gemms],
+            "memory": [{"kernel": m.kernel.value, "elements": m.elements, "bytes": m.bytes, "GBps": m.GBps,
+                        **_timing(m.timing)} for m in r.memory]}
+
+
+def _print_compute(r) -> None:
+    d = r.fields
+    peak = ", ".join(f"{k.value} {v * 1e3:.1f} GFLOP/s" for k, v in d.peak_tflops.items())
+    print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
+          f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
+          f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
+          f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
+          f"{r.bare_call.median_s * 1e6:.1f} us)\n")
+    print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
+    for g in r.gemms:
+        s, t = g.shape, g.timing
+        print(f"{s.m:6.0f} {s.n:6.0f} {s.k:6.0f} {s.batch:5.0f} {t.median_s * 1e6:10.1f} "
+              f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>17} {g.tflops * 1e3:8.2f}")
+    print(f"\n{'kernel':>10} {'elements':>9} {'median us':>10} {'p10..p90 us':>19} {'GB/s':>7}")
+    for m in r.memory:
+        t = m.timing
+        print(f"{m.kernel.value:>10} {m.elements:9d} {t.median_s * 1e6:10.1f} "
+              f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>19} {m.GBps:7.2f}")

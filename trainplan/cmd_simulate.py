@@ -2,6 +2,7 @@
 
     trainplan simulate --model M [--cluster C] [--nodes N] --gpus G --gbs B [strategy flags ...]
         [--engine analytical|des] [--steps N] [--trace FILE.json] [--plot FILE.png] [--json]
+    trainplan simulate --jobs JOBS.yaml [--job-placement packed|scattered] [--steps N] [--json]
 
 The strategy flags are the ones every strategy-taking command shares (:mod:`trainplan.strategy_flags`,
 derived from the strategy's field declarations); this module adds the engine and output flags,
@@ -16,6 +17,7 @@ import sys
 
 from simulator.compile.offload_part import ParamFetch
 from simulator.checks import positive_int
+from simulator.cluster.placement import PlacementPolicy
 from simulator.errors import SpecError
 from simulator.results import Engine
 from simulator.strategy import Strategy, StragglerModel
@@ -31,7 +33,7 @@ def register(subparsers) -> None:
     strategy_flags.add_job_flags(p, plan=True)
     strategy_flags.add_strategy_flags(p, gbs_required=False)
     e = p.add_argument_group("engine and output")
-    e.add_argument("--engine", choices=[k.value for k in Engine], default=Engine.ANALYTICAL.value,
+    e.add_argument("--engine", choices=[k.value for k in Engine],
                    help="analytical (closed form, default) or des (discrete-event, with a timeline)")
     e.add_argument("--steps", type=int, metavar="N", help="steps the DES runs (default 1)")
     e.add_argument("--train-steps", type=int, metavar="N",
@@ -45,6 +47,12 @@ def register(subparsers) -> None:
                    help="write the model, cluster, strategy and this estimate as a plan file (read back by "
                         "simulate --plan; docs/plan_file.md)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
+    j = p.add_argument_group("several jobs on one cluster (docs/engine.md)")
+    j.add_argument("--jobs", metavar="JOBS.yaml",
+                   help="a jobs file: several jobs on one cluster, each one's step alone and together (DES); "
+                        "replaces the model, cluster and strategy flags")
+    j.add_argument("--job-placement", choices=[p.value for p in PlacementPolicy],
+                   help="where --jobs' jobs that give a node count go (default: the file's, else packed)")
     p.set_defaults(handler=run)
 
 
@@ -96,7 +104,8 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
     return (f"{getattr(workload, 'name', 'model')} on {layout.world_size} x {cluster.device.name} "
             f"({cluster.name}, {nodes}): dp={layout.dp} tp={layout.tp} pp={layout.pp}"
             f"{f' ep={layout.ep}' if layout.ep > 1 else ''}"
-            f"{' +sp' if layout.sequence_parallel else ''}{sched}, ZeRO-{int(strategy.zero)}, "
+            f"{' +sp' if layout.sequence_parallel else ''}{cli_common.cp_fp8_text(strategy)}{sched}, "
+            f"ZeRO-{int(strategy.zero)}, "
             f"{strategy.attention.value} attention, "
             f"gbs {strategy.global_batch}, mbs {strategy.micro_batch}, seq {getattr(workload, 'seq_len', '-')}, "
             f"{sync_text}" + (f", profile {strategy.profile}" if strategy.profile else ""))
@@ -119,6 +128,13 @@ def _save_plan(path: str, job: strategy_flags.Job, result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.jobs is not None:
+        from trainplan import simulate_jobs
+
+        return simulate_jobs.run(args)
+    if args.job_placement is not None:
+        raise cli_common.UsageError("--job-placement places the jobs of --jobs FILE; give --jobs or drop it")
+    args.engine = args.engine or Engine.ANALYTICAL.value
     check_engine_flags(args)
     from simulator.jsonio import check_plot_path, check_suffix, check_writable
 
@@ -130,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot, "--plot")
     job = _job(args)
     workload, cluster, strategy, layout = job.workload, job.cluster, job.strategy, job.layout
+    if args.engine == Engine.ANALYTICAL.value and (cluster.node_groups or cluster.slow_gpus):
+        raise cli_common.UsageError(f"--cluster: {cluster.name}'s nodes differ (node_groups, slow GPUs); the "
+                                    "analytical engine assumes identical ranks: add --engine des")
     if args.engine == Engine.ANALYTICAL.value and (strategy.failures is not None
                                                    or strategy.stragglers != StragglerModel()):
         where = "--plan: the plan's scenario" if args.plan else "the scenario"
@@ -151,9 +170,18 @@ def run(args: argparse.Namespace) -> int:
         from simulator.report import format_step
 
         print(format_step(result))
+        if "imbalance" in result.extras:
+            print(_imbalance_line(result.extras["imbalance"]))
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _imbalance_line(imb: dict) -> str:
+    """The fastest and slowest stage's compute on a cluster whose nodes differ."""
+    def who(d: dict) -> str:
+        return f"stage {d['stage']} (rank {d['rank']}, {d['device']}) {d['compute_s']:.4f} s"
+    return f"compute per stage: slowest {who(imb['slowest'])}, fastest {who(imb['fastest'])}, ratio {imb['ratio']:.2f}"
 
 
 def _write_outputs(args, result, title: str) -> list[str]:

@@ -243,6 +243,13 @@ def family_spec(layout: ParallelLayout) -> FamilySpec:
     if layout.ep > 1:
         raise SpecError("plan.strategy.ep", f"{layout.ep}: expert parallelism is not run by this executor yet "
                         "(the simulator models it); use ep 1")
+    if layout.cp > 1:
+        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor does not run context parallelism yet; "
+                        "simulate the plan, or execute it with cp 1")
+    if layout.strategy.precision.value != "model":
+        raise SpecError("plan.strategy.precision", f"{layout.strategy.precision.value}: this executor runs the "
+                        "model's own dtype only (FP8 needs FP8 tensor cores and Transformer Engine or torchao); "
+                        "simulate the plan, or execute it with precision model")
     family = family_of(layout)
     if family not in _REGISTRY:
         known = ", ".join(f.value for f in _REGISTRY) or "none"

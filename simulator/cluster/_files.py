@@ -1,10 +1,12 @@
-"""Helpers shared by the cluster-file reader (:mod:`.io`) and the preset registry (:mod:`.presets`):
-strict YAML parsing and the node-count override. A module below both, so that the reader can
-resolve a preset name and the registry can parse its YAML without importing each other."""
+"""Helpers shared by the cluster-file reader (:mod:`.io`), the schema (:mod:`._schema`) and the preset
+registry (:mod:`.presets`): strict YAML parsing, the node-count override and the presets' texts. A module
+below all three, so that the reader and the schema can resolve a preset name and the registry can parse
+its YAML without importing each other."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from importlib import resources
 from typing import Any
 
 import yaml
@@ -13,7 +15,30 @@ from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 
-__all__ = ["parse_yaml", "with_nodes"]
+__all__ = ["parse_yaml", "preset_names", "preset_text", "with_nodes"]
+
+_PACKAGE = "simulator.cluster"
+_FOLDER = "presets"
+_SUFFIX = ".yaml"
+
+
+def _folder():
+    return resources.files(_PACKAGE).joinpath(_FOLDER)
+
+
+def preset_names() -> list[str]:
+    """Names of the embedded presets, sorted."""
+    return sorted(entry.name[: -len(_SUFFIX)] for entry in _folder().iterdir()
+                  if entry.name.endswith(_SUFFIX) and not entry.name.startswith("_"))
+
+
+def preset_text(name: str) -> str:
+    """The YAML text of preset ``name`` (with its source comments)."""
+    names = preset_names()
+    if name not in names:
+        raise SpecError("cluster", f"unknown preset {name!r}; known: {', '.join(names)} "
+                        "(or give a .yaml/.json file path)")
+    return _folder().joinpath(name + _SUFFIX).read_text(encoding="utf-8")
 
 
 def with_nodes(cluster: Cluster, nodes: int | None) -> Cluster:

@@ -8,21 +8,26 @@ Naming ``comm: {library: nccl}`` without ``protocols`` gives NCCL's table (:mod:
 from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
+from simulator.cluster._files import parse_yaml, preset_text
+from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, Link,
+from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, LeafUplinks,
+                                    Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmCurve, gemm_efficiency_from_dict
 from simulator.units import GB
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
-            "comm", "in_switch_reduction", "source")
+            "comm", "in_switch_reduction", "source", "node_groups", "degraded")
+GROUP_KEYS = ("first_node", "nodes", "device")
+DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
-               "sm_count", "sustained_clock_ratio")
+               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
-                          "gpudirect_rdma")
+                          "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps")
@@ -45,10 +50,50 @@ def cluster_from_dict(d: dict) -> Cluster:
     node = _node(top, top.section("intra_node", INTRA_KEYS), inter, host)
     network = _network(inter) if inter is not None else None
     comm = _comm(top.section("comm", COMM_KEYS)) if top.has("comm") else CommProfile()
+    degraded = top.section("degraded", DEGRADED_KEYS) if top.has("degraded") else None
     return Cluster(name=top.string("name"), nodes=top.integer("nodes", 1), device=device, node=node,
                    network=network, comm=comm, in_switch_reduction=top.boolean("in_switch_reduction", False),
                    source=top.string("source", "", non_empty=False),
-                   description=top.string("description", "", non_empty=False))
+                   description=top.string("description", "", non_empty=False),
+                   node_groups=_node_groups(top), degraded_nics=_facts(degraded, "nics", DegradedNic),
+                   slow_gpus=_facts(degraded, "gpus", SlowGpu))
+
+
+def _node_groups(top: Section) -> tuple[NodeGroup, ...]:
+    """``node_groups: [{first_node, nodes, device}]``; ``device`` a mapping as the top one, or a preset's name."""
+    items = top.raw("node_groups", [])
+    if not isinstance(items, list):
+        raise SpecError("node_groups", "must be a list of {first_node, nodes, device}")
+    out = []
+    for i, item in enumerate(items):
+        s = Section(item, f"node_groups[{i}]", GROUP_KEYS)
+        raw = s.raw("device")
+        if isinstance(raw, str):  # a preset's device section
+            try:
+                preset = Section(parse_yaml(preset_text(raw), f"preset {raw}"), "", TOP_KEYS)
+            except SpecError as err:
+                raise SpecError(s.field("device"), err.problem) from None
+            device = _device(preset.section("device", DEVICE_KEYS))
+        else:
+            device = _device(s.section("device", DEVICE_KEYS))
+        out.append(NodeGroup(first_node=s.integer("first_node", minimum=0), nodes=s.integer("nodes"), device=device))
+    return tuple(out)
+
+
+def _facts(degraded: Section | None, key: str, kind) -> tuple:
+    """``degraded.nics: [{node, nic, bw_fraction}]`` or ``degraded.gpus: [{node, gpu, speed_fraction}]``."""
+    if degraded is None or not degraded.has(key):
+        return ()
+    items = degraded.raw(key)
+    index, fraction = ("nic", "bw_fraction") if kind is DegradedNic else ("gpu", "speed_fraction")
+    if not isinstance(items, list):
+        raise SpecError(degraded.field(key), f"must be a list of {{node, {index}, {fraction}}}")
+    out = []
+    for i, item in enumerate(items):
+        s = Section(item, f"{degraded.field(key)}[{i}]", ("node", index, fraction))
+        out.append(kind(node=s.integer("node", minimum=0), **{index: s.integer(index, minimum=0),
+                                                              fraction: s.fraction(fraction)}))
+    return tuple(out)
 
 
 def _device(s: Section) -> Device:
@@ -66,7 +111,8 @@ def _device(s: Section) -> Device:
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
-                  sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0))
+                  sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
+                  kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"))
 
 
 def _link(s: Section, default_kind: LinkKind | None = None) -> Link:
@@ -118,7 +164,8 @@ def _network(s: Section) -> NetworkSpec:
     return NetworkSpec(link=_link(s), rail_optimized=s.boolean("rail_optimized", True),
                        oversubscription=_at_least_one(s, "oversubscription"),
                        nodes_per_leaf=s.integer("nodes_per_leaf", 0, minimum=0),
-                       gpudirect_rdma=s.boolean("gpudirect_rdma", True))
+                       gpudirect_rdma=s.boolean("gpudirect_rdma", True),
+                       leaf_uplinks=s.choice("leaf_uplinks", LeafUplinks, LeafUplinks.PER_NIC))
 
 
 def _at_least_one(s: Section, key: str) -> float:

@@ -25,7 +25,18 @@ def _link_text(link: Link, per: str) -> str:
 def _device_lines(c: Cluster) -> list[str]:
     d = c.device
     peaks = ", ".join(f"{dtype.value} {_num(v)}" for dtype, v in d.peak_tflops.items())
-    return [f"device       {d.name}: {peaks} TFLOP/s; {_num(d.memory_bytes / 1e9)} GB at {_num(d.hbm_bw_GBps)} GB/s"]
+    overhead = f"; {_num(d.kernel_launch_overhead_us)} µs host time per kernel" if d.kernel_launch_overhead_us else ""
+    lines = [f"device       {d.name}: {peaks} TFLOP/s; {_num(d.memory_bytes / 1e9)} GB at {_num(d.hbm_bw_GBps)} GB/s"
+             + overhead]
+    for g in c.node_groups:
+        dtype, tflops = next(iter(g.device.peak_tflops.items()))
+        lines.append(f"             nodes {g.first_node}-{g.first_node + g.nodes - 1}: {g.device.name} "
+                     f"({dtype.value} {_num(tflops)} TFLOP/s, {_num(g.device.memory_bytes / 1e9)} GB "
+                     f"at {_num(g.device.hbm_bw_GBps)} GB/s)")
+    lines += [f"degraded     node {f.node} GPU {f.gpu} at {_num(100 * f.speed_fraction)} % speed" for f in c.slow_gpus]
+    lines += [f"degraded     node {f.node} NIC {f.nic} at {_num(100 * f.bw_fraction)} % bandwidth"
+              for f in c.degraded_nics]
+    return lines
 
 
 def _intra_lines(c: Cluster) -> list[str]:
@@ -49,7 +60,8 @@ def _network_lines(c: Cluster) -> list[str]:
     if net is None:
         return ["network      none (single node only)"]
     extras = [("rail-optimised" if net.rail_optimized else "not rail-optimised"),
-              f"oversubscription {_num(net.oversubscription)}:1",
+              f"oversubscription {_num(net.oversubscription)}:1"
+              + (" (shared leaf uplinks)" if net.leaf_uplinks.value == "shared" else ""),
               (f"{net.nodes_per_leaf} nodes per leaf" if net.nodes_per_leaf else "one leaf tier"),
               ("GPUDirect RDMA" if net.gpudirect_rdma else "no GPUDirect RDMA (staged through host)")]
     return [f"network      {c.node.nics_per_node} NICs per node, {_link_text(net.link, 'per NIC per direction')}",
@@ -105,7 +117,8 @@ def cluster_summary_dict(c: Cluster) -> dict:
         "name": c.name, "description": c.description, "nodes": c.nodes, "gpus_per_node": n.gpus_per_node,
         "world_size": c.world_size,
         "device": {"name": c.device.name, "peak_tflops": {k.value: v for k, v in c.device.peak_tflops.items()},
-                   "memory_GB": c.device.memory_bytes / 1e9, "hbm_bw_GBps": c.device.hbm_bw_GBps},
+                   "memory_GB": c.device.memory_bytes / 1e9, "hbm_bw_GBps": c.device.hbm_bw_GBps,
+                   "kernel_launch_overhead_us": c.device.kernel_launch_overhead_us},
         "intra_node": {"fabric": n.fabric.value, **_link_dict(n.intra_link),
                        "nvlink_pairs": len(n.nvlink_pairs), "gpu_peer_to_peer": n.gpu_peer_to_peer},
         "inter_node": None if net is None else {

@@ -79,17 +79,7 @@ def cluster_to_dict(c: Cluster) -> dict:
         d["description"] = c.description
     d["nodes"] = c.nodes
     d["gpus_per_node"] = c.node.gpus_per_node
-    d["device"] = {"name": c.device.name,
-                   "peak_tflops": {dtype.value: v for dtype, v in c.device.peak_tflops.items()},
-                   "memory_GB": _gb(c.device.memory_bytes), "hbm_bw_GBps": c.device.hbm_bw_GBps}
-    if c.device.gemm_curve is not None:
-        d["device"]["gemm_curve"] = c.device.gemm_curve.value
-    if c.device.sm_count is not None:
-        d["device"]["sm_count"] = c.device.sm_count
-    if c.device.sustained_clock_ratio != 1.0:
-        d["device"]["sustained_clock_ratio"] = c.device.sustained_clock_ratio
-    if c.device.gemm_efficiency is not None:
-        d["device"]["gemm_efficiency"] = gemm_efficiency_to_dict(c.device.gemm_efficiency)
+    d["device"] = _device_dict(c.device)
     d["intra_node"] = _intra_dict(c.node)
     if c.network is not None:
         d["inter_node"] = _inter_dict(c.network, c.node.nics_per_node)
@@ -103,6 +93,29 @@ def cluster_to_dict(c: Cluster) -> dict:
     d["in_switch_reduction"] = c.in_switch_reduction
     if c.source:
         d["source"] = c.source
+    if c.node_groups:
+        d["node_groups"] = [{"first_node": g.first_node, "nodes": g.nodes, "device": _device_dict(g.device)}
+                            for g in c.node_groups]
+    if c.degraded_nics or c.slow_gpus:
+        d["degraded"] = {"nics": [{"node": f.node, "nic": f.nic, "bw_fraction": f.bw_fraction}
+                                  for f in c.degraded_nics],
+                         "gpus": [{"node": f.node, "gpu": f.gpu, "speed_fraction": f.speed_fraction}
+                                  for f in c.slow_gpus]}
+    return d
+
+
+def _device_dict(device) -> dict:
+    d = {"name": device.name, "peak_tflops": {dtype.value: v for dtype, v in device.peak_tflops.items()},
+         "memory_GB": _gb(device.memory_bytes), "hbm_bw_GBps": device.hbm_bw_GBps}
+    if device.gemm_curve is not None:
+        d["gemm_curve"] = device.gemm_curve.value
+    if device.sm_count is not None:
+        d["sm_count"] = device.sm_count
+    if device.sustained_clock_ratio != 1.0:
+        d["sustained_clock_ratio"] = device.sustained_clock_ratio
+    d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
+    if device.gemm_efficiency is not None:
+        d["gemm_efficiency"] = gemm_efficiency_to_dict(device.gemm_efficiency)
     return d
 
 
@@ -127,7 +140,8 @@ def _intra_dict(node: NodeSpec) -> dict:
 def _inter_dict(net: NetworkSpec, nics: int) -> dict:
     d = _link_dict(net.link)
     d.update(nics_per_node=nics, rail_optimized=net.rail_optimized, oversubscription=net.oversubscription,
-             nodes_per_leaf=net.nodes_per_leaf, gpudirect_rdma=net.gpudirect_rdma)
+             nodes_per_leaf=net.nodes_per_leaf, gpudirect_rdma=net.gpudirect_rdma,
+             leaf_uplinks=net.leaf_uplinks.value)
     return d
 
 

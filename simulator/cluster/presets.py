@@ -7,35 +7,10 @@ the source of every number in comments. Adding a ``presets/NAME.yaml`` adds pres
 
 from __future__ import annotations
 
-from importlib import resources
-
-from simulator.cluster._files import parse_yaml, with_nodes
+from simulator.cluster._files import parse_yaml, preset_names, preset_text, with_nodes  # noqa: F401 (re-exported)
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-
-_PACKAGE = "simulator.cluster"
-_FOLDER = "presets"
-_SUFFIX = ".yaml"
-
-
-def _folder():
-    return resources.files(_PACKAGE).joinpath(_FOLDER)
-
-
-def preset_names() -> list[str]:
-    """Names of the embedded presets, sorted."""
-    return sorted(entry.name[: -len(_SUFFIX)] for entry in _folder().iterdir()
-                  if entry.name.endswith(_SUFFIX) and not entry.name.startswith("_"))
-
-
-def preset_text(name: str) -> str:
-    """The YAML text of preset ``name`` (with its source comments)."""
-    names = preset_names()
-    if name not in names:
-        raise SpecError("cluster", f"unknown preset {name!r}; known: {', '.join(names)} "
-                        "(or give a .yaml/.json file path)")
-    return _folder().joinpath(name + _SUFFIX).read_text(encoding="utf-8")
 
 
 def load_preset(name: str, nodes: int | None = None) -> Cluster:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
 from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
+from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu, check_facts, clipped
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
@@ -119,6 +120,14 @@ class Device:
     was measured at; it scales the compute term of every kernel, not HBM-bound time. 1.0: as measured —
     the MAMF plateaus were measured at each GPU's default power limit (the table notes e.g. GH200's 900 W
     [src: bekman-mle]); give less for a power-capped run."""
+    kernel_launch_overhead_us: float = 0.0
+    """Host time per kernel the compute model schedules that overlaps no kernel's execution, µs:
+    framework dispatch, autograd bookkeeping and the launch itself. Every kernel of the workload's op
+    list costs this on top of its roofline time (:func:`simulator.compute.kernel_time`). A CPU process
+    runs its operators synchronously and pays it in full (``trainplan calibrate --compute`` measures
+    it); a GPU's launches are asynchronous — control returns to the host before the kernel has run
+    [src: nvidia-cuda-async] — so a host thread that runs ahead hides it: 0 in the GPU presets, whose
+    GEMM curve's small-kernel fall-off carries what a short GEMM loses."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -127,6 +136,7 @@ class Device:
             positive_int("device.sm_count", self.sm_count)
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
+        non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():
@@ -239,6 +249,18 @@ class NodeSpec:
         return 0
 
 
+class LeafUplinks(Enum):
+    """How traffic between leaf switches shares the leaf-to-spine uplinks (``inter_node.leaf_uplinks``)."""
+
+    PER_NIC = "per_nic"
+    """Each NIC has its own share of its leaf's uplinks, ``bw / oversubscription``, whatever the other
+    NICs do: a static cap, so traffic of other nodes (other jobs) under the leaf never slows it."""
+    SHARED = "shared"
+    """A leaf's uplinks are one resource per direction of ``ports × bw / oversubscription`` (ports: the
+    NIC ports under the leaf), shared max-min fairly by every flow leaving (entering) the leaf: a flow
+    alone runs at its NIC's rate, flows of several nodes or jobs crossing the spine together share it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class NetworkSpec:
     """The inter-node network."""
@@ -253,11 +275,17 @@ class NetworkSpec:
     """Nodes under one leaf group (0: all nodes under one leaf tier, no spine crossing)."""
     gpudirect_rdma: bool = True
     """NIC reads/writes GPU memory directly; off, traffic is staged through host memory."""
+    leaf_uplinks: LeafUplinks = LeafUplinks.PER_NIC
+    """Whether traffic between leaves has a per-NIC share of the uplinks or shares them as one resource."""
 
     def __post_init__(self) -> None:
         if self.oversubscription < 1:
             raise SpecError("inter_node.oversubscription", f"must be >= 1, got {self.oversubscription!r}")
         non_negative_number("inter_node.nodes_per_leaf", self.nodes_per_leaf)
+        if not isinstance(self.leaf_uplinks, LeafUplinks):
+            raise SpecError("inter_node.leaf_uplinks", f"must be a LeafUplinks, got {self.leaf_uplinks!r}")
+        if self.leaf_uplinks is LeafUplinks.SHARED and not self.nodes_per_leaf:
+            raise SpecError("inter_node.leaf_uplinks", "shared uplinks need the leaves: give nodes_per_leaf > 0")
 
 
 MAX_WORLD_SIZE = 100_000
@@ -284,6 +312,12 @@ class Cluster:
     """Where the numbers come from (datasheets, measurements)."""
     description: str = ""
     """One line saying what the cluster is (``trainplan cluster list`` shows it)."""
+    node_groups: tuple[NodeGroup, ...] = ()
+    """Nodes that carry another device than ``device`` (:mod:`simulator.cluster.facts`)."""
+    degraded_nics: tuple[DegradedNic, ...] = ()
+    """NICs that run at a fraction of the network link's bandwidth."""
+    slow_gpus: tuple[SlowGpu, ...] = ()
+    """GPUs that deliver a fraction of their device's throughput."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -294,6 +328,34 @@ class Cluster:
                                      f"more than the limit of {MAX_WORLD_SIZE:,}")
         if self.nodes > 1 and self.network is None:
             raise SpecError("inter_node", f"a cluster of {self.nodes} nodes needs an inter_node section")
+        if self.varies:
+            check_facts(self.node_groups, self.degraded_nics, self.slow_gpus, self.fabric_nodes,
+                        self.node.gpus_per_node, self.node.nics_per_node)
+
+    @property
+    def varies(self) -> bool:
+        """Whether any node differs from the others (another device, a degraded NIC, a slow GPU)."""
+        return bool(self.node_groups or self.degraded_nics or self.slow_gpus)
+
+    @property
+    def fabric_nodes(self) -> int:
+        """Nodes of the whole cluster, which node indices in the facts refer to (a job's view has fewer)."""
+        return self.nodes
+
+    def device_of_node(self, node: int) -> Device:
+        """The device of cluster node ``node``: its group's, else the cluster's."""
+        for g in self.node_groups:
+            if g.holds(node):
+                return g.device
+        return self.device
+
+    def gpu_speed(self, node: int, gpu: int) -> float:
+        """Fraction of its device's throughput GPU ``gpu`` of node ``node`` delivers (1.0 unless slow)."""
+        return next((f.speed_fraction for f in self.slow_gpus if (f.node, f.gpu) == (node, gpu)), 1.0)
+
+    def nic_fraction(self, node: int, nic: int) -> float:
+        """Fraction of the network link's bandwidth NIC ``nic`` of node ``node`` runs at (1.0 unless degraded)."""
+        return next((f.bw_fraction for f in self.degraded_nics if (f.node, f.nic) == (node, nic)), 1.0)
 
     @property
     def world_size(self) -> int:
@@ -306,6 +368,10 @@ class Cluster:
         return divmod(rank, self.node.gpus_per_node)
 
     def with_nodes(self, nodes: int) -> "Cluster":
+        """The same cluster with ``nodes`` nodes (the facts about nodes it no longer has dropped)."""
         from dataclasses import replace
 
-        return replace(self, nodes=nodes)
+        if not self.varies:
+            return replace(self, nodes=nodes)
+        groups, nics, gpus = clipped(self.node_groups, self.degraded_nics, self.slow_gpus, nodes)
+        return replace(self, nodes=nodes, node_groups=groups, degraded_nics=nics, slow_gpus=gpus)

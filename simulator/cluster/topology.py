@@ -15,6 +15,13 @@ Path model (what each fabric contributes):
   rail-optimised fabric when the two NICs are on different rails. Without GPUDirect RDMA each side
   stages through host memory: a PCIe hop at half the host-to-device bandwidth (the bytes cross
   PCIe twice, GPU→host then host→NIC) and that hop's latency.
+- A degraded NIC (``Cluster.degraded_nics``) is its node's NIC link at that fraction of the bandwidth,
+  on both directions.
+- Leaf uplinks (``NetworkSpec.leaf_uplinks``): ``per_nic`` gives each NIC its own uplink share
+  ``("leaf_up", node, nic)`` at ``bw / ratio``; ``shared`` makes the source leaf's uplinks one resource
+  ``("leaf_up", *leaf)`` and the destination leaf's downlinks another ``("leaf_down", *leaf)``, each of
+  ``ports × bw / ratio`` (a leaf is a leaf group of nodes, and on a rail-optimised fabric one rail of it;
+  its ports are the NIC ports under it), so every flow crossing the spine from or into a leaf shares it.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 
-from simulator.cluster.spec import Cluster, Fabric, Link, LinkClass, LinkKind, NetworkSpec
+from simulator.cluster.spec import Cluster, Fabric, LeafUplinks, Link, LinkClass, LinkKind, NetworkSpec
 from simulator.errors import SpecError
 
 Resource = tuple
@@ -134,14 +141,34 @@ def _inter_path(cluster: Cluster, sn: int, sl: int, dn: int, dl: int, nic: int |
     if staging is not None:
         hops.append(Hop(("host_stage", sn, nic_s), staging))
         latency += staging.latency_s
-    hops.append(Hop(("nic_tx", sn, nic_s), net.link))
+    hops.append(Hop(("nic_tx", sn, nic_s), _nic_link(cluster, sn, nic_s)))
     if _crosses_leaf(cluster, sn, dn, nic_s, nic_d):
-        hops.append(Hop(("leaf_up", sn, nic_s), _leaf_uplink(net)))
-    hops.append(Hop(("nic_rx", dn, nic_d), net.link))
+        if net.leaf_uplinks is LeafUplinks.SHARED:
+            shared = _shared_uplink(net, spec.nics_per_node)
+            hops += [Hop(("leaf_up", *leaf_of(cluster, sn, nic_s)), shared),
+                     Hop(("leaf_down", *leaf_of(cluster, dn, nic_d)), shared)]
+        else:
+            hops.append(Hop(("leaf_up", sn, nic_s), _leaf_uplink(net)))
+    hops.append(Hop(("nic_rx", dn, nic_d), _nic_link(cluster, dn, nic_d)))
     if staging is not None:
         hops.append(Hop(("host_stage", dn, nic_d), staging))
         latency += staging.latency_s
     return Path(tuple(hops), LinkClass.NET, latency)
+
+
+def _nic_link(cluster: Cluster, node: int, nic: int) -> Link:
+    """The NIC's link: the network's, or a degraded NIC's fraction of it (``Cluster.degraded_nics``)."""
+    link = cluster.network.link
+    if not cluster.degraded_nics:
+        return link
+    fraction = cluster.nic_fraction(node, nic)
+    return link if fraction == 1.0 else _scaled(link, fraction)
+
+
+@lru_cache(maxsize=64)
+def _scaled(link: Link, fraction: float) -> Link:
+    return Link(kind=link.kind, bw_GBps=link.bw_GBps * fraction, latency_us=link.latency_us,
+                efficiency=link.efficiency)
 
 
 @lru_cache(maxsize=16)
@@ -149,6 +176,23 @@ def _leaf_uplink(net: NetworkSpec) -> Link:
     """A leaf's uplink: the NIC link's bandwidth divided by the oversubscription ratio (one object per
     network: an all-to-all over 512 ranks crosses it on 230k paths)."""
     return Link(kind=net.link.kind, bw_GBps=net.link.bw_GBps / net.oversubscription,
+                latency_us=net.link.latency_us, efficiency=net.link.efficiency)
+
+
+def leaf_of(cluster: Cluster, node: int, nic: int) -> tuple[int, ...]:
+    """The leaf switch NIC ``nic`` of ``node`` hangs under: its leaf group, and its rail on a
+    rail-optimised fabric (``(group,)`` or ``(group, rail)``)."""
+    net = cluster.network
+    group = node // net.nodes_per_leaf if net.nodes_per_leaf else 0
+    return (group, nic) if net.rail_optimized else (group,)
+
+
+@lru_cache(maxsize=16)
+def _shared_uplink(net: NetworkSpec, nics_per_node: int) -> Link:
+    """All uplinks of one leaf as one link: ``ports × bw / ratio`` with ``ports`` the NIC ports under the
+    leaf (``nodes_per_leaf``, times the NICs per node unless each rail has its own leaf)."""
+    ports = net.nodes_per_leaf * (1 if net.rail_optimized else nics_per_node)
+    return Link(kind=net.link.kind, bw_GBps=ports * net.link.bw_GBps / net.oversubscription,
                 latency_us=net.link.latency_us, efficiency=net.link.efficiency)
 
 

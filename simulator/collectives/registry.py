@@ -5,6 +5,7 @@ Public API (other packages code against exactly these):
 - :func:`algorithm_names` — the registered names.
 - :func:`estimate` — one algorithm's (or ``"auto"``: the fastest; on an NCCL cluster, among NCCL's own choices) estimate for a call.
 - :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
+- :func:`estimate_protocols` — one algorithm under each protocol that can run it (what ``auto`` chose among).
 - :func:`build_schedule` — an algorithm's point-to-point schedule.
 - :func:`supports` — whether an algorithm implements an op on a group.
 - :func:`supporting` — the algorithms that implement an op on a group.
@@ -38,8 +39,8 @@ _ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Ring(), DoubleBinaryTree(), RecursiveDoubling(), HalvingDoubling(), Direct(), Pairwise(),
     Hierarchical(), Nvls(), NvlsTree(), ParameterServer())}
 
-__all__ = ["Algorithm", "algorithm_names", "get_algorithm", "estimate", "estimate_all", "build_schedule",
-           "supports", "supporting"]
+__all__ = ["Algorithm", "algorithm_names", "get_algorithm", "estimate", "estimate_all", "estimate_protocols",
+           "build_schedule", "supports", "supporting"]
 
 
 def algorithm_names() -> list[str]:
@@ -119,22 +120,33 @@ def _unsupported(algorithm: str, op: Op, group: Group, able: list[str]) -> SpecE
                      f"algorithms that do: {', '.join(able) or 'none'}")
 
 
+def _each_protocol(algorithm: Algorithm, group: Group, op: Op, nbytes: int) -> list[CollectiveEstimate]:
+    """The algorithm under every protocol that can run it, in the cluster's protocol order."""
+    return [CollectiveEstimate(op=op, algorithm=algorithm.name, protocol=None if protocol is None else protocol.name,
+                               ranks=group.p, nbytes=nbytes, time_s=algorithm.time_s(group, op, nbytes, protocol))
+            for protocol in _protocols(group.cluster, algorithm)]
+
+
 def _best(algorithm: Algorithm, group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
     """The algorithm under its fastest protocol (ties: the protocol listed first)."""
-    best = None
-    for protocol in _protocols(group.cluster, algorithm):
-        t = algorithm.time_s(group, op, nbytes, protocol)
-        if best is None or t < best[0]:
-            best = (t, protocol)
-    t, protocol = best
-    return CollectiveEstimate(op=op, algorithm=algorithm.name, protocol=None if protocol is None else protocol.name,
-                              ranks=group.p, nbytes=nbytes, time_s=t)
+    return min(_each_protocol(algorithm, group, op, nbytes), key=lambda e: e.time_s)
 
 
 def estimate_all(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int) -> list[CollectiveEstimate]:
     """Every registered algorithm that supports ``op`` on this group, each under its best protocol."""
     group, op, nbytes = _group(cluster, ranks), _op(op), _nbytes(nbytes)
     return [_best(a, group, op, nbytes) for a in _ALGORITHMS.values() if _supported(a, group, op)]
+
+
+def estimate_protocols(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
+                       algorithm: str) -> list[CollectiveEstimate]:
+    """``algorithm`` under each protocol that can run it (one estimate with ``protocol=None`` on a
+    cluster without protocols): the candidates :func:`estimate` keeps the fastest of."""
+    group, op, nbytes = _group(cluster, ranks), _op(op), _nbytes(nbytes)
+    chosen = get_algorithm(algorithm)
+    if not _supported(chosen, group, op):
+        raise _unsupported(algorithm, op, group, supporting(op, cluster, ranks))
+    return _each_protocol(chosen, group, op, nbytes)
 
 
 def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,

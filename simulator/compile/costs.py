@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from simulator.cluster.nccl import COLLECTIVE_CHOICES
+from simulator.cluster.placement import PlacedCluster
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
@@ -53,6 +54,8 @@ class CostCache:
         """The same group moved down by whole leaf groups of nodes (by whole nodes when the network
         has one leaf tier): identical nodes, NICs and links, so an identical cost. Groups of different
         pipeline stages or replicas that differ only by such a move share one answer."""
+        if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
+            return ranks
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
         first = min(ranks) // gpn
         shift = first - first % per_leaf if per_leaf else first

@@ -74,29 +74,37 @@ def pcie_s(cluster: Cluster, nbytes: float) -> float:
     return host.h2d_latency_us * 1e-6 + nbytes / (host.h2d_bw_GBps * 1e9)
 
 
-def cpu_adam_s(cluster: Cluster, params: float) -> float:
-    """CPU Adam over ``params`` parameters, the node's throughput shared by its GPUs."""
+def gpus_on_node(cluster: Cluster, world: int) -> int:
+    """GPUs of one node that a job of ``world`` GPUs uses, and so share its host: a job smaller
+    than a node leaves the rest of the node's CPU, NVMe and host memory bandwidth to its ranks."""
+    return max(1, min(world, cluster.node.gpus_per_node))
+
+
+def cpu_adam_s(cluster: Cluster, params: float, sharing: int | None = None) -> float:
+    """CPU Adam over ``params`` parameters, the node's throughput shared by ``sharing`` GPUs
+    (default: all of the node's GPUs; :func:`gpus_on_node` for a smaller job)."""
     host = _host(cluster, "optimizer offload")
     if host.cpu_adam_params_per_s <= 0:
         raise SpecError("host.cpu_adam_params_per_s", f"cluster {cluster.name!r} gives no CPU Adam throughput; "
                         "add it to the host section to model optimizer offload")
-    return params * cluster.node.gpus_per_node / host.cpu_adam_params_per_s
+    return params * (sharing or cluster.node.gpus_per_node) / host.cpu_adam_params_per_s
 
 
-def nvme_s(cluster: Cluster, nbytes: float, write: bool = False) -> float:
-    """Moving ``nbytes`` between NVMe and host for one GPU, the node's bandwidth shared by its GPUs."""
+def nvme_s(cluster: Cluster, nbytes: float, write: bool = False, sharing: int | None = None) -> float:
+    """Moving ``nbytes`` between NVMe and host for one GPU, the node's bandwidth shared by
+    ``sharing`` GPUs (default: all of the node's)."""
     host = _host(cluster, "NVMe offload")
     bw = host.nvme_write_GBps if write else host.nvme_read_GBps
     if bw <= 0:
         raise SpecError("host.nvme_read_GBps", f"cluster {cluster.name!r} gives no NVMe bandwidth; add it, "
                         "or offload to host memory (offload params)")
-    return nbytes * cluster.node.gpus_per_node / (bw * 1e9)
+    return nbytes * (sharing or cluster.node.gpus_per_node) / (bw * 1e9)
 
 
-def fetch_slice_s(cluster: Cluster, offload: Offload, nbytes: float) -> float:
+def fetch_slice_s(cluster: Cluster, offload: Offload, nbytes: float, sharing: int | None = None) -> float:
     """Bringing ``nbytes`` of offloaded parameters to one GPU: PCIe, and NVMe first for ``nvme``."""
     t = pcie_s(cluster, nbytes)
-    return t + nvme_s(cluster, nbytes) if offload is Offload.NVME else t
+    return t + nvme_s(cluster, nbytes, sharing=sharing) if offload is Offload.NVME else t
 
 
 def data_s(cluster: Cluster, strategy: Strategy, world: int) -> float:

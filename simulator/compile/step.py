@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, ep_part, offload_part
+from simulator.compile import comm_part, cp_part, ep_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
+from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
+from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
+from simulator.workload.fp8 import FP8_BYTES, Fp8Recipe, fp8_linear_weights, te_weight_cast_bytes
 
 ParamFetch = offload_part.ParamFetch
 
@@ -34,7 +37,9 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
-                             ep=layout.ep, routing_skew=s.routing_skew)
+                             ep=layout.ep, routing_skew=s.routing_skew,
+                             context=s.context, fp8=s.resolved_fp8_recipe,
+                             fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     return chunk_compute(cache, workload, chunk, options)
 
 
@@ -50,34 +55,40 @@ def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> 
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
-               nbytes: float) -> CommCall:
-    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`)."""
+               nbytes: float, sharing: int | None = None) -> CommCall:
+    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`);
+    ``sharing``: GPUs sharing the node's NVMe (default all of the node's)."""
     cluster, dp = cache.cluster, len(group)
     if fetch is ParamFetch.INFINITY:
         t_coll, algo = cache.collective(group, Op.ALL_GATHER, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp) + t_coll, Op.ALL_GATHER
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp, sharing) + t_coll, Op.ALL_GATHER
     else:
         t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes) + t_coll, Op.BROADCAST
+        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes, sharing) + t_coll, Op.BROADCAST
     return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
                     transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
-    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp, layout.tp
+    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
-    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too
+    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (cp is 1)
         ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, ep_part.dispatch_bytes(workload, s.micro_batch,
                                                                                   s.routing_skew, layout.ep),
                                           moe_blocks=cc.moe_blocks, full_recompute=s.recompute is Recompute.FULL,
                                           concurrent=dp // layout.ep * tp)
         tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
+    if layout.cp > 1:
+        cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
+                                          tp=tp, context=s.context, layers=layers,
+                                          full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp)
+        tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
@@ -86,16 +97,18 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                                           dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
+    block_bytes = _gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
-            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes)
-            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes)
+            sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
+            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes, sharing)
+            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = _gathers(cache, layout, cc, dp_group, edp_group, pbytes)
+            zero = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = _gathers(cache, layout, cc, dp_group, edp_group, pbytes)
+        zero_fwd = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
@@ -110,14 +123,37 @@ def _expert_split(layout: ParallelLayout, cc) -> tuple[float, float]:
     return cc.layer_params, 0.0
 
 
-def _gathers(cache, layout, cc, dp_group, edp_group, pbytes) -> tuple[CommCall, ...]:
-    """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group."""
+def _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tuple[CommCall, ...]:
+    """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group;
+    ``block_bytes`` a whole block's gather (:func:`_gathered_block_bytes`) when the experts are not apart
+    (FP8 is refused with experts, :func:`simulator.strategy.precision.check_fp8`, so they never meet)."""
     dense, experts = _expert_split(layout, cc)
-    calls = comm_part.zero3_gathers(cache, dp_group, dense * pbytes, cc.edge_params * pbytes, cc.blocks, layout.tp)
+    gathered = dense * pbytes if experts else block_bytes
+    calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp)
     if experts:
         calls = ep_part.interleave(calls, comm_part.zero3_gathers(cache, edp_group, experts * pbytes, 0.0, cc.blocks,
                                                                   layout.tp * layout.ep))
     return calls
+
+
+def _gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
+    """Bytes of one block's ZeRO-3 / FSDP2 all-gather: its parameters in the 16-bit format, or, with
+    FSDP2's float8 all-gather, its FP8 linear weights at 1 byte and the rest (norms) at 16 bits
+    (:mod:`simulator.workload.fp8`)."""
+    pbytes = workload.dtype.param_bytes
+    if not layout.strategy.fp8_all_gather:
+        return cc.layer_params * pbytes
+    linear = fp8_linear_weights(workload, layout.tp)
+    return linear * FP8_BYTES + (cc.layer_params - linear) * pbytes
+
+
+def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
+    """Transformer Engine's once-per-step cast of the rank's FP8 weights (:func:`te_weight_cast_bytes`),
+    charged with the optimizer step whose weights it casts."""
+    if layout.strategy.resolved_fp8_recipe is not Fp8Recipe.TE:
+        return 0.0
+    blocks = layout.layers_per_rank[r]
+    return memory_kernel_s(cache.cluster.device, workload.dtype, blocks * te_weight_cast_bytes(workload, layout.tp))
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:
@@ -156,7 +192,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
     partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
-    dp, tp = layout.dp, layout.tp
+    dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
         sync = s.dp_sync
         t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
@@ -183,10 +219,12 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
-        opt = offload_part.cpu_adam_s(cluster, part)
+        sharing = offload_part.gpus_on_node(cluster, layout.world_size)
+        opt = offload_part.cpu_adam_s(cluster, part, sharing)
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
             k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
-            opt += offload_part.nvme_s(cluster, part * k) + offload_part.nvme_s(cluster, part * k, write=True)
+            opt += (offload_part.nvme_s(cluster, part * k, sharing=sharing)
+                    + offload_part.nvme_s(cluster, part * k, write=True, sharing=sharing))
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
     if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
@@ -204,9 +242,9 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
     rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp, layout.tp, layout.pp, layout.ep, r),
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
                         lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp)), layout.ep_group(r),
+                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
                                  layout.expert_dp_group(r)))
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
@@ -214,6 +252,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         chunks.append(work)
         params, experts = params + held, experts + expert
     sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    opt += _te_weight_cast_s(cache, workload, layout, r)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
@@ -251,4 +290,5 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
                     model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops,
                     world_size=layout.world_size,
                     peak_flops_per_gpu=cluster.device.peak_flops(workload.dtype.compute_dtype),
-                    memory=_memory(cluster, workload, layout) if memory else None)
+                    memory=_memory(cluster, workload, layout) if memory else None,
+                    rank_factors=rank_factors(cluster, layout, lambda c, k: _chunk_compute(c, workload, layout, k)))

@@ -128,7 +128,7 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
         rec.row(rank, ctx.optimizer_stream, "optimizer", Category.OPTIMIZER, t0, env.now, -1, r)
     for call in ctx.work.stages[r].after_step:
         t0 = env.now
-        yield ctx.runner.start(call, (r, KIND_STREAM[call.kind]), network=pipe.base)
+        yield ctx.start(call, (r, KIND_STREAM[call.kind]), pipe)
         rec.spend(who, KIND_CATEGORY[call.kind], env.now - t0)
         rec.row(rank, KIND_STREAM[call.kind], f"{call.kind.value} {call.op.value}", KIND_CATEGORY[call.kind],
                 t0, env.now, -1, r)
@@ -189,7 +189,7 @@ def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float
 def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, category: Category,
               progress: GradProgress | None = None):
     """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute."""
-    env, rec, runner = ctx.env, ctx.rec, ctx.runner
+    env, rec = ctx.env, ctx.rec
     r = ctx.schedule.rank_of(act.stage)
     seg_s = total_s / (len(tp_calls) + 1)
     name = str(act)
@@ -204,7 +204,7 @@ def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: floa
         if j < len(tp_calls):
             call = tp_calls[j]
             t0 = env.now
-            yield runner.start(call, (r, "tp"), network=pipe.base)
+            yield ctx.start(call, (r, "tp"), pipe)
             if progress is not None:
                 progress.advance(call.time_s, instant=True)
             cat = KIND_CATEGORY[call.kind]  # TP, or EP for a MoE layer's all-to-all
@@ -236,7 +236,7 @@ def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gath
         if i > 0 and not started[i - 1].processed:
             yield started[i - 1]
         t0 = env.now
-        yield ctx.runner.start(call, (r, "dp"), network=pipe.base)
+        yield ctx.start(call, (r, "dp"), pipe)
         ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
         gathered[i].succeed()
 
@@ -261,7 +261,7 @@ def _p2p(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, arrived: simpy.E
     with stream.request() as req:
         yield req
         t0 = env.now
-        yield ctx.runner.start(call, (r, "pp"), network=pipe.base)
+        yield ctx.start(call, (r, "pp"), pipe)
         ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)
     arrived.succeed()
 
@@ -292,11 +292,11 @@ def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items)
             waits.append((t0, max(bar.arrive_s)))
             t0 = max(bar.arrive_s)
         else:
-            yield ctx.runner.start(call, (r, stream), network=pipe.base)
+            yield ctx.start(call, (r, stream), pipe)
         ctx.rec.row(rank, stream, f"{call.kind.value} {call.op.value} bucket {i}", category, t0, env.now, -1, r)
     return waits, category, env.now
 
 
 def _release(ctx, bar: Barrier, call, klass):
-    yield ctx.runner.start(call, klass, network=True)
+    yield ctx.start_shared(call, klass)
     bar.released.succeed()

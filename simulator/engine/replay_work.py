@@ -46,6 +46,7 @@ from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.engine.shapes import LocalSchedule, ScheduleCache
+from simulator.engine.unrolled import tp_copies
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall, Transport
 
@@ -66,20 +67,21 @@ def _key(call: CommCall, group: tuple[int, ...]) -> tuple:
 
 def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
     """Up to ``count − 1`` copies of ``group`` shifted along the dp/tp dimensions it does not span, and,
-    for a group spanning part of dp (an expert-parallel or expert-data-parallel group), along dp by
+    for a group spanning part of dp (an expert-parallel, expert-data-parallel or context-parallel group), along dp by
     the offsets that give groups disjoint from those already taken."""
     if count <= 1 or any(not 0 <= r < layout.world_size for r in group):
         return []
     coords = [layout.coords(r) for r in group]
     spanned = {d for d in ("dp", "tp") if len({getattr(c, d) for c in coords}) > 1}
     free = [d for d in ("dp", "tp") if d not in spanned]
-    partial_dp = "dp" in spanned and len({c.dp for c in coords}) < layout.dp
-    offsets = range(layout.dp) if partial_dp else (0,)
+    n_dp = layout.dims["dp"]  # dp coordinates: dp·cp (a cp group spans part of them too)
+    partial_dp = "dp" in spanned and len({c.dp for c in coords}) < n_dp
+    offsets = range(n_dp) if partial_dp else (0,)
     out, used = [], set(group)
     for combo in itertools.product(*(range(layout.dims[d]) for d in free)):
         shift = dict(zip(free, combo))
         for k in offsets:
-            g = tuple(layout.rank_of(dp=(shift.get("dp", c.dp) + k) % layout.dp, pp=c.pp, tp=shift.get("tp", c.tp))
+            g = tuple(layout.rank_of(dp=(shift.get("dp", c.dp) + k) % n_dp, pp=c.pp, tp=shift.get("tp", c.tp))
                       for c in coords)
             if used.isdisjoint(g):
                 out.append(g)
@@ -109,6 +111,7 @@ class CommRunner:
         self._schedules = ScheduleCache(cluster)
         self._groups: dict[tuple[int, ...], Group] = {}
         self._launchers: dict[tuple, tuple] = {}
+        self._unrolled: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
@@ -278,6 +281,19 @@ class CommRunner:
         for plan in plans[1:]:
             self.env.process(_replay(self.env, self.net, plan))
         return proc
+
+    def start_groups(self, call: CommCall, klass, group: tuple[int, ...]) -> simpy.Event:
+        """Start ``call`` on ``group`` and on its copies at the other tp indices, all on the network;
+        the event fires when every one is done (unrolled pipelines, :mod:`simulator.engine.unrolled`)."""
+        key = (id(call), group)
+        entry = self._unrolled.get(key)
+        if entry is None or entry[0] is not call:
+            plans = [self.plan(call, g) for g in (group, *tp_copies(self.layout, group))]
+            entry = self._unrolled[key] = (call, [p for p in plans if p is not None])
+        plans = entry[1]
+        if not plans:
+            return self.env.timeout(call.time_s)
+        return simpy.AllOf(self.env, [self.env.process(_replay(self.env, self.net, p)) for p in plans])
 
     def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[_Plan]]:
         """How :meth:`start` runs ``call``: a delay, or the representative's plan then its replicas'.

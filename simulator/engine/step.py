@@ -22,10 +22,13 @@ import simpy
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
+from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
+from simulator.engine.unrolled import start_unrolled
+from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult
 from simulator.schedules import ActionKind
 from simulator.strategy import Offload, ParamServerMode, ParamServerSync
@@ -35,13 +38,20 @@ from simulator.work import StepWork
 class _Ctx:
     """What every rank process of one simulation shares."""
 
-    def __init__(self, work: StepWork, cluster: Cluster, trace: bool, shortcuts: bool):
-        self.env = CountingEnv()
-        self.net = FlowNetwork(self.env)
+    def __init__(self, work: StepWork, cluster: Cluster, trace: bool, shortcuts: bool, *, env=None, net=None,
+                 unrolled: bool = False):
+        self.env = CountingEnv() if env is None else env
+        self.net = FlowNetwork(self.env) if net is None else net
         self.work, self.layout, self.schedule = work, work.layout, work.schedule
         self.rec = Recorder(trace)
         self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts)
-        self.runner.prepare(_classes(work), isolate=shortcuts)
+        self.unrolled = unrolled
+        """Every dp replica is its own pipeline (:mod:`simulator.engine.unrolled`); no replica shortcuts."""
+        if unrolled:
+            _check_unrolled(work.layout)
+        if not unrolled:
+            self.runner.prepare(_classes(work), isolate=shortcuts)
+        self.rendezvous: dict[tuple, int] = {}
         self.chunk_of = {c.chunk: c for sw in work.stages for c in sw.chunks}
         self.last_backward = [max(i for i, a in enumerate(acts) if a.kind in (ActionKind.B, ActionKind.I))
                               for acts in self.schedule.ranks]
@@ -73,6 +83,19 @@ class _Ctx:
             self.pp_streams[key] = simpy.Resource(self.env, capacity=1)
         return self.pp_streams[key]
 
+    def start(self, call, klass, pipe: Pipe) -> simpy.Event:
+        """Start ``call`` for ``pipe``: the representative's call with its replicas riding along (the
+        base pipeline; others timed alone), or, unrolled, the pipe's own groups (:func:`start_unrolled`)."""
+        if self.unrolled:
+            return start_unrolled(self, call, klass, pipe)
+        return self.runner.start(call, klass, network=pipe.base)
+
+    def start_shared(self, call, klass) -> simpy.Event:
+        """Start a call all simulated pipelines wait for together (a barrier's release)."""
+        if self.unrolled:
+            return self.runner.start_groups(call, klass, call.group)
+        return self.runner.start(call, klass, network=True)
+
     def parties(self, k: int) -> int:
         return self.parties_of.get(k, 1)
 
@@ -96,20 +119,28 @@ def _classes(work: StepWork) -> dict:
 
 
 def _factors(work: StepWork, model, dp: int, k: int) -> tuple[float, ...]:
-    lay = work.layout
-    return tuple(max(model.factor(lay.rank_of(dp=dp, pp=s, tp=t), k) for t in range(lay.tp)) for s in range(lay.pp))
+    """Per stage of replica ``dp``: the slowest tp rank's compute multiplier (straggler × its device's)."""
+    lay, dev = work.layout, work.compute_factor
+    return tuple(max(model.factor(r, k) * dev(r) for r in (lay.rank_of(dp=dp, pp=s, tp=t) for t in range(lay.tp)))
+                 for s in range(lay.pp))
 
 
-def _has_stragglers(model) -> bool:
-    return bool(model.speed_factors) and any(f != 1.0 for f in model.speed_factors) or model.slowdown_prob > 0
+def _has_stragglers(model, work: StepWork | None = None) -> bool:
+    """Ranks that compute at different speeds: a straggler model, or a cluster whose nodes differ."""
+    return (bool(model.speed_factors) and any(f != 1.0 for f in model.speed_factors) or model.slowdown_prob > 0
+            or bool(work is not None and work.rank_factors))
 
 
-def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
-    """dp replicas grouped by their per-stage factors; the group holding dp 0 goes on the network."""
-    if not _has_stragglers(model):
+def _pipes_for_step(work: StepWork, model, k: int, unrolled: bool = False) -> list[Pipe]:
+    """dp replicas (dp·cp ranks per stage and tp rank: the context-parallel ranks of a replica run the
+    same work) grouped by their per-stage factors; the group holding dp 0 goes on the network.
+    Unrolled: every replica is a pipeline of its own, all on the network."""
+    if unrolled:
+        return [Pipe(PipeKey(d), _factors(work, model, d, k), True, True) for d in range(work.layout.dp)]
+    if not _has_stragglers(model, work):
         return [Pipe(PipeKey(0), (1.0,) * work.layout.pp, True, True)]
     groups: dict[tuple, int] = {}
-    for d in range(work.layout.dp):
+    for d in range(work.layout.dp_cp):
         groups.setdefault(_factors(work, model, d, k), d)
     return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
@@ -117,7 +148,7 @@ def _pipes_for_step(work: StepWork, model, k: int) -> list[Pipe]:
 def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
     env = ctx.env
     for k in range(steps):
-        pipes = _pipes_for_step(ctx.work, model, k)
+        pipes = _pipes_for_step(ctx.work, model, k, ctx.unrolled)
         ctx.parties_of[k] = len(pipes)
         t0 = env.now
         procs = {(p.key, r): env.process(rank_step(ctx, p, r, k)) for p in pipes for r in range(ctx.layout.pp)}
@@ -165,23 +196,44 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
     return done.value, staleness
 
 
+def _check_unrolled(layout) -> None:
+    """What unrolled pipelines (several jobs, mixed clusters) do not model: context parallelism, and
+    expert parallelism (an ep group spans part of dp: :func:`simulator.engine.unrolled.start_unrolled`
+    would hold every replica at a barrier and play only the first ep group's all-to-all)."""
+    if layout.dp_cp != layout.dp:
+        raise SpecError("cp", "several jobs on one network and clusters whose nodes differ are simulated with "
+                        "unrolled pipelines, which do not model context parallelism yet; use cp 1 there")
+    if layout.ep > 1:
+        raise SpecError("ep", "several jobs on one network and clusters whose nodes differ are simulated with "
+                        "unrolled pipelines, which do not model expert parallelism yet; use ep 1 there")
+
+
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
-             train_steps: int | None = None, shortcuts: bool = True) -> StepResult:
+             train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
     ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
     sampling alike, so a plan's own seed is enough and same inputs and seed give the same timeline. ``train_steps`` (default ``steps``) is the horizon of the failure
     model's time-to-train. ``shortcuts=False`` turns off step fusion and isolated-class delays
     (every call on the network, all replicas that meet the representatives' links): slow, for checks.
+    ``unrolled=True`` simulates every dp replica as its own pipeline (:mod:`simulator.engine.unrolled`):
+    what several jobs on one network need; slower still. ``None`` (default): unrolled where the cluster's
+    nodes differ (``Cluster.varies``: replicas are no longer mirror images of the representative, so the
+    replica shortcuts switch off), except under parameter servers (representative pipelines as before).
     """
     positive_int("steps", steps)
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)
-    ctx = _Ctx(work, cluster, trace, shortcuts)
+    if unrolled is None:
+        unrolled = cluster.varies and not isinstance(strategy.dp_sync, ParamServerSync)
+    ctx = _Ctx(work, cluster, trace, shortcuts, unrolled=unrolled)
     tails: dict[tuple, float] = {}
     extras: dict = {}
     sync = strategy.dp_sync
+    if unrolled and isinstance(sync, ParamServerSync):
+        raise SpecError("dp_sync", "unrolled pipelines (several jobs) model all-reduce gradient sync, not "
+                        "parameter servers")
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
         end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails)
         step_time = end_s / steps
@@ -196,6 +248,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     if strategy.failures is not None:
         extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps,
                                      model.seed))
+    if work.rank_factors:
+        extras["imbalance"] = imbalance(ctx.rec.accounts, ctx.layout, cluster)
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
                   isolated_classes=len(ctx.runner.isolated))

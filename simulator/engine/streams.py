@@ -20,12 +20,12 @@ from simulator.work import CommKind
 
 KIND_CATEGORY = {CommKind.TP: Category.TP, CommKind.EP: Category.EP, CommKind.PP: Category.PP, CommKind.DP: Category.DP,
                  CommKind.ZERO: Category.ZERO, CommKind.PS: Category.PS, CommKind.OFFLOAD: Category.OFFLOAD,
-                 CommKind.DATA: Category.DATA}
+                 CommKind.DATA: Category.DATA, CommKind.CP: Category.TP}
 """Where exposed time of each communication kind is booked."""
 
 KIND_STREAM = {CommKind.TP: "tp", CommKind.EP: "tp", CommKind.PP: "pp", CommKind.DP: "dp", CommKind.ZERO: "dp",
-               CommKind.PS: "dp", CommKind.OFFLOAD: "host", CommKind.DATA: "data"}
-"""Stream a call runs on: TP and EP block compute (the "tp" track), p2p on "pp", DP/ZeRO/PS on "dp"
+               CommKind.PS: "dp", CommKind.OFFLOAD: "host", CommKind.DATA: "data", CommKind.CP: "tp"}
+"""Stream a call runs on: TP, EP and CP block compute (the "tp" track), p2p on "pp", DP/ZeRO/PS on "dp"
 (overlapping backward), host copies on "host"."""
 
 

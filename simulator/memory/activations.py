@@ -30,6 +30,11 @@ parallelism divides everything by t (``(34 + 5as/h)/t``). Selective recompute dr
 scores (nothing to drop under FlashAttention); full recompute keeps only the block input
 (h per token, /t with sp).
 
+Context parallelism (cp ranks per sample, :mod:`simulator.workload.context`) divides every term by
+cp: each rank keeps the activations of its own ``s/cp`` tokens (under FlashAttention no term is
+quadratic in s; context parallelism requires it). The ring's KV blocks in flight (two per rank,
+transient) are not counted.
+
 Around the blocks (Korthikanti §4.3): the first stage keeps the embedding-dropout mask (sbh bytes,
 dropout only), the last the final-norm and output-projection inputs (2·2sbh) and fp32 logits for
 the loss (4sbV/t), plus the cross-entropy's transient logits (one micro-batch, by framework:
@@ -208,7 +213,7 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
 def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int) -> StageActivations:
     """Activation bytes of one rank of pipeline stage (pp rank) ``stage`` under ``layout``."""
     s, tp, sp = layout.strategy, layout.tp, layout.sequence_parallel
-    seq, mbs = spec.seq_len, s.micro_batch
+    seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
     flash = s.attention is AttentionKind.FLASH
     layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash)
     n_blocks = layout.layers_per_rank[stage]

@@ -67,10 +67,12 @@ class BufferBytes:
     gathered_params_bytes: float
     """ZeRO-3 parameters gathered for compute (current + prefetched block) and the current block's
     unsharded gradient."""
+    fp8_weights_bytes: float = 0.0
+    """FP8 weight copies a recipe keeps (Transformer Engine; :mod:`simulator.memory.fp8`)."""
 
     @property
     def total_bytes(self) -> float:
-        return self.grad_buckets_bytes + self.gathered_params_bytes
+        return self.grad_buckets_bytes + self.gathered_params_bytes + self.fp8_weights_bytes
 
 
 def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int, overlap: bool) -> int:

@@ -22,6 +22,7 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.memory.activations import stage_activations
 from simulator.memory.buffers import buffer_bytes
+from simulator.memory.fp8 import with_fp8
 from simulator.memory.moe import add_states, split_experts
 from simulator.memory.offload import HOST_BUFFER_FACTOR, place_states
 from simulator.memory.runtime import runtime_bytes
@@ -99,7 +100,8 @@ class MemoryReport:
             "host_node_bytes": self.host_node_bytes, "host_capacity_bytes": self.host_capacity_bytes,
             "nvme_node_bytes": self.nvme_node_bytes, "nvme_capacity_bytes": self.nvme_capacity_bytes,
             "ranks_per_node": self.ranks_per_node, "model": self.model_name,
-            "strategy": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "zero": int(s.zero), "offload": s.offload.value,
+            "strategy": {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "zero": int(s.zero),
+                         "offload": s.offload.value,
                          "offload_activations": s.offload_activations, "mbs": s.micro_batch,
                          "gbs": s.global_batch, "seq": self.seq, "recompute": s.recompute.value, "sp": lay.sequence_parallel,
                          "schedule": s.schedule.value, "microbatches": lay.micro_batches, "virtual_stages": lay.v,
@@ -124,7 +126,7 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
 def _states(model, layout: ParallelLayout, stage: int):
     """(blocks, placed states, buffers) of one stage: everything but the activations, so a search
     can share it between candidates that differ only in micro-batch, recomputation or schedule."""
-    s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp
+    s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp_cp  # ZeRO shards over the dp-cp group
     dtype = model.dtype
     experts: list = []
     if model.has_activation_shapes:
@@ -154,14 +156,18 @@ def _states(model, layout: ParallelLayout, stage: int):
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
                            overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce)
+    if s.resolved_fp8_recipe is not None and blocks:
+        block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
+        buffers = with_fp8(buffers, model, layout, len(blocks), largest, block_numel)
     return blocks, placed, buffers
 
 
 def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
     """What :func:`_states` depends on."""
     s = layout.strategy
-    return (model, layout.tp, layout.pp, layout.dp, layout.ep, stage, layout.layer_indices(stage), s.zero, s.offload,
-            layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync)
+    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, stage, layout.layer_indices(stage), s.zero,
+            s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
+            s.resolved_fp8_recipe, s.fp8_all_gather)
 
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:

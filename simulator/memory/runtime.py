@@ -71,9 +71,9 @@ def is_cuda(device: Device) -> bool:
 
 def nccl_peers(layout: ParallelLayout) -> int:
     """Connections one rank receives on, per channel, over all its communicators: one ring
-    predecessor per collective group of more than one rank (dp, tp) and the previous and next
+    predecessor per collective group of more than one rank (dp·cp, tp, cp) and the previous and next
     pipeline stage (activations forward, gradients backward) when pp > 1."""
-    return (layout.dp > 1) + (layout.tp > 1) + (2 if layout.pp > 1 else 0)
+    return (layout.dp_cp > 1) + (layout.tp > 1) + (layout.cp > 1) + (2 if layout.pp > 1 else 0)
 
 
 def nccl_buffer_bytes(device: Device, layout: ParallelLayout) -> int:

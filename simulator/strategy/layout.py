@@ -2,7 +2,8 @@
 
 ``build_layout(strategy, cluster, workload)`` is the one place the cross-input rules live:
 
-- world size = dp·tp·pp equals the worker GPUs (all GPUs, less dedicated parameter-server nodes);
+- world size = dp·tp·pp·cp equals the worker GPUs (all GPUs, less dedicated parameter-server nodes);
+- the workload accepts the context split (:func:`simulator.strategy.rules.context_problem`);
 - the workload accepts the tp degree (``Workload.check_tp``: a transformer's tp divides its
   attention heads and key/value heads, as Megatron-Core's ``divide`` requires);
 - pp·v ≤ layers (every virtual stage holds at least one layer); an explicit split sums to layers;
@@ -13,6 +14,14 @@
 
 Rank numbering: ``placement`` lists the dimensions innermost first; rank = Σ coord·stride with
 stride 1 for the innermost. Stage s of a pipeline (s < pp·v) lives on pp rank ``s mod pp``.
+
+Context parallelism: the cp ranks of one data-parallel replica hold the same weights, so they join
+the replicas in the gradient reduction and in ZeRO's partitioning — Megatron-Core reduces
+gradients and shards the distributed optimizer over the data-parallel group *with* context
+parallelism (``get_data_parallel_group(with_context_parallel=True)`` [src: megatron-cp]). The grid's
+``dp`` dimension therefore has ``dp·cp`` coordinates (:attr:`ParallelLayout.dp_cp`), cp innermost in
+it: coordinate ``g`` is replica ``g // cp``, context rank ``g mod cp``. With the placement
+``tp-dp-pp`` that is Megatron-LM's order tp-cp-dp-pp [src: megatron-core].
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule, ScheduleKind, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
-from simulator.strategy.rules import Candidates, first_violation
+from simulator.strategy.rules import Candidates, context_problem, first_violation
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
+from simulator.strategy.precision import check_fp8
 from simulator.workload.protocol import Workload, divisors, one_of
 
 
@@ -45,7 +55,7 @@ class ParallelLayout:
 
     strategy: Strategy
     world_size: int
-    """Worker GPUs: dp·tp·pp."""
+    """Worker GPUs: dp·tp·pp·cp."""
     dp: int
     tp: int
     pp: int
@@ -69,7 +79,19 @@ class ParallelLayout:
     """How partitioned states are split over the dp ranks (given, or the framework's)."""
     ep: int = 1
     """Expert-parallel degree: ep consecutive dp indices share one MoE layer's experts (Megatron-Core's
-    rank order tp-cp-ep-dp-pp puts ep inside dp [src: megatron-core]); ep divides dp."""
+    rank order tp-cp-ep-dp-pp puts ep inside dp [src: megatron-core]); ep divides dp; ep > 1 needs cp 1
+    (:mod:`simulator.strategy.rules`, rule ``cp``)."""
+    cp: int = 1
+    """Context-parallel degree (ranks splitting each sample's sequence)."""
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks holding the same weights, dp·cp: the gradient-reduction and ZeRO group (module docstring)."""
+        return self.dp * self.cp
+
+    def cp_group(self, dp: int, pp: int, tp: int) -> tuple[int, ...]:
+        """The context-parallel ranks of replica ``dp`` at (pp, tp), in ring order."""
+        return tuple(self.rank_of(dp * self.cp + c, pp, tp) for c in range(self.cp))
 
     @cached_property
     def schedule(self) -> PipelineSchedule:
@@ -79,10 +101,11 @@ class ParallelLayout:
 
     @property
     def dims(self) -> dict[str, int]:
-        return {"dp": self.dp, "pp": self.pp, "tp": self.tp}
+        """Coordinates per grid dimension; ``dp`` counts dp·cp (module docstring)."""
+        return {"dp": self.dp_cp, "pp": self.pp, "tp": self.tp}
 
     def coords(self, rank: int) -> RankCoord:
-        """(dp, pp, tp) coordinates of ``rank`` under the placement order."""
+        """(dp, pp, tp) coordinates of ``rank`` under the placement order (dp: the dp·cp coordinate)."""
         if not 0 <= rank < self.world_size:
             raise SpecError("rank", f"{rank} is outside the {self.world_size} worker ranks")
         out = {}
@@ -121,7 +144,7 @@ class ParallelLayout:
 
     @property
     def dp_groups(self) -> tuple[tuple[int, ...], ...]:
-        """Replicas of the same shard that reduce gradients together."""
+        """Replicas of the same shard that reduce gradients together (dp·cp ranks each)."""
         return self._groups("dp")
 
     def ep_group(self, pp: int, tp: int = 0, dp: int = 0) -> tuple[int, ...]:
@@ -187,12 +210,14 @@ def _pp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
 
 
 def _dp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    model = s.tp * s.pp * s.cp
+    names = "tp·pp·cp" if s.cp > 1 else "tp·pp"
     if s.dp is None:
-        return SpecError("tp", f"tp·pp = {s.tp * s.pp} does not divide the {gpus} GPUs; choose tp·pp from "
+        return SpecError("tp", f"{names} = {model} does not divide the {gpus} GPUs; choose {names} from "
                          f"{one_of(divisors(gpus))}")
-    fix = (f"use dp {gpus // (s.tp * s.pp)}" if gpus % (s.tp * s.pp) == 0 else
-           f"choose tp·pp from {one_of(divisors(gpus))}")
-    return SpecError("dp", f"dp·tp·pp = {s.dp}·{s.tp}·{s.pp} = {s.dp * s.tp * s.pp} does not match the "
+    fix = (f"use dp {gpus // model}" if gpus % model == 0 else f"choose {names} from {one_of(divisors(gpus))}")
+    cp_text = f"·{s.cp}" if s.cp > 1 else ""
+    return SpecError("dp", f"dp·{names} = {s.dp}·{s.tp}·{s.pp}{cp_text} = {s.dp * model} does not match the "
                      f"{gpus} GPUs; {fix}")
 
 
@@ -224,6 +249,11 @@ def _ep_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
                      f"ranks; use ep {one_of(divisors(dp))}")
 
 
+def _ep_cp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    return SpecError("cp", f"{s.cp} with ep {s.ep}: expert parallelism with context parallelism is not modelled "
+                     "(the expert groups would span dp·cp ranks); use cp 1 or ep 1")
+
+
 def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
     return SpecError("zero", f"ZeRO-{int(s.zero)} with pp {s.pp}: {s.resolved_framework.value} cannot partition "
                      "gradients across a pipeline (DeepSpeed's pipeline engine and Megatron-LM stop at ZeRO-1); "
@@ -232,7 +262,7 @@ def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecErro
 
 _ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
            "micro_batches": _schedule_error, "ep": _ep_error,
-           "zero": _zero_error}
+           "cp": _ep_cp_error, "zero": _zero_error}
 """The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
 
 
@@ -241,7 +271,7 @@ def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
                         global_batch=s.global_batch,
                         interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1,
                         zero=int(s.zero), zero_with_pp=s.resolved_framework.partitions_gradients_with_pipeline,
-                        ep=s.ep)
+                        ep=s.ep, cp=s.cp)
     field = first_violation(one, gpus, layers)
     if field is not None:
         raise _ERRORS[field](s, dp, gpus, layers)
@@ -270,11 +300,12 @@ def worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, t
 
 
 def derived_dp(s: Strategy, gpus: int) -> int:
-    """dp as given, or derived as gpus ÷ (tp·pp) (0 when that does not divide: the dp rule of RULES
+    """dp as given, or derived as gpus ÷ (tp·pp·cp) (0 when that does not divide: the dp rule of RULES
     then fails and says so)."""
     if s.dp is not None:
         return s.dp
-    return 0 if gpus % (s.tp * s.pp) else gpus // (s.tp * s.pp)
+    model = s.tp * s.pp * s.cp
+    return 0 if gpus % model else gpus // model
 
 
 def _check_cluster_inputs(s: Strategy, cluster: Cluster, world: int) -> None:
@@ -299,12 +330,16 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     workload.check_tp(strategy.tp)
     workload.check_ep(strategy.ep)
+    problem = context_problem(workload, strategy.context, strategy.tp)
+    if problem is not None:
+        raise SpecError("cp", problem)
     gpus, shard_nodes = worker_gpus(strategy, cluster, gpus)
     dp = derived_dp(strategy, gpus)
     _check_rules(strategy, dp, gpus, workload.layer_count)
     split = _split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
     _check_cluster_inputs(strategy, cluster, gpus)
+    check_fp8(strategy, cluster, workload)
     sync = strategy.dp_sync
     grad_bytes = workload.dtype.grad_bytes
     bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
@@ -313,4 +348,4 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
         micro_batches=m, grad_accum_steps=m, layers_per_stage=split, ep=strategy.ep,
         sequence_parallel=strategy.sequence_parallel and strategy.tp > 1,
         bucket_bytes=bucket, ps_shard_nodes=shard_nodes, framework=strategy.resolved_framework,
-        partitioning=strategy.resolved_partitioning)
+        partitioning=strategy.resolved_partitioning, cp=strategy.cp)

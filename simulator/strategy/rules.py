@@ -7,7 +7,7 @@ rules (each a predicate on arrays of integers):
 
 - ``pp``:        pp·v ≤ the model's layers (each virtual stage holds a layer), or pp·v = 1 when
                  the workload has no layers to split;
-- ``dp``:        dp·tp·pp equals the worker GPUs;
+- ``dp``:        dp·tp·pp·cp equals the worker GPUs (cp: context parallelism);
 - ``global_batch``: dp divides the global batch;
 - ``micro_batch``:  the micro-batch divides the samples per replica, B ÷ dp;
 - ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
@@ -17,13 +17,18 @@ rules (each a predicate on arrays of integers):
                  parallelism equal to tp (Megatron-Core's expert groups inside the tp-cp-ep-dp-pp rank
                  order, ``expert_tensor_parallel_size`` defaulting to tp [src: megatron-core]; DeepSpeed-MoE's
                  expert-parallel groups inside the data-parallel group [src: deepspeed-moe]);
+- ``cp``:        ep 1 or cp 1: with both, Megatron-Core carves ep out of dp alone and reduces the
+                 experts' gradients over the (dp/ep)·cp ranks that hold them
+                 (``get_data_modulo_expert_parallel_group(with_context_parallel=True)`` [src: megatron-moe-cp]);
+                 the expert groups here span dp only, so the pair is refused rather than mis-costed;
 - ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
                  together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
                  DeepSpeed's pipeline engine nor Megatron-LM).
 
 The tensor- and expert-parallel rules on the model's shapes belong to the workload
 (``Workload.check_tp``, ``Workload.check_ep``: ep divides the routed experts); :func:`valid_mask` asks
-them once per distinct degree.
+them once per distinct degree. The context-parallel rules need the workload's sequence and heads
+(:func:`context_problem`); :func:`valid_mask` asks them once per distinct (cp, kind, balance, tp).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.schedules import interleaved_ok, micro_batches_ok
+from simulator.workload.context import ContextKind, ContextSplit
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,12 @@ class Candidates:
     (:attr:`Framework.partitions_gradients_with_pipeline`; False when not given to :meth:`of`)."""
     ep: np.ndarray
     """Expert-parallel degree (1 when not given to :meth:`of`)."""
+    cp: np.ndarray
+    """Context-parallel degree (1 when not given to :meth:`of`)."""
 
     @classmethod
     def of(cls, **columns) -> "Candidates":
-        columns = {"zero": 0, "zero_with_pp": False, "ep": 1, **columns}
+        columns = {"zero": 0, "zero_with_pp": False, "ep": 1, "cp": 1, **columns}
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
         lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
         n = max(lengths) if lengths else 1
@@ -79,12 +87,13 @@ def _micro_batches(c: Candidates) -> np.ndarray:
 
 RULES: tuple[Rule, ...] = (
     Rule("pp", lambda c, gpus, layers: (c.pp * c.v == 1) if layers is None else (c.pp * c.v <= layers)),
-    Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp == gpus),
+    Rule("dp", lambda c, gpus, layers: c.dp * c.tp * c.pp * c.cp == gpus),
     Rule("global_batch", lambda c, gpus, layers: c.global_batch % np.maximum(c.dp, 1) == 0),
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
          & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
     Rule("ep", lambda c, gpus, layers: c.dp % c.ep == 0),
+    Rule("cp", lambda c, gpus, layers: (c.ep == 1) | (c.cp == 1)),
     Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
@@ -112,8 +121,37 @@ def first_violation(c: Candidates, gpus: int, layers: int | None) -> str | None:
     return None
 
 
-def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
-    """True where a candidate passes every rule here and the workload accepts its tp degree."""
+def context_problem(workload, context: ContextSplit, tp: int) -> str | None:
+    """Why ``workload`` cannot be split by ``context`` (:mod:`simulator.workload.context`), or None:
+
+    - only a transformer has a sequence to split (a layer list or a parameter count does not);
+    - not with Multi-head Latent Attention (its attention core's split over cp is not modelled);
+    - the sequence splits into the split's chunks: ``2·cp`` for a balanced ring (Megatron-Core's
+      ``get_batch_on_this_cp_rank`` [src: megatron-cp]), ``cp`` otherwise;
+    - all-to-all (Ulysses) splits heads: the query heads divide by tp·cp (DeepSpeed-Ulysses requires
+      the heads to divide by the sequence-parallel degree [src: jacobs-2023]).
+    """
+    cp = context.degree
+    if cp == 1:
+        return None
+    if not getattr(workload, "has_activation_shapes", False) or workload.layer_count is None:
+        return f"{cp}: only a transformer has a sequence to split; use cp 1"
+    if getattr(workload, "mla", None) is not None:
+        return f"{cp}: context parallelism of DeepSeek's latent attention is not modelled; use cp 1"
+    s = workload.seq_len
+    if s % context.chunks():
+        return (f"{cp}: the sequence of {s} tokens does not split into {context.chunks()} equal chunks "
+                f"({'2·cp, causal load balancing' if context.chunks() == 2 * cp else 'cp'}); choose cp so that "
+                f"{'2·' if context.chunks() == 2 * cp else ''}cp divides {s}")
+    if context.kind is ContextKind.ALL_TO_ALL and workload.heads % (tp * cp):
+        return (f"{cp}: all-to-all context parallelism splits the {workload.heads} heads over tp·cp = {tp * cp} "
+                "ranks; choose tp·cp dividing the heads, or cp_kind ring")
+    return None
+
+
+def valid_mask(c: Candidates, gpus: int, workload, contexts: np.ndarray | None = None) -> np.ndarray:
+    """True where a candidate passes every rule here and the workload accepts its tp degree (and, given
+    ``contexts``, an object array of each candidate's :class:`ContextSplit`, its context split)."""
     layers = workload.layer_count
     mask = np.ones(len(c.dp), dtype=bool)
     for rule in RULES:
@@ -128,4 +166,8 @@ def valid_mask(c: Candidates, gpus: int, workload) -> np.ndarray:
             workload.check_ep(int(ep))
         except ValueError:  # SpecError
             mask &= c.ep != ep
+    if contexts is not None:
+        pairs = list(zip(contexts, c.tp.tolist()))
+        bad = {pair for pair in set(pairs) if context_problem(workload, pair[0], int(pair[1])) is not None}
+        mask &= np.array([pair not in bad for pair in pairs], dtype=bool)
     return mask

@@ -23,6 +23,8 @@ from simulator.strategy.framework import Framework, Partitioning, resolve_framew
 from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
+from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
@@ -100,8 +102,9 @@ class Strategy:
                              role=Role.BATCH)
     micro_batch: int = _int(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
                             _F("--mbs", "micro-batch size, sequences", metavar="B"))
-    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp)",
-                          _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp)"), opt_pos_int)
+    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp·cp)",
+                          _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp·cp)"),
+                          opt_pos_int)
     tp: int = _int(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
                    _F("--tp", "tensor-parallel degree", metavar="T"))
     pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
@@ -130,6 +133,27 @@ class Strategy:
                 default_help="as even as possible, extra layers after the first stage"))
     sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
                                       "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
+    cp: int = _int(1, "cp", "Context-parallel degree: each sample's sequence split over cp ranks, weights "
+                   "replicated (simulator.workload.context)", _F("--cp", "context-parallel degree", metavar="C"))
+    cp_kind: ContextKind = _enum(ContextKind, "cp_kind", _F(
+        "--cp-kind", "ring (KV blocks around the cp ring, overlapped with attention) or all-to-all "
+        "(DeepSpeed-Ulysses, heads split by cp)", choices=choices_of(ContextKind)),
+        doc="How the attention core of a cp group exchanges tokens", default=ContextKind.RING)
+    cp_balanced: bool = _switch(True, "cp_balanced", "Causal load balancing of ring attention: the sequence in "
+                                "2·cp chunks, rank r holding chunks r and 2cp−1−r (Megatron-Core, torchtitan)",
+                                "--cp-balanced")
+    precision: MatmulPrecision = _enum(MatmulPrecision, "precision", _F(
+        "--precision", "model (the model's own dtype) or fp8 (linear layers' GEMMs in FP8 by the framework's "
+        "recipe, the rest in bf16)", choices=choices_of(MatmulPrecision)),
+        doc="Format of the linear layers' GEMMs (simulator.workload.fp8)", default=MatmulPrecision.MODEL)
+    fp8_recipe: Fp8Recipe | None = declare(
+        None, key="fp8_recipe", role=_STRUCT, parse=enum_parser(Fp8Recipe, "fp8_recipe"), check=opt(is_a(Fp8Recipe)),
+        doc="FP8 recipe (precision fp8 only); None: the framework's (megatron: te, torch and fsdp2: torchao)",
+        flag=_F("--fp8-recipe", "te (Transformer Engine, delayed scaling) or torchao (float8, tensorwise dynamic "
+                "scaling); default: the framework's", choices=choices_of(Fp8Recipe)))
+    fp8_all_gather: bool = _switch(False, "fp8_all_gather", "FSDP2 all-gathers the FP8 weights cast on their "
+                                   "shards (torchao enable_fsdp_float8_all_gather; torchao recipe, fsdp2, zero 2-3)",
+                                   "--fp8-all-gather")
     zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
                             doc="Which model states are partitioned over the dp ranks", default=ZeroStage.ZERO0)
     offload: Offload = _enum(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
@@ -204,11 +228,33 @@ class Strategy:
         if isinstance(self.dp_sync, ParamServerSync) and self.zero is not ZeroStage.ZERO0:
             raise SpecError("zero", "ZeRO partitions state over an all-reduce group; with a parameter server "
                             "use zero 0")
+        if self.cp > 1 and isinstance(self.dp_sync, ParamServerSync):
+            raise SpecError("cp", "a parameter server's workers are whole data-parallel replicas; use the "
+                            "all-reduce gradient sync with cp, or cp 1")
+        if self.cp > 1 and self.attention is not AttentionKind.FLASH:
+            raise SpecError("cp", "context parallelism runs the attention core as flash attention (Transformer "
+                            "Engine's context-parallel attention is fused); use attention flash or cp 1")
         _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
+        self._check_fp8(framework)
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
                             "buckets (use framework torch with zero 0 or 1)")
         self._check_layer_split()
+
+    def _check_fp8(self, framework: Framework) -> None:
+        if self.precision is not MatmulPrecision.FP8:
+            for name in ("fp8_recipe", "fp8_all_gather"):
+                if getattr(self, name):
+                    raise SpecError(name, "is meaningful with precision fp8 only; add precision fp8 or drop it")
+            return
+        recipe = self.resolved_fp8_recipe
+        if recipe is None:
+            raise SpecError("fp8_recipe", f"{framework.value} has no FP8 recipe of its own here; give fp8_recipe "
+                            "te (Transformer Engine modules) or torchao")
+        if self.fp8_all_gather and (recipe is not Fp8Recipe.TORCHAO or framework is not Framework.FSDP2
+                                    or self.zero < ZeroStage.ZERO2):
+            raise SpecError("fp8_all_gather", "is FSDP2's float8 all-gather (torchao): use fp8_recipe torchao with "
+                            "framework fsdp2 and zero 2 or 3")
 
     def _check_layer_split(self) -> None:
         if self.layer_split is None:
@@ -219,6 +265,23 @@ class Strategy:
         if len(self.layer_split) != self.pp * self.virtual_stages:
             raise SpecError("layer_split", f"has {len(self.layer_split)} entries; give pp·virtual_stages = "
                             f"{self.pp * self.virtual_stages}")
+
+    @property
+    def context(self) -> ContextSplit:
+        """The sequence split these fields ask for (:mod:`simulator.workload.context`)."""
+        return ContextSplit(self.cp, self.cp_kind, self.cp_balanced)
+
+    @property
+    def resolved_fp8_recipe(self) -> Fp8Recipe | None:
+        """The FP8 recipe in effect: given, or the framework's. Megatron-LM runs FP8 through Transformer
+        Engine [src: te-fp8], torchtitan (FSDP2, DDP) through torchao float8 [src: torchao-float8];
+        None under precision model, or for DeepSpeed without a given recipe."""
+        if self.precision is not MatmulPrecision.FP8:
+            return None
+        if self.fp8_recipe is not None:
+            return self.fp8_recipe
+        return {Framework.MEGATRON: Fp8Recipe.TE, Framework.FSDP2: Fp8Recipe.TORCHAO,
+                Framework.TORCH_DDP: Fp8Recipe.TORCHAO}.get(self.resolved_framework)
 
     @property
     def resolved_framework(self) -> Framework:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
@@ -64,11 +65,13 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
         if count:
             block = block_work(spec, o.micro_batch, spec.seq_len, o.tp, moe_layer=moe_layer, ep=o.ep,
                                routing_skew=o.routing_skew, flash_attention=o.flash_attention,
-                               sequence_parallel=o.sequence_parallel, fusion=o.fusion)
+                               sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
+            if o.fp8 is not None:
+                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
             units.append((count, _unit(block, o.recompute, o.flash_attention)))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
-                         fusion=o.fusion)
+                         fusion=o.fusion, context=o.context)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
             if wanted:
                 units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))
@@ -85,7 +88,8 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
         edge += spec.norm_params
         if not spec.tied_embeddings or chunk.count > 1:
             edge += vh / tp
-    boundary = options.micro_batch * spec.seq_len * spec.hidden * spec.dtype.activation_bytes
+    local_seq = spec.seq_len // options.context.degree  # a context-parallel rank hands on its s/cp tokens
+    boundary = options.micro_batch * local_seq * spec.hidden * spec.dtype.activation_bytes
     moe = _moe_blocks(spec, chunk)
     experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
     blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))

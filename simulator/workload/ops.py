@@ -40,8 +40,10 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import positive_int
+from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_shape import GemmShape
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
 from simulator.workload.kinds import ActivationKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
@@ -103,6 +105,9 @@ class Kernel:
     shape: GemmShape | None = None
     """A GEMM's (m, n, k, batch), for tile and wave quantisation (:mod:`simulator.gemm_shape`);
     None for memory kernels and for compute kernels known by FLOPs only (flash attention, a layer list)."""
+    dtype: Dtype | None = None
+    """The format a GEMM runs in when it is not the workload's compute format (FP8 linears,
+    :mod:`simulator.workload.fp8`); None: the workload's."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
@@ -160,23 +165,50 @@ def _dropout(name: str, nbytes: float, elems: float, fused: bool) -> list[tuple[
     return [(memory(name, 2 * nbytes + elems * DROPOUT_MASK_BYTES), None)]
 
 
+def _local_tokens(s: int, context: ContextSplit) -> int:
+    """Tokens of a sample on one context-parallel rank, ``s/cp`` (the layout checks divisibility)."""
+    if s % context.chunks():
+        raise SpecError("cp", f"sequence {s} does not split into {context.chunks()} equal chunks")
+    return s // context.degree
+
+
+def _flash_core(spec: TransformerSpec, b: int, s: int, tp: int, e: int, kv_t: float,
+                context: ContextSplit) -> Kernel:
+    """The fused attention core of one rank. Without cp: ``4·b·s²·q/t`` FLOPs, reads Q, K, V, writes O.
+    Context-parallel (:mod:`simulator.workload.context`): ``1/cp`` of those FLOPs (× the causal imbalance
+    of an unbalanced ring); a ring rank reads its ``s/cp`` queries and every KV block once, an
+    all-to-all rank the whole sequence for ``heads/cp`` heads."""
+    q, cp = spec.q_dim, context.degree
+    flops = 4.0 * b * s * s * q / tp
+    if cp == 1:
+        return Kernel(name="flash_attn", flops=flops, bytes=float(e * b * s * (2 * q / tp + 2 * kv_t)), gemm=True)
+    if context.kind is ContextKind.RING:
+        nbytes = e * b * (s / cp * 2 * q / tp + s * 2 * kv_t)
+    else:
+        kv_c = spec.kv_dim / (tp * cp) if spec.n_kv_heads >= tp * cp else spec.d_head  # one KV head, replicated
+        nbytes = e * b * s * (2 * q / (tp * cp) + 2 * kv_c)
+    return Kernel(name="flash_attn", flops=flops / cp * context.imbalance, bytes=float(nbytes), gemm=True)
+
+
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
                flash_attention: bool = True, sequence_parallel: bool = False,
-               fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
-    """The operations of one transformer block on one tensor-parallel rank (a dense MLP; a MoE block
-    is :func:`simulator.workload.moe_ops.moe_layer_work`)."""
-    s = spec.seq_len if seq is None else seq
-    _check(spec, micro_batch, s, tp)
+               fusion: KernelFusion = KernelFusion.EAGER, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpWork]:
+    """The operations of one transformer block on one tensor-parallel (and context-parallel) rank (a
+    dense MLP; a MoE block is :func:`simulator.workload.moe_ops.moe_layer_work`)."""
+    s_full = spec.seq_len if seq is None else seq
+    _check(spec, micro_batch, s_full, tp)
+    s = _local_tokens(s_full, context)
     b, h, q, kv, f, d = micro_batch, spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn_size, spec.d_head
     e, T = spec.dtype.activation_bytes, micro_batch * s
     kv_t = kv / tp if spec.n_kv_heads >= tp else kv  # KV heads replicated when fewer than ranks
     res = T * h * e / (tp if sequence_parallel else 1)
     swiglu = spec.activation is ActivationKind.SWIGLU
     if flash_attention:
-        core = Kernel(name="flash_attn", flops=4.0 * b * s * s * q / tp,
-                      bytes=float(e * T * (2 * q / tp + 2 * kv_t)), gemm=True)
-        attention = [(core, None)]
+        attention = [(_flash_core(spec, b, s_full, tp, e, kv_t, context), None)]
     else:
+        if context.degree > 1:
+            raise SpecError("attention", "context parallelism runs the attention core as flash attention; "
+                            "use attention flash")
         heads_t = spec.heads / tp
         scores = b * heads_t * s * s
         passes = 3 if fusion is KernelFusion.EAGER else 1  # scale, mask, softmax: separate or fused
@@ -203,10 +235,13 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
 
 
 def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
-              sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER) -> list[OpWork]:
-    """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank."""
+              sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER,
+              context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpWork]:
+    """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank
+    (on the ``s/cp`` tokens of a context-parallel rank)."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
+    s = _local_tokens(s, context)
     h, v, e, T = spec.hidden, spec.vocab, spec.dtype.activation_bytes, micro_batch * s
     res = T * h * e / (tp if sequence_parallel else 1)
     lookups = 2 if spec.position is PositionKind.LEARNED else 1

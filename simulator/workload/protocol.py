@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from simulator.errors import SpecError
+from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
+from simulator.workload.fp8 import Fp8Recipe
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.ops import Kernel
 
@@ -74,6 +76,12 @@ class ComputeOptions:
     """Expert-parallel degree: a MoE layer's routed experts are split over ep ranks."""
     routing_skew: float = 1.0
     """Busiest expert-parallel rank's tokens ÷ its balanced share (MoE load imbalance)."""
+    context: ContextSplit = NO_CONTEXT_SPLIT
+    """How each sample's sequence is split over context-parallel ranks (:mod:`simulator.workload.context`)."""
+    fp8: Fp8Recipe | None = None
+    """The FP8 recipe the block's linear layers run (:mod:`simulator.workload.fp8`); None: none."""
+    fp8_weight_shards: int = 1
+    """Ranks each FP8 weight is cast over (FSDP2's float8 all-gather casts the dp shard)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,223 @@
+"""Measure this machine's compute and write it into a cluster's device fields.
+
+:func:`calibrate_compute` is the entry point (``trainplan calibrate --compute`` and ``validate --suite``
+call it): it times, with :mod:`executor.compute_bench`, in the executor's threads per rank and format,
+
+1. GEMMs over a grid of (m, n, k): square ones and every GEMM shape the tiny-scale run of ``model``
+   plans (:func:`run_shapes`). Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
+   as a fraction of ``device.peak_tflops`` in the compute format (raised to the best measured rate
+   if a GEMM beat it: a peak no run reaches is no peak);
+2. memory-bound kernels (:class:`~executor.compute_bench.MemoryKernel`) at growing sizes; at the
+   largest, each kernel's bandwidth ``model_bytes / t`` as the compute model counts its bytes. Their
+   median over kernels is the achieved bandwidth: ``gemm_efficiency.hbm_efficiency`` =
+   achieved / ``device.hbm_bw_GBps`` (``hbm_bw_GBps`` raised to the achieved rate if above it);
+3. one transformer block of the tiny ``model``, forward and backward: the per-kernel overhead
+
+       kernel_launch_overhead_us = (t_block − Σ roofline times of the block's kernels) / kernels,
+
+   with the roofline times from steps 1–2 (:func:`simulator.compute.layer_times`) and the kernels
+   counted from the workload's op list (:func:`simulator.workload.ops.layer_work`), so the compute model
+   reproduces the measured block through the very formula it applies to every kernel of every plan.
+
+A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
+ranks is in it. The result replaces only these device fields of ``base`` (a preset or a
+``trainplan calibrate`` file, whose network calibration is kept).
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import sys
+from dataclasses import dataclass, replace
+
+import torch
+
+from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
+                                    time_gemm, time_memory_kernel)
+from executor.launch import check_backend, threads_per_rank
+from simulator.cluster.spec import Cluster, Device
+from simulator.compute import layer_times, total_time
+from simulator.errors import SpecError
+from simulator.gemm_efficiency import GemmEfficiency
+from simulator.gemm_shape import GemmShape
+from simulator.plan_scale import Scale, ScaleKind, scale_model
+from simulator.workload.kinds import DtypePolicy
+from simulator.workload.ops import edge_work, layer_work
+from simulator.workload.transformer import TransformerSpec
+
+SQUARE_SIDES = (64, 128, 256, 512, 1024)
+"""Sides n of the square n×n×n GEMMs measured besides the run's own shapes (as benchmarks/cpu_probe.py)."""
+ELEMENTS = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
+"""Element counts of the memory-bound kernels; the bandwidth is read at the largest (16 MB in fp32)."""
+TP_DEGREES = (1, 2, 4)
+"""Tensor-parallel degrees whose tiny-run GEMMs are measured (a tiny model grows with tp: hidden 32·tp)."""
+PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
+"""Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeGrid:
+    """What to measure: GEMM shapes, memory-kernel sizes, and the block (its model and micro-batch)."""
+
+    shapes: tuple[GemmShape, ...]
+    elements: tuple[int, ...]
+    block: TransformerSpec
+    micro_batch: int
+
+    def __post_init__(self) -> None:
+        if not self.shapes or not self.elements:
+            raise SpecError("grid", "measure at least one GEMM shape and one memory-kernel size")
+
+
+def run_shapes(spec: TransformerSpec, micro_batch: int, tp: int = 1) -> tuple[GemmShape, ...]:
+    """Every distinct GEMM shape (forward and backward) of one micro-batch of ``spec`` on one of ``tp`` ranks."""
+    works = layer_work(spec, micro_batch, tp=tp) + edge_work(spec, micro_batch, tp=tp)
+    kernels = [k for w in works for k in w.fwd + w.bwd if k.shape is not None]
+    return tuple(dict.fromkeys(k.shape for k in kernels))
+
+
+def tiny_model(spec: TransformerSpec, dtype: DtypePolicy, tp: int = 1) -> TransformerSpec:
+    """``spec`` at the executor's ``--scale tiny`` for ``tp`` ranks (one stage), in the run's format."""
+    tiny, _ = scale_model(spec, Scale(ScaleKind.TINY), tp=tp, stages=1)
+    return replace(tiny, dtype=dtype)
+
+
+def default_grid(spec: TransformerSpec, dtype: DtypePolicy, micro_batch: int = 2) -> ComputeGrid:
+    """Squares of :data:`SQUARE_SIDES` and the tiny runs' GEMMs at :data:`TP_DEGREES`; :data:`ELEMENTS`;
+    the tiny block at tp 1."""
+    squares = tuple(GemmShape(n, n, n) for n in SQUARE_SIDES)
+    runs = tuple(s for tp in TP_DEGREES for s in run_shapes(tiny_model(spec, dtype, tp), micro_batch, tp))
+    return ComputeGrid(shapes=tuple(dict.fromkeys(squares + runs)), elements=ELEMENTS,
+                       block=tiny_model(spec, dtype), micro_batch=micro_batch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmRow:
+    shape: GemmShape
+    timing: Timing
+
+    @property
+    def tflops(self) -> float:
+        """Achieved rate of the median call, TFLOP/s."""
+        return self.shape.flops / self.timing.median_s / 1e12
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRow:
+    kernel: MemoryKernel
+    elements: int
+    bytes: float
+    """Bytes the compute model counts for the call (:func:`executor.compute_bench.model_bytes`)."""
+    timing: Timing
+
+    @property
+    def GBps(self) -> float:
+        return self.bytes / self.timing.median_s / 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeCalibration:
+    """The measurements and the device fields written from them."""
+
+    device: str
+    threads: int
+    dtype: DtypePolicy
+    gemms: tuple[GemmRow, ...]
+    memory: tuple[MemoryRow, ...]
+    bare_call: Timing
+    """One 1-element ``torch.add`` without autograd (for reference: the cheapest operator call)."""
+    block: Timing
+    block_kernels: int
+    """Kernels the compute model schedules for the block's forward and backward."""
+    block_roofline_s: float
+    """The block's modelled time without the per-kernel overhead."""
+    fields: Device
+    """The device as written: peak, curve, bandwidth, ``kernel_launch_overhead_us``."""
+
+
+def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
+            thread_count: int = 1, repeats: int = 10, warmup: int = 2,
+            progress: bool = False) -> tuple[tuple[GemmRow, ...], tuple[MemoryRow, ...], Timing, Timing]:
+    """Time the grid: GEMM rows, memory rows, a bare call and the block."""
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    say = (lambda text: print(text, file=sys.stderr)) if progress else (lambda text: None)
+    with threads(thread_count):
+        say(f"calibrate --compute: {len(grid.shapes)} GEMM shapes on {device} ({thread_count} thread(s))")
+        gemms = tuple(GemmRow(shape=s, timing=time_gemm(s, dtype, device, repeats=repeats, warmup=warmup))
+                      for s in grid.shapes)
+        say(f"calibrate --compute: {len(MemoryKernel)} memory-bound kernels at {len(grid.elements)} sizes")
+        memory = tuple(MemoryRow(kernel=k, elements=n, bytes=model_bytes(k, n, dtype),
+                                 timing=time_memory_kernel(k, n, dtype, device, repeats=repeats, warmup=warmup))
+                       for k in MemoryKernel for n in grid.elements)
+        bare = time_bare_call(device, repeats=max(repeats, 100), warmup=warmup)
+        say(f"calibrate --compute: one block of {grid.block.name}, micro-batch {grid.micro_batch}")
+        block = time_block(grid.block, grid.micro_batch, grid.block.seq_len, dtype, device,
+                           repeats=repeats, warmup=warmup)
+    return gemms, memory, bare, block
+
+
+def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[float, float], ...]:
+    """(FLOPs, rate / peak) per distinct FLOP count (median rate over shapes of equal FLOPs), increasing."""
+    by_flops: dict[float, list[float]] = {}
+    for row in gemms:
+        by_flops.setdefault(row.shape.flops, []).append(row.tflops)
+    return tuple((flops, min(1.0, statistics.median(rates) / peak_tflops))
+                 for flops, rates in sorted(by_flops.items()))
+
+
+def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing, dtype: DtypePolicy,
+                  source: str) -> tuple[Device, int, float]:
+    """The calibrated device, the block's kernel count and its roofline time (module docstring)."""
+    fmt = dtype.compute_dtype
+    best = max(row.tflops for row in gemms)
+    peak = max(base.peak_tflops.get(fmt, 0.0), best)
+    largest = max(row.elements for row in memory)
+    achieved = statistics.median(row.GBps for row in memory if row.elements == largest)
+    hbm = max(base.hbm_bw_GBps, achieved)
+    curve = GemmEfficiency(points=curve_points(gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
+    device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
+                     kernel_launch_overhead_us=0.0)
+    roofline = total_time(layer_times(grid.block, device, grid.micro_batch))
+    kernels = sum(len(w.fwd) + len(w.bwd) for w in layer_work(grid.block, grid.micro_batch))
+    overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)
+    return replace(device, kernel_launch_overhead_us=overhead_us), kernels, roofline
+
+
+def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
+    host = f"{platform.node()} ({platform.processor() or platform.machine()}, {platform.system()})"
+    return (f"own measurement: trainplan calibrate --compute on {datetime.date.today().isoformat()}, host {host}, "
+            f"torch {torch.__version__}, backend {backend}, {thread_count} thread(s), {dtype.value}; "
+            f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements, "
+            f"block of {grid.block.name} micro-batch {grid.micro_batch}")
+
+
+def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
+                      backend: str = "gloo", nproc: int = 1, thread_count: int | None = None,
+                      grid: ComputeGrid | None = None, repeats: int = 10, warmup: int = 2,
+                      progress: bool = False) -> tuple[Cluster, ComputeCalibration]:
+    """Measure this machine's compute and return ``base`` with the measured device fields.
+
+    ``spec`` is the model whose tiny-scale run is measured (its GEMM shapes and its block);
+    ``nproc`` the processes the executor will run on this machine, which sets the threads per rank
+    (:func:`executor.launch.threads_per_rank`, or ``thread_count``). Only the device's peak in the
+    ``dtype``'s compute format, ``hbm_bw_GBps``, ``gemm_efficiency`` and ``kernel_launch_overhead_us``
+    change; the network fields of ``base`` are kept.
+    """
+    if dtype not in PRECISIONS:
+        raise SpecError("precision", f"{dtype.value} is not a format the executor runs; use fp32 or bf16")
+    check_backend(backend)  # nccl without a visible GPU: one SpecError before anything runs
+    grid = grid or default_grid(spec, dtype)
+    count = threads_per_rank(nproc, thread_count)
+    gemms, memory, bare, block = measure(grid, dtype=dtype, backend=backend, thread_count=count,
+                                         repeats=repeats, warmup=warmup, progress=progress)
+    source = _source(backend, count, dtype, grid)
+    device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source)
+    where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
+    report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
+                                bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
+                                fields=device)
+    name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
+    joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
+    return replace(base, name=name, device=device, source=joined), report

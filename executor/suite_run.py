@@ -1,0 +1,211 @@
+"""Run the validation suite's cases for real, one after the other, and note how quiet the machine was.
+
+Each case (``simulator.validation_suite``) is written as a plan file ``RUNS/<case>.plan.json`` and run
+exactly as ``trainplan execute PLAN --scale tiny --precision fp32 --out RUNS/<case>.results.json`` runs
+it (``executor.options.prepare`` checks it, ``executor.supervise`` starts the ranks). Before and around
+each run it samples the machine:
+
+- the 1-minute load average (``os.getloadavg``) just before launching, recorded in the report;
+- the **foreign CPU fraction**: CPU seconds the whole machine spent busy during the run (``/proc/stat``,
+  Linux ``proc(5)``: user + nice + system + irq + softirq + steal jiffies over ``SC_CLK_TCK``) less the
+  CPU seconds of this process and its ranks (``getrusage`` of self and children), over wall seconds ×
+  cores: the share of the machine other work took while the case was measured. Our own ranks' load
+  is excluded, which the load average cannot do.
+
+``calibrated_cluster`` is the one place that turns ``--calibrate`` into the cluster the suite is
+estimated on.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+
+from simulator.errors import SpecError
+from simulator.suite_runs import CaseRecord, SuiteRuns, results_file
+from simulator.validation_suite import SuiteCase, case_plan
+
+PRECISION = "fp32"
+"""Every case runs in fp32: localhost-cpu lists only an fp32 peak, and one rule keeps GPU and CPU runs alike."""
+SCALE = "tiny"
+CALIBRATION_SIZES = "16KB..4MB"
+"""All-reduce sizes ``--calibrate`` measures: around the tiny models' gradient buckets (about 0.5 MB of fp32)."""
+CALIBRATION_PROCESSES = 4
+"""Processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
+CALIBRATION_REPEATS = 5
+CALIBRATION_WARMUP = 2
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+"""user, nice, system, irq, softirq, steal in /proc/stat's ``cpu`` line (idle and iowait are not busy)."""
+
+
+def _machine_busy_s() -> float | None:
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def plan_path(runs: Path, case: SuiteCase) -> Path:
+    return runs / f"{case.name}.plan.json"
+
+
+def results_path(runs: Path, case: SuiteCase) -> Path:
+    return results_file(runs, case)
+
+
+def write_plans(cases, runs: Path) -> list[Path]:
+    """Write each case's plan file into ``runs`` (made if missing); the paths, in case order."""
+    runs.mkdir(parents=True, exist_ok=True)
+    return [case_plan(c).save(plan_path(runs, c)) for c in cases]
+
+
+def executor_args(case: SuiteCase, runs: Path, *, steps: int, warmup: int, timeout_s: float,
+                  backend: str | None = None) -> list[str]:
+    """The ``python -m executor.run`` / ``trainplan execute`` arguments of ``case`` (also printed for torchrun)."""
+    argv = [str(plan_path(runs, case)), "--scale", SCALE, "--steps", str(steps), "--warmup", str(warmup),
+            "--seed", "0", "--precision", PRECISION, "--timeout-s", repr(timeout_s),
+            "--out", str(results_path(runs, case))]
+    return argv + (["--backend", backend] if backend else [])
+
+
+def processes_for(case: SuiteCase, nproc: int | None) -> int:
+    """Local processes for ``case`` under ``--nproc`` (at most that many: dp shrinks, as ``execute --nproc``)."""
+    return case.processes if nproc is None else min(case.processes, nproc)
+
+
+def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warmup: int, timeout_s: float,
+             backend: str | None = None) -> CaseRecord:
+    """Run ``case`` on local processes (its plan file must be in ``runs``); a failed run is recorded, not raised."""
+    from executor import supervise
+    from executor.options import options_from_args, prepare
+    from executor.strategies.base import processes
+
+    if nproc is not None and nproc < case.min_processes:
+        return CaseRecord(name=case.name, processes=0, skipped=True,
+                          error=f"needs {case.min_processes} processes to keep what it tests; --nproc is {nproc}")
+    argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
+    options = options_from_args(_namespace(argv))
+    try:
+        scaled, _ = prepare(options, processes_for(case, nproc) if nproc is not None else None)
+    except SpecError as err:  # e.g. a shrunk dp the plan cannot take: this case is not run, the others are
+        return CaseRecord(name=case.name, processes=0, skipped=True, error=f"refused: {err}")
+    world = processes(scaled.run.layout())
+    results_path(runs, case).unlink(missing_ok=True)
+    load_1m = os.getloadavg()[0]
+    busy0, own0, t0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    outcome = supervise.supervise(argv, world, timeout_s=timeout_s, out=options.out, echo=False)
+    wall = time.perf_counter() - t0
+    busy1, own1 = _machine_busy_s(), _own_cpu_s()
+    foreign = None
+    if busy0 is not None and busy1 is not None and wall > 0:
+        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+    return CaseRecord(name=case.name, processes=world, error=None if outcome.ok else outcome.error,
+                      load_1m=load_1m, foreign_cpu_fraction=foreign, wall_s=wall)
+
+
+def _namespace(argv: list[str]):
+    import argparse
+
+    from executor.options import add_run_arguments
+
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc: int, backend: str = "gloo",
+                       progress: bool = False) -> tuple[str, list[str]]:
+    """The cluster (a preset name or a file path) the suite is estimated on, and what was measured for it.
+
+    Without calibration: ``base`` as given. With ``calibrate_network``: ``trainplan calibrate``'s
+    all-reduce fit (``executor.calibrate.calibrate``, ring and tree, :data:`CALIBRATION_SIZES`) on
+    ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
+
+    Then the compute calibration of ``trainplan calibrate --compute``
+    (:func:`executor.calibrate_compute.calibrate_compute`: GEMMs of the suite model's tiny shapes,
+    memory-bound kernels, the per-kernel overhead, at the threads per rank of ``nproc`` processes) is
+    merged into the same cluster before the file is saved; every case is estimated on that file.
+    """
+    if not calibrate_network:
+        return base, []
+    from executor.calibrate import calibrate
+    from simulator.cluster.io import load_cluster, save_cluster
+    from simulator.collectives.base import Op
+    from simulator.units import parse_size_range
+
+    if nproc < 2:
+        raise SpecError("--nproc", f"--calibrate measures collectives on at least 2 processes, got {nproc}")
+    sizes = parse_size_range(CALIBRATION_SIZES, "sizes")
+    cluster, fit = calibrate(nproc=nproc, sizes=sizes, algorithms=("ring", "tree"), op=Op.ALL_REDUCE,
+                             backend=backend, repeats=CALIBRATION_REPEATS, warmup=CALIBRATION_WARMUP,
+                             base=load_cluster(base), progress=progress)
+    from executor.calibrate_compute import calibrate_compute
+    from simulator.validation_suite import MODEL
+    from simulator.workload import DtypePolicy, get_preset
+
+    cluster, compute = calibrate_compute(cluster, get_preset(MODEL), dtype=DtypePolicy.FP32, backend=backend,
+                                         nproc=nproc, progress=progress)
+    runs.mkdir(parents=True, exist_ok=True)
+    path = save_cluster(cluster, runs / "cluster.yaml")
+    note = (f"network calibrated now: all-reduce ring and tree on {nproc} {backend} processes, "
+            f"{CALIBRATION_SIZES}: call latency {fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, "
+            f"bandwidth {fit.bw_GBps:.3f} GB/s, median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
+            f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
+            f"{compute.fields.kernel_launch_overhead_us:.1f} us, {compute.dtype.value} peak "
+            f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
+    return str(path), [note]
+
+
+def host_info(backend: str) -> dict:
+    """The machine the suite ran on, for the report."""
+    import platform
+
+    import torch
+
+    from executor.measure import cpu_model
+
+    return {"node": platform.node(), "cpu_model": cpu_model(), "cores": os.cpu_count(), "system": platform.system(),
+            "torch": torch.__version__, "backend": backend}
+
+
+def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_notes: list[str], nproc: int | None,
+              steps: int, warmup: int, timeout_s: float, backend: str, progress=None) -> SuiteRuns:
+    """Write the plans, run every case (``progress(line)`` after each), and save the manifest ``RUNS/suite.json``.
+
+    ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster)."""
+    import datetime
+
+    write_plans(cases, runs)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start, records = os.getloadavg(), []
+    for case in cases:
+        rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
+        records.append(rec)
+        if progress is not None:
+            progress(_progress_line(rec))
+    inside = Path(cluster or "")
+    stored = inside.name if cluster and inside.is_file() and inside.parent.resolve() == runs.resolve() else cluster
+    manifest = SuiteRuns(suite=suite, date=date, host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
+                         cluster_notes=tuple(cluster_notes), load_average_start=tuple(start),
+                         load_average_end=tuple(os.getloadavg()), cases=tuple(records))
+    manifest.save(runs)
+    return manifest
+
+
+def _progress_line(rec: CaseRecord) -> str:
+    if rec.skipped:
+        return f"  {rec.name}: skipped ({rec.error})"
+    other = "" if rec.foreign_cpu_fraction is None else f", other work {rec.foreign_cpu_fraction:.0%} of the CPU"
+    state = "done" if rec.error is None else f"FAILED ({rec.error})"
+    return f"  {rec.name}: {state} on {rec.processes} processes in {rec.wall_s:.1f} s (load {rec.load_1m:.2f}{other})"

@@ -1,0 +1,219 @@
+"""The validation suite's figures: step-time MAPE overall and per family, memory errors, a table, a
+Markdown report and a predicted-vs-measured scatter.
+
+Per case the step-time error is ``simulator.validate``'s signed ``estimate / measured − 1`` of the
+analytical engine against the measured median (the DES's is reported beside it). The suite's figure
+is the mean absolute percentage error over the cases that completed,
+
+    MAPE = (1/n) · Σ |t_est,i / t_meas,i − 1|,
+
+overall and per :class:`~simulator.validation_suite.Family`. Memory: the same mean of |error| for the
+model-state bytes (the part of the memory model that should be exact) and for the peak (on CPUs the
+measured peak is the process's RSS, torch included: an upper bound, not like for like).
+
+**Hygiene.** A case counts as measured on a quiet machine when other work took at most
+:data:`QUIET_FOREIGN_CPU_FRACTION` of the machine's CPU time during its run (``executor/suite_run.py``
+measures that share). When any case is over it, the report and the table say the machine was noisy
+and that the figures are not clean, instead of presenting them as the model's error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from simulator.suite_runs import SuiteRow, SuiteRuns
+from simulator.validation_suite import Family
+
+QUIET_FOREIGN_CPU_FRACTION = 0.10
+"""Largest share of the machine's CPU time other work may take during a case for it to count as quiet
+(a measurement-hygiene threshold of this report, not a model parameter)."""
+MARKERS = {Family.DDP: "o", Family.ZERO: "s", Family.OFFLOAD: "D", Family.PIPELINE: "^", Family.TENSOR: "v",
+           Family.HYBRID: "P", Family.RECOMPUTE: "X", Family.PARAM_SERVER: "*"}
+"""One scatter marker per family."""
+BAND = 0.10
+"""The ±10 % band drawn around y = x."""
+
+
+class Hygiene(Enum):
+    QUIET = "quiet"
+    NOISY = "noisy"
+    UNKNOWN = "not measured"
+    """Results made elsewhere (torchrun) without this command's samples."""
+
+
+def mape(errors) -> float | None:
+    """Mean |error| of the errors that exist (fractions); None when there is none."""
+    kept = [abs(e) for e in errors if e is not None and math.isfinite(e)]
+    return sum(kept) / len(kept) if kept else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteReport:
+    suite: str
+    cluster: str
+    rows: tuple[SuiteRow, ...]
+    manifest: SuiteRuns | None = None
+
+    @property
+    def done(self) -> tuple[SuiteRow, ...]:
+        return tuple(r for r in self.rows if r.ok)
+
+    def step_time_mape(self, engine: str = "analytical", family: Family | None = None) -> float | None:
+        return mape(r.error_of("step_time_s", engine) for r in self.done if family in (None, r.case.family))
+
+    def family_mape(self, engine: str = "analytical") -> dict[Family, float | None]:
+        """Per family that has a case in the suite (None where none of its cases completed)."""
+        return {f: self.step_time_mape(engine, f) for f in dict.fromkeys(r.case.family for r in self.rows)}
+
+    def memory_mape(self, name: str) -> float | None:
+        """``model_state_bytes`` or ``peak_memory_bytes``."""
+        return mape(r.error_of(name) for r in self.done)
+
+    def noisy(self, row: SuiteRow) -> bool | None:
+        f = None if row.record is None else row.record.foreign_cpu_fraction
+        return None if f is None else f > QUIET_FOREIGN_CPU_FRACTION
+
+    @property
+    def hygiene(self) -> Hygiene:
+        marks = [self.noisy(r) for r in self.done]
+        if any(marks):
+            return Hygiene.NOISY
+        return Hygiene.QUIET if marks and all(m is False for m in marks) else Hygiene.UNKNOWN
+
+    def verdict(self) -> str:
+        """One sentence on the machine, for the table and the report."""
+        if self.hygiene is Hygiene.NOISY:
+            n = sum(bool(self.noisy(r)) for r in self.done)
+            return (f"NOISY MACHINE: other work took more than {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU during "
+                    f"{n} of {len(self.done)} cases; the figures below are not clean measurements of the model's error")
+        if self.hygiene is Hygiene.QUIET:
+            return (f"quiet machine: other work took at most {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU during "
+                    "every case")
+        return "machine load not measured by this command (results made elsewhere): cleanliness unknown"
+
+    def to_dict(self) -> dict:
+        m = self.manifest
+        return {"suite": self.suite, "cluster": self.cluster, "step_time_mape": self.step_time_mape(),
+                "step_time_mape_des": self.step_time_mape("des"),
+                "family_step_time_mape": {f.value: v for f, v in self.family_mape().items()},
+                "model_state_mape": self.memory_mape("model_state_bytes"),
+                "peak_memory_mape": self.memory_mape("peak_memory_bytes"),
+                "hygiene": self.hygiene.value, "verdict": self.verdict(),
+                "date": None if m is None else m.date, "host": None if m is None else m.host,
+                "cluster_notes": [] if m is None else list(m.cluster_notes),
+                "load_average_start": None if m is None else list(m.load_average_start),
+                "load_average_end": None if m is None else list(m.load_average_end),
+                "cases_completed": len(self.done), "cases": len(self.rows),
+                "rows": [_row_dict(r, self.noisy(r)) for r in self.rows]}
+
+
+def _row_dict(r: SuiteRow, noisy: bool | None) -> dict:
+    step = None if r.validation is None else r.validation.row("step_time_s")
+    rec = r.record
+    return {"case": r.case.name, "family": r.case.family.value, "ok": r.ok, "error": r.error,
+            "results": r.results, "processes": None if rec is None else rec.processes,
+            "measured_s": None if step is None else step.measured, "p10_s": None if step is None else step.p10,
+            "p90_s": None if step is None else step.p90, "analytical_s": None if step is None else step.analytical,
+            "des_s": None if step is None else step.des, "step_time_error": r.error_of("step_time_s"),
+            "step_time_error_des": r.error_of("step_time_s", "des"),
+            "model_state_error": r.error_of("model_state_bytes"), "peak_memory_error": r.error_of("peak_memory_bytes"),
+            "load_1m": None if rec is None else rec.load_1m,
+            "foreign_cpu_fraction": None if rec is None else rec.foreign_cpu_fraction,
+            "wall_s": None if rec is None else rec.wall_s, "noisy": noisy}
+
+
+def pct(x: float | None, signed: bool = True) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}"
+
+
+COLUMNS = ("case", "family", "procs", "measured ms", "p10-p90 ms", "analytical ms", "error", "des error",
+           "states err", "peak err", "other cpu", "load 1m")
+
+
+def table_cells(report: SuiteReport) -> list[list[str]]:
+    """One list of :data:`COLUMNS` cells per case (the text table and the Markdown table)."""
+    cells = []
+    for r in report.rows:
+        d = _row_dict(r, report.noisy(r))
+        spread = "-" if d["p10_s"] is None else f"{_ms(d['p10_s'])}-{_ms(d['p90_s'])}"
+        procs = "-" if d["processes"] is None else str(d["processes"])
+        load = "-" if d["load_1m"] is None else f"{d['load_1m']:.2f}"
+        other = pct(d["foreign_cpu_fraction"], signed=False) + (" noisy" if d["noisy"] else "")
+        if not r.ok:
+            cells.append([r.case.name, r.case.family.value, procs, "-", "-", "-", r.error or "-", "", "", "", other,
+                          load])
+            continue
+        cells.append([r.case.name, r.case.family.value, procs, _ms(d["measured_s"]), spread, _ms(d["analytical_s"]),
+                      pct(d["step_time_error"]), pct(d["step_time_error_des"]), pct(d["model_state_error"]),
+                      pct(d["peak_memory_error"]), other, load])
+    return cells
+
+
+def summary_lines(report: SuiteReport) -> list[str]:
+    fam = ", ".join(f"{f.value} {pct(v, signed=False)}" for f, v in report.family_mape().items())
+    return [f"step-time MAPE {pct(report.step_time_mape(), signed=False)} (analytical), "
+            f"{pct(report.step_time_mape('des'), signed=False)} (DES) over {len(report.done)} of {len(report.rows)} "
+            f"cases, on {report.cluster}",
+            f"per family: {fam}",
+            f"memory: model states MAPE {pct(report.memory_mape('model_state_bytes'), signed=False)}, peak MAPE "
+            f"{pct(report.memory_mape('peak_memory_bytes'), signed=False)}",
+            report.verdict()]
+
+
+def format_table(report: SuiteReport) -> str:
+    """The suite as a text table (a case without a validation gives its reason), the MAPE lines, the verdict."""
+    cells = table_cells(report)
+    full = [list(COLUMNS)] + [c for r, c in zip(report.rows, cells) if r.ok]
+    widths = [max(len(row[i]) for row in full) for i in range(len(COLUMNS))]
+
+    def line(row):
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    lines = [line(list(COLUMNS))]
+    for r, row in zip(report.rows, cells):
+        lines.append(line(row) if r.ok else "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[6])
+    return "\n".join(lines + [""] + summary_lines(report))
+
+
+def scatter_figure(report: SuiteReport):
+    """Estimated (analytical) vs measured step time, log axes, y = x and a ±10 % band, one marker per family."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 6))
+    ax = fig.add_subplot()
+    values = []
+    for family in Family:
+        pts = [(r.validation.row("step_time_s").measured, r.validation.row("step_time_s").analytical)
+               for r in report.done if r.case.family is family]
+        if pts:
+            xs, ys = zip(*pts)
+            values += [*xs, *ys]
+            err = report.step_time_mape(family=family)
+            ax.scatter(xs, ys, marker=MARKERS[family], s=60, label=f"{family.value} (MAPE {pct(err, signed=False)})")
+    if values:
+        lo, hi = min(values) / 2, max(values) * 2
+        line = [lo, hi]
+        ax.fill_between(line, [v * (1 - BAND) for v in line], [v * (1 + BAND) for v in line], color="0.85",
+                        label=f"±{BAND:.0%}")
+        ax.plot(line, line, color="0.3", linewidth=1, label="y = x")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step time, s (median)")
+    ax.set_ylabel("estimated step time, s (analytical)")
+    ax.set_title(f"{report.suite} suite on {report.cluster}: step-time MAPE "
+                 f"{pct(report.step_time_mape(), signed=False)}"
+                 + (" (noisy machine)" if report.hygiene is Hygiene.NOISY else ""), fontsize="medium")
+    ax.legend(fontsize="small", loc="upper left")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,163 @@
+"""The validation suite's runs folder: what was run, how the machine was meanwhile, and each case validated.
+
+A suite run leaves, in one folder (``RUNS``), each case's ``<case>.plan.json`` and ``<case>.results.json``
+(the results file of ``trainplan execute``, :mod:`simulator.run_results`), the cluster file when it was
+calibrated, and ``suite.json``, the manifest written here::
+
+    {"schema": "trainplan.suite-runs", "version": 1, "suite": "quick", "date": "2026-11-24T10:40:00+00:00",
+     "host": {"node": "...", "cpu_model": "...", "cores": 2, "system": "Linux"},
+     "cluster": "localhost-cpu" | "cluster.yaml" (relative to the folder), "cluster_notes": ["..."],
+     "steps": 5, "warmup": 2, "load_average_start": [1m, 5m, 15m], "load_average_end": [...],
+     "cases": [{"name": "ddp-overlap", "processes": 2, "error": null, "skipped": false, "load_1m": 0.4,
+                "foreign_cpu_fraction": 0.03, "wall_s": 8.1}]}
+
+Results files made elsewhere (torchrun on a cluster, one per case, rank 0 writes each with every
+rank's steps) need no manifest: :func:`suite_rows` validates whatever results files the folder holds,
+and a case without one is listed as not run. Bad input is a SpecError naming the file and field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from simulator.errors import SpecError
+from simulator.jsonio import read_json, write_json
+from simulator.validation_suite import SuiteCase
+
+SCHEMA = "trainplan.suite-runs"
+VERSION = 1
+MANIFEST = "suite.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseRecord:
+    """How one case's run went on this machine (written by ``executor/suite_run.py``)."""
+
+    name: str
+    processes: int
+    error: str | None = None
+    """None: the run completed; else one line (the supervisor's blame, or why it was skipped)."""
+    skipped: bool = False
+    load_1m: float | None = None
+    """1-minute load average just before the launch (``os.getloadavg``)."""
+    foreign_cpu_fraction: float | None = None
+    """Share of the machine's CPU time taken by other work during the run (None: not measured)."""
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteRuns:
+    """The manifest of one suite run."""
+
+    suite: str
+    date: str
+    """When the runs started, ISO 8601, UTC."""
+    host: dict
+    cluster: str | None
+    """Preset name or file the cases are estimated on (a file inside the runs folder by its name); None: each
+    plan's own cluster (GPU runs)."""
+    steps: int
+    warmup: int
+    cluster_notes: tuple[str, ...] = ()
+    load_average_start: tuple[float, ...] = ()
+    load_average_end: tuple[float, ...] = ()
+    cases: tuple[CaseRecord, ...] = field(default_factory=tuple)
+
+    def record(self, name: str) -> CaseRecord | None:
+        return next((c for c in self.cases if c.name == name), None)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cases"}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return {"schema": SCHEMA, "version": VERSION} | d | {
+            "cases": [{f.name: getattr(c, f.name) for f in fields(c)} for c in self.cases]}
+
+    def save(self, runs: str | Path) -> Path:
+        return write_json(Path(runs) / MANIFEST, self.to_dict())
+
+
+def load_manifest(runs: str | Path) -> SuiteRuns | None:
+    """The folder's manifest; None when it has none (results files made elsewhere, e.g. under torchrun)."""
+    path = Path(runs) / MANIFEST
+    if not path.exists():
+        return None
+    d = read_json(path, "suite manifest")
+    if d.get("schema") != SCHEMA or d.get("version") != VERSION:
+        raise SpecError(f"{path}", f"not a {SCHEMA} version {VERSION} manifest; remove it or run the suite again")
+    d = {k: v for k, v in d.items() if k not in ("schema", "version")}
+    try:
+        cases = tuple(CaseRecord(**c) for c in d.pop("cases", []))
+        return SuiteRuns(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}, cases=cases)
+    except TypeError as err:
+        raise SpecError(f"{path}", f"bad or missing field ({err})") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteRow:
+    """One case: its validation (None when it did not run or failed) and the run's record."""
+
+    case: SuiteCase
+    validation: object | None
+    """A :class:`simulator.validate.Validation`, or None."""
+    record: CaseRecord | None
+    error: str | None = None
+    """Why there is no validation (not run, skipped, failed, no measured step)."""
+    results: str | None = None
+    """The results file, where it exists."""
+
+    @property
+    def ok(self) -> bool:
+        return self.validation is not None
+
+    def error_of(self, name: str, engine: str = "analytical") -> float | None:
+        """Signed error of row ``name`` (``step_time_s``, ``model_state_bytes``, ...), None where absent."""
+        row = None if self.validation is None else self.validation.row(name)
+        return None if row is None else getattr(row, f"error_{engine}")
+
+
+def results_file(runs: Path, case: SuiteCase) -> Path:
+    return Path(runs) / f"{case.name}.results.json"
+
+
+def suite_cluster(runs: Path, manifest: SuiteRuns | None, given: str | None) -> str | None:
+    """The cluster to validate on: ``given``; else the manifest's (a file inside the folder resolved); else None."""
+    if given is not None or manifest is None or manifest.cluster is None:
+        return given
+    inside = Path(runs) / manifest.cluster
+    return str(inside) if inside.exists() else manifest.cluster
+
+
+def suite_rows(cases, runs: str | Path, cluster: str | None, manifest: SuiteRuns | None = None) -> list[SuiteRow]:
+    """Validate each case's results file in ``runs`` on ``cluster`` (``simulator.validate``), in case order."""
+    from simulator.run_results import RunStatus, load_results
+    from simulator.validate import run_cluster, validate
+
+    rows = []
+    for case in cases:
+        record = None if manifest is None else manifest.record(case.name)
+        path = results_file(Path(runs), case)
+        if record is not None and record.skipped:
+            rows.append(SuiteRow(case=case, validation=None, record=record, error=f"skipped: {record.error}"))
+            continue
+        if not path.exists():
+            why = record.error if record is not None and record.error else "not run (no results file)"
+            rows.append(SuiteRow(case=case, validation=None, record=record, error=why))
+            continue
+        results = load_results(path)
+        error = record.error if record is not None else None
+        if results.status is not RunStatus.COMPLETE:
+            why = error or (results.failure.error if results.failure else f"run {results.status.value}")
+            rows.append(SuiteRow(case=case, validation=None, record=record, results=str(path),
+                                 error=f"{results.status.value}: {why}"))
+            continue
+        try:
+            v = validate(results, run_cluster(results, cluster))
+        except SpecError as err:
+            if err.field == "--cluster":
+                raise
+            rows.append(SuiteRow(case=case, validation=None, record=record, results=str(path),
+                                 error=error or str(err)))
+            continue
+        rows.append(SuiteRow(case=case, validation=v, record=record, results=str(path), error=error))
+    return rows

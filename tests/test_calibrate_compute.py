@@ -1,0 +1,192 @@
+"""``trainplan calibrate --compute``: the measured device fields, how the compute model uses them, the CLI.
+
+- ``device.kernel_launch_overhead_us`` round-trips through a cluster file and is charged once per kernel of
+  the op list: hand-counted, a llama block has 9 forward and 13 backward kernels (norm, qkv, flash
+  attention, out_proj, 2 MLP GEMMs, residual, activation, rotary; a GEMM's backward is 2 GEMMs);
+- the fields are derived from measurements as ``executor.calibrate_compute`` documents (synthetic rows,
+  exact arithmetic), and the compute model then reproduces the measured block exactly;
+- the measuring code runs for real on a tiny grid (a few seconds), and the CLI checks its inputs first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from executor.calibrate_compute import (ComputeGrid, GemmRow, MemoryRow, calibrate_compute, curve_points,
+                                        device_fields, run_shapes, tiny_model)
+from executor.compute_bench import MemoryKernel, Timing, model_bytes
+from simulator.analytical import estimate
+from simulator.cluster.io import load_cluster, save_cluster
+from simulator.compute import layer_times, microbatch_time, total_time
+from simulator.errors import SpecError
+from simulator.gemm_shape import GemmShape
+from simulator.strategy.flat import strategy_from_flat
+from simulator.workload import DtypePolicy, load_model
+from simulator.workload.ops import edge_work, layer_work
+from trainplan.__main__ import main
+
+LLAMA_TINY = tiny_model(load_model("llama2-7b"), DtypePolicy.FP32)
+
+
+def _with_overhead(cluster, overhead_us: float):
+    return dataclasses.replace(cluster, device=dataclasses.replace(cluster.device,
+                                                                   kernel_launch_overhead_us=overhead_us))
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_overhead_round_trips_through_a_cluster_file(suffix, tmp_path):
+    cluster = _with_overhead(load_cluster("localhost-cpu"), 37.25)
+    loaded = load_cluster(str(save_cluster(cluster, tmp_path / f"c{suffix}")))
+    assert loaded == cluster
+    assert loaded.device.kernel_launch_overhead_us == 37.25
+
+
+def test_a_file_without_the_key_has_no_overhead_and_a_negative_one_names_the_field(tmp_path):
+    from simulator.cluster.io import cluster_to_dict
+    from simulator.cluster._schema import cluster_from_dict
+
+    d = cluster_to_dict(load_cluster("localhost-cpu"))
+    del d["device"]["kernel_launch_overhead_us"]
+    assert cluster_from_dict(d).device.kernel_launch_overhead_us == 0.0
+    d["device"]["kernel_launch_overhead_us"] = -1.0
+    with pytest.raises(SpecError, match="device.kernel_launch_overhead_us"):
+        cluster_from_dict(d)
+
+
+def test_llama_block_kernels_are_counted_by_hand():
+    works = layer_work(LLAMA_TINY, 2)
+    assert sum(len(w.fwd) for w in works) == 9
+    assert sum(len(w.bwd) for w in works) == 13
+
+
+def test_overhead_is_charged_once_per_kernel():
+    """Per block: +22·o; per micro-batch of the whole model: +(layers·22 + edge kernels)·o."""
+    base = _with_overhead(load_cluster("localhost-cpu"), 0.0)
+    o_us = 25.0
+    slow = _with_overhead(base, o_us).device
+    layer0 = total_time(layer_times(LLAMA_TINY, base.device, 2))
+    layer1 = total_time(layer_times(LLAMA_TINY, slow, 2))
+    assert layer1 - layer0 == pytest.approx(22 * o_us * 1e-6, rel=1e-9)
+    edge = sum(len(w.fwd) + len(w.bwd) for w in edge_work(LLAMA_TINY, 2))
+    step0, step1 = microbatch_time(LLAMA_TINY, base.device, 2), microbatch_time(LLAMA_TINY, slow, 2)
+    assert step1 - step0 == pytest.approx((LLAMA_TINY.layers * 22 + edge) * o_us * 1e-6, rel=1e-9)
+
+
+def test_a_larger_overhead_gives_a_longer_step_estimate():
+    base = load_cluster("localhost-cpu")
+    strategy = strategy_from_flat({"dp": 2, "global_batch": 8, "micro_batch": 2})
+    times = [estimate(_with_overhead(base, o), LLAMA_TINY, strategy).step_time_s for o in (0.0, 10.0, 40.0)]
+    assert times[0] < times[1] < times[2]
+    # 4 micro-batches per rank, each at least its compute: the forward alone adds 4·(2·9 + 2)·30 µs
+    assert times[2] - times[1] >= 4 * (2 * 9 + 2) * 30e-6
+
+
+def _timing(seconds: float) -> Timing:
+    return Timing(median_s=seconds, p10_s=seconds, p90_s=seconds)
+
+
+def test_fields_from_synthetic_measurements():
+    """Peak raised to the best rate; curve = rate / peak per FLOP count (median over equal FLOPs);
+    hbm efficiency = median bandwidth at the largest size / hbm_bw; overhead reproduces the block."""
+    base = load_cluster("localhost-cpu").device  # fp32 peak 0.078 TFLOP/s, 9.7 GB/s
+    a, b, c = GemmShape(32, 32, 32), GemmShape(64, 64, 64), GemmShape(32, 128, 64)  # b and c: equal FLOPs
+    gemms = (GemmRow(shape=a, timing=_timing(a.flops / 20e9)), GemmRow(shape=b, timing=_timing(b.flops / 100e9)),
+             GemmRow(shape=c, timing=_timing(c.flops / 60e9)))
+    points = curve_points(gemms, 0.1)
+    assert [f for f, _ in points] == [a.flops, b.flops]
+    assert [e for _, e in points] == pytest.approx([0.2, 0.8])
+    rates = {MemoryKernel.ADD: 4.0, MemoryKernel.GELU: 5.0, MemoryKernel.ADAM: 6.0}  # GB/s at the largest size
+    memory = tuple(MemoryRow(kernel=k, elements=n, bytes=model_bytes(k, n, DtypePolicy.FP32),
+                             timing=_timing(model_bytes(k, n, DtypePolicy.FP32) / (gbps * 1e9 if n > 10 else 1e6)))
+                   for k, gbps in rates.items() for n in (10, 1000))
+    grid = ComputeGrid(shapes=(a, b, c), elements=(10, 1000), block=LLAMA_TINY, micro_batch=2)
+    block = _timing(1e-3)
+    device, kernels, roofline = device_fields(base, grid, gemms, memory, block, DtypePolicy.FP32, "synthetic")
+    assert device.peak_tflops[DtypePolicy.FP32.compute_dtype] == pytest.approx(0.1)
+    assert device.hbm_bw_GBps == base.hbm_bw_GBps
+    assert device.gemm_efficiency.hbm_efficiency == pytest.approx(5.0 / 9.7)
+    assert kernels == 22
+    assert device.kernel_launch_overhead_us == pytest.approx((1e-3 - roofline) / 22 * 1e6)
+    assert total_time(layer_times(LLAMA_TINY, device, 2)) == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_run_shapes_are_the_gemms_the_tiny_run_plans():
+    shapes = run_shapes(LLAMA_TINY, 2)
+    T, h = 2 * LLAMA_TINY.seq_len, LLAMA_TINY.hidden
+    assert GemmShape(T, LLAMA_TINY.q_dim + 2 * LLAMA_TINY.kv_dim, h) in shapes  # qkv forward
+    assert GemmShape(T, LLAMA_TINY.vocab, h) in shapes  # logits forward
+    assert len(shapes) == len(set(shapes))
+
+
+def test_run_shapes_cover_the_tensor_parallel_tiny_runs():
+    """At tp 2 the tiny model is twice as wide and each rank holds half the heads and FFN."""
+    from executor.calibrate_compute import default_grid
+
+    shapes = default_grid(load_model("llama2-7b"), DtypePolicy.FP32).shapes
+    wide = tiny_model(load_model("llama2-7b"), DtypePolicy.FP32, tp=2)
+    assert wide.hidden == 2 * LLAMA_TINY.hidden
+    T = 2 * wide.seq_len
+    assert GemmShape(T, (wide.q_dim + 2 * wide.kv_dim) / 2, wide.hidden) in shapes  # qkv on one of 2 ranks
+    assert len(shapes) == len(set(shapes))
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "gpt3-125m"])
+def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
+    base = load_cluster("localhost-cpu")
+    block = tiny_model(load_model(model), DtypePolicy.FP32)
+    grid = ComputeGrid(shapes=(GemmShape(32, 32, 32), GemmShape(64, 64, 64)), elements=(1024,), block=block,
+                       micro_batch=2)
+    cluster, report = calibrate_compute(base, load_model(model), grid=grid, repeats=3, warmup=1, nproc=2)
+    assert report.threads == max(1, (torch.multiprocessing.cpu_count()) // 2)
+    assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
+    assert len(cluster.device.gemm_efficiency.points) == 2
+    assert cluster.device.kernel_launch_overhead_us >= 0
+    assert "calibrate --compute" in cluster.device.gemm_efficiency.source
+    assert cluster.node == base.node and cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
+    assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
+
+
+def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
+    import executor.calibrate_compute as cc
+
+    monkeypatch.setattr(cc, "SQUARE_SIDES", (32,))
+    monkeypatch.setattr(cc, "ELEMENTS", (1024,))
+    out = tmp_path / "cpu.yaml"
+    assert main(["calibrate", "--compute", "--out", str(out), "--repeats", "2", "--warmup", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    loaded = load_cluster(str(out))
+    assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
+    assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--out", "x.txt"], "out"),
+    (["--out", "{tmp}/c.yaml", "--threads", "0"], "threads"),
+    (["--out", "{tmp}/c.yaml", "--model", "nope"], "model"),
+    (["--out", "{tmp}/c.yaml", "--precision", "fp16"], "precision"),
+])
+def test_cli_compute_refuses_bad_input_in_one_line(argv, needle, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(["calibrate", "--compute", *argv])
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: nccl would measure it")
+def test_cli_compute_nccl_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["calibrate", "--compute", "--backend", "nccl", "--out", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "backend" in err and not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: nccl would measure it")
+def test_the_function_refuses_nccl_without_a_gpu_before_measuring():
+    with pytest.raises(SpecError, match="backend"):
+        calibrate_compute(load_cluster("localhost-cpu"), load_model("llama2-7b"), backend="nccl")
