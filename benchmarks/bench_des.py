@@ -5,7 +5,8 @@ sequence per pipeline (global batch 96·dp), full activation recomputation, ever
 :class:`~simulator.strategy.Strategy` default. Each size runs in a fresh process, so its peak RSS
 (``ru_maxrss`` of that process: compile + simulate) is its own. The exponent is the least-squares
 slope of log(simulate CPU time) against log(GPUs) over the sizes from 1,024 GPUs up: CPU time, because
-on a shared machine the wall time also counts the other processes' turns.
+on a shared machine the wall time also counts the other processes' turns (the 1-minute load average at
+the end of each size is printed with it).
 
 Run by hand: ``python benchmarks/bench_des.py [--max-gpus 16384] [--plot docs/des_scaling.png] [--timeout-s S]
 [--exact]``.
@@ -50,7 +51,7 @@ def measure(gpus: int, exact: bool) -> dict:
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     return {"gpus": gpus, "dp": dp, "step_s": res.step_time_s, "compile_s": compile_s, "wall_s": wall, "cpu_s": cpu,
             "events": res.extras["events"], "flows": res.extras["flows"],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "load_1m": os.getloadavg()[0]}
 
 
 def fitted_exponent(rows: list[dict]) -> float:
@@ -97,19 +98,22 @@ def main() -> None:
         print(json.dumps(measure(args.child, args.exact)))
         return
     rows = []
-    print("| GPUs | dp | step s | compile s | simulate wall s | CPU s | events | flows | peak RSS MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"{os.cpu_count()} CPUs; load = 1-minute load average when the size ended (other processes' share)")
+    print("| GPUs | dp | step s | compile s | simulate wall s | CPU s | events | flows | peak RSS MB | load |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for gpus in (g for g in GPUS if g <= args.max_gpus):
         cmd = [sys.executable, __file__, "--child", str(gpus)] + (["--exact"] if args.exact else [])
         try:
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.timeout_s).stdout
         except subprocess.TimeoutExpired:
-            print(f"| {gpus:,} | {gpus // (TP * PP)} | stopped after {args.timeout_s:.0f} s wall | | | | | | |")
+            print(f"| {gpus:,} | {gpus // (TP * PP)} | stopped after {args.timeout_s:.0f} s wall | | | | | | | "
+                  f"{os.getloadavg()[0]:.1f} |")
             break
         r = json.loads(out)
         rows.append(r)
         print(f"| {gpus:,} | {r['dp']} | {r['step_s']:.3f} | {r['compile_s']:.2f} | {r['wall_s']:.2f} | "
-              f"{r['cpu_s']:.2f} | {r['events']:,} | {r['flows']:,} | {r['peak_rss_mb']:.0f} |", flush=True)
+              f"{r['cpu_s']:.2f} | {r['events']:,} | {r['flows']:,} | {r['peak_rss_mb']:.0f} | {r['load_1m']:.1f} |",
+              flush=True)
     exponent = fitted_exponent(rows)
     print(f"\nfitted exponent (simulate CPU time, GPUs >= {FIT_FROM_GPUS}): {exponent:.2f}")
     if args.plot:

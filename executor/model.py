@@ -46,9 +46,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
-def _rope_tables(seq: int, d_head: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = ROPE_BASE ** (-torch.arange(0, d_head, 2, device=device, dtype=torch.float32) / d_head)
-    angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv_freq)
+def _rope_tables(positions: torch.Tensor, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = ROPE_BASE ** (-torch.arange(0, d_head, 2, device=positions.device, dtype=torch.float32) / d_head)
+    angles = torch.outer(positions.to(torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
 
@@ -64,6 +64,9 @@ class Attention(nn.Module):
         self.out = nn.Linear(spec.q_dim, spec.hidden, bias=spec.bias is BiasKind.ALL)
         self.eager = False
         """Unfused attention core (see :meth:`core`); set by ``executor.recompute.apply_attention``."""
+        self.positions: torch.Tensor | None = None
+        """Global positions of the tokens this module sees (rotary angles); None: 0..s−1. Set, with
+        ``core``, by ``executor.context.apply_context`` when the sequence is split over cp ranks."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d_head = self.spec.d_head
@@ -74,7 +77,8 @@ class Attention(nn.Module):
         k = k.view(b, s, self.kv_heads, d_head).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, d_head).transpose(1, 2)
         if self.spec.position is PositionKind.ROTARY:
-            cos, sin = _rope_tables(s, d_head, x.device)
+            positions = torch.arange(s, device=x.device) if self.positions is None else self.positions.to(x.device)
+            cos, sin = _rope_tables(positions, d_head)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         y = self.core(q, k, v)
         return self.out(y.transpose(1, 2).reshape(b, s, q_dim))
@@ -142,6 +146,8 @@ class GPT(nn.Module):
             self.embed.pos = nn.Embedding(spec.positions, spec.hidden)
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec.layers))
         self.norm_f = _norm(spec)
+        self.positions: torch.Tensor | None = None
+        """Global positions of the input tokens (learned embedding); None: 0..s−1 (``executor.context``)."""
         if not spec.tied_embeddings:
             self.head = nn.Linear(spec.hidden, spec.vocab, bias=False)
         for module in self.modules():
@@ -154,7 +160,8 @@ class GPT(nn.Module):
         """``tokens`` (b, s) int64 → logits (b, s, V), or the mean cross-entropy if ``targets`` is given."""
         x = self.embed.tok(tokens)
         if self.spec.position is PositionKind.LEARNED:
-            x = x + self.embed.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            pos = torch.arange(tokens.shape[1], device=tokens.device) if self.positions is None else self.positions
+            x = x + self.embed.pos(pos.to(tokens.device))
         for block in self.layers:
             x = block(x)
         x = self.norm_f(x)

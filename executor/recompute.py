@@ -6,31 +6,67 @@
   checkpointed, as Korthikanti et al. 2022 §5 recompute it.
 - ``AttentionKind.EAGER``: the core materialises the scores instead of calling fused SDPA.
 
+The ``recompute`` phase (:class:`RecomputeClock`): the checkpointed function is timed when it runs
+inside autograd's backward (``torch._C._current_graph_task_id() != -1``, the test torch's own
+checkpoint code uses), i.e. when the checkpoint reruns it; its first run, in the forward, is not
+counted. Families subtract it from their backward time.
+
 Apply before any FSDP2 ``fully_shard`` (torch's documented order: checkpoint the module, then shard
 it), so the recomputed forward finds its parameters unsharded by FSDP2's pre-backward hook.
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
+import torch
 from torch.utils.checkpoint import checkpoint
 
 from simulator.strategy import AttentionKind
 from simulator.workload import Recompute
 
 
-def _checkpointed(fn):
-    return partial(checkpoint, fn, use_reentrant=False)
+class RecomputeClock:
+    """Seconds spent re-running checkpointed functions inside backward, less what ``exclude`` (an object
+    with a ``seconds`` counter, e.g. ``executor.phase_clock.TpClock``) counted meanwhile."""
+
+    def __init__(self, exclude=None):
+        self.seconds = 0.0
+        self.exclude = exclude
+
+    def _excluded(self) -> float:
+        return 0.0 if self.exclude is None else self.exclude.seconds
+
+    def wrap(self, fn):
+        def run(*args, **kwargs):
+            if torch._C._current_graph_task_id() == -1:  # the forward's own run, not a recomputation
+                return fn(*args, **kwargs)
+            cuda = any(torch.is_tensor(a) and a.is_cuda for a in args)
+            if cuda:
+                torch.cuda.synchronize()
+            ex0, start = self._excluded(), time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if cuda:
+                    torch.cuda.synchronize()
+                self.seconds += time.perf_counter() - start - (self._excluded() - ex0)
+        return run
 
 
-def apply_recompute(model, recompute: Recompute) -> None:
-    """Wrap ``model``'s blocks (FULL) or attention cores (SELECTIVE) in checkpoints, in place."""
+def _checkpointed(fn, clock: RecomputeClock | None):
+    return partial(checkpoint, fn if clock is None else clock.wrap(fn), use_reentrant=False)
+
+
+def apply_recompute(model, recompute: Recompute, clock: RecomputeClock | None = None) -> None:
+    """Wrap ``model``'s blocks (FULL) or attention cores (SELECTIVE) in checkpoints, in place; ``clock``
+    (if given) accumulates the recomputation's seconds."""
     for block in model.layers:
         if recompute is Recompute.FULL:
-            block.forward = _checkpointed(block.forward)
+            block.forward = _checkpointed(block.forward, clock)
         elif recompute is Recompute.SELECTIVE:
-            block.attn.core = _checkpointed(block.attn.core)
+            block.attn.core = _checkpointed(block.attn.core, clock)
 
 
 def apply_attention(model, attention: AttentionKind) -> None:

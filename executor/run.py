@@ -14,7 +14,8 @@ runs on one machine or many. Without them it runs as a world of one. Per rank:
    timing each (``time.perf_counter`` around ``train_step``, after a device synchronise);
 4. after every step rank 0 gathers every rank's record and rewrites the results file
    (``simulator.run_results``, atomically), so completed steps survive a later failure; at the
-   end it adds model-state bytes and peak memory per rank and marks the run complete.
+   end it adds model-state bytes and peak memory per rank (and, for a parameter server, the
+   staleness its server ranks measured: ``runner.pushes()``) and marks the run complete.
 
 A rank that fails writes ``{"error", "detail", "peer"}`` to ``--status-dir`` (the supervisor's,
 ``executor/supervise.py``), ``peer`` saying the error came from a peer's failure (a
@@ -41,9 +42,9 @@ import torch.distributed as dist
 from executor.launch import threads_per_rank
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
-from executor.strategies.base import Backend, Precision, RunContext
+from executor.strategies.base import Backend, Precision, RunContext, phases_absent
 from simulator.errors import SpecError
-from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus
+from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus, Staleness
 from simulator.strategy import ParamServerSync
 
 _PEER_WORDS = ("connection reset", "connection closed", "timed out", "timeout", "broken pipe", "peer")
@@ -108,8 +109,9 @@ class _Recorder:
                                     model_state_bytes=self.final[r].get("model_state", {}),
                                     peak_memory_bytes=self.final[r].get("peak"),
                                     peak_memory_kind=self.final[r].get("peak_kind")))
+        pushes = [f["pushes"] for f in self.final if f.get("pushes")]
         return Results(status=status, plan=self.scaled.planned, run=self.info, environment=self.env,
-                       ranks=tuple(ranks), failure=failure)
+                       ranks=tuple(ranks), failure=failure, staleness=Staleness.from_pushes(pushes) if pushes else None)
 
     def save(self, status: RunStatus, failure: Failure | None = None) -> None:
         if self.options.out is not None:
@@ -146,7 +148,8 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
     t0 = time.perf_counter()
     rec = runner.train_step(step)
     ctx.synchronize()
-    return {"t": time.perf_counter() - t0, "loss": rec.loss, "phases": {p.value: s for p, s in rec.phases_s.items()}}
+    phases = {p.value: 0.0 for p in phases_absent(ctx.layout)} | {p.value: s for p, s in rec.phases_s.items()}
+    return {"t": time.perf_counter() - t0, "loss": rec.loss, "phases": phases}
 
 
 def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
@@ -167,7 +170,8 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
                         recorder.steps[r].append(rec)
                     recorder.save(RunStatus.RUNNING)
         peak, kind = peak_memory(ctx)
-        final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind}
+        final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind,
+                 "pushes": runner.pushes() if hasattr(runner, "pushes") else None}
         dist.gather_object(final, gathered, dst=0)
     except BaseException as err:
         if recorder is not None:

@@ -129,7 +129,8 @@ def estimate_work(work: StepWork, cache: CostCache | None = None) -> StepResult:
                       peak_flops_per_gpu=work.peak_flops_per_gpu,
                       breakdown={c: float(breakdown[slowest, k]) for k, c in enumerate(Category)},
                       per_rank=per_rank_frame(work, breakdown), memory=work.memory,
-                      extras={"slowest_stage": slowest, "pipeline_s": float(out["pipeline_s"][0])})
+                      extras={"slowest_stage": slowest, "slowest_rank": work.stages[slowest].rank,
+                              "pipeline_s": float(out["pipeline_s"][0])})
 
 
 def estimate(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,

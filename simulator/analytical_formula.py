@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.results import Category
+from simulator.results import Category, slowest_index
 from simulator.schedule_shape import PipelineFamily, ScheduleShape
 
 EXPOSED_KINDS = (Category.DP, Category.PS, Category.ZERO, Category.OFFLOAD)
@@ -200,5 +200,5 @@ def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[
     residual = step[:, None] - out.sum(axis=2)
     rounding = np.abs(residual) <= 1e-12 * step[:, None]   # float noise of the subtraction (a -5e-17 s bubble)
     out[:, :, cats.index(Category.BUBBLE)] = np.where(rounding, 0.0, residual)
-    slowest = np.argmax(finish, axis=1)
+    slowest = slowest_index(out)
     return {"step_time_s": step, "finish_s": finish, "breakdown": out, "slowest": slowest, "pipeline_s": T}

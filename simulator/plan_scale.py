@@ -17,9 +17,11 @@ buckets, the micro-batch size and the micro-batch count per replica — and shri
   - ``as-planned``: unchanged.
 
   Norm, activation, positions, biases, tying and dtype are kept, so the model is the same kind.
-- the world, only when ``nproc`` is smaller than the plan's GPUs: dp becomes nproc ÷ (tp·pp)
-  (tp and pp are the structure; nproc must be a multiple of tp·pp), and the global batch becomes
-  dp·micro_batch·m so each replica still runs the plan's m micro-batches.
+  With all-to-all context parallelism, which splits the heads over tp·cp, the model is shrunk as
+  for a tp degree of tp·cp (2·tp·cp query heads).
+- the world, only when ``nproc`` is smaller than the plan's GPUs: dp becomes nproc ÷ (tp·pp·cp)
+  (tp, pp and cp are the structure; nproc must be a multiple of tp·pp·cp), and the global batch
+  becomes dp·micro_batch·m so each replica still runs the plan's m micro-batches.
 
 The plan as run is checked as any plan is (``Plan.layout()``), and ``notes`` say in words what
 changed; the results file records it, so the estimates for the run come from the same shapes.
@@ -35,6 +37,7 @@ from simulator.errors import SpecError
 from simulator.plan_file import Plan
 from simulator.strategy import ParamServerSync
 from simulator.workload import PositionKind, TransformerSpec
+from simulator.workload.context import ContextKind
 
 TINY_HEAD_DIM = 16
 """Width of one attention head in a tiny model (even, as rotary positions need)."""
@@ -152,9 +155,11 @@ def _world(plan: Plan, nproc: int | None) -> int:
     if nproc > plan.gpus:
         raise SpecError("nproc", f"{nproc} exceeds the plan's {plan.gpus} GPUs; the executor only shrinks dp "
                         f"(use at most {plan.gpus})")
-    if nproc % (s.tp * s.pp):
-        raise SpecError("nproc", f"{nproc} processes cannot hold the plan's tp·pp = {s.tp}·{s.pp} = "
-                        f"{s.tp * s.pp} ranks per replica; use a multiple of {s.tp * s.pp} (at most {plan.gpus})")
+    if nproc % (s.tp * s.pp * s.cp):
+        names, values = ("tp·pp·cp", f"{s.tp}·{s.pp}·{s.cp}") if s.cp > 1 else ("tp·pp", f"{s.tp}·{s.pp}")
+        raise SpecError("nproc", f"{nproc} processes cannot hold the plan's {names} = {values} = "
+                        f"{s.tp * s.pp * s.cp} ranks per replica; use a multiple of {s.tp * s.pp * s.cp} "
+                        f"(at most {plan.gpus})")
     return nproc
 
 
@@ -167,7 +172,8 @@ def scale_plan(plan: Plan, scale: Scale, nproc: int | None = None) -> ScaledPlan
     strategy = plan.executable_strategy()
     world = _world(plan, nproc)
     notes = []
-    spec, split = scale_model(plan.model, scale, tp=layout.tp, stages=layout.pp * layout.v,
+    heads_split = layout.tp * (layout.cp if strategy.cp_kind is ContextKind.ALL_TO_ALL else 1)
+    spec, split = scale_model(plan.model, scale, tp=heads_split, stages=layout.pp * layout.v,
                               layer_split=strategy.layer_split)
     if spec != plan.model:
         m = plan.model
@@ -176,10 +182,11 @@ def scale_plan(plan: Plan, scale: Scale, nproc: int | None = None) -> ScaledPlan
                      f"{spec.ffn_size}, vocab {m.vocab}→{spec.vocab}, seq {m.seq_len}→{spec.seq_len}")
     changes = {"layer_split": split}
     if world != plan.gpus:
-        dp = world // (layout.tp * layout.pp)
+        dp = world // (layout.tp * layout.pp * layout.cp)
         gbs = dp * strategy.micro_batch * layout.micro_batches
         changes |= {"dp": dp, "global_batch": gbs}
-        notes.append(f"world {plan.gpus}→{world} processes: dp {layout.dp}→{dp} (tp {layout.tp}, pp {layout.pp} "
+        kept = f"tp {layout.tp}, pp {layout.pp}" + (f", cp {layout.cp}" if layout.cp > 1 else "")
+        notes.append(f"world {plan.gpus}→{world} processes: dp {layout.dp}→{dp} ({kept} "
                      f"kept); global batch {strategy.global_batch}→{gbs}, keeping {layout.micro_batches} "
                      f"micro-batch(es) of {strategy.micro_batch} per replica")
     run = Plan(model=spec, cluster=plan.cluster, gpus=plan.gpus if isinstance(strategy.dp_sync, ParamServerSync)

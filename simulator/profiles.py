@@ -1,7 +1,7 @@
 """Framework profiles: named sets of strategy defaults, each value with its source.
 
 A profile answers "what would framework X do on this cluster?": it sets defaults only, and every
-field stays overridable (``apply_profile("horovod", global_batch=512, bucket_bytes="64MB")``).
+field stays overridable (``apply_profile("horovod", global_batch=512, bucket_bytes="64MiB")``).
 Keys are the flat strategy keys of :mod:`simulator.strategy.flat`. A value marked
 "(assumption)" is a common recipe choice rather than the library's own default; "(unverified)"
 means the number could not be confirmed in the framework's documentation.

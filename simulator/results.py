@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 
 class Engine(Enum):
     """Which engine produced a result."""
@@ -59,6 +61,25 @@ class Category(Enum):
                         Category.OFFLOAD)
 
 
+WAITING = (Category.BUBBLE, Category.STRAGGLER)
+"""Categories in which a rank waits for others; every other category is its own (busy) time."""
+SLOWEST_TIE_REL = 1e-9
+"""Busy times within this relative distance of the most count as equal (float noise between engines)."""
+
+
+def slowest_index(breakdown: np.ndarray) -> np.ndarray:
+    """The slowest rank among the rows of ``breakdown`` (shape ``(..., ranks, len(Category))``,
+    seconds in :class:`Category` order, rows in rank order): the rank with the most *busy* seconds,
+    its row's sum without :data:`WAITING` (its compute, exposed communication, optimizer and data
+    stall, not the bubble or the wait for stragglers). Ties (within :data:`SLOWEST_TIE_REL`): the
+    lowest rank. The one definition both engines use: the analytical engine over its stages, the DES
+    over each step's simulated ranks (or over per-rank means when the ranks do not step together)."""
+    busy_columns = [k for k, c in enumerate(Category) if c not in WAITING]
+    busy = np.asarray(breakdown, dtype=float)[..., busy_columns].sum(axis=-1)
+    top = busy.max(axis=-1, keepdims=True)
+    return np.argmax(busy >= top * (1 - SLOWEST_TIE_REL), axis=-1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepResult:
     """One step's estimate."""
@@ -71,7 +92,7 @@ class StepResult:
     world_size: int
     peak_flops_per_gpu: float
     breakdown: dict[Category, float]
-    """Seconds per category for the slowest rank; sums to ``step_time_s``."""
+    """Seconds per category for the slowest rank (:func:`slowest_index`); sums to ``step_time_s``."""
     per_rank: Any = None
     """pandas DataFrame: one row per simulated (distinct) rank — rank, stage, then seconds per category."""
     memory: Any = None

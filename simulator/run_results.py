@@ -2,9 +2,10 @@
 
 It is a simulator type, like the plan file, so the validation step reads it without torch: the
 plan as planned and the plan as run (the scaled model, world and batch) are embedded, so the
-estimates for the run come from the same shapes. Schema (``version`` 1)::
+estimates for the run come from the same shapes. Schema (``version`` 2; version 1 files, which have
+no ``staleness``, are still read)::
 
-    {"schema": "trainplan.results", "version": 1,
+    {"schema": "trainplan.results", "version": 2,
      "status": "complete" | "failed" | "running",
      "failure": null | {"rank": 1, "error": "one line", "detail": "traceback"},
      "plan": {plan file as planned},
@@ -16,6 +17,7 @@ estimates for the run come from the same shapes. Schema (``version`` 1)::
      "ranks": [{"rank": 0, "step_time_s": [...], "loss": [...], "phases_s": {"forward": [...]},
                 "model_state_bytes": {"params_bytes": ...}, "peak_memory_bytes": ...,
                 "peak_memory_kind": "cuda-max-allocated" | "cpu-max-rss"}],
+     "staleness": null | {"step_lag": {"0": [per push...], ...}, "updates": {"0": [...], ...}},
      "summary": {derived on writing: step_time_s {median, p10, p90, steps} over the measured steps
                  (after warm-up) of the per-step slowest rank, the same per phase, the loss per step}}
 
@@ -38,8 +40,10 @@ from simulator.plan_file import Plan, plan_from_dict
 from simulator.results import Category
 
 SCHEMA = "trainplan.results"
-VERSION = 1
-"""The results-file schema version this code writes and reads."""
+VERSION = 2
+"""The results-file schema version this code writes (2 added ``staleness``)."""
+READS = (1, 2)
+"""The versions this code reads."""
 
 
 class RunStatus(Enum):
@@ -111,6 +115,53 @@ class RankResult:
                                 f"{len(self.step_time_s)} steps")
 
 
+def histogram(values) -> dict:
+    """``{"histogram": {value: count}, "mean", "max"}`` of integer samples (the shape of the DES's
+    ``extras["staleness"]``, ``simulator.engine.step._staleness_summary``)."""
+    values = sorted(int(v) for v in values)
+    hist: dict[str, int] = {}
+    for v in values:
+        hist[str(v)] = hist.get(str(v), 0) + 1
+    return {"histogram": hist, "mean": sum(values) / len(values) if values else 0.0, "max": max(values, default=0)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staleness:
+    """Per-worker staleness of a parameter-server run, one value per push in step order (warm-up included),
+    measured by the server ranks (``executor.strategies.param_server``).
+
+    ``step_lag``: steps the pushing worker trailed the furthest other worker when its push arrived, the
+    DES's definition (``simulator.engine.step._async_run``). ``updates``: server updates between the
+    pull the gradient was computed on and its own update. With several server shards each push has one
+    value per shard: the largest is kept (the stalest part of the parameters the gradient met)."""
+
+    step_lag: dict[str, tuple[int, ...]]
+    updates: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def from_pushes(cls, per_server) -> "Staleness":
+        """From each server's ``[(worker, step, updates, step lag), ...]``: per worker and step, the max
+        over the servers."""
+        worst: dict[tuple[int, int], tuple[int, int]] = {}
+        for pushes in per_server:
+            for worker, step, updates, lag in pushes:
+                old = worst.get((worker, step), (0, 0))
+                worst[(worker, step)] = (max(old[0], updates), max(old[1], lag))
+        workers = sorted({w for w, _ in worst})
+        keys = {w: sorted(s for v, s in worst if v == w) for w in workers}
+        return cls(step_lag={str(w): tuple(worst[(w, s)][1] for s in keys[w]) for w in workers},
+                   updates={str(w): tuple(worst[(w, s)][0] for s in keys[w]) for w in workers})
+
+    def summary(self) -> dict:
+        """Histogram, mean and max of each measure over every worker's pushes, and per worker."""
+        out = {}
+        for name in ("step_lag", "updates"):
+            per = getattr(self, name)
+            out[name] = histogram(v for values in per.values() for v in values) | {
+                "per_worker": {w: histogram(values) for w, values in per.items()}}
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunInfo:
     plan: Plan
@@ -136,6 +187,8 @@ class Results:
     environment: dict[str, object]
     ranks: tuple[RankResult, ...]
     failure: Failure | None = None
+    staleness: Staleness | None = None
+    """Parameter-server runs: what the servers measured (None for other families, and in version 1 files)."""
 
     @property
     def completed_steps(self) -> int:
@@ -154,15 +207,19 @@ class Results:
             if all(name in r.phases_s for r in self.ranks):
                 phases[name] = _plain(Stats.of(self._slowest([r.phases_s[name] for r in self.ranks])))
         loss = list(self.ranks[0].loss[:self.completed_steps]) if self.ranks else []
-        return {"completed_steps": self.completed_steps, "measured_steps": 0 if steps is None else steps.steps,
-                "step_time_s": _plain(steps), "phases_s": phases, "loss": loss}
+        out = {"completed_steps": self.completed_steps, "measured_steps": 0 if steps is None else steps.steps,
+               "step_time_s": _plain(steps), "phases_s": phases, "loss": loss}
+        if self.staleness is not None:
+            out["staleness"] = self.staleness.summary()
+        return out
 
     def to_dict(self) -> dict:
         run = {f.name: _plain(getattr(self.run, f.name)) for f in fields(self.run) if f.name != "plan"}
         return {"schema": SCHEMA, "version": VERSION, "status": self.status.value,
                 "failure": _plain(self.failure), "plan": self.plan.to_dict(),
                 "run": {"plan": self.run.plan.to_dict()} | run, "environment": dict(self.environment),
-                "ranks": [_plain(r) for r in self.ranks], "summary": self.summary()}
+                "ranks": [_plain(r) for r in self.ranks], "staleness": _plain(self.staleness),
+                "summary": self.summary()}
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (a temporary file renamed over ``path``)."""
@@ -206,17 +263,31 @@ def _rank(d: dict, i: int) -> RankResult:
                   peak_memory_kind=None if kind is None else PeakMemoryKind(kind))
 
 
+def _staleness(d) -> Staleness | None:
+    if d is None:
+        return None
+    where = "results.staleness"
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), dict) for k in ("step_lag", "updates")):
+        raise SpecError(where, "must be a mapping with step_lag and updates, each {worker: [int per push]}")
+    try:
+        per = {k: {str(w): tuple(int(x) for x in v) for w, v in d[k].items()} for k in ("step_lag", "updates")}
+    except (TypeError, ValueError):
+        raise SpecError(where, "values must be lists of integers, one per push") from None
+    return _build(Staleness, d, where, **per)
+
+
 def results_from_dict(d: dict) -> Results:
     """A checked :class:`Results` (plans included) from its JSON data."""
     if d.get("schema") != SCHEMA:  # first: a plan file given by mistake is named as such, not by its fields
         raise SpecError("results.schema", f"must be {SCHEMA!r}, got {d.get('schema')!r}; is this a results file?")
-    known = ("schema", "version", "status", "failure", "plan", "run", "environment", "ranks", "summary")
+    if d.get("version") not in READS:
+        raise SpecError("results.version", f"{d.get('version')!r} is not supported; this trainplan reads "
+                        f"versions {', '.join(map(str, READS))}")
+    known = ("schema", "version", "status", "failure", "plan", "run", "environment", "ranks", "summary") + (
+        ("staleness",) if d["version"] >= 2 else ())
     for key in d:
         if key not in known:
             raise SpecError(f"results.{key}", f"unknown field; known: {', '.join(known)}")
-    if d.get("version") != VERSION:
-        raise SpecError("results.version", f"{d.get('version')!r} is not supported; this trainplan reads "
-                        f"version {VERSION}")
     try:
         status = RunStatus(d.get("status"))
     except ValueError:
@@ -228,6 +299,7 @@ def results_from_dict(d: dict) -> Results:
     failure = None if d.get("failure") is None else _build(Failure, d["failure"], "results.failure")
     return Results(status=status, plan=plan_from_dict(d.get("plan") or {}), run=info,
                    environment=dict(d.get("environment") or {}), failure=failure,
+                   staleness=_staleness(d.get("staleness")),
                    ranks=tuple(_rank(r, i) for i, r in enumerate(d.get("ranks") or [])))
 
 

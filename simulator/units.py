@@ -2,10 +2,15 @@
 
 Conventions (stated once, used everywhere):
 - Bandwidths are decimal: 1 GB/s = 1e9 bytes/s, as in NVIDIA datasheets and nccl-tests' GB/s.
-- Message sizes written by a user (``--bytes 1KB..1GB``) are binary, as nccl-tests' ``-b 1K -e 1G``:
-  1KB = 1KiB = 1024 bytes. Both spellings (KB, KiB) are accepted; a bare number is bytes.
+- Sizes are decimal unless they say binary (IEC 80000-13): ``KB``, ``MB``, ``GB``, ``TB`` are 10^3,
+  10^6, 10^9, 10^12 bytes; ``KiB``, ``MiB``, ``GiB``, ``TiB`` are 2^10, 2^20, 2^30, 2^40. A bare number
+  (or ``B``) is bytes. The one-letter ``K``/``M``/``G``/``T`` (nccl-tests' ``-b 1K`` means 1024) is
+  refused as ambiguous. The exceptions are flags that say MiB in their name and help
+  (``--bucket-mb``: torch's ``bucket_cap_mb`` counts MiB).
+- Printed sizes (:func:`format_size`) use the same units, so ``64KB`` and ``64KiB`` never look alike.
 - A size is a whole number of bytes from 1 to :data:`MAX_MESSAGE_BYTES` (1 TiB); ``0.4`` (0 bytes
-  once rounded) and ``1e24`` are refused, and so a size range has at most 41 powers of two.
+  once rounded) and ``1e24`` are refused. A range ``SMALL..LARGE`` doubles from SMALL and ends with
+  LARGE (``1KiB..1GiB``: the powers of two; ``1KB..1GB``: 1,000 × 2^k, then 1e9), at most 41 sizes.
 - Internally time is seconds, sizes bytes, rates bytes/s; names carry the unit when it is not
   SI base (``bw_GBps``, ``latency_us``).
 """
@@ -32,24 +37,31 @@ MAX_MESSAGE_BYTES = 1024**4
 a B200's 180 GB (1,440 GB for 8 GPUs) [src: nvidia-dgx-b200-ds], so no buffer a collective could send
 is refused while ``1e24`` is."""
 
+KB, MB, TB = 10**3, 10**6, 10**12
+"""Bytes in a decimal kilobyte, megabyte, terabyte (the default reading of a size)."""
 _SIZE_SUFFIX = {
     "": 1, "B": 1,
-    "K": KiB, "KB": KiB, "KIB": KiB,
-    "M": MiB, "MB": MiB, "MIB": MiB,
-    "G": GiB, "GB": GiB, "GIB": GiB,
-    "T": 1024**4, "TB": 1024**4, "TIB": 1024**4,
+    "KB": KB, "KIB": KiB,
+    "MB": MB, "MIB": MiB,
+    "GB": 10**9, "GIB": GiB,
+    "TB": TB, "TIB": 1024**4,
 }
+_AMBIGUOUS = {"K", "M", "G", "T"}
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str, field: str = "bytes") -> int:
-    """Parse ``"64MB"``, ``"1KiB"``, ``"4096"`` into bytes (binary multiples). Rejects negatives."""
+    """Parse ``"64MB"`` (64·10^6), ``"1KiB"`` (1024), ``"4096"`` into bytes. Rejects negatives."""
     m = _SIZE_RE.match(str(text))
     if not m:
-        raise SpecError(field, f"cannot read size {text!r}; write e.g. 4096, 64KB or 1GB")
+        raise SpecError(field, f"cannot read size {text!r}; write e.g. 4096, 64KB or 1GiB")
     suffix = m.group(2).upper()
+    if suffix in _AMBIGUOUS:
+        raise SpecError(field, f"size unit {m.group(2)!r} in {text!r} is ambiguous: write {suffix}B "
+                               f"(10^{3 * (' KMGT'.index(suffix))} bytes) or {suffix}iB (2^{10 * (' KMGT'.index(suffix))})")
     if suffix not in _SIZE_SUFFIX:
-        raise SpecError(field, f"unknown size unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB or TB")
+        raise SpecError(field, f"unknown size unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB, TB (decimal) "
+                               f"or KiB, MiB, GiB, TiB (binary)")
     value = float(m.group(1)) * _SIZE_SUFFIX[suffix]
     if not value <= MAX_MESSAGE_BYTES:  # also inf, from 1e400
         raise SpecError(field, f"size {text!r} is more than the limit of {format_size(MAX_MESSAGE_BYTES)} "
@@ -61,7 +73,8 @@ def parse_size(text: str, field: str = "bytes") -> int:
 
 
 def parse_size_range(text: str, field: str = "bytes") -> list[int]:
-    """Parse ``"1KB..1GB"`` into the powers of two between (inclusive), or one size into a list of one."""
+    """Parse ``"1KiB..1GiB"`` into the sizes from SMALL doubling up to LARGE, LARGE itself last (so
+    ``1KB..1GB`` ends at 1e9, not at 1000·2^19), or one size into a list of one."""
     if str(text).strip().startswith("-"):
         raise SpecError(field, f"size must be positive, got {text!r}")
     if ".." not in str(text):
@@ -74,15 +87,17 @@ def parse_size_range(text: str, field: str = "bytes") -> list[int]:
         raise SpecError(field, f"range {text!r} ends below its start; write SMALL..LARGE")
     sizes = []
     size = lo
-    while size <= hi:
+    while size < hi:
         sizes.append(size)
         size *= 2
-    return sizes
+    return sizes + [hi]
 
 
 def format_size(nbytes: float) -> str:
-    """Human size with binary units, as nccl-tests' size column reads (``64KiB`` → ``64KB``)."""
-    for unit, div in (("GB", GiB), ("MB", MiB), ("KB", KiB)):
+    """A size in the units :func:`parse_size` reads, exact and unambiguous: the largest decimal unit
+    that divides it (``64MB``), else the largest binary one (``64MiB``), else bytes (``1500B``)."""
+    for unit, div in (("TB", TB), ("GB", 10**9), ("MB", MB), ("KB", KB),
+                      ("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if nbytes >= div and nbytes % div == 0:
             return f"{int(nbytes // div)}{unit}"
     return f"{int(nbytes)}B"

@@ -15,6 +15,11 @@ beside its measurement:
   (``torch.cuda.max_memory_allocated``). On a CPU run the measurement is the process's peak RSS,
   which includes torch itself: an upper bound, flagged in :attr:`Validation.notes`.
 
+For a parameter-server run, :attr:`Validation.staleness` puts the staleness the server ranks measured
+(``simulator.run_results.Staleness``: step lag, the DES's measure, and update staleness) beside the DES's
+histogram (``extras["staleness"]``), both over all pushes and per worker; for an asynchronous run the DES
+plays as many steps as the run completed, so both count the same pushes.
+
 Error: the signed fraction ``estimate / measured - 1`` (positive: the model is slow / large), None
 when the measurement is zero. The run's precision decides the compute dtype: an ``fp32`` run is
 estimated with the model's dtype set to fp32. Model-state totals do not depend on that choice:
@@ -31,6 +36,7 @@ from pathlib import Path
 from simulator.errors import SpecError
 from simulator.results import Category, StepResult
 from simulator.run_results import PeakMemoryKind, Results
+from simulator.validate_staleness import staleness_lines, staleness_rows
 from simulator.workload import TransformerSpec
 from simulator.workload.kinds import DtypePolicy
 
@@ -84,6 +90,9 @@ class Validation:
     des: StepResult
     cluster_name: str
     notes: tuple[str, ...] = ()
+    staleness: dict | None = None
+    """Parameter-server runs: ``{"measured": Staleness.summary(), "des": {histogram, mean, max, per_worker}
+    or None}`` (the DES models staleness for asynchronous servers only)."""
 
     def row(self, name: str) -> Row | None:
         """The row called ``name``; None when the results file did not measure it."""
@@ -103,7 +112,7 @@ class Validation:
     def to_dict(self) -> dict:
         return {"cluster": self.cluster_name, "step_time_error": self.step_time_error,
                 "memory_error": self.memory_error, "notes": list(self.notes),
-                "rows": [r.to_dict() for r in self.rows]}
+                "rows": [r.to_dict() for r in self.rows], "staleness": self.staleness}
 
 
 def check_results(results: Results) -> None:
@@ -134,7 +143,16 @@ def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
     workload = run_workload(results)
     layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
     work = compile_step(cluster, workload, plan.strategy, layout=layout)
-    return estimate_work(work), simulate(work, cluster, seed=0, steps=1, trace=False)
+    steps = results.completed_steps if _async_ps(plan) else 1
+    return estimate_work(work), simulate(work, cluster, seed=0, steps=steps, trace=False)
+
+
+def _async_ps(plan) -> bool:
+    from simulator.strategy import ParamServerSync
+    from simulator.strategy.sync import ParamServerMode
+
+    sync = plan.strategy.dp_sync
+    return isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC
 
 
 def _measured_states(results: Results) -> float:
@@ -172,7 +190,7 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
     if results.run.scale != "as-planned":
         notes.append(f"estimated for the shapes run (scale {results.run.scale}), not the plan as planned")
     return Validation(rows=tuple(rows), analytical=analytical, des=des, cluster_name=cluster_name,
-                      notes=tuple(notes))
+                      notes=tuple(notes), staleness=staleness_rows(results, des))
 
 
 def run_cluster(results: Results, cluster: str | None):
@@ -239,6 +257,7 @@ def format_validation(v: Validation) -> str:
                      f"{_pct(r.error_analytical):>11}{_fmt(r.des, r.unit):>14}{_pct(r.error_des):>11}")
     lines.append(f"step_time_error {_pct(v.step_time_error)} (analytical), memory_error {_pct(v.memory_error)} "
                  f"(model states), on {v.cluster_name}")
+    lines += staleness_lines(v.staleness)
     lines += [f"note: {n}" for n in v.notes]
     return "\n".join(lines)
 

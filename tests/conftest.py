@@ -24,8 +24,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# Hypothesis profiles: the default run stays quick for CI; `pytest --hypothesis-profile long` runs the
-# fuzz suites (tests/test_fuzz_*.py) at 10,000 cases each (they read the profile's name).
+# Hypothesis profiles: the default run stays quick for CI; `pytest --hypothesis-profile long` runs each
+# fuzz suite (tests/test_fuzz_*.py) at 10,000 cases in all, shared between its tests (fuzz_budget.py
+# reads the profile's name; the max_examples here is for any other test run under the profile).
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("long", max_examples=10_000, deadline=None)

@@ -42,7 +42,7 @@ def test_json_rows_carry_the_nccl_tests_fields(capsys):
 def test_ring_crosses_tree_as_size_grows(capsys):
     """Tree wins small messages across many nodes, ring wins large ones (NCCL's tuner behaves the same)."""
     _, out, _ = run(capsys, "collective", "--cluster", "dgx-h100", "--nodes", "16", "--algorithm", "ring,tree",
-                    "--bytes", "1KB..1GB", "--json")
+                    "--bytes", "1KiB..1GiB", "--json")
     rows = json.loads(out)
     time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in rows}
     assert time["tree", 1024] < time["ring", 1024]
@@ -64,9 +64,9 @@ def test_plot_is_written(capsys, tmp_path):
     (["--cluster", "dgx-h100", "--ranks", "64"], "ranks"),
     (["--cluster", "dgx-h100", "--ranks", "1"], "ranks"),
     (["--cluster", "dgx-h100", "--algorithm", "butterfly"], "unknown algorithm 'butterfly'"),
-    (["--cluster", "dgx-h100", "--op", "all-to-all", "--algorithm", "tree"], "tree does not support all-to-all"),
+    (["--cluster", "dgx-h100", "--op", "all-to-all", "--algorithm", "tree"], "tree does not implement all-to-all"),
     (["--cluster", "dgx-h100", "--op", "scatter"], "unknown operation"),
-    (["--cluster", "dgx-h100", "--algorithm", "nvls", "--nodes", "2"], "nvls does not support"),
+    (["--cluster", "dgx-h100", "--algorithm", "nvls", "--nodes", "2"], "nvls does not implement"),
     # measuring CPU gloo processes against an NCCL GPU preset printed err% -98.9 without a word (issue 15)
     (["--cluster", "dgx-h100", "--measure", "--nproc", "2", "--algorithm", "ring"], "cluster: dgx-h100 models nccl, "
                                                                                       "but --measure runs gloo"),
@@ -121,3 +121,36 @@ def test_measure_puts_measured_beside_estimated(capsys):
 def test_bad_measure_flags_are_one_line(capsys, argv, message):
     code, _, err = run(capsys, "collective", "--cluster", "localhost-cpu", "--bytes", "64KB", *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--nodes", "1024", "--algorithm", "direct"], "algorithm: direct costs every pair of ranks and stops at 1,024 ranks (bounded work), "
+                                "this group has 8,192"),
+    (["--nodes", "1024", "--op", "all-to-all", "--bytes", "1MB"], "no registered algorithm implements all-to-all on this group of 8192 "
+                                               "ranks; direct, pairwise cost every pair of ranks and stop at 1,024"),
+    (["--algorithm", "ps", "--nodes", "64"], "ps costs every pair of ranks and stops at 256 ranks"),
+])
+def test_pair_costing_algorithms_are_bounded(capsys, flags, words):
+    """Found by the long CLI fuzz run (2026-11-24): `collective --nodes 1024 --algorithm all` (8,192
+    ranks) ran past 60 s CPU and 11.8 GB, in the algorithms that cost every rank pair (direct: p² flows;
+    ps: one shard per worker). They stop at a stated group size with one line; `all` leaves them out."""
+    code, _, err = run(capsys, "collective", "--cluster", "dgx-h100", *flags)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_all_leaves_out_the_algorithms_past_their_bound(capsys):
+    from simulator.cluster.io import load_cluster
+    from simulator.collectives import registry
+    from simulator.collectives.base import Op
+    cluster = load_cluster("dgx-h100", nodes=128)
+    assert {"direct", "ps"} <= set(registry.supporting(Op.ALL_REDUCE, cluster, range(256)))
+    big = registry.supporting(Op.ALL_REDUCE, cluster, range(1024))
+    assert "direct" in big and "ps" not in big and "ring" in big
+    assert "direct" not in registry.supporting(Op.ALL_REDUCE, load_cluster("dgx-h100", nodes=129), range(1032))
+
+
+def test_all_is_bounded_in_ranks(capsys):
+    """`--algorithm all` on 8,192 ranks took 82 s of CPU after the pair-costing bound (long fuzz run,
+    2026-11-24): refused past 1,024 ranks with one line that names a fix."""
+    code, _, err = run(capsys, "collective", "--cluster", "dgx-h100", "--nodes", "1024", "--algorithm", "all")
+    assert code == 2 and "'all' over 8,192 ranks" in err and "--algorithm ring,tree" in err, err

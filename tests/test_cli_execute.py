@@ -110,7 +110,9 @@ def test_torchrun_runs_the_same_entry_point(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and len(results.ranks) == 2 and results.completed_steps == 2
-    assert {"forward", "backward", "dp", "optimizer"} == set(results.ranks[0].phases_s)  # DDP: exposed sync
+    phases = results.ranks[0].phases_s
+    assert {"forward", "backward", "dp", "optimizer", "recompute", "tp", "pp", "bubble"} == set(phases)  # DDP
+    assert all(phases[p] == (0.0, 0.0) for p in ("recompute", "tp", "pp", "bubble"))  # none in a dp-only run
 
 
 @pytest.mark.multiproc
@@ -147,3 +149,38 @@ def test_the_run_plan_names_the_framework_torch_runs(tmp_path, zero, framework, 
     implied = resolve_framework(s.zero, None, None if framework is None else Framework(framework))[1].value
     changed = [n for n in scaled.notes if n.startswith("framework ")]
     assert bool(changed) == (implied != ran), changed
+
+
+def _big_plan(tmp_path: Path, gpus: int) -> str:
+    strategy = strategy_from_flat({"global_batch": gpus, "micro_batch": 1, "dp": gpus})
+    path = tmp_path / f"plan{gpus}.json"
+    Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100", nodes=gpus // 8), gpus=gpus,
+         strategy=strategy).save(path)
+    return str(path)
+
+
+def _no_launch(*args, **kwargs):
+    raise AssertionError("launched processes past the per-core limit")
+
+
+@pytest.mark.parametrize("extra", [[], ["--nproc", "64"]])
+def test_processes_past_the_per_core_limit_are_refused_before_launching(tmp_path, capsys, monkeypatch, extra):
+    """Issue 15 §2: `execute` uses the guard of `collective --measure` and `calibrate`
+    (executor.launch.check_local_processes): 64 processes on 2 cores (32 per core) is past 8 per core,
+    whether the count is the plan's GPUs or --nproc; one line naming --nproc, nothing started."""
+    from executor import supervise
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(supervise, "supervise", _no_launch)
+    assert main(["execute", _big_plan(tmp_path, 64), "--scale", "tiny", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--nproc: 64 processes on 2 cores is past the 8 per core" in err and len(err.splitlines()) == 1, err
+
+
+def test_processes_past_one_per_core_run_with_a_warning(tmp_path, capsys, monkeypatch):
+    from executor import supervise
+    launched = []
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(supervise, "supervise",
+                        lambda argv, nproc, **kw: launched.append(nproc) or supervise.Outcome(rank=None, error=""))
+    assert main(["execute", _plan(tmp_path), "--scale", "tiny"]) == 0
+    assert launched == [2] and "warning: 2 processes on 1 cores time-share them" in capsys.readouterr().err

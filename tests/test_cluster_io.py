@@ -28,6 +28,7 @@ PCIE_NODE = {
                   "switch_uplink": {"bw_GBps": 31.5, "latency_us": 1.0},
                   "socket_link": {"bw_GBps": 62, "latency_us": 1.0}},
 }
+PCIE_TREE = PCIE_NODE["pcie_tree"]
 
 
 def write(tmp_path, name, text):
@@ -36,17 +37,20 @@ def write(tmp_path, name, text):
     return str(path)
 
 
-def with_change(path: str, value):
-    """MINIMAL with the dotted ``path`` set to ``value`` (or removed when value is DELETE)."""
+def with_change(path: str, value, *more):
+    """MINIMAL with the dotted ``path`` set to ``value`` (or removed when value is DELETE), and as
+    many further (path, value) pairs as ``more`` holds."""
     d = copy.deepcopy(MINIMAL)
-    keys = path.split(".")
-    target = d
-    for key in keys[:-1]:
-        target = target[key]
-    if value is DELETE:
-        del target[keys[-1]]
-    else:
-        target[keys[-1]] = value
+    changes = [(path, value)] + list(zip(more[::2], more[1::2]))
+    for path, value in changes:
+        keys = path.split(".")
+        target = d
+        for key in keys[:-1]:
+            target = target[key]
+        if value is DELETE:
+            del target[keys[-1]]
+        else:
+            target[keys[-1]] = value
     return d
 
 
@@ -157,6 +161,17 @@ BAD_DICTS = [
                                          "hop_latency_us": {}}]}),
      "comm.protocols[0].base_latency_us: unknown key 'rnig'; valid keys: ring, tree, nvls"),
     (with_change("in_switch_reduction", 1), "in_switch_reduction: must be true or false"),
+    # Cross-field rules (simulator/cluster/_crossfield.py; issue 15 §3: nics_per_node 64 on 8 GPUs was accepted).
+    (with_change("inter_node.nics_per_node", 64), "inter_node.nics_per_node: 64 NICs on a node of 8 GPUs: the model "
+                                                  "routes each GPU through one NIC, so give at most 8"),
+    (with_change("inter_node.nics_per_node", 9), "inter_node.nics_per_node: 9 NICs on a node of 8 GPUs"),
+    (with_change("intra_node.nvlink_pairs", [[0, 1, 2]]), "intra_node.nvlink_pairs: only an nvlink_mesh fabric uses"),
+    (with_change("in_switch_reduction", True, "intra_node.kind", "pcie", "intra_node.pcie_tree", PCIE_TREE),
+     "in_switch_reduction: in-switch reduction (NVLS) needs an NVSwitch node, this node's link is pcie"),
+    (with_change("intra_node.kind", "pcie", "intra_node.pcie_tree", dict(PCIE_TREE, gpus_per_switch=16)),
+     "intra_node.pcie_tree.gpus_per_switch: 16 GPUs under one PCIe switch on a node of 8 GPUs: give at most 8"),
+    (with_change("intra_node.kind", "pcie", "intra_node.pcie_tree", dict(PCIE_TREE, switches_per_socket=8)),
+     "intra_node.pcie_tree.switches_per_socket: 8 PCIe switches per socket, but 8 GPUs at 2 per switch fill only 4"),
 ]
 
 

@@ -34,7 +34,7 @@ def _direct_flows_s(env: Env, group: Group, algorithm, op: Op, nbytes: int, root
 def _fresh_s(algorithm, cluster, ranks, op: Op, nbytes: int, protocol) -> float:
     """The algorithm's time on a new group (no kept paths or structures)."""
     group = Group(cluster, ranks)
-    env = Env(cluster, protocol, family=algorithm.family)
+    env = Env(cluster, protocol, family=algorithm.family, group=group)
     if isinstance(algorithm, (Direct, Pairwise)):
         comm = _direct_flows_s(env, group, algorithm, op, nbytes)
     elif isinstance(algorithm, Ring) and op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER):

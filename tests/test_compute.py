@@ -23,10 +23,24 @@ def device(name="H100-SXM5-80GB", curve=None, bf16=989.0, hbm=3350.0, named=None
                   gemm_efficiency=curve, gemm_curve=named)
 
 
-def test_curve_interpolates_in_log_space_and_is_flat_outside():
+def test_curve_interpolates_duration_log_log_and_is_flat_outside():
+    """Durations W/e: 1e9/0.2 = 5e9 and 1e11/0.8 = 1.25e11 peak-FLOPs; halfway in log10 (W = 1e10) the
+    duration is their geometric mean sqrt(5e9 · 1.25e11) = 2.5e10, so e = 1e10 / 2.5e10 = 0.4."""
     c = GemmEfficiency(points=((1e9, 0.2), (1e11, 0.8)))
-    assert c.efficiency(1e10) == pytest.approx(0.5)     # halfway in log10
+    assert c.efficiency(1e10) == pytest.approx(0.4, rel=1e-12)
     assert c.efficiency(1e6) == 0.2 and c.efficiency(1e15) == 0.8
+
+
+def test_a_larger_gemm_never_takes_less_time_on_a_steep_or_noisy_curve():
+    """Linear-in-log(W) efficiency made W/e(W) fall on a steep segment (A100, m = n = 1, k 7 -> 8 was 3 %
+    faster); a noisy point whose duration is below an earlier one's is raised to it."""
+    steep = GemmEfficiency(points=((1e6, 0.001), (1e7, 0.02)))   # e grows 20x in one decade
+    noisy = GemmEfficiency(points=((1e9, 0.2), (2e9, 0.5), (3e9, 0.6)))  # durations 5e9, 4e9, 5e9
+    for c in (steep, noisy):
+        ws = [10 ** (x / 50) for x in range(250, 600)]
+        times = [w / c.efficiency(w) for w in ws]
+        assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:]))
+    assert noisy.efficiency(2e9) == pytest.approx(2e9 / 5e9, rel=1e-12)  # raised to the first point's duration
 
 
 @pytest.mark.parametrize("points", [(), ((1e9, 0.5), (1e8, 0.6)), ((1e9, 1.5),), ((0, 0.5),)])

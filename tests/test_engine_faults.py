@@ -103,3 +103,20 @@ def test_a_job_that_cannot_finish_is_refused_not_sampled_forever():
     sampled = sampled_time_to_train_s(short, gpus=8, step_time_s=0.01, train_steps=1000)
     expected = expected_time_to_train_s(short, gpus=8, step_time_s=0.01, train_steps=1000)
     assert sampled == pytest.approx(expected, rel=0.15)
+
+
+def test_async_ps_per_rank_rows_hold_complete_steps_only_and_the_slowest_is_a_real_rank():
+    """Issue 15 §3: the run stops when the workers together finished steps × dp steps, with other
+    workers mid-step; those truncated steps are not averaged into their rows. Identical workers:
+    every step takes m·(F+B) + push = 2·0.3 + 0.05 s, so every row sums to that; one worker at half
+    speed: its row sums to 2·0.6 + 0.05 and it is the slowest rank, whose row the breakdown shares."""
+    same = simulate(_ps_work(ParamServerMode.ASYNC, 1.0), CLUSTER, steps=4)
+    totals = same.per_rank[[c.value for c in Category]].sum(axis=1)
+    assert list(totals) == pytest.approx([0.65] * 4, rel=1e-6)
+    slow = simulate(_ps_work(ParamServerMode.ASYNC, 2.0), CLUSTER, steps=4)
+    rows = slow.per_rank.set_index("rank")
+    assert slow.extras["slowest_rank"] == 3
+    assert rows[[c.value for c in Category]].sum(axis=1).loc[3] == pytest.approx(1.25, rel=1e-6)
+    row, scale = rows.loc[3], slow.step_time_s / 1.25
+    for cat, seconds in slow.breakdown.items():
+        assert seconds == pytest.approx(float(row[cat.value]) * scale, rel=1e-6, abs=1e-12), cat

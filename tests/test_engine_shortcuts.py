@@ -9,16 +9,20 @@
 Exact (==) where the arithmetic is the same; 1e-12 relative where only the clock's rounding differs.
 """
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
+from simulator.cluster.facts import DegradedNic
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
-from simulator.collectives.cost import Env, Flow
+from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine import step as step_engine
 from simulator.engine.replay_work import CommRunner
+from simulator.engine.shapes import ScheduleCache
 from simulator.engine.step import simulate
 from simulator.errors import SpecError
 from simulator.strategy import Strategy
@@ -146,3 +150,96 @@ def test_a_ring_schedule_shared_between_groups_of_one_shape_equals_fresh_builds(
         assert _plan_view(shared.plan(call, g)) == _plan_view(fresh.plan(call, g))
         assert shared.plan(call, g).pre_s == _reference_pre_s(cluster, call)
     assert len(shared._schedules._shared) == 2  # one GPU per node (4 groups), two per node
+
+
+def _local_form(schedule, group):
+    """A schedule in group-local terms: its transfers with each NIC as its index in the sender node's set."""
+    index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
+    return [(t.step, t.src, t.dst, t.offset, t.nbytes, t.reduce, t.dst_offset, t.channel,
+             None if t.nic is None else index[group.node_index[t.src]][t.nic]) for t in schedule.transfers]
+
+
+def _dp_groups():
+    """On 48 DGX A100 nodes (20 per leaf): dp groups of a tp 8 × pp 4 × dp 12 layout for stages 0 and 3 and
+    tp indices 0 and 5 (other NICs), crossing leaves at different positions, and a two-GPUs-per-node group."""
+    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
+    return groups + [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
+
+
+SICK_A100 = replace(A100.with_nodes(48), degraded_nics=(DegradedNic(node=4, nic=0, bw_fraction=0.02),))
+"""NIC 0 of node 4 (in the stage-0, tp-0 dp group) at 2 %: that group's tree picks another chunk count."""
+
+
+@pytest.mark.parametrize("cluster", [A100.with_nodes(48), SICK_A100], ids=["uniform", "degraded-nic"])
+@pytest.mark.parametrize("name,op", [("ring", Op.ALL_REDUCE), ("ring", Op.REDUCE_SCATTER), ("ring", Op.ALL_GATHER),
+                                     ("tree", Op.ALL_REDUCE)])
+def test_groups_with_equal_schedule_keys_have_equal_local_schedules(cluster, name, op):
+    # Algorithm.schedule_key's promise, checked on the schedules themselves: equal keys, equal
+    # transfers in group indices (NICs by index); links_key's: equal keys, equal pairs carrying bytes.
+    algorithm = get_algorithm(name)
+    for nbytes in (12 * 2**20, 3 * 2**20 + 6):
+        by_key, by_links = {}, {}
+        for g in _dp_groups():
+            group = Group(cluster, g)
+            local = _local_form(build_schedule(cluster, g, op, nbytes, name), group)
+            assert by_key.setdefault(algorithm.schedule_key(group, op, nbytes), local) == local
+            pairs = {(s, d, n) for _, s, d, _, b, _, _, _, n in local if b > 0}
+            assert by_links.setdefault(algorithm.links_key(group, op, nbytes), pairs) == pairs
+        assert len(by_links) == 2  # one GPU per node, two per node
+
+
+def test_a_degraded_nic_gives_its_group_another_tree_key():
+    nbytes = 12 * 2**20
+    tree = get_algorithm("tree")
+    chunks = [tree.chunks(Group(cluster, g), Op.ALL_REDUCE, nbytes)
+              for cluster in (A100.with_nodes(48), SICK_A100) for g in _dp_groups()[:2]]
+    assert chunks[0] == chunks[1] == chunks[3] != chunks[2]  # only the sick group's count moves
+
+
+@pytest.mark.parametrize("cluster,schedules", [(A100.with_nodes(48), 2), (SICK_A100, 3)], ids=["uniform", "degraded-nic"])
+@pytest.mark.parametrize("nbytes", [12 * 2**20, 3 * 2**20 + 6])
+def test_a_tree_schedule_shared_between_groups_equals_fresh_builds(cluster, schedules, nbytes):
+    # One runner shares schedules (by key), links (by links key) and pipeline latencies (by α) between
+    # the groups; each fresh runner builds its own. Links are asked first: found without a schedule of that group.
+    shared = CommRunner(None, None, cluster, None)
+    for g in _dp_groups():
+        time_s = estimate(cluster, list(g), Op.ALL_REDUCE, nbytes, "tree").time_s
+        call = CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                        algorithm=CollectiveAlgorithm.TREE, time_s=time_s)
+        fresh = CommRunner(None, None, cluster, None)
+        assert shared.resources(call, g) == fresh.plan(call, g).resources
+        assert _plan_view(shared.plan(call, g)) == _plan_view(fresh.plan(call, g))
+        assert shared.plan(call, g).pre_s == _reference_pre_s(cluster, call)
+    assert len(shared._schedules._pairs) == 2  # one GPU per node, two per node
+    assert len(shared._schedules._shared) == schedules  # and the sick group's own chunk count
+
+
+class _SlowerFrom(Env):
+    """Costs whose connections from rank ``first`` up pay 1 µs more: groups of one shape with other α."""
+
+    first = 96
+
+    def path(self, src, dst, nic=None):
+        p = super().path(src, dst, nic)
+        return replace(p, latency_s=p.latency_s + 1e-6) if src >= self.first else p
+
+
+def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alphas():
+    # Two dp groups of one tree key whose α differ: the second group's pipeline latency is computed on a
+    # build of its own (not read from the first's), and a third group with the first's α reuses it.
+    cluster, nbytes = A100.with_nodes(48), 12 * 2**20
+    tree, costs = get_algorithm("tree"), _SlowerFrom(cluster, None, family="tree")
+    groups = [tuple(8 * n for n in range(0, 12)), tuple(8 * n for n in range(12, 24)), tuple(1 + 8 * n for n in range(12))]
+    cache, built = ScheduleCache(cluster), []
+    for g in groups:
+        group = Group(cluster, g)
+        local = cache.get(group, Op.ALL_REDUCE, nbytes, "tree", lambda: build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
+        links = dict(zip(local.pairs, local.links(group)))
+
+        def rebuild(g=g):
+            built.append(g)
+            return build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree")
+
+        got = local.pipeline_s(costs, group, links, lambda s: tree.schedule_latency_s(costs, s), rebuild)
+        assert got == tree.schedule_latency_s(costs, build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
+    assert len(cache._shared) == 1 and built == [groups[1]]

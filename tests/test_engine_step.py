@@ -6,6 +6,7 @@ it compiles the step and sets them (:func:`compiled_work.timed`); the calls stay
 relative where the DES must reproduce the same sum; the 2 % of the issue where stated.
 """
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -148,3 +149,20 @@ def test_split_backward_runs_i_and_w_as_halves():
     assert dry_run(split, 0.01, 0.02, 1.005e-3).makespan_s == pytest.approx(0.05201, rel=1e-9)
     whole = simulate(pipeline_work(strategy, 0.01, 0.02, 25_000_000), two_nodes())
     assert whole.step_time_s == pytest.approx(0.06201, rel=1e-9)
+
+
+def test_slowest_index_counts_busy_seconds_and_breaks_ties_low():
+    """The one definition of the slowest rank (simulator.results.slowest_index): the most seconds
+    outside BUBBLE and STRAGGLER; within 1e-9 relative, the lower rank; batched over leading axes."""
+    from simulator.results import Category, slowest_index
+
+    def row(**seconds):
+        return [seconds.get(c.value, 0.0) for c in Category]
+
+    waits_most = row(forward=1.0, bubble=5.0)       # idle time does not make a rank slow
+    works_most = row(forward=2.0, dp=0.5)
+    assert slowest_index(np.array([waits_most, works_most])) == 1
+    near_tie = row(forward=2.5 * (1 + 1e-12))
+    assert slowest_index(np.array([works_most, near_tie])) == 0
+    batch = np.array([[waits_most, works_most], [works_most, waits_most]])
+    assert list(slowest_index(batch)) == [1, 0]

@@ -130,3 +130,22 @@ def test_hand_worked_two_rank_data_parallel_buckets():
     # The DES replays the ring on the NICs: calls whose compiled time is 0 still take d each.
     zeroed = data_parallel_work(strategy, F_S, B_S, (bucket_call(BUCKET_BYTES, time_s=0.0),) * 2, (0.5, 1.0))
     assert simulate(zeroed, two_nodes(), trace=False).step_time_s == pytest.approx(0.04002, rel=1e-9)
+
+
+SLOWEST_CASES = {**CASES, "pp4-1f1b": dict(global_batch=16, micro_batch=1, dp=2, pp=4)}
+
+
+@pytest.mark.parametrize("name", sorted(SLOWEST_CASES))
+def test_both_engines_name_the_same_slowest_rank(setup, name):
+    """Issue 15 §3: one definition of "slowest rank" (simulator.results.slowest_index: most busy
+    seconds, the lowest rank on a tie), and both engines report the same rank and stage for the same
+    layout; each engine's breakdown is that rank's own row of its per-rank table."""
+    cluster, model = setup
+    work = compile_step(cluster, model, Strategy(**SLOWEST_CASES[name]))
+    analytical, des = estimate_work(work), simulate(work, cluster, trace=False, steps=2)
+    for key in ("slowest_rank", "slowest_stage"):
+        assert analytical.extras[key] == des.extras[key], (key, analytical.extras[key], des.extras[key])
+    for result in (analytical, des):
+        row = result.per_rank.set_index("rank").loc[result.extras["slowest_rank"]]
+        for cat, seconds in result.breakdown.items():
+            assert seconds == pytest.approx(float(row[cat.value]), rel=1e-9, abs=1e-15), (result.engine, cat)

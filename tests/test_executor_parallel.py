@@ -19,6 +19,7 @@ TWO_RANKS = {
     "pp gpipe": (GPT_TINY, {"pp": 2, "schedule": "gpipe"}),
     "pp 1f1b": (LLAMA_TINY, {"pp": 2, "schedule": "1f1b", "recompute": "selective"}),
     "pp interleaved": (GPT_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}),
+    "tp zero1 dp1": (GPT_TINY, {"tp": 2, "zero": 1}),  # what `trainplan plan --tp 2` ranks first at dp 1
 }
 FOUR_RANKS = {
     "tp+dp": (LLAMA_TINY, {"tp": 2, "dp": 2}),
@@ -132,3 +133,14 @@ def test_what_torch_cannot_run_here_is_refused_in_one_line(flat, field, words):
     with pytest.raises(SpecError) as err:
         check(plan, plan.layout())
     assert err.value.field == field and words in err.value.problem and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("flat", [{"tp": 2, "zero": 1}, {"pp": 2, "zero": 1, "schedule": "1f1b"}])
+def test_zero1_over_one_dp_rank_is_run(flat):
+    """With dp = 1 ZeRO-1 has nothing to shard: the plan runs (as the plain optimizer) instead of being
+    refused, so a plan the planner ranks first at dp 1 (ZeRO-1 wins a step-time tie there) executes."""
+    from executor.strategies.parallel import check
+
+    plan = plan_for(LLAMA_TINY, flat)
+    assert plan.layout().dp == 1
+    check(plan, plan.layout())

@@ -86,3 +86,33 @@ def test_trainplan_execute_starts_the_server_ranks(tmp_path, capsys):
     results = load_results(out)
     assert results.status is RunStatus.COMPLETE and len(results.ranks) == 3
     assert results.ranks[0].loss == results.ranks[2].loss  # the server reports the workers' mean loss
+
+
+@pytest.mark.multiproc
+def test_async_staleness_in_the_results_file_and_beside_the_des(tmp_path, capsys):
+    """Asynchronous, bound 1, 2 workers + 1 server, 6 steps: the results file holds one step lag and one
+    update staleness per push and worker; a worker's next step starts at most s ahead of the slowest, so
+    it finishes at most s + 1 ahead: step lag ≤ s + 1 (the DES's bound too). validate shows both."""
+    import json
+
+    from simulator.run_results import load_results
+    from trainplan.__main__ import main
+
+    steps, plan, out = 6, tmp_path / "ps.json", tmp_path / "results.json"
+    _ps_plan(GPT_TINY, ps_mode="async", ps_shards=1, staleness_steps=BOUND).save(plan)
+    assert main(["execute", str(plan), "--steps", str(steps), "--warmup", "0", "--precision", "fp32",
+                 "--out", str(out)]) == 0
+    st = load_results(out).staleness
+    assert set(st.step_lag) == set(st.updates) == {"0", "1"}
+    assert all(len(v) == steps for v in (*st.step_lag.values(), *st.updates.values()))
+    assert max(max(v) for v in st.step_lag.values()) <= BOUND + 1
+    assert max(max(v) for v in st.updates.values()) <= (2 - 1) * (2 * BOUND + 1)
+    capsys.readouterr()
+    assert main(["validate", str(out), "--cluster", "localhost-cpu", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["staleness"]
+    assert sum(shown["measured"]["step_lag"]["histogram"].values()) == 2 * steps
+    assert sum(shown["des"]["histogram"].values()) == 2 * steps and shown["des"]["max"] <= BOUND + 1
+    assert set(shown["des"]["per_worker"]) == {"0", "1"}
+    assert main(["validate", str(out), "--cluster", "localhost-cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "staleness, steps behind" in text and "worker 1" in text

@@ -5,16 +5,16 @@ size, and at most 1 where it is a utilisation.
 Entry points: ``strategy_from_flat`` (each flat key set to a value of any type), ``apply_profile``
 (any profile name, any override), ``build_layout`` and the analytical estimate (random degrees,
 batches and options on a small model), and ``collectives.registry.estimate`` (random groups, sizes,
-operations and algorithms). Quick by default; ``--hypothesis-profile long`` runs 10,000 cases per
-test (``conftest.py``), ``TRAINPLAN_FUZZ_EXAMPLES=N`` any number.
+operations and algorithms). Quick by default; ``--hypothesis-profile long`` runs 10,000 cases in all
+(2,500 per test; ``fuzz_budget.py``), ``TRAINPLAN_FUZZ_EXAMPLES=N`` any number per test, and
+``TRAINPLAN_FUZZ_LOG=path`` records every case (entry point, outcome, wall and CPU time).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.analytical import estimate
@@ -26,12 +26,12 @@ from simulator.profiles import apply_profile, profile_names
 from simulator.strategy import build_layout
 from simulator.strategy.flat import FLAT, strategy_from_flat
 from simulator.workload import get_preset
+from fuzz_budget import fuzz_settings, limited, log_case, timed
 from test_fuzz_loaders import EXTREMES, field_values
 
-LONG = settings.get_current_profile_name() == "long"
-EXAMPLES = int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "10000" if LONG else "120"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="TRAINPLAN_FUZZ_EXAMPLES" not in os.environ and not LONG,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = fuzz_settings(quick=120, tests=4)
+CASE_LIMIT_S = 20
+"""CPU seconds after which one call counts as hung (the slowest seen takes under 2 s)."""
 SMALL = get_preset("gpt3-125m").with_seq(512)
 CLUSTERS = {f"{name}x{nodes}": load_cluster(name, nodes=nodes) for name in ("dgx-h100", "dgx-a100", "pcie-l40s",
                                                                             "h100-roce") for nodes in (1, 2)}
@@ -44,11 +44,20 @@ PLAUSIBLE = {"global_batch": [8, 16, 32], "micro_batch": [1, 2], "dp": [None, 1,
 
 
 def spec_errors_only(call):
-    """``call()``, or None when it raised SpecError; any other exception fails the test."""
+    """``call()``, or None when it raised SpecError; any other exception fails the test (and is
+    logged, as every case is, when ``TRAINPLAN_FUZZ_LOG`` is set)."""
+    outcome = "ok"
     try:
-        return call()
+        with timed() as clock, limited(CASE_LIMIT_S, CASE_LIMIT_S * 20):
+            return call()
     except SpecError:
+        outcome = "SpecError"
         return None
+    except BaseException as error:
+        outcome = type(error).__name__
+        raise
+    finally:
+        log_case("api", outcome=outcome, **clock)
 
 
 def check_result(result) -> None:
@@ -113,3 +122,14 @@ def test_collective_estimates_are_spec_errors_or_sane(cluster_name, ranks, op, n
     if result is not None:
         assert math.isfinite(result.time_s) and result.time_s > 0, result
         assert math.isfinite(result.busbw_GBps) and result.busbw_GBps >= 0
+
+
+def test_a_message_beyond_a_64_bit_size_is_a_spec_error():
+    """Found by the long run of 2026-11-24: ``nbytes=10**400`` overflowed the float cost formulas
+    (``OverflowError`` from every algorithm); the largest size a library's ``size_t`` holds still
+    estimates to finite numbers."""
+    cluster = CLUSTERS["dgx-h100x2"]
+    for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.ALL_TO_ALL, Op.BROADCAST):
+        assert spec_errors_only(lambda: registry.estimate(cluster, list(range(16)), op, 10**400)) is None
+        check = registry.estimate(cluster, list(range(16)), op, 2**64 - 1)
+        assert math.isfinite(check.time_s) and check.time_s > 0 and math.isfinite(check.busbw_GBps)

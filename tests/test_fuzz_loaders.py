@@ -4,8 +4,8 @@ only exception that may come out is :class:`SpecError`, and what loads can be de
 Inputs: random bytes and random text as a file; random JSON-like nested structures; the valid
 minimal cluster file and Llama/GPT-2 configs with one field set to a random value of any type
 (huge and tiny numbers, NaN, infinity, lists, mappings, text). The default run is quick
-(``FUZZ_EXAMPLES`` examples per test, 150); ``pytest --hypothesis-profile long`` runs 10,000 (the
-profile is registered in ``conftest.py``), and ``TRAINPLAN_FUZZ_EXAMPLES=N`` any number.
+(150 examples per test); ``pytest --hypothesis-profile long`` runs 10,000 in all (``fuzz_budget.py``),
+``TRAINPLAN_FUZZ_EXAMPLES=N`` any number per test, ``TRAINPLAN_FUZZ_LOG=path`` records every case.
 """
 
 import copy
@@ -15,19 +15,18 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.cluster.describe import cluster_summary_dict, describe_cluster
 from simulator.cluster.io import cluster_from_dict, load_cluster
 from simulator.errors import SpecError
 from simulator.workload import load_model, spec_from_hf_config
+from fuzz_budget import fuzz_settings, limited, log_case, timed
 
-LONG = settings.get_current_profile_name() == "long"
-FUZZ_EXAMPLES = int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "10000" if LONG else "150"))
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None,
-                derandomize="TRAINPLAN_FUZZ_EXAMPLES" not in os.environ and not LONG,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = fuzz_settings(quick=150, tests=7)
+CASE_LIMIT_S = 20
+"""CPU seconds after which one load counts as hung."""
 
 MINIMAL = yaml.safe_load((Path(__file__).parent / "data" / "minimal_cluster.yaml").read_text())
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -50,11 +49,20 @@ LAYER = {"name": "fc", "params": 10, "fwd_flops": 20.0, "activation_bytes": 40, 
 
 
 def only_spec_errors(load):
-    """``load()``, or None when it raised SpecError; any other exception fails the test."""
+    """``load()``, or None when it raised SpecError; any other exception fails the test (every case
+    is logged when ``TRAINPLAN_FUZZ_LOG`` is set)."""
+    outcome = "ok"
     try:
-        return load()
+        with timed() as clock, limited(CASE_LIMIT_S, CASE_LIMIT_S * 20):
+            return load()
     except SpecError:
+        outcome = "SpecError"
         return None
+    except BaseException as error:
+        outcome = type(error).__name__
+        raise
+    finally:
+        log_case("loaders", outcome=outcome, **clock)
 
 
 def paths_of(d, prefix=()):

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator.cluster.io import load_cluster, read_cluster_file
 from simulator.cluster._files import parse_yaml
@@ -168,9 +170,10 @@ def test_params_at_the_limit_still_load():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("1e400", "more than the limit of 1024GB"),      # inf as a float: OverflowError in int() before
-    ("1e24", "more than the limit of 1024GB"),       # printed as 953674316406249984MB before
+    ("1e400", "more than the limit of 1TiB"),        # inf as a float: OverflowError in int() before
+    ("1e24", "more than the limit of 1TiB"),         # printed as 953674316406249984MB before
     ("2TB", "more than the limit"),
+    ("1.1TiB", "more than the limit"),
     ("0.4", "at least 1 byte"),                      # rounded to 0 before
     ("0.5", "at least 1 byte"),                      # round-half-even: round(0.5) == 0
     ("1e-9KB", "at least 1 byte"),
@@ -183,7 +186,7 @@ def test_parse_size_limits(text, message):
 
 def test_parse_size_bounds_are_inclusive():
     from simulator.units import MAX_MESSAGE_BYTES, parse_size
-    assert parse_size("1TB") == MAX_MESSAGE_BYTES == 1_099_511_627_776
+    assert parse_size("1TiB") == MAX_MESSAGE_BYTES == 1_099_511_627_776 and parse_size("1TB") == 10**12
     assert parse_size("0.6") == 1 and parse_size("1") == 1
 
 
@@ -201,8 +204,45 @@ def test_parse_size_range_refuses(text, message):
 
 def test_widest_range_is_41_sizes():
     from simulator.units import parse_size_range
-    sizes = parse_size_range("1..1TB")          # 2**0 .. 2**40
+    sizes = parse_size_range("1..1TiB")         # 2**0 .. 2**40
     assert len(sizes) == 41 and sizes[-1] == 2**40
+    decimal = parse_size_range("1..1TB")        # 2**0 .. 2**39, then 10**12 itself
+    assert len(decimal) == 41 and decimal[-2:] == [2**39, 10**12]
+
+
+@pytest.mark.parametrize("text, nbytes", [("64KB", 64_000), ("64KiB", 65_536), ("1.5MB", 1_500_000),
+                                          ("1MiB", 2**20), ("2GB", 2 * 10**9), ("2gib", 2 * 2**30), ("512B", 512),
+                                          ("4096", 4096)])
+def test_sizes_are_decimal_unless_they_say_binary(text, nbytes):
+    """Issue 15 §3: ``--bytes 64KB`` was 65,536 bytes while docs/cli.md said sizes are decimal. One
+    convention now: KB/MB/GB/TB are powers of 10, KiB/MiB/GiB/TiB powers of 2 (IEC 80000-13)."""
+    from simulator.units import parse_size
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["1K", "64M", "1G", "2t"])
+def test_one_letter_units_are_refused_as_ambiguous(text):
+    from simulator.units import parse_size
+    with pytest.raises(SpecError, match=r"is ambiguous: write [KMGT]B \(10\^\d+ bytes\) or [KMGT]iB"):
+        parse_size(text)
+
+
+@given(st.integers(1, 2**40))
+def test_printed_sizes_read_back_exactly(nbytes):
+    """What format_size prints is exact and in parse_size's units, so no printed size is ambiguous."""
+    from simulator.units import format_size, parse_size
+    assert parse_size(format_size(nbytes)) == nbytes
+
+
+def test_printed_units_tell_decimal_from_binary():
+    from simulator.units import format_size
+    assert [format_size(n) for n in (64_000, 65_536, 10**9, 2**30, 1500)] == ["64KB", "64KiB", "1GB", "1GiB", "1500B"]
+
+
+def test_ranges_end_with_their_upper_bound():
+    from simulator.units import parse_size_range
+    assert parse_size_range("1KB..1MB") == [1000 * 2**k for k in range(10)] + [10**6]
+    assert parse_size_range("1KiB..1MiB") == [2**k for k in range(10, 21)]
 
 
 @pytest.mark.parametrize("value, message", [("1e24", "more than the limit"), ("1KB...1GB", "two dots"),

@@ -94,3 +94,24 @@ def test_nproc_that_cannot_hold_the_structure(nproc, words):
     with pytest.raises(SpecError, match=words) as err:
         scale_plan(plan, Scale.parse("tiny"), nproc)
     assert err.value.field == "nproc"
+
+
+def test_cp_is_structure_kept_and_all_to_all_keeps_heads_divisible_by_tp_cp():
+    """Shrinking the world shrinks dp only (dp·cp ranks per replica group kept); tiny all-to-all cp shrinks
+    as for a tp degree of tp·cp so its heads still split (2·tp·cp query heads); nproc must hold tp·pp·cp."""
+    cluster = load_cluster("dgx-h100")
+    from simulator.strategy.flat import strategy_from_flat
+
+    ring = Plan(model=get_preset("llama3-8b").with_seq(32768), cluster=cluster, gpus=8,
+                strategy=strategy_from_flat(dict(global_batch=8, micro_batch=2, dp=2, cp=4)))
+    scaled = scale_plan(ring, Scale.parse("tiny"), 4)
+    layout = scaled.run.layout()
+    assert (layout.dp, layout.cp, layout.world_size, scaled.run.model.heads) == (1, 4, 4, 2)
+    assert "cp 4 kept" in scaled.notes[1]
+    a2a = Plan(model=get_preset("llama3-8b").with_seq(32768), cluster=cluster, gpus=8,
+               strategy=strategy_from_flat(dict(global_batch=8, micro_batch=2, dp=2, cp=4, cp_kind="all-to-all")))
+    spec = scale_plan(a2a, Scale.parse("tiny"), 4).run.model
+    assert spec.heads == 8 and spec.heads % 4 == 0
+    with pytest.raises(SpecError, match="tp·pp·cp = 1·1·4 = 4 ranks per replica") as err:
+        scale_plan(ring, Scale.parse("tiny"), 2)
+    assert err.value.field == "nproc"

@@ -48,7 +48,7 @@ def test_cited_defaults(name, check):
 
 def test_every_field_stays_overridable():
     s = apply_profile("horovod", global_batch=32, allreduce_algorithm="hierarchical", fusion_cycle_s=0.005,
-                      bucket_bytes="64MB", zero=1)
+                      bucket_bytes="64MiB", zero=1)
     assert s.dp_sync.algorithm is AllReduceAlgorithm.HIERARCHICAL
     assert (s.dp_sync.bucket_bytes, s.dp_sync.fusion_cycle_s, s.zero) == (64 * MiB, 0.005, ZeroStage.ZERO1)
     # a byte override replaces a profile's element-count bucket (and the other way round)

@@ -11,8 +11,8 @@ from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
 from simulator.plan_scale import Scale, scale_plan
-from simulator.run_results import (Failure, PeakMemoryKind, RankResult, Results, RunInfo, RunStatus, Stats,
-                                   load_results, results_from_dict)
+from simulator.run_results import (Failure, PeakMemoryKind, RankResult, Results, RunInfo, RunStatus, Staleness,
+                                   Stats, load_results, results_from_dict)
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import get_preset
 
@@ -55,13 +55,16 @@ def test_stats_percentiles():
 
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.update(schema="trainplan.plan"), "results.schema"),
-    (lambda d: d.update(version=2), "results.version"),
+    (lambda d: d.update(version=3), "results.version"),
     (lambda d: d.update(status="done"), "results.status"),
     (lambda d: d.update(extra=1), "results.extra"),
     (lambda d: d["ranks"][0].update(loss=[1.0]), "results.ranks[0].loss"),
     (lambda d: d["ranks"][0]["phases_s"].update(lunch=[1, 1, 1, 1]), "results.ranks[0].phases_s.lunch"),
     (lambda d: d["run"].update(colour="red"), "results.run.colour"),
     (lambda d: d["run"]["plan"]["strategy"].update(dp=3), "plan.strategy.dp"),
+    (lambda d: d.update(staleness={"step_lag": [1]}), "results.staleness"),
+    (lambda d: d.update(staleness={"step_lag": {"0": ["x"]}, "updates": {}}), "results.staleness"),
+    (lambda d: d.update(version=1, staleness=None), "results.staleness"),  # version 1 had no such field
 ])
 def test_bad_results_name_the_field(edit, field):
     d = _results().to_dict()
@@ -69,6 +72,32 @@ def test_bad_results_name_the_field(edit, field):
     with pytest.raises(SpecError) as err:
         results_from_dict(d)
     assert err.value.field == field
+
+
+def test_staleness_from_server_pushes_by_hand(tmp_path):
+    """Two servers saw worker 0's steps 0, 1 and worker 1's steps 0, 1 (worker, step, updates, step lag);
+    per push the larger value over the servers is kept: worker 0 lags 0, 1 and met 0, 3 updates."""
+    server_a = [(0, 0, 0, 0), (1, 0, 1, 1), (1, 1, 2, 0), (0, 1, 2, 1)]
+    server_b = [(1, 0, 0, 0), (0, 0, 1, 0), (0, 1, 3, 0), (1, 1, 1, 1)]
+    st = Staleness.from_pushes([server_a, server_b])
+    assert st.step_lag == {"0": (0, 1), "1": (1, 1)} and st.updates == {"0": (1, 3), "1": (1, 2)}
+    summary = st.summary()
+    assert summary["step_lag"]["histogram"] == {"0": 1, "1": 3}
+    assert summary["step_lag"]["mean"] == 0.75 and summary["step_lag"]["max"] == 1
+    assert summary["updates"]["per_worker"]["0"] == {"histogram": {"1": 1, "3": 1}, "mean": 2.0, "max": 3}
+    from dataclasses import replace
+
+    results = replace(_results(), staleness=st)
+    path = results.save(tmp_path / "r.json")
+    again = load_results(path)
+    assert again.staleness == st and json.loads(path.read_text())["summary"]["staleness"] == summary
+
+
+def test_a_version_1_file_is_still_read():
+    d = _results().to_dict()
+    d["version"] = 1
+    del d["staleness"]
+    assert results_from_dict(d).staleness is None and results_from_dict(d).ranks == _results().ranks
 
 
 def test_family_of_a_layout_and_the_nccl_environment():

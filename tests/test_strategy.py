@@ -196,7 +196,7 @@ def test_failure_model_young_interval():
 def test_flat_keys_read_text():
     s = strategy_from_flat({"global_batch": 16, "schedule": "interleaved", "virtual_stages": 2, "pp": 2,
                             "zero": "zero1", "placement": "tp-dp-pp", "allreduce_algorithm": "hierarchical",
-                            "bucket_bytes": "64MB", "recompute": "selective", "data_source": "shared",
+                            "bucket_bytes": "64MiB", "recompute": "selective", "data_source": "shared",
                             "mtbf_gpu_hours": 5e4, "checkpoint_interval_steps": 500, "checkpoint_cost_s": 30,
                             "restart_cost_s": 600})
     assert s.schedule is ScheduleKind.INTERLEAVED and s.zero is ZeroStage.ZERO1

@@ -198,9 +198,32 @@ def test_real_chain_plan_execute_validate(tmp_path, capsys):
     for key in ("step_time_error", "memory_error"):
         assert isinstance(out[key], float) and math.isfinite(out[key])
     for row in out["rows"]:
-        assert math.isfinite(row["measured"]) and row["measured"] > 0 and math.isfinite(row["analytical"])
+        absent = row["name"] in ("recompute", "tp", "pp", "bubble")  # dp only, no recompute: 0 by construction
+        assert math.isfinite(row["measured"]) and (row["measured"] == 0 if absent else row["measured"] > 0)
+        assert math.isfinite(row["analytical"])
         if row["unit"] == "s":
             assert math.isfinite(row["des"])
+    assert {"recompute", "tp", "pp", "bubble"} <= names
+
+
+@pytest.mark.multiproc
+def test_pipeline_run_validates_pp_and_bubble_against_the_engines(tmp_path, capsys):
+    """A pp 2 plan executed (2 gloo processes, tiny, 1F1B): the results file carries tp, pp and bubble,
+    and validate puts each beside the same category of both engines' breakdown."""
+    from simulator.run_results import load_results
+
+    plan, results = tmp_path / "p.json", tmp_path / "r.json"
+    Plan(model=get_preset("gpt3-125m"), cluster=load_cluster("dgx-h100"), gpus=2,
+         strategy=strategy_from_flat({"global_batch": 4, "micro_batch": 1, "pp": 2, "schedule": "1f1b"})).save(plan)
+    assert main(["execute", str(plan), "--scale", "tiny", "--steps", "2", "--warmup", "0", "--precision", "fp32",
+                 "--out", str(results)]) == 0
+    capsys.readouterr()
+    rows = {r["name"]: r for r in _json(["validate", str(results), "--cluster", "localhost-cpu"], capsys)["rows"]}
+    assert rows["pp"]["measured"] > 0 and rows["bubble"]["measured"] > 0 and rows["tp"]["measured"] == 0
+    analytical, des = estimate_run(load_results(results), load_cluster("localhost-cpu"))
+    for name in ("pp", "bubble", "tp", "forward", "backward"):
+        assert rows[name]["analytical"] == pytest.approx(analytical.breakdown[Category(name)], rel=1e-12)
+        assert rows[name]["des"] == pytest.approx(des.breakdown[Category(name)], rel=1e-12)
 
 
 def test_a_one_machine_cluster_holds_every_process():

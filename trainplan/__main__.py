@@ -9,6 +9,7 @@ becomes one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from simulator.errors import SpecError
@@ -51,9 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_NEGATIVE_VALUE = re.compile(r"^-[0-9.]")
+
+
+def attach_negative_values(argv: list[str]) -> list[str]:
+    """``--params -7B`` → ``--params=-7B``: argparse reads a value that starts with ``-`` and is not a
+    plain number as the next option and says "expected one argument"; attached, the value reaches the
+    flag's own check, which says it must be positive (issue 15 §3)."""
+    out: list[str] = []
+    for token in argv:
+        if out and _NEGATIVE_VALUE.match(token) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.handler(args) or 0)
     except (SpecError, cli_common.UsageError) as err:

@@ -3,7 +3,7 @@ with ``--compute``, measure this machine's compute into the device fields instea
 
 Examples::
 
-    trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KB..64MB --algorithms ring,tree
+    trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KiB..64MiB --algorithms ring,tree
     trainplan calibrate --compute --nproc 4 --cluster local.yaml --out local.yaml
 
 Progress goes to stderr while measuring; stdout gets the fitted parameters, the error table
@@ -22,26 +22,28 @@ from trainplan import cli_common
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="measure local collectives and fit a cluster file",
-                              description=__doc__.split("\n\n")[0])
+                              description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--backend", default=BACKENDS[0],
-                   help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process)")
+                   help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process; default: {BACKENDS[0]})")
     p.add_argument("--nproc", type=int, default=2, help="number of local processes (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
-    p.add_argument("--sizes", default="64KB..64MB", help="message sizes, e.g. 64KB..64MB (powers of two)")
-    p.add_argument("--algorithms", default="ring,tree", help="replayed algorithms to fit, comma-separated")
+    p.add_argument("--sizes", default="64KiB..64MiB",
+                   help="message sizes SMALL..LARGE, doubling from SMALL (default 64KiB..64MiB); KB/MB/GB are "
+                        "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
+    p.add_argument("--algorithms", default="ring,tree", help="replayed algorithms to fit, comma-separated (default: ring,tree)")
     p.add_argument("--op", default=Op.ALL_REDUCE.value,
                    help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per size and algorithm")
-    p.add_argument("--warmup", type=int, default=2, help="untimed calls before them")
-    p.add_argument("--cluster", default="localhost-cpu", help="base cluster (preset name or file) to fit")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per size and algorithm (default: 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls before them (default: 2)")
+    p.add_argument("--cluster", default="localhost-cpu", help="base cluster (preset name or file) to fit: the local machine, so not the dgx-a100 of the other commands (default: localhost-cpu)")
     p.add_argument("--fit-reduction", action="store_true",
                    help="also fit the reduction rate (device.hbm_bw_GBps); off: keep the base value")
     p.add_argument("--json", action="store_true", help="print the fit as JSON instead of a table")
     p.add_argument("--compute", action="store_true",
                    help="measure compute (GEMMs, memory-bound kernels, per-kernel overhead) into the device "
                         "fields of --cluster instead of the collectives; --nproc sets the threads per rank")
-    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format")
+    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured (default: llama2-7b)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format (default: fp32)")
     p.add_argument("--threads", type=int, default=None,
                    help="with --compute: torch threads (default as execute: cores ÷ --nproc, at least 1)")
     p.set_defaults(handler=run)

@@ -13,29 +13,35 @@ from simulator.errors import SpecError
 from simulator.jsonio import check_plot_path
 from simulator.units import format_size, parse_size_range
 from trainplan.cli_common import UsageError, print_json
+from trainplan.strategy_flags import DEFAULT_CLUSTER
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collective", help="estimate collective times per algorithm (nccl-tests style table)",
                        description="Estimate a collective's time, algorithm and bus bandwidth on a cluster; "
                                    "with --measure, also run it for real on local processes and show the error.")
-    p.add_argument("--cluster", required=True, help="preset name (see `trainplan cluster list`) or a cluster file")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, metavar="NAME|FILE",
+                   help=f"cluster preset (see `trainplan cluster list`) or file (default: {DEFAULT_CLUSTER}, as in "
+                        "memory, simulate and plan; --measure needs the calibrated local one)")
     p.add_argument("--nodes", type=int, help="number of nodes (overrides the preset's or file's)")
     p.add_argument("--op", default=Op.ALL_REDUCE.value, help=f"{', '.join(o.value for o in Op)} "
                                                             f"(default: {Op.ALL_REDUCE.value})")
     p.add_argument("--algorithm", default="auto",
                    help="an algorithm name or a comma-separated list (ring,tree), 'auto' (the fastest, "
-                        "as NCCL's tuner picks) or 'all' (default: auto)")
+                        f"as NCCL's tuner picks) or 'all' (default: auto); names: {', '.join(registry.algorithm_names())}"
+                        " (with --measure also 'native', the backend's own)")
     p.add_argument("--ranks", type=int, help="use the first R ranks in placement order (default: all, or --nproc)")
-    p.add_argument("--bytes", default="1KB..1GB", help="a size (64MB) or a range of powers of two (1KB..1GB)")
+    p.add_argument("--bytes", default="1KiB..1GiB",
+                   help="a size (64MB) or a range SMALL..LARGE doubling from SMALL (default 1KiB..1GiB, the powers "
+                        "of two); KB/MB/GB are decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     p.add_argument("--plot", metavar="FILE.png", help="draw time and bus bandwidth against size per algorithm")
     m = p.add_argument_group("measurement (runs the collective for real on this machine)")
     m.add_argument("--measure", action="store_true", help="also measure each row with torch.distributed")
-    m.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help="torch.distributed backend")
+    m.add_argument("--backend", default=BACKENDS[0], choices=BACKENDS, help=f"torch.distributed backend (default: {BACKENDS[0]})")
     m.add_argument("--nproc", type=int, help="local processes to launch (equals --ranks)")
-    m.add_argument("--repeats", type=int, default=10, help="timed calls per size (median reported)")
-    m.add_argument("--warmup", type=int, default=2, help="untimed calls per size before timing")
+    m.add_argument("--repeats", type=int, default=10, help="timed calls per size, median reported (default: 10)")
+    m.add_argument("--warmup", type=int, default=2, help="untimed calls per size before timing (default: 2)")
     p.set_defaults(handler=run)
 
 
@@ -103,6 +109,13 @@ def _ranks(args: argparse.Namespace, world: int) -> list[int]:
     return list(range(count))
 
 
+MAX_ALL_RANKS = 1024
+"""The most ranks ``--algorithm all`` compares on: a bound on work. Measured 2026-11-24 (2-core VM shared
+with other jobs, CPU time), ``collective --cluster dgx-h100 --algorithm all --bytes 1KB..1MB``: 8,192
+ranks 82 s (after the pair-costing algorithms were bounded; 11.8 GB and past 60 s before), found by the
+long CLI fuzz run; 1,024 ranks: 13.5 s."""
+
+
 def _algorithms(text: str, op: Op, cluster, ranks: list[int], allow_native: bool = False) -> list[str]:
     """``all``, ``auto``, one name, or a comma-separated list of names, each checked against the op.
 
@@ -131,14 +144,17 @@ def _one_algorithm(name: str, op: Op, cluster, ranks: list[int]) -> list[str]:
     able = registry.supporting(op, cluster, ranks)
     if name == "all":
         if not able:
-            raise SpecError("algorithm", f"no algorithm supports {op.value} on this group")
+            raise registry.refusal("all", op, cluster, ranks)
+        if len(ranks) > MAX_ALL_RANKS:
+            raise SpecError("algorithm", f"'all' over {len(ranks):,} ranks costs every algorithm on every rank's "
+                            f"placement (minutes); it stops at {MAX_ALL_RANKS:,} ranks: name the algorithms "
+                            f"instead, e.g. --algorithm {','.join(able[:2])}")
         return able
     if name != "auto" and name not in registry.algorithm_names():
         known = ", ".join(["auto", "all", *registry.algorithm_names()])
         raise SpecError("algorithm", f"unknown algorithm {name!r}; known: {known}")
     if name != "auto" and name not in able:
-        raise SpecError("algorithm", f"{name} does not support {op.value} on this group; use one of: "
-                                     f"{', '.join(['auto', *able])}")
+        raise registry.refusal(name, op, cluster, ranks)
     return [name]
 
 

@@ -4,8 +4,8 @@
                       [--scale as-planned|tiny|RATIO] [--seed K] [--trace DIR] [--out results.json]
                       [--timeout-s T]
 
-Everything is checked first (plan, scale, world size, family, paths: one line and exit 2); then N
-local processes run ``executor.run`` as torchrun would (``executor/supervise.py``). Under torchrun
+Everything is checked first (plan, scale, world size, family, paths, processes per core as for
+``collective --measure`` and ``calibrate``: one line and exit 2); then N local processes run ``executor.run`` as torchrun would (``executor/supervise.py``). Under torchrun
 already (RANK set), this process is one rank and runs in place. See docs/executor.md.
 """
 
@@ -40,6 +40,7 @@ def _forwarded(args) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     from executor import run, supervise
+    from executor.launch import check_local_processes
     from executor.strategies.base import processes
 
     options = options_from_args(args)
@@ -49,10 +50,15 @@ def _run(args: argparse.Namespace) -> int:
         from simulator.errors import SpecError
 
         raise SpecError("--nproc", f"must be a positive integer, got {args.nproc}")
+    if args.nproc is not None:
+        check_local_processes(args.nproc, "--nproc")  # a huge --nproc is refused before the plan is scaled
     scaled, _ = prepare(options, args.nproc)
     nproc = processes(scaled.run.layout())
+    warning = check_local_processes(nproc, "--nproc")  # the plan's own GPU count, when --nproc is not given
     for note in scaled.notes:
         print(f"note: {note}")
+    if warning is not None:
+        print(f"trainplan execute: {warning}", file=sys.stderr)
     if args.trace is not None:
         os.makedirs(args.trace, exist_ok=True)
     outcome = supervise.supervise(_forwarded(args), nproc, timeout_s=options.timeout_s, out=args.out)

@@ -16,7 +16,7 @@ from trainplan import cli_common
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("launch", help="write a torchrun line, sbatch script or PyTorchJob for a plan",
-                              description=__doc__.split("\n\n")[0])
+                              description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("plan", metavar="PLAN", help="plan file (trainplan plan --out, simulate --save-plan)")
     p.add_argument("--format", required=True, choices=("torchrun", "slurm", "k8s"), help="what to write")
     p.add_argument("--nodes", type=int, help="nodes (default: as many as the plan's ranks need)")

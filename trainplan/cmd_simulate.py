@@ -87,8 +87,13 @@ def run_engine(args, job: strategy_flags.Job):
         if args.engine == Engine.ANALYTICAL.value:
             return estimate_work(work)
         # --seed is the strategy's straggler seed already; simulate's seed is an extra offset (was added twice)
-        return simulate(work, job.cluster, seed=0, steps=args.steps or 1,
-                        train_steps=args.train_steps, trace=bool(args.trace or args.plot))
+        counter = cli_common.Counter(sys.stderr) if sys.stderr.isatty() else None  # progress: terminal only
+        try:
+            return simulate(work, job.cluster, seed=0, steps=args.steps or 1, train_steps=args.train_steps,
+                            trace=bool(args.trace or args.plot), progress=counter)
+        finally:
+            if counter is not None:
+                counter.close()
     except SpecError as err:
         raise strategy_flags.flag_error(err) from None
 

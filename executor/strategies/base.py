@@ -35,6 +35,8 @@ What a :class:`StepRunner` must do (the runner calls these and nothing else):
 - ``components()``: ``{what: torch component}`` lines for the results file, e.g.
   ``{"gradient sync": "DDP, bucket_cap_mb=25, ring all-reduce comm hook (executor/p2p.py)"}``.
 - ``model``: the ``torch.nn.Module`` this rank trains (the profiler trace and the tests look at it).
+- optionally ``pushes()``: ``[(worker, step, update staleness, step lag), ...]`` this rank measured as a
+  parameter server (``simulator.run_results.Staleness``).
 - optionally ``phase_notes``: ``{phase value: how it is measured and what it includes}``, copied
   into the results file's ``run.phases``.
 
@@ -111,12 +113,24 @@ class Phase(Enum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+    RECOMPUTE = "recompute"
+    """The forward rerun by activation checkpointing inside backward (``executor.recompute``)."""
     OPTIMIZER = "optimizer"
     DP = "dp"
     """Data-parallel gradient sync that compute did not hide (exposed)."""
     TP = "tp"
     PP = "pp"
     BUBBLE = "bubble"
+
+
+def phases_absent(layout: ParallelLayout) -> tuple[Phase, ...]:
+    """Phases ``layout`` cannot have, measured as 0 s by construction: recompute without recomputation, tp
+    communication at tp 1, pipeline communication and bubble at pp 1 (the runner records them so a dp-only
+    run's file says 0, not unknown)."""
+    from simulator.workload import Recompute
+
+    return (((Phase.RECOMPUTE,) if layout.strategy.recompute is Recompute.NONE else ())
+            + ((Phase.TP,) if layout.tp == 1 else ()) + ((Phase.PP, Phase.BUBBLE) if layout.pp == 1 else ()))
 
 
 @dataclass(frozen=True)
@@ -243,9 +257,10 @@ def family_spec(layout: ParallelLayout) -> FamilySpec:
     if layout.ep > 1:
         raise SpecError("plan.strategy.ep", f"{layout.ep}: expert parallelism is not run by this executor yet "
                         "(the simulator models it); use ep 1")
-    if layout.cp > 1:
-        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor does not run context parallelism yet; "
-                        "simulate the plan, or execute it with cp 1")
+    if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1):
+        raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
+                        f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "
+                        "or tp = pp = 1")
     if layout.strategy.precision.value != "model":
         raise SpecError("plan.strategy.precision", f"{layout.strategy.precision.value}: this executor runs the "
                         "model's own dtype only (FP8 needs FP8 tensor cores and Transformer Engine or torchao); "

@@ -19,6 +19,10 @@ Plan field → torch component:
   gradients and optimizer state together, and runs AdamW on the CPU). ZeRO 1 with optimizer offload
   and NVMe offload are refused: torch has no such component.
 - Recompute and attention: :mod:`executor.recompute`.
+- Context parallelism (cp > 1): :mod:`executor.context` splits each sample's sequence over the cp
+  ranks of a replica (ring or all-to-all attention core, balanced or contiguous split); the DDP or
+  FSDP2 group is the mesh's ``dp`` dimension, dp·cp ranks, so weight gradients are averaged over
+  dp·cp as the simulator's layout has it (``ParallelLayout.dp_cp``).
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
@@ -36,11 +40,12 @@ import time
 import torch
 import torch.distributed as dist
 
+from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.p2p import replay_schedule
-from executor.recompute import apply_attention, apply_recompute
+from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
@@ -49,6 +54,7 @@ from simulator.collectives.registry import build_schedule
 from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.workload import Recompute
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -115,6 +121,8 @@ class DataParallelRunner:
         Phase.FORWARD.value: "wall time of the forward calls, summed over micro-batches (FSDP2: with all-gathers)",
         Phase.BACKWARD.value: "wall time of loss.backward() (DDP: with the all-reduce backward did not hide; "
                               "FSDP2: with reduce-scatters)",
+        Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward "
+                               "(executor/recompute.py); backward excludes it",
         Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
         Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
                         "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
@@ -124,7 +132,7 @@ class DataParallelRunner:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         layout, s = ctx.layout, ctx.plan.strategy
-        self.dp_rank = layout.coords(ctx.rank).dp
+        self.dp_rank = layout.coords(ctx.rank).dp // layout.cp
         self.dp_ranks = next(g for g in layout.dp_groups if ctx.rank in g)
         self.group = ctx.mesh["dp"].get_group()
         self.buckets: dict[int, int] = {}
@@ -132,12 +140,19 @@ class DataParallelRunner:
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         apply_attention(model, s.attention)
-        apply_recompute(model, s.recompute)
+        self.tokens = None
+        """Sequence positions this rank holds under context parallelism (None: all)."""
+        if layout.cp > 1:
+            self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
+        self.recompute = RecomputeClock()
+        apply_recompute(model, s.recompute, self.recompute)
         self.model = model
         self.fsdp = s.zero >= ZeroStage.ZERO2
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if self.tokens is not None:
+            self._components["context parallel"] = split_description(ctx.spec.seq_len, s.context)
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
@@ -246,10 +261,12 @@ class DataParallelRunner:
 
     def train_step(self, step: int) -> StepRecord:
         layout, phases = self.ctx.layout, {}
-        inputs, targets = (replica_samples(t, self.dp_rank, layout.dp).to(self.ctx.device)
-                           for t in batch_for(self.ctx, step))
+        inputs, targets = (replica_samples(t, self.dp_rank, layout.dp) for t in batch_for(self.ctx, step))
+        if self.tokens is not None:
+            inputs, targets = inputs[:, self.tokens], targets[:, self.tokens]
+        inputs, targets = inputs.to(self.ctx.device), targets.to(self.ctx.device)
         m = layout.micro_batches
-        local = torch.zeros((), device=self.ctx.device)
+        local, recompute0 = torch.zeros((), device=self.ctx.device), self.recompute.seconds
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
             with self._accumulating(last=i == m - 1):
                 def forward():
@@ -261,13 +278,17 @@ class DataParallelRunner:
                 else:
                     self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
+        if layout.strategy.recompute is not Recompute.NONE:
+            phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
+            phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, self._sync_after_backward)
         norm = self._grad_norm()
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
         dist.all_reduce(local, group=self.group)
-        return StepRecord(loss=float(local) / layout.dp, phases_s=phases, grad_norm=norm)
+        # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
+        return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
 
     def _grad_norm(self) -> float:
         """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group)."""

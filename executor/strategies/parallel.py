@@ -29,7 +29,8 @@ from torch import nn
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
-from executor.recompute import apply_attention, apply_recompute
+from executor.phase_clock import PipelineClock, TpClock
+from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
 from executor.strategies.grad_sync import average_gradients
@@ -47,7 +48,7 @@ from simulator.workload import Recompute
 def check(plan, layout: ParallelLayout) -> None:
     """Refuse, in one line, what these families cannot run as the plan says (torch-free)."""
     s = layout.strategy
-    if s.zero is ZeroStage.ZERO1:
+    if s.zero is ZeroStage.ZERO1 and layout.dp > 1:  # over one dp rank ZeRO-1 shards nothing: the plain optimizer
         raise SpecError("plan.strategy.zero", f"ZeRO 1 with tp={layout.tp} pp={layout.pp} is not run: "
                         "ZeroRedundancyOptimizer is not combined with DTensor parameters or pipeline stages here "
                         "(FSDP2 runs zero 2 and 3); use zero 0, 2 or 3")
@@ -68,10 +69,18 @@ class ParallelRunner:
     """This rank's trainer for a (dp, pp, tp) layout with tp > 1 or pp > 1 (a :class:`StepRunner`)."""
 
     phase_notes = {
-        Phase.FORWARD.value: "pp 1: wall time of the forward calls, summed over micro-batches (tp all-reduces and "
-                             "SP all-gathers inside); pp > 1: not separated",
-        Phase.BACKWARD.value: "pp 1: wall time of loss.backward() (tp communication inside; FSDP2: with its "
-                              "reduce-scatters); pp > 1: not separated",
+        Phase.FORWARD.value: "wall time of the forward calls (pp > 1: each stage's forward_one_chunk and the loss), "
+                             "summed over micro-batches, less the tp time inside (FSDP2: with its all-gathers)",
+        Phase.BACKWARD.value: "wall time of loss.backward() (pp > 1: backward_one_chunk), less the tp time inside "
+                              "(FSDP2: with its reduce-scatters; recompute: with the recomputed forward)",
+        Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward, less the tp "
+                               "time inside (executor/recompute.py); backward excludes it",
+        Phase.TP.value: "time inside DTensor's functional collectives and their waits (executor/phase_clock.py): "
+                        "exposed tp communication",
+        Phase.PP.value: "posting the schedule's sends/receives, receive waits after the sender posted, the final "
+                        "send waits, the loss broadcast and the tied-embedding all-reduce (executor/phase_clock.py)",
+        Phase.BUBBLE.value: "receive waits before the sender posted (another stage computing), and the wait for the "
+                            "pipeline's last rank after the schedule (executor/phase_clock.py)",
         Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
                         "FSDP2: the loss average only",
         Phase.OPTIMIZER.value: "optimizer.step()",
@@ -83,7 +92,9 @@ class ParallelRunner:
         layout = self.layout
         full = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         self.tp_mesh = ctx.mesh["tp"] if layout.tp > 1 else None
-        self.schedule = self.tied_group = None
+        self.schedule = self.tied_group = self.pipe_clock = None
+        self.tp_clock = TpClock()
+        self.recompute = RecomputeClock(exclude=self.tp_clock)
         self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
         if layout.pp == 1:
             if self.tp_mesh is not None:
@@ -115,6 +126,7 @@ class ParallelRunner:
         pp_group = ctx.mesh["pp"].get_group()
         stages = [PipelineStage(m, s, n, ctx.device, group=pp_group) for m, s in zip(modules, mine)]
         self.schedule = load_schedule(layout.schedule, stages, layout.micro_batches)
+        self.pipe_clock = PipelineClock(self.schedule, n, layout.micro_batches, self.tp_clock, ctx.synchronize)
         if full.spec.tied_embeddings:
             self.tied_group = embedding_groups(layout)[(self.coord.dp, self.coord.tp)]
         return modules
@@ -124,7 +136,7 @@ class ParallelRunner:
         then the module, fully sharded over the dp mesh, resharded after forward for ZeRO-3 only;
         checkpointing goes first, as FSDP2 requires [src: torch-fsdp2]."""
         strategy = self.layout.strategy
-        apply_recompute(module, strategy.recompute)
+        apply_recompute(module, strategy.recompute, self.recompute)
         apply_attention(module, strategy.attention)
         if not self.fsdp:
             return
@@ -138,12 +150,16 @@ class ParallelRunner:
     def train_step(self, step: int) -> StepRecord:
         """One optimizer step on global batch ``step``; the loss is the global mean, equal on every rank."""
         ctx, layout, phases = self.ctx, self.layout, {}
+        recompute0 = self.recompute.seconds
         inputs, targets = (replica_samples(x, self.coord.dp, layout.dp).to(ctx.device) for x in batch_for(ctx, step))
         self.optimizer.zero_grad(set_to_none=True)
         if layout.pp > 1:
-            loss = self._pipeline_step(inputs, targets)
+            loss = self._pipeline_step(inputs, targets, phases)
         else:
             loss = self._accumulate(inputs, targets, phases)
+        if layout.strategy.recompute is not Recompute.NONE:
+            phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
+            phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if layout.dp > 1:
             start = time.perf_counter()
             if not self.fsdp:
@@ -159,33 +175,43 @@ class ParallelRunner:
         return StepRecord(loss=float(loss), phases_s=phases)
 
     def _accumulate(self, inputs, targets, phases) -> torch.Tensor:
-        m, total = self.layout.micro_batches, torch.zeros((), device=self.ctx.device)
-        fwd = bwd = 0.0
-        for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
-            start = time.perf_counter()
-            with self.ctx.autocast():
-                loss = self.modules[0](x, y) / m
-            self.ctx.synchronize()
-            mid = time.perf_counter()
-            loss.backward()
-            self.ctx.synchronize()
-            fwd, bwd = fwd + mid - start, bwd + time.perf_counter() - mid
-            total += loss.detach().float()
-        phases[Phase.FORWARD], phases[Phase.BACKWARD] = fwd, bwd
+        m, total, tp = self.layout.micro_batches, torch.zeros((), device=self.ctx.device), self.tp_clock
+        fwd = bwd = tp_fwd = tp_bwd = 0.0
+        with tp.timing():
+            for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
+                tp0, start = tp.seconds, time.perf_counter()
+                with self.ctx.autocast():
+                    loss = self.modules[0](x, y) / m
+                self.ctx.synchronize()
+                tp1, mid = tp.seconds, time.perf_counter()
+                loss.backward()
+                self.ctx.synchronize()
+                fwd, bwd = fwd + mid - start, bwd + time.perf_counter() - mid
+                tp_fwd, tp_bwd = tp_fwd + tp1 - tp0, tp_bwd + tp.seconds - tp1
+                total += loss.detach().float()
+        phases[Phase.FORWARD], phases[Phase.BACKWARD] = fwd - tp_fwd, bwd - tp_bwd
+        phases[Phase.TP] = tp_fwd + tp_bwd
         return total
 
-    def _pipeline_step(self, inputs, targets) -> torch.Tensor:
+    def _pipeline_step(self, inputs, targets, phases) -> torch.Tensor:
         layout, first, last = self.layout, self.coord.pp == 0, self.coord.pp == self.layout.pp - 1
         losses: list[torch.Tensor] = []
         args = (inputs,) if first else ()
         kwargs = {"target": targets, "losses": losses} if last else {}
-        with self.ctx.autocast():
+        clock, tp0, pp_group = self.pipe_clock, self.tp_clock.seconds, self.ctx.mesh["pp"].get_group()
+        with clock.timing(), self.ctx.autocast():
             self.schedule.step(*args, **kwargs)
+        self.ctx.synchronize()
+        pp, bubble = clock.split(pp_group)
+        start = time.perf_counter()
         if self.tied_group is not None:
             sync_tied(self.modules, self.tied_group)
         loss = torch.stack(losses).float().mean().detach() if last else torch.zeros((), device=self.ctx.device)
         src = layout.rank_of(self.coord.dp, layout.pp - 1, self.coord.tp)
-        dist.broadcast(loss, src=src, group=self.ctx.mesh["pp"].get_group())
+        dist.broadcast(loss, src=src, group=pp_group)
+        self.ctx.synchronize()
+        phases.update({Phase.FORWARD: clock.forward_s, Phase.BACKWARD: clock.backward_s, Phase.BUBBLE: bubble,
+                       Phase.TP: self.tp_clock.seconds - tp0, Phase.PP: pp + time.perf_counter() - start})
         return loss
 
     def model_state_bytes(self) -> ModelStateBytes:
@@ -204,8 +230,8 @@ class ParallelRunner:
         if layout.pp > 1:
             out["pipeline"] = (f"torch.distributed.pipelining _PipelineScheduleRuntime running the simulator's "
                                f"{layout.strategy.schedule.value} action lists (pp={layout.pp}, v={layout.v}, "
-                               f"m={layout.micro_batches}); phases not separated (forward, backward, pp and "
-                               "bubble are one schedule step)")
+                               f"m={layout.micro_batches}); phases timed around its actions "
+                               "(executor/phase_clock.py)")
         if layout.dp > 1:
             out["gradient sync"] = ("FSDP2 fully_shard over the dp mesh" if self.fsdp else
                                     f"dist.all_reduce of flat buckets of {layout.bucket_bytes} bytes after backward "

@@ -18,6 +18,11 @@ shard j and its AdamW state (AdamW is elementwise, so a sharded step equals the 
   gap* (how far ahead of the slowest worker a released worker starts; at most s). While a worker
   runs step t, every other worker has finished at least t − s steps and may start steps up to
   t + s, so at most 2s + 1 of its pushes land in between: update staleness ≤ (dp − 1)·(2s + 1).
+  Also per push, the *step lag* the discrete-event engine reports (``simulator.engine.step``'s
+  ``_async_run``): how many steps the pushing worker's step count trails the furthest other worker's,
+  ``max(0, max over other workers of completed steps − completed steps of the pusher)``, as this
+  server counts them when the push arrives. :meth:`ParamServerRunner.pushes` hands both to the
+  runner, which records them in the results file (``simulator.run_results.Staleness``).
 
 Messages are float32 vectors: push ``[step, version pulled, loss, gradient shard]``, answer
 ``[version, loss, parameter shard]``. No collectives run between steps; in async mode a runner must
@@ -97,11 +102,14 @@ class ParamServerRunner:
         """On a worker: the version of each server's shard it last pulled."""
         self.staleness: list[int] = []
         self.clock_gaps: list[int] = []
+        self.push_log: list[tuple[int, int, int, int]] = []
+        """On a server: (worker, step, update staleness, step lag) of every push, in arrival order."""
         if self.is_server:
             lo, hi = self.bounds[ctx.rank - self.dp]
             self.shard = nn.Parameter(flat[lo:hi].clone())
             self.optimizer = optimizer([self.shard])
             self.completed = [0] * self.dp
+            """Steps each worker has pushed, as this server counts them."""
             self.pending: list[tuple[int, int]] = []  # (worker, next step) answers held back
             self.model = None
             self.params = [self.shard]
@@ -162,7 +170,7 @@ class ParamServerRunner:
                 dist.recv(msg, src=w)
                 grad += msg[_HEAD:]
                 losses.append(float(msg[2]))
-                self.staleness.append(self.version - int(msg[1]))
+                self._log(w, msg)
             self._apply(grad / self.dp)
             mean = float(torch.tensor(sum(losses) / self.dp))  # float32, as the answer carries it to workers
             for w in range(self.dp):
@@ -172,13 +180,20 @@ class ParamServerRunner:
                 msg = torch.empty(_HEAD + n)
                 w = dist.recv(msg)
                 losses.append(float(msg[2]))
-                self.staleness.append(self.version - int(msg[1]))
+                self._log(w, msg)
                 self._apply(msg[_HEAD:])
-                self.completed[w] = int(msg[0]) + 1
                 self.pending.append((w, self.completed[w]))
                 self._release()
             mean = sum(losses) / len(losses)
         return StepRecord(loss=mean, phases_s={Phase.OPTIMIZER: time.perf_counter() - start})
+
+    def _log(self, worker: int, msg: torch.Tensor) -> None:
+        """Record a push's update staleness and step lag, then count the worker's step as completed."""
+        step, stale = int(msg[0]), self.version - int(msg[1])
+        lag = max(0, max((c for i, c in enumerate(self.completed) if i != worker), default=0) - self.completed[worker])
+        self.staleness.append(stale)
+        self.push_log.append((worker, step, stale, lag))
+        self.completed[worker] = step + 1
 
     def _apply(self, grad: torch.Tensor) -> None:
         self.shard.grad = grad.clone()
@@ -209,6 +224,10 @@ class ParamServerRunner:
         return {"pushes": len(self.staleness), "max_updates": max(self.staleness),
                 "mean_updates": sum(self.staleness) / len(self.staleness),
                 "max_clock_gap": max(self.clock_gaps, default=0)}
+
+    def pushes(self) -> list[tuple[int, int, int, int]]:
+        """(worker, step, update staleness, step lag) of every push this server took (none on a worker)."""
+        return list(self.push_log)
 
     def model_state_bytes(self) -> ModelStateBytes:
         seen: dict[int, int] = {}

@@ -11,8 +11,8 @@ from simulator.cluster._fields import Section, enum_value
 from simulator.cluster._files import parse_yaml, preset_text
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (Cluster, CommLibrary, CommProfile, Device, Dtype, Fabric, HostSpec, LeafUplinks,
-                                    Link,
+from simulator.cluster.spec import (BusBwCap, Cluster, CommLibrary, CommProfile, CpuVendor, Device, Dtype, Fabric,
+                                    HostSpec, LeafUplinks, Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmCurve, gemm_efficiency_from_dict
@@ -23,17 +23,19 @@ TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_no
 GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
-               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us")
+               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "compute_capability")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
                           "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
-             "cpu_adam_params_per_s", "storage_read_GBps")
+             "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor", "step_bytes", "fifo_steps")
+                 "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
+                 "net_post_overhead_us")
+BUS_BW_CAP_KEYS = ("one_node", "two_nodes", "more_nodes")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -112,7 +114,8 @@ def _device(s: Section) -> Device:
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
-                  kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"))
+                  kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
+                  compute_capability=s.number("compute_capability") if s.has("compute_capability") else None)
 
 
 def _link(s: Section, default_kind: LinkKind | None = None) -> Link:
@@ -182,7 +185,8 @@ def _host(s: Section) -> HostSpec:
                     nvme_read_GBps=s.number("nvme_read_GBps", 0.0, minimum="non_negative"),
                     nvme_write_GBps=s.number("nvme_write_GBps", 0.0, minimum="non_negative"),
                     cpu_adam_params_per_s=s.number("cpu_adam_params_per_s", 0.0, minimum="non_negative"),
-                    storage_read_GBps=s.number("storage_read_GBps", 0.0, minimum="non_negative"))
+                    storage_read_GBps=s.number("storage_read_GBps", 0.0, minimum="non_negative"),
+                    cpu_vendor=s.choice("cpu_vendor", CpuVendor) if s.has("cpu_vendor") else None)
 
 
 def _comm(s: Section) -> CommProfile:
@@ -216,7 +220,28 @@ def _protocol(s: Section) -> Protocol:
     return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
                     bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
                     step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
-                    fifo_steps=s.integer("fifo_steps", 1))
+                    fifo_steps=s.integer("fifo_steps", 1),
+                    bus_bw_cap=_bus_bw_cap(s.section("bus_bw_cap_GBps", BUS_BW_CAP_KEYS))
+                    if s.has("bus_bw_cap_GBps") else None,
+                    net_post_overhead_us=_vendor_map(s.section("net_post_overhead_us", [v.value for v in CpuVendor], {})))
+
+
+def _vendor_map(s: Section) -> dict:
+    return {enum_value(s.field(v), CpuVendor, v): s.number(v, minimum="non_negative") for v in s.data}
+
+
+def _bus_bw_cap(s: Section) -> BusBwCap:
+    """``{one_node: [[compute capability, GB/s], ...], two_nodes: {vendor: GB/s}, more_nodes: {...}}``."""
+    rows = s.raw("one_node", [])
+    ok = isinstance(rows, list) and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in rows)
+    if not ok:
+        raise SpecError(s.field("one_node"), "must be a list of [compute capability, GB/s] pairs")
+    vendors = [v.value for v in CpuVendor]
+    tables = {}
+    for key in ("two_nodes", "more_nodes"):
+        tables[key] = _vendor_map(s.section(key, vendors))
+    return BusBwCap(one_node_GBps=tuple((float(cc), float(cap)) for cc, cap in rows),
+                    two_nodes_GBps=tables["two_nodes"], more_nodes_GBps=tables["more_nodes"])
 
 
 def _latency_map(s: Section, key_type) -> dict:

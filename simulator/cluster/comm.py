@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from simulator.checks import non_negative_number
+from simulator.checks import non_negative_number, positive_number
 from simulator.errors import SpecError
 
 
@@ -23,6 +23,64 @@ class LinkClass(Enum):
     """PCIe (or host-memory) hop inside a node."""
     NET = "net"
     """Network hop between nodes."""
+
+
+class CpuVendor(Enum):
+    """Host CPU vendor, as NCCL's tuner tells hosts apart (``NCCL_TOPO_CPU_VENDOR_*``): across nodes its
+    LL bandwidth cap is read from the AMD row on AMD hosts and from the other row on any other host."""
+
+    INTEL = "intel"
+    """Intel Xeon."""
+    AMD = "amd"
+    """AMD EPYC."""
+    OTHER = "other"
+    """Any other (Arm, POWER, ...): NCCL reads the same row as for Intel."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusBwCap:
+    """The most bus bandwidth a protocol reaches, whatever the links: NCCL's ``llMaxBws`` for LL.
+
+    NCCL's tuner (``src/graph/tuning.cc``, ``ncclTopoTuneModel``) sets LL's bus bandwidth to
+    ``min(llMaxBw, busBw × ratio)`` for the ring and the tree [src: nccl-llmaxbw]. ``llMaxBw`` is read
+    from a row chosen by the GPU generation on one node (compute capability ≥ 10, ≥ 9, ≥ 8, else the
+    Volta row) and by the host CPU vendor across nodes ("for multi-node, we look at CPU type"), in a
+    column for 1 node, 2 nodes or more. The caps below are that table as data; the collectives apply
+    them in :meth:`simulator.collectives.cost.Env.bw_ratio`.
+    """
+
+    one_node_GBps: tuple[tuple[float, float], ...]
+    """``(minimum compute capability, cap GB/s)`` pairs in increasing capability: a group on one node
+    is capped by the last pair whose capability the device reaches."""
+    two_nodes_GBps: dict[CpuVendor, float]
+    """Cap for a group on two nodes, by host CPU vendor (a vendor not listed: the ``OTHER`` figure)."""
+    more_nodes_GBps: dict[CpuVendor, float]
+    """Cap for a group on three or more nodes, by host CPU vendor (not listed: ``OTHER``)."""
+
+    def __post_init__(self) -> None:
+        capabilities = [cc for cc, _ in self.one_node_GBps]
+        if capabilities != sorted(capabilities):
+            raise SpecError("comm.protocols.bus_bw_cap_GBps.one_node", "list compute capabilities in increasing order")
+        for cc, cap in self.one_node_GBps:
+            non_negative_number("comm.protocols.bus_bw_cap_GBps.one_node", cc)
+            positive_number("comm.protocols.bus_bw_cap_GBps.one_node", cap)
+        for name in ("two_nodes_GBps", "more_nodes_GBps"):
+            table = getattr(self, name)
+            if CpuVendor.OTHER not in table:
+                raise SpecError(f"comm.protocols.bus_bw_cap_GBps.{name[:-5]}", "give the 'other' vendor's figure")
+            for cap in table.values():
+                positive_number(f"comm.protocols.bus_bw_cap_GBps.{name[:-5]}", cap)
+
+    def cap_GBps(self, nodes: int, compute_capability: float | None, cpu_vendor: CpuVendor | None) -> float | None:
+        """The cap for a group spread over ``nodes`` nodes; None where the table has no row for the
+        device (one node, compute capability unknown or below every listed one)."""
+        if nodes >= 2:
+            table = self.two_nodes_GBps if nodes == 2 else self.more_nodes_GBps
+            return table.get(cpu_vendor, table[CpuVendor.OTHER])
+        if compute_capability is None:
+            return None
+        reached = [cap for cc, cap in self.one_node_GBps if compute_capability >= cc]
+        return reached[-1] if reached else None
 
 
 class CommLibrary(Enum):
@@ -87,6 +145,21 @@ class Protocol:
     ``NCCL_STEPS`` = 8); a pipeline's per-chunk latency overlaps across them, so each chunk after
     the first pays ``α / fifo_steps`` (cost.py ``Env.best_pipeline``). 1: store-and-forward."""
 
+    bus_bw_cap: BusBwCap | None = None
+    """The most bus bandwidth this protocol reaches on a group (NCCL: ``llMaxBws`` for LL); None: no cap."""
+    net_post_overhead_us: dict[CpuVendor, float] = field(default_factory=dict)
+    """Host time to post one network message, µs, by host CPU vendor (a vendor not listed: ``OTHER``;
+    empty: none). A rank that sends or receives ``k`` network messages in one step posts them one after
+    another, so that step's network edges wait ``(k − 1)`` of these (cost.py ``Env.edges``). NCCL:
+    ``getNetOverhead`` in ``tuning.cc``, 1 µs on Intel, 2 µs on AMD, × 3 under Simple [src: nccl-net-overhead]."""
+
+    def net_post_overhead_s(self, cpu_vendor: CpuVendor | None) -> float:
+        """Seconds to post one network message on a host of ``cpu_vendor`` (None: ``OTHER``)."""
+        table = self.net_post_overhead_us
+        if not table:
+            return 0.0
+        return table.get(cpu_vendor, table.get(CpuVendor.OTHER, 0.0)) * 1e-6
+
     @property
     def chunk_latency_share(self) -> float:
         """Fraction of a hop's latency each further pipeline chunk pays: ``1 / fifo_steps``."""
@@ -95,6 +168,8 @@ class Protocol:
     def __post_init__(self) -> None:
         if not isinstance(self.fifo_steps, int) or isinstance(self.fifo_steps, bool) or self.fifo_steps < 1:
             raise SpecError("comm.protocols.fifo_steps", f"must be a positive integer, got {self.fifo_steps!r}")
+        for vendor, us in self.net_post_overhead_us.items():
+            non_negative_number(f"comm.protocols.net_post_overhead_us.{vendor.value}", us)
         if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
             raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 

@@ -89,6 +89,8 @@ def cluster_to_dict(c: Cluster) -> dict:
                      "h2d_latency_us": h.h2d_latency_us, "nvme_GB": _gb(h.nvme_bytes),
                      "nvme_read_GBps": h.nvme_read_GBps, "nvme_write_GBps": h.nvme_write_GBps,
                      "cpu_adam_params_per_s": h.cpu_adam_params_per_s, "storage_read_GBps": h.storage_read_GBps}
+        if h.cpu_vendor is not None:
+            d["host"]["cpu_vendor"] = h.cpu_vendor.value
     d["comm"] = _comm_dict(c.comm)
     d["in_switch_reduction"] = c.in_switch_reduction
     if c.source:
@@ -111,6 +113,8 @@ def _device_dict(device) -> dict:
         d["gemm_curve"] = device.gemm_curve.value
     if device.sm_count is not None:
         d["sm_count"] = device.sm_count
+    if device.compute_capability is not None:
+        d["compute_capability"] = device.compute_capability
     if device.sustained_clock_ratio != 1.0:
         d["sustained_clock_ratio"] = device.sustained_clock_ratio
     d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
@@ -158,6 +162,13 @@ def _protocol_dict(p: Protocol) -> dict:
                                     for algo, table in p.algo_hop_latency_us.items()}
     if p.algo_bw_factor:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
+    if p.bus_bw_cap is not None:
+        cap = p.bus_bw_cap
+        d["bus_bw_cap_GBps"] = {"one_node": [list(row) for row in cap.one_node_GBps],
+                                "two_nodes": {v.value: x for v, x in cap.two_nodes_GBps.items()},
+                                "more_nodes": {v.value: x for v, x in cap.more_nodes_GBps.items()}}
+    if p.net_post_overhead_us:
+        d["net_post_overhead_us"] = {v.value: us for v, us in p.net_post_overhead_us.items()}
     if p.step_bytes is not None:
         d["step_bytes"] = p.step_bytes
     if p.fifo_steps != 1:

@@ -28,11 +28,20 @@ it payload (each 8-byte half-line carries 4 data bytes and a 4-byte flag): 32 Ki
 ``120 elements/thread × 640 threads × 8 steps × 8 B`` = 4 915 200 B → 614 400 B per step, 120 of every
 128 bytes payload: 576 000 B. A sender may run ``NCCL_STEPS`` steps ahead of its receiver, so a
 pipeline's per-chunk hop latency overlaps eight ways (``Protocol.fifo_steps``).
+
+LL's bus-bandwidth cap (``llMaxBws``, ``Protocol.bus_bw_cap``) [src: nccl-llmaxbw]: NCCL sets LL's bus
+bandwidth to ``min(llMaxBw, busBw × ratio)`` for the ring and the tree. On one node ``llMaxBw`` is read
+by GPU generation: Volta 39.0, Ampere (and Ada, compute capability 8.x) 87.7, Hopper 141.0, Blackwell
+282.0 GB/s; across nodes by host CPU: AMD hosts 22.5 (2 nodes) / 19.0 (more), other hosts 39.0 / 20.4.
+The Hopper and Blackwell rows also list 45/35 and 90/70 for 2 and more nodes, but ``tuning.cc`` never
+reads them: across nodes the row index is the CPU vendor's (0 or 1). LL128's per-channel caps
+(``perChMaxRingLL128Bws``) are not modelled: they scale with NCCL's channel count, which this model
+does not reproduce (``Group.channels`` counts NICs).
 """
 
 from __future__ import annotations
 
-from simulator.cluster.spec import LinkClass, Protocol
+from simulator.cluster.spec import BusBwCap, CpuVendor, LinkClass, Protocol
 
 NCCL_VERSION = "2.30.7"
 NCCL_SOURCE = f"NVIDIA/nccl src/graph/tuning.cc v{NCCL_VERSION} (baseLat, hwLat, LL/LL128 bandwidth factors)"
@@ -92,6 +101,23 @@ which our ring's 2(p−1)/p steps already give). Measured 2-node all-reduce foll
 4x HDR [src: nccl-tests-175, nccl-tests-100], where a tree at full link rate would reach ~170."""
 
 
+LL_MAX_BW = BusBwCap(
+    one_node_GBps=((0.0, 39.0), (8.0, 87.7), (9.0, 141.0), (10.0, 2 * 141.0)),
+    two_nodes_GBps={CpuVendor.AMD: 22.5, CpuVendor.OTHER: 39.0},
+    more_nodes_GBps={CpuVendor.AMD: 19.0, CpuVendor.OTHER: 20.4},
+)
+"""``llMaxBws`` of ``tuning.cc`` and the way ``ncclTopoTuneModel`` indexes it (module docstring)
+[src: nccl-llmaxbw]: rows Volta (capability < 8; across nodes: any non-AMD host), Ampere (≥ 8; across
+nodes: AMD), Hopper (≥ 9), Blackwell (≥ 10, ``2*141.0``); columns 1 node / 2 nodes / more, GB/s."""
+
+
+NET_OVERHEAD_US = {CpuVendor.INTEL: 1.0, CpuVendor.AMD: 2.0, CpuVendor.OTHER: 1.0}
+"""Host time per network post, µs (``tuning.cc`` ``getNetOverhead``: "Network post overhead", 1.0 on x86
+Intel, 2.0 on x86 AMD, 1.0 otherwise; ``NCCL_NET_OVERHEAD`` overrides it) [src: nccl-net-overhead]."""
+NET_OVERHEAD_SIMPLE_FACTOR = 3
+"""``tuning.cc`` charges Simple three posts' worth per step (``if (p == NCCL_PROTO_SIMPLE) netOverhead *= 3``)."""
+
+
 def nccl_protocols() -> tuple[Protocol, ...]:
     """LL, LL128 and Simple with NCCL's latencies and bandwidth factors (a fresh copy each call)."""
     protocols = []
@@ -106,5 +132,7 @@ def nccl_protocols() -> tuple[Protocol, ...]:
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
                                   bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
                                   algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i],
-                                  fifo_steps=NCCL_STEPS))
+                                  fifo_steps=NCCL_STEPS, bus_bw_cap=LL_MAX_BW if name == "LL" else None,
+                                  net_post_overhead_us={v: us * (NET_OVERHEAD_SIMPLE_FACTOR if name == "Simple" else 1)
+                                                        for v, us in NET_OVERHEAD_US.items()}))
     return tuple(protocols)

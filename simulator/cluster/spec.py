@@ -13,7 +13,10 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
-from simulator.cluster.comm import CommLibrary, CommProfile, LinkClass, Protocol  # noqa: F401 (re-exported)
+from simulator.cluster._crossfield import check_cluster, check_node
+from simulator.cluster.kinds import Fabric, LinkKind  # noqa: F401 (re-exported)
+from simulator.cluster.comm import (BusBwCap, CommLibrary, CommProfile, CpuVendor,  # noqa: F401 (re-exported)
+                                   LinkClass, Protocol)
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu, check_facts, clipped
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)
 from simulator.errors import SpecError
@@ -21,49 +24,6 @@ from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
 
 if TYPE_CHECKING:
     from simulator.gemm_efficiency import GemmEfficiency
-
-
-class LinkKind(Enum):
-    """Physical kind of a link; it decides which latency class a communication library charges."""
-
-    NVLINK = "nvlink"
-    """Direct GPU-to-GPU NVLink between a pair of GPUs (no switch)."""
-    NVSWITCH = "nvswitch"
-    """NVLink into an NVSwitch: full bisection, any GPU pair at the full per-GPU bandwidth."""
-    PCIE = "pcie"
-    """PCI Express: GPU to PCIe switch / root complex, or host-to-device copies."""
-    SOCKET = "socket"
-    """CPU socket-to-socket link (Intel UPI, AMD xGMI) crossed by PCIe traffic between sockets."""
-    INFINIBAND = "infiniband"
-    """InfiniBand NIC port (EDR/HDR/NDR/XDR)."""
-    ROCE = "roce"
-    """RDMA over Converged Ethernet v2 NIC port."""
-    ETHERNET = "ethernet"
-    """Plain TCP/IP Ethernet NIC port (no RDMA)."""
-    LOOPBACK = "loopback"
-    """Processes on one host talking over loopback TCP or shared memory (the localhost-cpu preset)."""
-
-    @property
-    def latency_class(self) -> "LinkClass":
-        """NCCL's three latency classes (``src/graph/tuning.cc``: NVLink, PCI, NET)."""
-        if self in (LinkKind.NVLINK, LinkKind.NVSWITCH):
-            return LinkClass.NVLINK
-        if self in (LinkKind.PCIE, LinkKind.SOCKET, LinkKind.LOOPBACK):
-            return LinkClass.PCIE
-        return LinkClass.NET
-
-
-class Fabric(Enum):
-    """How the GPUs inside one node are connected."""
-
-    SWITCHED = "switched"
-    """Full-bisection switch (NVSwitch, or loopback for CPU processes): every GPU pair gets the
-    full per-GPU link bandwidth; a GPU's port is shared by all its concurrent transfers."""
-    PCIE_TREE = "pcie_tree"
-    """GPUs under PCIe switches, switches under the CPU sockets' root complexes, sockets joined
-    by a socket link; traffic between switches crosses the switch uplinks (and the socket link)."""
-    NVLINK_MESH = "nvlink_mesh"
-    """Direct NVLink between listed GPU pairs (DGX-1 hybrid cube-mesh); other pairs use PCIe."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,12 +88,18 @@ class Device:
     it); a GPU's launches are asynchronous — control returns to the host before the kernel has run
     [src: nvidia-cuda-async] — so a host thread that runs ahead hides it: 0 in the GPU presets, whose
     GEMM curve's small-kernel fall-off carries what a short GEMM loses."""
+    compute_capability: float | None = None
+    """CUDA compute capability (7.0 V100, 8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200) [src: nvidia-cuda-gpus]:
+    the GPU generation NCCL's tuner keys its per-architecture tables by (``Protocol.bus_bw_cap``);
+    None: not a CUDA GPU or not stated, no per-architecture figure applies."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("device.name", "must be a non-empty string")
         if self.sm_count is not None:
             positive_int("device.sm_count", self.sm_count)
+        if self.compute_capability is not None:
+            positive_number("device.compute_capability", self.compute_capability)
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
@@ -177,6 +143,9 @@ class HostSpec:
     """CPU optimizer throughput per node, parameters updated per second (0: unknown)."""
     storage_read_GBps: float = 0.0
     """Read bandwidth from training-data storage per node, GB/s (0: unknown)."""
+    cpu_vendor: CpuVendor | None = None
+    """Host CPU vendor (NCCL's LL cap across nodes depends on it, ``Protocol.bus_bw_cap``); None: not
+    stated, read as NCCL reads any host that is not AMD."""
 
     def __post_init__(self) -> None:
         positive_number("host.cpu_memory_GB", self.cpu_memory_bytes)
@@ -237,6 +206,7 @@ class NodeSpec:
             if not (0 <= a < self.gpus_per_node and 0 <= b < self.gpus_per_node and a != b):
                 raise SpecError("intra_node.nvlink_pairs", f"pair ({a}, {b}) is not two GPUs of the node")
             positive_number("intra_node.nvlink_pairs links", links)
+        check_node(self)
 
     def nic_of(self, local: int) -> int:
         """NIC used by GPU ``local``: GPUs spread evenly over NICs (GPU i → NIC i·nics/gpus)."""
@@ -291,7 +261,7 @@ class NetworkSpec:
 MAX_WORLD_SIZE = 100_000
 """The most GPUs a cluster may have (12,500 eight-GPU nodes): a guard against typos, not a physical
 limit. Estimates cost time and memory that grow faster than the GPU count (measured 2026-11-23 on the
-2-core CI VM: ``trainplan collective --cluster dgx-h100 --nodes 512 --bytes 1GB``, 4,096 ranks, took
+2-core CI VM: ``trainplan collective --cluster dgx-h100 --nodes 512 --bytes 1GiB``, 4,096 ranks, took
 23–28 s), so ``--nodes 1000000000`` (8 billion GPUs) is refused at once rather than run out of memory."""
 
 
@@ -328,6 +298,7 @@ class Cluster:
                                      f"more than the limit of {MAX_WORLD_SIZE:,}")
         if self.nodes > 1 and self.network is None:
             raise SpecError("inter_node", f"a cluster of {self.nodes} nodes needs an inter_node section")
+        check_cluster(self)
         if self.varies:
             check_facts(self.node_groups, self.degraded_nics, self.slow_gpus, self.fabric_nodes,
                         self.node.gpus_per_node, self.node.nics_per_node)

@@ -40,6 +40,9 @@ class Algorithm:
     schedule_times_it: bool = True
     pipelined: bool = False
     ops: frozenset[Op] = frozenset()
+    max_ranks: int | None = None
+    """The most ranks the registry costs this algorithm for (None: any): a bound on work for the
+    algorithms whose cost enumerates every pair of ranks (registry ``_supported``)."""
 
     def supports(self, group: Group, op: Op) -> bool:
         return op in self.ops and self.supports_group(group, op)
@@ -49,7 +52,7 @@ class Algorithm:
 
     def time_s(self, group: Group, op: Op, nbytes: int, protocol: Protocol | None, root: int = 0) -> float:
         """Closed form: ``calls·overhead + Σ steps + γ·reduce_bytes`` (see cost.py)."""
-        env = Env(group.cluster, protocol, group.paths, family=self.family)
+        env = Env(group.cluster, protocol, group.paths, family=self.family, group=group)
         return (env.overhead_s(self.family, self.calls) + self.comm_time_s(env, group, op, nbytes, root)
                 + self.gamma_s(env, self.reduce_bytes(group, op, nbytes)))
 
@@ -61,6 +64,21 @@ class Algorithm:
         transfers = tuple(t for t in self.transfers(group, op, nbytes, root) if t.nbytes > 0)
         return Schedule(op=op, algorithm=self.name, ranks=group.ranks, nbytes=nbytes, transfers=transfers,
                         root=root, reduce_bytes_per_rank=max_reduce_bytes(transfers))
+
+    def schedule_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """What the schedule of ``op`` on ``group`` depends on besides ``op`` and ``nbytes``; None: the ranks
+        themselves (not shareable).
+
+        Two groups with equal keys get the same schedule in group-local terms: the same transfers between
+        the same group indices, a cross-node transfer's NIC being the same index in its sender node's NIC
+        set (:attr:`Group.nic_sets`). An engine may then build it once and relabel it (engine/shapes.py).
+        An algorithm that picks anything from its paths' costs (a chunk count) must put it in the key."""
+        return None
+
+    def links_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """As :meth:`schedule_key`, for which (src, dst, NIC index) pairs carry bytes only: coarser where
+        the schedule's other inputs (a chunk count) do not change them."""
+        return self.schedule_key(group, op, nbytes, root)
 
     def chunk_pipelined(self, op: Op) -> bool:
         """True when ``op``'s schedule is a chunk pipeline (:meth:`Env.best_pipeline`): its latency is

@@ -32,13 +32,14 @@ link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from simulator.cluster.spec import Cluster, Protocol
+from simulator.cluster.spec import Cluster, LinkClass, Protocol
 from simulator.cluster.topology import Hop, Path, path
 from simulator.collectives.chain import Edge, PipelineChain, chain_latency_s
 from simulator.errors import SpecError
@@ -126,6 +127,12 @@ class Group:
             return 1
         return min(len(s) for s in self.nic_sets)
 
+    @cached_property
+    def shape(self) -> tuple:
+        """Size, partition into nodes (group indices) and how many NICs the group's GPUs own on each node:
+        the layout relative to nodes without the rank ids (what :meth:`Algorithm.schedule_key` may use)."""
+        return self.p, self.nodes, tuple(len(s) for s in self.nic_sets)
+
     def nic(self, src_index: int, channel: int) -> int:
         """NIC channel ``channel`` uses to leave the node of group index ``src_index``."""
         nics = self.nic_sets[self.node_index[src_index]]
@@ -145,14 +152,48 @@ class Group:
     def same_node(self, a: int, b: int) -> bool:
         return self.node_index[a] == self.node_index[b]
 
+    @cached_property
+    def ring_bus_bw_Bps(self) -> float:
+        """Bus bandwidth of the group's multi-channel ring on the links as given (no protocol): what a
+        rank pushes per ring step over the step's time, ``C / max_r (load_r / bw_r)`` with one byte per
+        channel on every ring edge (:func:`ring_flows`). NCCL's tuner calls it ``busBw``
+        (``nChannels × bw``) and caps a protocol's share of it (:meth:`Env.bw_ratio`)."""
+        load: dict[tuple, float] = {}
+        hops = []
+        for f in ring_flows(self, 1.0):
+            p = self.paths.get((f.src, f.dst, f.nic)) or path(self.cluster, f.src, f.dst, f.nic)
+            self.paths[(f.src, f.dst, f.nic)] = p
+            for hop in p.hops:
+                load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
+                hops.append(hop)
+        step_s = max((load[h.resource] / h.link.bw_Bps for h in hops), default=0.0)
+        return self.channels / step_s if step_s > 0 else float("inf")
+
+
+def ring_nic(group: Group, src: int, dst: int, channel: int) -> int | None:
+    """NIC ring channel ``channel`` leaves by from group index ``src`` to ``dst`` (None inside a node)."""
+    return None if group.same_node(src, dst) else group.nic(src, channel)
+
+
+def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
+    """The flows of one ring step: every position sends ``per_channel_bytes`` on every channel
+    (:mod:`simulator.collectives.ring`)."""
+    pos, p = group.order, group.p
+    return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
+                 ring_nic(group, pos[i], pos[(i + 1) % p], c))
+            for c in range(group.channels) for i in range(p)]
+
 
 class Env:
     """Evaluates α-β costs on one cluster under one protocol (None: the links' own numbers)."""
 
     def __init__(self, cluster: Cluster, protocol: Protocol | None, paths: dict | None = None,
-                 family: str | None = None):
+                 family: str | None = None, group: Group | None = None):
         self.cluster = cluster
         self.protocol = protocol
+        self.group = group
+        """The group the costs are for: the protocol's bus-bandwidth cap depends on its node count and
+        ring bandwidth (:attr:`bw_ratio`); None: no cap applies."""
         self.family = family
         """Algorithm family (``ring``, ``tree``, ``nvls``): selects the protocol's per-algorithm hop
         latencies and bandwidth ratio (NCCL's ``tuning.cc`` tables differ by algorithm)."""
@@ -181,10 +222,35 @@ class Env:
         """Bandwidth of one link under the protocol: achievable bw × the protocol's ratio for the family."""
         return hop.link.bw_Bps * self.bw_ratio
 
-    @property
+    @cached_property
     def bw_ratio(self) -> float:
-        """Fraction of link bandwidth achieved: protocol.bw_factor × its per-algorithm ratio (1 without)."""
-        return 1.0 if self.protocol is None else self.protocol.bw_ratio(self.family)
+        """Fraction of link bandwidth achieved: ``protocol.bw_factor × cap_share ×`` its per-algorithm
+        ratio (1 without a protocol).
+
+        ``cap_share = min(1, cap / (bw_factor · B_ring))`` where the protocol caps its bus bandwidth
+        (``Protocol.bus_bw_cap``, NCCL's ``llMaxBws`` for LL [src: nccl-llmaxbw]) and ``B_ring`` is the
+        group's ring bus bandwidth on the links (:attr:`Group.ring_bus_bw_Bps`, NCCL's ``busBw``): NCCL
+        sets LL's bus bandwidth to ``min(llMaxBw, busBw × factor)``, so the protocol reaches
+        ``min(bw_factor, cap / B_ring)`` of every link. E.g. ring all-reduce on 4 DGX A100 nodes
+        (AMD hosts: 19.0 GB/s; ``B_ring`` = 8 NICs × 24 GB/s = 192 GB/s): LL reaches 19/192 of
+        each link, not 1/2, and its bus bandwidth is 19 GB/s instead of 96.
+        """
+        if self.protocol is None:
+            return 1.0
+        return self.protocol.bw_ratio(self.family) * self.cap_share
+
+    @cached_property
+    def cap_share(self) -> float:
+        """``min(1, cap / (bw_factor · B_ring))`` (:attr:`bw_ratio`); 1 without a cap or a group."""
+        protocol, group = self.protocol, self.group
+        if protocol is None or protocol.bus_bw_cap is None or group is None:
+            return 1.0
+        host = self.cluster.node.host
+        cap = protocol.bus_bw_cap.cap_GBps(len(group.nodes), self.cluster.device.compute_capability,
+                                           None if host is None else host.cpu_vendor)
+        if cap is None:
+            return 1.0
+        return min(1.0, cap * 1e9 / (protocol.bw_factor * group.ring_bus_bw_Bps))
 
     def overhead_s(self, family: str, calls: int = 1) -> float:
         """Fixed cost of ``calls`` library calls of an algorithm family."""
@@ -225,8 +291,35 @@ class Env:
         return max(max(load[h.resource] / self.bw_Bps(h) for h in p.hops) for p in paths)
 
     def edges(self, flows: list[Flow]) -> list[Edge]:
-        """``(src, dst, α)`` of each non-empty flow (chain.py's input)."""
-        return [(f.src, f.dst, self.latency_s(self.path(f.src, f.dst, f.nic))) for f in flows if f.nbytes > 0]
+        """``(src, dst, α)`` of each non-empty flow of one step (chain.py's input).
+
+        A network flow also waits for the host to post the step's messages to its ends' other network
+        peers: ``α + (k − 1)·o`` with ``k`` the most distinct network peers its sender sends to or its
+        receiver receives from in the step, and ``o`` the protocol's per-post overhead
+        (:attr:`post_overhead_s`; NCCL's proxy posts them one by one [src: nccl-net-overhead]). A ring,
+        tree or pairwise step (one network peer, however many channels) pays nothing more; a direct
+        all-to-all over ``N`` nodes of ``g`` GPUs pays ``(g·(N−1) − 1)·o``.
+        """
+        flows = [f for f in flows if f.nbytes > 0]
+        paths = [self.path(f.src, f.dst, f.nic) for f in flows]
+        alphas = [self.latency_s(p) for p in paths]
+        net = [p.link_class is LinkClass.NET for p in paths]
+        o = self.post_overhead_s
+        if o > 0 and any(net):
+            pairs = {(f.src, f.dst) for f, n in zip(flows, net) if n}
+            sends, recvs = Counter(s for s, _ in pairs), Counter(d for _, d in pairs)
+            alphas = [a + (max(sends[f.src], recvs[f.dst]) - 1) * o if n else a
+                      for f, a, n in zip(flows, alphas, net)]
+        return [(f.src, f.dst, a) for f, a in zip(flows, alphas)]
+
+    @cached_property
+    def post_overhead_s(self) -> float:
+        """Host time to post one network message under the protocol (``Protocol.net_post_overhead_us``
+        for the cluster's host CPU); 0 without a protocol (the links' own α-β, exactly)."""
+        if self.protocol is None:
+            return 0.0
+        host = self.cluster.node.host
+        return self.protocol.net_post_overhead_s(None if host is None else host.cpu_vendor)
 
     def chain_latency_s(self, steps_of_flows: list[list[Flow]]) -> float:
         """Longest latency chain through the steps (:func:`simulator.collectives.chain.chain_latency_s`)."""

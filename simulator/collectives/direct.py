@@ -49,12 +49,21 @@ def _pairs(p: int, op: Op, root: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(p) for j in range(p) if i != j]
 
 
+MAX_PAIR_FLOW_RANKS = 1024
+"""The most ranks direct and pairwise are costed for: their cost enumerates the p² rank pairs, so time
+and memory grow with the square of the group (measured 2026-11-24, 2-core VM shared with other jobs,
+``trainplan collective --cluster dgx-h100 --algorithm direct --bytes 1KB..1MB``: 1,024 ranks 8.3 s CPU
+and 0.46 GB, 2,048 ranks 32 s and 1.6 GB; 8,192 ranks ran past 60 s and 11.8 GB, found by the long
+CLI fuzz run). A bound on work, not a model limit."""
+
+
 class Direct(Algorithm):
     """Every transfer in one step."""
 
     name = "direct"
     family = "ring"
     ops = frozenset(Op)
+    max_ranks = MAX_PAIR_FLOW_RANKS
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         per = nbytes / group.p if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER) else nbytes
@@ -93,6 +102,7 @@ class Pairwise(Algorithm):
     name = "pairwise"
     family = "ring"
     ops = frozenset({Op.ALL_TO_ALL})
+    max_ranks = MAX_PAIR_FLOW_RANKS
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, order = group.p, group.order

@@ -7,11 +7,17 @@ slice) + ``n/p`` (the multicast), in ``n/p`` + ``n``. So
 
     T = call(nvls) + 2α + n·(1 + 1/p) / (B·NVLS_EFFICIENCY)          (no γ: the switch adds)
 
-against the ring's ``2(p−1)/p·n/B``: 1.56× less time for 8 GPUs. Measured on H100 [src: nccl-1455,
-nccl-tests-212]: busbw 480 GB/s with NVLS for 8 GPUs against ~370 with the ring; this model gives
-≈ 595 GB/s for 450 GB/s ports, so it is optimistic by ~25% at 8 GPUs: calibrate the link
-efficiency against nccl-tests before trusting it. Available only when ``cluster.in_switch_reduction``,
-the node's fabric is switched, and the group sits on one node (SHARP across nodes is not modelled).
+against the ring's ``2(p−1)/p·n/B``: 1.56× less time for 8 GPUs. Against measurements, with ``B`` the
+dgx-h100 preset's port bandwidth (450 GB/s × link efficiency 0.82 = 369 GB/s) and NVLS_EFFICIENCY:
+busbw = ``2(p−1)/p · B·0.85 / (1 + 1/p)`` = 488 GB/s for 8 GPUs (486 at 4 GiB, with its 2α), against
+480 measured with NVLS on 8 H100 [src: nccl-1455, nccl-tests-212, nccl-tests-309]: +1 %. Across
+nodes (NVLS-Tree, :mod:`simulator.collectives.nvls_tree`), model at 4 GiB vs nccl-tests on H100 with
+8 × NDR per node [src: nccl-tests-309]: 2 nodes 521 vs 470 GB/s (+11 %), 4 nodes 371 vs 365.8 (+1 %);
+``notebooks/collective_algorithms.ipynb`` recomputes these. (Earlier text here said "optimistic by
+~25 %": that was for raw 450 GB/s ports, 595 GB/s, before the preset's 0.82 link efficiency.)
+
+Available only when ``cluster.in_switch_reduction``, the node's fabric is switched, and the group
+sits on one node (across nodes: NVLS-Tree).
 
 Schedule: point-to-point transfers cannot express the switch's arithmetic, so :meth:`transfers`
 gives the data-equivalent two-shot exchange (direct reduce-scatter, then direct all-gather).

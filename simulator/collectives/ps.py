@@ -55,7 +55,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
     """Time of one synchronous push + pull of ``nbytes`` per worker with ``servers`` shards (see module)."""
     group = Group(cluster, tuple(ranks))
     _check(group, servers, colocated)
-    env = Env(cluster, protocol, family=ParameterServer.family)
+    env = Env(cluster, protocol, family=ParameterServer.family, group=group)
     overhead = env.overhead_s(ParameterServer.family, ParameterServer.calls)
     if colocated:
         push, pull = _push_pull(group, servers, nbytes)
@@ -65,7 +65,7 @@ def ps_time_s(cluster: Cluster, ranks, nbytes: int, servers: int, colocated: boo
         raise SpecError("inter_node", "separate parameter servers sit on the network; the cluster has no "
                         "inter_node section (add one, or use colocated servers)")
     link = cluster.network.link
-    factor = 1.0 if protocol is None else protocol.bw_factor
+    factor = env.bw_ratio
     alpha = link.latency_s if protocol is None else protocol.hop_latency_us[LinkClass.NET] * 1e-6
     per_nic: dict[tuple[int, int], int] = {}
     for r in group.ranks:
@@ -83,6 +83,11 @@ class ParameterServer(Algorithm):
     family = "ring"
     calls = 2
     ops = frozenset({Op.ALL_REDUCE})
+    max_ranks = 256
+    """One shard per worker makes p² flows, costed per size: 256 ranks took 3.7 s CPU per size, 1,024
+    ranks 38 s for an 11-size table and 8,192 ranks 25 s and 3.5 GB for one (measured 2026-11-24, 2-core VM
+    shared with other jobs, ``trainplan collective --cluster dgx-h100 --algorithm ps``). A bound on work;
+    a training plan's parameter server is costed by :func:`ps_time_s` with its own shard count."""
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         push, pull = _push_pull(group, group.p, nbytes)

@@ -85,9 +85,17 @@ def _group(cluster: Cluster, ranks: Sequence[int]) -> Group:
     return group
 
 
+MAX_CALL_BYTES = 2**64 - 1
+"""The largest message one call can carry: a communication library counts bytes in a 64-bit
+``size_t``. Larger integers (``10**400``, found by the API fuzz) overflowed the float cost formulas."""
+
+
 def _nbytes(nbytes: int) -> int:
     if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
         raise SpecError("bytes", f"must be a positive integer number of bytes, got {nbytes!r}")
+    if nbytes > MAX_CALL_BYTES:
+        raise SpecError("bytes", f"a {nbytes.bit_length()}-bit byte count is more than one call can carry "
+                                 f"(a 64-bit size, at most 2**64 - 1 bytes): give a real message size")
     return nbytes
 
 
@@ -100,7 +108,18 @@ def _protocols(cluster: Cluster, algorithm: Algorithm) -> list[Protocol | None]:
 
 
 def _supported(algorithm: Algorithm, group: Group, op: Op) -> bool:
-    return algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
+    return (algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
+            and (algorithm.max_ranks is None or group.p <= algorithm.max_ranks))
+
+
+def _capped(group: Group, op: Op) -> str:
+    """What an error adds when algorithms that implement ``op`` are left out for the group's size."""
+    capped = [a for a in _ALGORITHMS.values() if a.supports(group, op) and a.max_ranks is not None
+              and group.p > a.max_ranks]
+    if not capped:
+        return ""
+    return (f"; {', '.join(a.name for a in capped)} cost every pair of ranks and stop at "
+            f"{min(a.max_ranks for a in capped):,} ranks (bounded work): use fewer ranks")
 
 
 def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
@@ -115,7 +134,22 @@ def supporting(op: Op, cluster: Cluster, ranks: Sequence[int]) -> list[str]:
     return [a.name for a in _ALGORITHMS.values() if _supported(a, group, op)]
 
 
+def refusal(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> SpecError:
+    """The error for ``algorithm`` not running ``op`` on this group (``"all"``: for none running it), with
+    the reason (the op, the group, or the size bound of the pair-costing algorithms)."""
+    group, op = Group(cluster, tuple(ranks)), _op(op)
+    able = supporting(op, cluster, ranks)
+    if algorithm == "all":
+        return SpecError("algorithm", f"no algorithm supports {op.value} on this group of {group.p} ranks"
+                         + _capped(group, op))
+    return _unsupported(algorithm, op, group, able)
+
+
 def _unsupported(algorithm: str, op: Op, group: Group, able: list[str]) -> SpecError:
+    chosen = _ALGORITHMS.get(algorithm)
+    if chosen is not None and chosen.max_ranks is not None and group.p > chosen.max_ranks and chosen.supports(group, op):
+        return SpecError("algorithm", f"{algorithm} costs every pair of ranks and stops at {chosen.max_ranks:,} ranks "
+                         f"(bounded work), this group has {group.p:,}; algorithms that do: {', '.join(able) or 'none'}")
     return SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
                      f"algorithms that do: {', '.join(able) or 'none'}")
 
@@ -159,7 +193,8 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     if algorithm == "auto":
         candidates = [_best(a, group, op, nbytes) for a in _auto_pool(cluster, op) if _supported(a, group, op)]
         if not candidates:
-            raise SpecError("op", f"no registered algorithm implements {op.value} on this group")
+            raise SpecError("op", f"no registered algorithm implements {op.value} on this group of {group.p} ranks"
+                            + _capped(group, op))
         return min(candidates, key=lambda e: e.time_s)
     chosen = get_algorithm(algorithm)
     if not _supported(chosen, group, op):

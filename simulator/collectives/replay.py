@@ -27,7 +27,7 @@ from __future__ import annotations
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Schedule
 from simulator.collectives.algorithm import flows_by_step
-from simulator.collectives.cost import Env
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import get_algorithm
 from simulator.errors import SpecError
 
@@ -37,6 +37,6 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
     if protocol is not None and protocol not in cluster.comm.protocols:
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
-    env = Env(cluster, protocol, family=algorithm.family)
+    env = Env(cluster, protocol, family=algorithm.family, group=Group(cluster, schedule.ranks))
     return (env.overhead_s(algorithm.family, algorithm.calls) + env.steps_bw_s(flows_by_step(schedule))
             + algorithm.schedule_latency_s(env, schedule) + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))

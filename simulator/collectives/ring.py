@@ -33,20 +33,9 @@ from __future__ import annotations
 from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
-from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.cost import Env, Flow, Group, ring_flows  # noqa: F401 (ring_flows re-exported)
+from simulator.collectives.cost import ring_nic as _nic
 from simulator.collectives.shape import uniform_schedule
-
-
-def _nic(group: Group, src: int, dst: int, channel: int) -> int | None:
-    return None if group.same_node(src, dst) else group.nic(src, channel)
-
-
-def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
-    """The flows of one ring step: every position sends ``per_channel_bytes`` on every channel."""
-    pos, p = group.order, group.p
-    return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
-                 _nic(group, pos[i], pos[(i + 1) % p], c))
-            for c in range(group.channels) for i in range(p)]
 
 
 def ring_edge_alphas(env: Env, flows: list[Flow], p: int) -> list[float]:
@@ -110,6 +99,12 @@ class Ring(Algorithm):
 
     def chunk_pipelined(self, op: Op) -> bool:
         return op in (Op.BROADCAST, Op.REDUCE)
+
+    def schedule_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """Reduce-scatter, all-gather, all-reduce: :func:`ring_transfers` reads the node order, the channel
+        count and each channel's NIC by index (``channel mod`` the node's NIC count): the shape only. The
+        chained broadcast and reduce pick a chunk count from the paths' costs: per group."""
+        return (group.shape,) if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER) else None
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, channels = group.p, group.channels

@@ -1,6 +1,6 @@
 """Size-independent structure of a schedule whose flows all carry the same bytes, cached per group.
 
-A table of sizes (``trainplan collective --bytes 2KB..1MB``) costs the same flows at every size;
+A table of sizes (``trainplan collective --bytes 2KiB..1MiB``) costs the same flows at every size;
 only their bytes change. For a schedule whose flows in every step carry one size ``b`` (direct,
 pairwise all-to-all), cost.py's terms split into a part fixed by the group and one linear in ``b``:
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from simulator.cluster.spec import LinkClass
 from simulator.cluster.topology import Path, path
 from simulator.collectives.chain import chain_latency_s
 from simulator.collectives.cost import Env, Group
@@ -65,13 +66,22 @@ class UniformSchedule:
         return sum(float(np.max((count * b) / (bw * ratio))) if count.size else 0.0 for count, bw in self.steps)
 
     def alphas_s(self, env: Env, step: int) -> np.ndarray:
-        """α of each flow of ``step`` under the env's protocol (:meth:`Env.latency_s` of its path)."""
-        alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)
-        return alphas[self.edges[step][2]]
+        """α of each flow of ``step`` under the env's protocol (:meth:`Env.latency_s` of its path), plus
+        the per-post overhead of its step's other network messages (:meth:`Env.edges`)."""
+        src, dst, kind = self.edges[step]
+        alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)[kind]
+        o = env.post_overhead_s
+        net = np.array([p.link_class is LinkClass.NET for p in self.kinds], dtype=bool)[kind]
+        if o > 0 and net.any():  # distinct network peers of each sender and receiver in the step
+            pairs = np.unique(np.stack([src[net], dst[net]]), axis=1)
+            sends = np.bincount(pairs[0], minlength=1 + int(max(src.max(), dst.max())))
+            recvs = np.bincount(pairs[1], minlength=sends.size)
+            alphas = alphas + np.where(net, (np.maximum(sends[src], recvs[dst]) - 1) * o, 0.0)
+        return alphas
 
     def latency_s(self, env: Env) -> float:
         """``L``: the longest α chain through the steps (cost.py ``Env.chain_latency_s``), per protocol."""
-        key = (id(env.protocol), env.family)  # the entry holds the protocol, so its id is not reused meanwhile
+        key = (id(env.protocol), env.family, env.post_overhead_s)  # the entry holds the protocol: its id stays unique
         if key not in self._latency:
             self._latency[key] = (chain_latency_s(
                 zip(src.tolist(), dst.tolist(), self.alphas_s(env, k).tolist())

@@ -101,6 +101,23 @@ class DoubleBinaryTree(Algorithm):
     def chunk_pipelined(self, op: Op) -> bool:
         return True
 
+    def schedule_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """The trees come from the node partition, channel ``c`` leaves a node by NIC index ``(c // 2) mod``
+        its NIC count: the shape, plus the chunk count :meth:`chunks` picks from the paths' costs."""
+        return group.shape, self.chunks(group, op, nbytes)
+
+    def links_key(self, group: Group, op: Op, nbytes: int, root: int = 0) -> tuple | None:
+        """Every tree edge of a channel carries bytes once the channel's share does (its chunks sum to it),
+        whatever the chunk count: the shape alone."""
+        return (group.shape,)
+
+    def chunks(self, group: Group, op: Op, nbytes: int) -> int:
+        """Chunks per channel of the schedule: the fastest count on the links' own costs (no protocol),
+        :meth:`Env.best_pipeline` of the unit levels (kept in :attr:`Group.shapes`, as :meth:`comm_time_s`)."""
+        env = Env(group.cluster, None, group.paths)
+        return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
+                                 group, (self.name, op))[1]
+
     def _nic(self, group: Group, src: int, dst: int, channel: int) -> int | None:
         return None if group.same_node(src, dst) else group.nic(src, channel // 2)
 
@@ -129,7 +146,7 @@ class DoubleBinaryTree(Algorithm):
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         channels = 2 * group.channels
-        k = Env(group.cluster, None).best_pipeline(self._unit_levels(group), nbytes / channels)[1]
+        k = self.chunks(group, op, nbytes)
         levels = tree_levels(group)
         parts = [chunked(off, length, k) for off, length in split(nbytes, channels)]
         out = []

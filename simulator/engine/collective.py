@@ -33,7 +33,7 @@ import simpy
 
 from simulator.cluster.spec import Cluster, Protocol
 from simulator.collectives.base import Op, Schedule
-from simulator.collectives.cost import Env
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, get_algorithm
 from simulator.engine.network import FlowNetwork
 from simulator.errors import SpecError
@@ -49,7 +49,7 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
     if protocol is not None and protocol not in cluster.comm.protocols:
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
-    costs = Env(cluster, protocol, paths, family=algorithm.family)
+    costs = Env(cluster, protocol, paths, family=algorithm.family, group=Group(cluster, schedule.ranks))
     overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
     gamma_s = algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank)
     chain_s = algorithm.schedule_latency_s(costs, schedule)

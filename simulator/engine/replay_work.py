@@ -45,7 +45,7 @@ from simulator.cluster.spec import Cluster
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.engine.network import FlowNetwork
-from simulator.engine.shapes import LocalSchedule, ScheduleCache
+from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
 from simulator.engine.unrolled import tp_copies
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall, Transport
@@ -139,13 +139,14 @@ class CommRunner:
             return _Plan(max(0.0, call.time_s - alone), [[(path, float(call.nbytes), path.latency_s)]], 0.0)
         return None
 
-    def _env(self, protocol, family: str | None = None) -> Env:
-        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio),
-        the same :class:`Env` the closed forms and
-        :func:`~simulator.collectives.replay.schedule_time_s` use."""
-        key = (None if protocol is None else protocol.name, family)
+    def _env(self, protocol, family: str | None = None, group: Group | None = None) -> Env:
+        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio)
+        on ``group`` (a protocol with a bus-bandwidth cap depends on it), the same :class:`Env` the
+        closed forms and :func:`~simulator.collectives.replay.schedule_time_s` use."""
+        capped = protocol is not None and protocol.bus_bw_cap is not None
+        key = (None if protocol is None else protocol.name, family, group.ranks if capped and group else None)
         if key not in self._envs:
-            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family)
+            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family, group=group if capped else None)
         return self._envs[key]
 
     def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> _Plan:
@@ -154,7 +155,7 @@ class CommRunner:
         protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
         local, shaped = self._local(call, group)
         algorithm = get_algorithm(local.algorithm)
-        costs = self._env(protocol, algorithm.family)
+        costs = self._env(protocol, algorithm.family, shaped)
         links = dict(zip(local.pairs, local.links(shaped)))
         steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
                  for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
@@ -163,8 +164,9 @@ class CommRunner:
         flow_steps = local.flow_steps(shaped)
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
         step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
-        if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead (never shape-shared)
-            chain_s = algorithm.schedule_latency_s(costs, local.schedule)
+        if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
+            chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
+                                       lambda: self._build_schedule(call, group))
         else:
             chain_s = local.chain_s(costs, flow_steps, links)
         replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
@@ -174,13 +176,19 @@ class CommRunner:
 
     def _local(self, call: CommCall, group: tuple[int, ...]) -> tuple[LocalSchedule, Group]:
         """The call's schedule in local form (shared between groups of one shape) and the group's layout."""
+        shaped = self._group(group)
+        local = self._schedules.get(shaped, call.op, call.nbytes, call.algorithm.value,
+                                    lambda: self._build_schedule(call, group))
+        return local, shaped
+
+    def _group(self, group: tuple[int, ...]) -> Group:
         shaped = self._groups.get(group)
         if shaped is None:
             shaped = self._groups[group] = Group(self.cluster, group)
-        name = call.algorithm.value
-        local = self._schedules.get(shaped, call.op, call.nbytes, name,
-                                    lambda: build_schedule(self.cluster, group, call.op, call.nbytes, name))
-        return local, shaped
+        return shaped
+
+    def _build_schedule(self, call: CommCall, group: tuple[int, ...]):
+        return build_schedule(self.cluster, group, call.op, call.nbytes, call.algorithm.value)
 
     def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
         """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
@@ -202,9 +210,11 @@ class CommRunner:
                 and get_algorithm(call.algorithm.value).schedule_times_it)
 
     def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
-        local, shaped = self._local(call, group)
+        shaped = self._group(group)
+        pairs = self._schedules.pairs(shaped, call.op, call.nbytes, call.algorithm.value,
+                                      lambda: self._build_schedule(call, group))
         costs = self._env(None)
-        return frozenset(h.resource for src, dst, nic in local.links(shaped) for h in costs.path(src, dst, nic).hops)
+        return frozenset(h.resource for src, dst, nic in links_of(pairs, shaped) for h in costs.path(src, dst, nic).hops)
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""

@@ -1,22 +1,25 @@
-"""A collective's schedule in group-local form, built once and shared by every group of the same shape.
+"""A collective's schedule in group-local form, built once and shared by every group of the same key.
 
 At scale the step DES meets the same collective on many groups: the dp all-reduce of every pipeline
-stage and of every tp index, each a ring whose schedule holds ``2(p−1)·p·C`` transfers. Building and
-timing each of them is O(p²) per group, which made a 16k-GPU step quadratic in the ranks. The
+stage and of every tp index, each a ring (``2(p−1)·p·C`` transfers) or a tree (``2C·2(p−1)·k`` for ``k``
+chunks). Building and timing each of them is O(p²) per ring group, which made a 16k-GPU step quadratic in
+the ranks, and a tree build per group was ~40 % of it. The
 schedules of those groups are the same in *local* terms (group indices), so this module keeps one
-:class:`LocalSchedule` per (algorithm, op, bytes, shape) and maps it onto a group in O(its distinct
+:class:`LocalSchedule` per (algorithm, op, bytes, schedule key) and maps it onto a group in O(its distinct
 transfers):
 
-- **Shape** (:func:`shape_of`): the group's size, its partition into nodes (in group indices) and how
-  many distinct NICs its GPUs own on each node. A transfer's NIC is kept as its index in the sender
-  node's NIC set (:attr:`~simulator.collectives.cost.Group.nic_sets`), so a group whose GPUs sit on
-  other NICs (a tp-shifted replica) maps it to its own.
-- **Which schedules are shared** (:data:`SHAPE_ONLY`): those of the ring's reduce-scatter, all-gather
-  and all-reduce, which :func:`simulator.collectives.ring.ring_transfers` builds from the group's node
-  order, channel count and each channel's NIC by index, nothing else. Every other (algorithm, op) is
-  built per group, as before (a pipelined broadcast picks its chunk count from the paths' costs).
-  ``tests/test_engine_shortcuts.py`` checks a shared schedule against a fresh build on groups of every
-  kind the engine maps it to.
+- **Shape and key**: what a schedule depends on is the algorithm's to say
+  (:meth:`~simulator.collectives.algorithm.Algorithm.schedule_key`): the group's shape
+  (:attr:`~simulator.collectives.cost.Group.shape`: size, partition into nodes in group indices, NICs
+  owned per node) for the ring's reduce-scatter / all-gather / all-reduce, the shape and the chunk count
+  for the double binary tree; None (built per group, as before) for the others. A transfer's NIC is kept
+  as its index in the sender node's NIC set (:attr:`~simulator.collectives.cost.Group.nic_sets`), so a
+  group whose GPUs sit on other NICs (a tp-shifted replica) maps it to its own.
+- **Links alone** (:meth:`ScheduleCache.pairs`): which (src, dst, NIC index) pairs carry bytes is keyed
+  by :meth:`~simulator.collectives.algorithm.Algorithm.links_key`, coarser for the tree (its chunk count
+  does not change which edges carry bytes), so a replica's links need neither its schedule nor its
+  chunk count. ``tests/test_engine_shortcuts.py`` checks shared schedules, links and latencies against
+  fresh builds on groups of every kind the engine maps them to.
 - **Distinct steps**: steps of equal content are one entry (a ring's steps carry equal slices when the
   bytes divide evenly), so a group's step flows are built once per distinct content and shared
   between steps, which the id-memos of :meth:`Env.steps_time_s` and :meth:`Env.chain_latency_s` use.
@@ -29,28 +32,22 @@ import numpy as np
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.cost import Env, Flow, Group
-
-SHAPE_ONLY = frozenset({("ring", Op.ALL_REDUCE), ("ring", Op.REDUCE_SCATTER), ("ring", Op.ALL_GATHER)})
-"""(algorithm name, op) whose schedule depends on the group only through :func:`shape_of`."""
-
-
-def shape_of(group: Group) -> tuple:
-    """Size, node partition (group indices) and NICs owned per node: what a shared schedule may use."""
-    return group.p, group.nodes, tuple(len(s) for s in group.nic_sets)
+from simulator.collectives.registry import get_algorithm
 
 
 class LocalSchedule:
     """A schedule in group indices: distinct step contents ``(src, dst, nbytes, nic index)`` and the
     step sequence as indices into them (empty steps kept, as :meth:`Schedule.steps` gives them)."""
 
-    __slots__ = ("algorithm", "schedule", "reduce_bytes_per_rank", "contents", "sequence", "pairs", "_fused",
-                 "_chains")
+    __slots__ = ("algorithm", "schedule", "group", "reduce_bytes_per_rank", "contents", "sequence", "pairs",
+                 "_fused", "_chains")
 
     def __init__(self, schedule: Schedule, group: Group):
         self.algorithm = schedule.algorithm
         self.schedule = schedule
-        """The schedule on the group it was built for: what a chunk pipeline's latency is read from
-        (:meth:`Algorithm.schedule_latency_s`); those are built per group, never shared (SHAPE_ONLY)."""
+        """The schedule on the group it was built for (``group``): what a chunk pipeline's latency is read
+        from (:meth:`pipeline_s`)."""
+        self.group = group
         self.reduce_bytes_per_rank = schedule.reduce_bytes_per_rank
         nic_index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
         node = group.node_index
@@ -74,10 +71,29 @@ class LocalSchedule:
         """:meth:`Env.chain_latency_s` of ``flow_steps`` (this schedule on one group, ``links`` its
         :attr:`pairs` → (src, dst, NIC)), computed once per distinct α of the pairs: the chain only
         reads each flow's α and uses ranks as labels, so groups whose pairs have equal α share it."""
-        key = tuple(costs.latency_s(costs.path(*links[pair])) for pair in self.pairs)
+        key = self._alphas(costs, links)
         if key not in self._chains:
             self._chains[key] = costs.chain_latency_s(flow_steps)
         return self._chains[key]
+
+    def pipeline_s(self, costs: Env, group: Group, links: dict, latency_of, rebuild) -> float:
+        """A chunk pipeline's latency on ``group`` (``latency_of(schedule)``: :meth:`Algorithm.schedule_latency_s`
+        under ``costs``), computed once per distinct α of the pairs and per-chunk latency share: it reads each
+        transfer's α, the schedule's structure (local, shared) and the share. The first computation for an
+        α vector runs on the schedule as built when its own group has that α, else on ``rebuild()``, a
+        fresh build for ``group``."""
+        alphas = self._alphas(costs, links)
+        key = ("pipeline", costs.chunk_latency_share, alphas)
+        if key not in self._chains:
+            own = dict(zip(self.pairs, self.links(self.group)))
+            same = group is self.group or self._alphas(costs, own) == alphas
+            self._chains[key] = latency_of(self.schedule if same else rebuild())
+        return self._chains[key]
+
+    def _alphas(self, costs: Env, links: dict) -> tuple:
+        """Each pair's α and link class (network posts add per class: Env.edges)."""
+        paths = [costs.path(*links[pair]) for pair in self.pairs]
+        return tuple((costs.latency_s(p), p.link_class) for p in paths)
 
     def flow_steps(self, group: Group) -> list[list[Flow]]:
         """Each step's cost-model flows on ``group``'s ranks, one shared list per distinct content."""
@@ -88,8 +104,7 @@ class LocalSchedule:
 
     def links(self, group: Group) -> list[tuple[int, int, int | None]]:
         """:attr:`pairs` on ``group``: (src rank, dst rank, NIC)."""
-        nic, ranks = _nic_of(group), group.ranks
-        return [(ranks[s], ranks[d], nic(s, n)) for s, d, n in self.pairs]
+        return links_of(self.pairs, group)
 
     def fused(self, wire: float, fuse: bool) -> list[tuple[tuple, list[float]]]:
         """Plan steps as (local pairs, wire bytes per pair): consecutive steps with the same pairs are one
@@ -119,17 +134,36 @@ def _nic_of(group: Group):
 
 
 class ScheduleCache:
-    """Local schedules of one cluster by (algorithm, op, bytes, shape); per group where not shape-only."""
+    """Local schedules of one cluster by (algorithm, op, bytes, :meth:`Algorithm.schedule_key`), and their
+    links by :meth:`Algorithm.links_key`; per group where the key is None."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self._shared: dict[tuple, LocalSchedule] = {}
+        self._pairs: dict[tuple, tuple] = {}
 
     def get(self, group: Group, op: Op, nbytes: int, algorithm: str, build) -> LocalSchedule:
         """The local schedule of ``algorithm`` on ``group``; ``build()`` makes the :class:`Schedule`."""
-        if (algorithm, op) not in SHAPE_ONLY:
+        key = get_algorithm(algorithm).schedule_key(group, op, nbytes)
+        if key is None:
             return LocalSchedule(build(), group)
-        key = (algorithm, op, nbytes, shape_of(group))
+        key = (algorithm, op, nbytes, key)
         if key not in self._shared:
             self._shared[key] = LocalSchedule(build(), group)
         return self._shared[key]
+
+    def pairs(self, group: Group, op: Op, nbytes: int, algorithm: str, build) -> tuple:
+        """:attr:`LocalSchedule.pairs` of ``algorithm`` on ``group``, shared by groups of one links key."""
+        key = get_algorithm(algorithm).links_key(group, op, nbytes)
+        if key is None:
+            return self.get(group, op, nbytes, algorithm, build).pairs
+        key = (algorithm, op, nbytes, key)
+        if key not in self._pairs:
+            self._pairs[key] = self.get(group, op, nbytes, algorithm, build).pairs
+        return self._pairs[key]
+
+
+def links_of(pairs: tuple, group: Group) -> list[tuple[int, int, int | None]]:
+    """Local ``pairs`` (src, dst, NIC index) on ``group``: (src rank, dst rank, NIC)."""
+    nic, ranks = _nic_of(group), group.ranks
+    return [(ranks[s], ranks[d], nic(s, n)) for s, d, n in pairs]

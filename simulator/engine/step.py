@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -29,7 +30,7 @@ from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
 from simulator.engine.unrolled import start_unrolled
 from simulator.errors import SpecError
-from simulator.results import Category, Engine, StepResult
+from simulator.results import Category, Engine, StepResult, slowest_index
 from simulator.schedules import ActionKind
 from simulator.strategy import Offload, ParamServerMode, ParamServerSync
 from simulator.work import StepWork
@@ -145,9 +146,11 @@ def _pipes_for_step(work: StepWork, model, k: int, unrolled: bool = False) -> li
     return [Pipe(PipeKey(d), vec, d == 0, True) for vec, d in groups.items()]
 
 
-def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
+def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict, progress=None):
     env = ctx.env
     for k in range(steps):
+        if progress is not None:
+            progress("des steps", k, steps)
         pipes = _pipes_for_step(ctx.work, model, k, ctx.unrolled)
         ctx.parties_of[k] = len(pipes)
         t0 = env.now
@@ -157,9 +160,11 @@ def _sync_driver(ctx: _Ctx, model, steps: int, step_times: list, tails: dict):
             tails[(k, key, r)] = env.now - proc.value
             ctx.rec.spend((k, key, r), Category.BUBBLE, env.now - proc.value)
         step_times.append(env.now - t0)
+    if progress is not None:
+        progress("des steps", steps, steps)
 
 
-def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> tuple[float, dict]:
+def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict, progress=None) -> tuple[float, dict]:
     """Every worker runs on its own until the workers together finished ``steps × dp`` steps."""
     env, dp, pp = ctx.env, ctx.layout.dp, ctx.layout.pp
     clock = [0] * dp
@@ -184,6 +189,8 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict) -> 
             staleness[w].append(max(0, max((c for i, c in enumerate(clock) if i != w), default=0) - clock[w]))
             clock[w] += 1
             state["total"] += 1
+            if progress is not None:
+                progress("des worker steps", state["total"], steps * dp)
             state["progress"].succeed()
             state["progress"] = simpy.Event(env)
             if state["total"] == steps * dp and not done.triggered:
@@ -209,7 +216,8 @@ def _check_unrolled(layout) -> None:
 
 
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
-             train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None) -> StepResult:
+             train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None,
+             progress=None) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
     ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
@@ -220,6 +228,7 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     what several jobs on one network need; slower still. ``None`` (default): unrolled where the cluster's
     nodes differ (``Cluster.varies``: replicas are no longer mirror images of the representative, so the
     replica shortcuts switch off), except under parameter servers (representative pipelines as before).
+    ``progress(phase, done, total)`` is called as steps complete (the CLI's counter on long runs).
     """
     positive_int("steps", steps)
     wall0 = time.perf_counter()
@@ -235,16 +244,18 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
         raise SpecError("dp_sync", "unrolled pipelines (several jobs) model all-reduce gradient sync, not "
                         "parameter servers")
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
-        end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails)
+        end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails, progress)
         step_time = end_s / steps
         extras["staleness"] = _staleness_summary(staleness)
     else:
         step_times: list[float] = []
-        ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails))
+        ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails, progress))
         ctx.env.run()
         step_time = sum(step_times) / steps
         extras["step_times_s"] = step_times
-    breakdown, per_rank = _accounts(ctx, tails, step_time)
+    async_ps = "staleness" in extras
+    breakdown, per_rank, slowest = _accounts(ctx, tails, step_time, steps_together=not async_ps)
+    extras.update(slowest)
     if strategy.failures is not None:
         extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps,
                                      model.seed))
@@ -260,36 +271,43 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
                       memory=work.memory, timeline=ctx.rec.timeline() if trace else None, extras=extras)
 
 
-def _accounts(ctx: _Ctx, tails: dict, step_time: float) -> tuple[dict[Category, float], pd.DataFrame]:
-    """Breakdown of the slowest rank (least idle: bubble, straggler wait, tail; per step, averaged)
-    and per-rank means."""
-    accounts = ctx.rec.accounts
+def _accounts(ctx: _Ctx, tails: dict, step_time: float, steps_together: bool) -> tuple[dict[Category, float],
+                                                                                      pd.DataFrame, dict]:
+    """Breakdown of the slowest rank (:func:`~simulator.results.slowest_index`), per-rank means over
+    complete steps, and the slowest rank's ids. A step is complete once its rank finished it (it has
+    a tail): an asynchronous run stops with other workers mid-step, and those steps are left out.
+
+    Ranks that step together (synchronous): each step's slowest rank, its categories averaged over the
+    steps. Asynchronous workers' step k happen at different times, so there the slowest rank is the
+    slowest of the per-rank means, and the breakdown is its mean step scaled to ``step_time``."""
+    cats = list(Category)
+    rank_of = {(key, r): ctx.layout.rank_of(dp=key.dp, pp=r, tp=0) for (_, key, r) in ctx.rec.accounts}
+    complete = {kr: [cat_s.get(c, 0.0) for c in cats] for kr, cat_s in ctx.rec.accounts.items() if kr in tails}
+    by_rank: dict[tuple, list] = defaultdict(list)
     by_step: dict[int, list] = defaultdict(list)
-    for (k, key, r), acc in accounts.items():
-        idle = tails.get((k, key, r), 0.0) + acc.get(Category.STRAGGLER, 0.0) + acc.get(Category.BUBBLE, 0.0)
-        by_step[k].append((idle, key, r))
-    steps = sorted(by_step)
-    total: dict[Category, float] = defaultdict(float)
-    for k in steps:
-        _, key, r = min(by_step[k])  # ties: the lower dp index, then the lower stage
-        for cat, s in accounts[(k, key, r)].items():
-            total[cat] += s
-    breakdown = {c: total.get(c, 0.0) / len(steps) for c in Category}
-    s = sum(breakdown.values())
-    if s > 0 and abs(s - step_time) > 1e-12 * step_time:  # async: shares of worker 0's steps
-        breakdown = {c: v * step_time / s for c, v in breakdown.items()}
-    rows = defaultdict(lambda: defaultdict(float))
-    counts: dict = defaultdict(int)
-    for (k, key, r), acc in accounts.items():
-        counts[(key, r)] += 1
-        for cat, v in acc.items():
-            rows[(key, r)][cat.value] += v
-    records = []
-    for (key, r), acc in sorted(rows.items(), key=lambda x: (x[0][0].dp, x[0][1])):
-        rec = {"rank": ctx.layout.rank_of(dp=key.dp, pp=r, tp=0), "stage": r, "replica": str(key)}
-        rec.update({c.value: acc.get(c.value, 0.0) / counts[(key, r)] for c in Category})
-        records.append(rec)
-    return breakdown, pd.DataFrame(records)
+    for (k, key, r), row in complete.items():
+        by_rank[(key, r)].append(row)
+        by_step[k].append((rank_of[(key, r)], (key, r), row))
+    means = sorted((rank_of[kr], kr, np.mean(rows, axis=0)) for kr, rows in by_rank.items())
+    if steps_together:
+        chosen = []
+        for k in sorted(by_step):
+            step_rows = sorted(by_step[k], key=lambda x: x[0])
+            chosen.append(step_rows[int(slowest_index(np.array([row for _, _, row in step_rows])))])
+        values = np.mean([row for _, _, row in chosen], axis=0)
+        counts = defaultdict(int)
+        for rank, kr, _ in chosen:
+            counts[(rank, kr)] += 1
+        rank, (key, stage) = min(counts, key=lambda rk: (-counts[rk], rk[0]))
+    else:
+        rank, (key, stage), values = means[int(slowest_index(np.array([row for _, _, row in means])))]
+    breakdown = {c: float(values[i]) for i, c in enumerate(cats)}
+    total = sum(breakdown.values())
+    if total > 0 and abs(total - step_time) > 1e-12 * step_time:  # async: that rank's shares of the step time
+        breakdown = {c: v * step_time / total for c, v in breakdown.items()}
+    records = [{"rank": rank_, "stage": r, "replica": str(key_), **{c.value: float(v[i]) for i, c in enumerate(cats)}}
+               for rank_, (key_, r), v in means]
+    return breakdown, pd.DataFrame(records), {"slowest_rank": rank, "slowest_stage": stage}
 
 
 def _staleness_summary(staleness: dict[int, list[int]]) -> dict:

@@ -188,6 +188,8 @@ _COUNT_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 def parse_param_count(text: str) -> int:
     """``"7.5e9"``, ``"7.5B"``, ``"350M"`` → parameters (decimal suffixes K, M, B, T)."""
     m = _COUNT_RE.match(str(text))
+    if not m and str(text).strip().startswith("-"):
+        raise SpecError("params", f"must be a positive parameter count, got {text!r}")
     if not m:
         raise SpecError("params", f"cannot read a parameter count from {text!r}; write e.g. 7.5e9 or 7.5B")
     value = float(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]

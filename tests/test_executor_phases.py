@@ -1,0 +1,87 @@
+"""Measured phases of the tensor- and pipeline-parallel families (executor/phase_clock.py) on 2 gloo ranks.
+
+Per rank and step: every phase is ≥ 0 and together they fit in the step's wall time (measured around
+``train_step``; they are disjoint intervals inside it, so only timer rounding can exceed it:
+tolerance 0.1 % + 0.5 ms); a tp run shows tp communication; a pipeline run shows bubble and pp
+communication (bubble: GPipe's last stage waits for the first stage's first forward, whatever the
+load); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
+without tp, pp or recompute records 0 for their phases. No timing is asserted beyond that.
+"""
+
+import time
+
+import pytest
+
+from executor.launch import run
+from parallel_runs import GPT_TINY, LLAMA_TINY, context, plan_for
+
+STEPS = 2
+CONFIGS = {
+    "tp": (LLAMA_TINY, {"tp": 2, "sequence_parallel": True, "recompute": "full"}),
+    "pp gpipe": (GPT_TINY, {"pp": 2, "schedule": "gpipe"}),
+    "pp interleaved": (LLAMA_TINY, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2,
+                                    "recompute": "selective"}),
+    "dp": (GPT_TINY, {"dp": 2, "recompute": "full"}),  # the data-parallel family's recompute phase
+}
+
+
+def _phases(rank, world):
+    from executor.strategies.data_parallel import DataParallelRunner
+    from executor.strategies.parallel import ParallelRunner
+
+    out = {}
+    for name, (spec, flat) in CONFIGS.items():
+        family = DataParallelRunner if name == "dp" else ParallelRunner
+        runner = family(context(plan_for(spec, flat), rank, world))
+        rows = []
+        for step in range(STEPS):
+            start = time.perf_counter()
+            record = runner.train_step(step)
+            rows.append((time.perf_counter() - start, {p.value: s for p, s in record.phases_s.items()}))
+        out[name] = rows
+    return out
+
+
+@pytest.mark.multiproc
+def test_tp_and_pipeline_phases_fit_the_step_and_show_their_communication():
+    results = run(_phases, 2, timeout_s=240)
+    for rank, res in enumerate(results):
+        for name, rows in res.items():
+            for wall, phases in rows:
+                assert all(v >= 0 for v in phases.values()), (name, rank, phases)
+                assert sum(phases.values()) <= wall * 1.001 + 5e-4, (name, rank, wall, phases)
+                assert {"forward", "backward", "optimizer"} <= set(phases)
+            total = {p: sum(ph.get(p, 0.0) for _, ph in rows) for p in ("tp", "pp", "bubble", "forward", "recompute")}
+            assert total["forward"] > 0
+            assert (total["recompute"] > 0) == ("recompute" in CONFIGS[name][1]), (name, rank, total)
+            if name == "tp":
+                assert total["tp"] > 0 and "pp" not in rows[0][1], (rank, total)
+            elif name == "dp":
+                assert "tp" not in rows[0][1] and "pp" not in rows[0][1]
+            else:
+                assert total["pp"] > 0 and total["bubble"] > 0 and total["tp"] == 0, (name, rank, total)
+
+
+def test_a_receive_wait_is_bubble_until_the_sender_posted():
+    """Hand-worked: waits in ns; sends of stage 0 F mb 0 at 150, stage 1 B mb 1 at 50."""
+    import torch
+
+    from executor.phase_clock import split_waits
+
+    sent = torch.zeros((2, 2, 2), dtype=torch.int64)
+    sent[0, 0, 0], sent[1, 1, 1] = 150, 50
+    waits = [(100, 400, (0, 0, 0)),   # 50 bubble, 250 pp
+             (100, 200, (1, 1, 1)),   # posted before the wait began: 100 pp
+             (100, 120, (0, 0, 0)),   # posted after the wait ended (clock skew): clamped, 20 bubble
+             (0, 10, (2, 1, 0))]      # no such sending stage: 10 pp
+    pp, bubble = split_waits(waits, sent, 2)
+    assert pp == pytest.approx(360e-9) and bubble == pytest.approx(70e-9)
+
+
+def test_phases_absent_by_layout():
+    from executor.strategies.base import Phase, phases_absent
+
+    assert phases_absent(plan_for(GPT_TINY, {"dp": 2}).layout()) == (Phase.RECOMPUTE, Phase.TP, Phase.PP,
+                                                                     Phase.BUBBLE)
+    assert phases_absent(plan_for(GPT_TINY, {"tp": 2, "recompute": "full"}).layout()) == (Phase.PP, Phase.BUBBLE)
+    assert phases_absent(plan_for(GPT_TINY, {"pp": 2, "schedule": "gpipe"}).layout()) == (Phase.RECOMPUTE, Phase.TP)
