@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simulator.errors import SpecError
 from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -135,6 +136,9 @@ class GPT(nn.Module):
 
     def __init__(self, spec: TransformerSpec):
         super().__init__()
+        if spec.moe is not None or spec.mla is not None:  # a dense stand-in would run and be measured as the model
+            raise SpecError("model", f"{spec.name} has mixture-of-experts layers or latent attention; the executor "
+                            "builds dense transformers with ordinary attention only (not implemented yet)")
         self.spec = spec
         self.embed = nn.Module()
         self.embed.tok = nn.Embedding(spec.vocab, spec.hidden)

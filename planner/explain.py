@@ -2,8 +2,9 @@
 plan of each family (pure data parallel / ZeRO, tensor-parallel heavy, pipeline heavy, offload,
 parameter server).
 
+For a mixture-of-experts model, also against the best plan at each other expert-parallel degree.
 The differences are per category of the analytical breakdown on the slowest rank (forward,
-backward, recompute, exposed tp/pp/dp/zero/ps/offload communication, bubble, ...), largest first;
+backward, recompute, exposed tp/ep/pp/dp/zero/ps/offload communication, bubble, ...), largest first;
 memory is compared by the most loaded rank's total. Families with no feasible candidate say so.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from simulator.results import Category
-from simulator.strategy import AllReduceSync, Offload, ParamServerSync
+from simulator.strategy import AllReduceSync, Offload, ParamServerSync, PlacementOrder
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
 from simulator.units import GB, MiB
 
@@ -38,12 +39,14 @@ best plan using one, against the best plan without it; else against the best pla
 
 def describe(s) -> str:
     """One readable line for a strategy."""
-    parts = [f"dp {s.dp} tp {s.tp} pp {s.pp}" + (f" cp {s.cp} {s.cp_kind.value}" if s.cp > 1 else ""),
-             f"ZeRO-{int(s.zero)}", f"mbs {s.micro_batch}"]
+    parts = [f"dp {s.dp} tp {s.tp} pp {s.pp}" + (f" ep {s.ep}" if s.ep > 1 else "")
+             + (f" cp {s.cp} {s.cp_kind.value}" if s.cp > 1 else ""), f"ZeRO-{int(s.zero)}", f"mbs {s.micro_batch}"]
     if s.resolved_fp8_recipe is not None:
         parts.append(f"fp8 {s.resolved_fp8_recipe.value}" + (" all-gather" if s.fp8_all_gather else ""))
     if s.pp > 1:
         parts.append(s.schedule.value + (f" v{s.virtual_stages}" if s.virtual_stages > 1 else ""))
+    if s.placement is not PlacementOrder.TP_PP_DP:
+        parts.append(f"placement {s.placement.value}")
     if s.sequence_parallel and s.tp > 1:
         parts.append("sp")
     parts.append(f"recompute {s.recompute.value}")
@@ -100,6 +103,9 @@ def explain(frame: pd.DataFrame, notes=()) -> list[str]:
             lines += why or [f"No {name} plan fits or was searched."]
         elif rows.index[0] != 0:
             lines.append(_sentence(f"best {name} plan", best, rows.iloc[0]))
+    for ep, row in _ep_alternatives(frame):
+        if row.name != 1:
+            lines.append(_sentence(f"best plan with ep {ep}", best, row))
     lines += _feature_lines(frame, best)
     sync = _sync_alternatives(frame)
     if sync is not None and sync.name != 1:  # row 1 is the runner-up, already said
@@ -123,8 +129,16 @@ def _feature_lines(frame: pd.DataFrame, best: pd.Series) -> list[str]:
 
 def _layout_of(s) -> tuple:
     """What places the work: degrees, micro-batch, schedule, recomputation (not ZeRO, sync or offload)."""
-    return (s.dp, s.tp, s.pp, s.micro_batch, s.schedule, s.virtual_stages, s.recompute, s.sequence_parallel,
+    return (s.dp, s.tp, s.pp, s.ep, s.micro_batch, s.schedule, s.virtual_stages, s.recompute, s.sequence_parallel,
             s.attention, s.cp, s.cp_kind, s.precision)
+
+
+def _ep_alternatives(frame: pd.DataFrame) -> list[tuple[int, pd.Series]]:
+    """(ep, the fastest ranked row with that expert-parallel degree) for each ep other than the best
+    plan's, smallest first: what sharding the experts more or less would cost (a MoE model only)."""
+    eps = [s.ep for s in frame["strategy"]]
+    best = eps[0]
+    return [(ep, frame.iloc[eps.index(ep)]) for ep in sorted(set(eps)) if ep != best]
 
 
 def _sync_alternatives(frame: pd.DataFrame):

@@ -122,6 +122,7 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
     problem = Problem(gpus=gpus, global_batch=global_batch, gpus_per_node=cluster.node.gpus_per_node,
                       layers=workload.layer_count, check_tp=workload.check_tp, max_mbs=max_mbs,
                       allow_cross_node_tp=allow_cross_node_tp,
+                      check_ep=workload.check_ep if getattr(workload, "moe", None) is not None else None,
                       seq_len=workload.seq_len if getattr(workload, "has_activation_shapes", False) else None)
     counts = Counts()
     search = Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb, progress)

@@ -88,7 +88,7 @@ def _arrays(keys: list[dict]) -> Candidates:
     zero_with_pp = np.array([_zero_with_pp(k) for k in keys], dtype=bool)
     return Candidates.of(dp=col("dp"), tp=col("tp"), pp=col("pp"), v=col("virtual_stages"),
                          micro_batch=col("micro_batch"), global_batch=col("global_batch"), interleaved=inter,
-                         zero=zero, zero_with_pp=zero_with_pp, cp=col("cp"))
+                         zero=zero, zero_with_pp=zero_with_pp, ep=col("ep"), cp=col("cp"))
 
 
 def _contexts(keys: list[dict]) -> np.ndarray:

@@ -6,6 +6,8 @@ it (sequence parallelism only where tp > 1, a schedule only where pp > 1); the d
 axis of (dp, tp, pp) factorisations of the GPU count. A new dimension joins by adding one axis to
 :func:`default_axes`, not by editing loops. Context parallelism is the one axis that shares the
 degrees: a (d, tp, pp) factorisation and a cp dividing d make dp = d ÷ cp (:func:`enumerate_keys`).
+The expert-parallel degree ep is an axis of its own over the divisors of dp that divide the model's
+experts, with cp 1 only (:mod:`simulator.strategy.rules`, rule ``cp``).
 FP8 (``precision``) is searched only when asked (``--precision model,fp8``): it changes the
 numerics, a recipe the user adopts, not a layout choice.
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
-from simulator.strategy import AttentionKind, Offload, Recompute, ZeroStage
+from simulator.strategy import AttentionKind, Offload, PlacementOrder, Recompute, ZeroStage
 from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
 from simulator.workload.context import ContextKind
 from simulator.workload.protocol import divisors
@@ -48,6 +50,8 @@ class Axis:
     """Whether the axis applies given the keys set so far; where it does not, the key is left out."""
     allow: Callable[[dict, object], bool] | None = None
     """Whether one value makes sense given the keys set so far (None: every value)."""
+    pinned_free: bool = False
+    """A pin lifts ``allow``: the rule only trims what the search tries on its own (placement)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +65,8 @@ class Problem:
     check_tp: Callable[[int], None]
     max_mbs: int = DEFAULT_MAX_MBS
     allow_cross_node_tp: bool = False
+    check_ep: Callable[[int], None] | None = None
+    """The workload's expert-parallel rule (``Workload.check_ep``); None: ep 1 only (no experts)."""
     seq_len: int | None = None
     """Tokens per sample (None: not a sequence model): decides the cp degrees searched."""
 
@@ -90,6 +96,21 @@ def degrees(p: Problem) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
+def ep_values(p: Problem) -> tuple[int, ...]:
+    """Expert-parallel degrees the workload accepts (ep divides its experts) up to the GPU count; (1,)
+    for a model without experts. Which of them divide a candidate's dp is the axis's ``allow``."""
+    if p.check_ep is None:
+        return (1,)
+    out = []
+    for ep in divisors(p.gpus):
+        try:
+            p.check_ep(ep)
+        except SpecError:
+            continue
+        out.append(ep)
+    return tuple(out)
+
+
 def cp_values(p: Problem) -> tuple[int, ...]:
     """cp degrees searched by default: 1, and for sequences of :data:`LONG_CONTEXT_TOKENS` or more the
     powers of two up to :data:`MAX_DEFAULT_CP` (and the node) that divide the GPUs and split the sequence
@@ -112,6 +133,9 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
         Axis("degrees", degrees(p)),
         Axis("cp", cp_values(p)),
         Axis("cp_kind", tuple(ContextKind), lambda k: k.get("cp", 1) > 1),
+        # experts sharded over the data-parallel ranks: ep divides dp; ep > 1 only with cp 1
+        # (simulator.strategy.rules, rules ep and cp)
+        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0 and (v == 1 or k["cp"] == 1)),
         Axis("zero", tuple(ZeroStage)),
         Axis("offload", (Offload.NONE,)),
         Axis("schedule", tuple(ScheduleKind), pipelined),
@@ -121,6 +145,10 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
         Axis("recompute", (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL),
              allow=lambda k, v: v is not Recompute.SELECTIVE or k.get("attention") is AttentionKind.EAGER),
         Axis("sequence_parallel", (False, True), lambda k: k["tp"] > 1),
+        # the default rank order puts pp inside dp, so with pp > 1 an ep group spans pp·ep ranks; the
+        # Megatron-Core order (tp-cp-ep-dp-pp [src: megatron-core]) keeps it next to tp: try both there
+        Axis("placement", (PlacementOrder.TP_PP_DP, PlacementOrder.TP_DP_PP), pinned_free=True,
+             allow=lambda k, v: v is PlacementOrder.TP_PP_DP or k.get("ep", 1) > 1 and k["pp"] > 1),
         Axis("micro_batch", (), None),  # filled per candidate from the batch (see enumerate_keys)
     )
 
@@ -139,7 +167,7 @@ def pin(axes: tuple[Axis, ...], pins: dict[str, tuple]) -> tuple[Axis, ...]:
                 out.append(Axis("dp", tuple(pins["dp"])))
             seen.update(("dp", "tp", "pp"))
         elif axis.key in pins:
-            out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, axis.allow))
+            out.append(Axis(axis.key, tuple(pins[axis.key]), axis.applies, None if axis.pinned_free else axis.allow))
             seen.add(axis.key)
         else:
             out.append(axis)

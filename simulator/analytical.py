@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_formula import EXPOSED_KINDS, StepArrays, evaluate, stack, sync_exposure
+from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays, evaluate, stack, sync_exposure
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.errors import SpecError
@@ -48,10 +48,14 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float) -> float:
 
 def _chunk_numbers(ch: ChunkWork) -> tuple[float, float, list[float]]:
     tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
+    blocking = (*ch.tp_fwd, *ch.tp_bwd)
+    ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
+    tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP)
     zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f)
     zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b)
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
-    parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp_f + tp_b, 0.0 if offload else zf + zb, zf + zb if offload else 0.0]
+    parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp, 0.0 if offload else zf + zb,
+             zf + zb if offload else 0.0, ep]  # the order of analytical_formula.PART_KINDS
     return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
 
 
@@ -69,7 +73,7 @@ def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
     p, v = len(work.stages), work.layout.v
     n = p * v
-    F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, 6))
+    F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
     for c, ch in chunks.items():

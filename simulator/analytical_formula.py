@@ -54,6 +54,10 @@ from simulator.results import Category, slowest_index
 from simulator.schedule_shape import PipelineFamily, ScheduleShape
 
 EXPOSED_KINDS = (Category.DP, Category.PS, Category.ZERO, Category.OFFLOAD)
+PART_KINDS = (Category.FORWARD, Category.BACKWARD, Category.RECOMPUTE, Category.TP, Category.ZERO, Category.OFFLOAD,
+              Category.EP)
+"""What a chunk's action time is made of, in the order of :attr:`StepArrays.parts`' last axis: compute,
+blocking TP and EP calls, exposed ZeRO gathers or offload fetches."""
 """Categories a gradient-sync or after-step call can be charged to (index = kind code)."""
 
 
@@ -68,7 +72,7 @@ class StepArrays:
     B: np.ndarray
     """(N, n) backward action seconds per chunk (recompute included)."""
     parts: np.ndarray
-    """(N, n, 6) per chunk: forward, backward, recompute, TP, exposed ZeRO, exposed offload seconds."""
+    """(N, n, len(PART_KINDS)) per chunk: seconds of each of :data:`PART_KINDS`."""
     cf: np.ndarray
     """(N, n−1) forward p2p seconds per boundary."""
     cb: np.ndarray
@@ -183,9 +187,9 @@ def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[
     step = step0 + stall
     cats = list(Category)
     out = np.zeros((len(T), p, len(cats)))
-    per_rank = a.parts.reshape(len(T), a.v, p, 6).sum(axis=1) * m[:, None, None]   # (N, p, 6)
-    for i, cat in enumerate((Category.FORWARD, Category.BACKWARD, Category.RECOMPUTE, Category.TP, Category.ZERO,
-                             Category.OFFLOAD)):
+    k = len(PART_KINDS)
+    per_rank = a.parts.reshape(len(T), a.v, p, k).sum(axis=1) * m[:, None, None]   # (N, p, k)
+    for i, cat in enumerate(PART_KINDS):
         out[:, :, cats.index(cat)] += per_rank[:, :, i]
     for k, cat in enumerate(EXPOSED_KINDS):
         out[:, :, cats.index(cat)] += a.sync_exposed[:, :, k] + a.after[:, :, k]

@@ -61,9 +61,13 @@ class Scalars:
         return Scalars(*(getattr(self, f.name)[index] for f in fields(self)))
 
 
-KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE)
+COMPILED_SCENARIO = ("routing_skew",)
+"""What-if inputs the compiled step reads (the MoE load imbalance sets the expert compute); the other
+scenario inputs (stragglers, failures) only the DES reads."""
+KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE or f.name in COMPILED_SCENARIO)
 """Strategy fields that decide the compiled structure (:func:`structure_key`): those declared with
-:data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration."""
+:data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration,
+and :data:`COMPILED_SCENARIO`."""
 _OWN = attrgetter(*(name for name in KEY_FIELDS if name != "dp_sync"))
 _SYNC = {cls: attrgetter(*(f.name for f in fields(cls))) for cls in (AllReduceSync, ParamServerSync)}
 

@@ -36,7 +36,8 @@ from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work, memory
+from simulator.workload.blocks import block_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
@@ -158,12 +159,15 @@ def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
 
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
-                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER,
-                context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
+                sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
+                routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
-    context-parallel) rank: forward rows, then recompute rows (if any), then backward rows."""
+    context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
+    mixture-of-experts model's block is its last (a MoE block over ``ep``;
+    :func:`simulator.workload.blocks.block_work`)."""
     rates = _rates(spec.dtype, device)
-    works = layer_work(spec, micro_batch, seq, tp, flash_attention=flash_attention,
+    works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
+                       routing_skew=routing_skew, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works

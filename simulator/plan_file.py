@@ -42,6 +42,8 @@ from simulator.jsonio import read_json, write_json
 from simulator.strategy import ParallelLayout, ParamServerSync, Role, Strategy, build_layout
 from simulator.strategy.flat import FLAT, plain, strategy_from_flat, strategy_to_flat
 from simulator.workload import LayerListWorkload, TransformerSpec, get_preset, layer_list_from_dict, model_names
+from simulator.workload.mla import MLASpec
+from simulator.workload.moe import MoESpec
 
 SCHEMA = "trainplan.plan"
 VERSION = 1
@@ -59,8 +61,29 @@ def _known(where: str, given: dict, known: tuple[str, ...]) -> None:
 
 # --- the model ------------------------------------------------------------------------------------
 
+_PARTS = {"moe": MoESpec, "mla": MLASpec}
+"""Fields of a transformer that are records of their own (mixture of experts, latent attention)."""
+
+
+def _part_to_dict(value):
+    return None if value is None else {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+
+
+def _part_from_dict(name: str, value):
+    if value is None:
+        return None
+    kind, where = _PARTS[name], f"plan.model.transformer.{name}"
+    _known(where, value, tuple(f.name for f in fields(kind)))
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    try:
+        return kind(**values)
+    except TypeError as err:
+        raise SpecError(where, f"incomplete ({err})") from None
+
+
 def _transformer_to_dict(spec: TransformerSpec) -> dict:
-    return {f.name: plain(getattr(spec, f.name)) for f in fields(spec)}
+    return {f.name: _part_to_dict(getattr(spec, f.name)) if f.name in _PARTS else plain(getattr(spec, f.name))
+            for f in fields(spec)}
 
 
 def _transformer_from_dict(d: dict) -> TransformerSpec:
@@ -69,6 +92,9 @@ def _transformer_from_dict(d: dict) -> TransformerSpec:
     _known("plan.model.transformer", d, names)
     values = {}
     for name, value in d.items():
+        if name in _PARTS:
+            values[name] = _part_from_dict(name, value)
+            continue
         kind = hints[name]
         enum = next((t for t in getattr(kind, "__args__", (kind,)) if isinstance(t, type) and issubclass(t, Enum)),
                     None)

@@ -99,6 +99,13 @@ def _up(value: float, multiple: int) -> int:
     return max(multiple, math.ceil(value / multiple) * multiple)
 
 
+def _moe_within(spec: TransformerSpec, layers: int):
+    """The spec's experts for a model cut to ``layers`` blocks: the dense layers past the cut dropped."""
+    if spec.moe is None:
+        return None
+    return replace(spec.moe, dense_layers=tuple(i for i in spec.moe.dense_layers if i < layers))
+
+
 def _tiny(spec: TransformerSpec, tp: int, stages: int, split: tuple[int, ...] | None):
     heads = 2 * tp
     kv = heads if spec.n_kv_heads == spec.heads else tp
@@ -108,7 +115,8 @@ def _tiny(spec: TransformerSpec, tp: int, stages: int, split: tuple[int, ...] | 
     positions = TINY_SEQ if spec.position is PositionKind.LEARNED else None
     return replace(spec, name=f"{spec.name}-tiny", layers=layers, hidden=hidden, heads=heads, kv_heads=kv,
                    head_dim=TINY_HEAD_DIM, ffn=_up(spec.ffn_size / spec.hidden * hidden, tp),
-                   vocab=_up(TINY_VOCAB, tp), seq_len=TINY_SEQ, max_positions=positions), new_split
+                   vocab=_up(TINY_VOCAB, tp), seq_len=TINY_SEQ, max_positions=positions,
+                   moe=_moe_within(spec, layers)), new_split
 
 
 def _ratio(spec: TransformerSpec, r: float, tp: int, stages: int, split: tuple[int, ...] | None):
@@ -121,7 +129,8 @@ def _ratio(spec: TransformerSpec, r: float, tp: int, stages: int, split: tuple[i
     positions = max(seq, round(spec.positions * r)) if spec.position is PositionKind.LEARNED else None
     return replace(spec, name=f"{spec.name}-x{r:g}", layers=layers, hidden=max(8, round(spec.hidden * r)),
                    head_dim=max(2, 2 * round(spec.d_head * r / 2)), ffn=_up(spec.ffn_size * r, tp),
-                   vocab=_up(spec.vocab * r, tp), seq_len=seq, max_positions=positions), new_split
+                   vocab=_up(spec.vocab * r, tp), seq_len=seq, max_positions=positions,
+                   moe=_moe_within(spec, layers)), new_split
 
 
 def scale_model(spec: TransformerSpec, scale: Scale, *, tp: int, stages: int,

@@ -35,6 +35,8 @@ class Category(Enum):
     """The optimizer step (GPU, or the CPU under ZeRO-Offload when it is on the critical path)."""
     TP = "tp"
     """Exposed tensor-parallel communication (compute waiting on it)."""
+    EP = "ep"
+    """Exposed expert-parallel all-to-all (MoE token dispatch and combine; compute waiting on it)."""
     PP = "pp"
     """Exposed pipeline send/recv time (the transfer itself, not the bubble)."""
     DP = "dp"
@@ -55,7 +57,8 @@ class Category(Enum):
 
     @property
     def is_comm(self) -> bool:
-        return self in (Category.TP, Category.PP, Category.DP, Category.ZERO, Category.PS, Category.OFFLOAD)
+        return self in (Category.TP, Category.EP, Category.PP, Category.DP, Category.ZERO, Category.PS,
+                        Category.OFFLOAD)
 
 
 WAITING = (Category.BUBBLE, Category.STRAGGLER)

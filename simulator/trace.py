@@ -36,7 +36,8 @@ COMPUTE_STREAM = "compute"
 
 CATEGORY_COLOURS: dict[Category, str] = {
     Category.FORWARD: "#4C72B0", Category.BACKWARD: "#DD8452", Category.RECOMPUTE: "#8172B3",
-    Category.OPTIMIZER: "#937860", Category.TP: "#55A868", Category.PP: "#64B5CD", Category.DP: "#C44E52",
+    Category.OPTIMIZER: "#937860", Category.TP: "#55A868",
+    Category.EP: "#8DA0CB", Category.PP: "#64B5CD", Category.DP: "#C44E52",
     Category.ZERO: "#DA8BC3", Category.PS: "#8C8C8C", Category.OFFLOAD: "#CCB974", Category.DATA: "#1B9E77",
     Category.BUBBLE: "#E5E5E5", Category.STRAGGLER: "#333333",
 }

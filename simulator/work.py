@@ -36,6 +36,8 @@ class CommKind(Enum):
 
     TP = "tp"
     """Tensor-parallel activation collectives inside a layer (all-reduce, or reduce-scatter/all-gather with SP)."""
+    EP = "ep"
+    """Expert-parallel token all-to-alls of a MoE layer (dispatch and combine), blocking the compute."""
     PP = "pp"
     """Pipeline send/recv of activations (forward) and their gradients (backward) between stages."""
     DP = "dp"
@@ -120,7 +122,7 @@ class ChunkWork:
     """Forward work repeated before backward under activation recomputation, seconds."""
     tp_fwd: tuple[CommCall, ...] = ()
     """Tensor-parallel (and context-parallel, kind CP) calls of one micro-batch's forward, in issue
-    order (blocking the compute)."""
+    order (blocking the compute); the expert-parallel all-to-alls (:attr:`CommKind.EP`) are among them."""
     tp_bwd: tuple[CommCall, ...] = ()
     """Tensor-parallel calls of one micro-batch's backward, in issue order."""
     zero_fwd: tuple[CommCall, ...] = ()

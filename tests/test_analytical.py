@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.analytical import estimate, estimate_work
-from simulator.analytical_formula import StepArrays, evaluate, stack, sync_exposure
+from simulator.analytical_formula import PART_KINDS, StepArrays, evaluate, stack, sync_exposure
 from simulator.cluster.presets import load_preset
 from simulator.collectives.ps import ps_time_s
 from simulator.compile import CostCache, compile_step
@@ -24,7 +24,7 @@ def arrays(p, v=1, F=1.0, B=2.0, c=0.0, sync=(), fractions=None, opt=0.0):
     """A synthetic step: equal chunks, p2p ``c``, the same buckets on every rank."""
     n, J = p * v, len(sync)
     Fa, Ba = np.broadcast_to(np.asarray(F, float), (n,)).copy(), np.broadcast_to(np.asarray(B, float), (n,)).copy()
-    parts = np.zeros((1, n, 6))
+    parts = np.zeros((1, n, len(PART_KINDS)))
     parts[0, :, 0], parts[0, :, 1] = Fa, Ba
     f = np.ones(J) if fractions is None else np.asarray(fractions, float)
     tail, exposed = sync_exposure(Ba[:p], np.tile(np.asarray(sync, float), (p, 1)).reshape(p, J), np.tile(f, (p, 1)),

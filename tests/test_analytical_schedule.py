@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simulator.analytical import estimate_work
-from simulator.analytical_formula import StepArrays, pipeline_time, stack
+from simulator.analytical_formula import PART_KINDS, StepArrays, pipeline_time, stack
 from simulator.cluster.io import load_cluster
 from simulator.compile import CostCache, compile_step
 from simulator.errors import SpecError
@@ -21,7 +21,7 @@ def pipeline(kind, F, B, c, m):
     """(closed form, list scheduler) pipeline seconds of ``kind`` over stages F, B with p2p ``c`` per hop."""
     p = len(F)
     Fa, Ba = np.array([F], float), np.array([B], float)
-    a = StepArrays(p=p, v=1, F=Fa, B=Ba, parts=np.zeros((1, p, 6)), cf=np.full((1, p - 1), c),
+    a = StepArrays(p=p, v=1, F=Fa, B=Ba, parts=np.zeros((1, p, len(PART_KINDS))), cf=np.full((1, p - 1), c),
                    cb=np.full((1, p - 1), c), tail=np.zeros((1, p)), sync_exposed=np.zeros((1, p, 4)),
                    opt=np.zeros((1, p)), after=np.zeros((1, p, 4)), data=np.zeros(1))
     sched = make_schedule(kind, p, m)

@@ -117,6 +117,7 @@ STRUCTURE_VARIANTS = {
     "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
     "framework": dict(framework=Framework.DEEPSPEED), "partitioning": dict(partitioning=Partitioning.FLAT),
     "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
+    "ep": dict(ep=2), "routing_skew": dict(routing_skew=1.5),
 }
 STRUCTURE_VARIANTS.update({  # context parallelism (issue 14 §2)
     "cp": dict(cp=2), "cp_kind": dict(cp_kind=ContextKind.ALL_TO_ALL), "cp_balanced": dict(cp_balanced=False),
@@ -136,9 +137,9 @@ def test_structure_key_follows_the_field_declarations():
     one compiled structure)."""
     from dataclasses import replace
 
-    from simulator.analytical_structures import KEY_FIELDS as _KEY_FIELDS, structure_key as _key
+    from simulator.analytical_structures import COMPILED_SCENARIO, KEY_FIELDS as _KEY_FIELDS, structure_key as _key
     from simulator.strategy.fields import declared
-    structural = {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE}
+    structural = {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE} | set(COMPILED_SCENARIO)
     assert set(_KEY_FIELDS) == structural == set(STRUCTURE_VARIANTS)
     base = Strategy(global_batch=64)
     for name, change in STRUCTURE_VARIANTS.items():

@@ -54,7 +54,8 @@ def test_flag_of_covers_every_flagged_key_and_errors_name_the_flag():
 
 
 def test_structure_key_and_plan_file_follow_the_roles():
-    assert set(_KEY_FIELDS) == {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE}
+    # the routing skew is a what-if input the compiled step reads (analytical_structures.COMPILED_SCENARIO)
+    assert set(_KEY_FIELDS) == {f.name for f, d in declared(Strategy) if d.role is Role.STRUCTURE} | {"routing_skew"}
     s = Strategy(global_batch=8)
     executable = strategy_to_flat(s, tuple(r for r in Role if r is not Role.SCENARIO))
     scenario = strategy_to_flat(s, (Role.SCENARIO,))

@@ -117,6 +117,10 @@ class StreamWorkload:
         if tp != 1:
             raise SpecError("tp", "a stream workload has nothing to split")
 
+    def check_ep(self, ep: int) -> None:
+        if ep != 1:
+            raise SpecError("ep", "a stream workload has no experts")
+
     def with_seq(self, seq_len: int) -> "StreamWorkload":
         return self
 

@@ -88,8 +88,8 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
     sched = (f", {s.schedule.value} m={lay.micro_batches}" + (f" v={lay.v}" if lay.v > 1 else "")
              if lay.pp > 1 else f", {lay.micro_batches} micro-batch{'es' if lay.micro_batches > 1 else ''}")
     lines = [f"{r.model_name} on {lay.world_size} x {r.device_name} ({cluster_name}): dp={lay.dp} tp={lay.tp} "
-             f"pp={lay.pp}{' +sp' if lay.sequence_parallel else ''}{cli_common.cp_fp8_text(s)}, ZeRO-{int(s.zero)}, "
-             f"offload {s.offload.value}"
+             f"pp={lay.pp}{f' ep={lay.ep}' if lay.ep > 1 else ''}{' +sp' if lay.sequence_parallel else ''}"
+             f"{cli_common.cp_fp8_text(s)}, ZeRO-{int(s.zero)}, offload {s.offload.value}"
              f"{' +activations' if s.offload_activations else ''}, {lay.framework.value} "
              f"({lay.partitioning.value}), gbs {s.global_batch}, mbs {s.micro_batch}, seq {r.seq or '-'}, "
              f"{s.attention.value} attention, recompute {s.recompute.value}{sched}",

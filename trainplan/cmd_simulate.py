@@ -108,6 +108,7 @@ def describe(workload, cluster, strategy: Strategy, layout) -> str:
     nodes = f"{cluster.nodes} node{'s' if cluster.nodes != 1 else ''}"
     return (f"{getattr(workload, 'name', 'model')} on {layout.world_size} x {cluster.device.name} "
             f"({cluster.name}, {nodes}): dp={layout.dp} tp={layout.tp} pp={layout.pp}"
+            f"{f' ep={layout.ep}' if layout.ep > 1 else ''}"
             f"{' +sp' if layout.sequence_parallel else ''}{cli_common.cp_fp8_text(strategy)}{sched}, "
             f"ZeRO-{int(strategy.zero)}, "
             f"{strategy.attention.value} attention, "

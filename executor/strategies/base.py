@@ -254,6 +254,9 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
+    if layout.ep > 1:
+        raise SpecError("plan.strategy.ep", f"{layout.ep}: expert parallelism is not run by this executor yet "
+                        "(the simulator models it); use ep 1")
     if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1):
         raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
                         f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "

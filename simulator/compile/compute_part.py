@@ -36,6 +36,10 @@ class ChunkCompute:
     """Bytes of the activation this chunk hands to the next (per micro-batch, before any SP split)."""
     blocks: int = 0
     """Identical blocks of ``layer_params`` each (0 for a layer list: the chunk is one unit)."""
+    moe_blocks: int = 0
+    """Of the blocks, the mixture-of-experts ones (each exchanges tokens by all-to-all)."""
+    expert_params: float = 0.0
+    """Routed-expert parameters of the chunk on this rank (reduced over the expert-data-parallel group)."""
 
 
 def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
@@ -47,7 +51,8 @@ def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, optio
         f, b, r = cache.memo(("unit_times", dtype, unit), lambda: unit_times(unit, device, dtype))
         fwd, bwd, recompute = fwd + count * f, bwd + count * b, recompute + count * r
     return ChunkCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, layer_params=load.block_params,
-                        edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks)
+                        edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks,
+                        moe_blocks=load.moe_blocks, expert_params=load.expert_params)
 
 
 def step_flops(workload: Workload, tokens: int, recompute: Recompute,

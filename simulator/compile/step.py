@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, cp_part, offload_part
+from simulator.compile import comm_part, cp_part, ep_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
@@ -37,6 +37,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
+                             ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     return chunk_compute(cache, workload, chunk, options)
@@ -71,12 +72,18 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
-    rep, tp_group, dp_group = groups
+    rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (cp is 1)
+        ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, ep_part.dispatch_bytes(workload, s.micro_batch,
+                                                                                  s.routing_skew, layout.ep),
+                                          moe_blocks=cc.moe_blocks, full_recompute=s.recompute is Recompute.FULL,
+                                          concurrent=dp // layout.ep * tp)
+        tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
     if layout.cp > 1:
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
                                           tp=tp, context=s.context, layers=layers,
@@ -92,20 +99,41 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     pbytes = workload.dtype.param_bytes
     block_bytes = _gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
-        if s.offload in (Offload.PARAMS, Offload.NVME):
+        if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
             sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
             first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes, sharing)
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
-    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers)
+            zero = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
+    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = comm_part.zero3_gathers(cache, dp_group, block_bytes, cc.edge_params * pbytes, layers, tp)
+        zero_fwd = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
-    return work, layers * cc.layer_params + cc.edge_params
+    return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
+
+
+def _expert_split(layout: ParallelLayout, cc) -> tuple[float, float]:
+    """(dense, routed-expert) parameters per block of a chunk on this rank: the experts apart when ep > 1
+    (partitioned over the expert-data-parallel group, :mod:`simulator.compile.ep_part`)."""
+    if layout.ep > 1 and cc.expert_params > 0 and cc.blocks:
+        return cc.layer_params - cc.expert_params / cc.blocks, cc.expert_params / cc.blocks
+    return cc.layer_params, 0.0
+
+
+def _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tuple[CommCall, ...]:
+    """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group;
+    ``block_bytes`` a whole block's gather (:func:`_gathered_block_bytes`) when the experts are not apart
+    (FP8 is refused with experts, :func:`simulator.strategy.precision.check_fp8`, so they never meet)."""
+    dense, experts = _expert_split(layout, cc)
+    gathered = dense * pbytes if experts else block_bytes
+    calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp)
+    if experts:
+        calls = ep_part.interleave(calls, comm_part.zero3_gathers(cache, edp_group, experts * pbytes, 0.0, cc.blocks,
+                                                                  layout.tp * layout.ep))
+    return calls
 
 
 def _gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
@@ -141,19 +169,28 @@ def _reduces_every_micro_batch(s: Strategy) -> bool:
     return not isinstance(s.dp_sync, ParamServerSync) and s.zero >= ZeroStage.ZERO2
 
 
-def _grad_reduce_scatters(cache, workload, layout, dp_group, cc, layers) -> tuple[CommCall, ...]:
-    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part)."""
+def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
+    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part); the
+    experts' over the expert-data-parallel group."""
     s = layout.strategy
     if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
         return ()
-    gbytes = workload.dtype.grad_bytes
-    return comm_part.zero_grad_reduce_scatters(
-        cache, dp_group, cc.layer_params * gbytes, cc.edge_params * gbytes, layers, layout.bucket_bytes,
-        per_block=layout.framework is Framework.FSDP2, concurrent=layout.tp, algorithm=s.dp_sync.algorithm.value)
+    gbytes, dense, experts = workload.dtype.grad_bytes, *_expert_split(layout, cc)
+    options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
+    calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
+                                                layout.bucket_bytes, concurrent=layout.tp, **options)
+    if experts:
+        calls = ep_part.interleave(calls, comm_part.zero_grad_reduce_scatters(
+            cache, edp_group, experts * gbytes, 0.0, layers, layout.bucket_bytes, concurrent=layout.tp * layout.ep,
+            **options))
+    return calls
 
 
-def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, tuple, tuple, float]:
-    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank."""
+def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
+    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank. ``experts`` of the
+    ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
+    expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
+    partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
     s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
     dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
@@ -164,11 +201,18 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
                           concurrent_groups=tp),) if t > 0 else ()
         return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
     sync = s.dp_sync
+    split_experts = experts if layout.ep > 1 else 0.0
     calls = () if _reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
-        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, params * dt.grad_bytes, layout.bucket_bytes,
+        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * dt.grad_bytes, layout.bucket_bytes,
         sync.algorithm.value, tp)
+    if split_experts and not _reduces_every_micro_batch(s):
+        edp = layout.expert_dp_group(layout.coords(rep).pp)
+        calls += ep_part.expert_grad_sync(cache, edp, split_experts * dt.grad_bytes, layout.bucket_bytes,
+                                          sync.algorithm.value, tp * layout.ep)
     fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
-    part = comm_part.partition(params, dp) if s.zero >= ZeroStage.ZERO1 else params
+    part = params
+    if s.zero >= ZeroStage.ZERO1:
+        part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
     if s.offload is Offload.NONE:
         opt = offload_part.gpu_optimizer_s(cluster, dt, part)
@@ -186,8 +230,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params) -> tuple[tuple, t
     if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
         ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
                      else layout.bucket_bytes)
-        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group, params * dt.param_bytes, ag_bucket,
-                             "auto", tp)
+        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group,
+                                    (params - split_experts) * dt.param_bytes, ag_bucket, "auto", tp)
+        if split_experts:
+            after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
+                layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
     return calls, fractions, after, opt
 
 
@@ -195,15 +242,16 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
     rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, r), lambda: (
-        rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-        tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp))))
-    chunks, params = [], 0.0
+    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
+                        lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
+                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
+                                 layout.expert_dp_group(r)))
+    chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
-        work, held = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
+        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
         chunks.append(work)
-        params += held
-    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params)
+        params, experts = params + held, experts + expert
+    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     opt += _te_weight_cast_s(cache, workload, layout, r)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,

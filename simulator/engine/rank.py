@@ -207,8 +207,9 @@ def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: floa
             yield ctx.start(call, (r, "tp"), pipe)
             if progress is not None:
                 progress.advance(call.time_s, instant=True)
-            rec.spend(who, Category.TP, env.now - t0)
-            rec.row(rank, "tp", f"{name} {call.op.value}", Category.TP, t0, env.now, act.microbatch, act.stage)
+            cat = KIND_CATEGORY[call.kind]  # TP, or EP for a MoE layer's all-to-all
+            rec.spend(who, cat, env.now - t0)
+            rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, env.now, act.microbatch, act.stage)
 
 
 def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,

@@ -66,20 +66,28 @@ def _key(call: CommCall, group: tuple[int, ...]) -> tuple:
 
 
 def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
-    """Up to ``count − 1`` copies of ``group`` shifted along the dp/tp dimensions it does not span."""
+    """Up to ``count − 1`` copies of ``group`` shifted along the dp/tp dimensions it does not span, and,
+    for a group spanning part of dp (an expert-parallel, expert-data-parallel or context-parallel group), along dp by
+    the offsets that give groups disjoint from those already taken."""
     if count <= 1 or any(not 0 <= r < layout.world_size for r in group):
         return []
     coords = [layout.coords(r) for r in group]
     spanned = {d for d in ("dp", "tp") if len({getattr(c, d) for c in coords}) > 1}
     free = [d for d in ("dp", "tp") if d not in spanned]
-    out = []
+    n_dp = layout.dims["dp"]  # dp coordinates: dp·cp (a cp group spans part of them too)
+    partial_dp = "dp" in spanned and len({c.dp for c in coords}) < n_dp
+    offsets = range(n_dp) if partial_dp else (0,)
+    out, used = [], set(group)
     for combo in itertools.product(*(range(layout.dims[d]) for d in free)):
         shift = dict(zip(free, combo))
-        g = tuple(layout.rank_of(dp=shift.get("dp", c.dp), pp=c.pp, tp=shift.get("tp", c.tp)) for c in coords)
-        if g != group:
-            out.append(g)
-        if len(out) == count - 1:
-            break
+        for k in offsets:
+            g = tuple(layout.rank_of(dp=(shift.get("dp", c.dp) + k) % n_dp, pp=c.pp, tp=shift.get("tp", c.tp))
+                      for c in coords)
+            if used.isdisjoint(g):
+                out.append(g)
+                used.update(g)
+            if len(out) == count - 1:
+                return out
     return out
 
 

@@ -48,6 +48,8 @@ class _Ctx:
         self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts)
         self.unrolled = unrolled
         """Every dp replica is its own pipeline (:mod:`simulator.engine.unrolled`); no replica shortcuts."""
+        if unrolled:
+            _check_unrolled(work.layout)
         if not unrolled:
             self.runner.prepare(_classes(work), isolate=shortcuts)
         self.rendezvous: dict[tuple, int] = {}
@@ -201,6 +203,18 @@ def _async_run(ctx: _Ctx, model, steps: int, bound: int | None, tails: dict, pro
     return done.value, staleness
 
 
+def _check_unrolled(layout) -> None:
+    """What unrolled pipelines (several jobs, mixed clusters) do not model: context parallelism, and
+    expert parallelism (an ep group spans part of dp: :func:`simulator.engine.unrolled.start_unrolled`
+    would hold every replica at a barrier and play only the first ep group's all-to-all)."""
+    if layout.dp_cp != layout.dp:
+        raise SpecError("cp", "several jobs on one network and clusters whose nodes differ are simulated with "
+                        "unrolled pipelines, which do not model context parallelism yet; use cp 1 there")
+    if layout.ep > 1:
+        raise SpecError("ep", "several jobs on one network and clusters whose nodes differ are simulated with "
+                        "unrolled pipelines, which do not model expert parallelism yet; use ep 1 there")
+
+
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
              train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None,
              progress=None) -> StepResult:
@@ -229,9 +243,6 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     if unrolled and isinstance(sync, ParamServerSync):
         raise SpecError("dp_sync", "unrolled pipelines (several jobs) model all-reduce gradient sync, not "
                         "parameter servers")
-    if unrolled and work.layout.dp_cp != work.layout.dp:
-        raise SpecError("cp", "several jobs on one network and clusters whose nodes differ are simulated with "
-                        "unrolled pipelines, which do not model context parallelism yet; use cp 1 there")
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
         end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails, progress)
         step_time = end_s / steps

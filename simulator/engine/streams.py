@@ -18,14 +18,14 @@ from simulator.results import Category
 from simulator.trace import TIMELINE_COLUMNS
 from simulator.work import CommKind
 
-KIND_CATEGORY = {CommKind.TP: Category.TP, CommKind.PP: Category.PP, CommKind.DP: Category.DP,
+KIND_CATEGORY = {CommKind.TP: Category.TP, CommKind.EP: Category.EP, CommKind.PP: Category.PP, CommKind.DP: Category.DP,
                  CommKind.ZERO: Category.ZERO, CommKind.PS: Category.PS, CommKind.OFFLOAD: Category.OFFLOAD,
                  CommKind.DATA: Category.DATA, CommKind.CP: Category.TP}
 """Where exposed time of each communication kind is booked."""
 
-KIND_STREAM = {CommKind.TP: "tp", CommKind.PP: "pp", CommKind.DP: "dp", CommKind.ZERO: "dp",
+KIND_STREAM = {CommKind.TP: "tp", CommKind.EP: "tp", CommKind.PP: "pp", CommKind.DP: "dp", CommKind.ZERO: "dp",
                CommKind.PS: "dp", CommKind.OFFLOAD: "host", CommKind.DATA: "data", CommKind.CP: "tp"}
-"""Stream a call runs on: TP blocks compute (its own track), p2p on "pp", DP/ZeRO/PS on "dp"
+"""Stream a call runs on: TP, EP and CP block compute (the "tp" track), p2p on "pp", DP/ZeRO/PS on "dp"
 (overlapping backward), host copies on "host"."""
 
 

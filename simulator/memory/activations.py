@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.memory.moe import moe_activation_elements
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
 from simulator.strategy.framework import Framework
@@ -107,9 +108,11 @@ class LayerActivation:
 
 
 def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
-                     flash_attention: bool = True) -> LayerActivation:
+                     flash_attention: bool = True, moe_layer: bool = False, skew: float = 1.0,
+                     ep: int = 1) -> LayerActivation:
     """Per-block activation bytes (module docstring), with the spec's activation element size and
-    dropout; ``flash_attention=False`` is eager attention (Korthikanti's count)."""
+    dropout; ``flash_attention=False`` is eager attention (Korthikanti's count); ``moe_layer``: the MLP
+    terms are a MoE block's (:func:`simulator.memory.moe.moe_activation_elements`, routing ``skew``)."""
     e = spec.dtype.activation_bytes
     sb, h, a = seq * mbs, spec.hidden, spec.heads
     q, kv, f = spec.q_dim / tp, _kv_rows(spec, tp), spec.ffn_size / tp
@@ -117,13 +120,18 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     dropout = spec.dropout > 0
     rotary = q + kv if spec.position is PositionKind.ROTARY else 0
     mlp = (SWIGLU_SAVED if spec.activation is ActivationKind.SWIGLU else GELU_SAVED) * f
+    if moe_layer and spec.moe is not None:
+        mlp = moe_activation_elements(spec, tp, skew, ep)
+    attention = q + 2 * kv + rotary + q
+    if spec.mla is not None:  # Multi-head Latent Attention's widths (simulator.workload.mla)
+        attention = spec.mla.saved_elements(spec.heads / tp)
     norm_stats = 2 * (2 if spec.norm is NormKind.LAYERNORM else 1)
     scores = 0.0
     if not flash_attention:
         scores = (a / tp) * seq * seq * mbs * (e + ((MASK_BYTES + e) if dropout else 0))
     return LayerActivation(
         replicated_bytes=sb * h * (4 * e + (2 * MASK_BYTES if dropout else 0)) / rep_div,
-        split_bytes=sb * (q + 2 * kv + rotary + q + mlp) * e,
+        split_bytes=sb * (attention + mlp) * e,
         scores_bytes=scores,
         stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
         input_bytes=sb * h * e / rep_div,
@@ -206,10 +214,14 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     """Activation bytes of one rank of pipeline stage (pp rank) ``stage`` under ``layout``."""
     s, tp, sp = layout.strategy, layout.tp, layout.sequence_parallel
     seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
-    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=s.attention is AttentionKind.FLASH)
+    flash = s.attention is AttentionKind.FLASH
+    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash)
     n_blocks = layout.layers_per_rank[stage]
+    n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i))
+    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, moe_layer=True,
+                           skew=s.routing_skew, ep=layout.ep) if n_moe else layer
     n_layers, n_embed, n_head = in_flight(layout, stage)
-    kept = layer.kept_bytes(s.recompute) * n_blocks * n_layers
+    kept = (layer.kept_bytes(s.recompute) * (n_blocks - n_moe) + moe.kept_bytes(s.recompute) * n_moe) * n_layers
     scores = layer.scores_bytes * n_blocks * n_layers if s.recompute is Recompute.NONE else 0.0
     rep_div = tp if sp else 1
     sbh = seq * mbs * spec.hidden
@@ -222,6 +234,7 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     offload = s.offload_activations
     return StageActivations(
         blocks_bytes=0.0 if offload else kept,
-        recompute_working_bytes=layer.working_bytes(s.recompute) if s.recompute is not Recompute.NONE else 0.0,
+        recompute_working_bytes=max(layer.working_bytes(s.recompute), moe.working_bytes(s.recompute))
+        if s.recompute is not Recompute.NONE else 0.0,
         embedding_bytes=embedding, head_bytes=head, loss_working_bytes=loss, host_checkpoint_bytes=kept if offload else 0.0,
         scores_bytes=scores, micro_batches_in_flight=n_layers)

@@ -23,6 +23,7 @@ from simulator.errors import SpecError
 from simulator.memory.activations import stage_activations
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.fp8 import with_fp8
+from simulator.memory.moe import add_states, split_experts
 from simulator.memory.offload import HOST_BUFFER_FACTOR, place_states
 from simulator.memory.runtime import runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
@@ -111,9 +112,10 @@ class MemoryReport:
         }
 
 
-def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp: int) -> int:
+def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp: int, ep: int = 1) -> int:
     """Elements of the largest unit ZeRO-3 gathers at once on this stage (block, embedding or head)."""
-    units = [sum(numel(d) for _, d in layer_param_shapes(spec, i, tp)) for i in blocks[:1]]
+    kinds = blocks if spec.moe is not None else blocks[:1]  # dense blocks are all alike
+    units = [sum(numel(d) for _, d in layer_param_shapes(spec, i, tp, ep)) for i in kinds]
     if stage == 0:
         units.append(sum(numel(d) for _, d in embedding_shapes(spec, tp)))
     if stage == pp - 1:
@@ -126,10 +128,12 @@ def _states(model, layout: ParallelLayout, stage: int):
     can share it between candidates that differ only in micro-batch, recomputation or schedule."""
     s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp_cp  # ZeRO shards over the dp-cp group
     dtype = model.dtype
+    experts: list = []
     if model.has_activation_shapes:
         blocks = layout.layer_indices(stage)
-        shapes = stage_param_shapes(model, tp=tp, pp=pp, stage=stage, layers=blocks)
-        largest = _largest_block(model, tp, blocks, stage, pp)
+        shapes = stage_param_shapes(model, tp=tp, pp=pp, stage=stage, layers=blocks, ep=layout.ep)
+        largest = _largest_block(model, tp, blocks, stage, pp, layout.ep)
+        shapes, experts = split_experts(shapes)  # routed experts: partitioned over the expert-dp group
     else:
         shapes = [("params", (ceil(model.params / (tp * pp)),))]
         blocks, largest = (), 0
@@ -137,6 +141,12 @@ def _states(model, layout: ParallelLayout, stage: int):
     states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
                                framework=framework)
     partition = max(partition_numels(shapes, dp, partitioning))
+    if experts:
+        edp = dp // layout.ep
+        states = add_states(states, model_state_bytes(experts, dp=edp, zero=s.zero, dtype=dtype,
+                                                      partitioning=partitioning, framework=framework))
+        partition += max(partition_numels(experts, edp, partitioning))
+        shapes = shapes + experts
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
                           param_bytes=dtype.param_bytes)
     local = sum(numel(d) for _, d in shapes)
@@ -155,9 +165,9 @@ def _states(model, layout: ParallelLayout, stage: int):
 def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
     """What :func:`_states` depends on."""
     s = layout.strategy
-    return (model, layout.tp, layout.pp, layout.dp_cp, stage, layout.layer_indices(stage), s.zero, s.offload,
-            layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync, s.resolved_fp8_recipe,
-            s.fp8_all_gather)
+    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, stage, layout.layer_indices(stage), s.zero,
+            s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
+            s.resolved_fp8_recipe, s.fp8_all_gather)
 
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:

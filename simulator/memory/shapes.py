@@ -22,6 +22,7 @@ from math import ceil, prod
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.memory.moe import moe_mlp_shapes
 from simulator.strategy.layout import even_split
 from simulator.workload.transformer import ActivationKind, BiasKind, NormKind, PositionKind, TransformerSpec
 
@@ -54,23 +55,56 @@ def _norm(prefix: str, spec: TransformerSpec) -> NamedShapes:
     return out
 
 
-def layer_param_shapes(spec: TransformerSpec, i: int, tp: int = 1) -> NamedShapes:
-    """The tensors of block ``i`` as one tensor-parallel rank holds them (names per the contract)."""
-    h, q = spec.hidden, spec.q_dim // tp
-    f = ceil(spec.ffn_size / tp)
-    qkv_rows = q + 2 * _kv_rows(spec, tp)
-    up_rows = 2 * f if spec.activation is ActivationKind.SWIGLU else f
-    all_bias = spec.bias is BiasKind.ALL
+def layer_param_shapes(spec: TransformerSpec, i: int, tp: int = 1, ep: int = 1) -> NamedShapes:
+    """The tensors of block ``i`` as one tensor-parallel rank holds them (names per the contract); a
+    mixture-of-experts block has its router and experts (this rank's E/ep) instead of the MLP
+    (:func:`simulator.memory.moe.moe_mlp_shapes`), a Multi-head Latent Attention block its projections
+    instead of Q/K/V and output (:func:`_mla_shapes`)."""
     p = f"layers.{i}"
     out = _norm(f"{p}.norm1", spec)
-    out.append((f"{p}.attn.qkv.weight", (qkv_rows, h)))
+    if spec.mla is not None:
+        out += _mla_shapes(spec, p, tp)
+    else:
+        out += _attention_shapes(spec, p, tp)
+    out += _norm(f"{p}.norm2", spec)
+    if spec.is_moe_layer(i):
+        return out + moe_mlp_shapes(spec, i, tp, ep)
+    return out + _mlp_shapes(spec, p, tp)
+
+
+def _mla_shapes(spec: TransformerSpec, p: str, tp: int) -> NamedShapes:
+    """Multi-head Latent Attention's projections (the per-head ones split over tp, the down-projections
+    replicated) and its latent norms (:mod:`simulator.workload.mla`)."""
+    mla, split = spec.mla, ("q", "q_up", "kv_up")
+    out: NamedShapes = []
+    for name, (i, o) in spec.mla.projections(spec.hidden, spec.heads).items():
+        if name == "out":
+            out.append((f"{p}.attn.out.weight", (spec.hidden, ceil(i / tp))))
+        else:
+            out.append((f"{p}.attn.{name}.weight", (ceil(o / tp) if name in split else o, i)))
+    out.append((f"{p}.attn.kv_norm.weight", (mla.kv_lora_rank,)))
+    if mla.q_lora_rank is not None:
+        out.append((f"{p}.attn.q_norm.weight", (mla.q_lora_rank,)))
+    return out
+
+
+def _attention_shapes(spec: TransformerSpec, p: str, tp: int) -> NamedShapes:
+    h, q = spec.hidden, spec.q_dim // tp
+    qkv_rows = q + 2 * _kv_rows(spec, tp)
+    out: NamedShapes = [(f"{p}.attn.qkv.weight", (qkv_rows, h))]
     if spec.bias in (BiasKind.QKV, BiasKind.ALL):
         out.append((f"{p}.attn.qkv.bias", (qkv_rows,)))
     out.append((f"{p}.attn.out.weight", (h, q)))
-    if all_bias:
+    if spec.bias is BiasKind.ALL:
         out.append((f"{p}.attn.out.bias", (h,)))
-    out += _norm(f"{p}.norm2", spec)
-    out.append((f"{p}.mlp.up.weight", (up_rows, h)))
+    return out
+
+
+def _mlp_shapes(spec: TransformerSpec, p: str, tp: int) -> NamedShapes:
+    h, f = spec.hidden, ceil(spec.ffn_size / tp)
+    up_rows = 2 * f if spec.activation is ActivationKind.SWIGLU else f
+    all_bias = spec.bias is BiasKind.ALL
+    out: NamedShapes = [(f"{p}.mlp.up.weight", (up_rows, h))]
     if all_bias:
         out.append((f"{p}.mlp.up.bias", (up_rows,)))
     out.append((f"{p}.mlp.down.weight", (h, f)))
@@ -119,7 +153,7 @@ def stage_layers(layers: int, pp: int) -> list[range]:
 
 
 def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage: int = 0,
-                       layers=None) -> NamedShapes:
+                       layers=None, ep: int = 1) -> NamedShapes:
     """The tensors one rank of pipeline stage ``stage`` holds (its tensor-parallel shard).
 
     ``layers``: the block indices the rank holds (a layout's :meth:`~ParallelLayout.layer_indices`);
@@ -130,7 +164,7 @@ def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage
         raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
     out: NamedShapes = embedding_shapes(spec, tp) if stage == 0 else []
     for i in (stage_layers(spec.layers, pp)[stage] if layers is None else layers):
-        out += layer_param_shapes(spec, i, tp)
+        out += layer_param_shapes(spec, i, tp, ep)
     if stage == pp - 1:
         out += head_shapes(spec, tp, separate_stage=pp > 1)
     return out

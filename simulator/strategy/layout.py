@@ -77,6 +77,10 @@ class ParallelLayout:
     """Who implements the ZeRO stage (given, or implied: :func:`resolve_framework`)."""
     partitioning: Partitioning = Partitioning.FLAT
     """How partitioned states are split over the dp ranks (given, or the framework's)."""
+    ep: int = 1
+    """Expert-parallel degree: ep consecutive dp indices share one MoE layer's experts (Megatron-Core's
+    rank order tp-cp-ep-dp-pp puts ep inside dp [src: megatron-core]); ep divides dp; ep > 1 needs cp 1
+    (:mod:`simulator.strategy.rules`, rule ``cp``)."""
     cp: int = 1
     """Context-parallel degree (ranks splitting each sample's sequence)."""
 
@@ -142,6 +146,16 @@ class ParallelLayout:
     def dp_groups(self) -> tuple[tuple[int, ...], ...]:
         """Replicas of the same shard that reduce gradients together (dp·cp ranks each)."""
         return self._groups("dp")
+
+    def ep_group(self, pp: int, tp: int = 0, dp: int = 0) -> tuple[int, ...]:
+        """Ranks that exchange tokens by all-to-all with the rank at (dp, pp, tp): the ep consecutive
+        dp indices of its block, same pp and tp."""
+        first = dp - dp % self.ep
+        return tuple(self.rank_of(first + i, pp, tp) for i in range(self.ep))
+
+    def expert_dp_group(self, pp: int, tp: int = 0, dp: int = 0) -> tuple[int, ...]:
+        """Ranks holding the same experts (dp indices ≡ dp mod ep): they reduce the expert gradients."""
+        return tuple(self.rank_of(d, pp, tp) for d in range(dp % self.ep, self.dp, self.ep))
 
     @property
     def layers_per_rank(self) -> tuple[int, ...]:
@@ -230,6 +244,16 @@ def _schedule_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> Spec
     raise AssertionError("rules.RULES and the schedule generator disagree")  # pragma: no cover
 
 
+def _ep_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    return SpecError("ep", f"{s.ep} does not divide dp={dp}: the experts are sharded over the data-parallel "
+                     f"ranks; use ep {one_of(divisors(dp))}")
+
+
+def _ep_cp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
+    return SpecError("cp", f"{s.cp} with ep {s.ep}: expert parallelism with context parallelism is not modelled "
+                     "(the expert groups would span dp·cp ranks); use cp 1 or ep 1")
+
+
 def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
     return SpecError("zero", f"ZeRO-{int(s.zero)} with pp {s.pp}: {s.resolved_framework.value} cannot partition "
                      "gradients across a pipeline (DeepSpeed's pipeline engine and Megatron-LM stop at ZeRO-1); "
@@ -237,7 +261,8 @@ def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecErro
 
 
 _ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
-           "micro_batches": _schedule_error, "zero": _zero_error}
+           "micro_batches": _schedule_error, "ep": _ep_error,
+           "cp": _ep_cp_error, "zero": _zero_error}
 """The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
 
 
@@ -246,7 +271,7 @@ def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
                         global_batch=s.global_batch,
                         interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1,
                         zero=int(s.zero), zero_with_pp=s.resolved_framework.partitions_gradients_with_pipeline,
-                        cp=s.cp)
+                        ep=s.ep, cp=s.cp)
     field = first_violation(one, gpus, layers)
     if field is not None:
         raise _ERRORS[field](s, dp, gpus, layers)
@@ -304,6 +329,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     if not isinstance(strategy, Strategy):
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     workload.check_tp(strategy.tp)
+    workload.check_ep(strategy.ep)
     problem = context_problem(workload, strategy.context, strategy.tp)
     if problem is not None:
         raise SpecError("cp", problem)
@@ -319,7 +345,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
     return ParallelLayout(
         strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,
-        micro_batches=m, grad_accum_steps=m, layers_per_stage=split,
+        micro_batches=m, grad_accum_steps=m, layers_per_stage=split, ep=strategy.ep,
         sequence_parallel=strategy.sequence_parallel and strategy.tp > 1,
         bucket_bytes=bucket, ps_shard_nodes=shard_nodes, framework=strategy.resolved_framework,
         partitioning=strategy.resolved_partitioning, cp=strategy.cp)

@@ -16,7 +16,10 @@ __all__ = ["check_fp8"]
 
 def check_fp8(s: Strategy, cluster: Cluster, workload: Workload) -> None:
     """FP8 needs FP8 tensor cores (a peak_tflops.fp8 figure: Hopper, Ada, Blackwell; not A100 or V100)
-    and a transformer in bf16 mixed precision (the recipes keep the rest of the model in bf16)."""
+    and a dense transformer in bf16 mixed precision (the recipes keep the rest of the model in bf16).
+    Mixture-of-experts and latent-attention models are refused: Transformer Engine's ``GroupedLinear``
+    runs expert GEMMs in FP8, but :mod:`simulator.workload.fp8` casts and caches only the dense
+    linears, so their FP8 time and memory would be wrong."""
     if s.precision is not MatmulPrecision.FP8:
         return
     device = cluster.device
@@ -27,6 +30,10 @@ def check_fp8(s: Strategy, cluster: Cluster, workload: Workload) -> None:
     if not getattr(workload, "has_activation_shapes", False) or workload.layer_count is None:
         raise SpecError("precision", "fp8: only a transformer's linear layers are known to run in FP8; use "
                         "precision model")
+    if getattr(workload, "moe", None) is not None or getattr(workload, "mla", None) is not None:
+        raise SpecError("precision", "fp8: the FP8 model covers a dense block's linears (Q/K/V, output, MLP); the "
+                        "experts' grouped GEMMs, latent attention and their weight casts are not modelled in FP8; "
+                        "use precision model for a mixture-of-experts or latent-attention model")
     if workload.dtype is not DtypePolicy.BF16_MIXED:
         raise SpecError("precision", f"fp8: the recipes run the rest of the model in bf16; the model is "
                         f"{workload.dtype.value} (use a bf16 model, or precision model)")

@@ -13,12 +13,21 @@ rules (each a predicate on arrays of integers):
 - ``micro_batches``: at most :data:`simulator.schedules.MAX_MICRO_BATCHES` per pipeline (a guard on
                  work), and interleaved schedules need the micro-batch count m a multiple of pp
                  (:func:`simulator.schedules.interleaved_ok`, Megatron-LM's original rule);
+- ``ep``:        ep divides dp: the experts are sharded over the data-parallel ranks, expert tensor
+                 parallelism equal to tp (Megatron-Core's expert groups inside the tp-cp-ep-dp-pp rank
+                 order, ``expert_tensor_parallel_size`` defaulting to tp [src: megatron-core]; DeepSpeed-MoE's
+                 expert-parallel groups inside the data-parallel group [src: deepspeed-moe]);
+- ``cp``:        ep 1 or cp 1: with both, Megatron-Core carves ep out of dp alone and reduces the
+                 experts' gradients over the (dp/ep)·cp ranks that hold them
+                 (``get_data_modulo_expert_parallel_group(with_context_parallel=True)`` [src: megatron-moe-cp]);
+                 the expert groups here span dp only, so the pair is refused rather than mis-costed;
 - ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
                  together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
                  DeepSpeed's pipeline engine nor Megatron-LM).
 
-The tensor-parallel rule belongs to the workload (``Workload.check_tp``); :func:`valid_mask`
-asks it once per distinct tp. The context-parallel rules need the workload's sequence and heads
+The tensor- and expert-parallel rules on the model's shapes belong to the workload
+(``Workload.check_tp``, ``Workload.check_ep``: ep divides the routed experts); :func:`valid_mask` asks
+them once per distinct degree. The context-parallel rules need the workload's sequence and heads
 (:func:`context_problem`); :func:`valid_mask` asks them once per distinct (cp, kind, balance, tp).
 """
 
@@ -50,12 +59,14 @@ class Candidates:
     zero_with_pp: np.ndarray
     """True where the framework in effect runs ZeRO-2/3 with pp > 1
     (:attr:`Framework.partitions_gradients_with_pipeline`; False when not given to :meth:`of`)."""
+    ep: np.ndarray
+    """Expert-parallel degree (1 when not given to :meth:`of`)."""
     cp: np.ndarray
     """Context-parallel degree (1 when not given to :meth:`of`)."""
 
     @classmethod
     def of(cls, **columns) -> "Candidates":
-        columns = {"zero": 0, "zero_with_pp": False, "cp": 1, **columns}
+        columns = {"zero": 0, "zero_with_pp": False, "ep": 1, "cp": 1, **columns}
         arrays = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
         lengths = [len(np.asarray(v)) for v in columns.values() if np.ndim(v) > 0]
         n = max(lengths) if lengths else 1
@@ -81,6 +92,8 @@ RULES: tuple[Rule, ...] = (
     Rule("micro_batch", lambda c, gpus, layers: (c.global_batch // np.maximum(c.dp, 1)) % c.micro_batch == 0),
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
          & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
+    Rule("ep", lambda c, gpus, layers: c.dp % c.ep == 0),
+    Rule("cp", lambda c, gpus, layers: (c.ep == 1) | (c.cp == 1)),
     Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
@@ -112,6 +125,7 @@ def context_problem(workload, context: ContextSplit, tp: int) -> str | None:
     """Why ``workload`` cannot be split by ``context`` (:mod:`simulator.workload.context`), or None:
 
     - only a transformer has a sequence to split (a layer list or a parameter count does not);
+    - not with Multi-head Latent Attention (its attention core's split over cp is not modelled);
     - the sequence splits into the split's chunks: ``2·cp`` for a balanced ring (Megatron-Core's
       ``get_batch_on_this_cp_rank`` [src: megatron-cp]), ``cp`` otherwise;
     - all-to-all (Ulysses) splits heads: the query heads divide by tp·cp (DeepSpeed-Ulysses requires
@@ -122,6 +136,8 @@ def context_problem(workload, context: ContextSplit, tp: int) -> str | None:
         return None
     if not getattr(workload, "has_activation_shapes", False) or workload.layer_count is None:
         return f"{cp}: only a transformer has a sequence to split; use cp 1"
+    if getattr(workload, "mla", None) is not None:
+        return f"{cp}: context parallelism of DeepSeek's latent attention is not modelled; use cp 1"
     s = workload.seq_len
     if s % context.chunks():
         return (f"{cp}: the sequence of {s} tokens does not split into {context.chunks()} equal chunks "
@@ -145,6 +161,11 @@ def valid_mask(c: Candidates, gpus: int, workload, contexts: np.ndarray | None =
             workload.check_tp(int(tp))
         except ValueError:  # SpecError
             mask &= c.tp != tp
+    for ep in np.unique(c.ep):
+        try:
+            workload.check_ep(int(ep))
+        except ValueError:  # SpecError
+            mask &= c.ep != ep
     if contexts is not None:
         pairs = list(zip(contexts, c.tp.tolist()))
         bad = {pair for pair in set(pairs) if context_problem(workload, pair[0], int(pair[1])) is not None}

@@ -34,6 +34,11 @@ __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload
 _opt_positive_number = opt(positive_number)
 
 
+def _at_least_one(key: str, value) -> None:
+    if positive_number(key, value) < 1:
+        raise SpecError(key, f"must be at least 1 (1 is balanced routing), got {value!r}")
+
+
 DEFAULT_INTERLEAVED_V = 2
 """Model chunks per rank an interleaved schedule gets when none is given (the CLI) or searched (the
 planner's default): a choice, not a framework default — Megatron-LM makes the user set the virtual
@@ -104,6 +109,14 @@ class Strategy:
                    _F("--tp", "tensor-parallel degree", metavar="T"))
     pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
                    _F("--pp", "pipeline-parallel degree (stages)", metavar="P"))
+    ep: int = _int(1, "ep", "Expert-parallel degree: each MoE layer's routed experts split over ep ranks of the "
+                   "data-parallel group, tokens exchanged by all-to-all (Megatron-Core, DeepSpeed-MoE); 1: every "
+                   "rank holds every expert", _F("--ep", "expert-parallel degree (MoE models; divides dp)", metavar="E"))
+    routing_skew: float = declare(
+        1.0, key="routing_skew", role=Role.SCENARIO, parse=float_parser("routing_skew"), check=_at_least_one,
+        doc="MoE load imbalance: tokens the busiest expert-parallel rank receives ÷ its balanced share (1: "
+            "balanced routing); the slowest rank sets each MoE layer's time",
+        flag=_F("--routing-skew", "MoE load imbalance, busiest rank ÷ balanced share (what-if)", metavar="X"))
     placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
                                                                       choices=choices_of(PlacementOrder)),
                                       doc="Order the dimensions fill consecutive ranks", default=PlacementOrder.TP_PP_DP)

@@ -1,7 +1,9 @@
 """One pipeline chunk's load for each workload kind: its kernels, parameters and boundary bytes.
 
 Transformer (:mod:`simulator.workload.ops` kernels): a chunk of ``L`` blocks is ``L`` repetitions
-of one block's kernels on one tensor-parallel rank, plus the embedding on the model's first chunk
+of one block's kernels on one tensor-parallel rank (a MoE model: its dense and its MoE blocks, each
+kind repeated; the routed experts' parameters ÷ tp·ep, the rest ÷ tp, and ``block_params`` their
+mean per block, what ZeRO-3 gathers per block), plus the embedding on the model's first chunk
 and the final norm, logits and loss on its last. Recomputation repeats forward work inside
 backward (:func:`recomputed`). Parameters a rank holds: a block's parameters divided by tp (an
 approximation: Megatron replicates norms and row-parallel biases, under 0.01 % of a GPT block), the
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, layer_work
+from simulator.workload.blocks import block_work
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
 if TYPE_CHECKING:
@@ -51,12 +54,21 @@ def _unit(works: list[OpWork], recompute: Recompute, flash_attention: bool) -> W
                     recompute=tuple(w.fwd for w in works if recomputed(w, recompute, flash_attention)))
 
 
+def _moe_blocks(spec: TransformerSpec, chunk: ChunkSlice) -> int:
+    return sum(1 for i in range(chunk.start, chunk.start + chunk.layers) if spec.is_moe_layer(i))
+
+
 def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
-    block = layer_work(spec, o.micro_batch, spec.seq_len, o.tp, flash_attention=o.flash_attention,
-                       sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
-    if o.fp8 is not None:
-        block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
-    units = [(chunk.layers, _unit(block, o.recompute, o.flash_attention))]
+    moe = _moe_blocks(spec, chunk)
+    units = []
+    for count, moe_layer in ((chunk.layers - moe, False), (moe, True)):
+        if count:
+            block = block_work(spec, o.micro_batch, spec.seq_len, o.tp, moe_layer=moe_layer, ep=o.ep,
+                               routing_skew=o.routing_skew, flash_attention=o.flash_attention,
+                               sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
+            if o.fp8 is not None:
+                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
+            units.append((count, _unit(block, o.recompute, o.flash_attention)))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context)
@@ -78,8 +90,13 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
             edge += vh / tp
     local_seq = spec.seq_len // options.context.degree  # a context-parallel rank hands on its s/cp tokens
     boundary = options.micro_batch * local_seq * spec.hidden * spec.dtype.activation_bytes
+    moe = _moe_blocks(spec, chunk)
+    experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
+    blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))
+    held = (blocks - experts) / tp + experts / (tp * options.ep)
     return ChunkLoad(units=_transformer_units(spec, chunk, options), blocks=chunk.layers,
-                     block_params=spec.layer_params / tp, edge_params=edge, boundary_bytes=boundary)
+                     block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
+                     moe_blocks=moe, expert_params=experts / (tp * options.ep))
 
 
 def layer_kernel(layer: LayerSpec, micro_batch: int, dtype: DtypePolicy, factor: int = 1) -> Kernel:

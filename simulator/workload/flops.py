@@ -8,7 +8,11 @@ Forward FLOPs per token of one block at sequence length ``s``::
     scores QKᵀ and A·V    4·s·q          (full s×s, no causal halving, as Narayanan et al. count)
     output projection     2·q·h
     MLP                   GELU 4·h·f, SwiGLU 6·h·f
-and once per token the logits, 2·h·V. Backward is 2× forward (gradient w.r.t. the input and
+and once per token the logits, 2·h·V. A mixture-of-experts layer (:mod:`simulator.workload.moe`)
+replaces the MLP by the ``k`` experts a token visits and the shared experts,
+``2·mats·h·(k·f_e + n_s·f_s)``, plus the router ``2·h·E`` (and Qwen's shared-expert gate, ``2·h``):
+the active parameters, as for a dense block (Fedus et al. 2022 count FLOPs per token this way
+[src: fedus-2022]). Backward is 2× forward (gradient w.r.t. the input and
 w.r.t. the weights, each a matmul of the forward's size). Recomputation adds forward work:
 selective recomputes the attention core (4·s·q per token per block), full recomputes whole blocks.
 
@@ -42,22 +46,40 @@ class Recompute(Enum):
     """Keep only each block's input; rerun the whole block's forward in backward."""
 
 
-def layer_fwd_flops_per_token(spec: TransformerSpec, seq: int | None = None) -> dict[str, float]:
-    """Forward matmul FLOPs of one block per token, by operation (keys as in the module docstring)."""
+def layer_fwd_flops_per_token(spec: TransformerSpec, seq: int | None = None, *,
+                              moe_layer: bool = False) -> dict[str, float]:
+    """Forward matmul FLOPs of one block per token, by operation (keys as in the module docstring);
+    ``moe_layer``: a mixture-of-experts block of ``spec`` (its MLP is the experts, plus a ``router`` key)."""
     s = spec.seq_len if seq is None else seq
     h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn_size
     mats = 3 if spec.activation is ActivationKind.SWIGLU else 2
-    return {
+    out = {
         "qkv": 2.0 * h * (q + 2 * kv),
         "attention": 4.0 * s * q,
         "out_proj": 2.0 * q * h,
         "mlp": 2.0 * mats * h * f,
     }
+    if spec.mla is not None:  # Multi-head Latent Attention: its projections and head widths
+        out.update(spec.mla.fwd_flops_per_token(h, spec.heads, s))
+    moe = spec.moe
+    if moe_layer and moe is not None:
+        out["mlp"] = 2.0 * mats * h * (moe.top_k * moe.expert_ffn + moe.shared_width)
+        out["router"] = 2.0 * h * (moe.experts + (1 if moe.shared_gate else 0))
+    return out
 
 
-def layer_fwd_flops(spec: TransformerSpec, seq: int | None = None) -> float:
+def layer_fwd_flops(spec: TransformerSpec, seq: int | None = None, *, moe_layer: bool = False) -> float:
     """Forward matmul FLOPs of one block per token."""
-    return sum(layer_fwd_flops_per_token(spec, seq).values())
+    return sum(layer_fwd_flops_per_token(spec, seq, moe_layer=moe_layer).values())
+
+
+def blocks_fwd_flops(spec: TransformerSpec, seq: int | None = None) -> float:
+    """Forward matmul FLOPs of all blocks per token: dense and MoE blocks each counted as what they are."""
+    if spec.moe is None:
+        return spec.layers * layer_fwd_flops(spec, seq)
+    moe_layers = spec.moe.moe_layers(spec.layers)
+    return ((spec.layers - moe_layers) * layer_fwd_flops(spec, seq)
+            + moe_layers * layer_fwd_flops(spec, seq, moe_layer=True))
 
 
 def logits_fwd_flops(spec: TransformerSpec) -> float:
@@ -67,7 +89,7 @@ def logits_fwd_flops(spec: TransformerSpec) -> float:
 
 def fwd_flops_per_token(spec: TransformerSpec, seq: int | None = None) -> float:
     """Forward FLOPs per token of the whole model: ``l · block + logits``."""
-    return spec.layers * layer_fwd_flops(spec, seq) + logits_fwd_flops(spec)
+    return blocks_fwd_flops(spec, seq) + logits_fwd_flops(spec)
 
 
 def recompute_flops_per_token(spec: TransformerSpec, recompute: Recompute, seq: int | None = None) -> float:
@@ -77,7 +99,7 @@ def recompute_flops_per_token(spec: TransformerSpec, recompute: Recompute, seq: 
     if recompute is Recompute.SELECTIVE:
         return spec.layers * layer_fwd_flops_per_token(spec, seq)["attention"]
     if recompute is Recompute.FULL:
-        return spec.layers * layer_fwd_flops(spec, seq)
+        return blocks_fwd_flops(spec, seq)
     raise SpecError("recompute", f"unknown policy {recompute!r}; known: {', '.join(r.value for r in Recompute)}")
 
 

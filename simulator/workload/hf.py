@@ -7,7 +7,9 @@ Families and the keys read (a missing required key is an error that names it):
 - GPT-NeoX (``gpt_neox``): ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
   ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``; ``tie_word_embeddings``
   (default false). GELU, LayerNorm, rotary, biases.
-- Llama / Mistral / Qwen2 (``llama``, ``mistral``, ``qwen2``): the NeoX keys plus
+- Llama / Mistral / Qwen2 (``llama``, ``mistral``, ``qwen2``), and the MoE families Mixtral, Qwen2-MoE
+  and DeepSeek-V2/V3 (``mixtral``, ``qwen2_moe``, ``deepseek_v2``, ``deepseek_v3``; their expert and
+  latent-attention keys in :mod:`simulator.workload.hf_moe`): the NeoX keys plus
   ``num_key_value_heads`` (default: MHA), ``head_dim`` (optional), ``tie_word_embeddings``.
   SwiGLU, RMSNorm, rotary; no biases, except Qwen2's Q/K/V biases (and Llama's
   ``attention_bias: true``, counted as Q/K/V biases: the output-projection bias, h parameters,
@@ -27,6 +29,7 @@ from pathlib import Path
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.jsonio import read_json
+from simulator.workload.hf_moe import MOE_MODEL_TYPES, mla_from_hf, moe_from_hf
 from simulator.workload.layers import MAX_PARAMS
 from simulator.workload.transformer import (ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind,
                                             TransformerSpec)
@@ -37,7 +40,7 @@ over 10,000× Llama 3's 128K vocabulary and 128K context [src: llama3-2024]. Wit
 (:data:`~simulator.workload.layers.MAX_PARAMS`) it keeps every FLOP count a finite float: a vocabulary
 of 10**400 loaded, then overflowed in ``logits_fwd_flops``."""
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2") + MOE_MODEL_TYPES
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neox") + _LLAMA_LIKE
 _DTYPES = {"bfloat16": DtypePolicy.BF16_MIXED, "float16": DtypePolicy.FP16_MIXED,
            "float32": DtypePolicy.FP32}
@@ -117,11 +120,12 @@ def _spec(cfg: dict, name: str, where: str) -> TransformerSpec:
     if model_type == "gpt_neox":
         return TransformerSpec(activation=ActivationKind.GELU, norm=NormKind.LAYERNORM, bias=BiasKind.ALL,
                                **shape, **common)
-    qkv_bias = model_type == "qwen2" or _flag(cfg, "attention_bias", False, where)
+    qkv_bias = model_type in ("qwen2", "qwen2_moe") or _flag(cfg, "attention_bias", False, where)
     return TransformerSpec(kv_heads=get("num_key_value_heads", required=False),
                            head_dim=get("head_dim", required=False), activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, bias=BiasKind.QKV if qkv_bias else BiasKind.NONE,
-                           **shape, **common)
+                           moe=moe_from_hf(cfg, model_type, get, shape["layers"], where),
+                           mla=mla_from_hf(cfg, model_type, get), **shape, **common)
 
 
 def load_hf_config(path: str | Path) -> TransformerSpec:

@@ -19,7 +19,7 @@ from simulator.errors import SpecError
 from simulator.workload import summary
 from simulator.workload.chunks import layer_list_chunk_load
 from simulator.workload.flops import Recompute, layer_fwd_flops, logits_fwd_flops
-from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, no_compute
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, no_compute, no_experts
 from simulator.workload.transformer import DtypePolicy, TransformerSpec
 
 MAX_PARAMS = 10**15
@@ -107,6 +107,10 @@ class LayerListWorkload:
         """A layer list names no heads or matrices to split: tensor parallelism 1 only."""
         if tp != 1:
             raise SpecError("tp", f"{tp}: a layer-list workload has no heads to split; use tp 1")
+
+    def check_ep(self, ep: int) -> None:
+        """A layer list names no experts: expert parallelism 1 only."""
+        no_experts(ep)
 
     def with_seq(self, seq_len: int) -> "LayerListWorkload":
         raise SpecError("seq", "a layer list has no sequence length; --seq applies to transformers")
@@ -232,6 +236,10 @@ class ParamCountModel:
 
     def check_tp(self, tp: int) -> None:
         """Any degree: the states are taken as split evenly (no shapes to check against)."""
+
+    def check_ep(self, ep: int) -> None:
+        """A bare count names no experts: expert parallelism 1 only."""
+        no_experts(ep)
 
     def with_seq(self, seq_len: int) -> "ParamCountModel":
         """Itself: model states do not depend on the sequence length."""

@@ -70,7 +70,10 @@ class OpKind(Enum):
     OUT_PROJ = "out_proj"
     """Attention output projection."""
     MLP = "mlp"
-    """The MLP's matmuls."""
+    """The MLP's matmuls (a MoE layer: the experts' grouped GEMMs and the shared experts)."""
+    ROUTER = "router"
+    """A MoE layer's router GEMM, top-k, and the token permutations around the experts
+    (:mod:`simulator.workload.moe_ops`)."""
     ELEMENTWISE = "elementwise"
     """Residual adds, the MLP activation, rotary embedding."""
     LOGITS = "logits"
@@ -190,7 +193,8 @@ def _flash_core(spec: TransformerSpec, b: int, s: int, tp: int, e: int, kv_t: fl
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
                flash_attention: bool = True, sequence_parallel: bool = False,
                fusion: KernelFusion = KernelFusion.EAGER, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpWork]:
-    """The operations of one transformer block on one tensor-parallel (and context-parallel) rank."""
+    """The operations of one transformer block on one tensor-parallel (and context-parallel) rank (a
+    dense MLP; a MoE block is :func:`simulator.workload.moe_ops.moe_layer_work`)."""
     s_full = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s_full, tp)
     s = _local_tokens(s_full, context)

@@ -23,11 +23,23 @@ its authors publish. Notes on the sources:
   embeddings, as counted here). Heads: the yamls give 20 (3B) and 56 (30B); 1B, 7B, 13B and 70B take
   d_head = 128 as those yamls do; heads change neither params nor FLOPs.
 - Dropout (:data:`GPT_DROPOUT`, :data:`LLAMA_DROPOUT`): only the memory model reads it (dropout masks).
+- Mixture of experts (:mod:`simulator.workload.moe`), shapes from the released config.json files:
+  Mixtral 8x7B (``mistralai/Mixtral-8x7B-v0.1``: Mistral 7B's attention, 8 SwiGLU experts of 14336,
+  top-2 [src: mixtral-2024]); Qwen1.5-MoE-A2.7B (``Qwen/Qwen1.5-MoE-A2.7B``: 60 experts of 1408, top-4,
+  one gated shared expert of 5632, Q/K/V biases [src: qwen-moe-2024]); DeepSeek-V2-Lite, V2 and V3
+  (``deepseek-ai/DeepSeek-V2-Lite``, ``DeepSeek-V2``, ``DeepSeek-V3`` configs: Multi-head Latent
+  Attention, :mod:`simulator.workload.mla`; routed experts with 2 (V3: 1) shared, the first layer (V3:
+  three) dense [src: deepseek-v2, deepseek-v3]). Sequence length: Mixtral's 32k training context
+  (Mixtral paper §2), Qwen's ``max_position_embeddings`` 8192, DeepSeek's 4K pre-training length (V2
+  §3.2.1, V3 §4.2; longer contexts came after, by YaRN). V3's multi-token-prediction module (14B,
+  not part of the 671B) is not modelled.
 """
 
 from __future__ import annotations
 
 from simulator.errors import SpecError
+from simulator.workload.mla import MLASpec
+from simulator.workload.moe import MoESpec
 from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -38,6 +50,9 @@ _MEGATRON_175B = "Narayanan et al. SC'21, Megatron-LM, §5.2 and Table 2 (GPT-3 
 # MPT shapes and exact counts [src: llm-foundry-bench]
 _MPT = "MosaicML llm-foundry scripts/train/yamls/pretrain/mpt-{size}.yaml; NumParams in scripts/train/benchmarking/README.md"
 _LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3; vocab from meta-llama config.json"
+_MIXTRAL = "Mistral AI 2024, Mixtral of Experts (arXiv:2401.04088), Table 1; mistralai/Mixtral-8x7B-v0.1 config.json"
+_QWEN_MOE = "Qwen/Qwen1.5-MoE-A2.7B config.json (Qwen team 2024, Qwen1.5-MoE blog)"
+_DEEPSEEK = "DeepSeek-AI 2024, {paper}; deepseek-ai/{repo} config.json"
 
 
 GPT_DROPOUT = 0.1
@@ -70,6 +85,48 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: 
                            ffn=ffn, vocab=vocab, seq_len=seq, activation=ActivationKind.SWIGLU,
                            norm=NormKind.RMSNORM, position=PositionKind.ROTARY, bias=BiasKind.NONE,
                            tied_embeddings=False, dropout=LLAMA_DROPOUT, source=source)
+
+
+def _moe_presets() -> list[TransformerSpec]:
+    mixtral = TransformerSpec(name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                              vocab=32000, seq_len=32768, activation=ActivationKind.SWIGLU, norm=NormKind.RMSNORM,
+                              position=PositionKind.ROTARY, bias=BiasKind.NONE, tied_embeddings=False,
+                              dropout=LLAMA_DROPOUT, source=_MIXTRAL,
+                              moe=MoESpec(experts=8, top_k=2, expert_ffn=14336))
+    qwen = TransformerSpec(name="qwen1.5-moe-a2.7b", layers=24, hidden=2048, heads=16, kv_heads=16, ffn=5632,
+                           vocab=151936, seq_len=8192, activation=ActivationKind.SWIGLU, norm=NormKind.RMSNORM,
+                           position=PositionKind.ROTARY, bias=BiasKind.QKV, tied_embeddings=False,
+                           dropout=LLAMA_DROPOUT, source=_QWEN_MOE,
+                           moe=MoESpec(experts=60, top_k=4, expert_ffn=1408, shared_experts=1, shared_ffn=5632,
+                                       shared_gate=True))
+    return [mixtral, qwen, *_deepseek_presets()]
+
+
+def _deepseek(name: str, layers: int, hidden: int, heads: int, ffn: int, vocab: int, mla: MLASpec,
+              moe: MoESpec, source: str) -> TransformerSpec:
+    return TransformerSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn=ffn,
+                           vocab=vocab, seq_len=4096, activation=ActivationKind.SWIGLU, norm=NormKind.RMSNORM,
+                           position=PositionKind.ROTARY, bias=BiasKind.NONE, tied_embeddings=False,
+                           dropout=LLAMA_DROPOUT, source=source, mla=mla, moe=moe)
+
+
+def _deepseek_presets() -> list[TransformerSpec]:
+    v2_paper = "DeepSeek-V2 (arXiv:2405.04434)"
+    lite = _deepseek("deepseek-v2-lite", 27, 2048, 16, 10944, 102400,
+                     MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+                     MoESpec(experts=64, top_k=6, expert_ffn=1408, shared_experts=2, dense_layers=(0,)),
+                     _DEEPSEEK.format(paper=v2_paper, repo="DeepSeek-V2-Lite"))
+    v2 = _deepseek("deepseek-v2", 60, 5120, 128, 12288, 102400,
+                   MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                           q_lora_rank=1536),
+                   MoESpec(experts=160, top_k=6, expert_ffn=1536, shared_experts=2, dense_layers=(0,)),
+                   _DEEPSEEK.format(paper=v2_paper, repo="DeepSeek-V2"))
+    v3 = _deepseek("deepseek-v3", 61, 7168, 128, 18432, 129280,
+                   MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                           q_lora_rank=1536),
+                   MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=(0, 1, 2)),
+                   _DEEPSEEK.format(paper="DeepSeek-V3 Technical Report (arXiv:2412.19437)", repo="DeepSeek-V3"))
+    return [lite, v2, v3]
 
 
 def _build() -> dict[str, TransformerSpec]:
@@ -112,6 +169,7 @@ def _build() -> dict[str, TransformerSpec]:
         _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 8192, _LLAMA3),
         _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 8192, _LLAMA3),
         _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192, _LLAMA3),
+        *_moe_presets(),
     ]
     return {spec.name: spec for spec in specs}
 
@@ -128,11 +186,23 @@ PUBLISHED_PARAMS: dict[str, float] = {
     "llama2-7b": 6.74e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9,
     "llama3-8b": 8.03e9, "llama3-70b": 70.6e9, "llama3.1-8b": 8.03e9, "llama3.1-70b": 70.6e9,
     "llama3.1-405b": 405.8e9,
+    "mixtral-8x7b": 46.7e9, "qwen1.5-moe-a2.7b": 14.3e9,
+    "deepseek-v2-lite": 15.7e9, "deepseek-v2": 236e9, "deepseek-v3": 671e9,
 }
 """Sizes as their authors state them (paper tables; Hugging Face model cards for the Llama 2 7B
 6.74e9, Llama 3 8B 8.03e9, 70B 70.6e9 and 3.1 405B 405.8e9 exact counts; MPT: llm-foundry's benchmark
-table's NumParams at s = 2048, exact). The GPT-3 and Megatron
+table's NumParams at s = 2048, exact; Mixtral 46.7B from Mistral AI's release [src: mixtral-2024],
+Qwen1.5-MoE 14.3B from its model card [src: qwen-moe-2024]; DeepSeek-V2-Lite 15.7B from its model
+card and V2 236B from the paper's abstract [src: deepseek-v2], V3 671B from its report's abstract
+[src: deepseek-v3]). The GPT-3 and Megatron
 sizes are rounded in the papers, so the tests compare them with a tolerance."""
+
+
+PUBLISHED_ACTIVE_PARAMS: dict[str, float] = {"mixtral-8x7b": 12.9e9, "qwen1.5-moe-a2.7b": 2.7e9,
+                                             "deepseek-v2-lite": 2.4e9, "deepseek-v2": 21e9, "deepseek-v3": 37e9}
+"""Parameters one token uses, as the MoE models' authors state them (same sources as above). DeepSeek's
+"activated parameters" leave the token-embedding table out (a lookup, not a matmul): ours less V·h
+is 2.45B, 20.85B and 36.63B, where the figures with it are 2.66B, 21.38B and 37.55B."""
 
 
 _PRESETS = _build()

@@ -14,6 +14,7 @@ Override points (what a new kind implements; ``isinstance(x, Workload)`` checks 
 - ``has_activation_shapes``: whether the transformer shapes the activation-memory model needs
   (hidden, heads, vocabulary, sequence; Korthikanti et al. 2022) are known.
 - ``check_tp(tp)``: raise :class:`SpecError` naming ``tp`` if the workload cannot be split ``tp`` ways.
+- ``check_ep(ep)``: the same for expert parallelism (a model without experts takes ep 1 only).
 - ``with_seq(seq)``: the same workload trained at another sequence length.
 - ``chunk_load(chunk, options)``: the kernels, parameters and stage-boundary bytes of one chunk.
 - ``step_flops(tokens, recompute, flash_attention=)``: (model, hardware) FLOPs of ``tokens`` tokens.
@@ -34,7 +35,8 @@ from simulator.workload.fp8 import Fp8Recipe
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.ops import Kernel
 
-__all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute", "one_of"]
+__all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute",
+           "no_experts", "one_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +72,10 @@ class ComputeOptions:
     flash_attention: bool = True
     fusion: KernelFusion = KernelFusion.EAGER
     """How the framework fuses element-wise operations (dropout, softmax) into kernels."""
+    ep: int = 1
+    """Expert-parallel degree: a MoE layer's routed experts are split over ep ranks."""
+    routing_skew: float = 1.0
+    """Busiest expert-parallel rank's tokens ÷ its balanced share (MoE load imbalance)."""
     context: ContextSplit = NO_CONTEXT_SPLIT
     """How each sample's sequence is split over context-parallel ranks (:mod:`simulator.workload.context`)."""
     fp8: Fp8Recipe | None = None
@@ -104,6 +110,11 @@ class ChunkLoad:
     """Parameters outside the blocks on this rank (embedding, head; for a layer list, all)."""
     boundary_bytes: int
     """Bytes of the activation the chunk hands to the next (before any sequence-parallel split)."""
+    moe_blocks: int = 0
+    """Of the ``blocks``, the mixture-of-experts ones (each exchanges its tokens by all-to-all)."""
+    expert_params: float = 0.0
+    """Of the blocks' parameters on this rank, the routed experts' (÷ tp·ep): their gradients are
+    reduced over the expert-data-parallel group, the rest over the data-parallel group."""
 
 
 @runtime_checkable
@@ -129,6 +140,8 @@ class Workload(Protocol):
     def has_activation_shapes(self) -> bool: ...
 
     def check_tp(self, tp: int) -> None: ...
+
+    def check_ep(self, ep: int) -> None: ...
 
     def with_seq(self, seq_len: int) -> "Workload": ...
 
@@ -158,6 +171,12 @@ def one_of(values: list[int]) -> str:
     """``[1, 2, 4]`` → ``"1, 2 or 4"`` (for error messages that suggest valid values)."""
     text = [str(v) for v in values]
     return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " or " + text[-1]
+
+
+def no_experts(ep: int) -> None:
+    """The expert-parallel rule of a workload without experts: ep 1 only."""
+    if ep != 1:
+        raise SpecError("ep", f"{ep}: the model has no mixture-of-experts layers to split; use ep 1")
 
 
 def no_compute() -> SpecError:

@@ -21,22 +21,26 @@ __all__ = ["describe_layer_list", "describe_param_count", "describe_transformer"
 
 def transformer_summary(spec: TransformerSpec) -> dict:
     """Shapes, parameter counts and FLOPs per token of a spec (the ``--json`` output of ``show``)."""
+    last = spec.layers - 1  # a MoE block when the model has experts (DeepSeek-style dense layers come first)
     return {
         "name": spec.name, "source": spec.source,
         "shape": {"layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads, "kv_heads": spec.n_kv_heads,
                   "head_dim": spec.d_head, "ffn": spec.ffn_size, "vocab": spec.vocab, "seq_len": spec.seq_len,
                   "activation": spec.activation.value, "norm": spec.norm.value, "position": spec.position.value,
                   "bias": spec.bias.value, "tied_embeddings": spec.tied_embeddings, "dtype": spec.dtype.value},
-        "params": {"total": spec.params, "per_layer": spec.layer_params, "attention_per_layer": spec.attention_params,
-                   "mlp_per_layer": spec.mlp_params, "embedding": spec.embedding_params, "head": spec.head_params,
-                   "non_embedding": spec.non_embedding_params},
+        "params": {"total": spec.params, "per_layer": spec.block_params(last), "attention_per_layer": spec.attention_params,
+                   "mlp_per_layer": spec.block_params(last) - spec.attention_params - 2 * spec.norm_params,
+                   "embedding": spec.embedding_params, "head": spec.head_params,
+                   "non_embedding": spec.non_embedding_params, "active": spec.active_params,
+                   "experts": spec.expert_params},
+        "moe": spec.moe.summary() if spec.moe is not None else None,
         "flops_per_token": {
             "forward": fwd_flops_per_token(spec),
-            "forward_per_layer": layer_fwd_flops_per_token(spec),
+            "forward_per_layer": layer_fwd_flops_per_token(spec, moe_layer=spec.is_moe_layer(last)),
             "train": train_flops_per_token(spec, Recompute.NONE),
             "train_selective_recompute": train_flops_per_token(spec, Recompute.SELECTIVE),
             "train_full_recompute": train_flops_per_token(spec, Recompute.FULL),
-            "six_n": 6.0 * spec.params,
+            "six_n": 6.0 * spec.active_params,
         },
     }
 
@@ -57,6 +61,7 @@ def describe_transformer(spec: TransformerSpec) -> str:
         f"mlp {params['mlp_per_layer']:,})",
         f"    embedding   {params['embedding']:>18,}",
         f"    head        {params['head']:>18,}",
+        *_moe_lines(s),
         "  FLOPs per token",
         f"    forward     {flops['forward']:>18.4g}",
     ]
@@ -65,6 +70,17 @@ def describe_transformer(spec: TransformerSpec) -> str:
               f"    + selective {flops['train_selective_recompute']:>18.4g}",
               f"    + full      {flops['train_full_recompute']:>18.4g}"]
     return "\n".join(lines)
+
+
+def _moe_lines(s: dict) -> list[str]:
+    moe = s["moe"]
+    if moe is None:
+        return []
+    shared = (f", {moe['shared_experts']} shared of {moe['shared_ffn']}" if moe["shared_experts"] else "")
+    dense = f", dense layers {moe['dense_layers']}" if moe["dense_layers"] else ""
+    return [f"  experts       {moe['experts']} of {moe['expert_ffn']}, top-{moe['top_k']}{shared}{dense}",
+            f"    active      {s['params']['active']:>18,}  ({s['params']['active'] / 1e9:.3f}B per token)",
+            f"    routed      {s['params']['experts']:>18,}  (sharded by ep)"]
 
 
 def layer_list_summary(workload: LayerListWorkload) -> dict:

@@ -27,7 +27,9 @@ from simulator.workload import summary
 from simulator.workload.chunks import transformer_chunk_load
 from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
 from simulator.workload.kinds import ActivationKind, BiasKind, DtypePolicy, NormKind, PositionKind
-from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, one_of
+from simulator.workload.mla import MLASpec
+from simulator.workload.moe import MoESpec
+from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, divisors, no_experts, one_of
 
 __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind", "TransformerSpec"]
 
@@ -67,6 +69,11 @@ class TransformerSpec:
     embedding dropouts; 0 means no dropout layers (and no masks kept for backward)."""
     source: str = ""
     """Where the shapes come from (paper table, released config)."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts layers (:mod:`simulator.workload.moe`); None: every MLP is dense."""
+    mla: MLASpec | None = None
+    """Multi-head Latent Attention (:mod:`simulator.workload.mla`) in place of the Q/K/V and output
+    projections; None: ordinary (MHA/GQA/MQA) attention."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -85,6 +92,14 @@ class TransformerSpec:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
                 or not 0 <= self.dropout < 1:
             raise SpecError("model.dropout", f"must be a probability in [0, 1), got {self.dropout!r}")
+        if self.mla is not None and (not isinstance(self.mla, MLASpec) or self.bias is not BiasKind.NONE):
+            raise SpecError("model.mla", f"must be an MLASpec on a model without biases, got {self.mla!r}")
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise SpecError("model.moe", f"must be a MoESpec, got {self.moe!r}")
+            if any(i >= self.layers for i in self.moe.dense_layers):
+                raise SpecError("model.moe.dense_layers", f"{self.moe.dense_layers} names a layer past the "
+                                f"model's {self.layers}; use indices 0..{self.layers - 1}")
         for field_name, kind in (("activation", ActivationKind), ("norm", NormKind),
                                  ("position", PositionKind), ("bias", BiasKind), ("dtype", DtypePolicy)):
             if not isinstance(getattr(self, field_name), kind):
@@ -126,7 +141,10 @@ class TransformerSpec:
     # --- parameters -----------------------------------------------------------------------------
     @property
     def attention_params(self) -> int:
-        """Q, K, V and output projections of one block, with their biases."""
+        """Q, K, V and output projections of one block, with their biases (MLA: its projections and
+        latent norms, :meth:`MLASpec.params`)."""
+        if self.mla is not None:
+            return self.mla.params(self.hidden, self.heads)
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
         weights = h * q + 2 * h * kv + q * h
         biases = {BiasKind.NONE: 0, BiasKind.QKV: q + 2 * kv, BiasKind.ALL: q + 2 * kv + h}[self.bias]
@@ -145,8 +163,47 @@ class TransformerSpec:
         return (2 if self.norm is NormKind.LAYERNORM else 1) * self.hidden
 
     @property
+    def mlp_mats(self) -> int:
+        """Weight matrices of one MLP (or expert): 3 for SwiGLU, 2 for GELU."""
+        return 3 if self.activation is ActivationKind.SWIGLU else 2
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether block ``layer`` has routed experts instead of a dense MLP."""
+        return self.moe is not None and self.moe.is_moe(layer)
+
+    def block_params(self, layer: int, *, active: bool = False) -> int:
+        """Block ``layer``: attention + MLP (dense, or MoE: :meth:`MoESpec.mlp_params`) + two norms;
+        with ``active``, the parameters one token uses (top-k experts only)."""
+        if not self.is_moe_layer(layer):
+            return self.layer_params
+        return (self.attention_params + self.moe.mlp_params(self.hidden, self.mlp_mats, active=active)
+                + 2 * self.norm_params)
+
+    @property
+    def blocks_params(self) -> int:
+        """All blocks: ``Σ_i block_params(i)`` (``l · layer_params`` without experts)."""
+        if self.moe is None:
+            return self.layers * self.layer_params
+        return sum(self.block_params(i) for i in range(self.layers))
+
+    @property
+    def expert_params(self) -> int:
+        """Routed-expert parameters of the whole model (what expert parallelism shards); 0 when dense."""
+        if self.moe is None:
+            return 0
+        return self.moe.moe_layers(self.layers) * self.moe.experts * self.moe.expert_params(self.hidden,
+                                                                                             self.mlp_mats)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: every block with only its top-k experts, embeddings and head
+        (all parameters for a dense model)."""
+        blocks = sum(self.block_params(i, active=True) for i in range(self.layers))
+        return blocks + self.embedding_params + self.head_params
+
+    @property
     def layer_params(self) -> int:
-        """One transformer block: attention + MLP + its two norms."""
+        """One dense transformer block: attention + MLP + its two norms (MoE blocks: :meth:`block_params`)."""
         return self.attention_params + self.mlp_params + 2 * self.norm_params
 
     @property
@@ -162,13 +219,13 @@ class TransformerSpec:
 
     @property
     def params(self) -> int:
-        """Total parameters: ``l · layer + embeddings + head``."""
-        return self.layers * self.layer_params + self.embedding_params + self.head_params
+        """Total parameters: ``Σ blocks + embeddings + head`` (``l · layer + …`` for a dense model)."""
+        return self.blocks_params + self.embedding_params + self.head_params
 
     @property
     def non_embedding_params(self) -> int:
         """Parameters outside the embedding and output matrices (Kaplan et al. 2020's N)."""
-        return self.layers * self.layer_params + self.norm_params
+        return self.blocks_params + self.norm_params
 
     # --- the workload protocol (simulator.workload.protocol) -----------------------------------
     @property
@@ -193,6 +250,15 @@ class TransformerSpec:
         if self.n_kv_heads % tp:
             raise SpecError("tp", f"{tp} does not divide {self.n_kv_heads} key/value heads; use "
                             f"{one_of(divisors(self.n_kv_heads))}")
+
+    def check_ep(self, ep: int) -> None:
+        """Expert parallelism splits whole experts: ``ep`` divides the routed experts (Megatron-Core
+        asserts ``num_moe_experts % expert_model_parallel_size == 0`` [src: megatron-core]); 1 without experts."""
+        if self.moe is None:
+            no_experts(ep)
+        elif self.moe.experts % ep:
+            raise SpecError("ep", f"{ep} does not divide the {self.moe.experts} experts of {self.name}; use "
+                            f"{one_of(divisors(self.moe.experts))}")
 
     def chunk_load(self, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
         return transformer_chunk_load(self, chunk, options)

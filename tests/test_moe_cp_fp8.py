@@ -1,0 +1,114 @@
+"""Mixture of experts meets context parallelism, FP8 and unrolled pipelines (the moe and cp-fp8 merge):
+what works together (cp with ep 1: each rank routes its own s/cp tokens), what is refused with one
+line naming the field (ep > 1 with cp > 1, FP8 of a MoE or latent-attention model, cp of latent
+attention, ep > 1 in unrolled pipelines), and the planner searching and explaining both axes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import planner
+from planner.explain import describe, explain
+from planner.space import Problem, default_axes, enumerate_keys
+from simulator.analytical import estimate
+from simulator.analytical_vec import estimate_many
+from simulator.cluster.io import load_cluster
+from simulator.compile import compile_step
+from simulator.engine.step import simulate
+from simulator.errors import SpecError
+from simulator.strategy import ZeroStage, build_layout
+from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.rules import Candidates, valid_mask
+from simulator.workload import get_preset
+from simulator.workload.blocks import block_work
+from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.ops import OpKind
+
+H100 = load_cluster("dgx-h100")  # one node of 8
+QWEN = get_preset("qwen1.5-moe-a2.7b").with_seq(32768)  # 60 experts, 16 heads
+
+
+def _one_line(err) -> None:
+    assert "\n" not in str(err.value)
+
+
+def test_ep_with_cp_is_refused_naming_cp():
+    # Megatron-Core's expert-data-parallel group spans (dp/ep)·cp ranks; ours spans dp only: refused
+    with pytest.raises(SpecError, match="use cp 1 or ep 1") as err:
+        build_layout(strategy_from_flat(dict(global_batch=8, ep=2, cp=2)), H100, QWEN)
+    assert err.value.field == "cp"
+    _one_line(err)
+    for keys in (dict(ep=2), dict(cp=2)):               # either alone is fine
+        assert build_layout(strategy_from_flat(dict(global_batch=8, **keys)), H100, QWEN).world_size == 8
+
+
+def test_valid_mask_drops_ep_with_cp():
+    c = Candidates.of(dp=np.array([4, 2, 2, 8]), tp=1, pp=1, v=1, micro_batch=1, global_batch=8, interleaved=False,
+                      ep=np.array([2, 2, 1, 2]), cp=np.array([2, 4, 4, 1]))
+    assert valid_mask(c, 8, QWEN).tolist() == [False, False, True, True]
+
+
+@pytest.mark.parametrize("name", ["qwen1.5-moe-a2.7b", "deepseek-v2-lite"])
+def test_fp8_of_a_moe_or_latent_attention_model_is_refused(name):
+    with pytest.raises(SpecError, match="use precision model") as err:
+        build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8")), H100, get_preset(name))
+    assert err.value.field == "precision"
+    _one_line(err)
+
+
+def test_cp_of_latent_attention_is_refused():
+    with pytest.raises(SpecError, match="latent attention") as err:
+        build_layout(strategy_from_flat(dict(global_batch=8, cp=2)), H100, get_preset("deepseek-v2-lite"))
+    assert err.value.field == "cp"
+    _one_line(err)
+
+
+def test_a_cp_rank_routes_its_own_tokens():
+    """cp 2 halves the tokens a rank's MoE layer sees: the router GEMM's rows and each local expert's
+    rows (m = tokens·k/E) are half of cp 1's, the expert count per GEMM (batch) unchanged."""
+    def kernels(cp):
+        ops = block_work(QWEN, 1, QWEN.seq_len, 1, moe_layer=True, context=ContextSplit(cp, ContextKind.RING, True))
+        return {k.name: k for w in ops if w.op in (OpKind.MLP, OpKind.ROUTER) for k in w.fwd if k.shape is not None}
+    one, two = kernels(1), kernels(2)
+    assert one["router"].shape.m == 32768 and two["router"].shape.m == 16384
+    assert one["experts_in"].shape.m == pytest.approx(32768 * 4 / 60)     # top-4 of 60, balanced
+    assert two["experts_in"].shape.m == pytest.approx(one["experts_in"].shape.m / 2)
+    assert two["experts_in"].shape.batch == one["experts_in"].shape.batch == 60
+    assert two["shared_in"].shape.m == 16384
+
+
+def test_moe_with_cp_vectorised_equals_scalar():
+    s = strategy_from_flat(dict(global_batch=8, tp=2, cp=4, recompute="full"))
+    one = estimate(H100, QWEN, s)
+    many = estimate_many(H100, QWEN, [s])
+    assert many["step_time_s"][0] == pytest.approx(one.step_time_s, rel=1e-9)
+    assert one.breakdown  # the analytical engine runs MoE with cp > 1
+
+
+def test_unrolled_pipelines_refuse_ep_naming_it():
+    small = get_preset("qwen1.5-moe-a2.7b").with_seq(1024)
+    s = strategy_from_flat(dict(global_batch=8, ep=2))
+    with pytest.raises(SpecError, match="expert parallelism") as err:
+        simulate(compile_step(H100, small, s), H100, seed=0, steps=1, unrolled=True)
+    assert err.value.field == "ep"
+    _one_line(err)
+
+
+def test_the_planner_searches_ep_and_cp_never_together_and_names_both():
+    p = Problem(gpus=8, global_batch=8, gpus_per_node=8, layers=QWEN.layer_count, check_tp=QWEN.check_tp,
+                check_ep=QWEN.check_ep, seq_len=QWEN.seq_len)
+    keys = list(enumerate_keys(p, default_axes(p)))
+    assert {k["ep"] for k in keys} == {1, 2, 4} and {k["cp"] for k in keys} == {1, 2, 4, 8}
+    assert not any(k["ep"] > 1 and k["cp"] > 1 for k in keys)
+    result = planner.plan(QWEN, H100, gpus=8, global_batch=8, refine=0,
+                          pins={"zero": (ZeroStage.ZERO1,), "pp": (1,)})
+    pairs = {(s.ep, s.cp) for s in result.frame["strategy"]}
+    assert any(ep > 1 for ep, _ in pairs) and any(cp > 1 for _, cp in pairs)
+    assert not any(ep > 1 and cp > 1 for ep, cp in pairs)
+    best = result.frame["strategy"][0]
+    text = "\n".join(explain(result.frame))
+    assert describe(best) in text
+    other = "without context parallelism" if best.cp > 1 else "context-parallel plan"
+    assert f"The best {other}" in text or f"The best plan {other}" in text
+    assert any(f"with ep {ep}" in text or f" ep {ep}," in text for ep in (2, 4) if ep != best.ep)

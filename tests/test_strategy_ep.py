@@ -1,0 +1,82 @@
+"""Expert parallelism in the strategy: the ep field, its rules (ep divides the experts and dp), the error
+that names the field and the fix, the expert-parallel and expert-data-parallel rank groups."""
+
+import numpy as np
+import pytest
+
+from simulator.cluster.presets import load_preset
+from simulator.errors import SpecError
+from simulator.strategy import Strategy, build_layout
+from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.rules import Candidates, valid_mask
+from simulator.workload import ParamCountModel, get_preset
+
+H100 = load_preset("dgx-h100")  # 8 GPUs per node
+MIXTRAL = get_preset("mixtral-8x7b")  # 8 experts
+QWEN = get_preset("qwen1.5-moe-a2.7b")  # 60 experts
+
+
+def layout(nodes=4, workload=MIXTRAL, **kw):
+    kw.setdefault("global_batch", 64)
+    return build_layout(Strategy(**kw), H100.with_nodes(nodes), workload)
+
+
+def test_ep_groups_are_consecutive_dp_indices():
+    lay = layout(tp=2, ep=4)  # 32 GPUs: dp 16; rank = tp + 2·dp (pp 1)
+    assert (lay.dp, lay.ep) == (16, 4)
+    assert lay.ep_group(pp=0) == (0, 2, 4, 6)            # dp 0..3 at tp 0: inside one node
+    assert lay.ep_group(pp=0, tp=1, dp=5) == (9, 11, 13, 15)
+    assert lay.expert_dp_group(pp=0) == tuple(2 * d for d in range(0, 16, 4))  # dp 0, 4, 8, 12
+
+
+@pytest.mark.parametrize("kw,fix", [
+    ({"ep": 3}, "use 1, 2, 4 or 8"),                      # 3 does not divide the 8 experts
+    ({"ep": 16, "tp": 4}, "use 1, 2, 4 or 8"),            # dp = 8, but 16 does not divide 8 experts either
+])
+def test_ep_must_divide_the_experts(kw, fix):
+    with pytest.raises(SpecError) as err:
+        layout(**kw)
+    assert err.value.field == "ep" and fix in str(err.value)
+
+
+def test_ep_must_divide_dp():
+    with pytest.raises(SpecError) as err:
+        layout(nodes=1, workload=QWEN, tp=4, ep=4, global_batch=8)   # dp = 2; 4 divides 60 experts
+    assert err.value.field == "ep" and "dp=2" in str(err.value) and "use ep 1 or 2" in str(err.value)
+
+
+def test_dense_models_refuse_ep():
+    with pytest.raises(SpecError) as err:
+        layout(workload=get_preset("llama2-7b"), ep=2)
+    assert err.value.field == "ep" and "use ep 1" in str(err.value)
+    with pytest.raises(SpecError):
+        ParamCountModel(params=10**9).check_ep(2)
+
+
+def test_routing_skew_is_a_checked_scenario_field():
+    assert strategy_from_flat({"global_batch": 8, "ep": "2", "routing_skew": "1.5"}).routing_skew == 1.5
+    for bad in (0.5, 0, float("nan")):
+        with pytest.raises(SpecError) as err:
+            Strategy(global_batch=8, routing_skew=bad)
+        assert err.value.field == "routing_skew"
+
+
+def test_valid_mask_applies_both_ep_rules():
+    c = Candidates.of(dp=np.array([8, 8, 2, 8]), tp=1, pp=np.array([4, 4, 16, 4]), v=1, micro_batch=1,
+                      global_batch=64, interleaved=False, ep=np.array([8, 3, 4, 1]))
+    # 8 | dp and 8 experts; 3 divides neither; 4 > dp 2; 1 always
+    assert valid_mask(c, 32, MIXTRAL).tolist() == [True, False, False, True]
+
+
+def test_the_executor_refuses_what_it_does_not_run():
+    # no dense stand-in for a MoE or latent-attention model, no ep > 1 (issue 14: the executor's EP is next)
+    from executor.model import GPT
+    from executor.strategies.base import family_spec
+
+    for name in ("mixtral-8x7b", "deepseek-v2-lite"):
+        with pytest.raises(SpecError) as err:
+            GPT(get_preset(name))
+        assert err.value.field == "model"
+    with pytest.raises(SpecError) as err:
+        family_spec(layout(tp=2, ep=4))
+    assert err.value.field == "plan.strategy.ep" and "use ep 1" in str(err.value)
