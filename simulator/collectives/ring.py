@@ -94,7 +94,7 @@ MAX_CHAIN_RANKS = 1024
 up to 1,024 chunks make each chunk count's time a sum over ``k+p−2`` step windows of up to ``k`` levels
 each (cost.py ``_Pipeline.bw_s``), so the work grows as ``p·Σk`` (measured 2026-11-24, 2-core VM shared
 with other jobs, ``trainplan collective --op broadcast --algorithm ring``, 21 sizes: 512 ranks 1.8 s
-CPU, 1,024 ranks 5.4 s, 2,048 ranks 26 s; 8,192 ranks ran past 27 s unfinished, found by the long CLI
+CPU, 1,024 ranks 5.2 s, 2,048 ranks 26 s under cProfile; 8,192 ranks ran past 27 s unfinished, found by the long CLI
 fuzz run). A bound on work, not a model limit; all-reduce, reduce-scatter and all-gather are O(p)."""
 
 
