@@ -113,13 +113,16 @@ class _Context:
 
 
 def _micro_batches(ctx: _Context, c: _Candidates) -> None:
-    """Fill ``c.m``; candidates whose global batch does not split mark their layout's error."""
+    """Fill ``c.m``; candidates whose global batch does not split mark their layout's error. The batch
+    rules read only the valid candidates' rows: an invalid one's row is a placeholder (all zeros when
+    no candidate has a structure), whose pp and micro-batch of 0 the rules would divide by."""
     sc, gbs = c.scalars, c.gbs.astype(np.int64)
     c.m = np.where(c.ok, gbs // np.maximum(sc.dp * sc.micro_batch, 1), 0)
-    batch = Candidates.of(dp=sc.dp, tp=1, pp=sc.pp, v=1, micro_batch=sc.micro_batch, global_batch=gbs,
-                          interleaved=sc.interleaved.astype(bool))
-    bad = c.ok & ~mask(batch, BATCH_RULES)
-    for i in np.flatnonzero(bad):
+    valid = np.flatnonzero(c.ok)
+    own = sc.take(valid)
+    batch = Candidates.of(dp=own.dp, tp=1, pp=own.pp, v=1, micro_batch=own.micro_batch, global_batch=gbs[valid],
+                          interleaved=own.interleaved.astype(bool))
+    for i in valid[~mask(batch, BATCH_RULES)]:
         try:
             build_layout(ctx.strategies[i], ctx.cluster, ctx.workload, gpus=ctx.gpus)  # the rule's own error
         except SpecError as err:

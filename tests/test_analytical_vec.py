@@ -154,3 +154,16 @@ def test_a_cache_of_another_cluster_is_refused():
     other = CostCache(load_preset("dgx-a100", 2))
     with pytest.raises(SpecError, match="^cache: the cost cache belongs to another cluster"):
         estimate_many(load_preset("dgx-h100"), get_preset("gpt3-125m"), [Strategy(global_batch=8)], cache=other)
+
+
+@pytest.mark.parametrize("bad", [Strategy(global_batch=32, tp=5), "not a strategy"])
+@pytest.mark.filterwarnings("error")
+def test_only_invalid_candidates_warn_nothing(setup, bad):
+    """A batch of only invalid candidates has no structure row: the batch rules once read a placeholder
+    row of zeros and divided by its pp and micro-batch (numpy's divide-by-zero RuntimeWarning that
+    `trainplan plan` printed, issue 15). Warnings are errors here; the candidate is still marked."""
+    cluster, model = setup
+    frame = estimate_many(cluster, model, [bad], on_invalid=OnInvalid.MARK)
+    assert frame["error"].iloc[0] != "" and np.isnan(frame["step_time_s"].iloc[0])
+    mixed = estimate_many(cluster, model, [bad, CANDIDATES[0]], on_invalid=OnInvalid.MARK)
+    assert mixed["error"].iloc[1] == "" and mixed["step_time_s"].iloc[1] > 0

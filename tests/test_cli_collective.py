@@ -138,6 +138,31 @@ def test_pair_costing_algorithms_are_bounded(capsys, flags, words):
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--op", "broadcast", "--nodes", "1024"], "ring cost every step window of a chunk pipeline as deep as the group "
+                                               "and stop at 1,024 ranks (bounded work)"),
+    (["--op", "reduce", "--nodes", "129", "--algorithm", "ring"], "ring costs every step window of a chunk pipeline "
+                                                                  "as deep as the group and stops at 1,024 ranks"),
+])
+def test_chained_broadcast_and_reduce_are_bounded(capsys, flags, words):
+    """Found by the long CLI fuzz run (issue 15): `collective --op broadcast --nodes 1024` (8,192 ranks)
+    ran past 27 s CPU unfinished: the ring's chained pipeline costs p·Σk step windows. Past 1,024 ranks
+    it is refused with one line, before any costing; all-reduce on the ring keeps no bound."""
+    code, _, err = run(capsys, "collective", "--cluster", "dgx-a100", *flags)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_ring_bound_is_per_op():
+    from simulator.cluster.io import load_cluster
+    from simulator.collectives import registry
+    from simulator.collectives.base import Op
+    cluster = load_cluster("dgx-a100", nodes=129)
+    assert "ring" in registry.supporting(Op.BROADCAST, cluster, range(1024))
+    assert "ring" not in registry.supporting(Op.BROADCAST, cluster, range(1032))
+    assert "ring" not in registry.supporting(Op.REDUCE, cluster, range(1032))
+    assert "ring" in registry.supporting(Op.ALL_REDUCE, cluster, range(1032))
+
+
 def test_all_leaves_out_the_algorithms_past_their_bound(capsys):
     from simulator.cluster.io import load_cluster
     from simulator.collectives import registry

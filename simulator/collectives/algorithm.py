@@ -43,6 +43,12 @@ class Algorithm:
     max_ranks: int | None = None
     """The most ranks the registry costs this algorithm for (None: any): a bound on work for the
     algorithms whose cost enumerates every pair of ranks (registry ``_supported``)."""
+    bound_work: str = "every pair of ranks"
+    """What the cost enumerates past :meth:`rank_limit` (the refusal's words)."""
+
+    def rank_limit(self, op: Op) -> int | None:
+        """The most ranks ``op`` is costed for (None: any); :attr:`max_ranks` unless an op costs more."""
+        return self.max_ranks
 
     def supports(self, group: Group, op: Op) -> bool:
         return op in self.ops and self.supports_group(group, op)

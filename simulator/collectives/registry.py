@@ -109,17 +109,19 @@ def _protocols(cluster: Cluster, algorithm: Algorithm) -> list[Protocol | None]:
 
 def _supported(algorithm: Algorithm, group: Group, op: Op) -> bool:
     return (algorithm.supports(group, op) and bool(_protocols(group.cluster, algorithm))
-            and (algorithm.max_ranks is None or group.p <= algorithm.max_ranks))
+            and (algorithm.rank_limit(op) is None or group.p <= algorithm.rank_limit(op)))
 
 
 def _capped(group: Group, op: Op) -> str:
     """What an error adds when algorithms that implement ``op`` are left out for the group's size."""
-    capped = [a for a in _ALGORITHMS.values() if a.supports(group, op) and a.max_ranks is not None
-              and group.p > a.max_ranks]
+    capped = [a for a in _ALGORITHMS.values() if a.supports(group, op) and a.rank_limit(op) is not None
+              and group.p > a.rank_limit(op)]
     if not capped:
         return ""
-    return (f"; {', '.join(a.name for a in capped)} cost every pair of ranks and stop at "
-            f"{min(a.max_ranks for a in capped):,} ranks (bounded work): use fewer ranks")
+    works = dict.fromkeys(a.bound_work for a in capped)
+    return "".join(f"; {', '.join(a.name for a in capped if a.bound_work == w)} cost {w} and stop at "
+                   f"{min(a.rank_limit(op) for a in capped if a.bound_work == w):,} ranks (bounded work)"
+                   for w in works) + ": use fewer ranks"
 
 
 def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
@@ -147,8 +149,9 @@ def refusal(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> S
 
 def _unsupported(algorithm: str, op: Op, group: Group, able: list[str]) -> SpecError:
     chosen = _ALGORITHMS.get(algorithm)
-    if chosen is not None and chosen.max_ranks is not None and group.p > chosen.max_ranks and chosen.supports(group, op):
-        return SpecError("algorithm", f"{algorithm} costs every pair of ranks and stops at {chosen.max_ranks:,} ranks "
+    limit = None if chosen is None else chosen.rank_limit(op)
+    if limit is not None and group.p > limit and chosen.supports(group, op):
+        return SpecError("algorithm", f"{algorithm} costs {chosen.bound_work} and stops at {limit:,} ranks "
                          f"(bounded work), this group has {group.p:,}; algorithms that do: {', '.join(able) or 'none'}")
     return SpecError("algorithm", f"{algorithm} does not implement {op.value} on this group of {group.p} ranks; "
                      f"algorithms that do: {', '.join(able) or 'none'}")

@@ -89,6 +89,15 @@ def _chain_levels(group: Group, op: Op, root: int) -> list[list[Flow]]:
             for a, d in _chain_edges(group, op, root)]
 
 
+MAX_CHAIN_RANKS = 1024
+"""The most ranks the chained broadcast and reduce are costed for: the pipeline's ``p−1`` levels and
+up to 1,024 chunks make each chunk count's time a sum over ``k+p−2`` step windows of up to ``k`` levels
+each (cost.py ``_Pipeline.bw_s``), so the work grows as ``p·Σk`` (measured 2026-11-24, 2-core VM shared
+with other jobs, ``trainplan collective --op broadcast --algorithm ring``, 21 sizes: 512 ranks 1.8 s
+CPU, 1,024 ranks 5.2 s, 2,048 ranks 26 s under cProfile; 8,192 ranks ran past 27 s unfinished, found by the long CLI
+fuzz run). A bound on work, not a model limit; all-reduce, reduce-scatter and all-gather are O(p)."""
+
+
 class Ring(Algorithm):
     """NCCL-style ring: reduce-scatter, all-gather, all-reduce; pipelined chain broadcast and reduce."""
 
@@ -96,6 +105,11 @@ class Ring(Algorithm):
     family = "ring"
     pipelined = True
     ops = frozenset({Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.REDUCE})
+
+    bound_work = "every step window of a chunk pipeline as deep as the group"
+
+    def rank_limit(self, op: Op) -> int | None:
+        return MAX_CHAIN_RANKS if op in (Op.BROADCAST, Op.REDUCE) else None
 
     def chunk_pipelined(self, op: Op) -> bool:
         return op in (Op.BROADCAST, Op.REDUCE)
