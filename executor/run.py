@@ -22,7 +22,8 @@ A rank that fails writes ``{"error", "detail", "peer"}`` to ``--status-dir`` (th
 connection reset or a timeout in a collective), and rank 0 marks the results failed.
 
 Fault injection, for the failure tests only: ``TRAINPLAN_FAULT=RANK:STEP:KIND`` makes rank RANK
-``raise``, ``kill`` itself (SIGKILL) or ``hang`` at the start of step STEP.
+``raise``, ``kill`` itself (SIGKILL) or ``hang`` at the start of step STEP; ``RANK:end:abort``
+makes rank RANK abort (SIGABRT) after the run completed, as gloo's teardown sometimes does.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def _inject_fault(rank: int, step: int) -> None:
     if not spec:
         return
     fault_rank, fault_step, kind = spec.split(":")
-    if int(fault_rank) != rank or int(fault_step) != step:
+    if int(fault_rank) != rank or fault_step == "end" or int(fault_step) != step:
         return
     if kind == "raise":
         raise RuntimeError(f"injected fault on rank {rank} at step {step}")
@@ -222,6 +223,7 @@ def run_rank(options: RunOptions) -> int:
                   + (f"; results: {options.out}" if options.out else ""))
         dist.barrier()  # leave together: a gloo rank that tears down while a peer still holds its pairs
         #                 can abort (SIGABRT seen once under load, after every step had completed)
+        _write_status(options, rank, "done", True)  # every rank passed the barrier: the run is complete
     except BaseException as err:
         failure = _failure(err, rank)
         _write_status(options, rank, "error", {"error": failure.error, "detail": failure.detail,
@@ -233,6 +235,8 @@ def run_rank(options: RunOptions) -> int:
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001 - a peer's failure may have broken the group already
                 pass
+    if os.environ.get("TRAINPLAN_FAULT") == f"{rank}:end:abort":
+        os.abort()
     return 0
 
 

@@ -48,6 +48,8 @@ class Outcome:
 
     rank: int | None
     error: str
+    warning: str = ""
+    """Set on a success whose ranks did not all exit cleanly after finishing (see :func:`_watch`)."""
 
     @property
     def ok(self) -> bool:
@@ -82,6 +84,10 @@ class _Ranks:
         """Steps each rank finished; -1 before it is ready (model built)."""
         return [s if isinstance(s := _read(self.status / f"rank{r}.step"), int) else -1
                 for r in range(len(self.procs))]
+
+    def finished(self) -> list[bool]:
+        """Which ranks passed the run's final barrier (every step done, results written by rank 0)."""
+        return [_read(self.status / f"rank{r}.done") is True for r in range(len(self.procs))]
 
     def errors(self) -> dict[int, dict]:
         return {r: e for r in range(len(self.procs)) if (e := _read(self.status / f"rank{r}.error"))}
@@ -136,6 +142,13 @@ def _watch(ranks: _Ranks, timeout_s: float) -> Outcome:
         codes = [p.poll() for p in ranks.procs]
         if all(c == 0 for c in codes):
             return Outcome(None, "")
+        if all(c is not None for c in codes) and all(ranks.finished()) and not ranks.errors():
+            # gloo's teardown can abort a process after the final barrier (SIGABRT, "terminate called
+            # without an active exception"): every step and the results are complete, so the run succeeded
+            bad = ", ".join(f"rank {r} ({'signal ' + str(-c) if c < 0 else 'code ' + str(c)})"
+                            for r, c in enumerate(codes) if c != 0)
+            return Outcome(None, "", warning=f"{bad} exited uncleanly after the run had completed "
+                                             "(torch.distributed teardown); the results are complete")
         if failing_since is None and (any(c not in (None, 0) for c in codes) or ranks.errors()):
             failing_since = time.monotonic()
         if failing_since is not None and (time.monotonic() - failing_since > SETTLE_S

@@ -62,6 +62,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         os.makedirs(args.trace, exist_ok=True)
     outcome = supervise.supervise(_forwarded(args), nproc, timeout_s=options.timeout_s, out=args.out)
+    if outcome.warning:
+        print(f"trainplan execute: warning: {outcome.warning}", file=sys.stderr)
     if not outcome.ok:
         who = "the run" if outcome.rank is None else f"rank {outcome.rank}"
         print(f"trainplan execute: {who} failed: {outcome.error}"
