@@ -90,3 +90,22 @@ def limited(cpu_s: float, wall_s: float):
         signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def spec_errors_only(suite: str, call, limit_s: float):
+    """``call()``, or None when it raised SpecError; any other exception fails the test. Each case runs
+    under ``limited(limit_s, 20 · limit_s)`` and is logged to ``suite`` when ``TRAINPLAN_FUZZ_LOG`` is set."""
+    from simulator.errors import SpecError
+
+    outcome = "ok"
+    try:
+        with timed() as clock, limited(limit_s, limit_s * 20):
+            return call()
+    except SpecError:
+        outcome = "SpecError"
+        return None
+    except BaseException as error:
+        outcome = type(error).__name__
+        raise
+    finally:
+        log_case(suite, outcome=outcome, **clock)

@@ -26,7 +26,8 @@ from simulator.profiles import apply_profile, profile_names
 from simulator.strategy import build_layout
 from simulator.strategy.flat import FLAT, strategy_from_flat
 from simulator.workload import get_preset
-from fuzz_budget import fuzz_settings, limited, log_case, timed
+from fuzz_budget import fuzz_settings
+from fuzz_budget import spec_errors_only as shared_spec_errors_only
 from test_fuzz_loaders import EXTREMES, field_values
 
 FUZZ = fuzz_settings(quick=120, tests=4)
@@ -44,20 +45,8 @@ PLAUSIBLE = {"global_batch": [8, 16, 32], "micro_batch": [1, 2], "dp": [None, 1,
 
 
 def spec_errors_only(call):
-    """``call()``, or None when it raised SpecError; any other exception fails the test (and is
-    logged, as every case is, when ``TRAINPLAN_FUZZ_LOG`` is set)."""
-    outcome = "ok"
-    try:
-        with timed() as clock, limited(CASE_LIMIT_S, CASE_LIMIT_S * 20):
-            return call()
-    except SpecError:
-        outcome = "SpecError"
-        return None
-    except BaseException as error:
-        outcome = type(error).__name__
-        raise
-    finally:
-        log_case("api", outcome=outcome, **clock)
+    """``call()``, or None when it raised SpecError; any other exception fails the test (shared helper)."""
+    return shared_spec_errors_only("api", call, CASE_LIMIT_S)
 
 
 def check_result(result) -> None:

@@ -22,7 +22,8 @@ from simulator.cluster.describe import cluster_summary_dict, describe_cluster
 from simulator.cluster.io import cluster_from_dict, load_cluster
 from simulator.errors import SpecError
 from simulator.workload import load_model, spec_from_hf_config
-from fuzz_budget import fuzz_settings, limited, log_case, timed
+from fuzz_budget import fuzz_settings
+from fuzz_budget import spec_errors_only as shared_spec_errors_only
 
 FUZZ = fuzz_settings(quick=150, tests=7)
 CASE_LIMIT_S = 20
@@ -49,20 +50,8 @@ LAYER = {"name": "fc", "params": 10, "fwd_flops": 20.0, "activation_bytes": 40, 
 
 
 def only_spec_errors(load):
-    """``load()``, or None when it raised SpecError; any other exception fails the test (every case
-    is logged when ``TRAINPLAN_FUZZ_LOG`` is set)."""
-    outcome = "ok"
-    try:
-        with timed() as clock, limited(CASE_LIMIT_S, CASE_LIMIT_S * 20):
-            return load()
-    except SpecError:
-        outcome = "SpecError"
-        return None
-    except BaseException as error:
-        outcome = type(error).__name__
-        raise
-    finally:
-        log_case("loaders", outcome=outcome, **clock)
+    """``load()``, or None when it raised SpecError; any other exception fails the test (shared helper)."""
+    return shared_spec_errors_only("loaders", load, CASE_LIMIT_S)
 
 
 def paths_of(d, prefix=()):
