@@ -129,7 +129,7 @@ def _pipeline_by_steps(env: Env, levels, bytes_per_channel: float) -> tuple[floa
 @pytest.mark.parametrize("name", ["dgx-h100", "dgx-v100"])
 @pytest.mark.parametrize("case", ["tree", "ring-broadcast", "ring-reduce"])
 def test_kept_pipelines_equal_steps_written_out(name, case):
-    """The kept pipeline arrays (cost.py ``_Layout``/``_Pipeline``) against the steps written out, every protocol."""
+    """The kept pipeline arrays (pipeline_cost.py ``PipelineLayout``/``PipelineCost``) against the steps written out, every protocol."""
     cluster = CLUSTERS[name]
     group = registry._group(cluster, (0, 1, 2, 5, 8, 9, 12, 15))
     if case == "tree":

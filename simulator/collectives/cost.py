@@ -34,14 +34,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
-
-import numpy as np
 
 from simulator.cluster.spec import Cluster, LinkClass, Protocol
 from simulator.cluster.topology import Hop, Path, path
-from simulator.collectives.chain import Edge, PipelineChain, chain_latency_s
+from simulator.collectives.chain import Edge, chain_latency_s
+from simulator.collectives.group import Flow, Group, ring_flows, ring_nic  # noqa: F401 (re-exported)
+from simulator.collectives.pipeline_cost import PipelineCost, PipelineLayout
 from simulator.errors import SpecError
 
 PIPELINE_CHUNKS = tuple(2**i for i in range(11))
@@ -55,133 +54,6 @@ size). Taking a minimum over a fixed set that only shrinks as bytes grow keeps t
 in bytes and in 1/bandwidth."""
 REDUCE_MEMORY_PASSES = 3
 """Bytes of device memory touched per byte reduced: read two operands, write one result."""
-
-
-@dataclass(frozen=True)
-class Flow:
-    """A transfer as the cost model sees it: global ranks, bytes and the NIC it uses across nodes."""
-
-    src: int
-    dst: int
-    nbytes: float
-    nic: int | None = None
-
-
-@dataclass(frozen=True)
-class Group:
-    """A group of ranks on a cluster and its layout: which group indices share a node, and their NICs."""
-
-    cluster: Cluster
-    ranks: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.ranks) < 2:
-            raise SpecError("ranks", f"a collective needs at least 2 ranks, got {len(self.ranks)}; "
-                            "a group of one rank costs nothing, skip the call")
-        for r in self.ranks:  # types first: an unhashable rank would break the duplicate check
-            if not isinstance(r, int) or isinstance(r, bool):
-                raise SpecError("ranks", f"ranks must be integers, got {r!r}")
-        if len(set(self.ranks)) != len(self.ranks):
-            raise SpecError("ranks", "a group lists the same rank twice")
-        for r in self.ranks:
-            self.cluster.place(r)
-
-    @property
-    def p(self) -> int:
-        return len(self.ranks)
-
-    @cached_property
-    def nodes(self) -> tuple[tuple[int, ...], ...]:
-        """Group indices grouped by node, nodes in order of first appearance, indices in group order."""
-        by_node: dict[int, list[int]] = {}
-        for i, r in enumerate(self.ranks):
-            by_node.setdefault(self.cluster.place(r)[0], []).append(i)
-        return tuple(tuple(v) for v in by_node.values())
-
-    @cached_property
-    def order(self) -> tuple[int, ...]:
-        """Group indices node by node: a ring over this order crosses each node boundary once."""
-        return tuple(i for node in self.nodes for i in node)
-
-    @cached_property
-    def node_index(self) -> dict[int, int]:
-        """Group index → position of its node in :attr:`nodes`."""
-        return {i: k for k, node in enumerate(self.nodes) for i in node}
-
-    @cached_property
-    def nic_sets(self) -> tuple[tuple[int, ...], ...]:
-        """Per node, the distinct NICs of the group's GPUs there (each GPU's own NIC, sorted)."""
-        spec = self.cluster.node
-        return tuple(tuple(sorted({spec.nic_of(self.cluster.place(self.ranks[i])[1]) for i in node}))
-                     for node in self.nodes)
-
-    @cached_property
-    def channels(self) -> int:
-        """NCCL-like channels of a ring: one per NIC the group owns on every node (1 inside a node).
-
-        Each channel carries ``1/channels`` of the data and leaves the node through its own NIC, so
-        the inter-node bus bandwidth reaches ``channels × NIC bandwidth`` (nccl-tests on DGX A100,
-        8×HDR: ≈192 GB/s) [src: nccl-1576]. A group with one GPU per node owns one NIC: one channel.
-        """
-        if len(self.nodes) == 1:
-            return 1
-        return min(len(s) for s in self.nic_sets)
-
-    @cached_property
-    def shape(self) -> tuple:
-        """Size, partition into nodes (group indices) and how many NICs the group's GPUs own on each node:
-        the layout relative to nodes without the rank ids (what :meth:`Algorithm.schedule_key` may use)."""
-        return self.p, self.nodes, tuple(len(s) for s in self.nic_sets)
-
-    def nic(self, src_index: int, channel: int) -> int:
-        """NIC channel ``channel`` uses to leave the node of group index ``src_index``."""
-        nics = self.nic_sets[self.node_index[src_index]]
-        return nics[channel % len(nics)]
-
-    @cached_property
-    def paths(self) -> dict:
-        """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
-        return {}
-
-    @cached_property
-    def shapes(self) -> dict:
-        """Size-independent schedule structures keyed by (algorithm, op, root), shared by every size
-        and protocol evaluated on this group (:mod:`simulator.collectives.shape`)."""
-        return {}
-
-    def same_node(self, a: int, b: int) -> bool:
-        return self.node_index[a] == self.node_index[b]
-
-    @cached_property
-    def ring_bus_bw_Bps(self) -> float:
-        """Bus bandwidth of the group's multi-channel ring on the links as given (no protocol): what a
-        rank pushes per ring step over the step's time, ``C / max_r (load_r / bw_r)`` with one byte per
-        channel on every ring edge (:func:`ring_flows`). NCCL's tuner calls it ``busBw``
-        (``nChannels × bw``) and caps a protocol's share of it (:meth:`Env.bw_ratio`)."""
-        load: dict[tuple, float] = {}
-        hops = []
-        for f in ring_flows(self, 1.0):
-            p = self.paths.get((f.src, f.dst, f.nic)) or path(self.cluster, f.src, f.dst, f.nic)
-            self.paths[(f.src, f.dst, f.nic)] = p
-            for hop in p.hops:
-                load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
-                hops.append(hop)
-        step_s = max((load[h.resource] / h.link.bw_Bps for h in hops), default=0.0)
-        return self.channels / step_s if step_s > 0 else float("inf")
-
-
-def ring_nic(group: Group, src: int, dst: int, channel: int) -> int | None:
-    """NIC ring channel ``channel`` leaves by from group index ``src`` to ``dst`` (None inside a node)."""
-    return None if group.same_node(src, dst) else group.nic(src, channel)
-
-
-def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
-    """The flows of one ring step: every position sends ``per_channel_bytes`` on every channel
-    (:mod:`simulator.collectives.ring`)."""
-    pos, p = group.order, group.p
-    return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
-                 ring_nic(group, pos[i], pos[(i + 1) % p], c))
-            for c in range(group.channels) for i in range(p)]
 
 
 class Env:
@@ -348,7 +220,7 @@ class Env:
         chunk is ``chunk_bytes``. Step ``s`` runs levels ``max(0, s−chunks+1) .. min(L−1, s)``; fill and
         drain steps run fewer. With equal level costs ``c`` this is the textbook ``(chunks + L − 1)·c``.
         """
-        return _Pipeline(self, levels).time_s(chunks, chunk_bytes)
+        return PipelineCost(self, levels).time_s(chunks, chunk_bytes)
 
     def best_pipeline(self, levels: list[list[Flow]] | Callable[[], list[list[Flow]]], bytes_per_channel: float,
                       group: Group | None = None, key: tuple | None = None) -> tuple[float, int]:
@@ -376,15 +248,15 @@ class Env:
         per_chunk = pipe.alpha_max_s * self.chunk_latency_share
         return min((pipe.bw_s(k, bytes_per_channel / k) + latency + (k - 1) * per_chunk, k) for k in counts)
 
-    def _pipeline(self, levels, group: Group | None, key: tuple | None) -> _Pipeline:
-        """The levels' :class:`_Pipeline` under this protocol, kept in ``group.shapes`` when keyed."""
+    def _pipeline(self, levels, group: Group | None, key: tuple | None) -> PipelineCost:
+        """The levels' :class:`PipelineCost` under this protocol, kept in ``group.shapes`` when keyed."""
         if group is None or key is None:
-            return _Pipeline(self, levels() if callable(levels) else levels)
+            return PipelineCost(self, levels() if callable(levels) else levels)
         shapes, own = group.shapes, ("pipeline", key, id(self.protocol), self.family)
         if own not in shapes:
             if ("layout", key) not in shapes:
-                shapes[("layout", key)] = _Layout(self, levels() if callable(levels) else levels)
-            shapes[own] = _Pipeline(self, shapes[("layout", key)])
+                shapes[("layout", key)] = PipelineLayout(self, levels() if callable(levels) else levels)
+            shapes[own] = PipelineCost(self, shapes[("layout", key)])
         return shapes[own]
 
     @property
@@ -392,88 +264,3 @@ class Env:
         """Fraction of a hop latency each further pipeline chunk pays: ``1 / protocol.fifo_steps``
         (NCCL: 1/8, the chunks in flight overlap their latencies), 1 without a protocol."""
         return 1.0 if self.protocol is None else self.protocol.chunk_latency_share
-
-
-class _Layout:
-    """A pipeline's levels as protocol-independent arrays: each flow's link resources (0: padding)
-    and link bandwidths, its connection kind (link class, own latency) and its level."""
-
-    def __init__(self, env: Env, levels: list[list[Flow]]):
-        flows = [f for lvl in levels for f in lvl]
-        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
-        ids: dict[tuple, int] = {}
-        kinds: dict[tuple, int] = {}
-        self.kinds: list[Path] = []
-        """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
-        width = max((len(p.hops) for p in paths), default=1)
-        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
-        self.link_bw = np.zeros((len(flows), width))
-        self.kind = np.zeros(len(flows), dtype=np.int64)
-        for i, p in enumerate(paths):
-            for j, hop in enumerate(p.hops):
-                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
-                self.link_bw[i, j] = hop.link.bw_Bps
-            self.kind[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
-            if self.kind[i] == len(self.kinds):
-                self.kinds.append(p)
-        self.n_res = len(ids) + 1
-        self.weight = np.array([f.nbytes for f in flows], dtype=float)
-        self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
-        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
-        self.by_level = [np.flatnonzero(self.level == k).tolist() for k in range(len(levels))]
-        self.depth = len(levels)
-
-
-class _Pipeline:
-    """The levels of a pipeline as arrays, so each step's cost is a few vector operations.
-
-    ``cost(lo, hi)`` is :meth:`Env.step_bw_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
-    unit: ``max_f b · max over f's links r of load_r / bw_r`` with ``load_r`` in units; the latency
-    is one chunk's chain (:class:`simulator.collectives.chain.PipelineChain`) plus ``α_max`` per
-    further chunk.
-    """
-
-    def __init__(self, env: Env, levels: list[list[Flow]] | _Layout):
-        lay = levels if isinstance(levels, _Layout) else _Layout(env, levels)
-        self.res, self.n_res, self.weight, self.level, self.depth = lay.res, lay.n_res, lay.weight, lay.level, lay.depth
-        self.inv_bw = np.zeros(lay.link_bw.shape)  # 1 / (link bw × the protocol's ratio); 0 on padding
-        np.divide(1.0, lay.link_bw * env.bw_ratio, out=self.inv_bw, where=lay.link_bw > 0)
-        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind].tolist()
-        self.alpha_max_s = max(alpha, default=0.0)
-        """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
-        self.share = env.chunk_latency_share
-        self.protocol = env.protocol  # kept by id in Group.shapes: holding it keeps the id unique
-        self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
-        self._profiles: dict[tuple[int, int], float] = {}
-
-    @cached_property
-    def latency_s(self) -> float:
-        """One chunk's latency chain through the levels (``PipelineChain.of(1)``)."""
-        return self.chain.of(1)
-
-    def _profile(self, lo: int, hi: int) -> float:
-        if (lo, hi) not in self._profiles:
-            sel = (self.level >= lo) & (self.level <= hi)
-            res, inv_bw = self.res[sel], self.inv_bw[sel]
-            load = np.bincount(res.ravel(), weights=np.repeat(self.weight[sel], res.shape[1]),
-                               minlength=self.n_res)
-            unit = (load[res] * inv_bw).max(axis=1)
-            self._profiles[(lo, hi)] = float(unit.max()) if unit.size else 0.0
-        return self._profiles[(lo, hi)]
-
-    def cost(self, lo: int, hi: int, chunk_bytes: float) -> float:
-        return chunk_bytes * self._profile(lo, hi)
-
-    def time_s(self, chunks: int, b: float) -> float:
-        """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
-        return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
-
-    def bw_s(self, chunks: int, b: float) -> float:
-        depth = self.depth
-        if depth == 0:
-            return 0.0
-        if chunks >= depth:  # fill, steady state (all levels, chunks − L + 1 steps), drain
-            fill = sum(self.cost(0, s, b) for s in range(depth - 1))
-            drain = sum(self.cost(s, depth - 1, b) for s in range(1, depth))
-            return fill + (chunks - depth + 1) * self.cost(0, depth - 1, b) + drain
-        return sum(self.cost(max(0, s - chunks + 1), min(depth - 1, s), b) for s in range(chunks + depth - 1))

@@ -33,8 +33,9 @@ from __future__ import annotations
 from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
-from simulator.collectives.cost import Env, Flow, Group, ring_flows  # noqa: F401 (ring_flows re-exported)
-from simulator.collectives.cost import ring_nic as _nic
+from simulator.collectives.cost import Env
+from simulator.collectives.group import Flow, Group, ring_flows  # noqa: F401 (ring_flows re-exported)
+from simulator.collectives.group import ring_nic as _nic
 from simulator.collectives.shape import uniform_schedule
 
 
@@ -92,7 +93,7 @@ def _chain_levels(group: Group, op: Op, root: int) -> list[list[Flow]]:
 MAX_CHAIN_RANKS = 1024
 """The most ranks the chained broadcast and reduce are costed for: the pipeline's ``p−1`` levels and
 up to 1,024 chunks make each chunk count's time a sum over ``k+p−2`` step windows of up to ``k`` levels
-each (cost.py ``_Pipeline.bw_s``), so the work grows as ``p·Σk`` (measured 2026-11-24, 2-core VM shared
+each (pipeline_cost.py ``PipelineCost.bw_s``), so the work grows as ``p·Σk`` (measured 2026-11-24, 2-core VM shared
 with other jobs, ``trainplan collective --op broadcast --algorithm ring``, 21 sizes: 512 ranks 1.8 s
 CPU, 1,024 ranks 5.2 s, 2,048 ranks 26 s under cProfile; 8,192 ranks ran past 27 s unfinished, found by the long CLI
 fuzz run). A bound on work, not a model limit; all-reduce, reduce-scatter and all-gather are O(p)."""

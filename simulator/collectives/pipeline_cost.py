@@ -1,0 +1,106 @@
+"""A pipelined schedule's levels as arrays, so each step's α-β cost is a few vector operations.
+
+:class:`PipelineLayout` holds what does not depend on the protocol (each flow's links, their
+bandwidths, its connection kind and level; kept per group in :attr:`Group.shapes`);
+:class:`PipelineCost` applies one protocol's bandwidth ratio and hop latencies to it and prices a
+schedule of ``chunks`` chunks, for :meth:`simulator.collectives.cost.Env.best_pipeline`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.cluster.topology import Path
+from simulator.collectives.chain import PipelineChain
+from simulator.collectives.group import Flow
+
+if TYPE_CHECKING:
+    from simulator.collectives.cost import Env
+
+
+class PipelineLayout:
+    """A pipeline's levels as protocol-independent arrays: each flow's link resources (0: padding)
+    and link bandwidths, its connection kind (link class, own latency) and its level."""
+
+    def __init__(self, env: Env, levels: list[list[Flow]]):
+        flows = [f for lvl in levels for f in lvl]
+        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+        ids: dict[tuple, int] = {}
+        kinds: dict[tuple, int] = {}
+        self.kinds: list[Path] = []
+        """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
+        width = max((len(p.hops) for p in paths), default=1)
+        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
+        self.link_bw = np.zeros((len(flows), width))
+        self.kind = np.zeros(len(flows), dtype=np.int64)
+        for i, p in enumerate(paths):
+            for j, hop in enumerate(p.hops):
+                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
+                self.link_bw[i, j] = hop.link.bw_Bps
+            self.kind[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+            if self.kind[i] == len(self.kinds):
+                self.kinds.append(p)
+        self.n_res = len(ids) + 1
+        self.weight = np.array([f.nbytes for f in flows], dtype=float)
+        self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
+        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
+        self.by_level = [np.flatnonzero(self.level == k).tolist() for k in range(len(levels))]
+        self.depth = len(levels)
+
+
+class PipelineCost:
+    """The levels of a pipeline as arrays, so each step's cost is a few vector operations.
+
+    ``cost(lo, hi)`` is :meth:`Env.step_bw_s` of all flows of levels ``lo..hi`` at ``b`` bytes per
+    unit: ``max_f b · max over f's links r of load_r / bw_r`` with ``load_r`` in units; the latency
+    is one chunk's chain (:class:`simulator.collectives.chain.PipelineChain`) plus ``α_max`` per
+    further chunk.
+    """
+
+    def __init__(self, env: Env, levels: list[list[Flow]] | PipelineLayout):
+        lay = levels if isinstance(levels, PipelineLayout) else PipelineLayout(env, levels)
+        self.res, self.n_res, self.weight, self.level, self.depth = lay.res, lay.n_res, lay.weight, lay.level, lay.depth
+        self.inv_bw = np.zeros(lay.link_bw.shape)  # 1 / (link bw × the protocol's ratio); 0 on padding
+        np.divide(1.0, lay.link_bw * env.bw_ratio, out=self.inv_bw, where=lay.link_bw > 0)
+        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind].tolist()
+        self.alpha_max_s = max(alpha, default=0.0)
+        """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
+        self.share = env.chunk_latency_share
+        self.protocol = env.protocol  # kept by id in Group.shapes: holding it keeps the id unique
+        self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
+        self._profiles: dict[tuple[int, int], float] = {}
+
+    @cached_property
+    def latency_s(self) -> float:
+        """One chunk's latency chain through the levels (``PipelineChain.of(1)``)."""
+        return self.chain.of(1)
+
+    def _profile(self, lo: int, hi: int) -> float:
+        if (lo, hi) not in self._profiles:
+            sel = (self.level >= lo) & (self.level <= hi)
+            res, inv_bw = self.res[sel], self.inv_bw[sel]
+            load = np.bincount(res.ravel(), weights=np.repeat(self.weight[sel], res.shape[1]),
+                               minlength=self.n_res)
+            unit = (load[res] * inv_bw).max(axis=1)
+            self._profiles[(lo, hi)] = float(unit.max()) if unit.size else 0.0
+        return self._profiles[(lo, hi)]
+
+    def cost(self, lo: int, hi: int, chunk_bytes: float) -> float:
+        return chunk_bytes * self._profile(lo, hi)
+
+    def time_s(self, chunks: int, b: float) -> float:
+        """Σ step bandwidth terms + one chunk's latency chain + the per-chunk overhead."""
+        return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
+
+    def bw_s(self, chunks: int, b: float) -> float:
+        depth = self.depth
+        if depth == 0:
+            return 0.0
+        if chunks >= depth:  # fill, steady state (all levels, chunks − L + 1 steps), drain
+            fill = sum(self.cost(0, s, b) for s in range(depth - 1))
+            drain = sum(self.cost(s, depth - 1, b) for s in range(1, depth))
+            return fill + (chunks - depth + 1) * self.cost(0, depth - 1, b) + drain
+        return sum(self.cost(max(0, s - chunks + 1), min(depth - 1, s), b) for s in range(chunks + depth - 1))
