@@ -1,6 +1,6 @@
 """Cross-field rules of a cluster: values that are each valid alone but describe no machine the model
 can stand for together (issue 15: ``nics_per_node: 64`` on an 8-GPU node was accepted). One home for
-them; :class:`~simulator.cluster.spec.NodeSpec` and :class:`~simulator.cluster.spec.Cluster` call these
+them; :class:`~simulator.cluster.interconnect.NodeSpec` and :class:`~simulator.cluster.spec.Cluster` call these
 from their ``__post_init__``, so a file, a preset and a cluster built in Python meet the same rules.
 Each error names the file field and the fix in one line.
 """

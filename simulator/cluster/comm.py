@@ -1,6 +1,6 @@
 """The communication library's per-message costs: latency classes, NCCL-style protocols, call overheads.
 
-Kept apart from the hardware (:mod:`simulator.cluster.spec`): the same links cost differently
+Kept apart from the hardware (:mod:`simulator.cluster.hardware`): the same links cost differently
 under NCCL (protocols LL / LL128 / Simple, ``src/graph/tuning.cc``), gloo or MPI (a per-call
 overhead, measured by ``trainplan calibrate``), or the IDEAL profile (the links exactly as given).
 """

@@ -1,6 +1,6 @@
 """Cluster-level facts that make nodes differ: other GPU generations, degraded NICs, slow GPUs.
 
-A cluster is ``nodes`` nodes of one :class:`~simulator.cluster.spec.NodeSpec`; these facts say where
+A cluster is ``nodes`` nodes of one :class:`~simulator.cluster.interconnect.NodeSpec`; these facts say where
 it is not uniform, as a site would record them (not per run, like a straggler model):
 
 - :class:`NodeGroup`: nodes that carry another device (8 nodes of H100, then 8 of A100). The node's
