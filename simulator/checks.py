@@ -59,3 +59,13 @@ def enum_member(kind, value, field: str, what: str = "value", spellings: Callabl
         if text in (spellings(str(member.value)), spellings(member.name)):
             return member
     raise SpecError(field, f"unknown {what} {value!r}; known: {', '.join(str(m.value) for m in kind)}")
+
+
+def known_fields(where: str, given, known: tuple[str, ...]) -> None:
+    """Nothing if ``given`` is a mapping whose keys are all in ``known``; else a SpecError naming
+    ``where`` (not a mapping) or ``where.key`` (an unknown field) and listing the known fields."""
+    if not isinstance(given, dict):
+        raise SpecError(where, f"must be a mapping, got {type(given).__name__}")
+    for key in given:
+        if key not in known:
+            raise SpecError(f"{where}.{key}", f"unknown field; known: {', '.join(known)}")
