@@ -1,4 +1,4 @@
-"""Staleness of a parameter-server run, measured (``simulator.run_results.Staleness``) beside the
+"""Staleness of a parameter-server run, measured (``simulator.run_staleness.Staleness``) beside the
 discrete-event engine's (``StepResult.extras["staleness"]``, ``simulator.engine.step._staleness_summary``):
 the step lag, which both measure alike (steps the pushing worker trails the furthest other worker), over
 all pushes and per worker, and the measured update staleness (the DES does not report it)."""
@@ -6,7 +6,8 @@ all pushes and per worker, and the measured update staleness (the DES does not r
 from __future__ import annotations
 
 from simulator.results import StepResult
-from simulator.run_results import Results, histogram
+from simulator.run_results import Results
+from simulator.run_staleness import histogram
 
 
 def staleness_rows(results: Results, des: StepResult) -> dict | None:
