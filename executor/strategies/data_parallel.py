@@ -44,11 +44,11 @@ from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
-from executor.p2p import replay_schedule
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
+from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync, comm_hook
 from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule
 from simulator.errors import SpecError
@@ -80,40 +80,6 @@ def check(plan, layout) -> None:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
 
-class _ReplayHook:
-    """DDP comm hook: all-reduce each bucket by replaying the simulator's schedule (then average)."""
-
-    def __init__(self, ctx: RunContext, group, ranks: tuple[int, ...], buckets: dict[int, int]):
-        self.ctx, self.group, self.ranks, self.buckets = ctx, group, ranks, buckets
-        self.algorithm = ctx.plan.strategy.dp_sync.algorithm
-        self.schedules: dict[int, object] = {}
-
-    def all_reduce(self, flat: torch.Tensor) -> None:
-        """Sum ``flat`` (1-D, contiguous) over the dp group in place."""
-        if self.algorithm is AllReduceAlgorithm.AUTO:
-            dist.all_reduce(flat, group=self.group)
-            return
-        nbytes = flat.numel() * flat.element_size()
-        if nbytes not in self.schedules:
-            self.schedules[nbytes] = build_schedule(self.ctx.plan.cluster, self.ranks, Op.ALL_REDUCE, nbytes,
-                                                    self.algorithm.value)
-        replay_schedule(self.schedules[nbytes], flat, self.ranks.index(self.ctx.rank))
-
-    def on_bucket(self, bucket) -> torch.futures.Future:
-        buf = bucket.buffer()
-        self.buckets[buf.untyped_storage().data_ptr()] = buf.untyped_storage().nbytes()
-        self.all_reduce(buf)
-        buf.div_(len(self.ranks))
-        fut = torch.futures.Future()
-        fut.set_result(buf)
-        return fut
-
-
-def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares it with a non-string type
-    """The DDP communication hook (``state`` is the rank's :class:`_ReplayHook`)."""
-    return state.on_bucket(bucket)
-
-
 class DataParallelRunner:
     """One rank of a tp = pp = 1 plan (see the module docstring)."""
 
@@ -136,7 +102,7 @@ class DataParallelRunner:
         self.dp_ranks = next(g for g in layout.dp_groups if ctx.rank in g)
         self.group = ctx.mesh["dp"].get_group()
         self.buckets: dict[int, int] = {}
-        self.hook = _ReplayHook(ctx, self.group, self.dp_ranks, self.buckets)
+        self.hook = ReplayHook(ctx, self.group, self.dp_ranks, self.buckets)
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         apply_attention(model, s.attention)
@@ -168,7 +134,7 @@ class DataParallelRunner:
         self.module = DDP(self.model, process_group=self.group, bucket_cap_mb=cap_mb,
                           gradient_as_bucket_view=s.gradient_as_bucket_view,
                           device_ids=None if self.ctx.device.type == "cpu" else [self.ctx.device])
-        self.module.register_comm_hook(self.hook, _comm_hook)
+        self.module.register_comm_hook(self.hook, comm_hook)
         algo = s.dp_sync.algorithm
         how = ("dist.all_reduce" if algo is AllReduceAlgorithm.AUTO else
                f"{algo.value} schedule of the simulator replayed with isend/irecv (executor/p2p.py)")
@@ -219,46 +185,6 @@ class DataParallelRunner:
         phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t0
         return out
 
-    def _backward_with_exposed_sync(self, loss: torch.Tensor, phases: dict[Phase, float]) -> None:
-        """DDP's synchronising backward: the time from the last parameter gradient computed to
-        ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase."""
-        stamps: list[float] = []
-
-        def all_grads_computed(_grads) -> None:
-            self.ctx.synchronize()
-            stamps.append(time.perf_counter())
-
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        handle = torch.autograd.graph.register_multi_grad_hook(params, all_grads_computed, mode="all")
-        try:
-            self.ctx.synchronize()
-            t0 = time.perf_counter()
-            loss.backward()
-            self.ctx.synchronize()
-            t1 = time.perf_counter()
-        finally:
-            handle.remove()
-        tail = t1 - stamps[0] if stamps else 0.0
-        phases[Phase.BACKWARD] = phases.get(Phase.BACKWARD, 0.0) + (t1 - t0) - tail
-        phases[Phase.DP] = phases.get(Phase.DP, 0.0) + tail
-
-    def _sync_after_backward(self) -> None:
-        """No overlap: all-reduce the accumulated gradients bucket by bucket, in reverse order."""
-        grads = [p.grad for p in reversed(list(self.model.parameters())) if p.grad is not None]
-        cap = self.ctx.layout.bucket_bytes or sum(g.numel() * g.element_size() for g in grads)
-        bucket: list[torch.Tensor] = []
-        for g in grads + [None]:
-            size = sum(t.numel() * t.element_size() for t in bucket)
-            if bucket and (g is None or size + g.numel() * g.element_size() > cap):
-                flat = torch.cat([t.reshape(-1) for t in bucket])
-                self.hook.all_reduce(flat)
-                flat.div_(len(self.dp_ranks))
-                for t, new in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket)):
-                    t.copy_(new)
-                bucket = []
-            if g is not None:
-                bucket.append(g)
-
     def train_step(self, step: int) -> StepRecord:
         layout, phases = self.ctx.layout, {}
         inputs, targets = (replica_samples(t, self.dp_rank, layout.dp) for t in batch_for(self.ctx, step))
@@ -274,7 +200,7 @@ class DataParallelRunner:
                         return self.module(x, y) / m
                 loss = self._timed(phases, Phase.FORWARD, forward)
                 if i == m - 1 and self.overlap and not self.fsdp:
-                    self._backward_with_exposed_sync(loss, phases)
+                    backward_with_exposed_sync(self.ctx, self.model.parameters(), loss, phases)
                 else:
                     self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
@@ -282,7 +208,8 @@ class DataParallelRunner:
             phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
             phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if not self.fsdp and not self.overlap:
-            self._timed(phases, Phase.DP, self._sync_after_backward)
+            self._timed(phases, Phase.DP, lambda: all_reduce_after_backward(
+                self.model.parameters(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
         norm = self._grad_norm()
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
