@@ -42,13 +42,15 @@ class ChunkCompute:
     """Routed-expert parameters of the chunk on this rank (reduced over the expert-data-parallel group)."""
 
 
-def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
-    """Compute of one chunk: the workload's load timed on the cache's device (module docstring)."""
+def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions,
+                  share: float = 1.0) -> ChunkCompute:
+    """Compute of one chunk: the workload's load timed on the cache's device (module docstring);
+    ``share``: processes per host core on the node (:func:`simulator.host_overhead.core_share`)."""
     load = cache.memo(("chunk_load", workload, chunk, options), lambda: workload.chunk_load(chunk, options))
     device, dtype = cache.cluster.device, workload.dtype
     fwd = bwd = recompute = 0.0
     for count, unit in load.units:
-        f, b, r = cache.memo(("unit_times", dtype, unit), lambda: unit_times(unit, device, dtype))
+        f, b, r = cache.memo(("unit_times", dtype, unit, share), lambda: unit_times(unit, device, dtype, share))
         fwd, bwd, recompute = fwd + count * f, bwd + count * b, recompute + count * r
     return ChunkCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, layer_params=load.block_params,
                         edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks,

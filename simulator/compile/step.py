@@ -7,6 +7,7 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part, cp_part, ep_part, offload_part
@@ -40,7 +41,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
-    return chunk_compute(cache, workload, chunk, options)
+    share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    return chunk_compute(cache, workload, chunk, options, share)
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
@@ -214,8 +216,12 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     if s.zero >= ZeroStage.ZERO1:
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
-    if s.offload is Offload.NONE:
-        opt = offload_part.gpu_optimizer_s(cluster, dt, part)
+    if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
+        share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
+        tensors = cache.memo(("optimizer_tensors", layout, rep),
+                             lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
+        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
+                                             tensors, share).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
