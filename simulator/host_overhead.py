@@ -14,6 +14,8 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   :data:`ADAMW_FOREACH_CALLS` ``_foreach_*`` calls per step where they exist (CUDA)
   [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers with a fused kernel
   (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
+- **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
+  ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -105,10 +107,22 @@ def optimizer_calls(device: Device, tensors: int) -> int:
     return ADAMW_FOREACH_CALLS
 
 
-def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0) -> StreamTime:
+def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0, *,
+                     dtensor: bool = False) -> StreamTime:
     """One optimizer step: ``device_s`` of memory-bound update and :func:`optimizer_calls` host calls
-    at ``Device.op_call_overhead_us`` each."""
-    return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=device.op_call_overhead_us)
+    at ``Device.op_call_overhead_us`` each, plus ``Device.dtensor_call_overhead_us`` on DTensor
+    parameters (``dtensor``, :func:`dtensor_params`)."""
+    per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
+    return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=per_call)
+
+
+def dtensor_params(layout) -> bool:
+    """Whether the framework keeps the parameters as DTensors: FSDP2 (``fully_shard`` shards each parameter
+    as a DTensor) and torch's own tensor parallelism (``parallelize_module`` makes the sharded weights
+    DTensors; Megatron-LM's is plain tensors) [src: torch-dtensor-params]."""
+    from simulator.strategy.framework import Framework
+
+    return layout.framework is Framework.FSDP2 or (layout.framework is Framework.TORCH_DDP and layout.tp > 1)
 
 
 def optimizer_tensors(workload, layout, stage: int) -> int:

@@ -123,6 +123,8 @@ def _device_dict(device) -> dict:
     d["kernel_dispatch"] = device.kernel_dispatch.value
     if device.op_call_overhead_us:
         d["op_call_overhead_us"] = device.op_call_overhead_us
+    if device.dtensor_call_overhead_us:
+        d["dtensor_call_overhead_us"] = device.dtensor_call_overhead_us
     if device.gemm_efficiency is not None:
         d["gemm_efficiency"] = gemm_efficiency_to_dict(device.gemm_efficiency)
     return d

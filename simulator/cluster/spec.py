@@ -106,6 +106,11 @@ class Device:
     """Host time of one eager operator call outside autograd, µs: the optimizer's per-tensor calls
     (:mod:`simulator.host_overhead`). ``trainplan calibrate --compute`` measures it as a bare 1-element
     ``torch.add``; 0: not modelled."""
+    dtensor_call_overhead_us: float = 0.0
+    """Extra host time of an operator call on DTensor operands over a plain call, µs: DTensor's sharding
+    propagation and redistribution checks in Python on every call. Charged to the optimizer's calls when
+    the parameters are DTensors (FSDP2, torch tensor parallel; :func:`simulator.host_overhead.dtensor_params`).
+    localhost-cpu: our probe's bare DTensor ``add_`` minus a plain one; 0: not modelled."""
     compute_capability: float | None = None
     """CUDA compute capability (7.0 V100, 8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200) [src: nvidia-cuda-gpus]:
     the GPU generation NCCL's tuner keys its per-architecture tables by (``Protocol.bus_bw_cap``);
@@ -122,6 +127,7 @@ class Device:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
         non_negative_number("device.op_call_overhead_us", self.op_call_overhead_us)
+        non_negative_number("device.dtensor_call_overhead_us", self.dtensor_call_overhead_us)
         if not isinstance(self.kernel_dispatch, KernelDispatch):
             raise SpecError("device.kernel_dispatch", f"must be a KernelDispatch, got {self.kernel_dispatch!r}")
         if not self.peak_tflops:

@@ -221,7 +221,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
         tensors = cache.memo(("optimizer_tensors", layout, rep),
                              lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
-                                             tensors, share).time_s
+                                             tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
