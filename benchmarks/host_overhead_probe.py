@@ -7,7 +7,10 @@ validation suite runs (llama2-7b at ``--scale tiny``, 2 blocks, 28 parameter ten
   plain call is ``device.op_call_overhead_us``, the difference ``device.dtensor_call_overhead_us``;
 - ``executor.reference.make_optimizer`` (torch AdamW, the per-tensor loop on the CPU) stepping the model's
   parameters as plain tensors and as DTensors: per tensor and per call (10 calls per tensor,
-  ``simulator.host_overhead.ADAMW_PER_TENSOR_CALLS``), to check the model's product against a whole step.
+  ``simulator.host_overhead.ADAMW_PER_TENSOR_CALLS``), to check the model's product against a whole step;
+- FSDP2 ``fully_shard`` per block and root against the unwrapped model, forward and forward + backward: the
+  host time FSDP2 adds per sharded module (1 rank, so no peer to wait for). Not a model term yet: recorded in
+  docs/validation.md ("Where each family's error comes from") as what the zero family's estimate lacks.
 
 Medians of many repeats with p10/p90; the machine's load average is printed (a shared machine slows calls).
 Usage: ``python benchmarks/host_overhead_probe.py [--repeats 200]``. Results and dates: docs/sources.md,
@@ -80,7 +83,45 @@ def main(argv: list[str] | None = None) -> None:
         timing = _timed(opt.step, args.repeats)
         print(_show(f"AdamW step, {len(params)} tensors ({name})", timing))
         print(_show(f"  per call ({name})", timing, per=10 * len(params)))
+    _fsdp2(spec, args.repeats // 4)
     dist.destroy_process_group()
+
+
+def _fsdp2(spec, repeats: int) -> None:
+    """FSDP2 (``fully_shard`` per block and on the root, as the executor's ZeRO-3, on the 1-rank mesh: no peer
+    to wait for) against the same model unwrapped, forward alone and forward + backward; the differences per
+    sharded module are the host time of its all-gather (forward) and of its backward all-gather and
+    reduce-scatter."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from executor.model import build_gpt
+
+    tokens = torch.randint(0, spec.vocab, (2, spec.seq_len))
+
+    def forward(model):
+        return model(tokens).float().sum()
+
+    def both(model):
+        forward(model).backward()
+
+    plain, sharded = build_gpt(spec), build_gpt(spec)
+    for block in sharded.layers:
+        fully_shard(block, reshard_after_forward=True)
+    fully_shard(sharded, reshard_after_forward=True)
+    modules = len(sharded.layers) + 1
+    rows = {}
+    for name, model in (("plain", plain), ("fsdp2", sharded)):
+        for what, fn in (("forward", forward), ("forward+backward", both)):
+            with torch.no_grad() if what == "forward" else torch.enable_grad():
+                for _ in range(5):
+                    fn(model)
+                rows[name, what] = _timed(lambda: fn(model), repeats)
+            print(_show(f"{what} ({name}, {modules - 1} blocks)", rows[name, what]))
+    fwd = (rows["fsdp2", "forward"][0] - rows["plain", "forward"][0]) / modules
+    bwd = (rows["fsdp2", "forward+backward"][0] - rows["plain", "forward+backward"][0]) / modules - fwd
+    print(f"{'FSDP2 per module: forward gather':34s} {fwd * 1e6:9.2f} us\n"
+          f"{'  backward gather + reduce-scatter':34s} {bwd * 1e6:9.2f} us ({bwd / 2 * 1e6:.2f} per call)")
 
 
 if __name__ == "__main__":
