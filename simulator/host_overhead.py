@@ -16,6 +16,10 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
   ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
+- **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
+  adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
+  post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
+  post-backward) (:func:`with_fsdp2_modules`) [src: own-host-overhead-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -138,3 +142,27 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
                                 layers=layout.layer_indices(stage), ep=layout.ep)
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]
+
+
+def with_fsdp2_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
+    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time FSDP2 adds per
+    sharded module (module docstring) when the layout's framework is FSDP2 and the host states it; the
+    chunk's blocks, plus the root module on chunk 0. Combined with the chunk's times as one stream."""
+    from dataclasses import replace as _replace
+
+    from simulator.strategy.framework import Framework
+
+    host = cluster.node.host
+    if layout.framework is not Framework.FSDP2 or host is None:
+        return compute
+    modules = chunk.layers + (1 if chunk.index == 0 else 0)
+    device = cluster.device
+
+    def add(phase_s: float, per_module_us: float) -> float:
+        extra_s = modules * per_module_us * 1e-6 * share
+        if not extra_s:
+            return phase_s
+        return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
+
+    return _replace(compute, fwd_s=add(compute.fwd_s, host.fsdp2_forward_module_us),
+                    bwd_s=add(compute.bwd_s, host.fsdp2_backward_module_us))

@@ -31,7 +31,8 @@ INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription",
                           "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
-             "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores")
+             "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
+             "fsdp2_forward_module_us", "fsdp2_backward_module_us")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
@@ -191,7 +192,9 @@ def _host(s: Section) -> HostSpec:
                     cpu_adam_params_per_s=s.number("cpu_adam_params_per_s", 0.0, minimum="non_negative"),
                     storage_read_GBps=s.number("storage_read_GBps", 0.0, minimum="non_negative"),
                     cpu_vendor=s.choice("cpu_vendor", CpuVendor) if s.has("cpu_vendor") else None,
-                    cpu_cores=s.integer("cpu_cores") if s.has("cpu_cores") else None)
+                    cpu_cores=s.integer("cpu_cores") if s.has("cpu_cores") else None,
+                    fsdp2_forward_module_us=s.number("fsdp2_forward_module_us", 0.0, minimum="non_negative"),
+                    fsdp2_backward_module_us=s.number("fsdp2_backward_module_us", 0.0, minimum="non_negative"))
 
 
 def _comm(s: Section) -> CommProfile:

@@ -173,6 +173,12 @@ class HostSpec:
     cpu_vendor: CpuVendor | None = None
     """Host CPU vendor (NCCL's LL cap across nodes depends on it, ``Protocol.bus_bw_cap``); None: not
     stated, read as NCCL reads any host that is not AMD."""
+    fsdp2_forward_module_us: float = 0.0
+    """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
+    :func:`simulator.host_overhead.with_fsdp2_modules`. 0: not modelled."""
+    fsdp2_backward_module_us: float = 0.0
+    """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
+    post-backward). 0: not modelled."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -187,6 +193,8 @@ class HostSpec:
             non_negative_number(f"host.{name}", getattr(self, name))
         if self.cpu_cores is not None:
             positive_int("host.cpu_cores", self.cpu_cores)
+        non_negative_number("host.fsdp2_forward_module_us", self.fsdp2_forward_module_us)
+        non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
 
 
 @dataclass(frozen=True, kw_only=True)

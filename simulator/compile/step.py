@@ -42,7 +42,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
-    return chunk_compute(cache, workload, chunk, options, share)
+    return host_overhead.with_fsdp2_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
+                                                                                          share), share)
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
