@@ -242,6 +242,16 @@ def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: i
     return rows
 
 
+def unit_host_split(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[tuple[float, float], ...]:
+    """(device seconds, host seconds) of one repetition of ``unit`` per phase (forward, backward, recompute):
+    the kernels' roofline times and their count × ``kernel_launch_overhead_us``, before time-sharing."""
+    rates = replace(_rates(dtype, device), overhead_s=0.0)
+    per_call_s = device.kernel_launch_overhead_us * 1e-6
+    return tuple((sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops),
+                  sum(len(kernels) for kernels in ops) * per_call_s)
+                 for ops in (unit.fwd, unit.bwd, unit.recompute))
+
+
 def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy, share: float = 1.0) -> tuple[float, float, float]:
     """(forward, backward, recompute) seconds of one repetition of ``unit``: each phase one stream of
     kernels (:func:`simulator.host_overhead.stream_s`): device time the sum of its kernels' roofline

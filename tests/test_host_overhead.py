@@ -179,3 +179,20 @@ def test_fsdp2_adds_its_per_module_host_time_to_forward_and_backward():
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
         assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 186e-6, rel=1e-9), case
         assert chunk.bwd_s == pytest.approx(plain.bwd_s + modules * 2104e-6, rel=1e-9), case
+
+
+def test_the_estimate_says_when_it_is_host_bound():
+    """Issue 9 §1: "a small model can be host-bound; say when". The suite's tiny model in bf16 on 8 H100s
+    (kernels of a few µs against 5 µs launches) is host-bound in forward and backward, and its forward is
+    then its kernel count × 5 µs; llama2-7b on the same GPUs is not; the CPU run is (inline dispatch)."""
+    from simulator.analytical import estimate, estimate_work
+    from simulator.workload import DtypePolicy, load_model
+
+    _, tiny, _, cpu_work = _run("ddp-overlap")
+    assert estimate_work(cpu_work).extras["host_bound"] == "forward+backward"
+    strategy = dataclasses.replace(load_results(RUNS / "ddp-overlap.results.json").run.plan.strategy,
+                                   dp=8, global_batch=16)
+    h100 = load_cluster("dgx-h100", nodes=1)
+    small = estimate(h100, dataclasses.replace(tiny, dtype=DtypePolicy.BF16_MIXED), strategy)
+    assert small.extras["host_bound"] == "forward+backward"
+    assert "host_bound" not in estimate(h100, load_model("llama2-7b"), strategy).extras

@@ -298,4 +298,11 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
                     world_size=layout.world_size,
                     peak_flops_per_gpu=cluster.device.peak_flops(workload.dtype.compute_dtype),
                     memory=_memory(cluster, workload, layout) if memory else None,
+                    host_bound=_host_bound(cache, workload, layout),
                     rank_factors=rank_factors(cluster, layout, lambda c, k: _chunk_compute(c, workload, layout, k)))
+
+
+def _host_bound(cache: CostCache, workload, layout: ParallelLayout) -> tuple[str, ...]:
+    """Phases host-bound on any chunk (:attr:`ChunkCompute.host_bound`; the chunks' answers are memoised)."""
+    phases = {p for c in range(layout.pp * layout.v) for p in _chunk_compute(cache, workload, layout, c).host_bound}
+    return tuple(p for p in ("forward", "backward", "recompute") if p in phases)
