@@ -19,14 +19,20 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    counted from the workload's op list (:func:`simulator.workload.ops.layer_work`), so the compute model
    reproduces the measured block through the very formula it applies to every kernel of every plan.
 
+   On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
+   block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
+4. a bare 1-element ``torch.add`` outside autograd: ``op_call_overhead_us`` (the optimizer's calls,
+   :mod:`simulator.host_overhead`), and this process's CPU cores: ``host.cpu_cores``.
+
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
-ranks is in it. The result replaces only these device fields of ``base`` (a preset or a
-``trainplan calibrate`` file, whose network calibration is kept).
+ranks is in it. The result replaces only these device fields and ``host.cpu_cores`` of ``base`` (a
+preset or a ``trainplan calibrate`` file, whose network calibration is kept).
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import statistics
 import sys
@@ -37,7 +43,7 @@ import torch
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
 from executor.launch import check_backend, threads_per_rank
-from simulator.cluster.spec import Cluster, Device
+from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.compute import layer_times, total_time
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency
@@ -168,8 +174,11 @@ def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[
 
 
 def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing, dtype: DtypePolicy,
-                  source: str) -> tuple[Device, int, float]:
-    """The calibrated device, the block's kernel count and its roofline time (module docstring)."""
+                  source: str, *, bare: Timing | None = None,
+                  dispatch: KernelDispatch = KernelDispatch.INLINE) -> tuple[Device, int, float]:
+    """The calibrated device, the block's kernel count and its roofline time (module docstring).
+    ``bare``: the bare operator call, written as ``op_call_overhead_us`` (the base's kept without it);
+    ``dispatch``: how the measured device runs its kernels (``inline`` on the CPU, ``async`` on a GPU)."""
     fmt = dtype.compute_dtype
     best = max(row.tflops for row in gemms)
     peak = max(base.peak_tflops.get(fmt, 0.0), best)
@@ -178,10 +187,16 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     hbm = max(base.hbm_bw_GBps, achieved)
     curve = GemmEfficiency(points=curve_points(gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
-                     kernel_launch_overhead_us=0.0)
+                     kernel_launch_overhead_us=0.0, kernel_dispatch=dispatch,
+                     op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
     roofline = total_time(layer_times(grid.block, device, grid.micro_batch))
     kernels = sum(len(w.fwd) + len(w.bwd) for w in layer_work(grid.block, grid.micro_batch))
-    overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)
+    if dispatch is KernelDispatch.INLINE:  # t_block = roofline + kernels · o
+        overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)
+    elif block.median_s > roofline:  # async and host-bound: t_block = kernels · o
+        overhead_us = block.median_s / kernels * 1e6
+    else:  # async and device-bound: the block says only o ≤ t_block / kernels; keep the base's figure
+        overhead_us = base.kernel_launch_overhead_us
     return replace(device, kernel_launch_overhead_us=overhead_us), kernels, roofline
 
 
@@ -213,11 +228,23 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     gemms, memory, bare, block = measure(grid, dtype=dtype, backend=backend, thread_count=count,
                                          repeats=repeats, warmup=warmup, progress=progress)
     source = _source(backend, count, dtype, grid)
-    device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source)
+    dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
+    device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
+                                              dispatch=dispatch)
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
                                 fields=device)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, source=joined), report
+    return replace(base, name=name, device=device, node=_with_cores(base.node), source=joined), report
+
+
+def host_cores() -> int:
+    """CPU cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where it does not exist)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _with_cores(node):
+    """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` (no host section: as is)."""
+    return node if node.host is None else replace(node, host=replace(node.host, cpu_cores=host_cores()))

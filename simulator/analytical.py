@@ -130,7 +130,8 @@ def estimate_work(work: StepWork, cache: CostCache | None = None) -> StepResult:
                       breakdown={c: float(breakdown[slowest, k]) for k, c in enumerate(Category)},
                       per_rank=per_rank_frame(work, breakdown), memory=work.memory,
                       extras={"slowest_stage": slowest, "slowest_rank": work.stages[slowest].rank,
-                              "pipeline_s": float(out["pipeline_s"][0])})
+                              "pipeline_s": float(out["pipeline_s"][0]),
+                              **({"host_bound": "+".join(work.host_bound)} if work.host_bound else {})})
 
 
 def estimate(cluster: Cluster, workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,

@@ -9,9 +9,12 @@ own ``gemm_efficiency`` or the default for its name), ``W`` a GEMM's padded work
 up to whole tiles and whole waves on the device's ``sm_count`` SMs (:mod:`simulator.gemm_shape`;
 the FLOPs themselves for a kernel without a shape or a device without ``sm_count``) — and
 memory-bound kernels have no FLOPs term, and ``o`` is the device's ``kernel_launch_overhead_us``:
-host time per kernel that overlaps no execution (dispatch, autograd, launch; 0 on the GPU presets,
-measured per kernel of this op list on a CPU by ``trainplan calibrate --compute``). A preset and a
-measured cluster file go through this same formula: only their numbers differ.
+host time per kernel (dispatch, autograd, launch; measured per kernel of this op list on a CPU by
+``trainplan calibrate --compute``). On an ``inline`` device (a CPU process) it adds to every kernel as
+written; on an ``async`` one (a GPU) the per-operation rows here show device time only and a phase
+of a repeated unit takes max(Σ device time, kernels × o) (:func:`unit_times`,
+:mod:`simulator.host_overhead`). A preset and a measured cluster file go through this same formula:
+only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
 kernels; launch gaps are ``o`` plus what the efficiency curve carries).
@@ -23,14 +26,15 @@ stage); :func:`microbatch_time` adds them up for a device holding the whole mode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
-from simulator.cluster.spec import Device
+from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
+from simulator.host_overhead import stream_s
 from simulator.workload.chunks import layer_kernel, recomputed
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
@@ -148,7 +152,8 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
                  hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
                  clock_ratio=device.sustained_clock_ratio,
                  fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
-                 overhead_s=device.kernel_launch_overhead_us * 1e-6)
+                 overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE
+                 else 0.0)
 
 
 def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
@@ -237,13 +242,26 @@ def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: i
     return rows
 
 
-def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[float, float, float]:
-    """(forward, backward, recompute) seconds of one repetition of ``unit``: each operation the sum of
-    its kernels' roofline times, each phase the sum of its operations (as :func:`total_time` adds
-    the rows of :func:`layer_times`)."""
-    rates = _rates(dtype, device)
+def unit_host_split(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[tuple[float, float], ...]:
+    """(device seconds, host seconds) of one repetition of ``unit`` per phase (forward, backward, recompute):
+    the kernels' roofline times and their count × ``kernel_launch_overhead_us``, before time-sharing."""
+    rates = replace(_rates(dtype, device), overhead_s=0.0)
+    per_call_s = device.kernel_launch_overhead_us * 1e-6
+    return tuple((sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops),
+                  sum(len(kernels) for kernels in ops) * per_call_s)
+                 for ops in (unit.fwd, unit.bwd, unit.recompute))
+
+
+def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy, share: float = 1.0) -> tuple[float, float, float]:
+    """(forward, backward, recompute) seconds of one repetition of ``unit``: each phase one stream of
+    kernels (:func:`simulator.host_overhead.stream_s`): device time the sum of its kernels' roofline
+    times, host time its kernel count × ``kernel_launch_overhead_us``, added on an ``inline`` device (as
+    :func:`total_time` adds the rows of :func:`layer_times`), the larger of the two on an ``async`` one;
+    ``share``: processes per host core (:func:`simulator.host_overhead.core_share`)."""
+    rates = replace(_rates(dtype, device), overhead_s=0.0)
 
     def phase(ops: tuple[tuple[Kernel, ...], ...]) -> float:
-        return sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops)
+        device_s = sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops)
+        return stream_s(device, device_s, sum(len(kernels) for kernels in ops), share)
 
     return phase(unit.fwd), phase(unit.bwd), phase(unit.recompute)

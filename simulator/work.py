@@ -179,6 +179,9 @@ class StepWork:
     """Peak FLOP/s of one device in the workload's compute dtype (for MFU/HFU)."""
     memory: "MemoryReport | None" = None
     """The memory report of this strategy, when the workload allows one."""
+    host_bound: tuple[str, ...] = ()
+    """Compute phases where some chunk's host time per kernel exceeds its device time
+    (:mod:`simulator.host_overhead`): a small model on a fast device, or any model on a CPU process."""
     rank_factors: tuple[tuple[int, float], ...] = ()
     """(rank, compute-time multiplier) for every rank whose compute differs from the representative's
     on the cluster's device: another GPU generation, a slow GPU (:mod:`simulator.compile.device_factors`).

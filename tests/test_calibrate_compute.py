@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from executor.calibrate_compute import (ComputeGrid, GemmRow, MemoryRow, calibrate_compute, curve_points,
-                                        device_fields, run_shapes, tiny_model)
+                                        device_fields, host_cores, run_shapes, tiny_model)
 from executor.compute_bench import MemoryKernel, Timing, model_bytes
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster, save_cluster
@@ -114,6 +114,29 @@ def test_fields_from_synthetic_measurements():
     assert total_time(layer_times(LLAMA_TINY, device, 2)) == pytest.approx(1e-3, rel=1e-9)
 
 
+def test_bare_call_and_dispatch_fields_from_synthetic_measurements():
+    """The bare call becomes ``op_call_overhead_us``; on an async device (a GPU) a host-bound block gives
+    o = t_block / kernels, a device-bound one keeps the base's o (it only bounds it)."""
+    from simulator.cluster.spec import KernelDispatch
+
+    base = dataclasses.replace(load_cluster("localhost-cpu").device, kernel_launch_overhead_us=3.0)
+    shape = GemmShape(64, 64, 64)
+    gemms = (GemmRow(shape=shape, timing=_timing(shape.flops / 50e9)),)
+    memory = tuple(MemoryRow(kernel=k, elements=1000, bytes=model_bytes(k, 1000, DtypePolicy.FP32),
+                             timing=_timing(model_bytes(k, 1000, DtypePolicy.FP32) / 5e9)) for k in MemoryKernel)
+    grid = ComputeGrid(shapes=(shape,), elements=(1000,), block=LLAMA_TINY, micro_batch=2)
+    inline, kernels, roofline = device_fields(base, grid, gemms, memory, _timing(1e-3), DtypePolicy.FP32, "s",
+                                              bare=_timing(2.5e-6))
+    assert inline.op_call_overhead_us == pytest.approx(2.5) and inline.kernel_dispatch is KernelDispatch.INLINE
+    host_bound, _, _ = device_fields(base, grid, gemms, memory, _timing(1e-3), DtypePolicy.FP32, "s",
+                                     dispatch=KernelDispatch.ASYNC)
+    assert roofline < 1e-3 and host_bound.kernel_launch_overhead_us == pytest.approx(1e-3 / kernels * 1e6)
+    assert host_bound.op_call_overhead_us == base.op_call_overhead_us  # no bare call measured: kept
+    device_bound, _, _ = device_fields(base, grid, gemms, memory, _timing(roofline / 2), DtypePolicy.FP32, "s",
+                                       dispatch=KernelDispatch.ASYNC)
+    assert device_bound.kernel_launch_overhead_us == 3.0
+
+
 def test_run_shapes_are_the_gemms_the_tiny_run_plans():
     shapes = run_shapes(LLAMA_TINY, 2)
     T, h = 2 * LLAMA_TINY.seq_len, LLAMA_TINY.hidden
@@ -146,7 +169,10 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert len(cluster.device.gemm_efficiency.points) == 2
     assert cluster.device.kernel_launch_overhead_us >= 0
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
-    assert cluster.node == base.node and cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
+    assert cluster.device.op_call_overhead_us == pytest.approx(report.bare_call.median_s * 1e6)
+    cores = dataclasses.replace(base.node.host, cpu_cores=host_cores())  # this machine's cores
+    assert cluster.node == dataclasses.replace(base.node, host=cores)
+    assert cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
 
 

@@ -95,8 +95,31 @@ def test_step_time_mape_overall_and_per_family_from_recorded_results():
     for family, value in report.family_mape().items():
         mine = [abs(hand[c.name]) for c in QUICK if c.family is family]
         assert value == pytest.approx(sum(mine) / len(mine), rel=1e-12)
-    # what the issue says is true today: the CPU model has no per-operator overhead, so it is far too fast
+    # still true with the host-overhead terms: the estimates of these noisy recordings are far too fast
+    # (waiting on descheduled peers in collectives is not modelled; docs/validation.md)
     assert all(e < -0.5 for e in hand.values())
+
+
+def test_host_overhead_terms_bring_every_recorded_optimizer_phase_closer(tmp_path):
+    """The optimizer's host calls (simulator/host_overhead.py: 10 per tensor at op_call_overhead_us, more on
+    DTensor parameters) against the same cluster without them: every recorded optimizer phase's |error| falls,
+    every step estimate with a worker optimizer rises, and so the step-time MAPE falls (all estimates are below their measurements)."""
+    from simulator.cluster.io import load_cluster, save_cluster
+
+    base = load_cluster("localhost-cpu")
+    bare = replace(base, name="localhost-cpu-no-op-calls",
+                   device=replace(base.device, op_call_overhead_us=0.0, dtensor_call_overhead_us=0.0))
+    with_terms, without = _report(), _report(cluster=str(save_cluster(bare, tmp_path / "bare.yaml")))
+    checked = 0
+    for a, b in zip(with_terms.rows, without.rows):
+        sa, sb = a.validation.row("step_time_s").analytical, b.validation.row("step_time_s").analytical
+        # the parameter servers run the update themselves (BytePS §4): no worker optimizer to charge
+        assert sa == sb if a.case.family is Family.PARAM_SERVER else sa > sb, a.case.name
+        ra, rb = a.validation.row("optimizer"), b.validation.row("optimizer")
+        if ra is not None and ra.measured:
+            assert abs(ra.error_analytical) < abs(rb.error_analytical), a.case.name
+            checked += 1
+    assert checked >= 4 and with_terms.step_time_mape() < without.step_time_mape()
 
 
 def test_model_states_are_reported_per_case():

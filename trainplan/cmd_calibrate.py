@@ -181,7 +181,8 @@ def _compute_dict(r, path: str) -> dict:
     return {"out": path, "device": r.device, "threads": r.threads, "precision": r.dtype.value,
             "peak_tflops": {k.value: v for k, v in d.peak_tflops.items()}, "hbm_bw_GBps": d.hbm_bw_GBps,
             "hbm_efficiency": d.gemm_efficiency.hbm_efficiency, "gemm_efficiency": [list(p) for p in d.gemm_efficiency.points],
-            "kernel_launch_overhead_us": d.kernel_launch_overhead_us, "bare_call": _timing(r.bare_call),
+            "kernel_launch_overhead_us": d.kernel_launch_overhead_us, "kernel_dispatch": d.kernel_dispatch.value,
+            "op_call_overhead_us": d.op_call_overhead_us, "bare_call": _timing(r.bare_call),
             "block": {**_timing(r.block), "kernels": r.block_kernels, "roofline_s": r.block_roofline_s},
             "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
                        **_timing(g.timing)} for g in r.gemms],
@@ -196,7 +197,8 @@ def _print_compute(r) -> None:
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
           f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
           f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
-          f"{r.bare_call.median_s * 1e6:.1f} us)\n")
+          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls; "
+          f"dispatch {d.kernel_dispatch.value})\n")
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:
         s, t = g.shape, g.timing

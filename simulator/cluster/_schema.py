@@ -12,7 +12,7 @@ from simulator.cluster._files import parse_yaml, preset_text
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
 from simulator.cluster.spec import (BusBwCap, Cluster, CommLibrary, CommProfile, CpuVendor, Device, Dtype, Fabric,
-                                    HostSpec, LeafUplinks, Link,
+                                    HostSpec, KernelDispatch, LeafUplinks, Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmCurve, gemm_efficiency_from_dict
@@ -23,14 +23,16 @@ TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_no
 GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
-               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "compute_capability")
+               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "kernel_dispatch",
+               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
                           "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
-             "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor")
+             "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
+             "fsdp2_forward_module_us", "fsdp2_backward_module_us")
 COMM_KEYS = ("library", "call_latency_us", "protocols")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
@@ -115,6 +117,9 @@ def _device(s: Section) -> Device:
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
                   kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
+                  kernel_dispatch=s.choice("kernel_dispatch", KernelDispatch, KernelDispatch.INLINE.value),
+                  op_call_overhead_us=s.number("op_call_overhead_us", 0.0, minimum="non_negative"),
+                  dtensor_call_overhead_us=s.number("dtensor_call_overhead_us", 0.0, minimum="non_negative"),
                   compute_capability=s.number("compute_capability") if s.has("compute_capability") else None)
 
 
@@ -186,7 +191,10 @@ def _host(s: Section) -> HostSpec:
                     nvme_write_GBps=s.number("nvme_write_GBps", 0.0, minimum="non_negative"),
                     cpu_adam_params_per_s=s.number("cpu_adam_params_per_s", 0.0, minimum="non_negative"),
                     storage_read_GBps=s.number("storage_read_GBps", 0.0, minimum="non_negative"),
-                    cpu_vendor=s.choice("cpu_vendor", CpuVendor) if s.has("cpu_vendor") else None)
+                    cpu_vendor=s.choice("cpu_vendor", CpuVendor) if s.has("cpu_vendor") else None,
+                    cpu_cores=s.integer("cpu_cores") if s.has("cpu_cores") else None,
+                    fsdp2_forward_module_us=s.number("fsdp2_forward_module_us", 0.0, minimum="non_negative"),
+                    fsdp2_backward_module_us=s.number("fsdp2_backward_module_us", 0.0, minimum="non_negative"))
 
 
 def _comm(s: Section) -> CommProfile:

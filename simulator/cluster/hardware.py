@@ -8,6 +8,7 @@ direction in decimal GB/s (1e9 bytes/s). How these pieces are joined into nodes 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
@@ -50,6 +51,18 @@ class Link:
         return self.latency_us * 1e-6
 
 
+class KernelDispatch(Enum):
+    """How a device's kernels relate to the host thread that issues them
+    (:mod:`simulator.host_overhead` combines the two times by it)."""
+
+    INLINE = "inline"
+    """The kernel runs in the calling thread (a CPU process, torch's CPU operators): host time per call
+    adds to the kernel's, and the device's compute shares the host's cores with other processes."""
+    ASYNC = "async"
+    """The launch returns before the kernel has run (a CUDA stream) [src: nvidia-cuda-async]: a stream
+    of kernels takes the larger of its device time and its host (launch) time."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Device:
     """An accelerator (or a CPU process standing in for one)."""
@@ -76,13 +89,24 @@ class Device:
     the MAMF plateaus were measured at each GPU's default power limit (the table notes e.g. GH200's 900 W
     [src: bekman-mle]); give less for a power-capped run."""
     kernel_launch_overhead_us: float = 0.0
-    """Host time per kernel the compute model schedules that overlaps no kernel's execution, µs:
-    framework dispatch, autograd bookkeeping and the launch itself. Every kernel of the workload's op
-    list costs this on top of its roofline time (:func:`simulator.compute.kernel_time`). A CPU process
-    runs its operators synchronously and pays it in full (``trainplan calibrate --compute`` measures
-    it); a GPU's launches are asynchronous — control returns to the host before the kernel has run
-    [src: nvidia-cuda-async] — so a host thread that runs ahead hides it: 0 in the GPU presets, whose
-    GEMM curve's small-kernel fall-off carries what a short GEMM loses."""
+    """Host time per kernel the compute model schedules, µs: framework dispatch, autograd bookkeeping and
+    the launch itself. A CPU process runs its operators synchronously and pays it on top of every
+    kernel's roofline time (``trainplan calibrate --compute`` measures it); a GPU's launches are
+    asynchronous [src: nvidia-cuda-async], so a stream of kernels costs the larger of its device and host
+    times (``kernel_dispatch``, :mod:`simulator.host_overhead`): 5 µs in the GPU presets, the CPU side of
+    a CUDA launch [src: hta-launch-stats], which only a model of very short kernels notices."""
+    kernel_dispatch: KernelDispatch = KernelDispatch.INLINE
+    """Whether host time per kernel adds to (``inline``) or overlaps (``async``) device time
+    (:class:`KernelDispatch`); the default keeps a file written before the field as it was read."""
+    op_call_overhead_us: float = 0.0
+    """Host time of one eager operator call outside autograd, µs: the optimizer's per-tensor calls
+    (:mod:`simulator.host_overhead`). ``trainplan calibrate --compute`` measures it as a bare 1-element
+    ``torch.add``; 0: not modelled."""
+    dtensor_call_overhead_us: float = 0.0
+    """Extra host time of an operator call on DTensor operands over a plain call, µs: DTensor's sharding
+    propagation and redistribution checks in Python on every call. Charged to the optimizer's calls when
+    the parameters are DTensors (FSDP2, torch tensor parallel; :func:`simulator.host_overhead.dtensor_params`).
+    localhost-cpu: our probe's bare DTensor ``add_`` minus a plain one; 0: not modelled."""
     compute_capability: float | None = None
     """CUDA compute capability (7.0 V100, 8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200) [src: nvidia-cuda-gpus]:
     the GPU generation NCCL's tuner keys its per-architecture tables by (``Protocol.bus_bw_cap``);
@@ -98,6 +122,10 @@ class Device:
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
+        non_negative_number("device.op_call_overhead_us", self.op_call_overhead_us)
+        non_negative_number("device.dtensor_call_overhead_us", self.dtensor_call_overhead_us)
+        if not isinstance(self.kernel_dispatch, KernelDispatch):
+            raise SpecError("device.kernel_dispatch", f"must be a KernelDispatch, got {self.kernel_dispatch!r}")
         if not self.peak_tflops:
             raise SpecError("device.peak_tflops", "give at least one format, e.g. {bf16: 989}")
         for dtype, tflops in self.peak_tflops.items():
@@ -141,6 +169,16 @@ class HostSpec:
     cpu_vendor: CpuVendor | None = None
     """Host CPU vendor (NCCL's LL cap across nodes depends on it, ``Protocol.bus_bw_cap``); None: not
     stated, read as NCCL reads any host that is not AMD."""
+    fsdp2_forward_module_us: float = 0.0
+    """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
+    :func:`simulator.host_overhead.with_fsdp2_modules`. 0: not modelled."""
+    fsdp2_backward_module_us: float = 0.0
+    """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
+    post-backward). 0: not modelled."""
+    cpu_cores: int | None = None
+    """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
+    --compute`` writes it): more active processes than cores time-share them
+    (:func:`simulator.host_overhead.core_share`); None: not stated, no time-sharing modelled."""
 
     def __post_init__(self) -> None:
         positive_number("host.cpu_memory_GB", self.cpu_memory_bytes)
@@ -149,3 +187,7 @@ class HostSpec:
         for name in ("nvme_bytes", "nvme_read_GBps", "nvme_write_GBps", "cpu_adam_params_per_s",
                      "storage_read_GBps"):
             non_negative_number(f"host.{name}", getattr(self, name))
+        if self.cpu_cores is not None:
+            positive_int("host.cpu_cores", self.cpu_cores)
+        non_negative_number("host.fsdp2_forward_module_us", self.fsdp2_forward_module_us)
+        non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)

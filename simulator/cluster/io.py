@@ -91,6 +91,11 @@ def cluster_to_dict(c: Cluster) -> dict:
                      "cpu_adam_params_per_s": h.cpu_adam_params_per_s, "storage_read_GBps": h.storage_read_GBps}
         if h.cpu_vendor is not None:
             d["host"]["cpu_vendor"] = h.cpu_vendor.value
+        if h.cpu_cores is not None:
+            d["host"]["cpu_cores"] = h.cpu_cores
+        for key in ("fsdp2_forward_module_us", "fsdp2_backward_module_us"):
+            if getattr(h, key):
+                d["host"][key] = getattr(h, key)
     d["comm"] = _comm_dict(c.comm)
     d["in_switch_reduction"] = c.in_switch_reduction
     if c.source:
@@ -118,6 +123,11 @@ def _device_dict(device) -> dict:
     if device.sustained_clock_ratio != 1.0:
         d["sustained_clock_ratio"] = device.sustained_clock_ratio
     d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
+    d["kernel_dispatch"] = device.kernel_dispatch.value
+    if device.op_call_overhead_us:
+        d["op_call_overhead_us"] = device.op_call_overhead_us
+    if device.dtensor_call_overhead_us:
+        d["dtensor_call_overhead_us"] = device.dtensor_call_overhead_us
     if device.gemm_efficiency is not None:
         d["gemm_efficiency"] = gemm_efficiency_to_dict(device.gemm_efficiency)
     return d

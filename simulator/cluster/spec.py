@@ -21,7 +21,7 @@ from simulator.cluster.kinds import Fabric, LinkKind  # noqa: F401 (re-exported)
 from simulator.cluster.comm import (BusBwCap, CommLibrary, CommProfile, CpuVendor,  # noqa: F401 (re-exported)
                                    LinkClass, Protocol)
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu, check_facts, clipped
-from simulator.cluster.hardware import Device, HostSpec, Link  # noqa: F401 (re-exported)
+from simulator.cluster.hardware import Device, HostSpec, KernelDispatch, Link  # noqa: F401 (re-exported)
 from simulator.cluster.interconnect import (LeafUplinks, NetworkSpec, NodeSpec,  # noqa: F401 (re-exported)
                                            PcieTree)
 from simulator.dtypes import Dtype  # noqa: F401 (re-exported: the cluster's users name it here)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.compile.costs import CostCache
-from simulator.compute import unit_times
+from simulator.cluster.spec import KernelDispatch
+from simulator.compute import unit_host_split, unit_times
 from simulator.strategy.spec import AttentionKind
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, Workload
 
@@ -40,19 +41,30 @@ class ChunkCompute:
     """Of the blocks, the mixture-of-experts ones (each exchanges tokens by all-to-all)."""
     expert_params: float = 0.0
     """Routed-expert parameters of the chunk on this rank (reduced over the expert-data-parallel group)."""
+    host_bound: tuple[str, ...] = ()
+    """Phases (``forward``, ``backward``, ``recompute``) whose kernels' host time exceeds their device time
+    on this chunk (:mod:`simulator.host_overhead`): the step is host-bound there."""
 
 
-def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
-    """Compute of one chunk: the workload's load timed on the cache's device (module docstring)."""
+def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions,
+                  share: float = 1.0) -> ChunkCompute:
+    """Compute of one chunk: the workload's load timed on the cache's device (module docstring);
+    ``share``: processes per host core on the node (:func:`simulator.host_overhead.core_share`)."""
     load = cache.memo(("chunk_load", workload, chunk, options), lambda: workload.chunk_load(chunk, options))
     device, dtype = cache.cluster.device, workload.dtype
     fwd = bwd = recompute = 0.0
+    split = [[0.0, 0.0] for _ in range(3)]  # (device, host) seconds per phase
     for count, unit in load.units:
-        f, b, r = cache.memo(("unit_times", dtype, unit), lambda: unit_times(unit, device, dtype))
+        f, b, r = cache.memo(("unit_times", dtype, unit, share), lambda: unit_times(unit, device, dtype, share))
         fwd, bwd, recompute = fwd + count * f, bwd + count * b, recompute + count * r
+        for acc, part in zip(split, cache.memo(("unit_host_split", dtype, unit),
+                                               lambda: unit_host_split(unit, device, dtype))):
+            acc[0], acc[1] = acc[0] + count * part[0], acc[1] + count * part[1]
+    host_share = share if device.kernel_dispatch is KernelDispatch.ASYNC else 1.0  # inline: both are shared
+    bound = tuple(name for name, (d, h) in zip(("forward", "backward", "recompute"), split) if h * host_share > d > 0)
     return ChunkCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, layer_params=load.block_params,
                         edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks,
-                        moe_blocks=load.moe_blocks, expert_params=load.expert_params)
+                        moe_blocks=load.moe_blocks, expert_params=load.expert_params, host_bound=bound)
 
 
 def step_flops(workload: Workload, tokens: int, recompute: Recompute,

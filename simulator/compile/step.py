@@ -7,6 +7,7 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part, cp_part, ep_part, offload_part
@@ -40,7 +41,9 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
-    return chunk_compute(cache, workload, chunk, options)
+    share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    return host_overhead.with_fsdp2_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
+                                                                                          share), share)
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
@@ -214,8 +217,12 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     if s.zero >= ZeroStage.ZERO1:
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
-    if s.offload is Offload.NONE:
-        opt = offload_part.gpu_optimizer_s(cluster, dt, part)
+    if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
+        share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
+        tensors = cache.memo(("optimizer_tensors", layout, rep),
+                             lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
+        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
+                                             tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
@@ -291,4 +298,11 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
                     world_size=layout.world_size,
                     peak_flops_per_gpu=cluster.device.peak_flops(workload.dtype.compute_dtype),
                     memory=_memory(cluster, workload, layout) if memory else None,
+                    host_bound=_host_bound(cache, workload, layout),
                     rank_factors=rank_factors(cluster, layout, lambda c, k: _chunk_compute(c, workload, layout, k)))
+
+
+def _host_bound(cache: CostCache, workload, layout: ParallelLayout) -> tuple[str, ...]:
+    """Phases host-bound on any chunk (:attr:`ChunkCompute.host_bound`; the chunks' answers are memoised)."""
+    phases = {p for c in range(layout.pp * layout.v) for p in _chunk_compute(cache, workload, layout, c).host_bound}
+    return tuple(p for p in ("forward", "backward", "recompute") if p in phases)

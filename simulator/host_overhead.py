@@ -1,0 +1,168 @@
+"""Host time of a step: per-call dispatch overhead, host-bound streams, and processes sharing CPU cores.
+
+A framework issues every kernel from a host thread. Three named terms decide when that host time,
+not the device, sets a step's time (issue 9 §1: "a small model can be host-bound; say when"):
+
+- **Per kernel of the op list** (forward, backward, recompute): ``n_kernels × o_kernel`` with
+  ``o_kernel = Device.kernel_launch_overhead_us`` — framework dispatch, autograd bookkeeping and the
+  launch per kernel the compute model schedules (:mod:`simulator.workload.ops` counts them; on the
+  localhost-cpu preset 22 per block forward + backward, ``trainplan calibrate --compute`` measures ``o``
+  [src: own-compute-calibration]; GPU presets: the CPU side of a CUDA launch [src: hta-launch-stats]).
+- **Per optimizer call**: ``calls × o_op`` with ``o_op = Device.op_call_overhead_us`` (an eager
+  operator outside autograd). torch's AdamW runs a per-tensor loop of
+  :data:`ADAMW_PER_TENSOR_CALLS` operators on devices without foreach kernels (the CPU) and
+  :data:`ADAMW_FOREACH_CALLS` ``_foreach_*`` calls per step where they exist (CUDA)
+  [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers with a fused kernel
+  (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
+- **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
+  ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
+- **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
+  adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
+  post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
+  post-backward) (:func:`with_fsdp2_modules`) [src: own-host-overhead-probe].
+- **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
+  (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
+  a core) its device time too.
+
+A stream of kernels (one phase of one repeated unit, or one optimizer step) then takes
+(:func:`stream_s`)
+
+    inline:  (device_s + host_s) · share          (the calling thread runs the kernel)
+    async:   max(device_s, host_s · share)        (launches return at once [src: nvidia-cuda-async])
+
+so a GPU model whose kernels outlast their launches costs exactly its device time, and one whose
+kernels are shorter than ``o`` is host-bound (:func:`host_bound`). Collective calls carry their own
+per-call term (``comm.call_latency_us``, :mod:`simulator.collectives`); this module does not add to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cluster.spec import Cluster, Device, KernelDispatch
+
+ADAMW_PER_TENSOR_CALLS = 10
+"""Operator calls per parameter tensor in torch's single-tensor AdamW (``_single_tensor_adam``, not
+capturable, no amsgrad): ``step += 1``, decoupled ``param.mul_``, ``exp_avg.lerp_``, ``exp_avg_sq.mul_``,
+``.addcmul_``, the step's ``.item()``, ``sqrt``, ``/``, ``.add_(eps)``, ``param.addcdiv_`` [src: torch-adam-impl]."""
+
+ADAMW_FOREACH_CALLS = 9
+"""``torch._foreach_*`` calls per (device, dtype) group in torch's foreach AdamW (``_multi_tensor_adam``, not
+capturable): add (steps), mul (weight decay), lerp, mul, addcmul, sqrt, div, add (eps), addcdiv
+[src: torch-adam-impl]."""
+
+
+@dataclass(frozen=True)
+class StreamTime:
+    """One stream of kernels on one rank: device and host seconds and how they combine."""
+
+    device_s: float
+    """Σ of the kernels' roofline times."""
+    host_s: float
+    """Σ of the host time per call (before time-sharing)."""
+    dispatch: KernelDispatch
+    share: float = 1.0
+    """Processes per core on the node (:func:`core_share`), ≥ 1."""
+
+    @property
+    def time_s(self) -> float:
+        """The stream's seconds (module docstring)."""
+        if self.dispatch is KernelDispatch.INLINE:
+            return (self.device_s + self.host_s) * self.share
+        return max(self.device_s, self.host_s * self.share)
+
+    @property
+    def host_bound(self) -> bool:
+        """True when host time, not device time, sets the stream's time."""
+        if self.dispatch is KernelDispatch.INLINE:
+            return self.host_s > self.device_s
+        return self.host_s * self.share > self.device_s
+
+
+def stream_s(device: Device, device_s: float, calls: int, share: float = 1.0, *, per_call_us: float | None = None
+             ) -> float:
+    """Seconds of a stream of ``calls`` kernels whose roofline times sum to ``device_s`` on ``device``;
+    each call costs ``per_call_us`` of host time (default: the device's ``kernel_launch_overhead_us``)."""
+    return stream(device, device_s, calls, share, per_call_us=per_call_us).time_s
+
+
+def stream(device: Device, device_s: float, calls: int, share: float = 1.0, *, per_call_us: float | None = None
+           ) -> StreamTime:
+    """The :class:`StreamTime` of :func:`stream_s`."""
+    per_call = device.kernel_launch_overhead_us if per_call_us is None else per_call_us
+    return StreamTime(device_s=device_s, host_s=calls * per_call * 1e-6, dispatch=device.kernel_dispatch,
+                      share=share)
+
+
+def core_share(cluster: Cluster, processes_on_node: int) -> float:
+    """``max(1, processes / cores)``: how many processes each of the node's host cores runs
+    (``Host.cpu_cores``; 1 when the cluster does not state its cores)."""
+    host = cluster.node.host
+    if host is None or host.cpu_cores is None:
+        return 1.0
+    return max(1.0, processes_on_node / host.cpu_cores)
+
+
+def optimizer_calls(device: Device, tensors: int) -> int:
+    """Host calls of one AdamW step over ``tensors`` parameter tensors (module docstring): the per-tensor
+    loop on an ``inline`` device with per-tensor state, the foreach calls otherwise."""
+    if device.kernel_dispatch is KernelDispatch.INLINE and tensors > 0:
+        return ADAMW_PER_TENSOR_CALLS * tensors
+    return ADAMW_FOREACH_CALLS
+
+
+def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0, *,
+                     dtensor: bool = False) -> StreamTime:
+    """One optimizer step: ``device_s`` of memory-bound update and :func:`optimizer_calls` host calls
+    at ``Device.op_call_overhead_us`` each, plus ``Device.dtensor_call_overhead_us`` on DTensor
+    parameters (``dtensor``, :func:`dtensor_params`)."""
+    per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
+    return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=per_call)
+
+
+def dtensor_params(layout) -> bool:
+    """Whether the framework keeps the parameters as DTensors: FSDP2 (``fully_shard`` shards each parameter
+    as a DTensor) and torch's own tensor parallelism (``parallelize_module`` makes the sharded weights
+    DTensors; Megatron-LM's is plain tensors) [src: torch-dtensor-params]."""
+    from simulator.strategy.framework import Framework
+
+    return layout.framework is Framework.FSDP2 or (layout.framework is Framework.TORCH_DDP and layout.tp > 1)
+
+
+def optimizer_tensors(workload, layout, stage: int) -> int:
+    """Parameter tensors the representative rank (dp 0) of pipeline stage ``stage`` steps one by one: the
+    stage's tensors (:func:`simulator.memory.stage_param_shapes`, tensor-parallel shards) as
+    :func:`simulator.memory.step_tensors` gives them per-tensor Adam state (all of them under DDP and
+    FSDP2, the rank's own under ``ZeroRedundancyOptimizer``, none for a flat-buffer framework); 0 for a
+    workload without parameter shapes."""
+    from simulator.memory import stage_param_shapes, step_tensors
+
+    if not getattr(workload, "has_activation_shapes", False):
+        return 0
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
+    return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]
+
+
+def with_fsdp2_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
+    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time FSDP2 adds per
+    sharded module (module docstring) when the layout's framework is FSDP2 and the host states it; the
+    chunk's blocks, plus the root module on chunk 0. Combined with the chunk's times as one stream."""
+    from dataclasses import replace as _replace
+
+    from simulator.strategy.framework import Framework
+
+    host = cluster.node.host
+    if layout.framework is not Framework.FSDP2 or host is None:
+        return compute
+    modules = chunk.layers + (1 if chunk.index == 0 else 0)
+    device = cluster.device
+
+    def add(phase_s: float, per_module_us: float) -> float:
+        extra_s = modules * per_module_us * 1e-6 * share
+        if not extra_s:
+            return phase_s
+        return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
+
+    return _replace(compute, fwd_s=add(compute.fwd_s, host.fsdp2_forward_module_us),
+                    bwd_s=add(compute.bwd_s, host.fsdp2_backward_module_us))
