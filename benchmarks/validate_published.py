@@ -79,7 +79,8 @@ class Run:
     memory_gib: float | None = None
     mfu_percent: float | None = None
     checks: dict = dataclasses.field(default_factory=dict)
-    """Columns printed next to the figure (aggregate_pflops, train_days_300b, step_time_s), for consistency tests."""
+    """Columns printed next to the figure (aggregate_pflops, train_days_300b, step_time_s, grad_accum), for
+    consistency tests."""
     unsupported: str | None = None
     assumed: dict = dataclasses.field(default_factory=dict)
     category: Category | None = None
@@ -105,7 +106,7 @@ def load_runs(path: Path = RUNS) -> list[Run]:
             overrides=dict(cluster.get("overrides", {})), strategy={**g.get("strategy", {}), **row.get("strategy", {})},
             metric=Metric(merged["metric"]), published=float(merged["published"]), held_out=bool(row["held_out"]),
             memory_gib=row.get("memory_gib"), mfu_percent=row.get("mfu_percent"),
-            checks={k: row[k] for k in ("aggregate_pflops", "train_days_300b", "step_time_s") if k in row}, unsupported=row.get("unsupported"),
+            checks={k: row[k] for k in ("aggregate_pflops", "train_days_300b", "step_time_s", "grad_accum") if k in row}, unsupported=row.get("unsupported"),
             assumed={**g.get("assumed", {}), **row.get("assumed", {})},
             category=Category(merged["category"]) if merged.get("category") else None))
     return runs

@@ -106,6 +106,16 @@ def test_printed_step_time_matches_the_throughput(runs):
         assert tps == pytest.approx(run.published, rel=0.005), run.id
 
 
+def test_printed_gradient_accumulation_matches_the_layout(runs):
+    # Megatron-Bridge prints GA, the micro-batches per step of one replica: GBS / (MBS · dp) with
+    # dp = GPUs / (TP · PP · CP). A mistyped batch, micro-batch or parallel degree fails here.
+    checked = [r for r in runs if "grad_accum" in r.checks]
+    assert len(checked) >= 5
+    for run in checked:
+        dp = run.gpus // vp.model_parallel(run)
+        assert run.strategy["global_batch"] == run.checks["grad_accum"] * run.strategy.get("micro_batch", 1) * dp, run.id
+
+
 def test_coverage_the_issue_asks_for(runs):
     ok = [r for r in runs if not r.unsupported]
     assert len(ok) >= 25 and len({r.source for r in ok}) >= 3
