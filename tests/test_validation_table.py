@@ -64,20 +64,56 @@ def test_data_file_sanity(runs):
         get_preset(run.model)  # every preset exists (SpecError otherwise)
         per_node = load_cluster(run.preset).node.gpus_per_node
         assert run.gpus % per_node == 0 or run.gpus < per_node, f"{run.id}: whole nodes"
-        tp, pp = run.strategy.get("tp", 1), run.strategy.get("pp", 1)
-        assert run.gpus % (tp * pp) == 0, f"{run.id}: gpus divisible by tp·pp"
+        mp = vp.model_parallel(run)
+        assert run.gpus % mp == 0, f"{run.id}: gpus divisible by tp·pp·cp"
         if run.unsupported is None:
-            strategy_from_flat({**run.strategy, "dp": run.gpus // (tp * pp)})
+            strategy_from_flat({**run.strategy, "dp": run.gpus // mp})
         if run.metric is vp.Metric.TFLOPS_PER_GPU_MEGATRON:
             assert run.published < 312, f"{run.id}: above the A100's 312 TFLOP/s peak: wrong unit?"
 
 
 def test_hold_out_follows_the_stated_rule(runs):
     for run in runs:
-        assert run.held_out == vp.held_out_rule(run.id), f"{run.id}: held_out must follow the rule in the file"
-    share = sum(r.held_out for r in runs if not r.unsupported) / sum(1 for r in runs if not r.unsupported)
+        assert run.held_out == vp.held_out_rule(run.id, run.category), f"{run.id}: held_out must follow the rule in the file"
+    dense = [r for r in runs if not r.unsupported and r.category is None]
+    share = sum(r.held_out for r in dense) / len(dense)
     assert 0.2 <= share <= 0.4
     assert vp.held_out_rule("nar21-t1-1.7b") and not vp.held_out_rule("nar21-t1-3.6b")  # the rule can flip
+    assert vp.held_out_rule("nar21-t1-3.6b", vp.Category.FP8)  # every categorised row is held out
+
+
+def test_issue14_categories_each_have_estimated_rows(results):
+    # Issue 14 §4: published MoE, long-context and FP8 runs in the table, at least two estimated per
+    # category, each reported on its own line of the summary.
+    summ = vp.summary(results)
+    for cat in vp.Category:
+        assert summ[f"category {cat.value}"]["n"] >= 2, cat
+    fp8 = [r for r in results if r["status"] == "ok" and r["run"].category is vp.Category.FP8]
+    assert all(r["run"].strategy.get("precision") == "fp8" for r in fp8)
+    moe = [r for r in results if r["status"] == "ok" and r["run"].category is vp.Category.MOE]
+    assert all(r["spec"].is_moe_layer(r["spec"].layers - 1) and r["run"].strategy.get("ep", 1) > 1 for r in moe)
+    long = [r for r in results if r["status"] == "ok" and r["run"].category is vp.Category.LONG_CONTEXT]
+    assert all(r["run"].seq >= 32768 for r in long) and any(r["run"].strategy.get("cp", 1) > 1 for r in long)
+
+
+def test_printed_step_time_matches_the_throughput(runs):
+    # NeMo AutoModel prints the step time next to Tokens/sec/GPU; GBS·s/(t·n) must give the printed
+    # throughput back (0.5 %: the table rounds both). A mistyped batch, sequence or GPU count fails here.
+    checked = [r for r in runs if "step_time_s" in r.checks]
+    assert len(checked) >= 2
+    for run in checked:
+        tps = run.strategy["global_batch"] * run.seq / (run.checks["step_time_s"] * run.gpus)
+        assert tps == pytest.approx(run.published, rel=0.005), run.id
+
+
+def test_printed_gradient_accumulation_matches_the_layout(runs):
+    # Megatron-Bridge prints GA, the micro-batches per step of one replica: GBS / (MBS · dp) with
+    # dp = GPUs / (TP · PP · CP). A mistyped batch, micro-batch or parallel degree fails here.
+    checked = [r for r in runs if "grad_accum" in r.checks]
+    assert len(checked) >= 5
+    for run in checked:
+        dp = run.gpus // vp.model_parallel(run)
+        assert run.strategy["global_batch"] == run.checks["grad_accum"] * run.strategy.get("micro_batch", 1) * dp, run.id
 
 
 def test_coverage_the_issue_asks_for(runs):
