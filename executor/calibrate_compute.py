@@ -178,7 +178,7 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     hbm = max(base.hbm_bw_GBps, achieved)
     curve = GemmEfficiency(points=curve_points(gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
-                     kernel_launch_overhead_us=0.0)
+                     hbm_efficiency=None, kernel_launch_overhead_us=0.0)
     roofline = total_time(layer_times(grid.block, device, grid.micro_batch))
     kernels = sum(len(w.fwd) + len(w.bwd) for w in layer_work(grid.block, grid.micro_batch))
     overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)

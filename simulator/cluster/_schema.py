@@ -23,7 +23,8 @@ TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_no
 GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
-               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "compute_capability")
+               "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "compute_capability",
+               "hbm_efficiency")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -112,6 +113,7 @@ def _device(s: Section) -> Device:
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
+                  hbm_efficiency=s.fraction("hbm_efficiency") if s.has("hbm_efficiency") else None,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
                   kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
