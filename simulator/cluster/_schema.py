@@ -32,7 +32,7 @@ INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription",
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor")
-COMM_KEYS = ("library", "call_latency_us", "protocols")
+COMM_KEYS = ("library", "call_latency_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -205,7 +205,7 @@ def _comm(s: Section) -> CommProfile:
     else:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
-                       protocols=protocols)
+                       protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
 
 
 def _protocol(s: Section) -> Protocol:

@@ -152,8 +152,11 @@ def _inter_dict(net: NetworkSpec, nics: int) -> dict:
 
 
 def _comm_dict(comm: CommProfile) -> dict:
-    return {"library": comm.library.value, "call_latency_us": comm.call_latency_us,
-            "protocols": [_protocol_dict(p) for p in comm.protocols]}
+    d = {"library": comm.library.value, "call_latency_us": comm.call_latency_us,
+         "protocols": [_protocol_dict(p) for p in comm.protocols]}
+    if comm.collective_sms:
+        d["collective_sms"] = comm.collective_sms
+    return d
 
 
 def _protocol_dict(p: Protocol) -> dict:
