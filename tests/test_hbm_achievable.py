@@ -24,7 +24,7 @@ from simulator.workload import DtypePolicy
 BF16 = DtypePolicy.BF16_MIXED
 PUBLISHED_GBps = {"dgx-a100": 1610, "dgx-h100": 2900, "h100-roce": 2900, "hgx-h200": 4010}
 """BabelStream Copy, TB/s × 1000 [src: azure-ai-bench]; the presets round the fraction to 3 digits."""
-DATASHEET_ONLY = ("pcie-a100", "dgx-b200")
+DATASHEET_ONLY = ("pcie-a100", "dgx-b200", "dgx-v100")
 """No published STREAM-like figure at hand: their memory-bound kernels stay at the datasheet."""
 
 

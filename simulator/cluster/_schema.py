@@ -109,7 +109,8 @@ def _device(s: Section) -> Device:
         tflops[enum_value(peak_section.field(key), Dtype, key)] = peak_section.number(key)
     curve = None
     if s.has("gemm_efficiency"):
-        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
+        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"),
+                                          peak_tflops=tflops)
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
