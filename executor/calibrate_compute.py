@@ -187,7 +187,7 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     hbm = max(base.hbm_bw_GBps, achieved)
     curve = GemmEfficiency(points=curve_points(gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
-                     kernel_launch_overhead_us=0.0, kernel_dispatch=dispatch,
+                     hbm_efficiency=None, kernel_launch_overhead_us=0.0, kernel_dispatch=dispatch,
                      op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
     roofline = total_time(layer_times(grid.block, device, grid.micro_batch))
     kernels = sum(len(w.fwd) + len(w.bwd) for w in layer_work(grid.block, grid.micro_batch))

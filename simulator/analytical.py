@@ -14,7 +14,8 @@ Per chunk and micro-batch the forward action takes ``fwd_s + Σ tp_fwd + exposed
 per-block compute ``t`` (the action's compute and TP time split evenly over its L blocks) and
 gathers ``g_0, g_1, …`` issued one block ahead on a serial stream, the gathers finish at
 ``a_i = max(a_{i−1}, start of block i−1) + g_i`` and block i starts at ``max(end of block i−1, a_i)``
-(for equal gathers: ``g_0 + (L−1)·max(0, g − t)`` exposed).
+(for equal gathers: ``g_0 + (L−1)·max(0, g − t)`` exposed). A gather that takes SMs stretches the
+block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWork.overlap_sm_fraction``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays, 
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.errors import SpecError
+from simulator.interference import overlap_s, takes_sms
 from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
@@ -34,25 +36,47 @@ from simulator.work import ChunkWork, CommCall, CommKind, StepWork
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
 
 
-def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float) -> float:
-    """Seconds a block-by-block action waits for gathers prefetched one block ahead (module docstring)."""
+def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float = 0.0) -> float:
+    """Seconds a block-by-block action spends beyond its compute: waits for gathers prefetched one block
+    ahead (module docstring), and the stretch ``f·o`` of a block by the gather it overlaps
+    (:mod:`simulator.interference`; ``o`` the part of gather i+1 inside block i's ``t`` seconds)."""
     if not calls:
         return 0.0
     t = compute_s / len(calls)
     gathered = start = 0.0  # end of the last gather; start of the previous block
     for i, c in enumerate(calls):
-        gathered = max(gathered, start) + c.time_s
-        start = gathered if i == 0 else max(start + t, gathered)
+        issued = max(gathered, start)
+        gathered = issued + c.time_s
+        if i == 0:
+            start = gathered
+            continue
+        stretch = sm_fraction * overlap_s(issued, gathered, start, start + t) if takes_sms(c) else 0.0
+        start = max(start + t + stretch, gathered)
     return start + t - compute_s
 
 
-def _chunk_numbers(ch: ChunkWork) -> tuple[float, float, list[float]]:
+def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fraction: float) -> np.ndarray:
+    """Per gradient bucket, ``f`` × its seconds inside the last backward (the closed form's bucket times,
+    :func:`simulator.analytical_formula.sync_exposure`; end of the backward at 0): what it stretches
+    that backward by (:mod:`simulator.interference`)."""
+    out = np.zeros(len(calls))
+    if sm_fraction <= 0 or not calls:
+        return out
+    end = -np.inf
+    for j, (c, f) in enumerate(zip(calls, fractions)):
+        end = max((f - 1.0) * b_last, end) + c.time_s
+        if takes_sms(c):
+            out[j] = sm_fraction * overlap_s(end - c.time_s, end, -b_last, 0.0)
+    return out
+
+
+def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, float, list[float]]:
     tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
     blocking = (*ch.tp_fwd, *ch.tp_bwd)
     ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
     tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP)
-    zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f)
-    zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b)
+    zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction)
+    zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction)
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
     parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp, 0.0 if offload else zf + zb,
              zf + zb if offload else 0.0, ep]  # the order of analytical_formula.PART_KINDS
@@ -77,7 +101,7 @@ def summarize(work: StepWork) -> StepArrays:
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
     for c, ch in chunks.items():
-        F[c], B[c], parts[c] = _chunk_numbers(ch)
+        F[c], B[c], parts[c] = _chunk_numbers(ch, work.overlap_sm_fraction)
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
@@ -87,8 +111,14 @@ def summarize(work: StepWork) -> StepArrays:
     for r, st in enumerate(work.stages):
         d = np.array([c.time_s for c in st.grad_sync])
         k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
-        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), d,
-                                            np.array(st.grad_ready_fraction, dtype=float), k)
+        b_last = gradient_work_s(chunks[r])
+        tail[r], exposed[r] = sync_exposure(np.array(b_last), d, np.array(st.grad_ready_fraction, dtype=float), k)
+        stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, work.overlap_sm_fraction)
+        if stretch.sum() > tail[r]:  # the stretched backward ends after the buckets: the excess is theirs
+            excess = (stretch.sum() - tail[r]) / stretch.sum()
+            for j, s in enumerate(stretch):
+                exposed[r, k[j]] += s * excess
+            tail[r] = stretch.sum()
         for c in st.after_step:
             after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],

@@ -2,19 +2,21 @@
 
 Each kernel (see :mod:`simulator.workload.ops`) takes
 
-    time = max(W / (peak(dtype) · e(W)),  bytes / (HBM bandwidth · hbm_efficiency)) + o
+    time = max(W / (peak(dtype) · e(W)),  bytes / B_hbm) + o
 
 where ``e`` is the device's matmul-efficiency curve (:mod:`simulator.gemm_efficiency`: the device's
 own ``gemm_efficiency`` or the default for its name), ``W`` a GEMM's padded work — its FLOPs rounded
 up to whole tiles and whole waves on the device's ``sm_count`` SMs (:mod:`simulator.gemm_shape`;
 the FLOPs themselves for a kernel without a shape or a device without ``sm_count``) — and
-memory-bound kernels have no FLOPs term, and ``o`` is the device's ``kernel_launch_overhead_us``:
-host time per kernel (dispatch, autograd, launch; measured per kernel of this op list on a CPU by
-``trainplan calibrate --compute``). On an ``inline`` device (a CPU process) it adds to every kernel as
-written; on an ``async`` one (a GPU) the per-operation rows here show device time only and a phase
-of a repeated unit takes max(Σ device time, kernels × o) (:func:`unit_times`,
-:mod:`simulator.host_overhead`). A preset and a measured cluster file go through this same formula:
-only their numbers differ.
+memory-bound kernels have no FLOPs term; ``B_hbm`` is the device's *achievable* memory bandwidth
+(:func:`achievable_hbm_Bps`: the datasheet figure × ``device.hbm_efficiency``, a published
+STREAM-like measurement's fraction where the preset gives one), and ``o`` is the device's
+``kernel_launch_overhead_us``: host time per kernel (dispatch, autograd, launch; measured per kernel
+of this op list on a CPU by ``trainplan calibrate --compute``). On an ``inline`` device (a CPU
+process) it adds to every kernel as written; on an ``async`` one (a GPU) the per-operation rows here
+show device time only and a phase of a repeated unit takes max(Σ device time, kernels × o)
+(:func:`unit_times`, :mod:`simulator.host_overhead`). A preset and a measured cluster file go through
+this same formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
 kernels; launch gaps are ``o`` plus what the efficiency curve carries).
@@ -146,10 +148,20 @@ def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) 
                   bytes=sum(k.bytes for k in kernels), time_s=total, bound=bound, efficiency=eff)
 
 
+def achievable_hbm_Bps(device: Device, curve: GemmEfficiency | None = None) -> float:
+    """Bytes/s a memory-bound kernel moves on ``device``: ``hbm_bw_GBps × 1e9 × e`` with ``e`` the
+    device's ``hbm_efficiency`` (a STREAM-like measurement's fraction) where it gives one, else the
+    ``hbm_efficiency`` of its matmul curve (``curve``, default
+    :func:`~simulator.gemm_efficiency.efficiency_for`; 1.0 unless measured)."""
+    if device.hbm_efficiency is not None:
+        return device.hbm_bw_GBps * 1e9 * device.hbm_efficiency
+    return device.hbm_bw_GBps * 1e9 * (curve or efficiency_for(device)).hbm_efficiency
+
+
 def _rates(dtype: DtypePolicy, device: Device) -> Rates:
     curve = efficiency_for(device)
     return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
-                 hbm_Bps=device.hbm_bw_GBps * 1e9 * curve.hbm_efficiency, curve=curve, sm_count=device.sm_count,
+                 hbm_Bps=achievable_hbm_Bps(device, curve), curve=curve, sm_count=device.sm_count,
                  clock_ratio=device.sustained_clock_ratio,
                  fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
                  overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE

@@ -19,6 +19,8 @@ Default curves, chosen by the device's ``gemm_curve`` (:class:`GemmCurve`):
 - the fall-off for small GEMMs is an ASSUMPTION, to be calibrated: a fixed per-kernel cost
   ``t0 = 4 µs`` on top of the plateau rate, ``e(F) = plateau · t/(t + t0)`` with ``t = F/peak``
   the GEMM's duration at peak; sampled at durations 0.1 µs … 10 ms into the curve's points.
+A GPU the MAMF table lacks can give ``gemm_efficiency: {plateau, dtype, source}``: a published large-GEMM
+efficiency with the same fall-off (:func:`plateau_curve`; dgx-v100 [src: nvidia-forum-v100-gemm]).
 A device without ``gemm_curve`` (a user's file written before the field) falls back to the curve its
 name suggests (:func:`curve_for_name`). None of these numbers is fitted to an end-to-end training
 run (that would hide the model's errors). A measured curve replaces the default through
@@ -117,7 +119,8 @@ class GemmCurve(Enum):
     MI300X = "mi300x"
     """AMD MI300X: MAMF 668.4 TFLOP/s."""
     NONE = "none"
-    """No published measurement (V100, L40S, H100 PCIe, CPUs): the device must give ``gemm_efficiency``."""
+    """No MAMF measurement (V100, L40S, H100 PCIe, CPUs): the device must give ``gemm_efficiency`` (points, or a
+    published plateau as dgx-v100 does)."""
 
 
 @dataclass(frozen=True)
@@ -205,14 +208,20 @@ def _number(field: str, value) -> float:
         raise SpecError(field, f"must be a number, got {value!r}") from None
 
 
-def gemm_efficiency_from_dict(d: dict, field: str = "device.gemm_efficiency") -> GemmEfficiency:
+def gemm_efficiency_from_dict(d: dict, field: str = "device.gemm_efficiency",
+                              peak_tflops: dict | None = None) -> GemmEfficiency:
     """Read ``{points: [[flops, eff], ...], hbm_efficiency: 0.9, source: "..."}`` (a cluster file's
-    ``device.gemm_efficiency`` section). Unknown keys and malformed points name the field."""
+    ``device.gemm_efficiency`` section), or ``{plateau: 0.9, dtype: fp16, source: "..."}``: a published
+    large-GEMM efficiency with the named curves' assumed fall-off (:func:`plateau_curve`) on the
+    device's ``peak_tflops`` in ``dtype`` (default bf16). Unknown keys and malformed points name the field."""
     if not isinstance(d, dict):
         raise SpecError(field, f"must be a mapping with 'points', got {type(d).__name__}")
+    if "plateau" in d:
+        return _plateau_from_dict(d, field, peak_tflops or {})
     unknown = set(d) - {"points", "hbm_efficiency", "source"}
     if unknown:
-        raise SpecError(field, f"unknown keys {sorted(unknown)}; known: points, hbm_efficiency, source")
+        raise SpecError(field, f"unknown keys {sorted(unknown)}; known: points, hbm_efficiency, source "
+                        "(or plateau, dtype, source)")
     if "points" not in d:
         raise SpecError(f"{field}.points", "missing; give [[gemm_flops, efficiency], ...]")
     points = []
@@ -222,6 +231,30 @@ def gemm_efficiency_from_dict(d: dict, field: str = "device.gemm_efficiency") ->
         points.append((_number(f"{field}.points[{i}]", pair[0]), _number(f"{field}.points[{i}]", pair[1])))
     hbm = _number(f"{field}.hbm_efficiency", d.get("hbm_efficiency", 1.0))
     return GemmEfficiency(points=tuple(points), hbm_efficiency=hbm, source=str(d.get("source", "")))
+
+
+def plateau_curve(plateau: float, peak_tflops: float, source: str = "") -> GemmEfficiency:
+    """A device's curve from a published large-GEMM efficiency ``plateau`` (achieved / peak, for a GPU
+    the MAMF table lacks): the named curves' shape, :func:`overhead_curve`'s assumed 4 µs fall-off
+    below the plateau, on the device's peak."""
+    if not 0 < plateau <= 1:
+        raise SpecError("device.gemm_efficiency.plateau", f"must be in (0, 1], got {plateau!r}")
+    return overhead_curve(plateau, peak_tflops, source=source)
+
+
+def _plateau_from_dict(d: dict, field: str, peak_tflops: dict) -> GemmEfficiency:
+    unknown = set(d) - {"plateau", "dtype", "source"}
+    if unknown:
+        raise SpecError(field, f"unknown keys {sorted(unknown)} with plateau; known: plateau, dtype, source")
+    name = str(d.get("dtype", MAMF_DTYPE.value))
+    dtype = next((t for t in Dtype if t.value == name), None)
+    if dtype is None or dtype not in peak_tflops:
+        raise SpecError(f"{field}.dtype", f"{name!r} is not a format of device.peak_tflops "
+                        f"({', '.join(t.value for t in peak_tflops)})")
+    plateau = _number(f"{field}.plateau", d["plateau"])
+    if not 0 < plateau <= 1:
+        raise SpecError(f"{field}.plateau", f"must be in (0, 1], got {plateau!r}")
+    return plateau_curve(plateau, peak_tflops[dtype], source=str(d.get("source", "")))
 
 
 def gemm_efficiency_to_dict(curve: GemmEfficiency) -> dict:

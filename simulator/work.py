@@ -187,6 +187,10 @@ class StepWork:
     on the cluster's device: another GPU generation, a slow GPU (:mod:`simulator.compile.device_factors`).
     Empty on a uniform cluster."""
 
+    overlap_sm_fraction: float = 0.0
+    """Fraction of the SMs an overlapped collective takes from the compute under it
+    (:mod:`simulator.interference`: ``comm.collective_sms / device.sm_count``); 0: overlap is free."""
+
     def compute_factor(self, rank: int) -> float:
         """Compute-time multiplier of ``rank`` from the cluster's facts (1.0 unless listed)."""
         if not self.rank_factors:

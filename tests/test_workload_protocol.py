@@ -142,12 +142,12 @@ class StreamWorkload:
 
 
 def test_a_new_kind_only_implements_the_protocol():
-    stream = StreamWorkload(name="stream", params=1_000_000, bytes_per_sample=2_039_000_000)
+    stream = StreamWorkload(name="stream", params=1_000_000, bytes_per_sample=1_610_810_000)
     assert isinstance(stream, Workload)
-    cluster = load_preset("dgx-a100")  # 8 GPUs, HBM 2039 GB/s, the A100 curve's hbm_efficiency 1.0
+    cluster = load_preset("dgx-a100")  # 8 GPUs, HBM 2039 GB/s × hbm_efficiency 0.790 = 1610.81 GB/s
     work = compile_step(cluster, stream, Strategy(global_batch=16, micro_batch=2))
     chunk, = work.stages[0].chunks
-    # memory-bound roofline: 2 samples × 2.039 GB / 2039 GB/s = 2 ms forward, twice that backward
+    # memory-bound roofline: 2 samples × 1.61081 GB / 1610.81 GB/s = 2 ms forward, twice that backward
     assert chunk.fwd_s == pytest.approx(2e-3, rel=1e-12)
     assert chunk.bwd_s == pytest.approx(4e-3, rel=1e-12)
     # its 1e6 fp32 gradients are all-reduced over the 8 data-parallel ranks: 4 MB in all

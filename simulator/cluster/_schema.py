@@ -24,7 +24,7 @@ GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
                "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "kernel_dispatch",
-               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability")
+               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability", "hbm_efficiency")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -33,7 +33,7 @@ PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "so
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
              "fsdp2_forward_module_us", "fsdp2_backward_module_us")
-COMM_KEYS = ("library", "call_latency_us", "protocols")
+COMM_KEYS = ("library", "call_latency_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -110,10 +110,12 @@ def _device(s: Section) -> Device:
         tflops[enum_value(peak_section.field(key), Dtype, key)] = peak_section.number(key)
     curve = None
     if s.has("gemm_efficiency"):
-        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"))
+        curve = gemm_efficiency_from_dict(s.raw("gemm_efficiency"), field=s.field("gemm_efficiency"),
+                                          peak_tflops=tflops)
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
+                  hbm_efficiency=s.fraction("hbm_efficiency") if s.has("hbm_efficiency") else None,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
                   kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
@@ -211,7 +213,7 @@ def _comm(s: Section) -> CommProfile:
     else:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
-                       protocols=protocols)
+                       protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
 
 
 def _protocol(s: Section) -> Protocol:

@@ -191,6 +191,15 @@ class CommProfile:
     """Fixed cost per collective call when the library has no protocol table, µs."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
+    collective_sms: int = 0
+    """SMs a collective kernel occupies while it runs, taken from the compute it overlaps: NCCL runs
+    one CUDA block per channel ("reducing the number of channels also reduces the number of CUDA
+    blocks used for communication, hence the impact on GPU computing resources", NCCL_MAX_NCHANNELS
+    [src: nccl-env]), so the channel count NCCL picks on the node. 0: overlapped communication
+    is free (:mod:`simulator.interference`)."""
 
     def __post_init__(self) -> None:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
+        if not isinstance(self.collective_sms, int) or isinstance(self.collective_sms, bool) \
+                or self.collective_sms < 0:
+            raise SpecError("comm.collective_sms", f"must be a whole number >= 0, got {self.collective_sms!r}")

@@ -26,8 +26,10 @@ def _device_lines(c: Cluster) -> list[str]:
     d = c.device
     peaks = ", ".join(f"{dtype.value} {_num(v)}" for dtype, v in d.peak_tflops.items())
     overhead = f"; {_num(d.kernel_launch_overhead_us)} µs host time per kernel" if d.kernel_launch_overhead_us else ""
+    achievable = (f" × {_num(d.hbm_efficiency)} = {_num(d.hbm_bw_GBps * d.hbm_efficiency)} GB/s achievable"
+                  if d.hbm_efficiency is not None else "")
     lines = [f"device       {d.name}: {peaks} TFLOP/s; {_num(d.memory_bytes / 1e9)} GB at {_num(d.hbm_bw_GBps)} GB/s"
-             + overhead]
+             + achievable + overhead]
     for g in c.node_groups:
         dtype, tflops = next(iter(g.device.peak_tflops.items()))
         lines.append(f"             nodes {g.first_node}-{g.first_node + g.nodes - 1}: {g.device.name} "

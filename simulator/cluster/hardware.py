@@ -73,7 +73,15 @@ class Device:
     memory_bytes: int
     """Device memory capacity, bytes (datasheet GB × 1e9)."""
     hbm_bw_GBps: float
-    """Device memory bandwidth, decimal GB/s."""
+    """Device memory bandwidth, decimal GB/s (the datasheet figure)."""
+    hbm_efficiency: float | None = None
+    """Achievable fraction of ``hbm_bw_GBps`` for a streaming kernel: a published STREAM-like
+    measurement on this GPU (BabelStream's Copy, one read and one write per element, as an elementwise
+    layer norm, GELU, dropout or add kernel) over its datasheet figure [src: azure-ai-bench]. The
+    roofline's memory term of every kernel runs at ``hbm_bw_GBps × hbm_efficiency``
+    (:func:`simulator.compute.achievable_hbm_Bps`); a fraction, as a link's ``efficiency``, so a run on
+    the same GPU with another memory (HBM2e H100, 40 GB A100) keeps it. None: the measured curve's
+    ``gemm_efficiency.hbm_efficiency`` (1.0 unless measured: the datasheet)."""
     gemm_efficiency: "GemmEfficiency | None" = None
     """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`), measured;
     None: the default curve named by ``gemm_curve``."""
@@ -132,11 +140,21 @@ class Device:
             positive_number(f"device.peak_tflops.{dtype.value}", tflops)
         positive_number("device.memory_GB", self.memory_bytes)
         positive_number("device.hbm_bw_GBps", self.hbm_bw_GBps)
+        self._check_achievable_hbm()
         if self.gemm_curve is not None and not isinstance(self.gemm_curve, GemmCurve):
             raise SpecError("device.gemm_curve", f"must be a GemmCurve, got {self.gemm_curve!r}")
         if self.gemm_curve not in (None, GemmCurve.NONE) and MAMF_DTYPE not in self.peak_tflops:
             raise SpecError("device.peak_tflops", f"gemm_curve {self.gemm_curve.value!r} is relative to the "
                             f"{MAMF_DTYPE.value} peak; give peak_tflops.{MAMF_DTYPE.value}")
+
+    def _check_achievable_hbm(self) -> None:
+        if self.hbm_efficiency is None:
+            return
+        field = "device.hbm_efficiency"
+        if not (isinstance(self.hbm_efficiency, (int, float)) and 0 < self.hbm_efficiency <= 1):
+            raise SpecError(field, f"must be in (0, 1], got {self.hbm_efficiency!r}")
+        if self.gemm_efficiency is not None and self.gemm_efficiency.hbm_efficiency != 1.0:
+            raise SpecError(field, "the device also gives gemm_efficiency.hbm_efficiency; give one of the two")
 
     def peak_flops(self, dtype: Dtype) -> float:
         """Peak FLOP/s for ``dtype``; a format the device file does not list is an error."""

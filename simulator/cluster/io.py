@@ -114,6 +114,8 @@ def cluster_to_dict(c: Cluster) -> dict:
 def _device_dict(device) -> dict:
     d = {"name": device.name, "peak_tflops": {dtype.value: v for dtype, v in device.peak_tflops.items()},
          "memory_GB": _gb(device.memory_bytes), "hbm_bw_GBps": device.hbm_bw_GBps}
+    if device.hbm_efficiency is not None:
+        d["hbm_efficiency"] = device.hbm_efficiency
     if device.gemm_curve is not None:
         d["gemm_curve"] = device.gemm_curve.value
     if device.sm_count is not None:
@@ -160,8 +162,11 @@ def _inter_dict(net: NetworkSpec, nics: int) -> dict:
 
 
 def _comm_dict(comm: CommProfile) -> dict:
-    return {"library": comm.library.value, "call_latency_us": comm.call_latency_us,
-            "protocols": [_protocol_dict(p) for p in comm.protocols]}
+    d = {"library": comm.library.value, "call_latency_us": comm.call_latency_us,
+         "protocols": [_protocol_dict(p) for p in comm.protocols]}
+    if comm.collective_sms:
+        d["collective_sms"] = comm.collective_sms
+    return d
 
 
 def _protocol_dict(p: Protocol) -> dict:

@@ -33,7 +33,7 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.memory import optimizer_bytes_per_param
 from simulator.strategy import DataSource, Offload, Strategy
-from simulator.gemm_efficiency import efficiency_for
+from simulator.compute import achievable_hbm_Bps
 from simulator.workload import DtypePolicy
 
 
@@ -55,9 +55,7 @@ def adam_bytes_per_param(dtype: DtypePolicy) -> int:
 
 def gpu_optimizer_s(cluster: Cluster, dtype: DtypePolicy, params: float) -> float:
     """Memory-bound Adam step over ``params`` parameters on one GPU."""
-    device = cluster.device
-    hbm_Bps = device.hbm_bw_GBps * 1e9 * efficiency_for(device).hbm_efficiency
-    return params * adam_bytes_per_param(dtype) / hbm_Bps
+    return params * adam_bytes_per_param(dtype) / achievable_hbm_Bps(cluster.device)
 
 
 def _host(cluster: Cluster, what: str):

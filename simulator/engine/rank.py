@@ -17,6 +17,11 @@ The plays (the analytical engine adds up the same ones in closed form):
   backward); buckets run one after another on the dp stream (host copies on the host stream). Under
   synchronous data parallelism with stragglers a bucket's collective starts when the last dp
   replica's bucket is ready (a barrier); the wait is booked as STRAGGLER.
+- Interference (:mod:`simulator.interference`): a bucket or a prefetched gather played as a collective
+  takes ``f = StepWork.overlap_sm_fraction`` of the SMs; the compute it overlaps is stretched by ``f``
+  × the overlap, after the fact (first order, as the closed form): each block by its share of the next
+  gather, the last backward by the bucket time inside its gradient work's nominal length before its end
+  (the rank cannot finish before ``end of that backward + f·H``; booked with the buckets' category).
 - After the last action the rank waits for its buckets (exposed DP/PS/OFFLOAD), runs the optimizer
   (on the CPU stream under ZeRO-Offload), then the ``after_step`` calls, blocking.
 - The input pipeline reads the next step's batch on the data stream from the start of the step; the
@@ -25,12 +30,14 @@ The plays (the analytical engine adds up the same ones in closed form):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import simpy
 
 from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier
+from simulator.interference import overlap_s, takes_sms
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
 from simulator.work import CommKind
@@ -112,12 +119,18 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
                             Category.BACKWARD, progress)
         if progress is not None:
             progress.finish()
+            b_end = env.now
+            b_start = b_end - progress.total_s  # the gradient work's window, as the closed form counts it
         _send(ctx, pipe, k, rank, act, chunk.p2p_bwd, act.stage - 1)
     if streams:
         t0 = env.now
         yield simpy.AllOf(env, streams)
         intervals = [iv for proc in streams for iv in proc.value[0]]
         last_cat = max((proc.value for proc in streams), key=lambda v: v[2])[1]
+        stretch = ctx.work.overlap_sm_fraction * sum(overlap_s(a, b, b_start, b_end)
+                                                     for proc in streams for a, b in proc.value[3])
+        if b_end + stretch > env.now:
+            yield env.timeout(b_end + stretch - env.now)
         straggle = sum(max(0.0, min(b, env.now) - max(a, t0)) for a, b in intervals)
         rec.spend(who, Category.STRAGGLER, straggle)
         rec.spend(who, last_cat, env.now - t0 - straggle)
@@ -147,7 +160,7 @@ class GradProgress:
     """
 
     def __init__(self, env: simpy.Environment, total_s: float, fractions):
-        self.env, self.done = env, 0.0
+        self.env, self.done, self.total_s = env, 0.0, total_s
         self.ready = [(f * total_s, simpy.Event(env)) for f in fractions]
 
     def advance(self, seconds: float, *, instant: bool = False) -> None:
@@ -218,25 +231,36 @@ def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float,
     env, blocks = ctx.env, len(zero_calls)
     started = [simpy.Event(env) for _ in range(blocks)]
     gathered = [simpy.Event(env) for _ in range(blocks)]
-    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered))
+    spans = [[math.inf, math.inf] for _ in range(blocks)]  # [issued, done] per gather
+    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered, spans))
+    nominal = (total_s + sum(c.time_s for c in tp_calls)) / blocks  # the closed form's block (exposed_gathers)
     for i in range(blocks):
         if not gathered[i].processed:
             t0 = env.now
             yield gathered[i]
             ctx.rec.spend(who, Category.ZERO, env.now - t0)
         started[i].succeed()
+        t0 = env.now
         mine = tuple(c for j, c in enumerate(tp_calls) if j * blocks // len(tp_calls) == i)
         yield from _segments(ctx, pipe, who, rank, act, total_s / blocks, mine, category, progress)
+        if i + 1 < blocks and takes_sms(zero_calls[i + 1]) and ctx.work.overlap_sm_fraction > 0:
+            stretch = ctx.work.overlap_sm_fraction * overlap_s(*spans[i + 1], t0, t0 + nominal)
+            if stretch > 0:  # the next gather took SMs from this block (module docstring)
+                yield env.timeout(stretch)
+                ctx.rec.spend(who, Category.ZERO, stretch)
 
 
-def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered):
-    """Gather i is issued once gather i−1 is done and block i−1 has started (one block of prefetch)."""
+def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered, spans):
+    """Gather i is issued once gather i−1 is done and block i−1 has started (one block of prefetch);
+    ``spans[i]`` records when it was issued and done."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
     for i, call in enumerate(calls):
         if i > 0 and not started[i - 1].processed:
             yield started[i - 1]
         t0 = env.now
+        spans[i][0] = t0
         yield ctx.start(call, (r, "dp"), pipe)
+        spans[i][1] = env.now
         ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
         gathered[i].succeed()
 
@@ -276,8 +300,9 @@ def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, progress: Grad
 
 
 def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items):
-    """Buckets in order on one stream; returns (barrier waits, category, end time)."""
-    env, waits, category = ctx.env, [], Category.DP
+    """Buckets in order on one stream; returns (barrier waits, category, end time, [(start, end)] of
+    the calls that take SMs)."""
+    env, waits, category, busy = ctx.env, [], Category.DP, []
     for i, call, ready in items:
         if not ready.processed:
             yield ready
@@ -293,8 +318,10 @@ def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items)
             t0 = max(bar.arrive_s)
         else:
             yield ctx.start(call, (r, stream), pipe)
+        if takes_sms(call):
+            busy.append((t0, env.now))
         ctx.rec.row(rank, stream, f"{call.kind.value} {call.op.value} bucket {i}", category, t0, env.now, -1, r)
-    return waits, category, env.now
+    return waits, category, env.now, busy
 
 
 def _release(ctx, bar: Barrier, call, klass):
