@@ -51,14 +51,20 @@ class CostCache:
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
 
     def _translated(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
-        """The same group moved down by whole leaf groups of nodes (by whole nodes when the network
-        has one leaf tier): identical nodes, NICs and links, so an identical cost. Groups of different
-        pipeline stages or replicas that differ only by such a move share one answer."""
+        """The same group moved down by whole nodes, as far as keeps which of its nodes share a leaf group
+        (:func:`simulator.cluster.topology.path` reads a node's index only for that, and as the name of
+        its links): identical nodes, NICs and links, so an identical cost. A group under one leaf group
+        (every group inside one node, and every group when the network has one leaf tier) moves to node
+        0; one spanning leaf groups by whole leaf groups. Groups of different pipeline stages or
+        replicas that differ only by such a move share one answer."""
         if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
         first = min(ranks) // gpn
-        shift = first - first % per_leaf if per_leaf else first
+        if per_leaf and first // per_leaf != max(ranks) // gpn // per_leaf:
+            shift = first - first % per_leaf
+        else:
+            shift = first
         return ranks if shift == 0 else tuple(r - shift * gpn for r in ranks)
 
     @property
