@@ -29,7 +29,7 @@ from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
-from simulator.work import ChunkWork, CommCall, CommKind, StepWork
+from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
 
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
 
@@ -71,11 +71,16 @@ def gradient_work_s(chunk: ChunkWork) -> float:
 
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
-    p, v = len(work.stages), work.layout.v
+    return summarize_stages(work.stages, work.layout.v)
+
+
+def summarize_stages(stages: tuple[StageWork, ...], v: int) -> StepArrays:
+    """:func:`summarize` from a step's stages and its chunks per rank: all it reads of the step."""
+    p = len(stages)
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
-    chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
+    chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
     for c, ch in chunks.items():
         F[c], B[c], parts[c] = _chunk_numbers(ch)
         if c < n - 1 and ch.p2p_fwd is not None:
@@ -84,7 +89,7 @@ def summarize(work: StepWork) -> StepArrays:
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
-    for r, st in enumerate(work.stages):
+    for r, st in enumerate(stages):
         d = np.array([c.time_s for c in st.grad_sync])
         k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
         tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), d,
@@ -93,8 +98,8 @@ def summarize(work: StepWork) -> StepArrays:
             after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
-                      opt=np.array([[st.optimizer_s for st in work.stages]]), after=after[None],
-                      data=np.array([work.stages[0].data_s if work.stages else 0.0]))
+                      opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],
+                      data=np.array([stages[0].data_s if stages else 0.0]))
 
 
 def per_rank_frame(work: StepWork, breakdown: np.ndarray) -> pd.DataFrame:

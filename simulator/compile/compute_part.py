@@ -43,7 +43,13 @@ class ChunkCompute:
 
 
 def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
-    """Compute of one chunk: the workload's load timed on the cache's device (module docstring)."""
+    """Compute of one chunk: the workload's load timed on the cache's device (module docstring),
+    remembered in ``cache`` per (workload, chunk, options)."""
+    return cache.memo(("chunk_compute", workload, chunk, options),
+                      lambda: _chunk_compute(cache, workload, chunk, options))
+
+
+def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
     load = cache.memo(("chunk_load", workload, chunk, options), lambda: workload.chunk_load(chunk, options))
     device, dtype = cache.cluster.device, workload.dtype
     fwd = bwd = recompute = 0.0

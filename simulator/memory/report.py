@@ -163,9 +163,9 @@ def _states(model, layout: ParallelLayout, stage: int):
 
 
 def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
-    """What :func:`_states` depends on."""
+    """What :func:`_states` depends on (the stage's layer indices through the split, pp and stage)."""
     s = layout.strategy
-    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, stage, layout.layer_indices(stage), s.zero,
+    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, stage, layout.layers_per_stage, s.zero,
             s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
             s.resolved_fp8_recipe, s.fp8_all_gather)
 
