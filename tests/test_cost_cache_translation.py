@@ -1,6 +1,7 @@
-"""The cost cache answers a collective on a group moved down by whole nodes (:meth:`CostCache._translated`)
-with the cost of the group where it is: equal, to the bit, to the cost model asked about the group in place,
-on networks with and without leaf groups, shared and per-NIC uplinks, rail-optimised or not."""
+"""The cost cache answers a collective on a group moved to other nodes (:meth:`CostCache._translated`) with
+the cost of the group where it is: equal, to the bit, to the cost model asked about the group in place, on
+networks with and without leaf groups, shared and per-NIC uplinks, oversubscribed or not, rail-optimised or
+not."""
 
 from dataclasses import replace
 
@@ -16,9 +17,12 @@ def _clusters():
     h100 = load_cluster("dgx-h100", nodes=8)
     a100 = load_cluster("dgx-a100", nodes=6)
     return {
+        "a100 preset, 48 nodes: leaves of 20, crossings free": load_cluster("dgx-a100", nodes=48),
         "h100, leaves of 32": h100,
         "h100, leaves of 2, shared uplinks": replace(h100, network=replace(
             h100.network, nodes_per_leaf=2, oversubscription=2.0, leaf_uplinks=LeafUplinks.SHARED)),
+        "h100, leaves of 2, per-NIC uplinks oversubscribed": replace(h100, network=replace(
+            h100.network, nodes_per_leaf=2, oversubscription=3.0)),
         "a100, leaves of 3, not rail-optimised": replace(a100, network=replace(
             a100.network, nodes_per_leaf=3, rail_optimized=False, oversubscription=4.0)),
         "pcie-a100, one leaf tier": load_cluster("pcie-a100", nodes=4),
@@ -36,9 +40,10 @@ def _case(draw):
     gpn, nodes = cluster.node.gpus_per_node, cluster.nodes
     first = draw(st.integers(0, nodes - 1))
     span = draw(st.integers(1, nodes - first))
-    node_set = sorted(draw(st.sets(st.integers(first + 1, first + span - 1), max_size=span - 1)) | {first}) \
+    node_set = sorted(draw(st.sets(st.integers(first + 1, first + span - 1), max_size=min(span - 1, 5))) | {first}) \
         if span > 1 else [first]
-    locals_ = draw(st.lists(st.integers(0, gpn - 1), min_size=1, max_size=gpn, unique=True))
+    locals_ = draw(st.lists(st.integers(0, gpn - 1), min_size=1, max_size=gpn if len(node_set) < 4 else 2,
+                            unique=True))
     op = draw(st.sampled_from(OPS))
     ranks = [n * gpn + g for n in node_set for g in locals_]
     if op is Op.SEND_RECV or len(ranks) < 2:
@@ -59,8 +64,11 @@ def test_a_moved_group_costs_what_it_costs_in_place(case):
 
 
 def test_moves_by_leaf_position():
-    """Under one leaf group (or inside one node) a group moves to node 0; across leaf groups only by
-    whole leaf groups (which nodes share a leaf is kept)."""
+    """Where leaf crossings cost something, a group under one leaf group (or inside one node) moves to
+    node 0; across leaf groups only by whole leaf groups (which nodes share a leaf is kept). Where they
+    are free, its nodes are renumbered 0, 1, ... in order."""
+    free = CostCache(CLUSTERS["a100 preset, 48 nodes: leaves of 20, crossings free"])
+    assert free._translated((8 * 19 + 1, 8 * 21 + 1, 8 * 45)) == (1, 9, 16)
     cluster = CLUSTERS["h100, leaves of 2, shared uplinks"]
     cache = CostCache(cluster)
     assert cache._translated((40, 41)) == (0, 1)            # node 5, inside the node

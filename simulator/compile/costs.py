@@ -17,11 +17,12 @@ also weighs ``ps`` and ``direct``, which are not library collectives.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from functools import cached_property
 from typing import Any
 
 from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.placement import PlacedCluster
-from simulator.cluster.spec import Cluster
+from simulator.cluster.spec import Cluster, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.registry import estimate, supports
@@ -51,21 +52,39 @@ class CostCache:
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
 
     def _translated(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
-        """The same group moved down by whole nodes, as far as keeps which of its nodes share a leaf group
-        (:func:`simulator.cluster.topology.path` reads a node's index only for that, and as the name of
-        its links): identical nodes, NICs and links, so an identical cost. A group under one leaf group
-        (every group inside one node, and every group when the network has one leaf tier) moves to node
-        0; one spanning leaf groups by whole leaf groups. Groups of different pipeline stages or
-        replicas that differ only by such a move share one answer."""
+        """The same group on other nodes of the same kind, placed so that its cost is identical: the cost
+        models read a node's index only to tell whether two nodes share a leaf group
+        (:func:`simulator.cluster.topology.path`) and as the name of its links. Groups of different
+        pipeline stages or replicas that differ only by such a move share one answer.
+
+        - Leaf crossings free (:meth:`_leaf_blind`): the group's nodes renumbered 0, 1, … in order.
+        - Otherwise a group under one leaf group (every group inside one node) moves to node 0, and one
+          spanning leaf groups by whole leaf groups (which of its nodes share a leaf is kept)."""
         if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
+        if self._leaf_blind:
+            nodes = sorted({r // gpn for r in ranks})
+            if nodes[-1] == len(nodes) - 1:
+                return ranks
+            new = {n: k for k, n in enumerate(nodes)}
+            return tuple(new[r // gpn] * gpn + r % gpn for r in ranks)
         first = min(ranks) // gpn
         if per_leaf and first // per_leaf != max(ranks) // gpn // per_leaf:
             shift = first - first % per_leaf
         else:
             shift = first
         return ranks if shift == 0 else tuple(r - shift * gpn for r in ranks)
+
+    @cached_property
+    def _leaf_blind(self) -> bool:
+        """Whether crossing between leaf groups costs nothing more: one leaf tier, or per-NIC uplinks at
+        oversubscription 1 (a crossing adds a hop of the NIC's own bandwidth carrying a subset of the
+        NIC's flows, so every path's bottleneck and latency stay the same;
+        :func:`simulator.cluster.topology._inter_path`)."""
+        net = self.cluster.network
+        return net is None or not net.nodes_per_leaf or (net.leaf_uplinks is LeafUplinks.PER_NIC
+                                                         and net.oversubscription == 1.0)
 
     @property
     def _nodes_per_leaf(self) -> int:
