@@ -69,6 +69,18 @@ def gradient_work_s(chunk: ChunkWork) -> float:
     return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
 
 
+def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[list[float], list[int]]:
+    """Each call's seconds and :data:`_KIND_CODE`, read once per run of the same call object (a bucketed
+    sync repeats one object per full bucket)."""
+    times, codes, last, t, code = [], [], None, 0.0, 0
+    for c in calls:
+        if c is not last:
+            last, t, code = c, c.time_s, _KIND_CODE.get(c.kind, 0)
+        times.append(t)
+        codes.append(code)
+    return times, codes
+
+
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
     return summarize_stages(work.stages, work.layout.v)
@@ -90,12 +102,13 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int) -> StepArrays:
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
     for r, st in enumerate(stages):
-        d = np.array([c.time_s for c in st.grad_sync])
-        k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
-        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), d,
-                                            np.array(st.grad_ready_fraction, dtype=float), k)
-        for c in st.after_step:
-            after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
+        times, codes = _times_and_codes(st.grad_sync)
+        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), np.array(times, dtype=float),
+                                            np.array(st.grad_ready_fraction, dtype=float), np.array(codes, dtype=int))
+        sums = [0.0] * len(EXPOSED_KINDS)
+        for t, code in zip(*_times_and_codes(st.after_step)):
+            sums[code] += t  # in call order, as the closed form adds them
+        after[r] = sums
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

@@ -69,3 +69,21 @@ def test_stages_alone_check_the_fetch():
     with pytest.raises(SpecError) as err:
         compile_stages(CostCache(CLUSTER), workload, layout, fetch="infinity")
     assert err.value.field == "fetch"
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 2 ** 40), max_size=40), overlap=st.booleans())
+def test_ready_fractions_are_each_bucket_s_cumulative_byte_fraction(sizes, overlap):
+    """Against the plain loop: Python's int / int of the bytes done so far over the total."""
+    from simulator.compile.comm_part import ready_fractions
+    from simulator.work import CollectiveAlgorithm, CommCall, Transport
+
+    calls = tuple(CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=GROUP, nbytes=n, transport=Transport.COLLECTIVE,
+                           algorithm=CollectiveAlgorithm.RING,
+                           time_s=1e-3) for n in sizes)
+    done, expected = 0, []
+    for n in sizes:
+        done += n
+        expected.append(done / sum(sizes) if overlap else 1.0)
+    got = ready_fractions(calls, overlap)
+    assert got == tuple(expected) and all(type(f) is float for f in got)

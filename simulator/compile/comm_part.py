@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from simulator.collectives.base import Op
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
@@ -122,12 +124,11 @@ def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, 
     """Cumulative byte fraction at each bucket's end (its ready point), or all 1.0 without overlap."""
     if not overlap:
         return (1.0,) * len(calls)
-    total = sum(c.nbytes for c in calls)
-    out, done = [], 0
-    for c in calls:
-        done += c.nbytes
-        out.append(done / total)
-    return tuple(out)
+    done = np.cumsum(np.fromiter((c.nbytes for c in calls), dtype=np.int64, count=len(calls)))
+    if not len(done) or done[-1] >= 2 ** 53:  # past float64's exact integers: Python's exact int / int
+        total = sum(c.nbytes for c in calls)
+        return tuple(int(d) / total for d in done)
+    return tuple((done / done[-1]).tolist())  # exact integers, one rounding each: as int / int
 
 
 def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float, layers: int,

@@ -34,12 +34,15 @@ class CostCache:
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self._memo: dict[Hashable, Any] = {}
+        self._moved: dict[tuple[int, ...], tuple[int, ...]] = {}  # ranks → _translated(ranks)
 
     def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """``compute()`` the first time ``key`` is asked, the remembered value afterwards."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+        try:
+            return self._memo[key]  # one hash of the key when it is there
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
 
     def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int,
                    algorithm: str = "auto") -> tuple[float, CollectiveAlgorithm | None]:
@@ -47,7 +50,10 @@ class CostCache:
         group or an empty message costs nothing and runs no algorithm (None)."""
         if len(ranks) < 2 or nbytes <= 0:
             return 0.0, None
-        ranks = self._translated(ranks)
+        moved = self._moved.get(ranks)
+        if moved is None:
+            moved = self._moved[ranks] = self._translated(ranks)
+        ranks = moved
         return self.memo(("coll", ranks, op, int(nbytes), algorithm),
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
 
