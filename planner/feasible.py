@@ -41,7 +41,8 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int
     cap = _in_flight_cap(s, m)
     key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
-        small = replace(s, global_batch=dp * s.micro_batch * cap)
+        batch = dp * s.micro_batch * cap
+        small = s if batch == s.global_batch else replace(s, global_batch=batch)
         cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
     return cache[key]
 
