@@ -19,6 +19,8 @@ gathers ``g_0, g_1, …`` issued one block ahead on a serial stream, the gathers
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pandas as pd
 
@@ -69,16 +71,27 @@ def gradient_work_s(chunk: ChunkWork) -> float:
     return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
 
 
-def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[list[float], list[int]]:
-    """Each call's seconds and :data:`_KIND_CODE`, read once per run of the same call object (a bucketed
-    sync repeats one object per full bucket)."""
-    times, codes, last, t, code = [], [], None, 0.0, 0
-    for c in calls:
-        if c is not last:
-            last, t, code = c, c.time_s, _KIND_CODE.get(c.kind, 0)
-        times.append(t)
-        codes.append(code)
-    return times, codes
+_CODE_OF_KIND_ID = {id(kind): _KIND_CODE.get(kind, 0) for kind in CommKind}
+""":data:`_KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
+_TIME, _KIND = attrgetter("time_s"), attrgetter("kind")
+
+
+def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's seconds and :data:`_KIND_CODE`, as arrays."""
+    n = len(calls)
+    return (np.fromiter(map(_TIME, calls), dtype=float, count=n),
+            np.fromiter(map(_CODE_OF_KIND_ID.__getitem__, map(id, map(_KIND, calls))), dtype=int, count=n))
+
+
+def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
+    """Seconds of ``calls`` per :data:`_KIND_CODE`, each added in call order (a cumulative sum: no
+    pairwise regrouping), as the closed form adds them."""
+    out = np.zeros(len(EXPOSED_KINDS))
+    if calls:
+        times, codes = _times_and_codes(calls)
+        for code in np.unique(codes).tolist():
+            out[code] = np.cumsum(times[codes == code])[-1]
+    return out
 
 
 def summarize(work: StepWork) -> StepArrays:
@@ -103,12 +116,9 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int) -> StepArrays:
     after = np.zeros((p, len(EXPOSED_KINDS)))
     for r, st in enumerate(stages):
         times, codes = _times_and_codes(st.grad_sync)
-        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), np.array(times, dtype=float),
-                                            np.array(st.grad_ready_fraction, dtype=float), np.array(codes, dtype=int))
-        sums = [0.0] * len(EXPOSED_KINDS)
-        for t, code in zip(*_times_and_codes(st.after_step)):
-            sums[code] += t  # in call order, as the closed form adds them
-        after[r] = sums
+        tail[r], exposed[r] = sync_exposure(np.array(gradient_work_s(chunks[r])), times,
+                                            np.array(st.grad_ready_fraction, dtype=float), codes)
+        after[r] = _sums_by_code(st.after_step)
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

@@ -87,3 +87,47 @@ def test_ready_fractions_are_each_bucket_s_cumulative_byte_fraction(sizes, overl
         expected.append(done / sum(sizes) if overlap else 1.0)
     got = ready_fractions(calls, overlap)
     assert got == tuple(expected) and all(type(f) is float for f in got)
+
+
+def _dense_models():
+    from simulator.workload.presets import get_preset, model_names
+
+    return [m for m in (get_preset(n) for n in model_names()) if m.moe is None]
+
+
+@st.composite
+def _slice(draw, layers):
+    from simulator.workload import ChunkSlice
+
+    count = draw(st.integers(1, min(layers, 12)))
+    index = draw(st.integers(0, count - 1))
+    size = draw(st.integers(1, max(1, layers // count)))
+    start = draw(st.integers(0, layers - size))
+    return ChunkSlice(index=index, count=count, start=start, layers=size)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_a_dense_chunk_s_load_is_its_stand_in_s(data):
+    """Every dense preset (tied embeddings or not), any slice: the stand-in slice the compute cache keys
+    on has the very load of the slice itself; a MoE model keeps its own slice (its blocks differ)."""
+    from simulator.compile.compute_part import load_slice
+    from simulator.workload import ComputeOptions, Recompute as R
+
+    model = data.draw(st.sampled_from(_dense_models()))
+    chunk = data.draw(_slice(model.layers))
+    tp = data.draw(st.sampled_from([t for t in (1, 2, 4, 8) if model.heads % t == 0]))
+    options = ComputeOptions(micro_batch=data.draw(st.integers(1, 4)), tp=tp, recompute=data.draw(st.sampled_from(R)),
+                             sequence_parallel=tp > 1 and data.draw(st.booleans()))
+    stand_in = load_slice(model, chunk)
+    assert (stand_in.first, stand_in.last, stand_in.layers) == (chunk.first, chunk.last, chunk.layers)
+    assert model.chunk_load(stand_in, options) == model.chunk_load(chunk, options)
+
+
+def test_a_moe_chunk_keeps_its_slice():
+    from simulator.compile.compute_part import load_slice
+    from simulator.workload import ChunkSlice
+
+    mixtral = get_preset("mixtral-8x7b")
+    chunk = ChunkSlice(index=1, count=4, start=8, layers=8)
+    assert load_slice(mixtral, chunk) is chunk

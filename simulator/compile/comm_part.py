@@ -36,6 +36,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 import numpy as np
 
@@ -120,11 +121,14 @@ def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], t
     return out
 
 
+_NBYTES = attrgetter("nbytes")
+
+
 def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, ...]:
     """Cumulative byte fraction at each bucket's end (its ready point), or all 1.0 without overlap."""
     if not overlap:
         return (1.0,) * len(calls)
-    done = np.cumsum(np.fromiter((c.nbytes for c in calls), dtype=np.int64, count=len(calls)))
+    done = np.cumsum(np.fromiter(map(_NBYTES, calls), dtype=np.int64, count=len(calls)))
     if not len(done) or done[-1] >= 2 ** 53:  # past float64's exact integers: Python's exact int / int
         total = sum(c.nbytes for c in calls)
         return tuple(int(d) / total for d in done)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from simulator.compile.costs import CostCache
 from simulator.compute import unit_times
 from simulator.strategy.spec import AttentionKind
-from simulator.workload import ChunkSlice, ComputeOptions, Recompute, Workload
+from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,21 @@ class ChunkCompute:
 def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
     """Compute of one chunk: the workload's load timed on the cache's device (module docstring),
     remembered in ``cache`` per (workload, chunk, options)."""
+    chunk = load_slice(workload, chunk)
     return cache.memo(("chunk_compute", workload, chunk, options),
                       lambda: _chunk_compute(cache, workload, chunk, options))
+
+
+def load_slice(workload: Workload, chunk: ChunkSlice) -> ChunkSlice:
+    """A slice with the same load as ``chunk``, the same for every chunk of equal load: for a transformer
+    without experts the load (:func:`simulator.workload.chunks.transformer_chunk_load`) reads only the
+    layer count, whether the chunk is first or last, and whether the model is split (a tied embedding's
+    copy on the last chunk); every block is alike. Other workloads: ``chunk`` itself."""
+    if not isinstance(workload, TransformerSpec) or workload.moe is not None:
+        return chunk
+    first, last = chunk.first, chunk.last
+    index, count = (0 if first else 1), (1 if first and last else 2 if first or last else 3)
+    return ChunkSlice(index=index, count=count, start=0, layers=chunk.layers)
 
 
 def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions) -> ChunkCompute:
