@@ -74,3 +74,14 @@ def test_moves_by_leaf_position():
     assert cache._translated((40, 41)) == (0, 1)            # node 5, inside the node
     assert cache._translated((32, 40)) == (0, 8)            # nodes 4 and 5: one leaf group
     assert cache._translated((40, 48)) == (8, 16)           # nodes 5 and 6: two leaf groups, moved by 4 nodes
+
+
+def test_a_group_off_the_cluster_is_not_moved_onto_it():
+    """A rank past the cluster is the cost model's error, not a cost of a moved group."""
+    import pytest
+
+    from simulator.errors import SpecError
+
+    cache = CostCache(CLUSTERS["a100 preset, 48 nodes: leaves of 20, crossings free"])
+    with pytest.raises(SpecError):
+        cache.collective((0, 8 * 48), Op.ALL_REDUCE, 1 << 20)

@@ -68,6 +68,8 @@ class CostCache:
           spanning leaf groups by whole leaf groups (which of its nodes share a leaf is kept)."""
         if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
+        if min(ranks) < 0 or max(ranks) >= self.cluster.world_size:
+            return ranks  # not on the cluster: the cost model says so
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
         if self._leaf_blind:
             nodes = sorted({r // gpn for r in ranks})
