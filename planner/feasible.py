@@ -41,18 +41,24 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int
     cap = _in_flight_cap(s, m)
     key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
-        small = replace(s, global_batch=dp * s.micro_batch * cap)
+        batch = dp * s.micro_batch * cap
+        small = s if batch == s.global_batch else replace(s, global_batch=batch)
         cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
     return cache[key]
 
 
-def _states_lower_bound(workload, s: Strategy) -> float:
+def _states_lower_bound(workload, s: Strategy, memo: dict | None = None) -> float:
     """Model-state bytes no rank can go below: the parameters spread evenly over tp·pp in one flat
     tensor, through the memory model's own ZeRO accounting over the dp·cp ranks that share the weights
     (:class:`simulator.strategy.ParallelLayout`) (the most loaded real rank holds at least
     its even share, plus replicated norms and padding). 0 under offload (states leave the GPU)."""
     if s.offload is not Offload.NONE:
         return 0.0
+    if memo is not None:  # all it reads of s, so candidates differing elsewhere share it
+        key = (s.tp * s.pp, s.dp * s.cp, s.zero)
+        if key not in memo:
+            memo[key] = _states_lower_bound(workload, s)
+        return memo[key]
     even = -(-workload.params // (s.tp * s.pp))
     states = model_state_bytes([("even share", (even,))], dp=s.dp * s.cp, zero=s.zero, dtype=workload.dtype,
                                partitioning=Partitioning.FLAT, framework=Framework.DEEPSPEED
@@ -68,6 +74,8 @@ class _Memory:
     reports: dict = field(default_factory=dict)
     states: dict = field(default_factory=dict)
     over_gpu: list = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)
+    """:func:`_states_lower_bound` by what it reads (one workload per search)."""
 
 
 def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts,
@@ -81,7 +89,7 @@ def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, 
     for done, s in enumerate(strategies):
         if tick is not None and done % PROGRESS_EVERY == 0:
             tick(done, len(strategies))
-        bound = _states_lower_bound(workload, s)
+        bound = _states_lower_bound(workload, s, mem.bounds)
         if bound > limit:  # cheap: skip the full report
             counts.infeasible["gpu memory"] += 1
             mem.over_gpu.append((bound, s))

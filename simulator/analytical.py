@@ -20,6 +20,8 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pandas as pd
 
@@ -31,7 +33,7 @@ from simulator.interference import overlap_s, takes_sms
 from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
-from simulator.work import ChunkWork, CommCall, CommKind, StepWork
+from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
 
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
 
@@ -93,38 +95,66 @@ def gradient_work_s(chunk: ChunkWork) -> float:
     return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
 
 
+_CODE_OF_KIND_ID = {id(kind): _KIND_CODE.get(kind, 0) for kind in CommKind}
+""":data:`_KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
+_TIME, _KIND = attrgetter("time_s"), attrgetter("kind")
+
+
+def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's seconds and :data:`_KIND_CODE`, as arrays."""
+    n = len(calls)
+    return (np.fromiter(map(_TIME, calls), dtype=float, count=n),
+            np.fromiter(map(_CODE_OF_KIND_ID.__getitem__, map(id, map(_KIND, calls))), dtype=int, count=n))
+
+
+def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
+    """Seconds of ``calls`` per :data:`_KIND_CODE`, each added in call order (a cumulative sum: no
+    pairwise regrouping), as the closed form adds them."""
+    out = np.zeros(len(EXPOSED_KINDS))
+    if calls:
+        times, codes = _times_and_codes(calls)
+        for code in np.unique(codes).tolist():
+            out[code] = np.cumsum(times[codes == code])[-1]
+    return out
+
+
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
-    p, v = len(work.stages), work.layout.v
+    return summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
+
+
+def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0) -> StepArrays:
+    """:func:`summarize` from a step's stages, its chunks per rank and the share of SMs an overlapped
+    collective takes (:attr:`StepWork.overlap_sm_fraction`): all it reads of the step."""
+    p = len(stages)
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
-    chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
+    chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
     for c, ch in chunks.items():
-        F[c], B[c], parts[c] = _chunk_numbers(ch, work.overlap_sm_fraction)
+        F[c], B[c], parts[c] = _chunk_numbers(ch, sm_fraction)
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
-    for r, st in enumerate(work.stages):
-        d = np.array([c.time_s for c in st.grad_sync])
-        k = np.array([_KIND_CODE.get(c.kind, 0) for c in st.grad_sync], dtype=int)
+    for r, st in enumerate(stages):
+        times, codes = _times_and_codes(st.grad_sync)
         b_last = gradient_work_s(chunks[r])
-        tail[r], exposed[r] = sync_exposure(np.array(b_last), d, np.array(st.grad_ready_fraction, dtype=float), k)
-        stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, work.overlap_sm_fraction)
+        tail[r], exposed[r] = sync_exposure(np.array(b_last), times,
+                                            np.array(st.grad_ready_fraction, dtype=float), codes)
+        stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
         if stretch.sum() > tail[r]:  # the stretched backward ends after the buckets: the excess is theirs
             excess = (stretch.sum() - tail[r]) / stretch.sum()
             for j, s in enumerate(stretch):
-                exposed[r, k[j]] += s * excess
+                exposed[r, codes[j]] += s * excess
             tail[r] = stretch.sum()
-        for c in st.after_step:
-            after[r, _KIND_CODE.get(c.kind, 0)] += c.time_s
+        after[r] = _sums_by_code(st.after_step)
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
-                      opt=np.array([[st.optimizer_s for st in work.stages]]), after=after[None],
-                      data=np.array([work.stages[0].data_s if work.stages else 0.0]))
+                      opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],
+                      data=np.array([stages[0].data_s if stages else 0.0]))
 
 
 def per_rank_frame(work: StepWork, breakdown: np.ndarray) -> pd.DataFrame:

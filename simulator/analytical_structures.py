@@ -16,9 +16,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from simulator.analytical import summarize
+from simulator.analytical import summarize, summarize_stages
+from simulator.interference import sm_fraction
 from simulator.analytical_formula import StepArrays
-from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.compile import CostCache, ParamFetch, compile_stages, compile_step
 from simulator.compile.compute_part import step_flops
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
@@ -90,8 +91,11 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
     interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
     small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
     layout = build_layout(small, cache.cluster, workload, gpus=gpus)
-    work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
-    return summarize(work), layout
+    if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
+        work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
+        return summarize(work), layout
+    sms = sm_fraction(cache.cluster.comm.collective_sms, cache.cluster.device.sm_count)
+    return summarize_stages(compile_stages(cache, workload, layout, fetch), layout.v, sms), layout
 
 
 class Structures:

@@ -16,8 +16,9 @@ SpecError (simulate it with the discrete-event engine, which runs any valid acti
 - :attr:`PipelineFamily.INTERLEAVED`: exactly the action lists of
   :func:`~simulator.schedules.interleaved_1f1b` for its (p, m, v).
 
-:func:`shape_of` builds and reads the generator's schedule once per (kind, p, m, v) and remembers
-the answer in a :class:`~simulator.compile.CostCache`.
+:func:`builtin_shape` gives a built-in generator's shape from its formula, in O(p) whatever m is
+(tested equal to reading the built schedule); :func:`shape_of` remembers it per (kind, p, m, v) in a
+:class:`~simulator.compile.CostCache`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.errors import SpecError
-from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, interleaved_1f1b, make_schedule,
-                                 max_in_flight, one_f_one_b)
+from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, interleaved_1f1b, interleaved_ok,
+                                 make_schedule, max_in_flight, micro_batches_ok, one_f_one_b)
 
 
 class PipelineFamily(Enum):
@@ -82,7 +83,37 @@ def schedule_shape(schedule: PipelineSchedule) -> ScheduleShape:
     return ScheduleShape(family=family, p=schedule.p, m=schedule.m, v=schedule.v, in_flight=in_flight)
 
 
+def _positive_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def builtin_shape(kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
+    """What :func:`schedule_shape` reads from ``make_schedule(kind, p, m, v)``, from the generators'
+    formulas (:mod:`simulator.schedules`) without building the action lists:
+
+    - GPipe: all forwards first; every rank holds all m.
+    - 1F1B (and interleaved with v = 1, the same lists): rank r runs w_r = min(p − r − 1, m) warm-up
+      forwards, then one forward one backward, so it holds min(w_r + 1, m) = min(p − r, m). With
+      m = 1 every rank runs F0 B0: the all-forwards-first family (checked first by :func:`_family`).
+    - Interleaved, v > 1: w_r = min(2·(p − r − 1) + (v − 1)·p, m·v) warm-up forwards of m·v, so rank r
+      holds min(2·(p − r − 1) + (v − 1)·p + 1, m·v).
+
+    Inputs the generators refuse are passed to them, so the error is theirs."""
+    valid = _positive_int(p) and _positive_int(m) and micro_batches_ok(m) and isinstance(kind, ScheduleKind)
+    if valid and kind is ScheduleKind.INTERLEAVED:
+        valid = _positive_int(v) and (v == 1 or p > 1 and interleaved_ok(m, p))
+    if not valid:
+        return schedule_shape(make_schedule(kind, p, m, v))
+    if kind is ScheduleKind.INTERLEAVED and v > 1:
+        total = m * v
+        return ScheduleShape(PipelineFamily.INTERLEAVED, p, m, v,
+                             tuple(min(2 * (p - r - 1) + (v - 1) * p + 1, total) for r in range(p)))
+    if kind is ScheduleKind.GPIPE or m == 1:
+        return ScheduleShape(PipelineFamily.ALL_FORWARDS_FIRST, p, m, 1, (m,) * p)
+    return ScheduleShape(PipelineFamily.ONE_F_ONE_B, p, m, 1, tuple(min(p - r, m) for r in range(p)))
+
+
 def shape_of(cache, kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
-    """The shape of the built-in ``kind``'s schedule, read once per (kind, p, m, v) and kept in ``cache``
-    (a :class:`~simulator.compile.CostCache`)."""
-    return cache.memo(("schedule_shape", kind, p, m, v), lambda: schedule_shape(make_schedule(kind, p, m, v)))
+    """The shape of the built-in ``kind``'s schedule (:func:`builtin_shape`), kept in ``cache`` (a
+    :class:`~simulator.compile.CostCache`) per (kind, p, m, v)."""
+    return cache.memo(("schedule_shape", kind, p, m, v), lambda: builtin_shape(kind, p, m, v))

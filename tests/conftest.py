@@ -30,3 +30,7 @@ def pytest_collection_modifyitems(config, items):
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("long", max_examples=10_000, deadline=None)
+# No per-example deadline by default either: a time limit is a timed test, and on a shared 2-core
+# machine a first example that loads a cluster file can take over a second (seen in a merge run).
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")

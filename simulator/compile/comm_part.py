@@ -36,6 +36,9 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
+
+import numpy as np
 
 from simulator.collectives.base import Op
 from simulator.compile.costs import CostCache
@@ -87,43 +90,49 @@ Frameworks never split a parameter tensor across buckets (DDP assigns whole tens
 2020 §3.2.3), so a real job has at most one bucket per tensor: thousands, not 100,000."""
 
 
-def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
-    """Bucket sizes in issue order: full buckets, the remainder last (None: one bucket of all)."""
+def bucket_runs(total_bytes: float, bucket_bytes: int | None) -> list[tuple[int, int]]:
+    """:func:`buckets` as runs of equal sizes: [(size, count), ...] in issue order."""
     total = int(round(total_bytes))
     if total <= 0:
         return []
     if bucket_bytes is None or bucket_bytes >= total:
-        return [total]
+        return [(total, 1)]
     if -(-total // bucket_bytes) > MAX_BUCKETS:
         raise SpecError("bucket_bytes", f"{bucket_bytes:,}-byte buckets split {total:,} bytes of gradients into more "
                         f"than {MAX_BUCKETS:,} calls; give at least {-(-total // MAX_BUCKETS):,} bytes (frameworks "
                         "never split a tensor, so smaller buckets are one per parameter tensor anyway)")
     full, rest = divmod(total, bucket_bytes)
-    return [bucket_bytes] * full + ([rest] if rest else [])
+    return [(bucket_bytes, full)] + ([(rest, 1)] if rest else [])
+
+
+def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
+    """Bucket sizes in issue order: full buckets, the remainder last (None: one bucket of all)."""
+    return [size for size, count in bucket_runs(total_bytes, bucket_bytes) for _ in range(count)]
 
 
 def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], total_bytes: float,
              bucket_bytes: int | None, algorithm: str, concurrent: int) -> tuple[CommCall, ...]:
     """One call per bucket; equal buckets share one CommCall object (their times are equal)."""
-    out, made = [], {}
-    for size in buckets(total_bytes, bucket_bytes):
-        if size not in made:
-            made[size] = call(cache, kind, op, group, size, concurrent, algorithm)
-        if made[size] is not None:
-            out.append(made[size])
-    return tuple(out)
+    out: tuple[CommCall, ...] = ()
+    for size, count in bucket_runs(total_bytes, bucket_bytes):
+        made = call(cache, kind, op, group, size, concurrent, algorithm)
+        if made is not None:
+            out += (made,) * count
+    return out
+
+
+_NBYTES = attrgetter("nbytes")
 
 
 def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, ...]:
     """Cumulative byte fraction at each bucket's end (its ready point), or all 1.0 without overlap."""
     if not overlap:
         return (1.0,) * len(calls)
-    total = sum(c.nbytes for c in calls)
-    out, done = [], 0
-    for c in calls:
-        done += c.nbytes
-        out.append(done / total)
-    return tuple(out)
+    done = np.cumsum(np.fromiter(map(_NBYTES, calls), dtype=np.int64, count=len(calls)))
+    if not len(done) or done[-1] >= 2 ** 53:  # past float64's exact integers: Python's exact int / int
+        total = sum(c.nbytes for c in calls)
+        return tuple(int(d) / total for d in done)
+    return tuple((done / done[-1]).tolist())  # exact integers, one rounding each: as int / int
 
 
 def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float, layers: int,

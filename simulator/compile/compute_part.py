@@ -19,7 +19,7 @@ from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
 from simulator.compute import unit_host_split, unit_times
 from simulator.strategy.spec import AttentionKind
-from simulator.workload import ChunkSlice, ComputeOptions, Recompute, Workload
+from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,28 @@ class ChunkCompute:
 
 def chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions,
                   share: float = 1.0) -> ChunkCompute:
-    """Compute of one chunk: the workload's load timed on the cache's device (module docstring);
-    ``share``: processes per host core on the node (:func:`simulator.host_overhead.core_share`)."""
+    """Compute of one chunk: the workload's load timed on the cache's device (module docstring),
+    remembered in ``cache`` per (workload, chunk, options, share); ``share``: processes per host core on
+    the node (:func:`simulator.host_overhead.core_share`)."""
+    chunk = load_slice(workload, chunk)
+    return cache.memo(("chunk_compute", workload, chunk, options, share),
+                      lambda: _chunk_compute(cache, workload, chunk, options, share))
+
+
+def load_slice(workload: Workload, chunk: ChunkSlice) -> ChunkSlice:
+    """A slice with the same load as ``chunk``, the same for every chunk of equal load: for a transformer
+    without experts the load (:func:`simulator.workload.chunks.transformer_chunk_load`) reads only the
+    layer count, whether the chunk is first or last, and whether the model is split (a tied embedding's
+    copy on the last chunk); every block is alike. Other workloads: ``chunk`` itself."""
+    if not isinstance(workload, TransformerSpec) or workload.moe is not None:
+        return chunk
+    first, last = chunk.first, chunk.last
+    index, count = (0 if first else 1), (1 if first and last else 2 if first or last else 3)
+    return ChunkSlice(index=index, count=count, start=0, layers=chunk.layers)
+
+
+def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions,
+                   share: float) -> ChunkCompute:
     load = cache.memo(("chunk_load", workload, chunk, options), lambda: workload.chunk_load(chunk, options))
     device, dtype = cache.cluster.device, workload.dtype
     fwd = bwd = recompute = 0.0

@@ -17,11 +17,12 @@ also weighs ``ps`` and ``direct``, which are not library collectives.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from functools import cached_property
 from typing import Any
 
 from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.placement import PlacedCluster
-from simulator.cluster.spec import Cluster
+from simulator.cluster.spec import Cluster, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.registry import estimate, supports
@@ -33,12 +34,15 @@ class CostCache:
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self._memo: dict[Hashable, Any] = {}
+        self._moved: dict[tuple[int, ...], tuple[int, ...]] = {}  # ranks → _translated(ranks)
 
     def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """``compute()`` the first time ``key`` is asked, the remembered value afterwards."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+        try:
+            return self._memo[key]  # one hash of the key when it is there
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
 
     def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int,
                    algorithm: str = "auto") -> tuple[float, CollectiveAlgorithm | None]:
@@ -46,20 +50,49 @@ class CostCache:
         group or an empty message costs nothing and runs no algorithm (None)."""
         if len(ranks) < 2 or nbytes <= 0:
             return 0.0, None
-        ranks = self._translated(ranks)
+        moved = self._moved.get(ranks)
+        if moved is None:
+            moved = self._moved[ranks] = self._translated(ranks)
+        ranks = moved
         return self.memo(("coll", ranks, op, int(nbytes), algorithm),
                          lambda: self._collective(ranks, op, int(nbytes), algorithm))
 
     def _translated(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
-        """The same group moved down by whole leaf groups of nodes (by whole nodes when the network
-        has one leaf tier): identical nodes, NICs and links, so an identical cost. Groups of different
-        pipeline stages or replicas that differ only by such a move share one answer."""
+        """The same group on other nodes of the same kind, placed so that its cost is identical: the cost
+        models read a node's index only to tell whether two nodes share a leaf group
+        (:func:`simulator.cluster.topology.path`) and as the name of its links. Groups of different
+        pipeline stages or replicas that differ only by such a move share one answer.
+
+        - Leaf crossings free (:meth:`_leaf_blind`): the group's nodes renumbered 0, 1, … in order.
+        - Otherwise a group under one leaf group (every group inside one node) moves to node 0, and one
+          spanning leaf groups by whole leaf groups (which of its nodes share a leaf is kept)."""
         if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
+        if min(ranks) < 0 or max(ranks) >= self.cluster.world_size:
+            return ranks  # not on the cluster: the cost model says so
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
+        if self._leaf_blind:
+            nodes = sorted({r // gpn for r in ranks})
+            if nodes[-1] == len(nodes) - 1:
+                return ranks
+            new = {n: k for k, n in enumerate(nodes)}
+            return tuple(new[r // gpn] * gpn + r % gpn for r in ranks)
         first = min(ranks) // gpn
-        shift = first - first % per_leaf if per_leaf else first
+        if per_leaf and first // per_leaf != max(ranks) // gpn // per_leaf:
+            shift = first - first % per_leaf
+        else:
+            shift = first
         return ranks if shift == 0 else tuple(r - shift * gpn for r in ranks)
+
+    @cached_property
+    def _leaf_blind(self) -> bool:
+        """Whether crossing between leaf groups costs nothing more: one leaf tier, or per-NIC uplinks at
+        oversubscription 1 (a crossing adds a hop of the NIC's own bandwidth carrying a subset of the
+        NIC's flows, so every path's bottleneck and latency stay the same;
+        :func:`simulator.cluster.topology._inter_path`)."""
+        net = self.cluster.network
+        return net is None or not net.nodes_per_leaf or (net.leaf_uplinks is LeafUplinks.PER_NIC
+                                                         and net.oversubscription == 1.0)
 
     @property
     def _nodes_per_leaf(self) -> int:

@@ -274,6 +274,21 @@ def _memory(cluster: Cluster, workload, layout: ParallelLayout):
     return memory_report(workload, cluster, layout)
 
 
+def _check_fetch(fetch) -> None:
+    if not isinstance(fetch, ParamFetch):
+        raise SpecError("fetch", f"must be a ParamFetch ({', '.join(f.value for f in ParamFetch)}), got {fetch!r}")
+
+
+def compile_stages(cache: CostCache, workload: Workload, layout: ParallelLayout,
+                   fetch: ParamFetch = ParamFetch.INFINITY) -> tuple[StageWork, ...]:
+    """The stages :func:`compile_step` compiles for ``layout`` on the cache's cluster, with its checks, and
+    nothing of the step around them (schedule, FLOPs, memory, per-rank factors): what the closed form's
+    structures read (:func:`simulator.analytical.summarize_stages`)."""
+    _check_workload(workload)
+    _check_fetch(fetch)
+    return tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+
+
 def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
                  cache: CostCache | None = None, memory: bool = True, layout: ParallelLayout | None = None) -> StepWork:
     """Compile one training step (see the package docstring). Bad input raises SpecError.
@@ -283,8 +298,7 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
     report. ``layout``: a layout already built for these inputs (skips :func:`build_layout`).
     """
     _check_workload(workload)
-    if not isinstance(fetch, ParamFetch):
-        raise SpecError("fetch", f"must be a ParamFetch ({', '.join(f.value for f in ParamFetch)}), got {fetch!r}")
+    _check_fetch(fetch)
     layout = build_layout(strategy, cluster, workload) if layout is None else layout
     cache = CostCache(cluster) if cache is None else cache
     if cache.cluster is not cluster and cache.cluster != cluster:

@@ -216,8 +216,8 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
     flash = s.attention is AttentionKind.FLASH
     layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash)
-    n_blocks = layout.layers_per_rank[stage]
-    n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i))
+    n_blocks = sum(layout.layers_per_stage[stage::layout.pp])  # layout.layers_per_rank[stage], one rank's
+    n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i)) if spec.moe is not None else 0
     moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, moe_layer=True,
                            skew=s.routing_skew, ep=layout.ep) if n_moe else layer
     n_layers, n_embed, n_head = in_flight(layout, stage)

@@ -16,6 +16,7 @@ when its GPU total is within the device memory and, per node, the host bytes (ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import ceil
 
 from simulator.cluster.spec import Cluster
@@ -53,9 +54,9 @@ class MemoryReport:
     stages: tuple[StageMemory, ...]
     notes: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def worst(self) -> StageMemory:
-        """The most loaded rank (largest GPU total; the earliest stage on a tie)."""
+        """The most loaded rank (largest GPU total; the earliest stage on a tie); computed once."""
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
     @property
@@ -162,22 +163,22 @@ def _states(model, layout: ParallelLayout, stage: int):
     return blocks, placed, buffers
 
 
-def _states_key(model, layout: ParallelLayout, stage: int) -> tuple:
-    """What :func:`_states` depends on."""
+def _states_key(model, layout: ParallelLayout) -> tuple:
+    """What :func:`_states` depends on besides the stage (its layer indices: the split and pp)."""
     s = layout.strategy
-    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, stage, layout.layer_indices(stage), s.zero,
+    return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, layout.layers_per_stage, s.zero,
             s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
             s.resolved_fp8_recipe, s.fp8_all_gather)
 
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
+    """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None."""
     if cache is None:
         blocks, placed, buffers = _states(model, layout, stage)
     else:
-        key = _states_key(model, layout, stage)
-        if key not in cache:
-            cache[key] = _states(model, layout, stage)
-        blocks, placed, buffers = cache[key]
+        if stage not in cache:
+            cache[stage] = _states(model, layout, stage)
+        blocks, placed, buffers = cache[stage]
     acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
     act_gpu = acts.gpu_bytes if acts else 0.0
     runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers.total_bytes)
@@ -221,7 +222,8 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
                         "(and host.nvme_GB for nvme), see docs/clusters.md")
     if not model.has_activation_shapes and model.layer_count is not None:
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
-    stages = [_stage(model, cluster, layout, k, cache) for k in range(layout.pp)]
+    own = None if cache is None else cache.setdefault(_states_key(model, layout), {})
+    stages = [_stage(model, cluster, layout, k, own) for k in range(layout.pp)]
     return MemoryReport(
         model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,

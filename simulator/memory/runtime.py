@@ -19,6 +19,7 @@ A CPU device (the ``localhost-cpu`` preset: gloo, no CUDA) has none of these ter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.cluster.spec import Device
 from simulator.strategy.layout import ParallelLayout
@@ -58,15 +59,25 @@ it may pick; the count its topology search picks (often fewer, e.g. on PCIe) is 
 
 def cublas_workspace_bytes(device: Device) -> int:
     """cuBLAS + cuBLASLt workspace of one compute stream (PyTorch's defaults; 0 on a CPU device)."""
-    if not is_cuda(device):
+    return _cublas_workspace_bytes(device.name)
+
+
+@lru_cache(maxsize=64)
+def _cublas_workspace_bytes(name: str) -> int:
+    """:func:`cublas_workspace_bytes` by device name (all it reads; asked once per pipeline stage)."""
+    if not _is_cuda(name):
         return 0
-    sm90 = any(tag in device.name.upper() for tag in _SM90_NAMES)
+    sm90 = any(tag in name.upper() for tag in _SM90_NAMES)
     return (CUBLAS_WORKSPACE_BYTES_SM90 if sm90 else CUBLAS_WORKSPACE_BYTES_DEFAULT) + CUBLASLT_WORKSPACE_BYTES
 
 
 def is_cuda(device: Device) -> bool:
     """Whether the device runs CUDA (every preset but the CPU stand-in, whose name starts with CPU)."""
-    return not device.name.upper().startswith("CPU")
+    return _is_cuda(device.name)
+
+
+def _is_cuda(name: str) -> bool:
+    return not name.upper().startswith("CPU")
 
 
 def nccl_peers(layout: ParallelLayout) -> int:
