@@ -188,28 +188,75 @@ def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float
 
 def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, category: Category,
               progress: GradProgress | None = None):
-    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute."""
-    env, rec = ctx.env, ctx.rec
-    r = ctx.schedule.rank_of(act.stage)
+    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute: items
+    ``0 .. 2·len(tp_calls)``, even ones the segments, odd ones the calls. Runs of items whose calls'
+    links carry nothing else are folded into one event (:mod:`simulator.engine.fold`)."""
+    env = ctx.env
+    klass = (ctx.schedule.rank_of(act.stage), "tp")
     seg_s = total_s / (len(tp_calls) + 1)
     name = str(act)
-    for j in range(len(tp_calls) + 1):
-        if seg_s > 0:
-            t0 = env.now
-            if progress is not None:
-                progress.advance(seg_s)
-            yield env.timeout(seg_s)
-            rec.spend(who, category, seg_s)
-            rec.row(rank, "compute", name, category, t0, env.now, act.microbatch, act.stage)
-        if j < len(tp_calls):
-            call = tp_calls[j]
-            t0 = env.now
-            yield ctx.start(call, (r, "tp"), pipe)
+    folder = ctx.folder if progress is None else None
+    item, n = 0, 2 * len(tp_calls) + 1
+    while item < n:
+        if folder is not None:
+            fold = folder.fold(pipe.base, klass, seg_s, tp_calls, item)
+            if fold is not None:
+                played = yield fold.done
+                _book_fold(ctx, who, rank, act, name, fold, played, tp_calls, seg_s, category)
+                item = fold.next_item(played)
+                continue
+        t0 = env.now
+        if item % 2 == 0:
+            if seg_s > 0:
+                if progress is not None:
+                    progress.advance(seg_s)
+                yield env.timeout(seg_s)
+                _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
+        else:
+            call = tp_calls[item // 2]
+            yield ctx.start(call, klass, pipe)
             if progress is not None:
                 progress.advance(call.time_s, instant=True)
-            cat = KIND_CATEGORY[call.kind]  # TP, or EP for a MoE layer's all-to-all
-            rec.spend(who, cat, env.now - t0)
-            rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, env.now, act.microbatch, act.stage)
+            _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
+        item += 1
+
+
+def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played: int, tp_calls, seg_s: float,
+               category: Category) -> None:
+    """Account a fold's ``played`` items at their predicted times, and the one in progress (if any) until
+    now: the same additions as :func:`_book`'s, in the same order."""
+    if played < len(fold.ends):
+        fold.ends[played] = ctx.env.now
+        played += 1
+    if ctx.rec.trace:
+        for k in range(played):
+            _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), fold.ends[k])
+        return
+    accounts = ctx.rec.accounts
+    t0 = fold.start_s
+    for k in range(played):
+        item, t1 = fold.first + k, fold.ends[k]
+        if item % 2 == 0:
+            if seg_s > 0:
+                accounts[who][category] += seg_s
+        elif t1 > t0:
+            accounts[who][KIND_CATEGORY[tp_calls[item // 2].kind]] += t1 - t0
+        t0 = t1
+
+
+def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_calls, seg_s: float,
+          category: Category, t0: float, t1: float) -> None:
+    """Account item ``item`` of :func:`_segments` (a segment: ``seg_s`` of ``category``; a call: its
+    ``t1 − t0`` as TP, or EP for a MoE layer's all-to-all) and add its timeline row."""
+    rec = ctx.rec
+    if item % 2 == 0:
+        rec.spend(who, category, seg_s)
+        rec.row(rank, "compute", name, category, t0, t1, act.microbatch, act.stage)
+        return
+    call = tp_calls[item // 2]
+    cat = KIND_CATEGORY[call.kind]
+    rec.spend(who, cat, t1 - t0)
+    rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, t1, act.microbatch, act.stage)
 
 
 def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,

@@ -280,17 +280,22 @@ class CommRunner:
         ``network=False`` (a straggler pipeline's or an async worker's copy of the call) times it
         as it would run alone, so replicas are not counted twice.
         """
-        key = (id(call), klass, network)
-        entry = self._launchers.get(key)
-        if entry is None or entry[0] is not call:  # the call object is kept, so its id is not reused
-            entry = self._launchers[key] = (call, *self._launcher(call, klass, network))
-        _, delay_s, plans = entry
+        delay_s, plans = self.launch(call, klass, network)
         if delay_s is not None:
             return self.env.timeout(delay_s)
         proc = self.env.process(_replay(self.env, self.net, plans[0]))
         for plan in plans[1:]:
             self.env.process(_replay(self.env, self.net, plan))
         return proc
+
+    def launch(self, call: CommCall, klass, network: bool = True) -> tuple[float | None, list[_Plan]]:
+        """What :meth:`start` runs for ``call`` (memoised per call object): ``(delay_s, [])``, or
+        ``(None, plans)``: the representative's plan first, then its replicas' (batched)."""
+        key = (id(call), klass, network)
+        entry = self._launchers.get(key)
+        if entry is None or entry[0] is not call:  # the call object is kept, so its id is not reused
+            entry = self._launchers[key] = (call, *self._launcher(call, klass, network))
+        return entry[1], entry[2]
 
     def start_groups(self, call: CommCall, klass, group: tuple[int, ...]) -> simpy.Event:
         """Start ``call`` on ``group`` and on its copies at the other tp indices, all on the network;
