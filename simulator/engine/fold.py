@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import simpy
 
 from simulator.engine.network import alone_finishes, schedule_at
+from simulator.engine.streams import KIND_CATEGORY
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class Folder:
         self.env, self.net, self.runner = env, net, runner
         self._lists: dict[tuple, tuple] = {}
         self._res: dict[tuple, tuple] = {}
+        self._categories: dict[int, tuple] = {}
         """Interned resource tuples: calls on the same links share one, so a fold checks it once."""
         self.folds = self.unfolds = 0
 
@@ -204,6 +206,13 @@ class Folder:
         if entry is None or entry[0] is not calls:
             entry = self._lists[key] = (calls, [self._describe(*self.runner.launch(c, klass, network))
                                                 for c in calls])
+        return entry[1]
+
+    def categories(self, calls) -> list:
+        """Where each of ``calls`` books its time (:data:`~simulator.engine.streams.KIND_CATEGORY`), memoised."""
+        entry = self._categories.get(id(calls))
+        if entry is None or entry[0] is not calls:
+            entry = self._categories[id(calls)] = (calls, [KIND_CATEGORY[c.kind] for c in calls])
         return entry[1]
 
     def _describe(self, delay_s, plans) -> _Call | None:
@@ -252,7 +261,16 @@ class Folder:
                         res.update(dict.fromkeys(call.res))
                     if not free:
                         break
-                t = call.end_s(t)
+                    if call.alone_s is not None and call.items:  # end_s's common case, inlined
+                        t1 = t + call.pre_s if call.pre_s > 0 else t
+                        gap = (t1 + call.alone_s) - t1
+                        t = t1 + (gap if gap > 0.0 else 0.0)
+                        if call.gamma_s > 0:
+                            t = t + call.gamma_s
+                    else:
+                        t = call.end_s(t)
+                else:
+                    t = t + call.delay_s
                 folded += 1
             ends.append(t)
             item += 1

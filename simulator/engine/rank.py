@@ -232,16 +232,27 @@ def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played:
         for k in range(played):
             _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), fold.ends[k])
         return
-    accounts = ctx.rec.accounts
+    sums: list[list] = []  # [category, running sum]: Recorder.spend's additions, in its order
     t0 = fold.start_s
+    kinds = ctx.folder.categories(tp_calls)
     for k in range(played):
         item, t1 = fold.first + k, fold.ends[k]
         if item % 2 == 0:
-            if seg_s > 0:
-                accounts[who][category] += seg_s
-        elif t1 > t0:
-            accounts[who][KIND_CATEGORY[tp_calls[item // 2].kind]] += t1 - t0
+            cat, seconds = category, seg_s
+        else:
+            cat, seconds = kinds[item // 2], t1 - t0
         t0 = t1
+        if seconds > 0:
+            for pair in sums:
+                if pair[0] is cat:
+                    pair[1] += seconds
+                    break
+            else:
+                sums.append([cat, ctx.rec.accounts[who][cat] + seconds])
+    if sums:
+        account = ctx.rec.accounts[who]
+        for cat, total in sums:
+            account[cat] = total
 
 
 def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_calls, seg_s: float,
