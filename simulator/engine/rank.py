@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import simpy
 
-from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier
+from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier, SendStream
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
 from simulator.work import CommKind
@@ -310,18 +310,30 @@ def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int)
     if call is None or ctx.schedule.rank_of(dst_stage) == ctx.schedule.rank_of(act.stage):
         arrived.succeed()
         return
-    ctx.env.process(_p2p(ctx, pipe, k, rank, act, call, arrived))
+    stream = ctx.pp_stream(pipe, ctx.schedule.rank_of(act.stage), k)
+    send = (ctx, pipe, rank, act, call, arrived)
+    if stream.busy:
+        stream.waiting.append(send)
+    else:
+        _p2p(stream, *send)
 
 
-def _p2p(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, arrived: simpy.Event):
+def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arrived: simpy.Event) -> None:
+    """Start a send on its rank's pp stream now; when it is done, the receiver's input has arrived and the
+    stream's next send starts (the same instants as a capacity-1 SimPy resource, without its events)."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
-    stream = ctx.pp_stream(pipe, r, k)
-    with stream.request() as req:
-        yield req
-        t0 = env.now
-        yield ctx.start(call, (r, "pp"), pipe)
+    stream.busy = True
+    t0 = env.now
+
+    def sent(_event) -> None:
         ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)
-    arrived.succeed()
+        arrived.succeed()
+        if stream.waiting:
+            _p2p(stream, *stream.waiting.popleft())
+        else:
+            stream.busy = False
+
+    ctx.start(call, (r, "pp"), pipe).callbacks.append(sent)
 
 
 def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, progress: GradProgress) -> list:

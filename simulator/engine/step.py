@@ -28,7 +28,7 @@ from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
-from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
+from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder, SendStream
 from simulator.engine.unrolled import start_unrolled
 from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult, slowest_index
@@ -63,7 +63,7 @@ class _Ctx:
         self.arrivals: dict[tuple, simpy.Event] = {}
         self.sent_at: dict[tuple, float] = {}
         self.barriers: dict[tuple, Barrier] = {}
-        self.pp_streams: dict[tuple, simpy.Resource] = {}
+        self.pp_streams: dict[tuple, SendStream] = {}
         self.parties_of: dict[int, int] = {}
 
     def dependency(self, act):
@@ -81,10 +81,10 @@ class _Ctx:
             ev = self.arrivals[key] = simpy.Event(self.env)
         return ev
 
-    def pp_stream(self, pipe: Pipe, r: int, k: int) -> simpy.Resource:
+    def pp_stream(self, pipe: Pipe, r: int, k: int) -> SendStream:
         key = (pipe.key, r)
         if key not in self.pp_streams:
-            self.pp_streams[key] = simpy.Resource(self.env, capacity=1)
+            self.pp_streams[key] = SendStream()
         return self.pp_streams[key]
 
     def start(self, call, klass, pipe: Pipe) -> simpy.Event:
