@@ -151,17 +151,16 @@ class Fold:
                 break
             k += 1
         if call is None or call.delay_s is not None or not call.items:
-            env.process(self._until(end, k))
+            self._until(end, k)
             return
         t1 = call.t1(self.start_of(k))
         finishes = call.finishes(t1)
-        if now < t1:
-            env.process(self._from_start(call, t1, k))
+        if now < t1:  # its flows start at t1, as _replay starts them
+            self._at(t1).callbacks.append(lambda _e: self._after(folder.net.transfer_all(call.items), call, k))
         elif max(finishes) >= now:
-            event = folder.net.adopt(list(call.items), t1, finishes, arrivals)
-            env.process(self._after(event, call.gamma_s, k))
+            self._after(folder.net.adopt(list(call.items), t1, finishes, arrivals), call, k)
         else:
-            env.process(self._until(end, k))
+            self._until(end, k)
 
     def _at(self, at: float) -> simpy.Event:
         event = simpy.Event(self.folder.env)
@@ -169,20 +168,19 @@ class Fold:
         schedule_at(self.folder.env, event, 1, at)
         return event
 
-    def _until(self, end_s: float, k: int):
-        yield self._at(end_s)
-        self.done.succeed(k)
+    def _until(self, end_s: float, k: int) -> None:
+        """Item ``k`` ends at ``end_s`` (a segment, a delay, a call's γ)."""
+        self._at(end_s).callbacks.append(lambda _e: self.done.succeed(k))
 
-    def _from_start(self, call: _Call, t1: float, k: int):
-        """A call whose flows had not started: they start at ``t1``, as :func:`_replay` starts them."""
-        yield self._at(t1)
-        yield from self._after(self.folder.net.transfer_all(call.items), call.gamma_s, k)
+    def _after(self, flows: simpy.Event, call: _Call, k: int) -> None:
+        """Item ``k`` ends when ``flows`` are done, then its γ."""
+        def then(_e) -> None:
+            if call.gamma_s > 0:
+                self.folder.env.timeout(call.gamma_s).callbacks.append(lambda _g: self.done.succeed(k))
+            else:
+                self.done.succeed(k)
 
-    def _after(self, flows: simpy.Event, gamma_s: float, k: int):
-        yield flows
-        if gamma_s > 0:
-            yield self.folder.env.timeout(gamma_s)
-        self.done.succeed(k)
+        flows.callbacks.append(then)
 
 
 class Folder:
@@ -195,8 +193,8 @@ class Folder:
         self.env, self.net, self.runner = env, net, runner
         self._lists: dict[tuple, tuple] = {}
         self._res: dict[tuple, tuple] = {}
-        self._categories: dict[int, tuple] = {}
         """Interned resource tuples: calls on the same links share one, so a fold checks it once."""
+        self._categories: dict[int, tuple] = {}
         self.folds = self.unfolds = 0
 
     def _calls(self, calls, klass, network: bool) -> list:
