@@ -103,12 +103,12 @@ class Fold:
     ``done`` fires with the number of items played as predicted, the item after them (if any) having
     ended at the firing time. Item ``first + k`` starts at ``ends[k − 1]`` (``start_s`` for k = 0)."""
 
-    __slots__ = ("folder", "calls", "first", "start_s", "ends", "done", "res", "alive")
+    __slots__ = ("folder", "calls", "first", "start_s", "ends", "done", "res", "alive", "seg_s")
 
     def __init__(self, folder: "Folder", calls: list, first: int, start_s: float, ends: list[float],
-                 res: tuple[int, ...]):
-        self.folder, self.calls, self.first, self.start_s, self.ends, self.res = \
-            folder, calls, first, start_s, ends, res
+                 res: tuple[int, ...], seg_s: float):
+        self.folder, self.calls, self.first, self.start_s, self.ends, self.res, self.seg_s = \
+            folder, calls, first, start_s, ends, res, seg_s
         env = folder.env
         self.done = simpy.Event(env)
         self.alive = True
@@ -195,6 +195,8 @@ class Folder:
         self._res: dict[tuple, tuple] = {}
         """Interned resource tuples: calls on the same links share one, so a fold checks it once."""
         self._categories: dict[int, tuple] = {}
+        self._last: dict[tuple, Fold] = {}
+        """The last run folded per (class, network): an unfolded run's rest is reused from it."""
         self.folds = self.unfolds = 0
 
     def _calls(self, calls, klass, network: bool) -> list:
@@ -238,6 +240,10 @@ class Folder:
             return None
         described = self._calls(calls, klass, network)
         start = t = self.env.now
+        last = self._last.get((klass, network))
+        if last is not None and last.calls is described and last.seg_s == seg_s and \
+                last.first < item < last.first + len(last.ends) and last.ends[item - last.first - 1] == start:
+            return self._again(last, item, (klass, network))
         first, n = item, 2 * len(calls) + 1
         ends: list[float] = []
         res: dict[int, None] = {}
@@ -275,4 +281,33 @@ class Folder:
         if not folded:
             return None
         self.folds += 1
-        return Fold(self, described, first, start, ends, tuple(res))
+        fold = self._last[(klass, network)] = Fold(self, described, first, start, ends, tuple(res), seg_s)
+        return fold
+
+    def _again(self, last: Fold, item: int, key: tuple) -> Fold | None:
+        """The rest of an unfolded run from ``item``, which starts exactly where it was predicted to: the
+        prediction is a function of the start time and the items, so it is reused, cut before the first
+        call whose resources are busy now."""
+        k = item - last.first
+        ends = last.ends[k:]
+        res: dict[int, None] = {}
+        checked: dict[int, bool] = {}
+        idle, calls = self.net.idle, last.calls
+        folded = 0
+        for j in range(len(ends)):
+            if (item + j) % 2:
+                call = calls[(item + j) // 2]
+                if call.delay_s is None:
+                    free = checked.get(id(call.res))
+                    if free is None:
+                        free = checked[id(call.res)] = idle(call.res)
+                        res.update(dict.fromkeys(call.res))
+                    if not free:
+                        ends = ends[:j]
+                        break
+                folded += 1
+        if not folded:
+            return None
+        self.folds += 1
+        fold = self._last[key] = Fold(self, calls, item, last.ends[k - 1], ends, tuple(res), last.seg_s)
+        return fold

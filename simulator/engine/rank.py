@@ -225,18 +225,19 @@ def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played:
                category: Category) -> None:
     """Account a fold's ``played`` items at their predicted times, and the one in progress (if any) until
     now: the same additions as :func:`_book`'s, in the same order."""
-    if played < len(fold.ends):
-        fold.ends[played] = ctx.env.now
+    ends = fold.ends
+    if played < len(ends):  # the fold's predictions stay as they are (Folder.fold may reuse them)
+        ends = ends[:played] + [ctx.env.now]
         played += 1
     if ctx.rec.trace:
         for k in range(played):
-            _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), fold.ends[k])
+            _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), ends[k])
         return
     sums: list[list] = []  # [category, running sum]: Recorder.spend's additions, in its order
     t0 = fold.start_s
     kinds = ctx.folder.categories(tp_calls)
     for k in range(played):
-        item, t1 = fold.first + k, fold.ends[k]
+        item, t1 = fold.first + k, ends[k]
         if item % 2 == 0:
             cat, seconds = category, seg_s
         else:
