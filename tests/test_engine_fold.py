@@ -143,3 +143,15 @@ def test_alone_finishes_are_the_networks(start, sizes, bw):
     env.run()
     dues = [start + b / p.bottleneck_Bps for b, p in zip(sizes, paths)]
     assert alone_finishes(start, dues) == done
+
+
+def test_a_ranks_sends_run_one_at_a_time_in_order():
+    """The pp stream as a FIFO of callbacks (``rank._p2p``): a rank's sends never overlap, and every send
+    before the last starts no later than the next."""
+    cluster, model, keys = CASES["interleaved-sp"]
+    timeline = simulate(compile_step(cluster, model, _strategy(keys), memory=False), cluster).timeline
+    sends = timeline[timeline["stream"] == "pp"]
+    assert len(sends) > 0
+    for _, rows in sends.groupby("rank"):
+        starts, ends = rows["start_s"].tolist(), rows["end_s"].tolist()
+        assert all(ends[i] <= starts[i + 1] for i in range(len(starts) - 1))
