@@ -149,12 +149,27 @@ class GradProgress:
     def __init__(self, env: simpy.Environment, total_s: float, fractions):
         self.env, self.done = env, 0.0
         self.ready = [(f * total_s, simpy.Event(env)) for f in fractions]
+        thresholds = [t for t, _ in self.ready]
+        self._ordered = all(a <= b for a, b in zip(thresholds, thresholds[1:]))
+        """Thresholds in bucket order (the usual case): a pass can stop at the first one not reached."""
+        self._first = 0
+        """Buckets before it are all fired: a pass starts there."""
 
     def advance(self, seconds: float, *, instant: bool = False) -> None:
-        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``)."""
+        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``).
+        Buckets are visited in their order, as one pass over all of them would, skipping those fired."""
         end = self.done + seconds
-        for threshold, event in self.ready:
-            if not event.triggered and threshold <= end:
+        ready, i = self.ready, self._first
+        while i < len(ready) and ready[i][1].triggered:
+            i += 1
+        self._first = i
+        for j in range(i, len(ready)):
+            threshold, event = ready[j]
+            if threshold > end:
+                if self._ordered:
+                    break
+                continue
+            if not event.triggered:
                 delay = 0.0 if instant else max(0.0, threshold - self.done)
                 self._fire(event, delay)
         self.done = end
