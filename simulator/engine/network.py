@@ -96,14 +96,49 @@ class _Group:
 
 
 class _Settle(simpy.Event):
-    """A triggered event at SETTLE_PRIORITY (as SimPy's own Timeout/Initialize set ``_ok``/``_value``)."""
+    """A triggered event at SETTLE_PRIORITY (as SimPy's own Timeout/Initialize set ``_ok``/``_value``);
+    ``at`` (absolute time) instead of ``delay``: see :func:`schedule_at`."""
 
-    def __init__(self, env: simpy.Environment, callback, delay: float):
+    def __init__(self, env: simpy.Environment, callback, delay: float, at: float | None = None):
         super().__init__(env)
         self._ok = True
         self._value = None
         self.callbacks.append(callback)
-        env.schedule(self, SETTLE_PRIORITY, delay)
+        if at is None:
+            env.schedule(self, SETTLE_PRIORITY, delay)
+        else:
+            schedule_at(env, self, SETTLE_PRIORITY, at)
+
+
+def schedule_at(env: simpy.Environment, event: simpy.Event, priority: int, at: float) -> None:
+    """Schedule ``event`` at the absolute time ``at`` (not ``now + (at − now)``, which can round an ulp off).
+
+    SimPy's queue entry is ``(time, priority, event id, event)`` (``Environment.schedule`` in simpy/core.py,
+    SimPy 4.1); this pushes one with ``at`` as its time. Used to replay a time the engine computed ahead
+    (:mod:`simulator.engine.fold`) at exactly the float the step-by-step simulation would reach.
+    """
+    if at < env.now:
+        raise ValueError(f"cannot schedule at {at!r} before now ({env.now!r})")
+    heappush(env._queue, (at, priority, next(env._eid), event))
+
+
+def alone_finishes(t1: float, dues: list[float]) -> list[float]:
+    """When each of flows that became active at ``t1`` with predicted finishes ``dues`` (``t1 + bytes/rate``)
+    completes, if nothing else shares their resources and none shares one with another: the wake-ups
+    :meth:`FlowNetwork._plan_wake` schedules (``now + (due − now)`` from the previous settle) and the
+    settles' rule that a flow due within ``CLOCK_ULPS`` ulps of the settle's time completes there.
+    """
+    order = sorted(set(dues))
+    at: dict[float, float] = {}
+    now, i = t1, 0
+    while i < len(order):
+        wake = now + max(order[i] - now, 0.0)
+        limit = wake + CLOCK_ULPS * math.ulp(wake)
+        while i < len(order) and order[i] <= limit:
+            at[order[i]] = wake
+            i += 1
+        now = wake
+    return [at[d] for d in dues]
 
 
 @dataclass
@@ -139,6 +174,9 @@ class FlowNetwork:
         self._wake: _Settle | None = None
         self._stamp = 0
         self._active = 0
+        self._reserved: dict[int, object] = {}
+        """Resource → the holder (:class:`simulator.engine.fold.Fold`) that plays flows on it off the
+        network; a flow arriving on it makes the holder put its state back first (``unfold``)."""
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -161,6 +199,78 @@ class FlowNetwork:
     def active_flows(self) -> int:
         """Flows using bandwidth now."""
         return self._active
+
+    # ---- folding (simulator.engine.fold) ------------------------------------------------------
+
+    def resources(self, path: Path) -> tuple[int, ...]:
+        """Resource indices ``path`` crosses (the indices :attr:`Flow.res` holds)."""
+        return self._route(path).res
+
+    def bottleneck_Bps(self, path: Path) -> float:
+        """Least capacity on ``path``: the rate of a flow that shares none of its resources."""
+        return self._route(path).bottleneck_Bps
+
+    def idle(self, res: Iterable[int]) -> bool:
+        """No active flow on any of ``res`` and none of them reserved."""
+        flows, reserved = self._res_flows, self._reserved
+        return not any(flows[r] or r in reserved for r in res)
+
+    def reserve(self, holder, res: Iterable[int]) -> None:
+        for r in res:
+            self._reserved[r] = holder
+
+    def release(self, holder, res: Iterable[int]) -> None:
+        for r in res:
+            if self._reserved.get(r) is holder:
+                del self._reserved[r]
+
+    def adopt(self, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
+              arrivals: list[Flow]) -> simpy.Event:
+        """Put back flows that a holder played off the network: ``items`` started at ``t1`` (latency 0), alone
+        on resources no other flow shares, completing at ``finishes`` (:func:`alone_finishes`). Called from
+        the settle at ``now`` (before its due flows are collected): the state the network would hold had it
+        played them — flows done before now are gone, flows active since ``t1 < now`` run at their
+        bottleneck with their predicted finish filed and the wake-up due, flows arriving now (``t1 == now``)
+        join ``arrivals``. The event fires when the last is done, as :meth:`transfer_all`'s."""
+        now = self.env.now
+        event = simpy.Event(self.env)
+        flows: list[Flow] = []
+        group = _Group(event, flows, False)
+        fid = self.stats.flows
+        res_flows, buckets, times = self._res_flows, self._due, self._due_times
+        wake = math.inf
+        for (path, nbytes, _), done_s in zip(items, finishes):
+            if done_s < now:
+                continue
+            route = self._route(path)
+            flow = Flow(fid, route, nbytes, t1, group)
+            fid += 1
+            flows.append(flow)
+            if t1 == now:
+                arrivals.append(flow)
+                continue
+            flow.active, flow.active_s, flow.t_last = True, t1, t1
+            flow.rate, flow.version = route.bottleneck_Bps, 1
+            for r in route.res:
+                res_flows[r][flow.fid] = flow
+            self._active += 1
+            t = t1 + flow.remaining / flow.rate
+            bucket = buckets.get(t)
+            if bucket is None:
+                buckets[t] = [(flow, 1)]
+                heappush(times, t)
+            else:
+                bucket.append((flow, 1))
+            if done_s > now:
+                wake = min(wake, done_s)
+        self.stats.flows = fid
+        group.left = len(flows)
+        if not flows:
+            raise ValueError("adopt: every flow is already done")
+        if wake < math.inf and (self._wake_at is None or wake < self._wake_at):
+            self._wake_at = wake
+            self._wake = _Settle(self.env, self._settle, 0.0, at=wake)
+        return event
 
     # ---- flow lifecycle -----------------------------------------------------------------------
 
@@ -232,6 +342,8 @@ class FlowNetwork:
         times = self._arrival_times
         while times and times[0] <= now:
             arrivals.extend(self._arrivals.pop(heappop(times)))
+        if self._reserved and arrivals:
+            self._unfold(arrivals)
         slack = CLOCK_ULPS * math.ulp(now)
         due: list[Flow] = []
         times, buckets = self._due_times, self._due
@@ -242,6 +354,17 @@ class FlowNetwork:
         if arrivals or due:
             self._apply(now, slack, arrivals, due)
         self._plan_wake(now)
+
+    def _unfold(self, arrivals: list[Flow]) -> None:
+        """Holders of resources that arriving flows cross put their state back (they may add arrivals)."""
+        holders: dict[int, object] = {}
+        for f in arrivals:
+            for r in f.res:
+                holder = self._reserved.get(r)
+                if holder is not None:
+                    holders.setdefault(id(holder), holder)
+        for holder in holders.values():
+            holder.unfold(arrivals)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
         seeds = {r: None for f in due for r in f.res}

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import simpy
 
-from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier
+from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier, SendStream
 from simulator.interference import overlap_s, takes_sms
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
@@ -162,12 +162,27 @@ class GradProgress:
     def __init__(self, env: simpy.Environment, total_s: float, fractions):
         self.env, self.done, self.total_s = env, 0.0, total_s
         self.ready = [(f * total_s, simpy.Event(env)) for f in fractions]
+        thresholds = [t for t, _ in self.ready]
+        self._ordered = all(a <= b for a, b in zip(thresholds, thresholds[1:]))
+        """Thresholds in bucket order (the usual case): a pass can stop at the first one not reached."""
+        self._first = 0
+        """Buckets before it are all fired: a pass starts there."""
 
     def advance(self, seconds: float, *, instant: bool = False) -> None:
-        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``)."""
+        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``).
+        Buckets are visited in their order, as one pass over all of them would, skipping those fired."""
         end = self.done + seconds
-        for threshold, event in self.ready:
-            if not event.triggered and threshold <= end:
+        ready, i = self.ready, self._first
+        while i < len(ready) and ready[i][1].triggered:
+            i += 1
+        self._first = i
+        for j in range(i, len(ready)):
+            threshold, event = ready[j]
+            if threshold > end:
+                if self._ordered:
+                    break
+                continue
+            if not event.triggered:
                 delay = 0.0 if instant else max(0.0, threshold - self.done)
                 self._fire(event, delay)
         self.done = end
@@ -201,28 +216,87 @@ def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float
 
 def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, category: Category,
               progress: GradProgress | None = None):
-    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute."""
-    env, rec = ctx.env, ctx.rec
-    r = ctx.schedule.rank_of(act.stage)
+    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute: items
+    ``0 .. 2·len(tp_calls)``, even ones the segments, odd ones the calls. Runs of items whose calls'
+    links carry nothing else are folded into one event (:mod:`simulator.engine.fold`)."""
+    env = ctx.env
+    klass = (ctx.schedule.rank_of(act.stage), "tp")
     seg_s = total_s / (len(tp_calls) + 1)
     name = str(act)
-    for j in range(len(tp_calls) + 1):
-        if seg_s > 0:
-            t0 = env.now
-            if progress is not None:
-                progress.advance(seg_s)
-            yield env.timeout(seg_s)
-            rec.spend(who, category, seg_s)
-            rec.row(rank, "compute", name, category, t0, env.now, act.microbatch, act.stage)
-        if j < len(tp_calls):
-            call = tp_calls[j]
-            t0 = env.now
-            yield ctx.start(call, (r, "tp"), pipe)
+    folder = ctx.folder if progress is None else None
+    item, n = 0, 2 * len(tp_calls) + 1
+    while item < n:
+        if folder is not None:
+            fold = folder.fold(pipe.base, klass, seg_s, tp_calls, item)
+            if fold is not None:
+                played = yield fold.done
+                _book_fold(ctx, who, rank, act, name, fold, played, tp_calls, seg_s, category)
+                item = fold.next_item(played)
+                continue
+        t0 = env.now
+        if item % 2 == 0:
+            if seg_s > 0:
+                if progress is not None:
+                    progress.advance(seg_s)
+                yield env.timeout(seg_s)
+                _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
+        else:
+            call = tp_calls[item // 2]
+            yield ctx.start(call, klass, pipe)
             if progress is not None:
                 progress.advance(call.time_s, instant=True)
-            cat = KIND_CATEGORY[call.kind]  # TP, or EP for a MoE layer's all-to-all
-            rec.spend(who, cat, env.now - t0)
-            rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, env.now, act.microbatch, act.stage)
+            _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
+        item += 1
+
+
+def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played: int, tp_calls, seg_s: float,
+               category: Category) -> None:
+    """Account a fold's ``played`` items at their predicted times, and the one in progress (if any) until
+    now: the same additions as :func:`_book`'s, in the same order."""
+    ends = fold.ends
+    if played < len(ends):  # the fold's predictions stay as they are (Folder.fold may reuse them)
+        ends = ends[:played] + [ctx.env.now]
+        played += 1
+    if ctx.rec.trace:
+        for k in range(played):
+            _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), ends[k])
+        return
+    sums: list[list] = []  # [category, running sum]: Recorder.spend's additions, in its order
+    t0 = fold.start_s
+    kinds = ctx.folder.categories(tp_calls)
+    for k in range(played):
+        item, t1 = fold.first + k, ends[k]
+        if item % 2 == 0:
+            cat, seconds = category, seg_s
+        else:
+            cat, seconds = kinds[item // 2], t1 - t0
+        t0 = t1
+        if seconds > 0:
+            for pair in sums:
+                if pair[0] is cat:
+                    pair[1] += seconds
+                    break
+            else:
+                sums.append([cat, ctx.rec.accounts[who][cat] + seconds])
+    if sums:
+        account = ctx.rec.accounts[who]
+        for cat, total in sums:
+            account[cat] = total
+
+
+def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_calls, seg_s: float,
+          category: Category, t0: float, t1: float) -> None:
+    """Account item ``item`` of :func:`_segments` (a segment: ``seg_s`` of ``category``; a call: its
+    ``t1 − t0`` as TP, or EP for a MoE layer's all-to-all) and add its timeline row."""
+    rec = ctx.rec
+    if item % 2 == 0:
+        rec.spend(who, category, seg_s)
+        rec.row(rank, "compute", name, category, t0, t1, act.microbatch, act.stage)
+        return
+    call = tp_calls[item // 2]
+    cat = KIND_CATEGORY[call.kind]
+    rec.spend(who, cat, t1 - t0)
+    rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, t1, act.microbatch, act.stage)
 
 
 def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
@@ -276,18 +350,30 @@ def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int)
     if call is None or ctx.schedule.rank_of(dst_stage) == ctx.schedule.rank_of(act.stage):
         arrived.succeed()
         return
-    ctx.env.process(_p2p(ctx, pipe, k, rank, act, call, arrived))
+    stream = ctx.pp_stream(pipe, ctx.schedule.rank_of(act.stage), k)
+    send = (ctx, pipe, rank, act, call, arrived)
+    if stream.busy:
+        stream.waiting.append(send)
+    else:
+        _p2p(stream, *send)
 
 
-def _p2p(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, arrived: simpy.Event):
+def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arrived: simpy.Event) -> None:
+    """Start a send on its rank's pp stream now; when it is done, the receiver's input has arrived and the
+    stream's next send starts (the same instants as a capacity-1 SimPy resource, without its events)."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
-    stream = ctx.pp_stream(pipe, r, k)
-    with stream.request() as req:
-        yield req
-        t0 = env.now
-        yield ctx.start(call, (r, "pp"), pipe)
+    stream.busy = True
+    t0 = env.now
+
+    def sent(_event) -> None:
         ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)
-    arrived.succeed()
+        arrived.succeed()
+        if stream.waiting:
+            _p2p(stream, *stream.waiting.popleft())
+        else:
+            stream.busy = False
+
+    ctx.start(call, (r, "pp"), pipe).callbacks.append(sent)
 
 
 def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, progress: GradProgress) -> list:

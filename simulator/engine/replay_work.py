@@ -280,17 +280,22 @@ class CommRunner:
         ``network=False`` (a straggler pipeline's or an async worker's copy of the call) times it
         as it would run alone, so replicas are not counted twice.
         """
+        delay_s, plans = self.launch(call, klass, network)
+        if delay_s is not None:
+            return self.env.timeout(delay_s)
+        done = _play(self.env, self.net, plans[0])
+        for plan in plans[1:]:
+            _play(self.env, self.net, plan)
+        return done
+
+    def launch(self, call: CommCall, klass, network: bool = True) -> tuple[float | None, list[_Plan]]:
+        """What :meth:`start` runs for ``call`` (memoised per call object): ``(delay_s, [])``, or
+        ``(None, plans)``: the representative's plan first, then its replicas' (batched)."""
         key = (id(call), klass, network)
         entry = self._launchers.get(key)
         if entry is None or entry[0] is not call:  # the call object is kept, so its id is not reused
             entry = self._launchers[key] = (call, *self._launcher(call, klass, network))
-        _, delay_s, plans = entry
-        if delay_s is not None:
-            return self.env.timeout(delay_s)
-        proc = self.env.process(_replay(self.env, self.net, plans[0]))
-        for plan in plans[1:]:
-            self.env.process(_replay(self.env, self.net, plan))
-        return proc
+        return entry[1], entry[2]
 
     def start_groups(self, call: CommCall, klass, group: tuple[int, ...]) -> simpy.Event:
         """Start ``call`` on ``group`` and on its copies at the other tp indices, all on the network;
@@ -339,3 +344,24 @@ def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):
     if plan.gamma_s > 0:
         yield env.timeout(plan.gamma_s)
     return env.now - start
+
+
+def _play(env: simpy.Environment, net: FlowNetwork, plan: _Plan) -> simpy.Event:
+    """:func:`_replay` without a process: the same delays and transfers started at the same instants, chained
+    by callbacks; the event fires (value: the duration) when the plan is done."""
+    done = simpy.Event(env)
+    start, steps = env.now, plan.steps
+
+    def run(i: int) -> None:
+        if i < len(steps):
+            net.transfer_all(steps[i]).callbacks.append(lambda _event: run(i + 1))
+        elif plan.gamma_s > 0:
+            env.timeout(plan.gamma_s).callbacks.append(lambda _event: done.succeed(env.now - start))
+        else:
+            done.succeed(env.now - start)
+
+    if plan.pre_s > 0:
+        env.timeout(plan.pre_s).callbacks.append(lambda _event: run(0))
+    else:
+        run(0)
+    return done

@@ -23,11 +23,12 @@ import simpy
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
+from simulator.engine.fold import Folder
 from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
 from simulator.engine.replay_work import CommRunner
-from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder
+from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder, SendStream
 from simulator.engine.unrolled import start_unrolled
 from simulator.errors import SpecError
 from simulator.results import Category, Engine, StepResult, slowest_index
@@ -52,6 +53,8 @@ class _Ctx:
             _check_unrolled(work.layout)
         if not unrolled:
             self.runner.prepare(_classes(work), isolate=shortcuts)
+        self.folder = Folder(self.env, self.net, self.runner) if shortcuts and not unrolled else None
+        """Folds runs of compute and idle-link TP calls (:mod:`simulator.engine.fold`); None: step by step."""
         self.rendezvous: dict[tuple, int] = {}
         self.chunk_of = {c.chunk: c for sw in work.stages for c in sw.chunks}
         self.last_backward = [max(i for i, a in enumerate(acts) if a.kind in (ActionKind.B, ActionKind.I))
@@ -60,7 +63,7 @@ class _Ctx:
         self.arrivals: dict[tuple, simpy.Event] = {}
         self.sent_at: dict[tuple, float] = {}
         self.barriers: dict[tuple, Barrier] = {}
-        self.pp_streams: dict[tuple, simpy.Resource] = {}
+        self.pp_streams: dict[tuple, SendStream] = {}
         self.parties_of: dict[int, int] = {}
 
     def dependency(self, act):
@@ -78,10 +81,10 @@ class _Ctx:
             ev = self.arrivals[key] = simpy.Event(self.env)
         return ev
 
-    def pp_stream(self, pipe: Pipe, r: int, k: int) -> simpy.Resource:
+    def pp_stream(self, pipe: Pipe, r: int, k: int) -> SendStream:
         key = (pipe.key, r)
         if key not in self.pp_streams:
-            self.pp_streams[key] = simpy.Resource(self.env, capacity=1)
+            self.pp_streams[key] = SendStream()
         return self.pp_streams[key]
 
     def start(self, call, klass, pipe: Pipe) -> simpy.Event:
@@ -263,7 +266,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
         extras["imbalance"] = imbalance(ctx.rec.accounts, ctx.layout, cluster)
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
-                  isolated_classes=len(ctx.runner.isolated))
+                  isolated_classes=len(ctx.runner.isolated), folds=ctx.folder.folds if ctx.folder else 0,
+                  unfolds=ctx.folder.unfolds if ctx.folder else 0)
     return StepResult(engine=Engine.DES, step_time_s=step_time, tokens_per_step=work.tokens_per_step,
                       model_flops_per_step=work.model_flops_per_step,
                       hardware_flops_per_step=work.hardware_flops_per_step, world_size=work.world_size,

@@ -9,7 +9,7 @@ its step time by construction.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import pandas as pd
 import simpy
@@ -86,3 +86,14 @@ class Barrier:
         self.arrived += 1
         self.arrive_s.append(now)
         return self.arrived == self.needed
+
+
+class SendStream:
+    """A rank's pp stream: sends one at a time in the order they were asked for (FIFO), each starting the
+    instant the previous one ends (:func:`simulator.engine.rank._p2p`)."""
+
+    __slots__ = ("busy", "waiting")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.waiting: deque = deque()

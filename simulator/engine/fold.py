@@ -1,0 +1,313 @@
+"""Folded compute: a stretch of an action's compute segments and TP calls played as one event while
+the links of its calls carry nothing else, and put back on the network the instant another flow arrives
+on them.
+
+A forward or backward is ``len(tp_calls) + 1`` compute segments with a blocking TP call between two
+(:func:`simulator.engine.rank._segments`); played step by step that is a timeout per segment and, per
+call, a process, a settle for its flows' arrival and one for their end (a 64-GPU Llama-2-70B step: 85k
+calls, 600k events). Where a call's flows are alone on their links, the network only adds up floats the
+engine can add up itself. From the current item, :meth:`Folder.fold` takes the longest run of items it
+can predict:
+
+- a compute segment of ``seg_s`` ends at ``t + seg_s`` (SimPy's ``now + delay``);
+- a call that :meth:`~simulator.engine.replay_work.CommRunner.launch` runs as a delay ends at ``t + delay``;
+- a call run as one plan of one step of zero-latency flows that share no resource with each other (a
+  fused ring) ends as :func:`~simulator.engine.replay_work._replay` on an otherwise idle network ends it:
+  flows active at ``t1 = t + pre_s``, each at its bottleneck (max-min fair rate of a flow that shares
+  none of its resources), due at ``t1 + bytes/rate``, completed at the wake-ups
+  :func:`~simulator.engine.network.alone_finishes` gives, then ``γ``; provided no other flow is active on
+  its resources when the fold starts. Any other call (replicas on the network, several steps, shared
+  resources) ends the run.
+
+The run is one event at its predicted end (scheduled at that absolute time:
+:func:`~simulator.engine.network.schedule_at`), and the folded calls' resources are *reserved* on the
+network. The prediction is what the step-by-step play gives unless another flow uses one of those
+resources before the run ends, and every such flow must arrive (a settle of the network). That settle
+first *unfolds* the run (:meth:`Fold.unfold`): it finds the item in progress at that instant in the
+step-by-step play (events at that instant other than settles already processed), puts its state back —
+a segment or a delay waits for its own end, a call before ``t1`` starts its flows at ``t1``, a call with
+flows on the wire gets them back with the bytes, rates, finishes and wake-up they would have
+(:meth:`~simulator.engine.network.FlowNetwork.adopt`), a call in its ``γ`` waits for its end — and the
+rank goes on step by step, folding again at its next item. The items before it are booked with their
+predicted times, which are those of the step-by-step play.
+
+What can differ is the order of events within one instant (a folded run's end is an ordinary event,
+where the step-by-step play ends a call inside a settle) and settles that other flows would have
+shared with the folded calls' own: a settle completes every flow due within ``CLOCK_ULPS`` ulps of it,
+so a flow elsewhere can end a few ulps earlier in one play than in the other. Tests
+(``tests/test_engine_fold.py``) compare folded and step-by-step steps to 1e-12 relative, the clock's
+rounding, and the golden estimates stay bit for bit.
+
+Folding is off under ``shortcuts=False``, in unrolled pipelines (several jobs, mixed clusters) and for a
+rank's last backward (its gradient buckets fire at fractions of its progress).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from simulator.engine.network import alone_finishes, schedule_at
+from simulator.engine.streams import KIND_CATEGORY
+
+
+@dataclass(frozen=True)
+class _Call:
+    """How a foldable call runs: a delay (``delay_s``), or one plan's flows."""
+
+    delay_s: float | None
+    pre_s: float = 0.0
+    gamma_s: float = 0.0
+    items: tuple = ()
+    """(path, wire bytes, latency 0.0) of its one step, as :meth:`FlowNetwork.transfer_all` takes them."""
+    rates: tuple[float, ...] = ()
+    """Each flow's bottleneck, B/s: its rate alone."""
+    res: tuple[int, ...] = ()
+    """Every resource its flows cross (no repeats: the flows share none)."""
+    alone_s: float | None = None
+    """``bytes / rate``, the same for every flow (a ring's), else None."""
+
+    def t1(self, start_s: float) -> float:
+        """When its flows become active (:func:`~simulator.engine.replay_work._replay`'s delay first)."""
+        return start_s + self.pre_s if self.pre_s > 0 else start_s
+
+    def finishes(self, t1: float) -> list[float]:
+        """When each flow completes, alone (:func:`alone_finishes`)."""
+        if self.alone_s is not None:
+            due = t1 + self.alone_s
+            return [t1 + max(due - t1, 0.0)] * len(self.items)
+        return alone_finishes(t1, [t1 + b / rate for (_, b, _), rate in zip(self.items, self.rates)])
+
+    def end_s(self, start_s: float) -> float:
+        """When it ends if started at ``start_s``: the same float additions as the step-by-step play."""
+        if self.delay_s is not None:
+            return start_s + self.delay_s
+        t1 = start_s + self.pre_s if self.pre_s > 0 else start_s
+        if not self.items:
+            end = t1
+        elif self.alone_s is not None:  # one due for every flow: one wake-up
+            due = t1 + self.alone_s
+            end = t1 + max(due - t1, 0.0)
+        else:
+            end = max(self.finishes(t1))
+        return end + self.gamma_s if self.gamma_s > 0 else end
+
+    def ends_in_settle(self) -> bool:
+        """Its end is the settle that completes its flows (no γ after them)."""
+        return self.delay_s is None and bool(self.items) and not self.gamma_s > 0
+
+
+class Fold:
+    """A folded run of items ``first .. first + len(ends) − 1`` of an action (see the module docstring);
+    ``done`` fires with the number of items played as predicted, the item after them (if any) having
+    ended at the firing time. Item ``first + k`` starts at ``ends[k − 1]`` (``start_s`` for k = 0)."""
+
+    __slots__ = ("folder", "calls", "first", "start_s", "ends", "done", "res", "alive", "seg_s")
+
+    def __init__(self, folder: "Folder", calls: list, first: int, start_s: float, ends: list[float],
+                 res: tuple[int, ...], seg_s: float):
+        self.folder, self.calls, self.first, self.start_s, self.ends, self.res, self.seg_s = \
+            folder, calls, first, start_s, ends, res, seg_s
+        env = folder.env
+        self.done = simpy.Event(env)
+        self.alive = True
+        timer = simpy.Event(env)
+        timer._ok, timer._value = True, None
+        timer.callbacks.append(self._end)
+        schedule_at(env, timer, 1, ends[-1])  # NORMAL, as a timeout's
+        folder.net.reserve(self, res)
+
+    def _end(self, _event) -> None:
+        if self.alive:
+            self.alive = False
+            self.folder.net.release(self, self.res)
+            self.done.succeed(len(self.ends))
+
+    def start_of(self, k: int) -> float:
+        return self.ends[k - 1] if k else self.start_s
+
+    def next_item(self, played: int) -> int:
+        """The action's item to go on with after ``played`` items (and the one in progress, if any)."""
+        return self.first + min(played + 1, len(self.ends))
+
+    def _call(self, k: int) -> _Call | None:
+        item = self.first + k
+        return self.calls[item // 2] if item % 2 else None
+
+    def unfold(self, arrivals: list) -> None:
+        """Called by the network's settle at ``now`` when a flow arrives on a reserved resource: the item in
+        progress in the step-by-step play (every non-settle event up to ``now`` processed; a call without γ
+        ends inside the settle that completes its flows, so it is in progress at its own end) goes on."""
+        folder, env = self.folder, self.folder.env
+        now = env.now
+        self.alive = False
+        folder.net.release(self, self.res)
+        folder.unfolds += 1
+        k = 0
+        while True:
+            call, end = self._call(k), self.ends[k]
+            if end > now or (end == now and call is not None and call.ends_in_settle()):
+                break
+            k += 1
+        if call is None or call.delay_s is not None or not call.items:
+            self._until(end, k)
+            return
+        t1 = call.t1(self.start_of(k))
+        finishes = call.finishes(t1)
+        if now < t1:  # its flows start at t1, as _replay starts them
+            self._at(t1).callbacks.append(lambda _e: self._after(folder.net.transfer_all(call.items), call, k))
+        elif max(finishes) >= now:
+            self._after(folder.net.adopt(list(call.items), t1, finishes, arrivals), call, k)
+        else:
+            self._until(end, k)
+
+    def _at(self, at: float) -> simpy.Event:
+        event = simpy.Event(self.folder.env)
+        event._ok, event._value = True, None
+        schedule_at(self.folder.env, event, 1, at)
+        return event
+
+    def _until(self, end_s: float, k: int) -> None:
+        """Item ``k`` ends at ``end_s`` (a segment, a delay, a call's γ)."""
+        self._at(end_s).callbacks.append(lambda _e: self.done.succeed(k))
+
+    def _after(self, flows: simpy.Event, call: _Call, k: int) -> None:
+        """Item ``k`` ends when ``flows`` are done, then its γ."""
+        def then(_e) -> None:
+            if call.gamma_s > 0:
+                self.folder.env.timeout(call.gamma_s).callbacks.append(lambda _g: self.done.succeed(k))
+            else:
+                self.done.succeed(k)
+
+        flows.callbacks.append(then)
+
+
+class Folder:
+    """Folds runs of a rank's compute segments and TP calls (see the module docstring)."""
+
+    enabled = True
+    """False: every item step by step (the reference folding is tested against)."""
+
+    def __init__(self, env: simpy.Environment, net, runner):
+        self.env, self.net, self.runner = env, net, runner
+        self._lists: dict[tuple, tuple] = {}
+        self._res: dict[tuple, tuple] = {}
+        """Interned resource tuples: calls on the same links share one, so a fold checks it once."""
+        self._categories: dict[int, tuple] = {}
+        self._last: dict[tuple, Fold] = {}
+        """The last run folded per (class, network): an unfolded run's rest is reused from it."""
+        self.folds = self.unfolds = 0
+
+    def _calls(self, calls, klass, network: bool) -> list:
+        """Each of ``calls`` as a :class:`_Call`, or None where it cannot be folded (memoised per tuple)."""
+        key = (id(calls), klass, network)
+        entry = self._lists.get(key)
+        if entry is None or entry[0] is not calls:
+            entry = self._lists[key] = (calls, [self._describe(*self.runner.launch(c, klass, network))
+                                                for c in calls])
+        return entry[1]
+
+    def categories(self, calls) -> list:
+        """Where each of ``calls`` books its time (:data:`~simulator.engine.streams.KIND_CATEGORY`), memoised."""
+        entry = self._categories.get(id(calls))
+        if entry is None or entry[0] is not calls:
+            entry = self._categories[id(calls)] = (calls, [KIND_CATEGORY[c.kind] for c in calls])
+        return entry[1]
+
+    def _describe(self, delay_s, plans) -> _Call | None:
+        if delay_s is not None:
+            return _Call(delay_s)
+        if len(plans) != 1 or len(plans[0].steps) > 1:
+            return None
+        plan = plans[0]
+        items = tuple(plan.steps[0]) if plan.steps else ()
+        if any(latency != 0.0 for _, _, latency in items):
+            return None
+        net = self.net
+        res = tuple(r for path, _, _ in items for r in net.resources(path))
+        if len(res) != len(set(res)):
+            return None  # flows that share a resource: their rates change as they end
+        rates = tuple(net.bottleneck_Bps(p) for p, _, _ in items)
+        alone = {b / rate for (_, b, _), rate in zip(items, rates)}
+        return _Call(None, plan.pre_s, plan.gamma_s, items, rates, self._res.setdefault(res, res),
+                     alone.pop() if len(alone) == 1 else None)
+
+    def fold(self, network: bool, klass, seg_s: float, calls, item: int) -> Fold | None:
+        """The longest foldable run from ``item`` (even: segment ``item // 2``; odd: call ``item // 2``), or
+        None when it would hold no call. A segment of ``seg_s ≤ 0`` is an item that takes no time."""
+        if not self.enabled:
+            return None
+        described = self._calls(calls, klass, network)
+        start = t = self.env.now
+        last = self._last.get((klass, network))
+        if last is not None and last.calls is described and last.seg_s == seg_s and \
+                last.first < item < last.first + len(last.ends) and last.ends[item - last.first - 1] == start:
+            return self._again(last, item, (klass, network))
+        first, n = item, 2 * len(calls) + 1
+        ends: list[float] = []
+        res: dict[int, None] = {}
+        checked: dict[int, bool] = {}
+        idle = self.net.idle
+        folded = 0
+        while item < n:
+            if item % 2 == 0:
+                if seg_s > 0:
+                    t = t + seg_s
+            else:
+                call = described[item // 2]
+                if call is None:
+                    break
+                if call.delay_s is None:
+                    free = checked.get(id(call.res))
+                    if free is None:
+                        free = checked[id(call.res)] = idle(call.res)
+                        res.update(dict.fromkeys(call.res))
+                    if not free:
+                        break
+                    if call.alone_s is not None and call.items:  # end_s's common case, inlined
+                        t1 = t + call.pre_s if call.pre_s > 0 else t
+                        gap = (t1 + call.alone_s) - t1
+                        t = t1 + (gap if gap > 0.0 else 0.0)
+                        if call.gamma_s > 0:
+                            t = t + call.gamma_s
+                    else:
+                        t = call.end_s(t)
+                else:
+                    t = t + call.delay_s
+                folded += 1
+            ends.append(t)
+            item += 1
+        if not folded:
+            return None
+        self.folds += 1
+        fold = self._last[(klass, network)] = Fold(self, described, first, start, ends, tuple(res), seg_s)
+        return fold
+
+    def _again(self, last: Fold, item: int, key: tuple) -> Fold | None:
+        """The rest of an unfolded run from ``item``, which starts exactly where it was predicted to: the
+        prediction is a function of the start time and the items, so it is reused, cut before the first
+        call whose resources are busy now."""
+        k = item - last.first
+        ends = last.ends[k:]
+        res: dict[int, None] = {}
+        checked: dict[int, bool] = {}
+        idle, calls = self.net.idle, last.calls
+        folded = 0
+        for j in range(len(ends)):
+            if (item + j) % 2:
+                call = calls[(item + j) // 2]
+                if call.delay_s is None:
+                    free = checked.get(id(call.res))
+                    if free is None:
+                        free = checked[id(call.res)] = idle(call.res)
+                        res.update(dict.fromkeys(call.res))
+                    if not free:
+                        ends = ends[:j]
+                        break
+                folded += 1
+        if not folded:
+            return None
+        self.folds += 1
+        fold = self._last[key] = Fold(self, calls, item, last.ends[k - 1], ends, tuple(res), last.seg_s)
+        return fold
