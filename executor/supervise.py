@@ -39,6 +39,10 @@ GRACE_S = 15.0
 STARTUP_S = 300.0
 """Seconds the ranks get to import torch, join the group and build the model before the watchdog
 counts steps (a loaded 2-core machine needs tens of seconds to start 4 ranks)."""
+TEARDOWN_S = 60.0
+"""Seconds the ranks still running get to exit after a peer exited uncleanly *after* the final barrier
+(every rank wrote ``done``): their results are complete, and a loaded 2-core machine takes seconds to
+tear torch down, more than :data:`SETTLE_S` (a completed run was once blamed on the aborted peer)."""
 _POLL_S = 0.1
 
 
@@ -145,14 +149,14 @@ def _watch(ranks: _Ranks, timeout_s: float) -> Outcome:
         if all(c is not None for c in codes) and all(ranks.finished()) and not ranks.errors():
             # gloo's teardown can abort a process after the final barrier (SIGABRT, "terminate called
             # without an active exception"): every step and the results are complete, so the run succeeded
-            bad = ", ".join(f"rank {r} ({'signal ' + str(-c) if c < 0 else 'code ' + str(c)})"
-                            for r, c in enumerate(codes) if c != 0)
-            return Outcome(None, "", warning=f"{bad} exited uncleanly after the run had completed "
-                                             "(torch.distributed teardown); the results are complete")
+            return _teardown_warning(codes)
         if failing_since is None and (any(c not in (None, 0) for c in codes) or ranks.errors()):
             failing_since = time.monotonic()
-        if failing_since is not None and (time.monotonic() - failing_since > SETTLE_S
+        settle = TEARDOWN_S if _after_the_run(ranks, codes) else SETTLE_S
+        if failing_since is not None and (time.monotonic() - failing_since > settle
                                           or all(c is not None for c in codes)):
+            if settle == TEARDOWN_S and all(ranks.finished()):  # still tearing down past the limit: stopped,
+                return _teardown_warning(codes)                  # but the run itself had completed
             return ranks.blame()
         steps = ranks.steps()
         if steps != last_steps:
@@ -163,6 +167,20 @@ def _watch(ranks: _Ranks, timeout_s: float) -> Outcome:
             r = min(range(len(steps)), key=lambda i: steps[i])
             return Outcome(r, f"no progress for {limit:g} s (watchdog); rank {r} had done {max(steps[r], 0)} "
                               "step(s)" + ("" if steps[r] >= 0 else " and was not ready"))
+
+
+def _after_the_run(ranks: _Ranks, codes: list[int | None]) -> bool:
+    """Whether every rank that exited uncleanly had passed the final barrier, and none reported an error."""
+    finished = ranks.finished()
+    return not ranks.errors() and all(finished[r] for r, c in enumerate(codes) if c not in (None, 0))
+
+
+def _teardown_warning(codes: list[int | None]) -> Outcome:
+    """A complete run some of whose ranks exited uncleanly (or were stopped) in teardown."""
+    bad = ", ".join(f"rank {r} ({'still running' if c is None else 'signal ' + str(-c) if c < 0 else 'code ' + str(c)})"
+                    for r, c in enumerate(codes) if c != 0)
+    return Outcome(None, "", warning=f"{bad} exited uncleanly after the run had completed "
+                                     "(torch.distributed teardown); the results are complete")
 
 
 def _mark_failed(out: str | None, outcome: Outcome) -> None:
