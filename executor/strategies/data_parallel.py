@@ -157,6 +157,9 @@ class DataParallelRunner:
         Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward "
                                "(executor/recompute.py); backward excludes it",
         Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
+        Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine; forward, "
+                        "backward and recomputed), including the wait for the ep group's slowest rank "
+                        "(executor/moe.py); taken out of forward, backward and recompute",
         Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
                         "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
                         "all-reduce after backward; FSDP2: not separated (inside backward)",
