@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor.moe import MoE, check_moe
-from simulator.errors import SpecError
+from executor.moe import MoE
+from executor.strategies.base import check_model
 from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -142,10 +142,7 @@ class GPT(nn.Module):
 
     def __init__(self, spec: TransformerSpec):
         super().__init__()
-        if spec.mla is not None:  # a stand-in would run and be measured as the model
-            raise SpecError("model", f"{spec.name} has latent attention; the executor builds ordinary attention "
-                            "only (not implemented yet)")
-        check_moe(spec)
+        check_model(spec)  # a stand-in would run and be measured as the model
         self.spec = spec
         self.embed = nn.Module()
         self.embed.tok = nn.Embedding(spec.vocab, spec.hidden)

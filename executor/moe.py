@@ -8,7 +8,8 @@ et al. 2017 [src: shazeer-2017]; Switch top-1 scales by the router probability, 
 [src: fedus-2022]; Qwen2-MoE's and DeepSeek-V2's ``norm_topk_prob=False``). Each expert is an MLP of
 ``expert_ffn`` of the block's activation (SwiGLU's gate and up fused, gate first, as the dense MLP).
 Shared experts (``n_s·f_s`` wide, one MLP) see every token; Qwen-MoE's shared gate scales them by
-``sigmoid(x·g)``. Routing is dropless: a workload with a capacity factor is refused (``check_moe``).
+``sigmoid(x·g)``. Routing is dropless: a workload with a capacity factor is refused
+(``executor.strategies.base.check_model``, before launch).
 Parameter names and order are those of ``simulator.memory.moe.moe_mlp_shapes``:
 ``layers.{i}.moe.router``, ``.shared.up/down``, ``.shared_gate``, ``.experts.{j}.up/down``.
 
@@ -44,16 +45,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from simulator.errors import SpecError
 from simulator.memory.moe import EXPERT_TENSOR
 from simulator.workload.transformer import ActivationKind, TransformerSpec
-
-
-def check_moe(spec: TransformerSpec) -> None:
-    """Refuse, in one line, a MoE workload this executor cannot run as declared."""
-    if spec.moe is not None and spec.moe.capacity_factor is not None:
-        raise SpecError("model.moe.capacity_factor", f"{spec.moe.capacity_factor:g}: the executor routes "
-                        "dropless (every token reaches its k experts); use capacity_factor None")
 
 
 class ExpertMLP(nn.Module):

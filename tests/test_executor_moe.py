@@ -170,3 +170,19 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
         assert err.value.field == field and "\n" not in str(err.value)
     with pytest.raises(SpecError, match="capacity_factor"):
         build_gpt(replace(TOP1, moe=replace(TOP1.moe, capacity_factor=1.25)))
+
+
+@pytest.mark.parametrize("model, flat, needle", [
+    ("deepseek-v2-lite", {"dp": 2, "ep": 2}, "model: deepseek-v2-lite-tiny has latent attention"),
+    ("mixtral-8x7b", {"tp": 2, "ep": 1}, "plan.model: mixtral-8x7b-tiny has mixture-of-experts layers"),
+    ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3}, "plan.strategy.zero: ZeRO 3 with ep 2"),
+])
+def test_execute_refuses_before_launch_in_one_line(tmp_path, capsys, model, flat, needle):
+    from trainplan.__main__ import main
+
+    path = tmp_path / "plan.json"
+    Plan(model=get_preset(model), cluster=load_cluster("dgx-h100"), gpus=2,
+         strategy=strategy_from_flat({"global_batch": 8} | flat)).save(path)
+    assert main(["execute", str(path), "--scale", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

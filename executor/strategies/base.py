@@ -254,6 +254,18 @@ def register(spec: FamilySpec) -> FamilySpec:
     return spec
 
 
+def check_model(spec) -> None:
+    """Refuse, in one line, a model the executor cannot build as declared (torch-free: ``executor.options.prepare``
+    calls it before launch, ``executor.model.GPT`` when it builds)."""
+    if getattr(spec, "mla", None) is not None:
+        raise SpecError("model", f"{spec.name} has latent attention; the executor builds ordinary attention only "
+                        "(not implemented yet); simulate the plan")
+    moe = getattr(spec, "moe", None)
+    if moe is not None and moe.capacity_factor is not None:
+        raise SpecError("model.moe.capacity_factor", f"{moe.capacity_factor:g}: the executor routes dropless (every "
+                        "token reaches its k experts); use capacity_factor None")
+
+
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
     if layout.ep > 1 and (layout.tp > 1 or layout.pp > 1 or layout.cp > 1
