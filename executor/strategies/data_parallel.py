@@ -54,7 +54,7 @@ from executor.model import build_gpt
 from executor.moe import apply_expert_parallel, expert_parameter_names, make_ep_groups, reduce_expert_gradients
 from executor.p2p import replay_schedule
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import make_optimizer
+from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
 from simulator.collectives.base import Op
@@ -125,28 +125,6 @@ def _comm_hook(state: _ReplayHook, bucket):  # unannotated return: DDP compares 
     return state.on_bucket(bucket)
 
 
-class _Optimizers:
-    """Several optimizers stepped as one (ZeRO-1 with ep: the dense parameters' and the experts')."""
-
-    def __init__(self, optimizers: list):
-        self.optimizers = optimizers
-
-    def step(self) -> None:
-        for opt in self.optimizers:
-            opt.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=set_to_none)
-
-
-def _adam_state(opt) -> dict:
-    """The Adam state this rank holds (a ZeroRedundancyOptimizer's: its local optimizer's)."""
-    if isinstance(opt, _Optimizers):
-        return {k: v for o in opt.optimizers for k, v in _adam_state(o).items()}
-    return opt.optim.state if hasattr(opt, "optim") else opt.state
-
-
 class DataParallelRunner:
     """One rank of a tp = pp = 1 plan (see the module docstring)."""
 
@@ -187,7 +165,6 @@ class DataParallelRunner:
             self.ep_clock = apply_expert_parallel(model, self.ep)
             expert_names = set(expert_parameter_names(model))
         self.expert_params = [p for n, p in model.named_parameters() if n in expert_names]
-        self.dense_params = [p for n, p in model.named_parameters() if n not in expert_names]
         self.recompute = RecomputeClock(exclude=self.ep_clock)
         apply_recompute(model, s.recompute, self.recompute)
         self.model = model
@@ -235,17 +212,17 @@ class DataParallelRunner:
                 return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group,
                                                lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
                                                weight_decay=OPTIMIZER.weight_decay)
-            opts = [zero1(self.dense_params, self.group)]
+            opts = [zero1(self._dense_params(), self.group)]
             if self.expert_params:
                 edp = self.ep.expert_dp_ranks
                 opts.append(zero1(self.expert_params, self.ep.expert_dp_group) if len(edp) > 1
                             else make_optimizer(self.expert_params))
-            self.opt = _Optimizers(opts)
+            self.opt = OptimizerGroup(opts)
             self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)" + (
                 "; the experts' over their expert-data-parallel group" if self.expert_params else "")
         else:
             self.opt = make_optimizer(self.model.parameters())
-        self._adam_state = lambda: _adam_state(self.opt)
+        self._adam_state = lambda: adam_state(self.opt)
 
     def _shard(self, s) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
@@ -259,7 +236,7 @@ class DataParallelRunner:
         fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
         self.module = self.model
         self.opt = make_optimizer(self.model.parameters())
-        self._adam_state = lambda: _adam_state(self.opt)
+        self._adam_state = lambda: adam_state(self.opt)
         self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
                                              f"{reshard} (ZeRO-{int(s.zero)}), offload: "
                                              f"{type(offload).__name__}")
@@ -303,7 +280,7 @@ class DataParallelRunner:
 
     def _sync_after_backward(self) -> None:
         """No overlap: all-reduce the accumulated gradients bucket by bucket, in reverse order."""
-        grads = [p.grad for p in reversed(self.dense_params) if p.grad is not None]
+        grads = [p.grad for p in reversed(self._dense_params()) if p.grad is not None]
         cap = self.ctx.layout.bucket_bytes or sum(g.numel() * g.element_size() for g in grads)
         bucket: list[torch.Tensor] = []
         for g in grads + [None]:
@@ -358,6 +335,12 @@ class DataParallelRunner:
         # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
         return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
 
+    def _dense_params(self) -> list:
+        """The parameters other than the routed experts (all of them without ep), as the model holds them now
+        (FSDP2's ``fully_shard`` replaces the module's parameters by DTensors)."""
+        experts = {id(p) for p in self.expert_params}
+        return [p for p in self.model.parameters() if id(p) not in experts]
+
     def _ep_seconds(self) -> float:
         return 0.0 if self.ep_clock is None else self.ep_clock.seconds
 
@@ -367,7 +350,7 @@ class DataParallelRunner:
         def squares(params):
             grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
             return torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else torch.zeros(())
-        total = squares(self.dense_params)
+        total = squares(self._dense_params())
         if self.fsdp:
             total = total.to(self.ctx.device)
             dist.all_reduce(total, group=self.group)
