@@ -186,3 +186,26 @@ def test_execute_refuses_before_launch_in_one_line(tmp_path, capsys, model, flat
     assert main(["execute", str(path), "--scale", "tiny"]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_execute_writes_the_ep_phase_and_validate_sets_it_beside_the_estimate(tmp_path, capsys):
+    """The whole path: a planned Mixtral dp 16 ep 8 plan run tiny on 2 processes (dp 2, ep 2), its results
+    file (the ep phase, how it was measured, the expert-parallel component), and `validate`'s ep row and
+    model-state bytes, which equal the memory model's."""
+    import json
+
+    from trainplan.__main__ import main
+
+    plan, out = tmp_path / "plan.json", tmp_path / "results.json"
+    Plan(model=MIXTRAL, cluster=load_cluster("dgx-h100", nodes=2), gpus=16,
+         strategy=strategy_from_flat({"global_batch": 32, "micro_batch": 1, "dp": 16, "ep": 8})).save(plan)
+    assert main(["execute", str(plan), "--nproc", "2", "--scale", "tiny", "--steps", "2", "--precision", "fp32",
+                 "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert "ep 8→2" in " ".join(results["run"]["notes"])
+    assert "all-to-all" in results["run"]["phases"]["ep"] and "ep=2" in results["run"]["components"]["expert parallel"]
+    assert all(min(r["phases_s"]["ep"]) > 0 for r in results["ranks"])
+    capsys.readouterr()
+    assert main(["validate", str(out), "--cluster", "localhost-cpu"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "ep" in rows and "+0.00%" in rows["model_state_bytes"]
