@@ -81,7 +81,7 @@ class EpGroups:
 def make_ep_groups(layout, rank: int) -> EpGroups:
     """Create every ep group, then every expert-data-parallel group, of the layout (every rank calls this,
     in the same order) and return this rank's."""
-    coords, mine, edp = layout.coords(rank), None, None
+    mine, edp = None, None
     for p in range(layout.pp):
         for t in range(layout.tp):
             for first in range(0, layout.dp, layout.ep):
@@ -96,7 +96,6 @@ def make_ep_groups(layout, rank: int) -> EpGroups:
                 group = dist.new_group(list(ranks))
                 if rank in ranks:
                     edp = (ranks, group)
-    assert coords.dp // layout.ep * layout.ep + mine[1] == coords.dp
     return EpGroups(ranks=mine[0], index=mine[1], group=mine[2], expert_dp_ranks=edp[0], expert_dp_group=edp[1])
 
 
