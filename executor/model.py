@@ -10,6 +10,8 @@ describe the same tensors::
     layers.{i}.attn.out.weight (h, q) [+ bias: ALL]
     layers.{i}.norm2.weight (h,) [+ bias]
     layers.{i}.mlp.up.weight (f or 2f, h) [+ bias: ALL]; layers.{i}.mlp.down.weight (h, f) [+ bias: ALL]
+    layers.{i}.moe.router.weight (E, h), .moe.shared.up/down, .moe.shared_gate, .moe.experts.{j}.up/down
+                                                                       [a MoE block: executor.moe]
     norm_f.weight (h,) [+ bias]; head.weight (V, h)                   [untied embeddings]
 
 Blocks are pre-norm; attention is causal ``scaled_dot_product_attention`` (grouped-query when
@@ -23,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from simulator.errors import SpecError
+from executor.moe import MoE
+from executor.strategies.base import check_model
 from simulator.workload.transformer import (ActivationKind, BiasKind, NormKind, PositionKind,
                                             TransformerSpec)
 
@@ -117,18 +120,21 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block: x + attn(norm1 x), then + mlp(norm2 x)."""
+    """Pre-norm block: x + attn(norm1 x), then + mlp(norm2 x), or + moe(norm2 x) for a MoE layer."""
 
-    def __init__(self, spec: TransformerSpec):
+    def __init__(self, spec: TransformerSpec, index: int = 0):
         super().__init__()
         self.norm1 = _norm(spec)
         self.attn = Attention(spec)
         self.norm2 = _norm(spec)
-        self.mlp = MLP(spec)
+        if spec.is_moe_layer(index):
+            self.moe = MoE(spec)
+        else:
+            self.mlp = MLP(spec)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        return x + (self.moe if hasattr(self, "moe") else self.mlp)(self.norm2(x))
 
 
 class GPT(nn.Module):
@@ -136,15 +142,13 @@ class GPT(nn.Module):
 
     def __init__(self, spec: TransformerSpec):
         super().__init__()
-        if spec.moe is not None or spec.mla is not None:  # a dense stand-in would run and be measured as the model
-            raise SpecError("model", f"{spec.name} has mixture-of-experts layers or latent attention; the executor "
-                            "builds dense transformers with ordinary attention only (not implemented yet)")
+        check_model(spec)  # a stand-in would run and be measured as the model
         self.spec = spec
         self.embed = nn.Module()
         self.embed.tok = nn.Embedding(spec.vocab, spec.hidden)
         if spec.position is PositionKind.LEARNED:
             self.embed.pos = nn.Embedding(spec.positions, spec.hidden)
-        self.layers = nn.ModuleList(Block(spec) for _ in range(spec.layers))
+        self.layers = nn.ModuleList(Block(spec, i) for i in range(spec.layers))
         self.norm_f = _norm(spec)
         self.positions: torch.Tensor | None = None
         """Global positions of the input tokens (learned embedding); None: 0..s−1 (``executor.context``)."""

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 
 from executor.strategies import load_families
-from executor.strategies.base import Backend, FamilySpec, Precision, family_spec
+from executor.strategies.base import Backend, FamilySpec, Precision, check_model, family_spec
 from simulator.strategy import Framework, ParamServerSync, ZeroStage
 from simulator.strategy.framework import resolve_framework
 from simulator.errors import SpecError
@@ -119,6 +119,7 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
     load_families()
     family = family_spec(scaled.run.layout())
     family.check(scaled.run, scaled.run.layout())
+    check_model(scaled.run.model)
     if options.backend is Backend.NCCL:
         import torch
 

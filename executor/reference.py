@@ -22,6 +22,28 @@ def make_optimizer(params, config: OptimizerConfig = OPTIMIZER) -> torch.optim.A
     return torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
 
 
+class OptimizerGroup:
+    """Several optimizers stepped as one (ZeRO-1 with ep: the dense parameters' and the experts')."""
+
+    def __init__(self, optimizers: list):
+        self.optimizers = optimizers
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+
+def adam_state(opt) -> dict:
+    """The Adam state this rank holds (a ZeroRedundancyOptimizer's: its local optimizer's)."""
+    if isinstance(opt, OptimizerGroup):
+        return {k: v for o in opt.optimizers for k, v in adam_state(o).items()}
+    return opt.optim.state if hasattr(opt, "optim") else opt.state
+
+
 def reference_losses(spec: TransformerSpec, *, seed: int, steps: int, global_batch_size: int) -> list[float]:
     """Loss of each of ``steps`` optimizer steps (before each update), fp32, one process."""
     return reference_run(spec, seed=seed, steps=steps, global_batch_size=global_batch_size)[0]

@@ -51,6 +51,7 @@ _READ: dict[str, Callable[[Strategy], object]] = {
     "ps_mode": lambda s: s.dp_sync.mode if isinstance(s.dp_sync, ParamServerSync) else None,
     "allreduce_algorithm": lambda s: None if isinstance(s.dp_sync, ParamServerSync) else s.dp_sync.algorithm,
     "cp": lambda s: s.cp,
+    "ep": lambda s: s.ep,
     "cp_kind": lambda s: s.cp_kind if s.cp > 1 else None,
     "precision": lambda s: s.precision,
 }
@@ -102,7 +103,10 @@ class Capability:
 
 
 def _data_parallel_only(why: str) -> tuple[Rule, ...]:
-    return (Rule("tp", (1,), why), Rule("pp", (1,), why), Rule("cp", (1,), why))
+    """tp, pp, cp and ep 1: a framework that replicates the whole model on every worker shards neither
+    the layers nor the sequence nor a MoE layer's experts (expert parallelism needs its own all-to-all
+    dispatch, which these frameworks do not have)."""
+    return (Rule("tp", (1,), why), Rule("pp", (1,), why), Rule("cp", (1,), why), Rule("ep", (1,), why))
 
 
 _NO_FP8 = Rule("precision", (MatmulPrecision.MODEL,), "(assumption) no FP8 training recipe is documented for it")

@@ -16,12 +16,15 @@ buckets, the micro-batch size and the micro-batch count per replica — and shri
     them already);
   - ``as-planned``: unchanged.
 
-  Norm, activation, positions, biases, tying and dtype are kept, so the model is the same kind.
+  Norm, activation, positions, biases, tying and dtype are kept, so the model is the same kind. A
+  mixture-of-experts model keeps its expert count, top-k and dense layers (those within the new
+  layer count); its routed and shared experts' widths shrink at their own ratio to hidden.
   With all-to-all context parallelism, which splits the heads over tp·cp, the model is shrunk as
   for a tp degree of tp·cp (2·tp·cp query heads).
 - the world, only when ``nproc`` is smaller than the plan's GPUs: dp becomes nproc ÷ (tp·pp·cp)
   (tp, pp and cp are the structure; nproc must be a multiple of tp·pp·cp), and the global batch
-  becomes dp·micro_batch·m so each replica still runs the plan's m micro-batches.
+  becomes dp·micro_batch·m so each replica still runs the plan's m micro-batches; ep becomes
+  gcd(ep, dp) (it must divide dp, and a divisor of ep still divides the experts).
 
 The plan as run is checked as any plan is (``Plan.layout()``), and ``notes`` say in words what
 changed; the results file records it, so the estimates for the run come from the same shapes.
@@ -99,11 +102,16 @@ def _up(value: float, multiple: int) -> int:
     return max(multiple, math.ceil(value / multiple) * multiple)
 
 
-def _moe_within(spec: TransformerSpec, layers: int):
-    """The spec's experts for a model cut to ``layers`` blocks: the dense layers past the cut dropped."""
-    if spec.moe is None:
+def _moe_within(spec: TransformerSpec, layers: int, hidden: int, tp: int):
+    """The spec's experts for a model cut to ``layers`` blocks of width ``hidden``: the dense layers past
+    the cut dropped, the routed and shared experts' widths at the model's own expert_ffn/hidden and
+    shared_ffn/hidden ratios (rounded up to a multiple of tp); the expert count and top-k are kept."""
+    moe = spec.moe
+    if moe is None:
         return None
-    return replace(spec.moe, dense_layers=tuple(i for i in spec.moe.dense_layers if i < layers))
+    shared = None if moe.shared_ffn is None else _up(moe.shared_ffn / spec.hidden * hidden, tp)
+    return replace(moe, dense_layers=tuple(i for i in moe.dense_layers if i < layers),
+                   expert_ffn=_up(moe.expert_ffn / spec.hidden * hidden, tp), shared_ffn=shared)
 
 
 def _tiny(spec: TransformerSpec, tp: int, stages: int, split: tuple[int, ...] | None):
@@ -116,7 +124,7 @@ def _tiny(spec: TransformerSpec, tp: int, stages: int, split: tuple[int, ...] | 
     return replace(spec, name=f"{spec.name}-tiny", layers=layers, hidden=hidden, heads=heads, kv_heads=kv,
                    head_dim=TINY_HEAD_DIM, ffn=_up(spec.ffn_size / spec.hidden * hidden, tp),
                    vocab=_up(TINY_VOCAB, tp), seq_len=TINY_SEQ, max_positions=positions,
-                   moe=_moe_within(spec, layers)), new_split
+                   moe=_moe_within(spec, layers, hidden, tp)), new_split
 
 
 def _ratio(spec: TransformerSpec, r: float, tp: int, stages: int, split: tuple[int, ...] | None):
@@ -127,10 +135,11 @@ def _ratio(spec: TransformerSpec, r: float, tp: int, stages: int, split: tuple[i
         new_split, layers = None, max(stages, round(spec.layers * r))
     seq = max(1, round(spec.seq_len * r))
     positions = max(seq, round(spec.positions * r)) if spec.position is PositionKind.LEARNED else None
-    return replace(spec, name=f"{spec.name}-x{r:g}", layers=layers, hidden=max(8, round(spec.hidden * r)),
+    hidden = max(8, round(spec.hidden * r))
+    return replace(spec, name=f"{spec.name}-x{r:g}", layers=layers, hidden=hidden,
                    head_dim=max(2, 2 * round(spec.d_head * r / 2)), ffn=_up(spec.ffn_size * r, tp),
                    vocab=_up(spec.vocab * r, tp), seq_len=seq, max_positions=positions,
-                   moe=_moe_within(spec, layers)), new_split
+                   moe=_moe_within(spec, layers, hidden, tp)), new_split
 
 
 def scale_model(spec: TransformerSpec, scale: Scale, *, tp: int, stages: int,
@@ -179,15 +188,21 @@ def scale_plan(plan: Plan, scale: Scale, nproc: int | None = None) -> ScaledPlan
         m = plan.model
         notes.append(f"model {scale}: layers {m.layers}→{spec.layers}, hidden {m.hidden}→{spec.hidden}, heads "
                      f"{m.heads}/{m.n_kv_heads}→{spec.heads}/{spec.n_kv_heads} (query/kv), ffn {m.ffn_size}→"
-                     f"{spec.ffn_size}, vocab {m.vocab}→{spec.vocab}, seq {m.seq_len}→{spec.seq_len}")
+                     f"{spec.ffn_size}, vocab {m.vocab}→{spec.vocab}, seq {m.seq_len}→{spec.seq_len}"
+                     + (f", expert ffn {m.moe.expert_ffn}→{spec.moe.expert_ffn} ({m.moe.experts} experts, top-"
+                        f"{m.moe.top_k} kept)" if m.moe is not None else ""))
     changes = {"layer_split": split}
     if world != plan.gpus:
         dp = world // (layout.tp * layout.pp * layout.cp)
         gbs = dp * strategy.micro_batch * layout.micro_batches
         changes |= {"dp": dp, "global_batch": gbs}
         kept = f"tp {layout.tp}, pp {layout.pp}" + (f", cp {layout.cp}" if layout.cp > 1 else "")
+        ep = math.gcd(layout.ep, dp)  # ep divides dp (and still the experts, as a divisor of ep)
+        if ep != layout.ep:
+            changes["ep"] = ep
         notes.append(f"world {plan.gpus}→{world} processes: dp {layout.dp}→{dp} ({kept} "
-                     f"kept); global batch {strategy.global_batch}→{gbs}, keeping {layout.micro_batches} "
+                     f"kept{f'; ep {layout.ep}→{ep}' if ep != layout.ep else ''}); global batch "
+                     f"{strategy.global_batch}→{gbs}, keeping {layout.micro_batches} "
                      f"micro-batch(es) of {strategy.micro_batch} per replica")
     run = Plan(model=spec, cluster=plan.cluster, gpus=plan.gpus if isinstance(strategy.dp_sync, ParamServerSync)
                else world, strategy=replace(strategy, **changes))

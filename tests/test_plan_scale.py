@@ -115,3 +115,24 @@ def test_cp_is_structure_kept_and_all_to_all_keeps_heads_divisible_by_tp_cp():
     with pytest.raises(SpecError, match="tp·pp·cp = 1·1·4 = 4 ranks per replica") as err:
         scale_plan(ring, Scale.parse("tiny"), 2)
     assert err.value.field == "nproc"
+
+
+def test_a_moe_plan_keeps_its_experts_shrinks_their_width_and_ep_follows_dp():
+    """Mixtral (hidden 4096, expert ffn 14336) tiny: hidden 32, expert ffn 14336/4096·32 = 112; Qwen1.5-MoE
+    (hidden 2048, expert 1408, shared 5632): 22 and 88, its gate kept. dp 16 → 4 takes ep 8 to gcd(8, 4) = 4,
+    and ep 2 stays 2."""
+    from dataclasses import replace
+
+    from simulator.strategy.flat import strategy_from_flat
+
+    cluster = load_cluster("dgx-h100", nodes=2)
+    for name, ep, want_ep, widths in (("mixtral-8x7b", 8, 4, (112, None)), ("qwen1.5-moe-a2.7b", 2, 2, (22, 88))):
+        spec = get_preset(name)
+        plan = Plan(model=spec, cluster=cluster, gpus=16,
+                    strategy=strategy_from_flat({"global_batch": 32, "dp": 16, "ep": ep}))
+        scaled = scale_plan(plan, Scale.parse("tiny"), 4)
+        moe = scaled.run.model.moe
+        assert (moe.expert_ffn, moe.shared_ffn) == widths
+        assert moe == replace(spec.moe, expert_ffn=widths[0], shared_ffn=widths[1])
+        assert scaled.run.layout().ep == want_ep
+        assert (f"ep {ep}→{want_ep}" in scaled.notes[1]) == (ep != want_ep)

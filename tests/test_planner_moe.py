@@ -70,3 +70,22 @@ def test_megatron_placement_is_tried_for_ep_with_pipelines_only():
     assert {k["placement"] for k in enumerate_keys(dense, default_axes(dense))} == {PlacementOrder.TP_PP_DP}
     pinned = pin(default_axes(dense), {"placement": (PlacementOrder.DP_TP_PP,)})   # a pin is taken as given
     assert {k["placement"] for k in enumerate_keys(dense, pinned)} == {PlacementOrder.DP_TP_PP}
+
+
+def test_a_data_parallel_only_profile_never_searches_ep():
+    """DDP, Horovod and TensorFlow replicate the whole model: their profiles keep ep 1 (planner.frameworks);
+    Megatron-LM shards experts, so its profile still ranks ep > 1; a pinned ep > 1 under DDP is refused."""
+    from simulator.errors import SpecError
+
+    from dataclasses import replace
+
+    small = replace(QWEN, layers=4).with_seq(256)  # a whole replica fits a GPU, so DDP has plans to rank
+    ddp = planner.plan(small, CLUSTER, gpus=8, global_batch=16, refine=0, profile="ddp",
+                       pins={"zero": (ZeroStage.ZERO1,)})
+    assert len(ddp.frame) and {s.ep for s in ddp.frame["strategy"]} == {1}
+    megatron = planner.plan(small, CLUSTER, gpus=8, global_batch=16, refine=0, profile="megatron",
+                            pins={"zero": (ZeroStage.ZERO1,), "pp": (1,)})
+    assert {s.ep for s in megatron.frame["strategy"]} == {1, 2, 4}
+    with pytest.raises(SpecError) as err:
+        planner.plan(small, CLUSTER, gpus=8, global_batch=16, refine=0, profile="horovod", pins={"ep": (2,)})
+    assert err.value.field == "ep" and "Horovod (--profile horovod) cannot run ep 2" in err.value.problem

@@ -69,14 +69,13 @@ def test_valid_mask_applies_both_ep_rules():
 
 
 def test_the_executor_refuses_what_it_does_not_run():
-    # no dense stand-in for a MoE or latent-attention model, no ep > 1 (issue 14: the executor's EP is next)
+    # no stand-in for latent attention; ep > 1 runs in the data-parallel family only (tests/test_executor_moe.py)
     from executor.model import GPT
     from executor.strategies.base import family_spec
 
-    for name in ("mixtral-8x7b", "deepseek-v2-lite"):
-        with pytest.raises(SpecError) as err:
-            GPT(get_preset(name))
-        assert err.value.field == "model"
+    with pytest.raises(SpecError) as err:
+        GPT(get_preset("deepseek-v2-lite"))
+    assert err.value.field == "model"
     with pytest.raises(SpecError) as err:
         family_spec(layout(tp=2, ep=4))
-    assert err.value.field == "plan.strategy.ep" and "use ep 1" in str(err.value)
+    assert err.value.field == "plan.strategy.ep" and "execute it with ep 1" in str(err.value)

@@ -119,6 +119,8 @@ class Phase(Enum):
     DP = "dp"
     """Data-parallel gradient sync that compute did not hide (exposed)."""
     TP = "tp"
+    EP = "ep"
+    """Time inside the MoE layers' all-to-alls (token dispatch and combine, ``executor.moe.EpClock``)."""
     PP = "pp"
     BUBBLE = "bubble"
 
@@ -252,11 +254,25 @@ def register(spec: FamilySpec) -> FamilySpec:
     return spec
 
 
+def check_model(spec) -> None:
+    """Refuse, in one line, a model the executor cannot build as declared (torch-free: ``executor.options.prepare``
+    calls it before launch, ``executor.model.GPT`` when it builds)."""
+    if getattr(spec, "mla", None) is not None:
+        raise SpecError("model", f"{spec.name} has latent attention; the executor builds ordinary attention only "
+                        "(not implemented yet); simulate the plan")
+    moe = getattr(spec, "moe", None)
+    if moe is not None and moe.capacity_factor is not None:
+        raise SpecError("model.moe.capacity_factor", f"{moe.capacity_factor:g}: the executor routes dropless (every "
+                        "token reaches its k experts); use capacity_factor None")
+
+
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
-    if layout.ep > 1:
-        raise SpecError("plan.strategy.ep", f"{layout.ep}: expert parallelism is not run by this executor yet "
-                        "(the simulator models it); use ep 1")
+    if layout.ep > 1 and (layout.tp > 1 or layout.pp > 1 or layout.cp > 1
+                          or isinstance(layout.strategy.dp_sync, ParamServerSync)):
+        raise SpecError("plan.strategy.ep", f"{layout.ep}: this executor runs expert parallelism in the "
+                        f"data-parallel family only (got tp={layout.tp} pp={layout.pp} cp={layout.cp}, "
+                        f"{layout.strategy.dp_sync.kind.value}); simulate the plan, or execute it with ep 1")
     if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1):
         raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
                         f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "

@@ -23,13 +23,20 @@ Plan field → torch component:
   ranks of a replica (ring or all-to-all attention core, balanced or contiguous split); the DDP or
   FSDP2 group is the mesh's ``dp`` dimension, dp·cp ranks, so weight gradients are averaged over
   dp·cp as the simulator's layout has it (``ParallelLayout.dp_cp``).
+- Expert parallelism (ep > 1, ZeRO 0 or 1): :mod:`executor.moe` keeps this rank's E/ep experts of every
+  MoE layer and routes tokens over its ep group by all-to-all; the experts' parameters are left out of
+  DDP and their gradients summed over the expert-data-parallel group and divided by dp after backward
+  (``reduce_expert_gradients``, timed into ``dp``); under ZeRO-1 the dense parameters' optimizer is
+  partitioned over dp and the experts' over the expert-data-parallel group, as the memory model has it.
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
 ``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp``: under DDP the gradient sync backward
 did not hide (with overlap: from the moment the last parameter gradient is computed, seen by a
 multi-grad hook, until ``backward()`` returns, which DDP holds until every bucket is reduced;
-without overlap: the bucketed all-reduce after backward); FSDP2's is not separated.
+without overlap: the bucketed all-reduce after backward); FSDP2's is not separated. ``ep``: the time
+inside the MoE layers' all-to-alls (:class:`executor.moe.EpClock`, forward and backward, with the count
+exchanges), taken out of forward, backward and recompute.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
+from executor.moe import apply_expert_parallel, expert_parameter_names, make_ep_groups, reduce_expert_gradients
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import make_optimizer
+from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
 from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync, comm_hook
@@ -76,6 +84,9 @@ def check(plan, layout) -> None:
     if s.zero >= ZeroStage.ZERO2 and sync.algorithm is not AllReduceAlgorithm.AUTO:
         raise SpecError("plan.strategy.allreduce_algorithm", f"{sync.algorithm.value}: FSDP2 reduce-scatters "
                         "gradients with the backend's own collective; use auto with zero 2 or 3")
+    if layout.ep > 1 and s.zero >= ZeroStage.ZERO2:
+        raise SpecError("plan.strategy.zero", f"ZeRO {int(s.zero)} with ep {layout.ep}: FSDP2 would shard the "
+                        "experts over all dp ranks, not over their expert-data-parallel group; use zero 0 or 1")
     if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
@@ -90,6 +101,9 @@ class DataParallelRunner:
         Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward "
                                "(executor/recompute.py); backward excludes it",
         Phase.OPTIMIZER.value: "optimizer.step() (ZeRO-1: with the parameter broadcast)",
+        Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine; forward, "
+                        "backward and recomputed), including the wait for the ep group's slowest rank "
+                        "(executor/moe.py); taken out of forward, backward and recompute",
         Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
                         "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
                         "all-reduce after backward; FSDP2: not separated (inside backward)",
@@ -110,7 +124,14 @@ class DataParallelRunner:
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
             self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
-        self.recompute = RecomputeClock()
+        self.ep = self.ep_clock = None
+        expert_names: set[str] = set()
+        if layout.ep > 1:
+            self.ep = make_ep_groups(layout, ctx.rank)
+            self.ep_clock = apply_expert_parallel(model, self.ep)
+            expert_names = set(expert_parameter_names(model))
+        self.expert_params = [p for n, p in model.named_parameters() if n in expert_names]
+        self.recompute = RecomputeClock(exclude=self.ep_clock)
         apply_recompute(model, s.recompute, self.recompute)
         self.model = model
         self.fsdp = s.zero >= ZeroStage.ZERO2
@@ -119,6 +140,12 @@ class DataParallelRunner:
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
         if self.tokens is not None:
             self._components["context parallel"] = split_description(ctx.spec.seq_len, s.context)
+        if self.ep is not None:
+            self._components["expert parallel"] = (
+                f"ep={layout.ep}: {ctx.spec.moe.experts // layout.ep} of {ctx.spec.moe.experts} experts per rank, "
+                "dispatch and combine by dist.all_to_all_single over the ep group (executor/moe.py); expert "
+                f"gradients summed over the expert-data-parallel group of {len(self.ep.expert_dp_ranks)} "
+                "rank(s) and divided by dp, not all-reduced by DDP")
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
@@ -131,6 +158,8 @@ class DataParallelRunner:
 
         bucket = self.ctx.layout.bucket_bytes
         cap_mb = _ONE_BUCKET_MB if bucket is None else bucket / 2 ** 20
+        if self.expert_params:  # each rank's own experts: neither broadcast from rank 0 nor averaged over dp
+            DDP._set_params_and_buffers_to_ignore_for_model(self.model, expert_parameter_names(self.model))
         self.module = DDP(self.model, process_group=self.group, bucket_cap_mb=cap_mb,
                           gradient_as_bucket_view=s.gradient_as_bucket_view,
                           device_ids=None if self.ctx.device.type == "cpu" else [self.ctx.device])
@@ -145,14 +174,21 @@ class DataParallelRunner:
         if s.zero is ZeroStage.ZERO1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            self.opt = ZeroRedundancyOptimizer(self.model.parameters(), optimizer_class=torch.optim.AdamW,
-                                               process_group=self.group, lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
+            def zero1(params, group):
+                return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group,
+                                               lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
                                                weight_decay=OPTIMIZER.weight_decay)
-            self._adam_state = lambda: self.opt.optim.state
-            self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)"
+            opts = [zero1(self._dense_params(), self.group)]
+            if self.expert_params:
+                edp = self.ep.expert_dp_ranks
+                opts.append(zero1(self.expert_params, self.ep.expert_dp_group) if len(edp) > 1
+                            else make_optimizer(self.expert_params))
+            self.opt = OptimizerGroup(opts)
+            self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)" + (
+                "; the experts' over their expert-data-parallel group" if self.expert_params else "")
         else:
             self.opt = make_optimizer(self.model.parameters())
-            self._adam_state = lambda: self.opt.state
+        self._adam_state = lambda: adam_state(self.opt)
 
     def _shard(self, s) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
@@ -166,7 +202,7 @@ class DataParallelRunner:
         fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
         self.module = self.model
         self.opt = make_optimizer(self.model.parameters())
-        self._adam_state = lambda: self.opt.state
+        self._adam_state = lambda: adam_state(self.opt)
         self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
                                              f"{reshard} (ZeRO-{int(s.zero)}), offload: "
                                              f"{type(offload).__name__}")
@@ -193,12 +229,15 @@ class DataParallelRunner:
         inputs, targets = inputs.to(self.ctx.device), targets.to(self.ctx.device)
         m = layout.micro_batches
         local, recompute0 = torch.zeros((), device=self.ctx.device), self.recompute.seconds
+        ep0, ep_fwd = self._ep_seconds(), 0.0
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
             with self._accumulating(last=i == m - 1):
                 def forward():
                     with self.ctx.autocast():
                         return self.module(x, y) / m
+                f0 = self._ep_seconds()
                 loss = self._timed(phases, Phase.FORWARD, forward)
+                ep_fwd += self._ep_seconds() - f0
                 if i == m - 1 and self.overlap and not self.fsdp:
                     backward_with_exposed_sync(self.ctx, self.model.parameters(), loss, phases)
                 else:
@@ -207,9 +246,15 @@ class DataParallelRunner:
         if layout.strategy.recompute is not Recompute.NONE:
             phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
             phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
+        if self.ep is not None:  # the all-to-alls (recompute's excluded already by its clock)
+            phases[Phase.EP] = self._ep_seconds() - ep0
+            phases[Phase.FORWARD] -= ep_fwd
+            phases[Phase.BACKWARD] -= phases[Phase.EP] - ep_fwd
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, lambda: all_reduce_after_backward(
-                self.model.parameters(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
+                self._dense_params(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
+        if self.ep is not None:
+            self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp))
         norm = self._grad_norm()
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
@@ -217,15 +262,30 @@ class DataParallelRunner:
         # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
         return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
 
+    def _dense_params(self) -> list:
+        """The parameters other than the routed experts (all of them without ep), as the model holds them now
+        (FSDP2's ``fully_shard`` replaces the module's parameters by DTensors)."""
+        experts = {id(p) for p in self.expert_params}
+        return [p for p in self.model.parameters() if id(p) not in experts]
+
+    def _ep_seconds(self) -> float:
+        return 0.0 if self.ep_clock is None else self.ep_clock.seconds
+
     def _grad_norm(self) -> float:
-        """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group)."""
-        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                 for p in self.model.parameters() if p.grad is not None]
-        squares = torch.stack([g.float().pow(2).sum() for g in grads]).sum()
+        """L2 norm of the synchronised gradient (FSDP2: of the shards, summed over the dp group; ep: the
+        experts' squares summed over the ep group, whose ranks hold every expert once)."""
+        def squares(params):
+            grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+            return torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else torch.zeros(())
+        total = squares(self._dense_params())
         if self.fsdp:
-            squares = squares.to(self.ctx.device)
-            dist.all_reduce(squares, group=self.group)
-        return float(squares.sqrt())
+            total = total.to(self.ctx.device)
+            dist.all_reduce(total, group=self.group)
+        if self.expert_params:
+            experts = squares(self.expert_params).to(self.ctx.device)
+            dist.all_reduce(experts, group=self.ep.group)
+            total = total.to(self.ctx.device) + experts
+        return float(total.sqrt())
 
     def model_state_bytes(self) -> ModelStateBytes:
         params = list(self.model.parameters())

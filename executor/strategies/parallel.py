@@ -59,6 +59,10 @@ def check(plan, layout: ParallelLayout) -> None:
         raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
                         "with dist.all_reduce (the library's own algorithm); use auto")
     spec = plan.model
+    if getattr(spec, "moe", None) is not None:
+        raise SpecError("plan.model", f"{spec.name} has mixture-of-experts layers: this executor runs them with "
+                        f"tp = pp = 1 only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it "
+                        "with tp 1 and pp 1")
     for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:

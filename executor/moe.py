@@ -1,0 +1,225 @@
+"""Mixture-of-experts blocks and expert parallelism (ep) for the executor's GPT.
+
+**The MoE layer** (:class:`MoE`, in place of a dense block's MLP where the workload says,
+``TransformerSpec.is_moe_layer``): a router ``h → E`` (no bias) gives each token softmax
+probabilities over the E routed experts; the token goes to its ``k`` most probable experts and their
+outputs are summed weighted by those probabilities, not renormalised (top-k softmax gating: Shazeer
+et al. 2017 [src: shazeer-2017]; Switch top-1 scales by the router probability, Fedus et al. 2022
+[src: fedus-2022]; Qwen2-MoE's and DeepSeek-V2's ``norm_topk_prob=False``). Each expert is an MLP of
+``expert_ffn`` of the block's activation (SwiGLU's gate and up fused, gate first, as the dense MLP).
+Shared experts (``n_s·f_s`` wide, one MLP) see every token; Qwen-MoE's shared gate scales them by
+``sigmoid(x·g)``. Routing is dropless: a workload with a capacity factor is refused
+(``executor.strategies.base.check_model``, before launch).
+Parameter names and order are those of ``simulator.memory.moe.moe_mlp_shapes``:
+``layers.{i}.moe.router``, ``.shared.up/down``, ``.shared_gate``, ``.experts.{j}.up/down``.
+
+**Token dispatch** (one rank): the token copies (T·k) are sorted by expert (stable), each expert runs on
+its contiguous rows, the outputs are weighted and summed back per token (``index_add``).
+
+**Expert parallelism** (:func:`apply_expert_parallel`): the E experts of every MoE layer are split over
+the ep ranks of an ep group, ep consecutive data-parallel indices (``ParallelLayout.ep_group``, the
+simulator's layout: experts sharded over the data-parallel ranks as DeepSpeed-MoE [src: deepspeed-moe]
+and Megatron-Core [src: megatron-core] do); rank r of the group keeps experts ``[r·E/ep, (r+1)·E/ep)``
+of the seeded full model, renumbered 0..E/ep−1. Per MoE layer and micro-batch: the expert counts are
+exchanged (one ``all_to_all_single`` of E int64), the sorted copies go to the ranks holding their
+experts (dispatch: ``all_to_all_single`` with the per-rank split sizes), each local expert runs on the
+rows every source sent it, and the outputs come back the same way (combine); the backward of each
+all-to-all is the all-to-all of the gradient with the split sizes swapped. Megatron-Core's
+``MoEAlltoAllTokenDispatcher`` does the same steps [src: megatron-core].
+
+**Gradients**: a rank's routed experts receive, through the combine and dispatch backward, the
+gradient of every ep peer's local loss. The global loss is the mean of the dp ranks' local means, so
+an expert's gradient is the sum over the ranks holding the same expert (the expert-data-parallel
+group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by dp
+(:func:`reduce_expert_gradients`); the dense parameters are averaged over dp by DDP as usual, and
+the expert parameters are left out of DDP (not all-reduced over dp).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from simulator.memory.moe import EXPERT_TENSOR
+from simulator.workload.transformer import ActivationKind, TransformerSpec
+
+
+class ExpertMLP(nn.Module):
+    """One expert (or the shared experts together): down(act(up x)), no biases, ``width`` inner."""
+
+    def __init__(self, hidden: int, width: int, swiglu: bool):
+        super().__init__()
+        self.swiglu = swiglu
+        self.up = nn.Linear(hidden, (2 if swiglu else 1) * width, bias=False)
+        self.down = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(F.gelu(self.up(x)))
+
+
+@dataclass(frozen=True)
+class EpGroups:
+    """This rank's ep group (token exchange) and expert-data-parallel group (expert gradients)."""
+
+    ranks: tuple[int, ...]
+    index: int
+    """This rank's place in ``ranks``: it holds experts [index·E/ep, (index+1)·E/ep)."""
+    group: object
+    """``torch.distributed.ProcessGroup`` of ``ranks``."""
+    expert_dp_ranks: tuple[int, ...]
+    expert_dp_group: object
+
+
+def make_ep_groups(layout, rank: int) -> EpGroups:
+    """Create every ep group, then every expert-data-parallel group, of the layout (every rank calls this,
+    in the same order) and return this rank's."""
+    mine, edp = None, None
+    for p in range(layout.pp):
+        for t in range(layout.tp):
+            for first in range(0, layout.dp, layout.ep):
+                ranks = layout.ep_group(p, t, first)
+                group = dist.new_group(list(ranks))
+                if rank in ranks:
+                    mine = (ranks, ranks.index(rank), group)
+    for p in range(layout.pp):
+        for t in range(layout.tp):
+            for d in range(layout.ep):
+                ranks = layout.expert_dp_group(p, t, d)
+                group = dist.new_group(list(ranks))
+                if rank in ranks:
+                    edp = (ranks, group)
+    return EpGroups(ranks=mine[0], index=mine[1], group=mine[2], expert_dp_ranks=edp[0], expert_dp_group=edp[1])
+
+
+class EpClock:
+    """Seconds this process spent inside the ep all-to-alls (forward and backward, counts included)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def all_to_all(self, out: torch.Tensor, x: torch.Tensor, out_splits, in_splits, group) -> None:
+        start = time.perf_counter()
+        dist.all_to_all_single(out, x, out_splits, in_splits, group=group)
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        self.seconds += time.perf_counter() - start
+
+
+class _AllToAllV(torch.autograd.Function):
+    """Differentiable ``all_to_all_single`` of rows: ``in_splits[j]`` rows of ``x`` to rank j, ``out_splits[j]``
+    rows from rank j; the backward sends each gradient row back where its row came from."""
+
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits, group, clock):
+        ctx.splits, ctx.group, ctx.clock = (out_splits, in_splits), group, clock
+        out = x.new_empty((sum(out_splits),) + tuple(x.shape[1:]))
+        clock.all_to_all(out, x.contiguous(), out_splits, in_splits, group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out_splits, in_splits = ctx.splits
+        back = grad.new_empty((sum(in_splits),) + tuple(grad.shape[1:]))
+        ctx.clock.all_to_all(back, grad.contiguous(), in_splits, out_splits, ctx.group)
+        return back, None, None, None, None
+
+
+class MoE(nn.Module):
+    """Router, shared experts (and gate), routed experts; over an ep group once ``ep`` is set."""
+
+    def __init__(self, spec: TransformerSpec):
+        super().__init__()
+        moe, h = spec.moe, spec.hidden
+        swiglu = spec.activation is ActivationKind.SWIGLU
+        self.experts_total, self.top_k = moe.experts, moe.top_k
+        self.router = nn.Linear(h, moe.experts, bias=False)
+        self.shared = ExpertMLP(h, moe.shared_width, swiglu) if moe.shared_width else None
+        self.shared_gate = nn.Linear(h, 1, bias=False) if moe.shared_gate else None
+        self.experts = nn.ModuleList(ExpertMLP(h, moe.expert_ffn, swiglu) for _ in range(moe.experts))
+        self.ep: EpGroups | None = None
+        """The ep groups (None: every expert is local); set by :func:`apply_expert_parallel`."""
+        self.clock = EpClock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        probs = F.softmax(self.router(flat), dim=-1, dtype=torch.float32)
+        weights, chosen = probs.topk(self.top_k, dim=-1)                 # (T, k) each
+        expert_of = chosen.reshape(-1)
+        order = torch.argsort(expert_of, stable=True)                    # copies sorted by expert
+        token_of = order // self.top_k
+        counts = torch.bincount(expert_of, minlength=self.experts_total)
+        rows = self._experts(flat[token_of], counts)
+        rows = rows * weights.reshape(-1)[order].unsqueeze(1).to(rows.dtype)
+        y = torch.zeros(flat.shape, dtype=rows.dtype, device=flat.device).index_add(0, token_of, rows)
+        if self.shared is not None:
+            shared = self.shared(flat)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(flat)) * shared
+            y = y + shared
+        return y.view(shape)
+
+    def _run_local(self, chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Local expert l on ``chunks[l]`` (an expert with no rows still runs, so its gradient is a zero)."""
+        return [expert(rows) for expert, rows in zip(self.experts, chunks)]
+
+    def _experts(self, sorted_x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Expert outputs of the sorted token copies, in the same order (module docstring)."""
+        if self.ep is None:
+            return torch.cat(self._run_local(list(sorted_x.split(counts.tolist()))))
+        ep, n, local = self.ep, len(self.ep.ranks), len(self.experts)
+        recv_counts = torch.empty_like(counts)
+        self.clock.all_to_all(recv_counts, counts, None, None, ep.group)  # [src·E/ep + l]: rows src sends expert l
+        send = counts.view(n, local).sum(1).tolist()
+        recv_matrix = recv_counts.view(n, local)
+        received = _AllToAllV.apply(sorted_x, recv_matrix.sum(1).tolist(), send, ep.group, self.clock)
+        pieces = received.split(recv_matrix.flatten().tolist())           # source-major, then local expert
+        outs = self._run_local([torch.cat([pieces[s * local + e] for s in range(n)]) for e in range(local)])
+        parts = [o.split(recv_matrix[:, e].tolist()) for e, o in enumerate(outs)]
+        back = torch.cat([parts[e][s] for s in range(n) for e in range(local)])
+        return _AllToAllV.apply(back, send, recv_matrix.sum(1).tolist(), ep.group, self.clock)
+
+
+def moe_layers(model) -> list[MoE]:
+    """The MoE modules of an ``executor.model.GPT``, in block order."""
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+def apply_expert_parallel(model, groups: EpGroups) -> EpClock:
+    """Keep this rank's E/ep experts of every MoE layer (renumbered from 0) and route over the ep group;
+    returns the clock all layers share. Apply to the seeded full model, before wrapping it."""
+    clock, n = EpClock(), len(groups.ranks)
+    for moe in moe_layers(model):
+        local = moe.experts_total // n
+        moe.experts = nn.ModuleList(list(moe.experts)[groups.index * local:(groups.index + 1) * local])
+        moe.ep, moe.clock = groups, clock
+    return clock
+
+
+def expert_parameter_names(model) -> list[str]:
+    """Names of the routed experts' parameters (``simulator.memory.moe.EXPERT_TENSOR``)."""
+    return [name for name, _ in model.named_parameters() if EXPERT_TENSOR in f".{name}"]
+
+
+@torch.no_grad()
+def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: int) -> None:
+    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    if len(groups.expert_dp_ranks) > 1:
+        dist.all_reduce(flat, group=groups.expert_dp_group)
+    flat /= dp
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
