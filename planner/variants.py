@@ -21,6 +21,9 @@ where they can matter:
   fit in GPU memory by the smallest margin (offload is a memory rescue). This is a heuristic, not
   a proof: a variant of a base outside these sets is never ranked.
 
+- **placement orders** that put a tp group across nodes (:mod:`planner.placement`), for the
+  :data:`VARIANT_BASES` best bases: what ``--explain`` reports when an order loses.
+
 A pinned key (``--offload``, ``--dp-algorithm``, ``--bucket-mb``, ``--param-server``, ``--dp-sync``)
 is searched in the first phase over every base instead, and not varied here.
 """
@@ -35,6 +38,8 @@ from simulator.errors import SpecError
 from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Strategy, ZeroStage)
 from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind
 from simulator.units import MiB
+
+from planner.placement import NodeShape, split_orders
 
 VARIANT_BASES = 8
 """First-phase candidates whose gradient-sync and offload variants are ranked: a bound on the
@@ -139,14 +144,25 @@ def _offload_changes(s: Strategy, cluster) -> list:
     return [lambda s, o=o: replace(s, offload=o) for o in targets if o in offload_values(cluster)]
 
 
+def _placement_changes(s: Strategy, node: NodeShape, cross_node_tp: bool) -> list:
+    """The orders the first phase left out for ``s``'s degrees: those putting tp across nodes
+    (:func:`planner.placement.split_orders`), so that ``--explain`` can say what they cost."""
+    later = split_orders(node, s.dp, s.tp, s.pp, s.cp, s.ep, cross_node_tp=cross_node_tp)[1]
+    return [lambda s, o=o: replace(s, placement=o) for o in later]
+
+
 def variants(ranked: list[Strategy], over_gpu: list[Strategy], cluster, pins: dict,
-             allowed=lambda key: True) -> tuple[list[Strategy], int]:
+             allowed=lambda key: True, cross_node_tp: bool = False) -> tuple[list[Strategy], int]:
     """(variants to rank, variants the strategy's own checks refuse) of the best ``ranked`` bases
     (fastest first) and of the ``over_gpu`` bases (closest to fitting first); ``allowed(key)`` says
     whether the framework profile lets that dimension vary (``dp_sync``, ``allreduce_algorithm``,
-    ``bucket_bytes``, ``offload``)."""
+    ``bucket_bytes``, ``offload``); ``cross_node_tp``: the first phase already searched the orders
+    that put tp across nodes."""
     fixed = dict(pins) | {k: () for k in ("allreduce_algorithm", "bucket_bytes") if not allowed(k)}
     jobs = [(s, _sync_changes(s, cluster, fixed)) for s in ranked[:VARIANT_BASES]]
+    if "placement" not in pins:
+        node = NodeShape.of(cluster)
+        jobs += [(s, _placement_changes(s, node, cross_node_tp)) for s in ranked[:VARIANT_BASES]]
     if not any(k in pins for k in PS_KEYS) and allowed("dp_sync"):
         zero0 = [s for s in ranked if s.zero is ZeroStage.ZERO0 and s.dp > 1][:VARIANT_BASES]
         jobs += [(s, _ps_changes(s, cluster)) for s in zero0]

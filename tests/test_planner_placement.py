@@ -1,0 +1,91 @@
+"""Placement orders as a planner axis (planner.placement): the orders searched are those whose groups
+differ in shape, a pin is honoured, an order that puts tp across nodes costs what its cross-node
+all-reduces cost, and --explain says so."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.explain import explain
+from planner.placement import NodeShape, crossing, distinct_orders, group_ranks, split_orders
+from simulator.analytical import estimate
+from simulator.cluster.io import load_cluster
+from simulator.compile import compile_step
+from simulator.results import Category
+from simulator.strategy import PlacementOrder, Recompute, Strategy, ZeroStage
+from simulator.workload import get_preset
+
+A100 = load_cluster("dgx-a100", nodes=2)          # 2 nodes of 8 A100s, one HDR NIC per GPU
+GPT = get_preset("gpt3-1.3b").with_seq(2048)      # 24 layers, hidden 2048
+PINS = {"tp": (8,), "zero": (ZeroStage.ZERO0,), "recompute": (Recompute.NONE,), "micro_batch": (1,),
+        "sequence_parallel": (False,)}
+
+
+def test_group_shapes_follow_the_order():
+    # dp 2, tp 8 on nodes of 8: tp-pp-dp keeps tp in the node, dp across; dp innermost the reverse
+    assert group_ranks(PlacementOrder.TP_PP_DP, 2, 8, 1)["tp"] == tuple(range(8))
+    assert group_ranks(PlacementOrder.PP_DP_TP, 2, 8, 1)["tp"] == tuple(range(0, 16, 2))
+    assert crossing(PlacementOrder.TP_PP_DP, 8, 2, 8, 1) == ("dp",)
+    assert crossing(PlacementOrder.PP_DP_TP, 8, 2, 8, 1) == ("tp",)
+    # orders that differ only in where a size-1 dimension goes are one order
+    assert distinct_orders(NodeShape(8), 2, 8, 1) == (PlacementOrder.TP_PP_DP, PlacementOrder.PP_DP_TP)
+    assert split_orders(NodeShape(8), 2, 8, 1) == ((PlacementOrder.TP_PP_DP,), (PlacementOrder.PP_DP_TP,))
+    assert split_orders(NodeShape(8), 2, 8, 1, cross_node_tp=True)[1] == ()
+    # on a node whose GPUs are not interchangeable, a strided tp group is another shape
+    assert len(distinct_orders(NodeShape(8, uniform=False), 1, 4, 2)) > len(distinct_orders(NodeShape(8), 1, 4, 2))
+
+
+def test_tp_across_nodes_is_slower_by_its_all_reduces():
+    """Hand-worked: each tp all-reduce is of s·b·h·2 = 2048·1·2048·2 = 8,388,608 bytes, 2 per layer
+    each way plus one at the model's edge (2·24 + 1 = 49 per micro-batch each way), 16 micro-batches.
+    Across 2 nodes with 4 ranks each, a ring sends 2(n−1)/n·S bytes from one node to the other through
+    at most 4 NICs at 25 GB/s × 0.96 (the preset's HDR figures): at least 153 µs per call, more than
+    the in-node ring takes. Without pipelining the compute is the same and tp blocks it, so the step
+    differs by 16·98 calls × the per-call difference (and the dp sync, which moves the other way)."""
+    times, works = {}, {}
+    for order in (PlacementOrder.TP_PP_DP, PlacementOrder.PP_DP_TP):
+        s = Strategy(global_batch=32, micro_batch=1, tp=8, placement=order)
+        works[order], times[order] = compile_step(A100, GPT, s), estimate(A100, GPT, s)
+    size = 2048 * 1 * 2048 * 2
+    call = {}
+    for order, work in works.items():
+        chunk = work.stages[0].chunks[0]
+        assert len(chunk.tp_fwd) == len(chunk.tp_bwd) == 49 and work.micro_batches == 16
+        assert {c.nbytes for c in chunk.tp_fwd + chunk.tp_bwd} == {size}
+        call[order] = chunk.tp_fwd[1].time_s
+    nic_bound_s = 2 * 7 / 8 * size / (4 * 25e9 * 0.96)
+    assert nic_bound_s == pytest.approx(152.9e-6, rel=1e-3)
+    assert call[PlacementOrder.PP_DP_TP] >= nic_bound_s > call[PlacementOrder.TP_PP_DP]
+    intra, cross = times[PlacementOrder.TP_PP_DP], times[PlacementOrder.PP_DP_TP]
+    dp_gain = intra.breakdown[Category.DP] - cross.breakdown[Category.DP]
+    expected = 16 * 98 * (call[PlacementOrder.PP_DP_TP] - call[PlacementOrder.TP_PP_DP]) - dp_gain
+    assert cross.step_time_s - intra.step_time_s == pytest.approx(expected, rel=1e-6)
+    assert cross.step_time_s > intra.step_time_s + 0.1
+
+
+@pytest.fixture(scope="module")
+def result():
+    return planner.plan(GPT, A100, gpus=16, global_batch=32, refine=0, pins=PINS)
+
+
+def test_the_search_ranks_the_other_order_and_explains_why_it_loses(result):
+    frame = result.frame
+    best = frame["strategy"][0]
+    assert best.placement is PlacementOrder.TP_PP_DP and best.tp == 8
+    assert PlacementOrder.PP_DP_TP in {s.placement for s in frame["strategy"]}   # ranked in the second phase
+    lines = explain(frame, result.notes, gpus_per_node=8)
+    line = next(x for x in lines if x.startswith("Placement tp-pp-dp (dp across nodes)") or "pp-dp-tp" in x)
+    assert "pp-dp-tp (tp across nodes)" in line and "slower" in line and "s tp" in line
+
+
+def test_a_pinned_order_is_honoured():
+    pinned = planner.plan(GPT, A100, gpus=16, global_batch=32, refine=0,
+                          pins=PINS | {"placement": (PlacementOrder.DP_TP_PP,)})
+    assert {s.placement for s in pinned.frame["strategy"]} == {PlacementOrder.DP_TP_PP}
+
+
+def test_the_ranking_with_orders_is_deterministic(result):
+    again = planner.plan(GPT, A100, gpus=16, global_batch=32, refine=0, pins=PINS)
+    assert list(again.frame["strategy"]) == list(result.frame["strategy"])
+    assert list(again.frame["step_time_s"]) == list(result.frame["step_time_s"])
