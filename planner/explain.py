@@ -54,6 +54,8 @@ def describe(s) -> str:
     parts.append(f"recompute {s.recompute.value}")
     if s.offload is not Offload.NONE:
         parts.append(f"offload {s.offload.value}")
+    if s.offload_activations:
+        parts.append("offload activations")
     sync = s.dp_sync
     if isinstance(sync, ParamServerSync):
         where = "colocated" if sync.colocated else f"on {sync.server_nodes} node(s)"
@@ -179,5 +181,6 @@ def _sync_alternatives(frame: pd.DataFrame):
     or parameter server), or None."""
     best = frame["strategy"].iloc[0]
     same = [i for i, s in enumerate(frame["strategy"]) if i and s.dp_sync != best.dp_sync
-            and s.offload is best.offload and s.placement is best.placement and _layout_of(s) == _layout_of(best)]
+            and s.offload is best.offload and s.offload_activations == best.offload_activations
+            and s.placement is best.placement and _layout_of(s) == _layout_of(best)]
     return frame.iloc[same[0]] if same else None

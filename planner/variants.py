@@ -21,6 +21,12 @@ where they can matter:
   fit in GPU memory by the smallest margin (offload is a memory rescue). This is a heuristic, not
   a proof: a variant of a base outside these sets is never ranked.
 
+- **activation offload** (``offload_activations``: the full-recomputation checkpoints in host
+  memory, their copies charged by :mod:`simulator.compile.act_offload_part`), alone and with each
+  model-state offload, for the :data:`VARIANT_BASES` full-recomputation bases that missed GPU
+  memory by the least. It only adds time to a base (its copies block the compute, the rest is
+  unchanged) and only saves GPU memory, so for a base that fits it is dominated by the base itself
+  (never faster): it is ranked as a memory rescue only.
 - **placement orders** that put a tp group across nodes (:mod:`planner.placement`), for the
   :data:`VARIANT_BASES` best bases: what ``--explain`` reports when an order loses.
 
@@ -35,7 +41,8 @@ from dataclasses import replace
 from simulator.cluster.comm import CommLibrary
 from simulator.cluster.nccl import tuner_choices
 from simulator.errors import SpecError
-from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Strategy, ZeroStage)
+from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Recompute, Strategy,
+                                ZeroStage)
 from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind
 from simulator.units import MiB
 
@@ -144,6 +151,23 @@ def _offload_changes(s: Strategy, cluster) -> list:
     return [lambda s, o=o: replace(s, offload=o) for o in targets if o in offload_values(cluster)]
 
 
+def activation_offload_possible(cluster) -> bool:
+    """Whether the cluster gives a host to hold checkpoints and a host link to time their copies."""
+    host = cluster.node.host
+    return host is not None and host.cpu_memory_bytes > 0 and host.h2d_bw_GBps > 0
+
+
+def _activation_changes(s: Strategy, cluster, model_state: bool) -> list:
+    """Activation offload of a full-recomputation base, alone and (``model_state``) with each
+    model-state offload its ZeRO stage allows (a base may need both to fit)."""
+    if s.recompute is not Recompute.FULL or s.offload_activations or not activation_offload_possible(cluster):
+        return []
+    on = [lambda s: replace(s, offload_activations=True)]
+    if model_state:
+        on += [lambda s, c=c: replace(c(s), offload_activations=True) for c in _offload_changes(s, cluster)]
+    return on
+
+
 def _placement_changes(s: Strategy, node: NodeShape, cross_node_tp: bool) -> list:
     """The orders the first phase left out for ``s``'s degrees: those putting tp across nodes
     (:func:`planner.placement.split_orders`), so that ``--explain`` can say what they cost."""
@@ -160,6 +184,9 @@ def variants(ranked: list[Strategy], over_gpu: list[Strategy], cluster, pins: di
     that put tp across nodes."""
     fixed = dict(pins) | {k: () for k in ("allreduce_algorithm", "bucket_bytes") if not allowed(k)}
     jobs = [(s, _sync_changes(s, cluster, fixed)) for s in ranked[:VARIANT_BASES]]
+    if "offload_activations" not in pins and allowed("offload_activations"):
+        full = [s for s in over_gpu if s.recompute is Recompute.FULL][:VARIANT_BASES]
+        jobs += [(s, _activation_changes(s, cluster, "offload" not in pins and allowed("offload"))) for s in full]
     if "placement" not in pins:
         node = NodeShape.of(cluster)
         jobs += [(s, _placement_changes(s, node, cross_node_tp)) for s in ranked[:VARIANT_BASES]]

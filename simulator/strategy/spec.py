@@ -161,7 +161,8 @@ class Strategy:
                              doc="Where model states live outside GPU memory", default=Offload.NONE)
     offload_activations: bool = _switch(
         False, "offload_activations", "Move the activation checkpoints of full recomputation to host memory "
-        "(DeepSpeed activation checkpointing, cpu_checkpointing)", "--offload-activations", _MEM)
+        "(DeepSpeed activation checkpointing, cpu_checkpointing); each block's checkpoint is copied over the host "
+        "link in forward and back in backward (simulator.compile.act_offload_part)", "--offload-activations")
     recompute: Recompute = _enum(Recompute, "recompute", _F("--recompute", "activation recomputation",
                                                             choices=choices_of(Recompute)),
                                  doc="Activation recomputation", default=Recompute.NONE)
