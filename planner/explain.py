@@ -19,7 +19,7 @@ from simulator.strategy import AllReduceSync, Offload, ParamServerSync, Placemen
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
 from simulator.units import GB, MiB
 
-from planner.placement import crossing
+from planner.placement import spans
 
 FAMILIES: tuple[tuple[str, Callable], ...] = (
     ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and s.cp == 1
@@ -122,8 +122,9 @@ def explain(frame: pd.DataFrame, notes=(), gpus_per_node: int | None = None) -> 
 def _crossing_text(s, gpus_per_node: int | None) -> str:
     if gpus_per_node is None:
         return ""
-    cross = crossing(s.placement, gpus_per_node, s.dp, s.tp, s.pp, s.cp, s.ep)
-    return f" ({' and '.join(cross)} across nodes)" if cross else " (every group within a node)"
+    cross = [(name, n) for name, n in spans(s.placement, gpus_per_node, s.dp, s.tp, s.pp, s.cp, s.ep).items() if n > 1]
+    return (" (" + ", ".join(f"{name} over {n} nodes" for name, n in cross) + ")") if cross else \
+        " (every group within a node)"
 
 
 def _placement_lines(frame: pd.DataFrame, best: pd.Series, gpus_per_node: int | None) -> list[str]:

@@ -77,11 +77,17 @@ def signature(order: PlacementOrder, node: NodeShape, dp: int, tp: int, pp: int,
     return tuple(_shape(groups[name], node) for name in GROUPS)
 
 
+def spans(order: PlacementOrder, gpus_per_node: int, dp: int, tp: int, pp: int, cp: int = 1,
+          ep: int = 1) -> dict[str, int]:
+    """Nodes each of rank 0's groups (of :data:`GROUPS`) spans under ``order``."""
+    groups = group_ranks(order, dp, tp, pp, cp, ep)
+    return {name: len({r // gpus_per_node for r in groups[name]}) for name in GROUPS}
+
+
 def crossing(order: PlacementOrder, gpus_per_node: int, dp: int, tp: int, pp: int, cp: int = 1,
              ep: int = 1) -> tuple[str, ...]:
-    """The groups (of :data:`GROUPS`, with more than one rank) that span several nodes under ``order``."""
-    groups = group_ranks(order, dp, tp, pp, cp, ep)
-    return tuple(name for name in GROUPS if len({r // gpus_per_node for r in groups[name]}) > 1)
+    """The groups (of :data:`GROUPS`) that span several nodes under ``order``."""
+    return tuple(name for name, n in spans(order, gpus_per_node, dp, tp, pp, cp, ep).items() if n > 1)
 
 
 def distinct_orders(node: NodeShape, dp: int, tp: int, pp: int, cp: int = 1, ep: int = 1) -> tuple[PlacementOrder, ...]:
