@@ -90,3 +90,22 @@ def test_the_ranking_with_orders_is_deterministic(result):
     again = planner.plan(GPT, A100, gpus=16, global_batch=32, refine=0, pins=PINS)
     assert list(again.frame["strategy"]) == list(result.frame["strategy"])
     assert list(again.frame["step_time_s"]) == list(result.frame["step_time_s"])
+
+
+def test_the_command_line_pins_the_order_and_explains_it(capsys):
+    import json
+
+    from trainplan.__main__ import main
+
+    argv = ["plan", "--model", "gpt3-1.3b", "--seq", "2048", "--cluster", "dgx-a100", "--nodes", "2", "--gpus", "16",
+            "--gbs", "32", "--tp", "8", "--zero", "0", "--recompute", "none", "--mbs", "1", "--no-sp", "--refine", "0",
+            "--quiet", "--json", "--explain"]
+    assert main([*argv, "--order", "pp-dp-tp"]) == 0       # --order is --placement's other spelling
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"]["strategy"]["placement"] == "pp-dp-tp"
+    assert main([*argv, "--placement", "pp-dp-tp,tp-pp-dp"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"]["strategy"]["placement"] == "tp-pp-dp"
+    assert any(line.startswith("Placement tp-pp-dp (dp over 2 nodes)") for line in out["explain"])
+    assert main([*argv, "--order", "tp-xx-dp"]) == 2
+    assert "placement" in capsys.readouterr().err

@@ -70,7 +70,7 @@ def register(subparsers) -> None:
         if flag.kind is FlagKind.SWITCH:
             pins.add_argument(flag.name, dest=k.key, action=argparse.BooleanOptionalAction, help=flag.help)
         else:
-            pins.add_argument(flag.name, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
+            pins.add_argument(flag.name, *flag.aliases, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
     pins.add_argument("--no-offload", dest="offload", action="store_const", const="none",
                       help="search no model-state offload (the same as --offload none)")
     pins.add_argument("--dp-sync", dest="dp_sync_kinds", metavar="KIND,...",

@@ -118,7 +118,8 @@ class Strategy:
             "balanced routing); the slowest rank sets each MoE layer's time",
         flag=_F("--routing-skew", "MoE load imbalance, busiest rank ÷ balanced share (what-if)", metavar="X"))
     placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
-                                                                      choices=choices_of(PlacementOrder)),
+                                                                      choices=choices_of(PlacementOrder),
+                                                                      aliases=("--order",)),
                                       doc="Order the dimensions fill consecutive ranks", default=PlacementOrder.TP_PP_DP)
     schedule: ScheduleKind = _enum(ScheduleKind, "schedule", _F("--schedule", "pipeline schedule",
                                                                 choices=choices_of(ScheduleKind)),
