@@ -8,7 +8,7 @@ import pytest
 
 import planner
 from planner.explain import explain
-from planner.placement import NodeShape, crossing, distinct_orders, group_ranks, split_orders
+from planner.placement import NodeShape, crossing, distinct_orders, group_ranks, signature, split_orders
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
 from simulator.compile import compile_step
@@ -109,3 +109,23 @@ def test_the_command_line_pins_the_order_and_explains_it(capsys):
     assert any(line.startswith("Placement tp-pp-dp (dp over 2 nodes)") for line in out["explain"])
     assert main([*argv, "--order", "tp-xx-dp"]) == 2
     assert "placement" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dp, tp, pp", [(2, 4, 2), (4, 2, 2), (1, 4, 4), (8, 2, 1)])
+def test_group_ranks_are_the_layout_s_groups(dp, tp, pp):
+    """planner.placement numbers ranks as ParallelLayout does: rank 0's tp, pp and dp groups are the
+    layout's first groups of each, under every order (so the signatures describe what is compiled)."""
+    from simulator.strategy import build_layout
+
+    h100 = load_cluster("dgx-h100", nodes=2)
+    model = get_preset("gpt3-125m")
+    for order in PlacementOrder:
+        layout = build_layout(Strategy(global_batch=64, dp=dp, tp=tp, pp=pp, placement=order), h100, model)
+        groups = group_ranks(order, dp, tp, pp)
+        assert groups["tp"] == layout.tp_groups[0] and groups["pp"] == layout.pp_groups[0]
+        assert groups["dp"] == layout.dp_groups[0]
+    # every order shares its signature with the one distinct_orders keeps for it, and the kept differ
+    kept = distinct_orders(NodeShape(8), dp, tp, pp)
+    sig = lambda order: signature(order, NodeShape(8), dp, tp, pp)  # noqa: E731
+    assert {sig(o) for o in PlacementOrder} == {sig(o) for o in kept}
+    assert kept[0] is PlacementOrder.TP_PP_DP and len(kept) == len({sig(o) for o in kept})
