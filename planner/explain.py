@@ -19,6 +19,8 @@ from simulator.strategy import AllReduceSync, Offload, ParamServerSync, Placemen
 from simulator.strategy.sync import DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm
 from simulator.units import GB, MiB
 
+from planner.placement import spans
+
 FAMILIES: tuple[tuple[str, Callable], ...] = (
     ("pure data-parallel / ZeRO", lambda s: s.tp == 1 and s.pp == 1 and s.cp == 1
      and not isinstance(s.dp_sync, ParamServerSync)),
@@ -52,6 +54,8 @@ def describe(s) -> str:
     parts.append(f"recompute {s.recompute.value}")
     if s.offload is not Offload.NONE:
         parts.append(f"offload {s.offload.value}")
+    if s.offload_activations:
+        parts.append("offload activations")
     sync = s.dp_sync
     if isinstance(sync, ParamServerSync):
         where = "colocated" if sync.colocated else f"on {sync.server_nodes} node(s)"
@@ -86,9 +90,10 @@ def _sentence(label: str, best: pd.Series, other: pd.Series) -> str:
             f"({b:.3g} s vs {a:.3g} s): {_differences(best, other, a)}; memory {mem:+.1f} GB per GPU.")
 
 
-def explain(frame: pd.DataFrame, notes=()) -> list[str]:
+def explain(frame: pd.DataFrame, notes=(), gpus_per_node: int | None = None) -> list[str]:
     """Sentences on why row 0 wins (the frame as :func:`planner.plan` ranks it); ``notes`` say what the
-    search left out and why (:attr:`planner.PlanResult.notes`)."""
+    search left out and why (:attr:`planner.PlanResult.notes`); ``gpus_per_node``: say which groups
+    each placement order puts across nodes."""
     if frame.empty:
         return ["No candidate fits; see the counts by reason."]
     best = frame.iloc[0]
@@ -107,10 +112,41 @@ def explain(frame: pd.DataFrame, notes=()) -> list[str]:
         if row.name != 1:
             lines.append(_sentence(f"best plan with ep {ep}", best, row))
     lines += _feature_lines(frame, best)
+    lines += _placement_lines(frame, best, gpus_per_node)
     sync = _sync_alternatives(frame)
     if sync is not None and sync.name != 1:  # row 1 is the runner-up, already said
         lines.append(_sentence("best other gradient sync of the same layout", best, sync))
     return lines + [n for n in notes if not n.startswith("No offload")]
+
+
+def _crossing_text(s, gpus_per_node: int | None) -> str:
+    if gpus_per_node is None:
+        return ""
+    cross = [(name, n) for name, n in spans(s.placement, gpus_per_node, s.dp, s.tp, s.pp, s.cp, s.ep).items() if n > 1]
+    return (" (" + ", ".join(f"{name} over {n} nodes" for name, n in cross) + ")") if cross else \
+        " (every group within a node)"
+
+
+def _placement_lines(frame: pd.DataFrame, best: pd.Series, gpus_per_node: int | None) -> list[str]:
+    """The fastest ranked row with the best plan's layout (:func:`_layout_of`, ZeRO stage and offload;
+    the gradient sync may differ: the second phase varies the orders of the best bases) and another
+    placement order: what another rank order (tp across nodes, dp inside the node...) costs. Row 1
+    (the runner-up) is already said."""
+    s = best["strategy"]
+    same = (_layout_of(s), s.zero, s.offload, s.offload_activations)
+    for i, other in enumerate(frame["strategy"]):
+        if not i or other.placement is s.placement or (_layout_of(other), other.zero, other.offload,
+                                                       other.offload_activations) != same:
+            continue
+        if i == 1:
+            return []
+        row = frame.iloc[i]
+        a, b = _analytical_s(best), _analytical_s(row)
+        side = "slower" if b >= a else "faster"
+        return [f"Placement {s.placement.value}{_crossing_text(s, gpus_per_node)}: the best other order of the "
+                f"same layout, {other.placement.value}{_crossing_text(other, gpus_per_node)}, is {abs(b - a):.3g} s "
+                f"per step {side} in the closed form ({b:.3g} s vs {a:.3g} s): {_differences(best, row, a)}."]
+    return []
 
 
 def _feature_lines(frame: pd.DataFrame, best: pd.Series) -> list[str]:
@@ -146,5 +182,6 @@ def _sync_alternatives(frame: pd.DataFrame):
     or parameter server), or None."""
     best = frame["strategy"].iloc[0]
     same = [i for i, s in enumerate(frame["strategy"]) if i and s.dp_sync != best.dp_sync
-            and s.offload is best.offload and _layout_of(s) == _layout_of(best)]
+            and s.offload is best.offload and s.offload_activations == best.offload_activations
+            and s.placement is best.placement and _layout_of(s) == _layout_of(best)]
     return frame.iloc[same[0]] if same else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from simulator.analytical_structures import structure_key
+from simulator.analytical_structures import KEY_FIELDS, structure_key
 from simulator.errors import SpecError
 from simulator.memory import memory_report, model_state_bytes
 from simulator.schedules import ScheduleKind
@@ -33,13 +33,19 @@ def _in_flight_cap(s: Strategy, m: int) -> int:
     return min(m, 2 * s.pp if interleaved else s.pp)
 
 
+_PLACEMENT_AT = [name for name in KEY_FIELDS if name != "dp_sync"].index("placement")
+"""Where ``structure_key`` holds the placement order (its fields are :data:`KEY_FIELDS` less the sync)."""
+
+
 def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int | None = None):
     """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
     figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
     dp = s.dp
     m = s.global_batch // (dp * s.micro_batch)
     cap = _in_flight_cap(s, m)
-    key = (structure_key(s), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
+    own, kind, sync = structure_key(s)  # less the placement order: no rank's memory depends on it
+    own = own[:_PLACEMENT_AT] + own[_PLACEMENT_AT + 1:]
+    key = ((own, kind, sync), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
         batch = dp * s.micro_batch * cap
         small = s if batch == s.global_batch else replace(s, global_batch=batch)

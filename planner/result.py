@@ -14,6 +14,7 @@ from simulator.plan_file import Estimate, Plan
 from simulator.strategy.flat import strategy_to_flat
 
 from planner.frameworks import capability
+from planner.placement import NodeShape
 from planner.refine import refine as des_refine
 from planner.search import Counts, Search, rank, server_nodes
 from planner.space import DEFAULT_MAX_MBS, Problem
@@ -123,7 +124,8 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
                       layers=workload.layer_count, check_tp=workload.check_tp, max_mbs=max_mbs,
                       allow_cross_node_tp=allow_cross_node_tp,
                       check_ep=workload.check_ep if getattr(workload, "moe", None) is not None else None,
-                      seq_len=workload.seq_len if getattr(workload, "has_activation_shapes", False) else None)
+                      seq_len=workload.seq_len if getattr(workload, "has_activation_shapes", False) else None,
+                      uniform_node=NodeShape.of(cluster).uniform)
     counts = Counts()
     search = Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb, progress)
     frame = rank(search, counts)

@@ -41,7 +41,7 @@ from simulator.workload.fp8 import MatmulPrecision
 from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
 from planner.space import Axis, Problem, default_axes, enumerate_keys, pin
-from planner.variants import check_offload_pin, variants
+from planner.variants import check_offload_pin, sync_candidates, variants
 
 
 @dataclass
@@ -298,7 +298,8 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     t0 = time.perf_counter()
     over = [s for _, s in sorted(mem.over_gpu, key=lambda bs: bs[0])]
     profile_before = counts.invalid["profile"]
-    extra, refused = variants(list(frame["strategy"]), over, search.cluster, search.pins, search.allowed)
+    extra, refused = variants(list(frame["strategy"]), over, search.cluster, search.pins, search.allowed,
+                              search.problem.allow_cross_node_tp, sync_candidates(frame))
     extra, _ = _admitted(extra, search.capability, counts)
     counts.enumerated += len(extra) + refused + counts.invalid["profile"] - profile_before
     if refused:

@@ -8,6 +8,9 @@ axis of (dp, tp, pp) factorisations of the GPU count. A new dimension joins by a
 degrees: a (d, tp, pp) factorisation and a cp dividing d make dp = d ÷ cp (:func:`enumerate_keys`).
 The expert-parallel degree ep is an axis of its own over the divisors of dp that divide the model's
 experts, with cp 1 only (:mod:`simulator.strategy.rules`, rule ``cp``).
+The placement order is searched per candidate over the orders whose tp, pp, dp, cp and ep groups
+differ in shape (nodes spanned, ranks per node), keeping tp within a node
+(:mod:`planner.placement`; the others are ranked in the second phase, :mod:`planner.variants`).
 FP8 (``precision``) is searched only when asked (``--precision model,fp8``): it changes the
 numerics, a recipe the user adopts, not a layout choice.
 
@@ -27,6 +30,8 @@ from simulator.strategy import AttentionKind, Offload, PlacementOrder, Recompute
 from simulator.strategy.spec import DEFAULT_INTERLEAVED_V
 from simulator.workload.context import ContextKind
 from simulator.workload.protocol import divisors
+
+from planner.placement import NodeShape, split_orders
 
 DEFAULT_MAX_MBS = 8
 """Largest micro-batch tried unless ``--max-mbs`` says otherwise: a bound on the search, not a
@@ -69,6 +74,13 @@ class Problem:
     """The workload's expert-parallel rule (``Workload.check_ep``); None: ep 1 only (no experts)."""
     seq_len: int | None = None
     """Tokens per sample (None: not a sequence model): decides the cp degrees searched."""
+    uniform_node: bool = True
+    """A node's GPUs are interchangeable (:class:`planner.placement.NodeShape`): decides which
+    placement orders differ."""
+
+    @property
+    def node(self) -> NodeShape:
+        return NodeShape(self.gpus_per_node, self.uniform_node)
 
 
 def _tp_values(p: Problem) -> list[int]:
@@ -121,6 +133,19 @@ def cp_values(p: Problem) -> tuple[int, ...]:
     return (1,) + tuple(c for c in (2, 4, 8, 16, 32) if c <= limit and p.gpus % c == 0 and p.seq_len % (2 * c) == 0)
 
 
+def placement_orders(p: Problem) -> Callable[[dict], tuple]:
+    """The orders the first phase searches for a candidate's keys (:func:`planner.placement.split_orders`),
+    remembered per set of degrees for this search."""
+    memo: dict[tuple, tuple] = {}
+
+    def orders(k: dict) -> tuple:
+        degrees = (k["dp"], k["tp"], k["pp"], k.get("cp", 1), k.get("ep", 1))
+        if degrees not in memo:
+            memo[degrees] = split_orders(p.node, *degrees, cross_node_tp=p.allow_cross_node_tp)[0]
+        return memo[degrees]
+    return orders
+
+
 def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
     per_replica, rest = divmod(p.global_batch, keys["dp"])
     return () if rest else tuple(divisors(per_replica, up_to=p.max_mbs))
@@ -129,6 +154,7 @@ def _micro_batches(p: Problem, keys: dict) -> tuple[int, ...]:
 def default_axes(p: Problem) -> tuple[Axis, ...]:
     """The space the planner searches unless pinned (module docstring)."""
     pipelined = lambda k: k["pp"] > 1  # noqa: E731
+    orders = placement_orders(p)
     return (
         Axis("degrees", degrees(p)),
         Axis("cp", cp_values(p)),
@@ -145,10 +171,9 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
         Axis("recompute", (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL),
              allow=lambda k, v: v is not Recompute.SELECTIVE or k.get("attention") is AttentionKind.EAGER),
         Axis("sequence_parallel", (False, True), lambda k: k["tp"] > 1),
-        # the default rank order puts pp inside dp, so with pp > 1 an ep group spans pp·ep ranks; the
-        # Megatron-Core order (tp-cp-ep-dp-pp [src: megatron-core]) keeps it next to tp: try both there
-        Axis("placement", (PlacementOrder.TP_PP_DP, PlacementOrder.TP_DP_PP), pinned_free=True,
-             allow=lambda k, v: v is PlacementOrder.TP_PP_DP or k.get("ep", 1) > 1 and k["pp"] > 1),
+        # one order per distinct shape of the groups, tp kept in the node (planner.placement); e.g. with
+        # tp < node the Megatron-Core order (tp-cp-ep-dp-pp [src: megatron-core]) puts dp, not pp, next to tp
+        Axis("placement", tuple(PlacementOrder), pinned_free=True, allow=lambda k, v: v in orders(k)),
         Axis("micro_batch", (), None),  # filled per candidate from the batch (see enumerate_keys)
     )
 

@@ -1,4 +1,4 @@
-"""Second-phase axes: gradient synchronisation and model-state offload, ranked for the best bases.
+"""Second-phase axes: gradient synchronisation, offload and placement variants, ranked for the best bases.
 
 The first phase (:mod:`planner.search`) ranks the *base* space: degrees, ZeRO, schedule, recompute,
 sequence parallelism, micro-batch, with DDP's gradient sync (all-reduce, ``auto`` algorithm,
@@ -18,8 +18,19 @@ where they can matter:
   ZeRO-3, where the cluster gives the host figures to time them, :func:`offload_values`): ranked
   for the :data:`VARIANT_BASES` best bases of the first phase (ZeRO-0 bases for the parameter
   server, which replaces ZeRO), and offload also for the :data:`VARIANT_BASES` bases that did not
-  fit in GPU memory by the smallest margin (offload is a memory rescue). This is a heuristic, not
-  a proof: a variant of a base outside these sets is never ranked.
+  fit in GPU memory by the smallest margin (offload is a memory rescue). The gradient-sync
+  variants also for every further base within reach (:func:`sync_candidates`: a bound, so no
+  sync variant of another base can beat the best); for offload this is a heuristic, not a proof:
+  an offload variant of a base outside these sets is never ranked.
+
+- **activation offload** (``offload_activations``: the full-recomputation checkpoints in host
+  memory, their copies charged by :mod:`simulator.compile.act_offload_part`), alone and with each
+  model-state offload, for the :data:`VARIANT_BASES` full-recomputation bases that missed GPU
+  memory by the least. It only adds time to a base (its copies block the compute, the rest is
+  unchanged) and only saves GPU memory, so for a base that fits it is dominated by the base itself
+  (never faster): it is ranked as a memory rescue only.
+- **placement orders** that put a tp group across nodes (:mod:`planner.placement`), for the
+  :data:`VARIANT_BASES` best bases: what ``--explain`` reports when an order loses.
 
 A pinned key (``--offload``, ``--dp-algorithm``, ``--bucket-mb``, ``--param-server``, ``--dp-sync``)
 is searched in the first phase over every base instead, and not varied here.
@@ -29,12 +40,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from simulator.cluster.comm import CommLibrary
 from simulator.cluster.nccl import tuner_choices
 from simulator.errors import SpecError
-from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Strategy, ZeroStage)
+from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Recompute, Strategy,
+                                ZeroStage)
 from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind
 from simulator.units import MiB
+
+from planner.placement import NodeShape, split_orders
 
 VARIANT_BASES = 8
 """First-phase candidates whose gradient-sync and offload variants are ranked: a bound on the
@@ -139,16 +155,74 @@ def _offload_changes(s: Strategy, cluster) -> list:
     return [lambda s, o=o: replace(s, offload=o) for o in targets if o in offload_values(cluster)]
 
 
+def activation_offload_possible(cluster) -> bool:
+    """Whether the cluster gives a host to hold checkpoints and a host link to time their copies."""
+    host = cluster.node.host
+    return host is not None and host.cpu_memory_bytes > 0 and host.h2d_bw_GBps > 0
+
+
+def _activation_changes(s: Strategy, cluster, model_state: bool) -> list:
+    """Activation offload of a full-recomputation base, alone and (``model_state``) with each
+    model-state offload its ZeRO stage allows (a base may need both to fit)."""
+    if s.recompute is not Recompute.FULL or s.offload_activations or not activation_offload_possible(cluster):
+        return []
+    on = [lambda s: replace(s, offload_activations=True)]
+    if model_state:
+        on += [lambda s, c=c: replace(c(s), offload_activations=True) for c in _offload_changes(s, cluster)]
+    return on
+
+
+def _placement_changes(s: Strategy, node: NodeShape, cross_node_tp: bool) -> list:
+    """The orders the first phase left out for ``s``'s degrees: those putting tp across nodes
+    (:func:`planner.placement.split_orders`), so that ``--explain`` can say what they cost."""
+    later = split_orders(node, s.dp, s.tp, s.pp, s.cp, s.ep, cross_node_tp=cross_node_tp)[1]
+    return [lambda s, o=o: replace(s, placement=o) for o in later]
+
+
+def sync_candidates(frame) -> list[Strategy]:
+    """Bases past the first :data:`VARIANT_BASES` (of ``frame``, the ranked first phase, fastest first)
+    whose gradient-sync variants could still beat the best base in the closed form.
+
+    A variant changes only the gradient sync, so on the base's slowest rank it can at most remove what
+    the sync's calls expose (``dp``, ``zero``, ``ps``), the bubble too where ZeRO-2/3 reduce-scatters
+    run inside each backward of a pipeline, and the GPU optimizer of a ZeRO-0 base (a parameter server
+    takes the update over): the base's step less those is a lower bound on every variant's. A base
+    whose bound is not below the best step has no variant that wins, so the best plan's sync is the
+    closed form's best over every base, at the cost of the few bases within reach."""
+    if len(frame) <= VARIANT_BASES:
+        return []
+    rest = frame.iloc[VARIANT_BASES:]
+    strategies = list(rest["strategy"])
+    col = lambda name: rest[name].to_numpy() if name in rest else 0.0  # noqa: E731
+    zero = np.array([int(s.zero) for s in strategies])
+    piped = np.array([s.pp > 1 for s in strategies])
+    reachable = (col("dp") + col("zero") + col("ps") + np.where((zero >= 2) & piped, col("bubble"), 0.0)
+                 + np.where(zero == 0, col("optimizer"), 0.0))
+    within = rest["step_time_s"].to_numpy() - reachable < float(frame["step_time_s"].iloc[0])
+    return [s for s, keep in zip(strategies, within) if keep]
+
+
 def variants(ranked: list[Strategy], over_gpu: list[Strategy], cluster, pins: dict,
-             allowed=lambda key: True) -> tuple[list[Strategy], int]:
+             allowed=lambda key: True, cross_node_tp: bool = False,
+             within_reach: list[Strategy] = ()) -> tuple[list[Strategy], int]:
     """(variants to rank, variants the strategy's own checks refuse) of the best ``ranked`` bases
     (fastest first) and of the ``over_gpu`` bases (closest to fitting first); ``allowed(key)`` says
     whether the framework profile lets that dimension vary (``dp_sync``, ``allreduce_algorithm``,
-    ``bucket_bytes``, ``offload``)."""
+    ``bucket_bytes``, ``offload``); ``cross_node_tp``: the first phase already searched the orders
+    that put tp across nodes; ``within_reach``: further bases whose gradient-sync variants could win
+    (:func:`sync_candidates`)."""
     fixed = dict(pins) | {k: () for k in ("allreduce_algorithm", "bucket_bytes") if not allowed(k)}
-    jobs = [(s, _sync_changes(s, cluster, fixed)) for s in ranked[:VARIANT_BASES]]
+    sync_bases = ranked[:VARIANT_BASES] + list(within_reach)
+    jobs = [(s, _sync_changes(s, cluster, fixed)) for s in sync_bases]
+    if "offload_activations" not in pins and allowed("offload_activations"):
+        full = [s for s in over_gpu if s.recompute is Recompute.FULL][:VARIANT_BASES]
+        jobs += [(s, _activation_changes(s, cluster, "offload" not in pins and allowed("offload"))) for s in full]
+    if "placement" not in pins:
+        node = NodeShape.of(cluster)
+        jobs += [(s, _placement_changes(s, node, cross_node_tp)) for s in ranked[:VARIANT_BASES]]
     if not any(k in pins for k in PS_KEYS) and allowed("dp_sync"):
         zero0 = [s for s in ranked if s.zero is ZeroStage.ZERO0 and s.dp > 1][:VARIANT_BASES]
+        zero0 += [s for s in within_reach if s.zero is ZeroStage.ZERO0 and s.dp > 1 and s not in zero0]
         jobs += [(s, _ps_changes(s, cluster)) for s in zero0]
     if "offload" not in pins and allowed("offload"):
         jobs += [(s, _offload_changes(s, cluster)) for s in ranked[:VARIANT_BASES] + over_gpu[:VARIANT_BASES]]

@@ -76,12 +76,13 @@ def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, floa
     tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
     blocking = (*ch.tp_fwd, *ch.tp_bwd)
     ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
-    tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP)
+    copies = sum(c.time_s for c in blocking if c.kind is CommKind.OFFLOAD)  # activation offload's host copies
+    tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP and c.kind is not CommKind.OFFLOAD)
     zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction)
     zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction)
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
     parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp, 0.0 if offload else zf + zb,
-             zf + zb if offload else 0.0, ep]  # the order of analytical_formula.PART_KINDS
+             (zf + zb if offload else 0.0) + copies, ep]  # the order of analytical_formula.PART_KINDS
     return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
 
 

@@ -122,7 +122,8 @@ class ChunkWork:
     """Forward work repeated before backward under activation recomputation, seconds."""
     tp_fwd: tuple[CommCall, ...] = ()
     """Tensor-parallel (and context-parallel, kind CP) calls of one micro-batch's forward, in issue
-    order (blocking the compute); the expert-parallel all-to-alls (:attr:`CommKind.EP`) are among them."""
+    order (blocking the compute); the expert-parallel all-to-alls (:attr:`CommKind.EP`) and activation
+    offload's host copies (:attr:`CommKind.OFFLOAD`, :mod:`simulator.compile.act_offload_part`) are among them."""
     tp_bwd: tuple[CommCall, ...] = ()
     """Tensor-parallel calls of one micro-batch's backward, in issue order."""
     zero_fwd: tuple[CommCall, ...] = ()

@@ -60,14 +60,19 @@ def test_the_explanation_compares_the_other_ep(result):
     assert (f"ep {best_ep}" in describe(result.frame["strategy"][0])) == (best_ep > 1)
 
 
-def test_megatron_placement_is_tried_for_ep_with_pipelines_only():
+def test_placement_orders_are_tried_where_the_group_shapes_differ():
+    """On one node every order keeps every group in the node: only the default is tried. On two
+    nodes of 8 with tp 4, pp 2, dp 2 the Megatron-Core order (tp-dp-pp) puts pp across the nodes where
+    tp-pp-dp puts dp: both tried; an order putting tp across nodes is not (planner.placement)."""
     from simulator.strategy import PlacementOrder
 
     keys = list(enumerate_keys(problem(), default_axes(problem())))
-    megatron = [k for k in keys if k["placement"] is PlacementOrder.TP_DP_PP]
-    assert megatron and all(k["ep"] > 1 and k["pp"] > 1 for k in megatron)
-    dense = Problem(gpus=8, global_batch=16, gpus_per_node=8, layers=12, check_tp=lambda tp: None)
-    assert {k["placement"] for k in enumerate_keys(dense, default_axes(dense))} == {PlacementOrder.TP_PP_DP}
+    assert {k["placement"] for k in keys} == {PlacementOrder.TP_PP_DP}
+    dense = Problem(gpus=16, global_batch=16, gpus_per_node=8, layers=12, check_tp=lambda tp: None)
+    keys = list(enumerate_keys(dense, default_axes(dense)))
+    orders = {k["placement"] for k in keys if (k["dp"], k["tp"], k["pp"]) == (2, 4, 2)}
+    assert orders == {PlacementOrder.TP_PP_DP, PlacementOrder.TP_DP_PP}
+    assert {k["placement"] for k in keys if (k["dp"], k["tp"], k["pp"]) == (16, 1, 1)} == {PlacementOrder.TP_PP_DP}
     pinned = pin(default_axes(dense), {"placement": (PlacementOrder.DP_TP_PP,)})   # a pin is taken as given
     assert {k["placement"] for k in enumerate_keys(dense, pinned)} == {PlacementOrder.DP_TP_PP}
 

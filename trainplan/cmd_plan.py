@@ -70,7 +70,7 @@ def register(subparsers) -> None:
         if flag.kind is FlagKind.SWITCH:
             pins.add_argument(flag.name, dest=k.key, action=argparse.BooleanOptionalAction, help=flag.help)
         else:
-            pins.add_argument(flag.name, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
+            pins.add_argument(flag.name, *flag.aliases, dest=k.key, metavar=flag.metavar or "V,...", help=flag.help)
     pins.add_argument("--no-offload", dest="offload", action="store_const", const="none",
                       help="search no model-state offload (the same as --offload none)")
     pins.add_argument("--dp-sync", dest="dp_sync_kinds", metavar="KIND,...",
@@ -141,6 +141,11 @@ def _counts_line(counts) -> str:
     return (f"candidates: {d['enumerated']} enumerated, {d['invalid']} invalid ({why(d['invalid_by_reason'])}), "
             f"{d['infeasible']} do not fit ({why(d['infeasible_by_reason'])}), {d['ranked']} ranked, "
             f"{d['refined']} refined by the DES; seconds " + ", ".join(f"{k} {v:g}" for k, v in d["seconds"].items()))
+
+
+def _gpus_per_node(result) -> int | None:
+    """The node size the explanation names crossing groups by (None when nothing fits)."""
+    return None if result.best is None else result.best.cluster.node.gpus_per_node
 
 
 def _plan_kwargs(args) -> dict:
@@ -235,7 +240,8 @@ def _report(args, result, compare=None) -> int:
     if args.json:
         out = result.to_dict(args.top, pareto=args.pareto)
         if args.explain:
-            out["explain"] = explain(result.frame, result.notes) + (compare(result.frame) if compare else [])
+            out["explain"] = (explain(result.frame, result.notes, _gpus_per_node(result))
+                              + (compare(result.frame) if compare else []))
         cli_common.print_json(out)
     elif result.best is None:
         print("nothing fits: " + _counts_line(result.counts))
@@ -245,7 +251,8 @@ def _report(args, result, compare=None) -> int:
             print("plans no other beats on both step time and memory per GPU (# is the rank):")
         print(_table(result, args.top, args.pareto))
         if args.explain:
-            print("\n".join(explain(result.frame, result.notes) + (compare(result.frame) if compare else [])))
+            print("\n".join(explain(result.frame, result.notes, _gpus_per_node(result))
+                             + (compare(result.frame) if compare else [])))
     for path in (args.out if result.best is not None else None, args.csv):
         if path:
             print(f"wrote {path}", file=sys.stderr)

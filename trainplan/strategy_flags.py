@@ -109,8 +109,8 @@ def add_strategy_flags(parser, *, gbs_required: bool = True, gbs_default: str | 
         else:
             required = k.key == "global_batch" and gbs_required
             shown = "" if required or (k.key == "global_batch" and not gbs_default) else f" (default: {default})"
-            group.add_argument(flag.name, dest=k.key, metavar=flag.metavar, choices=flag.choices, required=required,
-                               help=flag.help + shown)
+            group.add_argument(flag.name, *flag.aliases, dest=k.key, metavar=flag.metavar, choices=flag.choices,
+                               required=required, help=flag.help + shown)
 
 
 def strategy_keys(args, cls=Strategy) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, cp_part, ep_part, offload_part
+from simulator.compile import act_offload_part, comm_part, cp_part, ep_part, offload_part
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
@@ -93,6 +93,10 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                           tp=tp, context=s.context, layers=layers,
                                           full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp)
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
+    if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
+        copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
+            cc.boundary_bytes, tp, layout.sequence_parallel), layers)
+        tp_fwd, tp_bwd = tp_fwd + copies, copies + tp_bwd
     p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):

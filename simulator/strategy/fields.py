@@ -72,6 +72,8 @@ class Flag:
     default_help: str | None = None
     """The default as ``--help`` states it, where the field's own default reads badly on the command
     line (a unit conversion, a derived value); None: the field's default."""
+    aliases: tuple[str, ...] = ()
+    """Other spellings of a VALUE flag (``--order`` for ``--placement``); error messages name ``name``."""
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,8 @@ class Strategy:
             "balanced routing); the slowest rank sets each MoE layer's time",
         flag=_F("--routing-skew", "MoE load imbalance, busiest rank ÷ balanced share (what-if)", metavar="X"))
     placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
-                                                                      choices=choices_of(PlacementOrder)),
+                                                                      choices=choices_of(PlacementOrder),
+                                                                      aliases=("--order",)),
                                       doc="Order the dimensions fill consecutive ranks", default=PlacementOrder.TP_PP_DP)
     schedule: ScheduleKind = _enum(ScheduleKind, "schedule", _F("--schedule", "pipeline schedule",
                                                                 choices=choices_of(ScheduleKind)),
@@ -161,7 +162,8 @@ class Strategy:
                              doc="Where model states live outside GPU memory", default=Offload.NONE)
     offload_activations: bool = _switch(
         False, "offload_activations", "Move the activation checkpoints of full recomputation to host memory "
-        "(DeepSpeed activation checkpointing, cpu_checkpointing)", "--offload-activations", _MEM)
+        "(DeepSpeed activation checkpointing, cpu_checkpointing); each block's checkpoint is copied over the host "
+        "link in forward and back in backward (simulator.compile.act_offload_part)", "--offload-activations")
     recompute: Recompute = _enum(Recompute, "recompute", _F("--recompute", "activation recomputation",
                                                             choices=choices_of(Recompute)),
                                  doc="Activation recomputation", default=Recompute.NONE)
