@@ -39,7 +39,7 @@ from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, gemm
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["op_sac_problem", "op_sac_recompute", "op_sac_recompute_flops_per_token"]
+__all__ = ["op_sac_kernels", "op_sac_problem", "op_sac_recompute", "op_sac_recompute_flops_per_token"]
 
 _RECOMPUTED_WHOLE = (OpKind.NORM, OpKind.OUT_PROJ, OpKind.ELEMENTWISE)
 """Block operations whose whole forward the op-level policy reruns (no output in the save list)."""
@@ -65,20 +65,25 @@ def op_sac_recompute_flops_per_token(spec: TransformerSpec) -> float:
     return 2.0 * h * spec.kv_dim + 2.0 * spec.q_dim * h + w3
 
 
-def op_sac_recompute(works: list[OpWork], spec: TransformerSpec, tokens: float, tp: int) -> tuple[tuple[Kernel, ...], ...]:
-    """The forward kernels backward repeats for one block of ``works`` on ``tokens`` tokens per rank
-    (b·s/cp) and ``tp`` ranks: the whole norm, output-projection and element-wise operations, the K
-    slice of the QKV GEMM and, with SwiGLU, the up (w3) half of the MLP's input GEMM."""
+def op_sac_kernels(work: OpWork, spec: TransformerSpec, tokens: float, tp: int) -> tuple[Kernel, ...]:
+    """The forward kernels of ``work`` (one block operation on ``tokens`` tokens per rank, b·s/cp, and
+    ``tp`` ranks) that backward repeats: the whole norm, output-projection and element-wise operations,
+    the K slice of the QKV GEMM and, with SwiGLU, the up (w3) half of the MLP's input GEMM; () for the
+    rest (the attention kernel's outputs are saved)."""
+    if work.scope is not Scope.LAYER:
+        return ()
+    if work.op in _RECOMPUTED_WHOLE:
+        return work.fwd
     e, h = spec.dtype.activation_bytes, spec.hidden
-    kv_t = spec.kv_dim / tp if spec.n_kv_heads >= tp else spec.kv_dim
-    out = []
-    for w in works:
-        if w.scope is not Scope.LAYER:
-            continue
-        if w.op in _RECOMPUTED_WHOLE:
-            out.append(w.fwd)
-        elif w.op is OpKind.QKV:
-            out.append((gemm("qkv.k", tokens, kv_t, h, e),))
-        elif w.op is OpKind.MLP and spec.activation is ActivationKind.SWIGLU:
-            out.append((gemm("mlp_in.w3", tokens, spec.ffn_size / tp, h, e),))
-    return tuple(out)
+    if work.op is OpKind.QKV:
+        kv_t = spec.kv_dim / tp if spec.n_kv_heads >= tp else spec.kv_dim
+        return (gemm("qkv.k", tokens, kv_t, h, e),)
+    if work.op is OpKind.MLP and spec.activation is ActivationKind.SWIGLU:
+        return (gemm("mlp_in.w3", tokens, spec.ffn_size / tp, h, e),)
+    return ()
+
+
+def op_sac_recompute(works: list[OpWork], spec: TransformerSpec, tokens: float, tp: int) -> tuple[tuple[Kernel, ...], ...]:
+    """A block's recompute phase (:class:`~simulator.workload.protocol.WorkUnit`): :func:`op_sac_kernels`
+    of each of ``works`` that repeats any."""
+    return tuple(k for k in (op_sac_kernels(w, spec, tokens, tp) for w in works) if k)
