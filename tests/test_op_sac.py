@@ -101,3 +101,17 @@ def test_refused_where_the_policy_is_not_modelled():
                      Strategy(global_batch=16, micro_batch=2, dp=8, attention=AttentionKind.EAGER,
                               recompute=Recompute.SELECTIVE_OP))
     assert err.value.field == "recompute"
+
+
+def test_planner_searches_it_under_the_torch_profiles_only():
+    import planner
+
+    model, cluster = load_model("gpt3-125m").with_seq(512), load_cluster("dgx-h100", nodes=2)
+    for profile, searched in (("fsdp", True), ("ddp", True), ("megatron", False), (None, False)):
+        frame = planner.plan(model, cluster, gpus=16, global_batch=32, refine=0, profile=profile).frame
+        policies = {s.recompute for s in frame["strategy"]}
+        assert (Recompute.SELECTIVE_OP in policies) is searched, profile
+    with pytest.raises(SpecError) as err:
+        planner.plan(model, cluster, gpus=16, global_batch=32, refine=0, profile="megatron",
+                     pins={"recompute": (Recompute.SELECTIVE_OP,)})
+    assert "cannot run recompute selective-op" in err.value.problem
