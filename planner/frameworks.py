@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Framework, Offload, ParamServerSync, Strategy, ZeroStage
+from simulator.strategy import Framework, Offload, ParamServerSync, Recompute, Strategy, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm, DpSyncKind, ParamServerMode
 from simulator.workload.context import ContextKind
 from simulator.workload.fp8 import MatmulPrecision
@@ -73,6 +73,8 @@ class Capability:
     """Why the framework runs on one machine only (None: any number)."""
     buckets: bool = True
     """Whether the framework has a gradient bucket size to tune (the search varies it)."""
+    extra_recompute: tuple = ()
+    """Recompute policies of this framework's own that the search adds to the default ones."""
 
     def refusal(self, s: Strategy) -> str | None:
         """Why this framework cannot run ``s`` (None: it can)."""
@@ -80,6 +82,9 @@ class Capability:
             value = _READ[rule.key](s)
             if value is not None and value not in rule.values and (s.pp > 1 or not rule.pipelined):
                 return self.message(rule, value)
+        if s.recompute is Recompute.SELECTIVE_OP and s.recompute not in self.extra_recompute:
+            return (f"{self.framework} (--profile {self.name}) cannot run recompute selective-op: it is torch's "
+                    "selective checkpointing as torchtitan applies it (--profile fsdp or ddp)")
         return None
 
     def message(self, rule: Rule, value) -> str:
@@ -119,7 +124,8 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
              "parameters are FSDP (--profile fsdp) [src: torch-ddp]"),
         Rule("offload", (Offload.NONE,), "(assumption) DDP and ZeroRedundancyOptimizer keep every state on the GPU"),
         Rule("dp_sync", (DpSyncKind.ALL_REDUCE,), "DDP all-reduces gradient buckets [src: torch-ddp]"),
-        Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY)), "ddp"),
+        Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY)), "ddp",
+        extra_recompute=(Recompute.SELECTIVE_OP,)),  # torch.utils.checkpoint's selective policy [src: torchtitan-op-sac]
     Capability("fsdp", "PyTorch FSDP2 (torchtitan)", (
         Rule("zero", (Z.ZERO2, Z.ZERO3), "fully_shard shards gradients and optimizer state, and the parameters "
              "too with reshard_after_forward=True [src: torch-fsdp2]"),
@@ -130,7 +136,9 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
              "gradients and optimizer state to the host and steps there; no NVMe tier [src: torch-fsdp2]"),
         Rule("dp_sync", (DpSyncKind.ALL_REDUCE,), "FSDP reduce-scatters gradients [src: torch-fsdp2]"),
         Rule("allreduce_algorithm", NCCL_ALGORITHMS, _NCCL_WHY)), None, fixed={"framework": Framework.FSDP2},
-        buckets=False),  # fully_shard reduces one parameter group (module) at a time: no bucket size
+        buckets=False,  # fully_shard reduces one parameter group (module) at a time: no bucket size
+        # torchtitan's op-level selective activation checkpointing [src: torchtitan-op-sac]
+        extra_recompute=(Recompute.SELECTIVE_OP,)),
     Capability("megatron", "Megatron-LM", (
         Rule("schedule", (ScheduleKind.ONE_F_ONE_B, ScheduleKind.INTERLEAVED), "Megatron-Core's pipeline "
              "schedules are 1F1B with or without interleaving; no GPipe [src: megatron-core]"),

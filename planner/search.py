@@ -29,7 +29,7 @@ from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.profiles import apply_profile
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Offload, Strategy, ZeroStage
+from simulator.strategy import AttentionKind, Offload, Recompute, Strategy, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.framework import resolve_framework
 from simulator.strategy.sync import DpSyncKind
@@ -37,6 +37,7 @@ from simulator.strategy.rules import RULES, Candidates, valid_mask
 from simulator.dtypes import Dtype
 from simulator.workload.context import ContextKind, ContextSplit
 from simulator.workload.fp8 import MatmulPrecision
+from simulator.workload.op_sac import op_sac_problem
 
 from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
@@ -183,6 +184,13 @@ class Search:
             return cap.buckets
         return True
 
+    def _framework_recompute(self, axis: Axis, values: tuple) -> tuple[Axis, tuple]:
+        """The recompute axis with the profile's own policies added (unpinned, and where the workload
+        has blocks the policy is modelled for: :func:`simulator.workload.op_sac.op_sac_problem`)."""
+        extra = () if "recompute" in self.pins or op_sac_problem(self.workload, True) is not None \
+            else self.capability.extra_recompute
+        return Axis(axis.key, axis.values, axis.applies, _op_level_allow(axis.allow)), values + extra
+
     def axes(self) -> tuple:
         """The default axes under the pins, then restricted to what the framework runs."""
         axes = pin(default_axes(self.problem), self.pins)
@@ -195,8 +203,16 @@ class Search:
                 values = tuple(d for d in axis.values if cap.allows("tp", d[1]) and cap.allows("pp", d[2]))
             else:
                 values = tuple(v for v in axis.values if cap.allows(axis.key, v))
+            if axis.key == "recompute":
+                axis, values = self._framework_recompute(axis, values)
             out.append(Axis(axis.key, values, axis.applies, axis.allow))
         return tuple(out) + tuple(Axis(k, (v,)) for k, v in cap.fixed.items() if k not in self.pins)
+
+
+def _op_level_allow(allow):
+    """``allow`` of the recompute axis, plus: op-level selective recompute only with flash attention."""
+    return lambda k, v: (allow is None or allow(k, v)) and (v is not Recompute.SELECTIVE_OP
+                                                           or k.get("attention", AttentionKind.FLASH) is AttentionKind.FLASH)
 
 
 def _check_pins_apply(keys: list[dict], pins: dict) -> None:

@@ -42,6 +42,7 @@ from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
+from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import WorkUnit
@@ -187,6 +188,10 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                        routing_skew=routing_skew, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
+    if recompute is Recompute.SELECTIVE_OP:  # torchtitan's op-level policy repeats parts of operations
+        tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree
+        again = [(w, op_sac_kernels(w, spec, tokens, tp)) for w in works]
+        rows += [_row(w, Phase.RECOMPUTE, kernels, rates) for w, kernels in again if kernels]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]
     rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]

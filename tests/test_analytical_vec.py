@@ -40,6 +40,7 @@ CANDIDATES = [
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE),
     # the same structure but eager attention: must not share the flash candidate's compiled numbers
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE, attention=AttentionKind.EAGER),
+    Strategy(global_batch=32, zero=ZeroStage.ZERO3, recompute=Recompute.SELECTIVE_OP),  # torchtitan's op-level
     Strategy(global_batch=32, zero=ZeroStage.ZERO3, offload=Offload.PARAMS),
     Strategy(global_batch=32, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER,
              dp_sync=AllReduceSync(overlap_grad_reduce=False)),

@@ -101,7 +101,10 @@ def test_sequence_parallelism_never_increases_activations(data):
     layout = data.draw(layouts(spec))
     if layout["tp"] == 1:
         return
-    recompute = data.draw(st.sampled_from(list(Recompute)))
+    # torchtitan's op-level policy keeps the reduce-scatter outputs sequence parallelism adds (2h/t) on
+    # top of the block input (h/t): more than without it at t = 2 (simulator.workload.op_sac)
+    recompute = data.draw(st.sampled_from([r for r in Recompute
+                                           if r is not Recompute.SELECTIVE_OP or layout["tp"] > 2]))
     at = model_at(spec, layout["seq"])
     without = stage_activations(at, layout_of(spec, **(layout | {"sp": False}), recompute=recompute), 0)
     with_sp = stage_activations(at, layout_of(spec, **(layout | {"sp": True}), recompute=recompute), 0)

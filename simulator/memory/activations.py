@@ -89,6 +89,11 @@ class LayerActivation:
     Korthikanti's count, which keeps only O(sbh) and O(as²b) terms)."""
     input_bytes: float
     """The block input, what full recompute keeps as its checkpoint."""
+    op_saved_bytes: float = 0.0
+    """What torchtitan's op-level selective policy keeps (:func:`op_sac_saved_bytes`)."""
+    op_extra_bytes: float = 0.0
+    """Of ``op_saved_bytes``, the tensors autograd itself would not keep (the w2 output, the
+    reduce-scatter outputs): live on top of the recomputed ones during a block's recomputation."""
 
     @property
     def full_bytes(self) -> float:
@@ -100,11 +105,14 @@ class LayerActivation:
             return self.input_bytes
         if recompute is Recompute.SELECTIVE:
             return self.full_bytes - self.scores_bytes
+        if recompute is Recompute.SELECTIVE_OP:
+            return self.op_saved_bytes
         return self.full_bytes
 
     def working_bytes(self, recompute: Recompute) -> float:
         """Extra bytes live while one block is recomputed in backward."""
-        return self.full_bytes - self.kept_bytes(recompute)
+        shared = self.op_saved_bytes - self.op_extra_bytes if recompute is Recompute.SELECTIVE_OP else None
+        return max(self.full_bytes - (self.kept_bytes(recompute) if shared is None else shared), 0.0)
 
 
 def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
@@ -135,7 +143,26 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
         scores_bytes=scores,
         stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
         input_bytes=sb * h * e / rep_div,
+        op_saved_bytes=op_sac_saved_bytes(spec, seq=seq, mbs=mbs, tp=tp, sp=sp),
+        op_extra_bytes=sb * e * (h if spec.activation is ActivationKind.SWIGLU else 0) + (2 * sb * h * e / tp if sp else 0),
     )
+
+
+def op_sac_saved_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False) -> float:
+    """Bytes one block keeps under torchtitan's op-level selective checkpointing
+    (:mod:`simulator.workload.op_sac`: every other matmul's output and the fused attention kernel's),
+    per micro-batch on one rank, with e-byte activations and T = s·b tokens::
+
+        T·e·(h/r + q/t + kv/t + q/t + f/t + [SwiGLU] h + [sp] 2h/t) + T·4·a/t
+
+    block input (r = t with sequence parallelism, else 1), wq, wv, the attention output, w1 (fc1), w2's
+    row-parallel output (SwiGLU: the 7th matmul, unsplit), the two reduce-scatter outputs under
+    sequence parallelism, and flash attention's fp32 log-sum-exp [src: torchtitan-op-sac]."""
+    e, sb, h = spec.dtype.activation_bytes, seq * mbs, spec.hidden
+    q, kv, f = spec.q_dim / tp, _kv_rows(spec, tp), spec.ffn_size / tp
+    swiglu = spec.activation is ActivationKind.SWIGLU
+    elements = h / (tp if sp else 1) + 2 * q + kv + f + (h if swiglu else 0) + (2 * h / tp if sp else 0)
+    return sb * (elements * e + STAT_BYTES * spec.heads / tp)
 
 
 def in_flight(layout: ParallelLayout, stage: int) -> tuple[float, float, float]:

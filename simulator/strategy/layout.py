@@ -33,10 +33,13 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule, ScheduleKind, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
+from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.rules import Candidates, context_problem, first_violation
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
 from simulator.strategy.precision import check_fp8
+from simulator.workload.flops import Recompute
+from simulator.workload.op_sac import op_sac_problem
 from simulator.workload.protocol import Workload, divisors, one_of
 
 
@@ -333,6 +336,10 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     problem = context_problem(workload, strategy.context, strategy.tp)
     if problem is not None:
         raise SpecError("cp", problem)
+    if strategy.recompute is Recompute.SELECTIVE_OP:
+        problem = op_sac_problem(workload, strategy.attention is AttentionKind.FLASH)
+        if problem is not None:
+            raise SpecError("recompute", problem)
     gpus, shard_nodes = worker_gpus(strategy, cluster, gpus)
     dp = derived_dp(strategy, gpus)
     _check_rules(strategy, dp, gpus, workload.layer_count)

@@ -18,12 +18,14 @@ attention core (its layers are opaque), so there is none to recompute.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.blocks import block_work
+from simulator.workload.op_sac import op_sac_recompute
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
@@ -68,7 +70,11 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
             if o.fp8 is not None:
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
-            units.append((count, _unit(block, o.recompute, o.flash_attention)))
+            unit = _unit(block, o.recompute, o.flash_attention)
+            if o.recompute is Recompute.SELECTIVE_OP:
+                tokens = o.micro_batch * spec.seq_len // o.context.degree
+                unit = dataclasses.replace(unit, recompute=op_sac_recompute(block, spec, tokens, o.tp))
+            units.append((count, unit))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context)

@@ -14,7 +14,8 @@ replaces the MLP by the ``k`` experts a token visits and the shared experts,
 the active parameters, as for a dense block (Fedus et al. 2022 count FLOPs per token this way
 [src: fedus-2022]). Backward is 2× forward (gradient w.r.t. the input and
 w.r.t. the weights, each a matmul of the forward's size). Recomputation adds forward work:
-selective recomputes the attention core (4·s·q per token per block), full recomputes whole blocks.
+selective recomputes the attention core (4·s·q per token per block), full recomputes whole blocks,
+selective-op (torchtitan's op-level policy) the matmuls of :mod:`simulator.workload.op_sac`.
 
 For GPT shapes (MHA, f = 4h) a block is 24h² + 4sh per token, so a training iteration of B
 sequences costs 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without recomputation and
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
 from simulator.workload.kinds import ActivationKind
+from simulator.workload.op_sac import op_sac_recompute_flops_per_token
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
@@ -44,6 +46,10 @@ class Recompute(Enum):
     """Recompute the attention core (QKᵀ, softmax, A·V) in backward (Korthikanti et al. 2022)."""
     FULL = "full"
     """Keep only each block's input; rerun the whole block's forward in backward."""
+    SELECTIVE_OP = "selective-op"
+    """torchtitan's op-level selective checkpointing (``selective_ac_option = "op"``): keep the block
+    input and the outputs of every other matmul and of the fused attention kernel, recompute the
+    rest in backward (:mod:`simulator.workload.op_sac`)."""
 
 
 def layer_fwd_flops_per_token(spec: TransformerSpec, seq: int | None = None, *,
@@ -100,6 +106,8 @@ def recompute_flops_per_token(spec: TransformerSpec, recompute: Recompute, seq: 
         return spec.layers * layer_fwd_flops_per_token(spec, seq)["attention"]
     if recompute is Recompute.FULL:
         return blocks_fwd_flops(spec, seq)
+    if recompute is Recompute.SELECTIVE_OP:
+        return spec.layers * op_sac_recompute_flops_per_token(spec)
     raise SpecError("recompute", f"unknown policy {recompute!r}; known: {', '.join(r.value for r in Recompute)}")
 
 
