@@ -99,11 +99,18 @@ def test_parameter_server_byteps():
 
 
 def test_nvls_in_switch_reduction():
-    # call(nvls) + 2α + n(1 + 1/p)/(B·0.85), Simple protocol: 25 + 2·3.4 µs.
+    # call(nvls) + α + n(1 + 1/p)/(B·0.85), Simple protocol: 25 + 3.4 µs (NCCL's tuner charges its
+    # NVLS hop latency once per call on one node, tuning.cc ``latencies = intraLat``).
     cluster = switched(nodes=1, gpus=8, comm=nccl_protocols(), in_switch_reduction=True)
     simple = cluster.comm.protocols[2]
-    expected = 25e-6 + 6.8e-6 + N * 9 / 8 / (100e9 * 0.85)
+    expected = 25e-6 + 3.4e-6 + N * 9 / 8 / (100e9 * 0.85)
     assert t("nvls", Op.ALL_REDUCE, cluster=cluster, protocol=simple) == pytest.approx(expected, rel=1e-9)
+    # On the links' own numbers (no protocol): two switch traversals, 2α = 2 × 1 µs.
+    ideal = switched(nodes=1, gpus=8, in_switch_reduction=True)
+    alpha = ideal.node.intra_link.latency_us * 1e-6
+    bw = ideal.node.intra_link.bw_Bps
+    assert t("nvls", Op.ALL_REDUCE, cluster=ideal) == pytest.approx(
+        2 * alpha + ideal.comm.call_latency_us * 1e-6 + N * 9 / 8 / (bw * 0.85), rel=1e-9)
     assert estimate(cluster, range(8), Op.ALL_REDUCE, N, "nvls").protocol == "Simple"  # only Simple has nvls
 
 

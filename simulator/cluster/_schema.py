@@ -35,7 +35,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "fsdp2_forward_module_us", "fsdp2_backward_module_us")
 COMM_KEYS = ("library", "call_latency_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
+                 "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
 BUS_BW_CAP_KEYS = ("one_node", "two_nodes", "more_nodes")
 
@@ -227,8 +227,11 @@ def _protocol(s: Section) -> Protocol:
                  for algo in algos.data}
     ratios = s.section("algo_bw_factor", ALGORITHMS, {})
     algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
+    efficiencies = s.section("algo_efficiency", ALGORITHMS, {})
+    algo_eff = {algo: efficiencies.fraction(algo) for algo in efficiencies.data}
     return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
                     bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
+                    algo_efficiency=algo_eff,
                     step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
                     fifo_steps=s.integer("fifo_steps", 1),
                     bus_bw_cap=_bus_bw_cap(s.section("bus_bw_cap_GBps", BUS_BW_CAP_KEYS))

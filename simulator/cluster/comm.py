@@ -136,6 +136,13 @@ class Protocol:
     """Per-algorithm ratio applied on top of ``bw_factor`` (NCCL's tuner models tree all-reduce at
     half the bus bandwidth: ``tuning.cc``, "ratio = .5" for non-ring algorithms); absent means 1."""
 
+    algo_efficiency: dict[str, float] = field(default_factory=dict)
+    """Per-algorithm replacement of ``bw_factor``: the fraction of the bus bandwidth this protocol
+    reaches under that algorithm, before ``algo_bw_factor`` converts bus to algorithm bandwidth; absent
+    means ``bw_factor``. NCCL's tree all-reduce (``ncclTopoTuneModel``: ``busBw × .92`` for every
+    protocol, then LL ``× 1/3.8``, LL128 ``× 120/128`` across nodes): Simple 0.92, LL 0.242, LL128
+    0.8625 [src: nccl-tree-bw]. The bus-bandwidth cap applies to this fraction (:meth:`efficiency`)."""
+
     step_bytes: int | None = None
     """Largest pipeline chunk of payload, bytes: one step of the protocol's FIFO buffer (NCCL:
     ``buffSize / NCCL_STEPS``, :mod:`simulator.cluster.nccl`); None: no bound (a chunk may be any size)."""
@@ -168,14 +175,23 @@ class Protocol:
     def __post_init__(self) -> None:
         if not isinstance(self.fifo_steps, int) or isinstance(self.fifo_steps, bool) or self.fifo_steps < 1:
             raise SpecError("comm.protocols.fifo_steps", f"must be a positive integer, got {self.fifo_steps!r}")
+        for algorithm, fraction in self.algo_efficiency.items():
+            if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+                raise SpecError(f"comm.protocols.algo_efficiency.{algorithm}", f"must be in (0, 1], got {fraction!r}")
         for vendor, us in self.net_post_overhead_us.items():
             non_negative_number(f"comm.protocols.net_post_overhead_us.{vendor.value}", us)
         if self.step_bytes is not None and (not isinstance(self.step_bytes, int) or self.step_bytes < 1):
             raise SpecError("comm.protocols.step_bytes", f"must be a positive integer or absent, got {self.step_bytes!r}")
 
+    def efficiency(self, algorithm: str | None) -> float:
+        """Fraction of the bus bandwidth ``algorithm`` reaches under this protocol (``algo_efficiency``,
+        else ``bw_factor``): what the protocol's bus-bandwidth cap is compared with."""
+        return self.algo_efficiency.get(algorithm, self.bw_factor) if algorithm else self.bw_factor
+
     def bw_ratio(self, algorithm: str | None) -> float:
-        """Fraction of link bandwidth ``algorithm`` achieves under this protocol."""
-        return self.bw_factor * self.algo_bw_factor.get(algorithm, 1.0) if algorithm else self.bw_factor
+        """Fraction of link bandwidth ``algorithm`` achieves under this protocol:
+        ``efficiency × algo_bw_factor`` (bus to algorithm bandwidth)."""
+        return self.efficiency(algorithm) * self.algo_bw_factor.get(algorithm, 1.0) if algorithm else self.bw_factor
 
     def hop_latency(self, algorithm: str, link_class: LinkClass) -> float:
         """Per-hop latency in µs for ``algorithm`` (``ring``, ``tree``, ``nvls``) over ``link_class``."""

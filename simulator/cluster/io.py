@@ -177,6 +177,8 @@ def _protocol_dict(p: Protocol) -> dict:
                                     for algo, table in p.algo_hop_latency_us.items()}
     if p.algo_bw_factor:
         d["algo_bw_factor"] = dict(p.algo_bw_factor)
+    if p.algo_efficiency:
+        d["algo_efficiency"] = dict(p.algo_efficiency)
     if p.bus_bw_cap is not None:
         cap = p.bus_bw_cap
         d["bus_bw_cap_GBps"] = {"one_node": [list(row) for row in cap.one_node_GBps],

@@ -95,6 +95,12 @@ _PAYLOAD = (0.5, 120 / 128, 1.0)
 """Payload fraction of a buffer line (LL: 4 data + 4 flag bytes per 8; LL128: 120 of 128 bytes)."""
 STEP_BYTES = tuple(int(buff // NCCL_STEPS * payload) for buff, payload in zip(_BUFF_BYTES, _PAYLOAD))
 """Payload bytes of one FIFO step, the largest pipeline chunk: LL 32 768, LL128 576 000, Simple 524 288."""
+_TREE_EFFICIENCY = (0.92 / 3.8, 0.92 * 120 / 128, 0.92)
+"""Tree all-reduce's fraction of the bus bandwidth per protocol (LL, LL128, Simple), replacing the
+generic factors above: ``ncclTopoTuneModel`` takes ``busBw × .92`` for the tree, then ``× 1/3.8`` under
+LL (capped at ``llMaxBw``) and ``× 120/128`` under LL128 across nodes [src: nccl-tree-bw]. Not modelled:
+LL128's ``7/9`` on one node, and the per-channel caps ``perChMaxTreeBws`` / ``perChMaxTreeLL128Bws`` /
+``perChMaxRingLL128Bws`` (× NCCL's channel count, which ``Group.channels`` does not reproduce)."""
 _ALGO_BW_RATIO = {"tree": 0.5}
 """tuning.cc converts bus to algorithm bandwidth with ``ratio = .5`` for the tree (ring: nRanks/nSteps,
 which our ring's 2(p−1)/p steps already give). Measured 2-node all-reduce follows it: 86–91 GB/s with
@@ -131,7 +137,8 @@ def nccl_protocols() -> tuple[Protocol, ...]:
             overrides["nvls_tree"] = dict(_NVLS_TREE_HOP_US)
         protocols.append(Protocol(name=name, base_latency_us=base, hop_latency_us=hop,
                                   bw_factor=_BW_FACTOR[i], algo_hop_latency_us=overrides,
-                                  algo_bw_factor=dict(_ALGO_BW_RATIO), step_bytes=STEP_BYTES[i],
+                                  algo_bw_factor=dict(_ALGO_BW_RATIO),
+                                  algo_efficiency={"tree": _TREE_EFFICIENCY[i]}, step_bytes=STEP_BYTES[i],
                                   fifo_steps=NCCL_STEPS, bus_bw_cap=LL_MAX_BW if name == "LL" else None,
                                   net_post_overhead_us={v: us * (NET_OVERHEAD_SIMPLE_FACTOR if name == "Simple" else 1)
                                                         for v, us in NET_OVERHEAD_US.items()}))

@@ -113,7 +113,8 @@ class Env:
 
     @cached_property
     def cap_share(self) -> float:
-        """``min(1, cap / (bw_factor · B_ring))`` (:attr:`bw_ratio`); 1 without a cap or a group."""
+        """``min(1, cap / (e · B_ring))`` (:attr:`bw_ratio`), ``e`` the protocol's efficiency for the family
+        (``Protocol.efficiency``: NCCL's tree LL ``min(busBw·.92/3.8, llMaxBw)``); 1 without a cap or a group."""
         protocol, group = self.protocol, self.group
         if protocol is None or protocol.bus_bw_cap is None or group is None:
             return 1.0
@@ -122,7 +123,7 @@ class Env:
                                            None if host is None else host.cpu_vendor)
         if cap is None:
             return 1.0
-        return min(1.0, cap * 1e9 / (protocol.bw_factor * group.ring_bus_bw_Bps))
+        return min(1.0, cap * 1e9 / (protocol.efficiency(self.family) * group.ring_bus_bw_Bps))
 
     def overhead_s(self, family: str, calls: int = 1) -> float:
         """Fixed cost of ``calls`` library calls of an algorithm family."""

@@ -5,7 +5,15 @@ the switch reads slice ``i`` from all ``p`` GPUs and returns the sum; GPU ``i`` 
 the summed slice, which the switch writes to every GPU. Per GPU port: out ``n`` (its share of every
 slice) + ``n/p`` (the multicast), in ``n/p`` + ``n``. So
 
-    T = call(nvls) + 2α + n·(1 + 1/p) / (B·NVLS_EFFICIENCY)          (no γ: the switch adds)
+    T = call(nvls) + h·α + n·(1 + 1/p) / (B·NVLS_EFFICIENCY)          (no γ: the switch adds)
+
+with ``h`` = 2 switch traversals (load-reduce, multicast store) on the links' own α, and ``h`` = 1
+under an NCCL protocol: NCCL's tuner charges its NVLS ``hwLat`` row once per call on one node
+(``ncclTopoTuneModel``: ``latencies[coll][NVLS][p] = intraLat``, plus ``interLat`` only across
+nodes), so the row is the whole in-node operation's latency, not a per-traversal one
+[src: nccl-tuning-2.20]. 2 H100s, 128 B: 25 µs (was 2 × 25 = 50 µs, twice what NCCL's own model says);
+measured with CUDA graphs about 6 µs [src: nccl-1259]: the tuner's figure is not a measurement
+(``tests/test_collectives_published.py`` keeps that row as a strict expected failure).
 
 against the ring's ``2(p−1)/p·n/B``: 1.56× less time for 8 GPUs. Against measurements, with ``B`` the
 dgx-h100 preset's port bandwidth (450 GB/s × link efficiency 0.82 = 369 GB/s) and NVLS_EFFICIENCY:
@@ -56,7 +64,13 @@ class Nvls(Algorithm):
         alpha = max(env.latency_s(p) for p in paths)
         bw = min(env.bw_Bps(h) for p in paths for h in p.hops)
         p = group.p
-        return 2 * alpha + nbytes * (1 + 1 / p) / (bw * NVLS_EFFICIENCY)
+        return self.latency_hops(env) * alpha + nbytes * (1 + 1 / p) / (bw * NVLS_EFFICIENCY)
+
+    @staticmethod
+    def latency_hops(env: Env) -> int:
+        """Latencies a call pays: 2 switch traversals on the links' own α; 1 under a protocol, whose
+        NVLS hop latency is NCCL's whole-operation figure (``tuning.cc``: ``latency = intraLat``)."""
+        return 2 if env.protocol is None else 1
 
     def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
         direct = Direct()
