@@ -131,3 +131,32 @@ def test_des_replays_the_deepep_legs():
     rows = tl[(tl["category"] == Category.EP.value) & (tl["rank"] == 0)]
     assert len(rows) == w.micro_batches * len(ep_calls(w))
     assert des.breakdown[Category.EP] == pytest.approx(analytical.breakdown[Category.EP], rel=0.25)
+
+
+def test_group_limited_routing_from_a_config_and_through_a_plan_file():
+    import json
+
+    from simulator.plan_file import model_from_dict, model_to_dict
+    from simulator.workload import spec_from_hf_config
+
+    v3 = get_preset("deepseek-v3")
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+           "max_position_embeddings": 163840, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+           "first_k_dense_replace": 3, "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
+           "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "q_lora_rank": 1536,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "v_head_dim": 128, "vocab_size": 129280, "n_group": 8, "topk_group": 4}  # deepseek-ai/DeepSeek-V3 keys
+    assert spec_from_hf_config(cfg, "v3").moe == v3.moe
+    lite = spec_from_hf_config({**cfg, "n_group": 1, "topk_group": 1}, "one-group").moe
+    assert (lite.expert_groups, lite.groups_per_token) == (1, None)       # 1 of 1 group: no limit
+    spec = replace(v3, name="v3-copy")
+    assert model_from_dict(json.loads(json.dumps(model_to_dict(spec)))).moe == v3.moe
+
+
+@pytest.mark.parametrize("bad,field", [(dict(expert_groups=3), "model.moe.expert_groups"),
+                                       (dict(expert_groups=8, groups_per_token=9), "model.moe.groups_per_token"),
+                                       (dict(expert_groups=64, groups_per_token=1), "model.moe.groups_per_token")])
+def test_bad_routing_groups_are_refused(bad, field):
+    with pytest.raises(SpecError) as err:
+        MoESpec(experts=256, top_k=8, expert_ffn=64, **bad)          # 64 groups of 4 < k = 8 experts
+    assert err.value.field == field
