@@ -130,7 +130,7 @@ def test_des_replays_the_deepep_legs():
     tl = des.timeline
     rows = tl[(tl["category"] == Category.EP.value) & (tl["rank"] == 0)]
     assert len(rows) == w.micro_batches * len(ep_calls(w))
-    assert des.breakdown[Category.EP] == pytest.approx(analytical.breakdown[Category.EP], rel=0.25)
+    assert des.breakdown[Category.EP] == pytest.approx(analytical.breakdown[Category.EP], rel=0.05)   # 1.5 % here
 
 
 def test_group_limited_routing_from_a_config_and_through_a_plan_file():
