@@ -9,6 +9,7 @@ import pytest
 from simulator.workload.context import ContextKind
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion
+from simulator.workload.moe_routing import Dispatcher, Routing
 
 from simulator.analytical import estimate
 from simulator.analytical_vec import OnInvalid, estimate_many
@@ -109,6 +110,7 @@ def test_non_strategy_and_interleaved_batch_are_marked(setup):
 
 
 STRUCTURE_VARIANTS = {
+    "moe_dispatcher": dict(moe_dispatcher=Dispatcher.DEEPEP), "moe_routing": dict(moe_routing=Routing.ROUND_ROBIN),
     "micro_batch": dict(micro_batch=2), "dp": dict(dp=4), "tp": dict(tp=2), "pp": dict(pp=2),
     "placement": dict(placement=PlacementOrder.DP_TP_PP), "schedule": dict(schedule=ScheduleKind.GPIPE),
     "virtual_stages": dict(pp=2, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2),

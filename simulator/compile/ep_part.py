@@ -25,31 +25,104 @@ expert gradients' reduction over the expert-data-parallel group.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simulator.collectives.base import Op
 from simulator.compile.comm_part import bucketed, call
 from simulator.compile.costs import CostCache
 from simulator.work import CommCall, CommKind
 from simulator.workload.moe import expert_tokens
+from simulator.workload.moe_routing import Dispatcher, distinct_units
 
 
-def dispatch_bytes(workload, micro_batch: int, skew: float, ep: int) -> float:
-    """Bytes one all-to-all moves per rank: the busiest rank's token copies × h × e (module docstring)."""
-    tokens = micro_batch * workload.seq_len
-    return expert_tokens(workload.moe, tokens, skew, ep) * workload.hidden * workload.dtype.activation_bytes
+@dataclass(frozen=True)
+class Dispatch:
+    """The bytes one rank moves per all-to-all of a MoE layer (module docstring), at the busiest
+    receiver's load: ``inter_bytes`` over the network (DeepEP only: one copy per destination node),
+    ``intra_bytes`` per-expert copies (per-expert) or per-rank copies forwarded inside the node
+    (DeepEP), and ``tp_gather_bytes`` the tp group's all-gather of the dispatched copies (0 unless
+    sequence parallelism splits the tokens over tp > 1)."""
+
+    dispatcher: Dispatcher
+    inter_bytes: float
+    intra_bytes: float
+    tp_gather_bytes: float
 
 
-def ep_calls(cache: CostCache, group: tuple[int, ...], nbytes: float, *, moe_blocks: int, full_recompute: bool,
+def dispatch_bytes(workload, strategy, ep: int, tp: int, sp: bool, nodes: int) -> Dispatch:
+    """Dispatch volumes per rank (module docstring): with ``T`` tokens per rank (the micro-batch's
+    ``b·s``, over tp under sequence parallelism), load ratio ``λ`` = busiest rank's copies ÷ ``T·k``
+    (skew, capacity; :func:`simulator.workload.moe.expert_tokens`), ``h·e`` bytes a token:
+
+    - per-expert: ``λ·T·k·h·e`` on the ep group;
+    - DeepEP over the ``N`` = ``nodes`` nodes of the ep group (:func:`group_nodes`): ``λ·T·n_N·h·e`` between nodes and
+      ``λ·T·n_R·h·e`` inside them, ``n_N``/``n_R`` the expected distinct nodes/ranks of a token
+      (:func:`simulator.workload.moe_routing.distinct_units`).
+    """
+    moe = workload.moe
+    split = tp if sp and tp > 1 else 1
+    tokens = strategy.micro_batch * workload.seq_len / split
+    token_bytes = workload.hidden * workload.dtype.activation_bytes
+    ratio = expert_tokens(moe, tokens, strategy.routing_skew, ep) / (tokens * moe.top_k)
+    gather = ratio * tokens * split * moe.top_k * token_bytes if split > 1 else 0.0
+    if strategy.moe_dispatcher is Dispatcher.PER_EXPERT:
+        return Dispatch(Dispatcher.PER_EXPERT, 0.0, ratio * tokens * moe.top_k * token_bytes, gather)
+    routing = strategy.moe_routing
+    inter = distinct_units(moe, routing, nodes) * ratio * tokens * token_bytes if nodes > 1 else 0.0
+    intra = distinct_units(moe, routing, ep) * ratio * tokens * token_bytes
+    return Dispatch(Dispatcher.DEEPEP, inter, intra, gather)
+
+
+def group_nodes(cluster, group: tuple[int, ...]) -> int:
+    """Nodes the ep group spans evenly (1 when its nodes hold unequal numbers of its ranks: then
+    DeepEP is timed as one all-to-all of per-rank copies)."""
+    split = node_split(cluster, group)
+    return 1 if split is None else len(split[1])
+
+
+def node_split(cluster, group: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(the ep ranks on ``group[0]``'s node, the rail: the ep rank at the same position on every
+    node of the group), or None when the group's nodes hold unequal numbers of its ranks."""
+    by_node: dict[int, list[int]] = {}
+    for rank in group:
+        by_node.setdefault(cluster.place(rank)[0], []).append(rank)
+    sizes = {len(v) for v in by_node.values()}
+    if len(sizes) != 1:
+        return None
+    own = tuple(by_node[cluster.place(group[0])[0]])
+    return own, tuple(ranks[0] for ranks in by_node.values())
+
+
+def ep_calls(cache: CostCache, group: tuple[int, ...], tp_group: tuple[int, ...], volume: Dispatch, *,
+             moe_blocks: int, full_recompute: bool,
              concurrent: int) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
-    """(forward, backward) all-to-alls of one chunk's micro-batch: two per MoE block each way."""
+    """(forward, backward) calls of one chunk's micro-batch: per MoE block a dispatch and a combine
+    each way (module docstring); the tp all-gather/reduce-scatter of the copies between them when
+    sequence parallelism splits the tokens."""
     if len(group) < 2 or moe_blocks == 0:
         return (), ()
-    a2a = call(cache, CommKind.EP, Op.ALL_TO_ALL, group, nbytes, concurrent)
-    if a2a is None:
-        return (), ()
-    pair = (a2a, a2a)
-    fwd = pair * moe_blocks
-    bwd = ((pair if full_recompute else ()) + pair) * moe_blocks
+    legs = _legs(cache, group, volume, concurrent)
+    tp_groups = concurrent * len(group) // max(1, len(tp_group))  # the same ranks, in groups of tp
+    ag = call(cache, CommKind.EP, Op.ALL_GATHER, tp_group, volume.tp_gather_bytes, tp_groups)
+    rs = call(cache, CommKind.EP, Op.REDUCE_SCATTER, tp_group, volume.tp_gather_bytes, tp_groups)
+    block = legs + tuple(c for c in (ag, rs) if c is not None) + legs
+    fwd = block * moe_blocks
+    bwd = ((block if full_recompute else ()) + block) * moe_blocks
     return fwd, bwd
+
+
+def _legs(cache: CostCache, group: tuple[int, ...], volume: Dispatch, concurrent: int) -> tuple[CommCall, ...]:
+    """One all-to-all's calls: the whole ep group (per-expert), or DeepEP's network leg on the rail
+    then the NVLink leg inside the node, timed one after the other (an upper bound: DeepEP pipelines
+    them)."""
+    split = node_split(cache.cluster, group) if volume.dispatcher is Dispatcher.DEEPEP else None
+    if split is None or volume.inter_bytes == 0.0:
+        only = call(cache, CommKind.EP, Op.ALL_TO_ALL, group, volume.intra_bytes, concurrent)
+        return () if only is None else (only,)
+    node, rail = split
+    inter = call(cache, CommKind.EP, Op.ALL_TO_ALL, rail, volume.inter_bytes, concurrent * len(node))
+    intra = call(cache, CommKind.EP, Op.ALL_TO_ALL, node, volume.intra_bytes, concurrent * len(rail))
+    return tuple(c for c in (inter, intra) if c is not None)
 
 
 def expert_grad_sync(cache: CostCache, group: tuple[int, ...], nbytes: float, bucket_bytes: int | None,

@@ -83,10 +83,10 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
     if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (cp is 1)
-        ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, ep_part.dispatch_bytes(workload, s.micro_batch,
-                                                                                  s.routing_skew, layout.ep),
-                                          moe_blocks=cc.moe_blocks, full_recompute=s.recompute is Recompute.FULL,
-                                          concurrent=dp // layout.ep * tp)
+        volume = ep_part.dispatch_bytes(workload, s, layout.ep, tp, layout.sequence_parallel,
+                                        ep_part.group_nodes(cache.cluster, ep_group))
+        ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, tp_group, volume, moe_blocks=cc.moe_blocks,
+                                          full_recompute=s.recompute is Recompute.FULL, concurrent=dp // layout.ep * tp)
         tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
     if layout.cp > 1:
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,

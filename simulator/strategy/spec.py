@@ -26,6 +26,7 @@ from simulator.workload import Recompute
 from simulator.workload.context import ContextKind, ContextSplit
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion
+from simulator.workload.moe_routing import Dispatcher, Routing
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
            "PlacementOrder", "Strategy", "ZeroStage"]
@@ -117,6 +118,16 @@ class Strategy:
         doc="MoE load imbalance: tokens the busiest expert-parallel rank receives ÷ its balanced share (1: "
             "balanced routing); the slowest rank sets each MoE layer's time",
         flag=_F("--routing-skew", "MoE load imbalance, busiest rank ÷ balanced share (what-if)", metavar="X"))
+    moe_dispatcher: Dispatcher = _enum(Dispatcher, "moe_dispatcher", _F(
+        "--moe-dispatcher", "per-expert (one copy per routed expert: Megatron-Core alltoall) or deepep (one "
+        "copy per destination node, forwarded over NVLink)", choices=choices_of(Dispatcher)),
+        doc="How the MoE token all-to-alls ship a token (simulator.workload.moe_routing)",
+        default=Dispatcher.PER_EXPERT)
+    moe_routing: Routing = _enum(Routing, "moe_routing", _F(
+        "--moe-routing", "learned (the model's gate, uniform over the experts it allows) or round-robin "
+        "(AutoModel's fake balanced gate: k consecutive experts)", choices=choices_of(Routing)),
+        doc="Which experts a token goes to, for the dispatch volume (simulator.workload.moe_routing)",
+        default=Routing.LEARNED)
     placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
                                                                       choices=choices_of(PlacementOrder),
                                                                       aliases=("--order",)),

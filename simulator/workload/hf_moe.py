@@ -51,10 +51,13 @@ def moe_from_hf(cfg: dict, model_type: str, get, layers: int, where: str) -> MoE
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
             raise SpecError(f"{where}: first_k_dense_replace", f"must be a non-negative integer, got {first!r}")
         freq = get("moe_layer_freq", default=1, required=False)
+        groups = get("n_group", default=1, required=False)
+        per_token = get("topk_group", required=False)
         return MoESpec(experts=get("n_routed_experts"), top_k=get("num_experts_per_tok"),
                        expert_ffn=get("moe_intermediate_size"),
                        shared_experts=get("n_shared_experts", default=0, required=False) or 0,
-                       dense_layers=tuple(i for i in range(layers) if i < first or i % freq))
+                       dense_layers=tuple(i for i in range(layers) if i < first or i % freq),
+                       expert_groups=groups, groups_per_token=None if per_token == groups else per_token)
     return None
 
 

@@ -51,6 +51,11 @@ class MoESpec:
     """Indices of the layers that keep a dense MLP (DeepSeek's first ``first_k_dense_replace``)."""
     capacity_factor: float | None = None
     """Tokens an expert accepts, as a multiple of its balanced share ``tokens·k/E``; None: dropless."""
+    expert_groups: int = 1
+    """Groups of ``E/G`` consecutive experts for group-limited routing, ``G`` (DeepSeek ``n_group``)."""
+    groups_per_token: int | None = None
+    """Groups a token's experts may come from, ``m`` (DeepSeek ``topk_group``); None: all ``G``
+    (:mod:`simulator.workload.moe_routing`)."""
 
     def __post_init__(self) -> None:
         for name in ("experts", "top_k", "expert_ffn"):
@@ -68,6 +73,19 @@ class MoESpec:
             raise SpecError("model.moe.dense_layers", f"must be a tuple of layer indices, got {self.dense_layers!r}")
         if self.capacity_factor is not None:
             positive_number("model.moe.capacity_factor", self.capacity_factor)
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        positive_int("model.moe.expert_groups", self.expert_groups)
+        if self.experts % self.expert_groups:
+            raise SpecError("model.moe.expert_groups", f"{self.expert_groups} groups do not divide the "
+                            f"{self.experts} experts; use a divisor")
+        if self.groups_per_token is not None:
+            positive_int("model.moe.groups_per_token", self.groups_per_token)
+            if self.groups_per_token > self.expert_groups or \
+                    self.groups_per_token * (self.experts // self.expert_groups) < self.top_k:
+                raise SpecError("model.moe.groups_per_token", f"{self.groups_per_token} of {self.expert_groups} "
+                                f"groups must exist and hold at least the {self.top_k} experts of a token")
 
     @property
     def shared_width(self) -> int:
@@ -97,7 +115,8 @@ class MoESpec:
         return {"experts": self.experts, "top_k": self.top_k, "expert_ffn": self.expert_ffn,
                 "shared_experts": self.shared_experts, "shared_ffn": self.shared_width // max(self.shared_experts, 1),
                 "shared_gate": self.shared_gate, "dense_layers": list(self.dense_layers),
-                "capacity_factor": self.capacity_factor}
+                "capacity_factor": self.capacity_factor, "expert_groups": self.expert_groups,
+                "groups_per_token": self.groups_per_token}
 
 
 def expert_tokens(moe: MoESpec, tokens: float, skew: float, ep: int) -> float:

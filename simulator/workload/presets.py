@@ -119,12 +119,14 @@ def _deepseek_presets() -> list[TransformerSpec]:
     v2 = _deepseek("deepseek-v2", 60, 5120, 128, 12288, 102400,
                    MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                            q_lora_rank=1536),
-                   MoESpec(experts=160, top_k=6, expert_ffn=1536, shared_experts=2, dense_layers=(0,)),
+                   MoESpec(experts=160, top_k=6, expert_ffn=1536, shared_experts=2, dense_layers=(0,),
+                           expert_groups=8, groups_per_token=3),
                    _DEEPSEEK.format(paper=v2_paper, repo="DeepSeek-V2"))
     v3 = _deepseek("deepseek-v3", 61, 7168, 128, 18432, 129280,
                    MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                            q_lora_rank=1536),
-                   MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=(0, 1, 2)),
+                   MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=(0, 1, 2),
+                           expert_groups=8, groups_per_token=4),
                    _DEEPSEEK.format(paper="DeepSeek-V3 Technical Report (arXiv:2412.19437)", repo="DeepSeek-V3"))
     return [lite, v2, v3]
 
