@@ -54,8 +54,10 @@ def test_bad_plans_are_one_line(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{not json")
     nvme = _plan(tmp_path, "nvme.json", zero=3, offload="nvme")
     fusion = _plan(tmp_path, "fusion.json", fusion_cycle_s=0.005)
+    acts = _plan(tmp_path, "acts.json", recompute="full", offload_activations=True)
     for plan, words in ((str(tmp_path / "missing.json"), "no such file"), (str(tmp_path / "bad.json"), "is not valid JSON"),
                         (nvme, "plan.strategy.offload: nvme: torch has no NVMe offload"),
+                        (acts, "plan.strategy.offload_activations: true: this executor keeps activations"),
                         (fusion, "plan.strategy.fusion_cycle_s")):
         assert main(["execute", plan, "--scale", "tiny"]) == 2
         err = capsys.readouterr().err.strip()

@@ -273,6 +273,10 @@ def family_spec(layout: ParallelLayout) -> FamilySpec:
         raise SpecError("plan.strategy.ep", f"{layout.ep}: this executor runs expert parallelism in the "
                         f"data-parallel family only (got tp={layout.tp} pp={layout.pp} cp={layout.cp}, "
                         f"{layout.strategy.dp_sync.kind.value}); simulate the plan, or execute it with ep 1")
+    if layout.strategy.offload_activations:
+        raise SpecError("plan.strategy.offload_activations", "true: this executor keeps activations on the "
+                        "device (host offload of checkpoints not implemented); simulate the plan, or execute "
+                        "it with offload_activations false")
     if layout.cp > 1 and (layout.tp > 1 or layout.pp > 1):
         raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
                         f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "
