@@ -17,7 +17,7 @@ from operator import attrgetter
 import numpy as np
 
 from simulator.analytical import summarize, summarize_stages
-from simulator.interference import sm_fraction
+from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
 from simulator.compile import CostCache, ParamFetch, compile_stages, compile_step
 from simulator.compile.compute_part import step_flops
@@ -94,8 +94,8 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
     if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
         return summarize(work), layout
-    sms = sm_fraction(cache.cluster.comm.collective_sms, cache.cluster.device.sm_count)
-    return summarize_stages(compile_stages(cache, workload, layout, fetch), layout.v, sms), layout
+    stages = compile_stages(cache, workload, layout, fetch)
+    return summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster)), layout
 
 
 class Structures:

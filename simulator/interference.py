@@ -29,7 +29,12 @@ collective that caused it (DP, ZeRO), as exposed communication cost.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simulator.work import CommCall, Transport
+
+if TYPE_CHECKING:
+    from simulator.cluster.spec import Cluster
 
 
 def sm_fraction(collective_sms: int, sm_count: int | None) -> float:
@@ -38,6 +43,12 @@ def sm_fraction(collective_sms: int, sm_count: int | None) -> float:
     if not sm_count or collective_sms <= 0:
         return 0.0
     return min(1.0, collective_sms / sm_count)
+
+
+def cluster_sm_fraction(cluster: "Cluster") -> float:
+    """:func:`sm_fraction` of a cluster's own ``comm.collective_sms`` and ``device.sm_count``: the one
+    place both the compiled step and the closed form's structures read it from."""
+    return sm_fraction(cluster.comm.collective_sms, cluster.device.sm_count)
 
 
 def takes_sms(call: CommCall) -> bool:

@@ -18,7 +18,7 @@ from simulator.errors import SpecError
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
-from simulator.interference import sm_fraction
+from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
@@ -319,7 +319,7 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
                     memory=_memory(cluster, workload, layout) if memory else None,
                     host_bound=_host_bound(cache, workload, layout),
                     rank_factors=rank_factors(cluster, layout, lambda c, k: _chunk_compute(c, workload, layout, k)),
-                    overlap_sm_fraction=sm_fraction(cluster.comm.collective_sms, cluster.device.sm_count))
+                    overlap_sm_fraction=cluster_sm_fraction(cluster))
 
 
 def _host_bound(cache: CostCache, workload, layout: ParallelLayout) -> tuple[str, ...]:
