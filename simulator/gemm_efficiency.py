@@ -20,7 +20,8 @@ Default curves, chosen by the device's ``gemm_curve`` (:class:`GemmCurve`):
   ``t0 = 4 µs`` on top of the plateau rate, ``e(F) = plateau · t/(t + t0)`` with ``t = F/peak``
   the GEMM's duration at peak; sampled at durations 0.1 µs … 10 ms into the curve's points.
 A GPU the MAMF table lacks can give ``gemm_efficiency: {plateau, dtype, source}``: a published large-GEMM
-efficiency with the same fall-off (:func:`plateau_curve`; dgx-v100 [src: nvidia-forum-v100-gemm]).
+efficiency with the same fall-off (:func:`plateau_curve`; dgx-v100 [src: nvidia-forum-v100-gemm], pcie-l40s
+[src: zzc-torch-perf-l40s]).
 A device without ``gemm_curve`` (a user's file written before the field) falls back to the curve its
 name suggests (:func:`curve_for_name`). None of these numbers is fitted to an end-to-end training
 run (that would hide the model's errors). A measured curve replaces the default through
@@ -120,7 +121,7 @@ class GemmCurve(Enum):
     """AMD MI300X: MAMF 668.4 TFLOP/s."""
     NONE = "none"
     """No MAMF measurement (V100, L40S, H100 PCIe, CPUs): the device must give ``gemm_efficiency`` (points, or a
-    published plateau as dgx-v100 does)."""
+    published plateau as dgx-v100 and pcie-l40s do)."""
 
 
 @dataclass(frozen=True)

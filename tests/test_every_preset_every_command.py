@@ -2,10 +2,11 @@
 model show, memory, simulate with both engines, collective and plan on a small space, each on one
 node of the preset with a small model (a Llama-shaped config.json in the preset's own number
 format: bf16, or fp16 on V100, fp32 on the CPU preset). "Works": exit 0 and sane ``--json`` (no NaN, infinity,
-negative time or utilisation above 1: the fuzz suite's oracle). The presets whose GPU has no
-published matmul measurement (``NO_MATMUL_CURVE``, a known gap) cannot time a step: there
+negative time or utilisation above 1: the fuzz suite's oracle). A preset whose GPU has no
+published matmul measurement (``NO_MATMUL_CURVE``; none today) cannot time a step: there
 ``simulate`` must refuse with one line naming ``device.gemm_efficiency`` (exit 2), and ``plan`` finds
-no candidate and says why (exit 1 or 2, the reason in its last line).
+no candidate and says why (exit 1 or 2, the reason in its last line); a user cluster file without a
+curve is refused the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from simulator.cluster.presets import load_preset, preset_names
 from test_fuzz_cli import bad_numbers, run
@@ -75,3 +77,20 @@ def test_every_preset_exports_a_cluster_file_that_loads_back(preset, tmp_path):
     code, _, err = run(["cluster", "export", preset, "--out", str(target)])
     assert code == 0, err
     assert load_cluster(str(target)) == load_cluster(preset)
+
+
+@pytest.mark.parametrize("preset", ["pcie-l40s"])
+def test_a_user_file_without_a_matmul_curve_is_refused_in_one_line(preset, model, tmp_path):
+    """The exported L40S preset with its published plateau removed: simulate refuses (exit 2, one line naming
+    device.gemm_efficiency), plan says why it has no candidate."""
+    target = tmp_path / "no-curve.yaml"
+    code, _, err = run(["cluster", "export", preset, "--out", str(target)])
+    assert code == 0, err
+    d = yaml.safe_load(target.read_text())
+    del d["device"]["gemm_efficiency"]
+    target.write_text(yaml.safe_dump(d))
+    job = ["--model", model, "--cluster", str(target), "--gpus", _gpus(preset), "--seq", "512"]
+    code, _, err = run(["simulate", *job, "--gbs", _gpus(preset), "--json"])
+    assert code == 2 and "device.gemm_efficiency" in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = run(["plan", *job, "--gbs", _gpus(preset), "--tp", "1", "--pp", "1", "--top", "1", "--json"])
+    assert "Traceback" not in err and code in (1, 2) and "device.gemm_efficiency" in err, err

@@ -2,9 +2,10 @@
 parameter offload (cpu_adam_params_per_s, NVMe), the input pipeline (storage_read_GBps), both engines.
 
 A tiny Llama-shaped model in the dtype the preset's device has (fp16 on V100, fp32 on the CPU preset, bf16
-elsewhere). The GPUs without a published matmul measurement (V100, L40S: no row in the MAMF table
-[src: bekman-mle]) must fail with the one-line error naming device.gemm_efficiency, never a traceback or a
-made-up curve; every other preset must estimate every feature.
+elsewhere). Every preset's GPU has a published matmul measurement: a MAMF row [src: bekman-mle], or a
+published plateau (V100 [src: nvidia-forum-v100-gemm], L40S [src: zzc-torch-perf-l40s]); a preset without
+one (``NO_MATMUL_CURVE``, none today) must fail with the one-line error naming device.gemm_efficiency, never
+a traceback or a made-up curve; every other preset must estimate every feature.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from simulator.errors import SpecError
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload.hf import spec_from_hf_config
 
-NO_MATMUL_CURVE = {"pcie-l40s"}
-"""Presets whose GPU has no published matmul measurement to time GEMMs with (a known gap; dgx-v100 has
-a published cuBLAS plateau [src: nvidia-forum-v100-gemm])."""
+NO_MATMUL_CURVE: set[str] = set()
+"""Presets whose GPU has no published matmul measurement to time GEMMs with: none since pcie-l40s took a
+published plateau [src: zzc-torch-perf-l40s] (the refusal itself: tests/test_plateau_curve.py and
+tests/test_every_preset_every_command.py, on a user file)."""
 
 DTYPE = {"dgx-v100": "float16", "localhost-cpu": "float32"}
 
