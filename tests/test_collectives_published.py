@@ -95,7 +95,10 @@ def test_one_node_nvls_small_message_latency():
     """2 H100 in one HGX node, NCCL 2.20.5, NCCL_ALGO=NVLSTree (NVLS inside one node), CUDA graphs:
     about 6 µs at 128 B (nccl issue 1259). Not met: the NVLS latency we have is NCCL's tuner's whole-call
     figure, 25 µs (tuning.cc ``latencies[coll][NVLS][p] = intraLat``; it steers small messages away
-    from NVLS), not a measured one: +317 %."""
+    from NVLS), not a measured one: +317 %. Searched for a sourced replacement (2026-11-24): the NVLink NVLS
+    ``hwLat`` row of the stored tuning.cc copies is 0 (before NVLS had a latency), 23 or 25 µs, never a
+    measured few µs; NCCL's docs and issues (1259, 1362, 1455) give no device-side NVLS latency; NCCL's
+    later low-latency symmetric-memory kernels are not the 2.20.5 kernel measured here. So it stays xfail."""
     cluster = load_cluster("dgx-h100", nodes=1)
     est = estimate(cluster, [0, 1], Op.ALL_REDUCE, 128, "nvls")
     assert est.time_s * 1e6 == pytest.approx(6.0, rel=SMALL_TOLERANCE)
