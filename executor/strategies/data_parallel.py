@@ -258,9 +258,11 @@ class DataParallelRunner:
         norm = self._grad_norm()
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
+        check0 = time.perf_counter()
         dist.all_reduce(local, group=self.group)
         # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
-        return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
+        loss = float(local) / layout.dp_cp
+        return StepRecord(loss=loss, phases_s=phases, grad_norm=norm, check_s=time.perf_counter() - check0)
 
     def _dense_params(self) -> list:
         """The parameters other than the routed experts (all of them without ep), as the model holds them now
