@@ -103,6 +103,11 @@ class RankResult:
     peak_memory_bytes: int | None = None
     peak_memory_kind: PeakMemoryKind | None = None
 
+    def outside_phases_s(self) -> tuple[float, ...]:
+        """Per step, the step time less the sum of its measured phases: what no phase covers (on a CPU,
+        the training loop's own Python between phases; negative only by timer rounding)."""
+        return tuple(t - sum(v[k] for v in self.phases_s.values()) for k, t in enumerate(self.step_time_s))
+
     def __post_init__(self) -> None:
         where = f"results.ranks[{self.rank}]"
         if len(self.loss) != len(self.step_time_s):
@@ -154,15 +159,19 @@ class Results:
         return [max(values[k] for values in per_rank) for k in range(w, n)] if self.ranks else []
 
     def summary(self) -> dict:
-        """Stats over the measured steps (after warm-up) of the slowest rank per step; the loss per step."""
+        """Stats over the measured steps (after warm-up) of the slowest rank per step: the step time, each
+        phase, and the time outside every phase (:meth:`RankResult.outside_phases_s`; None without
+        phases); the loss per step."""
         steps = Stats.of(self._slowest([r.step_time_s for r in self.ranks]))
         phases = {}
         for name in sorted({p for r in self.ranks for p in r.phases_s}):
             if all(name in r.phases_s for r in self.ranks):
                 phases[name] = _plain(Stats.of(self._slowest([r.phases_s[name] for r in self.ranks])))
         loss = list(self.ranks[0].loss[:self.completed_steps]) if self.ranks else []
+        outside = Stats.of(self._slowest([r.outside_phases_s() for r in self.ranks])) if phases else None
         out = {"completed_steps": self.completed_steps, "measured_steps": 0 if steps is None else steps.steps,
-               "step_time_s": _plain(steps), "phases_s": phases, "loss": loss}
+               "step_time_s": _plain(steps), "phases_s": phases, "outside_phases_s": _plain(outside),
+               "loss": loss}
         if self.staleness is not None:
             out["staleness"] = self.staleness.summary()
         return out

@@ -165,6 +165,11 @@ def _estimated_states(result: StepResult) -> float:
                  + placed.host_optimizer_bytes)
 
 
+def _outside(result: StepResult) -> float:
+    """An estimate's step time less the sum of its breakdown (0 where the breakdown covers the step)."""
+    return result.step_time_s - sum(result.breakdown.values())
+
+
 def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str) -> Validation:
     """The rows of :mod:`this module <simulator.validate>` from a results file and its two estimates."""
     check_results(results)
@@ -176,6 +181,10 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
         category = Category(name)
         rows.append(Row(name=name, unit="s", measured=stats["median_s"], p10=stats["p10_s"], p90=stats["p90_s"],
                         analytical=analytical.breakdown.get(category, 0.0), des=des.breakdown.get(category, 0.0)))
+    outside = summary.get("outside_phases_s")
+    if outside is not None:  # what the measured phases do not cover; the estimates' breakdowns cover their steps
+        rows.append(Row(name="outside_phases", unit="s", measured=outside["median_s"], p10=outside["p10_s"],
+                        p90=outside["p90_s"], analytical=_outside(analytical), des=_outside(des)))
     notes = []
     if analytical.memory is not None and any(r.model_state_bytes for r in results.ranks):
         rows.append(Row(name="model_state_bytes", unit="bytes", measured=_measured_states(results),

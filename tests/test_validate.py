@@ -83,6 +83,11 @@ def test_compare_signed_errors_by_hand():
     assert forward.measured == pytest.approx(0.004)
     assert forward.error_analytical == pytest.approx(-0.25) and forward.error_des == pytest.approx(0.5)
     assert v.step_time_error == pytest.approx(0.5)
+    # step less forward per rank and step (after the warm-up step): rank 0 .006 .016 .026, rank 1 .009
+    # .013 .038; slowest .009 .016 .038 -> median .016. Estimates: 0.030 - 0.003, 0.015 - 0.006.
+    outside = v.row("outside_phases")
+    assert outside.measured == pytest.approx(0.016) and (outside.p10, outside.p90) == pytest.approx((0.0104, 0.0336))
+    assert (outside.analytical, outside.des) == pytest.approx((0.027, 0.009))
     text = format_validation(v)
     assert "+50.00%" in text and "-25.00%" in text and "20.000 ms" in text and "13.600 ms-36.000 ms" in text
 
@@ -94,7 +99,7 @@ def test_cli_json_rows_against_hand_values(tmp_path, capsys):
     path = _write(tmp_path, _results(states_bytes=measured))
     out = _json(["validate", path, "--cluster", "localhost-cpu"], capsys)
     rows = {r["name"]: r for r in out["rows"]}
-    assert set(rows) == {"step_time_s", "forward", "model_state_bytes", "peak_memory_bytes"}
+    assert set(rows) == {"step_time_s", "forward", "outside_phases", "model_state_bytes", "peak_memory_bytes"}
     assert rows["model_state_bytes"]["measured"] == measured
     assert rows["model_state_bytes"]["analytical"] == TINY_STATES_BYTES
     assert out["memory_error"] == pytest.approx(-0.2, abs=1e-12)

@@ -161,6 +161,11 @@ class StepRecord:
     """Global L2 norm of the summed gradient the optimizer stepped with (all parameters, all shards),
     equal on every rank; None if not computed. AdamW is blind to a constant gradient scale, so the
     equivalence check compares this too (a missing 1/dp or 1/m shows here, not in the loss)."""
+    check_s: float = 0.0
+    """Seconds of this step spent on the executor's own checks, not on training: the reduction of the
+    loss over the ranks and the gradient norm (:attr:`grad_norm`) that the equivalence tests compare
+    (a plain training loop logs its loss every few steps, not inside each timed step). The run loop
+    leaves them out of the step time, and no phase contains them."""
 
 
 @dataclass(frozen=True, kw_only=True)

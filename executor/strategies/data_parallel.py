@@ -255,12 +255,16 @@ class DataParallelRunner:
                 self._dense_params(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
         if self.ep is not None:
             self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp))
-        norm = self._grad_norm()
+        norm0 = time.perf_counter()
+        norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
+        norm_s = time.perf_counter() - norm0
         self._timed(phases, Phase.OPTIMIZER, self.opt.step)
         self.opt.zero_grad(set_to_none=False)
+        check0 = time.perf_counter()
         dist.all_reduce(local, group=self.group)
         # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
-        return StepRecord(loss=float(local) / layout.dp_cp, phases_s=phases, grad_norm=norm)
+        loss = float(local) / layout.dp_cp
+        return StepRecord(loss=loss, phases_s=phases, grad_norm=norm, check_s=norm_s + time.perf_counter() - check0)
 
     def _dense_params(self) -> list:
         """The parameters other than the routed experts (all of them without ep), as the model holds them now

@@ -158,6 +158,7 @@ class ParallelRunner:
         recompute0 = self.recompute.seconds
         inputs, targets = (replica_samples(x, self.coord.dp, layout.dp).to(ctx.device) for x in batch_for(ctx, step))
         self.optimizer.zero_grad(set_to_none=True)
+        self.check_s = 0.0
         if layout.pp > 1:
             loss = self._pipeline_step(inputs, targets, phases)
         else:
@@ -169,15 +170,22 @@ class ParallelRunner:
             start = time.perf_counter()
             if not self.fsdp:
                 average_gradients(self.params, self.dp_group, layout.dp, layout.bucket_bytes)
-            dist.all_reduce(loss, group=self.dp_group)
-            loss /= layout.dp
             ctx.synchronize()
             phases[Phase.DP] = time.perf_counter() - start
         start = time.perf_counter()
         self.optimizer.step()
         ctx.synchronize()
         phases[Phase.OPTIMIZER] = time.perf_counter() - start
-        return StepRecord(loss=float(loss), phases_s=phases)
+        start = time.perf_counter()
+        loss = self._global_loss(loss)
+        return StepRecord(loss=loss, phases_s=phases, check_s=self.check_s + time.perf_counter() - start)
+
+    def _global_loss(self, loss: torch.Tensor) -> float:
+        """The mean loss over the dp replicas (each holds its own after the pipeline's broadcast)."""
+        if self.layout.dp > 1:
+            dist.all_reduce(loss, group=self.dp_group)
+            loss /= self.layout.dp
+        return float(loss)
 
     def _accumulate(self, inputs, targets, phases) -> torch.Tensor:
         m, total, tp = self.layout.micro_batches, torch.zeros((), device=self.ctx.device), self.tp_clock
@@ -211,12 +219,15 @@ class ParallelRunner:
         start = time.perf_counter()
         if self.tied_group is not None:
             sync_tied(self.modules, self.tied_group)
+        self.ctx.synchronize()
+        phases.update({Phase.FORWARD: clock.forward_s, Phase.BACKWARD: clock.backward_s, Phase.BUBBLE: bubble,
+                       Phase.TP: self.tp_clock.seconds - tp0, Phase.PP: pp + time.perf_counter() - start})
+        start = time.perf_counter()  # the loss broadcast is the executor's check, not training (StepRecord.check_s)
         loss = torch.stack(losses).float().mean().detach() if last else torch.zeros((), device=self.ctx.device)
         src = layout.rank_of(self.coord.dp, layout.pp - 1, self.coord.tp)
         dist.broadcast(loss, src=src, group=pp_group)
         self.ctx.synchronize()
-        phases.update({Phase.FORWARD: clock.forward_s, Phase.BACKWARD: clock.backward_s, Phase.BUBBLE: bubble,
-                       Phase.TP: self.tp_clock.seconds - tp0, Phase.PP: pp + time.perf_counter() - start})
+        self.check_s = time.perf_counter() - start
         return loss
 
     def model_state_bytes(self) -> ModelStateBytes:
