@@ -14,8 +14,9 @@ from simulator.collectives.ps import ps_time_s
 from simulator.compile import CostCache, compile_step
 from simulator.errors import SpecError
 from simulator.results import Category
+from simulator.schedule_dry_run import dry_run
 from simulator.schedule_shape import schedule_shape
-from simulator.schedules import ScheduleKind, dry_run, make_schedule
+from simulator.schedules import ScheduleKind, make_schedule
 from simulator.strategy import AllReduceSync, ParamServerSync, Recompute, Strategy
 from simulator.workload import ParamCountModel, get_preset
 

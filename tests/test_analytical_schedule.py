@@ -12,7 +12,8 @@ from simulator.cluster.io import load_cluster
 from simulator.compile import CostCache, compile_step
 from simulator.errors import SpecError
 from simulator.schedule_shape import PipelineFamily, schedule_shape
-from simulator.schedules import ScheduleKind, dry_run, from_csv, make_schedule, to_csv
+from simulator.schedule_dry_run import dry_run
+from simulator.schedules import ScheduleKind, from_csv, make_schedule, to_csv
 from simulator.strategy import Strategy
 from simulator.workload import load_model
 

@@ -1,6 +1,6 @@
 """Step DES on compiled StepWork: schedules timed exactly, comm on shared links, shortcuts, determinism.
 
-Hand-worked references: :func:`simulator.schedules.dry_run` (the list-scheduler time of the same
+Hand-worked references: :func:`simulator.schedule_dry_run.dry_run` (the list-scheduler time of the same
 action order, no contention) and α-β times of single flows. Where a test needs round compute times
 it compiles the step and sets them (:func:`compiled_work.timed`); the calls stay the compiler's. Tolerances: 1e-9
 relative where the DES must reproduce the same sum; the 2 % of the issue where stated.
@@ -14,7 +14,8 @@ from simulator.cluster.presets import load_preset
 from simulator.cluster.topology import path
 from simulator.engine.step import simulate
 from simulator.results import Category, Engine
-from simulator.schedules import ScheduleKind, dry_run
+from simulator.schedule_dry_run import dry_run
+from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceAlgorithm, AllReduceSync, Strategy
 from simulator.trace import TIMELINE_COLUMNS
 from simulator.workload.presets import get_preset

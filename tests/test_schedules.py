@@ -5,8 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import SpecError
-from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, dry_run, from_csv, gpipe,
-                                 interleaved_1f1b, make_schedule, max_in_flight, one_f_one_b, to_csv, validate)
+from simulator.schedule_dry_run import dry_run, validate
+from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, from_csv, gpipe, interleaved_1f1b,
+                                 make_schedule, max_in_flight, one_f_one_b, to_csv)
 
 
 # --- actions and printing ------------------------------------------------------------------------

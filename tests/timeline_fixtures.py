@@ -1,6 +1,6 @@
 """Hand-built timelines and step results for the output tests (no engine needed).
 
-``one_f_one_b_timeline(p, m)`` times a 1F1B schedule with :func:`simulator.schedules.dry_run`
+``one_f_one_b_timeline(p, m)`` times a 1F1B schedule with :func:`simulator.schedule_dry_run.dry_run`
 (forward 1 ms, backward 2 ms per stage) and adds, per rank, one TP all-reduce per compute task on a
 ``tp`` stream and one DP all-reduce after the last backward on a ``dp`` stream, so the expected
 counts are exact: 2·m compute tasks per rank, 2·m TP tasks, 1 DP task.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import pandas as pd
 
 from simulator.results import Category, Engine, StepResult
-from simulator.schedules import ActionKind, one_f_one_b, dry_run
+from simulator.schedule_dry_run import dry_run
+from simulator.schedules import ActionKind, one_f_one_b
 
 T_FWD_S = 1e-3
 T_BWD_S = 2e-3

@@ -14,6 +14,7 @@ terminal (not with ``--quiet``). Exit codes: 0 a plan, 1
 nothing fits, 2 bad input. Several GPU counts (``--gpus 16..256`` or ``16,32,64``) or clusters
 (``--cluster dgx-a100,dgx-h100``) make a sweep (:func:`planner.sweep.sweep`): one row per point,
 the best plan of each, ``--plot`` the figure, ``--out`` the best plan of the fastest point.
+What one search prints and writes is :mod:`trainplan.plan_report`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from simulator.jsonio import check_plot_path, check_suffix, check_writable
 from simulator.strategy.fields import FlagKind
 from simulator.strategy.sync import DpSyncKind
 from simulator.strategy.flat import FLAT
-from simulator.units import GB
-from trainplan import cli_common, plan_sweep, strategy_flags
+from trainplan import cli_common, plan_report, plan_sweep, strategy_flags
 
 NOT_PINS = ("global_batch", "profile", "layer_split", "seed")
 """Declared flags that are inputs of the search, not dimensions of it."""
@@ -121,33 +121,6 @@ def _pins(args) -> dict:
     return pins
 
 
-def _table(result, top: int, pareto: bool = False) -> str:
-    """The top ``top`` plans, or with ``pareto`` every plan on the step-time / memory front (# is the rank)."""
-    from planner.explain import describe
-
-    lines = [f"{'#':>2}  {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'GB/GPU':>7} {'free GB':>7}  strategy"]
-    rows = result.pareto() if pareto else result.top(top)
-    width = max([2] + [len(str(i + 1)) for i in rows.index])
-    lines[0] = " " * (width - 2) + lines[0]
-    for i, r in rows.iterrows():
-        lines.append(f"{i + 1:>{width}}  {r['step_time_s']:>9.4g} {r['tokens_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
-                     f"{r['memory_bytes'] / GB:>7.1f} {r['headroom_bytes'] / GB:>7.1f}  {describe(r['strategy'])}")
-    return "\n".join(lines)
-
-
-def _counts_line(counts) -> str:
-    d = counts.to_dict()
-    why = lambda by: ", ".join(f"{k} {v}" for k, v in by.items())  # noqa: E731
-    return (f"candidates: {d['enumerated']} enumerated, {d['invalid']} invalid ({why(d['invalid_by_reason'])}), "
-            f"{d['infeasible']} do not fit ({why(d['infeasible_by_reason'])}), {d['ranked']} ranked, "
-            f"{d['refined']} refined by the DES; seconds " + ", ".join(f"{k} {v:g}" for k, v in d["seconds"].items()))
-
-
-def _gpus_per_node(result) -> int | None:
-    """The node size the explanation names crossing groups by (None when nothing fits)."""
-    return None if result.best is None else result.best.cluster.node.gpus_per_node
-
-
 def _plan_kwargs(args) -> dict:
     """The keyword arguments of :func:`planner.plan` that the flags give (all but the job's size)."""
     import planner
@@ -206,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
             kwargs["progress"].close()
     if result.counts.enumerated == 0:
         raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
-    return _report(args, result, reference and (lambda frame: against(frame, workload, cluster, reference.strategy,
-                                                                      args.reserve_gb, f"layout of {args.against}", args.gpus)))
+    compare = reference and (lambda frame: against(frame, workload, cluster, reference.strategy, args.reserve_gb,
+                                                   f"layout of {args.against}", args.gpus))
+    return plan_report.report(args, result, compare)
 
 
 def _reference(args, workload, cluster):
@@ -225,38 +199,6 @@ def _reference(args, workload, cluster):
         raise SpecError("--against", str(err)) from None
     check_comparable(plan, workload, cluster, args.gpus, args.gbs)
     return plan
-
-
-def _report(args, result, compare=None) -> int:
-    from planner.explain import explain
-
-    if not args.quiet:
-        print(_counts_line(result.counts), file=sys.stderr)
-    if args.csv:
-        frame = result.frame.drop(columns=["strategy"]).assign(strategy=[str(s) for s in result.frame["strategy"]])
-        frame.to_csv(args.csv, index=False)
-    if args.out and result.best is not None:
-        result.best.save(args.out)
-    if args.json:
-        out = result.to_dict(args.top, pareto=args.pareto)
-        if args.explain:
-            out["explain"] = (explain(result.frame, result.notes, _gpus_per_node(result))
-                              + (compare(result.frame) if compare else []))
-        cli_common.print_json(out)
-    elif result.best is None:
-        print("nothing fits: " + _counts_line(result.counts))
-        print("to make it fit: more GPUs, --zero 3, --recompute full, a smaller --max-mbs, or --offload")
-    else:
-        if args.pareto:
-            print("plans no other beats on both step time and memory per GPU (# is the rank):")
-        print(_table(result, args.top, args.pareto))
-        if args.explain:
-            print("\n".join(explain(result.frame, result.notes, _gpus_per_node(result))
-                             + (compare(result.frame) if compare else [])))
-    for path in (args.out if result.best is not None else None, args.csv):
-        if path:
-            print(f"wrote {path}", file=sys.stderr)
-    return 0 if result.best is not None else 1
 
 
 def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:

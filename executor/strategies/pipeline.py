@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from executor.model import GPT, project_logits
-from simulator.schedules import PipelineSchedule, to_csv, validate
+from simulator.schedule_dry_run import validate
+from simulator.schedules import PipelineSchedule, to_csv
 from simulator.strategy import ParallelLayout
 from simulator.workload.transformer import PositionKind
 

@@ -1,25 +1,11 @@
-"""A step's communication calls replayed on the flow network, with the replicas that share its links.
+"""A step's communication calls started on the flow network, with the replicas that share its links.
 
 A :class:`~simulator.work.CommCall` names the representative group; ``concurrent_groups`` says how
 many identical groups run it at the same moment. :class:`CommRunner` turns a call into SimPy work:
+the call's plan on each group (network replay, calibration to the cost model and step fusion,
+shortcut 1) is built by :mod:`simulator.engine.call_plan`; this module chooses which replica groups
+go on the network with it, finds the classes of calls that can be timed alone, and starts the plans.
 
-- **Network replay.** The algorithm's schedule (:func:`~simulator.collectives.registry.build_schedule`)
-  runs on the :class:`~simulator.engine.network.FlowNetwork` with the costs of
-  :mod:`simulator.engine.collective` (per-call overhead and the schedule's latency chain as one
-  delay, with the per-hop α of the protocol the registry picks; flows without latency, wire bytes
-  ``b / bw_factor``; γ after the last step). A :attr:`~simulator.work.Transport.P2P` call (pipeline
-  send/recv) is one flow. Host copies and fetches (``Transport.HOST*``), zero-byte calls and
-  algorithms whose schedule is not their timing model (NVLS in-switch reduction) are timed delays of
-  their ``time_s``.
-- **Calibration to the cost model.** A call's uncontended time in the DES is exactly its
-  ``time_s`` from the compiler: the difference between ``time_s`` and the schedule's analytical
-  replay (:func:`~simulator.collectives.replay.schedule_time_s`), when positive, is added as a fixed
-  delay before the first transfer. Contention can then only add to ``time_s``.
-- **Step fusion (shortcut 1).** Consecutive steps whose transfers join the same (src, dst, NIC)
-  pairs (a ring's 2(p−1) steps) become one step whose flows carry the summed bytes (latency is the
-  chain delay, not the flows'). Alone, ``Σ_k b_k/bw``: the same time. Under contention that stays constant
-  it is the same as long as one flow is the slowest of every step; it drops the per-step barrier,
-  so it can only be optimistic. It turns a 16-rank ring from 30 settles into 1.
 - **Replicas that matter (shortcut 2).** Replica groups (the same call on other dp / tp indices,
   found by shifting the group's coordinates along the dimensions it does not span) go on the
   network only if their links meet a link the representative ranks use somewhere in the step;
@@ -42,27 +28,11 @@ import itertools
 import simpy
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.cost import Env, Group
-from simulator.collectives.registry import build_schedule, estimate, get_algorithm
+from simulator.engine.call_plan import CallPlan, CallPlanner, call_key
 from simulator.engine.network import FlowNetwork
-from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
 from simulator.engine.unrolled import tp_copies
 from simulator.strategy import ParallelLayout
-from simulator.work import CommCall, Transport
-
-
-class _Plan:
-    """One group's fused replay: a fixed delay, steps of (path, wire bytes, latency), then γ."""
-
-    __slots__ = ("pre_s", "steps", "gamma_s", "resources")
-
-    def __init__(self, pre_s: float, steps: list, gamma_s: float):
-        self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        self.resources = frozenset(h.resource for step in steps for p, _, _ in step for h in p.hops)
-
-
-def _key(call: CommCall, group: tuple[int, ...]) -> tuple:
-    return (call.op, call.transport, call.algorithm, call.nbytes, group, call.time_s)
+from simulator.work import CommCall
 
 
 def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
@@ -91,8 +61,9 @@ def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -
     return out
 
 
-class CommRunner:
-    """Starts communication calls on one environment's network (see the module docstring)."""
+class CommRunner(CallPlanner):
+    """Starts communication calls on one environment's network (see the module docstring); the plans
+    of the calls and of their replicas come from :class:`~simulator.engine.call_plan.CallPlanner`."""
 
     merge_replicas = True
     """Start the single-step replicas of a call as one batch (:meth:`_start_replicas`); False: one
@@ -100,121 +71,17 @@ class CommRunner:
 
     def __init__(self, env: simpy.Environment, net: FlowNetwork, cluster: Cluster, layout: ParallelLayout,
                  *, replicas: bool = True, fuse: bool = True):
-        self.env, self.net, self.cluster, self.layout = env, net, cluster, layout
-        self.use_replicas, self.fuse = replicas, fuse
-        self._plans: dict[tuple, _Plan | None] = {}
-        self._envs: dict[str | None, Env] = {}
-        self._paths: dict = {}
+        super().__init__(cluster, fuse=fuse)
+        self.env, self.net, self.layout = env, net, layout
+        self.use_replicas = replicas
         self._replicas: dict[tuple, list[tuple[int, ...]]] = {}
         self._alone: dict[tuple, float] = {}
-        self._resources: dict[tuple, frozenset] = {}
-        self._schedules = ScheduleCache(cluster)
-        self._groups: dict[tuple[int, ...], Group] = {}
         self._launchers: dict[tuple, tuple] = {}
         self._unrolled: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
 
-    # ---- planning -------------------------------------------------------------------------------
-
-    def plan(self, call: CommCall, group: tuple[int, ...] | None = None) -> _Plan | None:
-        """The fused replay of ``call`` on ``group`` (default its own); None: a plain delay."""
-        group = call.group if group is None else group
-        key = _key(call, group)
-        if key not in self._plans:
-            self._plans[key] = self._build(call, group)
-        return self._plans[key]
-
-    def _build(self, call: CommCall, group: tuple[int, ...]) -> _Plan | None:
-        if call.nbytes <= 0 or self.cluster.world_size < 2:
-            return None
-        if call.transport is Transport.COLLECTIVE:
-            if not get_algorithm(call.algorithm.value).schedule_times_it:
-                return None  # in-switch reduction: its closed form, as a delay
-            return self._collective_plan(call, group)
-        if call.transport is Transport.P2P and len(group) == 2:
-            costs = self._env(None)
-            path = costs.path(group[0], group[1])
-            alone = path.latency_s + call.nbytes / path.bottleneck_Bps
-            return _Plan(max(0.0, call.time_s - alone), [[(path, float(call.nbytes), path.latency_s)]], 0.0)
-        return None
-
-    def _env(self, protocol, family: str | None = None, group: Group | None = None) -> Env:
-        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio)
-        on ``group`` (a protocol with a bus-bandwidth cap depends on it), the same :class:`Env` the
-        closed forms and :func:`~simulator.collectives.replay.schedule_time_s` use."""
-        capped = protocol is not None and protocol.bus_bw_cap is not None
-        key = (None if protocol is None else protocol.name, family, group.ranks if capped and group else None)
-        if key not in self._envs:
-            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family, group=group if capped else None)
-        return self._envs[key]
-
-    def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> _Plan:
-        cluster = self.cluster
-        chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm.value).protocol
-        protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
-        local, shaped = self._local(call, group)
-        algorithm = get_algorithm(local.algorithm)
-        costs = self._env(protocol, algorithm.family, shaped)
-        links = dict(zip(local.pairs, local.links(shaped)))
-        steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
-                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
-        # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
-        # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
-        flow_steps = local.flow_steps(shaped)
-        gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
-        step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
-        if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
-            chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
-                                       lambda: self._build_schedule(call, group))
-        else:
-            chain_s = local.chain_s(costs, flow_steps, links)
-        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
-                    + sum(step_bw_s[id(s)] for s in flow_steps) + chain_s + gamma_s)
-        pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
-        return _Plan(pre_s, steps, gamma_s)
-
-    def _local(self, call: CommCall, group: tuple[int, ...]) -> tuple[LocalSchedule, Group]:
-        """The call's schedule in local form (shared between groups of one shape) and the group's layout."""
-        shaped = self._group(group)
-        local = self._schedules.get(shaped, call.op, call.nbytes, call.algorithm.value,
-                                    lambda: self._build_schedule(call, group))
-        return local, shaped
-
-    def _group(self, group: tuple[int, ...]) -> Group:
-        shaped = self._groups.get(group)
-        if shaped is None:
-            shaped = self._groups[group] = Group(self.cluster, group)
-        return shaped
-
-    def _build_schedule(self, call: CommCall, group: tuple[int, ...]):
-        return build_schedule(self.cluster, group, call.op, call.nbytes, call.algorithm.value)
-
-    def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
-        """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
-        key = _key(call, group)
-        plan = self._plans.get(key)
-        if plan is not None or key in self._plans:
-            return frozenset() if plan is None else plan.resources
-        if key not in self._resources:
-            if self._needs_timing(call, group):
-                self._resources[key] = self._paths_of(call, group)
-            else:
-                plan = self.plan(call, group)
-                self._resources[key] = frozenset() if plan is None else plan.resources
-        return self._resources[key]
-
-    def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
-        """A collective replayed on links: its plan needs the schedule's timing, its resources only the pairs."""
-        return (call.transport is Transport.COLLECTIVE and call.nbytes > 0 and self.cluster.world_size >= 2
-                and get_algorithm(call.algorithm.value).schedule_times_it)
-
-    def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
-        shaped = self._group(group)
-        pairs = self._schedules.pairs(shaped, call.op, call.nbytes, call.algorithm.value,
-                                      lambda: self._build_schedule(call, group))
-        costs = self._env(None)
-        return frozenset(h.resource for src, dst, nic in links_of(pairs, shaped) for h in costs.path(src, dst, nic).hops)
+    # ---- replicas -------------------------------------------------------------------------------
 
     def replicas(self, call: CommCall) -> list[tuple[int, ...]]:
         """Replica groups of ``call`` kept on the network (all of them before :meth:`prepare`)."""
@@ -259,7 +126,7 @@ class CommRunner:
 
     def alone_s(self, call: CommCall) -> float:
         """Time of ``call`` with its kept replicas on an otherwise idle network (memoised)."""
-        key = _key(call, call.group) + (tuple(self.replicas(call)),)
+        key = call_key(call, call.group) + (tuple(self.replicas(call)),)
         if key not in self._alone:
             plan = self.plan(call)
             if plan is None:
@@ -288,7 +155,7 @@ class CommRunner:
             _play(self.env, self.net, plan)
         return done
 
-    def launch(self, call: CommCall, klass, network: bool = True) -> tuple[float | None, list[_Plan]]:
+    def launch(self, call: CommCall, klass, network: bool = True) -> tuple[float | None, list[CallPlan]]:
         """What :meth:`start` runs for ``call`` (memoised per call object): ``(delay_s, [])``, or
         ``(None, plans)``: the representative's plan first, then its replicas' (batched)."""
         key = (id(call), klass, network)
@@ -310,7 +177,7 @@ class CommRunner:
             return self.env.timeout(call.time_s)
         return simpy.AllOf(self.env, [self.env.process(_replay(self.env, self.net, p)) for p in plans])
 
-    def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[_Plan]]:
+    def _launcher(self, call: CommCall, klass, network: bool) -> tuple[float | None, list[CallPlan]]:
         """How :meth:`start` runs ``call``: a delay, or the representative's plan then its replicas'.
 
         Kept replicas of one step with the same fixed delay are one batch: nobody waits for a replica,
@@ -331,11 +198,11 @@ class CommRunner:
                 batches.setdefault(rep.pre_s, []).extend(rep.steps[0] if rep.steps else ())
             else:
                 plans.append(rep)
-        plans += [_Plan(pre_s, [items], 0.0) for pre_s, items in batches.items()]
+        plans += [CallPlan(pre_s, [items], 0.0) for pre_s, items in batches.items()]
         return None, plans
 
 
-def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):
+def _replay(env: simpy.Environment, net: FlowNetwork, plan: CallPlan):
     start = env.now
     if plan.pre_s > 0:
         yield env.timeout(plan.pre_s)
@@ -346,7 +213,7 @@ def _replay(env: simpy.Environment, net: FlowNetwork, plan: _Plan):
     return env.now - start
 
 
-def _play(env: simpy.Environment, net: FlowNetwork, plan: _Plan) -> simpy.Event:
+def _play(env: simpy.Environment, net: FlowNetwork, plan: CallPlan) -> simpy.Event:
     """:func:`_replay` without a process: the same delays and transfers started at the same instants, chained
     by callbacks; the event fires (value: the duration) when the plan is done."""
     done = simpy.Event(env)

@@ -12,6 +12,9 @@
 - interleaved schedules need m a multiple of pp (Megatron-LM's original rule);
 - per-rank speed factors, parameter-server nodes and storage bandwidth fit the cluster.
 
+The degree and batch rules are :data:`simulator.strategy.rules.RULES` (shared with the planner's
+vector check); :func:`simulator.strategy.rule_errors.check_rules` words the first one broken.
+
 Rank numbering: ``placement`` lists the dimensions innermost first; rank = Σ coord·stride with
 stride 1 for the innermost. Stage s of a pipeline (s < pp·v) lives on pp rank ``s mod pp``.
 
@@ -31,16 +34,17 @@ from functools import cached_property
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.schedules import PipelineSchedule, ScheduleKind, make_schedule
+from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
-from simulator.strategy.rules import Candidates, context_problem, first_violation
+from simulator.strategy.rule_errors import check_rules
+from simulator.strategy.rules import context_problem
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
 from simulator.strategy.precision import check_fp8
 from simulator.workload.flops import Recompute
 from simulator.workload.op_sac import op_sac_problem
-from simulator.workload.protocol import Workload, divisors, one_of
+from simulator.workload.protocol import Workload
 
 
 @dataclass(frozen=True)
@@ -203,83 +207,6 @@ def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
     return even_split(layers, s.pp * s.virtual_stages)
 
 
-def _pp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    n = s.pp * s.virtual_stages
-    if layers is None:
-        return SpecError("pp", f"{s.pp}: a model known only by its parameter count has no layers to split; "
-                         "give a transformer or a layer list, or use pp 1")
-    return SpecError("pp", f"pp·virtual_stages = {n} exceeds the model's {layers} layers; use at most {layers} "
-                     "stages")
-
-
-def _dp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    model = s.tp * s.pp * s.cp
-    names = "tp·pp·cp" if s.cp > 1 else "tp·pp"
-    if s.dp is None:
-        return SpecError("tp", f"{names} = {model} does not divide the {gpus} GPUs; choose {names} from "
-                         f"{one_of(divisors(gpus))}")
-    fix = (f"use dp {gpus // model}" if gpus % model == 0 else f"choose {names} from {one_of(divisors(gpus))}")
-    cp_text = f"·{s.cp}" if s.cp > 1 else ""
-    return SpecError("dp", f"dp·{names} = {s.dp}·{s.tp}·{s.pp}{cp_text} = {s.dp * model} does not match the "
-                     f"{gpus} GPUs; {fix}")
-
-
-def _batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    return SpecError("global_batch", f"{s.global_batch} does not split over dp={dp} replicas; use a multiple "
-                     f"of {dp}")
-
-
-MAX_SUGGESTED_MBS = 4096
-"""Largest micro-batch an error message suggests (the divisors of a huge batch are not listed)."""
-
-
-def _micro_batch_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    per_replica = s.global_batch // dp
-    return SpecError("micro_batch", f"{s.micro_batch} does not divide the {per_replica} samples per replica; "
-                     f"use {one_of(divisors(per_replica, up_to=MAX_SUGGESTED_MBS))}")
-
-
-def _schedule_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    try:  # the schedule generator words its own precondition
-        make_schedule(s.schedule, s.pp, s.global_batch // (dp * s.micro_batch), s.virtual_stages)
-    except SpecError as err:
-        return err
-    raise AssertionError("rules.RULES and the schedule generator disagree")  # pragma: no cover
-
-
-def _ep_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    return SpecError("ep", f"{s.ep} does not divide dp={dp}: the experts are sharded over the data-parallel "
-                     f"ranks; use ep {one_of(divisors(dp))}")
-
-
-def _ep_cp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    return SpecError("cp", f"{s.cp} with ep {s.ep}: expert parallelism with context parallelism is not modelled "
-                     "(the expert groups would span dp·cp ranks); use cp 1 or ep 1")
-
-
-def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    return SpecError("zero", f"ZeRO-{int(s.zero)} with pp {s.pp}: {s.resolved_framework.value} cannot partition "
-                     "gradients across a pipeline (DeepSpeed's pipeline engine and Megatron-LM stop at ZeRO-1); "
-                     "use zero 1, pp 1, or framework fsdp2")
-
-
-_ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
-           "micro_batches": _schedule_error, "ep": _ep_error,
-           "cp": _ep_cp_error, "zero": _zero_error}
-"""The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
-
-
-def _check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
-    one = Candidates.of(dp=dp, tp=s.tp, pp=s.pp, v=s.virtual_stages, micro_batch=s.micro_batch,
-                        global_batch=s.global_batch,
-                        interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1,
-                        zero=int(s.zero), zero_with_pp=s.resolved_framework.partitions_gradients_with_pipeline,
-                        ep=s.ep, cp=s.cp)
-    field = first_violation(one, gpus, layers)
-    if field is not None:
-        raise _ERRORS[field](s, dp, gpus, layers)
-
-
 def worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
     sync = s.dp_sync
     if not isinstance(sync, ParamServerSync):
@@ -342,7 +269,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
             raise SpecError("recompute", problem)
     gpus, shard_nodes = worker_gpus(strategy, cluster, gpus)
     dp = derived_dp(strategy, gpus)
-    _check_rules(strategy, dp, gpus, workload.layer_count)
+    check_rules(strategy, dp, gpus, workload.layer_count)
     split = _split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
     _check_cluster_inputs(strategy, cluster, gpus)

@@ -17,9 +17,9 @@ from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
-                                       int_parser, int_tuple_parser, is_a, nonneg_int, opt, opt_pos_int, pos_int,
-                                       validate)
+                                       int_parser, int_tuple_parser, is_a, opt, opt_pos_int, pos_int, validate)
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
+from simulator.strategy.input_pipeline import InputPipeline
 from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
@@ -30,9 +30,6 @@ from simulator.workload.moe_routing import Dispatcher, Routing
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
            "PlacementOrder", "Strategy", "ZeroStage"]
-
-
-_opt_positive_number = opt(positive_number)
 
 
 def _at_least_one(key: str, value) -> None:
@@ -63,30 +60,6 @@ def _int(default, key: str, doc: str, flag: Flag | None, check=pos_int, role: Ro
 def _switch(default: bool, key: str, doc: str, flag: str, role: Role = Role.STRUCTURE):
     return declare(default, key=key, role=role, doc=doc, check=boolean,
                    flag=Flag(flag, doc, kind=FlagKind.SWITCH))
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputPipeline:
-    """Reading the next batch: bytes per sample from storage, prefetched behind compute."""
-
-    bytes_per_sample: int = _int(0, "bytes_per_sample", "Bytes read from storage per training sample "
-                                 "(0: input cost ignored)", Flag("--bytes-per-sample", "input bytes read per sample",
-                                                                 metavar="BYTES"), nonneg_int, Role.BATCH)
-    source: DataSource = _enum(DataSource, "data_source", Flag("--data-source", "where samples are read from",
-                                                               choices=choices_of(DataSource)),
-                               Role.BATCH, "Where training samples are read from", DataSource.LOCAL)
-    shared_storage_GBps: float | None = declare(
-        None, key="shared_storage_GBps", role=Role.BATCH, parse=float_parser("shared_storage_GBps"),
-        check=_opt_positive_number, doc="Aggregate read bandwidth of shared storage over all nodes, GB/s "
-                                        "(data_source shared only; None: no cap)")
-    prefetch_batches: int = _int(2, "prefetch_batches", "Batches read ahead while computing (PyTorch "
-                                 "DataLoader's prefetch_factor default is 2 per worker); 0: each step waits for "
-                                 "its own read", None, nonneg_int, Role.BATCH)
-
-    def __post_init__(self) -> None:
-        validate(self)
-        if self.shared_storage_GBps is not None and self.source is not DataSource.SHARED:
-            raise SpecError("shared_storage_GBps", "is only meaningful with data_source shared")
 
 
 _F = Flag

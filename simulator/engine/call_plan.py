@@ -1,0 +1,163 @@
+"""One communication call on one group, as a timed plan of flows on the flow network.
+
+A :class:`~simulator.work.CommCall` becomes a :class:`CallPlan` (a fixed delay, steps of flows,
+then γ) that :mod:`simulator.engine.replay_work` starts on the network, with the replicas that
+share its links:
+
+- **Network replay.** The algorithm's schedule (:func:`~simulator.collectives.registry.build_schedule`)
+  runs on the :class:`~simulator.engine.network.FlowNetwork` with the costs of
+  :mod:`simulator.engine.collective` (per-call overhead and the schedule's latency chain as one
+  delay, with the per-hop α of the protocol the registry picks; flows without latency, wire bytes
+  ``b / bw_factor``; γ after the last step). A :attr:`~simulator.work.Transport.P2P` call (pipeline
+  send/recv) is one flow. Host copies and fetches (``Transport.HOST*``), zero-byte calls and
+  algorithms whose schedule is not their timing model (NVLS in-switch reduction) have no plan: they
+  are timed delays of their ``time_s``.
+- **Calibration to the cost model.** A call's uncontended time in the DES is exactly its
+  ``time_s`` from the compiler: the difference between ``time_s`` and the schedule's analytical
+  replay (:func:`~simulator.collectives.replay.schedule_time_s`), when positive, is added as a fixed
+  delay before the first transfer. Contention can then only add to ``time_s``.
+- **Step fusion (shortcut 1).** Consecutive steps whose transfers join the same (src, dst, NIC)
+  pairs (a ring's 2(p−1) steps) become one step whose flows carry the summed bytes (latency is the
+  chain delay, not the flows'). Alone, ``Σ_k b_k/bw``: the same time. Under contention that stays constant
+  it is the same as long as one flow is the slowest of every step; it drops the per-step barrier,
+  so it can only be optimistic. It turns a 16-rank ring from 30 settles into 1.
+
+Schedules are kept in local form, shared by the groups of one shape (:mod:`simulator.engine.shapes`),
+and :meth:`CallPlanner.resources` gives the links a call crosses from its pairs alone, without
+timing it (docs/engine.md, shortcuts 4–7).
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import Cluster
+from simulator.collectives.cost import Env, Group
+from simulator.collectives.registry import build_schedule, estimate, get_algorithm
+from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
+from simulator.work import CommCall, Transport
+
+
+class CallPlan:
+    """One group's fused replay: a fixed delay, steps of (path, wire bytes, latency), then γ."""
+
+    __slots__ = ("pre_s", "steps", "gamma_s", "resources")
+
+    def __init__(self, pre_s: float, steps: list, gamma_s: float):
+        self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
+        self.resources = frozenset(h.resource for step in steps for p, _, _ in step for h in p.hops)
+
+
+def call_key(call: CommCall, group: tuple[int, ...]) -> tuple:
+    """What a plan depends on: the same call on the same group has the same plan."""
+    return (call.op, call.transport, call.algorithm, call.nbytes, group, call.time_s)
+
+
+class CallPlanner:
+    """Builds and memoises the :class:`CallPlan` of a call on a group, and the links it crosses."""
+
+    def __init__(self, cluster: Cluster, *, fuse: bool = True):
+        self.cluster, self.fuse = cluster, fuse
+        self._plans: dict[tuple, CallPlan | None] = {}
+        self._envs: dict[str | None, Env] = {}
+        self._paths: dict = {}
+        self._resources: dict[tuple, frozenset] = {}
+        self._schedules = ScheduleCache(cluster)
+        self._groups: dict[tuple[int, ...], Group] = {}
+
+    def plan(self, call: CommCall, group: tuple[int, ...] | None = None) -> CallPlan | None:
+        """The fused replay of ``call`` on ``group`` (default its own); None: a plain delay."""
+        group = call.group if group is None else group
+        key = call_key(call, group)
+        if key not in self._plans:
+            self._plans[key] = self._build(call, group)
+        return self._plans[key]
+
+    def _build(self, call: CommCall, group: tuple[int, ...]) -> CallPlan | None:
+        if call.nbytes <= 0 or self.cluster.world_size < 2:
+            return None
+        if call.transport is Transport.COLLECTIVE:
+            if not get_algorithm(call.algorithm.value).schedule_times_it:
+                return None  # in-switch reduction: its closed form, as a delay
+            return self._collective_plan(call, group)
+        if call.transport is Transport.P2P and len(group) == 2:
+            costs = self._env(None)
+            path = costs.path(group[0], group[1])
+            alone = path.latency_s + call.nbytes / path.bottleneck_Bps
+            return CallPlan(max(0.0, call.time_s - alone), [[(path, float(call.nbytes), path.latency_s)]], 0.0)
+        return None
+
+    def _env(self, protocol, family: str | None = None, group: Group | None = None) -> Env:
+        """Costs under ``protocol`` for an algorithm ``family`` (its hop latencies and bandwidth ratio)
+        on ``group`` (a protocol with a bus-bandwidth cap depends on it), the same :class:`Env` the
+        closed forms and :func:`~simulator.collectives.replay.schedule_time_s` use."""
+        capped = protocol is not None and protocol.bus_bw_cap is not None
+        key = (None if protocol is None else protocol.name, family, group.ranks if capped and group else None)
+        if key not in self._envs:
+            self._envs[key] = Env(self.cluster, protocol, self._paths, family=family, group=group if capped else None)
+        return self._envs[key]
+
+    def _collective_plan(self, call: CommCall, group: tuple[int, ...]) -> CallPlan:
+        cluster = self.cluster
+        chosen = estimate(cluster, group, call.op, call.nbytes, call.algorithm.value).protocol
+        protocol = next((p for p in cluster.comm.protocols if p.name == chosen), None)
+        local, shaped = self._local(call, group)
+        algorithm = get_algorithm(local.algorithm)
+        costs = self._env(protocol, algorithm.family, shaped)
+        links = dict(zip(local.pairs, local.links(shaped)))
+        steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
+                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
+        # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
+        # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
+        flow_steps = local.flow_steps(shaped)
+        gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
+        step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
+        if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
+            chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
+                                       lambda: self._build_schedule(call, group))
+        else:
+            chain_s = local.chain_s(costs, flow_steps, links)
+        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
+                    + sum(step_bw_s[id(s)] for s in flow_steps) + chain_s + gamma_s)
+        pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
+        return CallPlan(pre_s, steps, gamma_s)
+
+    def _local(self, call: CommCall, group: tuple[int, ...]) -> tuple[LocalSchedule, Group]:
+        """The call's schedule in local form (shared between groups of one shape) and the group's layout."""
+        shaped = self._group(group)
+        local = self._schedules.get(shaped, call.op, call.nbytes, call.algorithm.value,
+                                    lambda: self._build_schedule(call, group))
+        return local, shaped
+
+    def _group(self, group: tuple[int, ...]) -> Group:
+        shaped = self._groups.get(group)
+        if shaped is None:
+            shaped = self._groups[group] = Group(self.cluster, group)
+        return shaped
+
+    def _build_schedule(self, call: CommCall, group: tuple[int, ...]):
+        return build_schedule(self.cluster, group, call.op, call.nbytes, call.algorithm.value)
+
+    def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
+        key = call_key(call, group)
+        plan = self._plans.get(key)
+        if plan is not None or key in self._plans:
+            return frozenset() if plan is None else plan.resources
+        if key not in self._resources:
+            if self._needs_timing(call, group):
+                self._resources[key] = self._paths_of(call, group)
+            else:
+                plan = self.plan(call, group)
+                self._resources[key] = frozenset() if plan is None else plan.resources
+        return self._resources[key]
+
+    def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
+        """A collective replayed on links: its plan needs the schedule's timing, its resources only the pairs."""
+        return (call.transport is Transport.COLLECTIVE and call.nbytes > 0 and self.cluster.world_size >= 2
+                and get_algorithm(call.algorithm.value).schedule_times_it)
+
+    def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        shaped = self._group(group)
+        pairs = self._schedules.pairs(shaped, call.op, call.nbytes, call.algorithm.value,
+                                      lambda: self._build_schedule(call, group))
+        costs = self._env(None)
+        return frozenset(h.resource for src, dst, nic in links_of(pairs, shaped) for h in costs.path(src, dst, nic).hops)
