@@ -51,7 +51,8 @@ from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
-from executor.moe import apply_expert_parallel, expert_parameter_names, make_ep_groups, reduce_expert_gradients
+from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
+                          reduce_expert_gradients)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
@@ -63,6 +64,7 @@ from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.workload import Recompute
+from simulator.workload.moe_routing import Routing
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -87,6 +89,10 @@ def check(plan, layout) -> None:
     if layout.ep > 1 and s.zero >= ZeroStage.ZERO2:
         raise SpecError("plan.strategy.zero", f"ZeRO {int(s.zero)} with ep {layout.ep}: FSDP2 would shard the "
                         "experts over all dp ranks, not over their expert-data-parallel group; use zero 0 or 1")
+    if s.moe_routing is Routing.ROUND_ROBIN and layout.cp > 1:
+        raise SpecError("plan.strategy.moe_routing", f"round-robin with cp {layout.cp}: this executor counts "
+                        "round-robin tokens over a whole micro-batch, and a cp rank holds part of each sequence; "
+                        "use moe_routing learned or cp 1")
     if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
@@ -120,6 +126,7 @@ class DataParallelRunner:
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         apply_attention(model, s.attention)
+        routing = apply_routing(model, s.moe_routing, s.micro_batch * ctx.spec.seq_len)
         self.tokens = None
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
@@ -138,6 +145,8 @@ class DataParallelRunner:
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if routing is not None:
+            self._components["moe routing"] = routing
         if self.tokens is not None:
             self._components["context parallel"] = split_description(ctx.spec.seq_len, s.context)
         if self.ep is not None:
