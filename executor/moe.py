@@ -43,7 +43,9 @@ gradient of every ep peer's local loss. The global loss is the mean of the dp ra
 an expert's gradient is the sum over the ranks holding the same expert (the expert-data-parallel
 group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by dp
 (:func:`reduce_expert_gradients`); the dense parameters are averaged over dp by DDP as usual, and
-the expert parameters are left out of DDP (not all-reduced over dp).
+the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
+(:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
+reduce-scatter does the same sum and division by dp.
 """
 
 from __future__ import annotations
@@ -262,3 +264,20 @@ def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: in
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str) -> None:
+    """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
+    partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
+    which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
+    docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
+    torch copies grad ÷ factor and would divide by the factor again after a forced sum."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type)
+    for moe in moe_layers(model):
+        for expert in moe.experts:
+            fully_shard(expert, mesh=mesh, reshard_after_forward=reshard)
+            expert.set_gradient_divide_factor(float(dp))
+            expert.set_force_sum_reduction_for_comms(len(groups.expert_dp_ranks) > 1)

@@ -62,9 +62,12 @@ PLANS = {
         "qwen top-4 shared ep2 zero1": (QWEN, {"ep": 2, "zero": 1}),
         "mixtral ep1 cp2 ddp": (MIXTRAL, {"dp": 1, "cp": 2}),  # each cp rank routes its own tokens
         "mixtral top-2 ep2 round-robin ddp": (MIXTRAL, {"ep": 2, "moe_routing": "round-robin"}),
-        "qwen top-4 ep2 round-robin zero1": (QWEN, {"ep": 2, "zero": 1, "moe_routing": "round-robin"})},
+        "qwen top-4 ep2 round-robin zero1": (QWEN, {"ep": 2, "zero": 1, "moe_routing": "round-robin"}),
+        "mixtral top-2 ep2 zero3": (MIXTRAL, {"ep": 2, "zero": 3})},
     4: {"top-1 ep4 ddp": (TOP1, {"ep": 4}),
         "top-1 ep4 round-robin ddp": (TOP1, {"ep": 4, "moe_routing": "round-robin"}),
+        "mixtral top-2 ep2<dp4 zero2": (MIXTRAL, {"ep": 2, "zero": 2}),
+        "qwen top-4 ep2<dp4 zero3 recompute": (QWEN, {"ep": 2, "zero": 3, "recompute": "full"}),
         "qwen top-4 ep2<dp4 round-robin ddp": (QWEN, {"ep": 2, "moe_routing": "round-robin"}),
         "mixtral top-2 ep1 dp4 round-robin recompute": (MIXTRAL, {"moe_routing": "round-robin",
                                                                   "recompute": "full"}),
@@ -161,23 +164,24 @@ def test_the_all_to_all_is_its_own_phase(launch):
 
 
 def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
-    """Dense tensors: states over dp (ZeRO-1: ZeroRedundancyOptimizer's greedy whole-tensor split over dp);
-    the rank's E/ep experts: over the expert-data-parallel group (its index there: dp rank // ep)."""
+    """Dense tensors: states over dp (ZeRO-1: ZeroRedundancyOptimizer's greedy whole-tensor split over dp;
+    ZeRO-2/3: FSDP2's dim-0 padded shards); the rank's E/ep experts: over the expert-data-parallel group
+    (its index there: dp rank // ep)."""
     n, plans, per_rank = launch
     for i, (name, plan) in enumerate(plans.items()):
         layout, zero = plan.layout(), plan.strategy.zero
         dense, experts = split_experts(stage_param_shapes(plan.model, ep=layout.ep))
+        framework = Framework.FSDP2 if zero >= ZeroStage.ZERO2 else Framework.TORCH_DDP  # what torch runs
         for rank, got in enumerate(per_rank):
             d = layout.coords(rank).dp
-            model = model_state_bytes(dense, dp=n, zero=zero, dtype=DtypePolicy.FP32,
-                                      framework=Framework.TORCH_DDP, rank=d)
+            model = model_state_bytes(dense, dp=n, zero=zero, dtype=DtypePolicy.FP32, framework=framework, rank=d)
             if experts:
                 model = add_states(model, model_state_bytes(experts, dp=n // layout.ep, zero=zero,
-                                                            dtype=DtypePolicy.FP32, framework=Framework.TORCH_DDP,
+                                                            dtype=DtypePolicy.FP32, framework=framework,
                                                             rank=d // layout.ep))
             states = got[i]["states"]
-            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (
-                model.params_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
+            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (  # after the step
+                model.params_at_rest_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
                 (name, rank)
         if zero is ZeroStage.ZERO0 and layout.ep > 1:  # each rank holds only its share of the experts
             full = sum(4 * torch.Size(s).numel() for _, s in transformer_param_shapes(plan.model))
@@ -205,7 +209,7 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
 
     load_families()
     cluster = load_cluster("dgx-h100")
-    for flat, field in (({"dp": 2, "ep": 2, "zero": 2}, "plan.strategy.zero"),
+    for flat, field in (({"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload"),
                         ({"tp": 2}, "plan.model"),
                         ({"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing"),
                         ({"dp": 2, "dp_sync": "param-server", "moe_routing": "round-robin"},
@@ -223,7 +227,7 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
 @pytest.mark.parametrize("model, flat, needle", [
     ("deepseek-v2-lite", {"dp": 2, "ep": 2}, "model: deepseek-v2-lite-tiny has latent attention"),
     ("mixtral-8x7b", {"tp": 2, "ep": 1}, "plan.model: mixtral-8x7b-tiny has mixture-of-experts layers"),
-    ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3}, "plan.strategy.zero: ZeRO 3 with ep 2"),
+    ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload: params with ep 2"),
     ("mixtral-8x7b", {"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing: round-robin with cp 2"),
 ])
 def test_execute_refuses_before_launch_in_one_line(tmp_path, capsys, model, flat, needle):
