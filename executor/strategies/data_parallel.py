@@ -156,7 +156,8 @@ class DataParallelRunner:
                 f"ep={layout.ep}: {ctx.spec.moe.experts // layout.ep} of {ctx.spec.moe.experts} experts per rank, "
                 "dispatch and combine by dist.all_to_all_single over the ep group (executor/moe.py); expert "
                 f"gradients summed over the expert-data-parallel group of {len(self.ep.expert_dp_ranks)} "
-                "rank(s) and divided by dp, not all-reduced by DDP")
+                "rank(s) and divided by dp, " + ("in FSDP2's reduce-scatter there" if s.zero >= ZeroStage.ZERO2
+                                                 else "not all-reduced by DDP"))
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
