@@ -10,6 +10,17 @@ et al. 2017 [src: shazeer-2017]; Switch top-1 scales by the router probability, 
 Shared experts (``n_s·f_s`` wide, one MLP) see every token; Qwen-MoE's shared gate scales them by
 ``sigmoid(x·g)``. Routing is dropless: a workload with a capacity factor is refused
 (``executor.strategies.base.check_model``, before launch).
+
+**Round-robin routing** (the plan's ``moe_routing: round-robin``, :func:`apply_routing`): token ``t``
+of a rank's micro-batch (its ``T`` tokens flattened sample-major) goes to experts ``(t·k + j) mod E``,
+``j < k`` — NeMo AutoModel's fake balanced gate [src: automodel-perf], the definition
+``simulator.workload.moe_routing`` counts the dispatch with: k distinct consecutive experts, and every
+expert receives ``T·k/E`` token copies (exactly when E divides T·k, else the counts differ by at most
+one). The router still runs and its softmax probabilities of those k experts weight their outputs:
+AutoModel weights them 1/k and leaves its router unused; which experts a token reaches, what the
+routing field describes, is the same, and every parameter the memory model counts still has a
+gradient to synchronise. The single process (``executor.reference``) counts ``t`` modulo the
+micro-batch's tokens, so it routes each token as the rank whose micro-batch holds it.
 Parameter names and order are those of ``simulator.memory.moe.moe_mlp_shapes``:
 ``layers.{i}.moe.router``, ``.shared.up/down``, ``.shared_gate``, ``.experts.{j}.up/down``.
 
@@ -32,7 +43,9 @@ gradient of every ep peer's local loss. The global loss is the mean of the dp ra
 an expert's gradient is the sum over the ranks holding the same expert (the expert-data-parallel
 group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by dp
 (:func:`reduce_expert_gradients`); the dense parameters are averaged over dp by DDP as usual, and
-the expert parameters are left out of DDP (not all-reduced over dp).
+the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
+(:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
+reduce-scatter does the same sum and division by dp.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from simulator.memory.moe import EXPERT_TENSOR
+from simulator.workload.moe_routing import Routing
 from simulator.workload.transformer import ActivationKind, TransformerSpec
 
 
@@ -147,12 +161,19 @@ class MoE(nn.Module):
         self.ep: EpGroups | None = None
         """The ep groups (None: every expert is local); set by :func:`apply_expert_parallel`."""
         self.clock = EpClock()
+        self.round_robin_tokens = 0
+        """Round-robin routing over micro-batches of this many tokens (0: the learned gate); :func:`apply_routing`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         probs = F.softmax(self.router(flat), dim=-1, dtype=torch.float32)
-        weights, chosen = probs.topk(self.top_k, dim=-1)                 # (T, k) each
+        if self.round_robin_tokens:
+            chosen = round_robin_experts(len(flat), self.top_k, self.experts_total, self.round_robin_tokens,
+                                         flat.device)
+            weights = probs.gather(1, chosen)
+        else:
+            weights, chosen = probs.topk(self.top_k, dim=-1)             # (T, k) each
         expert_of = chosen.reshape(-1)
         order = torch.argsort(expert_of, stable=True)                    # copies sorted by expert
         token_of = order // self.top_k
@@ -186,6 +207,26 @@ class MoE(nn.Module):
         parts = [o.split(recv_matrix[:, e].tolist()) for e, o in enumerate(outs)]
         back = torch.cat([parts[e][s] for s in range(n) for e in range(local)])
         return _AllToAllV.apply(back, send, recv_matrix.sum(1).tolist(), ep.group, self.clock)
+
+
+def round_robin_experts(tokens: int, top_k: int, experts: int, period: int, device=None) -> torch.Tensor:
+    """(tokens, k) expert indices: token t gets ``((t mod period)·k + j) mod E``, j < k (module docstring)."""
+    t = torch.arange(tokens, device=device) % period
+    return (t.unsqueeze(1) * top_k + torch.arange(top_k, device=device)) % experts
+
+
+def apply_routing(model, routing: Routing, micro_batch_tokens: int) -> str | None:
+    """Route every MoE layer of ``model`` as the plan's ``moe_routing`` says, counting round-robin tokens
+    over micro-batches of ``micro_batch_tokens``; returns the results' component line (None: no MoE layer)."""
+    layers = moe_layers(model)
+    for moe in layers:
+        moe.round_robin_tokens = micro_batch_tokens if routing is Routing.ROUND_ROBIN else 0
+    if not layers:
+        return None
+    if routing is Routing.ROUND_ROBIN:
+        return (f"round-robin: token t of each {micro_batch_tokens}-token micro-batch to experts (t·k + j) mod E, "
+                "weighted by the router's probabilities of them (executor/moe.py)")
+    return "learned: the router's top-k softmax experts (executor/moe.py)"
 
 
 def moe_layers(model) -> list[MoE]:
@@ -223,3 +264,20 @@ def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: in
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str) -> None:
+    """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
+    partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
+    which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
+    docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
+    torch copies grad ÷ factor and would divide by the factor again after a forced sum."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type)
+    for moe in moe_layers(model):
+        for expert in moe.experts:
+            fully_shard(expert, mesh=mesh, reshard_after_forward=reshard)
+            expert.set_gradient_divide_factor(float(dp))
+            expert.set_force_sum_reduction_for_comms(len(groups.expert_dp_ranks) > 1)

@@ -12,9 +12,11 @@ import torch
 
 from executor.data import global_batch
 from executor.model import build_gpt
+from executor.moe import apply_routing
 from executor.strategies.base import OPTIMIZER, OptimizerConfig
 from simulator.checks import positive_int
 from simulator.workload import TransformerSpec
+from simulator.workload.moe_routing import Routing
 
 
 def make_optimizer(params, config: OptimizerConfig = OPTIMIZER) -> torch.optim.AdamW:
@@ -49,11 +51,13 @@ def reference_losses(spec: TransformerSpec, *, seed: int, steps: int, global_bat
     return reference_run(spec, seed=seed, steps=steps, global_batch_size=global_batch_size)[0]
 
 
-def reference_run(spec: TransformerSpec, *, seed: int, steps: int,
-                  global_batch_size: int) -> tuple[list[float], list[float]]:
-    """(loss, gradient L2 norm) of each of ``steps`` optimizer steps, fp32, one process."""
+def reference_run(spec: TransformerSpec, *, seed: int, steps: int, global_batch_size: int,
+                  moe_routing: Routing = Routing.LEARNED, micro_batch: int = 1) -> tuple[list[float], list[float]]:
+    """(loss, gradient L2 norm) of each of ``steps`` optimizer steps, fp32, one process. Round-robin MoE
+    routing counts tokens per ``micro_batch`` samples, as the plan's ranks do (``executor.moe``)."""
     positive_int("steps", steps)
     model = build_gpt(spec, seed=seed)
+    apply_routing(model, moe_routing, micro_batch * spec.seq_len)
     opt = make_optimizer(model.parameters())
     losses, norms = [], []
     for step in range(steps):

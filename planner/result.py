@@ -12,6 +12,7 @@ import pandas as pd
 from simulator.errors import SpecError
 from simulator.plan_file import Estimate, Plan
 from simulator.strategy.flat import strategy_to_flat
+from simulator.strategy.rules import moe_fields_problem
 
 from planner.frameworks import capability
 from planner.placement import NodeShape
@@ -118,6 +119,9 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
         extra = f" plus {servers} parameter-server node(s)" if servers else ""
         raise SpecError("gpus", f"{gpus} GPUs{extra} but the cluster has {cluster.world_size}; size the cluster to the "
                         f"job (whole nodes, or one node for a job of fewer than {gpn} GPUs)")
+    moe_problem = moe_fields_problem(workload, pins or {})  # before the search: no candidate could take them
+    if moe_problem is not None:
+        raise SpecError(*moe_problem)
     if objective is Objective.COST and not tokens:
         raise SpecError("tokens", "the cost objective needs the tokens to train (--tokens)")
     problem = Problem(gpus=gpus, global_batch=global_batch, gpus_per_node=cluster.node.gpus_per_node,

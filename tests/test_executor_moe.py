@@ -10,6 +10,11 @@ order, an expert gradient averaged over dp by DDP (or not divided by dp) moves t
 or the gradient norm far more. Model-state bytes per rank are compared with the memory model
 (``simulator.memory``: dense tensors over dp, the rank's E/ep experts over the expert-data-parallel
 group), byte for byte.
+
+Round-robin routing (the plan's ``moe_routing``): the same equivalence against one process routing
+each token as the rank whose micro-batch holds it (Qwen's 60 experts and top-4 make a token's experts
+depend on its index within the micro-batch, so a wrong count of the index moves the loss), and every
+expert's rows in every call equal ep·T·k/E (Mixtral, E divides T·k), which the learned gate misses.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from executor.launch import run
 from executor.model import build_gpt
-from executor.moe import EpGroups, apply_expert_parallel
+from executor.moe import EpGroups, apply_expert_parallel, round_robin_experts
 from executor.reference import reference_run
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
@@ -34,6 +39,7 @@ from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import DtypePolicy, get_preset
+from simulator.workload.moe_routing import Routing
 
 pytestmark = pytest.mark.multiproc
 
@@ -54,8 +60,17 @@ PLANS = {
     2: {"mixtral top-2 ep2 ddp": (MIXTRAL, {"ep": 2}),
         "top-1 ep2 ddp no-overlap": (TOP1, {"ep": 2, "overlap_grad_reduce": False}),
         "qwen top-4 shared ep2 zero1": (QWEN, {"ep": 2, "zero": 1}),
-        "mixtral ep1 cp2 ddp": (MIXTRAL, {"dp": 1, "cp": 2})},  # each cp rank routes its own tokens
+        "mixtral ep1 cp2 ddp": (MIXTRAL, {"dp": 1, "cp": 2}),  # each cp rank routes its own tokens
+        "mixtral top-2 ep2 round-robin ddp": (MIXTRAL, {"ep": 2, "moe_routing": "round-robin"}),
+        "qwen top-4 ep2 round-robin zero1": (QWEN, {"ep": 2, "zero": 1, "moe_routing": "round-robin"}),
+        "mixtral top-2 ep2 zero3": (MIXTRAL, {"ep": 2, "zero": 3})},
     4: {"top-1 ep4 ddp": (TOP1, {"ep": 4}),
+        "top-1 ep4 round-robin ddp": (TOP1, {"ep": 4, "moe_routing": "round-robin"}),
+        "mixtral top-2 ep2<dp4 zero2": (MIXTRAL, {"ep": 2, "zero": 2}),
+        "qwen top-4 ep2<dp4 zero3 recompute": (QWEN, {"ep": 2, "zero": 3, "recompute": "full"}),
+        "qwen top-4 ep2<dp4 round-robin ddp": (QWEN, {"ep": 2, "moe_routing": "round-robin"}),
+        "mixtral top-2 ep1 dp4 round-robin recompute": (MIXTRAL, {"moe_routing": "round-robin",
+                                                                  "recompute": "full"}),
         "mixtral top-2 ep2<dp4 ddp": (MIXTRAL, {"ep": 2}),
         "mixtral top-2 ep2<dp4 zero1": (MIXTRAL, {"ep": 2, "zero": 1}),
         "top-1 ep2<dp4 zero1 recompute": (TOP1, {"ep": 2, "zero": 1, "recompute": "full"})},
@@ -69,24 +84,32 @@ def _rank(rank: int, world: int, plans: tuple) -> list:
     from executor.strategies import load_families
     from executor.strategies.base import Backend, Phase, Precision, family_spec
 
+    from executor.moe import moe_layers
+
     load_families()
     out = []
     for plan in plans:
         ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
                             precision=Precision.FP32)
         runner = family_spec(ctx.layout).build(ctx)
+        rows: list[int] = []  # rows each local expert of every MoE layer ran on, every call
+        for moe in moe_layers(runner.model):
+            for expert in moe.experts:
+                expert.register_forward_hook(lambda module, args, result: rows.append(args[0].shape[0]))
         records = [runner.train_step(step) for step in range(STEPS)]
         out.append({"loss": [r.loss for r in records], "norm": [r.grad_norm for r in records],
                     "ep_s": [r.phases_s.get(Phase.EP) for r in records],
                     "phases": sorted(p.value for p in records[0].phases_s),
-                    "states": asdict(runner.model_state_bytes())})
+                    "states": asdict(runner.model_state_bytes()), "expert_rows": rows,
+                    "components": runner.components()})
     return out
 
 
 @cache
-def _reference(spec):
+def _reference(spec, routing: Routing, micro_batch: int):
     """(losses, gradient norms) of one process on the whole batch (several plans share a model)."""
-    return reference_run(spec, seed=0, steps=STEPS, global_batch_size=8)
+    return reference_run(spec, seed=0, steps=STEPS, global_batch_size=8, moe_routing=routing,
+                         micro_batch=micro_batch if routing is Routing.ROUND_ROBIN else 1)
 
 
 @pytest.fixture(scope="module", params=[2, 4])
@@ -100,11 +123,34 @@ def launch(request):
 def test_losses_and_gradient_norms_match_one_process(launch):
     n, plans, per_rank = launch
     for i, (name, plan) in enumerate(plans.items()):
-        want_loss, want_norm = _reference(plan.model)
+        want_loss, want_norm = _reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
         for rank, got in enumerate(per_rank):
             assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
             assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
         assert want_loss[0] != want_loss[1], name  # the steps train
+
+
+def test_round_robin_gives_every_expert_an_equal_share_and_says_so(launch):
+    """Every call of every expert runs on ep·T·k/E rows under round-robin (Mixtral and its top-1: E divides
+    T·k); the learned gate's calls differ (what this test would see if the plan's routing were ignored)."""
+    n, plans, per_rank = launch
+    for i, (name, plan) in enumerate(plans.items()):
+        s, spec = plan.strategy, plan.model
+        round_robin = s.moe_routing is Routing.ROUND_ROBIN
+        for got in per_rank:
+            assert got[i]["components"]["moe routing"].startswith(s.moe_routing.value), name
+            if spec.moe.experts == 8:
+                share = plan.layout().ep * s.micro_batch * spec.seq_len * spec.moe.top_k // spec.moe.experts
+                assert (set(got[i]["expert_rows"]) == {share}) == round_robin, (name, got[i]["expert_rows"])
+
+
+def test_round_robin_experts_are_distinct_consecutive_and_balanced():
+    """Hand-worked: E = 8, k = 3, period 4: token 5 is token 1 of its micro-batch, experts 3, 4, 5; token 2
+    wraps to 6, 7, 0. Over a 8-token micro-batch every expert gets 3 copies."""
+    chosen = round_robin_experts(8, 3, 8, 4)
+    assert chosen[5].tolist() == [3, 4, 5] and chosen[2].tolist() == [6, 7, 0]
+    assert all(len(set(row)) == 3 for row in chosen.tolist())
+    assert torch.bincount(round_robin_experts(8, 3, 8, 8).reshape(-1), minlength=8).tolist() == [3] * 8
 
 
 def test_the_all_to_all_is_its_own_phase(launch):
@@ -118,23 +164,24 @@ def test_the_all_to_all_is_its_own_phase(launch):
 
 
 def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
-    """Dense tensors: states over dp (ZeRO-1: ZeroRedundancyOptimizer's greedy whole-tensor split over dp);
-    the rank's E/ep experts: over the expert-data-parallel group (its index there: dp rank // ep)."""
+    """Dense tensors: states over dp (ZeRO-1: ZeroRedundancyOptimizer's greedy whole-tensor split over dp;
+    ZeRO-2/3: FSDP2's dim-0 padded shards); the rank's E/ep experts: over the expert-data-parallel group
+    (its index there: dp rank // ep)."""
     n, plans, per_rank = launch
     for i, (name, plan) in enumerate(plans.items()):
         layout, zero = plan.layout(), plan.strategy.zero
         dense, experts = split_experts(stage_param_shapes(plan.model, ep=layout.ep))
+        framework = Framework.FSDP2 if zero >= ZeroStage.ZERO2 else Framework.TORCH_DDP  # what torch runs
         for rank, got in enumerate(per_rank):
             d = layout.coords(rank).dp
-            model = model_state_bytes(dense, dp=n, zero=zero, dtype=DtypePolicy.FP32,
-                                      framework=Framework.TORCH_DDP, rank=d)
+            model = model_state_bytes(dense, dp=n, zero=zero, dtype=DtypePolicy.FP32, framework=framework, rank=d)
             if experts:
                 model = add_states(model, model_state_bytes(experts, dp=n // layout.ep, zero=zero,
-                                                            dtype=DtypePolicy.FP32, framework=Framework.TORCH_DDP,
+                                                            dtype=DtypePolicy.FP32, framework=framework,
                                                             rank=d // layout.ep))
             states = got[i]["states"]
-            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (
-                model.params_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
+            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (  # after the step
+                model.params_at_rest_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
                 (name, rank)
         if zero is ZeroStage.ZERO0 and layout.ep > 1:  # each rank holds only its share of the experts
             full = sum(4 * torch.Size(s).numel() for _, s in transformer_param_shapes(plan.model))
@@ -162,9 +209,14 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
 
     load_families()
     cluster = load_cluster("dgx-h100")
-    for flat, field in (({"dp": 2, "ep": 2, "zero": 2}, "plan.strategy.zero"),
-                        ({"tp": 2}, "plan.model")):
-        plan = Plan(model=MIXTRAL, cluster=cluster, gpus=2, strategy=strategy_from_flat({"global_batch": 8} | flat))
+    for flat, field in (({"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload"),
+                        ({"tp": 2}, "plan.model"),
+                        ({"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing"),
+                        ({"dp": 2, "dp_sync": "param-server", "moe_routing": "round-robin"},
+                         "plan.strategy.moe_routing")):
+        ps = flat.get("dp_sync") == "param-server"  # lays out over every GPU of its cluster
+        plan = Plan(model=MIXTRAL, cluster=load_cluster("localhost-cpu") if ps else cluster, gpus=2,
+                    strategy=strategy_from_flat({"global_batch": 8} | flat))
         with pytest.raises(SpecError) as err:
             family_spec(plan.layout()).check(plan, plan.layout())
         assert err.value.field == field and "\n" not in str(err.value)
@@ -175,7 +227,8 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
 @pytest.mark.parametrize("model, flat, needle", [
     ("deepseek-v2-lite", {"dp": 2, "ep": 2}, "model: deepseek-v2-lite-tiny has latent attention"),
     ("mixtral-8x7b", {"tp": 2, "ep": 1}, "plan.model: mixtral-8x7b-tiny has mixture-of-experts layers"),
-    ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3}, "plan.strategy.zero: ZeRO 3 with ep 2"),
+    ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload: params with ep 2"),
+    ("mixtral-8x7b", {"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing: round-robin with cp 2"),
 ])
 def test_execute_refuses_before_launch_in_one_line(tmp_path, capsys, model, flat, needle):
     from trainplan.__main__ import main

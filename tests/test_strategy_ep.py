@@ -79,3 +79,49 @@ def test_the_executor_refuses_what_it_does_not_run():
     with pytest.raises(SpecError) as err:
         family_spec(layout(tp=2, ep=4))
     assert err.value.field == "plan.strategy.ep" and "execute it with ep 1" in str(err.value)
+
+
+@pytest.mark.parametrize("field, value, default", [
+    ("moe_routing", "round-robin", "learned"), ("moe_dispatcher", "deepep", "per-expert"), ("routing_skew", "1.5", "1")])
+def test_moe_fields_on_a_model_without_experts_are_refused_naming_the_field(field, value, default):
+    """A routing field of a MoE layer on a dense transformer, a layer list or a parameter count would change
+    nothing: one error naming the field and its default; the default stays accepted, and a MoE model takes it."""
+    strategy = strategy_from_flat({"global_batch": 64, field: value})
+    for workload in (get_preset("llama2-7b"), ParamCountModel(params=10**9)):
+        with pytest.raises(SpecError) as err:
+            build_layout(strategy, H100.with_nodes(4), workload)
+        assert err.value.field == field and f"use {default} (the default)" in str(err.value)
+        assert "\n" not in str(err.value)
+        build_layout(strategy_from_flat({"global_batch": 64, field: default}), H100.with_nodes(4), workload)
+    build_layout(strategy, H100.with_nodes(4), MIXTRAL)
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "8",
+     "--moe-dispatcher", "deepep"],
+    ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "8", "--quiet",
+     "--moe-routing", "learned,round-robin"],  # before the search: not "nothing fits"
+    ["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "8", "--quiet",
+     "--routing-skew", "1.5"],
+])
+def test_cli_refuses_moe_fields_of_a_dense_model_in_one_line(capsys, argv):
+    from trainplan.__main__ import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no mixture-of-experts layers" in err and len(err.splitlines()) == 1
+
+
+def test_a_plan_file_with_moe_fields_on_a_dense_model_is_refused(tmp_path):
+    from simulator.plan_file import Plan, load_plan
+
+    path = tmp_path / "plan.json"
+    plan = Plan(model=get_preset("gpt3-125m"), cluster=H100, gpus=8, strategy=Strategy(global_batch=8))
+    plan.save(path)
+    text = path.read_text()
+    assert load_plan(path).strategy.moe_routing.value == "learned"  # the defaults load as before
+    assert '"moe_routing": "learned"' in text
+    path.write_text(text.replace('"moe_routing": "learned"', '"moe_routing": "round-robin"'))
+    with pytest.raises(SpecError) as err:
+        load_plan(path)
+    assert err.value.field == "plan.strategy.moe_routing"

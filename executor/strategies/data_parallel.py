@@ -23,11 +23,13 @@ Plan field → torch component:
   ranks of a replica (ring or all-to-all attention core, balanced or contiguous split); the DDP or
   FSDP2 group is the mesh's ``dp`` dimension, dp·cp ranks, so weight gradients are averaged over
   dp·cp as the simulator's layout has it (``ParallelLayout.dp_cp``).
-- Expert parallelism (ep > 1, ZeRO 0 or 1): :mod:`executor.moe` keeps this rank's E/ep experts of every
+- Expert parallelism (ep > 1): :mod:`executor.moe` keeps this rank's E/ep experts of every
   MoE layer and routes tokens over its ep group by all-to-all; the experts' parameters are left out of
   DDP and their gradients summed over the expert-data-parallel group and divided by dp after backward
   (``reduce_expert_gradients``, timed into ``dp``); under ZeRO-1 the dense parameters' optimizer is
   partitioned over dp and the experts' over the expert-data-parallel group, as the memory model has it.
+  Under ZeRO-2/3 each expert is its own FSDP2 module over the expert-data-parallel group (gradient
+  divide factor dp, sum reductions), the blocks and root over dp hold the rest; no offload with ep.
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
@@ -51,7 +53,8 @@ from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
-from executor.moe import apply_expert_parallel, expert_parameter_names, make_ep_groups, reduce_expert_gradients
+from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
+                          reduce_expert_gradients, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
@@ -63,6 +66,7 @@ from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.workload import Recompute
+from simulator.workload.moe_routing import Routing
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -84,9 +88,13 @@ def check(plan, layout) -> None:
     if s.zero >= ZeroStage.ZERO2 and sync.algorithm is not AllReduceAlgorithm.AUTO:
         raise SpecError("plan.strategy.allreduce_algorithm", f"{sync.algorithm.value}: FSDP2 reduce-scatters "
                         "gradients with the backend's own collective; use auto with zero 2 or 3")
-    if layout.ep > 1 and s.zero >= ZeroStage.ZERO2:
-        raise SpecError("plan.strategy.zero", f"ZeRO {int(s.zero)} with ep {layout.ep}: FSDP2 would shard the "
-                        "experts over all dp ranks, not over their expert-data-parallel group; use zero 0 or 1")
+    if layout.ep > 1 and s.offload is not Offload.NONE:
+        raise SpecError("plan.strategy.offload", f"{s.offload.value} with ep {layout.ep}: this executor does not "
+                        "offload the experts' FSDP2 shards (not implemented); use offload none, or ep 1")
+    if s.moe_routing is Routing.ROUND_ROBIN and layout.cp > 1:
+        raise SpecError("plan.strategy.moe_routing", f"round-robin with cp {layout.cp}: this executor counts "
+                        "round-robin tokens over a whole micro-batch, and a cp rank holds part of each sequence; "
+                        "use moe_routing learned or cp 1")
     if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
@@ -120,6 +128,7 @@ class DataParallelRunner:
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
         apply_attention(model, s.attention)
+        routing = apply_routing(model, s.moe_routing, s.micro_batch * ctx.spec.seq_len)
         self.tokens = None
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
@@ -138,6 +147,8 @@ class DataParallelRunner:
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+        if routing is not None:
+            self._components["moe routing"] = routing
         if self.tokens is not None:
             self._components["context parallel"] = split_description(ctx.spec.seq_len, s.context)
         if self.ep is not None:
@@ -145,7 +156,8 @@ class DataParallelRunner:
                 f"ep={layout.ep}: {ctx.spec.moe.experts // layout.ep} of {ctx.spec.moe.experts} experts per rank, "
                 "dispatch and combine by dist.all_to_all_single over the ep group (executor/moe.py); expert "
                 f"gradients summed over the expert-data-parallel group of {len(self.ep.expert_dp_ranks)} "
-                "rank(s) and divided by dp, not all-reduced by DDP")
+                "rank(s) and divided by dp, " + ("in FSDP2's reduce-scatter there" if s.zero >= ZeroStage.ZERO2
+                                                 else "not all-reduced by DDP"))
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
         if self.fsdp:
@@ -197,15 +209,25 @@ class DataParallelRunner:
         offload = CPUOffloadPolicy(pin_memory=self.ctx.device.type == "cuda") \
             if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
         mesh = self.ctx.mesh["dp"]
+        if self.expert_params:  # each expert over its expert-data-parallel group first: the blocks skip them
+            shard_experts(self.model, self.ep, self.ctx.layout.dp, reshard, self.ctx.device.type)
         for block in self.model.layers:
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
         fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
         self.module = self.model
-        self.opt = make_optimizer(self.model.parameters())
+        if self.expert_params:  # the sharded parameters: DTensors on two meshes, one optimizer each
+            names = set(expert_parameter_names(self.model))
+            self.expert_params = [p for n, p in self.model.named_parameters() if n in names]
+            self.opt = OptimizerGroup([make_optimizer(self._dense_params()), make_optimizer(self.expert_params)])
+        else:
+            self.opt = make_optimizer(self.model.parameters())
         self._adam_state = lambda: adam_state(self.opt)
         self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
                                              f"{reshard} (ZeRO-{int(s.zero)}), offload: "
-                                             f"{type(offload).__name__}")
+                                             f"{type(offload).__name__}" + (
+                                                 "; each routed expert fully_shard over its expert-data-parallel "
+                                                 "group, gradients summed there and divided by dp"
+                                                 if self.expert_params else ""))
 
     def _accumulating(self, last: bool):
         if self.fsdp:
@@ -253,7 +275,7 @@ class DataParallelRunner:
         if not self.fsdp and not self.overlap:
             self._timed(phases, Phase.DP, lambda: all_reduce_after_backward(
                 self._dense_params(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
-        if self.ep is not None:
+        if self.ep is not None and not self.fsdp:  # FSDP2 reduce-scatters them over their group in backward
             self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp))
         norm0 = time.perf_counter()
         norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
@@ -281,10 +303,11 @@ class DataParallelRunner:
         def squares(params):
             grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
             return torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else torch.zeros(())
-        total = squares(self._dense_params())
-        if self.fsdp:
-            total = total.to(self.ctx.device)
+        if self.fsdp:  # the dp ranks' shards (the experts': over ep × expert-dp, the dp ranks) hold each element once
+            total = squares(list(self.model.parameters())).to(self.ctx.device)
             dist.all_reduce(total, group=self.group)
+            return float(total.sqrt())
+        total = squares(self._dense_params())
         if self.expert_params:
             experts = squares(self.expert_params).to(self.ctx.device)
             dist.all_reduce(experts, group=self.ep.group)

@@ -48,6 +48,7 @@ from simulator.strategy import ParallelLayout
 from simulator.strategy.kinds import Offload, ZeroStage
 from simulator.strategy.sync import ParamServerMode
 from simulator.workload import Recompute
+from simulator.workload.moe_routing import Routing
 
 _HEAD = 3
 """Header floats of a push (step, version pulled, loss); an answer has 2 (version, loss)."""
@@ -62,6 +63,9 @@ def check(plan, layout: ParallelLayout) -> None:
     if s.zero is not ZeroStage.ZERO0 or s.offload is not Offload.NONE or s.recompute is not Recompute.NONE:
         raise SpecError("plan.strategy.dp_sync", "the parameter-server family runs without ZeRO, offload and "
                         "recompute; use zero 0, offload none, recompute none")
+    if s.moe_routing is Routing.ROUND_ROBIN and getattr(plan.model, "moe", None) is not None:
+        raise SpecError("plan.strategy.moe_routing", "round-robin: the parameter-server family runs the model's "
+                        "learned gate only; use moe_routing learned, or an all-reduce dp_sync")
 
 
 def shard_bounds(numel: int, shards: int) -> list[tuple[int, int]]:

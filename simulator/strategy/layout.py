@@ -3,6 +3,8 @@
 ``build_layout(strategy, cluster, workload)`` is the one place the cross-input rules live:
 
 - world size = dp·tp·pp·cp equals the worker GPUs (all GPUs, less dedicated parameter-server nodes);
+- a model without experts keeps the MoE routing fields at their defaults
+  (:func:`simulator.strategy.rules.moe_fields_problem`);
 - the workload accepts the context split (:func:`simulator.strategy.rules.context_problem`);
 - the workload accepts the tp degree (``Workload.check_tp``: a transformer's tp divides its
   attention heads and key/value heads, as Megatron-Core's ``divide`` requires);
@@ -38,7 +40,7 @@ from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.rule_errors import check_rules
-from simulator.strategy.rules import context_problem
+from simulator.strategy.rules import MOE_ONLY_FIELDS, context_problem, moe_fields_problem
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
 from simulator.strategy.precision import check_fp8
@@ -260,6 +262,9 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
         raise SpecError("strategy", f"must be a Strategy, got {type(strategy).__name__}")
     workload.check_tp(strategy.tp)
     workload.check_ep(strategy.ep)
+    moe_problem = moe_fields_problem(workload, {name: (getattr(strategy, name),) for name in MOE_ONLY_FIELDS})
+    if moe_problem is not None:
+        raise SpecError(*moe_problem)
     problem = context_problem(workload, strategy.context, strategy.tp)
     if problem is not None:
         raise SpecError("cp", problem)

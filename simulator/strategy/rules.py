@@ -29,16 +29,20 @@ The tensor- and expert-parallel rules on the model's shapes belong to the worklo
 (``Workload.check_tp``, ``Workload.check_ep``: ep divides the routed experts); :func:`valid_mask` asks
 them once per distinct degree. The context-parallel rules need the workload's sequence and heads
 (:func:`context_problem`); :func:`valid_mask` asks them once per distinct (cp, kind, balance, tp).
+The routing fields of a MoE layer (:data:`MOE_ONLY_FIELDS`) take their defaults on a model without
+experts (:func:`moe_fields_problem`): they would change nothing, and a plan that sets them is a mistake.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import Enum
 
 import numpy as np
 
 from simulator.schedules import interleaved_ok, micro_batches_ok
+from simulator.strategy.spec import Strategy
 from simulator.workload.context import ContextKind, ContextSplit
 
 
@@ -146,6 +150,29 @@ def context_problem(workload, context: ContextSplit, tp: int) -> str | None:
     if context.kind is ContextKind.ALL_TO_ALL and workload.heads % (tp * cp):
         return (f"{cp}: all-to-all context parallelism splits the {workload.heads} heads over tp·cp = {tp * cp} "
                 "ranks; choose tp·cp dividing the heads, or cp_kind ring")
+    return None
+
+
+MOE_ONLY_FIELDS = ("moe_routing", "moe_dispatcher", "routing_skew")
+"""Strategy fields that describe how a MoE layer routes its tokens (``simulator.workload.moe_routing``,
+``simulator.workload.moe_ops``): meaningless on a model without mixture-of-experts layers."""
+
+
+def moe_fields_problem(workload, values: dict[str, tuple]) -> tuple[str, str] | None:
+    """(field, problem) for the first value of :data:`MOE_ONLY_FIELDS` in ``values`` (field → the
+    strategy's value, or every pinned value of a search) other than the field's default, on a workload
+    without experts (a layer list, a parameter count, a dense transformer); None if there is none."""
+    if getattr(workload, "moe", None) is not None:
+        return None
+    defaults = {f.name: f.default for f in fields(Strategy)}
+
+    def shown(value) -> str:
+        return value.value if isinstance(value, Enum) else f"{value:g}"
+    for name in MOE_ONLY_FIELDS:
+        for value in values.get(name, ()):
+            if value != defaults[name]:
+                return name, (f"{shown(value)}: the model has no mixture-of-experts layers to route; use "
+                              f"{shown(defaults[name])} (the default), or a MoE model")
     return None
 
 
