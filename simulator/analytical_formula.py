@@ -24,14 +24,14 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   only one of the first two fits. (The former single period ``P = max_r R_r/(p − r)`` counted
   fractional round trips, and one on a rank whose p − r = m never makes one: p = 2, m = 2 gave
   3w + 3c for the true 3w + 2c.) Each term is a real path, so T never exceeds
-  :func:`simulator.schedules.dry_run`; it equals it without p2p for stages within ±10 % of each
+  :func:`simulator.schedule_dry_run.dry_run`; it equals it without p2p for stages within ±10 % of each
   other (B = 2F), and is within ~1.5 % below it with p2p up to a tenth of a forward (tests). Paths
   that cross several ranks' windows (rank r+1 entered from rank r's round trips) are not in the
   family: stages several times heavier than others can put the truth ~12 % higher.
 - Interleaved (v > 1): ``T = m·max W + (Σ_r W_r − max W)/v + C``: bubble (p−1)/(v·m) of the
   ideal time for equal stages (Narayanan et al. SC'21 §2.2).
 
-GPipe is exact against :func:`simulator.schedules.dry_run`; interleaved is exact for equal stages
+GPipe is exact against :func:`simulator.schedule_dry_run.dry_run`; interleaved is exact for equal stages
 without p2p, and within ~1 % with p2p latency or edge-heavy stages (tests). Which formula a
 candidate gets is read from its schedule's action lists (:mod:`simulator.schedule_shape`).
 

@@ -10,7 +10,7 @@ The plays (the analytical engine adds up the same ones in closed form):
   the action runs block by block: block i waits for gather i, issued on the dp stream when block
   i−1 starts (prefetch one block ahead, one gather at a time). A backward is the recompute, then the same with
   ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
-  :func:`simulator.schedules.dry_run` assumes).
+  :func:`simulator.schedule_dry_run.dry_run` assumes).
 - Sends run on the rank's pp stream, one at a time, without blocking compute.
 - Gradient buckets: when the rank's last backward starts (after its recompute), bucket i becomes
   ready ``grad_ready_fraction[i] × (bwd + Σ tp_bwd)`` later (the uncontended length of that
