@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.memory.dtensor_head import head_projection_input_bytes, loss_parallel_working_bytes, uses_dtensor_head
 from simulator.memory.moe import moe_activation_elements
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
@@ -228,9 +229,13 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
       8 bytes per logit for e <= 4, is the working set [src: torch-autograd];
     - Megatron-LM's vocab-parallel cross-entropy works in place on its fp32 copy (which becomes the
       saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
-      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy].
+      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy];
+    - FSDP2 with tp > 1 (torchtitan): torch's ``loss_parallel``, 12 bytes per logit
+      (:mod:`simulator.memory.dtensor_head`) [src: torch-loss-parallel].
     """
     e = spec.dtype.activation_bytes
+    if uses_dtensor_head(framework, tp):
+        return loss_parallel_working_bytes(tokens=seq * mbs, local_vocab=ceil(spec.vocab / tp), activation_bytes=e)
     cast = e if e != LOGITS_BYTES else 0
     eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
     per_logit = cast if framework is Framework.MEGATRON else eager
@@ -256,7 +261,9 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
     head = loss = 0.0
     if stage == layout.pp - 1:
-        head = (2 * sbh * e / rep_div + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
+        projection_input = head_projection_input_bytes(tokens=seq * mbs, hidden=spec.hidden, activation_bytes=e, tp=tp,
+                                                       sp=sp, dtensor=uses_dtensor_head(layout.framework, tp))
+        head = (sbh * e / rep_div + projection_input + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
         loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework)
     offload = s.offload_activations
     return StageActivations(

@@ -1,0 +1,67 @@
+"""torch's DTensor output layer and loss_parallel (simulator/memory/dtensor_head.py), byte by byte
+against hand-worked numbers from the framework's source [src: torch-loss-parallel, torch-dtensor-tp,
+torchtitan-tp-loss]; exact (no tolerance: integer byte counts)."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.memory.activations import loss_working_bytes, stage_activations
+from simulator.memory.dtensor_head import uses_dtensor_head
+from simulator.strategy import Framework, ZeroStage
+from simulator.workload import DtypePolicy, get_preset
+from memory_layouts import layout_of
+
+T = 8192 * 16             # tokens of one micro-batch: s = 8192, b = 16 (torchtitan Table 4's local batch)
+LOCAL_VOCAB = 128256 // 8  # Llama 3.1's vocabulary over tp = 8: 16,032 logits per token
+SBH = T * 8192            # Llama 3.1 70B, h = 8192: 1,073,741,824 elements
+
+
+def llama70b():
+    return get_preset("llama3.1-70b").with_seq(8192)
+
+
+@pytest.mark.parametrize("dtype", [DtypePolicy.BF16_MIXED, DtypePolicy.FP32])
+def test_loss_parallel_working_set_is_three_fp32_logit_tensors(dtype):
+    """_nll_loss_and_log_softmax_backward: zeros_like(x), exp(x) and their sum next to the saved
+    log-probabilities: 12 B per local logit, 131,072 · 16,032 · 12 = 25,216,155,648 bytes. The forward
+    (e + 4 + 4 with e = 2, or 4 + 4 in fp32) is smaller, so fp32 gives the same."""
+    spec = replace(llama70b(), dtype=dtype)
+    got = loss_working_bytes(spec, seq=8192, mbs=16, tp=8, framework=Framework.FSDP2)
+    assert got == T * LOCAL_VOCAB * 12 == 25_216_155_648
+
+
+def test_other_frameworks_keep_their_loss():
+    """The eager cross-entropy (8 B per logit) at tp = 1 under FSDP2 and at tp = 8 under torch DDP;
+    Megatron's in-place vocab-parallel loss (e = 2 B) at tp = 8."""
+    spec = llama70b()
+    assert loss_working_bytes(spec, seq=8192, mbs=2, tp=1, framework=Framework.FSDP2) == 8192 * 2 * 128256 * 8
+    assert loss_working_bytes(spec, seq=8192, mbs=16, tp=8, framework=Framework.TORCH_DDP) == T * LOCAL_VOCAB * 8
+    assert loss_working_bytes(spec, seq=8192, mbs=16, tp=8, framework=Framework.MEGATRON) == T * LOCAL_VOCAB * 2
+    assert not uses_dtensor_head(Framework.FSDP2, 1) and uses_dtensor_head(Framework.FSDP2, 8)
+
+
+def _head(framework, zero, sp=True):
+    spec = llama70b()
+    layout = layout_of(spec, dp=2, tp=8, mbs=16, seq=8192, sp=sp, zero=zero, framework=framework)
+    return stage_activations(spec, layout, 0)
+
+
+def test_dtensor_head_keeps_the_gathered_projection_input():
+    """FSDP2 + tp 8 + sp (torchtitan): the final norm's input stays sequence-sharded (SBH·2/8 =
+    268,435,456), the output projection saves ColwiseParallel's all-gathered input (SBH·2 =
+    2,147,483,648), plus the fp32 log-probabilities (4 · 131,072 · 16,032 = 8,405,385,216):
+    10,821,304,320 bytes. Megatron keeps both inputs sharded: 2 · 268,435,456 + 8,405,385,216."""
+    logits = 4 * T * LOCAL_VOCAB
+    assert _head(Framework.FSDP2, ZeroStage.ZERO3).head_bytes == SBH * 2 // 8 + SBH * 2 + logits == 10_821_304_320
+    assert _head(Framework.MEGATRON, ZeroStage.ZERO1).head_bytes == 2 * (SBH * 2 // 8) + logits
+    # without sequence parallelism both keep whole inputs
+    assert _head(Framework.FSDP2, ZeroStage.ZERO3, sp=False).head_bytes == 2 * SBH * 2 + logits
+
+
+def test_peak_holds_the_loss_parallel_working_set():
+    """Under full recompute the loss's working set (25.2 GB) exceeds one recomputed block's, so it is
+    the one the peak adds to the checkpoints and the head."""
+    act = _head(Framework.FSDP2, ZeroStage.ZERO3)
+    assert act.loss_working_bytes == T * LOCAL_VOCAB * 12
+    assert act.gpu_bytes == act.blocks_bytes + act.head_bytes + act.loss_working_bytes
