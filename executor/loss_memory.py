@@ -1,5 +1,6 @@
-"""Measure the cross-entropy's working set on CPU (gloo): what the memory model calls
-``loss_working_bytes`` (:mod:`simulator.memory.activations`, :mod:`simulator.memory.dtensor_head`).
+"""Measure on CPU (gloo) what the memory model counts around the loss: the cross-entropy's working
+set (``loss_working_bytes``, :mod:`simulator.memory.activations`, :mod:`simulator.memory.dtensor_head`)
+and the input torchtitan's output layer saves (:func:`measure_head_saved`).
 
 Each rank holds random 16-bit logits for ``tokens`` tokens (its ``vocab / tp`` slice under
 ``loss_parallel``, the whole vocabulary otherwise) and runs
@@ -7,7 +8,7 @@ Each rank holds random 16-bit logits for ``tokens`` tokens (its ``vocab / tp`` s
 backward. The CPU allocator's allocation and free events (``torch.profiler`` with
 ``profile_memory=True``, read from the profiler's event tree by timestamp) give the live bytes over
 time; per window (the loss's forward, then its backward) the peak above the bytes live when the
-window opened. Returned per rank, in bytes:
+window opened. :func:`measure_loss_working` returns per rank, in bytes:
 
 - ``forward_peak_bytes``: above the 16-bit logits (which exist before the loss);
 - ``kept_bytes``: live after the forward besides the logits (the saved fp32 log-probabilities);
@@ -95,3 +96,44 @@ def measure_loss_working(*, tokens: int, vocab: int, tp: int = 1, loss_parallel:
     if loss_parallel and vocab % tp:
         raise SpecError("vocab", f"{vocab} is not divisible by tp = {tp}; give a multiple of {tp}")
     return run(_rank, tp, args=(_Job(tokens=tokens, vocab=vocab, loss_parallel=loss_parallel, seed=seed),))
+
+
+def _head_rank(rank: int, world: int, tokens: int, hidden: int, vocab: int, seed: int) -> dict:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    torch.manual_seed(seed)
+    mesh = init_device_mesh("cpu", (world,))
+    head = torch.nn.Linear(hidden, vocab, bias=False).to(torch.bfloat16)
+    parallelize_module(head, mesh, ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
+                                                   use_local_output=False))
+    params = {p.to_local().untyped_storage().data_ptr() for p in head.parameters()}
+    local = torch.randn(1, tokens // world, hidden).to(torch.bfloat16).requires_grad_()
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if isinstance(local, AsyncCollectiveTensor):  # ColwiseParallel's all-gather is issued async_op=True
+            local = local.wait()
+        storage = local.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        head(DTensor.from_local(local, mesh, [Shard(1)], run_check=False))
+    return {"saved_bytes": sum(seen.values()), "input_shard_bytes": local.untyped_storage().nbytes()}
+
+
+def measure_head_saved(*, tokens: int, hidden: int, vocab: int, tp: int = 2, seed: int = 0) -> list[dict]:
+    """Per rank, the bytes autograd saves (parameters excluded) in torchtitan's output layer,
+    ``ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1))`` on a sequence-sharded bf16
+    input of ``tokens`` tokens over ``tp`` gloo ranks, and the bytes of the rank's input shard."""
+    for name, value in (("tokens", tokens), ("hidden", hidden), ("vocab", vocab), ("tp", tp)):
+        positive_int(name, value)
+    for name, value in (("tokens", tokens), ("vocab", vocab)):
+        if value % tp:
+            raise SpecError(name, f"{value} is not divisible by tp = {tp}; give a multiple of {tp}")
+    return run(_head_rank, tp, args=(tokens, hidden, vocab, seed))

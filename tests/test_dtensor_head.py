@@ -83,3 +83,18 @@ def test_measured_loss_working_set_matches_the_model(parallel, framework):
         assert rank["kept_bytes"] == pytest.approx(4 * rank["local_logits"], rel=0.01)  # the saved fp32 log-probs
         forward = rank["forward_peak_bytes"] + 2 * rank["local_logits"] - rank["kept_bytes"]
         assert max(forward, rank["backward_peak_bytes"]) == pytest.approx(model, rel=0.01)
+
+
+def test_measured_output_layer_saves_the_gathered_input():
+    """Measured on 2 gloo ranks (executor.loss_memory.measure_head_saved, saved_tensors_hooks):
+    torchtitan's ColwiseParallel(input_layouts=Shard(1)) output layer saves the all-gathered input,
+    256 tokens · 64 · 2 B = 32,768 bytes per rank (twice the rank's 16,384-byte shard), exactly the
+    model's output-projection line; Megatron's sequence-parallel layer would keep the shard."""
+    from executor.loss_memory import measure_head_saved
+    from simulator.memory.dtensor_head import head_projection_input_bytes
+
+    model = head_projection_input_bytes(tokens=256, hidden=64, activation_bytes=2, tp=2, sp=True, dtensor=True)
+    megatron = head_projection_input_bytes(tokens=256, hidden=64, activation_bytes=2, tp=2, sp=True, dtensor=False)
+    for rank in measure_head_saved(tokens=256, hidden=64, vocab=1024, tp=2):
+        assert rank["saved_bytes"] == model == 32_768 == 2 * rank["input_shard_bytes"]
+        assert megatron == rank["input_shard_bytes"]
