@@ -1,5 +1,5 @@
 """Measure on CPU (gloo) what the memory model counts around the loss: the cross-entropy's working
-set (``loss_working_bytes``, :mod:`simulator.memory.activations`, :mod:`simulator.memory.dtensor_head`)
+set (``loss_working_bytes``, :mod:`simulator.memory.activations`, :mod:`simulator.memory.dtensor_tp`)
 and the input torchtitan's output layer saves (:func:`measure_head_saved`).
 
 Each rank holds random 16-bit logits for ``tokens`` tokens (its ``vocab / tp`` slice under

@@ -1,11 +1,18 @@
-"""What torch's DTensor tensor parallelism keeps around the output layer and the loss, where it
-differs from Megatron-LM's layers: the tp > 1 plan torchtitan composes with FSDP2
-(``Framework.FSDP2``), whose ``apply_tp`` parallelises the output layer with
+"""What torch's DTensor tensor parallelism keeps, where it differs from Megatron-LM's layers: the
+tp > 1 plan torchtitan composes with FSDP2 (``Framework.FSDP2``), whose ``apply_tp`` parallelises
+the output layer with
 ``ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)`` and
 computes the loss under ``loss_parallel()`` whenever tp > 1 (``ParallelDims.loss_parallel_enabled``
 is ``tp > 1 and enable_loss_parallel``, on unless ``--training.disable_loss_parallel``)
-[src: torchtitan-tp-loss]. Two named terms, per micro-batch on the last stage's rank, with T = s·b
-tokens, e-byte activations and L = T·ceil(V/t) local logits:
+[src: torchtitan-tp-loss]. Three named terms, per micro-batch, with T = s·b tokens, e-byte
+activations and L = T·ceil(V/t) local logits:
+
+- **gathered block inputs** (:func:`gathered_block_input_elements`): with sequence parallelism the
+  blocks' norms run on the sequence shard (``SequenceParallel``) and ``PrepareModuleInput`` all-gathers
+  their outputs before the column-parallel matmuls (QKV, MLP up), which save the gathered tensors:
+  per token 2h/t norm inputs + 2h gathered inputs, against Megatron's 4h/t (its layers keep the
+  shards and gather again in backward). Measured exactly on CPU
+  (``executor.memory_measure.tp_block_saved_bytes``, docs/memory_measured.md).
 
 - **output-projection input** (:func:`head_projection_input_bytes`): ``ColwiseParallel``'s
   ``_prepare_input_fn`` redistributes the sequence-sharded final-norm output to ``Replicate`` (an
@@ -45,11 +52,20 @@ LOSS_PARALLEL_WORKING_BYTES_PER_LOGIT = LOSS_PARALLEL_BACKWARD_LIVE * LOGIT_FP32
 """The backward's 12 bytes per logit on top of the saved 4 (the forward's e + 8 is smaller for e <= 4)."""
 
 
-def uses_dtensor_head(framework: Framework, tp: int) -> bool:
-    """True when the output layer and the loss are torch's DTensor ones (module docstring): FSDP2 with
-    tensor parallelism, as torchtitan runs it. Megatron-LM, DeepSpeed (Megatron's layers) and torch DDP
-    (no tensor-parallel recipe with a sharded loss) keep the other formulas."""
+def uses_dtensor_tp(framework: Framework, tp: int) -> bool:
+    """True when the blocks, the output layer and the loss are torch's DTensor ones (module docstring):
+    FSDP2 with tensor parallelism, as torchtitan runs it. Megatron-LM, DeepSpeed (Megatron's layers) and
+    torch DDP (no tensor-parallel recipe with a sharded loss) keep the other formulas."""
     return framework is Framework.FSDP2 and tp > 1
+
+
+def gathered_block_input_elements(hidden: int, tp: int, sp: bool, dtensor: bool) -> float:
+    """Elements per token one block keeps for its two norms' inputs and outputs (the column-parallel
+    matmuls' inputs): 4h/t under Megatron's sequence parallelism, 2h/t + 2h under torch's (the outputs
+    are saved gathered), 4h without sequence parallelism (module docstring)."""
+    if not sp:
+        return 4.0 * hidden
+    return 2.0 * hidden / tp + 2.0 * hidden * (1 if dtensor else 1 / tp)
 
 
 def loss_parallel_working_bytes(*, tokens: int, local_vocab: int, activation_bytes: int) -> float:

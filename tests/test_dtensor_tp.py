@@ -1,4 +1,4 @@
-"""torch's DTensor output layer and loss_parallel (simulator/memory/dtensor_head.py), byte by byte
+"""torch's DTensor output layer and loss_parallel (simulator/memory/dtensor_tp.py), byte by byte
 against hand-worked numbers from the framework's source [src: torch-loss-parallel, torch-dtensor-tp,
 torchtitan-tp-loss]; exact (no tolerance: integer byte counts)."""
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.memory.activations import loss_working_bytes, stage_activations
-from simulator.memory.dtensor_head import uses_dtensor_head
+from simulator.memory.dtensor_tp import uses_dtensor_tp
 from simulator.strategy import Framework, ZeroStage
 from simulator.workload import DtypePolicy, get_preset
 from memory_layouts import layout_of
@@ -38,7 +38,7 @@ def test_other_frameworks_keep_their_loss():
     assert loss_working_bytes(spec, seq=8192, mbs=2, tp=1, framework=Framework.FSDP2) == 8192 * 2 * 128256 * 8
     assert loss_working_bytes(spec, seq=8192, mbs=16, tp=8, framework=Framework.TORCH_DDP) == T * LOCAL_VOCAB * 8
     assert loss_working_bytes(spec, seq=8192, mbs=16, tp=8, framework=Framework.MEGATRON) == T * LOCAL_VOCAB * 2
-    assert not uses_dtensor_head(Framework.FSDP2, 1) and uses_dtensor_head(Framework.FSDP2, 8)
+    assert not uses_dtensor_tp(Framework.FSDP2, 1) and uses_dtensor_tp(Framework.FSDP2, 8)
 
 
 def _head(framework, zero, sp=True):
@@ -47,7 +47,7 @@ def _head(framework, zero, sp=True):
     return stage_activations(spec, layout, 0)
 
 
-def test_dtensor_head_keeps_the_gathered_projection_input():
+def test_dtensor_tp_keeps_the_gathered_projection_input():
     """FSDP2 + tp 8 + sp (torchtitan): the final norm's input stays sequence-sharded (SBH·2/8 =
     268,435,456), the output projection saves ColwiseParallel's all-gathered input (SBH·2 =
     2,147,483,648), plus the fp32 log-probabilities (4 · 131,072 · 16,032 = 8,405,385,216):
@@ -91,10 +91,31 @@ def test_measured_output_layer_saves_the_gathered_input():
     256 tokens · 64 · 2 B = 32,768 bytes per rank (twice the rank's 16,384-byte shard), exactly the
     model's output-projection line; Megatron's sequence-parallel layer would keep the shard."""
     from executor.loss_memory import measure_head_saved
-    from simulator.memory.dtensor_head import head_projection_input_bytes
+    from simulator.memory.dtensor_tp import head_projection_input_bytes
 
     model = head_projection_input_bytes(tokens=256, hidden=64, activation_bytes=2, tp=2, sp=True, dtensor=True)
     megatron = head_projection_input_bytes(tokens=256, hidden=64, activation_bytes=2, tp=2, sp=True, dtensor=False)
     for rank in measure_head_saved(tokens=256, hidden=64, vocab=1024, tp=2):
         assert rank["saved_bytes"] == model == 32_768 == 2 * rank["input_shard_bytes"]
         assert megatron == rank["input_shard_bytes"]
+
+
+@pytest.mark.parametrize("sp, expected", [(False, 82_688), (True, 74_240)])
+def test_measured_dtensor_block_matches_the_model(sp, expected):
+    """The executor's GPT block (fp32, h = 64, a = 4, f = 256, no dropout, SDPA) over 2 gloo ranks with
+    torch's TP plan (executor.memory_measure.tp_block_saved_bytes, saved_tensors_hooks), s = 16, b = 2:
+    32 tokens · 4 B · (norm parts + (q + 2kv + q + 2f)/2 = 384 + LayerNorm stats + lse). Without sp the
+    norm parts are 4h = 256 and the stats 4 + 2: 646 elements, 82,688 B. With sp the norms' inputs are
+    sharded (2h/2 = 64) but QKV and MLP-up save their gathered inputs (2h = 128); stats 2 + 2: 580
+    elements, 74,240 B, exactly the model's DTensor count; Megatron's 4h/t count would be 66,048."""
+    from executor.memory_measure import tp_block_saved_bytes
+    from simulator.memory.activations import layer_activation
+    from simulator.workload import TransformerSpec
+
+    spec = TransformerSpec(name="gpt-tiny-v126", layers=2, hidden=64, heads=4, vocab=126, seq_len=16,
+                           dtype=DtypePolicy.FP32)
+    assert layer_activation(spec, seq=16, mbs=2, tp=2, sp=sp, dtensor=True).full_bytes == expected
+    for rank in tp_block_saved_bytes(spec, tp=2, sequence_parallel=sp, batch=2, seq=16):
+        assert rank["saved_bytes"] == expected
+    if sp:
+        assert layer_activation(spec, seq=16, mbs=2, tp=2, sp=True).full_bytes == 66_048
