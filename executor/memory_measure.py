@@ -217,3 +217,43 @@ def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         block(x)
     return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen), "by_shape": by_shape}
+
+
+def _tp_block_rank(rank: int, world: int, spec: TransformerSpec, batch: int, seq: int, sp: bool, seed: int) -> dict:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    from executor.strategies.tensor import parallelize_blocks
+
+    mesh = init_device_mesh("cpu", (world,))
+    blocks = torch.nn.ModuleList([build_gpt(spec, seed=seed).layers[0]])
+    parallelize_blocks(blocks, spec, mesh, sp)
+    params = {(p.to_local() if isinstance(p, DTensor) else p).untyped_storage().data_ptr()
+              for p in blocks.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if isinstance(local, AsyncCollectiveTensor):  # DTensor redistributions are issued async_op=True
+            local = local.wait()
+        storage = local.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, seq, spec.hidden, generator=g, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        blocks[0](x)
+    return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen)}
+
+
+def tp_block_saved_bytes(spec: TransformerSpec, *, tp: int, sequence_parallel: bool, batch: int = 2,
+                         seq: int | None = None, seed: int = 0) -> list[dict]:
+    """Per tp rank, the bytes autograd saves in one tensor-parallel block of the executor's GPT (fp32,
+    DTensor plan :func:`executor.strategies.tensor.block_plan`: with sequence parallelism the norms run on
+    the sequence shard and ``PrepareModuleInput`` gathers their outputs before the column-parallel
+    matmuls, which save the gathered tensors), counted as :func:`block_saved_bytes` does."""
+    seq = _check_args(spec, tp, (), batch, seq)
+    return run(_tp_block_rank, tp, args=(spec, batch, seq, sequence_parallel, seed))

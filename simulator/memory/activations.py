@@ -26,7 +26,9 @@ rather than a dropout mask; ``native_dropout`` returns a bool mask). Measured on
 a Llama block up to three CPU-only extras.
 
 Tensor parallelism divides the split terms by t (``10 + 24/t + 5as/(ht)`` for GPT); sequence
-parallelism divides everything by t (``(34 + 5as/h)/t``). Selective recompute drops the attention
+parallelism divides everything by t (``(34 + 5as/h)/t``) in Megatron-LM; torch's DTensor sequence
+parallelism (FSDP2 + tp, torchtitan) saves the column-parallel matmuls' inputs gathered, 2h per token
+instead of 2h/t (:mod:`simulator.memory.dtensor_tp`). Selective recompute drops the attention
 scores (nothing to drop under FlashAttention); full recompute keeps only the block input
 (h per token, /t with sp).
 
@@ -48,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.memory.dtensor_tp import (gathered_block_input_elements, head_projection_input_bytes,
+                                        loss_parallel_working_bytes, uses_dtensor_tp)
 from simulator.memory.moe import moe_activation_elements
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
@@ -117,10 +121,12 @@ class LayerActivation:
 
 def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
                      flash_attention: bool = True, moe_layer: bool = False, skew: float = 1.0,
-                     ep: int = 1) -> LayerActivation:
+                     ep: int = 1, dtensor: bool = False) -> LayerActivation:
     """Per-block activation bytes (module docstring), with the spec's activation element size and
     dropout; ``flash_attention=False`` is eager attention (Korthikanti's count); ``moe_layer``: the MLP
-    terms are a MoE block's (:func:`simulator.memory.moe.moe_activation_elements`, routing ``skew``)."""
+    terms are a MoE block's (:func:`simulator.memory.moe.moe_activation_elements`, routing ``skew``);
+    ``dtensor``: torch's tensor parallelism, whose sequence-parallel matmuls save their gathered inputs
+    (:func:`simulator.memory.dtensor_tp.gathered_block_input_elements`)."""
     e = spec.dtype.activation_bytes
     sb, h, a = seq * mbs, spec.hidden, spec.heads
     q, kv, f = spec.q_dim / tp, _kv_rows(spec, tp), spec.ffn_size / tp
@@ -138,7 +144,8 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     if not flash_attention:
         scores = (a / tp) * seq * seq * mbs * (e + ((MASK_BYTES + e) if dropout else 0))
     return LayerActivation(
-        replicated_bytes=sb * h * (4 * e + (2 * MASK_BYTES if dropout else 0)) / rep_div,
+        replicated_bytes=sb * (gathered_block_input_elements(h, tp, sp, dtensor) * e
+                               + h * (2 * MASK_BYTES if dropout else 0) / rep_div),
         split_bytes=sb * (attention + mlp) * e,
         scores_bytes=scores,
         stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
@@ -228,9 +235,13 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
       8 bytes per logit for e <= 4, is the working set [src: torch-autograd];
     - Megatron-LM's vocab-parallel cross-entropy works in place on its fp32 copy (which becomes the
       saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
-      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy].
+      the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy];
+    - FSDP2 with tp > 1 (torchtitan): torch's ``loss_parallel``, 12 bytes per logit
+      (:mod:`simulator.memory.dtensor_tp`) [src: torch-loss-parallel].
     """
     e = spec.dtype.activation_bytes
+    if uses_dtensor_tp(framework, tp):
+        return loss_parallel_working_bytes(tokens=seq * mbs, local_vocab=ceil(spec.vocab / tp), activation_bytes=e)
     cast = e if e != LOGITS_BYTES else 0
     eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
     per_logit = cast if framework is Framework.MEGATRON else eager
@@ -242,10 +253,11 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     s, tp, sp = layout.strategy, layout.tp, layout.sequence_parallel
     seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
     flash = s.attention is AttentionKind.FLASH
-    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash)
+    dtensor = uses_dtensor_tp(layout.framework, tp)
+    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor)
     n_blocks = sum(layout.layers_per_stage[stage::layout.pp])  # layout.layers_per_rank[stage], one rank's
     n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i)) if spec.moe is not None else 0
-    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, moe_layer=True,
+    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor, moe_layer=True,
                            skew=s.routing_skew, ep=layout.ep) if n_moe else layer
     n_layers, n_embed, n_head = in_flight(layout, stage)
     kept = (layer.kept_bytes(s.recompute) * (n_blocks - n_moe) + moe.kept_bytes(s.recompute) * n_moe) * n_layers
@@ -256,7 +268,9 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
     head = loss = 0.0
     if stage == layout.pp - 1:
-        head = (2 * sbh * e / rep_div + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
+        projection_input = head_projection_input_bytes(tokens=seq * mbs, hidden=spec.hidden, activation_bytes=e, tp=tp,
+                                                       sp=sp, dtensor=dtensor)
+        head = (sbh * e / rep_div + projection_input + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
         loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework)
     offload = s.offload_activations
     return StageActivations(
