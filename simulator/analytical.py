@@ -68,9 +68,9 @@ def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fract
     for j, (c, f) in enumerate(zip(calls, fractions)):
         t = c.time_s
         end = max((f - 1.0) * b_last, end) + t
-        if c.transport is collective:  # takes_sms(c); overlap_s(end - t, end, -b_last, 0.0) inlined, the same operations
+        if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
             out[j] = sm_fraction * max(0.0, min(end, 0.0) - max(end - t, lo))
-        if end >= 0.0:  # every later bucket starts at or after this end, past the backward: no overlap
+        if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
             break
     return out
 
