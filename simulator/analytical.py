@@ -33,7 +33,7 @@ from simulator.interference import overlap_s, takes_sms
 from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
-from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork
+from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
 
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
 
@@ -64,11 +64,14 @@ def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fract
     out = np.zeros(len(calls))
     if sm_fraction <= 0 or not calls:
         return out
-    end = -np.inf
+    end, lo, collective = -np.inf, -b_last, Transport.COLLECTIVE
     for j, (c, f) in enumerate(zip(calls, fractions)):
-        end = max((f - 1.0) * b_last, end) + c.time_s
-        if takes_sms(c):
-            out[j] = sm_fraction * overlap_s(end - c.time_s, end, -b_last, 0.0)
+        t = c.time_s
+        end = max((f - 1.0) * b_last, end) + t
+        if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
+            out[j] = sm_fraction * max(0.0, min(end, 0.0) - max(end - t, lo))
+        if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
+            break
     return out
 
 
@@ -119,6 +122,36 @@ def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
     return out
 
 
+_TRANSPORT = attrgetter("transport")
+_TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
+""":func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
+
+
+def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
+                seen: dict[bytes, tuple[float, np.ndarray]]) -> tuple[float, np.ndarray]:
+    """(tail, exposed seconds by :data:`_KIND_CODE`) of one stage's gradient buckets under its last backward
+    of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
+    (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
+    stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``."""
+    times, codes = _times_and_codes(st.grad_sync)
+    fractions = np.array(st.grad_ready_fraction, dtype=float)
+    sms = np.fromiter(map(_TAKES_SMS_OF_ID.__getitem__, map(id, map(_TRANSPORT, st.grad_sync))), dtype=bool,
+                      count=len(st.grad_sync))
+    key = b"".join((np.array([b_last, sm_fraction]).tobytes(), times.tobytes(), codes.tobytes(), sms.tobytes(),
+                    fractions.tobytes()))
+    if key in seen:
+        return seen[key]
+    tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
+    stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
+    if stretch.sum() > tail:  # the stretched backward ends after the buckets: the excess is theirs
+        excess = (stretch.sum() - tail) / stretch.sum()
+        for j, s in enumerate(stretch):
+            exposed[codes[j]] += s * excess
+        tail = stretch.sum()
+    seen[key] = tail, exposed
+    return tail, exposed
+
+
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
     return summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
@@ -140,17 +173,9 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
+    seen: dict[bytes, tuple[float, np.ndarray]] = {}
     for r, st in enumerate(stages):
-        times, codes = _times_and_codes(st.grad_sync)
-        b_last = gradient_work_s(chunks[r])
-        tail[r], exposed[r] = sync_exposure(np.array(b_last), times,
-                                            np.array(st.grad_ready_fraction, dtype=float), codes)
-        stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
-        if stretch.sum() > tail[r]:  # the stretched backward ends after the buckets: the excess is theirs
-            excess = (stretch.sum() - tail[r]) / stretch.sum()
-            for j, s in enumerate(stretch):
-                exposed[r, codes[j]] += s * excess
-            tail[r] = stretch.sum()
+        tail[r], exposed[r] = _stage_sync(st, gradient_work_s(chunks[r]), sm_fraction, seen)
         after[r] = _sums_by_code(st.after_step)
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],

@@ -69,7 +69,8 @@ KEY_FIELDS = tuple(f.name for f, d in declared(Strategy) if d.role is Role.STRUC
 """Strategy fields that decide the compiled structure (:func:`structure_key`): those declared with
 :data:`Role.STRUCTURE` (:mod:`simulator.strategy.fields`), so a new field joins by its declaration,
 and :data:`COMPILED_SCENARIO`."""
-_OWN = attrgetter(*(name for name in KEY_FIELDS if name != "dp_sync"))
+_OWN_FIELDS = tuple(name for name in KEY_FIELDS if name != "dp_sync")
+_OWN = attrgetter(*_OWN_FIELDS)
 _SYNC = {cls: attrgetter(*(f.name for f in fields(cls))) for cls in (AllReduceSync, ParamServerSync)}
 
 
@@ -80,10 +81,26 @@ def structure_key(s: Strategy) -> tuple:
     return _OWN(s), type(d), _SYNC[type(d)](d)
 
 
-def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
-             gpus: int | None = None) -> tuple[StepArrays, ParallelLayout]:
+_SCHEDULE = _OWN_FIELDS.index("schedule")
+"""Position of the schedule kind in :func:`structure_key`'s own-fields tuple."""
+
+
+def stages_key(key: tuple, interleaved: bool) -> tuple:
+    """What the compiled stages of a structure (:func:`simulator.compile.compile_stages` and
+    :func:`~simulator.analytical.summarize_stages`) depend on: its :func:`structure_key` less the schedule
+    kind, which they never read (the pipeline shape is evaluated per candidate, ``_pipelines``), plus
+    whether the small batch of :func:`_compile` is stretched to ``pp`` micro-batches (interleaved, v > 1).
+    GPipe and 1F1B structures that agree elsewhere share one compilation."""
+    own = key[0]
+    return own[:_SCHEDULE] + own[_SCHEDULE + 1:], interleaved, key[1], key[2]
+
+
+def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: int | None = None,
+             compiled: dict | None = None, key: tuple | None = None) -> tuple[StepArrays, ParallelLayout]:
     """(arrays, layout) of a strategy's structure, compiled with the smallest valid batch, on the first
-    ``gpus`` worker GPUs (None: the whole cluster; see :func:`build_layout`)."""
+    ``gpus`` worker GPUs (None: the whole cluster; see :func:`build_layout`). ``compiled``: arrays already
+    compiled by :func:`stages_key` (of ``key``, ``s``'s :func:`structure_key`), shared where only the
+    schedule kind differs (the layout is still built, so each keeps its own errors)."""
     workers, _ = worker_gpus(s, cache.cluster, gpus)
     dp = derived_dp(s, workers)
     if dp == 0:
@@ -94,8 +111,14 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
     if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
         return summarize(work), layout
+    shared = None if compiled is None or key is None else stages_key(key, interleaved)
+    if shared is not None and shared in compiled:
+        return compiled[shared], layout
     stages = compile_stages(cache, workload, layout, fetch)
-    return summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster)), layout
+    arrays = summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster))
+    if shared is not None:
+        compiled[shared] = arrays
+    return arrays, layout
 
 
 class Structures:
@@ -113,11 +136,12 @@ class Structures:
         self._parts: list[list[StepArrays]] = []        # per shape: its structures' arrays, in row order
         self._stacks: list[StepArrays | None] = []      # per shape: those stacked (None: to restack)
         self._table: tuple[np.ndarray, np.ndarray, Scalars] | None = None
+        self._compiled: dict[tuple, StepArrays] = {}  # stages_key → arrays (structures differing by schedule)
 
     def add(self, key: tuple, cache: CostCache, workload, s: Strategy, fetch: ParamFetch,
             gpus: int | None = None) -> int:
         """Compile ``s``'s structure on ``gpus`` workers (raises its SpecError); remember it under ``key``."""
-        arrays, layout = _compile(cache, workload, s, fetch, gpus)
+        arrays, layout = _compile(cache, workload, s, fetch, gpus, self._compiled, key)
         shape = self._shapes.setdefault((arrays.p, arrays.v), len(self._shapes))
         if shape == len(self._parts):
             self._parts.append([])

@@ -11,6 +11,7 @@ from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ep_part, offload_part
+from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
@@ -22,7 +23,7 @@ from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
-from simulator.workload.fp8 import FP8_BYTES, Fp8Recipe, fp8_linear_weights, te_weight_cast_bytes
+from simulator.workload.fp8 import Fp8Recipe, te_weight_cast_bytes
 
 ParamFetch = offload_part.ParamFetch
 
@@ -105,7 +106,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                                           dp * tp))
     zero = ()
     pbytes = workload.dtype.param_bytes
-    block_bytes = _gathered_block_bytes(workload, layout, cc)
+    block_bytes = gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
             sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
@@ -113,46 +114,14 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
             zero = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
+            zero = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
+        zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1])
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
-
-
-def _expert_split(layout: ParallelLayout, cc) -> tuple[float, float]:
-    """(dense, routed-expert) parameters per block of a chunk on this rank: the experts apart when ep > 1
-    (partitioned over the expert-data-parallel group, :mod:`simulator.compile.ep_part`)."""
-    if layout.ep > 1 and cc.expert_params > 0 and cc.blocks:
-        return cc.layer_params - cc.expert_params / cc.blocks, cc.expert_params / cc.blocks
-    return cc.layer_params, 0.0
-
-
-def _gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tuple[CommCall, ...]:
-    """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group;
-    ``block_bytes`` a whole block's gather (:func:`_gathered_block_bytes`) when the experts are not apart
-    (FP8 is refused with experts, :func:`simulator.strategy.precision.check_fp8`, so they never meet)."""
-    dense, experts = _expert_split(layout, cc)
-    gathered = dense * pbytes if experts else block_bytes
-    calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp)
-    if experts:
-        calls = ep_part.interleave(calls, comm_part.zero3_gathers(cache, edp_group, experts * pbytes, 0.0, cc.blocks,
-                                                                  layout.tp * layout.ep))
-    return calls
-
-
-def _gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
-    """Bytes of one block's ZeRO-3 / FSDP2 all-gather: its parameters in the 16-bit format, or, with
-    FSDP2's float8 all-gather, its FP8 linear weights at 1 byte and the rest (norms) at 16 bits
-    (:mod:`simulator.workload.fp8`)."""
-    pbytes = workload.dtype.param_bytes
-    if not layout.strategy.fp8_all_gather:
-        return cc.layer_params * pbytes
-    linear = fp8_linear_weights(workload, layout.tp)
-    return linear * FP8_BYTES + (cc.layer_params - linear) * pbytes
 
 
 def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
@@ -183,7 +152,7 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, laye
     s = layout.strategy
     if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
         return ()
-    gbytes, dense, experts = workload.dtype.grad_bytes, *_expert_split(layout, cc)
+    gbytes, dense, experts = workload.dtype.grad_bytes, *expert_split(layout, cc)
     options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
     calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
                                                 layout.bucket_bytes, concurrent=layout.tp, **options)
@@ -224,7 +193,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     after: tuple = ()
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
-        tensors = cache.memo(("optimizer_tensors", layout, rep),
+        tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
                              lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
                                              tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
@@ -248,6 +217,14 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
             after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
                 layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
     return calls, fractions, after, opt
+
+
+def _optimizer_tensors_key(workload, layout: ParallelLayout, rep: int) -> tuple:
+    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for rank ``rep``'s stage (its tp,
+    pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere (micro-batch,
+    schedule, recompute, buckets) share one answer."""
+    return ("optimizer_tensors", workload, layout.tp, layout.pp, layout.coords(rep).pp, layout.layers_per_stage,
+            layout.ep, layout.dp_cp, layout.strategy.zero, layout.framework)
 
 
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,

@@ -117,19 +117,20 @@ class ParallelLayout:
         """(dp, pp, tp) coordinates of ``rank`` under the placement order (dp: the dp·cp coordinate)."""
         if not 0 <= rank < self.world_size:
             raise SpecError("rank", f"{rank} is outside the {self.world_size} worker ranks")
-        out = {}
+        out, dims = {}, self.dims
         for name in self.strategy.placement.dims:
-            rank, out[name] = divmod(rank, self.dims[name])
+            rank, out[name] = divmod(rank, dims[name])
         return RankCoord(**out)
 
     def rank_of(self, dp: int, pp: int, tp: int) -> int:
         """Inverse of :meth:`coords`."""
-        coord, rank, stride = {"dp": dp, "pp": pp, "tp": tp}, 0, 1
+        coord, dims, rank, stride = {"dp": dp, "pp": pp, "tp": tp}, self.dims, 0, 1
         for name in self.strategy.placement.dims:
-            if not 0 <= coord[name] < self.dims[name]:
-                raise SpecError(name, f"coordinate {coord[name]} is outside 0..{self.dims[name] - 1}")
+            size = dims[name]
+            if not 0 <= coord[name] < size:
+                raise SpecError(name, f"coordinate {coord[name]} is outside 0..{size - 1}")
             rank += coord[name] * stride
-            stride *= self.dims[name]
+            stride *= size
         return rank
 
     def _groups(self, dim: str) -> tuple[tuple[int, ...], ...]:

@@ -1,0 +1,131 @@
+"""The closed form's shortcuts give bit-for-bit the numbers of the plain computation.
+
+- :func:`simulator.analytical.sync_stretch` (inlined interval overlap, stops once the buckets run past the
+  backward) against the plain loop over :func:`simulator.interference.overlap_s` it replaced;
+- :func:`simulator.analytical.summarize_stages` shares one bucket computation between stages whose buckets
+  agree bit for bit: the same arrays as each stage computed on its own;
+- :func:`simulator.analytical_vec.estimate_many` compiles GPipe and 1F1B structures that agree elsewhere
+  once (:func:`simulator.analytical_structures.stages_key`): the same frame as each candidate estimated
+  in a cache of its own, and the scalar estimate's numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import analytical
+from simulator.analytical import estimate, summarize, sync_stretch
+from simulator.analytical_vec import estimate_many
+from simulator.cluster.presets import load_preset
+from simulator.collectives.base import Op
+from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.interference import overlap_s, takes_sms
+from simulator.strategy import AllReduceSync, Recompute, ScheduleKind, Strategy, ZeroStage
+from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+from simulator.workload import get_preset
+
+CLUSTER = load_preset("dgx-a100", 2)
+MODEL = get_preset("megatron-1.7b")
+
+
+def plain_sync_stretch(b_last, calls, fractions, sm_fraction) -> np.ndarray:
+    """The loop :func:`sync_stretch` replaced: every bucket, through ``overlap_s`` and ``takes_sms``."""
+    out = np.zeros(len(calls))
+    if sm_fraction <= 0 or not calls:
+        return out
+    end = -np.inf
+    for j, (c, f) in enumerate(zip(calls, fractions)):
+        end = max((f - 1.0) * b_last, end) + c.time_s
+        if takes_sms(c):
+            out[j] = sm_fraction * overlap_s(end - c.time_s, end, -b_last, 0.0)
+    return out
+
+
+_TRANSPORTS = (Transport.COLLECTIVE, Transport.HOST, Transport.P2P)
+buckets = st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9)),
+                   min_size=0, max_size=40)
+
+
+def _calls(items) -> tuple[tuple[CommCall, ...], tuple[float, ...]]:
+    calls = tuple(CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=(0, 1), nbytes=n, transport=t, time_s=d,
+                           algorithm=CollectiveAlgorithm.RING if t is Transport.COLLECTIVE else None)
+                  for d, t, n in items)
+    done = np.cumsum([c.nbytes for c in calls])
+    return calls, tuple((done / done[-1]).tolist()) if calls else ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(buckets, st.floats(0.0, 5.0), st.sampled_from([0.0, 0.1, 0.25, 1.0]), st.booleans())
+def test_sync_stretch_equals_the_plain_loop(items, b_last, sm_fraction, overlap):
+    calls, fractions = _calls(items)
+    if not overlap:
+        fractions = (1.0,) * len(calls)
+    fast = sync_stretch(b_last, calls, fractions, sm_fraction)
+    assert fast.tolist() == plain_sync_stretch(b_last, calls, fractions, sm_fraction).tolist()
+
+
+def _own_stage_each(monkeypatch) -> None:
+    """Make summarize_stages compute every stage's buckets on their own (no sharing between stages)."""
+    real = analytical._stage_sync
+    monkeypatch.setattr(analytical, "_stage_sync", lambda st_, b, f, seen: real(st_, b, f, {}))
+
+
+STRATEGIES = [
+    Strategy(global_batch=64, tp=2, pp=4, dp_sync=AllReduceSync(bucket_bytes=10_000_000)),
+    Strategy(global_batch=64, tp=1, pp=8, zero=ZeroStage.ZERO1, recompute=Recompute.FULL),
+    Strategy(global_batch=64, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED, virtual_stages=3,
+             sequence_parallel=True, dp_sync=AllReduceSync(bucket_bytes=1_000_000)),
+    Strategy(global_batch=32, tp=4, pp=2, zero=ZeroStage.ZERO1, dp_sync=AllReduceSync(overlap_grad_reduce=False)),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_stages_sharing_buckets_give_the_arrays_of_each_stage_alone(strategy, monkeypatch):
+    work = compile_step(CLUSTER, MODEL, strategy)
+    assert work.overlap_sm_fraction > 0  # the stretch is exercised
+    shared = summarize(work)
+    _own_stage_each(monkeypatch)
+    alone = summarize(work)
+    for name in ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after", "data"):
+        assert getattr(shared, name).tolist() == getattr(alone, name).tolist(), name
+
+
+def _alone(strategies) -> list[list]:
+    """Each candidate estimated in a cache of its own (nothing compiled for another is reused)."""
+    return [estimate_many(CLUSTER, MODEL, [s]).drop(columns="error").iloc[0].tolist() for s in strategies]
+
+
+candidates = st.builds(
+    lambda mbs, tp, pp, kind, rec, zero, bucket: Strategy(
+        global_batch=64, micro_batch=mbs, tp=tp, pp=pp, schedule=kind, recompute=rec, zero=zero,
+        dp_sync=AllReduceSync(bucket_bytes=bucket)),
+    st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]),
+    st.sampled_from([ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B]), st.sampled_from([Recompute.NONE, Recompute.FULL]),
+    st.sampled_from([ZeroStage.ZERO0, ZeroStage.ZERO1]), st.sampled_from([5_000_000, 25_000_000]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(candidates, min_size=1, max_size=4))
+def test_schedules_sharing_a_compilation_equal_each_alone(strategies):
+    """Every candidate twice, once per schedule kind: one cache compiles their stages once per pair."""
+    both = [replace(s, schedule=k) for s in strategies for k in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B)]
+    frame = estimate_many(CLUSTER, MODEL, both, cache=CostCache(CLUSTER))
+    assert (frame["error"] == "").all()
+    assert frame.drop(columns="error").values.tolist() == _alone(both)
+
+
+def test_shared_compilation_equals_the_scalar_estimate():
+    pairs = [Strategy(global_batch=64, tp=2, pp=4, schedule=k) for k in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B)]
+    cache = CostCache(CLUSTER)
+    frame = estimate_many(CLUSTER, MODEL, pairs, cache=cache)
+    store = cache.memo(("structures", MODEL, ParamFetch.INFINITY, None), lambda: None)
+    assert len(store.index) == 2 and len(store._compiled) == 1  # two structures, one compilation
+    steps = frame["step_time_s"].tolist()
+    assert steps[0] != steps[1]  # the schedules still differ (the pipeline shape is per candidate)
+    for s, step in zip(pairs, steps):
+        assert step == pytest.approx(estimate(CLUSTER, MODEL, s).step_time_s, rel=1e-12)
