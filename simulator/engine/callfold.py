@@ -8,8 +8,9 @@ resource with them: max-min rates couple flows only through shared resources (Be
 and its steps start when its own flows end. So when the union of the resources its flows ever cross carries
 no active flow and no other holder's reservation at its start, :meth:`CallFolder.start`
 
-- takes its durations from one scratch replay of that call (memoised per call shape: op, bytes, group,
-  replicas, compiled time): the representative's ``rep_s`` and the last replica's ``all_s``;
+- takes its durations from a scratch replay of that call (memoised per call shape — op, bytes, group,
+  replicas, compiled time — and per binade of the start time, which makes them the same bits as a replay
+  from this start: :meth:`_Shape.durations`): the representative's ``rep_s`` and the last replica's ``all_s``;
 - fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
   replicas' flows ride on after the representative is done, as on the network);
 - if a flow arrives on a reserved resource before then (every such flow arrives through a settle of the
@@ -21,11 +22,11 @@ no active flow and no other holder's reservation at its start, :meth:`CallFolder
   wake-up, and each plan's phase (its fixed delay or γ as a timer at the same instant, a step in flight as a
   group whose completion starts the next step). The call then goes on step by step on the main network.
 
-What can differ from playing the call on the main network (``CallFolder.enabled = False``) is rounding: the
-cached durations are the scratch replay's from the first start, applied at another start time (each settle
-time is rounded at its own magnitude), a wake-up planned by another flow's settle lands an ulp apart, and the
-order of events within one instant (the representative's end is a settle-priority timer, not a settle). So
-the tests (``tests/test_engine_callfold.py``) compare folded and unfolded steps to 1e-12 relative.
+What can differ from playing the call on the main network (``CallFolder.enabled = False``): a wake-up that
+another flow's settle plans for the call's flows lands at ``now' + (due − now')`` from that settle, an ulp from
+the call's own, and events of one instant may run in another order (the representative's end is a
+settle-priority timer, not a settle). The issue-8 and issue-12 benchmarks give the same floats; tests
+(``tests/test_engine_callfold.py``) compare folded and unfolded steps to 1e-12 relative.
 
 Off under ``shortcuts=False`` and in unrolled pipelines (several co-simulated jobs, clusters whose nodes
 differ by default), and by ``CallFolder.enabled = False``. Stragglers and degraded links need no switch: the
