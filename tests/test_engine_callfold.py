@@ -157,11 +157,29 @@ def test_durations_are_the_same_bits_from_any_start_in_one_binade(exponent, a, b
     ``t0`` and ``t`` in one binade (ends in it too), against a fresh replay from ``t``."""
     net, plans = _one_shape()
     t0, t = a * 2.0**exponent, b * 2.0**exponent
-    shape = _Shape(net, plans)
+    shape = _Shape(net, plans, {})
     first = shape.durations(net, t0)
-    fresh = _Shape(net, plans).durations(net, t)
+    fresh = _Shape(net, plans, {}).durations(net, t)
     reused = shape.durations(net, t)
     assert fresh[1] > 0
     assert (t + reused[0], t + reused[1]) == (t + fresh[0], t + fresh[1])
     if t0 + first[1] < 2.0 ** (exponent + 1) and t + first[1] < 2.0 ** (exponent + 1):
         assert reused == first  # taken from the cache, and right
+
+
+def test_shapes_of_one_signature_replay_to_the_same_bits():
+    """Calls on other groups share their durations when their signatures are equal (same delays, bytes,
+    latencies, capacities, and resources in the same index order): each one's own replay gives those bits."""
+    cluster, work = _work("a100-tree")
+    ctx = step_engine._Ctx(work, cluster, False, True)
+    timings: dict = {}
+    shapes = []
+    for r, sw in enumerate(work.stages):
+        for call in sw.grad_sync:
+            delay_s, plans = ctx.runner.launch(call, (r, "dp"))
+            if delay_s is None:
+                shapes.append(_Shape(ctx.net, plans, timings))
+    assert len(timings) < len(shapes)  # some are shared
+    for start in (0.0, 0.37, 3.0):
+        for shape in shapes:
+            assert shape.durations(ctx.net, start) == _Shape(ctx.net, shape.plans, {}).durations(ctx.net, start)

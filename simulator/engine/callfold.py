@@ -8,9 +8,10 @@ resource with them: max-min rates couple flows only through shared resources (Be
 and its steps start when its own flows end. So when the union of the resources its flows ever cross carries
 no active flow and no other holder's reservation at its start, :meth:`CallFolder.start`
 
-- takes its durations from a scratch replay of that call (memoised per call shape — op, bytes, group,
-  replicas, compiled time — and per binade of the start time, which makes them the same bits as a replay
-  from this start: :meth:`_Shape.durations`): the representative's ``rep_s`` and the last replica's ``all_s``;
+- takes its durations from a scratch replay of that call (memoised per signature — delays, bytes, latencies,
+  capacities and resource order of its flows, :func:`_signature`, shared by calls on other groups of the same
+  build — and per binade of the start time, which makes them the same bits as a replay from this start:
+  :meth:`_Shape.durations`): the representative's ``rep_s`` and the last replica's ``all_s``;
 - fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
   replicas' flows ride on after the representative is done, as on the network);
 - if a flow arrives on a reserved resource before then (every such flow arrives through a settle of the
@@ -122,7 +123,7 @@ class _Shape:
 
     __slots__ = ("plans", "res", "rep_in_settle", "_durations")
 
-    def __init__(self, main: FlowNetwork, plans):
+    def __init__(self, main: FlowNetwork, plans, timings: dict):
         self.plans = plans
         res = {r: None for plan in plans for step in plan.steps for path, _, _ in step
                for r in main.resources(path)}
@@ -130,7 +131,8 @@ class _Shape:
         last = plans[0]
         self.rep_in_settle = bool(last.steps) and not last.gamma_s > 0
         """The representative ends inside the settle that completes its last flows (no γ after them)."""
-        self._durations: dict[int | None, tuple[float, float]] = {}
+        self._durations: dict[int | None, tuple[float, float]] = timings.setdefault(_signature(main, plans), {})
+        """Shared by shapes of one signature: their replays are the same float operations."""
 
     def durations(self, main: FlowNetwork, start_s: float) -> tuple[float, float]:
         """``(rep_s, all_s)``: when the representative and the last replica end after ``start_s``, exactly
@@ -152,6 +154,19 @@ class _Shape:
         return found
 
 
+def _signature(main: FlowNetwork, plans) -> tuple:
+    """What a replay of ``plans`` computes with: each plan's delays and steps, each flow's bytes, latency and
+    resources, the resources numbered by rank of their main-network index (progressive filling breaks ties
+    by that order), with their capacities. Equal signatures replay as the same float operations."""
+    order = sorted({r for plan in plans for step in plan.steps for path, _, _ in step for r in main.resources(path)})
+    local = {r: i for i, r in enumerate(order)}
+    flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((tuple(local[r] for r in main.resources(path)), nbytes,
+                                                     path.latency_s if latency is None else latency)
+                                                    for path, nbytes, latency in step) for step in p.steps))
+                  for p in plans)
+    return tuple(main._cap[r] for r in order), flows
+
+
 class CallFolder:
     """Plays calls whose resources are idle as delays (see the module docstring)."""
 
@@ -161,6 +176,7 @@ class CallFolder:
     def __init__(self, env: simpy.Environment, net: FlowNetwork):
         self.env, self.net = env, net
         self._shapes: dict[tuple, _Shape] = {}
+        self._timings: dict[tuple, dict] = {}
         self.folds = self.unfolds = 0
 
     def start(self, key: tuple, plans) -> simpy.Event | None:
@@ -171,7 +187,7 @@ class CallFolder:
             return None
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = _Shape(self.net, plans)
+            shape = self._shapes[key] = _Shape(self.net, plans, self._timings)
         if not shape.res or not self.net.idle(shape.res):
             return None
         self.folds += 1
