@@ -21,6 +21,7 @@ from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine import step as step_engine
+from simulator.engine.callfold import CallFolder
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.shapes import ScheduleCache
 from simulator.engine.step import simulate
@@ -98,6 +99,7 @@ def _replicated_work():
 
 
 def test_batched_replicas_give_the_timeline_of_one_process_each(monkeypatch):
+    monkeypatch.setattr(CallFolder, "enabled", False)  # the replicas on the network, not folded
     cluster, work = _replicated_work()
     batched = simulate(work, cluster)
     monkeypatch.setattr(CommRunner, "merge_replicas", False)
@@ -116,6 +118,7 @@ def test_replicas_are_on_the_network_in_that_layout():
 
 
 def test_isolated_classes_equal_their_network_replay(monkeypatch):
+    monkeypatch.setattr(CallFolder, "enabled", False)  # the non-isolated calls on the network, not folded
     cluster, work = _replicated_work()
     fast = simulate(work, cluster)
     assert fast.extras["isolated_classes"] > 0

@@ -80,6 +80,8 @@ class CommRunner(CallPlanner):
         self._unrolled: dict[tuple, tuple] = {}
         self.isolated: set = set()
         """Class keys found isolated by :meth:`prepare`."""
+        self.callfolder = None
+        """Plays calls whose links are idle as delays (:mod:`simulator.engine.callfold`); None: off."""
 
     # ---- replicas -------------------------------------------------------------------------------
 
@@ -150,6 +152,10 @@ class CommRunner(CallPlanner):
         delay_s, plans = self.launch(call, klass, network)
         if delay_s is not None:
             return self.env.timeout(delay_s)
+        if self.callfolder is not None:  # plans[0] is memoised per call content, so its id names the shape
+            done = self.callfolder.start((id(plans[0]), call.kind, call.concurrent_groups), plans)
+            if done is not None:
+                return done
         done = _play(self.env, self.net, plans[0])
         for plan in plans[1:]:
             _play(self.env, self.net, plan)

@@ -23,6 +23,7 @@ import simpy
 from simulator.checks import positive_int
 from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
+from simulator.engine.callfold import CallFolder
 from simulator.engine.fold import Folder
 from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
@@ -54,6 +55,8 @@ class _Ctx:
         if not unrolled:
             self.runner.prepare(_classes(work), isolate=shortcuts)
         self.folder = Folder(self.env, self.net, self.runner) if shortcuts and not unrolled else None
+        if shortcuts and not unrolled:
+            self.runner.callfolder = CallFolder(self.env, self.net)
         """Folds runs of compute and idle-link TP calls (:mod:`simulator.engine.fold`); None: step by step."""
         self.rendezvous: dict[tuple, int] = {}
         self.chunk_of = {c.chunk: c for sw in work.stages for c in sw.chunks}
@@ -267,12 +270,16 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
                   isolated_classes=len(ctx.runner.isolated), folds=ctx.folder.folds if ctx.folder else 0,
-                  unfolds=ctx.folder.unfolds if ctx.folder else 0)
+                  unfolds=ctx.folder.unfolds if ctx.folder else 0, **_call_folds(ctx.runner.callfolder))
     return StepResult(engine=Engine.DES, step_time_s=step_time, tokens_per_step=work.tokens_per_step,
                       model_flops_per_step=work.model_flops_per_step,
                       hardware_flops_per_step=work.hardware_flops_per_step, world_size=work.world_size,
                       peak_flops_per_gpu=work.peak_flops_per_gpu, breakdown=breakdown, per_rank=per_rank,
                       memory=work.memory, timeline=ctx.rec.timeline() if trace else None, extras=extras)
+
+
+def _call_folds(folder: CallFolder | None) -> dict:
+    return {"call_folds": folder.folds if folder else 0, "call_unfolds": folder.unfolds if folder else 0}
 
 
 def _accounts(ctx: _Ctx, tails: dict, step_time: float, steps_together: bool) -> tuple[dict[Category, float],

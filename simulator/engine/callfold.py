@@ -1,0 +1,331 @@
+"""Folded collective calls (shortcut 10): a whole call played as a delay while no other flow touches its links,
+and put back on the flow network, in the state it would hold, the instant another flow arrives on them.
+
+A call that :meth:`~simulator.engine.replay_work.CommRunner.start` plays on the network (the representative's
+plan and its kept replicas': a dp tree all-reduce at 512 nodes is 36,792 flows in ~35 steps, a pipeline send
+with its replicas one flow per replica) depends on nothing but its own flows as long as no other flow shares a
+resource with them: max-min rates couple flows only through shared resources (Bertsekas & Gallager §6.5.2),
+and its steps start when its own flows end. So when the union of the resources its flows ever cross carries
+no active flow and no other holder's reservation at its start, :meth:`CallFolder.start`
+
+- takes its durations from a scratch replay of that call (memoised per signature — delays, bytes, latencies,
+  capacities and resource order of its flows, :func:`_signature`, shared by calls on other groups of the same
+  build — and per binade of the start time, which makes them the same bits as a replay from this start:
+  :meth:`_Shape.durations`): the representative's ``rep_s`` and the last replica's ``all_s``;
+- fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
+  replicas' flows ride on after the representative is done, as on the network);
+- if a flow arrives on a reserved resource before then (every such flow arrives through a settle of the
+  network), :meth:`_Folded.unfold` replays the call on a scratch network that starts at ``t`` and shares the
+  main network's resource indices (so progressive filling breaks ties the same way) up to the events the
+  main play has processed at that instant (every event before it, and the non-settle events at it), then
+  moves its state onto the main network: active flows with their bytes left, rates, last update and filed
+  finish times (per resource in the same order), flows still in their latency as pending arrivals, the
+  wake-up, and each plan's phase (its fixed delay or γ as a timer at the same instant, a step in flight as a
+  group whose completion starts the next step). The call then goes on step by step on the main network.
+
+What can differ from playing the call on the main network (``CallFolder.enabled = False``): a wake-up that
+another flow's settle plans for the call's flows lands at ``now' + (due − now')`` from that settle, an ulp from
+the call's own, and events of one instant may run in another order (the representative's end is a
+settle-priority timer, not a settle). The issue-8 and issue-12 benchmarks give the same floats; tests
+(``tests/test_engine_callfold.py``) compare folded and unfolded steps to 1e-12 relative.
+
+Off under ``shortcuts=False`` and in unrolled pipelines (several co-simulated jobs, clusters whose nodes
+differ by default), and by ``CallFolder.enabled = False``. Stragglers and degraded links need no switch: the
+test is per call at run time on the call's own resources, and the durations are per group (a degraded NIC on a
+group's path is in its replay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from heapq import heappush
+
+import simpy
+
+from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
+
+PRE, STEP, GAMMA, DONE = range(4)
+"""A plan's phase: its fixed delay, a step's flows on the wire, its γ, finished."""
+
+
+class _Player:
+    """One plan played as :func:`~simulator.engine.replay_work._play` plays it (the same delays, the same
+    transfers at the same instants), with its phase kept so a play begun on a scratch network can go on
+    on the main one."""
+
+    __slots__ = ("plan", "env", "net", "done", "start_s", "phase", "i", "until", "flows", "end_s")
+
+    def __init__(self, env: simpy.Environment, net: FlowNetwork, plan, done: simpy.Event | None):
+        self.plan, self.env, self.net, self.done = plan, env, net, done
+        self.start_s = env.now
+        self.phase, self.i, self.until, self.flows, self.end_s = PRE, 0, math.nan, None, math.nan
+        if plan.pre_s > 0:
+            self._wait(plan.pre_s, PRE)
+        else:
+            self._run(0)
+
+    def _wait(self, delay_s: float, phase: int) -> None:
+        self.phase = phase
+        self.until = self.env.now + delay_s  # the float Environment.schedule files the timeout at
+        self.env.timeout(delay_s).callbacks.append(self._timer)
+
+    def _timer(self, _event) -> None:
+        if self.phase == PRE:
+            self._run(0)
+        else:
+            self._finish()
+
+    def _run(self, i: int) -> None:
+        steps = self.plan.steps
+        if i < len(steps):
+            self.phase, self.i = STEP, i
+            self.flows = self.net.transfer_all(steps[i])
+            self.flows.callbacks.append(self._stepped)
+        elif self.plan.gamma_s > 0:
+            self._wait(self.plan.gamma_s, GAMMA)
+        else:
+            self._finish()
+
+    def _stepped(self, _event) -> None:
+        self._run(self.i + 1)
+
+    def _finish(self) -> None:
+        self.phase, self.end_s = DONE, self.env.now
+        if self.done is not None and not self.done.triggered:
+            self.done.succeed(self.env.now - self.start_s)
+
+
+class _Scratch(FlowNetwork):
+    """A flow network on its own clock that numbers resources as ``main`` does (same indices, capacities and
+    routes), so its progressive filling breaks ties as the main network's would."""
+
+    def __init__(self, env: simpy.Environment, main: FlowNetwork):
+        super().__init__(env)
+        self.main = main
+        self._cap = main._cap
+        self._res_flows = defaultdict(dict)
+
+    def _route(self, path):
+        return self.main._route(path)
+
+
+def _scratch_play(main: FlowNetwork, plans, start_s: float):
+    env = simpy.Environment(initial_time=start_s)
+    net = _Scratch(env, main)
+    rep_done = simpy.Event(env)
+    players = [_Player(env, net, plan, rep_done if i == 0 else None) for i, plan in enumerate(plans)]
+    return env, net, players
+
+
+class _Shape:
+    """One call shape's plans and resources, and its durations alone per binade of the start time."""
+
+    __slots__ = ("plans", "res", "rep_in_settle", "_durations")
+
+    def __init__(self, main: FlowNetwork, plans, timings: dict):
+        self.plans = plans
+        res = {r: None for plan in plans for step in plan.steps for path, _, _ in step
+               for r in main.resources(path)}
+        self.res = tuple(res)
+        last = plans[0]
+        self.rep_in_settle = bool(last.steps) and not last.gamma_s > 0
+        """The representative ends inside the settle that completes its last flows (no γ after them)."""
+        self._durations: dict[int | None, tuple[float, float]] = timings.setdefault(_signature(main, plans), {})
+        """Shared by shapes of one signature: their replays are the same float operations."""
+
+    def durations(self, main: FlowNetwork, start_s: float) -> tuple[float, float]:
+        """``(rep_s, all_s)``: when the representative and the last replica end after ``start_s``, exactly
+        as a replay from ``start_s`` gives them. A replay is a chain of additions and subtractions of times
+        and durations; rounding to the grid of one binade ``[2^(k−1), 2^k)`` commutes with a shift by a
+        multiple of its spacing, and any two starts in it differ by such a multiple (and their difference
+        is exact, Sterbenz's lemma); so a replay whose times stay in the binade gives the same durations,
+        to the bit, from every start in it whose end stays in it too. One replay per binade, then."""
+        k = math.frexp(start_s)[1] if start_s > 0 else None
+        cached = self._durations.get(k)
+        if cached is not None and (k is None or start_s + cached[1] < math.ldexp(1.0, k)):
+            return cached
+        env, _, players = _scratch_play(main, self.plans, start_s)
+        env.run()
+        rep_end, all_end = players[0].end_s, max(p.end_s for p in players)
+        found = (rep_end - start_s, all_end - start_s)
+        if k is None or all_end < math.ldexp(1.0, k):
+            self._durations[k] = found
+        return found
+
+
+def _signature(main: FlowNetwork, plans) -> tuple:
+    """What a replay of ``plans`` computes with: each plan's delays and steps, each flow's bytes, latency and
+    resources, the resources numbered by rank of their main-network index (progressive filling breaks ties
+    by that order), with their capacities. Equal signatures replay as the same float operations."""
+    order = sorted({r for plan in plans for step in plan.steps for path, _, _ in step for r in main.resources(path)})
+    local = {r: i for i, r in enumerate(order)}
+    flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((tuple(local[r] for r in main.resources(path)), nbytes,
+                                                     path.latency_s if latency is None else latency)
+                                                    for path, nbytes, latency in step) for step in p.steps))
+                  for p in plans)
+    return tuple(main._cap[r] for r in order), flows
+
+
+class CallFolder:
+    """Plays calls whose resources are idle as delays (see the module docstring)."""
+
+    enabled = True
+    """False: every call on the network (the reference folding is tested against)."""
+
+    def __init__(self, env: simpy.Environment, net: FlowNetwork):
+        self.env, self.net = env, net
+        self._shapes: dict[tuple, _Shape] = {}
+        self._timings: dict[tuple, dict] = {}
+        self.folds = self.unfolds = 0
+
+    def start(self, key: tuple, plans) -> simpy.Event | None:
+        """The representative's completion event of ``plans`` started now as a folded call, or None where a
+        resource of theirs is busy or reserved (the caller plays them on the network). ``key`` names the
+        call's shape: equal keys, equal plans."""
+        if not self.enabled:
+            return None
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = _Shape(self.net, plans, self._timings)
+        if not shape.res or not self.net.idle(shape.res):
+            return None
+        self.folds += 1
+        return _Folded(self, shape, *shape.durations(self.net, self.env.now)).done
+
+
+class _Folded:
+    """A call played as a delay from ``start_s``; its resources reserved until its last flow's end."""
+
+    __slots__ = ("folder", "shape", "start_s", "done", "alive", "tail")
+
+    def __init__(self, folder: CallFolder, shape: _Shape, rep_s: float, all_s: float):
+        env = folder.env
+        self.folder, self.shape, self.start_s = folder, shape, env.now
+        self.done = simpy.Event(env)
+        self.alive = True
+        self.tail = all_s > rep_s
+        """Replicas ride on after the representative: their end releases the resources."""
+        t = self.start_s
+        self._timer(t + rep_s, SETTLE_PRIORITY if shape.rep_in_settle else 1, self._rep_end)
+        if self.tail:
+            self._timer(t + all_s, SETTLE_PRIORITY, self._all_end)
+        folder.net.reserve(self, shape.res)
+
+    def _timer(self, at: float, priority: int, callback) -> None:
+        event = simpy.Event(self.folder.env)
+        event._ok, event._value = True, None
+        event.callbacks.append(callback)
+        schedule_at(self.folder.env, event, priority, at)
+
+    def _rep_end(self, _event) -> None:
+        if self.alive and not self.done.triggered:
+            if not self.tail:  # its flows are gone before whoever waits goes on
+                self._all_end(_event)
+            self.done.succeed(self.folder.env.now - self.start_s)
+
+    def _all_end(self, _event) -> None:
+        if self.alive:
+            self.alive = False
+            self.folder.net.release(self, self.shape.res)
+
+    def unfold(self, arrivals: list) -> None:
+        """Called by the main network's settle at ``now`` when a flow arrives on a reserved resource: replay
+        the call from its start on a scratch network up to ``now`` and move its state onto the main one."""
+        folder, main = self.folder, self.folder.net
+        now = main.env.now
+        self.alive = False
+        main.release(self, self.shape.res)
+        folder.unfolds += 1
+        env, scratch, players = _scratch_play(main, self.shape.plans, self.start_s)
+        queue = env._queue
+        while queue and (queue[0][0] < now or (queue[0][0] == now and queue[0][1] < SETTLE_PRIORITY)):
+            env.step()
+        moved, groups = _move_flows(scratch, main, now, arrivals)
+        _move_wake(env, scratch, main, now)
+        for k, player in enumerate(players):
+            done = None
+            if k == 0 and not self.done.triggered:
+                done = self.done
+                if player.phase == DONE:  # ended an ulp before the cached end: report it now
+                    done.succeed(player.end_s - self.start_s)
+                    continue
+            _resume(player, main, done, moved, groups)
+
+
+def _move_flows(scratch: _Scratch, main: FlowNetwork, now: float, arrivals: list) -> tuple[dict, dict]:
+    """The scratch network's unfinished flows as main-network flows (keyed by scratch flow id, numbered in their
+    scratch order): active ones with their progress and filed finish times, each resource's flows in the scratch
+    order; pending ones as arrivals (those due ``now`` join the settle's ``arrivals``). Also their scratch groups
+    by completion event; the main groups are made by :func:`_resume`."""
+    due: list[tuple[float, Flow]] = [(t, f) for t, bucket in scratch._due.items() for f, version in bucket
+                                     if f.active and f.version == version]
+    pending = {t: scratch._arrivals[t] for t in sorted(scratch._arrivals)}
+    unfinished = sorted([f for _, f in due] + [f for flows in pending.values() for f in flows], key=_fid)
+    moved: dict[int, Flow] = {}
+    groups: dict[int, _Group] = {}
+    fid = main.stats.flows
+    for f in unfinished:
+        m = moved[f.fid] = Flow(fid, main._route(f.path), f.nbytes, f.start_s, None)
+        fid += 1
+        m.remaining, m.rate, m.t_last, m.active_s = f.remaining, f.rate, f.t_last, f.active_s
+        m.delivered_bytes, m.active = f.delivered_bytes, f.active
+        groups[id(f.group.event)] = f.group
+    main.stats.flows = fid
+    for t, f in due:
+        m = moved[f.fid]
+        m.version = 1
+        entry = main._due.get(t)
+        if entry is None:
+            main._due[t] = [(m, 1)]
+            heappush(main._due_times, t)
+        else:
+            entry.append((m, 1))
+    main._active += len(due)
+    for r, flows in scratch._res_flows.items():
+        if flows:
+            main._res_flows[r].update((moved[f.fid].fid, moved[f.fid]) for f in flows.values())
+    for t, flows in pending.items():
+        batch = [moved[f.fid] for f in flows]
+        if t == now:
+            arrivals.extend(batch)
+        elif t in main._arrivals:
+            main._arrivals[t].extend(batch)
+        else:
+            main._arrivals[t] = batch
+            heappush(main._arrival_times, t)
+            _Settle(main.env, main._settle, 0.0, at=t)
+    return moved, groups
+
+
+def _fid(flow: Flow) -> int:
+    return flow.fid
+
+
+def _move_wake(env: simpy.Environment, scratch: _Scratch, main: FlowNetwork, now: float) -> None:
+    """The scratch network's pending wake-up, at the instant it was filed for, if it is the earliest."""
+    if scratch._wake_at is None or (main._wake_at is not None and main._wake_at <= scratch._wake_at):
+        return
+    at = next(t for t, _, _, event in env._queue if event is scratch._wake)
+    if at > now:
+        main._wake_at = scratch._wake_at
+        main._wake = _Settle(main.env, main._settle, 0.0, at=at)
+
+
+def _resume(player: _Player, main: FlowNetwork, done: simpy.Event | None, moved: dict[int, Flow],
+            groups: dict[int, _Group]) -> None:
+    """Go on with ``player`` on the main network from its phase at ``now``."""
+    player.env, player.net, player.done = main.env, main, done
+    if player.phase in (PRE, GAMMA):
+        event = simpy.Event(main.env)
+        event._ok, event._value = True, None
+        event.callbacks.append(player._timer)
+        schedule_at(main.env, event, 1, player.until)  # NORMAL, as the timeout's
+    elif player.phase == STEP:
+        event = simpy.Event(main.env)
+        flows = [moved[f.fid] for f in groups[id(player.flows)].flows if f.fid in moved]
+        group = _Group(event, flows, False)
+        for m in flows:
+            m.group = group
+        event.callbacks.append(player._stepped)
+        player.flows = event
