@@ -105,10 +105,12 @@ def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEf
 
 
 FP8_SAME_DURATION_EFFICIENCY = True
-"""(assumption) An FP8 GEMM reaches the fraction of the device's FP8 peak that a BF16 GEMM of the same
-duration reaches of the BF16 peak: the curve (a BF16 measurement, :mod:`simulator.gemm_efficiency`)
-is read at the FP8 work × (BF16 peak ÷ FP8 peak). No FP8 matmul-efficiency measurement of these
-devices is at hand; to be measured (``mamf-finder.py --dtype float8_e4m3fn``) and given as a curve."""
+"""(assumption, for a device without ``fp8_gemm_efficiency``) An FP8 GEMM reaches the fraction of the
+device's FP8 peak that a BF16 GEMM of the same duration reaches of the BF16 peak: the curve (a BF16
+measurement, :mod:`simulator.gemm_efficiency`) is read at the FP8 work × (BF16 peak ÷ FP8 peak). A device
+with a published FP8 GEMM measurement gives it as ``device.fp8_gemm_efficiency`` (the H100 SXM presets:
+cuBLASLt E4M3 8192³ at 81.4 % of the FP8 peak [src: cublaslt-fp8-crosscheck]), read at the FP8 work on
+the FP8 peak instead."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,14 @@ class Rates:
     fp8_peak_flops: float | None = None
     overhead_s: float = 0.0
     """Host time per kernel, seconds (``Device.kernel_launch_overhead_us`` × 1e-6)."""
+    fp8_curve: GemmEfficiency | None = None
+    """The device's own FP8 matmul-efficiency curve (``Device.fp8_gemm_efficiency``), relative to the FP8
+    peak; None: FP8 GEMMs use ``curve`` by :data:`FP8_SAME_DURATION_EFFICIENCY`."""
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
+        if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None and self.fp8_curve is not None:
+            return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.fp8_curve, self.sm_count,
+                               self.clock_ratio, overhead_s=self.overhead_s)
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.curve, self.sm_count,
                                self.clock_ratio, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
@@ -165,6 +173,7 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
                  hbm_Bps=achievable_hbm_Bps(device, curve), curve=curve, sm_count=device.sm_count,
                  clock_ratio=device.sustained_clock_ratio,
                  fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
+                 fp8_curve=device.fp8_gemm_efficiency,
                  overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE
                  else 0.0)
 

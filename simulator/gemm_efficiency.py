@@ -234,6 +234,19 @@ def gemm_efficiency_from_dict(d: dict, field: str = "device.gemm_efficiency",
     return GemmEfficiency(points=tuple(points), hbm_efficiency=hbm, source=str(d.get("source", "")))
 
 
+def fp8_gemm_efficiency_from_dict(d: dict, field: str, peak_tflops: dict) -> GemmEfficiency:
+    """Read a device's ``fp8_gemm_efficiency`` section: the forms of :func:`gemm_efficiency_from_dict`,
+    relative to the FP8 peak (points at FP8 FLOPs; ``plateau`` with ``dtype`` fp8, the default here)."""
+    if isinstance(d, dict) and "hbm_efficiency" in d:
+        raise SpecError(f"{field}.hbm_efficiency", "give it once, as device.hbm_efficiency or in gemm_efficiency")
+    if isinstance(d, dict) and "plateau" in d:
+        name = str(d.get("dtype", Dtype.FP8.value))
+        if name != Dtype.FP8.value:
+            raise SpecError(f"{field}.dtype", f"must be fp8 (the FP8 GEMMs' own peak), got {name!r}")
+        d = {**d, "dtype": Dtype.FP8.value}
+    return gemm_efficiency_from_dict(d, field=field, peak_tflops=peak_tflops)
+
+
 def plateau_curve(plateau: float, peak_tflops: float, source: str = "") -> GemmEfficiency:
     """A device's curve from a published large-GEMM efficiency ``plateau`` (achieved / peak, for a GPU
     the MAMF table lacks): the named curves' shape, :func:`overhead_curve`'s assumed 4 µs fall-off

@@ -79,10 +79,14 @@ def test_torchao_casts_weights_every_micro_batch_and_on_the_shard_with_fp8_all_g
 
 
 def test_an_fp8_gemm_at_the_fp8_peak_and_the_same_duration_efficiency():
-    rates = _rates(LLAMA.dtype, H100.device)
+    # hgx-h200 gives no fp8_gemm_efficiency: the assumption (dgx-h100's measured FP8 plateau:
+    # tests/test_fp8_gemm_efficiency.py)
+    h200 = load_cluster("hgx-h200", nodes=1).device
+    assert h200.fp8_gemm_efficiency is None
+    rates = _rates(LLAMA.dtype, h200)
     assert rates.fp8_peak_flops == 1979e12 and rates.peak_flops == 989e12
     fp8 = _named(_block(Fp8Recipe.TE)[OpKind.MLP].fwd)["mlp_in"]
-    curve = efficiency_for(H100.device)
+    curve = efficiency_for(h200)
     want = kernel_time(fp8, 1979e12, rates.hbm_Bps, curve, rates.sm_count, rates.clock_ratio,
                        curve_flops_scale=989 / 1979)
     assert rates.time(fp8) == want

@@ -85,6 +85,10 @@ class Device:
     gemm_efficiency: "GemmEfficiency | None" = None
     """Achieved matmul efficiency against GEMM size (:mod:`simulator.gemm_efficiency`), measured;
     None: the default curve named by ``gemm_curve``."""
+    fp8_gemm_efficiency: "GemmEfficiency | None" = None
+    """Achieved FP8 matmul efficiency against GEMM size, relative to ``peak_tflops.fp8`` (a published FP8
+    GEMM measurement, e.g. ``{plateau, dtype: fp8}``); None: the FP8 GEMMs are timed on the BF16 curve by
+    :data:`simulator.compute.FP8_SAME_DURATION_EFFICIENCY` (an assumption)."""
     gemm_curve: GemmCurve | None = None
     """Which published measurement the default curve comes from (its plateau over this device's BF16
     peak); None: the one the device's name suggests (a file written before the field)."""
@@ -143,6 +147,8 @@ class Device:
         self._check_achievable_hbm()
         if self.gemm_curve is not None and not isinstance(self.gemm_curve, GemmCurve):
             raise SpecError("device.gemm_curve", f"must be a GemmCurve, got {self.gemm_curve!r}")
+        if self.fp8_gemm_efficiency is not None and Dtype.FP8 not in self.peak_tflops:
+            raise SpecError("device.fp8_gemm_efficiency", "is relative to the FP8 peak; give peak_tflops.fp8")
         if self.gemm_curve not in (None, GemmCurve.NONE) and MAMF_DTYPE not in self.peak_tflops:
             raise SpecError("device.peak_tflops", f"gemm_curve {self.gemm_curve.value!r} is relative to the "
                             f"{MAMF_DTYPE.value} peak; give peak_tflops.{MAMF_DTYPE.value}")

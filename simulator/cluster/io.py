@@ -132,6 +132,9 @@ def _device_dict(device) -> dict:
         d["dtensor_call_overhead_us"] = device.dtensor_call_overhead_us
     if device.gemm_efficiency is not None:
         d["gemm_efficiency"] = gemm_efficiency_to_dict(device.gemm_efficiency)
+    if device.fp8_gemm_efficiency is not None:
+        fp8 = gemm_efficiency_to_dict(device.fp8_gemm_efficiency)
+        d["fp8_gemm_efficiency"] = {"points": fp8["points"], "source": fp8["source"]}  # HBM: device-wide
     return d
 
 
