@@ -46,6 +46,19 @@ class CallPlan:
         self.resources = frozenset(h.resource for step in steps for p, _, _ in step for h in p.hops)
 
 
+def path_signature(paths) -> tuple:
+    """The paths with their resources renamed by first appearance: each path's (resource number, link
+    bandwidth) per hop, latency and link class.
+
+    :meth:`Env.step_bw_s` reads a step's flows only through these: it adds each flow's bytes into the
+    resources it crosses (renaming them is a bijection, so every load is the same sum in the same order)
+    and divides by each hop's bandwidth. A schedule in local form on two groups whose pairs' paths have
+    equal signatures thus gets the same bits from every step (the dp groups of the pipeline stages)."""
+    number: dict = {}
+    return tuple((tuple((number.setdefault(h.resource, len(number)), h.link.bw_Bps) for h in p.hops),
+                  p.latency_s, p.link_class) for p in paths)
+
+
 def call_key(call: CommCall, group: tuple[int, ...]) -> tuple:
     """What a plan depends on: the same call on the same group has the same plan."""
     return (call.op, call.transport, call.algorithm, call.nbytes, group, call.time_s)
@@ -62,6 +75,8 @@ class CallPlanner:
         self._resources: dict[tuple, frozenset] = {}
         self._schedules = ScheduleCache(cluster)
         self._groups: dict[tuple[int, ...], Group] = {}
+        self._step_bw_sums: dict[tuple, float] = {}
+        """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
 
     def plan(self, call: CommCall, group: tuple[int, ...] | None = None) -> CallPlan | None:
         """The fused replay of ``call`` on ``group`` (default its own); None: a plain delay."""
@@ -103,20 +118,25 @@ class CallPlanner:
         algorithm = get_algorithm(local.algorithm)
         costs = self._env(protocol, algorithm.family, shaped)
         links = dict(zip(local.pairs, local.links(shaped)))
-        steps = [[(costs.path(*links[pair]), b, 0.0) for pair, b in zip(pairs, nbytes)]
+        paths = {pair: costs.path(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+        steps = [[(paths[pair], b, 0.0) for pair, b in zip(pairs, nbytes)]
                  for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
         # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
-        flow_steps = local.flow_steps(shaped)
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
-        step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
+        bw_key = (local, costs.bw_ratio, path_signature(paths[pair] for pair in local.pairs))
+        flow_steps = None
+        if bw_key not in self._step_bw_sums:
+            flow_steps = local.flow_steps(shaped)
+            step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
+            self._step_bw_sums[bw_key] = sum(step_bw_s[id(s)] for s in flow_steps)
         if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
             chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
                                        lambda: self._build_schedule(call, group))
         else:
-            chain_s = local.chain_s(costs, flow_steps, links)
+            chain_s = local.chain_s(costs, lambda: flow_steps or local.flow_steps(shaped), links)
         replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
-                    + sum(step_bw_s[id(s)] for s in flow_steps) + chain_s + gamma_s)
+                    + self._step_bw_sums[bw_key] + chain_s + gamma_s)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
         return CallPlan(pre_s, steps, gamma_s)
 

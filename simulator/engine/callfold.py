@@ -125,9 +125,8 @@ class _Shape:
 
     def __init__(self, main: FlowNetwork, plans, timings: dict):
         self.plans = plans
-        res = {r: None for plan in plans for step in plan.steps for path, _, _ in step
-               for r in main.resources(path)}
-        self.res = tuple(res)
+        paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}
+        self.res = tuple({r: None for path in paths.values() for r in main.resources(path)})
         last = plans[0]
         self.rep_in_settle = bool(last.steps) and not last.gamma_s > 0
         """The representative ends inside the settle that completes its last flows (no γ after them)."""
@@ -158,9 +157,11 @@ def _signature(main: FlowNetwork, plans) -> tuple:
     """What a replay of ``plans`` computes with: each plan's delays and steps, each flow's bytes, latency and
     resources, the resources numbered by rank of their main-network index (progressive filling breaks ties
     by that order), with their capacities. Equal signatures replay as the same float operations."""
-    order = sorted({r for plan in plans for step in plan.steps for path, _, _ in step for r in main.resources(path)})
+    paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}  # a path: many flows
+    order = sorted({r for path in paths.values() for r in main.resources(path)})
     local = {r: i for i, r in enumerate(order)}
-    flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((tuple(local[r] for r in main.resources(path)), nbytes,
+    named = {k: tuple(local[r] for r in main.resources(path)) for k, path in paths.items()}
+    flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((named[id(path)], nbytes,
                                                      path.latency_s if latency is None else latency)
                                                     for path, nbytes, latency in step) for step in p.steps))
                   for p in plans)

@@ -67,13 +67,14 @@ class LocalSchedule:
         self._fused: dict[tuple, list] = {}
         self._chains: dict[tuple, float] = {}
 
-    def chain_s(self, costs: Env, flow_steps: list[list[Flow]], links: dict) -> float:
-        """:meth:`Env.chain_latency_s` of ``flow_steps`` (this schedule on one group, ``links`` its
-        :attr:`pairs` → (src, dst, NIC)), computed once per distinct α of the pairs: the chain only
-        reads each flow's α and uses ranks as labels, so groups whose pairs have equal α share it."""
+    def chain_s(self, costs: Env, flow_steps, links: dict) -> float:
+        """:meth:`Env.chain_latency_s` of ``flow_steps()`` (this schedule's steps of flows on one group, built
+        only when needed; ``links`` its :attr:`pairs` → (src, dst, NIC)), computed once per distinct α of the
+        pairs: the chain only reads each flow's α and uses ranks as labels, so groups whose pairs have equal
+        α share it."""
         key = self._alphas(costs, links)
         if key not in self._chains:
-            self._chains[key] = costs.chain_latency_s(flow_steps)
+            self._chains[key] = costs.chain_latency_s(flow_steps())
         return self._chains[key]
 
     def pipeline_s(self, costs: Env, group: Group, links: dict, latency_of, rebuild) -> float:
