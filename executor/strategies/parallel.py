@@ -32,7 +32,7 @@ from executor.model import build_gpt
 from executor.moe import shard_experts
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import OptimizerGroup, make_optimizer
+from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
 from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
@@ -262,7 +262,7 @@ class ParallelRunner:
         seen: dict[int, int] = {}
         params = _storage_bytes(self.params, seen)
         grads = _storage_bytes((p.grad for p in self.params), seen)
-        states = (t for st in self.optimizer.state.values() for t in st.values() if torch.is_tensor(t))
+        states = (t for st in adam_state(self.optimizer).values() for t in st.values() if torch.is_tensor(t))
         return ModelStateBytes(params_bytes=params, grads_bytes=grads, optimizer_bytes=_storage_bytes(states, seen))
 
     def components(self) -> dict[str, str]:
