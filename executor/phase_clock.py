@@ -11,7 +11,8 @@ while the thread computed, between launch and wait, is hidden and not counted).
 
 **Pipeline** (:class:`PipelineClock`), timers around torch's schedule actions
 (``_PipelineScheduleRuntime`` [src: torch-pipelining]): each stage's ``forward_one_chunk`` and the
-loss are forward, ``backward_one_chunk`` backward (both less the tp time inside them); posting the
+loss are forward, ``backward_one_chunk`` backward (both less the tp time, and the ep all-to-alls,
+inside them); posting the
 sends and receives (``_batch_p2p``) and waiting on them (``_wait_batch_p2p``) are communication. A
 receive wait before compute action (s, mb) is split as the discrete-event engine splits it
 (``simulator.engine.streams.Recorder.wait``): until the sending rank posted that send it is

@@ -6,7 +6,9 @@
   (:mod:`executor.strategies.pipeline`);
 - dp > 1: replica d trains on its share of the global batch (``executor.data.replica_samples``)
   and the replicas average their gradients after backward, in the plan's buckets
-  (:func:`executor.strategies.grad_sync.average_gradients`).
+  (:func:`executor.strategies.grad_sync.average_gradients`);
+- mixture-of-experts layers (tp = 1): in each stage, with ep > 1 over the ep group of the stage's dp
+  ranks, expert gradients over its expert-data-parallel group (:mod:`executor.strategies.stage_experts`).
 
 Every rank builds the same seeded model first (``build_gpt(spec, seed)``), so the run starts from
 the reference's weights. The step's loss is the global batch's mean loss on every rank: the last
@@ -14,7 +16,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient
+ZeRO-1 with tp or pp, offload, a MoE model with tp > 1, and a named all-reduce algorithm (the gradient
 average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
@@ -89,6 +91,8 @@ class ParallelRunner:
         Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
                         "FSDP2: the loss average only",
         Phase.OPTIMIZER.value: "optimizer.step()",
+        Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine) in the "
+                        "stages' forward, backward and recompute, which exclude it (executor/moe.py)",
     }
 
     def __init__(self, ctx: RunContext, optimizer=make_optimizer):
