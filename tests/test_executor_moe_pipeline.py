@@ -5,7 +5,7 @@ dp ranks (ep 2) and reduce the experts' gradients over the stage's expert-data-p
 here: every rank holds half of its stage's experts), the dense gradients over dp
 (executor/strategies/stage_experts.py). The tiny presets (``--scale tiny``: Mixtral 8 experts top-2, its
 top-1 variant, Qwen1.5-MoE 60 experts top-4 with a gated shared expert) train 3 AdamW steps, fp32, under
-GPipe and 1F1B (torch.distributed.pipelining running the simulator's action lists), and are compared with
+GPipe, 1F1B and interleaved 1F1B (torch.distributed.pipelining running the simulator's action lists), and are compared with
 one process on the whole global batch (executor.reference). Tolerance 1e-5 relative on the loss and the
 gradient norm: the same float32 sums in another order; an expert gradient averaged over dp by the dense
 path (halved), or the experts left out of the dp average at ep 1, moves the norm or the second step's
@@ -50,6 +50,7 @@ PLANS = {
     "top-1 ep2 1f1b": (TOP1, {"ep": 2, "schedule": "1f1b"}),
     "qwen top-4 shared ep2 1f1b round-robin": (QWEN, {"ep": 2, "schedule": "1f1b", "moe_routing": "round-robin"}),
     "mixtral top-2 ep2 1f1b zero3": (MIXTRAL, {"ep": 2, "schedule": "1f1b", "zero": 3, "framework": "fsdp2"}),
+    "mixtral top-2 ep2 interleaved": (MIXTRAL, {"ep": 2, "schedule": "interleaved", "virtual_stages": 2}),
     "mixtral top-2 ep1 1f1b": (MIXTRAL, {"schedule": "1f1b"}),  # experts replicated: averaged over dp with the rest
 }
 
