@@ -5,11 +5,11 @@ dp ranks (ep 2) and reduce the experts' gradients over the stage's expert-data-p
 here: every rank holds half of its stage's experts), the dense gradients over dp
 (executor/strategies/stage_experts.py). The tiny presets (``--scale tiny``: Mixtral 8 experts top-2, its
 top-1 variant, Qwen1.5-MoE 60 experts top-4 with a gated shared expert) train 3 AdamW steps, fp32, under
-GPipe, 1F1B and interleaved 1F1B (torch.distributed.pipelining running the simulator's action lists), and are compared with
-one process on the whole global batch (executor.reference). Tolerance 1e-5 relative on the loss and the
-gradient norm: the same float32 sums in another order; an expert gradient averaged over dp by the dense
-path (halved), or the experts left out of the dp average at ep 1, moves the norm or the second step's
-loss far more. Model-state bytes per rank are the memory model's (``simulator.memory``: the stage's
+GPipe, 1F1B and interleaved 1F1B (torch.distributed.pipelining running the simulator's action lists),
+and are compared with one process on the whole global batch (executor.reference). Tolerance 1e-5
+relative on the loss and the gradient norm: the same float32 sums in another order; an expert gradient
+not divided by dp, or the experts left out of the dp average at ep 1, moves the norm or the second
+step's loss far more. Model-state bytes per rank are the memory model's (``simulator.memory``: the stage's
 dense tensors over dp, its E/ep experts over the expert-data-parallel group), byte for byte.
 """
 
