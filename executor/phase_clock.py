@@ -11,7 +11,8 @@ while the thread computed, between launch and wait, is hidden and not counted).
 
 **Pipeline** (:class:`PipelineClock`), timers around torch's schedule actions
 (``_PipelineScheduleRuntime`` [src: torch-pipelining]): each stage's ``forward_one_chunk`` and the
-loss are forward, ``backward_one_chunk`` backward (both less the tp time inside them); posting the
+loss are forward, ``backward_one_chunk`` backward (both less the tp time, and the ep all-to-alls,
+inside them); posting the
 sends and receives (``_batch_p2p``) and waiting on them (``_wait_batch_p2p``) are communication. A
 receive wait before compute action (s, mb) is split as the discrete-event engine splits it
 (``simulator.engine.streams.Recorder.wait``): until the sending rank posted that send it is
@@ -73,14 +74,28 @@ class TpClock:
                 setattr(funcol, name, fn)
 
 
+class ClockSum:
+    """The ``seconds`` of several clocks together (what a compute timer leaves out: tp and ep time)."""
+
+    def __init__(self, *clocks):
+        self.clocks = tuple(c for c in clocks if c is not None)
+
+    @property
+    def seconds(self) -> float:
+        return sum(c.seconds for c in self.clocks)
+
+
 class PipelineClock:
     """One rank's phase timers for torch's pipeline schedule runtime ``schedule`` (module docstring).
 
-    ``n_stages`` global stages, ``m`` micro-batches; ``tp`` times the tp collectives inside compute;
-    ``synchronize`` (``RunContext.synchronize``) brackets each compute action, so CUDA work is timed."""
+    ``n_stages`` global stages, ``m`` micro-batches; ``tp`` times the tp collectives inside compute, and
+    ``others`` (objects with a ``seconds`` counter, e.g. ``executor.moe.EpClock``) other communication
+    inside it, which compute excludes too; ``synchronize`` (``RunContext.synchronize``) brackets each
+    compute action, so CUDA work is timed."""
 
-    def __init__(self, schedule, n_stages: int, m: int, tp: TpClock, synchronize=lambda: None):
+    def __init__(self, schedule, n_stages: int, m: int, tp: TpClock, synchronize=lambda: None, others=()):
         self.schedule, self.n_stages, self.m, self.tp, self.sync = schedule, n_stages, m, tp, synchronize
+        self.excluded = ClockSum(tp, *others)
         self.sent_ns = torch.zeros((n_stages, 2, m), dtype=torch.int64)
         self.forward_s = self.backward_s = self.comm_s = 0.0
         self.waits: list[tuple[int, int, tuple[int, int, int]]] = []
@@ -92,10 +107,10 @@ class PipelineClock:
 
     def _compute(self, phase: str, fn, args, kwargs):
         self.sync()
-        tp0, start = self.tp.seconds, time.perf_counter()
+        ex0, start = self.excluded.seconds, time.perf_counter()
         out = fn(*args, **kwargs)
         self.sync()
-        busy = time.perf_counter() - start - (self.tp.seconds - tp0)
+        busy = time.perf_counter() - start - (self.excluded.seconds - ex0)
         setattr(self, f"{phase}_s", getattr(self, f"{phase}_s") + busy)
         return out
 

@@ -69,7 +69,7 @@ def test_valid_mask_applies_both_ep_rules():
 
 
 def test_the_executor_refuses_what_it_does_not_run():
-    # no stand-in for latent attention; ep > 1 runs in the data-parallel family only (tests/test_executor_moe.py)
+    # no stand-in for latent attention; ep > 1 runs with tp = cp = 1 only (tests/test_executor_moe*.py)
     from executor.model import GPT
     from executor.strategies.base import family_spec
 

@@ -6,7 +6,9 @@
   (:mod:`executor.strategies.pipeline`);
 - dp > 1: replica d trains on its share of the global batch (``executor.data.replica_samples``)
   and the replicas average their gradients after backward, in the plan's buckets
-  (:func:`executor.strategies.grad_sync.average_gradients`).
+  (:func:`executor.strategies.grad_sync.average_gradients`);
+- mixture-of-experts layers (tp = 1): in each stage, with ep > 1 over the ep group of the stage's dp
+  ranks, expert gradients over its expert-data-parallel group (:mod:`executor.strategies.stage_experts`).
 
 Every rank builds the same seeded model first (``build_gpt(spec, seed)``), so the run starts from
 the reference's weights. The step's loss is the global batch's mean loss on every rank: the last
@@ -14,7 +16,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient
+ZeRO-1 with tp or pp, offload, a MoE model with tp > 1, and a named all-reduce algorithm (the gradient
 average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
@@ -29,13 +31,15 @@ from torch import nn
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
-from executor.phase_clock import PipelineClock, TpClock
+from executor.moe import shard_experts
+from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import make_optimizer
+from executor.reference import OptimizerGroup, adam_state, make_optimizer
 from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
 from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)
+from executor.strategies.stage_experts import StageExperts, pipeline_grad_norm
 from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,
                                         shard_vocab, sp_gather_output)
 from simulator.errors import SpecError
@@ -59,10 +63,9 @@ def check(plan, layout: ParallelLayout) -> None:
         raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
                         "with dist.all_reduce (the library's own algorithm); use auto")
     spec = plan.model
-    if getattr(spec, "moe", None) is not None:
+    if getattr(spec, "moe", None) is not None and layout.tp > 1:
         raise SpecError("plan.model", f"{spec.name} has mixture-of-experts layers: this executor runs them with "
-                        f"tp = pp = 1 only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it "
-                        "with tp 1 and pp 1")
+                        f"tp = 1 only (got tp={layout.tp}); simulate the plan, or execute it with tp 1")
     for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:
@@ -88,6 +91,8 @@ class ParallelRunner:
         Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
                         "FSDP2: the loss average only",
         Phase.OPTIMIZER.value: "optimizer.step()",
+        Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine) in the "
+                        "stages' forward, backward and recompute, which exclude it (executor/moe.py)",
     }
 
     def __init__(self, ctx: RunContext, optimizer=make_optimizer):
@@ -98,7 +103,8 @@ class ParallelRunner:
         self.tp_mesh = ctx.mesh["tp"] if layout.tp > 1 else None
         self.schedule = self.tied_group = self.pipe_clock = None
         self.tp_clock = TpClock()
-        self.recompute = RecomputeClock(exclude=self.tp_clock)
+        self.experts = StageExperts(ctx, full)  # before the stages: every rank creates the ep groups alike
+        self.recompute = RecomputeClock(exclude=ClockSum(self.tp_clock, self.experts.clock))
         self.fsdp = layout.strategy.zero >= ZeroStage.ZERO2
         if layout.pp == 1:
             if self.tp_mesh is not None:
@@ -109,7 +115,10 @@ class ParallelRunner:
             self.modules = self._stages(full)
         self.model = self.modules[0] if len(self.modules) == 1 else nn.ModuleList(self.modules)
         self.params = [p for m in self.modules for p in m.parameters()]
-        self.optimizer = optimizer(self.params)
+        self.experts.mark(self.modules)
+        dense, experts = self.experts.split(self.params)
+        # FSDP2 puts the experts' shards on their own mesh: one optimizer per mesh
+        self.optimizer = OptimizerGroup([optimizer(dense), optimizer(experts)]) if experts else optimizer(self.params)
         self.dp_group = ctx.mesh["dp"].get_group() if layout.dp > 1 else None
 
     def _stages(self, full) -> list[Stage]:
@@ -131,7 +140,8 @@ class ParallelRunner:
         pp_group = ctx.mesh["pp"].get_group()
         stages = [PipelineStage(m, s, n, ctx.device, group=pp_group) for m, s in zip(modules, mine)]
         self.schedule = load_schedule(layout.schedule, stages, layout.micro_batches)
-        self.pipe_clock = PipelineClock(self.schedule, n, layout.micro_batches, self.tp_clock, ctx.synchronize)
+        self.pipe_clock = PipelineClock(self.schedule, n, layout.micro_batches, self.tp_clock, ctx.synchronize,
+                                        others=(self.experts.clock,) if self.experts.clock else ())
         if full.spec.tied_embeddings:
             self.tied_group = embedding_groups(layout)[(self.coord.dp, self.coord.tp)]
         return modules
@@ -148,6 +158,8 @@ class ParallelRunner:
         from torch.distributed.fsdp import fully_shard
 
         reshard = strategy.zero is ZeroStage.ZERO3
+        if self.experts.groups is not None:  # each expert over its expert-data-parallel group: the blocks skip it
+            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type)
         for block in module.layers:
             fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
         fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
@@ -168,17 +180,34 @@ class ParallelRunner:
             phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
         if layout.dp > 1:
             start = time.perf_counter()
-            if not self.fsdp:
-                average_gradients(self.params, self.dp_group, layout.dp, layout.bucket_bytes)
+            if not self.fsdp:  # FSDP2 reduce-scattered every gradient (the experts' over their group) in backward
+                average_gradients(self.experts.split(self.params)[0], self.dp_group, layout.dp, layout.bucket_bytes)
+                self.experts.reduce(self.params)
             ctx.synchronize()
             phases[Phase.DP] = time.perf_counter() - start
+        start = time.perf_counter()
+        norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
+        self.check_s += time.perf_counter() - start
         start = time.perf_counter()
         self.optimizer.step()
         ctx.synchronize()
         phases[Phase.OPTIMIZER] = time.perf_counter() - start
         start = time.perf_counter()
         loss = self._global_loss(loss)
-        return StepRecord(loss=loss, phases_s=phases, check_s=self.check_s + time.perf_counter() - start)
+        return StepRecord(loss=loss, phases_s=phases, grad_norm=norm,
+                          check_s=self.check_s + time.perf_counter() - start)
+
+    def _grad_norm(self) -> float | None:
+        """The global gradient norm of a tp = 1 pipeline (``stage_experts.pipeline_grad_norm``); None otherwise
+        (DTensor tp shards are not summed here)."""
+        if self.layout.pp == 1 or self.layout.tp > 1:
+            return None
+        copies = {id(m.tied_head) for m in self.modules if hasattr(m, "tied_head") and not m.first}
+        dense, experts = self.experts.split([p for p in self.params if id(p) not in copies])
+        ep = self.experts.groups
+        return pipeline_grad_norm(dense, experts, device=self.ctx.device, sharded=self.fsdp, dp_group=self.dp_group,
+                                  ep_group=None if ep is None else ep.group,
+                                  pp_group=self.ctx.mesh["pp"].get_group())
 
     def _global_loss(self, loss: torch.Tensor) -> float:
         """The mean loss over the dp replicas (each holds its own after the pipeline's broadcast)."""
@@ -212,6 +241,7 @@ class ParallelRunner:
         args = (inputs,) if first else ()
         kwargs = {"target": targets, "losses": losses} if last else {}
         clock, tp0, pp_group = self.pipe_clock, self.tp_clock.seconds, self.ctx.mesh["pp"].get_group()
+        ep0 = self.experts.seconds()
         with clock.timing(), self.ctx.autocast():
             self.schedule.step(*args, **kwargs)
         self.ctx.synchronize()
@@ -222,6 +252,8 @@ class ParallelRunner:
         self.ctx.synchronize()
         phases.update({Phase.FORWARD: clock.forward_s, Phase.BACKWARD: clock.backward_s, Phase.BUBBLE: bubble,
                        Phase.TP: self.tp_clock.seconds - tp0, Phase.PP: pp + time.perf_counter() - start})
+        if self.experts.clock is not None:  # the all-to-alls, out of forward, backward and recompute already
+            phases[Phase.EP] = self.experts.seconds() - ep0
         start = time.perf_counter()  # the loss broadcast is the executor's check, not training (StepRecord.check_s)
         loss = torch.stack(losses).float().mean().detach() if last else torch.zeros((), device=self.ctx.device)
         src = layout.rank_of(self.coord.dp, layout.pp - 1, self.coord.tp)
@@ -234,11 +266,11 @@ class ParallelRunner:
         seen: dict[int, int] = {}
         params = _storage_bytes(self.params, seen)
         grads = _storage_bytes((p.grad for p in self.params), seen)
-        states = (t for st in self.optimizer.state.values() for t in st.values() if torch.is_tensor(t))
+        states = (t for st in adam_state(self.optimizer).values() for t in st.values() if torch.is_tensor(t))
         return ModelStateBytes(params_bytes=params, grads_bytes=grads, optimizer_bytes=_storage_bytes(states, seen))
 
     def components(self) -> dict[str, str]:
-        layout, out = self.layout, {}
+        layout, out = self.layout, self.experts.components(self.ctx.spec, self.layout)
         if layout.tp > 1:
             out["tensor parallel"] = (f"DTensor parallelize_module over tp={layout.tp}: ColwiseParallel qkv, mlp.up "
                                       "(rows reordered per head / SwiGLU half), RowwiseParallel attn.out, mlp.down, "

@@ -1,0 +1,105 @@
+"""Mixture-of-experts layers inside pipeline stages (pp > 1, tp = 1), with or without expert parallelism.
+
+**Groups**: each stage's MoE layers exchange tokens over the ep group of its own pp rank — ep consecutive
+dp indices with the same pp coordinate (``ParallelLayout.ep_group``) — and reduce the experts'
+gradients over the stage's expert-data-parallel group (``ParallelLayout.expert_dp_group``), the
+simulator's layout; :func:`executor.moe.make_ep_groups` creates them for every (pp, tp). This is the
+placement Megatron-Core builds with pipelines (expert groups carved out of each pipeline stage's
+data-parallel ranks [src: megatron-core]) and DeepSeek-V3 trains with (PP 16 × EP 64,
+DeepSeek-AI 2024 §3.2 [src: deepseek-v3]).
+
+**Order of the all-to-alls**: an ``all_to_all_single`` blocks until every rank of its group issued it,
+so the ep peers must issue theirs in the same order. They hold the same stage of ep different
+pipelines, and every pipeline runs the same per-rank action list (``ParallelLayout.schedule`` depends
+on pp, m and v only, not on the replica): action j of pp rank p is the same (stage, micro-batch,
+forward/backward) on every replica, and inside an action the MoE layers run in layer order (forward)
+or in the autograd engine's reverse order (backward, one thread per device). The peers' receives wait
+only on their own pipelines, which run the same list, so no cycle of waits forms. torch's runtime
+metadata inference (the first ``step``: one forward and one input-gradient backward per stage on
+empty tensors) runs the layers too, on every peer at the same point, before the first action.
+
+**Gradients**: torch's schedule scales each stage's summed micro-batch gradients by 1/m; the dense
+ones are then averaged over dp (``grad_sync.average_gradients``), the experts' summed over the
+stage's expert-data-parallel group and divided by dp (:func:`executor.moe.reduce_expert_gradients`,
+the rule in :mod:`executor.moe`'s docstring). Under ZeRO-2/3 each expert is an FSDP2 module over that
+group (:func:`executor.moe.shard_experts`), the blocks over dp, one optimizer per mesh.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from executor.moe import apply_expert_parallel, apply_routing, make_ep_groups, moe_layers, reduce_expert_gradients
+
+
+class StageExperts:
+    """This rank's routed experts of a pipeline run: its ep groups (None at ep 1), their all-to-all clock and
+    which of the stage parameters are experts (by identity, as the stages rename them)."""
+
+    def __init__(self, ctx, full):
+        layout, s = ctx.layout, ctx.layout.strategy
+        self.routing = apply_routing(full, s.moe_routing, s.micro_batch * ctx.spec.seq_len)
+        self.groups = self.clock = None
+        if layout.ep > 1:
+            self.groups = make_ep_groups(layout, ctx.rank)
+            self.clock = apply_expert_parallel(full, self.groups)
+        self._ids: set[int] = set()
+        """The routed experts' parameters under ep > 1 (at ep 1 they are replicated like the rest)."""
+        self.dp = layout.dp
+
+    @property
+    def present(self) -> bool:
+        return self.routing is not None
+
+    def mark(self, modules) -> None:
+        """Record the expert parameters (ep > 1) as the (possibly FSDP2-sharded) stage modules now hold them."""
+        if self.groups is not None:
+            self._ids = {id(p) for m in modules for moe in moe_layers(m) for e in moe.experts for p in e.parameters()}
+
+    def split(self, params) -> tuple[list, list]:
+        """(dense, experts) of ``params``, order kept."""
+        return [p for p in params if id(p) not in self._ids], [p for p in params if id(p) in self._ids]
+
+    def reduce(self, params) -> None:
+        """The experts' gradients summed over the stage's expert-data-parallel group, divided by dp."""
+        if self.groups is not None:
+            reduce_expert_gradients(self.split(params)[1], self.groups, self.dp)
+
+    def seconds(self) -> float:
+        return 0.0 if self.clock is None else self.clock.seconds
+
+    def components(self, spec, layout) -> dict[str, str]:
+        out = {"moe routing": self.routing} if self.routing is not None else {}
+        if self.groups is not None:
+            out["expert parallel"] = (
+                f"ep={layout.ep} inside each pipeline stage: {spec.moe.experts // layout.ep} of {spec.moe.experts} "
+                "experts per rank, dispatch and combine by dist.all_to_all_single over the stage's ep group "
+                "(executor/moe.py, executor/strategies/stage_experts.py); expert gradients summed over the "
+                f"stage's expert-data-parallel group of {len(self.groups.expert_dp_ranks)} rank(s) and divided "
+                "by dp")
+        return out
+
+
+def squares(params) -> torch.Tensor:
+    """Σ g² of the gradients of ``params`` (a DTensor's by its local shard), float32."""
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    return torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else torch.zeros(())
+
+
+def pipeline_grad_norm(dense, experts, *, device, sharded: bool, dp_group, ep_group, pp_group) -> float:
+    """Global L2 norm of a tp = 1 pipeline's synchronised gradient, each element counted once: ``dense``
+    (replicated over dp, or FSDP2 shards over it when ``sharded``) and ``experts`` (E/ep per rank of the
+    ep group; FSDP2: shards over the expert-data-parallel group, so once over the dp ranks) summed
+    over the stages (pp group). ``dense`` leaves out the last stage's copy of a tied embedding."""
+    dense_sq, expert_sq = squares(dense).to(device), squares(experts).to(device)
+    if sharded:
+        total = dense_sq + expert_sq
+        if dp_group is not None:
+            dist.all_reduce(total, group=dp_group)
+    else:
+        if ep_group is not None:
+            dist.all_reduce(expert_sq, group=ep_group)
+        total = dense_sq + expert_sq
+    dist.all_reduce(total, group=pp_group)
+    return float(total.sqrt())

@@ -1,0 +1,205 @@
+"""Mixture-of-experts layers inside pipeline stages, with expert parallelism (ep × pp; issue 14 §4).
+
+Four gloo ranks, pp 2 × dp 2: each stage's MoE layers exchange tokens over the ep group of that stage's two
+dp ranks (ep 2) and reduce the experts' gradients over the stage's expert-data-parallel group (one rank
+here: every rank holds half of its stage's experts), the dense gradients over dp
+(executor/strategies/stage_experts.py). The tiny presets (``--scale tiny``: Mixtral 8 experts top-2, its
+top-1 variant, Qwen1.5-MoE 60 experts top-4 with a gated shared expert) train 3 AdamW steps, fp32, under
+GPipe, 1F1B and interleaved 1F1B (torch.distributed.pipelining running the simulator's action lists),
+and are compared with one process on the whole global batch (executor.reference). Tolerance 1e-5
+relative on the loss and the gradient norm: the same float32 sums in another order; an expert gradient
+not divided by dp, or the experts left out of the dp average at ep 1, moves the norm or the second
+step's loss far more. Model-state bytes per rank are the memory model's (``simulator.memory``: the stage's
+dense tensors over dp, its E/ep experts over the expert-data-parallel group), byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+import pytest
+
+from executor.launch import run
+from executor.reference import reference_run
+from simulator.cluster.io import load_cluster
+from simulator.errors import SpecError
+from simulator.memory.moe import add_states, split_experts
+from simulator.memory.shapes import stage_param_shapes
+from simulator.memory.states import model_state_bytes
+from simulator.plan_file import Plan
+from simulator.plan_scale import Scale, scale_plan
+from simulator.strategy import Framework, ZeroStage
+from simulator.strategy.flat import strategy_from_flat
+from simulator.workload import DtypePolicy, get_preset
+from simulator.workload.moe_routing import Routing
+
+pytestmark = pytest.mark.multiproc
+
+MIXTRAL = get_preset("mixtral-8x7b")
+TOP1 = replace(MIXTRAL, name="mixtral-top1", moe=replace(MIXTRAL.moe, top_k=1))
+QWEN = get_preset("qwen1.5-moe-a2.7b")
+STEPS = 3
+TOL = 1e-5
+WORLD = 4
+
+PLANS = {
+    "mixtral top-2 ep2 gpipe": (MIXTRAL, {"ep": 2, "schedule": "gpipe"}),
+    "mixtral top-2 ep2 1f1b": (MIXTRAL, {"ep": 2, "schedule": "1f1b"}),
+    "top-1 ep2 gpipe": (TOP1, {"ep": 2, "schedule": "gpipe"}),
+    "top-1 ep2 1f1b": (TOP1, {"ep": 2, "schedule": "1f1b"}),
+    "qwen top-4 shared ep2 1f1b round-robin": (QWEN, {"ep": 2, "schedule": "1f1b", "moe_routing": "round-robin"}),
+    "mixtral top-2 ep2 1f1b zero3": (MIXTRAL, {"ep": 2, "schedule": "1f1b", "zero": 3, "framework": "fsdp2"}),
+    "mixtral top-2 ep2 interleaved": (MIXTRAL, {"ep": 2, "schedule": "interleaved", "virtual_stages": 2}),
+    "mixtral top-2 ep1 1f1b": (MIXTRAL, {"schedule": "1f1b"}),  # experts replicated: averaged over dp with the rest
+}
+
+
+def _plan(model, flat: dict) -> Plan:
+    keys = {"global_batch": 8, "micro_batch": 1, "dp": 2, "pp": 2} | flat  # 4 micro-batches per pipeline
+    plan = Plan(model=model, cluster=load_cluster("dgx-h100"), gpus=WORLD, strategy=strategy_from_flat(keys))
+    return scale_plan(plan, Scale.parse("tiny"), WORLD).run
+
+
+class _LayerLog:
+    """Stands in for a MoE layer's clock: logs which layer issued each all-to-all, then runs it timed."""
+
+    def __init__(self, layer: int, clock, log: list):
+        self.layer, self.clock, self.log = layer, clock, log
+
+    def all_to_all(self, *args):
+        self.log.append(self.layer)
+        self.clock.all_to_all(*args)
+
+
+def _rank(rank: int, world: int, plans: tuple) -> list:
+    from dataclasses import asdict
+
+    from executor.moe import moe_layers
+    from executor.run import build_context
+    from executor.strategies import load_families
+    from executor.strategies.base import Backend, Phase, Precision, family_spec
+
+    load_families()
+    out = []
+    for plan in plans:
+        ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
+                            precision=Precision.FP32)
+        runner = family_spec(ctx.layout).build(ctx)
+        issued: list[int] = []  # the model layer of each all-to-all this rank issued (every layer is MoE here)
+        for stage, first in zip(runner.modules, _first_layers(ctx.layout, runner.coord.pp)):
+            for i, moe in enumerate(moe_layers(stage)):
+                if moe.ep is not None:
+                    moe.clock = _LayerLog(first + i, moe.clock, issued)
+        records = [runner.train_step(step) for step in range(STEPS)]
+        out.append({"loss": [r.loss for r in records], "norm": [r.grad_norm for r in records],
+                    "ep_s": [r.phases_s.get(Phase.EP) for r in records],
+                    "phases": sorted(p.value for p in records[0].phases_s),
+                    "states": asdict(runner.model_state_bytes()), "components": runner.components(),
+                    "issued": issued, "coord": (runner.coord.dp, runner.coord.pp)})
+    return out
+
+
+def _first_layers(layout, pp_rank: int) -> list[int]:
+    """First model layer of each stage pp rank ``pp_rank`` holds (its MoE layers follow in order)."""
+    return [sum(layout.layers_per_stage[:s]) for s in range(pp_rank, layout.pp * layout.v, layout.pp)]
+
+
+@cache
+def _reference(spec, routing: Routing, micro_batch: int):
+    return reference_run(spec, seed=0, steps=STEPS, global_batch_size=8, moe_routing=routing,
+                         micro_batch=micro_batch if routing is Routing.ROUND_ROBIN else 1)
+
+
+@pytest.fixture(scope="module")
+def launch():
+    plans = {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}
+    return plans, run(_rank, WORLD, args=(tuple(plans.values()),), backend="gloo", timeout_s=600.0)
+
+
+def test_losses_and_gradient_norms_match_one_process(launch):
+    plans, per_rank = launch
+    for i, (name, plan) in enumerate(plans.items()):
+        assert plan.layout().pp == 2 and plan.layout().dp == 2, name
+        want_loss, want_norm = _reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
+        for rank, got in enumerate(per_rank):
+            assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
+            assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
+        assert want_loss[0] != want_loss[1], name  # the steps train
+
+
+def test_ep_peers_issue_the_same_all_to_alls_in_the_same_order(launch):
+    """The two dp ranks of a stage (its ep group) log the same sequence of (MoE layer) all-to-alls: 4 per
+    layer and micro-batch (counts, dispatch, combine; combine's backward and dispatch's backward), plus
+    torch's first-step metadata inference."""
+    plans, per_rank = launch
+    for i, (name, plan) in enumerate(plans.items()):
+        if plan.layout().ep == 1:
+            assert all(not got[i]["issued"] for got in per_rank), name
+            continue
+        by_stage: dict[int, list] = {}
+        for got in per_rank:
+            by_stage.setdefault(got[i]["coord"][1], []).append(got[i]["issued"])
+        m = plan.layout().micro_batches
+        for pp_rank, (a, b) in by_stage.items():
+            assert a == b, (name, pp_rank)
+            assert len(a) >= STEPS * m * 5, (name, pp_rank, len(a))  # counts + 2 forward + 2 backward
+
+
+def test_the_all_to_all_is_its_own_phase(launch):
+    plans, per_rank = launch
+    for i, (name, plan) in enumerate(plans.items()):
+        ep = plan.layout().ep
+        for got in per_rank:
+            assert ("ep" in got[i]["phases"]) == (ep > 1), name
+            assert {"forward", "backward", "pp", "bubble"} <= set(got[i]["phases"]), name
+            if ep > 1:
+                assert all(s > 0 for s in got[i]["ep_s"]), name
+                assert "inside each pipeline stage" in got[i]["components"]["expert parallel"], name
+            assert got[i]["components"]["moe routing"].startswith(plan.strategy.moe_routing.value), name
+
+
+def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
+    """The rank's stage (simulator.memory.shapes.stage_param_shapes at its pp rank and layers): dense tensors
+    over dp (FSDP2: dim-0 padded shards), the stage's E/ep experts over the expert-data-parallel group."""
+    plans, per_rank = launch
+    for i, (name, plan) in enumerate(plans.items()):
+        layout, zero = plan.layout(), plan.strategy.zero
+        framework = Framework.FSDP2 if zero >= ZeroStage.ZERO2 else Framework.TORCH_DDP
+        for rank, got in enumerate(per_rank):
+            c = layout.coords(rank)
+            shapes = stage_param_shapes(plan.model, pp=layout.pp, stage=c.pp, layers=layout.layer_indices(c.pp),
+                                        ep=layout.ep)
+            dense, experts = split_experts(shapes)
+            if layout.ep == 1:
+                dense, experts = shapes, []
+            model = model_state_bytes(dense, dp=layout.dp, zero=zero, dtype=DtypePolicy.FP32, framework=framework,
+                                      rank=c.dp)
+            if experts:
+                model = add_states(model, model_state_bytes(experts, dp=layout.dp // layout.ep, zero=zero,
+                                                            dtype=DtypePolicy.FP32, framework=framework,
+                                                            rank=c.dp // layout.ep))
+            states = got[i]["states"]
+            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (
+                model.params_at_rest_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
+                (name, rank)
+
+
+def test_expert_parallelism_with_tp_is_refused_in_one_line():
+    """What the executor does not run with experts (tp > 1, with or without ep) stays a one-line refusal
+    naming the field; ep with pp is no longer one of them."""
+    from executor.strategies import load_families
+    from executor.strategies.base import family_spec
+
+    load_families()
+    cluster = load_cluster("dgx-h100")
+    for flat, field in (({"dp": 2, "ep": 2, "tp": 2}, "plan.strategy.ep"),
+                        ({"dp": 2, "ep": 2, "tp": 2, "pp": 2}, "plan.strategy.ep"),
+                        ({"pp": 2, "tp": 2}, "plan.model")):
+        gpus = flat["dp"] * flat["tp"] * flat.get("pp", 1) if "dp" in flat else 4
+        plan = Plan(model=MIXTRAL, cluster=cluster, gpus=gpus, strategy=strategy_from_flat({"global_batch": 8} | flat))
+        with pytest.raises(SpecError) as err:
+            family_spec(plan.layout()).check(plan, plan.layout())
+        assert err.value.field == field and "\n" not in str(err.value), flat
+    plan = _plan(MIXTRAL, {"ep": 2, "schedule": "1f1b"})
+    family_spec(plan.layout()).check(plan, plan.layout())  # ep × pp runs
