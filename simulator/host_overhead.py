@@ -19,7 +19,14 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
 - **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
   adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
   post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
-  post-backward) (:func:`with_fsdp2_modules`) [src: own-host-overhead-probe].
+  post-backward) (:func:`with_host_modules`) [src: own-host-overhead-probe].
+- **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`dtensor_params`)
+  each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
+  vocabulary-parallel embedding on the first chunk and output layer on the last) adds
+  ``Host.tp_forward_module_us`` to the chunk's forward and ``Host.tp_backward_module_us`` to its backward:
+  DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
+  hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
+  [src: own-tp-module-probe]. Megatron-LM's tensor parallelism keeps plain tensors: no such term.
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -50,6 +57,15 @@ ADAMW_FOREACH_CALLS = 9
 """``torch._foreach_*`` calls per (device, dtype) group in torch's foreach AdamW (``_multi_tensor_adam``, not
 capturable): add (steps), mul (weight decay), lerp, mul, addcmul, sqrt, div, add (eps), addcdiv
 [src: torch-adam-impl]."""
+
+
+TP_MODULES_PER_BLOCK = 4
+"""Tensor-parallel modules of one block in torch's plan (``executor.strategies.tensor.block_plan``): ``qkv`` and
+``mlp.up`` column-parallel, ``attn.out`` and ``mlp.down`` row-parallel [src: torch-dtensor-tp]."""
+
+TP_EDGE_MODULES = 2
+"""Tensor-parallel modules outside the blocks: the vocabulary-parallel token embedding (first chunk) and output
+layer (last chunk) [src: megatron-vocab-parallel]."""
 
 
 @dataclass(frozen=True)
@@ -144,25 +160,43 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]
 
 
-def with_fsdp2_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
-    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time FSDP2 adds per
-    sharded module (module docstring) when the layout's framework is FSDP2 and the host states it; the
-    chunk's blocks, plus the root module on chunk 0. Combined with the chunk's times as one stream."""
+def tp_modules(layout, chunk) -> int:
+    """Tensor-parallel modules of ``chunk`` (a :class:`simulator.workload.ChunkSlice`) whose weights are DTensors:
+    :data:`TP_MODULES_PER_BLOCK` per layer, plus the embedding on the first chunk and the output layer on the
+    last; 0 unless the layout runs torch's own tensor parallelism (:func:`dtensor_params`, tp > 1)."""
+    from simulator.strategy.framework import Framework
+
+    if layout.tp <= 1 or layout.framework is not Framework.TORCH_DDP:
+        return 0
+    return TP_MODULES_PER_BLOCK * chunk.layers + (1 if chunk.index == 0 else 0) + (
+        1 if chunk.index == chunk.count - 1 else 0)
+
+
+def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
+    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
+    the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
+    blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
+    (:func:`tp_modules`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
+    takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
     from simulator.strategy.framework import Framework
 
     host = cluster.node.host
-    if layout.framework is not Framework.FSDP2 or host is None:
+    if host is None:
         return compute
-    modules = chunk.layers + (1 if chunk.index == 0 else 0)
+    fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
+    tp = tp_modules(layout, chunk)
+    fwd_us = fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
+    bwd_us = fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
+    if not fwd_us and not bwd_us:
+        return compute
     device = cluster.device
 
-    def add(phase_s: float, per_module_us: float) -> float:
-        extra_s = modules * per_module_us * 1e-6 * share
+    def add(phase_s: float, extra_us: float) -> float:
+        extra_s = extra_us * 1e-6 * share
         if not extra_s:
             return phase_s
         return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
 
-    return _replace(compute, fwd_s=add(compute.fwd_s, host.fsdp2_forward_module_us),
-                    bwd_s=add(compute.bwd_s, host.fsdp2_backward_module_us))
+    return _replace(compute, fwd_s=add(compute.fwd_s, fwd_us), bwd_s=add(compute.bwd_s, bwd_us))

@@ -170,8 +170,15 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert cluster.device.kernel_launch_overhead_us >= 0
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
     assert cluster.device.op_call_overhead_us == pytest.approx(report.bare_call.median_s * 1e6)
-    cores = dataclasses.replace(base.node.host, cpu_cores=host_cores())  # this machine's cores
-    assert cluster.node == dataclasses.replace(base.node, host=cores)
+    tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
+    assert tp.modules == 10
+    assert tp.forward_module_us == pytest.approx(max(0.0, (tp.tp_forward.median_s - tp.plain_forward.median_s)
+                                                     / 10 * 1e6))
+    assert tp.forward_module_us + tp.backward_module_us == pytest.approx(max(
+        tp.forward_module_us, (tp.tp_step.median_s - tp.plain_step.median_s) / 10 * 1e6))
+    host = dataclasses.replace(base.node.host, cpu_cores=host_cores(),  # this machine's cores and tp terms
+                               tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us)
+    assert cluster.node == dataclasses.replace(base.node, host=host)
     assert cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
 
@@ -187,6 +194,8 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     loaded = load_cluster(str(out))
     assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
+    assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
+    assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])
 
 
 @pytest.mark.parametrize("argv, needle", [

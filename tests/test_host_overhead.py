@@ -196,3 +196,54 @@ def test_the_estimate_says_when_it_is_host_bound():
     small = estimate(h100, dataclasses.replace(tiny, dtype=DtypePolicy.BF16_MIXED), strategy)
     assert small.extras["host_bound"] == "forward+backward"
     assert "host_bound" not in estimate(h100, load_model("llama2-7b"), strategy).extras
+
+
+def _without_tp_terms(cluster):
+    host = dataclasses.replace(cluster.node.host, tp_forward_module_us=0.0, tp_backward_module_us=0.0)
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+
+
+def test_torch_tensor_parallelism_adds_its_per_module_host_time():
+    """tp (torch TP over 2 ranks, one stage of 2 blocks: 4 × 2 + embedding + output layer = 10 modules) on
+    localhost-cpu: forward +10 × 255 µs and backward +10 × 433 µs per micro-batch [src: own-tp-module-probe];
+    DDP and FSDP2 without tp get nothing from this term."""
+    for case, modules in (("tp", 10), ("ddp-overlap", 0), ("zero3", 0)):
+        cluster, _, layout, work = _run(case)
+        assert ho.tp_modules(layout, _whole_model(layout)) == modules, case
+        _, _, _, bare = _run(case, _without_tp_terms(cluster))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 255e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + modules * 433e-6, rel=1e-9), case
+
+
+def _whole_model(layout):
+    from simulator.workload import ChunkSlice
+
+    return ChunkSlice(index=0, count=1, start=0, layers=sum(layout.layers_per_stage))
+
+
+def test_tp_modules_per_chunk_and_framework():
+    """4 per block; the embedding on the first chunk, the output layer on the last, neither in between;
+    Megatron-LM's tensor parallelism (plain tensors) and tp 1 have none."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import ChunkSlice
+
+    _, _, layout, _ = _run("tp")
+    assert [ho.tp_modules(layout, ChunkSlice(index=i, count=3, start=i, layers=1)) for i in range(3)] == [5, 4, 5]
+    megatron = dataclasses.replace(layout, framework=Framework.MEGATRON)
+    assert ho.tp_modules(megatron, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+    _, _, ddp, _ = _run("ddp-overlap")
+    assert ho.tp_modules(ddp, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+
+
+def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
+    cluster = load_cluster("localhost-cpu")
+    assert (cluster.node.host.tp_forward_module_us, cluster.node.host.tp_backward_module_us) == (255, 433)
+    again = load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml")))
+    assert again.node.host == cluster.node.host
+    d = cluster_to_dict(cluster)
+    d["host"]["tp_forward_module_us"] = -1
+    with pytest.raises(SpecError, match="tp_forward_module_us"):
+        cluster_from_dict(d)
+    assert all(load_cluster(name).node.host is None or load_cluster(name).node.host.tp_forward_module_us == 0
+               for name in ("dgx-h100", "dgx-a100", "hgx-h200"))

@@ -187,7 +187,12 @@ def _compute_dict(r, path: str) -> dict:
             "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
                        **_timing(g.timing)} for g in r.gemms],
             "memory": [{"kernel": m.kernel.value, "elements": m.elements, "bytes": m.bytes, "GBps": m.GBps,
-                        **_timing(m.timing)} for m in r.memory]}
+                        **_timing(m.timing)} for m in r.memory],
+            "tp_modules": None if r.tp_modules is None else {
+                "modules": r.tp_modules.modules, "tp_forward_module_us": r.tp_modules.forward_module_us,
+                "tp_backward_module_us": r.tp_modules.backward_module_us,
+                **{name: _timing(getattr(r.tp_modules, name))
+                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}}}
 
 
 def _print_compute(r) -> None:
@@ -198,7 +203,14 @@ def _print_compute(r) -> None:
           f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
           f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
           f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls; "
-          f"dispatch {d.kernel_dispatch.value})\n")
+          f"dispatch {d.kernel_dispatch.value})")
+    if r.tp_modules is not None:
+        t = r.tp_modules
+        print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
+              f"(torch tensor parallelism on a 1-rank mesh, {t.modules} modules: forward "
+              f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
+              f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
+    print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:
         s, t = g.shape, g.timing

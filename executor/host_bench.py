@@ -1,0 +1,105 @@
+"""Time the host cost torch's tensor parallelism adds per tensor-parallel module (``trainplan calibrate --compute``).
+
+Torch's tensor parallelism (``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``, and the
+vocabulary-parallel embedding and output layer of :mod:`executor.strategies.tensor`) turns each such
+module's weights into DTensors and wraps its inputs and outputs in hooks that convert between local
+tensors and DTensors. Every operator on a DTensor goes through DTensor's dispatch (sharding
+propagation, redistribution planning) before the local kernel runs [src: torch-dtensor-params]. That
+host time is not a kernel of the compute model's op list, so it is measured here as its own term:
+
+    tp_forward_module_us  = (t_fwd(tp model) − t_fwd(plain model)) / modules
+    tp_backward_module_us = (t_fwd+bwd(tp) − t_fwd+bwd(plain)) / modules − tp_forward_module_us
+
+with both models the executor's GPT (:func:`executor.model.build_gpt`) at the run's tiny scale, the tp
+one made tensor-parallel by :func:`executor.strategies.tensor.parallelize_gpt` over a **1-rank** gloo
+mesh (no peer to wait for: the collectives DTensor issues are 1-rank calls, so what remains is dispatch
+and hook time), and ``modules`` = :func:`tp_modules` of the whole model: 4 per block (qkv, out, up,
+down) plus the embedding and the output layer. Forward is timed with autograd on, as the executor
+trains. :func:`simulator.host_overhead.with_host_modules` charges the terms per module of each chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+
+import torch
+
+from executor.compute_bench import Timing, time_call
+from simulator.host_overhead import TP_MODULES_PER_BLOCK, TP_EDGE_MODULES
+from simulator.workload.transformer import TransformerSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpModuleTiming:
+    """What :func:`time_tp_modules` measured and the per-module terms derived from it."""
+
+    modules: int
+    plain_forward: Timing
+    tp_forward: Timing
+    plain_step: Timing
+    """Forward and backward of the plain model."""
+    tp_step: Timing
+    forward_module_us: float
+    backward_module_us: float
+
+
+def tp_modules(spec: TransformerSpec) -> int:
+    """Tensor-parallel modules of the whole model: :data:`TP_MODULES_PER_BLOCK` per block plus
+    :data:`TP_EDGE_MODULES` (vocabulary-parallel embedding and output layer)."""
+    return TP_MODULES_PER_BLOCK * spec.layers + TP_EDGE_MODULES
+
+
+@contextlib.contextmanager
+def one_rank_group():
+    """A 1-rank gloo process group on a file store (no port), destroyed after; the caller's own group, if
+    one is initialised already, is used as is."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        store = dist.FileStore(os.path.join(tmp, "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int,
+                    seed: int = 0) -> TpModuleTiming:
+    """The per-module terms (module docstring) for ``spec`` (the tiny model of a tp run, fp32), one
+    micro-batch of ``micro_batch`` sequences, on the CPU."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from executor.model import build_gpt
+    from executor.strategies.tensor import parallelize_gpt
+
+    device = torch.device("cpu")
+    with one_rank_group():
+        mesh = init_device_mesh("cpu", (1,))
+        plain, tp = build_gpt(spec, seed=seed), parallelize_gpt(build_gpt(spec, seed=seed), mesh, False)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+        y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+
+        def forward(model):
+            return lambda: model(x, y)
+
+        def step(model):
+            return lambda: model(x, y).backward()
+
+        timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
+                   for name, model in (("plain", plain), ("tp", tp))
+                   for what, make in (("forward", forward), ("step", step))}
+    modules = tp_modules(spec)
+    fwd_us = max(0.0, (timings["tp", "forward"].median_s - timings["plain", "forward"].median_s) / modules * 1e6)
+    step_us = (timings["tp", "step"].median_s - timings["plain", "step"].median_s) / modules * 1e6
+    return TpModuleTiming(modules=modules, plain_forward=timings["plain", "forward"],
+                          tp_forward=timings["tp", "forward"], plain_step=timings["plain", "step"],
+                          tp_step=timings["tp", "step"], forward_module_us=fwd_us,
+                          backward_module_us=max(0.0, step_us - fwd_us))
