@@ -25,8 +25,9 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    :mod:`simulator.host_overhead`), and this process's CPU cores: ``host.cpu_cores``;
 5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 1-rank mesh against the
    plain model: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
-   tensor parallelism adds per tensor-parallel module (:mod:`executor.host_bench`). On a GPU the base's
-   figures are kept (not measured there yet).
+   tensor parallelism adds per tensor-parallel module (:mod:`executor.host_bench`), and the tiny model
+   wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
+   ``host.ddp_sync_backward_us``. On a GPU the base's figures are kept (not measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
 ranks is in it. The result replaces only these device fields and the host fields named above of ``base`` (a
@@ -46,7 +47,7 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
-from executor.host_bench import TpModuleTiming, time_tp_modules
+from executor.host_bench import DdpTiming, TpModuleTiming, time_ddp, time_tp_modules
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.compute import layer_times, total_time
@@ -148,6 +149,8 @@ class ComputeCalibration:
     """The device as written: peak, curve, bandwidth, ``kernel_launch_overhead_us``."""
     tp_modules: TpModuleTiming | None = None
     """The tensor-parallel module terms (step 5); None where not measured (a GPU)."""
+    ddp: DdpTiming | None = None
+    """DDP's terms (step 5); None where not measured (a GPU)."""
 
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
@@ -238,20 +241,23 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch)
-    tp = None
+    tp = ddp = None
     if backend == "gloo":
         if progress:
-            print("calibrate --compute: the tp = 2 tiny model over a 1-rank mesh against the plain one", file=sys.stderr)
+            print("calibrate --compute: the tiny model under torch TP (tp = 2) and DDP on a 1-rank group against the "
+                  "plain one", file=sys.stderr)
         with threads(count):
             tp = time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), grid.micro_batch,
                                  repeats=max(repeats, 50), warmup=warmup)
+            ddp = time_ddp(tiny_model(spec, DtypePolicy.FP32), grid.micro_batch, repeats=max(repeats, 100),
+                           warmup=warmup)
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
-                                fields=device, tp_modules=tp)
+                                fields=device, tp_modules=tp, ddp=ddp)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, node=_with_host(base.node, tp), source=joined), report
+    return replace(base, name=name, device=device, node=_with_host(base.node, tp, ddp), source=joined), report
 
 
 def host_cores() -> int:
@@ -259,12 +265,14 @@ def host_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _with_host(node, tp: TpModuleTiming | None):
+def _with_host(node, tp: TpModuleTiming | None, ddp: DdpTiming | None = None):
     """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` and, where measured, its
-    tensor-parallel module terms (no host section: as is)."""
+    tensor-parallel module and DDP terms (no host section: as is)."""
     if node.host is None:
         return node
     host = replace(node.host, cpu_cores=host_cores())
     if tp is not None:
         host = replace(host, tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us)
+    if ddp is not None:
+        host = replace(host, ddp_forward_call_us=ddp.forward_call_us, ddp_sync_backward_us=ddp.sync_backward_us)
     return replace(node, host=host)

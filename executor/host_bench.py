@@ -103,3 +103,58 @@ def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, wa
                           tp_forward=timings["tp", "forward"], plain_step=timings["plain", "step"],
                           tp_step=timings["tp", "step"], forward_module_us=fwd_us,
                           backward_module_us=max(0.0, step_us - fwd_us))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DdpTiming:
+    """What :func:`time_ddp` measured and the DDP terms derived from it."""
+
+    plain_forward: Timing
+    ddp_forward: Timing
+    plain_step: Timing
+    ddp_step: Timing
+    """Forward and a synchronising backward under DDP."""
+    forward_call_us: float
+    sync_backward_us: float
+
+
+def _bucket_hook(_state, bucket):  # unannotated return: DDP compares it with a non-string type
+    """The executor's DDP communication hook (``executor.strategies.ddp_sync.ReplayHook.on_bucket``) without its
+    collective, which the model times as a collective call of its own: average the bucket, return it."""
+    buf = bucket.buffer()
+    buf.div_(1)
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int, seed: int = 0) -> DdpTiming:
+    """DDP's host terms for ``spec`` (fp32, the CPU, one bucket holding every gradient as the suite's plans have it):
+
+        ddp_forward_call_us   = t_fwd(DDP) − t_fwd(plain)
+        ddp_sync_backward_us  = (t_fwd+bwd(DDP, synchronising) − t_fwd+bwd(plain)) − ddp_forward_call_us
+
+    on a 1-rank gloo group, the model wrapped as :mod:`executor.strategies.data_parallel` wraps it (its comm hook
+    without the collective, :func:`_bucket_hook`): the wrapper's per-call work (``_pre_forward``,
+    ``prepare_for_backward``) and the reducer's per-gradient hooks, bucket copies and finalisation."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from executor.model import build_gpt
+
+    device = torch.device("cpu")
+    with one_rank_group():
+        plain = build_gpt(spec, seed=seed)
+        ddp = DDP(build_gpt(spec, seed=seed), bucket_cap_mb=1 << 20)
+        ddp.register_comm_hook(None, _bucket_hook)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+        y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+        timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
+                   for name, model in (("plain", plain), ("ddp", ddp))
+                   for what, make in (("forward", lambda m: lambda: m(x, y)),
+                                      ("step", lambda m: lambda: m(x, y).backward()))}
+    fwd_us = max(0.0, (timings["ddp", "forward"].median_s - timings["plain", "forward"].median_s) * 1e6)
+    step_us = (timings["ddp", "step"].median_s - timings["plain", "step"].median_s) * 1e6
+    return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
+                     plain_step=timings["plain", "step"], ddp_step=timings["ddp", "step"], forward_call_us=fwd_us,
+                     sync_backward_us=max(0.0, step_us - fwd_us))

@@ -166,6 +166,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
             + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "
                f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")
+            + (f"DDP {compute.ddp.forward_call_us:.0f} us per forward, {compute.ddp.sync_backward_us:.0f} us per "
+               "synchronising backward, " if compute.ddp else "")
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]

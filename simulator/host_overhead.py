@@ -27,6 +27,13 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
   hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
   [src: own-tp-module-probe]. Megatron-LM's tensor parallelism keeps plain tensors: no such term.
+- **DDP's wrapper and reducer**: where torch ``DistributedDataParallel`` wraps the model (:func:`ddp_wrapped`),
+  every forward call costs ``Host.ddp_forward_call_us`` more (``_pre_forward``, ``prepare_for_backward``) and
+  the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
+  (the reducer's per-gradient hooks, bucket copies, comm-hook dispatch and finalisation; the collective itself
+  is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
+  measured on a 1-rank group by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_ddp`)
+  [src: own-ddp-host-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -176,7 +183,7 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
     the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
     blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
-    (:func:`tp_modules`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
+    (:func:`tp_modules`); and DDP's per forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
     takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
@@ -187,7 +194,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
         return compute
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
-    fwd_us = fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
+    fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
+              + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0))
     bwd_us = fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
     if not fwd_us and not bwd_us:
         return compute
@@ -200,3 +208,32 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
         return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
 
     return _replace(compute, fwd_s=add(compute.fwd_s, fwd_us), bwd_s=add(compute.bwd_s, bwd_us))
+
+
+def ddp_wrapped(layout) -> bool:
+    """Whether torch ``DistributedDataParallel`` wraps the model: torch DDP at ZeRO 0 or 1 (FSDP2 at 2 and 3), on a
+    dp group of more than one rank, with tp = pp = 1, not a parameter server. A tensor- or pipeline-parallel run of
+    torch here syncs its gradients with bucketed all-reduces of its own, without DDP's reducer
+    (``executor/strategies/grad_sync.py``)."""
+    from simulator.strategy import ZeroStage
+    from simulator.strategy.framework import Framework
+    from simulator.strategy.sync import ParamServerSync
+
+    return (layout.framework is Framework.TORCH_DDP and layout.strategy.zero <= ZeroStage.ZERO1
+            and not isinstance(layout.strategy.dp_sync, ParamServerSync)
+            and layout.dp_cp > 1 and layout.tp == 1 and layout.pp == 1)
+
+
+def with_ddp_sync(cluster: Cluster, layout, calls: tuple, share: float = 1.0) -> tuple:
+    """The gradient-sync ``calls`` (:class:`simulator.work.CommCall`, in the order backward readies them) with
+    ``Host.ddp_sync_backward_us`` × ``share`` added to the last one's ``time_s`` when DDP wraps the model and
+    reduces during backward (``overlap_grad_reduce``): DDP's synchronising backward finishes its reducer work
+    before the step can go on. As is otherwise (no DDP, no host section, no calls, the term 0)."""
+    from dataclasses import replace as _replace
+
+    host = cluster.node.host
+    if (host is None or not host.ddp_sync_backward_us or not calls or not ddp_wrapped(layout)
+            or not layout.strategy.dp_sync.overlap_grad_reduce):
+        return calls
+    last = calls[-1]
+    return calls[:-1] + (_replace(last, time_s=last.time_s + host.ddp_sync_backward_us * 1e-6 * share),)

@@ -247,3 +247,46 @@ def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
         cluster_from_dict(d)
     assert all(load_cluster(name).node.host is None or load_cluster(name).node.host.tp_forward_module_us == 0
                for name in ("dgx-h100", "dgx-a100", "hgx-h200"))
+
+
+def _without_ddp_terms(cluster):
+    host = dataclasses.replace(cluster.node.host, ddp_forward_call_us=0.0, ddp_sync_backward_us=0.0)
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+
+
+def test_ddp_adds_its_per_forward_and_per_synchronising_backward_host_time():
+    """ddp-overlap (torch DDP, dp 2, overlapped reduction) on localhost-cpu: each forward +70 µs, the last
+    gradient bucket +127 µs (DDP's synchronising backward) [src: own-ddp-host-probe]; so the step of its 2
+    micro-batches +2 × 70 + 127 µs. FSDP2 (zero3) and torch TP (tp) are not DDP-wrapped: nothing."""
+    from simulator.analytical import estimate_work
+
+    for case, wrapped in (("ddp-overlap", True), ("zero3", False), ("tp", False)):
+        cluster, _, layout, work = _run(case)
+        assert ho.ddp_wrapped(layout) is wrapped, case
+        _, _, _, bare = _run(case, _without_ddp_terms(cluster))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + (70e-6 if wrapped else 0.0), rel=1e-9), case
+        if wrapped:
+            *same, last = work.stages[0].grad_sync
+            assert tuple(same) == bare.stages[0].grad_sync[:-1]
+            assert last.time_s == pytest.approx(bare.stages[0].grad_sync[-1].time_s + 127e-6, rel=1e-9)
+            assert work.micro_batches == 2
+            grown = estimate_work(work).step_time_s - estimate_work(bare).step_time_s
+            assert grown == pytest.approx(2 * 70e-6 + 127e-6, rel=1e-6)
+
+
+def test_ddp_sync_term_needs_overlapped_reduction():
+    """ddp-overlap with overlap_grad_reduce off (every backward under no_sync, then the all-reduce): the forward
+    term stays, the synchronising-backward term does not apply."""
+    results = load_results(RUNS / "ddp-overlap.results.json")
+    strategy = results.run.plan.strategy
+    strategy = dataclasses.replace(strategy, dp_sync=dataclasses.replace(strategy.dp_sync, overlap_grad_reduce=False))
+    cluster, workload = run_cluster(results, "localhost-cpu"), run_workload(results)
+
+    def step(chosen):
+        layout = build_layout(strategy, chosen, workload, gpus=results.run.plan._layout_gpus())
+        return layout, compile_step(chosen, workload, strategy, layout=layout)
+
+    (layout, work), (_, bare) = step(cluster), step(_without_ddp_terms(cluster))
+    assert ho.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
+    assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 70e-6, rel=1e-9)

@@ -192,7 +192,11 @@ def _compute_dict(r, path: str) -> dict:
                 "modules": r.tp_modules.modules, "tp_forward_module_us": r.tp_modules.forward_module_us,
                 "tp_backward_module_us": r.tp_modules.backward_module_us,
                 **{name: _timing(getattr(r.tp_modules, name))
-                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}}}
+                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
+            "ddp": None if r.ddp is None else {
+                "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
+                **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
+                                                                    "ddp_step")}}}
 
 
 def _print_compute(r) -> None:
@@ -210,6 +214,9 @@ def _print_compute(r) -> None:
               f"(torch tensor parallelism on a 1-rank mesh, {t.modules} modules: forward "
               f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
               f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
+    if r.ddp is not None:
+        print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
+              f"synchronising backward (1-rank group, collective excluded)")
     print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:

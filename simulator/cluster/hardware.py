@@ -205,6 +205,12 @@ class HostSpec:
     :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
     tp_backward_module_us: float = 0.0
     """The same per backward, µs. 0: not modelled."""
+    ddp_forward_call_us: float = 0.0
+    """Host time torch ``DistributedDataParallel`` adds per forward call of the wrapped model, µs;
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    ddp_sync_backward_us: float = 0.0
+    """Host time DDP's synchronising backward adds per step (reducer hooks, bucket copies, finalisation; not the
+    collective), µs; :func:`simulator.host_overhead.with_ddp_sync`. 0: not modelled."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -223,3 +229,5 @@ class HostSpec:
         non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
         non_negative_number("host.tp_forward_module_us", self.tp_forward_module_us)
         non_negative_number("host.tp_backward_module_us", self.tp_backward_module_us)
+        non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
+        non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)

@@ -186,6 +186,8 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
         edp = layout.expert_dp_group(layout.coords(rep).pp)
         calls += ep_part.expert_grad_sync(cache, edp, split_experts * dt.grad_bytes, layout.bucket_bytes,
                                           sync.algorithm.value, tp * layout.ep)
+    calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
+        cluster, offload_part.gpus_on_node(cluster, layout.world_size)))
     fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
     part = params
     if s.zero >= ZeroStage.ZERO1:
