@@ -21,8 +21,13 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
-4. a bare 1-element ``torch.add`` outside autograd: ``op_call_overhead_us`` (the optimizer's calls,
-   :mod:`simulator.host_overhead`), and this process's CPU cores: ``host.cpu_cores``;
+4. the executor's AdamW step over the tiny model's parameters (on the CPU, gloo): ``op_call_overhead_us`` (the
+   optimizer's calls, :mod:`simulator.host_overhead`) by the formula the model applies to it,
+
+       op_call_overhead_us = (t_step − params · adam_bytes_per_param / B_hbm) / (ADAMW_PER_TENSOR_CALLS · tensors),
+
+   (on a GPU, and for reference, a bare 1-element ``torch.add`` outside autograd), and this process's CPU
+   cores: ``host.cpu_cores``;
 5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 1-rank mesh against the
    plain model: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
    tensor parallelism adds per tensor-parallel module (:mod:`executor.host_bench`), and the tiny model
@@ -47,7 +52,7 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
-from executor.host_bench import DdpTiming, TpModuleTiming, time_ddp, time_tp_modules
+from executor.host_bench import AdamwTiming, DdpTiming, TpModuleTiming, time_adamw, time_ddp, time_tp_modules
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.compute import layer_times, total_time
@@ -151,6 +156,8 @@ class ComputeCalibration:
     """The tensor-parallel module terms (step 5); None where not measured (a GPU)."""
     ddp: DdpTiming | None = None
     """DDP's terms (step 5); None where not measured (a GPU)."""
+    adamw: AdamwTiming | None = None
+    """The AdamW step that gave ``op_call_overhead_us`` (step 4); None: the bare call gave it (a GPU)."""
 
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
@@ -241,7 +248,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch)
-    tp = ddp = None
+    tp = ddp = adamw = None
     if backend == "gloo":
         if progress:
             print("calibrate --compute: the tiny model under torch TP (tp = 2) and DDP on a 1-rank group against the "
@@ -251,13 +258,27 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                  repeats=max(repeats, 50), warmup=warmup)
             ddp = time_ddp(tiny_model(spec, DtypePolicy.FP32), grid.micro_batch, repeats=max(repeats, 100),
                            warmup=warmup)
+            adamw = time_adamw(tiny_model(spec, DtypePolicy.FP32), repeats=max(repeats, 100), warmup=warmup)
+        device = replace(device, op_call_overhead_us=adamw_call_us(device, adamw, dtype))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
-                                fields=device, tp_modules=tp, ddp=ddp)
+                                fields=device, tp_modules=tp, ddp=ddp, adamw=adamw)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
     return replace(base, name=name, device=device, node=_with_host(base.node, tp, ddp), source=joined), report
+
+
+def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:
+    """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
+    ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
+    over its calls; at least 0."""
+    from simulator.compile import adam_bytes_per_param
+    from simulator.compute import achievable_hbm_Bps
+    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+
+    update_s = adamw.params * adam_bytes_per_param(dtype) / achievable_hbm_Bps(device)
+    return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
 
 
 def host_cores() -> int:

@@ -158,3 +158,27 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
     return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
                      plain_step=timings["plain", "step"], ddp_step=timings["ddp", "step"], forward_call_us=fwd_us,
                      sync_backward_us=max(0.0, step_us - fwd_us))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamwTiming:
+    """One step of the executor's AdamW (:func:`executor.reference.make_optimizer`) over a model's parameters."""
+
+    step: Timing
+    tensors: int
+    params: int
+
+
+def time_adamw(spec: TransformerSpec, *, repeats: int, warmup: int, seed: int = 0) -> AdamwTiming:
+    """``optimizer.step()`` of the executor's AdamW over the parameters of :func:`executor.model.build_gpt` of
+    ``spec`` (fp32, gradients set), as every family steps it: on the CPU torch runs its per-tensor loop
+    (:data:`simulator.host_overhead.ADAMW_PER_TENSOR_CALLS` operator calls per tensor) [src: torch-adam-impl]."""
+    from executor.model import build_gpt
+    from executor.reference import make_optimizer
+
+    params = list(build_gpt(spec, seed=seed).parameters())
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    optimizer = make_optimizer(params)
+    step = time_call(optimizer.step, torch.device("cpu"), repeats=repeats, warmup=warmup)
+    return AdamwTiming(step=step, tensors=len(params), params=sum(p.numel() for p in params))

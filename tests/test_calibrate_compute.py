@@ -169,7 +169,11 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert len(cluster.device.gemm_efficiency.points) == 2
     assert cluster.device.kernel_launch_overhead_us >= 0
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
-    assert cluster.device.op_call_overhead_us == pytest.approx(report.bare_call.median_s * 1e6)
+    adamw = report.adamw  # the step less its update (fp32: reads p, g, m, v, writes p, m, v: 28 B), per call
+    update_s = adamw.params * 28 / (cluster.device.hbm_bw_GBps * 1e9 * cluster.device.gemm_efficiency.hbm_efficiency)
+    assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
+    assert cluster.device.op_call_overhead_us == pytest.approx(
+        max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
     assert tp.modules == 10
     assert tp.forward_module_us == pytest.approx(max(0.0, (tp.tp_forward.median_s - tp.plain_forward.median_s)
@@ -232,3 +236,20 @@ def test_cli_compute_nccl_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
 def test_the_function_refuses_nccl_without_a_gpu_before_measuring():
     with pytest.raises(SpecError, match="backend"):
         calibrate_compute(load_cluster("localhost-cpu"), load_model("llama2-7b"), backend="nccl")
+
+
+def test_adamw_call_overhead_by_hand():
+    """1e6 fp32 parameters in 100 tensors on a 10 GB/s device: the update moves 28 B per parameter (reads p, g,
+    m, v; writes p, m, v), 2.8 ms; a 5.6 ms step leaves 2.8 ms over 10 × 100 calls: 2.8 µs per call; a step
+    faster than its update gives 0."""
+    from executor.calibrate_compute import adamw_call_us
+    from executor.compute_bench import Timing
+    from executor.host_bench import AdamwTiming
+
+    device = dataclasses.replace(load_cluster("localhost-cpu").device, hbm_bw_GBps=10.0, hbm_efficiency=1.0)
+
+    def timing(s):
+        return AdamwTiming(step=Timing(median_s=s, p10_s=s, p90_s=s), tensors=100, params=1_000_000)
+
+    assert adamw_call_us(device, timing(5.6e-3), DtypePolicy.FP32) == pytest.approx(2.8)
+    assert adamw_call_us(device, timing(1e-3), DtypePolicy.FP32) == 0.0

@@ -193,6 +193,8 @@ def _compute_dict(r, path: str) -> dict:
                 "tp_backward_module_us": r.tp_modules.backward_module_us,
                 **{name: _timing(getattr(r.tp_modules, name))
                    for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
+            "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
+                                                   "step": _timing(r.adamw.step)},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -206,8 +208,9 @@ def _print_compute(r) -> None:
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
           f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
           f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
-          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls; "
-          f"dispatch {d.kernel_dispatch.value})")
+          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
+          + (f": AdamW step {r.adamw.step.median_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else "")
+          + f"; dispatch {d.kernel_dispatch.value})")
     if r.tp_modules is not None:
         t = r.tp_modules
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
