@@ -10,12 +10,18 @@ host time is not a kernel of the compute model's op list, so it is measured here
     tp_forward_module_us  = (t_fwd(tp model) − t_fwd(plain model)) / modules
     tp_backward_module_us = (t_fwd+bwd(tp) − t_fwd+bwd(plain)) / modules − tp_forward_module_us
 
+(each t the 10th percentile of its calls, below)
+
 with both models the executor's GPT (:func:`executor.model.build_gpt`) at the run's tiny scale, the tp
 one made tensor-parallel by :func:`executor.strategies.tensor.parallelize_gpt` over a **1-rank** gloo
 mesh (no peer to wait for: the collectives DTensor issues are 1-rank calls, so what remains is dispatch
 and hook time), and ``modules`` = :func:`tp_modules` of the whole model: 4 per block (qkv, out, up,
 down) plus the embedding and the output layer. Forward is timed with autograd on, as the executor
 trains. :func:`simulator.host_overhead.with_host_modules` charges the terms per module of each chunk.
+
+Every term here is a difference of two timings, so each is read at the timings' 10th percentile (the least
+disturbed calls): on a shared machine a difference of medians carries the load's noise into the term, and
+can come out negative (then 0) for a term of a few hundred µs.
 """
 
 from __future__ import annotations
@@ -97,8 +103,8 @@ def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, wa
                    for name, model in (("plain", plain), ("tp", tp))
                    for what, make in (("forward", forward), ("step", step))}
     modules = tp_modules(spec)
-    fwd_us = max(0.0, (timings["tp", "forward"].median_s - timings["plain", "forward"].median_s) / modules * 1e6)
-    step_us = (timings["tp", "step"].median_s - timings["plain", "step"].median_s) / modules * 1e6
+    fwd_us = max(0.0, (timings["tp", "forward"].p10_s - timings["plain", "forward"].p10_s) / modules * 1e6)
+    step_us = (timings["tp", "step"].p10_s - timings["plain", "step"].p10_s) / modules * 1e6
     return TpModuleTiming(modules=modules, plain_forward=timings["plain", "forward"],
                           tp_forward=timings["tp", "forward"], plain_step=timings["plain", "step"],
                           tp_step=timings["tp", "step"], forward_module_us=fwd_us,
@@ -153,8 +159,8 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
                    for name, model in (("plain", plain), ("ddp", ddp))
                    for what, make in (("forward", lambda m: lambda: m(x, y)),
                                       ("step", lambda m: lambda: m(x, y).backward()))}
-    fwd_us = max(0.0, (timings["ddp", "forward"].median_s - timings["plain", "forward"].median_s) * 1e6)
-    step_us = (timings["ddp", "step"].median_s - timings["plain", "step"].median_s) * 1e6
+    fwd_us = max(0.0, (timings["ddp", "forward"].p10_s - timings["plain", "forward"].p10_s) * 1e6)
+    step_us = (timings["ddp", "step"].p10_s - timings["plain", "step"].p10_s) * 1e6
     return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
                      plain_step=timings["plain", "step"], ddp_step=timings["ddp", "step"], forward_call_us=fwd_us,
                      sync_backward_us=max(0.0, step_us - fwd_us))
