@@ -188,3 +188,53 @@ def time_adamw(spec: TransformerSpec, *, repeats: int, warmup: int, seed: int = 
     optimizer = make_optimizer(params)
     step = time_call(optimizer.step, torch.device("cpu"), repeats=repeats, warmup=warmup)
     return AdamwTiming(step=step, tensors=len(params), params=sum(p.numel() for p in params))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointTiming:
+    """What :func:`time_checkpoint` measured and the per-region terms derived from it."""
+
+    regions: int
+    plain_forward: Timing
+    checkpointed_forward: Timing
+    plain_step: Timing
+    checkpointed_step: Timing
+    recompute_region_s: float
+    """The model's own time for rerunning one region's forward (its recompute kernels), subtracted."""
+    forward_region_us: float
+    backward_region_us: float
+
+
+def time_checkpoint(spec: TransformerSpec, micro_batch: int, recompute_region_s: float, *, repeats: int,
+                    warmup: int, seed: int = 0) -> CheckpointTiming:
+    """The host time ``torch.utils.checkpoint`` (non-reentrant, as :mod:`executor.recompute` applies it) adds per
+    checkpointed region, beyond the recomputed kernels the compute model already charges:
+
+        checkpoint_forward_region_us  = (t_fwd(full recompute) − t_fwd(plain)) / blocks
+        checkpoint_backward_region_us = (t_fwd+bwd(full) − t_fwd+bwd(plain)) / blocks − forward term
+                                        − recompute_region_s
+
+    (10th percentiles, as above), one region per block (``Recompute.FULL``), ``recompute_region_s`` the model's
+    time for one block's recomputed forward on the calibrated device (the caller's)."""
+    from executor.model import build_gpt
+    from executor.recompute import RecomputeClock, apply_recompute
+    from simulator.workload import Recompute
+
+    plain, ckpt = build_gpt(spec, seed=seed), build_gpt(spec, seed=seed)
+    apply_recompute(ckpt, Recompute.FULL, RecomputeClock())
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    device = torch.device("cpu")
+    timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
+               for name, model in (("plain", plain), ("ckpt", ckpt))
+               for what, make in (("forward", lambda m: lambda: m(x, y)),
+                                  ("step", lambda m: lambda: m(x, y).backward()))}
+    regions = spec.layers
+    fwd_us = max(0.0, (timings["ckpt", "forward"].p10_s - timings["plain", "forward"].p10_s) / regions * 1e6)
+    step_us = (timings["ckpt", "step"].p10_s - timings["plain", "step"].p10_s) / regions * 1e6
+    return CheckpointTiming(regions=regions, plain_forward=timings["plain", "forward"],
+                            checkpointed_forward=timings["ckpt", "forward"], plain_step=timings["plain", "step"],
+                            checkpointed_step=timings["ckpt", "step"], recompute_region_s=recompute_region_s,
+                            forward_region_us=fwd_us,
+                            backward_region_us=max(0.0, step_us - fwd_us - recompute_region_s * 1e6))

@@ -27,6 +27,12 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
   hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
   [src: own-tp-module-probe]. Megatron-LM's tensor parallelism keeps plain tensors: no such term.
+- **Activation checkpoints**: under torch (DDP, FSDP2) each ``torch.utils.checkpoint`` region of a chunk
+  (:func:`checkpoint_regions`: one per block with any recompute policy) adds ``Host.checkpoint_forward_region_us``
+  to its forward and ``Host.checkpoint_backward_region_us`` to its backward beyond the recomputed kernels
+  (saved-tensor hooks, RNG state stash and restore, the rerun's bookkeeping), measured against the plain
+  model by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_checkpoint`)
+  [src: own-checkpoint-host-probe].
 - **DDP's wrapper and reducer**: where torch ``DistributedDataParallel`` wraps the model (:func:`ddp_wrapped`),
   every forward call costs ``Host.ddp_forward_call_us`` more (``_pre_forward``, ``prepare_for_backward``) and
   the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
@@ -179,11 +185,23 @@ def tp_modules(layout, chunk) -> int:
         1 if chunk.index == chunk.count - 1 else 0)
 
 
+def checkpoint_regions(layout, chunk) -> int:
+    """``torch.utils.checkpoint`` regions of ``chunk``: one per block (the block under full and op-level
+    recomputation, its attention core under selective) when torch (DDP or FSDP2) runs the recompute policy;
+    0 without recomputation or under Megatron-LM / DeepSpeed, whose checkpointing is their own."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import Recompute
+
+    torch_run = layout.framework in (Framework.TORCH_DDP, Framework.FSDP2)
+    return chunk.layers if torch_run and layout.strategy.recompute is not Recompute.NONE else 0
+
+
 def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
     """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
     the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
     blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
-    (:func:`tp_modules`); and DDP's per forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
+    (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); and DDP's per
+    forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
     takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
@@ -194,9 +212,11 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
         return compute
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
+    ckpt = checkpoint_regions(layout, chunk)
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
-              + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0))
-    bwd_us = fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
+              + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0))
+    bwd_us = (fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
+              + ckpt * host.checkpoint_backward_region_us)
     if not fwd_us and not bwd_us:
         return compute
     device = cluster.device

@@ -182,7 +182,15 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     host = dataclasses.replace(base.node.host, cpu_cores=host_cores(),  # this machine's cores and tp terms
                                tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us,
                                ddp_forward_call_us=report.ddp.forward_call_us,
-                               ddp_sync_backward_us=report.ddp.sync_backward_us)
+                               ddp_sync_backward_us=report.ddp.sync_backward_us,
+                               checkpoint_forward_region_us=report.checkpoint.forward_region_us,
+                               checkpoint_backward_region_us=report.checkpoint.backward_region_us)
+    ck = report.checkpoint  # per checkpointed block, the backward less the model's own recompute of the block
+    assert ck.regions == 2 and ck.recompute_region_s > 0
+    assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.p10_s - ck.plain_forward.p10_s)
+                                                     / 2 * 1e6))
+    assert ck.backward_region_us == pytest.approx(max(0.0, (ck.checkpointed_step.p10_s - ck.plain_step.p10_s) / 2 * 1e6
+                                                      - ck.forward_region_us - ck.recompute_region_s * 1e6))
     ddp = report.ddp  # DDP's terms: the wrapped model's extra time per forward, and per synchronising backward
     assert ddp.forward_call_us == pytest.approx(max(0.0, (ddp.ddp_forward.p10_s - ddp.plain_forward.p10_s) * 1e6))
     assert ddp.forward_call_us + ddp.sync_backward_us == pytest.approx(max(

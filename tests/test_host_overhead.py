@@ -290,3 +290,24 @@ def test_ddp_sync_term_needs_overlapped_reduction():
     (layout, work), (_, bare) = step(cluster), step(_without_ddp_terms(cluster))
     assert ho.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
     assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 66e-6, rel=1e-9)
+
+
+def test_checkpointed_blocks_add_their_host_time():
+    """recompute-full (torch DDP, 2 blocks checkpointed) on localhost-cpu: forward +2 × 183 µs, backward +2 × 502 µs
+    per micro-batch [src: own-checkpoint-host-probe]; no recompute (ddp-overlap): nothing; Megatron-LM's own
+    checkpointing is not torch's: nothing."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import ChunkSlice
+
+    for case, regions in (("recompute-full", 2), ("ddp-overlap", 0)):
+        cluster, _, layout, work = _run(case)
+        host = dataclasses.replace(cluster.node.host, checkpoint_forward_region_us=0.0,
+                                   checkpoint_backward_region_us=0.0)
+        _, _, _, bare = _run(case, dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host)))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + regions * 183e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + regions * 502e-6, rel=1e-9), case
+    _, _, layout, _ = _run("recompute-full")
+    whole = ChunkSlice(index=0, count=1, start=0, layers=2)
+    assert ho.checkpoint_regions(layout, whole) == 2
+    assert ho.checkpoint_regions(dataclasses.replace(layout, framework=Framework.MEGATRON), whole) == 0

@@ -195,6 +195,12 @@ def _compute_dict(r, path: str) -> dict:
                    for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
             "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
                                                    "step": _timing(r.adamw.step)},
+            "checkpoint": None if r.checkpoint is None else {
+                "regions": r.checkpoint.regions, "recompute_region_s": r.checkpoint.recompute_region_s,
+                "checkpoint_forward_region_us": r.checkpoint.forward_region_us,
+                "checkpoint_backward_region_us": r.checkpoint.backward_region_us,
+                **{name: _timing(getattr(r.checkpoint, name)) for name in (
+                    "plain_forward", "checkpointed_forward", "plain_step", "checkpointed_step")}},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -220,6 +226,10 @@ def _print_compute(r) -> None:
     if r.ddp is not None:
         print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
               f"synchronising backward (1-rank group, collective excluded)")
+    if r.checkpoint is not None:
+        print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
+              f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "
+              f"{r.checkpoint.recompute_region_s * 1e6:.1f} us)")
     print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:

@@ -205,6 +205,11 @@ class HostSpec:
     :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
     tp_backward_module_us: float = 0.0
     """The same per backward, µs. 0: not modelled."""
+    checkpoint_forward_region_us: float = 0.0
+    """Host time ``torch.utils.checkpoint`` adds per checkpointed region per forward, µs;
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    checkpoint_backward_region_us: float = 0.0
+    """The same per backward, beyond the recomputed kernels, µs. 0: not modelled."""
     ddp_forward_call_us: float = 0.0
     """Host time torch ``DistributedDataParallel`` adds per forward call of the wrapped model, µs;
     :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
@@ -229,5 +234,7 @@ class HostSpec:
         non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
         non_negative_number("host.tp_forward_module_us", self.tp_forward_module_us)
         non_negative_number("host.tp_backward_module_us", self.tp_backward_module_us)
+        non_negative_number("host.checkpoint_forward_region_us", self.checkpoint_forward_region_us)
+        non_negative_number("host.checkpoint_backward_region_us", self.checkpoint_backward_region_us)
         non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
         non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
