@@ -14,6 +14,8 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   :data:`ADAMW_FOREACH_CALLS` ``_foreach_*`` calls per step where they exist (CUDA)
   [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers with a fused kernel
   (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
+- **Offloaded optimizer**: with optimizer offload the same calls run on the host CPU; on an ``inline`` device
+  they are charged on top of ``Host.cpu_adam_params_per_s``'s throughput (:func:`offloaded_optimizer_host_s`).
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
   ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
 - **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
@@ -147,6 +149,19 @@ def optimizer_stream(device: Device, device_s: float, tensors: int, share: float
     parameters (``dtensor``, :func:`dtensor_params`)."""
     per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
     return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=per_call)
+
+
+def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0, *, dtensor: bool = False) -> float:
+    """Host seconds of the optimizer's own calls when it runs on the host CPU (optimizer offload), beyond the
+    update's throughput (``Host.cpu_adam_params_per_s``): on an ``inline`` device, whose
+    ``op_call_overhead_us`` *is* this host CPU's per-call cost, :func:`optimizer_calls` × (``op_call_overhead_us``
+    + ``dtensor_call_overhead_us`` on DTensor parameters) × ``share``, as :func:`optimizer_stream` charges them;
+    on an ``async`` device 0: the GPU's figure is a launch, and the host CPU's per-call cost is not a cluster
+    field (not modelled)."""
+    if device.kernel_dispatch is not KernelDispatch.INLINE:
+        return 0.0
+    per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
+    return optimizer_calls(device, tensors) * per_call * 1e-6 * share
 
 
 def dtensor_params(layout) -> bool:

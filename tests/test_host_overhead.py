@@ -311,3 +311,25 @@ def test_checkpointed_blocks_add_their_host_time():
     whole = ChunkSlice(index=0, count=1, start=0, layers=2)
     assert ho.checkpoint_regions(layout, whole) == 2
     assert ho.checkpoint_regions(dataclasses.replace(layout, framework=Framework.MEGATRON), whole) == 0
+
+
+def test_an_offloaded_optimizer_pays_its_calls_on_an_inline_device_only():
+    """zero3 with optimizer offload (FSDP2 CPUOffloadPolicy: torch AdamW over the 28 DTensor shards on the host
+    CPU) on localhost-cpu: the step's optimizer time grows by 28 × 10 × (2.4 + 17.7) µs over the throughput term;
+    on an async device (a GPU, whose op_call_overhead_us is a launch) nothing is added."""
+    from simulator.strategy import Offload
+
+    results = load_results(RUNS / "zero3.results.json")
+    strategy = dataclasses.replace(results.run.plan.strategy, offload=Offload.OPTIMIZER)
+    workload = run_workload(results)
+
+    def optimizer_s(chosen):
+        layout = build_layout(strategy, chosen, workload, gpus=results.run.plan._layout_gpus())
+        return compile_step(chosen, workload, strategy, layout=layout).stages[0].optimizer_s
+
+    cluster = run_cluster(results, "localhost-cpu")
+    quiet = _device(cluster, op_call_overhead_us=0.0, dtensor_call_overhead_us=0.0)
+    assert optimizer_s(cluster) == pytest.approx(optimizer_s(quiet) + 28 * 10 * (2.4 + 17.7) * 1e-6, rel=1e-9)
+    gpu = _device(cluster, kernel_dispatch=KernelDispatch.ASYNC)
+    assert optimizer_s(gpu) == pytest.approx(optimizer_s(_device(gpu, op_call_overhead_us=0.0)), rel=1e-12)
+    assert ho.offloaded_optimizer_host_s(gpu.device, 28, dtensor=True) == 0.0
