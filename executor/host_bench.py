@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 
 import torch
 
-from executor.compute_bench import Timing, time_call
+from executor.compute_bench import Timing, _percentile, time_call
 from simulator.host_overhead import TP_MODULES_PER_BLOCK, TP_EDGE_MODULES
 from simulator.workload.transformer import TransformerSpec
 
@@ -50,6 +52,25 @@ class TpModuleTiming:
     tp_step: Timing
     forward_module_us: float
     backward_module_us: float
+
+
+def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: int, warmup: int) -> dict:
+    """``{(name, "forward" | "step"): Timing}`` of each model's forward (autograd on) and forward + backward on
+    ``(x, y)``, the calls interleaved (every model's forward, then every model's step, ``repeats`` times), so
+    that a load that comes and goes slows the compared models alike."""
+    calls = [((name, "forward"), lambda m=model: m(x, y)) for name, model in models.items()]
+    calls += [((name, "step"), lambda m=model: m(x, y).backward()) for name, model in models.items()]
+    for _ in range(warmup):
+        for _, fn in calls:
+            fn()
+    times: dict = {key: [] for key, _ in calls}
+    for _ in range(repeats):
+        for key, fn in calls:
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return {key: Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
+            for key, t in times.items()}
 
 
 def tp_modules(spec: TransformerSpec) -> int:
@@ -93,15 +114,7 @@ def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, wa
         x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
 
-        def forward(model):
-            return lambda: model(x, y)
-
-        def step(model):
-            return lambda: model(x, y).backward()
-
-        timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
-                   for name, model in (("plain", plain), ("tp", tp))
-                   for what, make in (("forward", forward), ("step", step))}
+        timings = paired_timings({"plain": plain, "tp": tp}, x, y, repeats=repeats, warmup=warmup)
     modules = tp_modules(spec)
     fwd_us = max(0.0, (timings["tp", "forward"].p10_s - timings["plain", "forward"].p10_s) / modules * 1e6)
     step_us = (timings["tp", "step"].p10_s - timings["plain", "step"].p10_s) / modules * 1e6
@@ -155,10 +168,7 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
         g = torch.Generator().manual_seed(seed)
         x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
-        timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
-                   for name, model in (("plain", plain), ("ddp", ddp))
-                   for what, make in (("forward", lambda m: lambda: m(x, y)),
-                                      ("step", lambda m: lambda: m(x, y).backward()))}
+        timings = paired_timings({"plain": plain, "ddp": ddp}, x, y, repeats=repeats, warmup=warmup)
     fwd_us = max(0.0, (timings["ddp", "forward"].p10_s - timings["plain", "forward"].p10_s) * 1e6)
     step_us = (timings["ddp", "step"].p10_s - timings["plain", "step"].p10_s) * 1e6
     return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
@@ -225,11 +235,7 @@ def time_checkpoint(spec: TransformerSpec, micro_batch: int, recompute_region_s:
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
     y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
-    device = torch.device("cpu")
-    timings = {(name, what): time_call(make(model), device, repeats=repeats, warmup=warmup)
-               for name, model in (("plain", plain), ("ckpt", ckpt))
-               for what, make in (("forward", lambda m: lambda: m(x, y)),
-                                  ("step", lambda m: lambda: m(x, y).backward()))}
+    timings = paired_timings({"plain": plain, "ckpt": ckpt}, x, y, repeats=repeats, warmup=warmup)
     regions = spec.layers
     fwd_us = max(0.0, (timings["ckpt", "forward"].p10_s - timings["plain", "forward"].p10_s) / regions * 1e6)
     step_us = (timings["ckpt", "step"].p10_s - timings["plain", "step"].p10_s) / regions * 1e6

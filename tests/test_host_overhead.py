@@ -205,15 +205,15 @@ def _without_tp_terms(cluster):
 
 def test_torch_tensor_parallelism_adds_its_per_module_host_time():
     """tp (torch TP over 2 ranks, one stage of 2 blocks: 4 × 2 + embedding + output layer = 10 modules) on
-    localhost-cpu: forward +10 × 258 µs and backward +10 × 427 µs per micro-batch [src: own-tp-module-probe];
+    localhost-cpu: forward +10 × 248 µs and backward +10 × 424 µs per micro-batch [src: own-tp-module-probe];
     DDP and FSDP2 without tp get nothing from this term."""
     for case, modules in (("tp", 10), ("ddp-overlap", 0), ("zero3", 0)):
         cluster, _, layout, work = _run(case)
         assert ho.tp_modules(layout, _whole_model(layout)) == modules, case
         _, _, _, bare = _run(case, _without_tp_terms(cluster))
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
-        assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 258e-6, rel=1e-9), case
-        assert chunk.bwd_s == pytest.approx(plain.bwd_s + modules * 427e-6, rel=1e-9), case
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 248e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + modules * 424e-6, rel=1e-9), case
 
 
 def _whole_model(layout):
@@ -238,7 +238,7 @@ def test_tp_modules_per_chunk_and_framework():
 
 def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
     cluster = load_cluster("localhost-cpu")
-    assert (cluster.node.host.tp_forward_module_us, cluster.node.host.tp_backward_module_us) == (258, 427)
+    assert (cluster.node.host.tp_forward_module_us, cluster.node.host.tp_backward_module_us) == (248, 424)
     again = load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml")))
     assert again.node.host == cluster.node.host
     d = cluster_to_dict(cluster)
@@ -255,9 +255,9 @@ def _without_ddp_terms(cluster):
 
 
 def test_ddp_adds_its_per_forward_and_per_synchronising_backward_host_time():
-    """ddp-overlap (torch DDP, dp 2, overlapped reduction) on localhost-cpu: each forward +66 µs, the last
-    gradient bucket +124 µs (DDP's synchronising backward) [src: own-ddp-host-probe]; so the step of its 2
-    micro-batches +2 × 66 + 124 µs. FSDP2 (zero3) and torch TP (tp) are not DDP-wrapped: nothing."""
+    """ddp-overlap (torch DDP, dp 2, overlapped reduction) on localhost-cpu: each forward +48 µs, the last
+    gradient bucket +223 µs (DDP's synchronising backward) [src: own-ddp-host-probe]; so the step of its 2
+    micro-batches +2 × 48 + 223 µs. FSDP2 (zero3) and torch TP (tp) are not DDP-wrapped: nothing."""
     from simulator.analytical import estimate_work
 
     for case, wrapped in (("ddp-overlap", True), ("zero3", False), ("tp", False)):
@@ -265,14 +265,14 @@ def test_ddp_adds_its_per_forward_and_per_synchronising_backward_host_time():
         assert ho.ddp_wrapped(layout) is wrapped, case
         _, _, _, bare = _run(case, _without_ddp_terms(cluster))
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
-        assert chunk.fwd_s == pytest.approx(plain.fwd_s + (66e-6 if wrapped else 0.0), rel=1e-9), case
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + (48e-6 if wrapped else 0.0), rel=1e-9), case
         if wrapped:
             *same, last = work.stages[0].grad_sync
             assert tuple(same) == bare.stages[0].grad_sync[:-1]
-            assert last.time_s == pytest.approx(bare.stages[0].grad_sync[-1].time_s + 124e-6, rel=1e-9)
+            assert last.time_s == pytest.approx(bare.stages[0].grad_sync[-1].time_s + 223e-6, rel=1e-9)
             assert work.micro_batches == 2
             grown = estimate_work(work).step_time_s - estimate_work(bare).step_time_s
-            assert grown == pytest.approx(2 * 66e-6 + 124e-6, rel=1e-6)
+            assert grown == pytest.approx(2 * 48e-6 + 223e-6, rel=1e-6)
 
 
 def test_ddp_sync_term_needs_overlapped_reduction():
@@ -289,11 +289,11 @@ def test_ddp_sync_term_needs_overlapped_reduction():
 
     (layout, work), (_, bare) = step(cluster), step(_without_ddp_terms(cluster))
     assert ho.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
-    assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 66e-6, rel=1e-9)
+    assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 48e-6, rel=1e-9)
 
 
 def test_checkpointed_blocks_add_their_host_time():
-    """recompute-full (torch DDP, 2 blocks checkpointed) on localhost-cpu: forward +2 × 183 µs, backward +2 × 502 µs
+    """recompute-full (torch DDP, 2 blocks checkpointed) on localhost-cpu: forward +2 × 176 µs, backward +2 × 460 µs
     per micro-batch [src: own-checkpoint-host-probe]; no recompute (ddp-overlap): nothing; Megatron-LM's own
     checkpointing is not torch's: nothing."""
     from simulator.strategy.framework import Framework
@@ -305,8 +305,8 @@ def test_checkpointed_blocks_add_their_host_time():
                                    checkpoint_backward_region_us=0.0)
         _, _, _, bare = _run(case, dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host)))
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
-        assert chunk.fwd_s == pytest.approx(plain.fwd_s + regions * 183e-6, rel=1e-9), case
-        assert chunk.bwd_s == pytest.approx(plain.bwd_s + regions * 502e-6, rel=1e-9), case
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + regions * 176e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + regions * 460e-6, rel=1e-9), case
     _, _, layout, _ = _run("recompute-full")
     whole = ChunkSlice(index=0, count=1, start=0, layers=2)
     assert ho.checkpoint_regions(layout, whole) == 2
