@@ -102,14 +102,17 @@ def _framework_terms(repeats: int) -> None:
 
     device = load_cluster("localhost-cpu").device
     model = tiny_model(get_preset("gpt3-125m"), DtypePolicy.FP32)
-    tp = time_tp_modules(tiny_model(get_preset("gpt3-125m"), DtypePolicy.FP32, tp=2), 2, repeats=repeats, warmup=10)
-    print(f"torch TP per module (p10): forward {tp.forward_module_us:9.2f} us, backward {tp.backward_module_us:9.2f} us")
+    tp = time_tp_modules(tiny_model(get_preset("gpt3-125m"), DtypePolicy.FP32, tp=2), 2, repeats=repeats,
+                         warmup=10)
+    print(f"torch TP per module (p10): forward {tp.forward_module_us:9.2f} us, "
+          f"backward {tp.backward_module_us:9.2f} us")
     ddp = time_ddp(model, 2, repeats=repeats, warmup=10)
-    print(f"DDP (p10): per forward {ddp.forward_call_us:9.2f} us, per synchronising backward {ddp.sync_backward_us:9.2f} us")
+    print(f"DDP (p10): per forward {ddp.forward_call_us:9.2f} us, "
+          f"per synchronising backward {ddp.sync_backward_us:9.2f} us")
     rerun_s = total_time(layer_times(model, device, 2, recompute=Recompute.FULL), Phase.RECOMPUTE)
     ck = time_checkpoint(model, 2, rerun_s, repeats=repeats, warmup=10)
-    print(f"checkpoint per region (p10): forward {ck.forward_region_us:9.2f} us, backward {ck.backward_region_us:9.2f} us "
-          f"(less {rerun_s * 1e6:.1f} us of recompute on localhost-cpu)")
+    print(f"checkpoint per region (p10): forward {ck.forward_region_us:9.2f} us, "
+          f"backward {ck.backward_region_us:9.2f} us (less {rerun_s * 1e6:.1f} us of recompute on localhost-cpu)")
     adamw = time_adamw(model, repeats=repeats, warmup=10)
     print(f"AdamW per call: {adamw_call_us(device, adamw, DtypePolicy.FP32):9.2f} us ({adamw.tensors} tensors)")
 

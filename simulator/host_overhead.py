@@ -216,8 +216,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
     blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
     (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); and DDP's per
-    forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a phase
-    takes the larger of its time and the host time (one stream)."""
+    forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
+    phase takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
     from simulator.strategy.framework import Framework
