@@ -12,6 +12,10 @@ validation suite runs (llama2-7b at ``--scale tiny``, 2 blocks, 28 parameter ten
   host time FSDP2 adds per sharded module (1 rank, so no peer to wait for). Not a model term yet: recorded in
   docs/validation.md ("Where each family's error comes from") as what the zero family's estimate lacks.
 
+- the framework terms ``trainplan calibrate --compute`` measures (:mod:`executor.host_bench`: torch TP per
+  tensor-parallel module, DDP per forward and per synchronising backward, ``torch.utils.checkpoint`` per
+  region, the AdamW call) on gpt3-125m at ``--scale tiny``, the validation suite's model.
+
 Medians of many repeats with p10/p90; the machine's load average is printed (a shared machine slows calls).
 Usage: ``python benchmarks/host_overhead_probe.py [--repeats 200]``. Results and dates: docs/sources.md,
 entry ``own-host-overhead-probe``.
@@ -84,7 +88,33 @@ def main(argv: list[str] | None = None) -> None:
         print(_show(f"AdamW step, {len(params)} tensors ({name})", timing))
         print(_show(f"  per call ({name})", timing, per=10 * len(params)))
     _fsdp2(spec, args.repeats // 4)
+    _framework_terms(args.repeats)
     dist.destroy_process_group()
+
+
+def _framework_terms(repeats: int) -> None:
+    """The terms of :mod:`executor.host_bench` on the suite's model (the group initialised above is reused)."""
+    from executor.calibrate_compute import adamw_call_us, tiny_model
+    from executor.host_bench import time_adamw, time_checkpoint, time_ddp, time_tp_modules
+    from simulator.cluster.io import load_cluster
+    from simulator.compute import Phase, layer_times, total_time
+    from simulator.workload import DtypePolicy, Recompute, get_preset
+
+    device = load_cluster("localhost-cpu").device
+    model = tiny_model(get_preset("gpt3-125m"), DtypePolicy.FP32)
+    tp = time_tp_modules(tiny_model(get_preset("gpt3-125m"), DtypePolicy.FP32, tp=2), 2, repeats=repeats,
+                         warmup=10)
+    print(f"torch TP per module (p10): forward {tp.forward_module_us:9.2f} us, "
+          f"backward {tp.backward_module_us:9.2f} us")
+    ddp = time_ddp(model, 2, repeats=repeats, warmup=10)
+    print(f"DDP (p10): per forward {ddp.forward_call_us:9.2f} us, "
+          f"per synchronising backward {ddp.sync_backward_us:9.2f} us")
+    rerun_s = total_time(layer_times(model, device, 2, recompute=Recompute.FULL), Phase.RECOMPUTE)
+    ck = time_checkpoint(model, 2, rerun_s, repeats=repeats, warmup=10)
+    print(f"checkpoint per region (p10): forward {ck.forward_region_us:9.2f} us, "
+          f"backward {ck.backward_region_us:9.2f} us (less {rerun_s * 1e6:.1f} us of recompute on localhost-cpu)")
+    adamw = time_adamw(model, repeats=repeats, warmup=10)
+    print(f"AdamW per call: {adamw_call_us(device, adamw, DtypePolicy.FP32):9.2f} us ({adamw.tensors} tensors)")
 
 
 def _fsdp2(spec, repeats: int) -> None:

@@ -21,11 +21,24 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
-4. a bare 1-element ``torch.add`` outside autograd: ``op_call_overhead_us`` (the optimizer's calls,
-   :mod:`simulator.host_overhead`), and this process's CPU cores: ``host.cpu_cores``.
+4. the executor's AdamW step over the tiny model's parameters (on the CPU, gloo): ``op_call_overhead_us`` (the
+   optimizer's calls, :mod:`simulator.host_overhead`) by the formula the model applies to it,
+
+       op_call_overhead_us = (t_step − params · adam_bytes_per_param / B_hbm) / (ADAMW_PER_TENSOR_CALLS · tensors),
+
+   (on a GPU, and for reference, a bare 1-element ``torch.add`` outside autograd), and this process's CPU
+   cores: ``host.cpu_cores``;
+5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 1-rank mesh against the
+   plain model: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
+   tensor parallelism adds per tensor-parallel module (:mod:`executor.host_bench`), and the tiny model
+   wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
+   ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
+   ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's
+   recomputed kernels as the calibrated device times them). On a GPU the base's figures are kept (not
+   measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
-ranks is in it. The result replaces only these device fields and ``host.cpu_cores`` of ``base`` (a
+ranks is in it. The result replaces only these device fields and the host fields named above of ``base`` (a
 preset or a ``trainplan calibrate`` file, whose network calibration is kept).
 """
 
@@ -42,13 +55,16 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
+from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
+                                 time_ddp, time_tp_modules)
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.compute import layer_times, total_time
+from simulator.compute import Phase, layer_times, total_time
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
 from simulator.plan_scale import Scale, ScaleKind, scale_model
+from simulator.workload import Recompute
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import edge_work, layer_work
 from simulator.workload.transformer import TransformerSpec
@@ -141,6 +157,14 @@ class ComputeCalibration:
     """The block's modelled time without the per-kernel overhead."""
     fields: Device
     """The device as written: peak, curve, bandwidth, ``kernel_launch_overhead_us``."""
+    tp_modules: TpModuleTiming | None = None
+    """The tensor-parallel module terms (step 5); None where not measured (a GPU)."""
+    ddp: DdpTiming | None = None
+    """DDP's terms (step 5); None where not measured (a GPU)."""
+    checkpoint: CheckpointTiming | None = None
+    """The activation-checkpoint terms (step 5); None where not measured (a GPU)."""
+    adamw: AdamwTiming | None = None
+    """The AdamW step that gave ``op_call_overhead_us`` (step 4); None: the bare call gave it (a GPU)."""
 
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
@@ -231,13 +255,50 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch)
+    tp = ddp = adamw = ckpt = None
+    if backend == "gloo":
+        tp, ddp, adamw, ckpt = measure_host_terms(spec, grid.micro_batch, device, thread_count=count,
+                                                  repeats=repeats, warmup=warmup, progress=progress)
+        device = replace(device, op_call_overhead_us=adamw_call_us(device, adamw, dtype))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
-                                fields=device)
+                                fields=device, tp_modules=tp, ddp=ddp, adamw=adamw, checkpoint=ckpt)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, node=_with_cores(base.node), source=joined), report
+    return replace(base, name=name, device=device, node=_with_host(base.node, tp, ddp, ckpt), source=joined), report
+
+
+def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
+                       warmup: int, progress: bool = False
+                       ) -> tuple[TpModuleTiming, DdpTiming, AdamwTiming, CheckpointTiming]:
+    """Step 4's AdamW step and step 5's framework terms (:mod:`executor.host_bench`) on the CPU, for the tiny
+    fp32 model of ``spec``; ``device``: the calibrated device, whose recompute time of one block is subtracted
+    from the checkpoint's backward."""
+    if progress:
+        print("calibrate --compute: the tiny model under torch TP (tp = 2), DDP and checkpoints on a 1-rank group, and "
+              "its AdamW step, against the plain one", file=sys.stderr)
+    model = tiny_model(spec, DtypePolicy.FP32)
+    rerun_s = total_time(layer_times(model, device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
+    more = max(repeats, 100)
+    with threads(thread_count):
+        return (time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch, repeats=max(repeats, 50),
+                                warmup=warmup),
+                time_ddp(model, micro_batch, repeats=more, warmup=warmup),
+                time_adamw(model, repeats=more, warmup=warmup),
+                time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup))
+
+
+def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:
+    """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
+    ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
+    over its calls; at least 0."""
+    from simulator.compile import adam_bytes_per_param
+    from simulator.compute import achievable_hbm_Bps
+    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+
+    update_s = adamw.params * adam_bytes_per_param(dtype) / achievable_hbm_Bps(device)
+    return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
 
 
 def host_cores() -> int:
@@ -245,6 +306,17 @@ def host_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _with_cores(node):
-    """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` (no host section: as is)."""
-    return node if node.host is None else replace(node, host=replace(node.host, cpu_cores=host_cores()))
+def _with_host(node, tp: TpModuleTiming | None, ddp: DdpTiming | None = None, ckpt: CheckpointTiming | None = None):
+    """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` and, where measured, its
+    tensor-parallel module and DDP terms (no host section: as is)."""
+    if node.host is None:
+        return node
+    host = replace(node.host, cpu_cores=host_cores())
+    if tp is not None:
+        host = replace(host, tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us)
+    if ddp is not None:
+        host = replace(host, ddp_forward_call_us=ddp.forward_call_us, ddp_sync_backward_us=ddp.sync_backward_us)
+    if ckpt is not None:
+        host = replace(host, checkpoint_forward_region_us=ckpt.forward_region_us,
+                       checkpoint_backward_region_us=ckpt.backward_region_us)
+    return replace(node, host=host)

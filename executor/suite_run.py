@@ -163,7 +163,12 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             f"bandwidth {fit.bw_GBps:.3f} GB/s, median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
             f"{compute.fields.kernel_launch_overhead_us:.1f} us, per op call {compute.fields.op_call_overhead_us:.1f} us, "
-            f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, {compute.dtype.value} peak "
+            f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
+            + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "
+               f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")
+            + (f"DDP {compute.ddp.forward_call_us:.0f} us per forward, {compute.ddp.sync_backward_us:.0f} us per "
+               "synchronising backward, " if compute.ddp else "")
+            + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]
 

@@ -14,12 +14,34 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   :data:`ADAMW_FOREACH_CALLS` ``_foreach_*`` calls per step where they exist (CUDA)
   [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers with a fused kernel
   (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
+- **Offloaded optimizer**: with optimizer offload the same calls run on the host CPU; on an ``inline`` device
+  they are charged on top of ``Host.cpu_adam_params_per_s``'s throughput (:func:`offloaded_optimizer_host_s`).
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
   ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
 - **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
   adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
   post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
-  post-backward) (:func:`with_fsdp2_modules`) [src: own-host-overhead-probe].
+  post-backward) (:func:`with_host_modules`) [src: own-host-overhead-probe].
+- **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`dtensor_params`)
+  each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
+  vocabulary-parallel embedding on the first chunk and output layer on the last) adds
+  ``Host.tp_forward_module_us`` to the chunk's forward and ``Host.tp_backward_module_us`` to its backward:
+  DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
+  hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
+  [src: own-tp-module-probe]. Megatron-LM's tensor parallelism keeps plain tensors: no such term.
+- **Activation checkpoints**: under torch (DDP, FSDP2) each ``torch.utils.checkpoint`` region of a chunk
+  (:func:`checkpoint_regions`: one per block with any recompute policy) adds ``Host.checkpoint_forward_region_us``
+  to its forward and ``Host.checkpoint_backward_region_us`` to its backward beyond the recomputed kernels
+  (saved-tensor hooks, RNG state stash and restore, the rerun's bookkeeping), measured against the plain
+  model by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_checkpoint`)
+  [src: own-checkpoint-host-probe].
+- **DDP's wrapper and reducer**: where torch ``DistributedDataParallel`` wraps the model (:func:`ddp_wrapped`),
+  every forward call costs ``Host.ddp_forward_call_us`` more (``_pre_forward``, ``prepare_for_backward``) and
+  the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
+  (the reducer's per-gradient hooks, bucket copies, comm-hook dispatch and finalisation; the collective itself
+  is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
+  measured on a 1-rank group by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_ddp`)
+  [src: own-ddp-host-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -50,6 +72,15 @@ ADAMW_FOREACH_CALLS = 9
 """``torch._foreach_*`` calls per (device, dtype) group in torch's foreach AdamW (``_multi_tensor_adam``, not
 capturable): add (steps), mul (weight decay), lerp, mul, addcmul, sqrt, div, add (eps), addcdiv
 [src: torch-adam-impl]."""
+
+
+TP_MODULES_PER_BLOCK = 4
+"""Tensor-parallel modules of one block in torch's plan (``executor.strategies.tensor.block_plan``): ``qkv`` and
+``mlp.up`` column-parallel, ``attn.out`` and ``mlp.down`` row-parallel [src: torch-dtensor-tp]."""
+
+TP_EDGE_MODULES = 2
+"""Tensor-parallel modules outside the blocks: the vocabulary-parallel token embedding (first chunk) and output
+layer (last chunk) [src: megatron-vocab-parallel]."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,19 @@ def optimizer_stream(device: Device, device_s: float, tensors: int, share: float
     return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=per_call)
 
 
+def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0, *, dtensor: bool = False) -> float:
+    """Host seconds of the optimizer's own calls when it runs on the host CPU (optimizer offload), beyond the
+    update's throughput (``Host.cpu_adam_params_per_s``): on an ``inline`` device, whose
+    ``op_call_overhead_us`` *is* this host CPU's per-call cost, :func:`optimizer_calls` × (``op_call_overhead_us``
+    + ``dtensor_call_overhead_us`` on DTensor parameters) × ``share``, as :func:`optimizer_stream` charges them;
+    on an ``async`` device 0: the GPU's figure is a launch, and the host CPU's per-call cost is not a cluster
+    field (not modelled)."""
+    if device.kernel_dispatch is not KernelDispatch.INLINE:
+        return 0.0
+    per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
+    return optimizer_calls(device, tensors) * per_call * 1e-6 * share
+
+
 def dtensor_params(layout) -> bool:
     """Whether the framework keeps the parameters as DTensors: FSDP2 (``fully_shard`` shards each parameter
     as a DTensor) and torch's own tensor parallelism (``parallelize_module`` makes the sharded weights
@@ -144,25 +188,87 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]
 
 
-def with_fsdp2_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
-    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time FSDP2 adds per
-    sharded module (module docstring) when the layout's framework is FSDP2 and the host states it; the
-    chunk's blocks, plus the root module on chunk 0. Combined with the chunk's times as one stream."""
+def tp_modules(layout, chunk) -> int:
+    """Tensor-parallel modules of ``chunk`` (a :class:`simulator.workload.ChunkSlice`) whose weights are DTensors:
+    :data:`TP_MODULES_PER_BLOCK` per layer, plus the embedding on the first chunk and the output layer on the
+    last; 0 unless the layout runs torch's own tensor parallelism (:func:`dtensor_params`, tp > 1)."""
+    from simulator.strategy.framework import Framework
+
+    if layout.tp <= 1 or layout.framework is not Framework.TORCH_DDP:
+        return 0
+    return TP_MODULES_PER_BLOCK * chunk.layers + (1 if chunk.index == 0 else 0) + (
+        1 if chunk.index == chunk.count - 1 else 0)
+
+
+def checkpoint_regions(layout, chunk) -> int:
+    """``torch.utils.checkpoint`` regions of ``chunk``: one per block (the block under full and op-level
+    recomputation, its attention core under selective) when torch (DDP or FSDP2) runs the recompute policy;
+    0 without recomputation or under Megatron-LM / DeepSpeed, whose checkpointing is their own."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import Recompute
+
+    torch_run = layout.framework in (Framework.TORCH_DDP, Framework.FSDP2)
+    return chunk.layers if torch_run and layout.strategy.recompute is not Recompute.NONE else 0
+
+
+def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
+    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
+    the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
+    blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
+    (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); and DDP's per
+    forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
+    phase takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
     from simulator.strategy.framework import Framework
 
     host = cluster.node.host
-    if layout.framework is not Framework.FSDP2 or host is None:
+    if host is None:
         return compute
-    modules = chunk.layers + (1 if chunk.index == 0 else 0)
+    fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
+    tp = tp_modules(layout, chunk)
+    ckpt = checkpoint_regions(layout, chunk)
+    fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
+              + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0))
+    bwd_us = (fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
+              + ckpt * host.checkpoint_backward_region_us)
+    if not fwd_us and not bwd_us:
+        return compute
     device = cluster.device
 
-    def add(phase_s: float, per_module_us: float) -> float:
-        extra_s = modules * per_module_us * 1e-6 * share
+    def add(phase_s: float, extra_us: float) -> float:
+        extra_s = extra_us * 1e-6 * share
         if not extra_s:
             return phase_s
         return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
 
-    return _replace(compute, fwd_s=add(compute.fwd_s, host.fsdp2_forward_module_us),
-                    bwd_s=add(compute.bwd_s, host.fsdp2_backward_module_us))
+    return _replace(compute, fwd_s=add(compute.fwd_s, fwd_us), bwd_s=add(compute.bwd_s, bwd_us))
+
+
+def ddp_wrapped(layout) -> bool:
+    """Whether torch ``DistributedDataParallel`` wraps the model: torch DDP at ZeRO 0 or 1 (FSDP2 at 2 and 3), on a
+    dp group of more than one rank, with tp = pp = 1, not a parameter server. A tensor- or pipeline-parallel run of
+    torch here syncs its gradients with bucketed all-reduces of its own, without DDP's reducer
+    (``executor/strategies/grad_sync.py``)."""
+    from simulator.strategy import ZeroStage
+    from simulator.strategy.framework import Framework
+    from simulator.strategy.sync import ParamServerSync
+
+    return (layout.framework is Framework.TORCH_DDP and layout.strategy.zero <= ZeroStage.ZERO1
+            and not isinstance(layout.strategy.dp_sync, ParamServerSync)
+            and layout.dp_cp > 1 and layout.tp == 1 and layout.pp == 1)
+
+
+def with_ddp_sync(cluster: Cluster, layout, calls: tuple, share: float = 1.0) -> tuple:
+    """The gradient-sync ``calls`` (:class:`simulator.work.CommCall`, in the order backward readies them) with
+    ``Host.ddp_sync_backward_us`` × ``share`` added to the last one's ``time_s`` when DDP wraps the model and
+    reduces during backward (``overlap_grad_reduce``): DDP's synchronising backward finishes its reducer work
+    before the step can go on. As is otherwise (no DDP, no host section, no calls, the term 0)."""
+    from dataclasses import replace as _replace
+
+    host = cluster.node.host
+    if (host is None or not host.ddp_sync_backward_us or not calls or not ddp_wrapped(layout)
+            or not layout.strategy.dp_sync.overlap_grad_reduce):
+        return calls
+    last = calls[-1]
+    return calls[:-1] + (_replace(last, time_s=last.time_s + host.ddp_sync_backward_us * 1e-6 * share),)

@@ -169,9 +169,33 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert len(cluster.device.gemm_efficiency.points) == 2
     assert cluster.device.kernel_launch_overhead_us >= 0
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
-    assert cluster.device.op_call_overhead_us == pytest.approx(report.bare_call.median_s * 1e6)
-    cores = dataclasses.replace(base.node.host, cpu_cores=host_cores())  # this machine's cores
-    assert cluster.node == dataclasses.replace(base.node, host=cores)
+    adamw = report.adamw  # the step less its update (fp32: reads p, g, m, v, writes p, m, v: 28 B), per call
+    update_s = adamw.params * 28 / (cluster.device.hbm_bw_GBps * 1e9 * cluster.device.gemm_efficiency.hbm_efficiency)
+    assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
+    assert cluster.device.op_call_overhead_us == pytest.approx(
+        max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
+    tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
+    assert tp.modules == 10
+    assert tp.forward_module_us == pytest.approx(max(0.0, (tp.tp_forward.p10_s - tp.plain_forward.p10_s) / 10 * 1e6))
+    assert tp.forward_module_us + tp.backward_module_us == pytest.approx(max(
+        tp.forward_module_us, (tp.tp_step.p10_s - tp.plain_step.p10_s) / 10 * 1e6))
+    host = dataclasses.replace(base.node.host, cpu_cores=host_cores(),  # this machine's cores and tp terms
+                               tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us,
+                               ddp_forward_call_us=report.ddp.forward_call_us,
+                               ddp_sync_backward_us=report.ddp.sync_backward_us,
+                               checkpoint_forward_region_us=report.checkpoint.forward_region_us,
+                               checkpoint_backward_region_us=report.checkpoint.backward_region_us)
+    ck = report.checkpoint  # per checkpointed block, the backward less the model's own recompute of the block
+    assert ck.regions == 2 and ck.recompute_region_s > 0
+    assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.p10_s - ck.plain_forward.p10_s)
+                                                     / 2 * 1e6))
+    assert ck.backward_region_us == pytest.approx(max(0.0, (ck.checkpointed_step.p10_s - ck.plain_step.p10_s) / 2 * 1e6
+                                                      - ck.forward_region_us - ck.recompute_region_s * 1e6))
+    ddp = report.ddp  # DDP's terms: the wrapped model's extra time per forward, and per synchronising backward
+    assert ddp.forward_call_us == pytest.approx(max(0.0, (ddp.ddp_forward.p10_s - ddp.plain_forward.p10_s) * 1e6))
+    assert ddp.forward_call_us + ddp.sync_backward_us == pytest.approx(max(
+        ddp.forward_call_us, (ddp.ddp_step.p10_s - ddp.plain_step.p10_s) * 1e6))
+    assert cluster.node == dataclasses.replace(base.node, host=host)
     assert cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
 
@@ -187,6 +211,9 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     loaded = load_cluster(str(out))
     assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
+    assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
+    assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])
+    assert loaded.node.host.ddp_sync_backward_us == pytest.approx(printed["ddp"]["ddp_sync_backward_us"])
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -216,3 +243,20 @@ def test_cli_compute_nccl_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
 def test_the_function_refuses_nccl_without_a_gpu_before_measuring():
     with pytest.raises(SpecError, match="backend"):
         calibrate_compute(load_cluster("localhost-cpu"), load_model("llama2-7b"), backend="nccl")
+
+
+def test_adamw_call_overhead_by_hand():
+    """1e6 fp32 parameters in 100 tensors on a 10 GB/s device: the update moves 28 B per parameter (reads p, g,
+    m, v; writes p, m, v), 2.8 ms; a 5.6 ms step leaves 2.8 ms over 10 × 100 calls: 2.8 µs per call; a step
+    faster than its update gives 0."""
+    from executor.calibrate_compute import adamw_call_us
+    from executor.compute_bench import Timing
+    from executor.host_bench import AdamwTiming
+
+    device = dataclasses.replace(load_cluster("localhost-cpu").device, hbm_bw_GBps=10.0, hbm_efficiency=1.0)
+
+    def timing(s):
+        return AdamwTiming(step=Timing(median_s=s, p10_s=s, p90_s=s), tensors=100, params=1_000_000)
+
+    assert adamw_call_us(device, timing(5.6e-3), DtypePolicy.FP32) == pytest.approx(2.8)
+    assert adamw_call_us(device, timing(1e-3), DtypePolicy.FP32) == 0.0

@@ -96,14 +96,14 @@ def test_optimizer_tensors_are_the_executor_models_parameters():
     assert ho.optimizer_tensors(workload, layout, 0) == len(list(build_gpt(workload).parameters())) == 28
 
 
-def test_adamw_on_the_cpu_costs_ten_calls_per_tensor_at_the_bare_call_overhead():
-    """ddp-overlap on localhost-cpu: 28 tensors × 10 calls × 1.9 µs = 532 µs on top of the memory-bound update
+def test_adamw_on_the_cpu_costs_ten_calls_per_tensor_at_the_measured_call_overhead():
+    """ddp-overlap on localhost-cpu: 28 tensors × 10 calls × 2.4 µs = 672 µs on top of the memory-bound update
     (inline, 2 processes on 2 cores: no sharing); on an async device the 9 foreach calls overlap it."""
     cluster, _, _, work = _run("ddp-overlap")
     _, _, _, bare = _run("ddp-overlap", _device(cluster, op_call_overhead_us=0.0))
     device_s = bare.stages[0].optimizer_s
     assert device_s > 0
-    assert work.stages[0].optimizer_s == pytest.approx(device_s + 28 * 10 * 1.9e-6, rel=1e-9)
+    assert work.stages[0].optimizer_s == pytest.approx(device_s + 28 * 10 * 2.4e-6, rel=1e-9)
     for per_call_us in (5.0, 1e4):  # device-bound, then host-bound
         gpu = _device(cluster, kernel_dispatch=KernelDispatch.ASYNC, op_call_overhead_us=per_call_us)
         _, _, _, on_gpu = _run("ddp-overlap", gpu)
@@ -155,7 +155,7 @@ def test_a_file_without_the_fields_reads_as_before_and_bad_values_name_the_field
 
 def test_dtensor_parameters_pay_the_dtensor_call_overhead_in_the_optimizer():
     """zero3 (FSDP2) and tp (torch tensor parallel) step DTensor parameters: 10 calls per tensor at
-    1.9 + 17.7 µs on localhost-cpu [src: own-host-overhead-probe]; DDP steps plain tensors."""
+    2.4 + 17.7 µs on localhost-cpu [src: own-host-overhead-probe]; DDP steps plain tensors."""
     from simulator.strategy.framework import Framework
 
     for case, dtensor in (("zero3", True), ("tp", True), ("ddp-overlap", False)):
@@ -196,3 +196,140 @@ def test_the_estimate_says_when_it_is_host_bound():
     small = estimate(h100, dataclasses.replace(tiny, dtype=DtypePolicy.BF16_MIXED), strategy)
     assert small.extras["host_bound"] == "forward+backward"
     assert "host_bound" not in estimate(h100, load_model("llama2-7b"), strategy).extras
+
+
+def _without_tp_terms(cluster):
+    host = dataclasses.replace(cluster.node.host, tp_forward_module_us=0.0, tp_backward_module_us=0.0)
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+
+
+def test_torch_tensor_parallelism_adds_its_per_module_host_time():
+    """tp (torch TP over 2 ranks, one stage of 2 blocks: 4 × 2 + embedding + output layer = 10 modules) on
+    localhost-cpu: forward +10 × 248 µs and backward +10 × 424 µs per micro-batch [src: own-tp-module-probe];
+    DDP and FSDP2 without tp get nothing from this term."""
+    for case, modules in (("tp", 10), ("ddp-overlap", 0), ("zero3", 0)):
+        cluster, _, layout, work = _run(case)
+        assert ho.tp_modules(layout, _whole_model(layout)) == modules, case
+        _, _, _, bare = _run(case, _without_tp_terms(cluster))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 248e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + modules * 424e-6, rel=1e-9), case
+
+
+def _whole_model(layout):
+    from simulator.workload import ChunkSlice
+
+    return ChunkSlice(index=0, count=1, start=0, layers=sum(layout.layers_per_stage))
+
+
+def test_tp_modules_per_chunk_and_framework():
+    """4 per block; the embedding on the first chunk, the output layer on the last, neither in between;
+    Megatron-LM's tensor parallelism (plain tensors) and tp 1 have none."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import ChunkSlice
+
+    _, _, layout, _ = _run("tp")
+    assert [ho.tp_modules(layout, ChunkSlice(index=i, count=3, start=i, layers=1)) for i in range(3)] == [5, 4, 5]
+    megatron = dataclasses.replace(layout, framework=Framework.MEGATRON)
+    assert ho.tp_modules(megatron, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+    _, _, ddp, _ = _run("ddp-overlap")
+    assert ho.tp_modules(ddp, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+
+
+def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
+    cluster = load_cluster("localhost-cpu")
+    assert (cluster.node.host.tp_forward_module_us, cluster.node.host.tp_backward_module_us) == (248, 424)
+    again = load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml")))
+    assert again.node.host == cluster.node.host
+    d = cluster_to_dict(cluster)
+    d["host"]["tp_forward_module_us"] = -1
+    with pytest.raises(SpecError, match="tp_forward_module_us"):
+        cluster_from_dict(d)
+    assert all(load_cluster(name).node.host is None or load_cluster(name).node.host.tp_forward_module_us == 0
+               for name in ("dgx-h100", "dgx-a100", "hgx-h200"))
+
+
+def _without_ddp_terms(cluster):
+    host = dataclasses.replace(cluster.node.host, ddp_forward_call_us=0.0, ddp_sync_backward_us=0.0)
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+
+
+def test_ddp_adds_its_per_forward_and_per_synchronising_backward_host_time():
+    """ddp-overlap (torch DDP, dp 2, overlapped reduction) on localhost-cpu: each forward +48 µs, the last
+    gradient bucket +223 µs (DDP's synchronising backward) [src: own-ddp-host-probe]; so the step of its 2
+    micro-batches +2 × 48 + 223 µs. FSDP2 (zero3) and torch TP (tp) are not DDP-wrapped: nothing."""
+    from simulator.analytical import estimate_work
+
+    for case, wrapped in (("ddp-overlap", True), ("zero3", False), ("tp", False)):
+        cluster, _, layout, work = _run(case)
+        assert ho.ddp_wrapped(layout) is wrapped, case
+        _, _, _, bare = _run(case, _without_ddp_terms(cluster))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + (48e-6 if wrapped else 0.0), rel=1e-9), case
+        if wrapped:
+            *same, last = work.stages[0].grad_sync
+            assert tuple(same) == bare.stages[0].grad_sync[:-1]
+            assert last.time_s == pytest.approx(bare.stages[0].grad_sync[-1].time_s + 223e-6, rel=1e-9)
+            assert work.micro_batches == 2
+            grown = estimate_work(work).step_time_s - estimate_work(bare).step_time_s
+            assert grown == pytest.approx(2 * 48e-6 + 223e-6, rel=1e-6)
+
+
+def test_ddp_sync_term_needs_overlapped_reduction():
+    """ddp-overlap with overlap_grad_reduce off (every backward under no_sync, then the all-reduce): the forward
+    term stays, the synchronising-backward term does not apply."""
+    results = load_results(RUNS / "ddp-overlap.results.json")
+    strategy = results.run.plan.strategy
+    strategy = dataclasses.replace(strategy, dp_sync=dataclasses.replace(strategy.dp_sync, overlap_grad_reduce=False))
+    cluster, workload = run_cluster(results, "localhost-cpu"), run_workload(results)
+
+    def step(chosen):
+        layout = build_layout(strategy, chosen, workload, gpus=results.run.plan._layout_gpus())
+        return layout, compile_step(chosen, workload, strategy, layout=layout)
+
+    (layout, work), (_, bare) = step(cluster), step(_without_ddp_terms(cluster))
+    assert ho.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
+    assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 48e-6, rel=1e-9)
+
+
+def test_checkpointed_blocks_add_their_host_time():
+    """recompute-full (torch DDP, 2 blocks checkpointed) on localhost-cpu: forward +2 × 176 µs, backward +2 × 460 µs
+    per micro-batch [src: own-checkpoint-host-probe]; no recompute (ddp-overlap): nothing; Megatron-LM's own
+    checkpointing is not torch's: nothing."""
+    from simulator.strategy.framework import Framework
+    from simulator.workload import ChunkSlice
+
+    for case, regions in (("recompute-full", 2), ("ddp-overlap", 0)):
+        cluster, _, layout, work = _run(case)
+        host = dataclasses.replace(cluster.node.host, checkpoint_forward_region_us=0.0,
+                                   checkpoint_backward_region_us=0.0)
+        _, _, _, bare = _run(case, dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host)))
+        (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
+        assert chunk.fwd_s == pytest.approx(plain.fwd_s + regions * 176e-6, rel=1e-9), case
+        assert chunk.bwd_s == pytest.approx(plain.bwd_s + regions * 460e-6, rel=1e-9), case
+    _, _, layout, _ = _run("recompute-full")
+    whole = ChunkSlice(index=0, count=1, start=0, layers=2)
+    assert ho.checkpoint_regions(layout, whole) == 2
+    assert ho.checkpoint_regions(dataclasses.replace(layout, framework=Framework.MEGATRON), whole) == 0
+
+
+def test_an_offloaded_optimizer_pays_its_calls_on_an_inline_device_only():
+    """zero3 with optimizer offload (FSDP2 CPUOffloadPolicy: torch AdamW over the 28 DTensor shards on the host
+    CPU) on localhost-cpu: the step's optimizer time grows by 28 × 10 × (2.4 + 17.7) µs over the throughput term;
+    on an async device (a GPU, whose op_call_overhead_us is a launch) nothing is added."""
+    from simulator.strategy import Offload
+
+    results = load_results(RUNS / "zero3.results.json")
+    strategy = dataclasses.replace(results.run.plan.strategy, offload=Offload.OPTIMIZER)
+    workload = run_workload(results)
+
+    def optimizer_s(chosen):
+        layout = build_layout(strategy, chosen, workload, gpus=results.run.plan._layout_gpus())
+        return compile_step(chosen, workload, strategy, layout=layout).stages[0].optimizer_s
+
+    cluster = run_cluster(results, "localhost-cpu")
+    quiet = _device(cluster, op_call_overhead_us=0.0, dtensor_call_overhead_us=0.0)
+    assert optimizer_s(cluster) == pytest.approx(optimizer_s(quiet) + 28 * 10 * (2.4 + 17.7) * 1e-6, rel=1e-9)
+    gpu = _device(cluster, kernel_dispatch=KernelDispatch.ASYNC)
+    assert optimizer_s(gpu) == pytest.approx(optimizer_s(_device(gpu, op_call_overhead_us=0.0)), rel=1e-12)
+    assert ho.offloaded_optimizer_host_s(gpu.device, 28, dtensor=True) == 0.0

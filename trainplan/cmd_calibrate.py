@@ -187,7 +187,24 @@ def _compute_dict(r, path: str) -> dict:
             "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
                        **_timing(g.timing)} for g in r.gemms],
             "memory": [{"kernel": m.kernel.value, "elements": m.elements, "bytes": m.bytes, "GBps": m.GBps,
-                        **_timing(m.timing)} for m in r.memory]}
+                        **_timing(m.timing)} for m in r.memory],
+            "tp_modules": None if r.tp_modules is None else {
+                "modules": r.tp_modules.modules, "tp_forward_module_us": r.tp_modules.forward_module_us,
+                "tp_backward_module_us": r.tp_modules.backward_module_us,
+                **{name: _timing(getattr(r.tp_modules, name))
+                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
+            "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
+                                                   "step": _timing(r.adamw.step)},
+            "checkpoint": None if r.checkpoint is None else {
+                "regions": r.checkpoint.regions, "recompute_region_s": r.checkpoint.recompute_region_s,
+                "checkpoint_forward_region_us": r.checkpoint.forward_region_us,
+                "checkpoint_backward_region_us": r.checkpoint.backward_region_us,
+                **{name: _timing(getattr(r.checkpoint, name)) for name in (
+                    "plain_forward", "checkpointed_forward", "plain_step", "checkpointed_step")}},
+            "ddp": None if r.ddp is None else {
+                "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
+                **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
+                                                                    "ddp_step")}}}
 
 
 def _print_compute(r) -> None:
@@ -197,8 +214,23 @@ def _print_compute(r) -> None:
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
           f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
           f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
-          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls; "
-          f"dispatch {d.kernel_dispatch.value})\n")
+          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
+          + (f": AdamW step {r.adamw.step.median_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else "")
+          + f"; dispatch {d.kernel_dispatch.value})")
+    if r.tp_modules is not None:
+        t = r.tp_modules
+        print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
+              f"(torch tensor parallelism on a 1-rank mesh, {t.modules} modules: forward "
+              f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
+              f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
+    if r.ddp is not None:
+        print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
+              f"synchronising backward (1-rank group, collective excluded)")
+    if r.checkpoint is not None:
+        print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
+              f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "
+              f"{r.checkpoint.recompute_region_s * 1e6:.1f} us)")
+    print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:
         s, t = g.shape, g.timing

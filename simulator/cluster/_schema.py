@@ -32,7 +32,9 @@ INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription",
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
-             "fsdp2_forward_module_us", "fsdp2_backward_module_us")
+             "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
+             "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
+             "checkpoint_backward_region_us")
 COMM_KEYS = ("library", "call_latency_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
@@ -201,7 +203,15 @@ def _host(s: Section) -> HostSpec:
                     cpu_vendor=s.choice("cpu_vendor", CpuVendor) if s.has("cpu_vendor") else None,
                     cpu_cores=s.integer("cpu_cores") if s.has("cpu_cores") else None,
                     fsdp2_forward_module_us=s.number("fsdp2_forward_module_us", 0.0, minimum="non_negative"),
-                    fsdp2_backward_module_us=s.number("fsdp2_backward_module_us", 0.0, minimum="non_negative"))
+                    fsdp2_backward_module_us=s.number("fsdp2_backward_module_us", 0.0, minimum="non_negative"),
+                    tp_forward_module_us=s.number("tp_forward_module_us", 0.0, minimum="non_negative"),
+                    tp_backward_module_us=s.number("tp_backward_module_us", 0.0, minimum="non_negative"),
+                    ddp_forward_call_us=s.number("ddp_forward_call_us", 0.0, minimum="non_negative"),
+                    ddp_sync_backward_us=s.number("ddp_sync_backward_us", 0.0, minimum="non_negative"),
+                    checkpoint_forward_region_us=s.number("checkpoint_forward_region_us", 0.0,
+                                                          minimum="non_negative"),
+                    checkpoint_backward_region_us=s.number("checkpoint_backward_region_us", 0.0,
+                                                           minimum="non_negative"))
 
 
 def _comm(s: Section) -> CommProfile:

@@ -195,10 +195,27 @@ class HostSpec:
     stated, read as NCCL reads any host that is not AMD."""
     fsdp2_forward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
-    :func:`simulator.host_overhead.with_fsdp2_modules`. 0: not modelled."""
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled."""
     fsdp2_backward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
     post-backward). 0: not modelled."""
+    tp_forward_module_us: float = 0.0
+    """Host time torch's tensor parallelism (DTensor weights, ``parallelize_module``) adds per tensor-parallel
+    module per forward, µs (DTensor dispatch, the parallel styles' hooks);
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    tp_backward_module_us: float = 0.0
+    """The same per backward, µs. 0: not modelled."""
+    checkpoint_forward_region_us: float = 0.0
+    """Host time ``torch.utils.checkpoint`` adds per checkpointed region per forward, µs;
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    checkpoint_backward_region_us: float = 0.0
+    """The same per backward, beyond the recomputed kernels, µs. 0: not modelled."""
+    ddp_forward_call_us: float = 0.0
+    """Host time torch ``DistributedDataParallel`` adds per forward call of the wrapped model, µs;
+    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    ddp_sync_backward_us: float = 0.0
+    """Host time DDP's synchronising backward adds per step (reducer hooks, bucket copies, finalisation; not the
+    collective), µs; :func:`simulator.host_overhead.with_ddp_sync`. 0: not modelled."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -215,3 +232,9 @@ class HostSpec:
             positive_int("host.cpu_cores", self.cpu_cores)
         non_negative_number("host.fsdp2_forward_module_us", self.fsdp2_forward_module_us)
         non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
+        non_negative_number("host.tp_forward_module_us", self.tp_forward_module_us)
+        non_negative_number("host.tp_backward_module_us", self.tp_backward_module_us)
+        non_negative_number("host.checkpoint_forward_region_us", self.checkpoint_forward_region_us)
+        non_negative_number("host.checkpoint_backward_region_us", self.checkpoint_backward_region_us)
+        non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
+        non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)

@@ -44,7 +44,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
-    return host_overhead.with_fsdp2_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
+    return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
 
 
@@ -186,22 +186,25 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
         edp = layout.expert_dp_group(layout.coords(rep).pp)
         calls += ep_part.expert_grad_sync(cache, edp, split_experts * dt.grad_bytes, layout.bucket_bytes,
                                           sync.algorithm.value, tp * layout.ep)
+    calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
+        cluster, offload_part.gpus_on_node(cluster, layout.world_size)))
     fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
     part = params
     if s.zero >= ZeroStage.ZERO1:
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
+    share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
+    tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
+                         lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
-        share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
-        tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
-                             lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
                                              tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
         sharing = offload_part.gpus_on_node(cluster, layout.world_size)
-        opt = offload_part.cpu_adam_s(cluster, part, sharing)
+        opt = offload_part.cpu_adam_s(cluster, part, sharing) + host_overhead.offloaded_optimizer_host_s(
+            cluster.device, tensors, share, dtensor=host_overhead.dtensor_params(layout))
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
             k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
             opt += (offload_part.nvme_s(cluster, part * k, sharing=sharing)
