@@ -97,8 +97,10 @@ class CommRunner(CallPlanner):
     def prepare(self, classes: dict, isolate: bool = True) -> None:
         """Drop replicas on links the representatives never use; find the isolated classes.
 
-        ``classes`` maps a class key to its calls (see the module docstring, shortcuts 2 and 3).
+        ``classes`` maps a class key to its calls (see the module docstring, shortcuts 2 and 3); a call object
+        listed several times (a chunk's calls repeat per layer) is looked at once: every step here is idempotent.
         """
+        classes = {key: list({id(c): c for c in calls}.values()) for key, calls in classes.items()}
         rep: set = set()
         for calls in classes.values():
             for call in calls:
