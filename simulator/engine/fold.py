@@ -16,8 +16,11 @@ can predict:
   flows active at ``t1 = t + pre_s``, each at its bottleneck (max-min fair rate of a flow that shares
   none of its resources), due at ``t1 + bytes/rate``, completed at the wake-ups
   :func:`~simulator.engine.network.alone_finishes` gives, then ``γ``; provided no other flow is active on
-  its resources when the fold starts. Any other call (replicas on the network, several steps, shared
-  resources) ends the run.
+  its resources when the fold starts;
+- any other call (replicas on the network, several steps, shared resources) that shortcut 10 would play as a
+  delay ends at ``t + rep_s``, as :class:`~simulator.engine.callfold._Folded` ends it, where its replicas end
+  no later (:mod:`simulator.engine.fold_calls`). A call shortcut 10 would not fold, or whose replicas outlast
+  it, ends the run.
 
 The run is one event at its predicted end (scheduled at that absolute time:
 :func:`~simulator.engine.network.schedule_at`), and the folded calls' resources are *reserved* on the
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from simulator.engine.fold_calls import resume, shape_of
 from simulator.engine.network import alone_finishes, schedule_at
 from simulator.engine.streams import KIND_CATEGORY
 
@@ -67,6 +71,9 @@ class _Call:
     """Every resource its flows cross (no repeats: the flows share none)."""
     alone_s: float | None = None
     """``bytes / rate``, the same for every flow (a ring's), else None."""
+    shape: object = None
+    """A call shortcut 10 plays as a delay (replicas, several steps, shared resources): its
+    :class:`~simulator.engine.callfold._Shape` (:mod:`simulator.engine.fold_calls`); ``res`` are its resources."""
 
     def t1(self, start_s: float) -> float:
         """When its flows become active (:func:`~simulator.engine.replay_work._replay`'s delay first)."""
@@ -94,7 +101,10 @@ class _Call:
         return end + self.gamma_s if self.gamma_s > 0 else end
 
     def ends_in_settle(self) -> bool:
-        """Its end is the settle that completes its flows (no γ after them)."""
+        """Its end is the settle that completes its flows (no γ after them); a shape's, its settle-priority
+        timer."""
+        if self.shape is not None:
+            return self.shape.rep_in_settle
         return self.delay_s is None and bool(self.items) and not self.gamma_s > 0
 
 
@@ -150,6 +160,10 @@ class Fold:
             if end > now or (end == now and call is not None and call.ends_in_settle()):
                 break
             k += 1
+        if call is not None and call.shape is not None:
+            resume(folder.runner.callfolder, call.shape, self.start_of(k), arrivals).callbacks.append(
+                lambda _e: self.done.succeed(k))
+            return
         if call is None or call.delay_s is not None or not call.items:
             self._until(end, k)
             return
@@ -195,6 +209,9 @@ class Folder:
         self._res: dict[tuple, tuple] = {}
         """Interned resource tuples: calls on the same links share one, so a fold checks it once."""
         self._categories: dict[int, tuple] = {}
+        self._shapes: dict[tuple, _Call | None] = {}
+        self._timings: dict[tuple, dict] = {}
+        """Durations of shaped calls per signature and binade (as :class:`CallFolder`'s own)."""
         self._last: dict[tuple, Fold] = {}
         """The last run folded per (class, network): an unfolded run's rest is reused from it."""
         self.folds = self.unfolds = 0
@@ -204,7 +221,7 @@ class Folder:
         key = (id(calls), klass, network)
         entry = self._lists.get(key)
         if entry is None or entry[0] is not calls:
-            entry = self._lists[key] = (calls, [self._describe(*self.runner.launch(c, klass, network))
+            entry = self._lists[key] = (calls, [self._describe(c, *self.runner.launch(c, klass, network))
                                                 for c in calls])
         return entry[1]
 
@@ -215,23 +232,33 @@ class Folder:
             entry = self._categories[id(calls)] = (calls, [KIND_CATEGORY[c.kind] for c in calls])
         return entry[1]
 
-    def _describe(self, delay_s, plans) -> _Call | None:
+    def _describe(self, c, delay_s, plans) -> _Call | None:
         if delay_s is not None:
             return _Call(delay_s)
         if len(plans) != 1 or len(plans[0].steps) > 1:
-            return None
+            return self._shaped(c, plans)
         plan = plans[0]
         items = tuple(plan.steps[0]) if plan.steps else ()
         if any(latency != 0.0 for _, _, latency in items):
-            return None
+            return self._shaped(c, plans)
         net = self.net
         res = tuple(r for path, _, _ in items for r in net.resources(path))
         if len(res) != len(set(res)):
-            return None  # flows that share a resource: their rates change as they end
+            return self._shaped(c, plans)  # flows that share a resource: their rates change as they end
         rates = tuple(net.bottleneck_Bps(p) for p, _, _ in items)
         alone = {b / rate for (_, b, _), rate in zip(items, rates)}
         return _Call(None, plan.pre_s, plan.gamma_s, items, rates, self._res.setdefault(res, res),
                      alone.pop() if len(alone) == 1 else None)
+
+    def _shaped(self, c, plans) -> _Call | None:
+        """A call shortcut 10 would play as a delay (:mod:`simulator.engine.fold_calls`), or None; memoised
+        per shape as :meth:`CallFolder.start` keys it (the representative's plan is memoised per call content)."""
+        key = (id(plans[0]), c.kind, c.concurrent_groups)
+        if key not in self._shapes:
+            shape = shape_of(self.runner.callfolder, self.net, plans, self._timings)
+            self._shapes[key] = None if shape is None else _Call(
+                None, res=self._res.setdefault(shape.res, shape.res), shape=shape)
+        return self._shapes[key]
 
     def fold(self, network: bool, klass, seg_s: float, calls, item: int) -> Fold | None:
         """The longest foldable run from ``item`` (even: segment ``item // 2``; odd: call ``item // 2``), or
@@ -259,13 +286,19 @@ class Folder:
                 if call is None:
                     break
                 if call.delay_s is None:
+                    if call.shape is not None:
+                        rep_s, all_s = call.shape.durations(self.net, t)
+                        if all_s > rep_s:
+                            break  # its replicas hold the links after it (a tail): step by step
                     free = checked.get(id(call.res))
                     if free is None:
                         free = checked[id(call.res)] = idle(call.res)
                         res.update(dict.fromkeys(call.res))
                     if not free:
                         break
-                    if call.alone_s is not None and call.items:  # end_s's common case, inlined
+                    if call.shape is not None:
+                        t = t + rep_s  # _Folded's end of the representative
+                    elif call.alone_s is not None and call.items:  # end_s's common case, inlined
                         t1 = t + call.pre_s if call.pre_s > 0 else t
                         gap = (t1 + call.alone_s) - t1
                         t = t1 + (gap if gap > 0.0 else 0.0)

@@ -31,6 +31,7 @@ from simulator.cluster.spec import Cluster
 from simulator.engine.call_plan import CallPlan, CallPlanner, call_key
 from simulator.engine.network import FlowNetwork
 from simulator.engine.unrolled import tp_copies
+from simulator.errors import SpecError
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall
 
@@ -70,8 +71,10 @@ class CommRunner(CallPlanner):
     process each (the reference the batching is tested against)."""
 
     def __init__(self, env: simpy.Environment, net: FlowNetwork, cluster: Cluster, layout: ParallelLayout,
-                 *, replicas: bool = True, fuse: bool = True):
+                 *, replicas: bool = True, fuse: bool = True, plans: CallPlanner | None = None):
         super().__init__(cluster, fuse=fuse)
+        if plans is not None:
+            self._share(plans)
         self.env, self.net, self.layout = env, net, layout
         self.use_replicas = replicas
         self._replicas: dict[tuple, list[tuple[int, ...]]] = {}
@@ -82,6 +85,18 @@ class CommRunner(CallPlanner):
         """Class keys found isolated by :meth:`prepare`."""
         self.callfolder = None
         """Plays calls whose links are idle as delays (:mod:`simulator.engine.callfold`); None: off."""
+
+    def _share(self, plans: CallPlanner) -> None:
+        """Use the memoised plans of ``plans`` (and add to them): a call's plan on a group is a function of the
+        cluster, the fusion switch and the call (:func:`~simulator.engine.call_plan.call_key`), not of the
+        simulation, so simulations on one cluster may share every memo of a :class:`CallPlanner`."""
+        if plans.cluster is not self.cluster and plans.cluster != self.cluster:
+            raise SpecError("plans", "the call plans belong to another cluster; share them on one cluster only")
+        if plans.fuse != self.fuse:
+            raise SpecError("plans", f"the call plans were built with fuse={plans.fuse}; this run has {self.fuse}")
+        for name, memo in vars(plans).items():
+            if name not in ("cluster", "fuse"):
+                setattr(self, name, memo)
 
     # ---- replicas -------------------------------------------------------------------------------
 
@@ -97,8 +112,10 @@ class CommRunner(CallPlanner):
     def prepare(self, classes: dict, isolate: bool = True) -> None:
         """Drop replicas on links the representatives never use; find the isolated classes.
 
-        ``classes`` maps a class key to its calls (see the module docstring, shortcuts 2 and 3).
+        ``classes`` maps a class key to its calls (see the module docstring, shortcuts 2 and 3); a call object
+        listed several times (a chunk's calls repeat per layer) is looked at once: every step here is idempotent.
         """
+        classes = {key: list({id(c): c for c in calls}.values()) for key, calls in classes.items()}
         rep: set = set()
         for calls in classes.values():
             for call in calls:

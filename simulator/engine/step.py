@@ -42,12 +42,12 @@ class _Ctx:
     """What every rank process of one simulation shares."""
 
     def __init__(self, work: StepWork, cluster: Cluster, trace: bool, shortcuts: bool, *, env=None, net=None,
-                 unrolled: bool = False):
+                 unrolled: bool = False, plans=None):
         self.env = CountingEnv() if env is None else env
         self.net = FlowNetwork(self.env) if net is None else net
         self.work, self.layout, self.schedule = work, work.layout, work.schedule
         self.rec = Recorder(trace)
-        self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts)
+        self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts, plans=plans)
         self.unrolled = unrolled
         """Every dp replica is its own pipeline (:mod:`simulator.engine.unrolled`); no replica shortcuts."""
         if unrolled:
@@ -223,7 +223,7 @@ def _check_unrolled(layout) -> None:
 
 def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1, trace: bool = True,
              train_steps: int | None = None, shortcuts: bool = True, unrolled: bool | None = None,
-             progress=None) -> StepResult:
+             progress=None, plans=None) -> StepResult:
     """Discrete-event estimate of ``work`` on ``cluster``: mean step time over ``steps`` steps.
 
     ``seed`` offsets the straggler model's seed; the sum seeds the straggler draws and the failure
@@ -235,6 +235,9 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     nodes differ (``Cluster.varies``: replicas are no longer mirror images of the representative, so the
     replica shortcuts switch off), except under parameter servers (representative pipelines as before).
     ``progress(phase, done, total)`` is called as steps complete (the CLI's counter on long runs).
+    ``plans``: a :class:`~simulator.engine.call_plan.CallPlanner` on ``cluster`` whose memoised call plans this
+    simulation uses and adds to (several simulations on one cluster share them: a planner's refinement);
+    None: its own. Its ``fuse`` must be ``shortcuts``.
     """
     positive_int("steps", steps)
     wall0 = time.perf_counter()
@@ -242,7 +245,7 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)
     if unrolled is None:
         unrolled = cluster.varies and not isinstance(strategy.dp_sync, ParamServerSync)
-    ctx = _Ctx(work, cluster, trace, shortcuts, unrolled=unrolled)
+    ctx = _Ctx(work, cluster, trace, shortcuts, unrolled=unrolled, plans=plans)
     tails: dict[tuple, float] = {}
     extras: dict = {}
     sync = strategy.dp_sync
