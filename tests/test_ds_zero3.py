@@ -162,3 +162,18 @@ def test_fsdp2_keeps_per_block_gathers(setup):
     ch = _z3(cluster, model, framework=Framework.FSDP2).stages[0].chunks[0]
     assert len(ch.zero_fwd) == 12 and ch.zero_prefetch_calls == 1
     assert math.isclose(sum(c.nbytes for c in ch.zero_fwd), 2 * model.params, rel_tol=1e-9)
+
+
+def test_persistent_tensors_are_held_whole_hand_worked():
+    """DeepSpeed ZeRO-3, dp 4: a 1000×1000 weight is partitioned (⌈1,001,000 / 4⌉ = 250,250 elements of the
+    flat buffer), and the 1000-element bias is also kept whole: (250,250 + 1,000) × 2 bytes; FSDP2 keeps no
+    such copy."""
+    from simulator.memory import model_state_bytes
+    from simulator.workload import DtypePolicy
+    shapes = [("w", (1000, 1000)), ("b", (1000,))]
+    ds = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO3, dtype=DtypePolicy.BF16_MIXED,
+                           framework=Framework.DEEPSPEED)
+    assert ds.params_bytes == (250_250 + 1_000) * 2
+    fsdp = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO3, dtype=DtypePolicy.BF16_MIXED,
+                             framework=Framework.FSDP2)
+    assert fsdp.params_bytes == (250 * 1000 + 250) * 2

@@ -35,46 +35,11 @@ per-block gathers.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
+from simulator.bucket_defaults import DEEPSPEED_ZERO3, DeepSpeedZero3Config
 from simulator.collectives.base import Op
 from simulator.compile import comm_part
 from simulator.compile.costs import CostCache
 from simulator.work import CommCall, CommKind
-
-
-@dataclass(frozen=True)
-class DeepSpeedZero3Config:
-    """DeepSpeed's stage-3 defaults (``constants.py``, 2021) [src: deepspeed-zero3-coordinator]."""
-
-    prefetch_bucket_elements: int = 50_000_000
-    """``stage3_prefetch_bucket_size``: elements prefetched ahead of the current submodule."""
-    param_persistence_threshold_elements: int = 100_000
-    """``stage3_param_persistence_threshold``: tensors of fewer elements stay whole, never gathered."""
-    max_live_parameters_elements: int = 1_000_000_000
-    """``stage3_max_live_parameters``: gathered elements alive at once (current + prefetched)."""
-
-    def gathered(self, numels) -> tuple[int, ...]:
-        """The tensors (element counts, in order) that are partitioned and gathered."""
-        return tuple(n for n in numels if n >= self.param_persistence_threshold_elements)
-
-    def persistent_elements(self, numels) -> int:
-        """Elements of the tensors kept whole on every rank."""
-        return sum(n for n in numels if n < self.param_persistence_threshold_elements)
-
-    def prefetch_calls(self, gathered_numels) -> int:
-        """Prefetch depth in calls (module docstring): ``max(1, ⌈prefetch / m̄⌉)`` capped by the live limit."""
-        if not gathered_numels:
-            return 1
-        mean = sum(gathered_numels) / len(gathered_numels)
-        depth = max(1, math.ceil(self.prefetch_bucket_elements / mean))
-        live_cap = max(1, math.floor(self.max_live_parameters_elements / mean) - 1)
-        return min(depth, live_cap, len(gathered_numels))
-
-
-DEEPSPEED_ZERO3 = DeepSpeedZero3Config()
-"""The defaults every DeepSpeed ZeRO-3 estimate uses."""
 
 
 def chunk_tensor_numels(workload, layout, c: int) -> tuple[int, ...] | None:
