@@ -4,8 +4,8 @@
 and evaluates the closed form of :mod:`simulator.analytical_formula` (Megatron-style pipeline
 time, exposed gradient synchronisation, optimizer, data stall). The closed form is the outcome
 of playing the :class:`~simulator.work.StepWork` on streams with nothing shared: one compute
-stream per rank that blocks on its tensor-parallel calls, ZeRO gathers prefetched one block ahead
-on their own stream, p2p on its own stream, gradient buckets on a data-parallel stream as they
+stream per rank that blocks on its tensor-parallel calls, ZeRO gathers prefetched
+``zero_prefetch_calls`` blocks ahead (one; DeepSpeed's per-tensor depth) on their own stream, p2p on its own stream, gradient buckets on a data-parallel stream as they
 become ready. It is therefore a lower bound on the discrete-event engine, which adds contention
 and stragglers. :func:`simulator.analytical_vec.estimate_many` evaluates many strategies at once
 with the same numbers (``docs/simulator.md``).

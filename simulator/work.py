@@ -127,7 +127,8 @@ class ChunkWork:
     tp_bwd: tuple[CommCall, ...] = ()
     """Tensor-parallel calls of one micro-batch's backward, in issue order."""
     zero_fwd: tuple[CommCall, ...] = ()
-    """ZeRO-3 all-gathers of this chunk's layers before forward (prefetched one layer ahead)."""
+    """ZeRO-3 all-gathers of this chunk's layers before forward (per block, or per tensor under DeepSpeed),
+    prefetched ``zero_prefetch_calls`` ahead."""
     zero_bwd: tuple[CommCall, ...] = ()
     """ZeRO-3 all-gathers of this chunk's layers before backward."""
     zero_prefetch_calls: int = 1
