@@ -4,8 +4,8 @@
 and evaluates the closed form of :mod:`simulator.analytical_formula` (Megatron-style pipeline
 time, exposed gradient synchronisation, optimizer, data stall). The closed form is the outcome
 of playing the :class:`~simulator.work.StepWork` on streams with nothing shared: one compute
-stream per rank that blocks on its tensor-parallel calls, ZeRO gathers prefetched one block ahead
-on their own stream, p2p on its own stream, gradient buckets on a data-parallel stream as they
+stream per rank that blocks on its tensor-parallel calls, ZeRO gathers prefetched
+``zero_prefetch_calls`` blocks ahead (one; DeepSpeed's per-tensor depth) on their own stream, p2p on its own stream, gradient buckets on a data-parallel stream as they
 become ready. It is therefore a lower bound on the discrete-event engine, which adds contention
 and stragglers. :func:`simulator.analytical_vec.estimate_many` evaluates many strategies at once
 with the same numbers (``docs/simulator.md``).
@@ -38,22 +38,37 @@ from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, T
 _KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
 
 
-def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float = 0.0) -> float:
-    """Seconds a block-by-block action spends beyond its compute: waits for gathers prefetched one block
-    ahead (module docstring), and the stretch ``f·o`` of a block by the gather it overlaps
-    (:mod:`simulator.interference`; ``o`` the part of gather i+1 inside block i's ``t`` seconds)."""
+def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float = 0.0,
+                    prefetch: int = 1) -> float:
+    """Seconds a block-by-block action spends beyond its compute: waits for gathers prefetched
+    ``prefetch`` blocks ahead (gather j issued once gather j−1 is done and block j−prefetch has
+    started; module docstring), and the stretch ``f·o`` of a block by the gathers it overlaps
+    (:mod:`simulator.interference`; ``o`` the parts of gathers i+1 .. i+prefetch inside block i's ``t``
+    seconds: no other gather can overlap it)."""
     if not calls:
         return 0.0
-    t = compute_s / len(calls)
-    gathered = start = 0.0  # end of the last gather; start of the previous block
-    for i, c in enumerate(calls):
-        issued = max(gathered, start)
-        gathered = issued + c.time_s
-        if i == 0:
-            start = gathered
-            continue
-        stretch = sm_fraction * overlap_s(issued, gathered, start, start + t) if takes_sms(c) else 0.0
-        start = max(start + t + stretch, gathered)
+    n, t = len(calls), compute_s / len(calls)
+    issued, done, starts = [0.0] * n, [0.0] * n, []
+    last, g = 0.0, 0  # end of the last gather scheduled; the next gather to schedule
+
+    def schedule(limit: int) -> None:  # gathers below ``limit``: their block j − prefetch has a start
+        nonlocal last, g
+        while g < min(limit, n):
+            issued[g] = max(last, starts[g - prefetch] if g >= prefetch else 0.0)
+            last = done[g] = issued[g] + calls[g].time_s
+            g += 1
+
+    schedule(prefetch)
+    start = done[0]
+    starts.append(start)
+    for i in range(n - 1):
+        schedule(i + 1 + prefetch)
+        overlap = 0.0
+        for j in range(i + 1, min(i + prefetch, n - 1) + 1):
+            if takes_sms(calls[j]):
+                overlap += overlap_s(issued[j], done[j], start, start + t)
+        start = max(start + t + sm_fraction * overlap, done[i + 1])
+        starts.append(start)
     return start + t - compute_s
 
 
@@ -81,8 +96,8 @@ def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, floa
     ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
     copies = sum(c.time_s for c in blocking if c.kind is CommKind.OFFLOAD)  # activation offload's host copies
     tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP and c.kind is not CommKind.OFFLOAD)
-    zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction)
-    zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction)
+    zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction, ch.zero_prefetch_calls)
+    zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction, ch.zero_prefetch_calls)
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
     parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp, 0.0 if offload else zf + zb,
              (zf + zb if offload else 0.0) + copies, ep]  # the order of analytical_formula.PART_KINDS

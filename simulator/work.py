@@ -127,9 +127,13 @@ class ChunkWork:
     tp_bwd: tuple[CommCall, ...] = ()
     """Tensor-parallel calls of one micro-batch's backward, in issue order."""
     zero_fwd: tuple[CommCall, ...] = ()
-    """ZeRO-3 all-gathers of this chunk's layers before forward (prefetched one layer ahead)."""
+    """ZeRO-3 all-gathers of this chunk's layers before forward (per block, or per tensor under DeepSpeed),
+    prefetched ``zero_prefetch_calls`` ahead."""
     zero_bwd: tuple[CommCall, ...] = ()
     """ZeRO-3 all-gathers of this chunk's layers before backward."""
+    zero_prefetch_calls: int = 1
+    """Calls the ZeRO stream may run ahead of the compute: call i starts once slice i − k has started
+    (1: one block ahead, FSDP2; DeepSpeed's prefetch bucket, :mod:`simulator.compile.ds_zero3`)."""
     p2p_fwd: CommCall | None = None
     """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
     p2p_bwd: CommCall | None = None

@@ -87,12 +87,19 @@ def test_zero_stages_change_the_calls(cluster, model, cache):
     assert len(ch.zero_bwd) == math.ceil(grad_bytes / z2.layout.bucket_bytes)
     assert sum(c.nbytes for c in ch.zero_bwd) == pytest.approx(grad_bytes, rel=1e-6)
     assert {c.kind for c in st.after_step} == {CommKind.ZERO} and st.after_step[0].op is Op.ALL_GATHER
-    z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
+    z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3, framework=Framework.FSDP2),
+                      cache=cache, memory=False)
     ch = z3.stages[0].chunks[0]
     assert len(ch.zero_fwd) == 24 and z3.stages[0].after_step == ()
     assert [c.op for c in ch.zero_bwd[:24]] == [Op.ALL_GATHER] * 24  # re-gathered for the backward
     assert {c.op for c in ch.zero_bwd[24:]} == {Op.REDUCE_SCATTER}
     assert ch.zero_fwd[0].nbytes > ch.zero_fwd[1].nbytes  # the embedding rides with the first block
+    # DeepSpeed (the default framework at ZeRO-3) gathers per tensor instead (tests/test_ds_zero3.py):
+    # token and position embeddings, then Q/K/V, output, fc1, fc2 of each of the 24 blocks
+    ds = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
+    ch = ds.stages[0].chunks[0]
+    assert len(ch.zero_fwd) == 2 + 4 * 24 and ds.stages[0].after_step == ()
+    assert [c for c in ch.zero_bwd if c.op is Op.ALL_GATHER] == list(ch.zero_fwd[::-1])
 
 
 def test_fsdp2_issues_per_block_calls_and_gathers_zero2_in_forward(cluster, model, cache):

@@ -19,7 +19,7 @@ from simulator.compile import compile_step
 from simulator.engine.step import simulate
 from simulator.results import Category
 from simulator.schedules import ScheduleKind
-from simulator.strategy import AllReduceSync, AttentionKind, ParamServerSync, Strategy, ZeroStage
+from simulator.strategy import AllReduceSync, AttentionKind, Framework, ParamServerSync, Strategy, ZeroStage
 from simulator.workload import Recompute, load_model
 from two_rank_work import bucket_call, cluster as two_nodes, data_parallel_work, p2p_s, pipeline_work, \
     ring2_all_reduce_s
@@ -37,6 +37,7 @@ CASES = {
     "interleaved": dict(global_batch=32, micro_batch=1, dp=1, tp=2, pp=4, schedule=ScheduleKind.INTERLEAVED,
                         virtual_stages=2),
     "zero3": dict(global_batch=16, micro_batch=2, dp=8, zero=ZeroStage.ZERO3),
+    "zero3-fsdp2": dict(global_batch=16, micro_batch=2, dp=8, zero=ZeroStage.ZERO3, framework=Framework.FSDP2),
     "zero1-full-recompute": dict(global_batch=16, micro_batch=2, dp=8, zero=ZeroStage.ZERO1,
                                  recompute=Recompute.FULL),
     "ps-sync": dict(global_batch=16, micro_batch=2, dp=8, dp_sync=ParamServerSync(shards=2)),

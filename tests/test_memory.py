@@ -32,14 +32,15 @@ def test_zero_paper_7_5b_on_64_gpus(zero, expected_gb):
 
 
 def test_zero_partitioned_forms_exact():
-    """2Psi + 2Psi + K Psi/Nd, 2Psi + (2 + K)Psi/Nd, (2 + 2 + K)Psi/Nd with Psi = 1000, Nd = 4 (exact)."""
-    shapes = [("w", (1000,))]
+    """2Psi + 2Psi + K Psi/Nd, 2Psi + (2 + K)Psi/Nd, (2 + 2 + K)Psi/Nd with Psi = 1e6, Nd = 4 (exact). (A
+    tensor of fewer than 1e5 elements would stay whole under DeepSpeed's ZeRO-3: tests/test_ds_zero3.py.)"""
+    shapes = [("w", (1000, 1000))]
     z1 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO1, dtype=MIXED)
     z2 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO2, dtype=MIXED)
     z3 = model_state_bytes(shapes, dp=4, zero=ZeroStage.ZERO3, dtype=MIXED)
-    assert (z1.params_bytes, z1.grads_bytes, z1.optimizer_bytes) == (2000, 2000, 3000)
-    assert (z2.params_bytes, z2.grads_bytes, z2.optimizer_bytes) == (2000, 500, 3000)
-    assert (z3.params_bytes, z3.grads_bytes, z3.optimizer_bytes) == (500, 500, 3000)
+    assert (z1.params_bytes, z1.grads_bytes, z1.optimizer_bytes) == (2_000_000, 2_000_000, 3_000_000)
+    assert (z2.params_bytes, z2.grads_bytes, z2.optimizer_bytes) == (2_000_000, 500_000, 3_000_000)
+    assert (z3.params_bytes, z3.grads_bytes, z3.optimizer_bytes) == (500_000, 500_000, 3_000_000)
 
 
 def test_fp32_adam_is_4_4_8():
@@ -221,13 +222,14 @@ def _a100(nodes=1):
 
 
 def test_report_llama2_7b_zero3():
-    """llama2-7b (6,738,415,616 params) on 8 GPUs, ZeRO-3: each rank holds Psi/8 of 2 + 2 + 12 bytes."""
+    """llama2-7b (6,738,415,616 params) on 8 GPUs, ZeRO-3: each rank holds Psi/8 of 2 + 2 + 12 bytes, and
+    DeepSpeed keeps its tensors under 1e5 elements whole (65 RMSNorm weights of 4096: 2 per block and the final)."""
     spec = get_preset("llama2-7b")
     r = report_of(spec, dp=8, zero=ZeroStage.ZERO3, seq=4096,
                                                     recompute=Recompute.SELECTIVE)
     part = math.ceil(spec.params / 8)
     w = r.worst
-    assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part, 2 * part, 12 * part)
+    assert (w.params_bytes, w.grads_bytes, w.optimizer_bytes) == (2 * part + 2 * 65 * 4096, 2 * part, 12 * part)
     # the strategy's bucket (25 MiB, no profile): DeepSpeed ZeRO-3 keeps one flat reduce buffer of it
     assert w.buffers.grad_buckets_bytes == 25 * 1024**2
     # one dp communicator (a ring predecessor) x NCCL_CHANNELS x the three protocols' buffers

@@ -21,7 +21,7 @@
 - ZeRO-3 (Rajbhandari et al. SC'20 §5.3): every micro-batch all-gathers each block's parameters
   before its forward and again before its backward (the re-gather also serves recomputation, which
   runs inside that backward), prefetched one block ahead; the chunk's edge parameters are gathered
-  with its first block.
+  with its first block. DeepSpeed's ZeRO-3 gathers per tensor instead (:mod:`simulator.compile.ds_zero3`).
 - ZeRO-2/3 gradients as the frameworks issue them (:func:`zero_grad_reduce_scatters`): every
   micro-batch's backward reduce-scatters its gradients, accumulation or not (DeepSpeed's ZeRO-2/3
   reduce in the backward hooks into the partitioned gradient buffer, ``stage_1_and_2.py`` /

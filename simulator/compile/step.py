@@ -10,7 +10,7 @@ from __future__ import annotations
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import act_offload_part, comm_part, cp_part, ep_part, offload_part
+from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
 from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.costs import CostCache
@@ -104,7 +104,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
         dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
         p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
                                                           dp * tp))
-    zero = ()
+    zero = zero_bwd = ()
+    numels, prefetch = None, 1  # DeepSpeed's per-tensor gathers (ds_zero3) and their prefetch depth in calls
     pbytes = workload.dtype.param_bytes
     block_bytes = gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
@@ -112,15 +113,20 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
             sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
             first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes, sharing)
             rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
-            zero = (first,) + (rest,) * (max(layers, 1) - 1)
+            zero = zero_bwd = (first,) + (rest,) * (max(layers, 1) - 1)
         else:
-            zero = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
-    zero_fwd, zero_bwd = zero, zero + _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+            zero = zero_bwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
+            numels = ds_zero3.chunk_tensor_numels(workload, layout, c) if _deepspeed_zero3(layout) else None
+            if numels is not None:  # one call per tensor, in trace order; backward in reverse
+                zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
+    reduce_scatters = _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+    zero_fwd, zero_bwd = zero, (zero_bwd + reduce_scatters if numels is None
+                                else ds_zero3.backward_calls(numels, zero, reduce_scatters))
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
-                     p2p_fwd=p2p[0], p2p_bwd=p2p[1])
+                     p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
 
 
@@ -131,6 +137,13 @@ def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int
         return 0.0
     blocks = layout.layers_per_rank[r]
     return memory_kernel_s(cache.cluster.device, workload.dtype, blocks * te_weight_cast_bytes(workload, layout.tp))
+
+
+def _deepspeed_zero3(layout: ParallelLayout) -> bool:
+    """DeepSpeed's own ZeRO-3 gathers (:mod:`simulator.compile.ds_zero3`): per tensor, not per block; FSDP2's
+    float8 all-gather is not DeepSpeed's, so it keeps the per-block path."""
+    s = layout.strategy
+    return s.zero is ZeroStage.ZERO3 and layout.framework is Framework.DEEPSPEED and not s.fp8_all_gather
 
 
 def _fsdp2_zero2(layout: ParallelLayout) -> bool:

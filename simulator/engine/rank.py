@@ -98,7 +98,7 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
                 rec.wait(who, t0, env.now, ctx.sent_at.get(key, t0), Category.BUBBLE, Category.PP)
         if act.kind is ActionKind.F:
             yield from _compute(ctx, pipe, who, rank, act, chunk.fwd_s * f, chunk.tp_fwd, chunk.zero_fwd,
-                                Category.FORWARD)
+                                Category.FORWARD, prefetch=chunk.zero_prefetch_calls)
             _send(ctx, pipe, k, rank, act, chunk.p2p_fwd, act.stage + 1)
             continue
         share = 1.0 if act.kind is ActionKind.B else 0.5
@@ -116,7 +116,7 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
             progress = GradProgress(env, nominal, sw.grad_ready_fraction or (1.0,) * len(sw.grad_sync))
             streams = _launch_grad_sync(ctx, pipe, rank, r, k, progress)
         yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, chunk.tp_bwd, chunk.zero_bwd,
-                            Category.BACKWARD, progress)
+                            Category.BACKWARD, progress, prefetch=chunk.zero_prefetch_calls)
         if progress is not None:
             progress.finish()
             b_end = env.now
@@ -200,16 +200,16 @@ class GradProgress:
 
 
 def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
-             category: Category, progress: GradProgress | None = None):
+             category: Category, progress: GradProgress | None = None, prefetch: int = 1):
     """An action's compute with its TP calls between segments; with ZeRO gathers, block by block.
 
     Without gathers the compute is split evenly around its TP calls. With ``L`` gathers the action
     runs as ``L`` blocks (:func:`_blocks`): block i waits for gather i, which the gather stream issues
-    when block i−1 starts (prefetch one block ahead, one gather at a time) — the play the analytical
+    when block i−``prefetch`` starts (one block ahead by default, one gather at a time) — the play the analytical
     engine's :func:`simulator.analytical.exposed_gathers` adds up in closed form.
     """
     if zero_calls:
-        yield from _blocks(ctx, pipe, who, rank, act, total_s, tp_calls, zero_calls, category, progress)
+        yield from _blocks(ctx, pipe, who, rank, act, total_s, tp_calls, zero_calls, category, progress, prefetch)
     else:
         yield from _segments(ctx, pipe, who, rank, act, total_s, tp_calls, category, progress)
 
@@ -300,13 +300,13 @@ def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_call
 
 
 def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
-            category: Category, progress: GradProgress | None = None):
+            category: Category, progress: GradProgress | None = None, prefetch: int = 1):
     """``L = len(zero_calls)`` blocks of ``total_s / L`` compute; the TP calls are shared out in order."""
     env, blocks = ctx.env, len(zero_calls)
     started = [simpy.Event(env) for _ in range(blocks)]
     gathered = [simpy.Event(env) for _ in range(blocks)]
     spans = [[math.inf, math.inf] for _ in range(blocks)]  # [issued, done] per gather
-    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered, spans))
+    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered, spans, prefetch))
     nominal = (total_s + sum(c.time_s for c in tp_calls)) / blocks  # the closed form's block (exposed_gathers)
     for i in range(blocks):
         if not gathered[i].processed:
@@ -317,20 +317,24 @@ def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float,
         t0 = env.now
         mine = tuple(c for j, c in enumerate(tp_calls) if j * blocks // len(tp_calls) == i)
         yield from _segments(ctx, pipe, who, rank, act, total_s / blocks, mine, category, progress)
-        if i + 1 < blocks and takes_sms(zero_calls[i + 1]) and ctx.work.overlap_sm_fraction > 0:
-            stretch = ctx.work.overlap_sm_fraction * overlap_s(*spans[i + 1], t0, t0 + nominal)
-            if stretch > 0:  # the next gather took SMs from this block (module docstring)
+        if i + 1 < blocks and ctx.work.overlap_sm_fraction > 0:  # gathers i+1 .. i+prefetch can overlap block i
+            overlap = 0.0
+            for j in range(i + 1, min(i + prefetch, blocks - 1) + 1):
+                if takes_sms(zero_calls[j]):
+                    overlap += overlap_s(*spans[j], t0, t0 + nominal)
+            stretch = ctx.work.overlap_sm_fraction * overlap
+            if stretch > 0:  # the next gathers took SMs from this block (module docstring)
                 yield env.timeout(stretch)
                 ctx.rec.spend(who, Category.ZERO, stretch)
 
 
-def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered, spans):
-    """Gather i is issued once gather i−1 is done and block i−1 has started (one block of prefetch);
-    ``spans[i]`` records when it was issued and done."""
+def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered, spans, prefetch: int = 1):
+    """Gather i is issued once gather i−1 is done and block i−``prefetch`` has started (``prefetch``
+    blocks of prefetch, :attr:`ChunkWork.zero_prefetch_calls`); ``spans[i]`` records when it was issued and done."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
     for i, call in enumerate(calls):
-        if i > 0 and not started[i - 1].processed:
-            yield started[i - 1]
+        if i >= prefetch and not started[i - prefetch].processed:
+            yield started[i - prefetch]
         t0 = env.now
         spans[i][0] = t0
         yield ctx.start(call, (r, "dp"), pipe)

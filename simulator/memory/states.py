@@ -11,7 +11,10 @@ ranks, so per rank::
 
 (the paper's 7.5B model on 64 GPUs: 120, 31.4, 16.6, 1.9 GB). Ψ/Nd is exact only for the
 :attr:`Partitioning.FLAT` split; :class:`Partitioning` names the other splits frameworks really use,
-which :func:`partition_numels` reproduces element by element.
+which :func:`partition_numels` reproduces element by element. DeepSpeed's ZeRO-3 also keeps every
+tensor of fewer than ``stage3_param_persistence_threshold`` (1e5) elements whole on every rank, next to
+its partition (``stage3.py`` ``persistent_parameters``) [src: deepspeed-zero3-coordinator]: + those
+elements × parameter bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.memory.shapes import Shape, numel
@@ -197,19 +201,25 @@ class _Split:
     parts: list[int]
     optimizer_parts: list[int]
     steps: list[int]
+    persistent: int = 0
+    """Elements DeepSpeed's ZeRO-3 keeps whole on every rank besides their partition (tensors under
+    ``stage3_param_persistence_threshold``, :class:`simulator.bucket_defaults.DeepSpeedZero3Config`)."""
 
 
 def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framework: Framework) -> _Split:
     parts = partition_numels(shapes, dp, partitioning)
     optimizer_parts = dim0_real_numels(shapes, dp) if framework is Framework.FSDP2 else parts
+    persistent = 0
+    if framework is Framework.DEEPSPEED and zero is ZeroStage.ZERO3:
+        persistent = DEEPSPEED_ZERO3.persistent_elements([numel(d) for d in _dims(shapes)])
     return _Split(full=sum(numel(d) for d in _dims(shapes)), parts=parts, optimizer_parts=optimizer_parts,
-                  steps=step_tensors(shapes, dp, zero, framework))
+                  steps=step_tensors(shapes, dp, zero, framework), persistent=persistent)
 
 
 def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, framework: Framework,
                  rank: int) -> ModelStateBytes:
     part, full = split.parts[rank], split.full
-    params = (part if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes
+    params = (part + split.persistent if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes
     after_step = None
     if framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
         # reshard_after_forward=False: the padded all-gather output (dp·part elements; the unsharded
