@@ -95,7 +95,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
                                           tp=tp, context=s.context, layers=layers,
                                           full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp,
-                                          attention_backend=backend)
+                                          attention_backend=layout.framework.attention_backend(
+                                              cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
