@@ -17,8 +17,7 @@ halving and 2× that backward (:mod:`simulator.workload.ops`, as Narayanan et al
     F_pub(fwd) = F_model · c,    F_pub(bwd) = F_model / 2 · 2.5 · c,    c = ½ causal, 1 otherwise.
 
 ``e(s)`` is piecewise-linear in log2(s) between the published sequence lengths and flat outside them.
-The published numbers are for head dim 128; another head dim reads the 128 figures
-(:data:`HEAD_DIM_ASSUMED`). A causal backward without its own figure reads the non-causal one
+A kernel reads the curve of the nearest published head dim (:func:`nearest_head_dim`). A causal backward without its own figure reads the non-causal one
 (:data:`CAUSAL_BWD_AS_NON_CAUSAL`). A device without ``attention_efficiency`` (or without a curve for the
 backend a framework runs) keeps today's rule, the matmul-efficiency curve at the kernel's FLOPs, and
 says so (:func:`fallback_reason`).
@@ -63,10 +62,11 @@ CAUSAL_WORK_FRACTION = 0.5
 """Fraction of the full ``s × s`` work a causal kernel does, as the benchmarks count it
 (``// (2 if causal else 1)``) [src: fa2-benchmark-flops]."""
 
-HEAD_DIM_ASSUMED = 128
-"""(assumption) The head dim the stored figures were measured at; a kernel of another head dim reads
-them as they are (FA3 paper Figure 5: FA2 forward, non-causal, 16k runs at 324 TFLOP/s with head dim 64,
-370 with 128 [src: fa3-paper], so a head-dim-64 model is up to ~12 % optimistic)."""
+def nearest_head_dim(published: list[int], head_dim: int) -> int:
+    """(assumption) The published head dim a kernel of ``head_dim`` reads: the nearest, ties to the larger
+    (no interpolation between head dims: FA3 paper Figure 5, FA2 forward non-causal at 16k, 324 TFLOP/s with
+    head dim 64 and 370 with 128 [src: fa3-paper], is not linear in anything a model states)."""
+    return min(published, key=lambda d: (abs(d - head_dim), -d))
 
 CAUSAL_BWD_AS_NON_CAUSAL = True
 """(assumption) A causal backward with no published figure runs at the non-causal backward's
@@ -99,6 +99,8 @@ class AttentionCurve:
     backend: AttentionBackend
     direction: AttentionPass
     causal: bool
+    head_dim: int
+    """Head dimension the figures were measured at."""
     points: tuple[tuple[int, float], ...]
     """(sequence length, published TFLOP/s) with increasing lengths; each rate at most the device's BF16
     peak (checked when read)."""
@@ -130,10 +132,15 @@ class AttentionEfficiency:
 
     def curve(self, call: AttentionCall) -> AttentionCurve | None:
         """The curve for ``call``: its own causal setting, else (a backward) the non-causal one
-        (:data:`CAUSAL_BWD_AS_NON_CAUSAL`); None if the device has no figure for its backend and pass."""
+        (:data:`CAUSAL_BWD_AS_NON_CAUSAL`), at the nearest published head dim (:func:`nearest_head_dim`);
+        None if the device has no figure for its backend and pass."""
         def find(causal: bool) -> AttentionCurve | None:
-            return next((c for c in self.curves if c.backend is call.backend and c.direction is call.direction
-                         and c.causal is causal), None)
+            same = [c for c in self.curves if c.backend is call.backend and c.direction is call.direction
+                    and c.causal is causal]
+            if not same:
+                return None
+            dim = nearest_head_dim([c.head_dim for c in same], call.head_dim)
+            return next(c for c in same if c.head_dim == dim)
         found = find(call.causal)
         if found is None and call.causal and call.direction is AttentionPass.BWD and CAUSAL_BWD_AS_NON_CAUSAL:
             found = find(False)
@@ -150,10 +157,10 @@ def fallback_reason(efficiency: AttentionEfficiency | None, call: AttentionCall)
 
 
 def attention_efficiency_from_dict(d: object, field: str, bf16_peak_tflops: float | None) -> AttentionEfficiency:
-    """Read ``device.attention_efficiency``: ``{source: str, curves: [{backend, pass, causal,
+    """Read ``device.attention_efficiency``: ``{source: str, curves: [{backend, pass, causal, head_dim,
     tflops_by_seq: {seq_len: TFLOP/s}}]}``; each rate is checked against the device's BF16 peak."""
     if not isinstance(d, dict) or set(d) - {"source", "curves"}:
-        raise SpecError(field, "give {source: '...', curves: [{backend, pass, causal, tflops_by_seq}]}")
+        raise SpecError(field, "give {source: '...', curves: [{backend, pass, causal, head_dim, tflops_by_seq}]}")
     if bf16_peak_tflops is None:
         raise SpecError(field, "is relative to the bf16 peak; give peak_tflops.bf16")
     source = d.get("source")
@@ -161,11 +168,11 @@ def attention_efficiency_from_dict(d: object, field: str, bf16_peak_tflops: floa
         raise SpecError(f"{field}.source", "give where the figures come from (paper figure or measurement)")
     items = d.get("curves")
     if not isinstance(items, list) or not items:
-        raise SpecError(f"{field}.curves", "give at least one {backend, pass, causal, tflops_by_seq} entry")
+        raise SpecError(f"{field}.curves", "give at least one {backend, pass, causal, head_dim, tflops_by_seq} entry")
     curves = tuple(_curve(item, f"{field}.curves[{i}]", bf16_peak_tflops) for i, item in enumerate(items))
-    keys = [(c.backend, c.direction, c.causal) for c in curves]
+    keys = [(c.backend, c.direction, c.causal, c.head_dim) for c in curves]
     if len(set(keys)) != len(keys):
-        raise SpecError(f"{field}.curves", "one entry per (backend, pass, causal)")
+        raise SpecError(f"{field}.curves", "one entry per (backend, pass, causal, head_dim)")
     return AttentionEfficiency(curves=curves, source=source)
 
 
@@ -177,10 +184,13 @@ def _enum(value: object, kind: type[Enum], field: str) -> Enum:
 
 
 def _curve(item: object, field: str, peak: float) -> AttentionCurve:
-    if not isinstance(item, dict) or set(item) != {"backend", "pass", "causal", "tflops_by_seq"}:
-        raise SpecError(field, "give exactly backend, pass, causal and tflops_by_seq")
+    if not isinstance(item, dict) or set(item) != {"backend", "pass", "causal", "head_dim", "tflops_by_seq"}:
+        raise SpecError(field, "give exactly backend, pass, causal, head_dim and tflops_by_seq")
     if not isinstance(item["causal"], bool):
         raise SpecError(f"{field}.causal", f"must be true or false, got {item['causal']!r}")
+    head_dim = item["head_dim"]
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
+        raise SpecError(f"{field}.head_dim", f"must be a positive integer, got {head_dim!r}")
     table = item["tflops_by_seq"]
     if not isinstance(table, dict) or not table:
         raise SpecError(f"{field}.tflops_by_seq", "give {seq_len: TFLOP/s, ...}")
@@ -198,11 +208,11 @@ def _curve(item: object, field: str, peak: float) -> AttentionCurve:
         raise SpecError(f"{field}.tflops_by_seq", "one rate per sequence length")
     return AttentionCurve(backend=_enum(item["backend"], AttentionBackend, f"{field}.backend"),
                           direction=_enum(item["pass"], AttentionPass, f"{field}.pass"),
-                          causal=item["causal"], points=tuple(points))
+                          causal=item["causal"], head_dim=head_dim, points=tuple(points))
 
 
 def attention_efficiency_to_dict(efficiency: AttentionEfficiency) -> dict:
     """The inverse of :func:`attention_efficiency_from_dict` (plain YAML/JSON-safe values)."""
     return {"source": efficiency.source,
             "curves": [{"backend": c.backend.value, "pass": c.direction.value, "causal": c.causal,
-                        "tflops_by_seq": {seq: tflops for seq, tflops in c.points}} for c in efficiency.curves]}
+                        "head_dim": c.head_dim, "tflops_by_seq": {seq: tflops for seq, tflops in c.points}} for c in efficiency.curves]}

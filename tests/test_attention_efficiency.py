@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.attention_efficiency import (AttentionBackend, AttentionCall, AttentionCurve, AttentionPass,
-                                            attention_efficiency_from_dict, fallback_reason)
+                                            attention_efficiency_from_dict, fallback_reason, nearest_head_dim)
 from simulator.cluster.io import cluster_from_dict, cluster_to_dict, load_cluster, save_cluster
 from simulator.cluster.presets import load_preset, preset_names
 from simulator.compute import Phase, layer_times
@@ -58,6 +58,16 @@ def test_cudnn_causal_forward_at_2k_and_between_published_lengths():
     assert curve.tflops(128) == 315 and curve.tflops(65536) == 539  # flat outside the published lengths
 
 
+def test_a_head_dim_64_model_reads_the_head_dim_64_figures():
+    # FA3 paper Fig. 5, FA2 causal forward, head dim 64, 2k: 262 TFLOP/s; GPT-3 125M: 12 heads × 64
+    gpt = get_preset("gpt3-125m")
+    rows = layer_times(gpt, H100, 1, 2048, 1, attention_backend=FA2)
+    row = next(r for r in rows if r.op.value == "attention" and r.phase is Phase.FWD)
+    assert row.time_s == pytest.approx(0.5 * 4 * 2048**2 * 768 / 262e12, rel=1e-9)
+    assert nearest_head_dim([64, 128], 96) == 128 and nearest_head_dim([64, 128], 80) == 64
+    assert nearest_head_dim([64, 128], 256) == 128  # flat beyond the published head dims
+
+
 def test_backend_follows_the_framework_and_the_gpu_generation():
     assert Framework.MEGATRON.attention_backend(9.0) is CUDNN      # TE prefers cuDNN on Hopper
     assert Framework.MEGATRON.attention_backend(8.0) is FA2        # ... and FA2 on Ampere
@@ -94,7 +104,7 @@ def _file(curves: list, source: str = "FA3 paper Fig. 5") -> dict:
     return d
 
 
-GOOD = {"backend": "cudnn", "pass": "fwd", "causal": True, "tflops_by_seq": {1024: 400, 4096: 500}}
+GOOD = {"backend": "cudnn", "pass": "fwd", "causal": True, "head_dim": 128, "tflops_by_seq": {1024: 400, 4096: 500}}
 
 
 @pytest.mark.parametrize("curve, field, problem", [
@@ -103,6 +113,7 @@ GOOD = {"backend": "cudnn", "pass": "fwd", "causal": True, "tflops_by_seq": {102
     ({**GOOD, "causal": "yes"}, "curves[0].causal", "must be true or false"),
     ({**GOOD, "tflops_by_seq": {1024: 1200}}, "tflops_by_seq.1024", "(0, 989]"),
     ({**GOOD, "tflops_by_seq": {-5: 100}}, "tflops_by_seq", "positive integers"),
+    ({**GOOD, "head_dim": 0}, "curves[0].head_dim", "positive integer"),
     ({k: v for k, v in GOOD.items() if k != "causal"}, "curves[0]", "exactly backend, pass, causal"),
 ])
 def test_bad_attention_fields_name_the_field(curve, field, problem):
@@ -165,7 +176,7 @@ def test_preset_efficiency_is_a_fraction_and_monotone_where_the_source_is(named,
        st.integers(1, 1 << 18))
 def test_any_valid_table_gives_a_fraction_within_its_points(table, seq):
     eff = attention_efficiency_from_dict({"source": "test", "curves": [
-        {"backend": "cudnn", "pass": "bwd", "causal": False, "tflops_by_seq": table}]}, "device.x", 989.0)
+        {"backend": "cudnn", "pass": "bwd", "causal": False, "head_dim": 64, "tflops_by_seq": table}]}, "device.x", 989.0)
     curve: AttentionCurve = eff.curves[0]
     e = curve.efficiency(seq, 989.0)
     assert 0 < e <= 1
