@@ -12,15 +12,20 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.analytical import estimate
 from simulator.attention_efficiency import (AttentionBackend, AttentionCall, AttentionCurve, AttentionPass,
                                             attention_efficiency_from_dict, fallback_reason, nearest_head_dim)
 from simulator.cluster.io import cluster_from_dict, cluster_to_dict, load_cluster, save_cluster
 from simulator.cluster.presets import load_preset, preset_names
+from simulator.compile import compile_step
 from simulator.compute import Phase, layer_times
+from simulator.engine.step import simulate
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import efficiency_for
+from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.framework import Framework
+from simulator.workload import load_model
 from simulator.workload.presets import get_preset
 from trainplan.__main__ import main
 
@@ -181,3 +186,30 @@ def test_any_valid_table_gives_a_fraction_within_its_points(table, seq):
     e = curve.efficiency(seq, 989.0)
     assert 0 < e <= 1
     assert min(table.values()) - 1e-9 <= curve.tflops(seq) <= max(table.values()) + 1e-9
+
+
+def _only(backend: AttentionBackend):
+    """dgx-h100 (2 nodes) whose device keeps only ``backend``'s attention curves."""
+    cluster = load_cluster("dgx-h100", nodes=2)
+    eff = cluster.device.attention_efficiency
+    kept = replace(eff, curves=tuple(c for c in eff.curves if c.backend is backend))
+    return replace(cluster, device=replace(cluster.device, attention_efficiency=kept))
+
+
+@pytest.mark.parametrize("flat", [dict(global_batch=8, tp=8, zero=1), dict(global_batch=4, tp=8, cp=2, zero=1)])
+def test_both_engines_take_the_backend_from_the_framework_profile(flat):
+    """Megatron on Hopper reads the cuDNN curves, torch (SDPA) the FA2 ones, in the analytical engine and the
+    DES (the context-parallel ring's attention time too): with only cuDNN curves a torch step is the bare one."""
+    w = load_model("llama3-8b").with_seq(8192)
+    bare = load_cluster("dgx-h100", nodes=2)
+    bare = replace(bare, device=replace(bare.device, attention_efficiency=None))
+    cudnn_only = _only(CUDNN)
+
+    def times(cluster, framework):
+        s = strategy_from_flat({**flat, "framework": framework})
+        return (estimate(cluster, w, s).step_time_s,
+                simulate(compile_step(cluster, w, s), cluster, seed=0, steps=1).step_time_s)
+
+    assert times(cudnn_only, "megatron") == times(load_cluster("dgx-h100", nodes=2), "megatron")
+    assert times(cudnn_only, "megatron") != times(bare, "megatron")
+    assert times(cudnn_only, "torch") == times(bare, "torch")
