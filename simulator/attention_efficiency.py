@@ -147,6 +147,13 @@ class AttentionEfficiency:
         return found
 
 
+def attention_compute_s(call: AttentionCall, model_flops: float, curve: AttentionCurve,
+                        clock_ratio: float = 1.0) -> float:
+    """Compute seconds of a fused-attention kernel of ``model_flops`` (trainplan's count) on its published
+    curve: ``F_pub / (R(s) · 1e12 · clock_ratio)`` (module docstring)."""
+    return call.published_flops(model_flops) / (curve.tflops(call.seq_len) * 1e12 * clock_ratio)
+
+
 def fallback_reason(efficiency: AttentionEfficiency | None, call: AttentionCall) -> str | None:
     """Why a kernel is timed on the matmul curve instead (None: it has a published curve)."""
     if efficiency is None:

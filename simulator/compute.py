@@ -15,8 +15,10 @@ STREAM-like measurement's fraction where the preset gives one), and ``o`` is the
 of this op list on a CPU by ``trainplan calibrate --compute``). On an ``inline`` device (a CPU
 process) it adds to every kernel as written; on an ``async`` one (a GPU) the per-operation rows here
 show device time only and a phase of a repeated unit takes max(Σ device time, kernels × o)
-(:func:`unit_times`, :mod:`simulator.host_overhead`). A preset and a measured cluster file go through
-this same formula: only their numbers differ.
+(:func:`unit_times`, :mod:`simulator.host_overhead`). A fused-attention kernel on a device with published
+attention rates for its backend takes ``F_pub / (R(s) · r)`` as its compute term instead
+(:mod:`simulator.attention_efficiency`). A preset and a measured cluster file go through this same
+formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
 kernels; launch gaps are ``o`` plus what the efficiency curve carries).
@@ -31,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from simulator.attention_efficiency import AttentionBackend, AttentionCurve, AttentionEfficiency
+from simulator.attention_efficiency import AttentionBackend, AttentionEfficiency, attention_compute_s
 from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -107,17 +109,6 @@ def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEf
     return (t_comp + overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + overhead_s, Bound.MEMORY)
 
 
-def attention_kernel_time(kernel: Kernel, curve: AttentionCurve, hbm_Bps: float, clock_ratio: float = 1.0,
-                          overhead_s: float = 0.0) -> tuple[float, Bound]:
-    """A fused-attention kernel on its published curve (:mod:`simulator.attention_efficiency`):
-    ``max(F_pub / (R(s) · clock_ratio), bytes / B_hbm) + o``, with ``F_pub`` the kernel's work as the
-    benchmark counts it and ``R(s)`` the published rate at its sequence length, FLOP/s."""
-    call = kernel.attention
-    t_comp = call.published_flops(kernel.flops) / (curve.tflops(call.seq_len) * 1e12 * clock_ratio)
-    t_mem = kernel.bytes / hbm_Bps
-    return (t_comp + overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + overhead_s, Bound.MEMORY)
-
-
 FP8_SAME_DURATION_EFFICIENCY = True
 """(assumption, for a device without ``fp8_gemm_efficiency``) An FP8 GEMM reaches the fraction of the
 device's FP8 peak that a BF16 GEMM of the same duration reaches of the BF16 peak: the curve (a BF16
@@ -149,8 +140,11 @@ class Rates:
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
         curve = self.attention and kernel.attention and self.attention.curve(kernel.attention)
-        if curve:
-            return attention_kernel_time(kernel, curve, self.hbm_Bps, self.clock_ratio, self.overhead_s)
+        if curve:  # max(F_pub / (R(s) · clock_ratio), bytes / B_hbm) + o (simulator.attention_efficiency)
+            t_comp = attention_compute_s(kernel.attention, kernel.flops, curve, self.clock_ratio)
+            t_mem = kernel.bytes / self.hbm_Bps
+            return (t_comp + self.overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + self.overhead_s,
+                                                                                       Bound.MEMORY)
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None and self.fp8_curve is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.fp8_curve, self.sm_count,
                                self.clock_ratio, overhead_s=self.overhead_s)
