@@ -15,8 +15,10 @@ STREAM-like measurement's fraction where the preset gives one), and ``o`` is the
 of this op list on a CPU by ``trainplan calibrate --compute``). On an ``inline`` device (a CPU
 process) it adds to every kernel as written; on an ``async`` one (a GPU) the per-operation rows here
 show device time only and a phase of a repeated unit takes max(Σ device time, kernels × o)
-(:func:`unit_times`, :mod:`simulator.host_overhead`). A preset and a measured cluster file go through
-this same formula: only their numbers differ.
+(:func:`unit_times`, :mod:`simulator.host_overhead`). A fused-attention kernel on a device with published
+attention rates for its backend takes ``F_pub / (R(s) · r)`` as its compute term instead
+(:mod:`simulator.attention_efficiency`). A preset and a measured cluster file go through this same
+formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
 whichever term dominates its longest kernel. Kernels run one after another (no overlap between
 kernels; launch gaps are ``o`` plus what the efficiency curve carries).
@@ -31,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from simulator.attention_efficiency import AttentionBackend, AttentionEfficiency, attention_compute_s
 from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -83,7 +86,9 @@ class OpTime:
     time_s: float
     bound: Bound
     efficiency: float
-    """Achieved fraction of peak FLOP/s over the operation (0 for memory-only operations)."""
+    """Achieved fraction of peak FLOP/s over the operation (0 for memory-only operations), on the FLOPs its
+    kernels execute: ``flops`` except for a fused-attention kernel, whose work is counted as the attention
+    benchmarks count it (causal half, backward 2.5× forward; :mod:`simulator.attention_efficiency`)."""
 
 
 def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
@@ -129,8 +134,17 @@ class Rates:
     fp8_curve: GemmEfficiency | None = None
     """The device's own FP8 matmul-efficiency curve (``Device.fp8_gemm_efficiency``), relative to the FP8
     peak; None: FP8 GEMMs use ``curve`` by :data:`FP8_SAME_DURATION_EFFICIENCY`."""
+    attention: AttentionEfficiency | None = None
+    """The device's published fused-attention rates (``Device.attention_efficiency``) when the workload
+    computes in bf16/fp16 (what they were measured in); None: attention on ``curve``."""
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
+        curve = self.attention and kernel.attention and self.attention.curve(kernel.attention)
+        if curve:  # max(F_pub / (R(s) · clock_ratio), bytes / B_hbm) + o (simulator.attention_efficiency)
+            t_comp = attention_compute_s(kernel.attention, kernel.flops, curve, self.clock_ratio)
+            t_mem = kernel.bytes / self.hbm_Bps
+            return (t_comp + self.overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + self.overhead_s,
+                                                                                       Bound.MEMORY)
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None and self.fp8_curve is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.fp8_curve, self.sm_count,
                                self.clock_ratio, overhead_s=self.overhead_s)
@@ -151,8 +165,9 @@ def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) 
     timed = [rates.time(k) for k in kernels]
     total = sum(t for t, _ in timed)
     flops = sum(k.flops for k in kernels)
+    executed = sum(k.attention.published_flops(k.flops) if k.attention else k.flops for k in kernels)
     bound = max(timed, key=lambda tb: tb[0])[1]
-    eff = flops / (peak * total) if flops and total else 0.0
+    eff = executed / (peak * total) if executed and total else 0.0
     return OpTime(op=work.op, phase=phase, scope=work.scope, flops=flops,
                   bytes=sum(k.bytes for k in kernels), time_s=total, bound=bound, efficiency=eff)
 
@@ -174,6 +189,7 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
                  clock_ratio=device.sustained_clock_ratio,
                  fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
                  fp8_curve=device.fp8_gemm_efficiency,
+                 attention=device.attention_efficiency if dtype.compute_dtype in (Dtype.BF16, Dtype.FP16) else None,
                  overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE
                  else 0.0)
 
@@ -187,7 +203,8 @@ def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
-                routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpTime]:
+                routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT,
+                attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
     context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
     mixture-of-experts model's block is its last (a MoE block over ``ep``;
@@ -195,7 +212,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
     rates = _rates(spec.dtype, device)
     works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
                        routing_skew=routing_skew, flash_attention=flash_attention,
-                       sequence_parallel=sequence_parallel, fusion=fusion, context=context)
+                       sequence_parallel=sequence_parallel, fusion=fusion, context=context,
+                       attention_backend=attention_backend)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     if recompute is Recompute.SELECTIVE_OP:  # torchtitan's op-level policy repeats parts of operations
         tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree

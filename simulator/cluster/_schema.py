@@ -15,6 +15,7 @@ from simulator.cluster.spec import (BusBwCap, Cluster, CommLibrary, CommProfile,
                                     HostSpec, KernelDispatch, LeafUplinks, Link,
                                     LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
 from simulator.errors import SpecError
+from simulator.attention_efficiency import attention_efficiency_from_dict
 from simulator.gemm_efficiency import GemmCurve, fp8_gemm_efficiency_from_dict, gemm_efficiency_from_dict
 from simulator.units import GB
 
@@ -24,7 +25,8 @@ GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
                "fp8_gemm_efficiency", "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "kernel_dispatch",
-               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability", "hbm_efficiency")
+               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability", "hbm_efficiency",
+               "attention_efficiency")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -118,10 +120,14 @@ def _device(s: Section) -> Device:
     if s.has("fp8_gemm_efficiency"):
         fp8_curve = fp8_gemm_efficiency_from_dict(s.raw("fp8_gemm_efficiency"), field=s.field("fp8_gemm_efficiency"),
                                                   peak_tflops=tflops)
+    attention = None
+    if s.has("attention_efficiency"):
+        attention = attention_efficiency_from_dict(s.raw("attention_efficiency"), s.field("attention_efficiency"),
+                                                   tflops.get(Dtype.BF16))
     named = s.choice("gemm_curve", GemmCurve) if s.has("gemm_curve") else None
     return Device(name=s.string("name"), peak_tflops=tflops, memory_bytes=_bytes(s.number("memory_GB")),
                   hbm_bw_GBps=s.number("hbm_bw_GBps"), gemm_efficiency=curve, gemm_curve=named,
-                  fp8_gemm_efficiency=fp8_curve,
+                  fp8_gemm_efficiency=fp8_curve, attention_efficiency=attention,
                   hbm_efficiency=s.fraction("hbm_efficiency") if s.has("hbm_efficiency") else None,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),

@@ -22,6 +22,17 @@ def _link_text(link: Link, per: str) -> str:
     return text + f", {_num(link.latency_us)} µs"
 
 
+def _attention_text(d) -> str:
+    """One line on the fused-attention rates the device gives, or why the matmul curve times it."""
+    eff = d.attention_efficiency
+    if eff is None:
+        return "fused attention: no published kernel rates, timed on the matmul curve"
+    backends = sorted({c.backend.value for c in eff.curves})
+    dims = sorted({c.head_dim for c in eff.curves})
+    return (f"fused attention: {', '.join(backends)} rates, head dim {'/'.join(map(str, dims))} "
+            f"({len(eff.curves)} curves; {eff.source})")
+
+
 def _device_lines(c: Cluster) -> list[str]:
     d = c.device
     peaks = ", ".join(f"{dtype.value} {_num(v)}" for dtype, v in d.peak_tflops.items())
@@ -30,6 +41,7 @@ def _device_lines(c: Cluster) -> list[str]:
                   if d.hbm_efficiency is not None else "")
     lines = [f"device       {d.name}: {peaks} TFLOP/s; {_num(d.memory_bytes / 1e9)} GB at {_num(d.hbm_bw_GBps)} GB/s"
              + achievable + overhead]
+    lines.append("             " + _attention_text(d))
     for g in c.node_groups:
         dtype, tflops = next(iter(g.device.peak_tflops.items()))
         lines.append(f"             nodes {g.first_node}-{g.first_node + g.nodes - 1}: {g.device.name} "

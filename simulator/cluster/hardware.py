@@ -19,6 +19,7 @@ from simulator.errors import SpecError
 from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
 
 if TYPE_CHECKING:
+    from simulator.attention_efficiency import AttentionEfficiency
     from simulator.gemm_efficiency import GemmEfficiency
 
 
@@ -89,6 +90,10 @@ class Device:
     """Achieved FP8 matmul efficiency against GEMM size, relative to ``peak_tflops.fp8`` (a published FP8
     GEMM measurement, e.g. ``{plateau, dtype: fp8}``); None: the FP8 GEMMs are timed on the BF16 curve by
     :data:`simulator.compute.FP8_SAME_DURATION_EFFICIENCY` (an assumption)."""
+    attention_efficiency: "AttentionEfficiency | None" = None
+    """Published fused-attention kernel rates by backend, pass, causal mask and sequence length
+    (:mod:`simulator.attention_efficiency`); None: the attention core is timed on the matmul curve by its
+    FLOPs (no kernel-level source for this device)."""
     gemm_curve: GemmCurve | None = None
     """Which published measurement the default curve comes from (its plateau over this device's BF16
     peak); None: the one the device's name suggests (a file written before the field)."""
@@ -147,6 +152,9 @@ class Device:
         self._check_achievable_hbm()
         if self.gemm_curve is not None and not isinstance(self.gemm_curve, GemmCurve):
             raise SpecError("device.gemm_curve", f"must be a GemmCurve, got {self.gemm_curve!r}")
+        if self.attention_efficiency is not None and MAMF_DTYPE not in self.peak_tflops:
+            raise SpecError("device.attention_efficiency", f"is relative to the {MAMF_DTYPE.value} peak; give "
+                            f"peak_tflops.{MAMF_DTYPE.value}")
         if self.fp8_gemm_efficiency is not None and Dtype.FP8 not in self.peak_tflops:
             raise SpecError("device.fp8_gemm_efficiency", "is relative to the FP8 peak; give peak_tflops.fp8")
         if self.gemm_curve not in (None, GemmCurve.NONE) and MAMF_DTYPE not in self.peak_tflops:

@@ -20,6 +20,7 @@ from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.presets import load_preset
 from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, NodeSpec, Protocol
 from simulator.errors import SpecError
+from simulator.attention_efficiency import attention_efficiency_to_dict
 from simulator.gemm_efficiency import gemm_efficiency_to_dict
 from simulator.jsonio import parse_json, read_text
 
@@ -137,6 +138,8 @@ def _device_dict(device) -> dict:
     if device.fp8_gemm_efficiency is not None:
         fp8 = gemm_efficiency_to_dict(device.fp8_gemm_efficiency)
         d["fp8_gemm_efficiency"] = {"points": fp8["points"], "source": fp8["source"]}  # HBM: device-wide
+    if device.attention_efficiency is not None:
+        d["attention_efficiency"] = attention_efficiency_to_dict(device.attention_efficiency)
     return d
 
 

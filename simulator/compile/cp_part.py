@@ -25,6 +25,7 @@ the links).
 
 from __future__ import annotations
 
+from simulator.attention_efficiency import AttentionBackend
 from simulator.collectives.base import Op
 from simulator.compile.costs import CostCache
 from simulator.compile.comm_part import call
@@ -41,14 +42,16 @@ def ring_exposed_s(send_s: float, attention_s: float, cp: int) -> float:
     return (cp - 1) * max(0.0, send_s - attention_s / cp)
 
 
-def _attention_s(cache: CostCache, spec, micro_batch: int, tp: int, context: ContextSplit) -> tuple[float, float]:
-    """(forward, backward) seconds of one block's attention core on one rank (flash)."""
+def _attention_s(cache: CostCache, spec, micro_batch: int, tp: int, context: ContextSplit,
+                 backend: AttentionBackend) -> tuple[float, float]:
+    """(forward, backward) seconds of one block's attention core on one rank (flash, ``backend``'s kernel)."""
     def compute():
-        rows = layer_times(spec, cache.cluster.device, micro_batch, spec.seq_len, tp, context=context)
+        rows = layer_times(spec, cache.cluster.device, micro_batch, spec.seq_len, tp, context=context,
+                           attention_backend=backend)
         pick = [r for r in rows if r.op is OpKind.ATTENTION]
         return (sum(r.time_s for r in pick if r.phase is Phase.FWD),
                 sum(r.time_s for r in pick if r.phase is Phase.BWD))
-    return cache.memo(("cp_attention", spec, micro_batch, tp, context), compute)
+    return cache.memo(("cp_attention", spec, micro_batch, tp, context, backend), compute)
 
 
 def _ring_send_s(cache: CostCache, group: tuple[int, ...], nbytes: int) -> float:
@@ -62,7 +65,9 @@ def _overlapped(group: tuple[int, ...], nbytes: int, time_s: float, concurrent: 
 
 
 def cp_calls(cache: CostCache, spec, group: tuple[int, ...], *, micro_batch: int, tp: int, context: ContextSplit,
-             layers: int, full_recompute: bool, concurrent: int) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
+             layers: int, full_recompute: bool, concurrent: int,
+             attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2,
+             ) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
     """(forward calls, backward calls) of one chunk's micro-batch on its cp ``group`` (module docstring)."""
     cp = context.degree
     if cp == 1 or layers == 0:
@@ -72,7 +77,7 @@ def cp_calls(cache: CostCache, spec, group: tuple[int, ...], *, micro_batch: int
     kv_t = spec.kv_dim / tp if spec.n_kv_heads >= tp else spec.kv_dim
     if context.kind is ContextKind.RING:
         block = int(round(2 * local * kv_t * e))
-        attn_f, attn_b = _attention_s(cache, spec, micro_batch, tp, context)
+        attn_f, attn_b = _attention_s(cache, spec, micro_batch, tp, context, attention_backend)
         fwd_s = ring_exposed_s(_ring_send_s(cache, group, block), attn_f, cp)
         bwd_s = ring_exposed_s(_ring_send_s(cache, group, 2 * block), attn_b, cp)
         f = _overlapped(group, (cp - 1) * block, fwd_s, concurrent)

@@ -37,12 +37,14 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     s = layout.strategy
     chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
                        layers=layout.layers_per_stage[c])
+    backend = layout.framework.attention_backend(cache.cluster.device.compute_capability)
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
-                             fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1)
+                             fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
+                             attention_backend=backend)
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
@@ -92,7 +94,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     if layout.cp > 1:
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
                                           tp=tp, context=s.context, layers=layers,
-                                          full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp)
+                                          full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp,
+                                          attention_backend=layout.framework.attention_backend(
+                                              cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(

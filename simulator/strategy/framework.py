@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from enum import Enum
 
+from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
 from simulator.strategy.kinds import ZeroStage
+
+
+HOPPER_CC = 9.0
+"""CUDA compute capability of Hopper (H100/H200) [src: nvidia-cuda-gpus], from which Transformer Engine
+prefers cuDNN attention [src: nemo-te-attention]."""
 
 
 class Partitioning(Enum):
@@ -63,6 +69,18 @@ class Framework(Enum):
                 Framework.DEEPSPEED: tuple(ZeroStage),
                 Framework.MEGATRON: (ZeroStage.ZERO0, ZeroStage.ZERO1)}[self]
 
+    def attention_backend(self, compute_capability: float | None) -> AttentionBackend:
+        """The fused-attention kernel the framework runs on a GPU of ``compute_capability``
+        (:mod:`simulator.attention_efficiency`). Megatron-LM/Megatron-Core call Transformer Engine's
+        ``DotProductAttention``, which, when both are eligible, prefers cuDNN attention on Hopper and later
+        (compute capability ≥ 9.0) and Dao's FlashAttention-2 on Ampere [src: nemo-te-attention]. torch DDP
+        and FSDP2 models call PyTorch SDPA, whose default is its FlashAttention-2 backend: cuDNN attention was
+        made opt-in after torch 2.5.0 and is preferred again only with a bundled cuDNN above 9.15
+        [src: pytorch-sdpa-cudnn-optin] (the validation's torchtitan runs, late 2024, predate it). DeepSpeed
+        models: the model code decides; FA2 assumed (``flash_attn`` or SDPA)."""
+        if self is Framework.MEGATRON and compute_capability is not None and compute_capability >= HOPPER_CC:
+            return AttentionBackend.CUDNN
+        return AttentionBackend.FLASH_ATTENTION_2
 
     @property
     def partitions_gradients_with_pipeline(self) -> bool:

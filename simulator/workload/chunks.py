@@ -67,7 +67,8 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
         if count:
             block = block_work(spec, o.micro_batch, spec.seq_len, o.tp, moe_layer=moe_layer, ep=o.ep,
                                routing_skew=o.routing_skew, flash_attention=o.flash_attention,
-                               sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context)
+                               sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
+                               attention_backend=o.attention_backend)
             if o.fp8 is not None:
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
             unit = _unit(block, o.recompute, o.flash_attention)

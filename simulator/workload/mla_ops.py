@@ -19,6 +19,7 @@ count (an underestimate of T·n_t·d_qk elements moved per block).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, gemm, memory
@@ -71,8 +72,7 @@ def _attention(work: OpWork, mla, b: int, s: int, n_t: float, e: int) -> list:
     items = []
     for k, shape in _items(work, e):
         if k.name == "flash_attn":
-            k = Kernel(name="flash_attn", flops=2.0 * b * s * s * n_t * (dqk + dv),
-                       bytes=float(e * b * s * n_t * (2 * dqk + 2 * dv)), gemm=True)
+            k = replace(k, flops=2.0 * b * s * s * n_t * (dqk + dv), bytes=float(e * b * s * n_t * (2 * dqk + 2 * dv)))
         elif k.name == "scores":
             k, shape = _g("scores", s, s, dqk, e, b * n_t)
         elif k.name == "attn_v":

@@ -35,10 +35,11 @@ quantisation, :mod:`simulator.gemm_shape`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.checks import positive_int
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -51,6 +52,12 @@ if TYPE_CHECKING:
 
 MEMORY_BWD_FACTOR = 1.5
 """Backward bytes / forward bytes of an element-wise kernel (3 tensors touched instead of 2)."""
+
+CAUSAL_ATTENTION = True
+"""Whether the fused attention core runs with a causal mask: every :class:`TransformerSpec` here is a
+decoder-only language model (GPT, Llama, Mixtral, DeepSeek), whose self-attention is causal. Its FLOPs are
+still counted over the full ``s × s`` (module docstring); :mod:`simulator.attention_efficiency` halves them
+for the kernel's time."""
 
 DROPOUT_MASK_BYTES = 1
 """Bytes per element of a dropout mask: ATen ``native_dropout`` returns a bool mask."""
@@ -108,6 +115,9 @@ class Kernel:
     dtype: Dtype | None = None
     """The format a GEMM runs in when it is not the workload's compute format (FP8 linears,
     :mod:`simulator.workload.fp8`); None: the workload's."""
+    attention: AttentionCall | None = None
+    """A fused-attention kernel's backend, pass, sequence length, head dim and mask, for the device's
+    published attention rates (:mod:`simulator.attention_efficiency`); None for every other kernel."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
@@ -125,7 +135,9 @@ def backward(kernel: Kernel, shape: tuple[float, float, float, int, float] | Non
     if not kernel.gemm:
         return [memory(kernel.name + ".bwd", kernel.bytes * MEMORY_BWD_FACTOR)]
     if shape is None:  # a fused non-GEMM compute kernel (flash attention): 2× FLOPs, 2× bytes
-        return [Kernel(name=kernel.name + ".bwd", flops=2 * kernel.flops, bytes=2 * kernel.bytes, gemm=True)]
+        call = kernel.attention and replace(kernel.attention, direction=AttentionPass.BWD)
+        return [Kernel(name=kernel.name + ".bwd", flops=2 * kernel.flops, bytes=2 * kernel.bytes, gemm=True,
+                       attention=call)]
     m, n, k, e, batch = shape
     return [gemm(kernel.name + ".dgrad", m, k, n, e, batch), gemm(kernel.name + ".wgrad", k, n, m, e, batch)]
 
@@ -173,28 +185,36 @@ def _local_tokens(s: int, context: ContextSplit) -> int:
 
 
 def _flash_core(spec: TransformerSpec, b: int, s: int, tp: int, e: int, kv_t: float,
-                context: ContextSplit) -> Kernel:
+                context: ContextSplit, backend: AttentionBackend) -> Kernel:
     """The fused attention core of one rank. Without cp: ``4·b·s²·q/t`` FLOPs, reads Q, K, V, writes O.
     Context-parallel (:mod:`simulator.workload.context`): ``1/cp`` of those FLOPs (× the causal imbalance
-    of an unbalanced ring); a ring rank reads its ``s/cp`` queries and every KV block once, an
-    all-to-all rank the whole sequence for ``heads/cp`` heads."""
+    of an unbalanced ring); a ring rank reads its ``s/cp`` queries and every KV block once (one kernel call
+    per KV block of ``s/cp``), an all-to-all rank the whole sequence for ``heads/cp`` heads. ``backend``:
+    the kernel the framework runs (:class:`~simulator.attention_efficiency.AttentionBackend`)."""
     q, cp = spec.q_dim, context.degree
     flops = 4.0 * b * s * s * q / tp
+    ring = cp > 1 and context.kind is ContextKind.RING
+    call = AttentionCall(backend=backend, direction=AttentionPass.FWD, seq_len=s // cp if ring else s,
+                         head_dim=spec.d_head, causal=CAUSAL_ATTENTION)
     if cp == 1:
-        return Kernel(name="flash_attn", flops=flops, bytes=float(e * b * s * (2 * q / tp + 2 * kv_t)), gemm=True)
-    if context.kind is ContextKind.RING:
+        return Kernel(name="flash_attn", flops=flops, bytes=float(e * b * s * (2 * q / tp + 2 * kv_t)), gemm=True,
+                      attention=call)
+    if ring:
         nbytes = e * b * (s / cp * 2 * q / tp + s * 2 * kv_t)
     else:
         kv_c = spec.kv_dim / (tp * cp) if spec.n_kv_heads >= tp * cp else spec.d_head  # one KV head, replicated
         nbytes = e * b * s * (2 * q / (tp * cp) + 2 * kv_c)
-    return Kernel(name="flash_attn", flops=flops / cp * context.imbalance, bytes=float(nbytes), gemm=True)
+    return Kernel(name="flash_attn", flops=flops / cp * context.imbalance, bytes=float(nbytes), gemm=True,
+                  attention=call)
 
 
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
                flash_attention: bool = True, sequence_parallel: bool = False,
-               fusion: KernelFusion = KernelFusion.EAGER, context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpWork]:
+               fusion: KernelFusion = KernelFusion.EAGER, context: ContextSplit = NO_CONTEXT_SPLIT,
+               attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2) -> list[OpWork]:
     """The operations of one transformer block on one tensor-parallel (and context-parallel) rank (a
-    dense MLP; a MoE block is :func:`simulator.workload.moe_ops.moe_layer_work`)."""
+    dense MLP; a MoE block is :func:`simulator.workload.moe_ops.moe_layer_work`); ``attention_backend``:
+    the fused-attention kernel the framework runs."""
     s_full = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s_full, tp)
     s = _local_tokens(s_full, context)
@@ -204,7 +224,7 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
     res = T * h * e / (tp if sequence_parallel else 1)
     swiglu = spec.activation is ActivationKind.SWIGLU
     if flash_attention:
-        attention = [(_flash_core(spec, b, s_full, tp, e, kv_t, context), None)]
+        attention = [(_flash_core(spec, b, s_full, tp, e, kv_t, context, attention_backend), None)]
     else:
         if context.degree > 1:
             raise SpecError("attention", "context parallelism runs the attention core as flash attention; "

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
@@ -82,6 +83,8 @@ class ComputeOptions:
     """The FP8 recipe the block's linear layers run (:mod:`simulator.workload.fp8`); None: none."""
     fp8_weight_shards: int = 1
     """Ranks each FP8 weight is cast over (FSDP2's float8 all-gather casts the dp shard)."""
+    attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2
+    """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
