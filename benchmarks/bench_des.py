@@ -116,6 +116,8 @@ def main() -> None:
               flush=True)
     exponent = fitted_exponent(rows)
     print(f"\nfitted exponent (simulate CPU time, GPUs >= {FIT_FROM_GPUS}): {exponent:.2f}")
+    steps = [f"{a['gpus']:,}->{b['gpus']:,}: x{b['cpu_s'] / a['cpu_s']:.2f}" for a, b in zip(rows, rows[1:])]
+    print("per step of the sizes (simulate CPU time):", ", ".join(steps))
     if args.plot:
         plot(rows, exponent, args.plot)
 

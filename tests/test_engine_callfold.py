@@ -90,6 +90,25 @@ def test_the_cases_put_calls_back_on_the_network_mid_replay():
     assert sum(unfolds.values()) > 0, unfolds
 
 
+def test_the_cases_fold_a_calls_rest_again():
+    """The rest path is exercised: a call on the network (unfolded, or started on busy links) folds its
+    remaining steps once the flow that kept it there has left (``CallFolder.rest``); the equality of those
+    cases with the network play is :func:`test_folded_calls_equal_the_network_play`'s."""
+    refolds = {name: simulate(*reversed(_work(name)), steps=2).extras["call_refolds"] for name in CASES}
+    assert sum(refolds.values()) > 0, refolds
+
+
+def test_a_rest_of_a_call_equals_its_network_play(monkeypatch):
+    """Only the rest folds (no call is folded at its start): the steps after the flow that made a call play on
+    the network give the same floats as playing them there."""
+    cluster, work = _work("a100-tree")
+    monkeypatch.setattr(CallFolder, "start", lambda self, key, plans: None)
+    folded, plain = _both(monkeypatch, work, cluster, steps=2)
+    assert folded.extras["call_refolds"] > 0
+    assert folded.extras["flows"] < plain.extras["flows"]
+    _assert_same(folded, plain)
+
+
 def test_a_degraded_nic_on_the_representative_folds_exactly(monkeypatch):
     """The durations are per group, from a replay on the group's own links: a NIC at 25 % on the
     representative's node (the representative engine, ``unrolled=False``) is in them."""

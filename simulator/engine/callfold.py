@@ -22,6 +22,10 @@ no active flow and no other holder's reservation at its start, :meth:`CallFolder
   finish times (per resource in the same order), flows still in their latency as pending arrivals, the
   wake-up, and each plan's phase (its fixed delay or γ as a timer at the same instant, a step in flight as a
   group whose completion starts the next step). The call then goes on step by step on the main network.
+- a call on the main network (put back, or started while a resource of its was busy) folds its *rest* again at
+  a step's end once those resources are its own again (:meth:`CallFolder.rest`: the tail of a dp tree that a
+  pipeline send interrupted is alone after the send): the remaining steps are a plan started at that instant,
+  so the same argument and the same replay (per signature and binade) hold.
 
 What can differ from playing the call on the main network (``CallFolder.enabled = False``): a wake-up that
 another flow's settle plans for the call's flows lands at ``now' + (due − now')`` from that settle, an ulp from
@@ -43,6 +47,7 @@ from heapq import heappush
 
 import simpy
 
+from simulator.engine.call_plan import CallPlan
 from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
 
 PRE, STEP, GAMMA, DONE = range(4)
@@ -54,10 +59,13 @@ class _Player:
     transfers at the same instants), with its phase kept so a play begun on a scratch network can go on
     on the main one."""
 
-    __slots__ = ("plan", "env", "net", "done", "start_s", "phase", "i", "until", "flows", "end_s")
+    __slots__ = ("plan", "env", "net", "done", "start_s", "phase", "i", "until", "flows", "end_s", "refold")
 
-    def __init__(self, env: simpy.Environment, net: FlowNetwork, plan, done: simpy.Event | None):
+    def __init__(self, env: simpy.Environment, net: FlowNetwork, plan, done: simpy.Event | None,
+                 refold: "CallFolder | None" = None):
         self.plan, self.env, self.net, self.done = plan, env, net, done
+        self.refold = refold
+        """On the main network: the folder that may fold the plan's rest at a step's end (:meth:`CallFolder.rest`)."""
         self.start_s = env.now
         self.phase, self.i, self.until, self.flows, self.end_s = PRE, 0, math.nan, None, math.nan
         if plan.pre_s > 0:
@@ -88,6 +96,8 @@ class _Player:
             self._finish()
 
     def _stepped(self, _event) -> None:
+        if self.refold is not None and self.i + 1 < len(self.plan.steps) and self.refold.rest(self):
+            return
         self._run(self.i + 1)
 
     def _finish(self) -> None:
@@ -178,7 +188,8 @@ class CallFolder:
         self.env, self.net = env, net
         self._shapes: dict[tuple, _Shape] = {}
         self._timings: dict[tuple, dict] = {}
-        self.folds = self.unfolds = 0
+        self._suffixes: dict[int, list] = {}
+        self.folds = self.unfolds = self.refolds = 0
 
     def start(self, key: tuple, plans) -> simpy.Event | None:
         """The representative's completion event of ``plans`` started now as a folded call, or None where a
@@ -192,18 +203,68 @@ class CallFolder:
         if not shape.res or not self.net.idle(shape.res):
             return None
         self.folds += 1
-        return _Folded(self, shape, *shape.durations(self.net, self.env.now)).done
+        return _Folded(self, shape, *shape.durations(self.net, self.env.now), simpy.Event(self.env), self.env.now).done
+
+    def play(self, plans) -> simpy.Event:
+        """Play ``plans`` on the network now, as :func:`~simulator.engine.replay_work._play` does (the same
+        delays and transfers at the same instants), each able to fold its rest at a step's end; the event
+        fires when the representative (``plans[0]``) is done."""
+        done = simpy.Event(self.env)
+        for k, plan in enumerate(plans):
+            _Player(self.env, self.net, plan, done if k == 0 else None, self)
+        return done
+
+    def rest(self, player: _Player) -> bool:
+        """At the end of ``player``'s step ``i`` on the main network (the instant it would start step
+        ``i + 1``): fold the rest of its plan (steps ``i + 1``… and γ) as a call started now, when no
+        active flow or other holder's reservation is on the resources the rest crosses — the flow that
+        made it play on the network (a pipeline send on its NIC) has left. The rest is a plan with no fixed
+        delay that starts now, so what :meth:`start` rests on holds for it: alone, its flows evolve as on an
+        idle network, and its durations are those of a replay from now (memoised per signature and binade).
+        The player's done event fires at its end with the duration from the player's own start."""
+        if not self.enabled:
+            return False
+        plan, i = player.plan, player.i + 1
+        key = ("rest", id(plan), i)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if not self.net.idle(self._suffix(plan)[i]):
+                return False
+            shape = self._shapes[key] = _Shape(self.net, [CallPlan(0.0, plan.steps[i:], plan.gamma_s)],
+                                               self._timings)
+        elif not self.net.idle(shape.res):
+            return False
+        self.refolds += 1
+        _Folded(self, shape, *shape.durations(self.net, self.env.now), player.done, player.start_s)
+        return True
+
+    def _suffix(self, plan) -> list[frozenset]:
+        """Per step ``i`` of ``plan``, the resources its steps from ``i`` on cross (memoised per plan)."""
+        out = self._suffixes.get(id(plan))
+        if out is None or out[0] is not plan:
+            res = self.net.resources
+            acc: frozenset = frozenset()
+            suffix = [acc]
+            for step in reversed(plan.steps):
+                acc = acc | {r for path in {id(p): p for p, _, _ in step}.values() for r in res(path)}
+                suffix.append(acc)
+            out = self._suffixes[id(plan)] = [plan, suffix[::-1]]  # the plan kept: its id stays its own
+        return out[1]
 
 
 class _Folded:
     """A call played as a delay from ``start_s``; its resources reserved until its last flow's end."""
 
-    __slots__ = ("folder", "shape", "start_s", "done", "alive", "tail")
+    __slots__ = ("folder", "shape", "start_s", "done", "origin_s", "alive", "tail")
 
-    def __init__(self, folder: CallFolder, shape: _Shape, rep_s: float, all_s: float):
+    def __init__(self, folder: CallFolder, shape: _Shape, rep_s: float, all_s: float, done: simpy.Event | None,
+                 origin_s: float):
         env = folder.env
         self.folder, self.shape, self.start_s = folder, shape, env.now
-        self.done = simpy.Event(env)
+        self.done = done
+        """Fires at the representative's end (None: a replica's rest, nobody waits)."""
+        self.origin_s = origin_s
+        """Where the duration the done event reports is counted from (the call's start, before a rest)."""
         self.alive = True
         self.tail = all_s > rep_s
         """Replicas ride on after the representative: their end releases the resources."""
@@ -220,10 +281,11 @@ class _Folded:
         schedule_at(self.folder.env, event, priority, at)
 
     def _rep_end(self, _event) -> None:
-        if self.alive and not self.done.triggered:
+        if self.alive and (self.done is None or not self.done.triggered):
             if not self.tail:  # its flows are gone before whoever waits goes on
                 self._all_end(_event)
-            self.done.succeed(self.folder.env.now - self.start_s)
+            if self.done is not None:
+                self.done.succeed(self.folder.env.now - self.origin_s)
 
     def _all_end(self, _event) -> None:
         if self.alive:
@@ -246,12 +308,13 @@ class _Folded:
         _move_wake(env, scratch, main, now)
         for k, player in enumerate(players):
             done = None
-            if k == 0 and not self.done.triggered:
+            if k == 0 and self.done is not None and not self.done.triggered:
                 done = self.done
                 if player.phase == DONE:  # ended an ulp before the cached end: report it now
-                    done.succeed(player.end_s - self.start_s)
+                    done.succeed(player.end_s - self.origin_s)
                     continue
-            _resume(player, main, done, moved, groups)
+            player.start_s = self.origin_s
+            _resume(player, main, done, moved, groups, folder)
 
 
 def _move_flows(scratch: _Scratch, main: FlowNetwork, now: float, arrivals: list) -> tuple[dict, dict]:
@@ -314,9 +377,9 @@ def _move_wake(env: simpy.Environment, scratch: _Scratch, main: FlowNetwork, now
 
 
 def _resume(player: _Player, main: FlowNetwork, done: simpy.Event | None, moved: dict[int, Flow],
-            groups: dict[int, _Group]) -> None:
-    """Go on with ``player`` on the main network from its phase at ``now``."""
-    player.env, player.net, player.done = main.env, main, done
+            groups: dict[int, _Group], folder: CallFolder) -> None:
+    """Go on with ``player`` on the main network from its phase at ``now`` (its rest may fold again)."""
+    player.env, player.net, player.done, player.refold = main.env, main, done, folder
     if player.phase in (PRE, GAMMA):
         event = simpy.Event(main.env)
         event._ok, event._value = True, None

@@ -173,6 +173,8 @@ class CommRunner(CallPlanner):
             done = self.callfolder.start((id(plans[0]), call.kind, call.concurrent_groups), plans)
             if done is not None:
                 return done
+            if self.callfolder.enabled:  # on the network, its rest folded once its links are its own again
+                return self.callfolder.play(plans)
         done = _play(self.env, self.net, plans[0])
         for plan in plans[1:]:
             _play(self.env, self.net, plan)

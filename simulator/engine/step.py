@@ -282,7 +282,8 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
 
 
 def _call_folds(folder: CallFolder | None) -> dict:
-    return {"call_folds": folder.folds if folder else 0, "call_unfolds": folder.unfolds if folder else 0}
+    return {"call_folds": folder.folds if folder else 0, "call_unfolds": folder.unfolds if folder else 0,
+            "call_refolds": folder.refolds if folder else 0}
 
 
 def _accounts(ctx: _Ctx, tails: dict, step_time: float, steps_together: bool) -> tuple[dict[Category, float],
