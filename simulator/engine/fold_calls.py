@@ -41,7 +41,7 @@ def resume(callfolder: CallFolder, shape: _Shape, start_s: float, arrivals: list
     in the state the settle at now finds it (module docstring); the event fires when its representative ends."""
     net = callfolder.net
     folded = _Folded.__new__(_Folded)  # the state _Folded.__init__ set at start_s, without its timers
-    folded.folder, folded.shape, folded.start_s = callfolder, shape, start_s
+    folded.folder, folded.shape, folded.start_s, folded.origin_s = callfolder, shape, start_s, start_s
     folded.done, folded.alive, folded.tail = simpy.Event(callfolder.env), True, False
     res = set(shape.res)
     if any(r in res for f in arrivals for r in f.res):
