@@ -73,6 +73,19 @@ def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: i
             for key, t in times.items()}
 
 
+def per_unit_us(timings: dict, wrapped: str, units: int) -> tuple[float, float]:
+    """What ``wrapped`` adds over ``plain`` per unit (module, call, region), in µs, from the 10th percentiles:
+
+        forward_us = max(0, (t_fwd(wrapped) − t_fwd(plain)) / units)
+        step_us    = (t_fwd+bwd(wrapped) − t_fwd+bwd(plain)) / units
+
+    (the step's extra is forward + backward; callers take the backward term as ``step_us − forward_us``
+    less whatever else they know it holds)."""
+    def extra_s(kind: str) -> float:
+        return timings[wrapped, kind].p10_s - timings["plain", kind].p10_s
+    return max(0.0, extra_s("forward") / units * 1e6), extra_s("step") / units * 1e6
+
+
 def tp_modules(spec: TransformerSpec) -> int:
     """Tensor-parallel modules of the whole model: :data:`TP_MODULES_PER_BLOCK` per block plus
     :data:`TP_EDGE_MODULES` (vocabulary-parallel embedding and output layer)."""
@@ -116,8 +129,7 @@ def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, wa
 
         timings = paired_timings({"plain": plain, "tp": tp}, x, y, repeats=repeats, warmup=warmup)
     modules = tp_modules(spec)
-    fwd_us = max(0.0, (timings["tp", "forward"].p10_s - timings["plain", "forward"].p10_s) / modules * 1e6)
-    step_us = (timings["tp", "step"].p10_s - timings["plain", "step"].p10_s) / modules * 1e6
+    fwd_us, step_us = per_unit_us(timings, "tp", modules)
     return TpModuleTiming(modules=modules, plain_forward=timings["plain", "forward"],
                           tp_forward=timings["tp", "forward"], plain_step=timings["plain", "step"],
                           tp_step=timings["tp", "step"], forward_module_us=fwd_us,
@@ -169,8 +181,7 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
         x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         timings = paired_timings({"plain": plain, "ddp": ddp}, x, y, repeats=repeats, warmup=warmup)
-    fwd_us = max(0.0, (timings["ddp", "forward"].p10_s - timings["plain", "forward"].p10_s) * 1e6)
-    step_us = (timings["ddp", "step"].p10_s - timings["plain", "step"].p10_s) * 1e6
+    fwd_us, step_us = per_unit_us(timings, "ddp", 1)
     return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
                      plain_step=timings["plain", "step"], ddp_step=timings["ddp", "step"], forward_call_us=fwd_us,
                      sync_backward_us=max(0.0, step_us - fwd_us))
@@ -237,8 +248,7 @@ def time_checkpoint(spec: TransformerSpec, micro_batch: int, recompute_region_s:
     y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
     timings = paired_timings({"plain": plain, "ckpt": ckpt}, x, y, repeats=repeats, warmup=warmup)
     regions = spec.layers
-    fwd_us = max(0.0, (timings["ckpt", "forward"].p10_s - timings["plain", "forward"].p10_s) / regions * 1e6)
-    step_us = (timings["ckpt", "step"].p10_s - timings["plain", "step"].p10_s) / regions * 1e6
+    fwd_us, step_us = per_unit_us(timings, "ckpt", regions)
     return CheckpointTiming(regions=regions, plain_forward=timings["plain", "forward"],
                             checkpointed_forward=timings["ckpt", "forward"], plain_step=timings["plain", "step"],
                             checkpointed_step=timings["ckpt", "step"], recompute_region_s=recompute_region_s,

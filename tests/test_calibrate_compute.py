@@ -260,3 +260,18 @@ def test_adamw_call_overhead_by_hand():
 
     assert adamw_call_us(device, timing(5.6e-3), DtypePolicy.FP32) == pytest.approx(2.8)
     assert adamw_call_us(device, timing(1e-3), DtypePolicy.FP32) == 0.0
+
+
+def test_per_unit_us_takes_the_p10_differences_per_unit():
+    """host_bench's one rule for the framework terms (hand-worked): forward (1.5 − 1.0 ms) / 10 modules = 50 µs;
+    step (4.0 − 2.5 ms) / 10 = 150 µs; a wrapped forward faster than the plain one clamps to 0, the step not."""
+    from executor.host_bench import per_unit_us
+
+    def t(p10_s):
+        return Timing(median_s=p10_s, p10_s=p10_s, p90_s=p10_s)
+    timings = {("plain", "forward"): t(1.0e-3), ("tp", "forward"): t(1.5e-3),
+               ("plain", "step"): t(2.5e-3), ("tp", "step"): t(4.0e-3)}
+    assert per_unit_us(timings, "tp", 10) == pytest.approx((50.0, 150.0), rel=1e-12)
+    timings["tp", "forward"], timings["tp", "step"] = t(0.9e-3), t(2.4e-3)
+    fwd, step = per_unit_us(timings, "tp", 10)
+    assert fwd == 0.0 and step == pytest.approx(-10.0, rel=1e-12)
