@@ -73,7 +73,8 @@ class _Call:
     """``bytes / rate``, the same for every flow (a ring's), else None."""
     shape: object = None
     """A call shortcut 10 plays as a delay (replicas, several steps, shared resources): its
-    :class:`~simulator.engine.callfold._Shape` (:mod:`simulator.engine.fold_calls`); ``res`` are its resources."""
+    :class:`~simulator.engine.callfold_replay._Shape` (:mod:`simulator.engine.fold_calls`); ``res`` are its
+    resources."""
 
     def t1(self, start_s: float) -> float:
         """When its flows become active (:func:`~simulator.engine.replay_work._replay`'s delay first)."""
