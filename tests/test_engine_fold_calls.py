@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from simulator.cluster.facts import DegradedNic
 from simulator.cluster.presets import load_preset
 from simulator.compile import compile_step
-from simulator.engine import fold as fold_module
+from simulator.engine import fold_run
 from simulator.engine import step as step_engine
 from simulator.engine.callfold import CallFolder, _Shape
 from simulator.engine.fold import Folder
@@ -77,7 +77,7 @@ def _counting_resume(monkeypatch) -> list:
         seen.append(start_s)
         return resume(callfolder, shape, start_s, arrivals)
 
-    monkeypatch.setattr(fold_module, "resume", counted)
+    monkeypatch.setattr(fold_run, "resume", counted)
     return seen
 
 

@@ -12,10 +12,11 @@ float, ``t + rep_s``, where the replicas end no later than the representative (`
 the links after it; a call with a tail ends the run, and the rank starts it step by step as before).
 
 When a flow arrives on a resource of the run while such a call is in progress (the settle's unfold,
-:meth:`Fold.unfold`), :func:`resume` puts back what the step-by-step play would hold at that instant: a
-``_Folded`` started at ``t`` — replayed up to now and moved onto the network (:meth:`_Folded.unfold`) if an
-arriving flow crosses its resources, else still folded: its end timer at ``t + rep_s`` (the same priority) and
-its resources reserved, so that a later arrival on them unfolds it as it would have.
+:meth:`~simulator.engine.fold_run.Fold.unfold`), :func:`resume` puts back what the step-by-step play would hold at
+that instant: a ``_Folded`` started at ``t`` — replayed up to now and moved onto the network
+(:meth:`_Folded.unfold`) if an arriving flow crosses its resources, else still folded: its end timer at
+``t + rep_s`` (the same priority) and its resources reserved, so that a later arrival on them unfolds it as it
+would have.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ class FlowNetwork:
         self._stamp = 0
         self._active = 0
         self._reserved: dict[int, object] = {}
-        """Resource → the holder (:class:`simulator.engine.fold.Fold`) that plays flows on it off the
+        """Resource → the holder (:class:`simulator.engine.fold_run.Fold`) that plays flows on it off the
         network; a flow arriving on it makes the holder put its state back first (``unfold``)."""
 
     # ---- public API -------------------------------------------------------------------------
