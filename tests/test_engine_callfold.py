@@ -11,7 +11,6 @@ put back on the network mid-replay (``call_unfolds``), as well as played alone t
 import functools
 from dataclasses import replace
 
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -23,6 +22,7 @@ from simulator.engine import step as step_engine
 from simulator.engine.callfold import CallFolder, _Shape
 from simulator.engine.jobs import Job, simulate_jobs
 from simulator.engine.step import simulate
+from shortcut_runs import assert_same_run, on_and_off
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload.presets import get_preset
 
@@ -34,22 +34,13 @@ REL = 1e-12
 
 
 def _both(monkeypatch, work, cluster, **kw):
-    folded = simulate(work, cluster, **kw)
-    monkeypatch.setattr(CallFolder, "enabled", False)
-    plain = simulate(work, cluster, **kw)
-    monkeypatch.setattr(CallFolder, "enabled", True)
+    folded, plain = on_and_off(monkeypatch, CallFolder, work, cluster, **kw)
     assert plain.extras["call_folds"] == 0
     return folded, plain
 
 
 def _assert_same(folded, plain, rel=REL):
-    assert folded.step_time_s == pytest.approx(plain.step_time_s, rel=rel, abs=0.0)
-    assert set(folded.breakdown) == set(plain.breakdown)
-    for cat, value in plain.breakdown.items():
-        assert folded.breakdown[cat] == pytest.approx(value, rel=rel, abs=1e-15 if rel else 0.0), cat
-    pd.testing.assert_frame_equal(folded.per_rank, plain.per_rank, rtol=rel or 1e-16, atol=1e-15 if rel else 0.0)
-    if plain.timeline is not None:
-        pd.testing.assert_frame_equal(folded.timeline, plain.timeline, rtol=rel or 1e-16, atol=1e-15 if rel else 0.0)
+    assert_same_run(folded, plain, rel)
 
 
 CASES = {

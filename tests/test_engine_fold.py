@@ -9,7 +9,6 @@ mid-call (``unfolds``) as well as completed; hypothesis draws more of them.
 
 from dataclasses import replace
 
-import pandas as pd
 import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -22,6 +21,7 @@ from simulator.compile import compile_step
 from simulator.engine.fold import Folder
 from simulator.engine.network import FlowNetwork, alone_finishes
 from simulator.engine.step import simulate
+from shortcut_runs import assert_same_run, on_and_off
 from simulator.strategy import Strategy
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload.presets import get_preset
@@ -33,21 +33,11 @@ REL = 1e-12
 
 
 def _both(monkeypatch, work, cluster, **kw):
-    folded = simulate(work, cluster, **kw)
-    monkeypatch.setattr(Folder, "enabled", False)
-    plain = simulate(work, cluster, **kw)
-    monkeypatch.setattr(Folder, "enabled", True)
-    return folded, plain
+    return on_and_off(monkeypatch, Folder, work, cluster, **kw)
 
 
 def _assert_same(folded, plain):
-    assert folded.step_time_s == pytest.approx(plain.step_time_s, rel=REL)
-    assert set(folded.breakdown) == set(plain.breakdown)
-    for cat, value in plain.breakdown.items():
-        assert folded.breakdown[cat] == pytest.approx(value, rel=REL, abs=1e-15), cat
-    pd.testing.assert_frame_equal(folded.per_rank, plain.per_rank, rtol=REL, atol=1e-15)
-    if plain.timeline is not None:
-        pd.testing.assert_frame_equal(folded.timeline, plain.timeline, rtol=REL, atol=1e-15)
+    assert_same_run(folded, plain, REL, step_abs=None)
     assert plain.extras["folds"] == 0
 
 

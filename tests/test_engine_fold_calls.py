@@ -10,7 +10,6 @@ tests/test_engine_fold.py and tests/test_engine_callfold.py.
 
 from dataclasses import replace
 
-import pandas as pd
 import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -25,6 +24,7 @@ from simulator.engine.fold import Folder
 from simulator.engine.fold_calls import resume
 from simulator.engine.network import FlowNetwork
 from simulator.engine.step import simulate
+from shortcut_runs import assert_same_run
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload.presets import get_preset
 
@@ -61,13 +61,7 @@ def _plays(monkeypatch, work, cluster, **kw):
 
 
 def _assert_same(a, b):
-    assert a.step_time_s == pytest.approx(b.step_time_s, rel=REL, abs=0.0)
-    assert set(a.breakdown) == set(b.breakdown)
-    for cat, value in b.breakdown.items():
-        assert a.breakdown[cat] == pytest.approx(value, rel=REL, abs=1e-15), cat
-    pd.testing.assert_frame_equal(a.per_rank, b.per_rank, rtol=REL, atol=1e-15)
-    if b.timeline is not None:
-        pd.testing.assert_frame_equal(a.timeline, b.timeline, rtol=REL, atol=1e-15)
+    assert_same_run(a, b, REL)
 
 
 def _counting_resume(monkeypatch) -> list:
