@@ -4,7 +4,8 @@
 call it): it times, with :mod:`executor.compute_bench`, in the executor's threads per rank and format,
 
 1. GEMMs over a grid of (m, n, k): square ones and every GEMM shape the tiny-scale run of ``model``
-   plans (:func:`run_shapes`). Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
+   plans (:func:`run_shapes`); on a GPU, larger squares and the model's GEMMs as planned (:func:`gpu_grid`),
+   timed by CUDA events. Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
    as a fraction of ``device.peak_tflops`` in the compute format (raised to the best measured rate
    if a GEMM beat it: a peak no run reaches is no peak);
 2. memory-bound kernels (:class:`~executor.compute_bench.MemoryKernel`) at growing sizes; at the
@@ -55,6 +56,7 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
                                     time_gemm, time_memory_kernel)
+from executor.compute_grid import ComputeGrid, default_grid, gpu_grid, run_shapes, tiny_model  # noqa: F401 (re-exported)
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
                                  time_ddp, time_tp_modules)
 from executor.launch import check_backend, threads_per_rank
@@ -63,56 +65,13 @@ from simulator.compute import Phase, layer_times, total_time
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
-from simulator.plan_scale import Scale, ScaleKind, scale_model
 from simulator.workload import Recompute
 from simulator.workload.kinds import DtypePolicy
-from simulator.workload.ops import edge_work, layer_work
+from simulator.workload.ops import layer_work
 from simulator.workload.transformer import TransformerSpec
 
-SQUARE_SIDES = (64, 128, 256, 512, 1024)
-"""Sides n of the square n×n×n GEMMs measured besides the run's own shapes (as benchmarks/cpu_probe.py)."""
-ELEMENTS = (2 ** 10, 2 ** 14, 2 ** 18, 2 ** 22)
-"""Element counts of the memory-bound kernels; the bandwidth is read at the largest (16 MB in fp32)."""
-TP_DEGREES = (1, 2, 4)
-"""Tensor-parallel degrees whose tiny-run GEMMs are measured (a tiny model grows with tp: hidden 32·tp)."""
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
 """Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ComputeGrid:
-    """What to measure: GEMM shapes, memory-kernel sizes, and the block (its model and micro-batch)."""
-
-    shapes: tuple[GemmShape, ...]
-    elements: tuple[int, ...]
-    block: TransformerSpec
-    micro_batch: int
-
-    def __post_init__(self) -> None:
-        if not self.shapes or not self.elements:
-            raise SpecError("grid", "measure at least one GEMM shape and one memory-kernel size")
-
-
-def run_shapes(spec: TransformerSpec, micro_batch: int, tp: int = 1) -> tuple[GemmShape, ...]:
-    """Every distinct GEMM shape (forward and backward) of one micro-batch of ``spec`` on one of ``tp`` ranks."""
-    works = layer_work(spec, micro_batch, tp=tp) + edge_work(spec, micro_batch, tp=tp)
-    kernels = [k for w in works for k in w.fwd + w.bwd if k.shape is not None]
-    return tuple(dict.fromkeys(k.shape for k in kernels))
-
-
-def tiny_model(spec: TransformerSpec, dtype: DtypePolicy, tp: int = 1) -> TransformerSpec:
-    """``spec`` at the executor's ``--scale tiny`` for ``tp`` ranks (one stage), in the run's format."""
-    tiny, _ = scale_model(spec, Scale(ScaleKind.TINY), tp=tp, stages=1)
-    return replace(tiny, dtype=dtype)
-
-
-def default_grid(spec: TransformerSpec, dtype: DtypePolicy, micro_batch: int = 2) -> ComputeGrid:
-    """Squares of :data:`SQUARE_SIDES` and the tiny runs' GEMMs at :data:`TP_DEGREES`; :data:`ELEMENTS`;
-    the tiny block at tp 1."""
-    squares = tuple(GemmShape(n, n, n) for n in SQUARE_SIDES)
-    runs = tuple(s for tp in TP_DEGREES for s in run_shapes(tiny_model(spec, dtype, tp), micro_batch, tp))
-    return ComputeGrid(shapes=tuple(dict.fromkeys(squares + runs)), elements=ELEMENTS,
-                       block=tiny_model(spec, dtype), micro_batch=micro_batch)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,7 +206,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     if dtype not in PRECISIONS:
         raise SpecError("precision", f"{dtype.value} is not a format the executor runs; use fp32 or bf16")
     check_backend(backend)  # nccl without a visible GPU: one SpecError before anything runs
-    grid = grid or default_grid(spec, dtype)
+    grid = grid or (gpu_grid(spec, dtype) if backend == "nccl" else default_grid(spec, dtype))
     count = threads_per_rank(nproc, thread_count)
     gemms, memory, bare, block = measure(grid, dtype=dtype, backend=backend, thread_count=count,
                                          repeats=repeats, warmup=warmup, progress=progress)

@@ -201,10 +201,10 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
 
 
 def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
-    import executor.calibrate_compute as cc
+    import executor.compute_grid as cg
 
-    monkeypatch.setattr(cc, "SQUARE_SIDES", (32,))
-    monkeypatch.setattr(cc, "ELEMENTS", (1024,))
+    monkeypatch.setattr(cg, "SQUARE_SIDES", (32,))
+    monkeypatch.setattr(cg, "ELEMENTS", (1024,))
     out = tmp_path / "cpu.yaml"
     assert main(["calibrate", "--compute", "--out", str(out), "--repeats", "2", "--warmup", "1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -275,3 +275,19 @@ def test_per_unit_us_takes_the_p10_differences_per_unit():
     timings["tp", "forward"], timings["tp", "step"] = t(0.9e-3), t(2.4e-3)
     fwd, step = per_unit_us(timings, "tp", 10)
     assert fwd == 0.0 and step == pytest.approx(-10.0, rel=1e-12)
+
+
+def test_gpu_grid_measures_the_model_as_planned_not_tiny():
+    """On a GPU the tiny run's GEMMs are launch-bound (measured 2026-11-24 on an H200: every tiny shape
+    ~25 µs, a 7 % curve that made a 1.3B step 7× too slow); the GPU grid holds the model's own GEMMs."""
+    from executor.compute_grid import GPU_MAX_GEMM_BYTES, GPU_SQUARE_SIDES, gpu_grid, run_shapes
+    from simulator.gemm_shape import GemmShape
+    from simulator.workload import get_preset
+
+    spec = get_preset("gpt3-1.3b")
+    grid = gpu_grid(spec, DtypePolicy.BF16_MIXED)
+    assert GemmShape(GPU_SQUARE_SIDES[-1], GPU_SQUARE_SIDES[-1], GPU_SQUARE_SIDES[-1]) in grid.shapes
+    qkv = GemmShape(spec.seq_len, 3 * spec.hidden, spec.hidden)  # micro-batch 1, tp 1
+    assert qkv in run_shapes(spec, 1, 1) and qkv in grid.shapes
+    assert all(2 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n) <= GPU_MAX_GEMM_BYTES for s in grid.shapes)
+    assert max(grid.elements) >= 2 ** 28 and min(s.flops for s in grid.shapes) >= 2 * 256 ** 3

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One lease of a GPU machine (the `device` tool): measure compute, run real plans on NCCL, validate them.
+# Usage there: bash benchmarks/gpu_session.sh OUTDIR [STAGES]. Results land in /tmp/session and are tarred
+# to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
+# all): a comma list of run-1.3b, calibrate, core, gemm, fp8, run-2.7b, trace-1.3b, run-qwen, run-7b.
+# The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
+set -u
+OUTDIR=$1; STAGES=${2:-run-1.3b,core,gemm,calibrate,fp8,run-2.7b}
+W=/tmp/session; mkdir -p $W
+export PYTHONUNBUFFERED=1
+pack() { tar czf "$OUTDIR/session.tgz" -C /tmp session; }
+stage() { local name=$1 limit=$2; shift 2; echo "=== $name: $*"; local t0=$(date +%s)
+  timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$? $(( $(date +%s) - t0 )) s" | tee -a "$W/$name.log"
+  tail -n 12 "$W/$name.log"; pack; }
+run_model() { local m=$1 model=$2; shift 2
+  stage plan-$m 60 python3 -m trainplan plan --model $model --cluster hgx-h200 --gpus 1 --gbs 8 --zero 0 "$@" --out $W/plan-$m.json
+  stage execute-$m 150 python3 -m trainplan execute $W/plan-$m.json --backend nccl --nproc 1 --steps 6 --out $W/results-$m.json
+  stage validate-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster hgx-h200
+  [ -f $W/h200-calibrated.yaml ] && stage validate-cal-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster $W/h200-calibrated.yaml; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi > $W/nvidia-smi.txt 2>&1
+python3 -m pip list 2>/dev/null | grep -iE "^(torch|numpy|pandas|matplotlib|simpy|pyyaml) " > $W/packages.txt
+for s in ${STAGES//,/ }; do case $s in
+  run-1.3b) run_model gpt3-1.3b gpt3-1.3b ;;
+  run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
+  run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
+  run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
+  trace-1.3b) stage trace-run-1.3b 150 python3 -m trainplan execute $W/plan-gpt3-1.3b.json --backend nccl --nproc 1 --steps 3 \
+        --trace /tmp/trace-1.3b --out /tmp/trace-1.3b-results.json
+    stage trace-sum-1.3b 60 python3 benchmarks/trace_kernels.py /tmp/trace-1.3b/rank0.json --steps 3 --out $W/trace-kernels-gpt3-1.3b.json
+    gzip -9c /tmp/trace-1.3b/rank0.json > /tmp/trace.gz; [ $(stat -c %s /tmp/trace.gz) -lt 15000000 ] && cp /tmp/trace.gz $OUTDIR/trace-gpt3-1.3b.json.gz ;;
+  core) stage measure-core 150 python3 benchmarks/gpu_measure.py --out $W --sections env,memory,host,attention --tag core ;;
+  gemm) stage measure-gemm 200 python3 benchmarks/gpu_measure.py --out $W --sections gemm --tag gemm ;;
+  fp8) stage measure-fp8 150 python3 benchmarks/gpu_measure.py --out $W --sections fp8 --tag fp8 ;;
+  calibrate) stage calibrate 150 python3 -m trainplan calibrate --compute --backend nccl --nproc 1 --cluster hgx-h200 --precision bf16 --model gpt3-1.3b --out $W/h200-calibrated.yaml ;;
+esac; done
+pack
