@@ -109,6 +109,15 @@ def gemm_rows(torch, shapes: list[dict], fp8: bool) -> list[dict]:
     return rows
 
 
+def alignment_shapes() -> list[dict]:
+    """The three logits GEMMs of a 16384-token micro-batch at hidden 2048 (forward T×V×h, data gradient
+    T×h×V, weight gradient V×h×T) for vocabularies of each alignment class: 50257 (odd, 2 bytes in bf16),
+    50258 (4 bytes), 50260 (8 bytes), 50264 and 50304 (16 bytes)."""
+    T, h = 16384, 2048
+    return [{"m": m, "n": n, "k": k, "batch": 1, "rows": [f"vocab {v}"]}
+            for v in (50257, 50258, 50260, 50264, 50304) for m, n, k in ((T, v, h), (T, h, v), (v, h, T))]
+
+
 def attention_rows(torch) -> list[dict]:
     """SDPA by backend, the FA2/FA3 papers' benchmark setup: 16k tokens, hidden 2048, bf16; forward and
     forward+backward; FLOPs as flash-attention's benchmark counts them (fwd 4·b·s²·a·d, ½ causal)."""
@@ -234,7 +243,8 @@ def main(argv=None) -> int:
         (table[:20] if args.quick else table)
     result: dict = {}
     jobs = {"env": lambda: environment(torch), "gemm": lambda: gemm_rows(torch, shapes, fp8=False),
-            "fp8": lambda: gemm_rows(torch, shapes, fp8=True), "attention": lambda: attention_rows(torch),
+            "fp8": lambda: gemm_rows(torch, shapes, fp8=True),
+            "align": lambda: gemm_rows(torch, alignment_shapes(), fp8=False), "attention": lambda: attention_rows(torch),
             "memory": lambda: memory_rows(torch, 2**28, 4096), "host": lambda: host_rows(torch)}
     for name in args.sections.split(","):
         t0 = time.perf_counter()
@@ -249,6 +259,9 @@ def main(argv=None) -> int:
 
 
 def _summary(result: dict) -> None:
+    for r in result.get("align", []) if isinstance(result.get("align"), list) else []:
+        if "tflops" in r:
+            print(f"align {r['rows'][0]} {r['m']}x{r['n']}x{r['k']}: {r['tflops']:.0f} TFLOP/s")
     for name in ("gemm", "fp8"):
         rows = [r for r in result.get(name, []) if isinstance(r, dict) and "tflops" in r]
         if rows:

@@ -2,7 +2,7 @@
 # One lease of a GPU machine (the `device` tool): measure compute, run real plans on NCCL, validate them.
 # Usage there: bash benchmarks/gpu_session.sh OUTDIR [STAGES]. Results land in /tmp/session and are tarred
 # to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
-# all): a comma list of run-1.3b, calibrate, core, gemm, fp8, run-2.7b, trace-1.3b, run-qwen, run-7b.
+# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, run-7b.
 # The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
 set -u
 OUTDIR=$1; STAGES=${2:-run-1.3b,core,gemm,calibrate,fp8,run-2.7b}
@@ -32,6 +32,7 @@ for s in ${STAGES//,/ }; do case $s in
     gzip -9c /tmp/trace-1.3b/rank0.json > /tmp/trace.gz; [ $(stat -c %s /tmp/trace.gz) -lt 15000000 ] && cp /tmp/trace.gz $OUTDIR/trace-gpt3-1.3b.json.gz ;;
   core) stage measure-core 150 python3 benchmarks/gpu_measure.py --out $W --sections env,memory,host,attention --tag core ;;
   gemm) stage measure-gemm 200 python3 benchmarks/gpu_measure.py --out $W --sections gemm --tag gemm ;;
+  align) stage measure-align 100 python3 benchmarks/gpu_measure.py --out $W --sections align --tag align ;;
   fp8) stage measure-fp8 150 python3 benchmarks/gpu_measure.py --out $W --sections fp8 --tag fp8 ;;
   calibrate) stage calibrate 150 python3 -m trainplan calibrate --compute --backend nccl --nproc 1 --cluster hgx-h200 --precision bf16 --model gpt3-1.3b --out $W/h200-calibrated.yaml ;;
 esac; done

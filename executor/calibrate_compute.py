@@ -5,7 +5,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 
 1. GEMMs over a grid of (m, n, k): square ones and every GEMM shape the tiny-scale run of ``model``
    plans (:func:`run_shapes`); on a GPU, larger squares and the model's GEMMs as planned (:func:`gpu_grid`),
-   timed by CUDA events. Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
+   timed by CUDA events. A shape the model caps as misaligned (:mod:`simulator.gemm_alignment`, an odd
+   vocabulary on Hopper) is left out of the curve, which is keyed by FLOPs alone. Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
    as a fraction of ``device.peak_tflops`` in the compute format (raised to the best measured rate
    if a GEMM beat it: a peak no run reaches is no peak);
 2. memory-bound kernels (:class:`~executor.compute_bench.MemoryKernel`) at growing sizes; at the
@@ -63,6 +64,7 @@ from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.compute import Phase, layer_times, total_time
 from simulator.errors import SpecError
+from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
 from simulator.workload import Recompute
@@ -168,7 +170,8 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     largest = max(row.elements for row in memory)
     achieved = statistics.median(row.GBps for row in memory if row.elements == largest)
     hbm = max(base.hbm_bw_GBps, achieved)
-    curve = GemmEfficiency(points=curve_points(gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
+    aligned = tuple(g for g in gemms if misaligned_cap(g.shape, dtype.activation_bytes, base.compute_capability) == 1.0)
+    curve = GemmEfficiency(points=curve_points(aligned or gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
                      hbm_efficiency=None, kernel_launch_overhead_us=0.0, kernel_dispatch=dispatch,
                      op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)

@@ -37,6 +37,7 @@ from simulator.attention_efficiency import AttentionBackend, AttentionEfficiency
 from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
+from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
 from simulator.host_overhead import stream_s
@@ -93,19 +94,20 @@ class OpTime:
 
 def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEfficiency,
                 sm_count: int | None = None, clock_ratio: float = 1.0,
-                curve_flops_scale: float = 1.0, overhead_s: float = 0.0) -> tuple[float, Bound]:
+                curve_flops_scale: float = 1.0, overhead_s: float = 0.0, cap: float = 1.0) -> tuple[float, Bound]:
     """Roofline time of one kernel plus the per-kernel host overhead ``overhead_s``
     (``Device.kernel_launch_overhead_us``), and which roofline term bounds it. A GEMM with a shape
     is timed on its padded work ``W`` (tile and wave quantisation on ``sm_count`` SMs,
     :mod:`simulator.gemm_shape`): ``W / (peak · clock_ratio · e(W))``, what a perfectly quantised GEMM
     of ``W`` FLOPs costs on the curve at the device's sustained clock (``Device.sustained_clock_ratio``).
     ``curve_flops_scale``: the curve is read at ``W × scale`` (an FP8 GEMM,
-    :data:`FP8_SAME_DURATION_EFFICIENCY`)."""
+    :data:`FP8_SAME_DURATION_EFFICIENCY`). ``cap``: the most efficiency the kernel can reach whatever the
+    curve says (a misaligned GEMM, :func:`simulator.gemm_alignment.misaligned_cap`)."""
     t_mem = kernel.bytes / hbm_Bps
     if not kernel.gemm or kernel.flops <= 0:
         return t_mem + overhead_s, Bound.MEMORY
     work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)
-    t_comp = work / (peak_flops * clock_ratio * curve.efficiency(work * curve_flops_scale))
+    t_comp = work / (peak_flops * clock_ratio * min(cap, curve.efficiency(work * curve_flops_scale)))
     return (t_comp + overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + overhead_s, Bound.MEMORY)
 
 
@@ -134,6 +136,9 @@ class Rates:
     fp8_curve: GemmEfficiency | None = None
     """The device's own FP8 matmul-efficiency curve (``Device.fp8_gemm_efficiency``), relative to the FP8
     peak; None: FP8 GEMMs use ``curve`` by :data:`FP8_SAME_DURATION_EFFICIENCY`."""
+    compute_capability: float | None = None
+    element_bytes: int = 2
+    """Bytes per element of the workload's compute format, for a GEMM's alignment (:mod:`simulator.gemm_alignment`)."""
     attention: AttentionEfficiency | None = None
     """The device's published fused-attention rates (``Device.attention_efficiency``) when the workload
     computes in bf16/fp16 (what they were measured in); None: attention on ``curve``."""
@@ -157,7 +162,8 @@ class Rates:
             raise SpecError("precision", "fp8: the device gives no peak_tflops.fp8; use precision model, or give "
                             "the FP8 peak in the cluster file")
         return kernel_time(kernel, self.peak_flops, self.hbm_Bps, self.curve, self.sm_count, self.clock_ratio,
-                           overhead_s=self.overhead_s)
+                           overhead_s=self.overhead_s,
+                           cap=misaligned_cap(kernel.shape, self.element_bytes, self.compute_capability))
 
 
 def _row(work: OpWork, phase: Phase, kernels: tuple[Kernel, ...], rates: Rates) -> OpTime:
@@ -188,7 +194,8 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
                  hbm_Bps=achievable_hbm_Bps(device, curve), curve=curve, sm_count=device.sm_count,
                  clock_ratio=device.sustained_clock_ratio,
                  fp8_peak_flops=device.peak_flops(Dtype.FP8) if Dtype.FP8 in device.peak_tflops else None,
-                 fp8_curve=device.fp8_gemm_efficiency,
+                 fp8_curve=device.fp8_gemm_efficiency, compute_capability=device.compute_capability,
+                 element_bytes=dtype.activation_bytes,
                  attention=device.attention_efficiency if dtype.compute_dtype in (Dtype.BF16, Dtype.FP16) else None,
                  overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE
                  else 0.0)

@@ -16,6 +16,8 @@ from simulator.strategy.kinds import ZeroStage
 
 
 HOPPER_CC = 9.0
+MEGATRON_VOCAB_DIVISIBLE_BY = 128
+"""Megatron-LM's ``--make-vocab-size-divisible-by`` default [src: megatron-vocab-pad]."""
 """CUDA compute capability of Hopper (H100/H200) [src: nvidia-cuda-gpus], from which Transformer Engine
 prefers cuDNN attention [src: nemo-te-attention]."""
 
@@ -81,6 +83,14 @@ class Framework(Enum):
         if self is Framework.MEGATRON and compute_capability is not None and compute_capability >= HOPPER_CC:
             return AttentionBackend.CUDNN
         return AttentionBackend.FLASH_ATTENTION_2
+
+    def vocab_multiple(self, tp: int) -> int:
+        """The multiple the framework pads the vocabulary to, so that the embedding and logits split evenly
+        and aligned over ``tp`` ranks: Megatron-LM pads to ``make_vocab_size_divisible_by · tp``, the flag's
+        default 128 (``_vocab_size_with_padding``) [src: megatron-vocab-pad]; torch models, FSDP2 and
+        DeepSpeed models use the vocabulary as the model defines it (1), padded or not by its author (GPT-2's
+        50,257 is not; :mod:`simulator.gemm_alignment` says what that costs)."""
+        return MEGATRON_VOCAB_DIVISIBLE_BY * tp if self is Framework.MEGATRON else 1
 
     @property
     def partitions_gradients_with_pipeline(self) -> bool:

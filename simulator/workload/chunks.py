@@ -78,7 +78,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
             units.append((count, unit))
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
-                         fusion=o.fusion, context=o.context)
+                         fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
             if wanted:
                 units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))

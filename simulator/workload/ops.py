@@ -43,6 +43,7 @@ from simulator.attention_efficiency import AttentionBackend, AttentionCall, Atte
 from simulator.checks import positive_int
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
+from simulator.gemm_alignment import padded_vocab
 from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
 from simulator.workload.kinds import ActivationKind, KernelFusion, PositionKind
@@ -256,13 +257,14 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
 
 def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
               sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER,
-              context: ContextSplit = NO_CONTEXT_SPLIT) -> list[OpWork]:
+              context: ContextSplit = NO_CONTEXT_SPLIT, vocab_multiple: int = 1) -> list[OpWork]:
     """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank
-    (on the ``s/cp`` tokens of a context-parallel rank)."""
+    (on the ``s/cp`` tokens of a context-parallel rank); the logits and loss over the vocabulary padded to
+    ``vocab_multiple`` (:meth:`simulator.strategy.framework.Framework.vocab_multiple`)."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
     s = _local_tokens(s, context)
-    h, v, e, T = spec.hidden, spec.vocab, spec.dtype.activation_bytes, micro_batch * s
+    h, v, e, T = spec.hidden, padded_vocab(spec.vocab, vocab_multiple), spec.dtype.activation_bytes, micro_batch * s
     res = T * h * e / (tp if sequence_parallel else 1)
     lookups = 2 if spec.position is PositionKind.LEARNED else 1
     embedding = [(memory("embedding", (lookups + 1) * T * h * e), None)]

@@ -85,6 +85,8 @@ class ComputeOptions:
     """Ranks each FP8 weight is cast over (FSDP2's float8 all-gather casts the dp shard)."""
     attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2
     """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
+    vocab_multiple: int = 1
+    """The framework pads the vocabulary of the logits and loss to a multiple of this (``Framework.vocab_multiple``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
