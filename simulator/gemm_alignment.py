@@ -19,10 +19,18 @@ an H200 SXM on 2026-11-24 (docs/hardware_measured.md, raw files under docs/measu
 
 - 2-byte alignment (an odd dimension): the GPT-3 1.3B logits GEMMs of a ``trainplan execute`` run
   (16384 × 50257 × 2048, fwd and both gradients), 90, 140 and 146 TFLOP/s in its profiler trace
-  (``call2/trace-kernels-gpt3-1.3b.json``); median 140 of the 989 TFLOP/s dense BF16 peak → 0.14;
-- 8-byte alignment (12,564 = 50,257 // 4): six shapes of ``benchmarks/gpu_measure.py``
-  (``call1/gpu_measure-gemm.json``, m 2048–12288), 235–274 TFLOP/s, median 245 → 0.25;
-- 4-byte alignment: not measured; the 2-byte figure is used (the lower of its neighbours).
+  (``call2/trace-kernels-gpt3-1.3b.json``), and 135 and 140 TFLOP/s for the forward- and data-gradient-
+  shaped ``torch.mm`` alone (``call3/gpu_measure-align.json``); median 140 of the 989 TFLOP/s dense BF16
+  peak → 0.14;
+- 4-byte alignment (vocabulary 50,258): 245 and 257 TFLOP/s (``call3/gpu_measure-align.json``) → 0.25;
+- 8-byte alignment (12,564 = 50,257 // 4, and 50,260): six shapes of ``benchmarks/gpu_measure.py``
+  (``call1/gpu_measure-gemm.json``, m 2048–12288) at 235–274 TFLOP/s and 246/256 (``call3``), median
+  245 → 0.25.
+
+(A ``torch.mm`` whose only misaligned dimension is m, the row count of its row-major first operand, ran
+at full rate (731–798 TFLOP/s, ``call3``): m is no leading dimension there. In a training step it is one:
+the weight gradient reads the stored output gradient, whose leading dimension is the vocabulary, which is
+why all three logits GEMMs of the trace ran slowly; the rule therefore takes all of m, n and k.)
 
 A misaligned GEMM's efficiency is ``min(e_curve(W), MISALIGNED_EFFICIENCY_SM90[alignment])``. Other
 architectures keep the curve alone (not measured here). FP8 GEMMs are left alone: cuBLASLt FP8 needs
@@ -37,7 +45,7 @@ from simulator.gemm_shape import GemmShape
 
 ALIGNED_BYTES = 16
 """Leading-dimension alignment of the fast kernels, bytes [src: nvidia-gemm-guide]."""
-MISALIGNED_EFFICIENCY_SM90: dict[int, float] = {2: 0.14, 4: 0.14, 8: 0.25}
+MISALIGNED_EFFICIENCY_SM90: dict[int, float] = {2: 0.14, 4: 0.25, 8: 0.25}
 """Fraction of the dense BF16 peak a GEMM with this alignment (bytes) reaches on Hopper (module docstring;
 measured on an H200 SXM, 2026-11-24) [src: own-h200-2026-11-24]."""
 HOPPER_CC = 9.0
