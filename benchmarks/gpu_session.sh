@@ -2,7 +2,7 @@
 # One lease of a GPU machine (the `device` tool): measure compute, run real plans on NCCL, validate them.
 # Usage there: bash benchmarks/gpu_session.sh OUTDIR [STAGES]. Results land in /tmp/session and are tarred
 # to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
-# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, run-7b.
+# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, trace-qwen (after run-qwen), run-7b.
 # The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
 set -u
 OUTDIR=$1; STAGES=${2:-run-1.3b,core,gemm,calibrate,fp8,run-2.7b}
@@ -26,6 +26,9 @@ for s in ${STAGES//,/ }; do case $s in
   run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
+  trace-qwen) stage trace-run-qwen 150 python3 -m trainplan execute $W/plan-qwen2-0.5b.json --backend nccl --nproc 1 --steps 3 \
+        --trace /tmp/trace-qwen --out /tmp/trace-qwen-results.json
+    stage trace-sum-qwen 60 python3 benchmarks/trace_kernels.py /tmp/trace-qwen/rank0.json --steps 3 --out $W/trace-kernels-qwen2-0.5b.json ;;
   trace-1.3b) stage trace-run-1.3b 150 python3 -m trainplan execute $W/plan-gpt3-1.3b.json --backend nccl --nproc 1 --steps 3 \
         --trace /tmp/trace-1.3b --out /tmp/trace-1.3b-results.json
     stage trace-sum-1.3b 60 python3 benchmarks/trace_kernels.py /tmp/trace-1.3b/rank0.json --steps 3 --out $W/trace-kernels-gpt3-1.3b.json
