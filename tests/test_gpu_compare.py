@@ -78,15 +78,17 @@ def test_attention_rate_and_paper_bar(measured):
     points = gc.attention_points(measured["attention"], paper, None)
     assert len(points) == 48
 
-    def find(backend, d, causal, seq):
-        return next(p for p in points if (p["backend"], p["head_dim"], p["causal"], p["seq"]) == (backend, d, causal, seq))
-    raw = next(r for r in measured["attention"] if (r["backend"], r["head_dim"], r["causal"], r["seq"])
-               == ("FLASH_ATTENTION", 128, False, 16384))
-    fwd = find("FLASH_ATTENTION", 128, False, 16384)["fwd"]
-    assert fwd["measured"] == pytest.approx(4 * 1 * 16384 ** 2 * 16 * 128 / raw["fwd"]["median_s"] / 1e12)
+    def find(rows, *key):
+        return next(p for p in rows if (p["backend"], p["head_dim"], p["causal"], p["seq"]) == key)
+    raw = find(measured["attention"], "FLASH_ATTENTION", 128, False, 16384)
+    point, f = find(points, "FLASH_ATTENTION", 128, False, 16384), 4 * 1 * 16384 ** 2 * 16 * 128  # b 1, 16 heads of 128
+    fwd, bwd = point["fwd"], point["bwd"]
+    assert fwd["measured"] == pytest.approx(f / raw["fwd"]["median_s"] / 1e12)
+    assert bwd["measured"] == pytest.approx(2.5 * f / (raw["fwd_bwd"]["median_s"] - raw["fwd"]["median_s"]) / 1e12)
     assert fwd["paper"] == 370 and not fwd["read"]  # FA3 paper Fig. 5, FA2, head dim 128, 16k
-    assert find("FLASH_ATTENTION", 128, True, 4096)["bwd"]["read"]  # causal bwd: no bar, the non-causal curve
-    cudnn_512 = find("CUDNN_ATTENTION", 128, False, 512)["fwd"]
+    assert bwd["paper"] == 322 and not bwd["read"]  # Fig. 6
+    assert find(points, "FLASH_ATTENTION", 128, True, 4096)["bwd"]["read"]  # causal bwd: no bar, the non-causal curve
+    cudnn_512 = find(points, "CUDNN_ATTENTION", 128, False, 512)["fwd"]
     assert cudnn_512["read"] and cudnn_512["paper"] == 574  # left out of the preset: flat from 1024
 
 
