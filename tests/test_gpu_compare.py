@@ -128,7 +128,7 @@ def test_runs_table(tables):
     assert f"| call1/results-gpt3-1.3b.json | {median_ms:.1f} / " in tables["runs"]
     assert "| call2/results-llama2-7b.json | no step: OutOfMemoryError" in tables["runs"]
     assert "(planned 126.2 GB)" in tables["runs"]
-    assert tables["runs"].count("\n| call") == 5
+    assert tables["runs"].count("\n| call") == len(list(RAW.glob("call*/results-*.json")))
 
 
 def test_write_md_replaces_only_the_sections(tmp_path, capsys):
