@@ -31,6 +31,7 @@ from pathlib import Path
 SHAPES = Path(__file__).with_name("gpu_gemm_shapes.json")
 SQUARES = (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 MAX_BYTES, MAX_FLOPS = 12e9, 30e12
+SECTIONS = ("env", "gemm", "fp8", "align", "attention", "memory", "host")
 ROTATE_BYTES = 256e6
 """Operands are rotated over copies until their total passes this (several times a 60 MB L2)."""
 
@@ -233,6 +234,10 @@ def main(argv=None) -> int:
     if args.write_shapes:
         write_shapes()
         return 0
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    if args.out is None or unknown:
+        ap.error("--out DIR is required" if args.out is None else
+                 f"--sections: unknown {', '.join(sorted(unknown))}; choose from {','.join(SECTIONS)}")
     import torch
     if not torch.cuda.is_available():
         print("gpu_measure: no CUDA device", file=sys.stderr)

@@ -64,7 +64,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    result = summarise(args.trace, args.steps)
+    if args.steps < 1:
+        ap.error(f"--steps: must be a positive integer, got {args.steps}")
+    try:
+        result = summarise(args.trace, args.steps)
+    except (OSError, ValueError) as err:
+        ap.error(f"trace: cannot read {args.trace} as a Chrome trace ({type(err).__name__}); give the rank*.json "
+                 "that `trainplan execute --trace DIR` wrote")
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text)
