@@ -27,6 +27,7 @@ import yaml
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.cluster.io import load_cluster
 from simulator.compile.offload_part import adam_bytes_per_param
+from simulator.compile.step import runs_autocast
 from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -217,8 +218,10 @@ def model_classes(results, cluster) -> dict[str, float]:
     analytical optimizer phase."""
     spec, layout, device = run_workload(results), results.run.plan.layout(), cluster.device
     s, backend = layout.strategy, layout.framework.attention_backend(device.compute_capability)
-    layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend)
-    edge = edge_times(spec, device, s.micro_batch, None, layout.tp)
+    autocast = runs_autocast(spec, s)
+    layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend,
+                        autocast=autocast)
+    edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast)
     out: dict[str, float] = defaultdict(float)
     for rows, times in ((layer, spec.layers * layout.micro_batches), (edge, layout.micro_batches)):
         for r in rows:

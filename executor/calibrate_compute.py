@@ -28,6 +28,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 
        op_call_overhead_us = (t_step − params · adam_bytes_per_param / B_hbm) / (ADAMW_PER_TENSOR_CALLS · tensors),
 
+   with the bytes of the for-loop AdamW torch runs on the CPU
+
    (on a GPU, and for reference, a bare 1-element ``torch.add`` outside autograd), and this process's CPU
    cores: ``host.cpu_cores``;
 5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 1-rank mesh against the
@@ -254,12 +256,16 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
 def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:
     """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
     ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
-    over its calls; at least 0."""
+    over its calls; at least 0. The update's bytes are those of the implementation ``make_optimizer`` ran,
+    torch's default on ``device`` (the torch framework's, :meth:`~simulator.strategy.framework.Framework.optimizer_impl`)."""
+    from simulator.cluster.spec import KernelDispatch
     from simulator.compile import adam_bytes_per_param
     from simulator.compute import achievable_hbm_Bps
     from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+    from simulator.strategy.framework import Framework
 
-    update_s = adamw.params * adam_bytes_per_param(dtype) / achievable_hbm_Bps(device)
+    impl = Framework.TORCH_DDP.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
+    update_s = adamw.params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(device)
     return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
 
 

@@ -44,8 +44,11 @@ def _norm(spec: TransformerSpec) -> nn.Module:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding on ``(b, heads, s, d)``: pairs (x1, x2) of the two halves turn by angle pos·θ_i."""
+    """Rotary embedding on ``(b, heads, s, d)``: pairs (x1, x2) of the two halves turn by angle pos·θ_i. The
+    fp32 tables are cast to ``x``'s dtype first (as Hugging Face's Llama does), so bf16 Q and K stay bf16 and
+    match V's dtype in the attention call."""
     x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 

@@ -266,18 +266,19 @@ def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: in
         offset += g.numel()
 
 
-def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str) -> None:
+def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None) -> None:
     """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
     partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
     which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
     docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
-    torch copies grad ÷ factor and would divide by the factor again after a forced sum."""
+    torch copies grad ÷ factor and would divide by the factor again after a forced sum. ``mp_policy``: the
+    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype)."""
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type)
     for moe in moe_layers(model):
         for expert in moe.experts:
-            fully_shard(expert, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(expert, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy or MixedPrecisionPolicy())
             expert.set_gradient_divide_factor(float(dp))
             expert.set_force_sum_reduction_for_comms(len(groups.expert_dp_ranks) > 1)

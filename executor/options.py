@@ -16,6 +16,7 @@ from pathlib import Path
 from executor.strategies import load_families
 from executor.strategies.base import Backend, FamilySpec, Precision, check_model, family_spec
 from simulator.strategy import Framework, ParamServerSync, ZeroStage
+from simulator.strategy.kinds import MixedPrecision
 from simulator.strategy.framework import resolve_framework
 from simulator.errors import SpecError
 from simulator.jsonio import check_writable
@@ -145,15 +146,22 @@ def torch_framework(zero: ZeroStage) -> Framework:
 def _as_torch_runs(scaled: ScaledPlan) -> ScaledPlan:
     """``scaled`` whose run plan names the framework torch really runs, with a note when the plan named
     (or implied) another: the simulator then estimates what ran (memory and ZeRO calls differ by
-    framework), and the change is said, not silent."""
+    framework), and the change is said, not silent. Likewise the mixed precision: torch DDP (ZeRO 0-1) runs
+    a bf16 model under ``torch.autocast`` over fp32 parameters, so a plan asking for ``param-dtype`` there
+    runs (and is estimated) as ``autocast``; FSDP2 runs either (:meth:`RunContext.mp_policy`)."""
     s = scaled.run.strategy
     framework = torch_framework(s.zero)
-    if resolve_framework(s.zero, s.partitioning, s.framework)[1] is framework:
+    notes = scaled.notes
+    if resolve_framework(s.zero, s.partitioning, s.framework)[1] is not framework:
+        was = s.framework.value if s.framework else f"{resolve_framework(s.zero, s.partitioning)[1].value} (implied)"
+        s = replace(s, framework=framework, partitioning=None)
+        notes += (f"framework {was} → {framework.value}: torch runs ZeRO-{int(s.zero)} this way",)
+    if framework is Framework.TORCH_DDP and s.mixed_precision is MixedPrecision.PARAM_DTYPE:
+        s = replace(s, mixed_precision=MixedPrecision.AUTOCAST)
+        notes += ("mixed_precision param-dtype → autocast: torch DDP keeps fp32 parameters under torch.autocast",)
+    if s is scaled.run.strategy:
         return scaled
-    was = s.framework.value if s.framework else f"{resolve_framework(s.zero, s.partitioning)[1].value} (implied)"
-    run = replace(scaled.run, strategy=replace(s, framework=framework, partitioning=None))
-    note = f"framework {was} → {framework.value}: torch runs ZeRO-{int(s.zero)} this way"
-    return replace(scaled, run=run, notes=scaled.notes + (note,))
+    return replace(scaled, run=replace(scaled.run, strategy=s), notes=notes)
 
 
 def _workers(plan, nproc: int | None) -> int | None:

@@ -15,13 +15,24 @@ from executor.model import build_gpt
 from executor.moe import apply_routing
 from executor.strategies.base import OPTIMIZER, OptimizerConfig
 from simulator.checks import positive_int
+from simulator.strategy.kinds import OptimizerImpl
 from simulator.workload import TransformerSpec
 from simulator.workload.moe_routing import Routing
 
 
-def make_optimizer(params, config: OptimizerConfig = OPTIMIZER) -> torch.optim.AdamW:
-    """AdamW with ``config`` (every family builds its optimizer through this)."""
-    return torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+def optimizer_kwargs(impl: OptimizerImpl | None) -> dict:
+    """``torch.optim.AdamW``'s implementation switches for the plan's ``optimizer_impl``: ``fused=True``,
+    ``foreach=True`` or ``foreach=False``; None leaves torch's default (foreach on CUDA, the for-loop on the CPU),
+    which is what the torch frameworks' default in the simulator assumes."""
+    return {None: {}, OptimizerImpl.FUSED: {"fused": True}, OptimizerImpl.FOREACH: {"foreach": True},
+            OptimizerImpl.FOR_LOOP: {"foreach": False}}[impl]
+
+
+def make_optimizer(params, config: OptimizerConfig = OPTIMIZER, impl: OptimizerImpl | None = None) -> torch.optim.AdamW:
+    """AdamW with ``config``, run as ``impl`` (:func:`optimizer_kwargs`; every family builds its optimizer
+    through this)."""
+    return torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
+                             **optimizer_kwargs(impl))
 
 
 class OptimizerGroup:

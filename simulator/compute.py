@@ -47,6 +47,7 @@ from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
 from simulator.workload.op_sac import op_sac_kernels
+from simulator.workload.autocast import autocast_block
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import WorkUnit
@@ -211,16 +212,20 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
                 routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT,
-                attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2) -> list[OpTime]:
+                attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2,
+                autocast: bool = False) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
     context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
     mixture-of-experts model's block is its last (a MoE block over ``ep``;
-    :func:`simulator.workload.blocks.block_work`)."""
+    :func:`simulator.workload.blocks.block_work`); ``autocast``: as eager autocast over fp32 parameters runs
+    it (:mod:`simulator.workload.autocast`)."""
     rates = _rates(spec.dtype, device)
     works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
                        routing_skew=routing_skew, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context,
                        attention_backend=attention_backend)
+    if autocast:
+        works = autocast_block(works, spec.dtype.activation_bytes)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     if recompute is Recompute.SELECTIVE_OP:  # torchtitan's op-level policy repeats parts of operations
         tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree
@@ -233,10 +238,13 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
 
 
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
-               tp: int = 1, *, sequence_parallel: bool = False) -> list[OpTime]:
-    """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST)."""
+               tp: int = 1, *, sequence_parallel: bool = False, autocast: bool = False) -> list[OpTime]:
+    """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST);
+    ``autocast`` as :func:`layer_times`."""
     rates = _rates(spec.dtype, device)
     works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
+    if autocast:
+        works = autocast_block(works, spec.dtype.activation_bytes)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]
     return rows

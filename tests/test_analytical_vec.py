@@ -17,6 +17,7 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
+from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, InputPipeline, Offload,
                                 ParamServerSync, PlacementOrder, Recompute, Role, ScheduleKind, Strategy,
                                 Partitioning, StragglerModel, ZeroStage)
@@ -133,6 +134,10 @@ STRUCTURE_VARIANTS.update({  # FP8 (issue 14 §3)
     "fp8_recipe": dict(precision=MatmulPrecision.FP8, fp8_recipe=Fp8Recipe.TE),
     "fp8_all_gather": dict(precision=MatmulPrecision.FP8, framework=Framework.FSDP2, zero=ZeroStage.ZERO3,
                            fp8_all_gather=True),
+})
+STRUCTURE_VARIANTS.update({  # the Adam(W) implementation's update bytes (simulator.compile.offload_part)
+    "optimizer_impl": dict(optimizer_impl=OptimizerImpl.FUSED),
+    "mixed_precision": dict(mixed_precision=MixedPrecision.PARAM_DTYPE),  # casts (simulator.workload.autocast)
 })
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 

@@ -222,13 +222,34 @@ class RunContext:
     def device_type(self) -> str:
         return self.device.type
 
+    @property
+    def bf16_params(self) -> bool:
+        """Whether a bf16 run holds the forward's parameters in bf16 (the plan's mixed precision
+        ``param-dtype``: FSDP2's ``MixedPrecisionPolicy``, :meth:`mp_policy`) instead of autocasting fp32 ones."""
+        from simulator.strategy.kinds import MixedPrecision
+
+        return (self.precision is not Precision.FP32
+                and self.layout.strategy.resolved_mixed_precision is MixedPrecision.PARAM_DTYPE)
+
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The forward's precision context (a no-op for fp32)."""
-        if self.precision is Precision.FP32:
+        """The forward's precision context: ``torch.autocast`` to bf16 under the plan's mixed precision
+        ``autocast``; a no-op for fp32 and for bf16 parameters (:attr:`bf16_params`)."""
+        if self.precision is Precision.FP32 or self.bf16_params:
             return contextlib.nullcontext()
         import torch
 
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def mp_policy(self):
+        """FSDP2's ``MixedPrecisionPolicy``: bf16 parameters gathered for compute and fp32 gradient reduction
+        under :attr:`bf16_params` (torchtitan's ``mixed_precision_param`` / ``mixed_precision_reduce``); the
+        default policy (the parameters' own dtype) otherwise."""
+        import torch
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if self.bf16_params:
+            return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        return MixedPrecisionPolicy()
 
     def synchronize(self) -> None:
         """Wait for queued device work (CUDA), so a timer read after it is honest; no-op on CPU."""

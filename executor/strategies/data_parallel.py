@@ -56,7 +56,7 @@ from executor.model import build_gpt
 from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
                           reduce_expert_gradients, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import OptimizerGroup, adam_state, make_optimizer
+from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
                                       register)
 from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync, comm_hook
@@ -146,7 +146,8 @@ class DataParallelRunner:
         self.fsdp = s.zero >= ZeroStage.ZERO2
         self._components = {"model": f"executor.model.GPT ({ctx.spec.name}), recompute {s.recompute.value} "
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
-                            "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}"}
+                            "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}, implementation "
+                            f"{s.optimizer_impl.value if s.optimizer_impl else 'torch default'}"}
         if routing is not None:
             self._components["moe routing"] = routing
         if self.tokens is not None:
@@ -168,7 +169,7 @@ class DataParallelRunner:
     def _ddp(self, s) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        bucket = self.ctx.layout.bucket_bytes
+        bucket, impl = self.ctx.layout.bucket_bytes, s.optimizer_impl
         cap_mb = _ONE_BUCKET_MB if bucket is None else bucket / 2 ** 20
         if self.expert_params:  # each rank's own experts: neither broadcast from rank 0 nor averaged over dp
             DDP._set_params_and_buffers_to_ignore_for_model(self.model, expert_parameter_names(self.model))
@@ -189,41 +190,44 @@ class DataParallelRunner:
             def zero1(params, group):
                 return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group,
                                                lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
-                                               weight_decay=OPTIMIZER.weight_decay)
+                                               weight_decay=OPTIMIZER.weight_decay, **optimizer_kwargs(impl))
             opts = [zero1(self._dense_params(), self.group)]
             if self.expert_params:
                 edp = self.ep.expert_dp_ranks
                 opts.append(zero1(self.expert_params, self.ep.expert_dp_group) if len(edp) > 1
-                            else make_optimizer(self.expert_params))
+                            else make_optimizer(self.expert_params, impl=impl))
             self.opt = OptimizerGroup(opts)
             self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)" + (
                 "; the experts' over their expert-data-parallel group" if self.expert_params else "")
         else:
-            self.opt = make_optimizer(self.model.parameters())
+            self.opt = make_optimizer(self.model.parameters(), impl=impl)
         self._adam_state = lambda: adam_state(self.opt)
 
     def _shard(self, s) -> None:
         from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-        reshard = s.zero is ZeroStage.ZERO3
+        reshard, impl, mp = s.zero is ZeroStage.ZERO3, s.optimizer_impl, self.ctx.mp_policy()
         offload = CPUOffloadPolicy(pin_memory=self.ctx.device.type == "cuda") \
             if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
         mesh = self.ctx.mesh["dp"]
         if self.expert_params:  # each expert over its expert-data-parallel group first: the blocks skip them
-            shard_experts(self.model, self.ep, self.ctx.layout.dp, reshard, self.ctx.device.type)
+            shard_experts(self.model, self.ep, self.ctx.layout.dp, reshard, self.ctx.device.type, mp)
         for block in self.model.layers:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
-        fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
+        fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
         self.module = self.model
         if self.expert_params:  # the sharded parameters: DTensors on two meshes, one optimizer each
             names = set(expert_parameter_names(self.model))
             self.expert_params = [p for n, p in self.model.named_parameters() if n in names]
-            self.opt = OptimizerGroup([make_optimizer(self._dense_params()), make_optimizer(self.expert_params)])
+            self.opt = OptimizerGroup([make_optimizer(self._dense_params(), impl=impl),
+                                       make_optimizer(self.expert_params, impl=impl)])
         else:
-            self.opt = make_optimizer(self.model.parameters())
+            self.opt = make_optimizer(self.model.parameters(), impl=impl)
         self._adam_state = lambda: adam_state(self.opt)
         self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
-                                             f"{reshard} (ZeRO-{int(s.zero)}), offload: "
+                                             f"{reshard} (ZeRO-{int(s.zero)}), "
+                                             + ("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), "
+                                                if self.ctx.bf16_params else "") + "offload: "
                                              f"{type(offload).__name__}" + (
                                                  "; each routed expert fully_shard over its expert-data-parallel "
                                                  "group, gradients summed there and divided by dp"

@@ -22,6 +22,8 @@ average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 
 from __future__ import annotations
 
+from functools import partial
+
 import time
 
 import torch
@@ -95,8 +97,10 @@ class ParallelRunner:
                         "stages' forward, backward and recompute, which exclude it (executor/moe.py)",
     }
 
-    def __init__(self, ctx: RunContext, optimizer=make_optimizer):
+    def __init__(self, ctx: RunContext, optimizer=None):
+        """``optimizer``: builds the optimizer from a parameter list; None: AdamW as the plan's ``optimizer_impl``."""
         self.ctx, self.layout = ctx, ctx.layout
+        optimizer = optimizer or partial(make_optimizer, impl=ctx.layout.strategy.optimizer_impl)
         self.coord = ctx.layout.coords(ctx.rank)
         layout = self.layout
         full = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
@@ -157,12 +161,12 @@ class ParallelRunner:
             return
         from torch.distributed.fsdp import fully_shard
 
-        reshard = strategy.zero is ZeroStage.ZERO3
+        reshard, mp = strategy.zero is ZeroStage.ZERO3, self.ctx.mp_policy()
         if self.experts.groups is not None:  # each expert over its expert-data-parallel group: the blocks skip it
-            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type)
+            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type, mp)
         for block in module.layers:
-            fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
-        fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard)
+            fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)
 
     def train_step(self, step: int) -> StepRecord:
         """One optimizer step on global batch ``step``; the loss is the global mean, equal on every rank."""

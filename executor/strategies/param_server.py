@@ -31,6 +31,8 @@ not add any (a held worker would never reach it).
 
 from __future__ import annotations
 
+from functools import partial
+
 import time
 from typing import Callable
 
@@ -88,8 +90,10 @@ class ParamServerRunner:
         Phase.OPTIMIZER.value: "servers: receiving the pushes and updating the shard (the server's whole step)",
     }
 
-    def __init__(self, ctx: RunContext, optimizer: Callable = make_optimizer, batch_fn: Callable = batch_for):
+    def __init__(self, ctx: RunContext, optimizer: Callable | None = None, batch_fn: Callable = batch_for):
+        """``optimizer``: builds a server's optimizer from its shard; None: AdamW as the plan's ``optimizer_impl``."""
         self.ctx, self.layout, self.batch_fn = ctx, ctx.layout, batch_fn
+        optimizer = optimizer or partial(make_optimizer, impl=ctx.layout.strategy.optimizer_impl)
         self.sync = self.layout.strategy.dp_sync
         self.dp, self.k = self.layout.dp, self.sync.shards
         if ctx.world != self.dp + self.k:

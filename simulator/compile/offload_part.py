@@ -4,8 +4,10 @@
   states at HBM speed: it reads the optimizer states K, the gradient and (without a separate
   master copy) the weights, and writes K and the weights —
   ``(K + g + [p]) + (K + p)`` bytes per parameter, 28 in bf16 mixed precision and in fp32
-  (K from :func:`simulator.memory.optimizer_bytes_per_param`). Assumption: a fused Adam kernel
-  (apex FusedAdam, torch ``fused=True``) reaching the compute model's HBM efficiency.
+  (K from :func:`simulator.memory.optimizer_bytes_per_param`) with a fused Adam kernel (apex/TE/DeepSpeed
+  FusedAdam, torch ``fused=True``) reaching the compute model's HBM efficiency; torch's unfused AdamW
+  (foreach, for-loop: the torch frameworks' default) makes :data:`UNFUSED_ADAMW_PASSES` fp32 passes instead
+  (:class:`~simulator.strategy.kinds.OptimizerImpl`).
 - ZeRO-Offload (Ren et al. ATC'21 §4): after the gradients are reduced, each rank copies its
   gradient partition to the host over PCIe, the CPU runs Adam at the node's
   ``cpu_adam_params_per_s`` shared by the node's GPUs, the updated 16-bit parameters come back
@@ -29,10 +31,11 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from simulator.cluster.spec import Cluster
+from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.errors import SpecError
 from simulator.memory import optimizer_bytes_per_param
 from simulator.strategy import DataSource, Offload, Strategy
+from simulator.strategy.kinds import OptimizerImpl
 from simulator.compute import achievable_hbm_Bps
 from simulator.workload import DtypePolicy
 
@@ -46,16 +49,43 @@ class ParamFetch(Enum):
     """The owner copies the whole block over one PCIe link, then broadcasts it."""
 
 
-def adam_bytes_per_param(dtype: DtypePolicy) -> int:
-    """Bytes of device memory one Adam update of one parameter reads and writes (module docstring)."""
+UNFUSED_ADAMW_PASSES = 20
+"""Parameter-sized tensors read or written by one step of torch's unfused AdamW (``_multi_tensor_adam`` and
+``_single_tensor_adam`` alike; decoupled weight decay, not capturable, no amsgrad) [src: torch-adam-impl],
+operator by operator: ``param.mul_`` (weight decay: read p, write p) 2, ``exp_avg.lerp_(grad)`` (m, g → m) 3,
+``exp_avg_sq.mul_`` 2, ``.addcmul_(grad, grad)`` (v, g → v) 3, ``sqrt(exp_avg_sq)`` (v → t) 2, ``/ bc2_sqrt``
+2, ``.add_(eps)`` 2, ``param.addcdiv_(exp_avg, t)`` (p, m, t → p) 4. Every one is fp32: torch's AdamW steps
+the fp32 parameters that autocast and FSDP2's mixed precision keep, with states and temporaries like them."""
+UNFUSED_ADAMW_ELEMENT_BYTES = 4
+"""Bytes per element of those passes (fp32, above)."""
+
+
+def adam_bytes_per_param(dtype: DtypePolicy, impl: OptimizerImpl = OptimizerImpl.FUSED) -> int:
+    """Bytes of device memory one Adam update of one parameter reads and writes: a fused kernel's one
+    pass over the states (module docstring), or torch's unfused passes,
+    ``UNFUSED_ADAMW_PASSES · UNFUSED_ADAMW_ELEMENT_BYTES`` = 80 B (foreach and for-loop move the same bytes;
+    they differ in host calls, :mod:`simulator.host_overhead`)."""
+    if impl is not OptimizerImpl.FUSED:
+        return UNFUSED_ADAMW_PASSES * UNFUSED_ADAMW_ELEMENT_BYTES
     k = optimizer_bytes_per_param(dtype)
     weights_read = dtype.param_bytes if dtype.master_bytes == 0 else 0
     return (k + dtype.grad_bytes + weights_read) + (k + dtype.param_bytes)
 
 
-def gpu_optimizer_s(cluster: Cluster, dtype: DtypePolicy, params: float) -> float:
-    """Memory-bound Adam step over ``params`` parameters on one GPU."""
-    return params * adam_bytes_per_param(dtype) / achievable_hbm_Bps(cluster.device)
+def optimizer_impl(s: Strategy, device: Device) -> OptimizerImpl:
+    """The Adam(W) implementation a step runs: the strategy's ``optimizer_impl``, else its framework's default
+    on ``device`` (:meth:`~simulator.strategy.framework.Framework.optimizer_impl`), where a device with
+    asynchronous kernel dispatch (a GPU) has torch's foreach kernels and an inline one (the CPU) has not, the
+    same line :func:`simulator.host_overhead.optimizer_calls` draws."""
+    if s.optimizer_impl is not None:
+        return s.optimizer_impl
+    return s.resolved_framework.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
+
+
+def gpu_optimizer_s(cluster: Cluster, dtype: DtypePolicy, params: float,
+                    impl: OptimizerImpl = OptimizerImpl.FUSED) -> float:
+    """Memory-bound Adam step over ``params`` parameters on one GPU, by ``impl``."""
+    return params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(cluster.device)
 
 
 def _host(cluster: Cluster, what: str):

@@ -24,6 +24,8 @@ from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import Fp8Recipe, te_weight_cast_bytes
+from simulator.workload.kinds import DtypePolicy
+from simulator.strategy.kinds import MixedPrecision
 
 ParamFetch = offload_part.ParamFetch
 
@@ -44,10 +46,18 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
-                             attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp))
+                             attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
+                             autocast=runs_autocast(workload, s))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
+
+
+def runs_autocast(workload: Workload, s) -> bool:
+    """Whether the chunk's kernels run under eager autocast over fp32 parameters: a bf16/fp16 model whose
+    mixed precision is ``autocast`` (:attr:`Strategy.resolved_mixed_precision`)."""
+    mixed = getattr(workload, "dtype", DtypePolicy.FP32) is not DtypePolicy.FP32
+    return mixed and s.resolved_mixed_precision is MixedPrecision.AUTOCAST
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
@@ -214,7 +224,8 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
                          lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
-        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
+        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(
+                                                 cluster, dt, part, offload_part.optimizer_impl(s, cluster.device)),
                                              tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)

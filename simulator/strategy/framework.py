@@ -12,7 +12,7 @@ from enum import Enum
 
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
-from simulator.strategy.kinds import ZeroStage
+from simulator.strategy.kinds import MixedPrecision, OptimizerImpl, ZeroStage
 
 
 HOPPER_CC = 9.0
@@ -91,6 +91,27 @@ class Framework(Enum):
         DeepSpeed models use the vocabulary as the model defines it (1), padded or not by its author (GPT-2's
         50,257 is not; :mod:`simulator.gemm_alignment` says what that costs)."""
         return MEGATRON_VOCAB_DIVISIBLE_BY * tp if self is Framework.MEGATRON else 1
+
+    def optimizer_impl(self, foreach_device: bool) -> OptimizerImpl:
+        """The Adam(W) implementation the framework runs by default on a device with (``foreach_device``) or
+        without foreach kernels. torch DDP and FSDP2 train with ``torch.optim.AdamW`` at its defaults, which pick
+        foreach where every parameter is on a foreach device (CUDA) and the for-loop elsewhere (the CPU);
+        ``fused`` is never picked by default (``_default_to_fused_or_foreach``) [src: torch-adam-impl].
+        Megatron-LM steps with Transformer Engine's (or apex's) ``FusedAdam`` [src: megatron-fused-adam] and DeepSpeed
+        with its ``FusedAdam`` [src: deepspeed-fused-adam] on the GPU. A recipe that sets it otherwise (torchtitan's
+        ``fused``) gives the strategy's ``optimizer_impl``."""
+        if self in (Framework.MEGATRON, Framework.DEEPSPEED):
+            return OptimizerImpl.FUSED
+        return OptimizerImpl.FOREACH if foreach_device else OptimizerImpl.FOR_LOOP
+
+    @property
+    def mixed_precision(self) -> MixedPrecision:
+        """How the framework runs a bf16/fp16 model by default: torch DDP under ``torch.autocast`` over fp32
+        parameters (DDP has no parameter-dtype option; PyTorch's AMP recipe) [src: torch-amp-autocast]; FSDP2
+        with ``MixedPrecisionPolicy(param_dtype=bfloat16)``, as torchtitan sets it (``mixed_precision_param``)
+        [src: torchtitan]; Megatron-LM and DeepSpeed with bf16/fp16 parameters and fp32 masters in the
+        optimizer [src: megatron-distopt] [src: deepspeed-config]."""
+        return MixedPrecision.AUTOCAST if self is Framework.TORCH_DDP else MixedPrecision.PARAM_DTYPE
 
     @property
     def partitions_gradients_with_pipeline(self) -> bool:

@@ -98,3 +98,35 @@ class DataSource(Enum):
     SHARED = "shared"
     """A shared file system: each node at ``host.storage_read_GBps``, all nodes together capped at
     ``shared_storage_GBps`` when given."""
+
+
+class OptimizerImpl(Enum):
+    """How the Adam(W) update runs on the GPU: one fused kernel, or torch's unfused implementations whose
+    every operator is a pass over a parameter-sized tensor (:func:`simulator.compile.offload_part.adam_bytes_per_param`
+    counts the bytes; :mod:`simulator.host_overhead` the host calls). The names are torch's and torchtitan's
+    (``implementation: "for-loop" | "foreach" | "fused"``) [src: torchtitan-optimizer-impl]."""
+
+    FUSED = "fused"
+    """One kernel reads and writes each state once: ``torch.optim.AdamW(fused=True)``, apex/Transformer
+    Engine ``FusedAdam`` (Megatron-LM), DeepSpeed's ``FusedAdam``."""
+    FOREACH = "foreach"
+    """torch's ``_multi_tensor_adam``: one ``torch._foreach_*`` call per operator over all tensors of a
+    device and dtype, each a pass over the states; torch's default where every parameter is on a device with
+    foreach kernels (CUDA) [src: torch-adam-impl]."""
+    FOR_LOOP = "for-loop"
+    """torch's ``_single_tensor_adam``: the same operators as foreach, issued tensor by tensor; torch's
+    default on the CPU [src: torch-adam-impl]."""
+
+
+class MixedPrecision(Enum):
+    """How a bf16/fp16 model's mixed precision is implemented, which decides the casts and fp32 traffic around
+    its kernels (:mod:`simulator.workload.autocast`); nothing for an fp32 model."""
+
+    AUTOCAST = "autocast"
+    """``torch.autocast`` around a model whose parameters stay fp32 (PyTorch's AMP recipe
+    [src: torch-amp-autocast]): every linear casts its weight and input to bf16, norms run in fp32 on an fp32
+    residual stream."""
+    PARAM_DTYPE = "param-dtype"
+    """The parameters the forward uses are held in the compute format: Megatron-LM's ``Float16Module``
+    (``--bf16``), DeepSpeed's bf16/fp16 engine, FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16)``
+    (torchtitan); the fp32 master copy lives in the optimizer, and the forward runs in bf16 without casts."""

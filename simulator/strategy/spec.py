@@ -20,7 +20,8 @@ from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of
                                        int_parser, int_tuple_parser, is_a, opt, opt_pos_int, pos_int, validate)
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.input_pipeline import InputPipeline
-from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
+from simulator.strategy.kinds import (AttentionKind, DataSource, MixedPrecision, Offload, OptimizerImpl, PlacementOrder,
+                                      ZeroStage)
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
 from simulator.workload.context import ContextKind, ContextSplit
@@ -175,6 +176,21 @@ class Strategy:
     gradient_as_bucket_view: bool = _switch(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
+    optimizer_impl: OptimizerImpl | None = declare(
+        None, key="optimizer_impl", role=_STRUCT, parse=enum_parser(OptimizerImpl, "optimizer_impl"),
+        check=opt(is_a(OptimizerImpl)),
+        doc="How the GPU's Adam(W) step runs: fused, foreach or for-loop (torch's names); None: the framework's "
+            "(Framework.optimizer_impl: torch's default for torch and fsdp2, fused for megatron and deepspeed)",
+        flag=_F("--optimizer-impl", "fused (one kernel), foreach or for-loop (torch's unfused AdamW: 20 fp32 passes "
+                "per parameter); default: the framework's", choices=choices_of(OptimizerImpl)))
+    mixed_precision: MixedPrecision | None = declare(
+        None, key="mixed_precision", role=_STRUCT, parse=enum_parser(MixedPrecision, "mixed_precision"),
+        check=opt(is_a(MixedPrecision)),
+        doc="How a bf16/fp16 model's mixed precision runs: autocast (torch.autocast over fp32 parameters) or "
+            "param-dtype (parameters held in bf16 for compute); None: the framework's (Framework.mixed_precision)",
+        flag=_F("--mixed-precision", "autocast (fp32 parameters under torch.autocast: weight casts, fp32 norms "
+                "and residual stream) or param-dtype (bf16 parameters for compute); default: the framework's",
+                choices=choices_of(MixedPrecision)))
     dp_sync: AllReduceSync | ParamServerSync = declare(
         key="dp_sync", role=_STRUCT, default_factory=AllReduceSync, nested=(AllReduceSync, ParamServerSync),
         doc="How dp replicas agree on gradients: all-reduce, or a parameter server")
@@ -268,6 +284,11 @@ class Strategy:
             return self.fp8_recipe
         return {Framework.MEGATRON: Fp8Recipe.TE, Framework.FSDP2: Fp8Recipe.TORCHAO,
                 Framework.TORCH_DDP: Fp8Recipe.TORCHAO}.get(self.resolved_framework)
+
+    @property
+    def resolved_mixed_precision(self) -> MixedPrecision:
+        """The mixed-precision implementation in effect: given, or the framework's."""
+        return self.mixed_precision or self.resolved_framework.mixed_precision
 
     @property
     def resolved_framework(self) -> Framework:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from simulator.workload.autocast import autocast_block
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
 from simulator.workload.kinds import DtypePolicy
@@ -71,6 +72,8 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                attention_backend=o.attention_backend)
             if o.fp8 is not None:
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
+            if o.autocast:
+                block = autocast_block(block, spec.dtype.activation_bytes)
             unit = _unit(block, o.recompute, o.flash_attention)
             if o.recompute is Recompute.SELECTIVE_OP:
                 tokens = o.micro_batch * spec.seq_len // o.context.degree
@@ -79,6 +82,8 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
+        if o.autocast:
+            edge = autocast_block(edge, spec.dtype.activation_bytes)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
             if wanted:
                 units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))

@@ -84,6 +84,9 @@ class OpKind(Enum):
     (:mod:`simulator.workload.moe_ops`)."""
     ELEMENTWISE = "elementwise"
     """Residual adds, the MLP activation, rotary embedding."""
+    CAST = "cast"
+    """Dtype conversions a framework adds around the kernels: eager autocast's weight casts and norm-output
+    casts, forward and backward (:mod:`simulator.workload.autocast`)."""
     LOGITS = "logits"
     """Output projection to the vocabulary; last pipeline stage."""
     LOSS = "loss"

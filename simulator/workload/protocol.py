@@ -87,6 +87,9 @@ class ComputeOptions:
     """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
     vocab_multiple: int = 1
     """The framework pads the vocabulary of the logits and loss to a multiple of this (``Framework.vocab_multiple``)."""
+    autocast: bool = False
+    """Eager ``torch.autocast`` over fp32 parameters (:mod:`simulator.workload.autocast`): weight casts, fp32
+    norms and residual stream; only for a bf16/fp16 model under ``MixedPrecision.AUTOCAST``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,92 @@
+"""Eager autocast over fp32 parameters (simulator/workload/autocast.py): hand-worked bytes, and who gets it.
+
+Per GPT block of ``T`` tokens and hidden ``h`` on one rank (e = 2), with ``W`` the elements of its four linear
+weights, autocast adds to the bf16 kernels (module docstring):
+
+    forward:  weight casts 6·W; norms 2·(8 − 4)·T·h more plus their output casts 2·6·T·h;
+              residual adds 2·(10 − 6)·T·h more                                    = 6W + 28·T·h
+    backward: weight-gradient casts 6·W; norms 1.5·2·(8 − 4)·T·h more plus 2·6·T·h of gradient casts;
+              residual 2·(6 + 12)·T·h instead of 1.5·2·6·T·h                       = 6W + 42·T·h
+"""
+
+import dataclasses
+
+import pytest
+
+from simulator.cluster.io import load_cluster
+from simulator.strategy import Framework, Strategy
+from simulator.strategy.flat import strategy_from_flat
+from simulator.strategy.kinds import MixedPrecision
+from simulator.workload import DtypePolicy, load_model
+from simulator.workload.autocast import autocast_block
+from simulator.workload.blocks import block_work
+from simulator.workload.ops import OpKind, edge_work
+
+
+def _bytes(works, phase):
+    return sum(k.bytes for w in works for k in getattr(w, phase))
+
+
+def test_a_gpt_block_gains_the_hand_worked_bytes():
+    spec = load_model("gpt3-1.3b")
+    b, s, h = 8, 2048, spec.hidden
+    th = b * s * h
+    w = h * 3 * h + h * h + 2 * h * spec.ffn_size  # qkv, out, mlp in and out
+    plain = block_work(spec, b, s)
+    cast = autocast_block(plain, 2)
+    assert _bytes(cast, "fwd") - _bytes(plain, "fwd") == pytest.approx(6 * w + 28 * th, rel=1e-12)
+    assert _bytes(cast, "bwd") - _bytes(plain, "bwd") == pytest.approx(6 * w + 42 * th, rel=1e-12)
+    # no GEMM changes: only memory-bound kernels are added or grown
+    gemms = lambda works: [k for x in works for k in x.fwd + x.bwd if k.gemm]  # noqa: E731
+    assert gemms(cast) == gemms(plain)
+
+
+def test_the_edges_gain_the_embedding_the_final_norm_and_the_logits_weight_cast():
+    spec = load_model("gpt3-1.3b")
+    b, s, h, v = 8, 2048, spec.hidden, spec.vocab
+    th = b * s * h
+    plain = edge_work(spec, b, s)
+    cast = autocast_block(plain, 2)
+    emb = next(w for w in plain if w.op is OpKind.EMBEDDING).fwd[0].bytes  # learned positions: 3·T·h·e
+    # embedding in fp32 (its bytes again), the final norm in fp32 (2·T·h·2 more) and its output cast (6·T·h),
+    # the tied output layer's weight cast (6·V·h)
+    assert _bytes(cast, "fwd") - _bytes(plain, "fwd") == pytest.approx(emb + 4 * th + 6 * th + 6 * v * h, rel=1e-12)
+
+
+@pytest.mark.parametrize("framework, expected", [
+    (Framework.TORCH_DDP, MixedPrecision.AUTOCAST), (Framework.FSDP2, MixedPrecision.PARAM_DTYPE),
+    (Framework.MEGATRON, MixedPrecision.PARAM_DTYPE), (Framework.DEEPSPEED, MixedPrecision.PARAM_DTYPE)])
+def test_framework_defaults(framework, expected):
+    assert framework.mixed_precision is expected
+    zero = 3 if framework is Framework.FSDP2 else 0
+    s = strategy_from_flat({"global_batch": 8, "framework": framework.value, "zero": zero})
+    assert s.resolved_mixed_precision is expected
+    given = strategy_from_flat({"global_batch": 8, "framework": framework.value, "zero": zero,
+                                "mixed_precision": "autocast"})
+    assert given.resolved_mixed_precision is MixedPrecision.AUTOCAST
+
+
+def test_autocast_slows_a_bf16_step_and_leaves_an_fp32_one_alone():
+    from simulator.analytical import estimate
+
+    cluster = load_cluster("hgx-h200")
+    base = {"global_batch": 64, "micro_batch": 8}  # 8 GPUs of hgx-h200: dp 8
+    times = {}
+    for name in ("gpt3-1.3b",):
+        model = load_model(name)
+        for mp in ("autocast", "param-dtype"):
+            times[mp] = estimate(cluster, model, strategy_from_flat({**base, "mixed_precision": mp})).step_time_s
+    assert times["autocast"] > times["param-dtype"] * 1.02
+    fp32 = dataclasses.replace(load_model("gpt3-1.3b"), dtype=DtypePolicy.FP32)
+    a = estimate(cluster, fp32, strategy_from_flat({**base, "mixed_precision": "autocast"})).step_time_s
+    p = estimate(cluster, fp32, strategy_from_flat({**base, "mixed_precision": "param-dtype"})).step_time_s
+    assert a == p
+
+
+def test_an_unknown_mixed_precision_is_refused_naming_the_field():
+    from simulator.errors import SpecError
+
+    with pytest.raises(SpecError, match="mixed_precision"):
+        strategy_from_flat({"global_batch": 8, "mixed_precision": "amp"})
+    with pytest.raises(SpecError, match="mixed_precision"):
+        Strategy(global_batch=8, mixed_precision="autocast")
