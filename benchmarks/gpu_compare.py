@@ -217,7 +217,8 @@ def model_classes(results, cluster) -> dict[str, float]:
     """The model's seconds per step in the same classes: its op table for the plan as run and the
     analytical optimizer phase."""
     spec, layout, device = run_workload(results), results.run.plan.layout(), cluster.device
-    s, backend = layout.strategy, layout.framework.attention_backend(device.compute_capability)
+    s = layout.strategy
+    backend = s.resolved_attention_backend(device.compute_capability)
     autocast = runs_autocast(spec, s)
     layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend,
                         autocast=autocast)

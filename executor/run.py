@@ -47,6 +47,7 @@ import torch.distributed as dist
 from executor.launch import threads_per_rank
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
+from executor.sdpa import with_sdpa_backend
 from executor.strategies.base import Backend, Precision, RunContext, phases_absent
 from simulator.errors import SpecError
 from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus, Staleness
@@ -214,6 +215,7 @@ def run_rank(options: RunOptions) -> int:
         for key, value in nccl_environment(scaled.run).items():
             os.environ.setdefault(key, value)
         torch.cuda.set_device(local_rank)
+        scaled = with_sdpa_backend(scaled, torch.device("cuda", local_rank))  # the kernel SDPA runs here
     dist.init_process_group(options.backend.value, rank=rank, world_size=world,
                             timeout=timedelta(seconds=options.timeout_s))
     try:

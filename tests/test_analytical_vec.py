@@ -17,6 +17,7 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
+from simulator.attention_efficiency import AttentionBackend
 from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, InputPipeline, Offload,
                                 ParamServerSync, PlacementOrder, Recompute, Role, ScheduleKind, Strategy,
@@ -138,6 +139,7 @@ STRUCTURE_VARIANTS.update({  # FP8 (issue 14 §3)
 STRUCTURE_VARIANTS.update({  # the Adam(W) implementation's update bytes (simulator.compile.offload_part)
     "optimizer_impl": dict(optimizer_impl=OptimizerImpl.FUSED),
     "mixed_precision": dict(mixed_precision=MixedPrecision.PARAM_DTYPE),  # casts (simulator.workload.autocast)
+    "attention_backend": dict(attention_backend=AttentionBackend.CUDNN),  # the fused kernel's rates
 })
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 

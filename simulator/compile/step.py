@@ -39,7 +39,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     s = layout.strategy
     chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
                        layers=layout.layers_per_stage[c])
-    backend = layout.framework.attention_backend(cache.cluster.device.compute_capability)
+    backend = s.resolved_attention_backend(cache.cluster.device.compute_capability)
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
@@ -105,7 +105,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
                                           tp=tp, context=s.context, layers=layers,
                                           full_recompute=s.recompute is Recompute.FULL, concurrent=layout.dp * tp,
-                                          attention_backend=layout.framework.attention_backend(
+                                          attention_backend=s.resolved_attention_backend(
                                               cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)

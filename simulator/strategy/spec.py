@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass
 
 from simulator.checks import positive_number
 from simulator.errors import SpecError
+from simulator.attention_efficiency import AttentionBackend
 from simulator.schedules import ScheduleKind
 from simulator.strategy.faults import FailureModel, StragglerModel
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
@@ -156,6 +157,14 @@ class Strategy:
         "--attention", "flash (FlashAttention/SDPA, no s×s scores kept) or eager (scores materialised, as "
         "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
         doc="Attention implementation", default=AttentionKind.FLASH)
+    attention_backend: AttentionBackend | None = declare(
+        None, key="attention_backend", role=_STRUCT, parse=enum_parser(AttentionBackend, "attention_backend"),
+        check=opt(is_a(AttentionBackend)),
+        doc="The fused-attention kernel (attention flash): flash-attention-2 or cudnn; None: the framework's "
+            "choice on the GPU (Framework.attention_backend). The executor records what torch's SDPA picked",
+        flag=_F("--attention-backend", "fused-attention kernel: flash-attention-2 or cudnn (torch's "
+                "sdpa_kernel, Transformer Engine's NVTE_FUSED_ATTN); default: the framework's choice",
+                choices=choices_of(AttentionBackend)))
     kernel_fusion: KernelFusion = _enum(KernelFusion, "kernel_fusion", _F(
         "--kernel-fusion", "how the framework fuses element-wise kernels: eager (PyTorch, one kernel per op), "
         "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
@@ -289,6 +298,10 @@ class Strategy:
     def resolved_mixed_precision(self) -> MixedPrecision:
         """The mixed-precision implementation in effect: given, or the framework's."""
         return self.mixed_precision or self.resolved_framework.mixed_precision
+
+    def resolved_attention_backend(self, compute_capability: float | None) -> AttentionBackend:
+        """The fused-attention kernel in effect on a GPU of ``compute_capability``: given, or the framework's."""
+        return self.attention_backend or self.resolved_framework.attention_backend(compute_capability)
 
     @property
     def resolved_framework(self) -> Framework:
