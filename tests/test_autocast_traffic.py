@@ -90,3 +90,21 @@ def test_an_unknown_mixed_precision_is_refused_naming_the_field():
         strategy_from_flat({"global_batch": 8, "mixed_precision": "amp"})
     with pytest.raises(SpecError, match="mixed_precision"):
         Strategy(global_batch=8, mixed_precision="autocast")
+
+
+def test_eager_bias_gradients_read_each_biased_output_gradient_once():
+    """GPT-3 1.3B (biases on every linear): Q/K/V 3h + output h + MLP in 4h + MLP out h = 9h elements per token,
+    read once in bf16 by the bias-gradient reductions; Qwen2 (biases on Q/K/V only): q + 2·kv; Llama (none) and
+    Megatron's fusion: nothing added (simulator.workload.ops._bias_grads)."""
+    from simulator.workload.kinds import BiasKind, KernelFusion
+
+    def bias_bytes(spec, fusion=KernelFusion.EAGER):
+        works = block_work(spec, 2, 1024, fusion=fusion)
+        return sum(k.bytes for w in works for k in w.bwd if k.name.endswith(".bias_grad"))
+
+    gpt, llama = load_model("gpt3-1.3b"), load_model("llama3-8b")
+    qkv_only = dataclasses.replace(llama, bias=BiasKind.QKV)  # Qwen2's layout, on Llama 3's GQA shape
+    assert bias_bytes(gpt) == pytest.approx(2 * 2 * 1024 * 9 * gpt.hidden, rel=1e-12)
+    assert bias_bytes(qkv_only) == pytest.approx(2 * 2 * 1024 * (llama.q_dim + 2 * llama.kv_dim), rel=1e-12)
+    assert bias_bytes(llama) == 0
+    assert bias_bytes(gpt, KernelFusion.MEGATRON) == 0

@@ -46,7 +46,7 @@ from simulator.errors import SpecError
 from simulator.gemm_alignment import padded_vocab
 from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
-from simulator.workload.kinds import ActivationKind, KernelFusion, PositionKind
+from simulator.workload.kinds import ActivationKind, BiasKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
@@ -248,7 +248,7 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
     if rotary:
         elementwise.append((memory("rotary", rotary), None))
     mlp_in = _g("mlp_in", T, (2 if swiglu else 1) * f / tp, h, e)
-    return [
+    ops = [
         _op(OpKind.NORM, Scope.LAYER, [(memory("norm", 2 * 2 * res), None)]),
         _op(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
         _op(OpKind.ATTENTION, Scope.LAYER, attention),
@@ -256,6 +256,24 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
         _op(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
         _op(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
     ]
+    return _bias_grads(ops, spec, e, res / e) if fusion is KernelFusion.EAGER else ops
+
+
+def _bias_grads(ops: list[OpWork], spec: TransformerSpec, e: int, row_elems: float) -> list[OpWork]:
+    """Eager autograd's bias gradients: a linear's ``grad_bias = grad_output.sum(0)`` is a reduction kernel of
+    its own, reading the output gradient once (``e`` bytes per element; the bias written is negligible) — 96
+    ``sum`` reductions per step for GPT-3 1.3B's 24 × 4 biased linears in the H200 trace [src:
+    own-h200-2026-11-24]. Column-parallel outputs (Q/K/V, MLP in) are this rank's ``m × n/t``; row-parallel
+    ones (output projection, MLP out) the block's ``T × h`` (÷t with sequence parallelism), ``row_elems``. They
+    join the element-wise operation's backward (memory-bound rows). Megatron's and torch.compile's fusions
+    are left as they were (not measured here)."""
+    biased = {BiasKind.NONE: (), BiasKind.QKV: (OpKind.QKV,),
+              BiasKind.ALL: (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP)}[spec.bias]
+    grads = tuple(memory(f"{k.name}.bias_grad", e * (row_elems if k.name in ("out_proj", "mlp_out")
+                                                    else k.shape.m * k.shape.n))
+                  for w in ops if w.op in biased for k in w.fwd if k.gemm and k.shape is not None)
+    # memory-bound kernels: reported with the block's element-wise operations
+    return [replace(w, bwd=w.bwd + grads) if w.op is OpKind.ELEMENTWISE else w for w in ops]
 
 
 def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
