@@ -59,6 +59,12 @@ def _int(default, key: str, doc: str, flag: Flag | None, check=pos_int, role: Ro
     return declare(default, key=key, role=role, doc=doc, flag=flag, parse=int_parser(key), check=check)
 
 
+def _opt_enum(kind, key: str, doc: str, flag: Flag):
+    """A declared optional enum field: None means "the framework's" (resolved elsewhere), else a member."""
+    return declare(None, key=key, role=Role.STRUCTURE, doc=doc, flag=flag, parse=enum_parser(kind, key),
+                   check=opt(is_a(kind)))
+
+
 def _switch(default: bool, key: str, doc: str, flag: str, role: Role = Role.STRUCTURE):
     return declare(default, key=key, role=role, doc=doc, check=boolean,
                    flag=Flag(flag, doc, kind=FlagKind.SWITCH))
@@ -133,9 +139,8 @@ class Strategy:
         "--precision", "model (the model's own dtype) or fp8 (linear layers' GEMMs in FP8 by the framework's "
         "recipe, the rest in bf16)", choices=choices_of(MatmulPrecision)),
         doc="Format of the linear layers' GEMMs (simulator.workload.fp8)", default=MatmulPrecision.MODEL)
-    fp8_recipe: Fp8Recipe | None = declare(
-        None, key="fp8_recipe", role=_STRUCT, parse=enum_parser(Fp8Recipe, "fp8_recipe"), check=opt(is_a(Fp8Recipe)),
-        doc="FP8 recipe (precision fp8 only); None: the framework's (megatron: te, torch and fsdp2: torchao)",
+    fp8_recipe: Fp8Recipe | None = _opt_enum(
+        Fp8Recipe, "fp8_recipe", doc="FP8 recipe (precision fp8 only); None: the framework's (megatron: te, torch and fsdp2: torchao)",
         flag=_F("--fp8-recipe", "te (Transformer Engine, delayed scaling) or torchao (float8, tensorwise dynamic "
                 "scaling); default: the framework's", choices=choices_of(Fp8Recipe)))
     fp8_all_gather: bool = _switch(False, "fp8_all_gather", "FSDP2 all-gathers the FP8 weights cast on their "
@@ -157,9 +162,8 @@ class Strategy:
         "--attention", "flash (FlashAttention/SDPA, no s×s scores kept) or eager (scores materialised, as "
         "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
         doc="Attention implementation", default=AttentionKind.FLASH)
-    attention_backend: AttentionBackend | None = declare(
-        None, key="attention_backend", role=_STRUCT, parse=enum_parser(AttentionBackend, "attention_backend"),
-        check=opt(is_a(AttentionBackend)),
+    attention_backend: AttentionBackend | None = _opt_enum(
+        AttentionBackend, "attention_backend",
         doc="The fused-attention kernel (attention flash): flash-attention-2 or cudnn; None: the framework's "
             "choice on the GPU (Framework.attention_backend). The executor records what torch's SDPA picked",
         flag=_F("--attention-backend", "fused-attention kernel: flash-attention-2 or cudnn (torch's "
@@ -169,32 +173,29 @@ class Strategy:
         "--kernel-fusion", "how the framework fuses element-wise kernels: eager (PyTorch, one kernel per op), "
         "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
         choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
-    framework: Framework | None = declare(
-        None, key="framework", role=_STRUCT, parse=enum_parser(Framework, "framework"), check=opt(is_a(Framework)),
+    framework: Framework | None = _opt_enum(
+        Framework, "framework",
         doc="Who implements the ZeRO stage (memory, and the granularity of ZeRO-2/3 calls); None: implied by the "
             "partitioning and the stage (resolve_framework)",
         flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3), megatron (DDP and "
                 "distributed optimizer, ZeRO 0-1); default: implied "
                 "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
-    partitioning: Partitioning | None = declare(
-        None, key="partitioning", role=_STRUCT, parse=enum_parser(Partitioning, "partitioning"),
-        check=opt(is_a(Partitioning)), doc="How ZeRO splits states over dp ranks; None: the framework's",
+    partitioning: Partitioning | None = _opt_enum(
+        Partitioning, "partitioning", doc="How ZeRO splits states over dp ranks; None: the framework's",
         flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
                 "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",
                 choices=choices_of(Partitioning)))
     gradient_as_bucket_view: bool = _switch(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
-    optimizer_impl: OptimizerImpl | None = declare(
-        None, key="optimizer_impl", role=_STRUCT, parse=enum_parser(OptimizerImpl, "optimizer_impl"),
-        check=opt(is_a(OptimizerImpl)),
+    optimizer_impl: OptimizerImpl | None = _opt_enum(
+        OptimizerImpl, "optimizer_impl",
         doc="How the GPU's Adam(W) step runs: fused, foreach or for-loop (torch's names); None: the framework's "
             "(Framework.optimizer_impl: torch's default for torch and fsdp2, fused for megatron and deepspeed)",
         flag=_F("--optimizer-impl", "fused (one kernel), foreach or for-loop (torch's unfused AdamW: 20 fp32 passes "
                 "per parameter); default: the framework's", choices=choices_of(OptimizerImpl)))
-    mixed_precision: MixedPrecision | None = declare(
-        None, key="mixed_precision", role=_STRUCT, parse=enum_parser(MixedPrecision, "mixed_precision"),
-        check=opt(is_a(MixedPrecision)),
+    mixed_precision: MixedPrecision | None = _opt_enum(
+        MixedPrecision, "mixed_precision",
         doc="How a bf16/fp16 model's mixed precision runs: autocast (torch.autocast over fp32 parameters) or "
             "param-dtype (parameters held in bf16 for compute); None: the framework's (Framework.mixed_precision)",
         flag=_F("--mixed-precision", "autocast (fp32 parameters under torch.autocast: weight casts, fp32 norms "
