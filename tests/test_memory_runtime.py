@@ -82,7 +82,7 @@ def test_parameter_server_counts_no_ddp_buckets():
     ps = memory_report(spec, cluster, build_layout(Strategy(global_batch=8, dp_sync=ParamServerSync()), cluster, spec))
     ddp = memory_report(spec, cluster, build_layout(Strategy(global_batch=8), cluster, spec))
     assert ps.worst.buffers.grad_buckets_bytes == 0
-    assert ddp.worst.buffers.grad_buckets_bytes == spec.params * 2
+    assert ddp.worst.buffers.grad_buckets_bytes == spec.params * 4  # fp32 gradients under autocast
 
 
 @pytest.mark.parametrize("profile, zero, overlap, expected", [

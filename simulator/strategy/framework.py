@@ -93,6 +93,25 @@ class Framework(Enum):
         return MEGATRON_VOCAB_DIVISIBLE_BY * tp if self is Framework.MEGATRON else 1
 
     @property
+    def autocast_mixed_precision(self) -> bool:
+        """Whether a 16-bit (mixed-precision) model is trained the torch AMP way: ``torch.autocast`` over
+        fp32 parameters, so the parameters, their gradients and DDP's buckets stay fp32 (the weights are
+        their own master copy) and each matmul reads a 16-bit cast of its weight [src: torch-autocast-cache].
+        torch DDP has no other mixed-precision mechanism (the executor's ``RunContext.autocast``); FSDP2
+        (torchtitan) casts in its all-gather (``MixedPrecisionPolicy``), DeepSpeed and Megatron keep 16-bit
+        parameters next to an fp32 master. What it allocates: :mod:`simulator.memory.autocast`."""
+        return self is Framework.TORCH_DDP
+
+    @property
+    def foreach_adam(self) -> bool:
+        """Whether the optimizer is ``torch.optim.AdamW`` with its default implementation, which is
+        ``foreach`` for CUDA tensors (``torch/optim/adam.py`` ``_default_to_fused_or_foreach``) and
+        allocates a temporary the size of the moments (:func:`simulator.memory.autocast.optimizer_step_bytes`)
+        [src: torch-adam-foreach]. torchtitan (FSDP2) asks for ``fused`` Adam; DeepSpeed and Megatron
+        step with fused multi-tensor Adam kernels in place."""
+        return self is Framework.TORCH_DDP
+
+    @property
     def partitions_gradients_with_pipeline(self) -> bool:
         """Whether the framework runs ZeRO-2/3 (partitioned gradients) together with pipeline
         parallelism. DeepSpeed's pipeline engine refuses it (``deepspeed/runtime/pipe/engine.py``

@@ -1,0 +1,83 @@
+"""What eager torch allocates when a mixed-precision model is trained the torch AMP way (``torch.autocast``
+over fp32 parameters, :attr:`Framework.autocast_mixed_precision`) with ``torch.optim.AdamW``'s default
+implementation (:attr:`Framework.foreach_adam`). Each term is read from torch 2.13.0's source and
+measured on CPU (``executor/amp_memory.py``, docs/memory_measured.md):
+
+- **Model states in the fp32 layout** (:func:`state_dtype`). Autocast casts inside its region and leaves
+  the parameters alone, so they stay fp32 and are their own master copy: parameters 4, gradients 4 (the
+  ``.grad`` of an fp32 leaf is fp32), Adam moments 8 bytes per parameter. DDP's buckets are allocated in
+  the gradients' dtype (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring: the
+  buckets hold a copy of every gradient) [src: torch-ddp], so 4 more: 20 bytes per parameter, not the
+  ZeRO paper's 2 + 2 + 12 + 2 of 16-bit weights and gradients.
+- **The 16-bit weight copies** (:func:`cast_weight_bytes`). A matmul under autocast reads a 16-bit cast
+  of its fp32 weight; ``at::autocast::cached_cast`` (``aten/src/ATen/autocast_mode.cpp``) keeps the cast
+  of every fp32 leaf that requires grad in a cache until the outermost autocast region exits
+  (``torch/amp/autocast_mode.py`` ``__exit__``: ``clear_autocast_cache()`` at nesting 0)
+  [src: torch-autocast-cache], and autograd saves the cast as the matmul's input for backward. So at the
+  end of a forward every weight a matmul read has a 16-bit copy alive, one per micro-batch whose backward
+  is still pending; under full recomputation the forward saves nothing and the cache alone holds one
+  copy until the forward's region exits. Embedding tables (``embedding`` is on no autocast list) and
+  norm weights (``layer_norm``/``rms_norm`` are on the fp32 list, so their fp32 weights are read as they
+  are) get no copy; a tied embedding does, through the output projection's matmul.
+- **AdamW's foreach temporary** (:func:`optimizer_step_bytes`). On CUDA tensors ``torch.optim.AdamW``
+  defaults to its foreach implementation, whose step allocates ``exp_avg_sq_sqrt =
+  torch._foreach_sqrt(device_exp_avg_sqs)``: a copy of every second moment at once (``torch/optim/adam.py``
+  ``_multi_tensor_adam``, line 790 at 2.13.0) [src: torch-adam-foreach], alive while the parameters are
+  updated, after backward has freed the activations. On a CPU device the default is the single-tensor loop,
+  whose ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)`` holds two copies of one tensor's moment at a time.
+"""
+
+from __future__ import annotations
+
+from simulator.memory.shapes import numel
+from simulator.strategy.framework import Framework
+from simulator.workload.kinds import DtypePolicy
+
+SINGLE_TENSOR_ADAM_COPIES = 2
+"""Moment-sized temporaries alive at once in ``torch.optim.Adam``'s single-tensor loop:
+``exp_avg_sq.sqrt()`` and its quotient by ``bias_correction2_sqrt`` (``torch/optim/adam.py``
+``_single_tensor_adam``, line 544 at 2.13.0) [src: torch-adam-foreach]."""
+
+_NO_CAST = (".norm", "norm_f.", "embed.")
+"""Name parts of the parameters no autocast matmul reads (norms, embedding tables; module docstring)."""
+
+
+def state_dtype(dtype: DtypePolicy, framework: Framework) -> DtypePolicy:
+    """The layout the model states are stored in: fp32 for a mixed-precision model under autocast
+    (parameters, gradients and DDP buckets fp32, no separate master), else ``dtype`` itself."""
+    if framework.autocast_mixed_precision and dtype.master_bytes:
+        return DtypePolicy.FP32
+    return dtype
+
+
+def cast_weight_numel(shapes) -> int:
+    """Elements of the parameters a matmul reads under autocast, of ``[(name, shape), ...]`` named as
+    :mod:`simulator.memory.shapes` names them: all but norms and embedding tables, plus the token
+    embedding when it is tied to the output projection on the same rank (``norm_f`` there and no
+    ``head.weight``). A bare parameter count (no names) counts every element."""
+    names = {name for name, _ in shapes}
+    tied_head = "norm_f.weight" in names and "head.weight" not in names
+    total = 0
+    for name, shape in shapes:
+        if not any(part in name for part in _NO_CAST) or (tied_head and name == "embed.tok.weight"):
+            total += numel(shape)
+    return total
+
+
+def cast_weight_bytes(shapes, *, dtype: DtypePolicy, framework: Framework) -> float:
+    """Bytes of one set of autocast's 16-bit weight copies (0 unless the model is mixed precision under
+    autocast): 16-bit bytes × :func:`cast_weight_numel`."""
+    if state_dtype(dtype, framework) is dtype:
+        return 0.0
+    return float(dtype.param_bytes * cast_weight_numel(shapes))
+
+
+def optimizer_step_bytes(*, framework: Framework, moment_bytes: float, largest_moment_bytes: float,
+                         cuda: bool) -> float:
+    """Temporaries of ``torch.optim.AdamW``'s default step on one rank whose Adam moments (two per
+    parameter) total ``moment_bytes``: on CUDA (foreach) one copy of the second moments, half of them;
+    on a CPU device two copies of the largest tensor's second moment. 0 where the framework steps with
+    a fused in-place Adam."""
+    if not framework.foreach_adam:
+        return 0.0
+    return moment_bytes / 2 if cuda else SINGLE_TENSOR_ADAM_COPIES * largest_moment_bytes
