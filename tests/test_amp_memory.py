@@ -116,3 +116,22 @@ def test_other_frameworks_keep_their_layout():
         assert optimizer_step_bytes(framework=framework, moment_bytes=1e9, largest_moment_bytes=1e9, cuda=True) == 0
     fp32 = replace(GPT, dtype=DtypePolicy.FP32)
     assert cast_weight_bytes(_shapes(fp32), dtype=fp32.dtype, framework=TORCH) == 0
+
+
+def _runner_states(rank, world):
+    from executor.strategies.data_parallel import DataParallelRunner
+    from parallel_runs import GPT_TINY, context, plan_for
+
+    runner = DataParallelRunner(context(plan_for(GPT_TINY, {"dp": 2}), rank, world))
+    for step in range(2):  # DDP rebuilds its buckets in the second step's forward
+        runner.train_step(step)
+    return runner.model_state_bytes()
+
+
+def test_executor_counts_the_buckets_of_the_last_step_only():
+    """The DDP runner's ``buffers_bytes`` is one copy of the gradients (DDP's default), not the buckets
+    of the first step too, which DDP frees when it rebuilds them."""
+    from executor.launch import run
+
+    for states in run(_runner_states, 2, timeout_s=240):
+        assert states.buffers_bytes == states.grads_bytes > 0
