@@ -144,3 +144,28 @@ def test_peaks_are_ordered_and_never_below_model_states(data):
     for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
         states = s.params_bytes + s.grads_bytes + s.optimizer_bytes
         assert 0 < states <= s.allocated_bytes <= s.reserved_bytes <= s.total_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_only_foreach_adam_has_an_optimizer_step_peak(data):
+    """The optimizer step's peak (states, gradient buckets, step temporaries) can exceed the forward's
+    only where the framework steps with foreach AdamW (torch DDP); elsewhere the allocated peak is the
+    forward's, as before the step peak was modelled. The autocast copies are torch DDP's alone too."""
+    from simulator.cluster.io import load_cluster
+    from simulator.memory import memory_report
+
+    spec = data.draw(specs())
+    layout = data.draw(layouts(spec))
+    framework = data.draw(st.sampled_from(list(Framework)))
+    zero = data.draw(st.sampled_from([z for z in framework.zero_stages
+                                      if layout["pp"] == 1 or z.value < 2 or framework.partitions_gradients_with_pipeline]))
+    cluster = load_cluster("dgx-h100")
+    lay = layout_of(spec, cluster, **layout, dp=data.draw(st.integers(1, 4)), zero=zero, framework=framework,
+                    recompute=data.draw(st.sampled_from(list(Recompute))))
+    for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
+        assert s.allocated_bytes == max(s.forward_peak_bytes, s.step_peak_bytes) + s.runtime.cublas_workspace_bytes
+        if not framework.foreach_adam:
+            assert s.step_peak_bytes <= s.forward_peak_bytes and s.buffers.optimizer_step_bytes == 0
+        if not framework.autocast_mixed_precision:
+            assert s.buffers.autocast_weights_bytes == 0
