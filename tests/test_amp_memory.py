@@ -135,3 +135,39 @@ def test_executor_counts_the_buckets_of_the_last_step_only():
 
     for states in run(_runner_states, 2, timeout_s=240):
         assert states.buffers_bytes == states.grads_bytes > 0
+
+
+def test_block_under_autocast_saves_fp32_norm_inputs():
+    """A GPT block under autocast on its fp32 residual-stream input (CPU autocast; the ops it runs have the
+    CUDA policy too: linear/SDPA 16-bit, LayerNorm fp32): block input and norm2 input saved fp32, the rest
+    16-bit; the model with :func:`residual_bytes` equals it, without it does not. Parameter casts are left
+    out (counted apart, above)."""
+    from executor.memory_measure import block_saved_bytes
+    from simulator.memory import layer_activation
+    from simulator.memory.autocast import residual_bytes
+
+    residual = residual_bytes(GPT.dtype, TORCH)
+    assert residual == 4
+    for seq in (16, 64):
+        got = block_saved_bytes(GPT, batch=2, seq=seq, autocast=True)["saved_bytes"]
+        assert got == layer_activation(GPT, seq=seq, mbs=2, residual=residual).full_bytes
+        assert got > layer_activation(GPT, seq=seq, mbs=2).full_bytes
+
+
+def test_cross_entropy_of_bf16_logits_under_autocast():
+    """CUDA autocast's cross_entropy on bf16 logits: keeps bf16 log-probabilities + nll_loss's fp32 input
+    (6 bytes per logit) and works in nll_loss_backward's fp32 gradient (4), as modelled (+ a few bytes of
+    0-d tensors)."""
+    from executor.loss_memory import measure_loss_working
+    from simulator.memory.activations import LOGITS_BYTES, loss_working_bytes
+    from simulator.memory.autocast import loss_kept_bytes_per_logit
+
+    tokens, vocab = 64, 1000
+    got = measure_loss_working(tokens=tokens, vocab=vocab, autocast=True)[0]
+    logits = tokens * vocab
+    spec = replace(GPT, vocab=vocab, seq_len=tokens)
+    assert loss_kept_bytes_per_logit(spec.dtype, TORCH, LOGITS_BYTES) == 6
+    assert 0 <= got["kept_bytes"] - 6 * logits <= 16
+    working = max(got["forward_peak_bytes"] + 2 * logits - got["kept_bytes"], got["backward_peak_bytes"])
+    model = loss_working_bytes(spec, seq=tokens, mbs=1, framework=TORCH)
+    assert model == 4 * logits and 0 <= working - model <= 16

@@ -19,6 +19,21 @@ measured on CPU (``executor/amp_memory.py``, docs/memory_measured.md):
   copy until the forward's region exits. Embedding tables (``embedding`` is on no autocast list) and
   norm weights (``layer_norm``/``rms_norm`` are on the fp32 list, so their fp32 weights are read as they
   are) get no copy; a tied embedding does, through the output projection's matmul.
+- **An fp32 residual stream** (:func:`residual_bytes`). ``embedding`` is on no autocast list, so the
+  embedding output has the fp32 table's dtype, and each residual addition of a 16-bit branch output to
+  it promotes to fp32: the block inputs are fp32, and so are the inputs the norms save (``layer_norm`` and
+  ``rms_norm`` are on the fp32 list) [src: torch-autocast-cache]. The norms' outputs are fp32 too, but
+  what the next matmul saves is its 16-bit cast.
+- **The cross-entropy of 16-bit logits** (:func:`loss_kept_bytes_per_logit`,
+  :func:`loss_working_bytes_per_logit`). ``cross_entropy`` is on no CUDA autocast list; it calls
+  ``log_softmax(self, dim, self.scalar_type())`` (``aten/src/ATen/native/LossNLL.cpp``
+  ``cross_entropy_loss_symint``), whose dtype is given, so autocast's ``fp32_set_opt_dtype`` leaves it
+  16-bit, then ``nll_loss`` (fp32 list) on an fp32 cast of the log-probabilities. Autograd keeps the
+  16-bit log-probabilities (``log_softmax``'s result) and the fp32 cast (``nll_loss``'s ``self``):
+  e + 4 bytes per logit; in backward ``nll_loss_backward``'s dense fp32 gradient (4) is the working set,
+  alive while both are [src: torch-autograd, torch-autocast-cache]. (torchtitan's
+  ``cross_entropy(logits.float())``, the other frameworks' path, keeps 4 and works in 8:
+  :func:`simulator.memory.activations.loss_working_bytes`.)
 - **AdamW's foreach temporary** (:func:`optimizer_step_bytes`). On CUDA tensors ``torch.optim.AdamW``
   defaults to its foreach implementation, whose step allocates ``exp_avg_sq_sqrt =
   torch._foreach_sqrt(device_exp_avg_sqs)``: a copy of every second moment at once (``torch/optim/adam.py``
@@ -37,6 +52,9 @@ SINGLE_TENSOR_ADAM_COPIES = 2
 """Moment-sized temporaries alive at once in ``torch.optim.Adam``'s single-tensor loop:
 ``exp_avg_sq.sqrt()`` and its quotient by ``bias_correction2_sqrt`` (``torch/optim/adam.py``
 ``_single_tensor_adam``, line 544 at 2.13.0) [src: torch-adam-foreach]."""
+
+FP32_BYTES = 4
+"""Bytes of an fp32 element: the residual stream's and ``nll_loss``'s cast under autocast."""
 
 _NO_CAST = (".norm", "norm_f.", "embed.")
 """Name parts of the parameters no autocast matmul reads (norms, embedding tables; module docstring)."""
@@ -81,3 +99,27 @@ def optimizer_step_bytes(*, framework: Framework, moment_bytes: float, largest_m
     if not framework.foreach_adam:
         return 0.0
     return moment_bytes / 2 if cuda else SINGLE_TENSOR_ADAM_COPIES * largest_moment_bytes
+
+
+def _autocast(dtype: DtypePolicy, framework: Framework) -> bool:
+    return state_dtype(dtype, framework) is not dtype
+
+
+def residual_bytes(dtype: DtypePolicy, framework: Framework) -> int:
+    """Bytes per element of the residual stream (block inputs, norm inputs): fp32 under autocast, else
+    the activation size."""
+    return FP32_BYTES if _autocast(dtype, framework) else dtype.activation_bytes
+
+
+def loss_kept_bytes_per_logit(dtype: DtypePolicy, framework: Framework, upcast_bytes: int) -> int:
+    """Bytes per logit autograd keeps for the cross-entropy: under autocast the 16-bit log-probabilities
+    and ``nll_loss``'s fp32 input (e + 4); else ``upcast_bytes``, the fp32 log-probabilities of
+    ``cross_entropy(logits.float())``."""
+    return dtype.activation_bytes + FP32_BYTES if _autocast(dtype, framework) else upcast_bytes
+
+
+def loss_working_bytes_per_logit(dtype: DtypePolicy, framework: Framework) -> int | None:
+    """Bytes per logit the cross-entropy holds beyond what it keeps, under autocast: the larger of the
+    16-bit logits during the forward and ``nll_loss_backward``'s fp32 gradient (4); None when the
+    model is not under autocast (the caller's own rule)."""
+    return max(dtype.activation_bytes, FP32_BYTES) if _autocast(dtype, framework) else None
