@@ -17,6 +17,13 @@ window opened. :func:`measure_loss_working` returns per rank, in bytes:
 
 The model's working set on top of the saved log-probabilities is then
 max(forward_peak + e·local_logits − kept, backward_peak), e = 2.
+
+``autocast=True`` runs instead what ``F.cross_entropy(logits)`` on 16-bit logits becomes under CUDA
+autocast (the executor's loss): ``cross_entropy`` is on no CUDA autocast list and calls
+``log_softmax(self, dim, self.scalar_type())`` (``aten/src/ATen/native/LossNLL.cpp``), which autocast leaves
+16-bit since its dtype is given, then ``nll_loss`` (fp32 list) on an fp32 cast of it: here
+``nll_loss(log_softmax(logits, -1, dtype=bf16).float(), labels)`` without autocast, as CPU autocast
+lists ``cross_entropy_loss`` itself as fp32 and would run another path [src: torch-autocast-cache].
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class _Job:
     vocab: int
     loss_parallel: bool
     seed: int
+    autocast: bool = False
 
 
 def _live_peak(prof) -> tuple[int, int]:
@@ -77,7 +85,12 @@ def _rank(rank: int, world: int, job: _Job) -> dict:
     with context():
         loss = {}
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as forward:
-            loss["value"] = torch.nn.functional.cross_entropy(logits.float(), labels)
+            if job.autocast:  # what CUDA autocast runs for cross_entropy(bf16 logits) (module docstring)
+                log_probs = torch.log_softmax(logits, -1, dtype=logits.dtype)
+                loss["value"] = torch.nn.functional.nll_loss(log_probs.float(), labels)
+                del log_probs
+            else:
+                loss["value"] = torch.nn.functional.cross_entropy(logits.float(), labels)
         del logits
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as backward:
             loss["value"].backward()
@@ -87,15 +100,19 @@ def _rank(rank: int, world: int, job: _Job) -> dict:
 
 
 def measure_loss_working(*, tokens: int, vocab: int, tp: int = 1, loss_parallel: bool = False,
-                         seed: int = 0) -> list[dict]:
+                         seed: int = 0, autocast: bool = False) -> list[dict]:
     """Per-rank peaks of the cross-entropy on ``tp`` gloo processes (module docstring); ``loss_parallel``
-    False runs the eager loss on whole logits on every rank."""
+    False runs the eager loss on whole logits on every rank; ``autocast`` the CUDA autocast path of
+    ``cross_entropy`` on the 16-bit logits (module docstring)."""
     positive_int("tokens", tokens)
     positive_int("vocab", vocab)
     positive_int("tp", tp)
     if loss_parallel and vocab % tp:
         raise SpecError("vocab", f"{vocab} is not divisible by tp = {tp}; give a multiple of {tp}")
-    return run(_rank, tp, args=(_Job(tokens=tokens, vocab=vocab, loss_parallel=loss_parallel, seed=seed),))
+    if autocast and loss_parallel:
+        raise SpecError("autocast", "is the eager loss on whole logits; give loss_parallel False")
+    return run(_rank, tp, args=(_Job(tokens=tokens, vocab=vocab, loss_parallel=loss_parallel, seed=seed,
+                                     autocast=autocast),))
 
 
 def _head_rank(rank: int, world: int, tokens: int, hidden: int, vocab: int, seed: int) -> dict:

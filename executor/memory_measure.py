@@ -27,6 +27,7 @@ map to ZeRO stages.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -187,8 +188,20 @@ def measure_model_states(spec: TransformerSpec, *, nproc: int, mode: str, batch:
     return measure_modes(spec, nproc=nproc, modes=(mode,), batch=batch, seq=seq, seed=seed,
                          gradient_as_bucket_view=gradient_as_bucket_view)[mode]
 
-def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None = None, seed: int = 0) -> dict:
-    """Bytes autograd saves for backward in one transformer block (fp32, one process, no dropout).
+def _is_parameter_cast(t: torch.Tensor) -> bool:
+    """Whether ``t`` is (a view of) autocast's cast of a parameter: its base's autograd node is a copy
+    whose input is a leaf's gradient accumulator."""
+    base = t if t._base is None else t._base
+    fn = base.grad_fn
+    return fn is not None and fn.name() == "ToCopyBackward0" and \
+        any(type(n).__name__ == "AccumulateGrad" for n, _ in fn.next_functions if n is not None)
+
+
+def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None = None, seed: int = 0,
+                      autocast: bool = False) -> dict:
+    """Bytes autograd saves for backward in one transformer block (fp32, one process, no dropout;
+    ``autocast``: the block under ``torch.autocast("cpu", bfloat16)`` on its fp32 residual-stream input,
+    the parameters' bf16 casts left out like the parameters: the memory model counts them apart).
 
     Runs ``build_gpt(spec).layers[0]`` on a random ``(batch, seq, h)`` input that requires grad and
     counts, through ``torch.autograd.graph.saved_tensors_hooks``, the distinct storages saved that are
@@ -206,7 +219,7 @@ def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None 
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs and ptr not in seen:
+        if ptr not in param_ptrs and ptr not in seen and not _is_parameter_cast(t):
             seen[ptr] = t.untyped_storage().nbytes()
             key = "x".join(map(str, t.shape))
             by_shape[key] = by_shape.get(key, 0) + seen[ptr]
@@ -214,7 +227,8 @@ def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None 
 
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, seq, spec.hidden, generator=g, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    precision = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision:
         block(x)
     return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen), "by_shape": by_shape}
 

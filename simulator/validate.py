@@ -24,7 +24,8 @@ Error: the signed fraction ``estimate / measured - 1`` (positive: the model is s
 when the measurement is zero. The run's precision decides the compute dtype: an ``fp32`` run is
 estimated with the model's dtype set to fp32. Model-state totals do not depend on that choice:
 mixed-precision Adam holds 2 + 2 + 12 bytes per parameter, fp32 Adam 4 + 4 + 8 (Rajbhandari et al.
-SC'20, "ZeRO", §3.1), and torch autocast keeps fp32 parameters (the fp32 layout).
+SC'20, "ZeRO", §3.1), and the memory model stores torch DDP's mixed-precision states in the fp32 layout
+torch autocast keeps (:mod:`simulator.memory.autocast`), line by line.
 """
 
 from __future__ import annotations

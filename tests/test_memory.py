@@ -318,7 +318,7 @@ def test_activation_checkpoints_offloaded_to_host():
     on = report_of(spec, dp=8, recompute=Recompute.FULL, offload_activations=True)
     off = report_of(spec, dp=8, recompute=Recompute.FULL)
     moved = off.worst.activations.blocks_bytes
-    assert moved == 2 * 2048 * 2048 * 24  # 2sbh per layer, 24 layers
+    assert moved == 4 * 2048 * 2048 * 24  # the block input per layer, 24 layers: fp32 under torch DDP autocast
     assert on.worst.host_bytes == moved and on.worst.activations.blocks_bytes == 0
 
 

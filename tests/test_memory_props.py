@@ -9,6 +9,7 @@ from simulator.memory import (Framework, Partitioning, ScheduleKind, ZeroStage,
                               model_state_bytes, stage_activations)
 from simulator.memory.shapes import numel
 from simulator.strategy.framework import resolve_framework
+from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
 from simulator.workload import ActivationKind, DtypePolicy, Recompute, TransformerSpec
 from memory_layouts import layout_of, model_at
 
@@ -144,3 +145,29 @@ def test_peaks_are_ordered_and_never_below_model_states(data):
     for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
         states = s.params_bytes + s.grads_bytes + s.optimizer_bytes
         assert 0 < states <= s.allocated_bytes <= s.reserved_bytes <= s.total_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_only_unfused_adam_has_an_optimizer_step_peak(data):
+    """The optimizer step's peak (states, gradient buckets, step temporaries) can exceed the forward's
+    only where the framework's default AdamW is unfused on a GPU (torch DDP, FSDP2: foreach); with a fused
+    Adam (Megatron, DeepSpeed) the allocated peak is the forward's. The autocast copies are torch DDP's
+    alone (the only framework whose default mixed precision is autocast)."""
+    from simulator.cluster.io import load_cluster
+    from simulator.memory import memory_report
+
+    spec = data.draw(specs())
+    layout = data.draw(layouts(spec))
+    framework = data.draw(st.sampled_from(list(Framework)))
+    zero = data.draw(st.sampled_from([z for z in framework.zero_stages
+                                      if layout["pp"] == 1 or z.value < 2 or framework.partitions_gradients_with_pipeline]))
+    cluster = load_cluster("dgx-h100")
+    lay = layout_of(spec, cluster, **layout, dp=data.draw(st.integers(1, 4)), zero=zero, framework=framework,
+                    recompute=data.draw(st.sampled_from(list(Recompute))))
+    for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
+        assert s.allocated_bytes == max(s.forward_peak_bytes, s.step_peak_bytes) + s.runtime.cublas_workspace_bytes
+        if framework.optimizer_impl(foreach_device=True) is OptimizerImpl.FUSED:
+            assert s.step_peak_bytes <= s.forward_peak_bytes and s.buffers.optimizer_step_bytes == 0
+        if framework.mixed_precision is not MixedPrecision.AUTOCAST:
+            assert s.buffers.autocast_weights_bytes == 0

@@ -109,6 +109,11 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
              ("  gathered blocks (ZeRO-3, FSDP2)", w.buffers.gathered_params_bytes),
              *([("  FP8 weights (Transformer Engine)", w.buffers.fp8_weights_bytes)]
                if w.buffers.fp8_weights_bytes else []),
+             *([("  autocast 16-bit weight copies", w.buffers.autocast_weights_bytes)]
+               if w.buffers.autocast_weights_bytes else []),
+             *([("optimizer step peak (foreach AdamW)", w.step_peak_bytes),
+                ("  of which step temporaries", w.buffers.optimizer_step_bytes)]
+               if w.buffers.optimizer_step_bytes else []),
              ("cuBLAS workspaces", w.runtime.cublas_workspace_bytes),
              ("allocated (max_memory_allocated)", w.allocated_bytes),
              ("  allocator reserve (assumed 10%)", w.runtime.allocator_slack_bytes),

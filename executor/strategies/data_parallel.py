@@ -249,6 +249,7 @@ class DataParallelRunner:
 
     def train_step(self, step: int) -> StepRecord:
         layout, phases = self.ctx.layout, {}
+        self.buckets.clear()  # this step's buckets: DDP rebuilds them after the first step and frees the old ones
         inputs, targets = (replica_samples(t, self.dp_rank, layout.dp) for t in batch_for(self.ctx, step))
         if self.tokens is not None:
             inputs, targets = inputs[:, self.tokens], targets[:, self.tokens]

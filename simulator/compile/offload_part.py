@@ -77,9 +77,7 @@ def optimizer_impl(s: Strategy, device: Device) -> OptimizerImpl:
     on ``device`` (:meth:`~simulator.strategy.framework.Framework.optimizer_impl`), where a device with
     asynchronous kernel dispatch (a GPU) has torch's foreach kernels and an inline one (the CPU) has not, the
     same line :func:`simulator.host_overhead.optimizer_calls` draws."""
-    if s.optimizer_impl is not None:
-        return s.optimizer_impl
-    return s.resolved_framework.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
+    return s.resolved_optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
 
 
 def gpu_optimizer_s(cluster: Cluster, dtype: DtypePolicy, params: float,

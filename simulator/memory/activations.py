@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from simulator.memory.autocast import (autocast_of, loss_kept_bytes_per_logit, loss_working_bytes_per_logit,
+                                       residual_bytes)
 from simulator.memory.dtensor_tp import (gathered_block_input_elements, head_projection_input_bytes,
                                         loss_parallel_working_bytes, uses_dtensor_tp)
 from simulator.memory.moe import moe_activation_elements
@@ -121,13 +123,16 @@ class LayerActivation:
 
 def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, sp: bool = False,
                      flash_attention: bool = True, moe_layer: bool = False, skew: float = 1.0,
-                     ep: int = 1, dtensor: bool = False) -> LayerActivation:
+                     ep: int = 1, dtensor: bool = False, residual: int | None = None) -> LayerActivation:
     """Per-block activation bytes (module docstring), with the spec's activation element size and
     dropout; ``flash_attention=False`` is eager attention (Korthikanti's count); ``moe_layer``: the MLP
     terms are a MoE block's (:func:`simulator.memory.moe.moe_activation_elements`, routing ``skew``);
     ``dtensor``: torch's tensor parallelism, whose sequence-parallel matmuls save their gathered inputs
-    (:func:`simulator.memory.dtensor_tp.gathered_block_input_elements`)."""
+    (:func:`simulator.memory.dtensor_tp.gathered_block_input_elements`); ``residual``: bytes per element
+    of the block input and the two norms' inputs when they differ from the activations' (autocast's fp32
+    residual stream, :func:`simulator.memory.autocast.residual_bytes`)."""
     e = spec.dtype.activation_bytes
+    r = e if residual is None else residual
     sb, h, a = seq * mbs, spec.hidden, spec.heads
     q, kv, f = spec.q_dim / tp, _kv_rows(spec, tp), spec.ffn_size / tp
     rep_div = tp if sp else 1
@@ -144,12 +149,12 @@ def layer_activation(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1, 
     if not flash_attention:
         scores = (a / tp) * seq * seq * mbs * (e + ((MASK_BYTES + e) if dropout else 0))
     return LayerActivation(
-        replicated_bytes=sb * (gathered_block_input_elements(h, tp, sp, dtensor) * e
+        replicated_bytes=sb * (gathered_block_input_elements(h, tp, sp, dtensor) * e + 2 * h * (r - e) / rep_div
                                + h * (2 * MASK_BYTES if dropout else 0) / rep_div),
         split_bytes=sb * (attention + mlp) * e,
         scores_bytes=scores,
         stats_bytes=sb * STAT_BYTES * (norm_stats / rep_div + (a / tp if flash_attention else 0)),
-        input_bytes=sb * h * e / rep_div,
+        input_bytes=sb * h * r / rep_div,
         op_saved_bytes=op_sac_saved_bytes(spec, seq=seq, mbs=mbs, tp=tp, sp=sp),
         op_extra_bytes=sb * e * (h if spec.activation is ActivationKind.SWIGLU else 0) + (2 * sb * h * e / tp if sp else 0),
     )
@@ -222,7 +227,7 @@ class StageActivations:
 
 
 def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1,
-                       framework: Framework = Framework.TORCH_DDP) -> float:
+                       framework: Framework = Framework.TORCH_DDP, autocast: bool | None = None) -> float:
     """Bytes the cross-entropy holds on top of the saved fp32 probabilities (``head_bytes``), per
     micro-batch on the last stage, s·b·ceil(V/t) logits each, with e-byte activations:
 
@@ -237,11 +242,16 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
       saved softmax) and computes the gradient in place in it: only the e-byte logits (forward) or
       the gradient's e-byte cast (backward), 0 when e = 4 [src: megatron-cross-entropy];
     - FSDP2 with tp > 1 (torchtitan): torch's ``loss_parallel``, 12 bytes per logit
-      (:mod:`simulator.memory.dtensor_tp`) [src: torch-loss-parallel].
+      (:mod:`simulator.memory.dtensor_tp`) [src: torch-loss-parallel];
+    - torch DDP's autocast on 16-bit logits (``cross_entropy`` with no ``.float()``, as the executor
+      calls it): 4 (:func:`simulator.memory.autocast.loss_working_bytes_per_logit`).
     """
     e = spec.dtype.activation_bytes
     if uses_dtensor_tp(framework, tp):
         return loss_parallel_working_bytes(tokens=seq * mbs, local_vocab=ceil(spec.vocab / tp), activation_bytes=e)
+    amp = loss_working_bytes_per_logit(spec.dtype, autocast_of(framework) if autocast is None else autocast)
+    if amp is not None:
+        return seq * mbs * ceil(spec.vocab / tp) * amp
     cast = e if e != LOGITS_BYTES else 0
     eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
     per_logit = cast if framework is Framework.MEGATRON else eager
@@ -254,10 +264,14 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
     flash = s.attention is AttentionKind.FLASH
     dtensor = uses_dtensor_tp(layout.framework, tp)
-    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor)
+    autocast = autocast_of(layout.framework, s.resolved_mixed_precision)
+    residual = residual_bytes(spec.dtype, autocast)
+    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor,
+                             residual=residual)
     n_blocks = sum(layout.layers_per_stage[stage::layout.pp])  # layout.layers_per_rank[stage], one rank's
     n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i)) if spec.moe is not None else 0
-    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor, moe_layer=True,
+    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor, residual=residual,
+                           moe_layer=True,
                            skew=s.routing_skew, ep=layout.ep) if n_moe else layer
     n_layers, n_embed, n_head = in_flight(layout, stage)
     kept = (layer.kept_bytes(s.recompute) * (n_blocks - n_moe) + moe.kept_bytes(s.recompute) * n_moe) * n_layers
@@ -270,8 +284,10 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int)
     if stage == layout.pp - 1:
         projection_input = head_projection_input_bytes(tokens=seq * mbs, hidden=spec.hidden, activation_bytes=e, tp=tp,
                                                        sp=sp, dtensor=dtensor)
-        head = (sbh * e / rep_div + projection_input + seq * mbs * ceil(spec.vocab / tp) * LOGITS_BYTES) * n_head
-        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework)
+        per_logit = loss_kept_bytes_per_logit(spec.dtype, autocast, LOGITS_BYTES)
+        final_norm_input = sbh * residual / rep_div
+        head = (final_norm_input + projection_input + seq * mbs * ceil(spec.vocab / tp) * per_logit) * n_head
+        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework, autocast=autocast)
     offload = s.offload_activations
     return StageActivations(
         blocks_bytes=0.0 if offload else kept,

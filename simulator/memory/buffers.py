@@ -7,7 +7,9 @@
   (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring: "the saved memory
   size will be equal to the total gradients size") [src: torch-ddp]; with True the ``.grad`` tensors
   are views into the buckets: no extra bytes. Measured exactly (docs/memory_measured.md). A
-  parameter server has no all-reduce buckets.
+  bucket has the gradients' dtype: fp32 for a mixed-precision model under autocast, whose
+  parameters stay fp32 (:mod:`simulator.memory.autocast`). A parameter server has no all-reduce buckets.
+- torch autocast's 16-bit weight copies and AdamW's foreach temporary: :mod:`simulator.memory.autocast`.
 - DeepSpeed ZeRO 1-2 (``deepspeed/runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.backward``):
   with ``contiguous_gradients`` (default on) it allocates ``reduce_bucket_size`` elements of the
   16-bit dtype, twice with ``overlap_comm`` (double buffering), whatever the model's size
@@ -43,6 +45,8 @@ from dataclasses import dataclass
 
 from simulator.bucket_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from simulator.errors import SpecError
+from simulator.memory.autocast import autocast_of, state_dtype
+from simulator.strategy.kinds import MixedPrecision
 from simulator.strategy.framework import Framework, resolve_framework
 from simulator.strategy.kinds import ZeroStage
 from simulator.workload.transformer import DtypePolicy
@@ -69,10 +73,18 @@ class BufferBytes:
     unsharded gradient."""
     fp8_weights_bytes: float = 0.0
     """FP8 weight copies a recipe keeps (Transformer Engine; :mod:`simulator.memory.fp8`)."""
+    autocast_weights_bytes: float = 0.0
+    """torch autocast's 16-bit weight copies alive at the end of a forward, one set per micro-batch in
+    flight (:func:`simulator.memory.autocast.cast_weight_bytes`)."""
+    optimizer_step_bytes: float = 0.0
+    """The optimizer step's temporaries (AdamW foreach, :func:`simulator.memory.autocast.optimizer_step_bytes`):
+    alive only during the step, when activations and the other buffers but the gradient buckets are
+    freed, so not in :attr:`total_bytes` (:attr:`simulator.memory.stage.StageMemory.step_peak_bytes`)."""
 
     @property
     def total_bytes(self) -> float:
-        return self.grad_buckets_bytes + self.gathered_params_bytes + self.fp8_weights_bytes
+        """The buffers alive at the forward/backward peak."""
+        return self.grad_buckets_bytes + self.gathered_params_bytes + self.fp8_weights_bytes + self.autocast_weights_bytes
 
 
 def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int, overlap: bool) -> int:
@@ -88,7 +100,7 @@ def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int,
 def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtype: DtypePolicy,
                  framework: Framework | None = None, gradient_as_bucket_view: bool = False,
                  bucket_elements: int | None = DEEPSPEED_REDUCE_BUCKET_ELEMENTS, overlap_grad_reduce: bool = False,
-                 all_reduce: bool = True) -> BufferBytes:
+                 all_reduce: bool = True, mixed_precision: MixedPrecision | None = None) -> BufferBytes:
     """Buffers for a rank whose model replica has ``local_params`` elements (its tp/pp shard) and
     whose largest block (transformer layer, embedding or head) has ``largest_block`` elements.
     ``framework`` None: torch DDP at ZeRO 0, DeepSpeed above (flat partitioning's default).
@@ -104,8 +116,9 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
     buckets = 0
     if not all_reduce:
         pass  # a parameter server pushes the gradients as they are
-    elif framework is Framework.TORCH_DDP:
-        buckets = 0 if gradient_as_bucket_view else local_params * dtype.grad_bytes
+    elif framework is Framework.TORCH_DDP:  # buckets in the gradients' dtype: fp32 under autocast
+        buckets = 0 if gradient_as_bucket_view else \
+            local_params * state_dtype(dtype, autocast_of(framework, mixed_precision)).grad_bytes
     elif framework is Framework.DEEPSPEED:
         buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * dtype.grad_bytes
     grad_copies = FSDP2_GRAD_COPIES if framework is Framework.FSDP2 else 1

@@ -15,25 +15,27 @@ when its GPU total is within the device memory and, per node, the host bytes (ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from math import ceil
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.memory.activations import stage_activations
+from simulator.memory.activations import in_flight, stage_activations
+from simulator.memory.autocast import autocast_of, cast_weight_bytes, optimizer_step_bytes
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.fp8 import with_fp8
 from simulator.memory.moe import add_states, split_experts
 from simulator.memory.offload import HOST_BUFFER_FACTOR, place_states
-from simulator.memory.runtime import runtime_bytes
+from simulator.memory.runtime import is_cuda, runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
                                      stage_param_shapes)
 from simulator.memory.stage import StageMemory
-from simulator.memory.states import model_state_bytes, partition_numels
+from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes, partition_numels
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
 from simulator.units import GB
+from simulator.workload import Recompute
 from simulator.workload.layers import ParamCountModel
 from simulator.workload.transformer import TransformerSpec
 
@@ -124,7 +126,7 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
     return max(units)
 
 
-def _states(model, layout: ParallelLayout, stage: int):
+def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
     """(blocks, placed states, buffers) of one stage: everything but the activations, so a search
     can share it between candidates that differ only in micro-batch, recomputation or schedule."""
     s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp_cp  # ZeRO shards over the dp-cp group
@@ -139,13 +141,15 @@ def _states(model, layout: ParallelLayout, stage: int):
         shapes = [("params", (ceil(model.params / (tp * pp)),))]
         blocks, largest = (), 0
     partitioning, framework = layout.partitioning, layout.framework
+    mixed = s.resolved_mixed_precision
     states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
-                               framework=framework)
+                               framework=framework, mixed_precision=mixed)
     partition = max(partition_numels(shapes, dp, partitioning))
     if experts:
         edp = dp // layout.ep
         states = add_states(states, model_state_bytes(experts, dp=edp, zero=s.zero, dtype=dtype,
-                                                      partitioning=partitioning, framework=framework))
+                                                      partitioning=partitioning, framework=framework,
+                                                      mixed_precision=mixed))
         partition += max(partition_numels(experts, edp, partitioning))
         shapes = shapes + experts
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
@@ -156,10 +160,19 @@ def _states(model, layout: ParallelLayout, stage: int):
     bucket = None if layout.bucket_bytes is None else layout.bucket_bytes // dtype.grad_bytes  # elements
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
-                           overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce)
+                           overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce,
+                           mixed_precision=mixed)
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
         buffers = with_fp8(buffers, model, layout, len(blocks), largest, block_numel)
+    # under autocast the states keep no fp32 master (state_dtype): the optimizer bytes are the two moments
+    step = optimizer_step_bytes(impl=s.resolved_optimizer_impl(foreach_device=cuda),
+                                moment_bytes=placed.gpu.optimizer_bytes,
+                                largest_moment_bytes=max(numel(d) for _, d in shapes) * ADAM_STATE_BYTES)
+    # one set of autocast's weight copies; _stage multiplies it by the micro-batches in flight
+    buffers = replace(buffers, optimizer_step_bytes=step,
+                      autocast_weights_bytes=cast_weight_bytes(shapes, dtype=dtype,
+                                                               autocast=autocast_of(framework, mixed)))
     return blocks, placed, buffers
 
 
@@ -173,17 +186,27 @@ def _states_key(model, layout: ParallelLayout) -> tuple:
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
     """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None."""
+    cuda = is_cuda(cluster.device)
     if cache is None:
-        blocks, placed, buffers = _states(model, layout, stage)
+        blocks, placed, buffers = _states(model, layout, stage, cuda)
     else:
-        if stage not in cache:
-            cache[stage] = _states(model, layout, stage)
-        blocks, placed, buffers = cache[stage]
+        if (stage, cuda) not in cache:
+            cache[stage, cuda] = _states(model, layout, stage, cuda)
+        blocks, placed, buffers = cache[stage, cuda]
+    if buffers.autocast_weights_bytes:
+        buffers = replace(buffers, autocast_weights_bytes=buffers.autocast_weights_bytes * _cast_copies(layout, stage))
     acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
     act_gpu = acts.gpu_bytes if acts else 0.0
     runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers.total_bytes)
     return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
                        runtime=runtime)
+
+
+def _cast_copies(layout: ParallelLayout, stage: int) -> float:
+    """Sets of autocast weight copies alive at the stage's peak: one per micro-batch in flight, whose
+    backward will read them; one under full recomputation, whose forward saves none (the cache alone
+    holds them until the forward's autocast region exits) (:mod:`simulator.memory.autocast`)."""
+    return 1.0 if layout.strategy.recompute is Recompute.FULL else in_flight(layout, stage)[0]
 
 
 def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[str, ...]:

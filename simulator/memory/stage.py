@@ -58,11 +58,24 @@ class StageMemory:
         return self.buffers.total_bytes
 
     @property
-    def allocated_bytes(self) -> float:
-        """Peak ``torch.cuda.max_memory_allocated``: model states on the GPU + activations + buffers +
-        the cuBLAS workspaces (served by the caching allocator)."""
+    def forward_peak_bytes(self) -> float:
+        """Tensors alive between forward and backward: model states on the GPU + activations + buffers."""
         return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes + self.runtime.cublas_workspace_bytes)
+                + self.buffers_bytes)
+
+    @property
+    def step_peak_bytes(self) -> float:
+        """Tensors alive during the optimizer step: model states (parameters as after the step), the
+        gradient buckets (persistent) and the step's temporaries; the activations and the other
+        buffers are freed by then."""
+        return (self.params_after_step_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.buffers.grad_buckets_bytes + self.buffers.optimizer_step_bytes)
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Peak ``torch.cuda.max_memory_allocated``: the larger of the forward/backward peak and the
+        optimizer step's, + the cuBLAS workspaces (served by the caching allocator)."""
+        return max(self.forward_peak_bytes, self.step_peak_bytes) + self.runtime.cublas_workspace_bytes
 
     @property
     def reserved_bytes(self) -> float:
@@ -111,7 +124,10 @@ class StageMemory:
                 "attention_scores_bytes": act.scores_bytes, "micro_batches_in_flight": act.micro_batches_in_flight},
             "buffers": {"grad_buckets_bytes": self.buffers.grad_buckets_bytes,
                         "gathered_params_bytes": self.buffers.gathered_params_bytes,
-                        "fp8_weights_bytes": self.buffers.fp8_weights_bytes},
+                        "fp8_weights_bytes": self.buffers.fp8_weights_bytes,
+                        "autocast_weights_bytes": self.buffers.autocast_weights_bytes,
+                        "optimizer_step_bytes": self.buffers.optimizer_step_bytes},
+            "forward_peak_bytes": self.forward_peak_bytes, "step_peak_bytes": self.step_peak_bytes,
             "runtime": {"cublas_workspace_bytes": self.runtime.cublas_workspace_bytes,
                         "allocator_slack_bytes": self.runtime.allocator_slack_bytes,
                         "cuda_context_bytes": self.runtime.cuda_context_bytes,

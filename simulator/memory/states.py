@@ -25,6 +25,8 @@ from math import ceil
 from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.memory.autocast import autocast_of, state_dtype
+from simulator.strategy.kinds import MixedPrecision
 from simulator.memory.shapes import Shape, numel
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.kinds import ZeroStage
@@ -239,17 +241,21 @@ def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, fr
 
 def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
                       partitioning: Partitioning | None = None, rank: int | None = None,
-                      framework: Framework | None = None) -> ModelStateBytes:
+                      framework: Framework | None = None,
+                      mixed_precision: MixedPrecision | None = None) -> ModelStateBytes:
     """Parameters, gradients and optimizer bytes of one data-parallel rank (``rank=None``: the most
     loaded, largest peak total, lowest rank on a tie). ``shapes`` are the tensors the rank's model
     replica holds, ``[(name, shape), ...]`` (e.g. :func:`simulator.memory.shapes.stage_param_shapes`).
     ZeRO stage s partitions the optimizer (s >= 1), gradients (s >= 2) and parameters (s = 3) with
     ``partitioning``; ``framework`` adds what its implementation allocates on purpose (FSDP2's
-    unpadded Adam state and ZeRO-2 unsharded copy, torch's Adam ``step`` tensors). Partitioning and
+    unpadded Adam state and ZeRO-2 unsharded copy, torch's Adam ``step`` tensors) and stores them its
+    way (``mixed_precision`` autocast, torch DDP's default: a mixed-precision ``dtype`` in the fp32 layout,
+    4 + 4 + 8, :func:`simulator.memory.autocast.state_dtype`; None: the framework's). Partitioning and
     framework default from each other (:func:`~simulator.strategy.framework.resolve_framework`)."""
     _check_rank(dp, rank)
     zero = ZeroStage(zero)
     partitioning, framework = resolve_framework(zero, partitioning, framework)
+    dtype = state_dtype(dtype, autocast_of(framework, mixed_precision))  # autocast keeps fp32 states
     split = _split(shapes, dp, zero, partitioning, framework)
     ranks = [rank] if rank is not None else range(dp) if partitioning is Partitioning.WHOLE_TENSOR else [0]
     per_rank = [_rank_states(split, dp, zero, dtype, framework, r) for r in ranks]

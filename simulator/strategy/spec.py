@@ -295,6 +295,11 @@ class Strategy:
         return {Framework.MEGATRON: Fp8Recipe.TE, Framework.FSDP2: Fp8Recipe.TORCHAO,
                 Framework.TORCH_DDP: Fp8Recipe.TORCHAO}.get(self.resolved_framework)
 
+    def resolved_optimizer_impl(self, foreach_device: bool) -> OptimizerImpl:
+        """The Adam(W) implementation in effect on a device with (``foreach_device``: a GPU) or without foreach
+        kernels: given, or the framework's (:meth:`Framework.optimizer_impl`)."""
+        return self.optimizer_impl or self.resolved_framework.optimizer_impl(foreach_device)
+
     @property
     def resolved_mixed_precision(self) -> MixedPrecision:
         """The mixed-precision implementation in effect: given, or the framework's."""
