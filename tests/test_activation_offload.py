@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.strategy.kinds import MixedPrecision
+
 import planner
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
@@ -21,6 +23,9 @@ A100 = load_cluster("dgx-a100", nodes=1)   # host link: PCIe Gen4 x16, 24 GB/s, 
 
 
 def _pair(**kw):
+    """Without and with the offload; the bf16 stream of 16-bit parameters (param-dtype, as DeepSpeed and Megatron
+    hold it; under torch's autocast the checkpoints are the fp32 stream, twice the bytes)."""
+    kw = {"mixed_precision": MixedPrecision.PARAM_DTYPE, **kw}
     return (Strategy(recompute=Recompute.FULL, **kw),
             Strategy(recompute=Recompute.FULL, offload_activations=True, **kw))
 

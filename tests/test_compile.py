@@ -7,6 +7,7 @@ import pytest
 
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
+from simulator.strategy.kinds import MixedPrecision
 from simulator.compile import CostCache, ParamFetch, adam_bytes_per_param, compile_step
 from simulator.errors import SpecError
 from simulator.strategy import AllReduceSync, Framework, Offload, Recompute, Strategy, ZeroStage
@@ -51,13 +52,19 @@ def test_megatron_tp_calls_per_layer(cluster, model, cache):
 
 def test_sequence_parallel_swaps_all_reduce_for_rs_ag(cluster, model, cache):
     """Korthikanti et al. 2022 §4.2.2: with SP each all-reduce becomes a reduce-scatter + all-gather and the
-    pipeline p2p carries 1/t of the activations; full recompute repeats the forward calls in backward."""
-    s = Strategy(global_batch=8, tp=4, pp=2, sequence_parallel=True, recompute=Recompute.FULL)
+    pipeline p2p carries 1/t of the activations; full recompute repeats the forward calls in backward. Megatron
+    holds the bf16 stream (param-dtype); under torch's autocast the stream a stage sends is fp32: twice."""
+    s = Strategy(global_batch=8, tp=4, pp=2, sequence_parallel=True, recompute=Recompute.FULL,
+                 mixed_precision=MixedPrecision.PARAM_DTYPE)
     ch = compile_step(cluster, model, s, cache=cache, memory=False).stages[0].chunks[0]
     ops = [c.op for c in ch.tp_fwd[1:]]
     assert ops.count(Op.ALL_GATHER) == ops.count(Op.REDUCE_SCATTER) == 24
     assert len(ch.tp_bwd) == 2 * len(ch.tp_fwd[1:])
     assert ch.p2p_fwd.nbytes == 2048 * 2304 * 2 // 4 and ch.p2p_bwd is None
+    amp = compile_step(cluster, model, replace(s, mixed_precision=MixedPrecision.AUTOCAST), cache=cache,
+                       memory=False).stages[0].chunks[0]
+    assert amp.p2p_fwd.nbytes == 2 * ch.p2p_fwd.nbytes
+    assert [c.nbytes for c in amp.tp_fwd] == [c.nbytes for c in ch.tp_fwd]  # tp collectives stay 16-bit
 
 
 def test_dp_buckets_and_ready_fractions(cluster, model, cache):

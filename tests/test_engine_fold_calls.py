@@ -40,7 +40,7 @@ CASES = {
     "a100-interleaved-zero1": (A100.with_nodes(1), dict(global_batch=8, tp=2, pp=2, placement="tp-dp-pp", zero=1,
                                                         schedule="interleaved", virtual_stages=2)),
     "h100-pp4-sp": (H100.with_nodes(2), dict(global_batch=8, tp=2, pp=4, placement="tp-dp-pp",
-                                             sequence_parallel=True)),
+                                             sequence_parallel=True, mixed_precision="param-dtype")),
 }
 
 

@@ -24,6 +24,7 @@ from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import Fp8Recipe, te_weight_cast_bytes
+from simulator.workload.autocast import FP32_BYTES
 from simulator.workload.kinds import DtypePolicy
 from simulator.strategy.kinds import MixedPrecision
 
@@ -108,11 +109,13 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                           attention_backend=s.resolved_attention_backend(
                                               cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
+    # the residual stream between blocks and stages: fp32 under eager autocast (simulator.workload.autocast)
+    stream = cc.boundary_bytes * (FP32_BYTES / workload.dtype.activation_bytes if runs_autocast(workload, s) else 1)
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
-            cc.boundary_bytes, tp, layout.sequence_parallel), layers)
+            stream, tp, layout.sequence_parallel), layers)
         tp_fwd, tp_bwd = tp_fwd + copies, copies + tp_bwd
-    p2p_bytes = cc.boundary_bytes / (tp if layout.sequence_parallel else 1)
+    p2p_bytes = stream / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
         dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep

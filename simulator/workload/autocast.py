@@ -20,7 +20,9 @@ block on one tensor-parallel rank of ``T`` tokens gains, beyond the bf16 kernels
   ``4 + e + 4`` instead of ``3e``; in backward the branch's gradient is cast to bf16 (``4 + e``) and the
   stream's two gradients are summed in fp32 (``3 · 4``), instead of the bf16 kernel's ``1.5 · 3e``;
 - on the model's edges: the embedding's fp32 lookup (its bytes × ``4/e``), the final norm in fp32 and its
-  output cast, and the output layer's weight cast.
+  output cast, and the output layer's weight cast; between pipeline stages the fp32 stream is what is sent
+  (and what activation offload copies): 4 bytes per element (:mod:`simulator.compile.step`); tensor
+  parallelism's collectives stay 16-bit (the row-parallel outputs they reduce are bf16).
 
 These passes are what the 1.3B H200 trace shows besides the model's bf16 kernels: ``bfloat16_copy``
 (fp32 → bf16) once per linear weight and per norm output, ``direct_copy`` (bf16 → fp32) for their
