@@ -180,8 +180,14 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
+    numbers: dict[tuple, tuple] = {}  # chunks holding the same call tuples and seconds (a shared stage's) share them
     for c, ch in chunks.items():
-        F[c], B[c], parts[c] = _chunk_numbers(ch, sm_fraction)
+        key = (id(ch.tp_fwd), id(ch.tp_bwd), id(ch.zero_fwd), id(ch.zero_bwd), ch.fwd_s, ch.bwd_s, ch.recompute_s,
+               ch.zero_prefetch_calls)
+        got = numbers.get(key)
+        if got is None:
+            got = numbers[key] = _chunk_numbers(ch, sm_fraction)
+        F[c], B[c], parts[c] = got
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
@@ -189,9 +195,14 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
     seen: dict[bytes, tuple[float, np.ndarray]] = {}
+    same: dict[tuple, tuple] = {}  # stages holding the same bucket and after-step tuples (a shared stage's)
     for r, st in enumerate(stages):
-        tail[r], exposed[r] = _stage_sync(st, gradient_work_s(chunks[r]), sm_fraction, seen)
-        after[r] = _sums_by_code(st.after_step)
+        b_last = gradient_work_s(chunks[r])
+        key = (id(st.grad_sync), id(st.grad_ready_fraction), id(st.after_step), b_last)
+        got = same.get(key)
+        if got is None:
+            got = same[key] = (*_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
+        tail[r], exposed[r], after[r] = got
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

@@ -247,14 +247,19 @@ def _optimizer_tensors_key(workload, layout: ParallelLayout, rep: int) -> tuple:
             layout.ep, layout.dp_cp, layout.strategy.zero, layout.framework)
 
 
+def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
+    """(representative rank, tp group, dp group, ep group, expert-dp group) of pipeline rank ``r``."""
+    return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
+                      lambda: (layout.rank_of(0, r, 0), tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
+                               tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
+                               layout.expert_dp_group(r)))
+
+
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
-    rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
-                        lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
-                                 layout.expert_dp_group(r)))
+    groups = stage_groups(cache, layout, r)
+    rep = groups[0]
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
