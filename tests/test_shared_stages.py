@@ -18,8 +18,9 @@ from simulator.compile import CostCache, compile_stages
 from simulator.compile.shared_stages import closed_form_stages
 from simulator.errors import SpecError
 from simulator.interference import cluster_sm_fraction
-from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, Offload, ParamServerSync, PlacementOrder,
-                                Recompute, ScheduleKind, Strategy, ZeroStage, build_layout)
+from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, Offload,
+                                ParamServerSync, PlacementOrder, Recompute, ScheduleKind, Strategy, ZeroStage, build_layout)
+from simulator.work import CommCall
 from simulator.workload import get_preset
 
 H100, A100 = load_cluster("dgx-h100", nodes=4), load_cluster("dgx-a100", nodes=4)
@@ -31,8 +32,7 @@ CLUSTERS = {
 }
 WORKLOAD = get_preset("megatron-1.7b").with_seq(1024)
 ARRAYS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after", "data")
-_CALL_FIELDS = tuple(f.name for f in fields(__import__("simulator.work", fromlist=["CommCall"]).CommCall)
-                     if f.name != "group")
+_CALL_FIELDS = tuple(f.name for f in fields(CommCall) if f.name != "group")
 
 
 def _call(c):
