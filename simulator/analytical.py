@@ -47,6 +47,13 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: 
     seconds: no other gather can overlap it)."""
     if not calls:
         return 0.0
+    if prefetch == 1:
+        return _exposed_one_ahead(calls, compute_s, sm_fraction)
+    return _exposed_any(calls, compute_s, sm_fraction, prefetch)
+
+
+def _exposed_any(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float, prefetch: int) -> float:
+    """:func:`exposed_gathers` of a non-empty ``calls``, any ``prefetch``: the play as the docstring gives it."""
     n, t = len(calls), compute_s / len(calls)
     issued, done, starts = [0.0] * n, [0.0] * n, []
     last, g = 0.0, 0  # end of the last gather scheduled; the next gather to schedule
@@ -69,6 +76,23 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: 
                 overlap += overlap_s(issued[j], done[j], start, start + t)
         start = max(start + t + sm_fraction * overlap, done[i + 1])
         starts.append(start)
+    return start + t - compute_s
+
+
+def _exposed_one_ahead(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float) -> float:
+    """:func:`exposed_gathers` with ``prefetch`` 1 (every framework's per-block gathers): the same
+    floating-point operations in the same order, with the gather issued before block i + 1 (once gather i is
+    done and block i has started) and the one gather that can overlap block i kept in locals."""
+    t = compute_s / len(calls)
+    start = last = 0.0 + calls[0].time_s  # gather 0: issued at 0.0
+    collective = Transport.COLLECTIVE
+    for c in calls[1:]:
+        issued = max(last, start)  # gather i + 1: after gather i, once block i has started
+        last = issued + c.time_s
+        overlap = 0.0
+        if c.transport is collective:  # takes_sms(c); overlap_s(issued, last, start, start + t) inlined
+            overlap = max(0.0, min(last, start + t) - max(issued, start))
+        start = max(start + t + sm_fraction * overlap, last)
     return start + t - compute_s
 
 
