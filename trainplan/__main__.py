@@ -39,6 +39,19 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's version action, with the installed version read only when asked (the
+    package metadata costs an import on every command otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"trainplan {_version()}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI's parser; with ``command`` (a command's name) the parser with that command alone, which
     parses that command's arguments as the whole one does and imports only its module (``trainplan plan``
@@ -48,7 +61,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     modules = [f"trainplan.cmd_{command}"] if f"trainplan.cmd_{command}" in COMMAND_MODULES else COMMAND_MODULES
     parser = cli_common.ArgumentParser(prog="trainplan", description=(
         "Simulate and plan distributed deep-learning training; run plans for real and check the model."))
-    parser.add_argument("--version", action="version", version=f"trainplan {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in modules:
