@@ -20,7 +20,6 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
-from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -140,14 +139,26 @@ def gradient_work_s(chunk: ChunkWork) -> float:
 
 _CODE_OF_KIND_ID = {id(kind): _KIND_CODE.get(kind, 0) for kind in CommKind}
 """:data:`_KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
-_TIME, _KIND = attrgetter("time_s"), attrgetter("kind")
 
 
-def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Each call's seconds and :data:`_KIND_CODE`, as arrays."""
+def _runs(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, list[CommCall]]:
+    """``calls`` as runs of one object (a bucketed sync repeats one call per size, ``comm_part.bucketed``):
+    each run's length, and its call."""
     n = len(calls)
-    return (np.fromiter(map(_TIME, calls), dtype=float, count=n),
-            np.fromiter(map(_CODE_OF_KIND_ID.__getitem__, map(id, map(_KIND, calls))), dtype=int, count=n))
+    ids = np.fromiter(map(id, calls), dtype=np.int64, count=n)
+    firsts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    lengths = np.diff(np.concatenate(([0], firsts, [n])))
+    return lengths, [calls[0]] + [calls[i] for i in firsts.tolist()]
+
+
+def _times_and_codes(calls: tuple[CommCall, ...], runs=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's seconds and :data:`_KIND_CODE`, as arrays, read once per run of one object (``runs``:
+    :func:`_runs` of ``calls``, if already read)."""
+    if not calls:
+        return np.zeros(0), np.zeros(0, dtype=int)
+    lengths, heads = _runs(calls) if runs is None else runs
+    return (np.repeat(np.array([c.time_s for c in heads], dtype=float), lengths),
+            np.repeat(np.array([_CODE_OF_KIND_ID[id(c.kind)] for c in heads], dtype=int), lengths))
 
 
 def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
@@ -161,7 +172,6 @@ def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
     return out
 
 
-_TRANSPORT = attrgetter("transport")
 _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 """:func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
 
@@ -172,10 +182,10 @@ def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``."""
-    times, codes = _times_and_codes(st.grad_sync)
+    runs = _runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
+    times, codes = _times_and_codes(st.grad_sync, runs)
     fractions = np.array(st.grad_ready_fraction, dtype=float)
-    sms = np.fromiter(map(_TAKES_SMS_OF_ID.__getitem__, map(id, map(_TRANSPORT, st.grad_sync))), dtype=bool,
-                      count=len(st.grad_sync))
+    sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
     key = b"".join((np.array([b_last, sm_fraction]).tobytes(), times.tobytes(), codes.tobytes(), sms.tobytes(),
                     fractions.tobytes()))
     if key in seen:

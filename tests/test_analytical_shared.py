@@ -2,6 +2,7 @@
 
 - :func:`simulator.analytical.sync_stretch` (inlined interval overlap, stops once the buckets run past the
   backward) against the plain loop over :func:`simulator.interference.overlap_s` it replaced;
+- the calls' seconds and kinds read once per run of one repeated object, against every call read;
 - :func:`simulator.analytical.exposed_gathers` at prefetch 1 (its own loop) against its general play;
 - :func:`simulator.analytical.summarize_stages` shares one bucket computation between stages whose buckets
   agree bit for bit: the same arrays as each stage computed on its own;
@@ -79,6 +80,21 @@ def test_gathers_one_ahead_equal_the_general_play(items, compute_s, sm_fraction)
     fast = analytical.exposed_gathers(calls, compute_s, sm_fraction)
     assert fast == analytical._exposed_any(calls, compute_s, sm_fraction, 1)
     assert np.float64(fast).tobytes() == np.float64(analytical._exposed_any(calls, compute_s, sm_fraction, 1)).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9),
+                          st.integers(1, 50)), max_size=8))
+def test_calls_read_by_runs_equal_each_call_read(items):
+    """:func:`analytical._times_and_codes` reads a run of one repeated object once (as ``bucketed`` builds
+    them; equal-valued objects in a row are runs apart): the arrays of reading every call."""
+    calls = tuple(c for c, (*_, count) in zip(_calls([i[:3] for i in items])[0], items) for _ in range(count))
+    times, codes = analytical._times_and_codes(calls)
+    assert times.tolist() == [c.time_s for c in calls]
+    assert codes.tolist() == [analytical._KIND_CODE.get(c.kind, 0) for c in calls]
+    if calls:
+        lengths, heads = analytical._runs(calls)
+        assert sum(lengths.tolist()) == len(calls) and all(a is not b for a, b in zip(heads, heads[1:]))
 
 
 def _own_stage_each(monkeypatch) -> None:
