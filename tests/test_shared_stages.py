@@ -19,7 +19,8 @@ from simulator.compile.shared_stages import closed_form_stages
 from simulator.errors import SpecError
 from simulator.interference import cluster_sm_fraction
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, Offload,
-                                ParamServerSync, PlacementOrder, Recompute, ScheduleKind, Strategy, ZeroStage, build_layout)
+                                ParamServerSync, PlacementOrder, Recompute, ScheduleKind, Strategy, ZeroStage,
+                                build_layout)
 from simulator.work import CommCall
 from simulator.workload import get_preset
 

@@ -40,9 +40,10 @@ def _shares(layout: ParallelLayout) -> bool:
             and not isinstance(layout.strategy.dp_sync, ParamServerSync) and not step._deepspeed_zero3(layout))
 
 
-def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, groups: tuple, starts: list[int]) -> tuple:
+def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, groups: tuple, starts: list[int],
+               reps: list[int]) -> tuple:
     """Everything of stage ``r`` that :func:`stage_work` reads and that depends on ``r`` (module docstring);
-    ``starts``: the first layer of each chunk."""
+    ``starts``: the first layer of each chunk; ``reps``: each pipeline rank's representative."""
     rep, tp_group, dp_group = groups[0], groups[1], groups[2]
     n, p, layers = layout.pp * layout.v, layout.pp, layout.layers_per_stage
     chunks = []
@@ -50,13 +51,13 @@ def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, group
         c = r + k * p
         partners = []
         for other in (c + 1, c - 1):  # as _chunk_work picks the p2p partner
-            dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
+            dst = reps[other % p] if 0 <= other < n else rep
             partners.append(None if dst == rep else cache.moved((rep, dst)))
         # step._chunk_compute reads the chunk through chunk_compute's load slice (compute_part.load_slice) and
         # host_overhead.with_host_modules' block count and first / last flags
         chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
         chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
-    tensors = cache.memo(step._optimizer_tensors_key(workload, layout, rep),
+    tensors = cache.memo(step._optimizer_tensors_key(workload, layout, r),
                          lambda: host_overhead.optimizer_tensors(workload, layout, r))
     return (tuple(chunks), cache.moved(tp_group), cache.moved(dp_group), tensors,
             step._te_weight_cast_s(cache, workload, layout, r))
@@ -80,9 +81,10 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     out, starts = [], [0]
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
-    for r in range(layout.pp):
-        groups = step.stage_groups(cache, layout, r)
-        key = _signature(cache, workload, layout, r, groups, starts)
+    every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
+    reps = [groups[0] for groups in every]
+    for r, groups in enumerate(every):
+        key = _signature(cache, workload, layout, r, groups, starts, reps)
         model = compiled.get(key)
         if model is None:
             model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch)

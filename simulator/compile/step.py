@@ -211,8 +211,9 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
     share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
-    tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
-                         lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
+    stage = layout.coords(rep).pp
+    tensors = cache.memo(_optimizer_tensors_key(workload, layout, stage),
+                         lambda: host_overhead.optimizer_tensors(workload, layout, stage))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part),
                                              tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
@@ -239,11 +240,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     return calls, fractions, after, opt
 
 
-def _optimizer_tensors_key(workload, layout: ParallelLayout, rep: int) -> tuple:
-    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for rank ``rep``'s stage (its tp,
-    pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere (micro-batch,
-    schedule, recompute, buckets) share one answer."""
-    return ("optimizer_tensors", workload, layout.tp, layout.pp, layout.coords(rep).pp, layout.layers_per_stage,
+def _optimizer_tensors_key(workload, layout: ParallelLayout, stage: int) -> tuple:
+    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for pipeline stage ``stage`` (its
+    tp, pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere
+    (micro-batch, schedule, recompute, buckets) share one answer."""
+    return ("optimizer_tensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
             layout.ep, layout.dp_cp, layout.strategy.zero, layout.framework)
 
 
