@@ -4,7 +4,8 @@ Run by hand: ``python benchmarks/bench_analytical.py [--candidates 10000]``. Can
 (tp, pp, micro-batch, schedule, recompute, SP, ZeRO, bucket size) that fits the model's shape,
 with global batches 1536/2048/3072, in a fixed order, cut to the requested count. Reports:
 
-- cold: ``estimate_many`` with an empty cost cache (compiles every distinct structure);
+- cold: ``estimate_many`` with an empty cost cache (compiles every distinct structure), wall and CPU
+  seconds (CPU: the figure to compare on a shared machine);
 - warm: the same call again with the filled cache (what a planner's later sweeps pay);
 - scalar: ``estimate`` per candidate on a sample, for comparison.
 """
@@ -51,9 +52,9 @@ def main() -> None:
     cluster, model = load_preset("dgx-a100", 128), get_preset("gpt3-175b").with_seq(2048)
     cands = candidates(args.candidates)
     cache = CostCache(cluster)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     frame = estimate_many(cluster, model, cands, cache=cache, on_invalid=OnInvalid.MARK)
-    cold = time.perf_counter() - t0
+    cold, cold_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     t0 = time.perf_counter()
     estimate_many(cluster, model, cands, cache=cache, on_invalid=OnInvalid.MARK)
     warm = time.perf_counter() - t0
@@ -64,7 +65,8 @@ def main() -> None:
     scalar = (time.perf_counter() - t0) / len(sample)
     n = len(cands)
     print(f"candidates: {n}  valid: {(frame['error'] == '').sum()}")
-    print(f"cold (empty cache): {cold:.2f} s total, {cold / n * 1e6:.0f} us per candidate")
+    print(f"cold (empty cache): {cold:.2f} s total, {cold / n * 1e6:.0f} us per candidate "
+          f"({cold_cpu:.2f} s CPU, {cold_cpu / n * 1e6:.0f} us CPU per candidate)")
     print(f"warm (cache reused): {warm:.3f} s total, {warm / n * 1e6:.1f} us per candidate")
     print(f"scalar estimate (warm cache): {scalar * 1e3:.2f} ms per candidate")
     best = frame.sort_values("step_time_s").iloc[0]

@@ -1,9 +1,10 @@
 """Wall time of a whole planner search, per phase, on the issue's reference problems.
 
 Run by hand: ``python benchmarks/bench_planner.py [--case NAME ...] [--refine K] [--jobs J]``.
-Prints, per case, the candidate counts and the seconds and candidates per second of each phase
-(enumerate, memory, rank, variants — the gradient-sync and offload variants of the best bases,
-their memory and rank — and refine). Results are recorded in docs/planner.md with the machine.
+Prints, per case, the candidate counts, the wall and CPU seconds of the whole search (CPU: this
+process's, so the DES workers of ``--jobs`` > 1 are not in it) and the wall seconds and candidates
+per second of each phase (enumerate, memory, rank, variants — the gradient-sync and offload variants
+of the best bases, their memory and rank — and refine). Results are recorded in docs/planner.md with the machine.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ CASES = {
 
 def run(name: str, refine: int, jobs: int) -> None:
     model, seq, cluster, nodes, gpus, gbs = CASES[name]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = planner.plan(get_preset(model).with_seq(seq), load_cluster(cluster, nodes=nodes), gpus=gpus,
                           global_batch=gbs, refine=refine, jobs=jobs)
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     c = result.counts.to_dict()
-    print(f"{name}: {total:.1f} s total; {c['enumerated']} enumerated, {c['invalid']} invalid, {c['infeasible']} "
+    print(f"{name}: {total:.1f} s total ({cpu:.2f} s CPU in this process); {c['enumerated']} enumerated, {c['invalid']} invalid, {c['infeasible']} "
           f"do not fit, {c['ranked']} ranked, {c['refined']} refined")
     n = {"enumerate": c["enumerated"] - c["variants"], "memory": c["enumerated"] - c["invalid"],
          "rank": c["ranked"], "variants": c["variants"], "refine": c["refined"]}

@@ -20,7 +20,6 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
-from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -47,6 +46,13 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: 
     seconds: no other gather can overlap it)."""
     if not calls:
         return 0.0
+    if prefetch == 1:
+        return _exposed_one_ahead(calls, compute_s, sm_fraction)
+    return _exposed_any(calls, compute_s, sm_fraction, prefetch)
+
+
+def _exposed_any(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float, prefetch: int) -> float:
+    """:func:`exposed_gathers` of a non-empty ``calls``, any ``prefetch``: the play as the docstring gives it."""
     n, t = len(calls), compute_s / len(calls)
     issued, done, starts = [0.0] * n, [0.0] * n, []
     last, g = 0.0, 0  # end of the last gather scheduled; the next gather to schedule
@@ -69,6 +75,23 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: 
                 overlap += overlap_s(issued[j], done[j], start, start + t)
         start = max(start + t + sm_fraction * overlap, done[i + 1])
         starts.append(start)
+    return start + t - compute_s
+
+
+def _exposed_one_ahead(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float) -> float:
+    """:func:`exposed_gathers` with ``prefetch`` 1 (every framework's per-block gathers): the same
+    floating-point operations in the same order, with the gather issued before block i + 1 (once gather i is
+    done and block i has started) and the one gather that can overlap block i kept in locals."""
+    t = compute_s / len(calls)
+    start = last = 0.0 + calls[0].time_s  # gather 0: issued at 0.0
+    collective = Transport.COLLECTIVE
+    for c in calls[1:]:
+        issued = max(last, start)  # gather i + 1: after gather i, once block i has started
+        last = issued + c.time_s
+        overlap = 0.0
+        if c.transport is collective:  # takes_sms(c); overlap_s(issued, last, start, start + t) inlined
+            overlap = max(0.0, min(last, start + t) - max(issued, start))
+        start = max(start + t + sm_fraction * overlap, last)
     return start + t - compute_s
 
 
@@ -116,14 +139,26 @@ def gradient_work_s(chunk: ChunkWork) -> float:
 
 _CODE_OF_KIND_ID = {id(kind): _KIND_CODE.get(kind, 0) for kind in CommKind}
 """:data:`_KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
-_TIME, _KIND = attrgetter("time_s"), attrgetter("kind")
 
 
-def _times_and_codes(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Each call's seconds and :data:`_KIND_CODE`, as arrays."""
+def _runs(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, list[CommCall]]:
+    """``calls`` as runs of one object (a bucketed sync repeats one call per size, ``comm_part.bucketed``):
+    each run's length, and its call."""
     n = len(calls)
-    return (np.fromiter(map(_TIME, calls), dtype=float, count=n),
-            np.fromiter(map(_CODE_OF_KIND_ID.__getitem__, map(id, map(_KIND, calls))), dtype=int, count=n))
+    ids = np.fromiter(map(id, calls), dtype=np.int64, count=n)
+    firsts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    lengths = np.diff(np.concatenate(([0], firsts, [n])))
+    return lengths, [calls[0]] + [calls[i] for i in firsts.tolist()]
+
+
+def _times_and_codes(calls: tuple[CommCall, ...], runs=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's seconds and :data:`_KIND_CODE`, as arrays, read once per run of one object (``runs``:
+    :func:`_runs` of ``calls``, if already read)."""
+    if not calls:
+        return np.zeros(0), np.zeros(0, dtype=int)
+    lengths, heads = _runs(calls) if runs is None else runs
+    return (np.repeat(np.array([c.time_s for c in heads], dtype=float), lengths),
+            np.repeat(np.array([_CODE_OF_KIND_ID[id(c.kind)] for c in heads], dtype=int), lengths))
 
 
 def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
@@ -137,7 +172,6 @@ def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
     return out
 
 
-_TRANSPORT = attrgetter("transport")
 _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 """:func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
 
@@ -148,10 +182,10 @@ def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``."""
-    times, codes = _times_and_codes(st.grad_sync)
+    runs = _runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
+    times, codes = _times_and_codes(st.grad_sync, runs)
     fractions = np.array(st.grad_ready_fraction, dtype=float)
-    sms = np.fromiter(map(_TAKES_SMS_OF_ID.__getitem__, map(id, map(_TRANSPORT, st.grad_sync))), dtype=bool,
-                      count=len(st.grad_sync))
+    sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
     key = b"".join((np.array([b_last, sm_fraction]).tobytes(), times.tobytes(), codes.tobytes(), sms.tobytes(),
                     fractions.tobytes()))
     if key in seen:
@@ -180,8 +214,14 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
+    numbers: dict[tuple, tuple] = {}  # chunks holding the same call tuples and seconds (a shared stage's) share them
     for c, ch in chunks.items():
-        F[c], B[c], parts[c] = _chunk_numbers(ch, sm_fraction)
+        key = (id(ch.tp_fwd), id(ch.tp_bwd), id(ch.zero_fwd), id(ch.zero_bwd), ch.fwd_s, ch.bwd_s, ch.recompute_s,
+               ch.zero_prefetch_calls)
+        got = numbers.get(key)
+        if got is None:
+            got = numbers[key] = _chunk_numbers(ch, sm_fraction)
+        F[c], B[c], parts[c] = got
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
@@ -189,9 +229,14 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
     seen: dict[bytes, tuple[float, np.ndarray]] = {}
+    same: dict[tuple, tuple] = {}  # stages holding the same bucket and after-step tuples (a shared stage's)
     for r, st in enumerate(stages):
-        tail[r], exposed[r] = _stage_sync(st, gradient_work_s(chunks[r]), sm_fraction, seen)
-        after[r] = _sums_by_code(st.after_step)
+        b_last = gradient_work_s(chunks[r])
+        key = (id(st.grad_sync), id(st.grad_ready_fraction), id(st.after_step), b_last)
+        got = same.get(key)
+        if got is None:
+            got = same[key] = (*_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
+        tail[r], exposed[r], after[r] = got
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

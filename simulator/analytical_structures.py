@@ -19,7 +19,8 @@ import numpy as np
 from simulator.analytical import summarize, summarize_stages
 from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
-from simulator.compile import CostCache, ParamFetch, compile_stages, compile_step
+from simulator.compile import CostCache, ParamFetch, compile_step
+from simulator.compile.shared_stages import closed_form_stages
 from simulator.compile.compute_part import step_flops
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
@@ -114,7 +115,7 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     shared = None if compiled is None or key is None else stages_key(key, interleaved)
     if shared is not None and shared in compiled:
         return compiled[shared], layout
-    stages = compile_stages(cache, workload, layout, fetch)
+    stages = closed_form_stages(cache, workload, layout, fetch)
     arrays = summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster))
     if shared is not None:
         compiled[shared] = arrays

@@ -2,6 +2,8 @@
 
 - :func:`simulator.analytical.sync_stretch` (inlined interval overlap, stops once the buckets run past the
   backward) against the plain loop over :func:`simulator.interference.overlap_s` it replaced;
+- the calls' seconds and kinds read once per run of one repeated object, against every call read;
+- :func:`simulator.analytical.exposed_gathers` at prefetch 1 (its own loop) against its general play;
 - :func:`simulator.analytical.summarize_stages` shares one bucket computation between stages whose buckets
   agree bit for bit: the same arrays as each stage computed on its own;
 - :func:`simulator.analytical_vec.estimate_many` compiles GPipe and 1F1B structures that agree elsewhere
@@ -67,6 +69,32 @@ def test_sync_stretch_equals_the_plain_loop(items, b_last, sm_fraction, overlap)
         fractions = (1.0,) * len(calls)
     fast = sync_stretch(b_last, calls, fractions, sm_fraction)
     assert fast.tolist() == plain_sync_stretch(b_last, calls, fractions, sm_fraction).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9)), min_size=1,
+                max_size=40), st.floats(0.0, 20.0), st.sampled_from([0.0, 0.1, 0.25, 1.0]))
+def test_gathers_one_ahead_equal_the_general_play(items, compute_s, sm_fraction):
+    """:func:`exposed_gathers` at prefetch 1 (its own loop) against the general play at prefetch 1, bit for bit."""
+    calls, _ = _calls(items)
+    fast = analytical.exposed_gathers(calls, compute_s, sm_fraction)
+    assert fast == analytical._exposed_any(calls, compute_s, sm_fraction, 1)
+    assert np.float64(fast).tobytes() == np.float64(analytical._exposed_any(calls, compute_s, sm_fraction, 1)).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9),
+                          st.integers(1, 50)), max_size=8))
+def test_calls_read_by_runs_equal_each_call_read(items):
+    """:func:`analytical._times_and_codes` reads a run of one repeated object once (as ``bucketed`` builds
+    them; equal-valued objects in a row are runs apart): the arrays of reading every call."""
+    calls = tuple(c for c, (*_, count) in zip(_calls([i[:3] for i in items])[0], items) for _ in range(count))
+    times, codes = analytical._times_and_codes(calls)
+    assert times.tolist() == [c.time_s for c in calls]
+    assert codes.tolist() == [analytical._KIND_CODE.get(c.kind, 0) for c in calls]
+    if calls:
+        lengths, heads = analytical._runs(calls)
+        assert sum(lengths.tolist()) == len(calls) and all(a is not b for a, b in zip(heads, heads[1:]))
 
 
 def _own_stage_each(monkeypatch) -> None:

@@ -39,15 +39,32 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's version action, with the installed version read only when asked (the
+    package metadata costs an import on every command otherwise)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"trainplan {_version()}\n", sys.stdout)
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI's parser; with ``command`` (a command's name) the parser with that command alone, which
+    parses that command's arguments as the whole one does and imports only its module (``trainplan plan``
+    does not pay for the executor's or the validation's imports)."""
     import importlib
 
+    modules = [f"trainplan.cmd_{command}"] if f"trainplan.cmd_{command}" in COMMAND_MODULES else COMMAND_MODULES
     parser = cli_common.ArgumentParser(prog="trainplan", description=(
         "Simulate and plan distributed deep-learning training; run plans for real and check the model."))
-    parser.add_argument("--version", action="version", version=f"trainplan {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -69,8 +86,9 @@ def attach_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    argv = attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser(argv[0] if argv else None)
+    args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
     except (SpecError, cli_common.UsageError) as err:

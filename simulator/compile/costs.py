@@ -50,12 +50,17 @@ class CostCache:
         group or an empty message costs nothing and runs no algorithm (None)."""
         if len(ranks) < 2 or nbytes <= 0:
             return 0.0, None
+        ranks = self.moved(ranks)
+        return self.memo(("coll", ranks, op, int(nbytes), algorithm),
+                         lambda: self._collective(ranks, op, int(nbytes), algorithm))
+
+    def moved(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """The group every cost answer for ``ranks`` is computed on (:meth:`_translated`, remembered): two
+        groups with the same moved group get the same answer to every question on them."""
         moved = self._moved.get(ranks)
         if moved is None:
             moved = self._moved[ranks] = self._translated(ranks)
-        ranks = moved
-        return self.memo(("coll", ranks, op, int(nbytes), algorithm),
-                         lambda: self._collective(ranks, op, int(nbytes), algorithm))
+        return moved
 
     def _translated(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
         """The same group on other nodes of the same kind, placed so that its cost is identical: the cost

@@ -224,8 +224,9 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
     after: tuple = ()
     share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
-    tensors = cache.memo(_optimizer_tensors_key(workload, layout, rep),
-                         lambda: host_overhead.optimizer_tensors(workload, layout, layout.coords(rep).pp))
+    stage = layout.coords(rep).pp
+    tensors = cache.memo(_optimizer_tensors_key(workload, layout, stage),
+                         lambda: host_overhead.optimizer_tensors(workload, layout, stage))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(
                                                  cluster, dt, part, offload_part.optimizer_impl(s, cluster.device)),
@@ -253,22 +254,27 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     return calls, fractions, after, opt
 
 
-def _optimizer_tensors_key(workload, layout: ParallelLayout, rep: int) -> tuple:
-    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for rank ``rep``'s stage (its tp,
-    pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere (micro-batch,
-    schedule, recompute, buckets) share one answer."""
-    return ("optimizer_tensors", workload, layout.tp, layout.pp, layout.coords(rep).pp, layout.layers_per_stage,
+def _optimizer_tensors_key(workload, layout: ParallelLayout, stage: int) -> tuple:
+    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for pipeline stage ``stage`` (its
+    tp, pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere
+    (micro-batch, schedule, recompute, buckets) share one answer."""
+    return ("optimizer_tensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
             layout.ep, layout.dp_cp, layout.strategy.zero, layout.framework)
+
+
+def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
+    """(representative rank, tp group, dp group, ep group, expert-dp group) of pipeline rank ``r``."""
+    return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
+                      lambda: (layout.rank_of(0, r, 0), tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
+                               tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
+                               layout.expert_dp_group(r)))
 
 
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
-    rep = layout.rank_of(0, r, 0)
-    groups = cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
-                        lambda: (rep, tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-                                 tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
-                                 layout.expert_dp_group(r)))
+    groups = stage_groups(cache, layout, r)
+    rep = groups[0]
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)

@@ -1,0 +1,94 @@
+"""A step's stages for the closed form, each distinct stage compiled once (:func:`closed_form_stages`).
+
+A pipeline's middle stages usually do the same work on different ranks: the same chunk compute, the
+same tensor-parallel, ZeRO and p2p calls on groups that differ only by which nodes they sit on, the
+same gradient buckets. :func:`stage_work` of stage ``r`` reads ``r`` only through
+
+- its chunks ``c = r + k·pp``: their compute (what :func:`chunk_compute` reads of a chunk, its
+  :func:`load_slice`, and the host modules' block count and whether it is the model's first or last
+  chunk) and the p2p partner of each (the rank of chunk ``c ± 1``, or none);
+- its groups (tp, dp), through :meth:`CostCache.collective` and :meth:`CostCache.p2p`, which answer every
+  question on a group by its :meth:`CostCache.moved` group;
+- the optimizer's per-tensor host calls of its stage and Transformer Engine's weight cast of its blocks.
+
+Two stages that agree on all of these (:func:`_signature`: the groups as moved by the cache) get
+calls of the same kinds, sizes and seconds, in the same order: the second is the first relabelled
+(its stage, rank and chunk indices), its calls still naming the first stage's groups. That is all
+the closed form reads (:func:`simulator.analytical.summarize_stages`: seconds, kinds, transports,
+ready fractions); the DES, which plays the groups, compiles every stage
+(:func:`simulator.compile.compile_step`). Stages whose work reads more of ``r`` are compiled one by
+one: expert parallelism (its groups' node spans), context parallelism, a parameter server (its cost
+model reads the ranks) and DeepSpeed's per-tensor ZeRO-3 gathers (per chunk index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator import host_overhead
+from simulator.compile import step
+from simulator.compile.compute_part import load_slice
+from simulator.compile.costs import CostCache
+from simulator.strategy import ParallelLayout, ParamServerSync
+from simulator.work import StageWork
+from simulator.workload import ChunkSlice
+
+
+def _shares(layout: ParallelLayout) -> bool:
+    """Whether this layout's stages may share their compilation (module docstring)."""
+    return (layout.pp > 1 and layout.ep == 1 and layout.cp == 1
+            and not isinstance(layout.strategy.dp_sync, ParamServerSync) and not step._deepspeed_zero3(layout))
+
+
+def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, groups: tuple, starts: list[int],
+               reps: list[int]) -> tuple:
+    """Everything of stage ``r`` that :func:`stage_work` reads and that depends on ``r`` (module docstring);
+    ``starts``: the first layer of each chunk; ``reps``: each pipeline rank's representative."""
+    rep, tp_group, dp_group = groups[0], groups[1], groups[2]
+    n, p, layers = layout.pp * layout.v, layout.pp, layout.layers_per_stage
+    chunks = []
+    for k in range(layout.v):
+        c = r + k * p
+        partners = []
+        for other in (c + 1, c - 1):  # as _chunk_work picks the p2p partner
+            dst = reps[other % p] if 0 <= other < n else rep
+            partners.append(None if dst == rep else cache.moved((rep, dst)))
+        # step._chunk_compute reads the chunk through chunk_compute's load slice (compute_part.load_slice) and
+        # host_overhead.with_host_modules' block count and first / last flags
+        chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
+        chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
+    tensors = cache.memo(step._optimizer_tensors_key(workload, layout, r),
+                         lambda: host_overhead.optimizer_tensors(workload, layout, r))
+    return (tuple(chunks), cache.moved(tp_group), cache.moved(dp_group), tensors,
+            step._te_weight_cast_s(cache, workload, layout, r))
+
+
+def _relabelled(model: StageWork, r: int, rep: int, p: int) -> StageWork:
+    """``model``'s work as pipeline rank ``r`` (representative ``rep``): its stage, rank and chunk indices."""
+    chunks = tuple(replace(ch, chunk=r + k * p) for k, ch in enumerate(model.chunks))
+    return replace(model, stage=r, rank=rep, chunks=chunks)
+
+
+def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
+                       fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[StageWork, ...]:
+    """:func:`simulator.compile.compile_stages` for the closed form: a stage whose :func:`_signature` an
+    earlier stage has is that stage relabelled (its calls name the earlier stage's groups)."""
+    if not _shares(layout):
+        return step.compile_stages(cache, workload, layout, fetch)
+    step._check_workload(workload)
+    step._check_fetch(fetch)
+    compiled: dict[tuple, StageWork] = {}
+    out, starts = [], [0]
+    for count in layout.layers_per_stage:
+        starts.append(starts[-1] + count)
+    every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
+    reps = [groups[0] for groups in every]
+    for r, groups in enumerate(every):
+        key = _signature(cache, workload, layout, r, groups, starts, reps)
+        model = compiled.get(key)
+        if model is None:
+            model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch)
+            out.append(model)
+        else:
+            out.append(_relabelled(model, r, groups[0], layout.pp))
+    return tuple(out)
