@@ -126,11 +126,14 @@ def check_results(results: Results) -> None:
 
 
 def run_workload(results: Results):
-    """The model as run: the plan-as-run's model, in fp32 when the run was."""
+    """The model as run: the plan-as-run's model, in fp32 when the run was, and without dropout, which
+    ``executor.model`` does not have (its results file says so under ``components``)."""
     model = results.run.plan.model
-    if results.run.precision == "fp32" and isinstance(model, TransformerSpec) and model.dtype is not DtypePolicy.FP32:
-        return replace(model, dtype=DtypePolicy.FP32)
-    return model
+    if not isinstance(model, TransformerSpec):
+        return model
+    if results.run.precision == "fp32" and model.dtype is not DtypePolicy.FP32:
+        model = replace(model, dtype=DtypePolicy.FP32)
+    return replace(model, dropout=0.0) if model.dropout else model
 
 
 def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
