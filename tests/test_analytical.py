@@ -174,7 +174,7 @@ def test_parameter_server_bottleneck_and_shards():
     pull one after the other (2×). Tolerance 1 %: the per-call latencies."""
     cluster = load_preset("dgx-a100", 5)  # 4 worker nodes (32 GPUs, one NIC each) + 1 server node
     model = get_preset("megatron-1.7b")
-    M = model.params * 2
+    M = model.params * 4  # fp32 gradients: the torch framework's autocast keeps fp32 parameters (sync_dtype)
     B = cluster.network.link.bw_Bps
     times = {}
     for k in (1, 32):

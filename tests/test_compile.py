@@ -71,7 +71,7 @@ def test_dp_buckets_and_ready_fractions(cluster, model, cache):
     """DDP (Li et al. VLDB 2020): ⌈G / bucket⌉ buckets, ready at their cumulative byte fraction; off: all at 1."""
     s = Strategy(global_batch=16, dp_sync=AllReduceSync(bucket_bytes=25 * MiB))
     st = compile_step(cluster, model, s, cache=cache, memory=False).stages[0]
-    grad_bytes = model.params * 2  # bf16 gradients of the whole model (tp = pp = 1)
+    grad_bytes = model.params * 4  # fp32 gradients of the whole model (tp = pp = 1): torch DDP under autocast
     assert len(st.grad_sync) == math.ceil(grad_bytes / (25 * MiB))
     assert st.grad_ready_fraction[-1] == pytest.approx(1.0)
     assert st.grad_ready_fraction[0] == pytest.approx(25 * MiB / grad_bytes, rel=1e-6)
@@ -128,7 +128,8 @@ def test_fsdp2_issues_per_block_calls_and_gathers_zero2_in_forward(cluster, mode
 
 def test_gradient_accumulation_reduce_scatters_every_micro_batch(cluster, model, cache):
     """Under accumulation ZeRO-2 reduce-scatters its gradients once per micro-batch (m times a step), DDP
-    all-reduces once (no_sync): 4 micro-batches move 4× the gradient bytes under ZeRO-2, 1× under DDP."""
+    all-reduces once (no_sync): 4 micro-batches move 4× the gradient bytes under ZeRO-2, 1× under DDP. ZeRO-2
+    (DeepSpeed, bf16 parameters) reduces bf16 gradients; DDP (torch, autocast over fp32 parameters) fp32 ones."""
     grad_bytes = model.params * 2
     for gbs, m in ((16, 1), (64, 4)):
         z2 = compile_step(cluster, model, Strategy(global_batch=gbs, zero=ZeroStage.ZERO2), cache=cache, memory=False)
@@ -136,7 +137,7 @@ def test_gradient_accumulation_reduce_scatters_every_micro_batch(cluster, model,
         per_micro_batch = sum(c.nbytes for c in z2.stages[0].chunks[0].zero_bwd)
         assert per_micro_batch * z2.micro_batches == pytest.approx(m * grad_bytes, rel=1e-6)
         ddp = compile_step(cluster, model, Strategy(global_batch=gbs), cache=cache, memory=False)
-        assert sum(c.nbytes for c in ddp.stages[0].grad_sync) == pytest.approx(grad_bytes, rel=1e-6)
+        assert sum(c.nbytes for c in ddp.stages[0].grad_sync) == pytest.approx(2 * grad_bytes, rel=1e-6)
         assert ddp.stages[0].chunks[0].zero_bwd == ()
 
 

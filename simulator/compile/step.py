@@ -16,6 +16,7 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
+from simulator.memory.autocast import sync_dtype
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
@@ -123,7 +124,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                                           dp * tp))
     zero = zero_bwd = ()
     numels, prefetch = None, 1  # DeepSpeed's per-tensor gathers (ds_zero3) and their prefetch depth in calls
-    pbytes = workload.dtype.param_bytes
+    pbytes = sync_dtype(workload.dtype, s).param_bytes  # fp32 under autocast
     block_bytes = gathered_block_bytes(workload, layout, cc)
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
@@ -182,7 +183,7 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, laye
     s = layout.strategy
     if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
         return ()
-    gbytes, dense, experts = workload.dtype.grad_bytes, *expert_split(layout, cc)
+    gbytes, dense, experts = sync_dtype(workload.dtype, s).grad_bytes, *expert_split(layout, cc)
     options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
     calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
                                                 layout.bucket_bytes, concurrent=layout.tp, **options)
@@ -198,7 +199,8 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
     expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
     partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
-    s, cluster, dt = layout.strategy, cache.cluster, workload.dtype
+    s, cluster = layout.strategy, cache.cluster
+    dt = sync_dtype(workload.dtype, s)  # fp32 gradients and parameters under autocast
     dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
         sync = s.dp_sync

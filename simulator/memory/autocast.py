@@ -70,6 +70,14 @@ def autocast_of(framework: Framework, mixed_precision: MixedPrecision | None = N
     return (mixed_precision or framework.mixed_precision) is MixedPrecision.AUTOCAST
 
 
+def sync_dtype(dtype: DtypePolicy, strategy) -> DtypePolicy:
+    """The format data-parallel communication moves gradients and parameters in: the states' layout
+    (:func:`state_dtype`), so fp32 under autocast (DDP all-reduces its fp32 gradient buckets,
+    ``ZeroRedundancyOptimizer`` broadcasts fp32 parameters, FSDP2 without a ``MixedPrecisionPolicy`` gathers
+    and reduce-scatters fp32), else ``dtype``."""
+    return state_dtype(dtype, autocast_of(strategy.resolved_framework, strategy.resolved_mixed_precision))
+
+
 def state_dtype(dtype: DtypePolicy, autocast: bool) -> DtypePolicy:
     """The layout the model states are stored in: fp32 for a mixed-precision model under autocast
     (``autocast``: the mixed precision is ``autocast``; parameters, gradients and DDP buckets fp32, no
