@@ -1,7 +1,7 @@
 """Paths moved by renaming (:func:`simulator.cluster.topology.renaming`): wherever the rule says a path on other
 ranks is a renamed copy, it equals the path rebuilt there, on networks with and without leaf groups, shared and
 per-NIC uplinks, rail-optimised or not, with and without GPUDirect RDMA, on switched, PCIe-tree and NVLink-mesh
-nodes; it refuses where a path may differ (a leaf crossed on one side only, a shared leaf link, a degraded NIC);
+nodes, and in a job's view of a shared cluster (ranks placed on its nodes); it refuses where a path may differ (a leaf crossed on one side only, a shared leaf link, a degraded NIC);
 and the engine's replica links read through it equal those asked of the topology, as do step times."""
 
 from dataclasses import replace
@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.cluster.facts import DegradedNic
 from simulator.cluster.io import load_cluster
+from simulator.cluster.placement import placed
 from simulator.cluster.presets import load_preset
 from simulator.cluster.spec import LeafUplinks
 from simulator.cluster.topology import path, renamed, renaming, translated
@@ -35,6 +36,8 @@ def _clusters():
             a100.network, nodes_per_leaf=3, rail_optimized=False, oversubscription=4.0)),
         "pcie-a100, one leaf tier": load_cluster("pcie-a100", nodes=4),
         "dgx-v100 (NVLink mesh)": load_cluster("dgx-v100", nodes=4),
+        "a job's view: 6 of 48 a100 nodes, across the leaf at 20": placed(
+            load_cluster("dgx-a100", nodes=48), (3, 18, 19, 20, 21, 40)),
     }
 
 

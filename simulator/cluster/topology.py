@@ -121,14 +121,12 @@ def renaming(cluster: Cluster, links, moved) -> Renaming | None:
     ``tests/test_topology_translate.py`` rebuilds moved paths and compares."""
     if cluster.degraded_nics:
         return None
-    spec, net = cluster.node, cluster.network
-    gpn = spec.gpus_per_node
+    spec, net, place = cluster.node, cluster.network, cluster.place  # a job's view places ranks its own way
     shared = net is not None and net.leaf_uplinks is LeafUplinks.SHARED
     nodes: dict[int, int] = {}
     ports: dict[tuple, tuple] = {}
     for (a, b, nic), (a2, b2, nic2) in zip(links, moved, strict=True):
-        (sn, sl), (dn, dl) = divmod(a, gpn), divmod(b, gpn)
-        (sn2, sl2), (dn2, dl2) = divmod(a2, gpn), divmod(b2, gpn)
+        (sn, sl), (dn, dl), (sn2, sl2), (dn2, dl2) = place(a), place(b), place(a2), place(b2)
         if (sn == dn) != (sn2 == dn2):
             return None
         if sn == dn:
