@@ -101,7 +101,7 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int)
         for f in flows:
             f.rate = f.bottleneck_Bps
         return
-    capacity = np.asarray(cap, dtype=float)[used]
+    capacity = np.array([cap[r] for r in used.tolist()], dtype=float)  # not the whole list: it grows with the network
     left = capacity.copy()
     count = np.bincount(local, minlength=used.size).astype(float)
     rate = np.full(len(flows), -1.0)
