@@ -18,7 +18,7 @@ from simulator.cluster.topology import path, renamed, renaming, translated
 from simulator.engine import step as step_engine
 from simulator.engine.call_plan import CallPlanner
 from simulator.engine.step import simulate
-from simulator.strategy import Strategy
+from simulator.strategy import StragglerModel, Strategy
 from simulator.workload.presets import get_preset
 from compiled_work import compiled
 
@@ -137,8 +137,13 @@ def test_replica_links_renamed_equal_those_asked_of_the_topology(monkeypatch, de
         assert runs[True][2] < runs[False][2] / 2  # most replicas' paths never asked
 
 
-def test_step_times_with_and_without_renaming_are_the_same(monkeypatch):
+@pytest.mark.parametrize("slow", [None, 1.5], ids=["uniform", "straggler"])
+def test_step_times_with_and_without_renaming_are_the_same(monkeypatch, slow):
+    """A straggler changes no path: replicas are kept by their links either way (its pipeline is timed alone)."""
     cluster, work = _work()
+    if slow is not None:
+        model = StragglerModel(speed_factors=tuple(slow if r == 100 else 1.0 for r in range(cluster.world_size)))
+        work = replace(work, strategy=replace(work.strategy, stragglers=model))
     on = simulate(work, cluster, trace=False, unrolled=False)
     monkeypatch.setattr(CallPlanner, "translate", False)
     off = simulate(work, cluster, trace=False, unrolled=False)
