@@ -121,7 +121,12 @@ def renaming(cluster: Cluster, links, moved) -> Renaming | None:
     ``tests/test_topology_translate.py`` rebuilds moved paths and compares."""
     if cluster.degraded_nics:
         return None
-    spec, net, place = cluster.node, cluster.network, cluster.place  # a job's view places ranks its own way
+    spec, net = cluster.node, cluster.network
+    gpn = spec.gpus_per_node
+    place = cluster.place  # a job's view (PlacedCluster) places ranks its own way
+    if type(cluster).place is Cluster.place:  # ranks of built paths and groups: in range, no check needed
+        def place(rank: int) -> tuple[int, int]:
+            return divmod(rank, gpn)
     shared = net is not None and net.leaf_uplinks is LeafUplinks.SHARED
     nodes: dict[int, int] = {}
     ports: dict[tuple, tuple] = {}

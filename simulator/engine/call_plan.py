@@ -44,7 +44,8 @@ class CallPlan:
 
     def __init__(self, pre_s: float, steps: list, gamma_s: float):
         self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        self.resources = frozenset(h.resource for step in steps for p, _, _ in step for h in p.hops)
+        paths = {id(p): p for step in steps for p, _, _ in step}  # a tree's 82k flows cross ~4k paths
+        self.resources = frozenset(h.resource for p in paths.values() for h in p.hops)
 
 
 def path_signature(paths) -> tuple:
