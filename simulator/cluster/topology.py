@@ -96,6 +96,75 @@ def path(cluster: Cluster, src: int, dst: int, nic: int | None = None) -> Path:
     return _inter_path(cluster, sn, sl, dn, dl, nic)
 
 
+NIC_RESOURCES = frozenset({"nic_tx", "nic_rx", "leaf_up", "host_stage"})
+"""Resource kinds named ``(kind, node, nic)``: a NIC's links (a shared leaf link is named by its leaf, never renamed)."""
+
+
+@dataclass(frozen=True)
+class Renaming:
+    """Nodes, and NICs as (node, NIC), that carry some paths' resources onto others' (:func:`renaming`)."""
+
+    nodes: dict
+    ports: dict
+
+
+def renaming(cluster: Cluster, links, moved) -> Renaming | None:
+    """What carries ``path(*a)`` onto ``path(*b)`` for every ``(a, b)`` of ``zip(links, moved)`` (each a
+    ``(src, dst, nic or None)``) by renaming resources (:func:`renamed`), or None where that may not hold.
+
+    A path between nodes reads its GPUs only through their NICs, and its nodes and NICs only as names of its
+    resources, except where it asks whether they cross a leaf (:func:`_crosses_leaf`), where a NIC is degraded
+    (``Cluster.degraded_nics``: its bandwidth) and where a shared leaf link is named by its leaf. A path inside a
+    node reads the node only as a name. So ``b`` is ``a`` renamed when both stay inside a node on the same
+    local GPUs, or both cross nodes with leaf crossings alike and none on a shared leaf link, no NIC of the
+    cluster is degraded, and every node (inside nodes) and every (node, NIC) (across) goes to one place.
+    ``tests/test_topology_translate.py`` rebuilds moved paths and compares."""
+    if cluster.degraded_nics:
+        return None
+    spec, net = cluster.node, cluster.network
+    gpn = spec.gpus_per_node
+    place = cluster.place  # a job's view (PlacedCluster) places ranks its own way
+    if type(cluster).place is Cluster.place:  # ranks of built paths and groups: in range, no check needed
+        def place(rank: int) -> tuple[int, int]:
+            return divmod(rank, gpn)
+    shared = net is not None and net.leaf_uplinks is LeafUplinks.SHARED
+    nodes: dict[int, int] = {}
+    ports: dict[tuple, tuple] = {}
+    for (a, b, nic), (a2, b2, nic2) in zip(links, moved, strict=True):
+        (sn, sl), (dn, dl), (sn2, sl2), (dn2, dl2) = place(a), place(b), place(a2), place(b2)
+        if (sn == dn) != (sn2 == dn2):
+            return None
+        if sn == dn:
+            if sl != sl2 or dl != dl2 or nodes.setdefault(sn, sn2) != sn2:
+                return None
+            continue
+        nic_s, nic_d = (spec.nic_of(sl), spec.nic_of(dl)) if nic is None else (nic, nic)
+        nic_s2, nic_d2 = (spec.nic_of(sl2), spec.nic_of(dl2)) if nic2 is None else (nic2, nic2)
+        crosses = _crosses_leaf(cluster, sn, dn, nic_s, nic_d)
+        if crosses != _crosses_leaf(cluster, sn2, dn2, nic_s2, nic_d2) or (crosses and shared):
+            return None
+        if (ports.setdefault((sn, nic_s), (sn2, nic_s2)) != (sn2, nic_s2)
+                or ports.setdefault((dn, nic_d), (dn2, nic_d2)) != (dn2, nic_d2)):
+            return None
+    return Renaming(nodes, ports)
+
+
+def renamed(resources, moves: Renaming) -> list[Resource]:
+    """``resources`` of paths that :func:`renaming` matched, renamed by it: a NIC's links by its (node, NIC),
+    the others (``("port_tx", node, gpu)``...) by their node, named second."""
+    nodes, ports = moves.nodes, moves.ports
+    return [(r[0], *ports[r[1], r[2]]) if r[0] in NIC_RESOURCES else (r[0], nodes[r[1]], *r[2:]) for r in resources]
+
+
+def translated(cluster: Cluster, p: Path, link, moved) -> Path | None:
+    """``p = path(cluster, *link)`` as ``path(cluster, *moved)`` by renaming its resources (:func:`renaming`), or None."""
+    moves = renaming(cluster, (link,), (moved,))
+    if moves is None:
+        return None
+    hops = tuple(Hop(r, h.link) for r, h in zip(renamed([h.resource for h in p.hops], moves), p.hops))
+    return Path(hops, p.link_class, p.latency_s)
+
+
 def _intra_path(cluster: Cluster, node: int, a: int, b: int) -> Path:
     spec = cluster.node
     link = spec.intra_link

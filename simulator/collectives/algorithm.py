@@ -125,21 +125,25 @@ def pipeline_latency_s(env: Env, schedule: Schedule) -> float:
     ranks = schedule.ranks
     arrival: dict[tuple[int, int], float] = {}
     per_edge: dict[tuple[int, int, int], int] = {}
+    alphas: dict[tuple, float] = {}
     alpha_max = 0.0
     for step in schedule.steps():
-        new = dict(arrival)
+        new: dict[tuple[int, int], float] = {}  # this step's arrivals; read from the previous steps' only
         for t in step:
             if t.nbytes <= 0:
                 continue
-            alpha = env.latency_s(env.path(ranks[t.src], ranks[t.dst], t.nic))
+            link = (t.src, t.dst, t.nic)
+            alpha = alphas.get(link)
+            if alpha is None:
+                alpha = alphas[link] = env.latency_s(env.path(ranks[t.src], ranks[t.dst], t.nic))
             alpha_max = max(alpha_max, alpha)
             edge = (t.src, t.dst, t.channel)
             per_edge[edge] = per_edge.get(edge, 0) + 1
             v = arrival.get((t.src, t.offset), 0.0) + alpha
             key = (t.dst, t.recv_offset)
-            if v > new.get(key, 0.0):
+            if v > new.get(key, arrival.get(key, 0.0)):
                 new[key] = v
-        arrival = new
+        arrival.update(new)
     chunks = max(per_edge.values(), default=1)
     return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max * env.chunk_latency_share
 

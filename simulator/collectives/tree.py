@@ -152,7 +152,8 @@ class DoubleBinaryTree(Algorithm):
         out = []
         for level, edges in enumerate(levels):
             for src, dst, c, reduce in edges:
+                nic = self._nic(group, src, dst, c)
                 for j, (off, length) in enumerate(parts[c]):
                     out.append(Transfer(step=j + level, src=src, dst=dst, offset=off, nbytes=length,
-                                        reduce=reduce, channel=c, nic=self._nic(group, src, dst, c)))
+                                        reduce=reduce, channel=c, nic=nic))
         return out

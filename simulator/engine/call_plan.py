@@ -30,6 +30,7 @@ timing it (docs/engine.md, shortcuts 4–7).
 from __future__ import annotations
 
 from simulator.cluster.spec import Cluster
+from simulator.cluster.topology import renamed, renaming
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
@@ -43,7 +44,8 @@ class CallPlan:
 
     def __init__(self, pre_s: float, steps: list, gamma_s: float):
         self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        self.resources = frozenset(h.resource for step in steps for p, _, _ in step for h in p.hops)
+        paths = {id(p): p for step in steps for p, _, _ in step}  # a tree's 82k flows cross ~4k paths
+        self.resources = frozenset(h.resource for p in paths.values() for h in p.hops)
 
 
 def path_signature(paths) -> tuple:
@@ -67,12 +69,20 @@ def call_key(call: CommCall, group: tuple[int, ...]) -> tuple:
 class CallPlanner:
     """Builds and memoises the :class:`CallPlan` of a call on a group, and the links it crosses."""
 
+    translate = True
+    """A group's links are another group's renamed where :func:`~simulator.cluster.topology.renaming` says they
+    are (:meth:`resources`: a replica of the same local pairs, a pipeline send's replica); False: every path
+    asked of the topology (the reference the renaming is tested against)."""
+
     def __init__(self, cluster: Cluster, *, fuse: bool = True):
         self.cluster, self.fuse = cluster, fuse
         self._plans: dict[tuple, CallPlan | None] = {}
         self._envs: dict[str | None, Env] = {}
         self._paths: dict = {}
         self._resources: dict[tuple, frozenset] = {}
+        self._link_bases: dict = {}
+        """id(local pairs), and (id, the group's nodes) → (pairs, links, resources) of the first group (on those
+        nodes) whose links were read from the topology."""
         self._schedules = ScheduleCache(cluster)
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
@@ -166,8 +176,11 @@ class CallPlanner:
             if self._needs_timing(call, group):
                 self._resources[key] = self._paths_of(call, group)
             else:
-                plan = self.plan(call, group)
-                self._resources[key] = frozenset() if plan is None else plan.resources
+                moved = self._moved_send(call, group)
+                if moved is None:
+                    plan = self.plan(call, group)
+                    moved = frozenset() if plan is None else plan.resources
+                self._resources[key] = moved
         return self._resources[key]
 
     def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
@@ -176,8 +189,32 @@ class CallPlanner:
                 and get_algorithm(call.algorithm.value).schedule_times_it)
 
     def _paths_of(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
+        """The resources of the pairs' paths on ``group``: those of the first group of the same local pairs,
+        renamed, where :func:`~simulator.cluster.topology.renaming` carries its links onto these."""
         shaped = self._group(group)
         pairs = self._schedules.pairs(shaped, call.op, call.nbytes, call.algorithm.value,
                                       lambda: self._build_schedule(call, group))
+        links = links_of(pairs, shaped)
+        gpn = self.cluster.node.gpus_per_node
+        on_nodes = (id(pairs), frozenset(r // gpn for r in group))
+        bases = [self._link_bases.get(on_nodes), self._link_bases.get(id(pairs))]
+        bases = [b for b in bases if b is not None and b[0] is pairs]  # not another tuple under a reused id
+        if self.translate:  # a group on the same nodes first (a tp replica: no leaf crossing changes)
+            for base in bases:
+                moves = renaming(self.cluster, base[1], links)
+                if moves is not None:
+                    return frozenset(renamed(base[2], moves))
         costs = self._env(None)
-        return frozenset(h.resource for src, dst, nic in links_of(pairs, shaped) for h in costs.path(src, dst, nic).hops)
+        res = frozenset(h.resource for src, dst, nic in links for h in costs.path(src, dst, nic).hops)
+        self._link_bases.setdefault(id(pairs), (pairs, links, res))  # the pairs kept: their id stays theirs
+        self._link_bases.setdefault(on_nodes, (pairs, links, res))
+        return res
+
+    def _moved_send(self, call: CommCall, group: tuple[int, ...]) -> frozenset | None:
+        """A pipeline send's resources on ``group`` as its representative's renamed (:func:`~simulator.cluster.topology.renaming`), or None."""
+        if not (self.translate and call.transport is Transport.P2P and len(group) == len(call.group) == 2
+                and group != call.group):
+            return None
+        base = self.plan(call)
+        moves = None if base is None else renaming(self.cluster, ((*call.group, None),), ((*group, None),))
+        return None if moves is None else frozenset(renamed(base.resources, moves))

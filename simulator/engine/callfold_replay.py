@@ -86,6 +86,7 @@ class _Scratch(FlowNetwork):
         super().__init__(env)
         self.main = main
         self._cap = main._cap
+        self._routes = main._routes  # the main network's routes (what _route answers), read directly by _start
         self._res_flows = defaultdict(dict)
 
     def _route(self, path):

@@ -49,10 +49,12 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
 
     ``flows`` must hold every flow that crosses any of their resources (a union of components).
     """
+    hops = sum(len(f.res) for f in flows)
+    if hops >= VECTOR_MIN_HOPS:
+        _max_min_levels(flows, cap, hops)
+        return
     members: dict[int, list[RatedFlow]] = {}
-    hops = 0
     for f in flows:
-        hops += len(f.res)
         for r in f.res:
             m = members.get(r)
             if m is None:
@@ -62,9 +64,6 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
     if hops == len(members):  # no resource shared: each flow runs at its own bottleneck
         for f in flows:
             f.rate = f.bottleneck_Bps
-        return
-    if hops >= VECTOR_MIN_HOPS:
-        _max_min_levels(flows, cap, hops)
         return
     for f in flows:
         f.rate = -1.0  # unfixed
@@ -98,7 +97,11 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int)
     lengths = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=len(flows))
     flow_of = np.repeat(np.arange(len(flows)), lengths)
     used, local = np.unique(res, return_inverse=True)
-    capacity = np.asarray(cap, dtype=float)[used]
+    if used.size == hops:  # no resource shared: each flow runs at its own bottleneck
+        for f in flows:
+            f.rate = f.bottleneck_Bps
+        return
+    capacity = np.array([cap[r] for r in used.tolist()], dtype=float)  # not the whole list: it grows with the network
     left = capacity.copy()
     count = np.bincount(local, minlength=used.size).astype(float)
     rate = np.full(len(flows), -1.0)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Iterable
+from typing import Collection, Iterable
 
 import simpy
 
@@ -210,19 +210,20 @@ class FlowNetwork:
         """Least capacity on ``path``: the rate of a flow that shares none of its resources."""
         return self._route(path).bottleneck_Bps
 
-    def idle(self, res: Iterable[int]) -> bool:
+    def idle(self, res: Collection[int]) -> bool:
         """No active flow on any of ``res`` and none of them reserved."""
-        flows, reserved = self._res_flows, self._reserved
-        return not any(flows[r] or r in reserved for r in res)
+        if self._reserved and not self._reserved.keys().isdisjoint(res):
+            return False
+        return not any(map(self._res_flows.__getitem__, res))  # a resource's flows: a dict, empty when idle
 
-    def reserve(self, holder, res: Iterable[int]) -> None:
-        for r in res:
-            self._reserved[r] = holder
+    def reserve(self, holder, res: Collection[int]) -> None:
+        self._reserved.update(dict.fromkeys(res, holder))
 
-    def release(self, holder, res: Iterable[int]) -> None:
+    def release(self, holder, res: Collection[int]) -> None:
+        reserved = self._reserved
         for r in res:
-            if self._reserved.get(r) is holder:
-                del self._reserved[r]
+            if reserved.get(r) is holder:
+                del reserved[r]
 
     def adopt(self, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
               arrivals: list[Flow]) -> simpy.Event:
@@ -277,30 +278,32 @@ class FlowNetwork:
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
         now = self.env.now
         checked = []
-        route_of = self._route
+        route_of, routes = self._route, self._routes
         for path, nbytes, latency_s in items:
             latency = path.latency_s if latency_s is None else latency_s
             nbytes = float(nbytes)
             if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
                 _reject(nbytes, latency)
-            checked.append((route_of(path), nbytes, latency))
+            route = routes.get(id(path))  # _route's cache, looked up here: one call less per flow
+            checked.append((route if route is not None and route.path is path else route_of(path), nbytes, latency))
         event = simpy.Event(self.env)
         flows: list[Flow] = []
         group = _Group(event, flows, single)
         fid = self.stats.flows
         arrivals = self._arrivals
+        last_t, batch = math.nan, None  # a plan step's flows share one latency: one lookup for the run of them
         for route, nbytes, latency in checked:
             flow = Flow(fid, route, nbytes, now, group)
             fid += 1
             flows.append(flow)
             t = now + latency
-            batch = arrivals.get(t)
-            if batch is None:
-                arrivals[t] = [flow]
-                heappush(self._arrival_times, t)
-                _Settle(self.env, self._settle, latency)
-            else:
-                batch.append(flow)
+            if t != last_t:
+                last_t, batch = t, arrivals.get(t)
+                if batch is None:
+                    batch = arrivals[t] = []
+                    heappush(self._arrival_times, t)
+                    _Settle(self.env, self._settle, latency)
+            batch.append(flow)
         self.stats.flows = fid
         group.left = len(flows)
         if not flows:
