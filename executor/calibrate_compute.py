@@ -57,8 +57,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from executor.compute_bench import (MemoryKernel, Timing, model_bytes, threads, time_bare_call, time_block,
-                                    time_gemm, time_memory_kernel)
+from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
+                                    time_block, time_gemm, time_memory_kernel)
 from executor.compute_grid import ComputeGrid, default_grid, gpu_grid, run_shapes, tiny_model  # noqa: F401 (re-exported)
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
                                  time_ddp, time_tp_modules)
@@ -190,9 +190,10 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
 
 def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
     host = f"{platform.node()} ({platform.processor() or platform.machine()}, {platform.system()})"
+    width = row_width(torch.device("cuda" if backend == "nccl" else "cpu"), max(grid.elements))
     return (f"own measurement: trainplan calibrate --compute on {datetime.date.today().isoformat()}, host {host}, "
             f"torch {torch.__version__}, backend {backend}, {thread_count} thread(s), {dtype.value}; "
-            f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements, "
+            f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements in rows of {width}, "
             f"block of {grid.block.name} micro-batch {grid.micro_batch}")
 
 

@@ -6,9 +6,9 @@ and in the run's compute format (fp32, or bf16 as under the executor's ``torch.a
 untimed calls, then ``repeats`` timed calls; the median and the 10th/90th percentiles are kept.
 
 - GEMMs: ``torch.mm`` (``torch.bmm`` for a batched shape) of an m×k by a k×n operand;
-- memory-bound kernels (:class:`MemoryKernel`) over N elements, each with the bytes the compute model
-  counts for it (:func:`model_bytes`), so that ``bytes / time`` is the bandwidth the model must use to
-  reproduce it;
+- memory-bound kernels (:class:`MemoryKernel`) over N elements (in rows of :func:`row_width`), each with
+  the bytes the compute model counts for it (:func:`model_bytes`), so that ``bytes / time`` is the
+  bandwidth the model must use to reproduce it;
 - one transformer block of the executor's model (:class:`executor.model.Block`), forward and backward:
   what a micro-batch costs per layer beyond the kernels' own work (dispatch, autograd).
 """
@@ -34,7 +34,17 @@ from simulator.workload.transformer import TransformerSpec
 TORCH_DTYPE = {DtypePolicy.FP32: torch.float32, DtypePolicy.BF16_MIXED: torch.bfloat16}
 """Tensor format of the measured kernels for each run precision the executor offers."""
 ROW_WIDTH = 64
-"""Last-dimension width of the normalisation and softmax inputs (a hidden-like row; rows = N / 64)."""
+"""On the CPU: last-dimension width of the normalisation and softmax inputs (a tiny model's hidden-like row;
+rows = N / 64). The CPU suite's calibration was measured with it: keep it."""
+GPU_ROW_WIDTH = 4096
+"""On a GPU: the row width of the same inputs. Over 64-wide rows (a few hundred bytes each) torch's row-wise
+GPU kernels are far from HBM-bound: on the H200, layer norm moved 237 GB/s over 64-wide rows against 3071 GB/s
+over 4096-wide ones, and calibrate wrote ``hbm_efficiency`` 0.465 [src: own-h200-2026-11-24] (why, per
+kernel, was not measured). 4096 is the width benchmarks/gpu_measure.py measured
+the memory-bound kernels at (docs/hardware_measured.md, "Memory-bound kernels"), a hidden size the presets'
+models train at (Llama 2 7B, Llama 3 8B), and divides every size of
+:data:`executor.compute_grid.GPU_ELEMENTS`. One width whatever the model: ``hbm_efficiency`` is one
+device-wide figure that every model's kernels are timed by."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +81,14 @@ def model_bytes(kernel: MemoryKernel, elements: int, dtype: DtypePolicy) -> floa
     per_element = {MemoryKernel.SWIGLU: 3 * e, MemoryKernel.ADD: 3 * e,
                    MemoryKernel.DROPOUT: 2 * e + DROPOUT_MASK_BYTES, MemoryKernel.ADAM: adam_bytes_per_param(dtype)}
     return float(elements * per_element.get(kernel, 2 * e))
+
+
+def row_width(device: torch.device, elements: int) -> int:
+    """Last-dimension width of a memory-bound kernel's ``elements``-element input on ``device``:
+    :data:`GPU_ROW_WIDTH` on a GPU, :data:`ROW_WIDTH` elsewhere; 1 (a column) where it does not divide
+    ``elements``. Needs no GPU to call: it reads only ``device.type``."""
+    width = GPU_ROW_WIDTH if device.type == "cuda" else ROW_WIDTH
+    return width if elements % width == 0 else 1
 
 
 def _synchronize(device: torch.device) -> None:
@@ -137,7 +155,7 @@ def time_gemm(shape: GemmShape, dtype: DtypePolicy, device: torch.device, *, rep
 
 def _memory_call(kernel: MemoryKernel, elements: int, dtype: DtypePolicy, device: torch.device) -> Callable:
     kw = {"dtype": TORCH_DTYPE[dtype], "device": device}
-    width = ROW_WIDTH if elements % ROW_WIDTH == 0 else 1
+    width = row_width(device, elements)
     x = torch.randn(elements // width, width, **kw)
     if kernel is MemoryKernel.LAYER_NORM:
         return lambda: F.layer_norm(x, (width,))

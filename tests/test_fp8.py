@@ -79,16 +79,16 @@ def test_torchao_casts_weights_every_micro_batch_and_on_the_shard_with_fp8_all_g
 
 
 def test_an_fp8_gemm_at_the_fp8_peak_and_the_same_duration_efficiency():
-    # hgx-h200 gives no fp8_gemm_efficiency: the assumption (dgx-h100's measured FP8 plateau:
-    # tests/test_fp8_gemm_efficiency.py)
-    h200 = load_cluster("hgx-h200", nodes=1).device
-    assert h200.fp8_gemm_efficiency is None
-    rates = _rates(LLAMA.dtype, h200)
-    assert rates.fp8_peak_flops == 1979e12 and rates.peak_flops == 989e12
+    # dgx-b200 gives no fp8_gemm_efficiency: the assumption (the measured FP8 plateaus of dgx-h100 and
+    # hgx-h200: tests/test_fp8_gemm_efficiency.py)
+    b200 = load_cluster("dgx-b200", nodes=1).device
+    assert b200.fp8_gemm_efficiency is None
+    rates = _rates(LLAMA.dtype, b200)
+    assert rates.fp8_peak_flops == 4500e12 and rates.peak_flops == 2250e12
     fp8 = _named(_block(Fp8Recipe.TE)[OpKind.MLP].fwd)["mlp_in"]
-    curve = efficiency_for(h200)
-    want = kernel_time(fp8, 1979e12, rates.hbm_Bps, curve, rates.sm_count, rates.clock_ratio,
-                       curve_flops_scale=989 / 1979)
+    curve = efficiency_for(b200)
+    want = kernel_time(fp8, 4500e12, rates.hbm_Bps, curve, rates.sm_count, rates.clock_ratio,
+                       curve_flops_scale=2250 / 4500)
     assert rates.time(fp8) == want
     bf16 = _named(layer_work(LLAMA, 1, T)[4].fwd)["mlp_in"]
     # a large GEMM: compute-bound in both formats, so the FP8 one takes about half the time

@@ -5,8 +5,14 @@ The H100 SXM presets (dgx-h100, h100-roce) give ``{plateau: 0.8141, dtype: fp8}`
 8-GPU H100 hosts: 1599.0-1630.3 TFLOP/s, host means 1608.6 and 1613.7 [src: cublaslt-fp8-crosscheck],
 mean 1611.15 / 1979 (the dense FP8 peak [src: nvidia-h100-ds]) = 0.8141, with the named curves' assumed
 fall-off ``e = plateau · t/(t + 4 µs)`` at the FP8 peak (:func:`simulator.gemm_efficiency.overhead_curve`).
+hgx-h200 gives ``{plateau: 0.7225, dtype: fp8}`` from our own measurement [src: own-h200-2026-11-24]:
+``torch._scaled_mm`` E4M3, 8192³, the median of 40 calls in docs/measured/h200-2026-11-24/call1/
+gpu_measure-fp8.json, 1429.8 / 1979 TFLOP/s; recomputed from that file below so the two cannot drift apart.
 A device without it keeps :data:`simulator.compute.FP8_SAME_DURATION_EFFICIENCY` (tests/test_fp8.py).
 """
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +61,31 @@ def test_h100_times_fp8_gemms_from_the_cublaslt_measurement(preset):
     assert at_square == pytest.approx(MEAN_TFLOPS, rel=1e-2) and at_square < MEAN_TFLOPS
     assert min(min(v) for v in H100_CUBLASLT_FP8_TFLOPS.values()) - 2 < at_square
     assert curve.efficiency(big / 1000) < curve.efficiency(big)  # a 10 µs GEMM is further from peak
+
+
+H200_FP8_JSON = Path(__file__).resolve().parent.parent / "docs/measured/h200-2026-11-24/call1/gpu_measure-fp8.json"
+H200_FP8_PEAK_TFLOPS = 1979  # dense [src: nvidia-h200-ds]
+
+
+def test_h200_fp8_plateau_is_the_measured_8192_square_over_the_fp8_peak():
+    rows = json.loads(H200_FP8_JSON.read_text())["fp8"]
+    squares = {r["m"]: 2 * r["m"] * r["n"] * r["k"] / r["median_s"] / 1e12
+               for r in rows if r["rows"] == ["square"] and "median_s" in r}
+    assert all(r["m"] == r["n"] == r["k"] and r["batch"] == 1 for r in rows if r["rows"] == ["square"])
+    # the statistic: the 8192^3 square's median time, as the H100 presets' 8192^3; it is also the squares' peak
+    assert max(squares, key=squares.get) == 8192
+    measured = squares[8192]
+    assert measured == pytest.approx(1429.8, abs=0.05)  # the figure quoted in the preset and the docs
+    device = load_preset("hgx-h200").device
+    assert device.peak_tflops[Dtype.FP8] == H200_FP8_PEAK_TFLOPS
+    curve = device.fp8_gemm_efficiency
+    plateau = round(measured / H200_FP8_PEAK_TFLOPS, 4)
+    assert plateau == 0.7225
+    assert curve == overhead_curve(plateau, H200_FP8_PEAK_TFLOPS, source=curve.source)
+    assert "gpu_measure-fp8.json" in curve.source
+    # the largest GEMMs run at the measured rate: within 0.1 %, the plateau's 4-digit rounding (0.7225 x 1979
+    # = 1429.88) and the 10 ms sample's 4 us fall-off (-0.04 %)
+    assert curve.plateau * H200_FP8_PEAK_TFLOPS == pytest.approx(measured, rel=1e-3)
 
 
 def test_an_fp8_gemm_on_h100_uses_the_fp8_curve_not_the_same_duration_assumption():
