@@ -27,7 +27,7 @@ import yaml
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.cluster.io import load_cluster
 from simulator.compile.offload_part import adam_bytes_per_param
-from simulator.compile.step import runs_autocast
+from simulator.memory.autocast import runs_autocast
 from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -219,7 +219,7 @@ def model_classes(results, cluster) -> dict[str, float]:
     spec, layout, device = run_workload(results), results.run.plan.layout(), cluster.device
     s = layout.strategy
     backend = s.resolved_attention_backend(device.compute_capability)
-    autocast = runs_autocast(spec, s)
+    autocast = runs_autocast(spec.dtype, s)
     layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend,
                         autocast=autocast)
     edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast)

@@ -16,7 +16,7 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
-from simulator.memory.autocast import sync_dtype
+from simulator.memory.autocast import runs_autocast, sync_dtype
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
@@ -26,8 +26,6 @@ from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, S
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import Fp8Recipe, te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
-from simulator.workload.kinds import DtypePolicy
-from simulator.strategy.kinds import MixedPrecision
 
 ParamFetch = offload_part.ParamFetch
 
@@ -49,17 +47,10 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
-                             autocast=runs_autocast(workload, s))
+                             autocast=runs_autocast(workload.dtype, s))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
-
-
-def runs_autocast(workload: Workload, s) -> bool:
-    """Whether the chunk's kernels run under eager autocast over fp32 parameters: a bf16/fp16 model whose
-    mixed precision is ``autocast`` (:attr:`Strategy.resolved_mixed_precision`)."""
-    mixed = getattr(workload, "dtype", DtypePolicy.FP32) is not DtypePolicy.FP32
-    return mixed and s.resolved_mixed_precision is MixedPrecision.AUTOCAST
 
 
 def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
@@ -111,7 +102,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                               cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     # the residual stream between blocks and stages: fp32 under eager autocast (simulator.workload.autocast)
-    stream = cc.boundary_bytes * (FP32_BYTES / workload.dtype.activation_bytes if runs_autocast(workload, s) else 1)
+    stream = cc.boundary_bytes * (FP32_BYTES / workload.dtype.activation_bytes if runs_autocast(workload.dtype, s) else 1)
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
             stream, tp, layout.sequence_parallel), layers)

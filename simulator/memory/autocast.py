@@ -70,6 +70,13 @@ def autocast_of(framework: Framework, mixed_precision: MixedPrecision | None = N
     return (mixed_precision or framework.mixed_precision) is MixedPrecision.AUTOCAST
 
 
+def runs_autocast(dtype: DtypePolicy, strategy) -> bool:
+    """Whether a model of ``dtype`` under ``strategy`` runs eager autocast over fp32 parameters: a bf16/fp16
+    model whose mixed precision in effect (:attr:`Strategy.resolved_mixed_precision`) is ``autocast``. The one
+    rule the compute (:mod:`simulator.workload.autocast`), communication and memory terms follow."""
+    return sync_dtype(dtype, strategy) is not dtype
+
+
 def sync_dtype(dtype: DtypePolicy, strategy) -> DtypePolicy:
     """The format data-parallel communication moves gradients and parameters in: the states' layout
     (:func:`state_dtype`), so fp32 under autocast (DDP all-reduces its fp32 gradient buckets,
