@@ -27,7 +27,7 @@ import yaml
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.cluster.io import load_cluster
 from simulator.compile.offload_part import adam_bytes_per_param
-from simulator.memory.autocast import runs_autocast
+from simulator.strategy.formats import runs_autocast
 from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError

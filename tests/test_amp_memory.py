@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from executor.amp_memory import measure_amp_step
-from simulator.memory.autocast import SINGLE_TENSOR_ADAM_COPIES, autocast_of, cast_weight_bytes, optimizer_step_bytes
+from simulator.memory.autocast import SINGLE_TENSOR_ADAM_COPIES, cast_weight_bytes, optimizer_step_bytes
+from simulator.strategy.formats import autocast_of
 from simulator.strategy.kinds import OptimizerImpl
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.shapes import transformer_param_shapes

@@ -122,7 +122,8 @@ def _mixed(rank, world):
 
     out = {}
     for name, flat in (("fsdp2", {"zero": 3}), ("fsdp2-autocast", {"zero": 3, "mixed_precision": "autocast"}),
-                       ("ddp", {"zero": 0})):
+                       ("fsdp2-fp32-reduce", {"zero": 3, "framework": "fsdp2"}),
+                       ("fsdp2-bf16-reduce", {"zero": 3, "framework": "fsdp2", "grad_reduce_dtype": "param-dtype"}), ("ddp", {"zero": 0})):
         ctx = build_context(plan_for(GPT_TINY, flat), rank=rank, world=world, local_rank=rank,
                             backend=Backend.GLOO, seed=0, precision=Precision.BF16_AUTOCAST)
         runner = DataParallelRunner(ctx)
@@ -131,21 +132,23 @@ def _mixed(rank, world):
             lambda m, args: dtypes.add(str(m.weight.dtype)))
         record = runner.train_step(0)
         hook.remove()
-        out[name] = (ctx.bf16_params, sorted(dtypes), record.loss == record.loss)
+        out[name] = (ctx.bf16_params, sorted(dtypes), record.loss == record.loss, str(ctx.mp_policy().reduce_dtype))
     return out
 
 
 @pytest.mark.multiproc
 def test_fsdp2_holds_bf16_parameters_under_param_dtype_and_ddp_autocasts():
     """The executor runs the plan's mixed precision: FSDP2's default (param-dtype) gathers bf16 parameters through
-    its MixedPrecisionPolicy and runs no autocast; asked for autocast, FSDP2 keeps fp32 parameters; DDP (the torch
-    framework) autocasts over fp32 parameters."""
+    its MixedPrecisionPolicy and runs no autocast, reducing in the plan's grad_reduce_dtype (fp32 by default); asked
+    for autocast, FSDP2 keeps fp32 parameters; DDP (the torch framework) autocasts over fp32 parameters."""
     from executor.launch import run
 
     (res,) = run(_mixed, 1, timeout_s=120)
-    assert res["fsdp2"] == (True, ["torch.bfloat16"], True), res
-    assert res["fsdp2-autocast"] == (False, ["torch.float32"], True), res
-    assert res["ddp"] == (False, ["torch.float32"], True), res
+    assert res["fsdp2"] == (True, ["torch.bfloat16"], True, "torch.bfloat16"), res  # zero 3 alone: deepspeed's bf16
+    assert res["fsdp2-fp32-reduce"] == (True, ["torch.bfloat16"], True, "torch.float32"), res  # torchtitan's
+    assert res["fsdp2-bf16-reduce"] == (True, ["torch.bfloat16"], True, "torch.bfloat16"), res
+    assert res["fsdp2-autocast"] == (False, ["torch.float32"], True, "None"), res
+    assert res["ddp"] == (False, ["torch.float32"], True, "None"), res
 
 
 def test_a_ddp_plan_asking_for_bf16_parameters_runs_as_autocast_and_says_so():

@@ -10,6 +10,8 @@ from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, DataSource, F
                                 ParamServerMode, ParamServerSync, PlacementOrder, Recompute, ScheduleKind, Strategy,
                                 StragglerModel, ZeroStage, build_layout)
 from simulator.strategy.flat import ALL_KEYS, strategy_from_flat
+from simulator.strategy.framework import Framework
+from simulator.strategy.kinds import GradReduceDtype, MixedPrecision
 from simulator.units import MiB
 from simulator.workload import LayerListWorkload, LayerSpec, ParamCountModel, get_preset
 
@@ -65,8 +67,14 @@ def test_sequence_parallel_is_a_no_op_without_tp():
 
 
 def test_bucket_resolution_by_elements_uses_gradient_bytes():
+    """A bucket of elements holds the gradients in the format they are reduced in
+    (simulator.strategy.formats.grad_reduce_dtype)."""
     sync = AllReduceSync(bucket_bytes=None, bucket_params=1000)
-    assert layout(dp_sync=sync).bucket_bytes == 2000  # bf16 gradients: 2 bytes each
+    assert layout(dp_sync=sync, mixed_precision=MixedPrecision.PARAM_DTYPE).bucket_bytes == 2000  # bf16: 2 B each
+    assert layout(dp_sync=sync).bucket_bytes == 4000  # torch's autocast keeps fp32 gradients
+    megatron = dict(dp_sync=sync, framework=Framework.MEGATRON)
+    assert layout(**megatron).bucket_bytes == 4000  # Megatron reduces bf16 models' gradients in fp32
+    assert layout(**megatron, grad_reduce_dtype=GradReduceDtype.PARAM_DTYPE).bucket_bytes == 2000
     assert layout().bucket_bytes == 25 * MiB
 
 

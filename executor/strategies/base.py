@@ -241,14 +241,20 @@ class RunContext:
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     def mp_policy(self):
-        """FSDP2's ``MixedPrecisionPolicy``: bf16 parameters gathered for compute and fp32 gradient reduction
-        under :attr:`bf16_params` (torchtitan's ``mixed_precision_param`` / ``mixed_precision_reduce``); the
-        default policy (the parameters' own dtype) otherwise."""
+        """FSDP2's ``MixedPrecisionPolicy``: bf16 parameters gathered for compute under :attr:`bf16_params`,
+        their gradients reduced in the plan's ``grad_reduce_dtype`` (fp32 by default: torchtitan's
+        ``mixed_precision_param`` / ``mixed_precision_reduce``); the default policy (the parameters' own
+        dtype) otherwise."""
         import torch
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
+        from simulator.strategy.kinds import GradReduceDtype
+        from simulator.workload.kinds import DtypePolicy
+
         if self.bf16_params:
-            return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            reduce = self.layout.strategy.resolved_grad_reduce_dtype(DtypePolicy.BF16_MIXED)
+            return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+                                        if reduce is GradReduceDtype.FP32 else torch.bfloat16)
         return MixedPrecisionPolicy()
 
     def synchronize(self) -> None:

@@ -226,7 +226,8 @@ class DataParallelRunner:
         self._adam_state = lambda: adam_state(self.opt)
         self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
                                              f"{reshard} (ZeRO-{int(s.zero)}), "
-                                             + ("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), "
+                                             + (f"MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype="
+                                                f"{str(mp.reduce_dtype).removeprefix('torch.')}), "
                                                 if self.ctx.bf16_params else "") + "offload: "
                                              f"{type(offload).__name__}" + (
                                                  "; each routed expert fully_shard over its expert-data-parallel "

@@ -16,7 +16,7 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
-from simulator.memory.autocast import runs_autocast, sync_dtype
+from simulator.strategy.formats import grad_reduce_dtype, runs_autocast, sync_dtype
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
@@ -174,7 +174,7 @@ def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, laye
     s = layout.strategy
     if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
         return ()
-    gbytes, dense, experts = sync_dtype(workload.dtype, s).grad_bytes, *expert_split(layout, cc)
+    gbytes, dense, experts = grad_reduce_dtype(workload.dtype, s).grad_bytes, *expert_split(layout, cc)
     options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
     calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
                                                 layout.bucket_bytes, concurrent=layout.tp, **options)
@@ -192,6 +192,7 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
     s, cluster = layout.strategy, cache.cluster
     dt = sync_dtype(workload.dtype, s)  # fp32 gradients and parameters under autocast
+    gbytes = grad_reduce_dtype(workload.dtype, s).grad_bytes  # the all-reduce's, fp32 where the framework says
     dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
     if isinstance(s.dp_sync, ParamServerSync):
         sync = s.dp_sync
@@ -203,11 +204,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     sync = s.dp_sync
     split_experts = experts if layout.ep > 1 else 0.0
     calls = () if _reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
-        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * dt.grad_bytes, layout.bucket_bytes,
+        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * gbytes, layout.bucket_bytes,
         sync.algorithm.value, tp)
     if split_experts and not _reduces_every_micro_batch(s):
         edp = layout.expert_dp_group(layout.coords(rep).pp)
-        calls += ep_part.expert_grad_sync(cache, edp, split_experts * dt.grad_bytes, layout.bucket_bytes,
+        calls += ep_part.expert_grad_sync(cache, edp, split_experts * gbytes, layout.bucket_bytes,
                                           sync.algorithm.value, tp * layout.ep)
     calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
         cluster, offload_part.gpus_on_node(cluster, layout.world_size)))

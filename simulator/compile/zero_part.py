@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from simulator.compile import comm_part, ep_part
 from simulator.compile.compute_part import ChunkCompute
-from simulator.memory.autocast import sync_dtype
+from simulator.strategy.formats import sync_dtype
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall
 from simulator.workload.fp8 import FP8_BYTES, fp8_linear_weights
@@ -35,7 +35,7 @@ def gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tupl
 
 def gathered_block_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
     """Bytes of one block's ZeRO-3 / FSDP2 all-gather: its parameters in the 16-bit format (fp32 under
-    autocast, :func:`simulator.memory.autocast.sync_dtype`), or, with FSDP2's float8 all-gather, its FP8
+    autocast, :func:`simulator.strategy.formats.sync_dtype`), or, with FSDP2's float8 all-gather, its FP8
     linear weights at 1 byte and the rest (norms) at 16 bits (:mod:`simulator.workload.fp8`)."""
     pbytes = sync_dtype(workload.dtype, layout.strategy).param_bytes
     if not layout.strategy.fp8_all_gather:

@@ -50,14 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from simulator.memory.autocast import (autocast_of, loss_kept_bytes_per_logit, loss_working_bytes_per_logit,
-                                       residual_bytes)
+from simulator.memory.autocast import loss_kept_bytes_per_logit, loss_working_bytes_per_logit, residual_bytes
 from simulator.memory.dtensor_tp import (gathered_block_input_elements, head_projection_input_bytes,
                                         loss_parallel_working_bytes, uses_dtensor_tp)
 from simulator.memory.moe import moe_activation_elements
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
 from simulator.strategy.framework import Framework
+from simulator.strategy.formats import autocast_of
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute

@@ -4,7 +4,7 @@ over fp32 parameters: ``mixed_precision autocast``, :attr:`Strategy.resolved_mix
 for-loop, :meth:`Strategy.resolved_optimizer_impl`). Each term is read from torch 2.13.0's source and
 measured on CPU (``executor/amp_memory.py``, docs/memory_measured.md):
 
-- **Model states in the fp32 layout** (:func:`state_dtype`). Autocast casts inside its region and leaves
+- **Model states in the fp32 layout** (:func:`simulator.strategy.precision.state_dtype`). Autocast casts inside its region and leaves
   the parameters alone, so they stay fp32 and are their own master copy: parameters 4, gradients 4 (the
   ``.grad`` of an fp32 leaf is fp32), Adam moments 8 bytes per parameter. DDP's buckets are allocated in
   the gradients' dtype (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view`` docstring: the
@@ -48,8 +48,8 @@ measured on CPU (``executor/amp_memory.py``, docs/memory_measured.md):
 from __future__ import annotations
 
 from simulator.memory.shapes import numel
-from simulator.strategy.framework import Framework
-from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
+from simulator.strategy.kinds import OptimizerImpl
+from simulator.strategy.formats import state_dtype
 from simulator.workload.kinds import DtypePolicy
 
 SINGLE_TENSOR_ADAM_COPIES = 2
@@ -62,36 +62,6 @@ FP32_BYTES = 4
 
 _NO_CAST = (".norm", "norm_f.", "embed.")
 """Name parts of the parameters no autocast matmul reads (norms, embedding tables; module docstring)."""
-
-
-def autocast_of(framework: Framework, mixed_precision: MixedPrecision | None = None) -> bool:
-    """Whether the mixed precision in effect is ``autocast``: ``mixed_precision`` as given (a strategy's
-    :attr:`~simulator.strategy.spec.Strategy.resolved_mixed_precision`), else the framework's default."""
-    return (mixed_precision or framework.mixed_precision) is MixedPrecision.AUTOCAST
-
-
-def runs_autocast(dtype: DtypePolicy, strategy) -> bool:
-    """Whether a model of ``dtype`` under ``strategy`` runs eager autocast over fp32 parameters: a bf16/fp16
-    model whose mixed precision in effect (:attr:`Strategy.resolved_mixed_precision`) is ``autocast``. The one
-    rule the compute (:mod:`simulator.workload.autocast`), communication and memory terms follow."""
-    return sync_dtype(dtype, strategy) is not dtype
-
-
-def sync_dtype(dtype: DtypePolicy, strategy) -> DtypePolicy:
-    """The format data-parallel communication moves gradients and parameters in: the states' layout
-    (:func:`state_dtype`), so fp32 under autocast (DDP all-reduces its fp32 gradient buckets,
-    ``ZeroRedundancyOptimizer`` broadcasts fp32 parameters, FSDP2 without a ``MixedPrecisionPolicy`` gathers
-    and reduce-scatters fp32), else ``dtype``."""
-    return state_dtype(dtype, autocast_of(strategy.resolved_framework, strategy.resolved_mixed_precision))
-
-
-def state_dtype(dtype: DtypePolicy, autocast: bool) -> DtypePolicy:
-    """The layout the model states are stored in: fp32 for a mixed-precision model under autocast
-    (``autocast``: the mixed precision is ``autocast``; parameters, gradients and DDP buckets fp32, no
-    separate master), else ``dtype`` itself."""
-    if autocast and dtype.master_bytes:
-        return DtypePolicy.FP32
-    return dtype
 
 
 def cast_weight_numel(shapes) -> int:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from simulator.bucket_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from simulator.errors import SpecError
-from simulator.memory.autocast import autocast_of, state_dtype
+from simulator.strategy.formats import autocast_of, state_dtype
 from simulator.strategy.kinds import MixedPrecision
 from simulator.strategy.framework import Framework, resolve_framework
 from simulator.strategy.kinds import ZeroStage
@@ -100,14 +100,18 @@ def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int,
 def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtype: DtypePolicy,
                  framework: Framework | None = None, gradient_as_bucket_view: bool = False,
                  bucket_elements: int | None = DEEPSPEED_REDUCE_BUCKET_ELEMENTS, overlap_grad_reduce: bool = False,
-                 all_reduce: bool = True, mixed_precision: MixedPrecision | None = None) -> BufferBytes:
+                 all_reduce: bool = True, mixed_precision: MixedPrecision | None = None,
+                 reduce_bytes: int | None = None) -> BufferBytes:
     """Buffers for a rank whose model replica has ``local_params`` elements (its tp/pp shard) and
     whose largest block (transformer layer, embedding or head) has ``largest_block`` elements.
     ``framework`` None: torch DDP at ZeRO 0, DeepSpeed above (flat partitioning's default).
     ``bucket_elements``: the strategy's gradient bucket in elements (None: one bucket of all the
     local gradients); ``overlap_grad_reduce``: DeepSpeed's ``overlap_comm``; ``all_reduce`` False:
-    a parameter server (no buckets). Offload does not change them: the reduce bucket and gathered
-    blocks stay on the GPU."""
+    a parameter server (no buckets); ``reduce_bytes``: bytes per element of the gradient reduction
+    (:func:`simulator.strategy.formats.grad_reduce_dtype`; None: the gradients' own), the dtype of
+    DeepSpeed's reduce buckets (``communication_data_type``) and of FSDP2's reduce-scatter input
+    (``foreach_reduce`` allocates it in ``reduce_dtype``) [src: torch-fsdp2]. Offload does not change
+    them: the reduce bucket and gathered blocks stay on the GPU."""
     zero = ZeroStage(zero)
     framework = resolve_framework(zero, None, framework)[1]
     if gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
@@ -120,11 +124,13 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
         buckets = 0 if gradient_as_bucket_view else \
             local_params * state_dtype(dtype, autocast_of(framework, mixed_precision)).grad_bytes
     elif framework is Framework.DEEPSPEED:
-        buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * dtype.grad_bytes
-    grad_copies = FSDP2_GRAD_COPIES if framework is Framework.FSDP2 else 1
+        buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * (reduce_bytes or dtype.grad_bytes)
+    # FSDP2: the block's unsharded gradients and the reduce-scatter input they are copied into
+    grads = dtype.grad_bytes + (FSDP2_GRAD_COPIES - 1) * (reduce_bytes or dtype.grad_bytes) \
+        if framework is Framework.FSDP2 else dtype.grad_bytes
     gathered = 0
     if zero is ZeroStage.ZERO3:
-        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grad_copies * dtype.grad_bytes)
+        gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grads)
     elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
-        gathered = largest_block * grad_copies * dtype.grad_bytes
+        gathered = largest_block * grads
     return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered))

@@ -22,7 +22,8 @@ from math import ceil
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.memory.activations import in_flight, stage_activations
-from simulator.memory.autocast import autocast_of, cast_weight_bytes, optimizer_step_bytes
+from simulator.memory.autocast import cast_weight_bytes, optimizer_step_bytes
+from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.fp8 import with_fp8
 from simulator.memory.moe import add_states, split_experts
@@ -141,15 +142,15 @@ def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
         shapes = [("params", (ceil(model.params / (tp * pp)),))]
         blocks, largest = (), 0
     partitioning, framework = layout.partitioning, layout.framework
-    mixed = s.resolved_mixed_precision
+    mixed, reduce = s.resolved_mixed_precision, s.resolved_grad_reduce_dtype(dtype)
     states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
-                               framework=framework, mixed_precision=mixed)
+                               framework=framework, mixed_precision=mixed, grad_reduce_dtype=reduce)
     partition = max(partition_numels(shapes, dp, partitioning))
     if experts:
         edp = dp // layout.ep
         states = add_states(states, model_state_bytes(experts, dp=edp, zero=s.zero, dtype=dtype,
                                                       partitioning=partitioning, framework=framework,
-                                                      mixed_precision=mixed))
+                                                      mixed_precision=mixed, grad_reduce_dtype=reduce))
         partition += max(partition_numels(experts, edp, partitioning))
         shapes = shapes + experts
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
@@ -157,11 +158,12 @@ def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
     local = sum(numel(d) for _, d in shapes)
     sync = s.dp_sync
     all_reduce = isinstance(sync, AllReduceSync)
-    bucket = None if layout.bucket_bytes is None else layout.bucket_bytes // dtype.grad_bytes  # elements
+    reduce_bytes = grad_reduce_dtype(dtype, s).grad_bytes
+    bucket = None if layout.bucket_bytes is None else layout.bucket_bytes // reduce_bytes  # elements
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
                            overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce,
-                           mixed_precision=mixed)
+                           mixed_precision=mixed, reduce_bytes=reduce_bytes)
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
         buffers = with_fp8(buffers, model, layout, len(blocks), largest, block_numel)
@@ -181,7 +183,7 @@ def _states_key(model, layout: ParallelLayout) -> tuple:
     s = layout.strategy
     return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, layout.layers_per_stage, s.zero,
             s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
-            s.resolved_fp8_recipe, s.fp8_all_gather)
+            s.resolved_fp8_recipe, s.fp8_all_gather, s.mixed_precision, s.optimizer_impl, s.grad_reduce_dtype)
 
 
 def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:

@@ -25,8 +25,8 @@ from math import ceil
 from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.memory.autocast import autocast_of, state_dtype
-from simulator.strategy.kinds import MixedPrecision
+from simulator.strategy.formats import autocast_of, state_dtype
+from simulator.strategy.kinds import GradReduceDtype, MixedPrecision
 from simulator.memory.shapes import Shape, numel
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.kinds import ZeroStage
@@ -42,27 +42,36 @@ STEP_BYTES = 4
 unless Adam is ``fused`` or ``capturable``; kilobytes per rank either way."""
 
 
-MEGATRON_BF16_GRAD_BYTES = 4
-"""Megatron-LM keeps bf16 models' gradients in fp32 (``main_grad``; ``arguments.py`` sets
-``accumulate_allreduce_grads_in_fp32`` for bf16): "bf16 param, fp32 grads", 18 bytes per parameter
-without and 6 + 12/d with the distributed optimizer [src: megatron-distopt]."""
+MEGATRON_FP32_GRAD_BYTES = 4
+"""Megatron-LM accumulates and reduces 16-bit models' gradients in an fp32 ``main_grad`` buffer when
+``accumulate_allreduce_grads_in_fp32`` (``grad_reduce_in_fp32``) is set — forced for bf16 unless
+``--grad-reduce-in-bf16`` [src: megatron-grad-reduce-fp32]: "bf16 param, fp32 grads", 18 bytes per
+parameter without and 6 + 12/d with the distributed optimizer [src: megatron-distopt]."""
 MEGATRON_FP16_MAIN_GRAD_BYTES = 4
-"""With fp16 models Megatron's optimizer keeps an fp32 copy of the gradients next to the master
-weights: 20 bytes per parameter, 4 + 16/d distributed [src: megatron-distopt]."""
+"""With 16-bit gradients (fp16 models, or bf16 ones reduced in bf16) Megatron's optimizer keeps an fp32
+copy of the gradients next to the master weights (``main_param.grad = main_grad.float()``): 20 bytes per
+parameter, 4 + 16/d distributed ("fp16 param, fp16 grads") [src: megatron-distopt]."""
 
 
-def _grad_bytes(dtype: DtypePolicy, framework: Framework) -> int:
+def _megatron_fp32_grads(dtype: DtypePolicy, framework: Framework, reduce: GradReduceDtype | None) -> bool:
+    """Whether Megatron holds a 16-bit model's gradients in fp32 (``reduce``: the strategy's
+    ``grad_reduce_dtype``; None: the framework's, :meth:`Framework.grad_reduce_dtype`)."""
+    return (framework is Framework.MEGATRON and dtype.master_bytes > 0
+            and (reduce or framework.grad_reduce_dtype(dtype)) is GradReduceDtype.FP32)
+
+
+def _grad_bytes(dtype: DtypePolicy, framework: Framework, reduce: GradReduceDtype | None = None) -> int:
     """Bytes per gradient element as the framework stores them."""
-    if framework is Framework.MEGATRON and dtype is DtypePolicy.BF16_MIXED:
-        return MEGATRON_BF16_GRAD_BYTES
+    if _megatron_fp32_grads(dtype, framework, reduce):
+        return MEGATRON_FP32_GRAD_BYTES
     return dtype.grad_bytes
 
 
-def _optimizer_bytes(dtype: DtypePolicy, framework: Framework) -> int:
+def _optimizer_bytes(dtype: DtypePolicy, framework: Framework, reduce: GradReduceDtype | None = None) -> int:
     """Optimizer bytes per parameter as the framework stores them (K, plus Megatron's fp32 main
-    gradients of an fp16 model)."""
-    extra = MEGATRON_FP16_MAIN_GRAD_BYTES if framework is Framework.MEGATRON and \
-        dtype is DtypePolicy.FP16_MIXED else 0
+    gradients of a model whose gradients are 16-bit)."""
+    extra = MEGATRON_FP16_MAIN_GRAD_BYTES if framework is Framework.MEGATRON and dtype.master_bytes > 0 \
+        and not _megatron_fp32_grads(dtype, framework, reduce) else 0
     return optimizer_bytes_per_param(dtype) + extra
 
 
@@ -219,7 +228,7 @@ def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framewo
 
 
 def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, framework: Framework,
-                 rank: int) -> ModelStateBytes:
+                 rank: int, reduce: GradReduceDtype | None = None) -> ModelStateBytes:
     part, full = split.parts[rank], split.full
     params = (part + split.persistent if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes
     after_step = None
@@ -232,9 +241,9 @@ def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, fr
         params = dp * part * dtype.param_bytes + (after_step if dtype.master_bytes == 0 else 0)
     return ModelStateBytes(
         params_bytes=params,
-        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * _grad_bytes(dtype, framework),
+        grads_bytes=(part if zero >= ZeroStage.ZERO2 else full) * _grad_bytes(dtype, framework, reduce),
         optimizer_bytes=(split.optimizer_parts[rank] if zero >= ZeroStage.ZERO1 else full)
-        * _optimizer_bytes(dtype, framework),
+        * _optimizer_bytes(dtype, framework, reduce),
         optimizer_step_bytes=split.steps[rank] * STEP_BYTES,
         params_after_step_bytes=after_step)
 
@@ -242,7 +251,8 @@ def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, fr
 def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
                       partitioning: Partitioning | None = None, rank: int | None = None,
                       framework: Framework | None = None,
-                      mixed_precision: MixedPrecision | None = None) -> ModelStateBytes:
+                      mixed_precision: MixedPrecision | None = None,
+                      grad_reduce_dtype: GradReduceDtype | None = None) -> ModelStateBytes:
     """Parameters, gradients and optimizer bytes of one data-parallel rank (``rank=None``: the most
     loaded, largest peak total, lowest rank on a tie). ``shapes`` are the tensors the rank's model
     replica holds, ``[(name, shape), ...]`` (e.g. :func:`simulator.memory.shapes.stage_param_shapes`).
@@ -250,7 +260,8 @@ def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
     ``partitioning``; ``framework`` adds what its implementation allocates on purpose (FSDP2's
     unpadded Adam state and ZeRO-2 unsharded copy, torch's Adam ``step`` tensors) and stores them its
     way (``mixed_precision`` autocast, torch DDP's default: a mixed-precision ``dtype`` in the fp32 layout,
-    4 + 4 + 8, :func:`simulator.memory.autocast.state_dtype`; None: the framework's). Partitioning and
+    4 + 4 + 8, :func:`simulator.strategy.formats.state_dtype`; None: the framework's), Megatron's gradients in
+fp32 or not by ``grad_reduce_dtype`` (None: the framework's). Partitioning and
     framework default from each other (:func:`~simulator.strategy.framework.resolve_framework`)."""
     _check_rank(dp, rank)
     zero = ZeroStage(zero)
@@ -258,5 +269,5 @@ def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
     dtype = state_dtype(dtype, autocast_of(framework, mixed_precision))  # autocast keeps fp32 states
     split = _split(shapes, dp, zero, partitioning, framework)
     ranks = [rank] if rank is not None else range(dp) if partitioning is Partitioning.WHOLE_TENSOR else [0]
-    per_rank = [_rank_states(split, dp, zero, dtype, framework, r) for r in ranks]
+    per_rank = [_rank_states(split, dp, zero, dtype, framework, r, grad_reduce_dtype) for r in ranks]
     return max(per_rank, key=lambda m: m.total_bytes)

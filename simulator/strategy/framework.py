@@ -12,7 +12,8 @@ from enum import Enum
 
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
-from simulator.strategy.kinds import MixedPrecision, OptimizerImpl, ZeroStage
+from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, OptimizerImpl, ZeroStage
+from simulator.workload.kinds import DtypePolicy
 
 
 HOPPER_CC = 9.0
@@ -112,6 +113,20 @@ class Framework(Enum):
         [src: torchtitan]; Megatron-LM and DeepSpeed with bf16/fp16 parameters and fp32 masters in the
         optimizer [src: megatron-distopt] [src: deepspeed-config]."""
         return MixedPrecision.AUTOCAST if self is Framework.TORCH_DDP else MixedPrecision.PARAM_DTYPE
+
+    def grad_reduce_dtype(self, dtype: DtypePolicy) -> GradReduceDtype:
+        """The format the framework reduces a ``dtype`` model's gradients in by default. Megatron-LM forces
+        fp32 gradient accumulation and all-reduce for bf16 models (``arguments.py``: "bfloat16 requires
+        gradient accumulation and all-reduce to be done in fp32", unless ``--grad-reduce-in-bf16``) but not
+        for fp16 ones [src: megatron-grad-reduce-fp32]; torchtitan's FSDP2 reduces in fp32
+        (``mixed_precision_reduce = "float32"``, its ``MixedPrecisionPolicy(reduce_dtype=float32)``)
+        [src: torchtitan-mp-reduce]; DeepSpeed communicates in the model's bf16/fp16
+        (``communication_data_type``'s default) [src: deepspeed-comm-dtype]; torch DDP all-reduces the
+        gradients in their own dtype (fp32 under autocast) [src: torch-ddp]. A recipe that sets it otherwise
+        (NVIDIA's performance recipes reduce in bf16) gives the strategy's ``grad_reduce_dtype``."""
+        if self is Framework.FSDP2 or self is Framework.MEGATRON and dtype is DtypePolicy.BF16_MIXED:
+            return GradReduceDtype.FP32
+        return GradReduceDtype.PARAM_DTYPE
 
     @property
     def partitions_gradients_with_pipeline(self) -> bool:

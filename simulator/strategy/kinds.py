@@ -130,3 +130,15 @@ class MixedPrecision(Enum):
     """The parameters the forward uses are held in the compute format: Megatron-LM's ``Float16Module``
     (``--bf16``), DeepSpeed's bf16/fp16 engine, FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16)``
     (torchtitan); the fp32 master copy lives in the optimizer, and the forward runs in bf16 without casts."""
+
+
+class GradReduceDtype(Enum):
+    """The format a bf16/fp16 model's gradients are reduced in over the data-parallel ranks (all-reduce or
+    ZeRO reduce-scatter): Megatron-Core's ``grad_reduce_in_fp32``, torchtitan's ``mixed_precision_reduce``,
+    DeepSpeed's ``communication_data_type``. Nothing for an fp32 model, or under ``autocast`` (its gradients
+    are fp32 already)."""
+
+    FP32 = "fp32"
+    """Gradients accumulated and reduced in fp32: twice the bytes of 16-bit ones on the wire."""
+    PARAM_DTYPE = "param-dtype"
+    """Gradients reduced in the parameters' own format (bf16 or fp16 under ``param-dtype`` mixed precision)."""

@@ -43,6 +43,7 @@ from simulator.strategy.rule_errors import check_rules
 from simulator.strategy.rules import MOE_ONLY_FIELDS, context_problem, moe_fields_problem
 from simulator.strategy.spec import DataSource, Strategy
 from simulator.strategy.sync import ParamServerSync
+from simulator.strategy.formats import grad_reduce_dtype
 from simulator.strategy.precision import check_fp8
 from simulator.workload.flops import Recompute
 from simulator.workload.op_sac import op_sac_problem
@@ -281,7 +282,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     _check_cluster_inputs(strategy, cluster, gpus)
     check_fp8(strategy, cluster, workload)
     sync = strategy.dp_sync
-    grad_bytes = workload.dtype.grad_bytes
+    grad_bytes = grad_reduce_dtype(workload.dtype, strategy).grad_bytes  # a bucket of elements holds these
     bucket = None if isinstance(sync, ParamServerSync) else sync.resolved_bucket_bytes(grad_bytes)
     return ParallelLayout(
         strategy=strategy, world_size=gpus, dp=dp, tp=strategy.tp, pp=strategy.pp, v=strategy.virtual_stages,

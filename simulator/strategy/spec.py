@@ -21,8 +21,8 @@ from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of
                                        int_parser, int_tuple_parser, is_a, opt, opt_pos_int, pos_int, validate)
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.input_pipeline import InputPipeline
-from simulator.strategy.kinds import (AttentionKind, DataSource, MixedPrecision, Offload, OptimizerImpl, PlacementOrder,
-                                      ZeroStage)
+from simulator.strategy.kinds import (AttentionKind, DataSource, GradReduceDtype, MixedPrecision, Offload, OptimizerImpl,
+                                      PlacementOrder, ZeroStage)
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
 from simulator.workload.context import ContextKind, ContextSplit
@@ -201,6 +201,13 @@ class Strategy:
         flag=_F("--mixed-precision", "autocast (fp32 parameters under torch.autocast: weight casts, fp32 norms "
                 "and residual stream) or param-dtype (bf16 parameters for compute); default: the framework's",
                 choices=choices_of(MixedPrecision)))
+    grad_reduce_dtype: GradReduceDtype | None = _opt_enum(
+        GradReduceDtype, "grad_reduce_dtype",
+        doc="The format a bf16/fp16 model's gradients are reduced in over dp: fp32 or param-dtype; None: the "
+            "framework's (Framework.grad_reduce_dtype: fp32 for megatron bf16 and fsdp2)",
+        flag=_F("--grad-reduce-dtype", "fp32 (Megatron's grad_reduce_in_fp32, torchtitan's mixed_precision_reduce) "
+                "or param-dtype (bf16/fp16 gradients on the wire); default: the framework's",
+                choices=choices_of(GradReduceDtype)))
     dp_sync: AllReduceSync | ParamServerSync = declare(
         key="dp_sync", role=_STRUCT, default_factory=AllReduceSync, nested=(AllReduceSync, ParamServerSync),
         doc="How dp replicas agree on gradients: all-reduce, or a parameter server")
@@ -304,6 +311,11 @@ class Strategy:
     def resolved_mixed_precision(self) -> MixedPrecision:
         """The mixed-precision implementation in effect: given, or the framework's."""
         return self.mixed_precision or self.resolved_framework.mixed_precision
+
+    def resolved_grad_reduce_dtype(self, dtype) -> GradReduceDtype:
+        """The gradient-reduction format in effect for a model of ``dtype`` (a ``DtypePolicy``): given, or the
+        framework's (:meth:`Framework.grad_reduce_dtype`)."""
+        return self.grad_reduce_dtype or self.resolved_framework.grad_reduce_dtype(dtype)
 
     def resolved_attention_backend(self, compute_capability: float | None) -> AttentionBackend:
         """The fused-attention kernel in effect on a GPU of ``compute_capability``: given, or the framework's."""
