@@ -9,11 +9,12 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   localhost-cpu preset 22 per block forward + backward, ``trainplan calibrate --compute`` measures ``o``
   [src: own-compute-calibration]; GPU presets: the CPU side of a CUDA launch [src: hta-launch-stats]).
 - **Per optimizer call**: ``calls × o_op`` with ``o_op = Device.op_call_overhead_us`` (an eager
-  operator outside autograd). torch's AdamW runs a per-tensor loop of
-  :data:`ADAMW_PER_TENSOR_CALLS` operators on devices without foreach kernels (the CPU) and
-  :data:`ADAMW_FOREACH_CALLS` ``_foreach_*`` calls per step where they exist (CUDA)
-  [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers with a fused kernel
-  (:func:`simulator.memory.step_tensors` gives no per-tensor state there, so the foreach count applies).
+  operator outside autograd), by the step's implementation (:func:`optimizer_calls`, the strategy's
+  ``optimizer_impl`` in effect): torch's for-loop AdamW runs :data:`ADAMW_PER_TENSOR_CALLS` operators per
+  parameter tensor (torch's default on the CPU), its foreach AdamW :data:`ADAMW_FOREACH_CALLS`
+  ``_foreach_*`` calls per step (the default on CUDA), a fused one :data:`ADAMW_FUSED_CALLS`
+  [src: torch-adam-impl]; DeepSpeed and Megatron-LM step flat buffers (:func:`simulator.memory.step_tensors`
+  gives no per-tensor state there, so a for-loop over them issues the foreach count).
 - **Offloaded optimizer**: with optimizer offload the same calls run on the host CPU; on an ``inline`` device
   they are charged on top of ``Host.cpu_adam_params_per_s``'s throughput (:func:`offloaded_optimizer_host_s`).
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
@@ -62,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
+from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
 """Operator calls per parameter tensor in torch's single-tensor AdamW (``_single_tensor_adam``, not
@@ -72,6 +74,10 @@ ADAMW_FOREACH_CALLS = 9
 """``torch._foreach_*`` calls per (device, dtype) group in torch's foreach AdamW (``_multi_tensor_adam``, not
 capturable): add (steps), mul (weight decay), lerp, mul, addcmul, sqrt, div, add (eps), addcdiv
 [src: torch-adam-impl]."""
+
+ADAMW_FUSED_CALLS = 2
+"""Calls per (device, dtype) group in a fused AdamW step (torch's ``_fused_adam``): ``_foreach_add_`` of the
+step counters and one ``_fused_adamw_`` kernel [src: torch-adam-impl]."""
 
 
 TP_MODULES_PER_BLOCK = 4
@@ -134,34 +140,38 @@ def core_share(cluster: Cluster, processes_on_node: int) -> float:
     return max(1.0, processes_on_node / host.cpu_cores)
 
 
-def optimizer_calls(device: Device, tensors: int) -> int:
-    """Host calls of one AdamW step over ``tensors`` parameter tensors (module docstring): the per-tensor
-    loop on an ``inline`` device with per-tensor state, the foreach calls otherwise."""
-    if device.kernel_dispatch is KernelDispatch.INLINE and tensors > 0:
+def optimizer_calls(impl: OptimizerImpl, tensors: int) -> int:
+    """Host calls of one AdamW step of implementation ``impl`` over ``tensors`` parameter tensors with
+    per-tensor state (module docstring): the per-tensor loop's, the foreach calls (also a loop over flat
+    buffers, ``tensors`` 0) or the fused ones."""
+    if impl is OptimizerImpl.FUSED:
+        return ADAMW_FUSED_CALLS
+    if impl is OptimizerImpl.FOR_LOOP and tensors > 0:
         return ADAMW_PER_TENSOR_CALLS * tensors
     return ADAMW_FOREACH_CALLS
 
 
 def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0, *,
-                     dtensor: bool = False) -> StreamTime:
-    """One optimizer step: ``device_s`` of memory-bound update and :func:`optimizer_calls` host calls
-    at ``Device.op_call_overhead_us`` each, plus ``Device.dtensor_call_overhead_us`` on DTensor
-    parameters (``dtensor``, :func:`dtensor_params`)."""
+                     dtensor: bool = False, impl: OptimizerImpl = OptimizerImpl.FOREACH) -> StreamTime:
+    """One optimizer step of implementation ``impl``: ``device_s`` of memory-bound update and
+    :func:`optimizer_calls` host calls at ``Device.op_call_overhead_us`` each, plus
+    ``Device.dtensor_call_overhead_us`` on DTensor parameters (``dtensor``, :func:`dtensor_params`)."""
     per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
-    return stream(device, device_s, optimizer_calls(device, tensors), share, per_call_us=per_call)
+    return stream(device, device_s, optimizer_calls(impl, tensors), share, per_call_us=per_call)
 
 
-def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0, *, dtensor: bool = False) -> float:
+def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0, *, dtensor: bool = False,
+                               impl: OptimizerImpl = OptimizerImpl.FOR_LOOP) -> float:
     """Host seconds of the optimizer's own calls when it runs on the host CPU (optimizer offload), beyond the
     update's throughput (``Host.cpu_adam_params_per_s``): on an ``inline`` device, whose
     ``op_call_overhead_us`` *is* this host CPU's per-call cost, :func:`optimizer_calls` × (``op_call_overhead_us``
     + ``dtensor_call_overhead_us`` on DTensor parameters) × ``share``, as :func:`optimizer_stream` charges them;
     on an ``async`` device 0: the GPU's figure is a launch, and the host CPU's per-call cost is not a cluster
-    field (not modelled)."""
+    field (not modelled). ``impl``: the implementation on the host's tensors (torch's default there: for-loop)."""
     if device.kernel_dispatch is not KernelDispatch.INLINE:
         return 0.0
     per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
-    return optimizer_calls(device, tensors) * per_call * 1e-6 * share
+    return optimizer_calls(impl, tensors) * per_call * 1e-6 * share
 
 
 def dtensor_params(layout) -> bool:

@@ -333,3 +333,26 @@ def test_an_offloaded_optimizer_pays_its_calls_on_an_inline_device_only():
     gpu = _device(cluster, kernel_dispatch=KernelDispatch.ASYNC)
     assert optimizer_s(gpu) == pytest.approx(optimizer_s(_device(gpu, op_call_overhead_us=0.0)), rel=1e-12)
     assert ho.offloaded_optimizer_host_s(gpu.device, 28, dtensor=True) == 0.0
+
+
+def test_optimizer_calls_follow_the_implementation_not_the_device():
+    """The host calls of one AdamW step are the implementation's [src: torch-adam-impl]: 10 per tensor in the
+    for-loop, 9 foreach calls, 2 fused (the step counters' ``_foreach_add_`` and ``_fused_adamw_``), whatever
+    the device; a plan asking fused Adam on the CPU (localhost-cpu, inline dispatch) is charged 2 calls."""
+    from simulator.strategy.kinds import OptimizerImpl
+
+    assert ho.optimizer_calls(OptimizerImpl.FOR_LOOP, 28) == 280
+    assert ho.optimizer_calls(OptimizerImpl.FOR_LOOP, 0) == 9  # a flat buffer: one pass per operator
+    assert ho.optimizer_calls(OptimizerImpl.FOREACH, 28) == 9
+    assert ho.optimizer_calls(OptimizerImpl.FUSED, 28) == 2
+    cluster, workload, layout, _ = _run("ddp-overlap")
+
+    def optimizer_s(chosen, impl):
+        s = dataclasses.replace(layout.strategy, optimizer_impl=impl)
+        lay = build_layout(s, chosen, workload, gpus=layout.world_size)
+        return compile_step(chosen, workload, s, layout=lay).stages[0].optimizer_s
+
+    quiet = _device(cluster, op_call_overhead_us=0.0)
+    for impl, calls in ((OptimizerImpl.FUSED, 2), (OptimizerImpl.FOR_LOOP, 28 * 10)):
+        assert optimizer_s(cluster, impl) == pytest.approx(optimizer_s(quiet, impl) + calls * 2.4e-6, rel=1e-9)
+    assert ho.offloaded_optimizer_host_s(cluster.device, 28, impl=OptimizerImpl.FUSED) == pytest.approx(2 * 2.4e-6)

@@ -76,7 +76,7 @@ def optimizer_impl(s: Strategy, device: Device) -> OptimizerImpl:
     """The Adam(W) implementation a step runs: the strategy's ``optimizer_impl``, else its framework's default
     on ``device`` (:meth:`~simulator.strategy.framework.Framework.optimizer_impl`), where a device with
     asynchronous kernel dispatch (a GPU) has torch's foreach kernels and an inline one (the CPU) has not, the
-    same line :func:`simulator.host_overhead.optimizer_calls` draws."""
+    line :func:`simulator.host_overhead.optimizer_calls` counts host calls by."""
     return s.resolved_optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
 
 

@@ -222,15 +222,17 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
     tensors = cache.memo(_optimizer_tensors_key(workload, layout, stage),
                          lambda: host_overhead.optimizer_tensors(workload, layout, stage))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
-        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(
-                                                 cluster, dt, part, offload_part.optimizer_impl(s, cluster.device)),
-                                             tensors, share, dtensor=host_overhead.dtensor_params(layout)).time_s
+        impl = offload_part.optimizer_impl(s, cluster.device)
+        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl),
+                                             tensors, share, dtensor=host_overhead.dtensor_params(layout),
+                                             impl=impl).time_s
     else:
         d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
         sharing = offload_part.gpus_on_node(cluster, layout.world_size)
         opt = offload_part.cpu_adam_s(cluster, part, sharing) + host_overhead.offloaded_optimizer_host_s(
-            cluster.device, tensors, share, dtensor=host_overhead.dtensor_params(layout))
+            cluster.device, tensors, share, dtensor=host_overhead.dtensor_params(layout),
+            impl=s.resolved_optimizer_impl(foreach_device=False))  # the host's tensors: no foreach kernels
         if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
             k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
             opt += (offload_part.nvme_s(cluster, part * k, sharing=sharing)
