@@ -68,15 +68,19 @@ def moe_mlp_kernels(spec: TransformerSpec, tokens: float, tp: int, ep: int,
 def with_experts(spec: TransformerSpec, dense: list[OpWork], tokens: float, tp: int, ep: int,
                  routing_skew: float) -> list[OpWork]:
     """A block's operations (:func:`simulator.workload.blocks.block_work`) with the MLP replaced by the
-    experts, a router operation before it, and the activation kernel on the experts' hidden instead of
-    the dense one (module docstring)."""
+    experts, a router operation before it, and the activation kernels on the experts' hidden instead of
+    the dense one (module docstring): each scaled by the experts' activation elements over the dense block's,
+    so the framework's kernel split (:func:`simulator.workload.ops.activation_kernels`) is kept."""
     router, mlp, act_bytes = moe_mlp_kernels(spec, tokens, tp, ep, routing_skew)
     out = []
     for work in dense:
         if work.op is OpKind.MLP:
             out += [_op(OpKind.ROUTER, Scope.LAYER, router), _op(OpKind.MLP, Scope.LAYER, mlp)]
         elif work.op is OpKind.ELEMENTWISE:
-            items = [(memory("activation", act_bytes) if k.name == "activation" else k, None) for k in work.fwd]
+            dense_act = (3 if spec.activation is ActivationKind.SWIGLU else 2) * tokens * spec.ffn_size / tp \
+                * spec.dtype.activation_bytes  # the same elements' bytes in the dense block's activation
+            items = [(memory(k.name, k.bytes * act_bytes / dense_act) if k.name.startswith("activation") else k, None)
+                     for k in work.fwd]
             out.append(_op(OpKind.ELEMENTWISE, Scope.LAYER, items))
         else:
             out.append(work)
