@@ -18,7 +18,7 @@ from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.results import Category
 from simulator.attention_efficiency import AttentionBackend
-from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
+from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, OptimizerImpl
 from simulator.strategy import (AllReduceAlgorithm, AllReduceSync, AttentionKind, Framework, InputPipeline, Offload,
                                 ParamServerSync, PlacementOrder, Recompute, Role, ScheduleKind, Strategy,
                                 Partitioning, StragglerModel, ZeroStage)
@@ -140,6 +140,8 @@ STRUCTURE_VARIANTS.update({  # the Adam(W) implementation's update bytes (simula
     "optimizer_impl": dict(optimizer_impl=OptimizerImpl.FUSED),
     "mixed_precision": dict(mixed_precision=MixedPrecision.PARAM_DTYPE),  # casts (simulator.workload.autocast)
     "attention_backend": dict(attention_backend=AttentionBackend.CUDNN),  # the fused kernel's rates
+    "grad_reduce_dtype": dict(mixed_precision=MixedPrecision.PARAM_DTYPE,  # the DP all-reduce's bytes
+                              grad_reduce_dtype=GradReduceDtype.FP32),
 })
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 
