@@ -16,6 +16,7 @@ from simulator.errors import SpecError
 from simulator.memory.activations import layer_activation
 from simulator.results import Category
 from simulator.strategy import AttentionKind, Framework, Strategy, ZeroStage
+from simulator.strategy.kinds import GradReduceDtype
 from simulator.workload import ActivationKind, DtypePolicy, Recompute, TransformerSpec, load_model
 from simulator.workload.flops import recompute_flops_per_token
 
@@ -84,9 +85,13 @@ def test_op_level_recompute_time_between_none_and_full(spec, mbs, tp, preset):
 @pytest.mark.parametrize("zero", [ZeroStage.ZERO0, ZeroStage.ZERO3])
 def test_both_engines_charge_the_recompute(zero):
     # ZeRO-3 as torchtitan runs it (op-level SAC is its policy): FSDP2. Under DeepSpeed's deeper prefetch
-    # the engines differ on recompute (tests/test_ds_zero3.py::test_recompute_under_deep_prefetch_the_des_is_slower_only)
+    # the engines differ on recompute (tests/test_ds_zero3.py::test_recompute_under_deep_prefetch_the_des_is_slower_only).
+    # Gradients reduced in bf16: with torchtitan's fp32 reduce-scatters (twice the bytes) this step is
+    # communication-bound and the DES reads the recomputing steps 4.7 % (selective) and 6.5 % (full) longer than the
+    # closed form (none: equal) — an engine difference noted in docs/simulator.md, not what this test checks.
     cluster, model = load_cluster("dgx-h100"), load_model("llama2-7b").with_seq(1024)
-    framework = {"framework": Framework.FSDP2} if zero is ZeroStage.ZERO3 else {}
+    framework = {"framework": Framework.FSDP2, "grad_reduce_dtype": GradReduceDtype.PARAM_DTYPE} \
+        if zero is ZeroStage.ZERO3 else {}
     steps = {}
     for r in (Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL):
         work = compile_step(cluster, model, Strategy(global_batch=16, micro_batch=2, dp=8, zero=zero, recompute=r,
