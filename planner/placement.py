@@ -61,7 +61,7 @@ def group_ranks(order: PlacementOrder, dp: int, tp: int, pp: int, cp: int = 1, e
     zero = {"dp": 0, "pp": 0, "tp": 0}
     along = lambda dim, n, step=1: tuple(_rank(order, sizes, zero | {dim: i * step}) for i in range(n))  # noqa: E731
     return {"tp": along("tp", tp), "pp": along("pp", pp), "dp": along("dp", dp * cp), "cp": along("dp", cp),
-            "ep": along("dp", ep)}
+            "ep": along("dp", ep, cp)}  # ep consecutive replicas at one cp rank (ParallelLayout.ep_group)
 
 
 def _shape(ranks: tuple[int, ...], node: NodeShape) -> tuple:

@@ -159,9 +159,8 @@ def default_axes(p: Problem) -> tuple[Axis, ...]:
         Axis("degrees", degrees(p)),
         Axis("cp", cp_values(p)),
         Axis("cp_kind", tuple(ContextKind), lambda k: k.get("cp", 1) > 1),
-        # experts sharded over the data-parallel ranks: ep divides dp; ep > 1 only with cp 1
-        # (simulator.strategy.rules, rules ep and cp)
-        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0 and (v == 1 or k["cp"] == 1)),
+        # experts sharded over the data-parallel ranks: ep divides dp (simulator.strategy.rules, rule ep)
+        Axis("ep", ep_values(p), lambda k: True, allow=lambda k, v: k["dp"] % v == 0),
         Axis("zero", tuple(ZeroStage)),
         Axis("offload", (Offload.NONE,)),
         Axis("schedule", tuple(ScheduleKind), pipelined),

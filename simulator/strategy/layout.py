@@ -88,9 +88,9 @@ class ParallelLayout:
     partitioning: Partitioning = Partitioning.FLAT
     """How partitioned states are split over the dp ranks (given, or the framework's)."""
     ep: int = 1
-    """Expert-parallel degree: ep consecutive dp indices share one MoE layer's experts (Megatron-Core's
-    rank order tp-cp-ep-dp-pp puts ep inside dp [src: megatron-core]); ep divides dp; ep > 1 needs cp 1
-    (:mod:`simulator.strategy.rules`, rule ``cp``)."""
+    """Expert-parallel degree: ep consecutive dp indices (at one context-parallel coordinate) share one MoE
+    layer's experts (Megatron-Core's rank order tp-cp-ep-dp-pp puts ep inside dp, cp inside ep
+    [src: megatron-core]); ep divides dp."""
     cp: int = 1
     """Context-parallel degree (ranks splitting each sample's sequence)."""
 
@@ -159,14 +159,21 @@ class ParallelLayout:
         return self._groups("dp")
 
     def ep_group(self, pp: int, tp: int = 0, dp: int = 0) -> tuple[int, ...]:
-        """Ranks that exchange tokens by all-to-all with the rank at (dp, pp, tp): the ep consecutive
-        dp indices of its block, same pp and tp."""
-        first = dp - dp % self.ep
-        return tuple(self.rank_of(first + i, pp, tp) for i in range(self.ep))
+        """Ranks that exchange tokens by all-to-all with the rank at (dp, pp, tp) (``dp``: its dp·cp coordinate,
+        replica ``dp // cp`` at context rank ``dp % cp``): the ep consecutive replicas of its block, same cp
+        rank, pp and tp — each cp rank routes its own s/cp tokens."""
+        replica, c = divmod(dp, self.cp)
+        first = replica - replica % self.ep
+        return tuple(self.rank_of((first + i) * self.cp + c, pp, tp) for i in range(self.ep))
 
     def expert_dp_group(self, pp: int, tp: int = 0, dp: int = 0) -> tuple[int, ...]:
-        """Ranks holding the same experts (dp indices ≡ dp mod ep): they reduce the expert gradients."""
-        return tuple(self.rank_of(d, pp, tp) for d in range(dp % self.ep, self.dp, self.ep))
+        """Ranks holding the same experts as the rank at (dp, pp, tp) (``dp``: its dp·cp coordinate): the
+        replicas ≡ its own mod ep, at every context rank — (dp/ep)·cp ranks, which reduce the experts'
+        gradients and shard their ZeRO states (Megatron-Core's expert-data-parallel group with context
+        parallelism [src: megatron-moe-cp])."""
+        replica = dp // self.cp
+        return tuple(self.rank_of(d * self.cp + c, pp, tp)
+                     for d in range(replica % self.ep, self.dp, self.ep) for c in range(self.cp))
 
     @property
     def layers_per_rank(self) -> tuple[int, ...]:

@@ -66,11 +66,6 @@ def _ep_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
                      f"ranks; use ep {one_of(divisors(dp))}")
 
 
-def _ep_cp_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
-    return SpecError("cp", f"{s.cp} with ep {s.ep}: expert parallelism with context parallelism is not modelled "
-                     "(the expert groups would span dp·cp ranks); use cp 1 or ep 1")
-
-
 def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecError:
     return SpecError("zero", f"ZeRO-{int(s.zero)} with pp {s.pp}: {s.resolved_framework.value} cannot partition "
                      "gradients across a pipeline (DeepSpeed's pipeline engine and Megatron-LM stop at ZeRO-1); "
@@ -78,8 +73,7 @@ def _zero_error(s: Strategy, dp: int, gpus: int, layers: int | None) -> SpecErro
 
 
 _ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micro_batch": _micro_batch_error,
-           "micro_batches": _schedule_error, "ep": _ep_error,
-           "cp": _ep_cp_error, "zero": _zero_error}
+           "micro_batches": _schedule_error, "ep": _ep_error, "zero": _zero_error}
 """The error each rule of :data:`simulator.strategy.rules.RULES` raises, with the fix."""
 
 

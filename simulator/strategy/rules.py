@@ -17,10 +17,10 @@ rules (each a predicate on arrays of integers):
                  parallelism equal to tp (Megatron-Core's expert groups inside the tp-cp-ep-dp-pp rank
                  order, ``expert_tensor_parallel_size`` defaulting to tp [src: megatron-core]; DeepSpeed-MoE's
                  expert-parallel groups inside the data-parallel group [src: deepspeed-moe]);
-- ``cp``:        ep 1 or cp 1: with both, Megatron-Core carves ep out of dp alone and reduces the
-                 experts' gradients over the (dp/ep)·cp ranks that hold them
-                 (``get_data_modulo_expert_parallel_group(with_context_parallel=True)`` [src: megatron-moe-cp]);
-                 the expert groups here span dp only, so the pair is refused rather than mis-costed;
+                 With context parallelism ep is carved out of dp alone (cp ranks sit inside the ep group's
+                 stride) and the experts' gradients reduce over the (dp/ep)·cp ranks that hold them
+                 (``get_data_modulo_expert_parallel_group(with_context_parallel=True)`` [src: megatron-moe-cp]:
+                 :meth:`ParallelLayout.expert_dp_group`);
 - ``zero``:      ZeRO-2/3 (partitioned gradients) with pp > 1 only under a framework that runs them
                  together (:attr:`Framework.partitions_gradients_with_pipeline`: FSDP2; not
                  DeepSpeed's pipeline engine nor Megatron-LM).
@@ -97,7 +97,6 @@ RULES: tuple[Rule, ...] = (
     Rule("micro_batches", lambda c, gpus, layers: micro_batches_ok(_micro_batches(c))
          & (~c.interleaved | interleaved_ok(_micro_batches(c), c.pp))),
     Rule("ep", lambda c, gpus, layers: c.dp % c.ep == 0),
-    Rule("cp", lambda c, gpus, layers: (c.ep == 1) | (c.cp == 1)),
     Rule("zero", lambda c, gpus, layers: (c.zero < 2) | (c.pp == 1) | c.zero_with_pp),
 )
 """In the order :func:`build_layout` reports them."""
