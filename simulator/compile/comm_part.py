@@ -64,22 +64,31 @@ def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbyte
 
 
 def tp_calls(cache: CostCache, group: tuple[int, ...], nbytes: int, *, sp: bool, layers: int, first: bool,
-             last: bool, full_recompute: bool, concurrent: int) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
-    """(forward calls, backward calls) of one chunk's micro-batch on its tp group."""
+             last: bool, full_recompute: bool, concurrent: int,
+             attention_only: int = 0) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
+    """(forward calls, backward calls) of one chunk's micro-batch on its tp group. ``attention_only`` of the
+    ``layers`` blocks have no MLP tp region under sequence parallelism: MoE blocks whose token dispatcher
+    gathers and scatters the dispatched copies over tp itself (:func:`simulator.compile.ep_part.ep_calls`;
+    Megatron-Core's alltoall dispatcher: permute, all-to-all over ep, all-gather over tp, experts,
+    reduce-scatter over tp, all-to-all back, on the sequence shard [src: megatron-core])."""
     if len(group) < 2:
         return (), ()
     if sp:
         ag = call(cache, CommKind.TP, Op.ALL_GATHER, group, nbytes, concurrent)
         rs = call(cache, CommKind.TP, Op.REDUCE_SCATTER, group, nbytes, concurrent)
         block_fwd, block_bwd = (ag, rs, ag, rs), (ag, rs, ag, rs)
+        short = (ag, rs)  # the attention's region alone
         embed_fwd, head_fwd, head_bwd = (rs,), (ag,), (rs,)
     else:
         ar = call(cache, CommKind.TP, Op.ALL_REDUCE, group, nbytes, concurrent)
         block_fwd = block_bwd = (ar, ar)
+        short, attention_only = (), 0
         embed_fwd, head_fwd, head_bwd = (ar,), (), (ar,)
-    fwd = (embed_fwd if first else ()) + block_fwd * layers + (head_fwd if last else ())
+    full = layers - attention_only
+    fwd = (embed_fwd if first else ()) + block_fwd * full + short * attention_only + (head_fwd if last else ())
     per_block_bwd = (block_fwd if full_recompute else ()) + block_bwd
-    bwd = (head_bwd if last else ()) + per_block_bwd * layers
+    per_short_bwd = (short if full_recompute else ()) + short
+    bwd = (head_bwd if last else ()) + per_block_bwd * full + per_short_bwd * attention_only
     return fwd, bwd
 
 

@@ -85,9 +85,12 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
     rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
+    moe = getattr(workload, "moe", None)  # MoE blocks whose dispatcher does the MLP's tp gather itself:
+    own_gather = cc.moe_blocks if layout.ep > 1 and moe is not None and not moe.shared_width else 0
     tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
                                         layers=layers, first=c == 0, last=c == n - 1,
-                                        full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+                                        full_recompute=s.recompute is Recompute.FULL, concurrent=dp,
+                                        attention_only=own_gather)
     if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (cp is 1)
         volume = ep_part.dispatch_bytes(workload, s, layout.ep, tp, layout.sequence_parallel,
                                         ep_part.group_nodes(cache.cluster, ep_group))
