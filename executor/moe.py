@@ -46,6 +46,9 @@ group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by d
 the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
 (:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
 reduce-scatter does the same sum and division by dp.
+
+**With tensor parallelism** (tp > 1): expert tensor parallelism equal to tp, each tp rank exchanging its
+tokens over its own ep group (:mod:`executor.moe_tp`).
 """
 
 from __future__ import annotations
@@ -73,10 +76,18 @@ class ExpertMLP(nn.Module):
         self.down = nn.Linear(width, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """On this rank's weights: whole, or its tensor-parallel shards (DTensors, :mod:`executor.moe_tp`),
+        whose output is then this rank's partial sum."""
+        up, down = (_local(m.weight) for m in (self.up, self.down))
         if self.swiglu:
-            gate, up = self.up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
-        return self.down(F.gelu(self.up(x)))
+            gate, up_x = F.linear(x, up).chunk(2, dim=-1)
+            return F.linear(F.silu(gate) * up_x, down)
+        return F.linear(F.gelu(F.linear(x, up)), down)
+
+
+def _local(weight: torch.Tensor) -> torch.Tensor:
+    """A DTensor weight's local shard (differentiable: its gradient is the DTensor's), else the weight."""
+    return weight.to_local() if hasattr(weight, "to_local") else weight
 
 
 @dataclass(frozen=True)
@@ -253,7 +264,8 @@ def expert_parameter_names(model) -> list[str]:
 @torch.no_grad()
 def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: int) -> None:
     """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring)."""
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad for p in params
+             if p.grad is not None]  # a tp-sharded expert's (DTensor) by its local shard
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
