@@ -210,7 +210,7 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
     load_families()
     cluster = load_cluster("dgx-h100")
     for flat, field in (({"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload"),
-                        ({"tp": 2, "sequence_parallel": True}, "plan.strategy.sequence_parallel"),
+                        ({"tp": 2, "zero": 2}, "plan.strategy.zero"),
                         ({"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing"),
                         ({"dp": 2, "dp_sync": "param-server", "moe_routing": "round-robin"},
                          "plan.strategy.moe_routing")):

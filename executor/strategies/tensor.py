@@ -109,7 +109,7 @@ def parallelize_blocks(blocks: nn.ModuleList, spec, tp_mesh, sequence_parallel: 
         parallelize_module(block, tp_mesh, block_plan(sequence_parallel, moe=moe is not None))
         if moe is not None:
             check_moe_tp(spec, tp)
-            parallelize_moe(moe, tp_mesh)
+            parallelize_moe(moe, tp_mesh, sequence_parallel)
         block.attn.heads, block.attn.kv_heads = spec.heads // tp, spec.n_kv_heads // tp
         if sequence_parallel and i == 0:
             parallelize_module(block, tp_mesh, PrepareModuleInput(input_layouts=(Replicate(),),
