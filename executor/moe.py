@@ -288,17 +288,19 @@ def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: in
         offset += g.numel()
 
 
-def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None) -> None:
+def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None,
+                  mesh=None) -> None:
     """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
     partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
     which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
     docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
     torch copies grad ÷ factor and would divide by the factor again after a forced sum. ``mp_policy``: the
-    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype)."""
+    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype); ``mesh``: that group's
+    DeviceMesh (None: made from the group; tp > 1 needs one cut from the run's mesh, ``StageExperts.fsdp_mesh``)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type)
+    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type) if mesh is None else mesh
     for moe in moe_layers(model):
         for expert in moe.experts:
             fully_shard(expert, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy or MixedPrecisionPolicy())

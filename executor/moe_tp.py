@@ -36,8 +36,8 @@ gradient (``finalize_model_grads``, parameters marked ``sequence_parallel`` [src
 sequence parallelism the gradient reaching the layer's input through the router is partial as well and joins
 the rest in the input all-reduce.
 
-Not run (refused in ``executor.strategies.parallel.check``): FSDP2 (ZeRO-2/3) with MoE layers and tp (the
-experts' FSDP2 mesh would have to share a root with the tp mesh).
+**ZeRO-2/3**: FSDP2 over the experts' tp shards (2-D DTensors), on an expert-data-parallel mesh cut from the
+run's mesh (``StageExperts.fsdp_mesh``: FSDP2 requires the dp and tp meshes to share a root).
 """
 
 from __future__ import annotations
@@ -48,16 +48,6 @@ from torch import nn
 
 from executor.moe import ExpertMLP, MoE, moe_layers
 from simulator.errors import SpecError
-
-
-def check_moe_plan(spec, layout) -> None:
-    """Refuse, in one line, a MoE model with tp > 1 under ZeRO-2/3 (module docstring; torch-free, before launch)."""
-    from simulator.strategy.kinds import ZeroStage
-
-    zero = layout.strategy.zero
-    if getattr(spec, "moe", None) is not None and layout.tp > 1 and zero >= ZeroStage.ZERO2:
-        raise SpecError("plan.strategy.zero", f"{zero.value} with tp={layout.tp} and {spec.name}'s mixture-of-experts "
-                        "layers is not run here (executor/moe_tp.py); simulate the plan, or execute it with zero 0")
 
 
 def check_moe_tp(spec, tp: int) -> None:

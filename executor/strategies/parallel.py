@@ -17,8 +17,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO-1 with tp or pp, offload, a MoE model with tp > 1 under sequence parallelism or ZeRO-2/3, and a named
-all-reduce algorithm (the gradient average is ``dist.all_reduce``: NCCL's or gloo's own choice).
+ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
 from executor.moe import shard_experts
-from executor.moe_tp import check_moe_plan
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
@@ -67,7 +65,6 @@ def check(plan, layout: ParallelLayout) -> None:
         raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
                         "with dist.all_reduce (the library's own algorithm); use auto")
     spec = plan.model
-    check_moe_plan(spec, layout)
     for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:
@@ -163,7 +160,8 @@ class ParallelRunner:
 
         reshard, mp = strategy.zero is ZeroStage.ZERO3, self.ctx.mp_policy()
         if self.experts.groups is not None:  # each expert over its expert-data-parallel group: the blocks skip it
-            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type, mp)
+            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type, mp,
+                          self.experts.fsdp_mesh())
         for block in module.layers:
             fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)

@@ -55,6 +55,7 @@ class StageExperts:
         self.dp = layout.dp
         self.tp_group = ctx.mesh["tp"].get_group() if layout.tp > 1 else None
         self._replicated: list = []
+        self._fsdp_mesh = None
         """Under tp > 1: the MoE layers' tp-replicated parameters with partial gradients (:meth:`reduce_tp`)."""
 
     @property
@@ -75,6 +76,16 @@ class StageExperts:
         """The experts' gradients summed over the stage's expert-data-parallel group, divided by dp."""
         if self.groups is not None:
             reduce_expert_gradients(self.split(params)[1], self.groups, self.dp)
+
+    def fsdp_mesh(self):
+        """Under tp > 1, the expert-data-parallel mesh FSDP2 shards the experts over, cut from the run's mesh (its
+        dp dimension unflattened into (dp/ep, ep): ep consecutive dp indices form an ep group), so that it shares
+        a root with the tp mesh of the experts' DTensor shards, as FSDP2 requires; None at tp 1 (``shard_experts``
+        makes it from the group). Made once (every rank creates its groups alike)."""
+        if self.tp_group is not None and self._fsdp_mesh is None:
+            layout = self.ctx.layout
+            self._fsdp_mesh = self.ctx.mesh["dp"]._unflatten(0, (layout.dp // layout.ep, layout.ep), ("edp", "ep"))["edp"]
+        return self._fsdp_mesh
 
     def reduce_tp(self) -> float:
         """Under tp > 1, the MoE routers' (and shared gates') partial gradients summed over tp
