@@ -273,19 +273,16 @@ def expert_parameter_names(model) -> list[str]:
 
 @torch.no_grad()
 def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: int) -> None:
-    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring)."""
-    grads = [p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad for p in params
-             if p.grad is not None]  # a tp-sharded expert's (DTensor) by its local shard
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring); a
+    tp-sharded expert's (DTensor) by its local shard."""
+    from executor.strategies.grad_sync import _local, reduce_flat
+
+    grads = [_local(p.grad) for p in params if p.grad is not None]
     if len(groups.expert_dp_ranks) > 1:
-        dist.all_reduce(flat, group=groups.expert_dp_group)
-    flat /= dp
-    offset = 0
+        reduce_flat(grads, groups.expert_dp_group, dp)
+        return
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+        g /= dp
 
 
 def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None,

@@ -183,16 +183,8 @@ def replicated_params(modules) -> list[nn.Parameter]:
             for sub in (moe.router, moe.shared_gate) if sub is not None for p in sub.parameters()]
 
 
-@torch.no_grad()
 def reduce_replicated_grads(params: list[nn.Parameter], tp_group) -> None:
     """Sum the gradients of :func:`replicated_params` over the tp group (one all-reduce of them all)."""
-    grads = [p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad for p in params
-             if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=tp_group)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    from executor.strategies.grad_sync import _local, reduce_flat
+
+    reduce_flat([_local(p.grad) for p in params if p.grad is not None], tp_group, 1)

@@ -2,9 +2,9 @@
 
 Four gloo ranks: tp 2 × dp 2 with ep 2 (each tp coordinate exchanges tokens over its own ep group of two dp
 ranks, every rank holds half the experts, each split over tp: executor/moe_tp.py), the same with ep 1
-(experts replicated over dp, split over tp), each with and without sequence parallelism, ZeRO 0, 2 (FSDP2) and 3
+(experts replicated over dp, split over tp), with and without sequence parallelism, ZeRO 0, 2 (FSDP2) and 3
 (each expert FSDP2 over its expert-data-parallel group on a mesh cut from the run's), and tp 2 × pp 2 (MoE
-layers split over tp inside 1F1B stages).
+layers split over tp inside 1F1B stages); full recomputation on one of them.
 The tiny presets (``--scale tiny``: Mixtral 8 experts top-2; Qwen1.5-MoE 60 experts top-4 with a gated shared
 expert, learned and round-robin routing) train 3 AdamW steps, fp32, compared with one process on the whole global batch
 (executor.reference); a dense Llama under tp 2 with sequence parallelism checks the gradient norm the tp
@@ -32,7 +32,7 @@ from simulator.plan_file import Plan
 from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
-from simulator.workload import DtypePolicy, get_preset
+from simulator.workload import DtypePolicy, Recompute, get_preset
 from simulator.workload.moe_routing import Routing
 
 pytestmark = pytest.mark.multiproc
@@ -47,7 +47,8 @@ WORLD = 4
 PLANS = {
     "mixtral top-2 tp2 ep2": (MIXTRAL, {"dp": 2, "tp": 2, "ep": 2}),
     "qwen top-4 shared tp2 ep2 round-robin": (QWEN, {"dp": 2, "tp": 2, "ep": 2, "moe_routing": "round-robin"}),
-    "mixtral top-2 tp2 ep2 sp": (MIXTRAL, {"dp": 2, "tp": 2, "ep": 2, "sequence_parallel": True}),
+    "mixtral top-2 tp2 ep2 sp recompute": (MIXTRAL, {"dp": 2, "tp": 2, "ep": 2, "sequence_parallel": True,
+                                                     "recompute": "full"}),
     "qwen top-4 shared tp2 ep2 sp round-robin": (QWEN, {"dp": 2, "tp": 2, "ep": 2, "sequence_parallel": True,
                                                         "moe_routing": "round-robin"}),
     "qwen top-4 shared tp2 ep1 sp zero2": (QWEN, {"dp": 2, "tp": 2, "sequence_parallel": True, "zero": 2}),
@@ -151,7 +152,8 @@ def test_ep_peers_issue_the_same_all_to_alls_in_the_same_order(launch):
         spec, m = plan.model, layout.micro_batches
         copies = plan.strategy.micro_batch * spec.seq_len * spec.moe.top_k // (2 if layout.sequence_parallel else 1)
         issued = by_rank[0]
-        assert len(issued) == STEPS * m * spec.layers * 5, (name, len(issued))
+        per_layer = 5 + (3 if plan.strategy.recompute is Recompute.FULL else 0)  # the forward's 3 rerun in backward
+        assert len(issued) == STEPS * m * spec.layers * per_layer, (name, len(issued))
         assert [issued[j] for j in (0, 1, 3, 4)] == [(0, spec.moe.experts), (0, copies), (1, spec.moe.experts),
                                                      (1, copies)], name  # counts, dispatch per layer
 
