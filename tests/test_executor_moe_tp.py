@@ -193,3 +193,20 @@ def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
             assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (
                 model.params_at_rest_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
                 (name, rank)
+
+
+def test_a_tp_that_does_not_split_the_experts_is_refused_before_launch_in_one_line():
+    from dataclasses import replace
+
+    from executor.strategies import load_families
+    from executor.strategies.base import family_spec
+    from simulator.errors import SpecError
+
+    load_families()
+    odd = replace(MIXTRAL, moe=replace(MIXTRAL.moe, expert_ffn=MIXTRAL.moe.expert_ffn + 1))
+    plan = Plan(model=odd, cluster=load_cluster("dgx-h100"), gpus=4,
+                strategy=strategy_from_flat({"global_batch": 8, "dp": 2, "tp": 2, "ep": 2}))
+    with pytest.raises(SpecError) as err:
+        family_spec(plan.layout()).check(plan, plan.layout())
+    assert err.value.field == "plan.strategy.tp" and "expert width" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -34,6 +34,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
 from executor.moe import shard_experts
+from executor.moe_tp import check_moe_tp
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
@@ -69,6 +70,8 @@ def check(plan, layout: ParallelLayout) -> None:
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:
             raise SpecError("plan.strategy.tp", f"{layout.tp} does not divide the model's {count} {name}")
+    if getattr(spec, "moe", None) is not None:
+        check_moe_tp(spec, layout.tp)
 
 
 class ParallelRunner:
