@@ -16,16 +16,16 @@ of a rank's micro-batch (its ``T`` tokens flattened sample-major) goes to expert
 ``j < k`` — NeMo AutoModel's fake balanced gate [src: automodel-perf], the definition
 ``simulator.workload.moe_routing`` counts the dispatch with: k distinct consecutive experts, and every
 expert receives ``T·k/E`` token copies (exactly when E divides T·k, else the counts differ by at most
-one). The router still runs and its softmax probabilities of those k experts weight their outputs:
-AutoModel weights them 1/k and leaves its router unused; which experts a token reaches, what the
-routing field describes, is the same, and every parameter the memory model counts still has a
-gradient to synchronise. The single process (``executor.reference``) counts ``t`` modulo the
+one). The router still runs and its softmax probabilities of those k experts weight their outputs
+(AutoModel weights them 1/k; the experts a token reaches are the same, and the router keeps a gradient
+to synchronise). The single process (``executor.reference``) counts ``t`` modulo the
 micro-batch's tokens, so it routes each token as the rank whose micro-batch holds it.
 Parameter names and order are those of ``simulator.memory.moe.moe_mlp_shapes``:
 ``layers.{i}.moe.router``, ``.shared.up/down``, ``.shared_gate``, ``.experts.{j}.up/down``.
 
 **Token dispatch** (one rank): the token copies (T·k) are sorted by expert (stable), each expert runs on
-its contiguous rows, the outputs are weighted and summed back per token (``index_add``).
+its contiguous rows, the outputs are weighted and summed back per token (``index_add``). With tensor
+parallelism each expert is split over tp, each tp rank exchanging over its own ep group (:mod:`executor.moe_tp`).
 
 **Expert parallelism** (:func:`apply_expert_parallel`): the E experts of every MoE layer are split over
 the ep ranks of an ep group, ep consecutive data-parallel indices (``ParallelLayout.ep_group``, the
@@ -73,10 +73,17 @@ class ExpertMLP(nn.Module):
         self.down = nn.Linear(width, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """On this rank's weights, or its tp shards (DTensors, :mod:`executor.moe_tp`): then a partial sum."""
+        up, down = (_local(m.weight) for m in (self.up, self.down))
         if self.swiglu:
-            gate, up = self.up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
-        return self.down(F.gelu(self.up(x)))
+            gate, up_x = F.linear(x, up).chunk(2, dim=-1)
+            return F.linear(F.silu(gate) * up_x, down)
+        return F.linear(F.gelu(F.linear(x, up)), down)
+
+
+def _local(weight: torch.Tensor) -> torch.Tensor:
+    """A DTensor weight's local shard (differentiable: its gradient is the DTensor's), else the weight."""
+    return weight.to_local() if hasattr(weight, "to_local") else weight
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,12 @@ class EpClock:
         self.seconds = 0.0
 
     def all_to_all(self, out: torch.Tensor, x: torch.Tensor, out_splits, in_splits, group) -> None:
+        self.timed(dist.all_to_all_single, out, x, out_splits, in_splits, group=group)
+
+    def timed(self, collective, out: torch.Tensor, *args, **kwargs) -> None:
+        """``collective(out, *args, **kwargs)``, its time added (also the tp gathers of :mod:`executor.moe_tp`)."""
         start = time.perf_counter()
-        dist.all_to_all_single(out, x, out_splits, in_splits, group=group)
+        collective(out, *args, **kwargs)
         if out.is_cuda:
             torch.cuda.synchronize(out.device)
         self.seconds += time.perf_counter() - start
@@ -163,14 +174,16 @@ class MoE(nn.Module):
         self.clock = EpClock()
         self.round_robin_tokens = 0
         """Round-robin routing over micro-batches of this many tokens (0: the learned gate); :func:`apply_routing`."""
+        self.token_index = self.tp_rows = None
+        """Sequence parallelism with ep (:mod:`executor.moe_tp`): tokens' micro-batch index, tp gather/scatter."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         probs = F.softmax(self.router(flat), dim=-1, dtype=torch.float32)
         if self.round_robin_tokens:
-            chosen = round_robin_experts(len(flat), self.top_k, self.experts_total, self.round_robin_tokens,
-                                         flat.device)
+            index = len(flat) if self.token_index is None else self.token_index(shape, flat.device)
+            chosen = round_robin_experts(index, self.top_k, self.experts_total, self.round_robin_tokens, flat.device)
             weights = probs.gather(1, chosen)
         else:
             weights, chosen = probs.topk(self.top_k, dim=-1)             # (T, k) each
@@ -194,24 +207,32 @@ class MoE(nn.Module):
 
     def _experts(self, sorted_x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Expert outputs of the sorted token copies, in the same order (module docstring)."""
+        rows = self.expert_rows if self.tp_rows is None else self.tp_rows
         if self.ep is None:
-            return torch.cat(self._run_local(list(sorted_x.split(counts.tolist()))))
+            return rows(sorted_x, counts.view(1, -1))
         ep, n, local = self.ep, len(self.ep.ranks), len(self.experts)
         recv_counts = torch.empty_like(counts)
         self.clock.all_to_all(recv_counts, counts, None, None, ep.group)  # [src·E/ep + l]: rows src sends expert l
         send = counts.view(n, local).sum(1).tolist()
         recv_matrix = recv_counts.view(n, local)
         received = _AllToAllV.apply(sorted_x, recv_matrix.sum(1).tolist(), send, ep.group, self.clock)
-        pieces = received.split(recv_matrix.flatten().tolist())           # source-major, then local expert
-        outs = self._run_local([torch.cat([pieces[s * local + e] for s in range(n)]) for e in range(local)])
-        parts = [o.split(recv_matrix[:, e].tolist()) for e, o in enumerate(outs)]
-        back = torch.cat([parts[e][s] for s in range(n) for e in range(local)])
+        back = rows(received, recv_matrix)
         return _AllToAllV.apply(back, send, recv_matrix.sum(1).tolist(), ep.group, self.clock)
 
+    def expert_rows(self, received: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+        """Outputs of ``received`` rows, in their order: source-major, then local expert, ``matrix[s, l]`` rows
+        from source s for local expert l; each expert runs once on its rows from every source."""
+        n, local = matrix.shape
+        pieces = received.split(matrix.flatten().tolist())
+        outs = self._run_local([torch.cat([pieces[s * local + e] for s in range(n)]) for e in range(local)])
+        parts = [o.split(matrix[:, e].tolist()) for e, o in enumerate(outs)]
+        return torch.cat([parts[e][s] for s in range(n) for e in range(local)])
 
-def round_robin_experts(tokens: int, top_k: int, experts: int, period: int, device=None) -> torch.Tensor:
-    """(tokens, k) expert indices: token t gets ``((t mod period)·k + j) mod E``, j < k (module docstring)."""
-    t = torch.arange(tokens, device=device) % period
+
+def round_robin_experts(tokens, top_k: int, experts: int, period: int, device=None) -> torch.Tensor:
+    """(tokens, k) expert indices: token t gets ``((t mod period)·k + j) mod E``, j < k (module docstring);
+    ``tokens``: a count (t = 0, 1, …) or the tokens' indices."""
+    t = (torch.arange(tokens, device=device) if isinstance(tokens, int) else tokens) % period
     return (t.unsqueeze(1) * top_k + torch.arange(top_k, device=device)) % experts
 
 
@@ -252,31 +273,31 @@ def expert_parameter_names(model) -> list[str]:
 
 @torch.no_grad()
 def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: int) -> None:
-    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring); a
+    tp-sharded expert's (DTensor) by its local shard."""
+    from executor.strategies.grad_sync import _local, reduce_flat
+
+    grads = [_local(p.grad) for p in params if p.grad is not None]
     if len(groups.expert_dp_ranks) > 1:
-        dist.all_reduce(flat, group=groups.expert_dp_group)
-    flat /= dp
-    offset = 0
+        reduce_flat(grads, groups.expert_dp_group, dp)
+        return
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+        g /= dp
 
 
-def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None) -> None:
+def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None,
+                  mesh=None) -> None:
     """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
     partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
     which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
     docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
     torch copies grad ÷ factor and would divide by the factor again after a forced sum. ``mp_policy``: the
-    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype)."""
+    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype); ``mesh``: that group's
+    DeviceMesh (None: made from the group; tp > 1 needs one cut from the run's mesh, ``StageExperts.fsdp_mesh``)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type)
+    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type) if mesh is None else mesh
     for moe in moe_layers(model):
         for expert in moe.experts:
             fully_shard(expert, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy or MixedPrecisionPolicy())

@@ -185,19 +185,23 @@ def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
                 (name, rank)
 
 
-def test_expert_parallelism_with_tp_is_refused_in_one_line():
-    """What the executor does not run with experts (tp > 1, with or without ep) stays a one-line refusal
-    naming the field; ep with pp is no longer one of them."""
+def test_expert_parallelism_with_tp_and_pp_passes_the_checks_but_not_with_zero_1():
+    """ep × tp × pp is checked as runnable (tests/test_executor_moe_tp.py runs tp × pp and ep × tp on 4 ranks);
+    ZeRO-1 with tp (no family runs it) stays a one-line refusal naming the field."""
     from executor.strategies import load_families
     from executor.strategies.base import family_spec
 
     load_families()
     cluster = load_cluster("dgx-h100")
-    for flat, field in (({"dp": 2, "ep": 2, "tp": 2}, "plan.strategy.ep"),
-                        ({"dp": 2, "ep": 2, "tp": 2, "pp": 2}, "plan.strategy.ep"),
-                        ({"pp": 2, "tp": 2}, "plan.model")):
-        gpus = flat["dp"] * flat["tp"] * flat.get("pp", 1) if "dp" in flat else 4
+    for flat, field in (({"dp": 2, "ep": 2, "tp": 2}, None), ({"dp": 2, "ep": 2, "tp": 2, "pp": 2}, None),
+                        ({"pp": 2, "tp": 2, "sequence_parallel": True}, None),
+                        ({"dp": 2, "tp": 2, "ep": 2, "zero": 3}, None),
+                        ({"dp": 2, "tp": 2, "ep": 2, "zero": 1}, "plan.strategy.zero")):
+        gpus = flat.get("dp", 1) * flat["tp"] * flat.get("pp", 1)
         plan = Plan(model=MIXTRAL, cluster=cluster, gpus=gpus, strategy=strategy_from_flat({"global_batch": 8} | flat))
+        if field is None:
+            family_spec(plan.layout()).check(plan, plan.layout())
+            continue
         with pytest.raises(SpecError) as err:
             family_spec(plan.layout()).check(plan, plan.layout())
         assert err.value.field == field and "\n" not in str(err.value), flat

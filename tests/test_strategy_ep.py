@@ -6,7 +6,7 @@ import pytest
 
 from simulator.cluster.presets import load_preset
 from simulator.errors import SpecError
-from simulator.strategy import Strategy, build_layout
+from simulator.strategy import Strategy, ZeroStage, build_layout
 from simulator.strategy.flat import strategy_from_flat
 from simulator.strategy.rules import Candidates, valid_mask
 from simulator.workload import ParamCountModel, get_preset
@@ -69,16 +69,22 @@ def test_valid_mask_applies_both_ep_rules():
 
 
 def test_the_executor_refuses_what_it_does_not_run():
-    # no stand-in for latent attention; ep > 1 runs with tp = cp = 1 only (tests/test_executor_moe*.py)
+    # no stand-in for latent attention; ep × tp runs, not with ZeRO-1 (no family runs it with tp: test_executor_moe*.py)
     from executor.model import GPT
     from executor.strategies.base import family_spec
 
     with pytest.raises(SpecError) as err:
         GPT(get_preset("deepseek-v2-lite"))
     assert err.value.field == "model"
+    from executor.strategies import load_families
+    from simulator.plan_file import Plan
+
+    load_families()
+    plan = Plan(model=MIXTRAL, cluster=H100.with_nodes(4), gpus=32,
+                strategy=Strategy(global_batch=64, tp=2, ep=4, zero=ZeroStage.ZERO1))
     with pytest.raises(SpecError) as err:
-        family_spec(layout(tp=2, ep=4))
-    assert err.value.field == "plan.strategy.ep" and "execute it with ep 1" in str(err.value)
+        family_spec(plan.layout()).check(plan, plan.layout())
+    assert err.value.field == "plan.strategy.zero" and "use zero 0, 2 or 3" in str(err.value)
 
 
 @pytest.mark.parametrize("field, value, default", [

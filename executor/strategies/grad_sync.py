@@ -25,13 +25,17 @@ def average_gradients(params, group, size: int, bucket_bytes: int | None = None)
     for g in grads:
         if bucket and bucket_bytes is not None and \
                 sum(t.numel() * t.element_size() for t in bucket) + g.numel() * g.element_size() > bucket_bytes:
-            _reduce(bucket, group, size)
+            reduce_flat(bucket, group, size)
             bucket = []
         bucket.append(g)
-    _reduce(bucket, group, size)
+    reduce_flat(bucket, group, size)
 
 
-def _reduce(grads: list[torch.Tensor], group, size: int) -> None:
+@torch.no_grad()
+def reduce_flat(grads: list[torch.Tensor], group, size: int) -> None:
+    """``grads`` summed over ``group`` in one flat ``dist.all_reduce``, divided by ``size``, written back."""
+    if not grads:
+        return
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, group=group)
     flat /= size

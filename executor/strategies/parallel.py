@@ -7,8 +7,9 @@
 - dp > 1: replica d trains on its share of the global batch (``executor.data.replica_samples``)
   and the replicas average their gradients after backward, in the plan's buckets
   (:func:`executor.strategies.grad_sync.average_gradients`);
-- mixture-of-experts layers (tp = 1): in each stage, with ep > 1 over the ep group of the stage's dp
-  ranks, expert gradients over its expert-data-parallel group (:mod:`executor.strategies.stage_experts`).
+- mixture-of-experts layers: in each stage, with ep > 1 over the ep group of the stage's dp ranks (and tp
+  coordinate), expert gradients over its expert-data-parallel group (:mod:`executor.strategies.stage_experts`),
+  each expert split over tp (:mod:`executor.moe_tp`).
 
 Every rank builds the same seeded model first (``build_gpt(spec, seed)``), so the run starts from
 the reference's weights. The step's loss is the global batch's mean loss on every rank: the last
@@ -16,8 +17,7 @@ stage's mean over its micro-batches, broadcast along the pipeline, averaged over
 Without pp, the layout's micro-batches are accumulated (each micro-batch's loss scaled by 1/m).
 
 What these families refuse (one line each, in :func:`check`), rather than run something else:
-ZeRO-1 with tp or pp, offload, a MoE model with tp > 1, and a named all-reduce algorithm (the gradient
-average is ``dist.all_reduce``: NCCL's or gloo's own choice).
+ZeRO-1 with tp or pp, offload, and a named all-reduce algorithm (the gradient average is ``dist.all_reduce``: NCCL's or gloo's own choice).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
 from executor.moe import shard_experts
+from executor.moe_tp import check_moe_tp
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
@@ -41,7 +42,7 @@ from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase,
 from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)
-from executor.strategies.stage_experts import StageExperts, pipeline_grad_norm
+from executor.strategies.stage_experts import StageExperts, grad_norm
 from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,
                                         shard_vocab, sp_gather_output)
 from simulator.errors import SpecError
@@ -65,13 +66,12 @@ def check(plan, layout: ParallelLayout) -> None:
         raise SpecError("plan.strategy.allreduce_algorithm", "the tensor/pipeline families average dp gradients "
                         "with dist.all_reduce (the library's own algorithm); use auto")
     spec = plan.model
-    if getattr(spec, "moe", None) is not None and layout.tp > 1:
-        raise SpecError("plan.model", f"{spec.name} has mixture-of-experts layers: this executor runs them with "
-                        f"tp = 1 only (got tp={layout.tp}); simulate the plan, or execute it with tp 1")
     for name, count in (("attention heads", spec.heads), ("key/value heads", spec.n_kv_heads),
                         ("MLP width", spec.ffn_size)):
         if count % layout.tp:
             raise SpecError("plan.strategy.tp", f"{layout.tp} does not divide the model's {count} {name}")
+    if getattr(spec, "moe", None) is not None:
+        check_moe_tp(spec, layout.tp)
 
 
 class ParallelRunner:
@@ -163,7 +163,8 @@ class ParallelRunner:
 
         reshard, mp = strategy.zero is ZeroStage.ZERO3, self.ctx.mp_policy()
         if self.experts.groups is not None:  # each expert over its expert-data-parallel group: the blocks skip it
-            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type, mp)
+            shard_experts(module, self.experts.groups, self.layout.dp, reshard, self.ctx.device_type, mp,
+                          self.experts.fsdp_mesh())
         for block in module.layers:
             fully_shard(block, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(module, mesh=self.ctx.mesh["dp"], reshard_after_forward=reshard, mp_policy=mp)
@@ -182,6 +183,8 @@ class ParallelRunner:
         if layout.strategy.recompute is not Recompute.NONE:
             phases[Phase.RECOMPUTE] = self.recompute.seconds - recompute0
             phases[Phase.BACKWARD] -= phases[Phase.RECOMPUTE]
+        if layout.tp > 1:
+            phases[Phase.TP] += self.experts.reduce_tp()
         if layout.dp > 1:
             start = time.perf_counter()
             if not self.fsdp:  # FSDP2 reduce-scattered every gradient (the experts' over their group) in backward
@@ -190,7 +193,7 @@ class ParallelRunner:
             ctx.synchronize()
             phases[Phase.DP] = time.perf_counter() - start
         start = time.perf_counter()
-        norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
+        norm = self.experts.grad_norm(self.modules, self.params, self.fsdp, self.dp_group)  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
         self.check_s += time.perf_counter() - start
         start = time.perf_counter()
         self.optimizer.step()
@@ -201,18 +204,6 @@ class ParallelRunner:
         return StepRecord(loss=loss, phases_s=phases, grad_norm=norm,
                           check_s=self.check_s + time.perf_counter() - start)
 
-    def _grad_norm(self) -> float | None:
-        """The global gradient norm of a tp = 1 pipeline (``stage_experts.pipeline_grad_norm``); None otherwise
-        (DTensor tp shards are not summed here)."""
-        if self.layout.pp == 1 or self.layout.tp > 1:
-            return None
-        copies = {id(m.tied_head) for m in self.modules if hasattr(m, "tied_head") and not m.first}
-        dense, experts = self.experts.split([p for p in self.params if id(p) not in copies])
-        ep = self.experts.groups
-        return pipeline_grad_norm(dense, experts, device=self.ctx.device, sharded=self.fsdp, dp_group=self.dp_group,
-                                  ep_group=None if ep is None else ep.group,
-                                  pp_group=self.ctx.mesh["pp"].get_group())
-
     def _global_loss(self, loss: torch.Tensor) -> float:
         """The mean loss over the dp replicas (each holds its own after the pipeline's broadcast)."""
         if self.layout.dp > 1:
@@ -222,21 +213,24 @@ class ParallelRunner:
 
     def _accumulate(self, inputs, targets, phases) -> torch.Tensor:
         m, total, tp = self.layout.micro_batches, torch.zeros((), device=self.ctx.device), self.tp_clock
-        fwd = bwd = tp_fwd = tp_bwd = 0.0
+        fwd = bwd = tp_fwd = tp_bwd = ep_fwd = ep_bwd = 0.0
         with tp.timing():
             for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
-                tp0, start = tp.seconds, time.perf_counter()
+                tp0, ep0, start = tp.seconds, self.experts.seconds(), time.perf_counter()
                 with self.ctx.autocast():
                     loss = self.modules[0](x, y) / m
                 self.ctx.synchronize()
-                tp1, mid = tp.seconds, time.perf_counter()
+                tp1, ep1, mid = tp.seconds, self.experts.seconds(), time.perf_counter()
                 loss.backward()
                 self.ctx.synchronize()
                 fwd, bwd = fwd + mid - start, bwd + time.perf_counter() - mid
                 tp_fwd, tp_bwd = tp_fwd + tp1 - tp0, tp_bwd + tp.seconds - tp1
+                ep_fwd, ep_bwd = ep_fwd + ep1 - ep0, ep_bwd + self.experts.seconds() - ep1
                 total += loss.detach().float()
-        phases[Phase.FORWARD], phases[Phase.BACKWARD] = fwd - tp_fwd, bwd - tp_bwd
+        phases[Phase.FORWARD], phases[Phase.BACKWARD] = fwd - tp_fwd - ep_fwd, bwd - tp_bwd - ep_bwd
         phases[Phase.TP] = tp_fwd + tp_bwd
+        if self.experts.clock is not None:  # the all-to-alls, out of forward and backward
+            phases[Phase.EP] = ep_fwd + ep_bwd
         return total
 
     def _pipeline_step(self, inputs, targets, phases) -> torch.Tensor:

@@ -63,15 +63,21 @@ def permute_fused_rows(model: GPT, tp: int) -> None:
         qkv.weight.copy_(_blocks(list(qkv.weight.split(sizes)), tp))
         if qkv.bias is not None:
             qkv.bias.copy_(_blocks(list(qkv.bias.split(sizes)), tp))
-        if block.mlp.swiglu:
+        if getattr(block, "mlp", None) is not None and block.mlp.swiglu:  # a MoE block: executor.moe_tp
             up = block.mlp.up
             up.weight.copy_(_blocks(list(up.weight.chunk(2)), tp))
             if up.bias is not None:
                 up.bias.copy_(_blocks(list(up.bias.chunk(2)), tp))
 
 
-def block_plan(sequence_parallel: bool) -> dict:
-    """The ``parallelize_module`` plan of one block (names relative to the block)."""
+def block_plan(sequence_parallel: bool, moe: bool = False) -> dict:
+    """The ``parallelize_module`` plan of one block (names relative to the block); a MoE block's plan has
+    no MLP entries (:func:`executor.moe_tp.parallelize_moe` splits its experts)."""
+    plan = _dense_block_plan(sequence_parallel)
+    return {k: v for k, v in plan.items() if not k.startswith("mlp")} if moe else plan
+
+
+def _dense_block_plan(sequence_parallel: bool) -> dict:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel)
@@ -95,10 +101,15 @@ def parallelize_blocks(blocks: nn.ModuleList, spec, tp_mesh, sequence_parallel: 
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
 
+    from executor.moe_tp import check_moe_tp, parallelize_moe
+
     tp = tp_mesh.size()
     for i, block in enumerate(blocks):
-        plan = block_plan(sequence_parallel)
-        parallelize_module(block, tp_mesh, plan)
+        moe = getattr(block, "moe", None)
+        parallelize_module(block, tp_mesh, block_plan(sequence_parallel, moe=moe is not None))
+        if moe is not None:
+            check_moe_tp(spec, tp)
+            parallelize_moe(moe, tp_mesh, sequence_parallel)
         block.attn.heads, block.attn.kv_heads = spec.heads // tp, spec.n_kv_heads // tp
         if sequence_parallel and i == 0:
             parallelize_module(block, tp_mesh, PrepareModuleInput(input_layouts=(Replicate(),),
