@@ -11,34 +11,34 @@ A GPU (``async``) keeps one host call per kernel, its launch: the presets' per-l
 CPU time [src: hta-launch-stats], not an operator's dispatch.
 
 Counted with ``torch.utils._python_dispatch.TorchDispatchMode`` on the executor's model
-(:class:`executor.model.GPT`, gpt3-125m at ``--scale tiny``, fp32 on the CPU, micro-batch 2, the second
-forward + backward of a run, when every ``.grad`` exists) [src: own-eager-dispatch-count]; the operators
-of a linear, a norm and the loss follow from torch's decompositions [src: torch-eager-decompositions].
-Per block (pre-norm, LayerNorm, GELU, biased linears, SDPA) forward 32 and backward 68 operators, where
-the op list has 8 and 16 kernels; the model's edges (learned positions, tied head, cross-entropy) 14 and
-23 against 4 and 5. ``tests/test_eager_dispatch.py`` counts the real model against :func:`block_dispatches` and
-:func:`edge_dispatches` and fails when either drifts.
+(:class:`executor.model.GPT` at ``--scale tiny``, fp32 on the CPU, micro-batch 2, the second forward +
+backward of a run, when every ``.grad`` exists) [src: own-eager-dispatch-count]; the operators of a linear,
+a norm and the loss follow from torch's decompositions [src: torch-eager-decompositions]. gpt3-125m's block
+(pre-norm LayerNorm, GELU, biased linears, learned positions, SDPA) runs 32 operators forward and 68 backward
+where the op list has 8 and 16 kernels, its edges (tied head, cross-entropy) 14 and 23 against 4 and 5;
+llama2-7b's block (RMSNorm, SwiGLU, rotary) 73 and 111 against 9 and 13. ``tests/test_eager_dispatch.py``
+counts the real model against :func:`block_dispatches` and :func:`edge_dispatches` and fails when either
+drifts. Per kernel (forward; backward):
 
     linear forward (3-D input)      view, t, addmm, view (no bias: t, view, mm, _unsafe_view)      4
     linear input gradient           mm, 2 × t, 2 × view                                           5
     linear weight gradient          mm, 2 × t, + add_ into .grad                                  3 + 1
     bias gradient                   view, sum, + add_                                             2 + 1
-    LayerNorm                       native_layer_norm; backward + add_ for weight and bias        1; 1 + 2
+    LayerNorm / RMSNorm             :data:`LAYERNORM` / :data:`RMSNORM`, + add_ per parameter
     QKV split into heads            split_with_sizes, 3 × (view, transpose); backward cat + 6     7; 7
-    heads merged                    transpose, view (reshape); backward the same                  2; 2
+    heads merged                    :data:`HEAD_MERGE` (:data:`HEAD_MERGE_COPY` after rotary)
     SDPA core                       the fused operator, a detach of what it saves                 2; 2
-    residual add, GELU              one each, forward and backward                                1; 1
-    embedding (learned positions)   2 lookups, arange, add; backward 2 × embedding_dense_backward,
-                                    sum + view (the position gradient over the batch), add_ per
-                                    table, + add (the tied head's and the lookup's gradients)     4; 7
+    rotary positions                :data:`ROTARY`                                                26; 20
+    residual add, activation        one add each; :data:`ACTIVATION`
+    embedding                       :data:`EMBEDDING` (+ :data:`LEARNED_POSITIONS`, + add_ per table,
+                                    + :data:`TIED_SUM` under a tied head)
     cross-entropy                   2 × view (flatten), _log_softmax, nll_loss_forward, detach;
                                     backward ones_like (the seed), nll_loss_backward,
                                     _log_softmax_backward_data, detach, view                      5; 5
 
-Measured only for that block. Kernels outside it (RMSNorm, SwiGLU, rotary positions, grouped-query
-attention, the unfused attention core, MoE, casts, dropout, which the executor does not run) keep one
-call per kernel: not measured, not modelled (:func:`measured`). Megatron-LM's and ``torch.compile``'s
-kernels keep one call each (:class:`~simulator.workload.kinds.KernelFusion`): not measured either.
+Not measured, so one call per kernel: MoE and MLA blocks, the unfused attention core, autocast's casts, and
+dropout (the executor runs none). Megatron-LM's and ``torch.compile``'s kernels keep one call each
+(:class:`~simulator.workload.kinds.KernelFusion`): not measured either.
 """
 
 from __future__ import annotations
@@ -64,20 +64,36 @@ LINEAR_WGRAD = 3
 """A linear's weight gradient: ``mm`` with the transposed input (2 ``t``); its ``add_`` is :data:`ACCUMULATE_GRAD`."""
 BIAS_GRAD = 2
 """A bias gradient: the output gradient viewed 2-D and ``sum``-reduced; its ``add_`` is :data:`ACCUMULATE_GRAD`."""
-LAYERNORM_PARAMS = 2
-"""Parameter tensors of one ``nn.LayerNorm`` (weight and bias): one ``add_`` each in backward."""
+LAYERNORM = (1, 1, 2)
+"""``nn.LayerNorm``: (forward, backward, parameter tensors): ``native_layer_norm``, its backward, weight and bias."""
+RMSNORM = (7, 17, 1)
+"""``nn.RMSNorm``, a composite on the CPU: forward ``pow``, ``mean``, ``add_`` (ε), ``rsqrt``, 2 × ``mul``, a
+detach; backward 17 (8 ``mul``, 2 ``sum``, 2 ``pow``, ``div``, ``add``, ``expand``, ``view``, a detach); the weight."""
 HEAD_SPLIT = 7
 """Q, K, V split from the fused projection (``split_with_sizes``) and each viewed into heads and transposed;
 backward: ``cat`` and the 6 views back. Forward and backward alike."""
-HEAD_MERGE = 2
-"""The attention output transposed back and reshaped (a view); backward alike."""
+HEAD_MERGE = (2, 2)
+"""The attention output transposed back and reshaped, (forward, backward): a view when the core's output keeps
+the projection's layout."""
+HEAD_MERGE_COPY = (3, 4)
+"""The same when rotary positions made Q and K contiguous per head: the reshape copies (``transpose``,
+``clone``, ``_unsafe_view``); backward 4."""
+ROTARY = (26, 20)
+"""Rotary positions on Q and K (``executor.model._rope_tables`` and ``_rotate`` twice), (forward, backward):
+the tables (2 ``arange``, ``_to_copy``, ``div``, ``neg``, ``pow``, the outer product, ``cos``, ``sin``) and
+per rotated tensor a split, 4 ``mul``, ``sub``, ``add``, ``cat``; backward per tensor 2 ``slice``, 4 ``mul``,
+``neg``, 2 ``add``, ``cat``."""
 SDPA = 2
 """``scaled_dot_product_attention``'s fused operator and a ``detach`` of what it saves; backward alike."""
-EMBEDDING_FWD_LEARNED = 4
-"""Token and position lookups, the positions' ``arange`` and the add."""
-EMBEDDING_BWD_LEARNED = 6
-"""Two ``embedding_dense_backward``, the position gradient's ``sum`` over the batch and its ``view``, an
-``add_`` per table."""
+ACTIVATION = {ActivationKind.GELU: (1, 1), ActivationKind.SWIGLU: (2, 3)}
+"""The MLP's activation, (forward, backward): ``gelu``; SwiGLU's ``silu`` and product (backward
+``silu_backward`` and 2 ``mul``). SwiGLU's ``chunk`` of the fused gate/up output (a ``split``; backward ``cat``)
+is charged to the MLP's first linear."""
+EMBEDDING = (1, 1)
+"""A token lookup, (forward, backward): ``embedding``, ``embedding_dense_backward`` (+ its ``add_``)."""
+LEARNED_POSITIONS = (3, 3)
+"""Learned positions on top: ``arange``, the position lookup and the add; backward the lookup's backward, the
+position gradient's ``sum`` over the batch and its ``view`` (+ the table's ``add_``)."""
 TIED_SUM = 1
 """A tied embedding's two gradients (lookup and output layer) summed by one ``add`` before its ``add_``."""
 CROSS_ENTROPY = 5
@@ -87,11 +103,10 @@ view."""
 
 
 def measured(spec: TransformerSpec) -> bool:
-    """Whether the block and edges of ``spec`` are those the counts were measured on: LayerNorm, GELU,
-    learned positions, as many KV heads as heads, a dense MLP (module docstring)."""
-    return (spec.norm is NormKind.LAYERNORM and spec.activation is ActivationKind.GELU
-            and spec.position is PositionKind.LEARNED and spec.n_kv_heads == spec.heads
-            and spec.moe is None and spec.mla is None)
+    """Whether the counts cover ``spec``'s block and edges (module docstring): a dense block (MoE and MLA not
+    measured). Exact for gpt3-125m and llama2-7b at ``--scale tiny``; with grouped-query attention (llama3-8b)
+    torch's backward runs one operator fewer per block than counted here (110 of 111), not investigated."""
+    return spec.moe is None and spec.mla is None
 
 
 def _linear(name: str, biased: bool) -> dict[str, int]:
@@ -101,21 +116,34 @@ def _linear(name: str, biased: bool) -> dict[str, int]:
     return counts
 
 
+def _norm(spec: TransformerSpec, count: int) -> tuple[int, int]:
+    """(forward, backward) operators of ``count`` norms of ``spec``, their ``.grad`` accumulations included."""
+    fwd, bwd, params = LAYERNORM if spec.norm is NormKind.LAYERNORM else RMSNORM
+    return count * fwd, count * (bwd + params * ACCUMULATE_GRAD)
+
+
 def block_dispatches(spec: TransformerSpec) -> dict[str, int]:
     """Operators per kernel name of one block (:func:`simulator.workload.ops.layer_work`, flash attention), for
     a block :func:`measured` covers; {} otherwise."""
     if not measured(spec):
         return {}
     qkv_bias, all_bias = spec.bias is not BiasKind.NONE, spec.bias is BiasKind.ALL
-    counts = {"norm": 2, "norm.bwd": 2 * (1 + LAYERNORM_PARAMS * ACCUMULATE_GRAD),
-              "flash_attn": SDPA, "flash_attn.bwd": SDPA, "residual": 2, "residual.bwd": 2,
-              "activation": 1, "activation.bwd": 1}
+    rotary = spec.position is PositionKind.ROTARY
+    norm_fwd, norm_bwd = _norm(spec, 2)
+    act_fwd, act_bwd = ACTIVATION[spec.activation]
+    counts = {"norm": norm_fwd, "norm.bwd": norm_bwd, "flash_attn": SDPA, "flash_attn.bwd": SDPA,
+              "residual": 2, "residual.bwd": 2, "activation": act_fwd, "activation.bwd": act_bwd}
+    if rotary:
+        counts.update({"rotary": ROTARY[0], "rotary.bwd": ROTARY[1]})
     for name, biased in (("qkv", qkv_bias), ("out_proj", all_bias), ("mlp_in", all_bias), ("mlp_out", all_bias)):
         counts.update(_linear(name, biased))
-    for name in ("qkv", "qkv.dgrad"):
-        counts[name] += HEAD_SPLIT
-    for name in ("out_proj", "out_proj.dgrad"):
-        counts[name] += HEAD_MERGE
+    merge = HEAD_MERGE_COPY if rotary else HEAD_MERGE
+    for name, extra in (("qkv", HEAD_SPLIT), ("qkv.dgrad", HEAD_SPLIT), ("out_proj", merge[0]),
+                        ("out_proj.dgrad", merge[1])):
+        counts[name] += extra
+    if spec.activation is ActivationKind.SWIGLU:  # the gate/up chunk: split forward, cat backward
+        counts["mlp_in"] += 1
+        counts["mlp_in.dgrad"] += 1
     return counts
 
 
@@ -124,9 +152,12 @@ def edge_dispatches(spec: TransformerSpec) -> dict[str, int]:
     (:func:`simulator.workload.ops.edge_work`), for a model :func:`measured` covers; {} otherwise."""
     if not measured(spec):
         return {}
-    tied = spec.tied_embeddings
-    return {"embedding": EMBEDDING_FWD_LEARNED, "embedding.bwd": EMBEDDING_BWD_LEARNED + (TIED_SUM if tied else 0),
-            "final_norm": 1, "final_norm.bwd": 1 + LAYERNORM_PARAMS * ACCUMULATE_GRAD,
+    tied, learned = spec.tied_embeddings, spec.position is PositionKind.LEARNED
+    embed_fwd = EMBEDDING[0] + (LEARNED_POSITIONS[0] if learned else 0)
+    embed_bwd = (EMBEDDING[1] + ACCUMULATE_GRAD + (LEARNED_POSITIONS[1] + ACCUMULATE_GRAD if learned else 0)
+                 + (TIED_SUM if tied else 0))
+    norm_fwd, norm_bwd = _norm(spec, 1)
+    return {"embedding": embed_fwd, "embedding.bwd": embed_bwd, "final_norm": norm_fwd, "final_norm.bwd": norm_bwd,
             "logits": LINEAR_FWD, "logits.dgrad": LINEAR_DGRAD,
             "logits.wgrad": LINEAR_WGRAD + (0 if tied else ACCUMULATE_GRAD),
             "cross_entropy": CROSS_ENTROPY, "cross_entropy.bwd": CROSS_ENTROPY}
