@@ -63,6 +63,7 @@ import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
                                     time_block, time_block_phases, time_gemm, time_memory_kernel)
+from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
@@ -76,9 +77,6 @@ from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
 from simulator.workload import Recompute
 from simulator.workload.kinds import DtypePolicy
-from simulator.host_overhead import host_calls
-from simulator.workload.eager_dispatch import ACCUMULATE_GRAD
-from simulator.workload.ops import layer_work
 from simulator.workload.transformer import TransformerSpec
 
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
@@ -196,25 +194,7 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
                      hbm_efficiency=None, kernel_launch_overhead_us=0.0, backward_call_overhead_us=None,
                      kernel_dispatch=dispatch,
                      op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
-    block_spec = executed(grid.block)  # the timed block: no dropout
-    rows = layer_times(block_spec, device, grid.micro_batch)
-    roofline = total_time(rows)
-    works = layer_work(block_spec, grid.micro_batch)
-    calls = (host_calls(device, tuple(w.fwd for w in works)),
-             host_calls(device, tuple(w.bwd for w in works)) + (ACCUMULATE_GRAD if dispatch is KernelDispatch.INLINE
-                                                                 else 0))  # the bench's leaf input's .grad
-    kernels = sum(calls)
-    if dispatch is KernelDispatch.INLINE and phases is not None:  # t_phase = roofline_phase + calls_phase · o_phase
-        fwd_us, bwd_us = (max(0.0, (t.median_s - total_time(rows, phase)) / n * 1e6)
-                          for t, phase, n in zip(phases, (Phase.FWD, Phase.BWD), calls))
-        return replace(device, kernel_launch_overhead_us=fwd_us, backward_call_overhead_us=bwd_us), kernels, roofline
-    if dispatch is KernelDispatch.INLINE:  # t_block = roofline + calls · o
-        overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)
-    elif block.median_s > roofline:  # async and host-bound: t_block = kernels · o
-        overhead_us = block.median_s / kernels * 1e6
-    else:  # async and device-bound: the block says only o ≤ t_block / kernels; keep the base's figure
-        overhead_us = base.kernel_launch_overhead_us
-    return replace(device, kernel_launch_overhead_us=overhead_us, backward_call_overhead_us=None), kernels, roofline
+    return block_call_overheads(base, device, executed(grid.block), grid.micro_batch, block, phases)
 
 
 def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
