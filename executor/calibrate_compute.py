@@ -13,13 +13,17 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    largest, each kernel's bandwidth ``model_bytes / t`` as the compute model counts its bytes. Their
    median over kernels is the achieved bandwidth: ``gemm_efficiency.hbm_efficiency`` =
    achieved / ``device.hbm_bw_GBps`` (``hbm_bw_GBps`` raised to the achieved rate if above it);
-3. one transformer block of the tiny ``model``, forward and backward: the per-kernel overhead
+3. one transformer block of the tiny ``model``, forward and backward timed apart on the CPU: the host time
+   per dispatched operator of each phase
 
-       kernel_launch_overhead_us = (t_block − Σ roofline times of the block's kernels) / kernels,
+       kernel_launch_overhead_us = (t_fwd − Σ roofline times of the forward kernels) / forward calls,
+       backward_call_overhead_us = (t_bwd − Σ roofline times of the backward kernels) / backward calls,
 
-   with the roofline times from steps 1–2 (:func:`simulator.compute.layer_times`) and the kernels
-   counted from the workload's op list (:func:`simulator.workload.ops.layer_work`), so the compute model
-   reproduces the measured block through the very formula it applies to every kernel of every plan.
+   with the roofline times from steps 1–2 (:func:`simulator.compute.layer_times`) and the calls counted
+   from the workload's op list (:func:`simulator.workload.ops.layer_work`, ``Kernel.dispatches``: the
+   operators eager torch dispatches, :mod:`simulator.workload.eager_dispatch`; the benchmark's leaf input
+   adds one ``.grad`` accumulation), so the compute model reproduces the measured block, phase by phase,
+   through the very formula it applies to every kernel of every plan.
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
@@ -58,8 +62,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
-                                    time_block, time_gemm, time_memory_kernel)
-from executor.compute_grid import ComputeGrid, default_grid, gpu_grid, run_shapes, tiny_model  # noqa: F401 (re-exported)
+                                    time_block, time_block_phases, time_gemm, time_memory_kernel)
+from executor.calibrate_calls import block_call_overheads
+from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
+                                   tiny_model)
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
                                  time_ddp, time_tp_modules)
 from executor.launch import check_backend, threads_per_rank
@@ -71,7 +77,6 @@ from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
 from simulator.workload import Recompute
 from simulator.workload.kinds import DtypePolicy
-from simulator.workload.ops import layer_work
 from simulator.workload.transformer import TransformerSpec
 
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
@@ -115,7 +120,7 @@ class ComputeCalibration:
     """One 1-element ``torch.add`` without autograd (for reference: the cheapest operator call)."""
     block: Timing
     block_kernels: int
-    """Kernels the compute model schedules for the block's forward and backward."""
+    """Host calls the compute model charges for the block's forward and backward (``Kernel.dispatches``)."""
     block_roofline_s: float
     """The block's modelled time without the per-kernel overhead."""
     fields: Device
@@ -128,12 +133,15 @@ class ComputeCalibration:
     """The activation-checkpoint terms (step 5); None where not measured (a GPU)."""
     adamw: AdamwTiming | None = None
     """The AdamW step that gave ``op_call_overhead_us`` (step 4); None: the bare call gave it (a GPU)."""
+    block_phases: tuple[Timing, Timing] | None = None
+    """The block's forward and backward timed apart (the CPU); None on a GPU."""
 
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
-            progress: bool = False) -> tuple[tuple[GemmRow, ...], tuple[MemoryRow, ...], Timing, Timing]:
-    """Time the grid: GEMM rows, memory rows, a bare call and the block."""
+            progress: bool = False) -> tuple[tuple[GemmRow, ...], tuple[MemoryRow, ...], Timing, Timing,
+                                             tuple[Timing, Timing] | None]:
+    """Time the grid: GEMM rows, memory rows, a bare call, the block and (on the CPU) its forward and backward."""
     device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
     say = (lambda text: print(text, file=sys.stderr)) if progress else (lambda text: None)
     with threads(thread_count):
@@ -146,9 +154,15 @@ def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend
                        for k in MemoryKernel for n in grid.elements)
         bare = time_bare_call(device, repeats=max(repeats, 100), warmup=warmup)
         say(f"calibrate --compute: one block of {grid.block.name}, micro-batch {grid.micro_batch}")
-        block = time_block(grid.block, grid.micro_batch, grid.block.seq_len, dtype, device,
-                           repeats=repeats, warmup=warmup)
-    return gemms, memory, bare, block
+        phases = None
+        if device.type == "cpu":
+            fwd, bwd, block = time_block_phases(grid.block, grid.micro_batch, grid.block.seq_len, dtype,
+                                                repeats=max(repeats, 50), warmup=warmup)
+            phases = (fwd, bwd)
+        else:
+            block = time_block(grid.block, grid.micro_batch, grid.block.seq_len, dtype, device,
+                               repeats=repeats, warmup=warmup)
+    return gemms, memory, bare, block, phases
 
 
 def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[float, float], ...]:
@@ -161,11 +175,13 @@ def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[
 
 
 def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing, dtype: DtypePolicy,
-                  source: str, *, bare: Timing | None = None,
-                  dispatch: KernelDispatch = KernelDispatch.INLINE) -> tuple[Device, int, float]:
-    """The calibrated device, the block's kernel count and its roofline time (module docstring).
+                  source: str, *, bare: Timing | None = None, dispatch: KernelDispatch = KernelDispatch.INLINE,
+                  phases: tuple[Timing, Timing] | None = None) -> tuple[Device, int, float]:
+    """The calibrated device, the block's host calls and its roofline time (module docstring).
     ``bare``: the bare operator call, written as ``op_call_overhead_us`` (the base's kept without it);
-    ``dispatch``: how the measured device runs its kernels (``inline`` on the CPU, ``async`` on a GPU)."""
+    ``dispatch``: how the measured device runs its kernels (``inline`` on the CPU, ``async`` on a GPU);
+    ``phases``: the block's forward and backward timed apart (inline: one figure per phase; without them one
+    figure for both, from ``block``)."""
     fmt = dtype.compute_dtype
     best = max(row.tflops for row in gemms)
     peak = max(base.peak_tflops.get(fmt, 0.0), best)
@@ -175,17 +191,10 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     aligned = tuple(g for g in gemms if misaligned_cap(g.shape, dtype.activation_bytes, base.compute_capability) == 1.0)
     curve = GemmEfficiency(points=curve_points(aligned or gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
-                     hbm_efficiency=None, kernel_launch_overhead_us=0.0, kernel_dispatch=dispatch,
+                     hbm_efficiency=None, kernel_launch_overhead_us=0.0, backward_call_overhead_us=None,
+                     kernel_dispatch=dispatch,
                      op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
-    roofline = total_time(layer_times(grid.block, device, grid.micro_batch))
-    kernels = sum(len(w.fwd) + len(w.bwd) for w in layer_work(grid.block, grid.micro_batch))
-    if dispatch is KernelDispatch.INLINE:  # t_block = roofline + kernels · o
-        overhead_us = max(0.0, (block.median_s - roofline) / kernels * 1e6)
-    elif block.median_s > roofline:  # async and host-bound: t_block = kernels · o
-        overhead_us = block.median_s / kernels * 1e6
-    else:  # async and device-bound: the block says only o ≤ t_block / kernels; keep the base's figure
-        overhead_us = base.kernel_launch_overhead_us
-    return replace(device, kernel_launch_overhead_us=overhead_us), kernels, roofline
+    return block_call_overheads(base, device, executed(grid.block), grid.micro_batch, block, phases)
 
 
 def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
@@ -214,12 +223,12 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     check_backend(backend)  # nccl without a visible GPU: one SpecError before anything runs
     grid = grid or (gpu_grid(spec, dtype) if backend == "nccl" else default_grid(spec, dtype))
     count = threads_per_rank(nproc, thread_count)
-    gemms, memory, bare, block = measure(grid, dtype=dtype, backend=backend, thread_count=count,
-                                         repeats=repeats, warmup=warmup, progress=progress)
+    gemms, memory, bare, block, phases = measure(grid, dtype=dtype, backend=backend, thread_count=count,
+                                                 repeats=repeats, warmup=warmup, progress=progress)
     source = _source(backend, count, dtype, grid)
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
-                                              dispatch=dispatch)
+                                              dispatch=dispatch, phases=phases)
     tp = ddp = adamw = ckpt = None
     if backend == "gloo":
         tp, ddp, adamw, ckpt = measure_host_terms(spec, grid.micro_batch, device, thread_count=count,
@@ -228,7 +237,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
-                                fields=device, tp_modules=tp, ddp=ddp, adamw=adamw, checkpoint=ckpt)
+                                fields=device, tp_modules=tp, ddp=ddp, adamw=adamw, checkpoint=ckpt,
+                                block_phases=phases)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
     return replace(base, name=name, device=device, node=_with_host(base.node, tp, ddp, ckpt), source=joined), report
@@ -244,7 +254,7 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
         print("calibrate --compute: the tiny model under torch TP (tp = 2), DDP and checkpoints on a 1-rank group, and "
               "its AdamW step, against the plain one", file=sys.stderr)
     model = tiny_model(spec, DtypePolicy.FP32)
-    rerun_s = total_time(layer_times(model, device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
+    rerun_s = total_time(layer_times(executed(model), device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
     more = max(repeats, 100)
     with threads(thread_count):
         return (time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch, repeats=max(repeats, 50),

@@ -213,3 +213,33 @@ def time_block(spec: TransformerSpec, micro_batch: int, seq: int, dtype: DtypePo
         y.backward(grad)
 
     return time_call(step, device, repeats=repeats, warmup=warmup)
+
+
+def time_block_phases(spec: TransformerSpec, micro_batch: int, seq: int, dtype: DtypePolicy, *, repeats: int,
+                      warmup: int, seed: int = 0) -> tuple[Timing, Timing, Timing]:
+    """On the CPU: (forward, backward, forward + backward) of :func:`time_block`'s block, each call's forward and
+    backward timed apart (wall clock; the CPU runs them in the calling thread). Autograd's engine runs the
+    backward without the model's Python, so its operators cost less host time than the forward's."""
+    from executor.model import Block
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        block = Block(spec)
+        x = torch.randn(micro_batch, seq, spec.hidden, requires_grad=True)
+        grad = torch.randn(micro_batch, seq, spec.hidden)
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if dtype is DtypePolicy.BF16_MIXED
+                else contextlib.nullcontext())
+    fwd, bwd = [], []
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        with autocast:
+            y = block(x)
+        middle = time.perf_counter()
+        y.backward(grad)
+        end = time.perf_counter()
+        if i >= warmup:
+            fwd.append(middle - start)
+            bwd.append(end - middle)
+    both = [f + b for f, b in zip(fwd, bwd)]
+    return tuple(Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
+                 for t in (fwd, bwd, both))

@@ -56,6 +56,13 @@ def tiny_model(spec: TransformerSpec, dtype: DtypePolicy, tp: int = 1) -> Transf
     return replace(tiny, dtype=dtype)
 
 
+def executed(spec: TransformerSpec) -> TransformerSpec:
+    """``spec`` as :class:`executor.model.GPT` runs it: without dropout (the model has no dropout layers; a run
+    reports ``p not run`` among its components), so that a timed block is counted with the kernels and
+    dispatches it ran."""
+    return replace(spec, dropout=0.0)
+
+
 def default_grid(spec: TransformerSpec, dtype: DtypePolicy, micro_batch: int = 2) -> ComputeGrid:
     """Squares of :data:`SQUARE_SIDES` and the tiny runs' GEMMs at :data:`TP_DEGREES`; :data:`ELEMENTS`;
     the tiny block at tp 1."""

@@ -11,9 +11,10 @@ the FLOPs themselves for a kernel without a shape or a device without ``sm_count
 memory-bound kernels have no FLOPs term; ``B_hbm`` is the device's *achievable* memory bandwidth
 (:func:`achievable_hbm_Bps`: the datasheet figure × ``device.hbm_efficiency``, a published
 STREAM-like measurement's fraction where the preset gives one), and ``o`` is the device's
-``kernel_launch_overhead_us``: host time per kernel (dispatch, autograd, launch; measured per kernel
-of this op list on a CPU by ``trainplan calibrate --compute``). On an ``inline`` device (a CPU
-process) it adds to every kernel as written; on an ``async`` one (a GPU) the per-operation rows here
+``kernel_launch_overhead_us``: host time per call (dispatch, autograd, launch). On an ``inline`` device (a CPU
+process) it adds to every kernel once per operator the framework dispatches for it (``Kernel.dispatches``,
+:mod:`simulator.workload.eager_dispatch`), at ``backward_call_overhead_us`` in backward where the device gives
+it (both measured per dispatched operator by ``trainplan calibrate --compute``); on an ``async`` one (a GPU) the per-operation rows here
 show device time only and a phase of a repeated unit takes max(Σ device time, kernels × o)
 (:func:`unit_times`, :mod:`simulator.host_overhead`). A fused-attention kernel on a device with published
 attention rates for its backend takes ``F_pub / (R(s) · r)`` as its compute term instead
@@ -40,7 +41,7 @@ from simulator.errors import SpecError
 from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
-from simulator.host_overhead import stream_s
+from simulator.host_overhead import host_calls, stream_s
 from simulator.workload.chunks import layer_kernel, recomputed
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
@@ -145,6 +146,9 @@ class Rates:
     computes in bf16/fp16 (what they were measured in); None: attention on ``curve``."""
 
     def time(self, kernel: Kernel) -> tuple[float, Bound]:
+        """The kernel's roofline time plus ``overhead_s`` per host call (``Kernel.dispatches``), and its bound."""
+        if self.overhead_s and kernel.dispatches != 1:
+            return replace(self, overhead_s=self.overhead_s * kernel.dispatches).time(replace(kernel, dispatches=1))
         curve = self.attention and kernel.attention and self.attention.curve(kernel.attention)
         if curve:  # max(F_pub / (R(s) · clock_ratio), bytes / B_hbm) + o (simulator.attention_efficiency)
             t_comp = attention_compute_s(kernel.attention, kernel.flops, curve, self.clock_ratio)
@@ -189,7 +193,9 @@ def achievable_hbm_Bps(device: Device, curve: GemmEfficiency | None = None) -> f
     return device.hbm_bw_GBps * 1e9 * (curve or efficiency_for(device)).hbm_efficiency
 
 
-def _rates(dtype: DtypePolicy, device: Device) -> Rates:
+def _rates(dtype: DtypePolicy, device: Device, phase: Phase = Phase.FWD) -> Rates:
+    """The device's :class:`Rates` for ``dtype``; host time per call that of ``phase`` (backward's where the device
+    gives one, ``Device.call_overhead_us``) on an ``inline`` device, 0 on an ``async`` one."""
     curve = efficiency_for(device)
     return Rates(peak_flops=device.peak_flops(dtype.compute_dtype),
                  hbm_Bps=achievable_hbm_Bps(device, curve), curve=curve, sm_count=device.sm_count,
@@ -198,8 +204,8 @@ def _rates(dtype: DtypePolicy, device: Device) -> Rates:
                  fp8_curve=device.fp8_gemm_efficiency, compute_capability=device.compute_capability,
                  element_bytes=dtype.activation_bytes,
                  attention=device.attention_efficiency if dtype.compute_dtype in (Dtype.BF16, Dtype.FP16) else None,
-                 overhead_s=device.kernel_launch_overhead_us * 1e-6 if device.kernel_dispatch is KernelDispatch.INLINE
-                 else 0.0)
+                 overhead_s=device.call_overhead_us(phase is Phase.BWD) * 1e-6
+                 if device.kernel_dispatch is KernelDispatch.INLINE else 0.0)
 
 
 def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
@@ -233,7 +239,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
         rows += [_row(w, Phase.RECOMPUTE, kernels, rates) for w, kernels in again if kernels]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]
-    rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]
+    bwd_rates = _rates(spec.dtype, device, Phase.BWD)
+    rows += [_row(w, Phase.BWD, w.bwd, bwd_rates) for w in works]
     return rows
 
 
@@ -246,7 +253,8 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
-    rows += [_row(w, Phase.BWD, w.bwd, rates) for w in works]
+    bwd_rates = _rates(spec.dtype, device, Phase.BWD)
+    rows += [_row(w, Phase.BWD, w.bwd, bwd_rates) for w in works]
     return rows
 
 
@@ -303,24 +311,25 @@ def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: i
 
 def unit_host_split(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[tuple[float, float], ...]:
     """(device seconds, host seconds) of one repetition of ``unit`` per phase (forward, backward, recompute):
-    the kernels' roofline times and their count × ``kernel_launch_overhead_us``, before time-sharing."""
+    the kernels' roofline times and their :func:`host_calls` × the phase's ``Device.call_overhead_us``, before
+    time-sharing."""
     rates = replace(_rates(dtype, device), overhead_s=0.0)
-    per_call_s = device.kernel_launch_overhead_us * 1e-6
     return tuple((sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops),
-                  sum(len(kernels) for kernels in ops) * per_call_s)
-                 for ops in (unit.fwd, unit.bwd, unit.recompute))
+                  host_calls(device, ops) * device.call_overhead_us(backward) * 1e-6)
+                 for ops, backward in ((unit.fwd, False), (unit.bwd, True), (unit.recompute, False)))
 
 
 def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy, share: float = 1.0) -> tuple[float, float, float]:
     """(forward, backward, recompute) seconds of one repetition of ``unit``: each phase one stream of
     kernels (:func:`simulator.host_overhead.stream_s`): device time the sum of its kernels' roofline
-    times, host time its kernel count × ``kernel_launch_overhead_us``, added on an ``inline`` device (as
-    :func:`total_time` adds the rows of :func:`layer_times`), the larger of the two on an ``async`` one;
+    times, host time its :func:`host_calls` × the phase's ``Device.call_overhead_us``, added on an ``inline``
+    device (as :func:`total_time` adds the rows of :func:`layer_times`), the larger of the two on an ``async`` one;
     ``share``: processes per host core (:func:`simulator.host_overhead.core_share`)."""
     rates = replace(_rates(dtype, device), overhead_s=0.0)
 
-    def phase(ops: tuple[tuple[Kernel, ...], ...]) -> float:
+    def phase(ops: tuple[tuple[Kernel, ...], ...], backward: bool = False) -> float:
         device_s = sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops)
-        return stream_s(device, device_s, sum(len(kernels) for kernels in ops), share)
+        return stream_s(device, device_s, host_calls(device, ops), share,
+                        per_call_us=device.call_overhead_us(backward))
 
-    return phase(unit.fwd), phase(unit.bwd), phase(unit.recompute)
+    return phase(unit.fwd), phase(unit.bwd, True), phase(unit.recompute)

@@ -3,11 +3,13 @@
 A framework issues every kernel from a host thread. Three named terms decide when that host time,
 not the device, sets a step's time (issue 9 §1: "a small model can be host-bound; say when"):
 
-- **Per kernel of the op list** (forward, backward, recompute): ``n_kernels × o_kernel`` with
-  ``o_kernel = Device.kernel_launch_overhead_us`` — framework dispatch, autograd bookkeeping and the
-  launch per kernel the compute model schedules (:mod:`simulator.workload.ops` counts them; on the
-  localhost-cpu preset 22 per block forward + backward, ``trainplan calibrate --compute`` measures ``o``
-  [src: own-compute-calibration]; GPU presets: the CPU side of a CUDA launch [src: hta-launch-stats]).
+- **Per call of the op list** (forward, backward, recompute): ``n_calls × o`` (:func:`host_calls`). On an
+  ``inline`` device (a CPU process) ``n_calls`` counts the operators eager torch dispatches per kernel
+  (views, ``.grad`` accumulation: :mod:`simulator.workload.eager_dispatch`, 32 forward and 68 backward per
+  block of the suite's tiny GPT) and ``o`` is ``Device.kernel_launch_overhead_us`` in forward and recompute,
+  ``Device.backward_call_overhead_us`` in backward, both measured per dispatched operator by ``trainplan
+  calibrate --compute`` [src: own-dispatch-calibration]; on an ``async`` one (a GPU) ``n_calls`` counts kernel
+  launches and ``o`` is the CPU side of a CUDA launch [src: hta-launch-stats].
 - **Per optimizer call**: ``calls × o_op`` with ``o_op = Device.op_call_overhead_us`` (an eager
   operator outside autograd), by the step's implementation (:func:`optimizer_calls`, the strategy's
   ``optimizer_impl`` in effect): torch's for-loop AdamW runs :data:`ADAMW_PER_TENSOR_CALLS` operators per
@@ -129,6 +131,15 @@ def stream(device: Device, device_s: float, calls: int, share: float = 1.0, *, p
     per_call = device.kernel_launch_overhead_us if per_call_us is None else per_call_us
     return StreamTime(device_s=device_s, host_s=calls * per_call * 1e-6, dispatch=device.kernel_dispatch,
                       share=share)
+
+
+def host_calls(device: Device, ops: tuple) -> int:
+    """Host calls of a phase's kernels (``ops``: per operation, a tuple of kernels) on ``device``: the operators
+    the framework dispatches for them (``Kernel.dispatches``) on an ``inline`` device, one launch per kernel on an
+    ``async`` one (:mod:`simulator.workload.eager_dispatch`)."""
+    if device.kernel_dispatch is KernelDispatch.INLINE:
+        return sum(k.dispatches for kernels in ops for k in kernels)
+    return sum(len(kernels) for kernels in ops)
 
 
 def core_share(cluster: Cluster, processes_on_node: int) -> float:

@@ -182,8 +182,11 @@ def _compute_dict(r, path: str) -> dict:
             "peak_tflops": {k.value: v for k, v in d.peak_tflops.items()}, "hbm_bw_GBps": d.hbm_bw_GBps,
             "hbm_efficiency": d.gemm_efficiency.hbm_efficiency, "gemm_efficiency": [list(p) for p in d.gemm_efficiency.points],
             "kernel_launch_overhead_us": d.kernel_launch_overhead_us, "kernel_dispatch": d.kernel_dispatch.value,
+            "backward_call_overhead_us": d.backward_call_overhead_us,
             "op_call_overhead_us": d.op_call_overhead_us, "bare_call": _timing(r.bare_call),
-            "block": {**_timing(r.block), "kernels": r.block_kernels, "roofline_s": r.block_roofline_s},
+            "block": {**_timing(r.block), "kernels": r.block_kernels, "roofline_s": r.block_roofline_s,
+                      **({} if r.block_phases is None else {"forward": _timing(r.block_phases[0]),
+                                                            "backward": _timing(r.block_phases[1])})},
             "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
                        **_timing(g.timing)} for g in r.gemms],
             "memory": [{"kernel": m.kernel.value, "elements": m.elements, "bytes": m.bytes, "GBps": m.GBps,
@@ -210,13 +213,16 @@ def _compute_dict(r, path: str) -> dict:
 def _print_compute(r) -> None:
     d = r.fields
     peak = ", ".join(f"{k.value} {v * 1e3:.1f} GFLOP/s" for k, v in d.peak_tflops.items())
+    bwd = "" if d.backward_call_overhead_us is None else f" forward, {d.backward_call_overhead_us:.1f} us backward"
+    split = ("" if r.block_phases is None else f": forward {r.block_phases[0].median_s * 1e3:.3f} + backward "
+             f"{r.block_phases[1].median_s * 1e3:.3f}")
+    adamw = f": AdamW step {r.adamw.step.median_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else ""
     print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
-          f"per kernel    {d.kernel_launch_overhead_us:.1f} us (block {r.block.median_s * 1e3:.3f} ms, "
-          f"{r.block_kernels} kernels, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
+          f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.median_s * 1e3:.3f} ms{split}, "
+          f"{r.block_kernels} host calls, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
           f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
-          + (f": AdamW step {r.adamw.step.median_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else "")
-          + f"; dispatch {d.kernel_dispatch.value})")
+          f"{adamw}; dispatch {d.kernel_dispatch.value})")
     if r.tp_modules is not None:
         t = r.tp_modules
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "

@@ -25,8 +25,8 @@ GROUP_KEYS = ("first_node", "nodes", "device")
 DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
                "fp8_gemm_efficiency", "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "kernel_dispatch",
-               "op_call_overhead_us", "dtensor_call_overhead_us", "compute_capability", "hbm_efficiency",
-               "attention_efficiency")
+               "op_call_overhead_us", "dtensor_call_overhead_us", "backward_call_overhead_us", "compute_capability",
+               "hbm_efficiency", "attention_efficiency")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -134,6 +134,8 @@ def _device(s: Section) -> Device:
                   kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
                   kernel_dispatch=s.choice("kernel_dispatch", KernelDispatch, KernelDispatch.INLINE.value),
                   op_call_overhead_us=s.number("op_call_overhead_us", 0.0, minimum="non_negative"),
+                  backward_call_overhead_us=(s.number("backward_call_overhead_us", minimum="non_negative")
+                                             if s.has("backward_call_overhead_us") else None),
                   dtensor_call_overhead_us=s.number("dtensor_call_overhead_us", 0.0, minimum="non_negative"),
                   compute_capability=s.number("compute_capability") if s.has("compute_capability") else None)
 

@@ -112,6 +112,13 @@ class Device:
     asynchronous [src: nvidia-cuda-async], so a stream of kernels costs the larger of its device and host
     times (``kernel_dispatch``, :mod:`simulator.host_overhead`): 5 µs in the GPU presets, the CPU side of
     a CUDA launch [src: hta-launch-stats], which only a model of very short kernels notices."""
+    backward_call_overhead_us: float | None = None
+    """Host time per call in backward on an ``inline`` device, µs: autograd's engine runs the backward's
+    operators from C++, without the model's Python and the graph recording a forward call pays, so a call costs
+    less there (``trainplan calibrate --compute`` times the block's forward and backward apart). On an
+    ``inline`` device ``kernel_launch_overhead_us`` is then the forward's (and a recomputed forward's) time per
+    dispatched operator (:mod:`simulator.workload.eager_dispatch`). None: ``kernel_launch_overhead_us`` in
+    backward too (every preset but localhost-cpu; an ``async`` device ignores it)."""
     kernel_dispatch: KernelDispatch = KernelDispatch.INLINE
     """Whether host time per kernel adds to (``inline``) or overlaps (``async``) device time
     (:class:`KernelDispatch`); the default keeps a file written before the field as it was read."""
@@ -129,6 +136,13 @@ class Device:
     the GPU generation NCCL's tuner keys its per-architecture tables by (``Protocol.bus_bw_cap``);
     None: not a CUDA GPU or not stated, no per-architecture figure applies."""
 
+    def call_overhead_us(self, backward: bool = False) -> float:
+        """Host µs per call of a forward (``backward`` False) or backward operator: ``kernel_launch_overhead_us``,
+        or ``backward_call_overhead_us`` in backward where the device gives it."""
+        if backward and self.backward_call_overhead_us is not None:
+            return self.backward_call_overhead_us
+        return self.kernel_launch_overhead_us
+
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("device.name", "must be a non-empty string")
@@ -140,6 +154,8 @@ class Device:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
         non_negative_number("device.op_call_overhead_us", self.op_call_overhead_us)
+        if self.backward_call_overhead_us is not None:
+            non_negative_number("device.backward_call_overhead_us", self.backward_call_overhead_us)
         non_negative_number("device.dtensor_call_overhead_us", self.dtensor_call_overhead_us)
         if not isinstance(self.kernel_dispatch, KernelDispatch):
             raise SpecError("device.kernel_dispatch", f"must be a KernelDispatch, got {self.kernel_dispatch!r}")

@@ -129,6 +129,8 @@ def _device_dict(device) -> dict:
         d["sustained_clock_ratio"] = device.sustained_clock_ratio
     d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
     d["kernel_dispatch"] = device.kernel_dispatch.value
+    if device.backward_call_overhead_us is not None:
+        d["backward_call_overhead_us"] = device.backward_call_overhead_us
     if device.op_call_overhead_us:
         d["op_call_overhead_us"] = device.op_call_overhead_us
     if device.dtensor_call_overhead_us:

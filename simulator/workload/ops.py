@@ -47,6 +47,7 @@ from simulator.errors import SpecError
 from simulator.gemm_alignment import padded_vocab
 from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
+from simulator.workload.eager_dispatch import block_dispatches, edge_dispatches, with_dispatches
 from simulator.workload.kinds import ActivationKind, BiasKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ class Kernel:
     attention: AttentionCall | None = None
     """A fused-attention kernel's backend, pass, sequence length, head dim and mask, for the device's
     published attention rates (:mod:`simulator.attention_efficiency`); None for every other kernel."""
+    dispatches: int = 1
+    """Operators the framework dispatches for the kernel (views, ``.grad`` accumulation; eager torch:
+    :mod:`simulator.workload.eager_dispatch`): its host calls on an ``inline`` device."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
@@ -256,7 +260,9 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
         _op(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
         _op(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
     ]
-    return _bias_grads(ops, spec, e, res / e) if fusion is KernelFusion.EAGER else ops
+    if fusion is not KernelFusion.EAGER:
+        return ops
+    return with_dispatches(_bias_grads(ops, spec, e, res / e), block_dispatches(spec) if flash_attention else {})
 
 
 def activation_kernels(elems: float, e: int, swiglu: bool, fusion: KernelFusion) -> list[tuple[Kernel, None]]:
@@ -306,9 +312,10 @@ def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, t
     embedding = [(memory("embedding", (lookups + 1) * T * h * e), None)]
     if spec.dropout > 0:
         embedding += _dropout("embed_dropout", T * h * e, T * h, fusion is KernelFusion.COMPILED)
-    return [
+    ops = [
         _op(OpKind.EMBEDDING, Scope.FIRST, embedding),
         _op(OpKind.NORM, Scope.LAST, [(memory("final_norm", 2 * res), None)]),
         _op(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
         _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),
     ]
+    return with_dispatches(ops, edge_dispatches(spec)) if fusion is KernelFusion.EAGER else ops
