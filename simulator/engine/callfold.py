@@ -9,15 +9,16 @@ and its steps start when its own flows end. So when the union of the resources i
 no active flow and no other holder's reservation at its start, :meth:`CallFolder.start`
 
 - takes its durations from a scratch replay of that call (memoised per signature — delays, bytes, latencies,
-  capacities and resource order of its flows, :func:`~simulator.engine.callfold_replay._signature`, shared by
-  calls on other groups of the same build — and per binade of the start time, which makes them the same bits as
+  capacities and resources of its flows numbered by first appearance,
+  :func:`~simulator.engine.callfold_replay._signature`, shared by calls on other groups whose flows are renamed
+  copies of these — and per binade of the start time, which makes them the same bits as
   a replay from this start: :meth:`~simulator.engine.callfold_replay._Shape.durations`): the representative's
   ``rep_s`` and the last replica's ``all_s``;
 - fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
   replicas' flows ride on after the representative is done, as on the network);
 - if a flow arrives on a reserved resource before then (every such flow arrives through a settle of the
   network), :meth:`_Folded.unfold` replays the call on a scratch network that starts at ``t`` and shares the
-  main network's resource indices (so progressive filling breaks ties the same way) up to the events the
+  main network's resource indices and routes up to the events the
   main play has processed at that instant (every event before it, and the non-settle events at it), then
   moves its state onto the main network: active flows with their bytes left, rates, last update and filed
   finish times (per resource in the same order), flows still in their latency as pending arrivals, the

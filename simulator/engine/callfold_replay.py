@@ -80,7 +80,7 @@ class _Player:
 
 class _Scratch(FlowNetwork):
     """A flow network on its own clock that numbers resources as ``main`` does (same indices, capacities and
-    routes), so its progressive filling breaks ties as the main network's would."""
+    routes: the routes are the main network's, read without a copy)."""
 
     def __init__(self, env: simpy.Environment, main: FlowNetwork):
         super().__init__(env)
@@ -138,14 +138,19 @@ class _Shape:
 
 def _signature(main: FlowNetwork, plans) -> tuple:
     """What a replay of ``plans`` computes with: each plan's delays and steps, each flow's bytes, latency and
-    resources, the resources numbered by rank of their main-network index (progressive filling breaks ties
-    by that order), with their capacities. Equal signatures replay as the same float operations."""
+    resources, the resources numbered by first appearance (flow order, path order), with their capacities.
+    Equal signatures replay as the same float operations: the network reads a resource's index only as a
+    name (route, per-resource flows, component search in path order) and progressive filling breaks ties by
+    first appearance in the rating, not by index (:mod:`simulator.engine.fairshare`), so calls on other groups
+    whose flows are renamed copies of one another (the dp trees of other pipeline stages) share a replay."""
     paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}  # a path: many flows
-    order = sorted({r for path in paths.values() for r in main.resources(path)})
-    local = {r: i for i, r in enumerate(order)}
+    local: dict[int, int] = {}
+    for path in paths.values():
+        for r in main.resources(path):
+            local.setdefault(r, len(local))
     named = {k: tuple(local[r] for r in main.resources(path)) for k, path in paths.items()}
     flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((named[id(path)], nbytes,
                                                      path.latency_s if latency is None else latency)
                                                     for path, nbytes, latency in step) for step in p.steps))
                   for p in plans)
-    return tuple(main._cap[r] for r in order), flows
+    return tuple(main._cap[r] for r in local), flows
