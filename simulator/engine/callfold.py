@@ -52,7 +52,7 @@ from heapq import heappush
 import simpy
 
 from simulator.engine.call_plan import CallPlan
-from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch, _scratch_play, _Shape
+from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch, _Shape
 from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
 
 
@@ -178,10 +178,7 @@ class _Folded:
         self.alive = False
         main.release(self, self.shape.res)
         folder.unfolds += 1
-        env, scratch, players = _scratch_play(main, self.shape.plans, self.start_s)
-        queue = env._queue
-        while queue and (queue[0][0] < now or (queue[0][0] == now and queue[0][1] < SETTLE_PRIORITY)):
-            env.step()
+        env, scratch, players = self.shape.scratch_at(main, self.start_s, now)
         moved, groups = _move_flows(scratch, main, now, arrivals)
         _move_wake(env, scratch, main, now)
         for k, player in enumerate(players):
