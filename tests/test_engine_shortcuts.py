@@ -290,3 +290,31 @@ def test_replica_groups_from_strides_equal_one_rank_of_per_rank(placement, tp, p
     for group in groups:
         for count in (1, 2, tp * dp, tp * dp * pp):
             assert replica_groups(lay, group, count) == _replica_groups_by_rank_of(lay, group, count)
+
+
+def _step_bw_s_hop_by_hop(env, flows):
+    """``Env.step_bw_s`` as it read every hop of every path for the max (reference)."""
+    flows = [f for f in flows if f.nbytes > 0]
+    if not flows:
+        return 0.0
+    paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+    load: dict = {}
+    for f, p in zip(flows, paths):
+        for hop in p.hops:
+            load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
+    return max(max(load[h.resource] / env.bw_Bps(h) for h in p.hops) for p in paths)
+
+
+@pytest.mark.parametrize("call", list(_cases()))
+def test_step_bw_over_distinct_links_equals_the_hop_by_hop_max(call):
+    """``Env.step_bw_s`` takes the max over distinct (resource, bandwidth) pairs: the same floats as over every
+    hop (the max is exact and order-free), on every step of every algorithm's schedule, under each protocol."""
+    from simulator.collectives.algorithm import flows_by_step
+
+    cluster = A100.with_nodes(4)
+    schedule = build_schedule(cluster, call.group, call.op, call.nbytes, call.algorithm.value)
+    family = get_algorithm(schedule.algorithm).family
+    for protocol in (None, *cluster.comm.protocols):
+        env = Env(cluster, protocol, family=family)
+        for step in flows_by_step(schedule):
+            assert env.step_bw_s(step) == _step_bw_s_hop_by_hop(env, step)
