@@ -3,7 +3,7 @@
 Progressive filling breaks ties between resources of equal fair share by their first appearance in the
 rating (simulator/engine/fairshare.py), not by their index; the network reads an index only as a name. So a
 set of flows rated, or a call replayed, under any renaming of its resources gives the same floats, and
-simulator/engine/callfold_replay.py shares one replay between calls whose flows are renamed copies of one
+simulator/engine/callfold_shapes.py shares one replay between calls whose flows are renamed copies of one
 another (``_signature`` numbers resources by first appearance). These tests compare with ``==``: the claim is
 bit-identity, not closeness.
 """
@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from simulator.engine import fairshare
 from simulator.engine.call_plan import CallPlan
-from simulator.engine.callfold_replay import _STEP_SIGNATURES, _scratch_play, _Shape, _signature, _step_alone
+from simulator.engine.callfold_replay import _scratch_play
+from simulator.engine.callfold_shapes import _STEP_SIGNATURES, _Shape, _signature, _step_alone
 from simulator.engine.network import SETTLE_PRIORITY, FlowNetwork
 from test_engine_network import GBps, path
 

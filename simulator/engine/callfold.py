@@ -10,9 +10,9 @@ no active flow and no other holder's reservation at its start, :meth:`CallFolder
 
 - takes its durations from a scratch replay of that call (memoised per signature — delays, bytes, latencies,
   capacities and resources of its flows numbered by first appearance,
-  :func:`~simulator.engine.callfold_replay._signature`, shared by calls on other groups whose flows are renamed
+  :func:`~simulator.engine.callfold_shapes._signature`, shared by calls on other groups whose flows are renamed
   copies of these — and per binade of the start time, which makes them the same bits as
-  a replay from this start: :meth:`~simulator.engine.callfold_replay._Shape.durations`): the representative's
+  a replay from this start: :meth:`~simulator.engine.callfold_shapes._Shape.durations`): the representative's
   ``rep_s`` and the last replica's ``all_s``;
 - fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
   replicas' flows ride on after the representative is done, as on the network);
@@ -42,7 +42,8 @@ group's path is in its replay).
 
 This module holds the folder and a folded call (:class:`CallFolder`, :class:`_Folded`, and the moves of an
 unfold onto the main network); the scratch replay they rest on (plans played with their phase kept, the
-scratch network, call shapes and their durations) is :mod:`simulator.engine.callfold_replay`.
+scratch network) is :mod:`simulator.engine.callfold_replay`, call shapes and their durations
+:mod:`simulator.engine.callfold_shapes`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from heapq import heappush
 import simpy
 
 from simulator.engine.call_plan import CallPlan
-from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch, _Shape
+from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch
+from simulator.engine.callfold_shapes import _Shape
 from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
 
 

@@ -11,7 +11,7 @@ other resource they cross; repeat until every flow is fixed. A lazy heap keyed b
 this O(H log H) for H (flow, resource) pairs. Ties go to the resource that appears first in ``flows``
 (in flow order, each flow's resources in path order): deterministic, and independent of how resources are
 numbered, so a set of flows rated under any renaming of its resources gets the same rates to the bit (what
-lets :mod:`simulator.engine.callfold_replay` share one replay between calls equal up to a renaming).
+lets :mod:`simulator.engine.callfold_shapes` share one replay between calls equal up to a renaming).
 
 Large sets (at least ``VECTOR_MIN_HOPS`` pairs) are filled level by level with numpy instead: every
 resource whose share equals the least one (to ``TIE_RTOL``) is fixed in the same pass. That is the
