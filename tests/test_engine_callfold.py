@@ -179,7 +179,7 @@ def test_durations_are_the_same_bits_from_any_start_in_one_binade(exponent, a, b
 
 def test_shapes_of_one_signature_replay_to_the_same_bits():
     """Calls on other groups share their durations when their signatures are equal (same delays, bytes,
-    latencies, capacities, and resources in the same index order): each one's own replay gives those bits."""
+    latencies, capacities, and resources equal up to a renaming): each one's own replay gives those bits."""
     cluster, work = _work("a100-tree")
     ctx = step_engine._Ctx(work, cluster, False, True)
     timings: dict = {}

@@ -246,3 +246,75 @@ def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alp
         got = local.pipeline_s(costs, group, links, lambda s: tree.schedule_latency_s(costs, s), rebuild)
         assert got == tree.schedule_latency_s(costs, build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
     assert len(cache._shared) == 1 and built == [groups[1]]
+
+
+def _replica_groups_by_rank_of(layout, group, count):
+    """The replica groups as they were built before the strides: one ``layout.rank_of`` per rank (reference)."""
+    import itertools
+
+    if count <= 1:
+        return []
+    coords = [layout.coords(r) for r in group]
+    spanned = {d for d in ("dp", "tp") if len({getattr(c, d) for c in coords}) > 1}
+    free = [d for d in ("dp", "tp") if d not in spanned]
+    n_dp = layout.dims["dp"]
+    offsets = range(n_dp) if "dp" in spanned and len({c.dp for c in coords}) < n_dp else (0,)
+    out, used = [], set(group)
+    for combo in itertools.product(*(range(layout.dims[d]) for d in free)):
+        shift = dict(zip(free, combo))
+        for k in offsets:
+            g = tuple(layout.rank_of(dp=(shift.get("dp", c.dp) + k) % n_dp, pp=c.pp, tp=shift.get("tp", c.tp))
+                      for c in coords)
+            if used.isdisjoint(g):
+                out.append(g)
+                used.update(g)
+            if len(out) == count - 1:
+                return out
+    return out
+
+
+@pytest.mark.parametrize("placement", ["tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp"])
+@pytest.mark.parametrize("tp, pp, dp", [(2, 2, 4), (4, 1, 2), (1, 4, 2), (2, 2, 1), (8, 8, 4)])
+def test_replica_groups_from_strides_equal_one_rank_of_per_rank(placement, tp, pp, dp):
+    """``replica_groups`` reads the layout's strides from ``rank_of`` once and shifts ranks by multiply-adds; the
+    groups (tp, dp, pp-send pairs and their counts) are those one ``rank_of`` per rank gives."""
+    from simulator.engine.replay_work import replica_groups
+    from simulator.strategy import build_layout
+    from simulator.strategy.kinds import PlacementOrder
+
+    cluster = load_preset("dgx-h100").with_nodes(max(1, tp * pp * dp // 8))
+    lay = build_layout(Strategy(global_batch=8 * dp, tp=tp, pp=pp, placement=PlacementOrder(placement)), cluster,
+                       get_preset("gpt3-1.3b"))
+    groups = list(lay.tp_groups[:2]) + list(lay.dp_groups[:2])
+    groups += [(lay.rank_of(dp=d, pp=0, tp=0), lay.rank_of(dp=d, pp=pp - 1, tp=0)) for d in range(min(dp, 2))]
+    for group in groups:
+        for count in (1, 2, tp * dp, tp * dp * pp):
+            assert replica_groups(lay, group, count) == _replica_groups_by_rank_of(lay, group, count)
+
+
+def _step_bw_s_hop_by_hop(env, flows):
+    """``Env.step_bw_s`` as it read every hop of every path for the max (reference)."""
+    flows = [f for f in flows if f.nbytes > 0]
+    if not flows:
+        return 0.0
+    paths = [env.path(f.src, f.dst, f.nic) for f in flows]
+    load: dict = {}
+    for f, p in zip(flows, paths):
+        for hop in p.hops:
+            load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
+    return max(max(load[h.resource] / env.bw_Bps(h) for h in p.hops) for p in paths)
+
+
+@pytest.mark.parametrize("call", list(_cases()))
+def test_step_bw_over_distinct_links_equals_the_hop_by_hop_max(call):
+    """``Env.step_bw_s`` takes the max over distinct (resource, bandwidth) pairs: the same floats as over every
+    hop (the max is exact and order-free), on every step of every algorithm's schedule, under each protocol."""
+    from simulator.collectives.algorithm import flows_by_step
+
+    cluster = A100.with_nodes(4)
+    schedule = build_schedule(cluster, call.group, call.op, call.nbytes, call.algorithm.value)
+    family = get_algorithm(schedule.algorithm).family
+    for protocol in (None, *cluster.comm.protocols):
+        env = Env(cluster, protocol, family=family)
+        for step in flows_by_step(schedule):
+            assert env.step_bw_s(step) == _step_bw_s_hop_by_hop(env, step)

@@ -158,10 +158,12 @@ class Env:
             return 0.0
         paths = [self.path(f.src, f.dst, f.nic) for f in flows]
         load: dict[tuple, float] = {}
+        links: dict[tuple, Hop] = {}  # one hop per (resource, link bandwidth): the max reads each value once
         for f, p in zip(flows, paths):
             for hop in p.hops:
                 load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
-        return max(max(load[h.resource] / self.bw_Bps(h) for h in p.hops) for p in paths)
+                links.setdefault((hop.resource, hop.link.bw_Bps), hop)
+        return max(load[r] / self.bw_Bps(h) for (r, _), h in links.items())
 
     def edges(self, flows: list[Flow]) -> list[Edge]:
         """``(src, dst, α)`` of each non-empty flow of one step (chain.py's input).

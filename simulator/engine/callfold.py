@@ -9,15 +9,16 @@ and its steps start when its own flows end. So when the union of the resources i
 no active flow and no other holder's reservation at its start, :meth:`CallFolder.start`
 
 - takes its durations from a scratch replay of that call (memoised per signature — delays, bytes, latencies,
-  capacities and resource order of its flows, :func:`~simulator.engine.callfold_replay._signature`, shared by
-  calls on other groups of the same build — and per binade of the start time, which makes them the same bits as
-  a replay from this start: :meth:`~simulator.engine.callfold_replay._Shape.durations`): the representative's
+  capacities and resources of its flows numbered by first appearance,
+  :func:`~simulator.engine.callfold_shapes._signature`, shared by calls on other groups whose flows are renamed
+  copies of these — and per binade of the start time, which makes them the same bits as
+  a replay from this start: :meth:`~simulator.engine.callfold_shapes._Shape.durations`): the representative's
   ``rep_s`` and the last replica's ``all_s``;
 - fires the representative's event at ``t + rep_s`` and *reserves* the resources until ``t + all_s`` (the
   replicas' flows ride on after the representative is done, as on the network);
 - if a flow arrives on a reserved resource before then (every such flow arrives through a settle of the
   network), :meth:`_Folded.unfold` replays the call on a scratch network that starts at ``t`` and shares the
-  main network's resource indices (so progressive filling breaks ties the same way) up to the events the
+  main network's resource indices and routes up to the events the
   main play has processed at that instant (every event before it, and the non-settle events at it), then
   moves its state onto the main network: active flows with their bytes left, rates, last update and filed
   finish times (per resource in the same order), flows still in their latency as pending arrivals, the
@@ -41,7 +42,8 @@ group's path is in its replay).
 
 This module holds the folder and a folded call (:class:`CallFolder`, :class:`_Folded`, and the moves of an
 unfold onto the main network); the scratch replay they rest on (plans played with their phase kept, the
-scratch network, call shapes and their durations) is :mod:`simulator.engine.callfold_replay`.
+scratch network) is :mod:`simulator.engine.callfold_replay`, call shapes and their durations
+:mod:`simulator.engine.callfold_shapes`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from heapq import heappush
 import simpy
 
 from simulator.engine.call_plan import CallPlan
-from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch, _scratch_play, _Shape
+from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch
+from simulator.engine.callfold_shapes import _Shape
 from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
 
 
@@ -177,10 +180,7 @@ class _Folded:
         self.alive = False
         main.release(self, self.shape.res)
         folder.unfolds += 1
-        env, scratch, players = _scratch_play(main, self.shape.plans, self.start_s)
-        queue = env._queue
-        while queue and (queue[0][0] < now or (queue[0][0] == now and queue[0][1] < SETTLE_PRIORITY)):
-            env.step()
+        env, scratch, players = self.shape.scratch_at(main, self.start_s, now)
         moved, groups = _move_flows(scratch, main, now, arrivals)
         _move_wake(env, scratch, main, now)
         for k, player in enumerate(players):

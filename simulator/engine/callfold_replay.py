@@ -4,9 +4,9 @@ with their phase kept, on a network of their own clock that numbers resources as
 - :class:`_Player` plays one plan as :func:`~simulator.engine.replay_work._play` plays it, keeping its phase
   (:data:`PRE`, :data:`STEP`, :data:`GAMMA`, :data:`DONE`) so a play begun on a scratch network can go on on
   the main one (:meth:`~simulator.engine.callfold._Folded.unfold`);
-- :class:`_Scratch` and :func:`_scratch_play` are that scratch network and a play of a call's plans on it;
-- :class:`_Shape` is one call shape's plans and resources, with its durations alone per binade of the start time
-  (:meth:`_Shape.durations`), memoised per :func:`_signature` — what a replay computes with.
+- :class:`_Scratch` and :func:`_scratch_play` are that scratch network and a play of a call's plans on it.
+
+What the replays are memoised by (call shapes, signatures, steps chained) is :mod:`simulator.engine.callfold_shapes`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class _Player:
 
 class _Scratch(FlowNetwork):
     """A flow network on its own clock that numbers resources as ``main`` does (same indices, capacities and
-    routes), so its progressive filling breaks ties as the main network's would."""
+    routes: the routes are the main network's, read without a copy)."""
 
     def __init__(self, env: simpy.Environment, main: FlowNetwork):
         super().__init__(env)
@@ -99,53 +99,3 @@ def _scratch_play(main: FlowNetwork, plans, start_s: float):
     rep_done = simpy.Event(env)
     players = [_Player(env, net, plan, rep_done if i == 0 else None) for i, plan in enumerate(plans)]
     return env, net, players
-
-
-class _Shape:
-    """One call shape's plans and resources, and its durations alone per binade of the start time."""
-
-    __slots__ = ("plans", "res", "rep_in_settle", "_durations")
-
-    def __init__(self, main: FlowNetwork, plans, timings: dict):
-        self.plans = plans
-        paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}
-        self.res = tuple({r: None for path in paths.values() for r in main.resources(path)})
-        last = plans[0]
-        self.rep_in_settle = bool(last.steps) and not last.gamma_s > 0
-        """The representative ends inside the settle that completes its last flows (no γ after them)."""
-        self._durations: dict[int | None, tuple[float, float]] = timings.setdefault(_signature(main, plans), {})
-        """Shared by shapes of one signature: their replays are the same float operations."""
-
-    def durations(self, main: FlowNetwork, start_s: float) -> tuple[float, float]:
-        """``(rep_s, all_s)``: when the representative and the last replica end after ``start_s``, exactly
-        as a replay from ``start_s`` gives them. A replay is a chain of additions and subtractions of times
-        and durations; rounding to the grid of one binade ``[2^(k−1), 2^k)`` commutes with a shift by a
-        multiple of its spacing, and any two starts in it differ by such a multiple (and their difference
-        is exact, Sterbenz's lemma); so a replay whose times stay in the binade gives the same durations,
-        to the bit, from every start in it whose end stays in it too. One replay per binade, then."""
-        k = math.frexp(start_s)[1] if start_s > 0 else None
-        cached = self._durations.get(k)
-        if cached is not None and (k is None or start_s + cached[1] < math.ldexp(1.0, k)):
-            return cached
-        env, _, players = _scratch_play(main, self.plans, start_s)
-        env.run()
-        rep_end, all_end = players[0].end_s, max(p.end_s for p in players)
-        found = (rep_end - start_s, all_end - start_s)
-        if k is None or all_end < math.ldexp(1.0, k):
-            self._durations[k] = found
-        return found
-
-
-def _signature(main: FlowNetwork, plans) -> tuple:
-    """What a replay of ``plans`` computes with: each plan's delays and steps, each flow's bytes, latency and
-    resources, the resources numbered by rank of their main-network index (progressive filling breaks ties
-    by that order), with their capacities. Equal signatures replay as the same float operations."""
-    paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}  # a path: many flows
-    order = sorted({r for path in paths.values() for r in main.resources(path)})
-    local = {r: i for i, r in enumerate(order)}
-    named = {k: tuple(local[r] for r in main.resources(path)) for k, path in paths.items()}
-    flows = tuple((p.pre_s, p.gamma_s, tuple(tuple((named[id(path)], nbytes,
-                                                     path.latency_s if latency is None else latency)
-                                                    for path, nbytes, latency in step) for step in p.steps))
-                  for p in plans)
-    return tuple(main._cap[r] for r in order), flows

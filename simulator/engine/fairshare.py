@@ -8,7 +8,10 @@ Progressive filling: every resource ``r`` has ``left_r`` (capacity not yet given
 (flows crossing it whose rate is not fixed). The resource with the least fair share
 ``left_r / n_r`` is a bottleneck: its unfixed flows get exactly that share, which is taken off every
 other resource they cross; repeat until every flow is fixed. A lazy heap keyed by the share makes
-this O(H log H) for H (flow, resource) pairs. Ties go to the lower resource index: deterministic.
+this O(H log H) for H (flow, resource) pairs. Ties go to the resource that appears first in ``flows``
+(in flow order, each flow's resources in path order): deterministic, and independent of how resources are
+numbered, so a set of flows rated under any renaming of its resources gets the same rates to the bit (what
+lets :mod:`simulator.engine.callfold_shapes` share one replay between calls equal up to a renaming).
 
 Large sets (at least ``VECTOR_MIN_HOPS`` pairs) are filled level by level with numpy instead: every
 resource whose share equals the least one (to ``TIE_RTOL``) is fixed in the same pass. That is the
@@ -70,10 +73,11 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
     left = {r: cap[r] for r in members}
     count = {r: len(m) for r, m in members.items()}
     version = dict.fromkeys(members, 0)
-    heap = [(left[r] / n, r, 0) for r, n in count.items()]
+    first = {r: i for i, r in enumerate(members)}  # a tie goes to the first to appear, not the lower index
+    heap = [(left[r] / n, first[r], r, 0) for r, n in count.items()]
     heapify(heap)
     while heap:
-        share, r, v = heappop(heap)
+        share, _, r, v = heappop(heap)
         if v != version[r] or count[r] == 0:
             continue  # stale entry, or every flow of r fixed elsewhere
         count[r] = 0
@@ -88,7 +92,7 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
                     count[q] -= 1
                     version[q] += 1
                     if count[q]:
-                        heappush(heap, (max(left[q], 0.0) / count[q], q, version[q]))
+                        heappush(heap, (max(left[q], 0.0) / count[q], first[q], q, version[q]))
 
 
 def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int) -> None:

@@ -6,7 +6,7 @@ a call with replicas on the network (a tp ring whose dp replicas' rings are kept
 representatives use) ended every run, so each such call went through :meth:`CallFolder.start` one at a time:
 a step of the 64-GPU Llama-2-70B plan of issue 8 was 84k folded calls and 256k events. Step by step, such a
 call started at ``t`` on idle resources is a :class:`~simulator.engine.callfold._Folded`: its representative
-ends at ``t + rep_s`` (``rep_s`` from :meth:`~simulator.engine.callfold_replay._Shape.durations`, the same bits
+ends at ``t + rep_s`` (``rep_s`` from :meth:`~simulator.engine.callfold_shapes._Shape.durations`, the same bits
 for every start in one binade), and its resources are reserved until ``t + all_s``. A fold predicts the same
 float, ``t + rep_s``, where the replicas end no later than the representative (``all_s ≤ rep_s``: no tail holds
 the links after it; a call with a tail ends the run, and the rank starts it step by step as before).

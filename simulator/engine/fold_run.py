@@ -40,7 +40,7 @@ class _Call:
     """``bytes / rate``, the same for every flow (a ring's), else None."""
     shape: object = None
     """A call shortcut 10 plays as a delay (replicas, several steps, shared resources): its
-    :class:`~simulator.engine.callfold_replay._Shape` (:mod:`simulator.engine.fold_calls`); ``res`` are its
+    :class:`~simulator.engine.callfold_shapes._Shape` (:mod:`simulator.engine.fold_calls`); ``res`` are its
     resources."""
 
     def t1(self, start_s: float) -> float:

@@ -48,11 +48,15 @@ def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -
     n_dp = layout.dims["dp"]  # dp coordinates: dp·cp (a cp group spans part of them too)
     partial_dp = "dp" in spanned and len({c.dp for c in coords}) < n_dp
     offsets = range(n_dp) if partial_dp else (0,)
+    # rank_of is mixed-radix, so linear in the coordinates: rank = dp·s_dp + pp·s_pp + tp·s_tp, the strides
+    # read from rank_of itself (a copy costs one multiply-add per rank, not a rank_of call)
+    s_dp, s_pp, s_tp = (layout.rank_of(dp=int(d == "dp"), pp=int(d == "pp"), tp=int(d == "tp")) if layout.dims[d] > 1
+                        else 0 for d in ("dp", "pp", "tp"))
     out, used = [], set(group)
     for combo in itertools.product(*(range(layout.dims[d]) for d in free)):
         shift = dict(zip(free, combo))
         for k in offsets:
-            g = tuple(layout.rank_of(dp=(shift.get("dp", c.dp) + k) % n_dp, pp=c.pp, tp=shift.get("tp", c.tp))
+            g = tuple(((shift.get("dp", c.dp) + k) % n_dp) * s_dp + c.pp * s_pp + shift.get("tp", c.tp) * s_tp
                       for c in coords)
             if used.isdisjoint(g):
                 out.append(g)
