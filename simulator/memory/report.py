@@ -21,7 +21,7 @@ from math import ceil
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.memory.activations import in_flight, stage_activations
+from simulator.memory.activations import in_flight
 from simulator.memory.autocast import autocast_of, cast_weight_bytes, optimizer_step_bytes
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.fp8 import with_fp8
@@ -31,6 +31,7 @@ from simulator.memory.runtime import is_cuda, runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
                                      stage_param_shapes)
 from simulator.memory.stage import StageMemory
+from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
 from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes, partition_numels
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
@@ -184,8 +185,10 @@ def _states_key(model, layout: ParallelLayout) -> tuple:
             s.resolved_fp8_recipe, s.fp8_all_gather)
 
 
-def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
-    """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None."""
+def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None,
+           acts: LayoutActivations | None = None) -> StageMemory:
+    """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None;
+    ``acts``: the layout's :func:`layout_activations` (a transformer's; None: computed per stage)."""
     cuda = is_cuda(cluster.device)
     if cache is None:
         blocks, placed, buffers = _states(model, layout, stage, cuda)
@@ -195,10 +198,10 @@ def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: d
         blocks, placed, buffers = cache[stage, cuda]
     if buffers.autocast_weights_bytes:
         buffers = replace(buffers, autocast_weights_bytes=buffers.autocast_weights_bytes * _cast_copies(layout, stage))
-    acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
-    act_gpu = acts.gpu_bytes if acts else 0.0
+    stage_acts = stage_activations(model, layout, stage, acts) if model.has_activation_shapes else None
+    act_gpu = stage_acts.gpu_bytes if stage_acts else 0.0
     runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers.total_bytes)
-    return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
+    return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=stage_acts, buffers=buffers,
                        runtime=runtime)
 
 
@@ -246,7 +249,8 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
     if not model.has_activation_shapes and model.layer_count is not None:
         raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
     own = None if cache is None else cache.setdefault(_states_key(model, layout), {})
-    stages = [_stage(model, cluster, layout, k, own) for k in range(layout.pp)]
+    acts = layout_activations(model, layout) if model.has_activation_shapes else None  # once, not per stage
+    stages = [_stage(model, cluster, layout, k, own, acts) for k in range(layout.pp)]
     return MemoryReport(
         model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,
