@@ -49,4 +49,5 @@ def test_a_higher_threshold_is_kept(thresholds):
     gc.set_threshold(700, 10, 10 * FULL_COLLECTION_EVERY)
     seen = []
     refine(H100, GPT13, CANDIDATES[:1], tick=lambda done, total: seen.append(gc.get_threshold()))
-    assert seen == [(700, 10, 10 * FULL_COLLECTION_EVERY)] and gc.get_threshold() == (700, 10, 10 * FULL_COLLECTION_EVERY)
+    high = (700, 10, 10 * FULL_COLLECTION_EVERY)
+    assert seen == [high] and gc.get_threshold() == high

@@ -107,7 +107,8 @@ class MemoryReport:
 
 
 def reasons(stage: int, total_bytes: float, device_memory_bytes: int, host_node_bytes: float,
-            host_capacity_bytes: int | None, nvme_node_bytes: float, nvme_capacity_bytes: int | None) -> tuple[str, ...]:
+            host_capacity_bytes: int | None, nvme_node_bytes: float,
+            nvme_capacity_bytes: int | None) -> tuple[str, ...]:
     """Why a layout does not fit (empty when it fits): its most loaded rank (``stage``, ``total_bytes``) over
     the device memory, a node's host or NVMe bytes over the node's capacity (:class:`MemoryReport`)."""
     out = []

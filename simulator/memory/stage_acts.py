@@ -88,7 +88,8 @@ def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int,
     n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i)) if spec.moe is not None else 0
     n_layers, n_embed, n_head = in_flight(layout, stage)
     # a stage without MoE blocks reads the dense block's figures twice, as the one-stage formula did
-    moe_kept, working = (a.moe_kept_bytes, a.moe_working_bytes) if n_moe else (a.layer_kept_bytes, a.layer_working_bytes)
+    moe_kept, working = ((a.moe_kept_bytes, a.moe_working_bytes) if n_moe
+                         else (a.layer_kept_bytes, a.layer_working_bytes))
     kept = (a.layer_kept_bytes * (n_blocks - n_moe) + moe_kept * n_moe) * n_layers
     scores = a.layer.scores_bytes * n_blocks * n_layers if s.recompute is Recompute.NONE else 0.0
     rep_div = tp if sp else 1
