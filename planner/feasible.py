@@ -1,6 +1,8 @@
 """The memory phase of the search: which candidates fit, computed once per set of memory inputs.
 
-Memory depends on the micro-batch count only through the micro-batches in flight, so a report is
+Memory depends on the micro-batch count only through the micro-batches in flight, so a verdict
+(:func:`simulator.memory.verdict.memory_verdict`: the memory report's most loaded rank and its reasons,
+over the stages as arrays) is
 computed once per structure with the count capped where the schedule's in-flight count stops
 growing (1F1B: pp; interleaved: 2·pp; GPipe: all m). A cheap lower bound on the model states drops
 the hopeless candidates before any report.
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from simulator.analytical_structures import KEY_FIELDS, structure_key
 from simulator.errors import SpecError
-from simulator.memory import memory_report, model_state_bytes
+from simulator.memory import model_state_bytes
+from simulator.memory.verdict import memory_verdict
 from simulator.schedules import ScheduleKind
 from simulator.strategy import Framework, Offload, Partitioning, Strategy, ZeroStage, build_layout
 from simulator.units import GB
@@ -38,8 +41,9 @@ _PLACEMENT_AT = [name for name in KEY_FIELDS if name != "dp_sync"].index("placem
 
 
 def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int | None = None):
-    """The memory report of ``s``, shared by every candidate with the same memory inputs. Only its byte
-    figures are meaningful for ``s``: the report's layout is the stand-in with the capped batch."""
+    """The memory verdict of ``s`` (:func:`simulator.memory.verdict.memory_verdict`: its memory report's most
+    loaded rank and reasons), shared by every candidate with the same memory inputs, computed on the
+    stand-in layout with the capped batch."""
     dp = s.dp
     m = s.global_batch // (dp * s.micro_batch)
     cap = _in_flight_cap(s, m)
@@ -49,7 +53,7 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int
     if key not in cache:
         batch = dp * s.micro_batch * cap
         small = s if batch == s.global_batch else replace(s, global_batch=batch)
-        cache[key] = memory_report(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
+        cache[key] = memory_verdict(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
     return cache[key]
 
 
@@ -74,7 +78,7 @@ def _states_lower_bound(workload, s: Strategy, memo: dict | None = None) -> floa
 
 @dataclass
 class _Memory:
-    """What the memory phase shares across a search: the reports by memory inputs, the model states,
+    """What the memory phase shares across a search: the verdicts by memory inputs, the model states,
     and the bases that overflowed only GPU memory (with the bytes they need, for the offload rescue)."""
 
     reports: dict = field(default_factory=dict)
@@ -87,7 +91,7 @@ class _Memory:
 def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, counts,
               mem: _Memory | None = None, gpus: int | None = None,
               tick: Callable[[int, int], None] | None = None):
-    """(strategy, memory report) of those that fit, counting the others (a :class:`planner.search.Counts`)
+    """(strategy, memory verdict) of those that fit, counting the others (a :class:`planner.search.Counts`)
     by what overflows; ``tick(done, total)`` is called every :data:`PROGRESS_EVERY` candidates."""
     mem = _Memory() if mem is None else mem
     limit = cluster.device.memory_bytes - reserve_gb * GB
@@ -96,22 +100,22 @@ def _feasible(strategies: list[Strategy], workload, cluster, reserve_gb: float, 
         if tick is not None and done % PROGRESS_EVERY == 0:
             tick(done, len(strategies))
         bound = _states_lower_bound(workload, s, mem.bounds)
-        if bound > limit:  # cheap: skip the full report
+        if bound > limit:  # cheap: skip the verdict
             counts.infeasible["gpu memory"] += 1
             mem.over_gpu.append((bound, s))
             continue
         try:
-            report = _memory(mem.reports, mem.states, workload, cluster, s, gpus)
+            verdict = _memory(mem.reports, mem.states, workload, cluster, s, gpus)
         except SpecError as err:
             counts.invalid[err.field] += 1
             continue
-        over = [r.split(":")[0] for r in report.reasons if not r.startswith("GPU")]
-        if report.worst.total_bytes > limit:
+        over = [r.split(":")[0] for r in verdict.reasons if not r.startswith("GPU")]
+        if verdict.total_bytes > limit:
             over.insert(0, "gpu memory")
         if over:
             counts.infeasible[{"host": "host memory", "NVMe": "nvme"}.get(over[0], over[0])] += 1
             if over == ["gpu memory"]:
-                mem.over_gpu.append((report.worst.total_bytes, s))
+                mem.over_gpu.append((verdict.total_bytes, s))
             continue
-        out.append((s, report))
+        out.append((s, verdict))
     return out

@@ -245,7 +245,7 @@ def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: 
                                    on_invalid=OnInvalid.MARK, gpus=search.layout_gpus))
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     frame["strategy"] = [s for s, _ in fits]
-    frame["memory_bytes"] = [r.worst.total_bytes for _, r in fits]
+    frame["memory_bytes"] = [r.total_bytes for _, r in fits]
     frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
     bad = frame["error"] != ""
     for message in frame.loc[bad, "error"]:

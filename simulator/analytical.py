@@ -20,6 +20,7 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -113,12 +114,20 @@ def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fract
     return out
 
 
+_TIME_S, _KIND = attrgetter("time_s"), attrgetter("kind")
+_EP_OR_OFFLOAD = {id(CommKind.EP), id(CommKind.OFFLOAD)}
+
+
 def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, float, list[float]]:
-    tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
+    tp_f, tp_b = sum(map(_TIME_S, ch.tp_fwd)), sum(map(_TIME_S, ch.tp_bwd))
     blocking = (*ch.tp_fwd, *ch.tp_bwd)
-    ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
-    copies = sum(c.time_s for c in blocking if c.kind is CommKind.OFFLOAD)  # activation offload's host copies
-    tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP and c.kind is not CommKind.OFFLOAD)
+    if _EP_OR_OFFLOAD.isdisjoint(map(id, map(_KIND, blocking))):  # the usual chunk: every blocking call is tp's
+        ep = copies = 0  # the sums below of no call
+        tp = sum(map(_TIME_S, blocking))  # the same left-to-right sum, read at C speed
+    else:
+        ep = sum(c.time_s for c in blocking if c.kind is CommKind.EP)  # MoE all-to-alls
+        copies = sum(c.time_s for c in blocking if c.kind is CommKind.OFFLOAD)  # activation offload's host copies
+        tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP and c.kind is not CommKind.OFFLOAD)
     zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction, ch.zero_prefetch_calls)
     zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction, ch.zero_prefetch_calls)
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD

@@ -17,7 +17,7 @@ from simulator.compute import Phase, layer_times
 from simulator.engine.step import simulate
 from simulator.errors import SpecError
 from simulator.memory import memory_report
-from simulator.memory.activations import stage_activations
+from simulator.memory.stage_acts import stage_activations
 from simulator.strategy import build_layout
 from simulator.strategy.flat import strategy_from_flat
 from simulator.work import CommKind, Transport

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.memory.activations import loss_working_bytes, stage_activations
+from simulator.memory.activations import loss_working_bytes
+from simulator.memory.stage_acts import stage_activations
 from simulator.memory.dtensor_tp import uses_dtensor_tp
 from simulator.strategy import Framework, ZeroStage
 from simulator.workload import DtypePolicy, get_preset

@@ -3,7 +3,7 @@
 Under full recomputation a block keeps only its input until backward (Korthikanti et al. 2022
 §4.1: 2·s·b·h bytes in 16 bits, ÷ t with sequence parallelism; the memory model's
 ``LayerActivation.input_bytes``); with activation offload that checkpoint lives in host memory
-(:func:`simulator.memory.activations.stage_activations`). Each block then costs, per micro-batch,
+(:func:`simulator.memory.stage_acts.stage_activations`). Each block then costs, per micro-batch,
 
 - forward: one device→host copy of its checkpoint, ``c_s = α_h2d + bytes / B_h2d``;
 - backward: one host→device copy of the same bytes before the block is recomputed,

@@ -8,17 +8,17 @@ consumer); :class:`ZeroStage`, :class:`Partitioning`, :class:`Framework`, :func:
 :class:`Offload` and :class:`ScheduleKind` are re-exported from there for convenience. Public API:
 :func:`transformer_param_shapes`, :func:`stage_param_shapes`, :func:`stage_layers`;
 :class:`ModelStateBytes`, :func:`model_state_bytes`, :func:`partition_numels`,
-:func:`dim0_real_numels`, :func:`step_tensors`; :func:`layer_activation`, :func:`stage_activations`; :func:`buffer_bytes`; :func:`runtime_bytes`;
+:func:`dim0_real_numels`, :func:`step_tensors`; :func:`layer_activation`, :func:`layout_activations`, :func:`stage_activations`; :func:`buffer_bytes`; :func:`runtime_bytes`;
 :func:`place_states`; :class:`MemoryReport`, :class:`StageMemory`, :func:`memory_report`.
 """
 
-from simulator.memory.activations import (LayerActivation, StageActivations, in_flight, layer_activation,
-                                          stage_activations)
+from simulator.memory.activations import LayerActivation, StageActivations, in_flight, layer_activation
 from simulator.memory.buffers import BufferBytes, buffer_bytes
 from simulator.memory.offload import HOST_BUFFER_FACTOR, PlacedStates, place_states
 from simulator.memory.report import MemoryReport, StageMemory, memory_report
 from simulator.memory.runtime import RuntimeBytes, runtime_bytes
 from simulator.memory.shapes import stage_layers, stage_param_shapes, transformer_param_shapes
+from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
 from simulator.memory.states import (ModelStateBytes, dim0_real_numels, model_state_bytes,
                                      optimizer_bytes_per_param, partition_numels, step_tensors,
                                      whole_tensor_assignment)
@@ -27,10 +27,10 @@ from simulator.strategy.framework import Framework, Partitioning, resolve_framew
 from simulator.strategy.kinds import Offload, ZeroStage
 
 __all__ = [
-    "BufferBytes", "Framework", "dim0_real_numels", "resolve_framework", "step_tensors", "HOST_BUFFER_FACTOR", "LayerActivation",
+    "BufferBytes", "Framework", "dim0_real_numels", "resolve_framework", "step_tensors", "HOST_BUFFER_FACTOR", "LayerActivation", "LayoutActivations",
     "MemoryReport", "ModelStateBytes", "Offload", "Partitioning", "PlacedStates",
     "ScheduleKind", "StageActivations", "StageMemory", "ZeroStage", "buffer_bytes", "in_flight",
-    "layer_activation", "memory_report", "model_state_bytes", "optimizer_bytes_per_param", "RuntimeBytes", "runtime_bytes",
+    "layer_activation", "layout_activations", "memory_report", "model_state_bytes", "optimizer_bytes_per_param", "RuntimeBytes", "runtime_bytes",
     "partition_numels", "place_states", "stage_activations", "stage_layers",
     "stage_param_shapes", "transformer_param_shapes", "whole_tensor_assignment",
 ]

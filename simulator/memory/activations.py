@@ -50,15 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from simulator.memory.autocast import loss_kept_bytes_per_logit, loss_working_bytes_per_logit, residual_bytes
-from simulator.memory.dtensor_tp import (gathered_block_input_elements, head_projection_input_bytes,
-                                        loss_parallel_working_bytes, uses_dtensor_tp)
+from simulator.memory.autocast import loss_working_bytes_per_logit
+from simulator.memory.dtensor_tp import (gathered_block_input_elements, loss_parallel_working_bytes,
+                                        uses_dtensor_tp)
 from simulator.memory.moe import moe_activation_elements
 from simulator.memory.shapes import _kv_rows
 from simulator.schedules import ScheduleKind
 from simulator.strategy.framework import Framework
 from simulator.strategy.formats import autocast_of
-from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layout import ParallelLayout
 from simulator.workload.flops import Recompute
 from simulator.workload.ops import DROPOUT_MASK_BYTES
@@ -256,42 +255,3 @@ def loss_working_bytes(spec: TransformerSpec, *, seq: int, mbs: int, tp: int = 1
     eager = max(LOGITS_BYTES + cast, 2 * LOGITS_BYTES)
     per_logit = cast if framework is Framework.MEGATRON else eager
     return seq * mbs * ceil(spec.vocab / tp) * per_logit
-
-
-def stage_activations(spec: TransformerSpec, layout: ParallelLayout, stage: int) -> StageActivations:
-    """Activation bytes of one rank of pipeline stage (pp rank) ``stage`` under ``layout``."""
-    s, tp, sp = layout.strategy, layout.tp, layout.sequence_parallel
-    seq, mbs = spec.seq_len // layout.cp, s.micro_batch  # a context-parallel rank keeps its s/cp tokens
-    flash = s.attention is AttentionKind.FLASH
-    dtensor = uses_dtensor_tp(layout.framework, tp)
-    autocast = autocast_of(layout.framework, s.resolved_mixed_precision)
-    residual = residual_bytes(spec.dtype, autocast)
-    layer = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor,
-                             residual=residual)
-    n_blocks = sum(layout.layers_per_stage[stage::layout.pp])  # layout.layers_per_rank[stage], one rank's
-    n_moe = sum(1 for i in layout.layer_indices(stage) if spec.is_moe_layer(i)) if spec.moe is not None else 0
-    moe = layer_activation(spec, seq=seq, mbs=mbs, tp=tp, sp=sp, flash_attention=flash, dtensor=dtensor, residual=residual,
-                           moe_layer=True,
-                           skew=s.routing_skew, ep=layout.ep) if n_moe else layer
-    n_layers, n_embed, n_head = in_flight(layout, stage)
-    kept = (layer.kept_bytes(s.recompute) * (n_blocks - n_moe) + moe.kept_bytes(s.recompute) * n_moe) * n_layers
-    scores = layer.scores_bytes * n_blocks * n_layers if s.recompute is Recompute.NONE else 0.0
-    rep_div = tp if sp else 1
-    sbh = seq * mbs * spec.hidden
-    e = spec.dtype.activation_bytes
-    embedding = sbh * MASK_BYTES / rep_div * n_embed if stage == 0 and spec.dropout > 0 else 0.0
-    head = loss = 0.0
-    if stage == layout.pp - 1:
-        projection_input = head_projection_input_bytes(tokens=seq * mbs, hidden=spec.hidden, activation_bytes=e, tp=tp,
-                                                       sp=sp, dtensor=dtensor)
-        per_logit = loss_kept_bytes_per_logit(spec.dtype, autocast, LOGITS_BYTES)
-        final_norm_input = sbh * residual / rep_div
-        head = (final_norm_input + projection_input + seq * mbs * ceil(spec.vocab / tp) * per_logit) * n_head
-        loss = loss_working_bytes(spec, seq=seq, mbs=mbs, tp=tp, framework=layout.framework, autocast=autocast)
-    offload = s.offload_activations
-    return StageActivations(
-        blocks_bytes=0.0 if offload else kept,
-        recompute_working_bytes=max(layer.working_bytes(s.recompute), moe.working_bytes(s.recompute))
-        if s.recompute is not Recompute.NONE else 0.0,
-        embedding_bytes=embedding, head_bytes=head, loss_working_bytes=loss, host_checkpoint_bytes=kept if offload else 0.0,
-        scores_bytes=scores, micro_batches_in_flight=n_layers)

@@ -21,7 +21,7 @@ from math import ceil
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.memory.activations import in_flight, stage_activations
+from simulator.memory.activations import in_flight
 from simulator.memory.autocast import cast_weight_bytes, optimizer_step_bytes
 from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.memory.buffers import buffer_bytes
@@ -32,6 +32,7 @@ from simulator.memory.runtime import is_cuda, runtime_bytes
 from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_shapes, numel,
                                      stage_param_shapes)
 from simulator.memory.stage import StageMemory
+from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
 from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes, partition_numels
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
@@ -62,32 +63,22 @@ class MemoryReport:
         """The most loaded rank (largest GPU total; the earliest stage on a tie); computed once."""
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
-    @property
+    @cached_property
     def host_node_bytes(self) -> float:
         """Host bytes one node needs: its ranks × the most host-loaded rank, states × the allowance."""
         rank = max(self.stages, key=lambda s: s.host_bytes)
         return self.ranks_per_node * (rank.placed.host_bytes * HOST_BUFFER_FACTOR + rank.host_activation_bytes)
 
-    @property
+    @cached_property
     def nvme_node_bytes(self) -> float:
         return self.ranks_per_node * max(s.nvme_bytes for s in self.stages)
 
-    @property
+    @cached_property
     def reasons(self) -> tuple[str, ...]:
-        """Why it does not fit (empty when it fits)."""
-        out = []
-        w = self.worst
-        if w.total_bytes > self.device_memory_bytes:
-            out.append(f"GPU: stage {w.stage} needs {w.total_bytes / GB:.1f} GB of "
-                       f"{self.device_memory_bytes / GB:.1f} GB")
-        if self.host_node_bytes > 0 and self.host_capacity_bytes is not None \
-                and self.host_node_bytes > self.host_capacity_bytes:
-            out.append(f"host: a node needs {self.host_node_bytes / GB:.1f} GB of "
-                       f"{self.host_capacity_bytes / GB:.1f} GB RAM")
-        if self.nvme_node_bytes > 0 and self.nvme_node_bytes > (self.nvme_capacity_bytes or 0):
-            out.append(f"NVMe: a node needs {self.nvme_node_bytes / GB:.1f} GB of "
-                       f"{(self.nvme_capacity_bytes or 0) / GB:.1f} GB")
-        return tuple(out)
+        """Why it does not fit (empty when it fits); computed once (a planner's search asks it of one
+        report for every candidate that shares the report)."""
+        return reasons(self.worst.stage, self.worst.total_bytes, self.device_memory_bytes, self.host_node_bytes,
+                       self.host_capacity_bytes, self.nvme_node_bytes, self.nvme_capacity_bytes)
 
     @property
     def fits(self) -> bool:
@@ -114,6 +105,21 @@ class MemoryReport:
                          "gradient_as_bucket_view": s.gradient_as_bucket_view, "attention": s.attention.value},
             "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes),
         }
+
+
+def reasons(stage: int, total_bytes: float, device_memory_bytes: int, host_node_bytes: float,
+            host_capacity_bytes: int | None, nvme_node_bytes: float,
+            nvme_capacity_bytes: int | None) -> tuple[str, ...]:
+    """Why a layout does not fit (empty when it fits): its most loaded rank (``stage``, ``total_bytes``) over
+    the device memory, a node's host or NVMe bytes over the node's capacity (:class:`MemoryReport`)."""
+    out = []
+    if total_bytes > device_memory_bytes:
+        out.append(f"GPU: stage {stage} needs {total_bytes / GB:.1f} GB of {device_memory_bytes / GB:.1f} GB")
+    if host_node_bytes > 0 and host_capacity_bytes is not None and host_node_bytes > host_capacity_bytes:
+        out.append(f"host: a node needs {host_node_bytes / GB:.1f} GB of {host_capacity_bytes / GB:.1f} GB RAM")
+    if nvme_node_bytes > 0 and nvme_node_bytes > (nvme_capacity_bytes or 0):
+        out.append(f"NVMe: a node needs {nvme_node_bytes / GB:.1f} GB of {(nvme_capacity_bytes or 0) / GB:.1f} GB")
+    return tuple(out)
 
 
 def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp: int, ep: int = 1) -> int:
@@ -183,11 +189,14 @@ def _states_key(model, layout: ParallelLayout) -> tuple:
     s = layout.strategy
     return (model, layout.tp, layout.pp, layout.dp_cp, layout.ep, layout.layers_per_stage, s.zero,
             s.offload, layout.partitioning, layout.framework, s.gradient_as_bucket_view, s.dp_sync,
-            s.resolved_fp8_recipe, s.fp8_all_gather, s.mixed_precision, s.optimizer_impl, s.grad_reduce_dtype)
+            s.resolved_fp8_recipe, s.fp8_all_gather, s.resolved_mixed_precision, s.optimizer_impl,
+            s.grad_reduce_dtype)
 
 
-def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None) -> StageMemory:
-    """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None."""
+def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: dict | None,
+           acts: LayoutActivations | None = None) -> StageMemory:
+    """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None;
+    ``acts``: the layout's :func:`layout_activations` (a transformer's; None: computed per stage)."""
     cuda = is_cuda(cluster.device)
     if cache is None:
         blocks, placed, buffers = _states(model, layout, stage, cuda)
@@ -197,10 +206,10 @@ def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: d
         blocks, placed, buffers = cache[stage, cuda]
     if buffers.autocast_weights_bytes:
         buffers = replace(buffers, autocast_weights_bytes=buffers.autocast_weights_bytes * _cast_copies(layout, stage))
-    acts = stage_activations(model, layout, stage) if model.has_activation_shapes else None
-    act_gpu = acts.gpu_bytes if acts else 0.0
+    stage_acts = stage_activations(model, layout, stage, acts) if model.has_activation_shapes else None
+    act_gpu = stage_acts.gpu_bytes if stage_acts else 0.0
     runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers.total_bytes)
-    return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=acts, buffers=buffers,
+    return StageMemory(stage=stage, blocks=len(blocks), placed=placed, activations=stage_acts, buffers=buffers,
                        runtime=runtime)
 
 
@@ -227,6 +236,22 @@ def _notes(model, stages: list[StageMemory], layout: ParallelLayout) -> tuple[st
     return tuple(notes)
 
 
+def checked_inputs(model, cluster: Cluster, layout: ParallelLayout | Strategy) -> ParallelLayout:
+    """The layout (a :class:`Strategy` laid out over the whole cluster), or the error that a model, layout
+    or cluster the memory model cannot size raises."""
+    if isinstance(layout, Strategy):
+        layout = build_layout(layout, cluster, model)
+    elif not isinstance(layout, ParallelLayout):
+        raise SpecError("layout", f"must be a ParallelLayout or a Strategy, got {type(layout).__name__}")
+    s = layout.strategy
+    if cluster.node.host is None and (s.offload is not Offload.NONE or s.offload_activations):
+        raise SpecError("host", f"cluster {cluster.name} has no host section; offload needs host.cpu_memory_GB "
+                        "(and host.nvme_GB for nvme), see docs/clusters.md")
+    if not model.has_activation_shapes and model.layer_count is not None:
+        raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
+    return layout
+
+
 def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
                   layout: ParallelLayout | Strategy, *, cache: dict | None = None) -> MemoryReport:
     """Per-rank memory of ``model`` trained with ``layout`` on ``cluster`` (see module docstring).
@@ -236,19 +261,11 @@ def memory_report(model: TransformerSpec | ParamCountModel, cluster: Cluster,
     caller keeps across calls (a planner's search) to share each stage's model states and buffers
     between layouts that differ only in what decides activations.
     """
-    if isinstance(layout, Strategy):
-        layout = build_layout(layout, cluster, model)
-    elif not isinstance(layout, ParallelLayout):
-        raise SpecError("layout", f"must be a ParallelLayout or a Strategy, got {type(layout).__name__}")
-    s = layout.strategy
+    layout = checked_inputs(model, cluster, layout)
     host = cluster.node.host
-    if host is None and (s.offload is not Offload.NONE or s.offload_activations):
-        raise SpecError("host", f"cluster {cluster.name} has no host section; offload needs host.cpu_memory_GB "
-                        "(and host.nvme_GB for nvme), see docs/clusters.md")
-    if not model.has_activation_shapes and model.layer_count is not None:
-        raise SpecError("model", "the memory model needs a transformer (preset or config.json) or --params")
     own = None if cache is None else cache.setdefault(_states_key(model, layout), {})
-    stages = [_stage(model, cluster, layout, k, own) for k in range(layout.pp)]
+    acts = layout_activations(model, layout) if model.has_activation_shapes else None  # once, not per stage
+    stages = [_stage(model, cluster, layout, k, own, acts) for k in range(layout.pp)]
     return MemoryReport(
         model_name=model.name, layout=layout, seq=model.seq_len if model.has_activation_shapes else None, device_name=cluster.device.name,
         device_memory_bytes=cluster.device.memory_bytes,

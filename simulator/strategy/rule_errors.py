@@ -10,6 +10,8 @@ disagree on what is valid.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from simulator.errors import SpecError
 from simulator.schedules import ScheduleKind, make_schedule
 from simulator.strategy.rules import Candidates, first_violation
@@ -80,11 +82,20 @@ _ERRORS = {"pp": _pp_error, "dp": _dp_error, "global_batch": _batch_error, "micr
 def check_rules(s: Strategy, dp: int, gpus: int, layers: int | None) -> None:
     """Raise the error of the first rule of :data:`~simulator.strategy.rules.RULES` that ``s`` breaks with
     ``dp`` replicas on ``gpus`` worker GPUs and a model of ``layers`` layers (None: no layer count)."""
-    one = Candidates.of(dp=dp, tp=s.tp, pp=s.pp, v=s.virtual_stages, micro_batch=s.micro_batch,
-                        global_batch=s.global_batch,
-                        interleaved=s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1,
-                        zero=int(s.zero), zero_with_pp=s.resolved_framework.partitions_gradients_with_pipeline,
-                        ep=s.ep, cp=s.cp)
-    field = first_violation(one, gpus, layers)
+    field = first_broken(dp, s.tp, s.pp, s.virtual_stages, s.micro_batch, s.global_batch,
+                         s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1, int(s.zero),
+                         s.resolved_framework.partitions_gradients_with_pipeline, s.ep, s.cp, gpus, layers)
     if field is not None:
         raise _ERRORS[field](s, dp, gpus, layers)
+
+
+@lru_cache(maxsize=4096)
+def first_broken(dp: int, tp: int, pp: int, v: int, micro_batch: int, global_batch: int, interleaved: bool,
+                 zero: int, zero_with_pp: bool, ep: int, cp: int, gpus: int, layers: int | None) -> str | None:
+    """:func:`~simulator.strategy.rules.first_violation` of one candidate, remembered by the integers the rules
+    read (they read nothing else): a planner lays out thousands of strategies that differ only in fields no
+    rule reads (recomputation, attention, placement, gradient sync), and one check on length-1 arrays costs
+    more than the rest of a layout."""
+    one = Candidates.of(dp=dp, tp=tp, pp=pp, v=v, micro_batch=micro_batch, global_batch=global_batch,
+                        interleaved=interleaved, zero=zero, zero_with_pp=zero_with_pp, ep=ep, cp=cp)
+    return first_violation(one, gpus, layers)
