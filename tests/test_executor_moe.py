@@ -20,7 +20,6 @@ expert's rows in every call equal ep·T·k/E (Mixtral, E divides T·k), which th
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache
 
 import pytest
 import torch
@@ -28,7 +27,7 @@ import torch
 from executor.launch import run
 from executor.model import build_gpt
 from executor.moe import EpGroups, apply_expert_parallel, round_robin_experts
-from executor.reference import reference_run
+from moe_runs import moe_reference
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
 from simulator.memory.moe import add_states, split_experts
@@ -46,7 +45,6 @@ pytestmark = pytest.mark.multiproc
 MIXTRAL = get_preset("mixtral-8x7b")
 TOP1 = replace(MIXTRAL, name="mixtral-top1", moe=replace(MIXTRAL.moe, top_k=1))
 QWEN = get_preset("qwen1.5-moe-a2.7b")
-STEPS = 3
 TOL = 1e-5
 
 
@@ -78,38 +76,18 @@ PLANS = {
 
 
 def _rank(rank: int, world: int, plans: tuple) -> list:
-    from dataclasses import asdict
-
-    from executor.run import build_context
-    from executor.strategies import load_families
-    from executor.strategies.base import Backend, Phase, Precision, family_spec
-
     from executor.moe import moe_layers
+    from moe_runs import build_runner, train_record
 
-    load_families()
     out = []
     for plan in plans:
-        ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
-                            precision=Precision.FP32)
-        runner = family_spec(ctx.layout).build(ctx)
+        _, runner = build_runner(plan, rank, world)
         rows: list[int] = []  # rows each local expert of every MoE layer ran on, every call
         for moe in moe_layers(runner.model):
             for expert in moe.experts:
                 expert.register_forward_hook(lambda module, args, result: rows.append(args[0].shape[0]))
-        records = [runner.train_step(step) for step in range(STEPS)]
-        out.append({"loss": [r.loss for r in records], "norm": [r.grad_norm for r in records],
-                    "ep_s": [r.phases_s.get(Phase.EP) for r in records],
-                    "phases": sorted(p.value for p in records[0].phases_s),
-                    "states": asdict(runner.model_state_bytes()), "expert_rows": rows,
-                    "components": runner.components()})
+        out.append(train_record(runner) | {"expert_rows": rows})
     return out
-
-
-@cache
-def _reference(spec, routing: Routing, micro_batch: int):
-    """(losses, gradient norms) of one process on the whole batch (several plans share a model)."""
-    return reference_run(spec, seed=0, steps=STEPS, global_batch_size=8, moe_routing=routing,
-                         micro_batch=micro_batch if routing is Routing.ROUND_ROBIN else 1)
 
 
 @pytest.fixture(scope="module", params=[2, 4])
@@ -123,7 +101,7 @@ def launch(request):
 def test_losses_and_gradient_norms_match_one_process(launch):
     n, plans, per_rank = launch
     for i, (name, plan) in enumerate(plans.items()):
-        want_loss, want_norm = _reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
+        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
         for rank, got in enumerate(per_rank):
             assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
             assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)

@@ -18,12 +18,11 @@ experts of width f_e/tp, the router replicated), byte for byte.
 
 from __future__ import annotations
 
-from functools import cache
 
 import pytest
 
 from executor.launch import run
-from executor.reference import reference_run
+from moe_runs import STEPS, moe_reference
 from simulator.cluster.io import load_cluster
 from simulator.memory.moe import add_states, split_experts
 from simulator.memory.shapes import stage_param_shapes
@@ -33,14 +32,12 @@ from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import DtypePolicy, Recompute, get_preset
-from simulator.workload.moe_routing import Routing
 
 pytestmark = pytest.mark.multiproc
 
 MIXTRAL = get_preset("mixtral-8x7b")
 QWEN = get_preset("qwen1.5-moe-a2.7b")
 LLAMA = get_preset("llama2-7b")
-STEPS = 3
 TOL = 1e-5
 WORLD = 4
 
@@ -79,37 +76,19 @@ class _Log:
 
 
 def _rank(rank: int, world: int, plans: tuple) -> list:
-    from dataclasses import asdict
-
     from executor.moe import moe_layers
-    from executor.run import build_context
-    from executor.strategies import load_families
-    from executor.strategies.base import Backend, Phase, Precision, family_spec
+    from moe_runs import build_runner, train_record
 
-    load_families()
     out = []
     for plan in plans:
-        ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
-                            precision=Precision.FP32)
-        runner = family_spec(ctx.layout).build(ctx)
+        _, runner = build_runner(plan, rank, world)
         issued: list = []
         for i, moe in enumerate(moe_layers(runner.model)):
             if moe.ep is not None:
                 moe.clock = _Log(i, moe.clock, issued)
-        records = [runner.train_step(step) for step in range(STEPS)]
         coord = runner.coord
-        out.append({"loss": [r.loss for r in records], "norm": [r.grad_norm for r in records],
-                    "ep_s": [r.phases_s.get(Phase.EP) for r in records],
-                    "phases": sorted(p.value for p in records[0].phases_s),
-                    "states": asdict(runner.model_state_bytes()), "components": runner.components(),
-                    "issued": issued, "coord": (coord.dp, coord.pp, coord.tp)})
+        out.append(train_record(runner) | {"issued": issued, "coord": (coord.dp, coord.pp, coord.tp)})
     return out
-
-
-@cache
-def _reference(spec, routing: Routing, micro_batch: int):
-    return reference_run(spec, seed=0, steps=STEPS, global_batch_size=8, moe_routing=routing,
-                         micro_batch=micro_batch if routing is Routing.ROUND_ROBIN else 1)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +101,7 @@ def test_losses_and_gradient_norms_match_one_process(launch):
     plans, per_rank = launch
     for i, (name, plan) in enumerate(plans.items()):
         assert plan.layout().tp == 2, name
-        want_loss, want_norm = _reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
+        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
         for rank, got in enumerate(per_rank):
             assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
             assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
