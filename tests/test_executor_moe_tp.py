@@ -22,16 +22,13 @@ from __future__ import annotations
 import pytest
 
 from executor.launch import run
-from moe_runs import STEPS, moe_reference
+from moe_runs import STEPS, expected_states, moe_reference
 from simulator.cluster.io import load_cluster
-from simulator.memory.moe import add_states, split_experts
-from simulator.memory.shapes import stage_param_shapes
-from simulator.memory.states import model_state_bytes
 from simulator.plan_file import Plan
 from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
-from simulator.workload import DtypePolicy, Recompute, get_preset
+from simulator.workload import Recompute, get_preset
 
 pytestmark = pytest.mark.multiproc
 
@@ -157,21 +154,10 @@ def test_model_state_bytes_equal_the_memory_model_per_rank(launch):
     for i, (name, plan) in enumerate(plans.items()):
         layout, zero = plan.layout(), plan.strategy.zero
         for rank, got in enumerate(per_rank):
-            c = layout.coords(rank)
-            shapes = stage_param_shapes(plan.model, tp=layout.tp, pp=layout.pp, stage=c.pp,
-                                        layers=layout.layer_indices(c.pp), ep=layout.ep)
-            dense, experts = split_experts(shapes) if layout.ep > 1 else (shapes, [])
             framework = Framework.FSDP2 if zero >= ZeroStage.ZERO2 else Framework.TORCH_DDP  # what torch runs
-            model = model_state_bytes(dense, dp=layout.dp, zero=zero, dtype=DtypePolicy.FP32, framework=framework,
-                                      rank=c.dp)
-            if experts:
-                model = add_states(model, model_state_bytes(experts, dp=layout.dp // layout.ep, zero=zero,
-                                                            dtype=DtypePolicy.FP32, framework=framework,
-                                                            rank=c.dp // layout.ep))
             states = got[i]["states"]
-            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == (
-                model.params_at_rest_bytes, model.grads_bytes, model.optimizer_bytes + model.optimizer_step_bytes), \
-                (name, rank)
+            assert (states["params_bytes"], states["grads_bytes"], states["optimizer_bytes"]) == expected_states(
+                plan.model, layout, rank, zero, framework), (name, rank)
 
 
 def test_a_tp_that_does_not_split_the_experts_is_refused_before_launch_in_one_line():
