@@ -16,8 +16,8 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
-from simulator.strategy.formats import grad_reduce_dtype, runs_autocast, sync_dtype
 from simulator.memory.states import optimizer_bytes_per_param
+from simulator.strategy.formats import grad_reduce_dtype, runs_autocast, sync_dtype
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
 from simulator.interference import cluster_sm_fraction
@@ -91,7 +91,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                         layers=layers, first=c == 0, last=c == n - 1,
                                         full_recompute=s.recompute is Recompute.FULL, concurrent=dp,
                                         attention_only=own_gather)
-    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (cp is 1)
+    if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (per cp rank)
         volume = ep_part.dispatch_bytes(workload, s, layout.ep, tp, layout.sequence_parallel,
                                         ep_part.group_nodes(cache.cluster, ep_group))
         ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, tp_group, volume, moe_blocks=cc.moe_blocks,

@@ -23,7 +23,6 @@ from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.memory.activations import in_flight
 from simulator.memory.autocast import cast_weight_bytes, optimizer_step_bytes
-from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.memory.buffers import buffer_bytes
 from simulator.memory.fp8 import with_fp8
 from simulator.memory.moe import add_states, split_experts
@@ -34,6 +33,7 @@ from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_
 from simulator.memory.stage import StageMemory
 from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
 from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes, partition_numels
+from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
 from simulator.units import GB

@@ -25,11 +25,10 @@ from math import ceil
 from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.strategy.formats import autocast_of, state_dtype
-from simulator.strategy.kinds import GradReduceDtype, MixedPrecision
 from simulator.memory.shapes import Shape, numel
+from simulator.strategy.formats import autocast_of, state_dtype
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
-from simulator.strategy.kinds import ZeroStage
+from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, ZeroStage
 from simulator.workload.transformer import DtypePolicy
 
 ADAM_STATES_PER_PARAM = 2
