@@ -19,7 +19,8 @@ from simulator.plan_scale import Scale, scale_plan
 from simulator.results import Category, Engine, StepResult
 from simulator.run_results import PeakMemoryKind, RankResult, Results, RunInfo, RunStatus
 from simulator.strategy.flat import strategy_from_flat
-from simulator.validate import compare, estimate_run, format_validation, validation_figure
+from simulator.validate import compare, estimate_run
+from simulator.validate_report import format_validation, validation_figure
 from simulator.workload import get_preset
 from trainplan.__main__ import main
 

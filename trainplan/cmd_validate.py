@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from simulator.errors import SpecError
     from simulator.jsonio import check_plot_path
     from simulator.run_results import load_results
-    from simulator.validate import check_results, format_validation, run_cluster, save_figure, validate
+    from simulator.validate import check_results, run_cluster, validate
+    from simulator.validate_report import format_validation, save_figure
 
     if args.suite is not None:
         if args.results is not None:
