@@ -30,7 +30,7 @@ def global_batch(seed: int, step: int, *, batch: int, seq: int, vocab: int) -> t
 
 
 def batch_for(ctx, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of ``step`` for a :class:`~executor.strategies.base.RunContext`'s plan and model."""
+    """The global batch of ``step`` for a :class:`~executor.strategies.run_context.RunContext`'s plan and model."""
     spec = ctx.spec
     return global_batch(ctx.seed, step, batch=ctx.plan.strategy.global_batch, seq=spec.seq_len, vocab=spec.vocab)
 

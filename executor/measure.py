@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from executor.strategies.base import RunContext
+from executor.strategies.run_context import RunContext
 from simulator.run_results import PeakMemoryKind
 
 

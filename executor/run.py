@@ -9,7 +9,7 @@ runs on one machine or many. Without them it runs as a world of one. Per rank:
 1. check the options and the plan (:func:`executor.options.prepare`); scale it to the world size;
 2. join the process group (gloo or NCCL; its timeout is ``--timeout-s``, so a silent peer fails
    the run instead of hanging it), build the ``DeviceMesh`` (dims named by the placement,
-   outermost first) and the :class:`~executor.strategies.base.RunContext`;
+   outermost first) and the :class:`~executor.strategies.run_context.RunContext`;
 3. build the family's :class:`~executor.strategies.base.StepRunner` and run ``--steps`` steps,
    timing each (``time.perf_counter`` around ``train_step``, after a device synchronise, less the
    step's ``check_s``: the loss reduction the equivalence checks need). Every step starts after a
@@ -48,7 +48,8 @@ from executor.launch import threads_per_rank
 from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
 from executor.sdpa import with_sdpa_backend
-from executor.strategies.base import Backend, Precision, RunContext, phases_absent
+from executor.strategies.base import Backend, Precision, phases_absent
+from executor.strategies.run_context import RunContext
 from simulator.errors import SpecError
 from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus, Staleness
 from simulator.strategy import ParamServerSync

@@ -3,7 +3,8 @@
 The runner owns everything shared: reading and scaling the plan, the process group, the seeded
 data, timing and memory measurement, the results file, failure handling. A *family* owns how one
 kind of layout trains: which torch components wrap the model and how one optimizer step runs.
-To add a family, write a module that builds a :class:`StepRunner` from a :class:`RunContext` and
+To add a family, write a module that builds a :class:`StepRunner` from a
+:class:`~executor.strategies.run_context.RunContext` and
 registers it; nothing else changes::
 
     from executor.strategies.base import Family, FamilySpec, register
@@ -48,16 +49,17 @@ one-line :class:`~simulator.errors.SpecError`, never silently changed.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
 from simulator.strategy import ParallelLayout, ParamServerSync
-from simulator.workload import TransformerSpec
+
+if TYPE_CHECKING:
+    from executor.strategies.run_context import RunContext
 
 
 class Backend(Enum):
@@ -193,76 +195,6 @@ class StepRunner(Protocol):
     def model_state_bytes(self) -> ModelStateBytes: ...
 
     def components(self) -> dict[str, str]: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunContext:
-    """Everything a family needs on one rank; built by the runner after ``init_process_group``."""
-
-    rank: int
-    world: int
-    local_rank: int
-    backend: Backend
-    device: Any
-    """``torch.device``: ``cpu`` under gloo, ``cuda:local_rank`` under NCCL."""
-    seed: int
-    """Seeds the weights (``build_gpt``) and the data (``executor.data``)."""
-    plan: Plan
-    """The plan as run (scaled: :func:`simulator.plan_scale.scale_plan`)."""
-    spec: TransformerSpec
-    """The model actually run (``plan.model``)."""
-    layout: ParallelLayout
-    """``plan.layout()``: dp, tp, pp, micro-batches, rank groups, schedule."""
-    mesh: Any
-    """``DeviceMesh`` over the world, dims named by the placement, outermost first (e.g.
-    ``("dp", "pp", "tp")`` for placement tp-pp-dp); ``mesh["dp"]`` is this rank's dp sub-mesh."""
-    precision: Precision
-
-    @property
-    def device_type(self) -> str:
-        return self.device.type
-
-    @property
-    def bf16_params(self) -> bool:
-        """Whether a bf16 run holds the forward's parameters in bf16 (the plan's mixed precision
-        ``param-dtype``: FSDP2's ``MixedPrecisionPolicy``, :meth:`mp_policy`) instead of autocasting fp32 ones."""
-        from simulator.strategy.kinds import MixedPrecision
-
-        return (self.precision is not Precision.FP32
-                and self.layout.strategy.resolved_mixed_precision is MixedPrecision.PARAM_DTYPE)
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The forward's precision context: ``torch.autocast`` to bf16 under the plan's mixed precision
-        ``autocast``; a no-op for fp32 and for bf16 parameters (:attr:`bf16_params`)."""
-        if self.precision is Precision.FP32 or self.bf16_params:
-            return contextlib.nullcontext()
-        import torch
-
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-
-    def mp_policy(self):
-        """FSDP2's ``MixedPrecisionPolicy``: bf16 parameters gathered for compute under :attr:`bf16_params`,
-        their gradients reduced in the plan's ``grad_reduce_dtype`` (fp32 by default: torchtitan's
-        ``mixed_precision_param`` / ``mixed_precision_reduce``); the default policy (the parameters' own
-        dtype) otherwise."""
-        import torch
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
-        from simulator.strategy.kinds import GradReduceDtype
-        from simulator.workload.kinds import DtypePolicy
-
-        if self.bf16_params:
-            reduce = self.layout.strategy.resolved_grad_reduce_dtype(DtypePolicy.BF16_MIXED)
-            return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32
-                                        if reduce is GradReduceDtype.FP32 else torch.bfloat16)
-        return MixedPrecisionPolicy()
-
-    def synchronize(self) -> None:
-        """Wait for queued device work (CUDA), so a timer read after it is honest; no-op on CPU."""
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.device)
 
 
 @dataclass(frozen=True)

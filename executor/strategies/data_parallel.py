@@ -57,9 +57,9 @@ from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter
                           reduce_expert_gradients, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
-from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
-                                      register)
+from executor.strategies.base import OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register
 from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync, comm_hook
+from executor.strategies.run_context import RunContext
 from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule
 from simulator.errors import SpecError

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from executor.p2p import replay_schedule
-from executor.strategies.base import Phase, RunContext
+from executor.strategies.base import Phase
+from executor.strategies.run_context import RunContext
 from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule
 from simulator.strategy.sync import AllReduceAlgorithm

@@ -38,7 +38,8 @@ from executor.moe_tp import check_moe_tp
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer
-from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
+from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register
+from executor.strategies.run_context import RunContext
 from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)

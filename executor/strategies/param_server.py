@@ -44,7 +44,8 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
 from executor.reference import make_optimizer
-from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord, register
+from executor.strategies.base import Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register
+from executor.strategies.run_context import RunContext
 from simulator.errors import SpecError
 from simulator.strategy import ParallelLayout
 from simulator.strategy.kinds import Offload, ZeroStage
