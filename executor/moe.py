@@ -46,6 +46,14 @@ group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by d
 the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
 (:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
 reduce-scatter does the same sum and division by dp.
+
+**With context parallelism** (cp > 1, tp = pp = 1; :mod:`executor.context`): each context rank routes its
+own ``s/cp`` tokens of every sample and exchanges them over the ep group of its context rank (ep replicas
+at the same cp coordinate, ``ParallelLayout.ep_group``); the experts' gradients are summed over the
+expert-data-parallel group, which then spans every context rank ((dp/ep)·cp ranks,
+Megatron-Core's expert-data-parallel group with context parallelism [src: megatron-moe-cp]), and divided
+by dp·cp: the global loss is the mean of the dp·cp ranks' local means, and the group's ranks, each with
+its ep peers' gradients, cover every one of them once. "dp" above is dp·cp then (``ParallelLayout.dp_cp``).
 """
 
 from __future__ import annotations
@@ -99,24 +107,26 @@ class EpGroups:
     expert_dp_group: object
 
 
+def _distinct(groups) -> list[tuple[int, ...]]:
+    """``groups`` without repeats, in order of first appearance (the same on every rank)."""
+    return list(dict.fromkeys(groups))
+
+
 def make_ep_groups(layout, rank: int) -> EpGroups:
     """Create every ep group, then every expert-data-parallel group, of the layout (every rank calls this,
-    in the same order) and return this rank's."""
+    in the same order) and return this rank's. Both are read from ``ParallelLayout`` at every dp·cp
+    coordinate: with context parallelism an ep group is ep replicas at one context rank, an
+    expert-data-parallel group the replicas ≡ mod ep at every context rank ((dp/ep)·cp ranks)."""
     mine, edp = None, None
-    for p in range(layout.pp):
-        for t in range(layout.tp):
-            for first in range(0, layout.dp, layout.ep):
-                ranks = layout.ep_group(p, t, first)
-                group = dist.new_group(list(ranks))
-                if rank in ranks:
-                    mine = (ranks, ranks.index(rank), group)
-    for p in range(layout.pp):
-        for t in range(layout.tp):
-            for d in range(layout.ep):
-                ranks = layout.expert_dp_group(p, t, d)
-                group = dist.new_group(list(ranks))
-                if rank in ranks:
-                    edp = (ranks, group)
+    coords = [(p, t, d) for p in range(layout.pp) for t in range(layout.tp) for d in range(layout.dp_cp)]
+    for ranks in _distinct(layout.ep_group(*c) for c in coords):
+        group = dist.new_group(list(ranks))
+        if rank in ranks:
+            mine = (ranks, ranks.index(rank), group)
+    for ranks in _distinct(layout.expert_dp_group(*c) for c in coords):
+        group = dist.new_group(list(ranks))
+        if rank in ranks:
+            edp = (ranks, group)
     return EpGroups(ranks=mine[0], index=mine[1], group=mine[2], expert_dp_ranks=edp[0], expert_dp_group=edp[1])
 
 

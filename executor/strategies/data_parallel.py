@@ -30,6 +30,8 @@ Plan field → torch component:
   partitioned over dp and the experts' over the expert-data-parallel group, as the memory model has it.
   Under ZeRO-2/3 each expert is its own FSDP2 module over the expert-data-parallel group (gradient
   divide factor dp, sum reductions), the blocks and root over dp hold the rest; no offload with ep.
+  With cp > 1 as well, "dp" here is dp·cp: each context rank exchanges its own tokens over the ep group
+  of its context rank, and the expert-data-parallel group spans the context ranks (executor/moe.py).
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
@@ -211,7 +213,7 @@ class DataParallelRunner:
             if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
         mesh = self.ctx.mesh["dp"]
         if self.expert_params:  # each expert over its expert-data-parallel group first: the blocks skip them
-            shard_experts(self.model, self.ep, self.ctx.layout.dp, reshard, self.ctx.device.type, mp)
+            shard_experts(self.model, self.ep, self.ctx.layout.dp_cp, reshard, self.ctx.device.type, mp)
         for block in self.model.layers:
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
         fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
@@ -282,7 +284,7 @@ class DataParallelRunner:
             self._timed(phases, Phase.DP, lambda: all_reduce_after_backward(
                 self._dense_params(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
         if self.ep is not None and not self.fsdp:  # FSDP2 reduce-scatters them over their group in backward
-            self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp))
+            self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp_cp))
         norm0 = time.perf_counter()
         norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
         norm_s = time.perf_counter() - norm0
