@@ -59,7 +59,7 @@ def test_valid_mask_keeps_ep_with_cp():
 def test_torchao_fp8_of_a_moe_or_latent_attention_model_is_refused(name):
     """torchao's float8 converter swaps nn.Linear modules only; Transformer Engine's recipes run the
     experts' grouped GEMMs and latent attention in FP8 (tests/test_fp8_moe.py)."""
-    with pytest.raises(SpecError, match="use fp8_recipe te or te-blockwise") as err:
+    with pytest.raises(SpecError, match="use fp8_recipe te, te-current, te-blockwise or te-mxfp8") as err:
         build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8")), H100, get_preset(name))
     assert err.value.field == "fp8_recipe"
     _one_line(err)

@@ -46,7 +46,21 @@ cast also produces a transposed copy. Per recipe (:class:`Fp8Recipe`):
   against 1.58× (current) and 1.69× (delayed) with quantization included [src: te-gemm-profiling];
   that slowdown is not modelled (docs/moe.md, *FP8*).
 
-Mixture-of-experts blocks (``te`` and ``te-blockwise`` only, :func:`simulator.strategy.precision.check_fp8`):
+- **Transformer Engine, current scaling** (``Float8CurrentScaling``, Megatron-LM ``--fp8-recipe tensorwise``,
+  Megatron-Bridge's "FP8-CS") [src: te-fp8-current]: one FP32 scale per tensor from the tensor's own amax,
+  so quantizing reads the tensor twice — the amax pass, then scale, cast and (Hopper, Ada) transpose:
+  ``2·e + 2`` bytes per element; no norm-fused quantize (the amax must be known before the cast); weights
+  cast once per step and cached, as ``te``.
+- **Transformer Engine, MXFP8** (``MXFP8BlockScaling``, Blackwell, SM 10.0+) [src: te-mxfp8]: one E8M0
+  (1-byte) scale per 32 consecutive elements; the rowwise and columnwise copies are scaled along
+  different axes, so both are quantized from the BF16 source (one pass here, as ``te-blockwise``):
+  ``e + 2 + 2·1/32`` bytes per element; no norm-fused quantize (assumption); weights cached.
+
+Blackwell's FP8 GEMMs take every layout, so a per-tensor recipe there needs no transposed copy [src:
+te-fp8-current]; the ``te`` and ``te-current`` casts charge it on every device (an overestimate of 1 byte
+per element on B200).
+
+Mixture-of-experts blocks (Transformer Engine's recipes only, :func:`simulator.strategy.precision.check_fp8`):
 Transformer Engine's ``GroupedLinear`` (Megatron-Core ``--moe-grouped-gemm`` with TE) runs the local
 experts' GEMMs in FP8 [src: megatron-core, te-fp8]: the grouped GEMMs of
 :mod:`simulator.workload.moe_ops` (``batch`` = local experts, each on its own rows) become FP8 GEMMs
@@ -83,6 +97,12 @@ SCALE_BYTES = 4
 BLOCK_ELEMENTS = 128
 """Elements per 1-D scaling block of ``te-blockwise`` (activations, gradients) [src: te-fp8-blockwise]."""
 
+MX_SCALE_BYTES = 1
+"""Bytes of one MXFP8 scale (E8M0) [src: te-mxfp8]."""
+
+MX_BLOCK_ELEMENTS = 32
+"""Elements per MXFP8 scaling block [src: te-mxfp8]."""
+
 FP8_OPS = (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP)
 """The operations whose GEMMs run in FP8 (module docstring)."""
 
@@ -113,15 +133,34 @@ class Fp8Recipe(Enum):
     ``--fp8-recipe blockwise``); both copies quantized from the BF16 source in one pass, FP8 weights
     cached over a step's micro-batches [src: te-fp8-blockwise]."""
 
+    TE_CURRENT = "te-current"
+    """Transformer Engine ``Float8CurrentScaling`` (per-tensor scale from the tensor's own amax; Megatron-LM
+    ``--fp8-recipe tensorwise``, Megatron-Bridge FP8-CS): an amax pass before each cast-transpose, FP8
+    weights cached over a step's micro-batches [src: te-fp8-current]."""
+    TE_MXFP8 = "te-mxfp8"
+    """Transformer Engine ``MXFP8BlockScaling`` (Blackwell): an E8M0 scale per 32 elements, rowwise and
+    columnwise copies quantized from the BF16 source, FP8 weights cached [src: te-mxfp8]."""
+
     def cast_bytes_per_element(self, e: int) -> float:
-        """Bytes moved to cast one BF16 element into FP8 with its transposed copy: TE ``e + 2``,
-        torchao ``2·e + 3``, TE block scaling ``e + 2 + 2·4/128`` (two FP32 scales per 128 elements;
-        module docstring)."""
+        """Bytes moved to cast one BF16 element into FP8 with its transposed (or columnwise) copy (module
+        docstring): ``te`` ``e + 2``; ``te-current`` ``2·e + 2``; ``te-blockwise`` ``e + 2 + 2·4/128``
+        (two FP32 scales per 128 elements); ``te-mxfp8`` ``e + 2 + 2·1/32`` (two E8M0 scales per 32);
+        ``torchao`` ``2·e + 3``."""
         if self is Fp8Recipe.TE:
             return e + 2 * FP8_BYTES
+        if self is Fp8Recipe.TE_CURRENT:
+            return 2 * e + 2 * FP8_BYTES
         if self is Fp8Recipe.TE_BLOCKWISE:
             return e + 2 * FP8_BYTES + 2 * SCALE_BYTES / BLOCK_ELEMENTS
+        if self is Fp8Recipe.TE_MXFP8:
+            return e + 2 * FP8_BYTES + 2 * MX_SCALE_BYTES / MX_BLOCK_ELEMENTS
         return 2 * e + 3 * FP8_BYTES
+
+    @property
+    def min_compute_capability(self) -> float:
+        """The oldest GPU generation the recipe runs on: SM 8.9 (Ada, Hopper's FP8), block scaling 9.0, MXFP8
+        10.0 [src: te-fp8-current, te-fp8-blockwise, te-mxfp8]."""
+        return {Fp8Recipe.TE_BLOCKWISE: 9.0, Fp8Recipe.TE_MXFP8: 10.0}.get(self, 8.9)
 
     @property
     def caches_weights(self) -> bool:
