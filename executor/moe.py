@@ -12,7 +12,8 @@ Shared experts (``n_s·f_s`` wide, one MLP) see every token; Qwen-MoE's shared g
 (``executor.strategies.base.check_model``, before launch).
 
 **Round-robin routing** (the plan's ``moe_routing: round-robin``, :func:`apply_routing`): token ``t``
-of a rank's micro-batch (its ``T`` tokens flattened sample-major) goes to experts ``(t·k + j) mod E``,
+of a rank's micro-batch (its ``T`` tokens flattened sample-major; under context parallelism a context rank's
+tokens keep their index in the whole micro-batch, :func:`route_context_tokens`) goes to experts ``(t·k + j) mod E``,
 ``j < k`` — NeMo AutoModel's fake balanced gate [src: automodel-perf], the definition
 ``simulator.workload.moe_routing`` counts the dispatch with: k distinct consecutive experts, and every
 expert receives ``T·k/E`` token copies (exactly when E divides T·k, else the counts differ by at most
@@ -258,6 +259,17 @@ def apply_routing(model, routing: Routing, micro_batch_tokens: int) -> str | Non
         return (f"round-robin: token t of each {micro_batch_tokens}-token micro-batch to experts (t·k + j) mod E, "
                 "weighted by the router's probabilities of them (executor/moe.py)")
     return "learned: the router's top-k softmax experts (executor/moe.py)"
+
+
+def route_context_tokens(model, positions: torch.Tensor, seq: int) -> None:
+    """Under context parallelism, give round-robin routing each token's index in its micro-batch: a context rank
+    holds sequence positions ``positions`` of each of its ``b`` samples, so token j of sample i is
+    ``i·seq + positions[j]`` — the index the one-process reference routes it by (module docstring)."""
+    def index(shape, device):
+        rows = torch.arange(shape[0], device=device).unsqueeze(1) * seq
+        return (rows + positions.to(device).unsqueeze(0)).reshape(-1)
+    for moe in moe_layers(model):
+        moe.token_index = index
 
 
 def moe_layers(model) -> list[MoE]:

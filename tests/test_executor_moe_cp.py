@@ -6,7 +6,8 @@ replicas at the same cp coordinate, ``ParallelLayout.ep_group``); the experts' g
 expert-data-parallel group, which spans both context ranks of a replica ((dp/ep)·cp = 2 ranks, Megatron-Core's
 expert-data-parallel group with context parallelism [src: megatron-moe-cp]), and divided by dp·cp. Plans: Mixtral
 top-2 under ring attention and DDP, Qwen top-4 with its gated shared expert under the all-to-all (Ulysses) variant
-and ZeRO-1, Mixtral under FSDP2 ZeRO-3 with full recomputation. The tiny presets train 3 AdamW steps, fp32,
+and ZeRO-1, Mixtral under FSDP2 ZeRO-3 with full recomputation, Qwen under round-robin routing (a context rank's
+tokens keep their index in the whole micro-batch: executor.moe.route_context_tokens). The tiny presets train 3 AdamW steps, fp32,
 compared with one process on the whole global batch (executor.reference): loss and gradient norm within 1e-5
 relative (the same float32 sums in another order; experts exchanged over the wrong group, or their gradients
 divided by dp instead of dp·cp, or reduced over the ep group, move them far more). The ep peers log the same
@@ -40,6 +41,7 @@ PLANS = {
                                                           "zero": 1}),
     "mixtral top-2 ep2 cp2 ring zero3 recompute": (MIXTRAL, {"dp": 2, "cp": 2, "ep": 2, "zero": 3,
                                                              "recompute": "full"}),
+    "qwen top-4 shared ep2 cp2 ring round-robin": (QWEN, {"dp": 2, "cp": 2, "ep": 2, "moe_routing": "round-robin"}),
 }
 
 

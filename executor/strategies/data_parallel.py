@@ -56,7 +56,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
-                          reduce_expert_gradients, shard_experts)
+                          reduce_expert_gradients, route_context_tokens, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
 from executor.strategies.base import (OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, RunContext, StepRecord,
@@ -68,7 +68,6 @@ from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.workload import Recompute
-from simulator.workload.moe_routing import Routing
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -93,10 +92,6 @@ def check(plan, layout) -> None:
     if layout.ep > 1 and s.offload is not Offload.NONE:
         raise SpecError("plan.strategy.offload", f"{s.offload.value} with ep {layout.ep}: this executor does not "
                         "offload the experts' FSDP2 shards (not implemented); use offload none, or ep 1")
-    if s.moe_routing is Routing.ROUND_ROBIN and layout.cp > 1:
-        raise SpecError("plan.strategy.moe_routing", f"round-robin with cp {layout.cp}: this executor counts "
-                        "round-robin tokens over a whole micro-batch, and a cp rank holds part of each sequence; "
-                        "use moe_routing learned or cp 1")
     if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
@@ -135,6 +130,7 @@ class DataParallelRunner:
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
             self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
+            route_context_tokens(model, self.tokens, ctx.spec.seq_len)  # round-robin: tokens' micro-batch index
         self.ep = self.ep_clock = None
         expert_names: set[str] = set()
         if layout.ep > 1:
