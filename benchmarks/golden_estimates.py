@@ -6,7 +6,8 @@ them on the current code and compares to 1e-9. Only the flat strategy keys and t
 entry points are used, so the same script runs before and after a refactor.
 
 The cases: the README's ``simulate`` examples and a spread of layouts (DDP, ZeRO 1-3, offload,
-1F1B/GPipe/interleaved pipelines, TP+SP, recompute, eager attention, a parameter server, buckets).
+1F1B/GPipe/interleaved pipelines, TP+SP, recompute, eager attention, a parameter server, buckets) and a
+mixture-of-experts model with expert and context parallelism under FP8 block scaling.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ CASES = {
     "gpt3-2.7b-ddp-tree-no-overlap": ("gpt3-2.7b", "dgx-a100", 4, None, {"global_batch": 128, "dp": 32,
                                                                         "allreduce_algorithm": "tree",
                                                                         "overlap_grad_reduce": False}),
+    "mixtral-fp8-blockwise-ep-cp": ("mixtral-8x7b", "dgx-h100", 2, 8192, {"global_batch": 16, "dp": 4, "cp": 2, "tp": 2,
+                                                                        "ep": 2, "sequence_parallel": True,
+                                                                        "framework": "megatron", "zero": 1,
+                                                                        "precision": "fp8",
+                                                                        "fp8_recipe": "te-blockwise"}),
 }
 DES_CASES = ("gpt3-125m-small-3d", "gpt3-1.3b-ps-async", "gpt3-1.3b-interleaved-sp", "llama2-7b-z2-ring-buckets")
 

@@ -12,7 +12,8 @@ Shared experts (``n_s·f_s`` wide, one MLP) see every token; Qwen-MoE's shared g
 (``executor.strategies.base.check_model``, before launch).
 
 **Round-robin routing** (the plan's ``moe_routing: round-robin``, :func:`apply_routing`): token ``t``
-of a rank's micro-batch (its ``T`` tokens flattened sample-major) goes to experts ``(t·k + j) mod E``,
+of a rank's micro-batch (its ``T`` tokens flattened sample-major; under context parallelism a context rank's
+tokens keep their index in the whole micro-batch, :func:`route_context_tokens`) goes to experts ``(t·k + j) mod E``,
 ``j < k`` — NeMo AutoModel's fake balanced gate [src: automodel-perf], the definition
 ``simulator.workload.moe_routing`` counts the dispatch with: k distinct consecutive experts, and every
 expert receives ``T·k/E`` token copies (exactly when E divides T·k, else the counts differ by at most
@@ -46,6 +47,14 @@ group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by d
 the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
 (:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
 reduce-scatter does the same sum and division by dp.
+
+**With context parallelism** (cp > 1, tp = pp = 1; :mod:`executor.context`): each context rank routes its
+own ``s/cp`` tokens of every sample and exchanges them over the ep group of its context rank (ep replicas
+at the same cp coordinate, ``ParallelLayout.ep_group``); the experts' gradients are summed over the
+expert-data-parallel group, which then spans every context rank ((dp/ep)·cp ranks,
+Megatron-Core's expert-data-parallel group with context parallelism [src: megatron-moe-cp]), and divided
+by dp·cp: the global loss is the mean of the dp·cp ranks' local means, and the group's ranks, each with
+its ep peers' gradients, cover every one of them once. "dp" above is dp·cp then (``ParallelLayout.dp_cp``).
 """
 
 from __future__ import annotations
@@ -99,24 +108,26 @@ class EpGroups:
     expert_dp_group: object
 
 
+def _distinct(groups) -> list[tuple[int, ...]]:
+    """``groups`` without repeats, in order of first appearance (the same on every rank)."""
+    return list(dict.fromkeys(groups))
+
+
 def make_ep_groups(layout, rank: int) -> EpGroups:
     """Create every ep group, then every expert-data-parallel group, of the layout (every rank calls this,
-    in the same order) and return this rank's."""
+    in the same order) and return this rank's. Both are read from ``ParallelLayout`` at every dp·cp
+    coordinate: with context parallelism an ep group is ep replicas at one context rank, an
+    expert-data-parallel group the replicas ≡ mod ep at every context rank ((dp/ep)·cp ranks)."""
     mine, edp = None, None
-    for p in range(layout.pp):
-        for t in range(layout.tp):
-            for first in range(0, layout.dp, layout.ep):
-                ranks = layout.ep_group(p, t, first)
-                group = dist.new_group(list(ranks))
-                if rank in ranks:
-                    mine = (ranks, ranks.index(rank), group)
-    for p in range(layout.pp):
-        for t in range(layout.tp):
-            for d in range(layout.ep):
-                ranks = layout.expert_dp_group(p, t, d)
-                group = dist.new_group(list(ranks))
-                if rank in ranks:
-                    edp = (ranks, group)
+    coords = [(p, t, d) for p in range(layout.pp) for t in range(layout.tp) for d in range(layout.dp_cp)]
+    for ranks in _distinct(layout.ep_group(*c) for c in coords):
+        group = dist.new_group(list(ranks))
+        if rank in ranks:
+            mine = (ranks, ranks.index(rank), group)
+    for ranks in _distinct(layout.expert_dp_group(*c) for c in coords):
+        group = dist.new_group(list(ranks))
+        if rank in ranks:
+            edp = (ranks, group)
     return EpGroups(ranks=mine[0], index=mine[1], group=mine[2], expert_dp_ranks=edp[0], expert_dp_group=edp[1])
 
 
@@ -248,6 +259,17 @@ def apply_routing(model, routing: Routing, micro_batch_tokens: int) -> str | Non
         return (f"round-robin: token t of each {micro_batch_tokens}-token micro-batch to experts (t·k + j) mod E, "
                 "weighted by the router's probabilities of them (executor/moe.py)")
     return "learned: the router's top-k softmax experts (executor/moe.py)"
+
+
+def route_context_tokens(model, positions: torch.Tensor, seq: int) -> None:
+    """Under context parallelism, give round-robin routing each token's index in its micro-batch: a context rank
+    holds sequence positions ``positions`` of each of its ``b`` samples, so token j of sample i is
+    ``i·seq + positions[j]`` — the index the one-process reference routes it by (module docstring)."""
+    def index(shape, device):
+        rows = torch.arange(shape[0], device=device).unsqueeze(1) * seq
+        return (rows + positions.to(device).unsqueeze(0)).reshape(-1)
+    for moe in moe_layers(model):
+        moe.token_index = index
 
 
 def moe_layers(model) -> list[MoE]:

@@ -48,8 +48,9 @@ def moe_reference(spec, routing, micro_batch: int):
 
 def expected_states(model, layout, rank: int, zero, framework) -> tuple[float, float, float]:
     """(parameters at rest, gradients, optimizer + step tensors) the memory model gives ``rank`` of ``layout``
-    in fp32: its stage's dense tensors over dp, the routed experts (ep > 1) over the dp/ep ranks holding them —
-    what a MoE executor run's ``model_state_bytes`` must equal byte for byte."""
+    in fp32: its stage's dense tensors over dp·cp, the routed experts (ep > 1) over the (dp/ep)·cp ranks holding
+    them (``ParallelLayout.expert_dp_group``, ``rank``'s place in it) — what a MoE executor run's
+    ``model_state_bytes`` must equal byte for byte."""
     from simulator.memory.moe import add_states, split_experts
     from simulator.memory.shapes import stage_param_shapes
     from simulator.memory.states import model_state_bytes
@@ -59,10 +60,10 @@ def expected_states(model, layout, rank: int, zero, framework) -> tuple[float, f
     shapes = stage_param_shapes(model, tp=layout.tp, pp=layout.pp, stage=c.pp, layers=layout.layer_indices(c.pp),
                                 ep=layout.ep)
     dense, experts = split_experts(shapes) if layout.ep > 1 else (shapes, [])
-    states = model_state_bytes(dense, dp=layout.dp, zero=zero, dtype=DtypePolicy.FP32, framework=framework,
+    states = model_state_bytes(dense, dp=layout.dp_cp, zero=zero, dtype=DtypePolicy.FP32, framework=framework,
                                rank=c.dp)
     if experts:
-        states = add_states(states, model_state_bytes(experts, dp=layout.dp // layout.ep, zero=zero,
-                                                      dtype=DtypePolicy.FP32, framework=framework,
-                                                      rank=c.dp // layout.ep))
+        holders = layout.expert_dp_group(c.pp, c.tp, c.dp)
+        states = add_states(states, model_state_bytes(experts, dp=len(holders), zero=zero, dtype=DtypePolicy.FP32,
+                                                      framework=framework, rank=holders.index(rank)))
     return states.params_at_rest_bytes, states.grads_bytes, states.optimizer_bytes + states.optimizer_step_bytes

@@ -188,7 +188,6 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
     load_families()
     cluster = load_cluster("dgx-h100")
     for flat, field in (({"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload"),
-                        ({"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing"),
                         ({"dp": 2, "dp_sync": "param-server", "moe_routing": "round-robin"},
                          "plan.strategy.moe_routing")):
         ps = flat.get("dp_sync") == "param-server"  # lays out over every GPU of its cluster
@@ -204,7 +203,6 @@ def test_what_the_executor_does_not_run_with_experts_is_refused_in_one_line():
 @pytest.mark.parametrize("model, flat, needle", [
     ("deepseek-v2-lite", {"dp": 2, "ep": 2}, "model: deepseek-v2-lite-tiny has latent attention"),
     ("mixtral-8x7b", {"dp": 2, "ep": 2, "zero": 3, "offload": "params"}, "plan.strategy.offload: params with ep 2"),
-    ("mixtral-8x7b", {"cp": 2, "moe_routing": "round-robin"}, "plan.strategy.moe_routing: round-robin with cp 2"),
 ])
 def test_execute_refuses_before_launch_in_one_line(tmp_path, capsys, model, flat, needle):
     from trainplan.__main__ import main

@@ -180,3 +180,22 @@ def test_estimate_many_agrees_with_estimate_under_fp8():
     strategies = [strategy_from_flat(k) for k in keys]
     many = estimate_many(H100, LLAMA, strategies).step_time_s.tolist()
     assert many == pytest.approx([estimate(H100, LLAMA, s).step_time_s for s in strategies], rel=1e-12)
+
+
+def test_transformer_engine_recipes_cast_bytes_and_generations():
+    """Per BF16 element (e = 2): current scaling reads it twice (amax, then cast) and writes FP8 and its
+    transpose, 2·2 + 2 = 6 [src: te-fp8-current]; MXFP8 one pass writing two copies with an E8M0 scale per 32
+    elements each, 2 + 2 + 2/32 [src: te-mxfp8]; block scaling the same with an FP32 scale per 128,
+    2 + 2 + 8/128 [src: te-fp8-blockwise]. All keep the FP8 weights over the step; only delayed scaling's
+    inputs come out of the norm or activation already in FP8. Block scaling needs Hopper, MXFP8 Blackwell."""
+    assert Fp8Recipe.TE_CURRENT.cast_bytes_per_element(2) == 6
+    assert Fp8Recipe.TE_MXFP8.cast_bytes_per_element(2) == Fp8Recipe.TE_BLOCKWISE.cast_bytes_per_element(2) == 4.0625
+    te = [r for r in Fp8Recipe if r is not Fp8Recipe.TORCHAO]
+    assert all(r.caches_weights for r in te) and [r for r in Fp8Recipe if r.fuses_input_casts] == [Fp8Recipe.TE]
+    current = _block(Fp8Recipe.TE_CURRENT)
+    assert _named(current[OpKind.QKV].fwd)["qkv.cast_input"].bytes == 6 * T * 4096
+    b200, h100_mx = load_cluster("dgx-b200", nodes=1), dict(global_batch=8, precision="fp8", fp8_recipe="te-mxfp8")
+    build_layout(strategy_from_flat(h100_mx), b200, LLAMA)
+    with pytest.raises(SpecError, match="te-mxfp8: Transformer Engine runs it on SM 10 or later") as err:
+        build_layout(strategy_from_flat(h100_mx), H100, LLAMA)
+    assert err.value.field == "fp8_recipe"

@@ -1,6 +1,6 @@
 """Mixture of experts meets context parallelism, FP8 and unrolled pipelines (the moe and cp-fp8 merge):
 what works together (cp with ep: each rank routes its own s/cp tokens, the experts' gradients reduce over
-(dp/ep)·cp ranks), what is refused with one line naming the field (FP8 of a MoE or latent-attention model,
+(dp/ep)·cp ranks), what is refused with one line naming the field (torchao FP8 of a MoE or latent-attention model,
 cp of latent attention, ep > 1 in unrolled pipelines), and the planner searching and explaining both axes."""
 
 from __future__ import annotations
@@ -56,11 +56,16 @@ def test_valid_mask_keeps_ep_with_cp():
 
 
 @pytest.mark.parametrize("name", ["qwen1.5-moe-a2.7b", "deepseek-v2-lite"])
-def test_fp8_of_a_moe_or_latent_attention_model_is_refused(name):
-    with pytest.raises(SpecError, match="use precision model") as err:
+def test_torchao_fp8_of_a_moe_or_latent_attention_model_is_refused(name):
+    """torchao's float8 converter swaps nn.Linear modules only; Transformer Engine's recipes run the
+    experts' grouped GEMMs and latent attention in FP8 (tests/test_fp8_moe.py)."""
+    with pytest.raises(SpecError, match="use fp8_recipe te, te-current, te-blockwise or te-mxfp8") as err:
         build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8")), H100, get_preset(name))
-    assert err.value.field == "precision"
+    assert err.value.field == "fp8_recipe"
     _one_line(err)
+    for recipe in ("te", "te-blockwise"):
+        build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8", fp8_recipe=recipe)), H100,
+                     get_preset(name))
 
 
 def test_cp_of_latent_attention_is_refused():

@@ -232,10 +232,10 @@ def check_model(spec) -> None:
 
 def family_spec(layout: ParallelLayout) -> FamilySpec:
     """The registered family that runs ``layout``; an unregistered one is a one-line SpecError."""
-    if layout.ep > 1 and (layout.cp > 1 or isinstance(layout.strategy.dp_sync, ParamServerSync)):
-        raise SpecError("plan.strategy.ep", f"{layout.ep}: this executor runs expert parallelism with cp = 1 "
-                        f"and an all-reduce (got cp={layout.cp}, {layout.strategy.dp_sync.kind.value});"
-                        " simulate the plan, or execute it with ep 1, or with cp 1 and an all-reduce")
+    if layout.ep > 1 and isinstance(layout.strategy.dp_sync, ParamServerSync):
+        raise SpecError("plan.strategy.ep", f"{layout.ep}: this executor runs expert parallelism with an all-reduce "
+                        f"(got {layout.strategy.dp_sync.kind.value}); simulate the plan, or execute it with ep 1, "
+                        "or with an all-reduce")
     if layout.strategy.offload_activations:
         raise SpecError("plan.strategy.offload_activations", "true: this executor keeps activations on the "
                         "device (host offload of checkpoints not implemented); simulate the plan, or execute "

@@ -30,6 +30,8 @@ Plan field → torch component:
   partitioned over dp and the experts' over the expert-data-parallel group, as the memory model has it.
   Under ZeRO-2/3 each expert is its own FSDP2 module over the expert-data-parallel group (gradient
   divide factor dp, sum reductions), the blocks and root over dp hold the rest; no offload with ep.
+  With cp > 1 as well, "dp" here is dp·cp: each context rank exchanges its own tokens over the ep group
+  of its context rank, and the expert-data-parallel group spans the context ranks (executor/moe.py).
 
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
@@ -54,7 +56,7 @@ from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
-                          reduce_expert_gradients, shard_experts)
+                          reduce_expert_gradients, route_context_tokens, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
 from executor.strategies.base import OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register
@@ -66,7 +68,6 @@ from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.workload import Recompute
-from simulator.workload.moe_routing import Routing
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -91,10 +92,6 @@ def check(plan, layout) -> None:
     if layout.ep > 1 and s.offload is not Offload.NONE:
         raise SpecError("plan.strategy.offload", f"{s.offload.value} with ep {layout.ep}: this executor does not "
                         "offload the experts' FSDP2 shards (not implemented); use offload none, or ep 1")
-    if s.moe_routing is Routing.ROUND_ROBIN and layout.cp > 1:
-        raise SpecError("plan.strategy.moe_routing", f"round-robin with cp {layout.cp}: this executor counts "
-                        "round-robin tokens over a whole micro-batch, and a cp rank holds part of each sequence; "
-                        "use moe_routing learned or cp 1")
     if sync.algorithm is not AllReduceAlgorithm.AUTO and layout.dp > 1:
         build_schedule(plan.cluster, layout.dp_groups[0], Op.ALL_REDUCE, 4 * layout.dp, sync.algorithm.value)
 
@@ -133,6 +130,7 @@ class DataParallelRunner:
         """Sequence positions this rank holds under context parallelism (None: all)."""
         if layout.cp > 1:
             self.tokens = apply_context(model, make_cp_group(layout, ctx.rank), s.context, ctx.spec.seq_len)
+            route_context_tokens(model, self.tokens, ctx.spec.seq_len)  # round-robin: tokens' micro-batch index
         self.ep = self.ep_clock = None
         expert_names: set[str] = set()
         if layout.ep > 1:
@@ -211,7 +209,7 @@ class DataParallelRunner:
             if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
         mesh = self.ctx.mesh["dp"]
         if self.expert_params:  # each expert over its expert-data-parallel group first: the blocks skip them
-            shard_experts(self.model, self.ep, self.ctx.layout.dp, reshard, self.ctx.device.type, mp)
+            shard_experts(self.model, self.ep, self.ctx.layout.dp_cp, reshard, self.ctx.device.type, mp)
         for block in self.model.layers:
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
         fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
@@ -282,7 +280,7 @@ class DataParallelRunner:
             self._timed(phases, Phase.DP, lambda: all_reduce_after_backward(
                 self._dense_params(), self.hook, self.ctx.layout.bucket_bytes, len(self.dp_ranks)))
         if self.ep is not None and not self.fsdp:  # FSDP2 reduce-scatters them over their group in backward
-            self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp))
+            self._timed(phases, Phase.DP, lambda: reduce_expert_gradients(self.expert_params, self.ep, layout.dp_cp))
         norm0 = time.perf_counter()
         norm = self._grad_norm()  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
         norm_s = time.perf_counter() - norm0

@@ -24,7 +24,7 @@ from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
-from simulator.workload.fp8 import Fp8Recipe, te_weight_cast_bytes
+from simulator.workload.fp8 import te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
 
 ParamFetch = offload_part.ParamFetch
@@ -143,12 +143,13 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
 
 
 def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
-    """Transformer Engine's once-per-step cast of the rank's FP8 weights (:func:`te_weight_cast_bytes`),
-    charged with the optimizer step whose weights it casts."""
-    if layout.strategy.resolved_fp8_recipe is not Fp8Recipe.TE:
+    """Transformer Engine's once-per-step cast of the rank's FP8 weights (:func:`te_weight_cast_bytes`: its
+    blocks' linears, a MoE block's local experts included), charged with the optimizer step whose weights it casts."""
+    recipe = layout.strategy.resolved_fp8_recipe
+    if recipe is None or not recipe.caches_weights:
         return 0.0
-    blocks = layout.layers_per_rank[r]
-    return memory_kernel_s(cache.cluster.device, workload.dtype, blocks * te_weight_cast_bytes(workload, layout.tp))
+    nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r))
+    return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes)
 
 
 def _deepspeed_zero3(layout: ParallelLayout) -> bool:

@@ -23,7 +23,8 @@ def expert_split(layout: ParallelLayout, cc) -> tuple[float, float]:
 def gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tuple[CommCall, ...]:
     """Per-block ZeRO-3 parameter all-gathers: the dense part over dp, the experts over the expert-dp group;
     ``block_bytes`` a whole block's gather (:func:`gathered_block_bytes`) when the experts are not apart
-    (FP8 is refused with experts, :func:`simulator.strategy.precision.check_fp8`, so they never meet)."""
+    (the float8 all-gather is torchao's, refused with experts by :func:`simulator.strategy.precision.check_fp8`,
+    so they never meet)."""
     dense, experts = expert_split(layout, cc)
     gathered = dense * pbytes if experts else block_bytes
     calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp)

@@ -2,8 +2,9 @@
 
 - Transformer Engine keeps each FP8 linear's weight in FP8 together with its transpose between the
   micro-batches of a step (the weight workspaces of ``Linear`` / ``LayerNormLinear`` /
-  ``LayerNormMLP`` [src: te-fp8]): 2 bytes per weight of the rank's FP8 linears, on top of the
-  16-bit parameters and the fp32 master copy, which stay as they are.
+  ``LayerNormMLP`` / ``GroupedLinear`` [src: te-fp8]; block scaling keeps both copies too [src:
+  te-fp8-blockwise]): 2 bytes per weight of the rank's FP8 linears — a MoE block's local experts
+  included — on top of the 16-bit parameters and the fp32 master copy, which stay as they are.
 - torchao's float8 casts per micro-batch and keeps nothing between them; with FSDP2's float8
   all-gather the ZeRO-3 gathered blocks hold their FP8 linear weights at 1 byte instead of 2
   [src: torchao-float8] (the norms stay 16-bit). Only the gathered blocks change, when a
@@ -18,19 +19,20 @@ from dataclasses import replace
 
 from simulator.memory.buffers import ZERO3_GATHERED_BLOCKS, BufferBytes
 from simulator.strategy import ParallelLayout, ZeroStage
-from simulator.workload.fp8 import FP8_BYTES, Fp8Recipe, fp8_linear_weights, fp8_weight_cache_bytes
+from simulator.workload.fp8 import FP8_BYTES, fp8_linear_weights, fp8_weight_cache_bytes
 
 __all__ = ["with_fp8"]
 
 
-def with_fp8(buffers: BufferBytes, model, layout: ParallelLayout, blocks: int, largest_block: int,
+def with_fp8(buffers: BufferBytes, model, layout: ParallelLayout, blocks: tuple[int, ...], largest_block: int,
              block_numel: int) -> BufferBytes:
-    """``buffers`` of a rank holding ``blocks`` transformer blocks of ``block_numel`` elements each
-    (``largest_block``: the largest unit ZeRO-3 gathers), with the FP8 recipe's changes (module docstring)."""
+    """``buffers`` of a rank holding the transformer blocks ``blocks`` (layer indices; ``block_numel``
+    elements in the first, ``largest_block``: the largest unit ZeRO-3 gathers), with the FP8 recipe's
+    changes (module docstring)."""
     s = layout.strategy
     recipe = s.resolved_fp8_recipe
-    if recipe is Fp8Recipe.TE:
-        return replace(buffers, fp8_weights_bytes=float(blocks * fp8_weight_cache_bytes(model, layout.tp)))
+    if recipe.caches_weights:
+        return replace(buffers, fp8_weights_bytes=float(fp8_weight_cache_bytes(model, layout.tp, layout.ep, blocks)))
     if s.fp8_all_gather and s.zero is ZeroStage.ZERO3 and blocks and largest_block == block_numel:
         saved = ZERO3_GATHERED_BLOCKS * fp8_linear_weights(model, layout.tp) * (model.dtype.param_bytes - FP8_BYTES)
         return replace(buffers, gathered_params_bytes=buffers.gathered_params_bytes - saved)

@@ -172,7 +172,7 @@ def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
                            mixed_precision=mixed, reduce_bytes=reduce_bytes)
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
-        buffers = with_fp8(buffers, model, layout, len(blocks), largest, block_numel)
+        buffers = with_fp8(buffers, model, layout, tuple(blocks), largest, block_numel)
     # under autocast the states keep no fp32 master (state_dtype): the optimizer bytes are the two moments
     step = optimizer_step_bytes(impl=s.resolved_optimizer_impl(foreach_device=cuda),
                                 moment_bytes=placed.gpu.optimizer_bytes,

@@ -31,6 +31,46 @@ cast also produces a transposed copy. Per recipe (:class:`Fp8Recipe`):
   micro-batch: nothing is cached) and output gradients are all cast this way. With FSDP2's float8
   all-gather (``enable_fsdp_float8_all_gather``) the weight is cast on its shard before the gather,
   so the cast covers ``1/dp`` of the weight and the all-gather moves 1 byte per parameter.
+- **Transformer Engine, FP8 block scaling** (``Float8BlockScaling``, Megatron-LM ``--fp8-recipe
+  blockwise``; DeepSeek-V3's fine-grained quantization, §3.3.2 of its report [src: deepseek-v3]) [src:
+  te-fp8-blockwise]: one FP32 scale per 1×128 block of activations and gradients and per 128×128 block
+  of weights, E4M3 throughout. A 1×128-scaled tensor cannot be transposed after quantization (its
+  column blocks differ), so the rowwise and columnwise copies are both quantized from the BF16 source
+  — in one kernel (TE's ``block_scaled_1d_cast_transpose_kernel`` reads the input once and writes both
+  copies and their scales): ``e + 2 + 2·4/128`` bytes per element. The norm and activation outputs are
+  not quantized inside those kernels here (TE fuses the FP8 output into the norm for per-tensor scaling;
+  for block scaling this model charges a separate quantize of every GEMM input: an assumption). Weights
+  are cast once per step and kept in FP8 with their transpose, as for ``te``. The block-scaled GEMMs
+  run at the device's FP8 rate like the per-tensor ones: Hopper runs them with the scales applied in
+  software (the TE documentation's word), which NVIDIA's own H200 GEMM profile puts at 1.40× over BF16
+  against 1.58× (current) and 1.69× (delayed) with quantization included [src: te-gemm-profiling];
+  that slowdown is not modelled (docs/moe.md, *FP8*).
+
+- **Transformer Engine, current scaling** (``Float8CurrentScaling``, Megatron-LM ``--fp8-recipe tensorwise``,
+  Megatron-Bridge's "FP8-CS") [src: te-fp8-current]: one FP32 scale per tensor from the tensor's own amax,
+  so quantizing reads the tensor twice — the amax pass, then scale, cast and (Hopper, Ada) transpose:
+  ``2·e + 2`` bytes per element; no norm-fused quantize (the amax must be known before the cast); weights
+  cast once per step and cached, as ``te``.
+- **Transformer Engine, MXFP8** (``MXFP8BlockScaling``, Blackwell, SM 10.0+) [src: te-mxfp8]: one E8M0
+  (1-byte) scale per 32 consecutive elements; the rowwise and columnwise copies are scaled along
+  different axes, so both are quantized from the BF16 source (one pass here, as ``te-blockwise``):
+  ``e + 2 + 2·1/32`` bytes per element; no norm-fused quantize (assumption); weights cached.
+
+Blackwell's FP8 GEMMs take every layout, so a per-tensor recipe there needs no transposed copy [src:
+te-fp8-current]; the ``te`` and ``te-current`` casts charge it on every device (an overestimate of 1 byte
+per element on B200).
+
+Mixture-of-experts blocks (Transformer Engine's recipes only, :func:`simulator.strategy.precision.check_fp8`):
+Transformer Engine's ``GroupedLinear`` (Megatron-Core ``--moe-grouped-gemm`` with TE) runs the local
+experts' GEMMs in FP8 [src: megatron-core, te-fp8]: the grouped GEMMs of
+:mod:`simulator.workload.moe_ops` (``batch`` = local experts, each on its own rows) become FP8 GEMMs
+through the same grouped-GEMM efficiency, each expert's input and output gradient is cast (``batch ×``
+the rows), and the local experts' weights join the rank's FP8 weight cache (:func:`fp8_linear_weights`).
+The permuted tokens reach ``GroupedLinear`` in BF16: Megatron-Core's all-to-all and DeepEP
+dispatchers move the BF16 hidden states and the quantization happens inside the experts' linear
+(DeepSeek-V3's own framework dispatches FP8 and combines BF16, §3.3.2; not a framework modelled
+here), so the dispatch bytes do not change. The router stays in BF16 (Megatron-Core's router is not a
+TE module). Latent-attention projections are TE linears and run in FP8 like Q/K/V.
 """
 
 from __future__ import annotations
@@ -46,10 +86,22 @@ if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 __all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights",
-           "fp8_weight_cache_bytes", "te_weight_cast_bytes"]
+           "fp8_weight_cache_bytes", "rank_fp8_linear_weights", "te_weight_cast_bytes"]
 
 FP8_BYTES = 1
 """Bytes per FP8 element (E4M3 or E5M2)."""
+
+SCALE_BYTES = 4
+"""Bytes of one block scale of ``te-blockwise`` (FP32) [src: te-fp8-blockwise]."""
+
+BLOCK_ELEMENTS = 128
+"""Elements per 1-D scaling block of ``te-blockwise`` (activations, gradients) [src: te-fp8-blockwise]."""
+
+MX_SCALE_BYTES = 1
+"""Bytes of one MXFP8 scale (E8M0) [src: te-mxfp8]."""
+
+MX_BLOCK_ELEMENTS = 32
+"""Elements per MXFP8 scaling block [src: te-mxfp8]."""
 
 FP8_OPS = (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP)
 """The operations whose GEMMs run in FP8 (module docstring)."""
@@ -76,13 +128,49 @@ class Fp8Recipe(Enum):
     TORCHAO = "torchao"
     """torchao float8 training, tensorwise dynamic scaling (torchtitan); an amax pass per cast, weights
     cast every micro-batch."""
+    TE_BLOCKWISE = "te-blockwise"
+    """Transformer Engine ``Float8BlockScaling`` (DeepSeek-V3's 1×128 / 128×128 block scaling; Megatron-LM
+    ``--fp8-recipe blockwise``); both copies quantized from the BF16 source in one pass, FP8 weights
+    cached over a step's micro-batches [src: te-fp8-blockwise]."""
 
-    def cast_bytes_per_element(self, e: int) -> int:
-        """Bytes moved to cast one BF16 element into FP8 with its transposed copy: TE ``e + 2``,
-        torchao ``2·e + 3`` (module docstring)."""
+    TE_CURRENT = "te-current"
+    """Transformer Engine ``Float8CurrentScaling`` (per-tensor scale from the tensor's own amax; Megatron-LM
+    ``--fp8-recipe tensorwise``, Megatron-Bridge FP8-CS): an amax pass before each cast-transpose, FP8
+    weights cached over a step's micro-batches [src: te-fp8-current]."""
+    TE_MXFP8 = "te-mxfp8"
+    """Transformer Engine ``MXFP8BlockScaling`` (Blackwell): an E8M0 scale per 32 elements, rowwise and
+    columnwise copies quantized from the BF16 source, FP8 weights cached [src: te-mxfp8]."""
+
+    def cast_bytes_per_element(self, e: int) -> float:
+        """Bytes moved to cast one BF16 element into FP8 with its transposed (or columnwise) copy (module
+        docstring): ``te`` ``e + 2``; ``te-current`` ``2·e + 2``; ``te-blockwise`` ``e + 2 + 2·4/128``
+        (two FP32 scales per 128 elements); ``te-mxfp8`` ``e + 2 + 2·1/32`` (two E8M0 scales per 32);
+        ``torchao`` ``2·e + 3``."""
         if self is Fp8Recipe.TE:
             return e + 2 * FP8_BYTES
+        if self is Fp8Recipe.TE_CURRENT:
+            return 2 * e + 2 * FP8_BYTES
+        if self is Fp8Recipe.TE_BLOCKWISE:
+            return e + 2 * FP8_BYTES + 2 * SCALE_BYTES / BLOCK_ELEMENTS
+        if self is Fp8Recipe.TE_MXFP8:
+            return e + 2 * FP8_BYTES + 2 * MX_SCALE_BYTES / MX_BLOCK_ELEMENTS
         return 2 * e + 3 * FP8_BYTES
+
+    @property
+    def min_compute_capability(self) -> float:
+        """The oldest GPU generation the recipe runs on: SM 8.9 (Ada, Hopper's FP8), block scaling 9.0, MXFP8
+        10.0 [src: te-fp8-current, te-fp8-blockwise, te-mxfp8]."""
+        return {Fp8Recipe.TE_BLOCKWISE: 9.0, Fp8Recipe.TE_MXFP8: 10.0}.get(self, 8.9)
+
+    @property
+    def caches_weights(self) -> bool:
+        """Transformer Engine's recipes keep the FP8 weights (and transposes) over a step's micro-batches."""
+        return self is not Fp8Recipe.TORCHAO
+
+    @property
+    def fuses_input_casts(self) -> bool:
+        """Whether the norm / activation kernels write the FP8 GEMM inputs themselves (``te`` only)."""
+        return self is Fp8Recipe.TE
 
 
 def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
@@ -93,15 +181,16 @@ def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
 
 
 def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int) -> tuple[list[Kernel], list[Kernel]]:
-    """(forward, backward) cast kernels of one forward GEMM ``kernel`` (m×k input, k×n weight, m×n output)."""
-    m, n, k = kernel.shape.m, kernel.shape.n, kernel.shape.k
+    """(forward, backward) cast kernels of one forward GEMM ``kernel`` (m×k input, k×n weight, m×n output,
+    ``batch`` times: a grouped GEMM's experts each cast their own rows and weight)."""
+    m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
     per = recipe.cast_bytes_per_element(e)
     fwd = []
-    if not (recipe is Fp8Recipe.TE and kernel.name in _FUSED_INPUT_CAST):
-        fwd.append(memory(f"{kernel.name}.cast_input", per * m * k))
-    if recipe is Fp8Recipe.TORCHAO:  # weights cast every micro-batch (on the shard with a float8 all-gather)
-        fwd.append(memory(f"{kernel.name}.cast_weight", per * k * n / weight_shards))
-    return fwd, [memory(f"{kernel.name}.cast_grad_output", per * m * n)]
+    if not (recipe.fuses_input_casts and kernel.name in _FUSED_INPUT_CAST):
+        fwd.append(memory(f"{kernel.name}.cast_input", per * m * k * batch))
+    if not recipe.caches_weights:  # weights cast every micro-batch (on the shard with a float8 all-gather)
+        fwd.append(memory(f"{kernel.name}.cast_weight", per * k * n * batch / weight_shards))
+    return fwd, [memory(f"{kernel.name}.cast_grad_output", per * m * n * batch)]
 
 
 def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int) -> OpWork:
@@ -123,19 +212,40 @@ def fp8_block(works: list[OpWork], recipe: Fp8Recipe, e: int, weight_shards: int
     return [_fp8_op(w, recipe, e, weight_shards) if w.op in FP8_OPS else w for w in works]
 
 
-def fp8_linear_weights(spec: TransformerSpec, tp: int) -> float:
-    """Weight elements of a block's FP8 linears on one tensor-parallel rank (Q/K/V, output, MLP)."""
-    mats = 3 if spec.activation.value == "swiglu" else 2
-    return (spec.hidden * (spec.q_dim + 2 * spec.kv_dim) + spec.q_dim * spec.hidden
-            + mats * spec.hidden * spec.ffn_size) / tp
+def fp8_linear_weights(spec: TransformerSpec, tp: int, ep: int = 1, moe_layer: bool = False) -> float:
+    """Weight elements of one block's FP8 linears on one tensor-parallel rank: the attention projections
+    (Q/K/V and output, or latent attention's: the head-split ones ÷ tp, the down-projections replicated,
+    :mod:`simulator.workload.mla_ops`) and the MLP — dense, or in a MoE layer the ``E/ep`` local routed
+    experts and the shared experts (÷ tp: expert tensor parallelism = tp); the router stays BF16."""
+    mats = spec.mlp_mats
+    if spec.mla is not None:
+        split = ("q", "q_up", "kv_up", "out")
+        attention = sum(i * o / (tp if name in split else 1)
+                        for name, (i, o) in spec.mla.projections(spec.hidden, spec.heads).items())
+    else:
+        attention = (spec.hidden * (spec.q_dim + 2 * spec.kv_dim) + spec.q_dim * spec.hidden) / tp
+    if moe_layer and spec.moe is not None:
+        moe = spec.moe
+        mlp = (moe.experts / ep * moe.expert_params(spec.hidden, mats) + mats * spec.hidden * moe.shared_width) / tp
+    else:
+        mlp = mats * spec.hidden * spec.ffn_size / tp
+    return attention + mlp
 
 
-def te_weight_cast_bytes(spec: TransformerSpec, tp: int) -> float:
-    """Bytes Transformer Engine moves per block per optimizer step to cast its FP8 weights (and
-    transposes) once: ``(e + 2) ×`` the block's linear weights on this rank."""
-    return Fp8Recipe.TE.cast_bytes_per_element(spec.dtype.activation_bytes) * fp8_linear_weights(spec, tp)
+def rank_fp8_linear_weights(spec: TransformerSpec, tp: int, ep: int, layers) -> float:
+    """FP8 linear weight elements of the blocks ``layers`` (indices) on one rank (:func:`fp8_linear_weights`)."""
+    return sum(fp8_linear_weights(spec, tp, ep, spec.is_moe_layer(i)) for i in layers)
 
 
-def fp8_weight_cache_bytes(spec: TransformerSpec, tp: int) -> float:
-    """Bytes per block of the FP8 weights and transposes Transformer Engine keeps: 2 per weight."""
-    return 2 * FP8_BYTES * fp8_linear_weights(spec, tp)
+def te_weight_cast_bytes(spec: TransformerSpec, tp: int, recipe: Fp8Recipe = Fp8Recipe.TE, ep: int = 1,
+                         layers=(0,)) -> float:
+    """Bytes Transformer Engine moves per optimizer step to cast the FP8 weights (and transposes) of the
+    blocks ``layers`` once: the recipe's bytes per element × their linear weights on this rank."""
+    return recipe.cast_bytes_per_element(spec.dtype.activation_bytes) * rank_fp8_linear_weights(spec, tp, ep, layers)
+
+
+def fp8_weight_cache_bytes(spec: TransformerSpec, tp: int, ep: int = 1, layers=(0,)) -> float:
+    """Bytes of the FP8 weights and transposes Transformer Engine keeps for the blocks ``layers``: 2 per
+    weight (the block scales of ``te-blockwise``'s 128×128 weight blocks, 8 bytes per 16,384 weights, are
+    left out)."""
+    return 2 * FP8_BYTES * rank_fp8_linear_weights(spec, tp, ep, layers)
