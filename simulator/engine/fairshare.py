@@ -22,7 +22,9 @@ same allocation: fixing a bottleneck at share ``m`` leaves a tied resource's sha
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from itertools import chain
+from collections import deque
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -52,7 +54,7 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
 
     ``flows`` must hold every flow that crosses any of their resources (a union of components).
     """
-    hops = sum(len(f.res) for f in flows)
+    hops = sum(map(len, map(_res, flows)))
     if hops >= VECTOR_MIN_HOPS:
         _max_min_levels(flows, cap, hops)
         return
@@ -97,13 +99,13 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
 
 def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int) -> None:
     """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs."""
-    res = np.fromiter(chain.from_iterable(f.res for f in flows), dtype=np.int64, count=hops)
-    lengths = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=len(flows))
+    routes = list(map(_res, flows))
+    res = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=hops)
+    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(flows))
     flow_of = np.repeat(np.arange(len(flows)), lengths)
     used, local = np.unique(res, return_inverse=True)
     if used.size == hops:  # no resource shared: each flow runs at its own bottleneck
-        for f in flows:
-            f.rate = f.bottleneck_Bps
+        _set_rates(flows, map(_bottleneck, flows))
         return
     capacity = np.array([cap[r] for r in used.tolist()], dtype=float)  # not the whole list: it grows with the network
     left = capacity.copy()
@@ -124,5 +126,12 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int)
         count -= np.bincount(local[done], minlength=used.size)
         count[tight] = 0
         open_hop &= ~done
-    for f, r in zip(flows, rate.tolist()):
-        f.rate = r
+    _set_rates(flows, rate.tolist())
+
+
+_res, _bottleneck = attrgetter("res"), attrgetter("bottleneck_Bps")
+
+
+def _set_rates(flows: Sequence[RatedFlow], rates) -> None:
+    """``f.rate = r`` for each pair, at C speed."""
+    deque(map(setattr, flows, repeat("rate"), rates), maxlen=0)

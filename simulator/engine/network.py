@@ -31,8 +31,11 @@ Implementation:
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
 from typing import Collection, Iterable
 
 import simpy
@@ -220,10 +223,10 @@ class FlowNetwork:
         self._reserved.update(dict.fromkeys(res, holder))
 
     def release(self, holder, res: Collection[int]) -> None:
+        """Drop ``holder``'s reservations of ``res`` (another holder's stay): the loop
+        ``for r in res: if reserved.get(r) is holder: del reserved[r]`` at C speed (a dp tree's ~4k resources)."""
         reserved = self._reserved
-        for r in res:
-            if reserved.get(r) is holder:
-                del reserved[r]
+        deque(map(reserved.__delitem__, compress(res, map(is_, map(reserved.get, res), repeat(holder)))), maxlen=0)
 
     def adopt(self, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
               arrivals: list[Flow]) -> simpy.Event:
@@ -370,23 +373,25 @@ class FlowNetwork:
             holder.unfold(arrivals)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
-        seeds = {r: None for f in due for r in f.res}
-        seeds.update((r, None) for f in arrivals for r in f.res)
+        # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
+        seeds = dict.fromkeys(chain(chain.from_iterable(map(_res, due)), chain.from_iterable(map(_res, arrivals))))
         self._stamp += 1
         due_stamp = self._stamp
         for f in due:
             f.due = due_stamp
         finished: list[Flow] = []
         rerate: list[Flow] = []
+        finish, keep, tol = finished.append, rerate.append, REL_BYTES_TOL
         for f in self._component(seeds):
-            moved = f.rate * (now - f.t_last)
+            rate = f.rate
+            moved = rate * (now - f.t_last)
             rem = f.remaining - moved
             f.delivered_bytes += moved
-            if f.due == due_stamp or rem <= REL_BYTES_TOL * f.nbytes or rem <= f.rate * slack:
-                finished.append(f)
+            if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
+                finish(f)
             else:
                 f.remaining, f.t_last = rem, now
-                rerate.append(f)
+                keep(f)
         res_flows = self._res_flows
         self._active -= len(finished)
         for f in finished:
@@ -421,19 +426,20 @@ class FlowNetwork:
         """Active flows reachable from the seed resources through shared resources (BFS)."""
         self._stamp += 1
         stamp = self._stamp
-        seen = dict(seeds)
+        seen = set(seeds)
         stack = list(seeds)
         found: list[Flow] = []
         res_flows = self._res_flows
+        pop, push, see, add = stack.pop, stack.append, seen.add, found.append  # bound once: the loop is per flow
         while stack:
-            for f in res_flows[stack.pop()].values():
+            for f in res_flows[pop()].values():
                 if f.mark != stamp:
                     f.mark = stamp
-                    found.append(f)
+                    add(f)
                     for q in f.res:
                         if q not in seen:
-                            seen[q] = None
-                            stack.append(q)
+                            see(q)
+                            push(q)
         return found
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
@@ -444,20 +450,21 @@ class FlowNetwork:
         if not flows:
             return
         self.stats.rerated_flows += len(flows)
-        old = [f.rate for f in flows]
+        old = list(map(_rate_of, flows))
         max_min(flows, self._cap)
         buckets, times = self._due, self._due_times
+        get = buckets.get
         for f, before in zip(flows, old):
             rate = f.rate
             if rate != before:  # an unchanged rate keeps its (still exact) entry
-                f.version += 1
+                version = f.version = f.version + 1
                 t = now + f.remaining / rate
-                bucket = buckets.get(t)
+                bucket = get(t)
                 if bucket is None:
-                    buckets[t] = [(f, f.version)]
+                    buckets[t] = [(f, version)]
                     heappush(times, t)
                 else:
-                    bucket.append((f, f.version))
+                    bucket.append((f, version))
 
     def _plan_wake(self, now: float) -> None:
         """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""
@@ -481,3 +488,6 @@ def _reject(nbytes: float, latency: float) -> None:
 
 def _fid(flow: Flow) -> int:
     return flow.fid
+
+
+_res, _rate_of = attrgetter("res"), attrgetter("rate")
