@@ -22,9 +22,7 @@ same allocation: fixing a bottleneck at share ``m`` leaves a tied resource's sha
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from collections import deque
-from itertools import chain, repeat
-from operator import attrgetter
+from itertools import chain
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -54,9 +52,10 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
 
     ``flows`` must hold every flow that crosses any of their resources (a union of components).
     """
-    hops = sum(map(len, map(_res, flows)))
+    routes = [f.res for f in flows]
+    hops = sum(map(len, routes))
     if hops >= VECTOR_MIN_HOPS:
-        _max_min_levels(flows, cap, hops)
+        _max_min_levels(flows, cap, hops, routes)
         return
     members: dict[int, list[RatedFlow]] = {}
     for f in flows:
@@ -97,15 +96,17 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
                         heappush(heap, (max(left[q], 0.0) / count[q], first[q], q, version[q]))
 
 
-def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int) -> None:
-    """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs."""
-    routes = list(map(_res, flows))
+def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int, routes: list | None = None) -> None:
+    """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs (``hops``: the total
+    length of the flows' ``res``; ``routes``: those, if the caller has them)."""
+    routes = [f.res for f in flows] if routes is None else routes
     res = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=hops)
     lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(flows))
     flow_of = np.repeat(np.arange(len(flows)), lengths)
     used, local = np.unique(res, return_inverse=True)
     if used.size == hops:  # no resource shared: each flow runs at its own bottleneck
-        _set_rates(flows, map(_bottleneck, flows))
+        for f in flows:
+            f.rate = f.bottleneck_Bps
         return
     capacity = np.array([cap[r] for r in used.tolist()], dtype=float)  # not the whole list: it grows with the network
     left = capacity.copy()
@@ -126,12 +127,5 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int)
         count -= np.bincount(local[done], minlength=used.size)
         count[tight] = 0
         open_hop &= ~done
-    _set_rates(flows, rate.tolist())
-
-
-_res, _bottleneck = attrgetter("res"), attrgetter("bottleneck_Bps")
-
-
-def _set_rates(flows: Sequence[RatedFlow], rates) -> None:
-    """``f.rate = r`` for each pair, at C speed."""
-    deque(map(setattr, flows, repeat("rate"), rates), maxlen=0)
+    for f, r in zip(flows, rate.tolist()):
+        f.rate = r

@@ -31,11 +31,9 @@ Implementation:
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_
+from itertools import chain
 from typing import Collection, Iterable
 
 import simpy
@@ -223,10 +221,10 @@ class FlowNetwork:
         self._reserved.update(dict.fromkeys(res, holder))
 
     def release(self, holder, res: Collection[int]) -> None:
-        """Drop ``holder``'s reservations of ``res`` (another holder's stay): the loop
-        ``for r in res: if reserved.get(r) is holder: del reserved[r]`` at C speed (a dp tree's ~4k resources)."""
         reserved = self._reserved
-        deque(map(reserved.__delitem__, compress(res, map(is_, map(reserved.get, res), repeat(holder)))), maxlen=0)
+        for r in res:
+            if reserved.get(r) is holder:
+                del reserved[r]
 
     def adopt(self, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
               arrivals: list[Flow]) -> simpy.Event:
@@ -374,7 +372,8 @@ class FlowNetwork:
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
         # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
-        seeds = dict.fromkeys(chain(chain.from_iterable(map(_res, due)), chain.from_iterable(map(_res, arrivals))))
+        seeds = dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
+                                    chain.from_iterable([f.res for f in arrivals])))
         self._stamp += 1
         due_stamp = self._stamp
         for f in due:
@@ -450,7 +449,7 @@ class FlowNetwork:
         if not flows:
             return
         self.stats.rerated_flows += len(flows)
-        old = list(map(_rate_of, flows))
+        old = [f.rate for f in flows]
         max_min(flows, self._cap)
         buckets, times = self._due, self._due_times
         get = buckets.get
@@ -489,5 +488,3 @@ def _reject(nbytes: float, latency: float) -> None:
 def _fid(flow: Flow) -> int:
     return flow.fid
 
-
-_res, _rate_of = attrgetter("res"), attrgetter("rate")
