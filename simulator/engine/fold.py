@@ -3,7 +3,7 @@ the links of its calls carry nothing else, and put back on the network the insta
 on them.
 
 A forward or backward is ``len(tp_calls) + 1`` compute segments with a blocking TP call between two
-(:func:`simulator.engine.rank._segments`); played step by step that is a timeout per segment and, per
+(:func:`simulator.engine.rank_compute._segments`); played step by step that is a timeout per segment and, per
 call, a process, a settle for its flows' arrival and one for their end (a 64-GPU Llama-2-70B step: 85k
 calls, 600k events). Where a call's flows are alone on their links, the network only adds up floats the
 engine can add up itself. From the current item, :meth:`Folder.fold` takes the longest run of items it
