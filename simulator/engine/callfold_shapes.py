@@ -20,7 +20,8 @@ import numpy as np
 import simpy
 
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
-from simulator.engine.network import SETTLE_PRIORITY, FlowNetwork
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import SETTLE_PRIORITY
 
 
 class _Shape:
