@@ -14,8 +14,8 @@ import gc
 from contextlib import contextmanager
 
 YOUNG_PASS_EVERY = 50_000
-"""Net allocations between two young-generation passes of the collector during :func:`~simulator.engine.step.simulate` (CPython's
-default threshold: 700). Measured (``gc.callbacks`` around ``simulate`` of ``benchmarks/bench_des.py``'s 32,768-GPU
+"""Net allocations between two young-generation passes of the collector during
+:func:`~simulator.engine.step.simulate` (CPython's default threshold: 700). Measured (``gc.callbacks`` around ``simulate`` of ``benchmarks/bench_des.py``'s 32,768-GPU
 step, 2026-11-25, the 2-core VM under load ~6): with the default, 6,294 young, 572 middle and 14 full passes
 took 2.4 of 12.1 CPU seconds, peak resident memory 445 MB; at 10,000, 0.7–1.3 s, 422 MB; at 50,000, 73 young
 and 6 middle passes, no full one, 0.8 s, 429 MB; the collector off, 607 MB. Step time, events and flows are the
