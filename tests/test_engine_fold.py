@@ -19,7 +19,8 @@ from simulator.cluster.topology import Hop, Path
 from simulator.cluster.presets import load_preset
 from simulator.compile import compile_step
 from simulator.engine.fold import Folder
-from simulator.engine.network import FlowNetwork, alone_finishes
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import alone_finishes
 from simulator.engine.step import simulate
 from shortcut_runs import assert_same_run, on_and_off
 from simulator.strategy import Strategy

@@ -18,7 +18,8 @@ from simulator.engine import fairshare
 from simulator.engine.call_plan import CallPlan
 from simulator.engine.callfold_replay import _scratch_play
 from simulator.engine.callfold_shapes import _STEP_SIGNATURES, _Shape, _signature, _step_alone
-from simulator.engine.network import SETTLE_PRIORITY, FlowNetwork
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import SETTLE_PRIORITY
 from test_engine_network import GBps, path
 
 

@@ -29,6 +29,8 @@ timing it (docs/engine.md, shortcuts 4–7).
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from simulator.cluster.spec import Cluster
 from simulator.cluster.topology import renamed, renaming
 from simulator.collectives.cost import Env, Group
@@ -40,12 +42,13 @@ from simulator.work import CommCall, Transport
 class CallPlan:
     """One group's fused replay: a fixed delay, steps of (path, wire bytes, latency), then γ."""
 
-    __slots__ = ("pre_s", "steps", "gamma_s", "resources")
+    __slots__ = ("pre_s", "steps", "gamma_s", "paths", "resources")
 
     def __init__(self, pre_s: float, steps: list, gamma_s: float):
         self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        paths = {id(p): p for step in steps for p, _, _ in step}  # a tree's 82k flows cross ~4k paths
-        self.resources = frozenset(h.resource for p in paths.values() for h in p.hops)
+        self.paths = tuple({id(p): p for step in steps for p, _, _ in step}.values())  # a tree's 82k flows: ~4k paths
+        """The distinct paths of the steps' flows, by first appearance (step order, flow order)."""
+        self.resources = frozenset(h.resource for p in self.paths for h in p.hops)
 
 
 def path_signature(paths) -> tuple:
@@ -129,8 +132,8 @@ class CallPlanner:
         costs = self._env(protocol, algorithm.family, shaped)
         links = dict(zip(local.pairs, local.links(shaped)))
         paths = {pair: costs.path(*link) for pair, link in links.items()}  # once per pair, not per flow and step
-        steps = [[(paths[pair], b, 0.0) for pair, b in zip(pairs, nbytes)]
-                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]
+        steps = [list(zip(map(paths.__getitem__, pairs), nbytes, repeat(0.0)))
+                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]  # (path, bytes, 0.0) per flow
         # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps

@@ -55,7 +55,9 @@ import simpy
 from simulator.engine.call_plan import CallPlan
 from simulator.engine.callfold_replay import DONE, GAMMA, PRE, STEP, _Player, _Scratch
 from simulator.engine.callfold_shapes import _Shape
-from simulator.engine.network import SETTLE_PRIORITY, Flow, FlowNetwork, _Group, _Settle, schedule_at
+from simulator.engine.flows import Flow, _Group
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import SETTLE_PRIORITY, _Settle, schedule_at
 
 
 class CallFolder:

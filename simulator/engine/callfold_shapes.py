@@ -20,7 +20,8 @@ import numpy as np
 import simpy
 
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
-from simulator.engine.network import SETTLE_PRIORITY, FlowNetwork
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import SETTLE_PRIORITY
 
 
 class _Shape:
@@ -30,7 +31,7 @@ class _Shape:
 
     def __init__(self, main: FlowNetwork, plans, timings: dict):
         self.plans = plans
-        paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}
+        paths = {id(path): path for plan in plans for path in plan.paths}  # first appearance, plan by plan
         res_of = {k: main.resources(path) for k, path in paths.items()}
         self.res = tuple({r: None for res in res_of.values() for r in res})
         last = plans[0]
@@ -219,7 +220,7 @@ def _signature(main: FlowNetwork, plans) -> tuple:
     name (route, per-resource flows, component search in path order) and progressive filling breaks ties by
     first appearance in the rating, not by index (:mod:`simulator.engine.fairshare`), so calls on other groups
     whose flows are renamed copies of one another (the dp trees of other pipeline stages) share a replay."""
-    paths = {id(path): path for plan in plans for step in plan.steps for path, _, _ in step}  # a path: many flows
+    paths = {id(path): path for plan in plans for path in plan.paths}  # first appearance, plan by plan
     local: dict[int, int] = {}
     for path in paths.values():
         for r in main.resources(path):

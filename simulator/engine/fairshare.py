@@ -52,9 +52,10 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
 
     ``flows`` must hold every flow that crosses any of their resources (a union of components).
     """
-    hops = sum(len(f.res) for f in flows)
+    routes = [f.res for f in flows]
+    hops = sum(map(len, routes))
     if hops >= VECTOR_MIN_HOPS:
-        _max_min_levels(flows, cap, hops)
+        _max_min_levels(flows, cap, hops, routes)
         return
     members: dict[int, list[RatedFlow]] = {}
     for f in flows:
@@ -95,10 +96,12 @@ def max_min(flows: Sequence[RatedFlow], cap: Sequence[float]) -> None:
                         heappush(heap, (max(left[q], 0.0) / count[q], first[q], q, version[q]))
 
 
-def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int) -> None:
-    """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs."""
-    res = np.fromiter(chain.from_iterable(f.res for f in flows), dtype=np.int64, count=hops)
-    lengths = np.fromiter((len(f.res) for f in flows), dtype=np.int64, count=len(flows))
+def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int, routes: list | None = None) -> None:
+    """Progressive filling one rate level per pass, vectorised over (flow, resource) pairs (``hops``: the total
+    length of the flows' ``res``; ``routes``: those, if the caller has them)."""
+    routes = [f.res for f in flows] if routes is None else routes
+    res = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=hops)
+    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(flows))
     flow_of = np.repeat(np.arange(len(flows)), lengths)
     used, local = np.unique(res, return_inverse=True)
     if used.size == hops:  # no resource shared: each flow runs at its own bottleneck

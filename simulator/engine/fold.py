@@ -3,7 +3,7 @@ the links of its calls carry nothing else, and put back on the network the insta
 on them.
 
 A forward or backward is ``len(tp_calls) + 1`` compute segments with a blocking TP call between two
-(:func:`simulator.engine.rank._segments`); played step by step that is a timeout per segment and, per
+(:func:`simulator.engine.rank_compute._segments`); played step by step that is a timeout per segment and, per
 call, a process, a settle for its flows' arrival and one for their end (a 64-GPU Llama-2-70B step: 85k
 calls, 600k events). Where a call's flows are alone on their links, the network only adds up floats the
 engine can add up itself. From the current item, :meth:`Folder.fold` takes the longest run of items it
@@ -15,7 +15,7 @@ can predict:
   fused ring) ends as :func:`~simulator.engine.replay_work._replay` on an otherwise idle network ends it:
   flows active at ``t1 = t + pre_s``, each at its bottleneck (max-min fair rate of a flow that shares
   none of its resources), due at ``t1 + bytes/rate``, completed at the wake-ups
-  :func:`~simulator.engine.network.alone_finishes` gives, then ``γ``; provided no other flow is active on
+  :func:`~simulator.engine.settle_clock.alone_finishes` gives, then ``γ``; provided no other flow is active on
   its resources when the fold starts;
 - any other call (replicas on the network, several steps, shared resources) that shortcut 10 would play as a
   delay ends at ``t + rep_s``, as :class:`~simulator.engine.callfold._Folded` ends it, where its replicas end
@@ -23,14 +23,14 @@ can predict:
   it, ends the run.
 
 The run is one event at its predicted end (scheduled at that absolute time:
-:func:`~simulator.engine.network.schedule_at`), and the folded calls' resources are *reserved* on the network. The
+:func:`~simulator.engine.settle_clock.schedule_at`), and the folded calls' resources are *reserved* on the network. The
 prediction is what the step-by-step play gives unless another flow uses one of those resources before the run ends,
 and every such flow must arrive (a settle of the network). That settle first *unfolds* the run
 (:meth:`~simulator.engine.fold_run.Fold.unfold`): it finds the item in progress at that instant in the step-by-step
 play (events at that instant other than settles already processed), puts its state back — a segment or a delay
 waits for its own end, a call before ``t1`` starts its flows at ``t1``, a call with flows on the wire gets them
 back with the bytes, rates, finishes and wake-up they would have
-(:meth:`~simulator.engine.network.FlowNetwork.adopt`), a call in its ``γ`` waits for its end — and the rank goes on
+(:func:`~simulator.engine.fold_run.adopt`), a call in its ``γ`` waits for its end — and the rank goes on
 step by step, folding again at its next item. The items before it are booked with their predicted times, which are
 those of the step-by-step play.
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import simpy
 
 from simulator.engine.callfold import CallFolder, _Folded, _Shape
-from simulator.engine.network import SETTLE_PRIORITY, FlowNetwork
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import SETTLE_PRIORITY
 
 
 def shape_of(callfolder: CallFolder | None, net: FlowNetwork, plans, timings: dict) -> _Shape | None:

@@ -11,13 +11,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 import simpy
 
+from simulator.cluster.topology import Path
+from simulator.engine.flows import Flow, _Group
 from simulator.engine.fold_calls import resume
-from simulator.engine.network import alone_finishes, schedule_at
+from simulator.engine.network import FlowNetwork
+from simulator.engine.settle_clock import _Settle, alone_finishes, schedule_at
 
 if TYPE_CHECKING:
     from simulator.engine.fold import Folder
@@ -140,7 +145,7 @@ class Fold:
         if now < t1:  # its flows start at t1, as _replay starts them
             self._at(t1).callbacks.append(lambda _e: self._after(folder.net.transfer_all(call.items), call, k))
         elif max(finishes) >= now:
-            self._after(folder.net.adopt(list(call.items), t1, finishes, arrivals), call, k)
+            self._after(adopt(folder.net, list(call.items), t1, finishes, arrivals), call, k)
         else:
             self._until(end, k)
 
@@ -163,3 +168,52 @@ class Fold:
                 self.done.succeed(k)
 
         flows.callbacks.append(then)
+
+
+def adopt(net: FlowNetwork, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
+          arrivals: list[Flow]) -> simpy.Event:
+    """Put back on ``net`` flows that a run played off the network: ``items`` started at ``t1`` (latency 0), alone
+    on resources no other flow shares, completing at ``finishes`` (:func:`alone_finishes`). Called from
+    the settle at ``now`` (before its due flows are collected): the state the network would hold had it
+    played them — flows done before now are gone, flows active since ``t1 < now`` run at their
+    bottleneck with their predicted finish filed and the wake-up due, flows arriving now (``t1 == now``)
+    join ``arrivals``. The event fires when the last is done, as :meth:`FlowNetwork.transfer_all`'s."""
+    now = net.env.now
+    event = simpy.Event(net.env)
+    flows: list[Flow] = []
+    group = _Group(event, flows, False)
+    fid = net.stats.flows
+    res_flows, buckets, times = net._res_flows, net._due, net._due_times
+    wake = math.inf
+    for (path, nbytes, _), done_s in zip(items, finishes):
+        if done_s < now:
+            continue
+        route = net._route(path)
+        flow = Flow(fid, route, nbytes, t1, group)
+        fid += 1
+        flows.append(flow)
+        if t1 == now:
+            arrivals.append(flow)
+            continue
+        flow.active, flow.active_s, flow.t_last = True, t1, t1
+        flow.rate, flow.version = route.bottleneck_Bps, 1
+        for r in route.res:
+            res_flows[r][flow.fid] = flow
+        net._active += 1
+        t = t1 + flow.remaining / flow.rate
+        bucket = buckets.get(t)
+        if bucket is None:
+            buckets[t] = [(flow, 1)]
+            heappush(times, t)
+        else:
+            bucket.append((flow, 1))
+        if done_s > now:
+            wake = min(wake, done_s)
+    net.stats.flows = fid
+    group.left = len(flows)
+    if not flows:
+        raise ValueError("adopt: every flow is already done")
+    if wake < math.inf and (net._wake_at is None or wake < net._wake_at):
+        net._wake_at = wake
+        net._wake = _Settle(net.env, net._settle, 0.0, at=wake)
+    return event

@@ -26,133 +26,28 @@ Implementation:
 - A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
   left with negative bytes. Ties are broken by flow creation order: deterministic.
+
+A flow and its route and group are :mod:`simulator.engine.flows`; the settle event and scheduling at an absolute
+instant :mod:`simulator.engine.settle_clock`; progressive filling :mod:`simulator.engine.fairshare`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from heapq import heappop, heappush
+from itertools import chain
 from typing import Collection, Iterable
 
 import simpy
 
 from simulator.cluster.topology import Path
 from simulator.engine.fairshare import max_min
+from simulator.engine.flows import Flow, NetworkStats, _Group, _Route
+from simulator.engine.settle_clock import CLOCK_ULPS, _Settle
 from simulator.errors import SpecError
 
-SETTLE_PRIORITY = 2
-"""SimPy event priority of a settle: after URGENT (0) and NORMAL (1), so one settle sees every flow
-start and end of its instant, including transfers that processes start in reaction to them."""
 REL_BYTES_TOL = 1e-12
 """A flow with at most this fraction of its bytes left is complete (rounding of the rate integral)."""
-CLOCK_ULPS = 16
-"""A flow due within this many ulps of the current time is complete: the clock's float resolution."""
-
-
-class Flow:
-    """One transfer and its progress; the value of its completion event. Read-only for callers."""
-
-    __slots__ = ("fid", "path", "nbytes", "res", "bottleneck_Bps", "remaining", "rate", "t_last", "version",
-                 "group", "start_s", "active_s", "finish_s", "delivered_bytes", "active", "mark", "due")
-
-    def __init__(self, fid: int, route: "_Route", nbytes: float, start_s: float, group: "_Group"):
-        self.fid = fid
-        """Creation order (ties are broken by it)."""
-        self.path = route.path
-        self.res = route.res
-        self.bottleneck_Bps = route.bottleneck_Bps
-        self.nbytes = self.remaining = nbytes
-        self.rate = 0.0
-        """Current rate, bytes/s (0 while waiting its latency, and once done)."""
-        self.t_last = self.start_s = start_s
-        """``start_s``: when the transfer was asked for, s."""
-        self.version = self.mark = self.due = 0
-        self.group = group
-        self.active_s = self.finish_s = math.nan
-        """``active_s``: when its latency ended and it began to use bandwidth; ``finish_s``: its last byte, s."""
-        self.delivered_bytes = 0.0
-        """Integral of its rate over time: ``nbytes`` at the end, within ``REL_BYTES_TOL`` or what its rate
-        moves in a few ulps of the clock (the float resolution of the intervals it is measured over)."""
-        self.active = False
-
-
-class _Route:
-    """A path as resource indices, with its bottleneck capacity (cached per Path object)."""
-
-    __slots__ = ("path", "res", "bottleneck_Bps")
-
-    def __init__(self, path: Path, res: tuple[int, ...], bottleneck_Bps: float):
-        self.path, self.res, self.bottleneck_Bps = path, res, bottleneck_Bps
-
-
-class _Group:
-    """Flows whose joint completion one event reports."""
-
-    __slots__ = ("event", "left", "flows", "single")
-
-    def __init__(self, event: simpy.Event, flows: list[Flow], single: bool):
-        self.event, self.left, self.flows, self.single = event, len(flows), flows, single
-
-
-class _Settle(simpy.Event):
-    """A triggered event at SETTLE_PRIORITY (as SimPy's own Timeout/Initialize set ``_ok``/``_value``);
-    ``at`` (absolute time) instead of ``delay``: see :func:`schedule_at`."""
-
-    def __init__(self, env: simpy.Environment, callback, delay: float, at: float | None = None):
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        self.callbacks.append(callback)
-        if at is None:
-            env.schedule(self, SETTLE_PRIORITY, delay)
-        else:
-            schedule_at(env, self, SETTLE_PRIORITY, at)
-
-
-def schedule_at(env: simpy.Environment, event: simpy.Event, priority: int, at: float) -> None:
-    """Schedule ``event`` at the absolute time ``at`` (not ``now + (at − now)``, which can round an ulp off).
-
-    SimPy's queue entry is ``(time, priority, event id, event)`` (``Environment.schedule`` in simpy/core.py,
-    SimPy 4.1); this pushes one with ``at`` as its time. Used to replay a time the engine computed ahead
-    (:mod:`simulator.engine.fold`) at exactly the float the step-by-step simulation would reach.
-    """
-    if at < env.now:
-        raise ValueError(f"cannot schedule at {at!r} before now ({env.now!r})")
-    heappush(env._queue, (at, priority, next(env._eid), event))
-
-
-def alone_finishes(t1: float, dues: list[float]) -> list[float]:
-    """When each of flows that became active at ``t1`` with predicted finishes ``dues`` (``t1 + bytes/rate``)
-    completes, if nothing else shares their resources and none shares one with another: the wake-ups
-    :meth:`FlowNetwork._plan_wake` schedules (``now + (due − now)`` from the previous settle) and the
-    settles' rule that a flow due within ``CLOCK_ULPS`` ulps of the settle's time completes there.
-    """
-    order = sorted(set(dues))
-    at: dict[float, float] = {}
-    now, i = t1, 0
-    while i < len(order):
-        wake = now + max(order[i] - now, 0.0)
-        limit = wake + CLOCK_ULPS * math.ulp(wake)
-        while i < len(order) and order[i] <= limit:
-            at[order[i]] = wake
-            i += 1
-        now = wake
-    return [at[d] for d in dues]
-
-
-@dataclass
-class NetworkStats:
-    """Counters for benchmarks: how much work the engine did."""
-
-    flows: int = 0
-    """Flows created."""
-    settles: int = 0
-    """Settle events processed (flow starts/ends batched per instant, and wake-ups)."""
-    rerated_flows: int = 0
-    """Sum over settles of flows whose rate was recomputed."""
-    max_active: int = 0
-    """Most flows active at once."""
 
 
 class FlowNetwork:
@@ -224,54 +119,6 @@ class FlowNetwork:
         for r in res:
             if reserved.get(r) is holder:
                 del reserved[r]
-
-    def adopt(self, items: list[tuple[Path, float, float]], t1: float, finishes: list[float],
-              arrivals: list[Flow]) -> simpy.Event:
-        """Put back flows that a holder played off the network: ``items`` started at ``t1`` (latency 0), alone
-        on resources no other flow shares, completing at ``finishes`` (:func:`alone_finishes`). Called from
-        the settle at ``now`` (before its due flows are collected): the state the network would hold had it
-        played them — flows done before now are gone, flows active since ``t1 < now`` run at their
-        bottleneck with their predicted finish filed and the wake-up due, flows arriving now (``t1 == now``)
-        join ``arrivals``. The event fires when the last is done, as :meth:`transfer_all`'s."""
-        now = self.env.now
-        event = simpy.Event(self.env)
-        flows: list[Flow] = []
-        group = _Group(event, flows, False)
-        fid = self.stats.flows
-        res_flows, buckets, times = self._res_flows, self._due, self._due_times
-        wake = math.inf
-        for (path, nbytes, _), done_s in zip(items, finishes):
-            if done_s < now:
-                continue
-            route = self._route(path)
-            flow = Flow(fid, route, nbytes, t1, group)
-            fid += 1
-            flows.append(flow)
-            if t1 == now:
-                arrivals.append(flow)
-                continue
-            flow.active, flow.active_s, flow.t_last = True, t1, t1
-            flow.rate, flow.version = route.bottleneck_Bps, 1
-            for r in route.res:
-                res_flows[r][flow.fid] = flow
-            self._active += 1
-            t = t1 + flow.remaining / flow.rate
-            bucket = buckets.get(t)
-            if bucket is None:
-                buckets[t] = [(flow, 1)]
-                heappush(times, t)
-            else:
-                bucket.append((flow, 1))
-            if done_s > now:
-                wake = min(wake, done_s)
-        self.stats.flows = fid
-        group.left = len(flows)
-        if not flows:
-            raise ValueError("adopt: every flow is already done")
-        if wake < math.inf and (self._wake_at is None or wake < self._wake_at):
-            self._wake_at = wake
-            self._wake = _Settle(self.env, self._settle, 0.0, at=wake)
-        return event
 
     # ---- flow lifecycle -----------------------------------------------------------------------
 
@@ -370,23 +217,26 @@ class FlowNetwork:
             holder.unfold(arrivals)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
-        seeds = {r: None for f in due for r in f.res}
-        seeds.update((r, None) for f in arrivals for r in f.res)
+        # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
+        seeds = dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
+                                    chain.from_iterable([f.res for f in arrivals])))
         self._stamp += 1
         due_stamp = self._stamp
         for f in due:
             f.due = due_stamp
         finished: list[Flow] = []
         rerate: list[Flow] = []
+        finish, keep, tol = finished.append, rerate.append, REL_BYTES_TOL
         for f in self._component(seeds):
-            moved = f.rate * (now - f.t_last)
+            rate = f.rate
+            moved = rate * (now - f.t_last)
             rem = f.remaining - moved
             f.delivered_bytes += moved
-            if f.due == due_stamp or rem <= REL_BYTES_TOL * f.nbytes or rem <= f.rate * slack:
-                finished.append(f)
+            if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
+                finish(f)
             else:
                 f.remaining, f.t_last = rem, now
-                rerate.append(f)
+                keep(f)
         res_flows = self._res_flows
         self._active -= len(finished)
         for f in finished:
@@ -421,19 +271,20 @@ class FlowNetwork:
         """Active flows reachable from the seed resources through shared resources (BFS)."""
         self._stamp += 1
         stamp = self._stamp
-        seen = dict(seeds)
+        seen = set(seeds)
         stack = list(seeds)
         found: list[Flow] = []
         res_flows = self._res_flows
+        pop, push, see, add = stack.pop, stack.append, seen.add, found.append  # bound once: the loop is per flow
         while stack:
-            for f in res_flows[stack.pop()].values():
+            for f in res_flows[pop()].values():
                 if f.mark != stamp:
                     f.mark = stamp
-                    found.append(f)
+                    add(f)
                     for q in f.res:
                         if q not in seen:
-                            seen[q] = None
-                            stack.append(q)
+                            see(q)
+                            push(q)
         return found
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
@@ -447,17 +298,18 @@ class FlowNetwork:
         old = [f.rate for f in flows]
         max_min(flows, self._cap)
         buckets, times = self._due, self._due_times
+        get = buckets.get
         for f, before in zip(flows, old):
             rate = f.rate
             if rate != before:  # an unchanged rate keeps its (still exact) entry
-                f.version += 1
+                version = f.version = f.version + 1
                 t = now + f.remaining / rate
-                bucket = buckets.get(t)
+                bucket = get(t)
                 if bucket is None:
-                    buckets[t] = [(f, f.version)]
+                    buckets[t] = [(f, version)]
                     heappush(times, t)
                 else:
-                    bucket.append((f, f.version))
+                    bucket.append((f, version))
 
     def _plan_wake(self, now: float) -> None:
         """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""
@@ -481,3 +333,4 @@ def _reject(nbytes: float, latency: float) -> None:
 
 def _fid(flow: Flow) -> int:
     return flow.fid
+

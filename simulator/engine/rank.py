@@ -26,24 +26,24 @@ The plays (the analytical engine adds up the same ones in closed form):
   (on the CPU stream under ZeRO-Offload), then the ``after_step`` calls, blocking.
 - The input pipeline reads the next step's batch on the data stream from the start of the step; the
   step cannot end before it is read (exposed as DATA: a steady-state prefetch of one batch).
+
+This module holds the rank's process and its pp sends; an action's compute with its TP calls and ZeRO
+gathers is :mod:`simulator.engine.rank_compute`, the gradient buckets :mod:`simulator.engine.rank_grads`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import simpy
 
-from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier, SendStream
-from simulator.interference import overlap_s, takes_sms
+from simulator.engine.rank_compute import _compute
+from simulator.engine.rank_grads import GradProgress, _launch_grad_sync
+from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, SendStream
+from simulator.interference import overlap_s
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
-from simulator.work import CommKind
-
-SYNC_KINDS = (CommKind.DP, CommKind.PS, CommKind.ZERO)
-"""Gradient-sync kinds whose call waits for every dp replica under synchronous training."""
 
 
 class PipeKey(NamedTuple):
@@ -152,197 +152,6 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
     return env.now
 
 
-class GradProgress:
-    """Gradient-producing work done in a rank's last backward; fires each bucket's ready event.
-
-    Bucket j is ready once ``fractions[j]`` of the backward compute and its TP calls is done (recompute
-    and gather waits produce no gradients) — the rule of :func:`simulator.analytical.gradient_work_s`.
-    """
-
-    def __init__(self, env: simpy.Environment, total_s: float, fractions):
-        self.env, self.done, self.total_s = env, 0.0, total_s
-        self.ready = [(f * total_s, simpy.Event(env)) for f in fractions]
-        thresholds = [t for t, _ in self.ready]
-        self._ordered = all(a <= b for a, b in zip(thresholds, thresholds[1:]))
-        """Thresholds in bucket order (the usual case): a pass can stop at the first one not reached."""
-        self._first = 0
-        """Buckets before it are all fired: a pass starts there."""
-
-    def advance(self, seconds: float, *, instant: bool = False) -> None:
-        """``seconds`` of work start now and run for ``seconds`` (compute), or just finished (``instant``).
-        Buckets are visited in their order, as one pass over all of them would, skipping those fired."""
-        end = self.done + seconds
-        ready, i = self.ready, self._first
-        while i < len(ready) and ready[i][1].triggered:
-            i += 1
-        self._first = i
-        for j in range(i, len(ready)):
-            threshold, event = ready[j]
-            if threshold > end:
-                if self._ordered:
-                    break
-                continue
-            if not event.triggered:
-                delay = 0.0 if instant else max(0.0, threshold - self.done)
-                self._fire(event, delay)
-        self.done = end
-
-    def finish(self) -> None:
-        for _, event in self.ready:
-            if not event.triggered:
-                event.succeed()
-
-    def _fire(self, event: simpy.Event, delay: float) -> None:
-        if delay <= 0:
-            event.succeed()
-        else:
-            self.env.timeout(delay).callbacks.append(lambda _: event.triggered or event.succeed())
-
-
-def _compute(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
-             category: Category, progress: GradProgress | None = None, prefetch: int = 1):
-    """An action's compute with its TP calls between segments; with ZeRO gathers, block by block.
-
-    Without gathers the compute is split evenly around its TP calls. With ``L`` gathers the action
-    runs as ``L`` blocks (:func:`_blocks`): block i waits for gather i, which the gather stream issues
-    when block i−``prefetch`` starts (one block ahead by default, one gather at a time) — the play the analytical
-    engine's :func:`simulator.analytical.exposed_gathers` adds up in closed form.
-    """
-    if zero_calls:
-        yield from _blocks(ctx, pipe, who, rank, act, total_s, tp_calls, zero_calls, category, progress, prefetch)
-    else:
-        yield from _segments(ctx, pipe, who, rank, act, total_s, tp_calls, category, progress)
-
-
-def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, category: Category,
-              progress: GradProgress | None = None):
-    """``total_s`` of compute split evenly around ``tp_calls``, each call blocking the compute: items
-    ``0 .. 2·len(tp_calls)``, even ones the segments, odd ones the calls. Runs of items whose calls'
-    links carry nothing else are folded into one event (:mod:`simulator.engine.fold`)."""
-    env = ctx.env
-    klass = (ctx.schedule.rank_of(act.stage), "tp")
-    seg_s = total_s / (len(tp_calls) + 1)
-    name = str(act)
-    folder = ctx.folder if progress is None else None
-    item, n = 0, 2 * len(tp_calls) + 1
-    while item < n:
-        if folder is not None:
-            fold = folder.fold(pipe.base, klass, seg_s, tp_calls, item)
-            if fold is not None:
-                played = yield fold.done
-                _book_fold(ctx, who, rank, act, name, fold, played, tp_calls, seg_s, category)
-                item = fold.next_item(played)
-                continue
-        t0 = env.now
-        if item % 2 == 0:
-            if seg_s > 0:
-                if progress is not None:
-                    progress.advance(seg_s)
-                yield env.timeout(seg_s)
-                _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
-        else:
-            call = tp_calls[item // 2]
-            yield ctx.start(call, klass, pipe)
-            if progress is not None:
-                progress.advance(call.time_s, instant=True)
-            _book(ctx, who, rank, act, name, item, tp_calls, seg_s, category, t0, env.now)
-        item += 1
-
-
-def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played: int, tp_calls, seg_s: float,
-               category: Category) -> None:
-    """Account a fold's ``played`` items at their predicted times, and the one in progress (if any) until
-    now: the same additions as :func:`_book`'s, in the same order."""
-    ends = fold.ends
-    if played < len(ends):  # the fold's predictions stay as they are (Folder.fold may reuse them)
-        ends = ends[:played] + [ctx.env.now]
-        played += 1
-    if ctx.rec.trace:
-        for k in range(played):
-            _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), ends[k])
-        return
-    sums: list[list] = []  # [category, running sum]: Recorder.spend's additions, in its order
-    t0 = fold.start_s
-    kinds = ctx.folder.categories(tp_calls)
-    for k in range(played):
-        item, t1 = fold.first + k, ends[k]
-        if item % 2 == 0:
-            cat, seconds = category, seg_s
-        else:
-            cat, seconds = kinds[item // 2], t1 - t0
-        t0 = t1
-        if seconds > 0:
-            for pair in sums:
-                if pair[0] is cat:
-                    pair[1] += seconds
-                    break
-            else:
-                sums.append([cat, ctx.rec.accounts[who][cat] + seconds])
-    if sums:
-        account = ctx.rec.accounts[who]
-        for cat, total in sums:
-            account[cat] = total
-
-
-def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_calls, seg_s: float,
-          category: Category, t0: float, t1: float) -> None:
-    """Account item ``item`` of :func:`_segments` (a segment: ``seg_s`` of ``category``; a call: its
-    ``t1 − t0`` as TP, or EP for a MoE layer's all-to-all) and add its timeline row."""
-    rec = ctx.rec
-    if item % 2 == 0:
-        rec.spend(who, category, seg_s)
-        rec.row(rank, "compute", name, category, t0, t1, act.microbatch, act.stage)
-        return
-    call = tp_calls[item // 2]
-    cat = KIND_CATEGORY[call.kind]
-    rec.spend(who, cat, t1 - t0)
-    rec.row(rank, "tp", f"{name} {call.op.value}", cat, t0, t1, act.microbatch, act.stage)
-
-
-def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
-            category: Category, progress: GradProgress | None = None, prefetch: int = 1):
-    """``L = len(zero_calls)`` blocks of ``total_s / L`` compute; the TP calls are shared out in order."""
-    env, blocks = ctx.env, len(zero_calls)
-    started = [simpy.Event(env) for _ in range(blocks)]
-    gathered = [simpy.Event(env) for _ in range(blocks)]
-    spans = [[math.inf, math.inf] for _ in range(blocks)]  # [issued, done] per gather
-    env.process(_gather_stream(ctx, pipe, rank, act, zero_calls, started, gathered, spans, prefetch))
-    nominal = (total_s + sum(c.time_s for c in tp_calls)) / blocks  # the closed form's block (exposed_gathers)
-    for i in range(blocks):
-        if not gathered[i].processed:
-            t0 = env.now
-            yield gathered[i]
-            ctx.rec.spend(who, Category.ZERO, env.now - t0)
-        started[i].succeed()
-        t0 = env.now
-        mine = tuple(c for j, c in enumerate(tp_calls) if j * blocks // len(tp_calls) == i)
-        yield from _segments(ctx, pipe, who, rank, act, total_s / blocks, mine, category, progress)
-        if i + 1 < blocks and ctx.work.overlap_sm_fraction > 0:  # gathers i+1 .. i+prefetch can overlap block i
-            overlap = 0.0
-            for j in range(i + 1, min(i + prefetch, blocks - 1) + 1):
-                if takes_sms(zero_calls[j]):
-                    overlap += overlap_s(*spans[j], t0, t0 + nominal)
-            stretch = ctx.work.overlap_sm_fraction * overlap
-            if stretch > 0:  # the next gathers took SMs from this block (module docstring)
-                yield env.timeout(stretch)
-                ctx.rec.spend(who, Category.ZERO, stretch)
-
-
-def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered, spans, prefetch: int = 1):
-    """Gather i is issued once gather i−1 is done and block i−``prefetch`` has started (``prefetch``
-    blocks of prefetch, :attr:`ChunkWork.zero_prefetch_calls`); ``spans[i]`` records when it was issued and done."""
-    env, r = ctx.env, ctx.schedule.rank_of(act.stage)
-    for i, call in enumerate(calls):
-        if i >= prefetch and not started[i - prefetch].processed:
-            yield started[i - prefetch]
-        t0 = env.now
-        spans[i][0] = t0
-        yield ctx.start(call, (r, "dp"), pipe)
-        spans[i][1] = env.now
-        ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
-        gathered[i].succeed()
-
-
 def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int) -> None:
     """Deliver ``act``'s output to ``dst_stage`` (over p2p if it sits on another rank)."""
     if not 0 <= dst_stage < ctx.schedule.n_stages:
@@ -378,42 +187,3 @@ def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arri
             stream.busy = False
 
     ctx.start(call, (r, "pp"), pipe).callbacks.append(sent)
-
-
-def _launch_grad_sync(ctx, pipe: Pipe, rank: int, r: int, k: int, progress: GradProgress) -> list:
-    sw = ctx.work.stages[r]
-    by_stream: dict[str, list] = {}
-    for i, (call, (_, ready)) in enumerate(zip(sw.grad_sync, progress.ready)):
-        by_stream.setdefault(KIND_STREAM[call.kind], []).append((i, call, ready))
-    return [ctx.env.process(_grad_stream(ctx, pipe, rank, r, k, stream, items))
-            for stream, items in by_stream.items()]
-
-
-def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items):
-    """Buckets in order on one stream; returns (barrier waits, category, end time, [(start, end)] of
-    the calls that take SMs)."""
-    env, waits, category, busy = ctx.env, [], Category.DP, []
-    for i, call, ready in items:
-        if not ready.processed:
-            yield ready
-        category = KIND_CATEGORY[call.kind]
-        t0 = env.now
-        parties = ctx.parties(k)
-        if pipe.sync and parties > 1 and call.kind in SYNC_KINDS:
-            bar = ctx.barrier((k, r, stream, i), parties)
-            if bar.arrive(env.now):
-                env.process(_release(ctx, bar, call, (r, stream)))
-            yield bar.released
-            waits.append((t0, max(bar.arrive_s)))
-            t0 = max(bar.arrive_s)
-        else:
-            yield ctx.start(call, (r, stream), pipe)
-        if takes_sms(call):
-            busy.append((t0, env.now))
-        ctx.rec.row(rank, stream, f"{call.kind.value} {call.op.value} bucket {i}", category, t0, env.now, -1, r)
-    return waits, category, env.now, busy
-
-
-def _release(ctx, bar: Barrier, call, klass):
-    yield ctx.start_shared(call, klass)
-    bar.released.succeed()

@@ -25,6 +25,7 @@ from simulator.cluster.spec import Cluster
 from simulator.engine.faults import failure_extras
 from simulator.engine.callfold import CallFolder
 from simulator.engine.fold import Folder
+from simulator.engine.gc_passes import fewer_young_passes
 from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, rank_step
@@ -237,9 +238,16 @@ def simulate(work: StepWork, cluster: Cluster, *, seed: int = 0, steps: int = 1,
     ``progress(phase, done, total)`` is called as steps complete (the CLI's counter on long runs).
     ``plans``: a :class:`~simulator.engine.call_plan.CallPlanner` on ``cluster`` whose memoised call plans this
     simulation uses and adds to (several simulations on one cluster share them: a planner's refinement);
-    None: its own. Its ``fuse`` must be ``shortcuts``.
+    None: its own. Its ``fuse`` must be ``shortcuts``. The cyclic collector makes fewer passes meanwhile
+    (:mod:`simulator.engine.gc_passes`).
     """
     positive_int("steps", steps)
+    with fewer_young_passes():
+        return _simulate(work, cluster, seed, steps, trace, train_steps, shortcuts, unrolled, progress, plans)
+
+
+def _simulate(work: StepWork, cluster: Cluster, seed: int, steps: int, trace: bool, train_steps: int | None,
+              shortcuts: bool, unrolled: bool | None, progress, plans) -> StepResult:
     wall0 = time.perf_counter()
     strategy = work.strategy
     model = replace(strategy.stragglers, seed=strategy.stragglers.seed + seed)
