@@ -86,13 +86,16 @@ def _exposed_one_ahead(calls: tuple[CommCall, ...], compute_s: float, sm_fractio
     t = compute_s / len(calls)
     start = last = 0.0 + calls[0].time_s  # gather 0: issued at 0.0
     collective = Transport.COLLECTIVE
-    for c in calls[1:]:
-        issued = max(last, start)  # gather i + 1: after gather i, once block i has started
+    for c in calls[1:]:  # max and min of two floats as conditionals (sync_stretch): the same floats
+        issued = start if start > last else last  # max(last, start): gather i + 1 after gather i, block i started
         last = issued + c.time_s
         overlap = 0.0
         if c.transport is collective:  # takes_sms(c); overlap_s(issued, last, start, start + t) inlined
-            overlap = max(0.0, min(last, start + t) - max(issued, start))
-        start = max(start + t + sm_fraction * overlap, last)
+            block_end = start + t
+            inside = (block_end if block_end < last else last) - (start if start > issued else issued)
+            overlap = inside if inside > 0.0 else 0.0  # max(0, min(last, start + t) - max(issued, start))
+        stretched = start + t + sm_fraction * overlap
+        start = last if last > stretched else stretched  # max(stretched, last)
     return start + t - compute_s
 
 
@@ -100,18 +103,26 @@ def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fract
     """Per gradient bucket, ``f`` × its seconds inside the last backward (the closed form's bucket times,
     :func:`simulator.analytical_formula.sync_exposure`; end of the backward at 0): what it stretches
     that backward by (:mod:`simulator.interference`)."""
-    out = np.zeros(len(calls))
+    n = len(calls)
     if sm_fraction <= 0 or not calls:
-        return out
+        return np.zeros(n)
+    out = [0.0] * n
     end, lo, collective = -np.inf, -b_last, Transport.COLLECTIVE
-    for j, (c, f) in enumerate(zip(calls, fractions)):
+    j = 0
+    # max(a, b) and min(a, b) of two floats written as the conditionals Python's own evaluate (``b if b > a else a``,
+    # ``b if b < a else a``: the first argument on ties and NaNs), so the same float, signed zeros included
+    for c, f in zip(calls, fractions):
         t = c.time_s
-        end = max((f - 1.0) * b_last, end) + t
+        ready = (f - 1.0) * b_last
+        end = (end if end > ready else ready) + t  # max(ready, end) + t
         if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
-            out[j] = sm_fraction * max(0.0, min(end, 0.0) - max(end - t, lo))
+            start = end - t
+            inside = (0.0 if 0.0 < end else end) - (lo if lo > start else start)  # min(end, 0) - max(start, lo)
+            out[j] = sm_fraction * (inside if inside > 0.0 else 0.0)  # max(0, inside)
         if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
             break
-    return out
+        j += 1
+    return np.array(out)
 
 
 _TIME_S, _KIND = attrgetter("time_s"), attrgetter("kind")

@@ -34,6 +34,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 import numpy as np
 
@@ -79,14 +80,21 @@ class GemmEfficiency:
         """Efficiency of one GEMM of ``gemm_flops`` FLOPs (2·m·n·k, summed over a batched call)."""
         if gemm_flops <= 0:
             raise SpecError("gemm_flops", f"must be positive, got {gemm_flops!r}")
-        flops = np.array([p[0] for p in self.points])
-        durations = np.maximum.accumulate(flops / np.array([p[1] for p in self.points]))
+        flops, durations, log_flops, log_durations = self._curve
         if gemm_flops <= flops[0]:
             return float(flops[0] / durations[0])
         if gemm_flops >= flops[-1]:
             return float(flops[-1] / durations[-1])
-        log_duration = np.interp(math.log10(gemm_flops), np.log10(flops), np.log10(durations))
+        log_duration = np.interp(math.log10(gemm_flops), log_flops, log_durations)
         return float(gemm_flops / 10 ** log_duration)
+
+    @cached_property
+    def _curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The points as arrays, made once per curve (a search asks :meth:`efficiency` thousands of times):
+        FLOPs, durations at unit peak (made non-decreasing), and the log10 of both."""
+        flops = np.array([p[0] for p in self.points])
+        durations = np.maximum.accumulate(flops / np.array([p[1] for p in self.points]))
+        return flops, durations, np.log10(flops), np.log10(durations)
 
     @property
     def plateau(self) -> float:

@@ -68,7 +68,9 @@ def test_sync_stretch_equals_the_plain_loop(items, b_last, sm_fraction, overlap)
     if not overlap:
         fractions = (1.0,) * len(calls)
     fast = sync_stretch(b_last, calls, fractions, sm_fraction)
-    assert fast.tolist() == plain_sync_stretch(b_last, calls, fractions, sm_fraction).tolist()
+    plain = plain_sync_stretch(b_last, calls, fractions, sm_fraction)
+    assert fast.tolist() == plain.tolist()
+    assert fast.dtype == plain.dtype and fast.tobytes() == plain.tobytes()  # bit for bit, signed zeros included
 
 
 @settings(max_examples=300, deadline=None)

@@ -223,3 +223,30 @@ def test_layer_list_times_hand_worked():
     fwd, bwd = layer_list_times(w, dev, micro_batch=4)
     assert fwd.time_s == pytest.approx(4e9 / (10e12 * 0.5)) and fwd.bound is Bound.COMPUTE
     assert bwd.flops == 2 * fwd.flops and bwd.bytes == 2 * (1000 * 4 + 400)
+
+
+def _efficiency_from_points(points, gemm_flops):
+    """The curve's interpolation computed from the points at every call (what ``efficiency`` did before its
+    arrays were kept per curve)."""
+    import numpy as np
+
+    flops = np.array([p[0] for p in points])
+    durations = np.maximum.accumulate(flops / np.array([p[1] for p in points]))
+    if gemm_flops <= flops[0]:
+        return float(flops[0] / durations[0])
+    if gemm_flops >= flops[-1]:
+        return float(flops[-1] / durations[-1])
+    return float(gemm_flops / 10 ** np.interp(math.log10(gemm_flops), np.log10(flops), np.log10(durations)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(effs=st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6),
+       asks=st.lists(st.floats(1e3, 1e16), min_size=1, max_size=8))
+def test_kept_curve_arrays_give_the_same_bits(effs, asks):
+    """Two curves asked alternately (each keeps its own arrays) answer as the points computed afresh."""
+    a = GemmEfficiency(points=tuple((10.0 ** (6 + i), e) for i, e in enumerate(effs)))
+    b = GemmEfficiency(points=tuple((10.0 ** (5 + 2 * i), e) for i, e in enumerate(reversed(effs))))
+    for w in asks:
+        for c in (a, b):
+            assert repr(c.efficiency(w)) == repr(_efficiency_from_points(c.points, w))
+    assert a == GemmEfficiency(points=a.points) and hash(a) == hash(GemmEfficiency(points=a.points))

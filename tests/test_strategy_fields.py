@@ -93,3 +93,23 @@ def test_flat_round_trip_of_every_record_kind():
                  failures=FailureModel(mtbf_gpu_hours=1e4, checkpoint_interval_steps=10, checkpoint_cost_s=5.0,
                                        restart_cost_s=60.0))
     assert strategy_from_flat(strategy_to_flat(s)) == s
+
+
+def test_validate_runs_every_declared_check_in_field_order(monkeypatch):
+    """``validate`` keeps each class's checks once (``fields._CHECKS``): on the strategy and each record
+    it still calls every declared check, in field order, with the field's flat key and value."""
+    from simulator.strategy import fields
+
+    for cls in (Strategy, *RECORDS):
+        obj = strategy_from_flat({"global_batch": 8})
+        obj = obj if cls is Strategy else next((getattr(obj, f.name) for f, _ in declared(Strategy)
+                                                if isinstance(getattr(obj, f.name), cls)), None)
+        if obj is None:  # a record the default strategy does not hold (another sync kind, no failure model)
+            continue
+        seen = []
+        expected = [(d.key, getattr(obj, f.name)) for f, d in declared(cls) if d.check is not None]
+        checks = fields._CHECKS.get(cls) or ()
+        monkeypatch.setitem(fields._CHECKS, cls, tuple(
+            (name, key, lambda k, v, check=check: (seen.append((k, v)), check(k, v))) for name, key, check in checks))
+        fields.validate(obj)
+        assert seen == expected

@@ -118,10 +118,18 @@ def declared(cls) -> Iterator[tuple[dataclasses.Field, FieldDecl]]:
 
 
 def validate(obj) -> None:
-    """Run every field's ``check`` on ``obj`` (call from ``__post_init__``)."""
-    for f, d in declared(type(obj)):
-        if d.check is not None:
-            d.check(d.key, getattr(obj, f.name))
+    """Run every field's ``check`` on ``obj`` (call from ``__post_init__``), in field order."""
+    cls = type(obj)
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        checks = _CHECKS[cls] = tuple((f.name, d.key, d.check) for f, d in declared(cls) if d.check is not None)
+    for name, key, check in checks:
+        check(key, getattr(obj, name))
+
+
+_CHECKS: dict[type, tuple] = {}
+"""Per dataclass, its fields' (name, flat key, check) that :func:`validate` runs, read once from the declarations
+(a class's fields do not change; a search builds thousands of strategies)."""
 
 
 # Checks and parsers shared by the declarations ------------------------------------------------
