@@ -11,6 +11,32 @@ STEPS = 3
 """Optimizer steps of every MoE executor run and of its one-process reference."""
 
 
+def tiny_plan(model, world: int, keys: dict):
+    """The plan of flat strategy ``keys`` for ``model`` on ``world`` dgx-h100 GPUs, as run at ``--scale tiny``."""
+    from simulator.cluster.io import load_cluster
+    from simulator.plan_file import Plan
+    from simulator.plan_scale import Scale, scale_plan
+    from simulator.strategy.flat import strategy_from_flat
+
+    plan = Plan(model=model, cluster=load_cluster("dgx-h100"), gpus=world, strategy=strategy_from_flat(keys))
+    return scale_plan(plan, Scale.parse("tiny"), world).run
+
+
+class IssueLog:
+    """Stands in for a MoE layer's clock: logs (layer, rows sent) of each all-to-all, then runs it timed; anything
+    else (the tp gathers, ``EpClock.timed``) goes to the clock unlogged."""
+
+    def __init__(self, layer: int, clock, log: list):
+        self.layer, self.clock, self.log = layer, clock, log
+
+    def all_to_all(self, out, x, out_splits, in_splits, group):
+        self.log.append((self.layer, len(x)))
+        self.clock.all_to_all(out, x, out_splits, in_splits, group)
+
+    def __getattr__(self, name):
+        return getattr(self.clock, name)
+
+
 def build_runner(plan, rank: int, world: int):
     """(context, runner) of ``plan``'s family on ``rank`` of ``world`` gloo ranks, fp32, seed 0."""
     from executor.run import build_context
@@ -21,6 +47,27 @@ def build_runner(plan, rank: int, world: int):
     ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
                         precision=Precision.FP32)
     return ctx, family_spec(ctx.layout).build(ctx)
+
+
+def logged_runner(plan, rank: int, world: int):
+    """(runner, issued, MoE layers): ``plan``'s runner with each expert-parallel MoE layer's all-to-alls logged
+    into ``issued`` as (layer index, rows sent)."""
+    from executor.moe import moe_layers
+
+    _, runner = build_runner(plan, rank, world)
+    issued: list = []
+    layers = moe_layers(runner.model)
+    for i, moe in enumerate(layers):
+        if moe.ep is not None:
+            moe.clock = IssueLog(i, moe.clock, issued)
+    return runner, issued, layers
+
+
+def launch_plans(rank_fn, plans: dict, world: int):
+    """(plans, per-rank results): ``rank_fn(rank, world, plans)`` on ``world`` gloo ranks over every plan."""
+    from executor.launch import run
+
+    return plans, run(rank_fn, world, args=(tuple(plans.values()),), backend="gloo", timeout_s=600.0)
 
 
 def train_record(runner) -> dict:
@@ -67,3 +114,16 @@ def expected_states(model, layout, rank: int, zero, framework) -> tuple[float, f
         states = add_states(states, model_state_bytes(experts, dp=len(holders), zero=zero, dtype=DtypePolicy.FP32,
                                                       framework=framework, rank=holders.index(rank)))
     return states.params_at_rest_bytes, states.grads_bytes, states.optimizer_bytes + states.optimizer_step_bytes
+
+
+def assert_matches_one_process(plans: dict, per_rank: list, rel: float) -> None:
+    """Every rank's losses and gradient norms equal the one-process reference's (:func:`moe_reference`) within
+    ``rel``, and the reference's losses move (the steps train)."""
+    import pytest
+
+    for i, (name, plan) in enumerate(plans.items()):
+        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
+        for rank, got in enumerate(per_rank):
+            assert got[i]["loss"] == pytest.approx(want_loss, rel=rel), (name, rank)
+            assert got[i]["norm"] == pytest.approx(want_norm, rel=rel), (name, rank)
+        assert want_loss[0] != want_loss[1], name

@@ -19,13 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor.launch import run
-from moe_runs import STEPS, expected_states, moe_reference
-from simulator.cluster.io import load_cluster
-from simulator.plan_file import Plan
-from simulator.plan_scale import Scale, scale_plan
+from moe_runs import STEPS, assert_matches_one_process, expected_states, launch_plans, tiny_plan
 from simulator.strategy import Framework, ZeroStage
-from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import Recompute, get_preset
 
 pytestmark = pytest.mark.multiproc
@@ -45,34 +40,16 @@ PLANS = {
 }
 
 
-def _plan(model, flat: dict) -> Plan:
-    keys = {"global_batch": 8, "micro_batch": 2} | flat
-    plan = Plan(model=model, cluster=load_cluster("dgx-h100"), gpus=WORLD, strategy=strategy_from_flat(keys))
-    return scale_plan(plan, Scale.parse("tiny"), WORLD).run
-
-
-class _Log:
-    """Stands in for a MoE layer's clock: logs (layer, rows sent) of each all-to-all, then runs it timed."""
-
-    def __init__(self, layer: int, clock, log: list):
-        self.layer, self.clock, self.log = layer, clock, log
-
-    def all_to_all(self, out, x, out_splits, in_splits, group):
-        self.log.append((self.layer, len(x)))
-        self.clock.all_to_all(out, x, out_splits, in_splits, group)
+def _plan(model, flat: dict):
+    return tiny_plan(model, WORLD, {"global_batch": 8, "micro_batch": 2} | flat)
 
 
 def _rank(rank: int, world: int, plans: tuple) -> list:
-    from executor.moe import moe_layers
-    from moe_runs import build_runner, train_record
+    from moe_runs import logged_runner, train_record
 
     out = []
     for plan in plans:
-        _, runner = build_runner(plan, rank, world)
-        issued: list = []
-        layers = moe_layers(runner.model)
-        for i, moe in enumerate(layers):
-            moe.clock = _Log(i, moe.clock, issued)
+        runner, issued, layers = logged_runner(plan, rank, world)
         groups = layers[0].ep
         out.append(train_record(runner) | {"issued": issued, "ep_ranks": groups.ranks,
                                            "expert_dp_ranks": groups.expert_dp_ranks})
@@ -81,20 +58,15 @@ def _rank(rank: int, world: int, plans: tuple) -> list:
 
 @pytest.fixture(scope="module")
 def launch():
-    plans = {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}
-    return plans, run(_rank, WORLD, args=(tuple(plans.values()),), backend="gloo", timeout_s=600.0)
+    return launch_plans(_rank, {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}, WORLD)
 
 
 def test_losses_and_gradient_norms_match_one_process(launch):
     plans, per_rank = launch
-    for i, (name, plan) in enumerate(plans.items()):
+    for name, plan in plans.items():
         layout = plan.layout()
         assert (layout.dp, layout.cp, layout.ep, layout.tp, layout.pp) == (2, 2, 2, 1, 1), name
-        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
-        for rank, got in enumerate(per_rank):
-            assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
-            assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
-        assert want_loss[0] != want_loss[1], name  # the steps train
+    assert_matches_one_process(plans, per_rank, TOL)
 
 
 def test_groups_are_the_layouts_ep_at_one_context_rank_and_expert_dp_over_both():

@@ -19,12 +19,10 @@ from dataclasses import replace
 
 import pytest
 
-from executor.launch import run
-from moe_runs import STEPS, expected_states, moe_reference
+from moe_runs import STEPS, assert_matches_one_process, expected_states, launch_plans, tiny_plan
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
-from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import get_preset
@@ -49,10 +47,9 @@ PLANS = {
 }
 
 
-def _plan(model, flat: dict) -> Plan:
-    keys = {"global_batch": 8, "micro_batch": 1, "dp": 2, "pp": 2} | flat  # 4 micro-batches per pipeline
-    plan = Plan(model=model, cluster=load_cluster("dgx-h100"), gpus=WORLD, strategy=strategy_from_flat(keys))
-    return scale_plan(plan, Scale.parse("tiny"), WORLD).run
+def _plan(model, flat: dict):
+    """4 micro-batches per pipeline."""
+    return tiny_plan(model, WORLD, {"global_batch": 8, "micro_batch": 1, "dp": 2, "pp": 2} | flat)
 
 
 class _LayerLog:
@@ -89,19 +86,14 @@ def _first_layers(layout, pp_rank: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def launch():
-    plans = {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}
-    return plans, run(_rank, WORLD, args=(tuple(plans.values()),), backend="gloo", timeout_s=600.0)
+    return launch_plans(_rank, {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}, WORLD)
 
 
 def test_losses_and_gradient_norms_match_one_process(launch):
     plans, per_rank = launch
-    for i, (name, plan) in enumerate(plans.items()):
+    for name, plan in plans.items():
         assert plan.layout().pp == 2 and plan.layout().dp == 2, name
-        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
-        for rank, got in enumerate(per_rank):
-            assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
-            assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
-        assert want_loss[0] != want_loss[1], name  # the steps train
+    assert_matches_one_process(plans, per_rank, TOL)
 
 
 def test_ep_peers_issue_the_same_all_to_alls_in_the_same_order(launch):

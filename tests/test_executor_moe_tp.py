@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import pytest
 
-from executor.launch import run
-from moe_runs import STEPS, expected_states, moe_reference
+from moe_runs import STEPS, assert_matches_one_process, expected_states, launch_plans, tiny_plan
 from simulator.cluster.io import load_cluster
 from simulator.plan_file import Plan
-from simulator.plan_scale import Scale, scale_plan
 from simulator.strategy import Framework, ZeroStage
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload import Recompute, get_preset
@@ -52,37 +50,16 @@ PLANS = {
 }
 
 
-def _plan(model, flat: dict) -> Plan:
-    keys = {"global_batch": 8, "micro_batch": 2} | flat
-    plan = Plan(model=model, cluster=load_cluster("dgx-h100"), gpus=WORLD, strategy=strategy_from_flat(keys))
-    return scale_plan(plan, Scale.parse("tiny"), WORLD).run
-
-
-class _Log:
-    """Stands in for a MoE layer's clock: logs (layer, rows sent) of each all-to-all, then runs it timed."""
-
-    def __init__(self, layer: int, clock, log: list):
-        self.layer, self.clock, self.log = layer, clock, log
-
-    def all_to_all(self, out, x, out_splits, in_splits, group):
-        self.log.append((self.layer, len(x)))
-        self.clock.all_to_all(out, x, out_splits, in_splits, group)
-
-    def __getattr__(self, name):  # the tp gathers (EpClock.timed), unlogged
-        return getattr(self.clock, name)
+def _plan(model, flat: dict):
+    return tiny_plan(model, WORLD, {"global_batch": 8, "micro_batch": 2} | flat)
 
 
 def _rank(rank: int, world: int, plans: tuple) -> list:
-    from executor.moe import moe_layers
-    from moe_runs import build_runner, train_record
+    from moe_runs import logged_runner, train_record
 
     out = []
     for plan in plans:
-        _, runner = build_runner(plan, rank, world)
-        issued: list = []
-        for i, moe in enumerate(moe_layers(runner.model)):
-            if moe.ep is not None:
-                moe.clock = _Log(i, moe.clock, issued)
+        runner, issued, _ = logged_runner(plan, rank, world)
         coord = runner.coord
         out.append(train_record(runner) | {"issued": issued, "coord": (coord.dp, coord.pp, coord.tp)})
     return out
@@ -90,19 +67,14 @@ def _rank(rank: int, world: int, plans: tuple) -> list:
 
 @pytest.fixture(scope="module")
 def launch():
-    plans = {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}
-    return plans, run(_rank, WORLD, args=(tuple(plans.values()),), backend="gloo", timeout_s=600.0)
+    return launch_plans(_rank, {name: _plan(model, flat) for name, (model, flat) in PLANS.items()}, WORLD)
 
 
 def test_losses_and_gradient_norms_match_one_process(launch):
     plans, per_rank = launch
-    for i, (name, plan) in enumerate(plans.items()):
+    for name, plan in plans.items():
         assert plan.layout().tp == 2, name
-        want_loss, want_norm = moe_reference(plan.model, plan.strategy.moe_routing, plan.strategy.micro_batch)
-        for rank, got in enumerate(per_rank):
-            assert got[i]["loss"] == pytest.approx(want_loss, rel=TOL), (name, rank)
-            assert got[i]["norm"] == pytest.approx(want_norm, rel=TOL), (name, rank)
-        assert want_loss[0] != want_loss[1], name  # the steps train
+    assert_matches_one_process(plans, per_rank, TOL)
 
 
 def test_ep_peers_issue_the_same_all_to_alls_in_the_same_order(launch):
