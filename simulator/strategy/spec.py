@@ -255,6 +255,11 @@ class Strategy:
                             "Engine's context-parallel attention is fused); use attention flash or cp 1")
         _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
         self._check_fp8(framework)
+        if (framework is Framework.TORCH_DDP and self.grad_reduce_dtype is GradReduceDtype.FP32
+                and self.resolved_mixed_precision is MixedPrecision.PARAM_DTYPE):  # [src: torch-ddp]
+            raise SpecError("grad_reduce_dtype", "fp32 cannot be run by torch DDP under mixed_precision param-dtype: "
+                            "DDP all-reduces gradients in their own (bf16/fp16) dtype; drop grad_reduce_dtype, "
+                            "or use mixed_precision autocast or framework megatron/fsdp2")
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
                             "buckets (use framework torch with zero 0 or 1)")
