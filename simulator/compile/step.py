@@ -49,6 +49,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
+                             loss=layout.framework.loss_impl,
                              autocast=runs_autocast(workload.dtype, s))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,

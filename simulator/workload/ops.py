@@ -308,7 +308,8 @@ def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, t
               context: ContextSplit = NO_CONTEXT_SPLIT, vocab_multiple: int = 1) -> list[OpWork]:
     """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank
     (on the ``s/cp`` tokens of a context-parallel rank); the logits and loss over the vocabulary padded to
-    ``vocab_multiple`` (:meth:`simulator.strategy.framework.Framework.vocab_multiple`)."""
+    ``vocab_multiple`` (:meth:`simulator.strategy.framework.Framework.vocab_multiple`). The loss is one pass
+    over the logits here; :func:`simulator.workload.loss.with_loss` replaces it by the framework's kernels."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
     s = _local_tokens(s, context)
