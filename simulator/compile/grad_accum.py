@@ -1,20 +1,23 @@
-"""Gradient accumulation's adds under torch DDP: autograd's ``AccumulateGrad`` adds each micro-batch's gradient into
-the parameter's existing ``.grad`` (``variable_grad += new_grad``) [src: torch-eager-decompositions].
+"""The gradient adds of torch DDP: autograd's ``AccumulateGrad`` adds each micro-batch's gradient into the
+parameter's existing ``.grad`` (``variable_grad += new_grad``) [src: torch-eager-decompositions].
 
-With torch's default ``zero_grad(set_to_none=True)`` the first micro-batch of a step finds no ``.grad`` and
-hands its gradient over; each of the other m − 1 micro-batches adds into it: a memory-bound kernel per parameter
-tensor reading two gradients and writing one, 3·b_g bytes per parameter, ``b_g`` the gradients' bytes per element
-(fp32 under autocast, the 16-bit format under param-dtype mixed precision;
-:func:`simulator.strategy.formats.sync_dtype`). Per step, on a rank holding N parameters:
+The torch framework here is what the executor runs: its ``.grad`` persists between micro-batches and steps
+(``zero_grad(set_to_none=False)``, :mod:`simulator.workload.eager_dispatch`), so every micro-batch's backward adds
+into it — a memory-bound kernel per parameter tensor reading two gradients and writing one, 3·b_g bytes per
+parameter, ``b_g`` the gradients' bytes per element (fp32 under autocast, the 16-bit format under param-dtype mixed
+precision; :func:`simulator.strategy.formats.sync_dtype`). Per micro-batch, on a rank holding N parameters:
 
-    t_step = (m − 1) · 3·b_g·N / B_hbm
+    t = 3·b_g·N / B_hbm
 
-charged to the backward of every micro-batch as t_step / m (the compiled step repeats one micro-batch's work).
-Only torch DDP (ZeRO 0, or 1 with ``ZeroRedundancyOptimizer``) is charged here. FSDP2 and DeepSpeed ZeRO-2/3
+The same per-micro-batch cost keeps one compiled micro-batch valid for every global batch (the planner's shared
+compilation, :mod:`simulator.analytical_structures`). With torch's default ``zero_grad(set_to_none=True)`` the first
+micro-batch of a step hands its gradient over instead, one add fewer per step than charged here.
+
+Only torch DDP (ZeRO 0, or 1 with ``ZeroRedundancyOptimizer``) is charged. FSDP2 and DeepSpeed ZeRO-2/3
 reduce-scatter every micro-batch and accumulate the 1/dp shard on their reduction streams. Megatron-LM's DDP adds
-each micro-batch's ``.grad`` into ``main_grad`` from a hook, unless the weight-gradient GEMM already accumulated
-into it (``gradient_accumulation_fusion``); which its runs used is not modelled, and neither is DeepSpeed
-ZeRO-0/1's accumulation (not read here).
+each micro-batch's ``.grad`` into ``main_grad`` from a hook unless the weight-gradient GEMM already accumulated into
+it (``gradient_accumulation_fusion``); which its runs used is not modelled, and neither is DeepSpeed ZeRO-0/1's
+accumulation (not read here).
 """
 
 from __future__ import annotations
@@ -30,19 +33,17 @@ ACCUMULATE_PASSES = 3
 """Tensor passes of ``.grad += new_grad``: read both, write one."""
 
 
-def accumulation_bytes_per_step(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
-    """Bytes the chunk's ``AccumulateGrad`` adds move in one step (module docstring); 0 outside torch DDP or with
-    one micro-batch."""
-    s, m = layout.strategy, layout.micro_batches
-    if layout.framework is not Framework.TORCH_DDP or isinstance(s.dp_sync, ParamServerSync) or m < 2:
+def accumulation_bytes(workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
+    """Bytes the chunk's ``AccumulateGrad`` adds move in one micro-batch's backward (module docstring); 0 outside
+    torch DDP."""
+    s = layout.strategy
+    if layout.framework is not Framework.TORCH_DDP or isinstance(s.dp_sync, ParamServerSync):
         return 0.0
     params = cc.blocks * cc.layer_params + cc.edge_params
-    return (m - 1) * ACCUMULATE_PASSES * sync_dtype(workload.dtype, s).grad_bytes * params
+    return ACCUMULATE_PASSES * sync_dtype(workload.dtype, s).grad_bytes * params
 
 
 def accumulation_add_s(cache, workload, layout: ParallelLayout, cc: ChunkCompute) -> float:
-    """Seconds per micro-batch's backward: the step's adds over its m micro-batches."""
-    nbytes = accumulation_bytes_per_step(workload, layout, cc)
-    if not nbytes:
-        return 0.0
-    return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes) / layout.micro_batches
+    """Seconds the adds take in one micro-batch's backward."""
+    nbytes = accumulation_bytes(workload, layout, cc)
+    return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes) if nbytes else 0.0
