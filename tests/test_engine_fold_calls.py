@@ -36,7 +36,7 @@ REL = 1e-12
 CASES = {
     "h100-sp-interleaved": (H100.with_nodes(1), dict(global_batch=8, tp=2, pp=2, placement="tp-dp-pp",
                                                      sequence_parallel=True, schedule="interleaved",
-                                                     virtual_stages=2)),
+                                                     virtual_stages=2, framework="megatron")),  # resume reached
     # micro-batch 2 (was 1 at global batch 8): with the compute times of 2026-11-25 (fid9: FSDP2 copies, eager
     # rates, the fp32 loss, .grad adds) the old case no longer had a call in progress at a run's end (resume unused)
     "a100-interleaved-zero1": (A100.with_nodes(1), dict(global_batch=16, micro_batch=2, tp=2, pp=2,
