@@ -9,6 +9,12 @@ sentences are what ``trainplan plan --explain --against PLAN.json`` prints.
   t 8, p 8, d 16, micro-batch 1, global batch 1536, sequence 2048, activation recomputation (its
   FLOPs count includes the recomputed forward); run here with the 1F1B schedule as this repository
   reads Table 1 (tests/test_analytical.py), and with the interleaved schedule (2 chunks per rank).
+  Both are stated under the ``megatron`` framework profile (:mod:`simulator.profiles`: Megatron's
+  framework, fused Adam and kernels, its rank order) with what the 2021 code did not have taken out, as
+  the validation table's Narayanan rows state them (``benchmarks/published_runs.yaml``, group
+  ``nar21-t1``): no distributed optimizer (ZeRO 0), no sequence parallelism, the gradient all-reduce
+  after backward, the attention scores materialised (no FlashAttention). The planner searches the same
+  profile (``--profile megatron``), so the comparison is between layouts under one framework.
 - torchtitan, Llama 3.1 8B on 8 H100s ([src: torchtitan-perf], Table 1 "1D Parallelism (FSDP)"):
   FSDP over 8 GPUs, local batch 2, global batch 16, sequence 8192 (``llama3_8b.toml``), selective
   op activation checkpointing. That policy (recompute all but some matmuls) is between our
@@ -28,26 +34,32 @@ from planner.explain import describe
 from planner.refine import des_step
 from simulator.cluster.io import load_cluster
 from simulator.schedules import ScheduleKind
-from simulator.strategy import Framework, Recompute, Strategy, ZeroStage
+from simulator.profiles import apply_profile
+from simulator.strategy import AttentionKind, Framework, Recompute, Strategy, ZeroStage
 from simulator.workload import get_preset
 
-_GPT3 = dict(global_batch=1536, micro_batch=1, dp=16, tp=8, pp=8, recompute=Recompute.FULL)
+_GPT3 = dict(global_batch=1536, micro_batch=1, dp=16, tp=8, pp=8, recompute=Recompute.FULL,
+             # Megatron-LM as of SC'21 under the megatron profile (module docstring; published_runs.yaml nar21-t1)
+             zero=ZeroStage.ZERO0, sequence_parallel=False, overlap_grad_reduce=False, attention=AttentionKind.EAGER)
 EXPERTS = (
     ("Megatron-LM GPT-3 175B, 1F1B", "gpt3-175b", 2048, "dgx-a100", 128, 1024,
-     Strategy(**_GPT3, schedule=ScheduleKind.ONE_F_ONE_B)),
+     apply_profile("megatron", **_GPT3, schedule=ScheduleKind.ONE_F_ONE_B), "megatron"),
     ("Megatron-LM GPT-3 175B, interleaved", "gpt3-175b", 2048, "dgx-a100", 128, 1024,
-     Strategy(**_GPT3, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2)),
+     apply_profile("megatron", **_GPT3, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2), "megatron"),
     ("torchtitan Llama 3.1 8B FSDP", "llama3.1-8b", 8192, "dgx-h100", 1, 8,
      Strategy(global_batch=16, micro_batch=2, dp=8, zero=ZeroStage.ZERO3, framework=Framework.FSDP2,
-              recompute=Recompute.FULL)),
+              recompute=Recompute.FULL), None),
 )
-"""(label, model preset, sequence, cluster preset, nodes, GPUs, the expert strategy)."""
+"""(label, model preset, sequence, cluster preset, nodes, GPUs, the expert strategy, the planner profile
+the search runs under: None for the default space)."""
 
 
-def compare(label, model, seq, cluster, nodes, gpus, expert, pins=None, des=False) -> dict:
-    """The planner's best and the expert layout, both by the closed form (and the DES with ``des``)."""
+def compare(label, model, seq, cluster, nodes, gpus, expert, profile=None, pins=None, des=False) -> dict:
+    """The planner's best (searched under ``profile``) and the expert layout, both by the closed form (and
+    the DES with ``des``)."""
     m, c = get_preset(model).with_seq(seq), load_cluster(cluster, nodes=nodes)
-    result = planner.plan(m, c, gpus=gpus, global_batch=expert.global_batch, pins=pins or {}, refine=0)
+    result = planner.plan(m, c, gpus=gpus, global_batch=expert.global_batch, pins=pins or {}, refine=0,
+                          profile=profile)
     best = result.frame.iloc[0]
     ref = reference_row(m, c, expert)
     out = {"label": label, "candidates": result.counts.ranked, "best": describe(best["strategy"]),

@@ -105,7 +105,7 @@ def kernel_time(kernel: Kernel, peak_flops: float, hbm_Bps: float, curve: GemmEf
     ``curve_flops_scale``: the curve is read at ``W × scale`` (an FP8 GEMM,
     :data:`FP8_SAME_DURATION_EFFICIENCY`). ``cap``: the most efficiency the kernel can reach whatever the
     curve says (a misaligned GEMM, :func:`simulator.gemm_alignment.misaligned_cap`)."""
-    t_mem = kernel.bytes / hbm_Bps
+    t_mem = kernel.bytes / (hbm_Bps * kernel.copy_fraction)  # eager kernels below a copy's rate (eager_rates)
     if not kernel.gemm or kernel.flops <= 0:
         return t_mem + overhead_s, Bound.MEMORY
     work = kernel.flops if kernel.shape is None else best_padded_flops(kernel.shape, sm_count)

@@ -140,8 +140,9 @@ STRUCTURE_VARIANTS.update({  # the Adam(W) implementation's update bytes (simula
     "optimizer_impl": dict(optimizer_impl=OptimizerImpl.FUSED),
     "mixed_precision": dict(mixed_precision=MixedPrecision.PARAM_DTYPE),  # casts (simulator.workload.autocast)
     "attention_backend": dict(attention_backend=AttentionBackend.CUDNN),  # the fused kernel's rates
-    "grad_reduce_dtype": dict(mixed_precision=MixedPrecision.PARAM_DTYPE,  # the DP all-reduce's bytes
-                              grad_reduce_dtype=GradReduceDtype.FP32),
+    "fsdp1_flat_params": dict(framework=Framework.FSDP2, zero=ZeroStage.ZERO3, fsdp1_flat_params=True),  # copies
+    "grad_reduce_dtype": dict(grad_reduce_dtype=GradReduceDtype.FP32),  # the DP all-reduce's bytes (torch DDP
+    # refuses fp32 under param-dtype mixed precision; under its default autocast the field is accepted)
 })
 """One change of each structural field (:data:`Role.STRUCTURE`), to prove it reaches the key."""
 

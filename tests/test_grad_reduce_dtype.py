@@ -124,3 +124,22 @@ def test_memory_cache_keeps_strategies_apart():
         s = Strategy(global_batch=16, dp=8, framework=Framework.MEGATRON, zero=ZeroStage.ZERO1, **kw)
         return memory_report(model, cluster, build_layout(s, cluster, model), cache=cache).worst.grads_bytes
     assert grads() == 2 * grads(grad_reduce_dtype=PARAM)
+
+
+def test_torch_ddp_refuses_fp32_reduction_of_bf16_parameters():
+    """torch DDP all-reduces each gradient in its own dtype [src: torch-ddp]: under param-dtype mixed precision
+    the gradients are bf16, so fp32 is refused, naming the field and the fix; under autocast they are fp32 already."""
+    with pytest.raises(ValueError, match="^grad_reduce_dtype: fp32 cannot be run by torch DDP .*drop grad_reduce_dtype"):
+        Strategy(global_batch=8, framework=Framework.TORCH_DDP, mixed_precision=MixedPrecision.PARAM_DTYPE,
+                 grad_reduce_dtype=FP32)
+    Strategy(global_batch=8, framework=Framework.TORCH_DDP, grad_reduce_dtype=FP32)  # autocast: accepted
+    Strategy(global_batch=8, framework=Framework.MEGATRON, mixed_precision=MixedPrecision.PARAM_DTYPE,
+             grad_reduce_dtype=FP32)
+
+
+def test_cli_refuses_it_in_one_line_with_exit_2(capsys):
+    from trainplan.__main__ import main
+    code = main(["simulate", "--model", "gpt3-125m", "--cluster", "dgx-a100", "--gpus", "8", "--gbs", "16",
+                 "--framework", "torch", "--mixed-precision", "param-dtype", "--grad-reduce-dtype", "fp32"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "grad-reduce-dtype: fp32 cannot be run by torch DDP" in err

@@ -76,14 +76,19 @@ def test_more_fusion_is_never_slower():
 
 
 def test_without_dropout_fusion_changes_only_the_eager_softmax():
-    """Without dropout or biases the fusions time flash attention blocks alike; with biases, eager autograd adds
-    its bias-gradient reductions (simulator.workload.ops._bias_grads), which the fusions leave out."""
+    """Without dropout or biases the fusions time flash attention blocks alike but for eager torch's norms and GELU,
+    which run below a copy's rate (simulator.workload.eager_rates); with biases, eager autograd adds its
+    bias-gradient reductions (simulator.workload.ops._bias_grads), which the fusions leave out."""
     from simulator.workload.kinds import BiasKind
+    from simulator.workload.ops import OpKind
 
     device = load_preset("dgx-a100").device
     plain = replace(GPT, dropout=0.0, bias=BiasKind.NONE)
     flash = {f: total_time(layer_times(plain, device, 1, 2048, fusion=f)) for f in KernelFusion}
-    assert flash[KernelFusion.EAGER] == flash[KernelFusion.MEGATRON] == flash[KernelFusion.COMPILED]
+    assert flash[KernelFusion.EAGER] > flash[KernelFusion.MEGATRON] == flash[KernelFusion.COMPILED]
+    rest = {f: total_time([r for r in layer_times(plain, device, 1, 2048, fusion=f)
+                           if r.op not in (OpKind.NORM, OpKind.ELEMENTWISE)]) for f in KernelFusion}
+    assert rest[KernelFusion.EAGER] == rest[KernelFusion.MEGATRON] == rest[KernelFusion.COMPILED]
     biased = {f: total_time(layer_times(replace(plain, bias=BiasKind.ALL), device, 1, 2048, fusion=f))
               for f in KernelFusion}
     assert biased[KernelFusion.EAGER] > biased[KernelFusion.MEGATRON] == biased[KernelFusion.COMPILED]

@@ -13,6 +13,7 @@ from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
 from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
+from simulator.compile.fsdp2_copies import fsdp2_copy_s
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
@@ -47,6 +48,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
+                             loss=layout.framework.loss_impl,
                              autocast=runs_autocast(workload.dtype, s))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
@@ -136,7 +138,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                 else ds_zero3.backward_calls(numels, zero, reduce_scatters))
     if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
-    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s, bwd_s=cc.bwd_s,
+    copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd, bwd_s=cc.bwd_s + copy_bwd,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)

@@ -13,7 +13,7 @@ from enum import Enum
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
 from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, OptimizerImpl, ZeroStage
-from simulator.workload.kinds import DtypePolicy
+from simulator.workload.kinds import DtypePolicy, LossImpl
 
 
 HOPPER_CC = 9.0
@@ -92,6 +92,14 @@ class Framework(Enum):
         DeepSpeed models use the vocabulary as the model defines it (1), padded or not by its author (GPT-2's
         50,257 is not; :mod:`simulator.gemm_alignment` says what that costs)."""
         return MEGATRON_VOCAB_DIVISIBLE_BY * tp if self is Framework.MEGATRON else 1
+
+    @property
+    def loss_impl(self) -> LossImpl:
+        """How the framework computes the cross-entropy (:mod:`simulator.workload.loss`): torch DDP, FSDP2 and
+        DeepSpeed models call ``F.cross_entropy`` on fp32 logits (the rule the memory model's loss working set
+        follows, :func:`simulator.memory.activations.loss_working_bytes`); Megatron-LM its vocab-parallel
+        cross-entropy, kept at one pass (its passes not read)."""
+        return LossImpl.ONE_PASS if self is Framework.MEGATRON else LossImpl.TORCH_FP32
 
     def optimizer_impl(self, foreach_device: bool) -> OptimizerImpl:
         """The Adam(W) implementation the framework runs by default on a device with (``foreach_device``) or

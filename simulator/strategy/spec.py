@@ -186,6 +186,11 @@ class Strategy:
         flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
                 "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",
                 choices=choices_of(Partitioning)))
+    fsdp1_flat_params: bool = _switch(  # [src: torch-fsdp1-flat-param]
+        False, "fsdp1_flat_params", "FSDP1's FlatParameter (torch FullyShardedDataParallel, e.g. Composer) instead of "
+        "FSDP2's per-parameter shards: gathers land in the buffer the parameters view and the gradient's reduce "
+        "cast runs on the post-backward stream, so no copy-out / copy-in on the compute stream "
+        "(simulator.compile.fsdp2_copies; framework fsdp2, zero 2-3)", "--fsdp1-flat-params")
     gradient_as_bucket_view: bool = _switch(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
@@ -256,6 +261,14 @@ class Strategy:
                             "Engine's context-parallel attention is fused); use attention flash or cp 1")
         _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
         self._check_fp8(framework)
+        if (framework is Framework.TORCH_DDP and self.grad_reduce_dtype is GradReduceDtype.FP32
+                and self.resolved_mixed_precision is MixedPrecision.PARAM_DTYPE):  # [src: torch-ddp]
+            raise SpecError("grad_reduce_dtype", "fp32 cannot be run by torch DDP under mixed_precision param-dtype: "
+                            "DDP all-reduces gradients in their own (bf16/fp16) dtype; drop grad_reduce_dtype, "
+                            "or use mixed_precision autocast or framework megatron/fsdp2")
+        if self.fsdp1_flat_params and (framework is not Framework.FSDP2 or self.zero < ZeroStage.ZERO2):
+            raise SpecError("fsdp1_flat_params", "is torch FSDP1's sharding, modelled on FSDP2's: use framework fsdp2 "
+                            "with zero 2 or 3, or drop it")
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
                             "buckets (use framework torch with zero 0 or 1)")

@@ -28,6 +28,7 @@ from simulator.workload.kinds import DtypePolicy
 from simulator.workload.blocks import block_work
 from simulator.workload.op_sac import op_sac_recompute
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
+from simulator.workload.loss import with_loss
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
+        edge = with_loss(edge, o.loss, spec.dtype.activation_bytes)
         if o.autocast:
             edge = autocast_block(edge, spec.dtype.activation_bytes)
         for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):

@@ -49,6 +49,17 @@ class BiasKind(Enum):
     """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
 
 
+class LossImpl(Enum):
+    """How the framework computes the softmax cross-entropy over the logits (:mod:`simulator.workload.loss`)."""
+
+    TORCH_FP32 = "torch-fp32"
+    """``F.cross_entropy`` on fp32 logits, as torch models call it (``logits.float()``, or autocast's fp32
+    ``log_softmax``): a cast, ``log_softmax`` and ``nll_loss``, each its own pass, and their backward passes."""
+    ONE_PASS = "one-pass"
+    """The logits read and written once in their own format, backward 1.5×: kept for Megatron-LM's
+    vocab-parallel cross-entropy, whose passes were not read."""
+
+
 class KernelFusion(Enum):
     """How the framework turns a block's element-wise operations into kernels: the passes over
     device memory that the memory-bound kernels make (:mod:`simulator.workload.ops`)."""

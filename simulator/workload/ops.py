@@ -48,6 +48,7 @@ from simulator.gemm_alignment import padded_vocab
 from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
 from simulator.workload.eager_dispatch import block_dispatches, edge_dispatches, with_dispatches
+from simulator.workload.eager_rates import EagerKernel, at_eager_rate, norm_kernel
 from simulator.workload.kinds import ActivationKind, BiasKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
@@ -127,6 +128,9 @@ class Kernel:
     dispatches: int = 1
     """Operators the framework dispatches for the kernel (views, ``.grad`` accumulation; eager torch:
     :mod:`simulator.workload.eager_dispatch`): its host calls on an ``inline`` device."""
+    copy_fraction: float = 1.0
+    """A memory-bound kernel's rate over a plain copy's (the device's achievable HBM bandwidth): below 1 for
+    eager torch's norms, GELU and dropout (:mod:`simulator.workload.eager_rates`); 1 otherwise."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
@@ -248,12 +252,14 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
     rotary = 2 * T * (q / tp + kv_t) * e if spec.position is PositionKind.ROTARY else 0
     elementwise = [(memory("residual", 2 * 3 * res), None), *activation_kernels(T * f / tp, e, swiglu, fusion)]
     if spec.dropout > 0:  # after the attention output and after the MLP
-        elementwise += _dropout("resid_dropout", 2 * res, 2 * res / e, fusion is not KernelFusion.EAGER)
+        elementwise += at_eager_rate(_dropout("resid_dropout", 2 * res, 2 * res / e, fusion is not KernelFusion.EAGER),
+                                     EagerKernel.DROPOUT, fusion)
     if rotary:
         elementwise.append((memory("rotary", rotary), None))
     mlp_in = _g("mlp_in", T, (2 if swiglu else 1) * f / tp, h, e)
     ops = [
-        _op(OpKind.NORM, Scope.LAYER, [(memory("norm", 2 * 2 * res), None)]),
+        _op(OpKind.NORM, Scope.LAYER, at_eager_rate([(memory("norm", 2 * 2 * res), None)], norm_kernel(spec.norm),
+                                                    fusion)),
         _op(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
         _op(OpKind.ATTENTION, Scope.LAYER, attention),
         _op(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, q / tp, e)]),
@@ -273,8 +279,8 @@ def activation_kernels(elems: float, e: int, swiglu: bool, fusion: KernelFusion)
     eager SwiGLU over 2^28 bf16 elements takes 638 µs, 4208 GB/s on those 5 passes, the speed of a plain
     copy (4196 GB/s) [src: own-h200-2026-11-24]. Every name starts with ``activation`` (MoE layers rescale
     them by name, :func:`simulator.workload.moe_ops.with_experts`)."""
-    if not swiglu:
-        return [(memory("activation", 2 * elems * e), None)]
+    if not swiglu:  # F.gelu at its measured fraction of a copy in eager torch (simulator.workload.eager_rates)
+        return at_eager_rate([(memory("activation", 2 * elems * e), None)], EagerKernel.GELU, fusion)
     if fusion is KernelFusion.EAGER:
         return [(memory("activation.silu", 2 * elems * e), None), (memory("activation.mul", 3 * elems * e), None)]
     return [(memory("activation", 3 * elems * e), None)]
@@ -302,7 +308,8 @@ def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, t
               context: ContextSplit = NO_CONTEXT_SPLIT, vocab_multiple: int = 1) -> list[OpWork]:
     """Embedding (first stage) and final norm, logits and loss (last stage), per tensor-parallel rank
     (on the ``s/cp`` tokens of a context-parallel rank); the logits and loss over the vocabulary padded to
-    ``vocab_multiple`` (:meth:`simulator.strategy.framework.Framework.vocab_multiple`)."""
+    ``vocab_multiple`` (:meth:`simulator.strategy.framework.Framework.vocab_multiple`). The loss is one pass
+    over the logits here; :func:`simulator.workload.loss.with_loss` replaces it by the framework's kernels."""
     s = spec.seq_len if seq is None else seq
     _check(spec, micro_batch, s, tp)
     s = _local_tokens(s, context)
@@ -314,7 +321,8 @@ def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, t
         embedding += _dropout("embed_dropout", T * h * e, T * h, fusion is KernelFusion.COMPILED)
     ops = [
         _op(OpKind.EMBEDDING, Scope.FIRST, embedding),
-        _op(OpKind.NORM, Scope.LAST, [(memory("final_norm", 2 * res), None)]),
+        _op(OpKind.NORM, Scope.LAST, at_eager_rate([(memory("final_norm", 2 * res), None)], norm_kernel(spec.norm),
+                                                   fusion)),
         _op(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
         _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),
     ]

@@ -33,7 +33,7 @@ from simulator.errors import SpecError
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import Fp8Recipe
-from simulator.workload.kinds import DtypePolicy, KernelFusion
+from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
 from simulator.workload.ops import Kernel
 
 __all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute",
@@ -87,6 +87,8 @@ class ComputeOptions:
     """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
     vocab_multiple: int = 1
     """The framework pads the vocabulary of the logits and loss to a multiple of this (``Framework.vocab_multiple``)."""
+    loss: LossImpl = LossImpl.ONE_PASS
+    """How the framework computes the cross-entropy (``Framework.loss_impl``, :mod:`simulator.workload.loss`)."""
     autocast: bool = False
     """Eager ``torch.autocast`` over fp32 parameters (:mod:`simulator.workload.autocast`): weight casts, fp32
     norms and residual stream; only for a bf16/fp16 model under ``MixedPrecision.AUTOCAST``."""

@@ -1,0 +1,46 @@
+"""The softmax cross-entropy's kernels over the logits, by how the framework computes it (:class:`LossImpl`).
+
+With ``N = T·V/t`` logits on a tensor-parallel rank, ``e`` bytes per element of the logits (the compute format)
+and 4 for fp32:
+
+- :attr:`LossImpl.TORCH_FP32`, ``F.cross_entropy`` on fp32 logits as torch models call it (torchtitan's
+  ``.float()``; autocast runs ``log_softmax`` in fp32 on the 16-bit logits, the same cast): forward the cast to
+  fp32 (``e + 4`` bytes per logit; none when the logits are fp32) and ``log_softmax`` (read and write fp32: 8);
+  ``nll_loss`` gathers one value per token (negligible). Backward, from ``derivatives.yaml`` [src: torch-autograd]:
+  ``nll_loss_backward`` writes a dense fp32 gradient of the log-probabilities (4), ``_log_softmax_backward_data``
+  reads it and the saved output and writes the logits' gradient (12), and the cast's backward turns it back to
+  the logits' format (``4 + e``). In bf16: 14 bytes per logit forward and 22 backward, where one pass over the
+  bf16 logits (the previous rule) counted 4 and 6. These are the tensors the memory model already holds for the
+  loss (:func:`simulator.memory.activations.loss_working_bytes`).
+- :attr:`LossImpl.ONE_PASS`: one kernel reading and writing the ``e``-byte logits (``2·e``), backward 1.5× —
+  Megatron-LM's vocab-parallel cross-entropy, whose own passes were not read here.
+"""
+
+from __future__ import annotations
+
+from simulator.workload.kinds import LossImpl
+from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, memory
+
+FP32_BYTES = 4
+
+
+def with_loss(works: list[OpWork], impl: LossImpl, e: int) -> list[OpWork]:
+    """The edge operations of :func:`simulator.workload.ops.edge_work` with their loss (one pass over the
+    logits there) as ``impl`` computes it; the logits' count is read back from that pass's bytes (2·e each)."""
+    if impl is LossImpl.ONE_PASS:
+        return works
+    return [loss_work(w.fwd[0].bytes / (2 * e), e, impl) if w.op is OpKind.LOSS else w for w in works]
+
+
+def loss_work(logits: float, e: int, impl: LossImpl) -> OpWork:
+    """The cross-entropy operation over ``logits`` logits of ``e`` bytes (module docstring)."""
+    if impl is LossImpl.ONE_PASS:
+        return _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * logits * e), None)])
+    cast = e != FP32_BYTES
+    fwd: list[Kernel] = [memory("cross_entropy.cast", (e + FP32_BYTES) * logits)] if cast else []
+    fwd.append(memory("cross_entropy.log_softmax", 2 * FP32_BYTES * logits))
+    bwd = [memory("cross_entropy.nll_loss_bwd", FP32_BYTES * logits),
+           memory("cross_entropy.log_softmax_bwd", 3 * FP32_BYTES * logits)]
+    if cast:
+        bwd.append(memory("cross_entropy.cast_bwd", (FP32_BYTES + e) * logits))
+    return OpWork(op=OpKind.LOSS, scope=Scope.LAST, fwd=tuple(fwd), bwd=tuple(bwd))

@@ -1,0 +1,42 @@
+"""The cross-entropy's kernels by framework (:mod:`simulator.workload.loss`): torch's ``F.cross_entropy`` on fp32
+logits is a cast, ``log_softmax`` and their backward passes [src: torch-autograd]; Megatron-LM keeps one pass.
+
+Hand-worked: Llama 3 8B's head (vocabulary 128,256) at micro-batch 1, sequence 8192 on one rank: N = 8192 ·
+128,256 = 1,050,673,152 bf16 logits. torch: forward cast (2 + 4) and log_softmax (4 + 4), 14·N = 14,709,424,128 B;
+backward nll_loss's dense gradient (4), log_softmax's backward (4 + 4 + 4) and the cast back (4 + 2), 22·N =
+23,114,809,344 B. One pass: 4·N forward, 6·N backward."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.strategy.framework import Framework
+from simulator.workload import get_preset
+from simulator.workload.kinds import LossImpl
+from simulator.workload.loss import loss_work, with_loss
+from simulator.workload.ops import OpKind, edge_work
+
+N = 8192 * 128_256
+
+
+def _bytes(impl: LossImpl, e: int = 2) -> tuple[float, float]:
+    work = loss_work(N, e, impl)
+    return sum(k.bytes for k in work.fwd), sum(k.bytes for k in work.bwd)
+
+
+def test_torch_fp32_by_hand():
+    assert N == 1_050_673_152
+    assert _bytes(LossImpl.TORCH_FP32) == (14 * N, 22 * N) == (14_709_424_128, 23_114_809_344)
+    assert _bytes(LossImpl.TORCH_FP32, e=4) == (8 * N, 16 * N)  # fp32 logits: no casts
+
+
+def test_one_pass_is_the_previous_rule():
+    assert _bytes(LossImpl.ONE_PASS) == (4 * N, 6 * N)
+
+
+def test_edge_work_takes_the_framework_rule():
+    spec = get_preset("llama3-8b")
+    loss = lambda impl: next(w for w in with_loss(edge_work(spec, 1, 8192), impl, 2) if w.op is OpKind.LOSS)
+    assert sum(k.bytes for k in loss(Framework.FSDP2.loss_impl).fwd) == 14 * N
+    assert sum(k.bytes for k in loss(Framework.MEGATRON.loss_impl).fwd) == 4 * N
+    assert Framework.TORCH_DDP.loss_impl is Framework.DEEPSPEED.loss_impl is LossImpl.TORCH_FP32
