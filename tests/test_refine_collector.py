@@ -1,13 +1,14 @@
 """The refinement runs the DES with the cyclic collector's full passes rarer (planner/refine.py,
-``FULL_COLLECTION_EVERY``): raised while the candidates play, the process's thresholds as they were after
-it (also when a candidate fails), and the results those of the DES run alone, to the bit."""
+``simulator.engine.gc_passes.FULL_COLLECTION_EVERY``): raised while the candidates play, the process's thresholds
+as they were after it (also when a candidate fails), and the results those of the DES run alone, to the bit."""
 
 import gc
 
 import pytest
 
-from planner.refine import FULL_COLLECTION_EVERY, des_step, refine
+from planner.refine import des_step, refine
 from simulator.cluster.presets import load_preset
+from simulator.engine.gc_passes import FULL_COLLECTION_EVERY
 from simulator.errors import SpecError
 from simulator.strategy.flat import strategy_from_flat
 from simulator.workload.presets import get_preset

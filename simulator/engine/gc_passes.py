@@ -6,6 +6,10 @@ cyclic collector frees them. Its default passes the young generation every 700 n
 those, the middle one; the objects that survive a few settles reach the oldest generation and make it grow past
 the quarter that triggers a full pass over the whole heap (the call plans included). The collector never changes
 what the simulation computes (the engine keys no memo by a freed object's id without keeping the object).
+
+Two settings, one home: :func:`fewer_young_passes` around each :func:`~simulator.engine.step.simulate`, and
+:func:`rarer_full_collections` around the planner's refinement of several candidates (whose caches the full
+passes would walk again and again).
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import gc
 from contextlib import contextmanager
 
 YOUNG_PASS_EVERY = 50_000
-"""Net allocations between two young-generation passes of the collector during
-:func:`~simulator.engine.step.simulate` (CPython's default threshold: 700). Measured (``gc.callbacks`` around ``simulate`` of ``benchmarks/bench_des.py``'s 32,768-GPU
-step, 2026-11-25, the 2-core VM under load ~6): with the default, 6,294 young, 572 middle and 14 full passes
-took 2.4 of 12.1 CPU seconds, peak resident memory 445 MB; at 10,000, 0.7–1.3 s, 422 MB; at 50,000, 73 young
-and 6 middle passes, no full one, 0.8 s, 429 MB; the collector off, 607 MB. Step time, events and flows are the
-same in every setting."""
+"""Net allocations between two young-generation passes of the collector during :func:`~simulator.engine.step.simulate`
+(CPython's default threshold: 700). Measured (``gc.callbacks`` around ``simulate`` of ``benchmarks/bench_des.py``'s
+32,768-GPU step, 2026-11-25, the 2-core VM under load ~6): with the default, 6,294 young, 572 middle and 14 full
+passes took 2.4 of 12.1 CPU seconds, peak resident memory 445 MB; at 10,000, 0.7–1.3 s, 422 MB; at 50,000, 73 young
+and 6 middle passes, no full one, 0.8 s, 429 MB; the collector off, 607 MB. Step time, events and flows are the same
+in every setting."""
 
 
 @contextmanager
@@ -29,6 +33,35 @@ def fewer_young_passes():
     before = gc.get_threshold()
     if before[0]:
         gc.set_threshold(max(before[0], YOUNG_PASS_EVERY), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+FULL_COLLECTION_EVERY = 100
+"""Passes of the cyclic collector's middle generation between two full passes while the planner's DES refines
+(``planner/refine.py``; CPython's default threshold: 10). The DES's events, flows and call plans live through a
+step, reach the oldest generation and grow it past the quarter that lets CPython walk the whole heap (the search's
+caches included) again: with the default, GPT-3 175B's refinement (8 candidates at 1,024 GPUs) ran 14 full passes,
+2.9 of its 17.4 CPU seconds; at 100, 2 passes, 1.5 of 15.9 s, peak resident memory 183 -> 201 MB (``gc.callbacks``
+and ``getrusage``, 2026-11-25, the 2-core VM under load; at 1,000: 0.9 s, 277 MB). A setting of this process's
+collector (and of each worker's), restored after: it trades some peak memory (cyclic garbage waits longer) for those
+passes."""
+
+
+def rarer_full_passes() -> tuple[int, int, int]:
+    """Raise the collector's oldest-generation threshold to :data:`FULL_COLLECTION_EVERY` (never lower it);
+    the thresholds before. Also each worker process's initializer."""
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], before[1], max(before[2], FULL_COLLECTION_EVERY))
+    return before
+
+
+@contextmanager
+def rarer_full_collections():
+    """:func:`rarer_full_passes` for the block, the thresholds restored after (also on an error)."""
+    before = rarer_full_passes()
     try:
         yield
     finally:
