@@ -8,6 +8,8 @@ backward nll_loss's dense gradient (4), log_softmax's backward (4 + 4 + 4) and t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulator.strategy.framework import Framework
@@ -40,3 +42,19 @@ def test_edge_work_takes_the_framework_rule():
     assert sum(k.bytes for k in loss(Framework.FSDP2.loss_impl).fwd) == 14 * N
     assert sum(k.bytes for k in loss(Framework.MEGATRON.loss_impl).fwd) == 4 * N
     assert Framework.TORCH_DDP.loss_impl is Framework.DEEPSPEED.loss_impl is LossImpl.TORCH_FP32
+
+
+@pytest.mark.parametrize("policy", ["bf16", "fp32"])
+def test_the_eager_operator_count_survives_the_split(policy):
+    """On a CPU (``inline`` dispatch) each kernel is charged its dispatched operators: torch's loss still
+    dispatches the 5 forward and 5 backward operators ``eager_dispatch.CROSS_ENTROPY`` counts (measured exactly
+    by tests/test_eager_dispatch.py), however many kernels its bytes are split into (fp32 logits: no casts)."""
+    from simulator.workload.eager_dispatch import CROSS_ENTROPY
+    from simulator.workload.kinds import DtypePolicy
+
+    spec = get_preset("gpt3-125m")
+    spec = spec if policy == "bf16" else dataclasses.replace(spec, dtype=DtypePolicy.FP32)
+    e = spec.dtype.activation_bytes
+    loss = next(w for w in with_loss(edge_work(spec, 2), LossImpl.TORCH_FP32, e) if w.op is OpKind.LOSS)
+    assert len(loss.fwd) == (1 if e == 4 else 2) and len(loss.bwd) == (2 if e == 4 else 3)
+    assert (sum(k.dispatches for k in loss.fwd), sum(k.dispatches for k in loss.bwd)) == (CROSS_ENTROPY,) * 2

@@ -18,6 +18,8 @@ and 4 for fp32:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.workload.kinds import LossImpl
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, memory
 
@@ -29,7 +31,22 @@ def with_loss(works: list[OpWork], impl: LossImpl, e: int) -> list[OpWork]:
     logits there) as ``impl`` computes it; the logits' count is read back from that pass's bytes (2·e each)."""
     if impl is LossImpl.ONE_PASS:
         return works
-    return [loss_work(w.fwd[0].bytes / (2 * e), e, impl) if w.op is OpKind.LOSS else w for w in works]
+    return [_keeping_dispatches(loss_work(w.fwd[0].bytes / (2 * e), e, impl), w) if w.op is OpKind.LOSS else w
+            for w in works]
+
+
+def _keeping_dispatches(new: OpWork, old: OpWork) -> OpWork:
+    """``new`` with the operators eager torch dispatches for the loss (``old``'s, counted per phase by
+    :mod:`simulator.workload.eager_dispatch`) spread over its kernels: one per kernel, the rest on the first, so
+    an ``inline`` device's host calls stay the counted ones (an ``async`` device counts kernels, not these)."""
+
+    def spread(kernels: tuple[Kernel, ...], total: int) -> tuple[Kernel, ...]:
+        if not kernels or total <= len(kernels):
+            return kernels
+        return (replace(kernels[0], dispatches=total - len(kernels) + 1),) + kernels[1:]
+
+    return replace(new, fwd=spread(new.fwd, sum(k.dispatches for k in old.fwd)),
+                   bwd=spread(new.bwd, sum(k.dispatches for k in old.bwd)))
 
 
 def loss_work(logits: float, e: int, impl: LossImpl) -> OpWork:
