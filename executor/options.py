@@ -148,7 +148,8 @@ def _as_torch_runs(scaled: ScaledPlan) -> ScaledPlan:
     (or implied) another: the simulator then estimates what ran (memory and ZeRO calls differ by
     framework), and the change is said, not silent. Likewise the mixed precision: torch DDP (ZeRO 0-1) runs
     a bf16 model under ``torch.autocast`` over fp32 parameters, so a plan asking for ``param-dtype`` there
-    runs (and is estimated) as ``autocast``; FSDP2 runs either (:meth:`RunContext.mp_policy`)."""
+    runs (and is estimated) as ``autocast``; FSDP2 runs either (:meth:`RunContext.mp_policy`). A plan for
+    FSDP1's flat parameters (``fsdp1_flat_params``) runs as FSDP2, so it is estimated with FSDP2's copies."""
     s = scaled.run.strategy
     framework = torch_framework(s.zero)
     notes = scaled.notes
@@ -159,6 +160,10 @@ def _as_torch_runs(scaled: ScaledPlan) -> ScaledPlan:
     if framework is Framework.TORCH_DDP and s.mixed_precision is MixedPrecision.PARAM_DTYPE:
         s = replace(s, mixed_precision=MixedPrecision.AUTOCAST)
         notes += ("mixed_precision param-dtype → autocast: torch DDP keeps fp32 parameters under torch.autocast",)
+    if s.fsdp1_flat_params:
+        s = replace(s, fsdp1_flat_params=False)
+        notes += ("fsdp1_flat_params → off: torch runs FSDP2 fully_shard, whose all-gather copy-out and "
+                  "reduce-scatter copy-in run on the compute stream",)
     if s is scaled.run.strategy:
         return scaled
     return replace(scaled, run=replace(scaled.run, strategy=s), notes=notes)

@@ -165,3 +165,19 @@ def test_a_ddp_plan_asking_for_bf16_parameters_runs_as_autocast_and_says_so():
     fsdp = plan_for(GPT_TINY, {"zero": 3, "framework": "fsdp2"})
     same = ScaledPlan(planned=fsdp, run=fsdp, scale=Scale(ScaleKind.AS_PLANNED), notes=())
     assert _as_torch_runs(same) is same
+
+
+def test_an_fsdp1_plan_runs_as_fsdp2_and_is_estimated_with_fsdp2s_copies():
+    """The executor has no FSDP1 path: a plan with ``fsdp1_flat_params`` runs as FSDP2, so the run plan that
+    validation re-simulates drops the field (and with it the FSDP1 model's missing compute-stream copies), with
+    a note; without the clearing, validate would compare an FSDP2 run to an FSDP1 estimate."""
+    from parallel_runs import GPT_TINY, plan_for
+
+    from executor.options import _as_torch_runs
+    from simulator.plan_scale import Scale, ScaledPlan, ScaleKind
+
+    plan = plan_for(GPT_TINY, {"zero": 3, "framework": "fsdp2", "fsdp1_flat_params": True})
+    scaled = _as_torch_runs(ScaledPlan(planned=plan, run=plan, scale=Scale(ScaleKind.AS_PLANNED), notes=()))
+    assert scaled.run.strategy.fsdp1_flat_params is False
+    assert scaled.planned.strategy.fsdp1_flat_params is True
+    assert any(n.startswith("fsdp1_flat_params → off") for n in scaled.notes), scaled.notes
