@@ -28,7 +28,7 @@ Parameter names and order are those of ``simulator.memory.moe.moe_mlp_shapes``:
 its contiguous rows, the outputs are weighted and summed back per token (``index_add``). With tensor
 parallelism each expert is split over tp, each tp rank exchanging over its own ep group (:mod:`executor.moe_tp`).
 
-**Expert parallelism** (:func:`apply_expert_parallel`): the E experts of every MoE layer are split over
+**Expert parallelism** (:func:`executor.moe_parallel.apply_expert_parallel`): the E experts of every MoE layer are split over
 the ep ranks of an ep group, ep consecutive data-parallel indices (``ParallelLayout.ep_group``, the
 simulator's layout: experts sharded over the data-parallel ranks as DeepSpeed-MoE [src: deepspeed-moe]
 and Megatron-Core [src: megatron-core] do); rank r of the group keeps experts ``[r·E/ep, (r+1)·E/ep)``
@@ -43,9 +43,9 @@ all-to-all is the all-to-all of the gradient with the split sizes swapped. Megat
 gradient of every ep peer's local loss. The global loss is the mean of the dp ranks' local means, so
 an expert's gradient is the sum over the ranks holding the same expert (the expert-data-parallel
 group, dp indices equal mod ep, ``ParallelLayout.expert_dp_group``) divided by dp
-(:func:`reduce_expert_gradients`); the dense parameters are averaged over dp by DDP as usual, and
+(:func:`executor.moe_parallel.reduce_expert_gradients`); the dense parameters are averaged over dp by DDP as usual, and
 the expert parameters are left out of DDP (not all-reduced over dp). Under ZeRO-2/3
-(:func:`shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
+(:func:`executor.moe_parallel.shard_experts`) each expert is an FSDP2 module over the expert-data-parallel group whose
 reduce-scatter does the same sum and division by dp.
 
 **With context parallelism** (cp > 1, tp = pp = 1; :mod:`executor.context`): each context rank routes its
@@ -60,16 +60,18 @@ its ep peers' gradients, cover every one of them once. "dp" above is dp·cp then
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from simulator.memory.moe import EXPERT_TENSOR
 from simulator.workload.moe_routing import Routing
 from simulator.workload.transformer import ActivationKind, TransformerSpec
+
+if TYPE_CHECKING:
+    from executor.moe_parallel import EpGroups
 
 
 class ExpertMLP(nn.Module):
@@ -95,40 +97,6 @@ def _local(weight: torch.Tensor) -> torch.Tensor:
     return weight.to_local() if hasattr(weight, "to_local") else weight
 
 
-@dataclass(frozen=True)
-class EpGroups:
-    """This rank's ep group (token exchange) and expert-data-parallel group (expert gradients)."""
-
-    ranks: tuple[int, ...]
-    index: int
-    """This rank's place in ``ranks``: it holds experts [index·E/ep, (index+1)·E/ep)."""
-    group: object
-    """``torch.distributed.ProcessGroup`` of ``ranks``."""
-    expert_dp_ranks: tuple[int, ...]
-    expert_dp_group: object
-
-
-def _distinct(groups) -> list[tuple[int, ...]]:
-    """``groups`` without repeats, in order of first appearance (the same on every rank)."""
-    return list(dict.fromkeys(groups))
-
-
-def make_ep_groups(layout, rank: int) -> EpGroups:
-    """Create every ep group, then every expert-data-parallel group, of the layout (every rank calls this,
-    in the same order) and return this rank's. Both are read from ``ParallelLayout`` at every dp·cp
-    coordinate: with context parallelism an ep group is ep replicas at one context rank, an
-    expert-data-parallel group the replicas ≡ mod ep at every context rank ((dp/ep)·cp ranks)."""
-    mine, edp = None, None
-    coords = [(p, t, d) for p in range(layout.pp) for t in range(layout.tp) for d in range(layout.dp_cp)]
-    for ranks in _distinct(layout.ep_group(*c) for c in coords):
-        group = dist.new_group(list(ranks))
-        if rank in ranks:
-            mine = (ranks, ranks.index(rank), group)
-    for ranks in _distinct(layout.expert_dp_group(*c) for c in coords):
-        group = dist.new_group(list(ranks))
-        if rank in ranks:
-            edp = (ranks, group)
-    return EpGroups(ranks=mine[0], index=mine[1], group=mine[2], expert_dp_ranks=edp[0], expert_dp_group=edp[1])
 
 
 class EpClock:
@@ -181,7 +149,7 @@ class MoE(nn.Module):
         self.shared_gate = nn.Linear(h, 1, bias=False) if moe.shared_gate else None
         self.experts = nn.ModuleList(ExpertMLP(h, moe.expert_ffn, swiglu) for _ in range(moe.experts))
         self.ep: EpGroups | None = None
-        """The ep groups (None: every expert is local); set by :func:`apply_expert_parallel`."""
+        """The ep groups (None: every expert is local); set by :func:`executor.moe_parallel.apply_expert_parallel`."""
         self.clock = EpClock()
         self.round_robin_tokens = 0
         """Round-robin routing over micro-batches of this many tokens (0: the learned gate); :func:`apply_routing`."""
@@ -275,53 +243,3 @@ def route_context_tokens(model, positions: torch.Tensor, seq: int) -> None:
 def moe_layers(model) -> list[MoE]:
     """The MoE modules of an ``executor.model.GPT``, in block order."""
     return [m for m in model.modules() if isinstance(m, MoE)]
-
-
-def apply_expert_parallel(model, groups: EpGroups) -> EpClock:
-    """Keep this rank's E/ep experts of every MoE layer (renumbered from 0) and route over the ep group;
-    returns the clock all layers share. Apply to the seeded full model, before wrapping it."""
-    clock, n = EpClock(), len(groups.ranks)
-    for moe in moe_layers(model):
-        local = moe.experts_total // n
-        moe.experts = nn.ModuleList(list(moe.experts)[groups.index * local:(groups.index + 1) * local])
-        moe.ep, moe.clock = groups, clock
-    return clock
-
-
-def expert_parameter_names(model) -> list[str]:
-    """Names of the routed experts' parameters (``simulator.memory.moe.EXPERT_TENSOR``)."""
-    return [name for name, _ in model.named_parameters() if EXPERT_TENSOR in f".{name}"]
-
-
-@torch.no_grad()
-def reduce_expert_gradients(params: list[torch.Tensor], groups: EpGroups, dp: int) -> None:
-    """Sum the expert gradients over the expert-data-parallel group and divide by dp (module docstring); a
-    tp-sharded expert's (DTensor) by its local shard."""
-    from executor.strategies.grad_sync import _local, reduce_flat
-
-    grads = [_local(p.grad) for p in params if p.grad is not None]
-    if len(groups.expert_dp_ranks) > 1:
-        reduce_flat(grads, groups.expert_dp_group, dp)
-        return
-    for g in grads:
-        g /= dp
-
-
-def shard_experts(model, groups: EpGroups, dp: int, reshard: bool, device_type: str, mp_policy=None,
-                  mesh=None) -> None:
-    """FSDP2 ``fully_shard`` on every routed expert over the expert-data-parallel group (ZeRO-2/3
-    partition the experts there, as ``simulator.memory.moe`` has it); apply before sharding the blocks,
-    which then skip them. The reduce-scatter sums over the group and divides by ``dp`` (the module
-    docstring's gradient rule), with plain sums (gloo has no pre-multiplied sum) except on a one-rank group, where
-    torch copies grad ÷ factor and would divide by the factor again after a forced sum. ``mp_policy``: the
-    blocks' ``MixedPrecisionPolicy`` (None: the default, the parameters' own dtype); ``mesh``: that group's
-    DeviceMesh (None: made from the group; tp > 1 needs one cut from the run's mesh, ``StageExperts.fsdp_mesh``)."""
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mesh = DeviceMesh.from_group(groups.expert_dp_group, device_type) if mesh is None else mesh
-    for moe in moe_layers(model):
-        for expert in moe.experts:
-            fully_shard(expert, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy or MixedPrecisionPolicy())
-            expert.set_gradient_divide_factor(float(dp))
-            expert.set_force_sum_reduction_for_comms(len(groups.expert_dp_ranks) > 1)

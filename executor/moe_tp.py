@@ -91,7 +91,7 @@ def _tp_region(module: nn.Module, tp_mesh, layout) -> None:
 
 def parallelize_moe(moe: MoE, tp_mesh, sequence_parallel: bool = False) -> None:
     """Expert tensor parallelism on ``moe`` over ``tp_mesh`` (a 1-D DeviceMesh), in place (module docstring).
-    Apply after :func:`executor.moe.apply_expert_parallel` (the rank's experts chosen)."""
+    Apply after :func:`executor.moe_parallel.apply_expert_parallel` (the rank's experts chosen)."""
     from torch.distributed.tensor import Replicate, Shard
 
     for mlp in [*moe.experts, *([moe.shared] if moe.shared is not None else [])]:

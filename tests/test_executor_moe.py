@@ -26,7 +26,8 @@ import torch
 
 from executor.launch import run
 from executor.model import build_gpt
-from executor.moe import EpGroups, apply_expert_parallel, round_robin_experts
+from executor.moe import round_robin_experts
+from executor.moe_parallel import EpGroups, apply_expert_parallel
 from moe_runs import assert_matches_one_process
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError

@@ -55,8 +55,9 @@ from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
-from executor.moe import (apply_expert_parallel, apply_routing, expert_parameter_names, make_ep_groups,
-                          reduce_expert_gradients, route_context_tokens, shard_experts)
+from executor.moe import apply_routing, route_context_tokens
+from executor.moe_parallel import (apply_expert_parallel, expert_parameter_names, make_ep_groups,
+                                   reduce_expert_gradients, shard_experts)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
 from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
 from executor.strategies.base import OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register

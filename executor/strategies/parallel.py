@@ -33,7 +33,7 @@ from torch import nn
 from executor.data import batch_for, micro_batches, replica_samples
 from executor.memory_measure import _storage_bytes
 from executor.model import build_gpt
-from executor.moe import shard_experts
+from executor.moe_parallel import shard_experts
 from executor.moe_tp import check_moe_tp
 from executor.phase_clock import ClockSum, PipelineClock, TpClock
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute

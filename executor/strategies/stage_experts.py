@@ -3,7 +3,7 @@
 **Groups**: each stage's MoE layers exchange tokens over the ep group of its own pp rank — ep consecutive
 dp indices with the same pp coordinate (``ParallelLayout.ep_group``) — and reduce the experts'
 gradients over the stage's expert-data-parallel group (``ParallelLayout.expert_dp_group``), the
-simulator's layout; :func:`executor.moe.make_ep_groups` creates them for every (pp, tp). This is the
+simulator's layout; :func:`executor.moe_parallel.make_ep_groups` creates them for every (pp, tp). This is the
 placement Megatron-Core builds with pipelines (expert groups carved out of each pipeline stage's
 data-parallel ranks [src: megatron-core]) and DeepSeek-V3 trains with (PP 16 × EP 64,
 DeepSeek-AI 2024 §3.2 [src: deepseek-v3]).
@@ -23,9 +23,9 @@ all-to-alls, layer by layer), so a rank waiting in one finds its peers on the wa
 
 **Gradients**: torch's schedule scales each stage's summed micro-batch gradients by 1/m; the dense
 ones are then averaged over dp (``grad_sync.average_gradients``), the experts' summed over the
-stage's expert-data-parallel group and divided by dp (:func:`executor.moe.reduce_expert_gradients`,
+stage's expert-data-parallel group and divided by dp (:func:`executor.moe_parallel.reduce_expert_gradients`,
 the rule in :mod:`executor.moe`'s docstring). Under ZeRO-2/3 each expert is an FSDP2 module over that
-group (:func:`executor.moe.shard_experts`), the blocks over dp, one optimizer per mesh.
+group (:func:`executor.moe_parallel.shard_experts`), the blocks over dp, one optimizer per mesh.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import time
 import torch
 import torch.distributed as dist
 
+from executor.moe import apply_routing, moe_layers
+from executor.moe_parallel import apply_expert_parallel, make_ep_groups, reduce_expert_gradients
 from executor.moe_tp import reduce_replicated_grads, replicated_params
-from executor.moe import apply_expert_parallel, apply_routing, make_ep_groups, moe_layers, reduce_expert_gradients
 
 
 class StageExperts:
