@@ -14,6 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
+from simulator.compile.grad_adds import grad_add
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
@@ -49,7 +50,8 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
                              loss=layout.framework.loss_impl,
-                             autocast=runs_autocast(workload.dtype, s))
+                             autocast=runs_autocast(workload.dtype, s),
+                             grad_add=grad_add(workload.dtype, layout))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)

@@ -33,6 +33,7 @@ from simulator.errors import SpecError
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import Fp8Recipe
+from simulator.workload.grad_accum import GradAdd
 from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
 from simulator.workload.ops import Kernel
 
@@ -92,6 +93,10 @@ class ComputeOptions:
     autocast: bool = False
     """Eager ``torch.autocast`` over fp32 parameters (:mod:`simulator.workload.autocast`): weight casts, fp32
     norms and residual stream; only for a bf16/fp16 model under ``MixedPrecision.AUTOCAST``."""
+    grad_add: GradAdd | None = None
+    """The gradient-accumulation add each micro-batch's backward makes on the compute stream
+    (:mod:`simulator.workload.grad_accum`); None: none there (fused into the weight-gradient GEMM, or on a
+    reduction stream)."""
 
 
 @dataclass(frozen=True, kw_only=True)
