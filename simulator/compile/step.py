@@ -26,7 +26,7 @@ from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
-from simulator.workload.fp8 import te_weight_cast_bytes
+from simulator.workload.fp8 import fp8_needs_transpose, te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
 
 ParamFetch = offload_part.ParamFetch
@@ -48,6 +48,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
+                             fp8_transpose=fp8_needs_transpose(cache.cluster.device.compute_capability),
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
                              loss=layout.framework.loss_impl,
                              autocast=runs_autocast(workload.dtype, s),
@@ -153,7 +154,8 @@ def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int
     recipe = layout.strategy.resolved_fp8_recipe
     if recipe is None or not recipe.caches_weights:
         return 0.0
-    nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r))
+    nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r),
+                                  transpose=fp8_needs_transpose(cache.cluster.device.compute_capability))
     return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes)
 
 

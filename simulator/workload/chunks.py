@@ -77,7 +77,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
                                attention_backend=o.attention_backend)
             if o.fp8 is not None:
-                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
+                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose)
             if o.autocast:
                 block = autocast_block(block, spec.dtype.activation_bytes)
             block = with_grad_add(block, o.grad_add, block_params_held(spec, moe_layer, o.tp, o.ep), OpKind.ELEMENTWISE)

@@ -83,6 +83,8 @@ class ComputeOptions:
     fp8: Fp8Recipe | None = None
     """The FP8 recipe the block's linear layers run (:mod:`simulator.workload.fp8`); None: none."""
     fp8_weight_shards: int = 1
+    fp8_transpose: bool = True
+    """Whether the device's FP8 GEMMs need transposed operand copies (``fp8.fp8_needs_transpose``: before Blackwell)."""
     """Ranks each FP8 weight is cast over (FSDP2's float8 all-gather casts the dp shard)."""
     attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2
     """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
