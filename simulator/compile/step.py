@@ -101,6 +101,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                         ep_part.group_nodes(cache.cluster, ep_group))
         ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, tp_group, volume, moe_blocks=cc.moe_blocks,
                                           full_recompute=s.recompute is Recompute.FULL, concurrent=dp // layout.ep * tp)
+        if s.moe_a2a_overlap:  # under the other micro-batch's compute (ep_part.batch_overlap)
+            ep_fwd, ep_bwd = ep_part.batch_overlap(ep_fwd, ep_bwd, cc.fwd_s + cc.bwd_s + cc.recompute_s,
+                                                   cluster_sm_fraction(cache.cluster))
         tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
     if layout.cp > 1:
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
