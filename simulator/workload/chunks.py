@@ -15,8 +15,8 @@ Both kinds: where the framework adds each micro-batch's gradients into an accumu
 (``options.grad_add``), a memory-bound kernel over the parameters the unit holds joins its backward
 (:mod:`simulator.workload.grad_accum`).
 
-Layer list: one kernel per layer and phase (:func:`layer_kernel`), plus a layer's gradient add; full recomputation repeats the
-chunk's forward; selective recomputes nothing, whatever the attention kind: a layer list names no
+Layer list: one kernel per layer and phase (:func:`layer_kernel`), plus a layer's gradient add; full
+recomputation repeats the chunk's forward; selective recomputes nothing, whatever the attention kind: a layer list names no
 attention core (its layers are opaque), so there is none to recompute.
 """
 
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from simulator.workload.layers import LayerListWorkload, LayerSpec
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["block_params_held", "edge_params_held", "layer_kernel", "layer_list_chunk_load", "recomputed", "transformer_chunk_load"]
+__all__ = ["block_params_held", "edge_params_held", "layer_kernel", "layer_list_chunk_load", "recomputed",
+           "transformer_chunk_load"]
 
 
 def recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
@@ -92,7 +93,8 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
         edge = with_loss(edge, o.loss, spec.dtype.activation_bytes)
         if o.autocast:
             edge = autocast_block(edge, spec.dtype.activation_bytes)
-        for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING), (Scope.LAST, chunk.last, OpKind.LOGITS)):
+        for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),
+                                     (Scope.LAST, chunk.last, OpKind.LOGITS)):
             if wanted:
                 works = with_grad_add([w for w in edge if w.scope is scope], o.grad_add,
                                       edge_params_held(spec, chunk, o.tp, scope), owner)

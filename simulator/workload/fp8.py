@@ -92,7 +92,8 @@ from simulator.workload.ops import Kernel, OpKind, OpWork, gemm, memory
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights", "fp8_needs_transpose",
+__all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights",
+           "fp8_needs_transpose",
            "fp8_weight_cache_bytes", "rank_fp8_linear_weights", "te_weight_cast_bytes"]
 
 FP8_BYTES = 1
