@@ -26,6 +26,7 @@ import yaml
 
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.cluster.io import load_cluster
+from simulator.compile.grad_adds import grad_add
 from simulator.compile.offload_part import adam_bytes_per_param
 from simulator.strategy.formats import runs_autocast
 from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
@@ -220,9 +221,10 @@ def model_classes(results, cluster) -> dict[str, float]:
     s = layout.strategy
     backend = s.resolved_attention_backend(device.compute_capability)
     autocast = runs_autocast(spec.dtype, s)
+    add = grad_add(spec.dtype, layout)  # the gradient-accumulation adds (simulator.workload.grad_accum)
     layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend,
-                        autocast=autocast)
-    edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast)
+                        autocast=autocast, grad_add=add)
+    edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast, grad_add=add)
     out: dict[str, float] = defaultdict(float)
     for rows, times in ((layer, spec.layers * layout.micro_batches), (edge, layout.micro_batches)):
         for r in rows:

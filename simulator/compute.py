@@ -42,7 +42,8 @@ from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
 from simulator.host_overhead import host_calls, stream_s
-from simulator.workload.chunks import layer_kernel, recomputed
+from simulator.workload.chunks import block_params_held, edge_params_held, layer_kernel, recomputed
+from simulator.workload.grad_accum import GradAdd, with_grad_add
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion
@@ -51,7 +52,7 @@ from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
-from simulator.workload.protocol import WorkUnit
+from simulator.workload.protocol import ChunkSlice, WorkUnit
 from simulator.workload.transformer import TransformerSpec
 
 
@@ -219,12 +220,13 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
                 routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT,
                 attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2,
-                autocast: bool = False) -> list[OpTime]:
+                autocast: bool = False, grad_add: GradAdd | None = None) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
     context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
     mixture-of-experts model's block is its last (a MoE block over ``ep``;
     :func:`simulator.workload.blocks.block_work`); ``autocast``: as eager autocast over fp32 parameters runs
-    it (:mod:`simulator.workload.autocast`)."""
+    it (:mod:`simulator.workload.autocast`); ``grad_add``: the framework's gradient-accumulation add in the
+    backward (:mod:`simulator.workload.grad_accum`)."""
     rates = _rates(spec.dtype, device)
     works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
                        routing_skew=routing_skew, flash_attention=flash_attention,
@@ -232,6 +234,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                        attention_backend=attention_backend)
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
+    moe = spec.is_moe_layer(spec.layers - 1)
+    works = with_grad_add(works, grad_add, block_params_held(spec, moe, tp, ep), OpKind.ELEMENTWISE)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     if recompute is Recompute.SELECTIVE_OP:  # torchtitan's op-level policy repeats parts of operations
         tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree
@@ -245,13 +249,17 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
 
 
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
-               tp: int = 1, *, sequence_parallel: bool = False, autocast: bool = False) -> list[OpTime]:
-    """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST);
-    ``autocast`` as :func:`layer_times`."""
+               tp: int = 1, *, sequence_parallel: bool = False, autocast: bool = False,
+               grad_add: GradAdd | None = None) -> list[OpTime]:
+    """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST) of a model
+    on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`."""
     rates = _rates(spec.dtype, device)
     works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
+    whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)
+    for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS)):
+        works = with_grad_add(works, grad_add, edge_params_held(spec, whole, tp, scope), owner)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
     bwd_rates = _rates(spec.dtype, device, Phase.BWD)
     rows += [_row(w, Phase.BWD, w.bwd, bwd_rates) for w in works]

@@ -82,7 +82,7 @@ def test_the_search_ranks_the_other_order_and_explains_why_it_loses(result):
     other = min(t for s, t in zip(frame["strategy"], frame["step_time_s"])
                 if s.placement is PlacementOrder.PP_DP_TP and replace(s, placement=best.placement) == best)
     assert line.startswith("Placement tp-pp-dp (dp over 2 nodes): the best other order of the same layout, "
-                           f"pp-dp-tp (tp over 2 nodes), is {other - frame['step_time_s'][0]:.3f} s per step slower")
+                           f"pp-dp-tp (tp over 2 nodes), is {other - frame['step_time_s'][0]:.3g} s per step slower")
     assert re.search(r": \+0\.1\d\d s tp(, [-+][0-9.]+ s dp)?\.$", line), line  # tp is where it loses (above)
 
 

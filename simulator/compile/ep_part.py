@@ -14,6 +14,19 @@ expert gradients' reduction over the expert-data-parallel group.
 - The all-to-alls block the compute (the experts need their tokens; the next layer needs the combined
   output): they join the chunk's blocking calls, with :attr:`CommKind.EP`. One call stands for the
   ``dp/ep · tp`` ep groups that run it at the same moment (``concurrent_groups``).
+- Batch-level overlap (strategy field ``moe_a2a_overlap``: Megatron-Core's ``overlap_moe_expert_parallel_comm``
+  with ``delay_wgrad_compute``, MCore v0.14 [src: megatron-core-moe-a2a-overlap]): the steady state of the 1F1B
+  schedule runs the forward of one micro-batch and the backward of another together, layer by layer, with each
+  one's all-to-alls on a communication stream under the other's compute. For a chunk whose all-to-alls take ``A``
+  (forward, backward and recompute legs of one micro-batch) and whose compute takes ``C``, the pair takes
+  ``max(A, C + f·A)`` instead of ``C + A``: the compute under the all-to-alls runs on ``1 − f`` of the SMs (``f``
+  the collective kernels' share, :func:`simulator.interference.cluster_sm_fraction`). So ``max(A − C, f·A)`` stays
+  exposed (:func:`batch_overlap`), spread over the chunk's EP calls in proportion to their times and charged as
+  :attr:`~simulator.work.Transport.OVERLAPPED` remainders (timed delays; the DES does not put their flows on the
+  links). Every micro-batch is charged as paired: the warm-up forwards and cool-down backwards of the pipeline
+  schedule, which have no partner, are left out (optimistic by their share; the compiled micro-batch cannot
+  depend on the number of micro-batches), and so are the dependencies inside a layer that keep the two streams
+  from interleaving perfectly.
 - ZeRO with experts: the routed experts' parameters and gradients are partitioned over the
   expert-data-parallel group, the rest over dp, so every ZeRO call of a block is two: the dense part
   over dp, then the experts' over the dp/ep ranks holding the same experts (:func:`interleave`: the
@@ -25,12 +38,12 @@ expert gradients' reduction over the expert-data-parallel group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.collectives.base import Op
 from simulator.compile.comm_part import bucketed, call
 from simulator.compile.costs import CostCache
-from simulator.work import CommCall, CommKind
+from simulator.work import CommCall, CommKind, Transport
 from simulator.workload.moe import expert_tokens
 from simulator.workload.moe_routing import Dispatcher, distinct_units
 
@@ -139,3 +152,19 @@ def interleave(dense: tuple[CommCall, ...], experts: tuple[CommCall, ...]) -> tu
     out = [c for pair in zip(dense, experts) for c in pair]
     n = min(len(dense), len(experts))
     return tuple(out) + dense[n:] + experts[n:]
+
+
+def batch_overlap(fwd: tuple[CommCall, ...], bwd: tuple[CommCall, ...], compute_s: float,
+                  sm_fraction: float) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
+    """The EP calls of one chunk's micro-batch under batch-level all-to-all overlap (module docstring): the
+    exposed ``max(A − C, f·A)`` of the all-to-alls' ``A`` seconds under the chunk's ``C = compute_s``, spread over
+    the EP calls in proportion to their times as OVERLAPPED remainders; the other calls unchanged."""
+    total = sum(c.time_s for c in fwd + bwd if c.kind is CommKind.EP)
+    if total <= 0.0:
+        return fwd, bwd
+    scale = max(total - compute_s, sm_fraction * total) / total
+
+    def hidden(calls: tuple[CommCall, ...]) -> tuple[CommCall, ...]:
+        return tuple(replace(c, transport=Transport.OVERLAPPED, algorithm=None, time_s=c.time_s * scale)
+                     if c.kind is CommKind.EP else c for c in calls)
+    return hidden(fwd), hidden(bwd)

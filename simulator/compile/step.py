@@ -14,6 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
+from simulator.compile.grad_adds import grad_add
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
@@ -25,7 +26,7 @@ from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
 from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
-from simulator.workload.fp8 import te_weight_cast_bytes
+from simulator.workload.fp8 import fp8_needs_transpose, te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
 
 ParamFetch = offload_part.ParamFetch
@@ -47,9 +48,11 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,
+                             fp8_transpose=fp8_needs_transpose(cache.cluster.device.compute_capability),
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
                              loss=layout.framework.loss_impl,
-                             autocast=runs_autocast(workload.dtype, s))
+                             autocast=runs_autocast(workload.dtype, s),
+                             grad_add=grad_add(workload.dtype, layout))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
@@ -98,6 +101,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
                                         ep_part.group_nodes(cache.cluster, ep_group))
         ep_fwd, ep_bwd = ep_part.ep_calls(cache, ep_group, tp_group, volume, moe_blocks=cc.moe_blocks,
                                           full_recompute=s.recompute is Recompute.FULL, concurrent=dp // layout.ep * tp)
+        if s.moe_a2a_overlap:  # under the other micro-batch's compute (ep_part.batch_overlap)
+            ep_fwd, ep_bwd = ep_part.batch_overlap(ep_fwd, ep_bwd, cc.fwd_s + cc.bwd_s + cc.recompute_s,
+                                                   cluster_sm_fraction(cache.cluster))
         tp_fwd, tp_bwd = tp_fwd + ep_fwd, tp_bwd + ep_bwd
     if layout.cp > 1:
         cp_fwd, cp_bwd = cp_part.cp_calls(cache, workload, layout.cp_group(0, r, 0), micro_batch=s.micro_batch,
@@ -151,7 +157,8 @@ def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int
     recipe = layout.strategy.resolved_fp8_recipe
     if recipe is None or not recipe.caches_weights:
         return 0.0
-    nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r))
+    nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r),
+                                  transpose=fp8_needs_transpose(cache.cluster.device.compute_capability))
     return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes)
 
 

@@ -191,6 +191,16 @@ class Strategy:
         "FSDP2's per-parameter shards: gathers land in the buffer the parameters view and the gradient's reduce "
         "cast runs on the post-backward stream, so no copy-out / copy-in on the compute stream "
         "(simulator.compile.fsdp2_copies; framework fsdp2, zero 2-3)", "--fsdp1-flat-params")
+    moe_a2a_overlap: bool = _switch(  # [src: megatron-core-moe-a2a-overlap]
+        False, "moe_a2a_overlap", "Megatron-Core's batch-level overlap of the expert-parallel all-to-alls "
+        "(--overlap-moe-expert-parallel-comm with --delay-wgrad-compute): one micro-batch's all-to-alls run under "
+        "another's compute in the 1F1B steady state (simulator.compile.ep_part.batch_overlap; framework megatron, "
+        "ep > 1)", "--moe-a2a-overlap")
+    unfused_grad_accumulation: bool = _switch(  # [src: megatron-ddp-main-grad]
+        False, "unfused_grad_accumulation", "Megatron-LM without gradient-accumulation fusion "
+        "(--no-gradient-accumulation-fusion, or Megatron-LM 2021, before it): each micro-batch's gradients are "
+        "added into the accumulation buffer by a kernel of their own, not by the weight-gradient GEMM "
+        "(simulator.workload.grad_accum; framework megatron)", "--unfused-grad-accumulation")
     gradient_as_bucket_view: bool = _switch(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
@@ -269,6 +279,13 @@ class Strategy:
         if self.fsdp1_flat_params and (framework is not Framework.FSDP2 or self.zero < ZeroStage.ZERO2):
             raise SpecError("fsdp1_flat_params", "is torch FSDP1's sharding, modelled on FSDP2's: use framework fsdp2 "
                             "with zero 2 or 3, or drop it")
+        if self.moe_a2a_overlap and (framework is not Framework.MEGATRON or self.ep < 2):
+            raise SpecError("moe_a2a_overlap", "is Megatron-Core's overlap of the expert-parallel all-to-alls: use "
+                            "framework megatron with ep 2 or more, or drop it")
+        if self.unfused_grad_accumulation and framework is not Framework.MEGATRON:
+            raise SpecError("unfused_grad_accumulation", f"is Megatron-LM's gradient-accumulation option; "
+                            f"{framework.value}'s adds follow from the framework (simulator.workload.grad_accum): "
+                            "use framework megatron, or drop it")
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
                             "buckets (use framework torch with zero 0 or 1)")

@@ -11,8 +11,12 @@ token embedding (vocabulary-parallel, ÷tp) with the position table on the first
 norm and the output matrix on the last — Megatron keeps a copy of a tied embedding on the last stage
 when the model is split, so the last chunk holds V·h/tp then too.
 
-Layer list: one kernel per layer and phase (:func:`layer_kernel`); full recomputation repeats the
-chunk's forward; selective recomputes nothing, whatever the attention kind: a layer list names no
+Both kinds: where the framework adds each micro-batch's gradients into an accumulator on the compute stream
+(``options.grad_add``), a memory-bound kernel over the parameters the unit holds joins its backward
+(:mod:`simulator.workload.grad_accum`).
+
+Layer list: one kernel per layer and phase (:func:`layer_kernel`), plus a layer's gradient add; full
+recomputation repeats the chunk's forward; selective recomputes nothing, whatever the attention kind: a layer list names no
 attention core (its layers are opaque), so there is none to recompute.
 """
 
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING
 from simulator.workload.autocast import autocast_block
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
+from simulator.workload.grad_accum import grad_add_kernel, with_grad_add
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.blocks import block_work
 from simulator.workload.op_sac import op_sac_recompute
@@ -35,7 +40,8 @@ if TYPE_CHECKING:
     from simulator.workload.layers import LayerListWorkload, LayerSpec
     from simulator.workload.transformer import TransformerSpec
 
-__all__ = ["layer_kernel", "layer_list_chunk_load", "recomputed", "transformer_chunk_load"]
+__all__ = ["block_params_held", "edge_params_held", "layer_kernel", "layer_list_chunk_load", "recomputed",
+           "transformer_chunk_load"]
 
 
 def recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
@@ -72,9 +78,10 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
                                attention_backend=o.attention_backend)
             if o.fp8 is not None:
-                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards)
+                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose)
             if o.autocast:
                 block = autocast_block(block, spec.dtype.activation_bytes)
+            block = with_grad_add(block, o.grad_add, block_params_held(spec, moe_layer, o.tp, o.ep), OpKind.ELEMENTWISE)
             unit = _unit(block, o.recompute, o.flash_attention)
             if o.recompute is Recompute.SELECTIVE_OP:
                 tokens = o.micro_batch * spec.seq_len // o.context.degree
@@ -86,22 +93,42 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
         edge = with_loss(edge, o.loss, spec.dtype.activation_bytes)
         if o.autocast:
             edge = autocast_block(edge, spec.dtype.activation_bytes)
-        for scope, wanted in ((Scope.FIRST, chunk.first), (Scope.LAST, chunk.last)):
+        for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),
+                                     (Scope.LAST, chunk.last, OpKind.LOGITS)):
             if wanted:
-                units.append((1, _unit([w for w in edge if w.scope is scope], Recompute.NONE, o.flash_attention)))
+                works = with_grad_add([w for w in edge if w.scope is scope], o.grad_add,
+                                      edge_params_held(spec, chunk, o.tp, scope), owner)
+                units.append((1, _unit(works, Recompute.NONE, o.flash_attention)))
     return tuple(units)
+
+
+def block_params_held(spec: TransformerSpec, moe_layer: bool, tp: int, ep: int) -> float:
+    """Parameters of one block on a rank: the routed experts' ÷ tp·ep, the rest ÷ tp."""
+    if not moe_layer:
+        return spec.layer_params / tp
+    experts = spec.moe.experts * spec.moe.expert_params(spec.hidden, spec.mlp_mats)
+    block = spec.attention_params + spec.moe.mlp_params(spec.hidden, spec.mlp_mats) + 2 * spec.norm_params
+    return (block - experts) / tp + experts / (tp * ep)
+
+
+def edge_params_held(spec: TransformerSpec, chunk: ChunkSlice, tp: int, scope: Scope) -> float:
+    """Parameters outside the blocks on a rank: the token embedding (÷tp) and a learned position table on the
+    first chunk; the final norm and the output matrix (÷tp; a tied one's copy when the model is split) on the
+    last."""
+    vh = spec.vocab * spec.hidden
+    if scope is Scope.FIRST:
+        return vh / tp + (spec.embedding_params - vh)
+    return spec.norm_params + (vh / tp if not spec.tied_embeddings or chunk.count > 1 else 0.0)
 
 
 def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
     """Load of a transformer chunk of ``chunk.layers`` blocks (see the module docstring)."""
-    tp, vh = options.tp, spec.vocab * spec.hidden
+    tp = options.tp
     edge = 0.0
     if chunk.first:
-        edge += vh / tp + (spec.embedding_params - vh)
+        edge += edge_params_held(spec, chunk, tp, Scope.FIRST)
     if chunk.last:
-        edge += spec.norm_params
-        if not spec.tied_embeddings or chunk.count > 1:
-            edge += vh / tp
+        edge += edge_params_held(spec, chunk, tp, Scope.LAST)
     local_seq = spec.seq_len // options.context.degree  # a context-parallel rank hands on its s/cp tokens
     boundary = options.micro_batch * local_seq * spec.hidden * spec.dtype.activation_bytes
     moe = _moe_blocks(spec, chunk)
@@ -127,7 +154,10 @@ def layer_list_chunk_load(workload: LayerListWorkload, chunk: ChunkSlice, option
     chosen = workload.layers[chunk.start:chunk.start + chunk.layers]
     b, dtype = options.micro_batch, workload.dtype
     fwd = tuple((layer_kernel(layer, b, dtype),) for layer in chosen)
-    bwd = tuple((layer_kernel(layer, b, dtype, factor=2),) for layer in chosen)
+    add = options.grad_add
+    bwd = tuple((layer_kernel(layer, b, dtype, factor=2),) + ((grad_add_kernel(add, layer.params),)
+                                                              if add is not None and layer.params else ())
+                for layer in chosen)
     unit = WorkUnit(fwd=fwd, bwd=bwd, recompute=fwd if options.recompute is Recompute.FULL else ())
     return ChunkLoad(units=((1, unit),), blocks=0, block_params=0.0,
                      edge_params=float(sum(layer.params for layer in chosen)),

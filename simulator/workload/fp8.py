@@ -57,8 +57,15 @@ cast also produces a transposed copy. Per recipe (:class:`Fp8Recipe`):
   ``e + 2 + 2·1/32`` bytes per element; no norm-fused quantize (assumption); weights cached.
 
 Blackwell's FP8 GEMMs take every layout, so a per-tensor recipe there needs no transposed copy [src:
-te-fp8-current]; the ``te`` and ``te-current`` casts charge it on every device (an overestimate of 1 byte
-per element on B200).
+te-fp8-current]: Transformer Engine's ``is_non_tn_fp8_gemm_supported()`` (``transformer_engine/pytorch/utils.py``)
+is true for compute capability 10.x and from 13.0 (not 12.x), and ``Float8Tensor``'s ``update_usage`` then keeps
+one copy for both usages and drops the transpose [src: te-non-tn-fp8] (:func:`fp8_needs_transpose`). The ``te``
+and ``te-current`` casts, input and weight alike, write the transposed copy only where it is needed (``transpose``
+of :meth:`Fp8Recipe.cast_bytes_per_element`): ``e + 1`` and ``2·e + 1`` bytes per element on B200. The FP8 weight
+cache of the memory model (:func:`fp8_weight_cache_bytes`) still counts the transpose everywhere (the memory model
+is not given the device; an overestimate of 1 byte per FP8 linear weight on Blackwell). ``te-blockwise`` and
+``te-mxfp8`` quantize both copies from the source on every device (their scales run along different axes);
+torchao's transposed copy is torch's layout, kept as it is.
 
 Mixture-of-experts blocks (Transformer Engine's recipes only, :func:`simulator.strategy.precision.check_fp8`):
 Transformer Engine's ``GroupedLinear`` (Megatron-Core ``--moe-grouped-gemm`` with TE) runs the local
@@ -86,6 +93,7 @@ if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 __all__ = ["FP8_BYTES", "FP8_OPS", "Fp8Recipe", "MatmulPrecision", "fp8_block", "fp8_linear_weights",
+           "fp8_needs_transpose",
            "fp8_weight_cache_bytes", "rank_fp8_linear_weights", "te_weight_cast_bytes"]
 
 FP8_BYTES = 1
@@ -141,15 +149,17 @@ class Fp8Recipe(Enum):
     """Transformer Engine ``MXFP8BlockScaling`` (Blackwell): an E8M0 scale per 32 elements, rowwise and
     columnwise copies quantized from the BF16 source, FP8 weights cached [src: te-mxfp8]."""
 
-    def cast_bytes_per_element(self, e: int) -> float:
+    def cast_bytes_per_element(self, e: int, transpose: bool = True) -> float:
         """Bytes moved to cast one BF16 element into FP8 with its transposed (or columnwise) copy (module
         docstring): ``te`` ``e + 2``; ``te-current`` ``2·e + 2``; ``te-blockwise`` ``e + 2 + 2·4/128``
         (two FP32 scales per 128 elements); ``te-mxfp8`` ``e + 2 + 2·1/32`` (two E8M0 scales per 32);
-        ``torchao`` ``2·e + 3``."""
+        ``torchao`` ``2·e + 3``. Without ``transpose`` (a device whose FP8 GEMMs take every layout,
+        :func:`fp8_needs_transpose`) ``te`` and ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
+        copies = 2 if transpose else 1
         if self is Fp8Recipe.TE:
-            return e + 2 * FP8_BYTES
+            return e + copies * FP8_BYTES
         if self is Fp8Recipe.TE_CURRENT:
-            return 2 * e + 2 * FP8_BYTES
+            return 2 * e + copies * FP8_BYTES
         if self is Fp8Recipe.TE_BLOCKWISE:
             return e + 2 * FP8_BYTES + 2 * SCALE_BYTES / BLOCK_ELEMENTS
         if self is Fp8Recipe.TE_MXFP8:
@@ -173,6 +183,15 @@ class Fp8Recipe(Enum):
         return self is Fp8Recipe.TE
 
 
+def fp8_needs_transpose(compute_capability: float | None) -> bool:
+    """Whether Transformer Engine's per-tensor FP8 casts write a transposed copy on a GPU of this compute
+    capability: not where its FP8 GEMMs take non-TN layouts, 10.0 ≤ cc < 12.0 or cc ≥ 13.0
+    (``is_non_tn_fp8_gemm_supported``) [src: te-non-tn-fp8]; an unknown device is taken as needing it."""
+    if compute_capability is None:
+        return True
+    return not (10.0 <= compute_capability < 12.0 or compute_capability >= 13.0)
+
+
 def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
     """The same GEMM on FP8 operands: 1-byte inputs, an ``e``-byte output, timed at the FP8 peak."""
     m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
@@ -180,11 +199,12 @@ def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
     return replace(out, bytes=float(batch * (FP8_BYTES * (m * k + k * n) + e * m * n)), dtype=Dtype.FP8)
 
 
-def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int) -> tuple[list[Kernel], list[Kernel]]:
+def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
+           transpose: bool) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) cast kernels of one forward GEMM ``kernel`` (m×k input, k×n weight, m×n output,
     ``batch`` times: a grouped GEMM's experts each cast their own rows and weight)."""
     m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
-    per = recipe.cast_bytes_per_element(e)
+    per = recipe.cast_bytes_per_element(e, transpose)
     fwd = []
     if not (recipe.fuses_input_casts and kernel.name in _FUSED_INPUT_CAST):
         fwd.append(memory(f"{kernel.name}.cast_input", per * m * k * batch))
@@ -193,23 +213,25 @@ def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int) -> tup
     return fwd, [memory(f"{kernel.name}.cast_grad_output", per * m * n * batch)]
 
 
-def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int) -> OpWork:
+def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int, transpose: bool) -> OpWork:
     fwd, bwd, casts_f, casts_b = [], [], [], []
     for kernel in work.fwd:
         fwd.append(_fp8_gemm(kernel, e) if kernel.gemm and kernel.shape is not None else kernel)
         if kernel.gemm and kernel.shape is not None:
-            f, b = _casts(kernel, recipe, e, weight_shards)
+            f, b = _casts(kernel, recipe, e, weight_shards, transpose)
             casts_f += f
             casts_b += b
     bwd = [_fp8_gemm(k, e) if k.gemm and k.shape is not None else k for k in work.bwd]
     return replace(work, fwd=tuple(casts_f + fwd), bwd=tuple(casts_b + bwd))
 
 
-def fp8_block(works: list[OpWork], recipe: Fp8Recipe, e: int, weight_shards: int = 1) -> list[OpWork]:
+def fp8_block(works: list[OpWork], recipe: Fp8Recipe, e: int, weight_shards: int = 1,
+              transpose: bool = True) -> list[OpWork]:
     """A block's operations (:func:`simulator.workload.ops.layer_work`) with the linear layers in FP8
     and the recipe's casts added to them (module docstring); ``weight_shards``: ranks a weight is cast
-    over (FSDP2's float8 all-gather casts the dp shard; 1 otherwise)."""
-    return [_fp8_op(w, recipe, e, weight_shards) if w.op in FP8_OPS else w for w in works]
+    over (FSDP2's float8 all-gather casts the dp shard; 1 otherwise); ``transpose``: whether the device
+    needs the transposed copies (:func:`fp8_needs_transpose`)."""
+    return [_fp8_op(w, recipe, e, weight_shards, transpose) if w.op in FP8_OPS else w for w in works]
 
 
 def fp8_linear_weights(spec: TransformerSpec, tp: int, ep: int = 1, moe_layer: bool = False) -> float:
@@ -238,10 +260,11 @@ def rank_fp8_linear_weights(spec: TransformerSpec, tp: int, ep: int, layers) -> 
 
 
 def te_weight_cast_bytes(spec: TransformerSpec, tp: int, recipe: Fp8Recipe = Fp8Recipe.TE, ep: int = 1,
-                         layers=(0,)) -> float:
-    """Bytes Transformer Engine moves per optimizer step to cast the FP8 weights (and transposes) of the
-    blocks ``layers`` once: the recipe's bytes per element × their linear weights on this rank."""
-    return recipe.cast_bytes_per_element(spec.dtype.activation_bytes) * rank_fp8_linear_weights(spec, tp, ep, layers)
+                         layers=(0,), transpose: bool = True) -> float:
+    """Bytes Transformer Engine moves per optimizer step to cast the FP8 weights (and, where ``transpose``, their
+    transposes) of the blocks ``layers`` once: the recipe's bytes per element × their linear weights on this rank."""
+    per = recipe.cast_bytes_per_element(spec.dtype.activation_bytes, transpose)
+    return per * rank_fp8_linear_weights(spec, tp, ep, layers)
 
 
 def fp8_weight_cache_bytes(spec: TransformerSpec, tp: int, ep: int = 1, layers=(0,)) -> float:

@@ -33,6 +33,7 @@ from simulator.errors import SpecError
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import Fp8Recipe
+from simulator.workload.grad_accum import GradAdd
 from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
 from simulator.workload.ops import Kernel
 
@@ -82,6 +83,8 @@ class ComputeOptions:
     fp8: Fp8Recipe | None = None
     """The FP8 recipe the block's linear layers run (:mod:`simulator.workload.fp8`); None: none."""
     fp8_weight_shards: int = 1
+    fp8_transpose: bool = True
+    """Whether the device's FP8 GEMMs need transposed operand copies (``fp8.fp8_needs_transpose``: before Blackwell)."""
     """Ranks each FP8 weight is cast over (FSDP2's float8 all-gather casts the dp shard)."""
     attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2
     """The fused-attention kernel the framework runs (``Framework.attention_backend``)."""
@@ -92,6 +95,10 @@ class ComputeOptions:
     autocast: bool = False
     """Eager ``torch.autocast`` over fp32 parameters (:mod:`simulator.workload.autocast`): weight casts, fp32
     norms and residual stream; only for a bf16/fp16 model under ``MixedPrecision.AUTOCAST``."""
+    grad_add: GradAdd | None = None
+    """The gradient-accumulation add each micro-batch's backward makes on the compute stream
+    (:mod:`simulator.workload.grad_accum`); None: none there (fused into the weight-gradient GEMM, or on a
+    reduction stream)."""
 
 
 @dataclass(frozen=True, kw_only=True)
