@@ -12,8 +12,10 @@ beside its measurement:
 - ``model_state_bytes``: the most loaded rank's measured states (params + grads + optimizer + its step
   counters + host copies) against the memory model's most loaded rank, wherever its states live;
 - ``peak_memory_bytes``: the largest measured peak against the model's peak ``allocated`` bytes
-  (``torch.cuda.max_memory_allocated``). On a CPU run the measurement is the process's peak RSS,
-  which includes torch itself: an upper bound, flagged in :attr:`Validation.notes`.
+  (``torch.cuda.max_memory_allocated``; on a CPU run the CPU allocator's peak over set-up and the warm-up
+  steps, ``executor.measure.AllocationWindow``). A CPU run recorded before that measurement existed (or
+  without warm-up steps, or traced) has the process's peak RSS there, which includes torch itself: an upper
+  bound, flagged in :attr:`Validation.notes`.
 
 For a parameter-server run, :attr:`Validation.staleness` puts the staleness the server ranks measured
 (``simulator.run_results.Staleness``: step lag, the DES's measure, and update staleness) beside the DES's
