@@ -169,6 +169,17 @@ def _estimated_states(result: StepResult) -> float:
                  + placed.host_optimizer_bytes)
 
 
+def _estimated_peak(result: StepResult, peaks) -> float:
+    """The model's peak allocated bytes of its busiest rank; on a CPU run plus what it places in host memory
+    (offloaded parameters, gradients, optimizer state), which the same CPU allocator holds there."""
+    worst = result.memory.worst
+    host = 0
+    if any(r.peak_memory_kind is PeakMemoryKind.CPU_PEAK_ALLOCATED for r in peaks):
+        placed = worst.placed
+        host = placed.host_params_bytes + placed.host_grads_bytes + placed.host_optimizer_bytes
+    return float(worst.allocated_bytes + host)
+
+
 def _outside(result: StepResult) -> float:
     """An estimate's step time less the sum of its breakdown (0 where the breakdown covers the step)."""
     return result.step_time_s - sum(result.breakdown.values())
@@ -208,10 +219,11 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
     if analytical.memory is not None and any(r.model_state_bytes for r in results.ranks):
         rows.append(Row(name="model_state_bytes", unit="bytes", measured=_measured_states(results),
                         analytical=_estimated_states(analytical)))
-    peaks = [r for r in results.ranks if r.peak_memory_bytes is not None]
+    workers = results.run.plan.layout().world_size  # a parameter server's ranks past them: not in the model
+    peaks = [r for r in results.ranks if r.peak_memory_bytes is not None and r.rank < workers]
     if analytical.memory is not None and peaks:
         rows.append(Row(name="peak_memory_bytes", unit="bytes", measured=float(max(r.peak_memory_bytes for r in peaks)),
-                        analytical=float(analytical.memory.worst.allocated_bytes)))
+                        analytical=_estimated_peak(analytical, peaks)))
         if any(r.peak_memory_kind is PeakMemoryKind.CPU_MAX_RSS for r in peaks):
             notes.append("peak memory measured as the process's peak RSS, which includes torch and Python: an "
                          "upper bound on the modelled allocated bytes, not like for like")

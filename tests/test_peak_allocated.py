@@ -80,3 +80,35 @@ def test_no_warmup_step_falls_back_to_rss(tmp_path):
                  "--out", str(out)]) == 0
     for r in json.loads(out.read_text())["ranks"]:
         assert r["peak_memory_kind"] == "cpu-max-rss" and r["peak_memory_bytes"] == r["peak_rss_bytes"]
+
+
+# Recorded with this measurement: `trainplan validate --suite default --runs DIR` on this project's 2-core VM,
+# 2026-11-25 07:25 UTC (noisy: other helpers' work; the allocations do not depend on it), three of its cases.
+RECORDED = __import__("pathlib").Path(__file__).parent / "data" / "peak_allocated"
+
+
+def _validated(name: str):
+    from simulator.validate import run_cluster, validate
+
+    results = load_results(RECORDED / f"{name}.results.json")
+    return results, validate(results, run_cluster(results, "localhost-cpu"))
+
+
+def test_parameter_server_peak_is_the_workers():
+    """ps-sync: ranks 0-1 are the workers the memory model describes, rank 2 the server (its shard's Adam state
+    and the pushed gradients, 1,082,908 B): the row takes the workers' largest peak, 724,628 B."""
+    results, v = _validated("ps-sync")
+    assert [r.peak_memory_bytes for r in results.ranks] == [724_628, 723_996, 1_082_908]
+    row = v.row("peak_memory_bytes")
+    assert row.measured == 724_628 and row.analytical == v.analytical.memory.worst.allocated_bytes
+
+
+def test_offloaded_states_count_on_a_cpu_run():
+    """zero3-offload on CPUs: the offloaded parameters, gradients and Adam state sit in the same CPU allocator, so
+    the estimate is the busiest rank's allocated bytes plus its host-placed states: what zero3 holds on device."""
+    _, v = _validated("zero3-offload")
+    worst = v.analytical.memory.worst
+    host = worst.placed.host_params_bytes + worst.placed.host_grads_bytes + worst.placed.host_optimizer_bytes
+    assert host > 0 and v.row("peak_memory_bytes").analytical == worst.allocated_bytes + host
+    _, plain = _validated("zero3")
+    assert v.row("peak_memory_bytes").analytical == plain.row("peak_memory_bytes").analytical
