@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from executor.launch import run
+from executor.measure import live_peak as _live_peak
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 
@@ -44,23 +45,6 @@ class _Job:
     loss_parallel: bool
     seed: int
     autocast: bool = False
-
-
-def _live_peak(prof) -> tuple[int, int]:
-    """(peak, final) of the allocated bytes over a profiled window, relative to its start."""
-    from torch._C._profiler import _EventType
-
-    allocations, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        if event.typed[0] == _EventType.Allocation:
-            allocations.append((event.start_time_ns, event.typed[1].alloc_size))
-        stack.extend(event.children)
-    live = peak = 0
-    for _, size in sorted(allocations):
-        live += size
-        peak = max(peak, live)
-    return peak, live
 
 
 def _rank(rank: int, world: int, job: _Job) -> dict:

@@ -18,7 +18,8 @@ runs on one machine or many. Without them it runs as a world of one. Per rank:
    suite's ddp case: rank 1's step 16 ms against rank 0's 6 ms, on a quiet 2-core VM);
 4. after every step rank 0 gathers every rank's record and rewrites the results file
    (``simulator.run_results``, atomically), so completed steps survive a later failure; at the
-   end it adds model-state bytes and peak memory per rank (and, for a parameter server, the
+   end it adds model-state bytes and peak memory per rank (on CPU the allocator's peak over set-up
+   and the warm-up steps, and the peak RSS: :mod:`executor.measure`) (and, for a parameter server, the
    staleness its server ranks measured: ``runner.pushes()``) and marks the run complete.
 
 A rank that fails writes ``{"error", "detail", "peer"}`` to ``--status-dir`` (the supervisor's,
@@ -45,7 +46,8 @@ import torch
 import torch.distributed as dist
 
 from executor.launch import threads_per_rank
-from executor.measure import environment, model_state_dict, peak_memory, profiler, reset_peak
+from executor.measure import AllocationWindow, environment, model_state_dict, peak_memory, peak_rss_bytes, profiler, \
+    reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
 from executor.sdpa import with_sdpa_backend
 from executor.strategies.base import Backend, Precision, phases_absent
@@ -115,7 +117,8 @@ class _Recorder:
                                     phases_s={p: tuple(s["phases"].get(p, 0.0) for s in steps) for p in names},
                                     model_state_bytes=self.final[r].get("model_state", {}),
                                     peak_memory_bytes=self.final[r].get("peak"),
-                                    peak_memory_kind=self.final[r].get("peak_kind")))
+                                    peak_memory_kind=self.final[r].get("peak_kind"),
+                                    peak_rss_bytes=self.final[r].get("rss")))
         pushes = [f["pushes"] for f in self.final if f.get("pushes")]
         return Results(status=status, plan=self.scaled.planned, run=self.info, environment=self.env,
                        ranks=tuple(ranks), failure=failure, staleness=Staleness.from_pushes(pushes) if pushes else None)
@@ -160,6 +163,8 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
 
 
 def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
+    window = AllocationWindow(ctx, options.warmup, traced=options.trace is not None)
+    window.open()  # the model's tensors and the warm-up steps' (executor.measure: peak allocated on CPU)
     runner = family.build(ctx)
     _write_status(options, ctx.rank, "step", 0)
     recorder = _Recorder(options, scaled, family, ctx, runner) if ctx.rank == 0 else None
@@ -171,14 +176,18 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
                 _inject_fault(ctx.rank, step)
                 dist.barrier()  # start each step together: rank 0's bookkeeping (gather, save) is not the step's
                 record = _step_record(ctx, runner, step)
+                if step == options.warmup - 1:
+                    window.close()
                 dist.gather_object(record, gathered, dst=0)
                 _write_status(options, ctx.rank, "step", step + 1)
                 if recorder is not None:
                     for r, rec in enumerate(gathered):
                         recorder.steps[r].append(rec)
                     recorder.save(RunStatus.RUNNING)
-        peak, kind = peak_memory(ctx)
+        window.close()  # no-op: closed after the last warm-up step
+        peak, kind = peak_memory(ctx, window)
         final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind,
+                 "rss": peak_rss_bytes() if ctx.device.type == "cpu" else None,
                  "pushes": runner.pushes() if hasattr(runner, "pushes") else None}
         dist.gather_object(final, gathered, dst=0)
     except BaseException as err:

@@ -11,8 +11,13 @@ Inputs (:class:`StepArrays`, one row per candidate; n = p·v chunks, p pipeline 
 
 Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; C = Σcf + Σcb):
 
-- GPipe: ``T = Σ_c w_c + (m−1)·(max F + max B) + C`` — the longest path through the
-  (stage × micro-batch) grid; exact for any stage times (Huang et al. 2019's (m+p−1) steps).
+- GPipe: ``T = Σ_c w_c + (m−1)·(max(F ∪ cf) + max(B ∪ cb)) + C`` — the longest path through the
+  (stage × micro-batch) grid; exact for any stage times (Huang et al. 2019's (m+p−1) steps). Each
+  boundary's sends run one at a time, in micro-batch order, on the sending rank's p2p stream (as the DES's
+  ``SendStream`` plays them): a flow shop of identical jobs whose servers are the stages *and* the
+  boundaries, so a send slower than every stage's action paces the pipeline instead of the slowest stage
+  (makespan of identical jobs = Σ of their times + (m−1)·the slowest server). Exact against the DES for
+  v = 1; with v > 1 several boundaries share one rank's stream and this is a lower bound.
 - 1F1B family (rank r runs d_r forwards, then one forward one backward; PipeDream-Flush has
   d_r = min(p − r, m)): ``T = max_r (Σ_{s<r} (w_s + cf_s + cb_s) + m·w_r + gain_r)``, the longest of
   these paths through the list schedule: fill to rank r, rank r's own actions in order, drain back;
@@ -30,6 +35,10 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   family: stages several times heavier than others can put the truth ~12 % higher.
 - Interleaved (v > 1): ``T = m·max W + (Σ_r W_r − max W)/v + C``: bubble (p−1)/(v·m) of the
   ideal time for equal stages (Narayanan et al. SC'21 §2.2).
+- 1F1B family and interleaved: at least ``m·max_r S_r`` (:func:`send_stream_s`), the busiest rank's
+  sends one after another on its p2p stream; the paths above treat a send as a delay, so a pipeline
+  whose sends outlast its actions (gloo's per-call cost against a tiny model's micro-batch) is paced by
+  that stream instead: interleaving multiplies a rank's sends by v.
 
 GPipe is exact against :func:`simulator.schedule_dry_run.dry_run`; interleaved is exact for equal stages
 without p2p, and within ~1 % with p2p latency or edge-heavy stages (tests). Which formula a
@@ -164,13 +173,34 @@ def pipeline_time(a: StepArrays, pipe: PipelineArrays) -> tuple[np.ndarray, np.n
     p, v, m = a.p, a.v, pipe.m
     w = a.F + a.B
     hops = a.cf.sum(axis=1) + a.cb.sum(axis=1)
-    gpipe = w.sum(axis=1) + (m - 1) * (a.F.max(axis=1) + a.B.max(axis=1)) + hops
+    send_f, send_b = a.cf.max(axis=1, initial=0.0), a.cb.max(axis=1, initial=0.0)  # a send stream is a stage too
+    paced_f = np.where(send_f > a.F.max(axis=1), send_f, 0.0)  # the sends pace the (m − 1) steps
+    paced_b = np.where(send_b > a.B.max(axis=1), send_b, 0.0)
+    gpipe = (w.sum(axis=1) + (m - 1) * (np.maximum(a.F.max(axis=1), send_f) + np.maximum(a.B.max(axis=1), send_b))
+             + hops)
+    gpipe_hops = hops + (m - 1) * (paced_f + paced_b)
+    floor = m * send_stream_s(a).max(axis=1)  # no schedule ends before its busiest send stream has sent
     if v > 1:
         W = w.reshape(len(w), v, p).sum(axis=1)
         inter = m * W.max(axis=1) + (W.sum(axis=1) - W.max(axis=1)) / v + hops
-        return np.where(pipe.forwards_first, gpipe, inter), hops
+        inter_hops = np.where(floor > inter, floor, hops)
+        inter = np.maximum(inter, floor)
+        return np.where(pipe.forwards_first, gpipe, inter), np.where(pipe.forwards_first, gpipe_hops, inter_hops)
     one, one_hops = _one_f_one_b(a, m, pipe.in_flight)
-    return np.where(pipe.forwards_first, gpipe, one), np.where(pipe.forwards_first, hops, one_hops)
+    one_hops, one = np.where(floor > one, floor, one_hops), np.maximum(one, floor)
+    return np.where(pipe.forwards_first, gpipe, one), np.where(pipe.forwards_first, gpipe_hops, one_hops)
+
+
+def send_stream_s(a: StepArrays) -> np.ndarray:
+    """(N, p) seconds of sends per micro-batch on each rank's p2p stream: the forward send of boundary k
+    (chunk k → k+1) leaves rank k mod p, its backward send rank (k+1) mod p. The stream sends one at a time
+    (the DES's ``SendStream``), so the m micro-batches' sends take m times this, whatever the schedule."""
+    p = a.p
+    out = np.zeros((a.cf.shape[0], p))
+    for k in range(a.cf.shape[1]):
+        out[:, k % p] += a.cf[:, k]
+        out[:, (k + 1) % p] += a.cb[:, k]
+    return out
 
 
 def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[str, np.ndarray]:

@@ -16,7 +16,8 @@ no ``staleness``, are still read)::
                      "device_model": "...", "cores": 2, "threads_per_rank": 1},
      "ranks": [{"rank": 0, "step_time_s": [...], "loss": [...], "phases_s": {"forward": [...]},
                 "model_state_bytes": {"params_bytes": ...}, "peak_memory_bytes": ...,
-                "peak_memory_kind": "cuda-max-allocated" | "cpu-max-rss"}],
+                "peak_memory_kind": "cuda-max-allocated" | "cpu-peak-allocated" | "cpu-max-rss",
+                "peak_rss_bytes": ...}],
      "staleness": null | {"step_lag": {"0": [per push...], ...}, "updates": {"0": [...], ...}},
      "summary": {derived on writing: step_time_s {median, p10, p90, steps} over the measured steps
                  (after warm-up) of the per-step slowest rank, the same per phase, the loss per step}}
@@ -63,6 +64,10 @@ class PeakMemoryKind(Enum):
     """``torch.cuda.max_memory_allocated``: the caching allocator's peak of live tensor bytes."""
     CPU_MAX_RSS = "cpu-max-rss"
     """The process's peak resident set (``getrusage`` ru_maxrss): tensors, the Python heap and torch itself."""
+    CPU_PEAK_ALLOCATED = "cpu-peak-allocated"
+    """The CPU allocator's peak of live tensor bytes from before the model is built to the end of the warm-up
+    steps (``torch.profiler`` allocation events, ``executor.measure.AllocationWindow``): like for like with
+    the CUDA figure."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class RankResult:
     model_state_bytes: dict[str, int] = field(default_factory=dict)
     peak_memory_bytes: int | None = None
     peak_memory_kind: PeakMemoryKind | None = None
+    peak_rss_bytes: int | None = None
+    """The process's peak resident set (CPU runs), kept beside an allocated ``peak_memory_bytes``."""
 
     def outside_phases_s(self) -> tuple[float, ...]:
         """Per step, the step time less the sum of its measured phases: what no phase covers (on a CPU,

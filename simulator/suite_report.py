@@ -8,8 +8,9 @@ is the mean absolute percentage error over the cases that completed,
     MAPE = (1/n) · Σ |t_est,i / t_meas,i − 1|,
 
 overall and per :class:`~simulator.validation_suite.Family`. Memory: the same mean of |error| for the
-model-state bytes (the part of the memory model that should be exact) and for the peak (on CPUs the
-measured peak is the process's RSS, torch included: an upper bound, not like for like).
+model-state bytes (the part of the memory model that should be exact) and for the peak allocated bytes
+(on CPUs the CPU allocator's peak over set-up and the warm-up steps, ``executor.measure``; results files
+recorded before 2026-11-25 hold the process's RSS there, torch included, which validate flags).
 
 **Hygiene.** A case counts as measured on a quiet machine when other work took at most
 :data:`QUIET_FOREIGN_CPU_FRACTION` of the machine's CPU time during its run (``executor/suite_run.py``

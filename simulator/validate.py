@@ -12,8 +12,10 @@ beside its measurement:
 - ``model_state_bytes``: the most loaded rank's measured states (params + grads + optimizer + its step
   counters + host copies) against the memory model's most loaded rank, wherever its states live;
 - ``peak_memory_bytes``: the largest measured peak against the model's peak ``allocated`` bytes
-  (``torch.cuda.max_memory_allocated``). On a CPU run the measurement is the process's peak RSS,
-  which includes torch itself: an upper bound, flagged in :attr:`Validation.notes`.
+  (``torch.cuda.max_memory_allocated``; on a CPU run the CPU allocator's peak over set-up and the warm-up
+  steps, ``executor.measure.AllocationWindow``). A CPU run recorded before that measurement existed (or
+  without warm-up steps, or traced) has the process's peak RSS there, which includes torch itself: an upper
+  bound, flagged in :attr:`Validation.notes`.
 
 For a parameter-server run, :attr:`Validation.staleness` puts the staleness the server ranks measured
 (``simulator.run_results.Staleness``: step lag, the DES's measure, and update staleness) beside the DES's
@@ -167,9 +169,33 @@ def _estimated_states(result: StepResult) -> float:
                  + placed.host_optimizer_bytes)
 
 
+def _estimated_peak(result: StepResult, peaks) -> float:
+    """The model's peak allocated bytes of its busiest rank; on a CPU run plus what it places in host memory
+    (offloaded parameters, gradients, optimizer state), which the same CPU allocator holds there."""
+    worst = result.memory.worst
+    host = 0
+    if any(r.peak_memory_kind is PeakMemoryKind.CPU_PEAK_ALLOCATED for r in peaks):
+        placed = worst.placed
+        host = placed.host_params_bytes + placed.host_grads_bytes + placed.host_optimizer_bytes
+    return float(worst.allocated_bytes + host)
+
+
 def _outside(result: StepResult) -> float:
     """An estimate's step time less the sum of its breakdown (0 where the breakdown covers the step)."""
     return result.step_time_s - sum(result.breakdown.values())
+
+
+def _folded_categories(results: Results) -> dict[Category, tuple[Category, ...]]:
+    """Estimate categories a measured phase holds besides its own: torch ZeRO-1's parameter broadcasts run
+    inside ``optimizer.step()`` (``ZeroRedundancyOptimizer._sync_params``; the executor's phase note), so the
+    optimizer row compares with the estimate's optimizer plus its ZeRO time."""
+    from simulator.strategy import ZeroStage
+    from simulator.strategy.framework import Framework
+
+    plan = results.run.plan
+    if plan.strategy.zero is ZeroStage.ZERO1 and plan.layout().framework is Framework.TORCH_DDP:
+        return {Category.OPTIMIZER: (Category.ZERO,)}
+    return {}
 
 
 def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str) -> Validation:
@@ -179,10 +205,12 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
     step = summary["step_time_s"]
     rows = [Row(name="step_time_s", unit="s", measured=step["median_s"], p10=step["p10_s"], p90=step["p90_s"],
                 analytical=analytical.step_time_s, des=des.step_time_s)]
+    folded = _folded_categories(results)
     for name, stats in summary["phases_s"].items():
-        category = Category(name)
+        cats = (Category(name),) + folded.get(Category(name), ())
         rows.append(Row(name=name, unit="s", measured=stats["median_s"], p10=stats["p10_s"], p90=stats["p90_s"],
-                        analytical=analytical.breakdown.get(category, 0.0), des=des.breakdown.get(category, 0.0)))
+                        analytical=sum(analytical.breakdown.get(c, 0.0) for c in cats),
+                        des=sum(des.breakdown.get(c, 0.0) for c in cats)))
     outside = summary.get("outside_phases_s")
     if outside is not None:  # what the measured phases do not cover; the estimates' breakdowns cover their steps
         rows.append(Row(name="outside_phases", unit="s", measured=outside["median_s"], p10=outside["p10_s"],
@@ -191,10 +219,11 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
     if analytical.memory is not None and any(r.model_state_bytes for r in results.ranks):
         rows.append(Row(name="model_state_bytes", unit="bytes", measured=_measured_states(results),
                         analytical=_estimated_states(analytical)))
-    peaks = [r for r in results.ranks if r.peak_memory_bytes is not None]
+    workers = results.run.plan.layout().world_size  # a parameter server's ranks past them: not in the model
+    peaks = [r for r in results.ranks if r.peak_memory_bytes is not None and r.rank < workers]
     if analytical.memory is not None and peaks:
         rows.append(Row(name="peak_memory_bytes", unit="bytes", measured=float(max(r.peak_memory_bytes for r in peaks)),
-                        analytical=float(analytical.memory.worst.allocated_bytes)))
+                        analytical=_estimated_peak(analytical, peaks)))
         if any(r.peak_memory_kind is PeakMemoryKind.CPU_MAX_RSS for r in peaks):
             notes.append("peak memory measured as the process's peak RSS, which includes torch and Python: an "
                          "upper bound on the modelled allocated bytes, not like for like")

@@ -31,6 +31,8 @@
   first), DeepSpeed one per reduce bucket (``reduce_bucket_size``, ``bucket_bytes``). They ride the
   chunk's ZeRO stream with the gathers (the block-by-block play of ``zero_bwd``). ZeRO-0/1 keep
   DDP's ``no_sync``: one all-reduce (reduce-scatter) per step, on the last micro-batch.
+- torch's ZeRO-1 (``ZeroRedundancyOptimizer``) does not all-gather: after its local step it broadcasts every
+  parameter tensor from the rank that stepped it, one call per tensor (:func:`torch_zero1_broadcasts`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,43 @@ MAX_BUCKETS = 100_000
 a call both engines play; 1-byte buckets of a 125M model were 250 million calls and never finished).
 Frameworks never split a parameter tensor across buckets (DDP assigns whole tensors, Li et al. VLDB
 2020 §3.2.3), so a real job has at most one bucket per tensor: thousands, not 100,000."""
+
+
+def torch_zero1_broadcasts(cache: CostCache, group: tuple[int, ...], tensor_bytes: list[int],
+                           concurrent: int) -> tuple[CommCall, ...]:
+    """torch ``ZeroRedundancyOptimizer.step`` after its local step (``parameters_as_bucket_view=False``, the
+    default): ``_sync_params`` calls ``_broadcast_params_from_rank`` for every rank, which issues one
+    ``dist.broadcast(param.data, src=owner)`` per parameter tensor that rank owns, so every rank takes part in
+    one broadcast per parameter tensor of its model, ``tensor_bytes`` each, in the model's order; all are
+    issued asynchronously and waited at the end, charged here one after another
+    (``torch/distributed/optim/zero_redundancy_optimizer.py``, torch 2.13, lines 760-827 and 1124-1152)
+    [src: torch-zero1-broadcasts]. Equal sizes share one CommCall object."""
+    made: dict[int, CommCall | None] = {}
+    out = []
+    for nbytes in tensor_bytes:
+        if nbytes not in made:
+            made[nbytes] = call(cache, CommKind.ZERO, Op.BROADCAST, group, nbytes, concurrent)
+        if made[nbytes] is not None:
+            out.append(made[nbytes])
+    return tuple(out)
+
+
+def param_tensor_bytes_key(workload, layout, stage: int, dt) -> tuple:
+    """Everything :func:`param_tensor_bytes` reads."""
+    return ("param_tensor_bytes", workload, layout.tp, layout.pp, stage, layout.layers_per_stage, layout.ep, dt)
+
+
+def param_tensor_bytes(workload, layout, stage: int, param_bytes: float) -> list[int]:
+    """Bytes of each parameter tensor pipeline stage ``stage``'s ranks hold (their tensor-parallel shards), in
+    the model's order; none for a workload without parameter shapes."""
+    from simulator.memory import stage_param_shapes
+    from simulator.memory.shapes import numel
+
+    if not getattr(workload, "has_activation_shapes", False):
+        return []
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
+    return [int(round(numel(shape) * param_bytes)) for _, shape in shapes]
 
 
 def bucket_runs(total_bytes: float, bucket_bytes: int | None) -> list[tuple[int, int]]:

@@ -253,7 +253,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
                     + offload_part.nvme_s(cluster, part * k, write=True, sharing=sharing))
         if s.offload is Offload.OPTIMIZER:
             after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
-    if s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
+    tensor_bytes = cache.memo(comm_part.param_tensor_bytes_key(workload, layout, stage, dt), lambda: comm_part.param_tensor_bytes(
+        workload, layout, stage, dt.param_bytes)) if _torch_zero1(layout) and not split_experts else []
+    if tensor_bytes:  # ZeroRedundancyOptimizer: one broadcast per parameter tensor, no all-gather
+        after += comm_part.torch_zero1_broadcasts(cache, dp_group, tensor_bytes, tp)
+    elif s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
         ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
                      else layout.bucket_bytes)
         after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group,
@@ -262,6 +266,11 @@ def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> t
             after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
                 layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
     return calls, fractions, after, opt
+
+
+def _torch_zero1(layout: ParallelLayout) -> bool:
+    """ZeRO-1 under torch DDP: ``ZeroRedundancyOptimizer`` (executor/strategies/data_parallel.py)."""
+    return layout.strategy.zero is ZeroStage.ZERO1 and layout.framework is Framework.TORCH_DDP
 
 
 def _optimizer_tensors_key(workload, layout: ParallelLayout, stage: int) -> tuple:
