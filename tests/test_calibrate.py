@@ -147,7 +147,9 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert code == 0, captured.err
     assert "measured all-reduce" in captured.err  # progress lines while measuring
     assert "median absolute error" in captured.out
-    assert captured.out.count("ring") == 4 and captured.out.count("tree") == 4  # 4 sizes each
+    rows = [line.split() for line in captured.out.splitlines() if line.split()[:1] == ["2"]]
+    assert sorted((r[1], r[3]) for r in rows) == [("all-gather", "ring")] * 4 + [("all-reduce", "ring")] * 4
+    assert "p10..p90" in captured.out.splitlines()[0]  # each fitted parameter's bootstrap spread
     cluster = io.load_cluster(str(out))
     assert cluster.name.endswith("-calibrated")
     assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
@@ -156,6 +158,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--nproc", "1"], "nproc: a collective needs at least 2 processes"),
+    (["--nproc", "2,x"], "nproc: give process counts as integers"),
+    (["--nproc", "2,1"], "nproc: a collective needs at least 2 processes"),
     (["--nproc", "2", "--algorithms", "bogus"], "unknown algorithm 'bogus'"),
     (["--nproc", "3", "--op", "reduce-scatter", "--algorithms", "halving_doubling"], "does not implement"),
 ])
