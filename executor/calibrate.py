@@ -70,6 +70,8 @@ class FitRow:
     p90_s: float
     estimate_s: float
     """The fitted cluster's ``registry.estimate`` time, seconds."""
+    times_s: tuple[float, ...] = ()
+    """Every timed call, seconds (the measurement's ``times_s``)."""
 
     @property
     def error_pct(self) -> float:
@@ -248,7 +250,7 @@ def fit_rows(cluster: Cluster, measurements, estimate: Callable | None = None) -
     return [FitRow(op=m.op.value, algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes,
                    measured_s=getattr(m, TARGET), median_s=m.median_s, p10_s=m.p10_s, p90_s=m.p90_s,
                    estimate_s=estimate(on_node(cluster, m.ranks), list(range(m.ranks)), m.op, m.nbytes,
-                                       m.algorithm).time_s) for m in measurements]
+                                       m.algorithm).time_s, times_s=tuple(m.times_s)) for m in measurements]
 
 
 def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,

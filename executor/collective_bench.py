@@ -1,7 +1,8 @@
 """Time collectives on N local processes: the backend's own ("native") and the simulator's schedules replayed.
 
 Method (as nccl-tests times a call, adapted to processes without CUDA events):
-- ``warmup`` untimed calls, then ``repeats`` timed calls per (algorithm, size);
+- ``warmup`` untimed calls, then ``repeats`` timed calls per (algorithm, size), interleaved: round ``k`` makes
+  call ``k`` of every case in turn (:func:`_bench_worker`);
 - before each call the buffer is refilled (untimed) and all ranks meet at ``dist.barrier()``;
 - each rank times its call with ``time.perf_counter`` (after ``cuda.synchronize`` on NCCL);
 - the time of one call is the maximum over ranks (the call ends when its slowest rank does);
@@ -158,21 +159,26 @@ def measure_cases(op: Op, cases: list[BenchCase], nproc: int, *, backend: str = 
 
 def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats: int, warmup: int,
                   backend: str, progress: bool) -> list[list[float]]:
+    """Time every case on this rank, interleaved: round ``k`` times call ``k`` of every case in turn, so a burst
+    of other work on the machine lasting seconds lands on all cases alike instead of on the few measured while
+    it lasted (time-correlated load then moves the cases together, which the fit's common parameters absorb)."""
     import torch
     import torch.distributed as dist
 
     device = launch.device_for(backend, rank)
     sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-    results = []
+    prepared = []
     for case in cases:
         template = torch.full((case.nbytes // ELEMENT_BYTES,), float(rank + 1), device=device)
         buf = template.clone()
         if case.schedule is None:
             call = native_call(op, buf, rank, world)
         else:
-            call = (lambda s=case.schedule: replay_schedule(s, buf, rank))
-        times = []
-        for k in range(warmup + repeats):
+            call = (lambda s=case.schedule, b=buf: replay_schedule(s, b, rank))
+        prepared.append((template, buf, call))
+    results: list[list[float]] = [[] for _ in cases]
+    for k in range(warmup + repeats):
+        for (template, buf, call), times in zip(prepared, results):
             buf.copy_(template)
             sync()
             dist.barrier()
@@ -181,10 +187,11 @@ def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats
             sync()
             if k >= warmup:
                 times.append(time.perf_counter() - start)
-        results.append(times)
-        if progress and rank == 0:
-            print(f"  measured {op.value} {case.algorithm:>8} {case.nbytes:>11} B on {world} ranks: "
-                  f"median {statistics.median(times) * 1e3:.3f} ms (rank 0)", file=sys.stderr, flush=True)
+    if progress and rank == 0:
+        for case, times in zip(cases, results):
+            print(f"  measured {(op if case.schedule is None else case.schedule.op).value} {case.algorithm:>8} "
+                  f"{case.nbytes:>11} B on {world} ranks: median {statistics.median(times) * 1e3:.3f} ms (rank 0)",
+                  file=sys.stderr, flush=True)
     return results
 
 

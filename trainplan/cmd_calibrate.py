@@ -130,7 +130,7 @@ def _process_counts(text: str) -> tuple[int, ...]:
 def _rows_dict(rows) -> list[dict]:
     return [{"ranks": r.ranks, "op": r.op, "algorithm": r.algorithm, "bytes": r.nbytes, "measured_s": r.measured_s,
              "measured_median_s": r.median_s, "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s,
-             "estimate_s": r.estimate_s, "error_pct": r.error_pct} for r in rows]
+             "estimate_s": r.estimate_s, "error_pct": r.error_pct, "times_s": list(r.times_s)} for r in rows]
 
 
 def _median_abs(rows) -> float:
@@ -140,7 +140,7 @@ def _median_abs(rows) -> float:
 
 
 def _as_dict(fit, path: str, fresh=None) -> dict:
-    d = {"out": path, "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
+    d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
