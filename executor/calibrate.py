@@ -95,6 +95,8 @@ class LinkFit:
     spread: dict[str, tuple[float, float]] | None = None
     """Per parameter (``call_latency_us``, ``latency_us``, ``bw_GBps``, ``hbm_bw_GBps`` if fitted): its 10th and
     90th percentiles over bootstrap resamples of the measured calls (:mod:`executor.calibrate_spread`)."""
+    machine: str = ""
+    """How quiet the machine was while measuring (:func:`executor.calibrate_run.machine_note`); empty: not recorded."""
 
     @property
     def median_abs_error_pct(self) -> float:

@@ -10,7 +10,10 @@ Design (why each part, :mod:`executor.calibrate`'s module docstring):
   ``share`` multiplier, :attr:`simulator.collectives.cost.Env.time_share`, not a fitted quantity);
 - the fit's target per point is the trimmed mean of its calls, and each parameter's spread is reported
   (:mod:`executor.calibrate_spread`);
-- :func:`check` measures a fresh set against the calibrated cluster, as a user closes the loop.
+- :func:`check` measures a fresh set against the calibrated cluster, as a user closes the loop;
+- how quiet the machine was is recorded with both (:func:`machine_note`): the 1-minute load average before
+  and after, and the share of the CPU other work took while measuring (``executor.suite_run``'s sampling of
+  ``/proc/stat`` less our own processes); above the suite's quiet threshold the note says NOISY.
 """
 
 from __future__ import annotations
@@ -45,11 +48,26 @@ def _cases(cluster: Cluster, series, nproc: int, sizes: list[int]):
     return cases
 
 
+def machine_note(load_before: float, load_after: float, foreign: float | None) -> str:
+    """How quiet the machine was while measuring, in words (module docstring)."""
+    from simulator.suite_report import QUIET_FOREIGN_CPU_FRACTION
+
+    share = "not sampled" if foreign is None else f"{foreign:.0%}"
+    noisy = foreign is not None and foreign > QUIET_FOREIGN_CPU_FRACTION
+    return (("NOISY MACHINE: " if noisy else "") + f"load average {load_before:.2f} before, {load_after:.2f} after; "
+            f"other work took {share} of the CPU while measuring")
+
+
 def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: list[int], *, backend: str,
                    repeats: int, warmup: int, progress: bool):
-    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases) over all of them."""
-    from executor.collective_bench import local_cluster, measure_cases
+    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`)."""
+    import os
+    import time
 
+    from executor.collective_bench import local_cluster, measure_cases
+    from executor.suite_run import _machine_busy_s, _own_cpu_s
+
+    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     measurements, cases = [], []
     for nproc in nprocs:
         cluster = local_cluster(nproc, base)
@@ -57,7 +75,11 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
         measurements += measure_cases(series[0][0], launch_cases, nproc, backend=backend, repeats=repeats,
                                       warmup=warmup, progress=progress)
         cases += launch_cases
-    return measurements, cases
+    wall, busy1, own1 = time.perf_counter() - t0, _machine_busy_s(), _own_cpu_s()
+    foreign = None
+    if busy0 is not None and busy1 is not None and wall > 0:
+        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+    return measurements, cases, machine_note(load0, os.getloadavg()[0], foreign)
 
 
 def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring",), op=None,
@@ -82,11 +104,11 @@ def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring
     cluster = local_cluster(max(nprocs), base)
     check_calibratable(cluster)
     series = series_for(op, algorithms, separate_hops)
-    measurements, cases = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
-                                         warmup=warmup, progress=progress)
+    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
+                                                  warmup=warmup, progress=progress)
     estimate = executed_time(cases)
     fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
-    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate))
+    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine)
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
@@ -94,7 +116,7 @@ def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring
               f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}, trimmed means; "
               f"fitted {', '.join(fit.fitted)} from the base {cluster.name} (other values as there), each process "
               f"count estimated with its share of the cores; median absolute error {fit.median_abs_error_pct:.1f} %; "
-              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}")
+              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}; {machine}")
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
@@ -110,10 +132,11 @@ def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:
 def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: list[int], series, backend: str = "gloo",
           repeats: int = 20, warmup: int = 3, progress: bool = False):
     """A fresh measurement of ``series`` on each process count against ``cluster`` (a calibrated file):
-    the :class:`executor.calibrate.FitRow` of every point, its schedules rebuilt from ``cluster``."""
+    ``(rows, machine)``: the :class:`executor.calibrate.FitRow` of every point, its schedules rebuilt from
+    ``cluster``, and :func:`machine_note`."""
     from executor.calibrate import executed_time, fit_rows
 
     nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
-    measurements, cases = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
-                                         warmup=warmup, progress=progress)
-    return fit_rows(cluster, measurements, executed_time(cases))
+    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
+                                                  warmup=warmup, progress=progress)
+    return fit_rows(cluster, measurements, executed_time(cases)), machine

@@ -102,17 +102,17 @@ def run(args) -> int:
                              fit_reduction=args.fit_reduction, progress=True)
     path = save_cluster(cluster, args.out)
     print(f"calibrate: wrote {path}", file=sys.stderr)
-    fresh = None
+    fresh = fresh_machine = None
     if args.check:
         from executor.calibrate_run import check
 
         print("calibrate: fresh measurement against the written file", file=sys.stderr)
-        fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, backend=args.backend,
+        fresh, fresh_machine = check(cluster, nproc=nprocs, sizes=sizes, series=series, backend=args.backend,
                       repeats=args.repeats, warmup=args.warmup, progress=True)
     if args.json:
-        cli_common.print_json(_as_dict(fit, str(path), fresh))
+        cli_common.print_json(_as_dict(fit, str(path), fresh, fresh_machine))
     else:
-        _print_table(fit, fresh)
+        _print_table(fit, fresh, fresh_machine)
     return 0
 
 
@@ -139,14 +139,14 @@ def _median_abs(rows) -> float:
     return statistics.median(abs(r.error_pct) for r in rows)
 
 
-def _as_dict(fit, path: str, fresh=None) -> dict:
+def _as_dict(fit, path: str, fresh=None, fresh_machine=None) -> dict:
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
-         "rows": _rows_dict(fit.rows)}
+         "machine": fit.machine, "rows": _rows_dict(fit.rows)}
     if fresh is not None:
-        d["check"] = {"median_abs_error_pct": _median_abs(fresh), "rows": _rows_dict(fresh)}
+        d["check"] = {"median_abs_error_pct": _median_abs(fresh), "machine": fresh_machine, "rows": _rows_dict(fresh)}
     return d
 
 
@@ -164,7 +164,7 @@ def _print_rows(rows) -> None:
           f"over {len(rows)} points (measured: trimmed mean of the calls)")
 
 
-def _print_table(fit, fresh=None) -> None:
+def _print_table(fit, fresh=None, fresh_machine=None) -> None:
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
     spread = fit.spread or {}
 
@@ -176,9 +176,11 @@ def _print_table(fit, fresh=None) -> None:
           f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
           f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}\n")
     _print_rows(fit.rows)
+    print(f"machine: {fit.machine}")
     if fresh is not None:
         print("\nfresh measurement against the written file:")
         _print_rows(fresh)
+        print(f"machine: {fresh_machine}")
 
 
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
