@@ -257,7 +257,8 @@ def fit_rows(cluster: Cluster, measurements, estimate: Callable | None = None) -
 
 def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
                 estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
-    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, median_s).
+    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, trimmed_mean_s,
+    median_s, p10_s, p90_s, times_s); each is estimated on a node of exactly its ``ranks`` (:func:`on_node`).
 
     ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``. The
     estimate is only piecewise linear (an algorithm may choose its pipelining depth from the
