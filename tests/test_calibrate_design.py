@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from executor.calibrate import design_matrix, executed_time, fit_cluster, on_node, with_values
 from executor.calibrate_run import HOP_SERIES, series_for
@@ -104,9 +106,9 @@ def _cases(cluster: Cluster, series=None) -> list[BenchCase]:
     return out
 
 
-def synthetic(cases, noise: float = 0.0, calls: int = 1) -> list[Measurement]:
+def synthetic(cases, noise: float = 0.0, calls: int = 1, true=TRUE) -> list[Measurement]:
     """Each case timed on the true cluster; ``calls`` times per point with deterministic ±``noise``."""
-    truth, timed = with_values(local(4), TRUE), executed_time(cases)
+    truth, timed = with_values(local(4), true), executed_time(cases)
     out = []
     for i, case in enumerate(cases):
         s = case.schedule
@@ -174,3 +176,16 @@ def test_recorded_calibration_refits_to_its_recorded_parameters():
     assert fit.latency_us == pytest.approx(expected["latency_us"], rel=1e-6)
     assert fit.bw_GBps == pytest.approx(expected["bw_GBps"], rel=1e-6)
     assert fit.median_abs_error_pct == pytest.approx(expected["median_abs_error_pct"], rel=1e-6)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(call_us=st.floats(0.0, 2000.0), hop_us=st.floats(10.0, 3000.0), bw=st.floats(0.1, 5.0))
+def test_any_true_parameters_are_recovered_from_exact_times(call_us, hop_us, bw):
+    """Property: whatever the machine's call latency, hop latency and bandwidth, exact times of the default design
+    (both rings at 2, 3 and 4 processes on 2 cores, 4 KiB .. 4 MiB) give them back."""
+    cases = _cases(local(4))
+    measurements = synthetic(cases, true=(call_us, hop_us, 1 / bw, 1 / 9.7))
+    _, fit = fit_cluster(local(4), measurements, estimate=executed_time(cases))
+    assert fit.call_latency_us == pytest.approx(call_us, rel=1e-5, abs=1e-3)
+    assert fit.latency_us == pytest.approx(hop_us, rel=1e-5)
+    assert fit.bw_GBps == pytest.approx(bw, rel=1e-5)
