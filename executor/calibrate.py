@@ -16,6 +16,18 @@ Fit: minimise the sum of |relative error| (iteratively reweighted least squares 
 fit, which tracks the median absolute error reported), with every parameter >= 0, by solving the
 small non-negative problem exactly over all active sets. The bandwidth is always fitted; the
 reduction rate (``device.hbm_bw_GBps``) only when asked, since it also drives the compute model.
+
+Well-posed design (:func:`calibrate`, 2026-11-25): the per-call and per-hop latencies are separable only if
+the measured calls differ in hops at a fixed call count. A ring all-reduce alone has 2(p−1) hops at every
+size, so its call and hop columns are proportional and the fit traded one for the other from run to run
+(1646 µs per call and 0 per hop, then 0 and 211 µs, then 0 and 731 µs on three quiet runs). Each process
+count therefore also times the ring all-gather (p−1 hops, the same call count, no reduction), and the sizes
+start at 4 KiB, where the bytes cost almost nothing. Several process counts (2, 3, 4 on the 2-core VM) are
+measured in one fit; each is estimated on a node of exactly its processes, so the time-sharing of the cores
+(:attr:`simulator.collectives.cost.Env.time_share`) is a named multiplier of the estimate, not absorbed into
+the latency. The target of each point is its trimmed mean (:attr:`executor.collective_bench.Measurement.
+trimmed_mean_s`), and :mod:`executor.calibrate_spread` reports each parameter's spread over bootstrap
+resamples of the calls.
 """
 
 from __future__ import annotations
@@ -37,6 +49,8 @@ IRLS_ITERATIONS = 40
 """Reweighting rounds from the least-squares to the least-absolute-relative-error fit."""
 RELINEARISE_ROUNDS = 8
 """Most linearised fits, each around the previous result (the estimate is piecewise linear)."""
+TARGET = "trimmed_mean_s"
+"""The Measurement field each point is fitted to and checked against (collective_bench's module docstring)."""
 IRLS_FLOOR = 1e-3
 """Smallest |relative residual| a weight is computed from (0.1 %), so weights stay finite."""
 
@@ -45,15 +59,19 @@ IRLS_FLOOR = 1e-3
 class FitRow:
     """One measured point against the fitted cluster's estimate."""
 
+    op: str
     algorithm: str
     ranks: int
     nbytes: int
     measured_s: float
-    """Median measured time, seconds."""
+    """The fitted statistic of the measured times (their trimmed mean, :data:`TARGET`), seconds."""
+    median_s: float
     p10_s: float
     p90_s: float
     estimate_s: float
     """The fitted cluster's ``registry.estimate`` time, seconds."""
+    times_s: tuple[float, ...] = ()
+    """Every timed call, seconds (the measurement's ``times_s``)."""
 
     @property
     def error_pct(self) -> float:
@@ -74,6 +92,11 @@ class LinkFit:
     rows: tuple[FitRow, ...]
     relinearised: int
     """Linearised fits performed (1 when the estimate is exactly linear in the parameters)."""
+    spread: dict[str, tuple[float, float]] | None = None
+    """Per parameter (``call_latency_us``, ``latency_us``, ``bw_GBps``, ``hbm_bw_GBps`` if fitted): its 10th and
+    90th percentiles over bootstrap resamples of the measured calls (:mod:`executor.calibrate_spread`)."""
+    machine: str = ""
+    """How quiet the machine was while measuring (:func:`executor.calibrate_run.machine_note`); empty: not recorded."""
 
     @property
     def median_abs_error_pct(self) -> float:
@@ -102,10 +125,11 @@ def executed_time(cases) -> Callable:
     """
     from simulator.collectives.replay import schedule_time_s
 
-    schedules = {(case.algorithm, case.nbytes): case.schedule for case in cases if case.schedule is not None}
+    schedules = {(s.op, s.algorithm, len(s.ranks), s.nbytes): s for s in
+                 (case.schedule for case in cases) if s is not None}
 
     def estimate(cluster: Cluster, ranks, op, nbytes: int, algorithm: str):
-        return _Timed(schedule_time_s(cluster, schedules[(algorithm, nbytes)]))
+        return _Timed(schedule_time_s(cluster, schedules[(op, algorithm, len(ranks), nbytes)]))
 
     return estimate
 
@@ -122,6 +146,14 @@ def check_calibratable(cluster: Cluster) -> None:
     if cluster.comm.protocols:
         raise SpecError("cluster", f"{cluster.name} uses a protocol table ({cluster.comm.library.value}); "
                                    "calibrate a cluster without one, such as localhost-cpu")
+
+
+def on_node(cluster: Cluster, ranks: int) -> Cluster:
+    """``cluster`` with exactly ``ranks`` processes on its one node: the processes a measurement ran, whose
+    sharing of the cores the estimate charges (:attr:`simulator.collectives.cost.Env.time_share`)."""
+    if cluster.node.gpus_per_node == ranks:
+        return cluster
+    return replace(cluster, node=replace(cluster.node, gpus_per_node=ranks))
 
 
 def base_values(cluster: Cluster) -> np.ndarray:
@@ -147,14 +179,14 @@ def design_matrix(cluster: Cluster, measurements, estimate: Callable) -> tuple[n
     theta0 = base_values(cluster)
     rows, t0 = [], []
     for m in measurements:
-        ranks = list(range(m.ranks))
-        base = estimate(cluster, ranks, m.op, m.nbytes, m.algorithm).time_s
+        ranks, at = list(range(m.ranks)), on_node(cluster, m.ranks)
+        base = estimate(at, ranks, m.op, m.nbytes, m.algorithm).time_s
         row = []
         for k in range(len(PARAMETERS)):
             step = theta0[k] if theta0[k] > 0 else 1.0
             probe = theta0.copy()
             probe[k] += step
-            row.append((estimate(with_values(cluster, probe), ranks, m.op, m.nbytes, m.algorithm).time_s - base) / step)
+            row.append((estimate(with_values(at, probe), ranks, m.op, m.nbytes, m.algorithm).time_s - base) / step)
         rows.append(row)
         t0.append(base)
     return np.array(rows), np.array(t0)
@@ -198,7 +230,7 @@ def _linear_fit(at: Cluster, measurements, fitted: list[int], estimate: Callable
     """One linearised fit around the parameters of ``at``; returns θ and the indices fitted."""
     A, t0 = design_matrix(at, measurements, estimate)
     theta0 = base_values(at)
-    measured = np.array([m.median_s for m in measurements])
+    measured = np.array([getattr(m, TARGET) for m in measurements])
     while True:
         fixed = [k for k in range(len(PARAMETERS)) if k not in fitted]
         offset = t0 - A @ theta0 + A[:, fixed] @ theta0[fixed]
@@ -214,15 +246,19 @@ def _linear_fit(at: Cluster, measurements, fitted: list[int], estimate: Callable
         return theta, fitted
 
 
-def _rows(cluster: Cluster, measurements, estimate: Callable) -> list[FitRow]:
-    return [FitRow(algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes, measured_s=m.median_s, p10_s=m.p10_s,
-                   p90_s=m.p90_s, estimate_s=estimate(cluster, list(range(m.ranks)), m.op, m.nbytes,
-                                                      m.algorithm).time_s) for m in measurements]
+def fit_rows(cluster: Cluster, measurements, estimate: Callable | None = None) -> list[FitRow]:
+    """Each measurement (its :data:`TARGET`) beside ``cluster``'s estimate on a node of its processes."""
+    estimate = estimate or _default_estimate
+    return [FitRow(op=m.op.value, algorithm=m.algorithm, ranks=m.ranks, nbytes=m.nbytes,
+                   measured_s=getattr(m, TARGET), median_s=m.median_s, p10_s=m.p10_s, p90_s=m.p90_s,
+                   estimate_s=estimate(on_node(cluster, m.ranks), list(range(m.ranks)), m.op, m.nbytes,
+                                       m.algorithm).time_s, times_s=tuple(m.times_s)) for m in measurements]
 
 
 def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
                 estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
-    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, median_s).
+    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, trimmed_mean_s,
+    median_s, p10_s, p90_s, times_s); each is estimated on a node of exactly its ``ranks`` (:func:`on_node`).
 
     ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``. The
     estimate is only piecewise linear (an algorithm may choose its pipelining depth from the
@@ -239,7 +275,7 @@ def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
     for rounds in range(1, RELINEARISE_ROUNDS + 1):
         theta, fitted = _linear_fit(at, measurements, fitted, estimate)
         candidate = with_values(cluster, theta)
-        rows = _rows(candidate, measurements, estimate)
+        rows = fit_rows(candidate, measurements, estimate)
         score = statistics.fmean(abs(r.error_pct) for r in rows)
         if best is None or score < best[0]:
             best = (score, theta, candidate, rows, tuple(fitted))
@@ -253,33 +289,8 @@ def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
     return fitted_cluster, fit
 
 
-def calibrate(*, nproc: int, sizes: list[int], algorithms=("ring", "tree"), op=None, backend: str = "gloo",
-              repeats: int = 10, warmup: int = 2, base: Cluster | None = None, fit_reduction: bool = False,
-              progress: bool = False) -> tuple[Cluster, LinkFit]:
-    """Measure ``op`` (default all-reduce) on ``nproc`` local processes and fit ``base`` (localhost-cpu) to it.
+def calibrate(**kwargs):
+    """Measure and fit (:func:`executor.calibrate_run.calibrate`; kept here, where the CLI and the suite call it)."""
+    from executor.calibrate_run import calibrate as run
 
-    The returned cluster is named ``<base>-calibrated`` and records in ``source`` the date, host,
-    process count, sizes, backend and the fit's median absolute error.
-    """
-    import datetime
-    import platform
-
-    from executor.collective_bench import build_cases, local_cluster, measure_cases
-    from simulator.collectives.base import Op
-    from simulator.units import format_size
-
-    op = Op.ALL_REDUCE if op is None else op
-    cluster = local_cluster(nproc, base)
-    check_calibratable(cluster)
-    cases = build_cases(cluster, op, list(algorithms), nproc, sizes)
-    measurements = measure_cases(op, cases, nproc, backend=backend, repeats=repeats, warmup=warmup,
-                                 progress=progress)
-    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=executed_time(cases))
-    source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
-              f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
-              f"nproc {nproc}, {op.value} with {', '.join(algorithms)}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}; fitted "
-              f"{', '.join(fit.fitted)} from the base {cluster.name} (other values as there); median absolute "
-              f"error {fit.median_abs_error_pct:.1f} %")
-    description = f"{cluster.name} fitted by trainplan calibrate to {backend} {op.value} on {nproc} processes"
-    return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
+    return run(**kwargs)

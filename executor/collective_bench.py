@@ -1,11 +1,19 @@
 """Time collectives on N local processes: the backend's own ("native") and the simulator's schedules replayed.
 
 Method (as nccl-tests times a call, adapted to processes without CUDA events):
-- ``warmup`` untimed calls, then ``repeats`` timed calls per (algorithm, size);
+- ``warmup`` untimed calls, then ``repeats`` timed calls per (algorithm, size), interleaved: round ``k`` makes
+  call ``k`` of every case in turn (:func:`_bench_worker`);
 - before each call the buffer is refilled (untimed) and all ranks meet at ``dist.barrier()``;
 - each rank times its call with ``time.perf_counter`` (after ``cuda.synchronize`` on NCCL);
 - the time of one call is the maximum over ranks (the call ends when its slowest rank does);
-- a :class:`Measurement` keeps every call's time and their median, 10th and 90th percentiles.
+- a :class:`Measurement` keeps every call's time, their median, 10th and 90th percentiles, and their mean
+  trimmed of the :data:`TRIM_FRACTION` fastest and slowest calls (:attr:`Measurement.trimmed_mean_s`).
+
+Why a trimmed mean, and not the median, is what the calibration fits: below a few MiB a gloo call on a
+shared machine is bimodal (a fast mode, and calls that wait a scheduler tick for a peer or gloo's own
+thread: e.g. 0.3 ms against 4-8 ms for a 2-rank 4 KiB ring all-gather, 2026-11-25), so the median of 10-20
+calls lands on either mode from one run to the next, while the mean moves with the share of slow calls,
+and a training step, a sum of many calls, costs their mean (the law of large numbers), not their median.
 
 Replayed algorithms run :func:`executor.p2p.replay_schedule` on the schedule
 ``simulator.collectives.registry.build_schedule`` produces, so measured and simulated calls move
@@ -28,6 +36,10 @@ from simulator.errors import SpecError
 NATIVE = "native"
 """Algorithm name of the backend's own implementation (``dist.all_reduce`` and friends)."""
 
+TRIM_FRACTION = 0.1
+"""Share of calls left out at each end of the sorted times before the mean (a 10 % trimmed mean, Tukey's
+robust location estimate): a rare call held by other work for tens of ms does not set the figure."""
+
 CHECK_RTOL = 1e-5
 """Relative tolerance of the replay-vs-reference check (float32 sums in a different order)."""
 CHECK_ATOL = 1e-5
@@ -49,6 +61,8 @@ class Measurement:
     """10th percentile of ``times_s`` (linear interpolation), seconds."""
     p90_s: float
     """90th percentile of ``times_s``, seconds."""
+    trimmed_mean_s: float
+    """Mean of ``times_s`` without the :data:`TRIM_FRACTION` fastest and slowest (module docstring), seconds."""
 
     @classmethod
     def from_times(cls, op: Op, algorithm: str, ranks: int, nbytes: int, times_s) -> "Measurement":
@@ -57,7 +71,15 @@ class Measurement:
             raise SpecError("repeats", "need at least one timed call")
         return cls(op=op, algorithm=algorithm, ranks=ranks, nbytes=nbytes, times_s=times,
                    median_s=statistics.median(times), p10_s=_percentile(times, 0.10),
-                   p90_s=_percentile(times, 0.90))
+                   p90_s=_percentile(times, 0.90), trimmed_mean_s=trimmed_mean(times))
+
+
+def trimmed_mean(values, fraction: float = TRIM_FRACTION) -> float:
+    """Mean of ``values`` without ``floor(fraction · n)`` of the smallest and of the largest."""
+    ordered = sorted(values)
+    cut = int(fraction * len(ordered))
+    kept = ordered[cut:len(ordered) - cut]
+    return statistics.fmean(kept)
 
 
 def _percentile(values: tuple[float, ...], q: float) -> float:
@@ -80,13 +102,15 @@ class BenchCase:
 
 
 def local_cluster(nproc: int, cluster=None):
-    """``cluster`` (default: the ``localhost-cpu`` preset) with room for ``nproc`` ranks on one node."""
+    """``cluster`` (default: the ``localhost-cpu`` preset) holding ``nproc`` ranks: a one-node cluster gets
+    exactly ``nproc`` on its node, the processes that run there (time-sharing of its cores counts them,
+    :attr:`simulator.collectives.cost.Env.time_share`)."""
     from dataclasses import replace
 
     from simulator.cluster.io import load_cluster
 
     cluster = load_cluster("localhost-cpu") if cluster is None else cluster
-    if cluster.world_size < nproc and cluster.nodes == 1:
+    if cluster.nodes == 1 and cluster.node.gpus_per_node != nproc:
         cluster = replace(cluster, node=replace(cluster.node, gpus_per_node=nproc))
     if cluster.world_size < nproc:
         raise SpecError("nproc", f"{nproc} ranks do not fit the cluster's {cluster.world_size} GPUs")
@@ -118,7 +142,8 @@ def measure(op: Op, algorithms: list[str], nproc: int, sizes: list[int], *, clus
 
 def measure_cases(op: Op, cases: list[BenchCase], nproc: int, *, backend: str = "gloo", repeats: int = 10,
                   warmup: int = 2, progress: bool = False) -> list[Measurement]:
-    """Time prepared cases in one launch of ``nproc`` processes; one Measurement per case."""
+    """Time prepared cases in one launch of ``nproc`` processes; one Measurement per case (a replayed case
+    of another op's schedule is measured as that op: one launch can time all-reduce and all-gather rings)."""
     if repeats < 1 or warmup < 0:
         raise SpecError("repeats", f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if op is Op.SEND_RECV and nproc < 2:
@@ -127,27 +152,33 @@ def measure_cases(op: Op, cases: list[BenchCase], nproc: int, *, backend: str = 
     out = []
     for i, case in enumerate(cases):
         times = [max(rank_times[i][k] for rank_times in per_rank) for k in range(repeats)]
-        out.append(Measurement.from_times(op, case.algorithm, nproc, case.nbytes, times))
+        case_op = op if case.schedule is None else case.schedule.op  # a replay may time another op's schedule
+        out.append(Measurement.from_times(case_op, case.algorithm, nproc, case.nbytes, times))
     return out
 
 
 def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats: int, warmup: int,
                   backend: str, progress: bool) -> list[list[float]]:
+    """Time every case on this rank, interleaved: round ``k`` times call ``k`` of every case in turn, so a burst
+    of other work on the machine lasting seconds lands on all cases alike instead of on the few measured while
+    it lasted (time-correlated load then moves the cases together, which the fit's common parameters absorb)."""
     import torch
     import torch.distributed as dist
 
     device = launch.device_for(backend, rank)
     sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-    results = []
+    prepared = []
     for case in cases:
         template = torch.full((case.nbytes // ELEMENT_BYTES,), float(rank + 1), device=device)
         buf = template.clone()
         if case.schedule is None:
             call = native_call(op, buf, rank, world)
         else:
-            call = (lambda s=case.schedule: replay_schedule(s, buf, rank))
-        times = []
-        for k in range(warmup + repeats):
+            call = (lambda s=case.schedule, b=buf: replay_schedule(s, b, rank))
+        prepared.append((template, buf, call))
+    results: list[list[float]] = [[] for _ in cases]
+    for k in range(warmup + repeats):
+        for (template, buf, call), times in zip(prepared, results):
             buf.copy_(template)
             sync()
             dist.barrier()
@@ -156,10 +187,11 @@ def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats
             sync()
             if k >= warmup:
                 times.append(time.perf_counter() - start)
-        results.append(times)
-        if progress and rank == 0:
-            print(f"  measured {op.value} {case.algorithm:>8} {case.nbytes:>11} B on {world} ranks: "
-                  f"median {statistics.median(times) * 1e3:.3f} ms (rank 0)", file=sys.stderr, flush=True)
+    if progress and rank == 0:
+        for case, times in zip(cases, results):
+            print(f"  measured {(op if case.schedule is None else case.schedule.op).value} {case.algorithm:>8} "
+                  f"{case.nbytes:>11} B on {world} ranks: median {statistics.median(times) * 1e3:.3f} ms (rank 0)",
+                  file=sys.stderr, flush=True)
     return results
 
 

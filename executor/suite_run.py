@@ -30,12 +30,16 @@ from simulator.validation_suite import SuiteCase, case_plan
 PRECISION = "fp32"
 """Every case runs in fp32: localhost-cpu lists only an fp32 peak, and one rule keeps GPU and CPU runs alike."""
 SCALE = "tiny"
-CALIBRATION_SIZES = "16KB..4MB"
-"""All-reduce sizes ``--calibrate`` measures: around the tiny models' gradient buckets (about 0.5 MB of fp32)."""
+CALIBRATION_SIZES = (4096, 32768, 262144, 1048576, 4194304)
+"""Sizes ``--calibrate`` measures, bytes (4 KiB .. 4 MiB, ×8 then ×4): the tensor-parallel activations (a few KiB,
+where the latencies show) to beyond the tiny models' gradient buckets (about 0.5 MB of fp32)."""
 CALIBRATION_PROCESSES = 4
-"""Processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
-CALIBRATION_REPEATS = 5
-CALIBRATION_WARMUP = 2
+"""Most processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
+CALIBRATION_COUNTS = (2, 3, 4)
+"""Process counts the network is measured at (those up to ``nproc``): the suite's local groups, so the cores'
+time-sharing is seen at the counts it charges it (``executor.calibrate_run``)."""
+CALIBRATION_REPEATS = 15
+CALIBRATION_WARMUP = 3
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
 """user, nice, system, irq, softirq, steal in /proc/stat's ``cpu`` line (idle and iowait are not busy)."""
 
@@ -129,8 +133,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     """The cluster (a preset name or a file path) the suite is estimated on, and what was measured for it.
 
     Without calibration: ``base`` as given. With ``calibrate_network``: ``trainplan calibrate``'s
-    all-reduce fit (``executor.calibrate.calibrate``, ring and tree, :data:`CALIBRATION_SIZES`) on
-    ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
+    fit (``executor.calibrate.calibrate``: ring all-reduce and all-gather, :data:`CALIBRATION_SIZES`) at the
+    :data:`CALIBRATION_COUNTS` up to ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
 
     Then the compute calibration of ``trainplan calibrate --compute``
     (:func:`executor.calibrate_compute.calibrate_compute`: GEMMs of the suite model's tiny shapes,
@@ -142,12 +146,13 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from executor.calibrate import calibrate
     from simulator.cluster.io import load_cluster, save_cluster
     from simulator.collectives.base import Op
-    from simulator.units import parse_size_range
+    from executor.calibrate_run import spread_text
+    from simulator.units import format_size
 
     if nproc < 2:
         raise SpecError("--nproc", f"--calibrate measures collectives on at least 2 processes, got {nproc}")
-    sizes = parse_size_range(CALIBRATION_SIZES, "sizes")
-    cluster, fit = calibrate(nproc=nproc, sizes=sizes, algorithms=("ring", "tree"), op=Op.ALL_REDUCE,
+    counts = tuple(p for p in CALIBRATION_COUNTS if p <= nproc)
+    cluster, fit = calibrate(nproc=counts, sizes=list(CALIBRATION_SIZES), algorithms=("ring",), op=Op.ALL_REDUCE,
                              backend=backend, repeats=CALIBRATION_REPEATS, warmup=CALIBRATION_WARMUP,
                              base=load_cluster(base), progress=progress)
     from executor.calibrate_compute import calibrate_compute
@@ -158,9 +163,10 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                                          nproc=nproc, progress=progress)
     runs.mkdir(parents=True, exist_ok=True)
     path = save_cluster(cluster, runs / "cluster.yaml")
-    note = (f"network calibrated now: all-reduce ring and tree on {nproc} {backend} processes, "
-            f"{CALIBRATION_SIZES}: call latency {fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, "
-            f"bandwidth {fit.bw_GBps:.3f} GB/s, median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
+    note = (f"network calibrated now: all-reduce and all-gather rings on {', '.join(map(str, counts))} {backend} "
+            f"processes, {format_size(CALIBRATION_SIZES[0])}..{format_size(CALIBRATION_SIZES[-1])}: call latency "
+            f"{fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, bandwidth {fit.bw_GBps:.3f} GB/s "
+            f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
             f"{compute.fields.kernel_launch_overhead_us:.1f} us, per op call {compute.fields.op_call_overhead_us:.1f} us, "
             f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "

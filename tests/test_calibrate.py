@@ -142,12 +142,17 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
 
     out = tmp_path / "local.yaml"
     code = main(["calibrate", "--nproc", "2", "--out", str(out), "--sizes", "4KB..32KB", "--repeats", "2",
-                 "--warmup", "1"])
+                 "--warmup", "1", "--check"])
     captured = capfd.readouterr()  # file-descriptor capture: the ranks write progress from child processes
     assert code == 0, captured.err
     assert "measured all-reduce" in captured.err  # progress lines while measuring
     assert "median absolute error" in captured.out
-    assert captured.out.count("ring") == 4 and captured.out.count("tree") == 4  # 4 sizes each
+    fit_out, fresh_out = captured.out.split("fresh measurement against the written file:")
+    rows = [line.split() for line in fit_out.splitlines() if line.split()[:1] == ["2"]]
+    assert sorted((r[1], r[3]) for r in rows) == [("all-gather", "ring")] * 4 + [("all-reduce", "ring")] * 4
+    assert len([line for line in fresh_out.splitlines() if line.split()[:1] == ["2"]]) == 8
+    assert captured.out.count("machine: ") == 2 and "of the CPU while measuring" in captured.out
+    assert "p10..p90" in captured.out.splitlines()[0]  # each fitted parameter's bootstrap spread
     cluster = io.load_cluster(str(out))
     assert cluster.name.endswith("-calibrated")
     assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
@@ -156,6 +161,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--nproc", "1"], "nproc: a collective needs at least 2 processes"),
+    (["--nproc", "2,x"], "nproc: give process counts as integers"),
+    (["--nproc", "2,1"], "nproc: a collective needs at least 2 processes"),
     (["--nproc", "2", "--algorithms", "bogus"], "unknown algorithm 'bogus'"),
     (["--nproc", "3", "--op", "reduce-scatter", "--algorithms", "halving_doubling"], "does not implement"),
 ])

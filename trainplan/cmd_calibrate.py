@@ -3,12 +3,14 @@ with ``--compute``, measure this machine's compute into the device fields instea
 
 Examples::
 
+    trainplan calibrate --backend gloo --nproc 2,3,4 --out local.yaml --check
     trainplan calibrate --backend gloo --nproc 4 --out local.yaml --sizes 64KiB..64MiB --algorithms ring,tree
     trainplan calibrate --compute --nproc 4 --cluster local.yaml --out local.yaml
 
-Progress goes to stderr while measuring; stdout gets the fitted parameters, the error table
-(size, algorithm, measured median and p10–p90, fitted estimate, error %) and the median absolute
-error. The written file loads like any other cluster (``--cluster local.yaml``).
+Progress goes to stderr while measuring; stdout gets the fitted parameters with their bootstrap p10..p90,
+the error table (processes, op, size, algorithm, measured trimmed mean, median and p10–p90, fitted estimate,
+error %) and the median absolute error; with ``--check``, the same table for a fresh measurement against
+the written file. The written file loads like any other cluster (``--cluster local.yaml``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import sys
 
 from executor.launch import BACKENDS
 from simulator.collectives.base import Op
+from simulator.errors import SpecError
 from trainplan import cli_common
+
+
+DEFAULT_PROCESSES = "2,3,4"
+"""Process counts the network is measured on by default: the suite's local groups (2, 3 and 4 processes)."""
 
 
 def register(subparsers) -> None:
@@ -25,16 +32,23 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--backend", default=BACKENDS[0],
                    help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process; default: {BACKENDS[0]})")
-    p.add_argument("--nproc", type=int, default=2, help="number of local processes (default 2)")
+    p.add_argument("--nproc", default=None,
+                   help="local process counts to measure, comma-separated (default 2,3,4: the suite's; counts above "
+                        "the cores time-share them, which the estimate charges by Host.cpu_cores); with --compute "
+                        "one count, which sets the threads per rank (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
-    p.add_argument("--sizes", default="64KiB..64MiB",
-                   help="message sizes SMALL..LARGE, doubling from SMALL (default 64KiB..64MiB); KB/MB/GB are "
+    p.add_argument("--sizes", default="4KiB..4MiB",
+                   help="message sizes SMALL..LARGE, doubling from SMALL (default 4KiB..4MiB); KB/MB/GB are "
                         "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
-    p.add_argument("--algorithms", default="ring,tree", help="replayed algorithms to fit, comma-separated (default: ring,tree)")
+    p.add_argument("--algorithms", default="ring", help="replayed algorithms of --op to fit, comma-separated (default: "
+                   "ring); the ring all-gather is always timed beside them, so per-call and per-hop latencies separate")
     p.add_argument("--op", default=Op.ALL_REDUCE.value,
                    help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per size and algorithm (default: 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed calls before them (default: 2)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed calls per size and algorithm (default: 20; with --compute 10)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 3; with --compute 2)")
+    p.add_argument("--check", action="store_true",
+                   help="after the fit, measure the same calls again and print their errors against the written file")
     p.add_argument("--cluster", default="localhost-cpu", help="base cluster (preset name or file) to fit: the local machine, so not the dgx-a100 of the other commands (default: localhost-cpu)")
     p.add_argument("--fit-reduction", action="store_true",
                    help="also fit the reduction rate (device.hbm_bw_GBps); off: keep the base value")
@@ -51,74 +65,122 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     if args.compute:
+        args.repeats = 10 if args.repeats is None else args.repeats
+        args.warmup = 2 if args.warmup is None else args.warmup
         return run_compute(args)
+    args.repeats = 20 if args.repeats is None else args.repeats
+    args.warmup = 3 if args.warmup is None else args.warmup
     from executor.calibrate import calibrate
-    from executor.launch import check_backend
-    from simulator.collectives.base import Op
-    from simulator.errors import SpecError
-    from simulator.units import parse_size_range
-
-    from simulator.cluster.io import FILE_SUFFIXES
+    from executor.calibrate_run import series_for
+    from executor.launch import check_backend, check_local_processes
+    from simulator.cluster.io import FILE_SUFFIXES, load_cluster, save_cluster
     from simulator.jsonio import check_suffix, check_writable
+    from simulator.units import parse_size_range
 
     check_suffix(args.out, FILE_SUFFIXES, "out")  # before any measurement runs
     check_writable(args.out, "out")
-    if args.nproc < 2:
-        raise SpecError("nproc", f"a collective needs at least 2 processes, got {args.nproc}")
-    from executor.launch import check_local_processes
-
-    warning = check_local_processes(args.nproc, "nproc")  # refused here; the warning once all checks pass
+    nprocs = _process_counts(DEFAULT_PROCESSES if args.nproc is None else args.nproc)
+    check_local_processes(max(nprocs), "nproc")  # refused here; sharing the cores is estimated, not warned about
     if args.repeats < 1 or args.warmup < 0:
         raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
     check_backend(args.backend)
-    from simulator.cluster.io import load_cluster, save_cluster
-
     op = Op.parse(args.op)
     sizes = parse_size_range(args.sizes, "sizes")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise SpecError("algorithms", "give at least one algorithm, e.g. ring,tree")
     base = load_cluster(args.cluster)
-    _check_algorithms(algorithms, op, base, args.nproc)
-    if warning:
-        print(warning, file=sys.stderr)
-    print(f"calibrate: {op.value} with {', '.join(algorithms)} on {args.nproc} {args.backend} processes, "
-          f"{len(sizes)} sizes, {args.warmup} warm-up + {args.repeats} timed calls each", file=sys.stderr)
-    cluster, fit = calibrate(nproc=args.nproc, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,
+    series = series_for(op, algorithms)
+    for nproc in nprocs:
+        for series_op, algorithm in series:
+            _check_algorithms([algorithm], series_op, base, nproc)
+    print(f"calibrate: {', '.join(f'{o.value} {a}' for o, a in series)} on {', '.join(map(str, nprocs))} "
+          f"{args.backend} processes, {len(sizes)} sizes, {args.warmup} warm-up + {args.repeats} timed calls each",
+          file=sys.stderr)
+    cluster, fit = calibrate(nproc=nprocs, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,
                              repeats=args.repeats, warmup=args.warmup, base=base,
                              fit_reduction=args.fit_reduction, progress=True)
     path = save_cluster(cluster, args.out)
     print(f"calibrate: wrote {path}", file=sys.stderr)
+    fresh = fresh_machine = None
+    if args.check:
+        from executor.calibrate_run import check
+
+        print("calibrate: fresh measurement against the written file", file=sys.stderr)
+        fresh, fresh_machine = check(cluster, nproc=nprocs, sizes=sizes, series=series, backend=args.backend,
+                      repeats=args.repeats, warmup=args.warmup, progress=True)
     if args.json:
-        cli_common.print_json(_as_dict(fit, str(path)))
+        cli_common.print_json(_as_dict(fit, str(path), fresh, fresh_machine))
     else:
-        _print_table(fit)
+        _print_table(fit, fresh, fresh_machine)
     return 0
 
 
-def _as_dict(fit, path: str) -> dict:
-    return {"out": path, "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
-            "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
-            "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
-            "rows": [{"algorithm": r.algorithm, "ranks": r.ranks, "bytes": r.nbytes, "measured_s": r.measured_s,
-                      "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s, "estimate_s": r.estimate_s,
-                      "error_pct": r.error_pct} for r in fit.rows]}
+def _process_counts(text: str) -> tuple[int, ...]:
+    """``--nproc``: comma-separated process counts, each at least 2, in the order given, without repeats."""
+    try:
+        counts = tuple(dict.fromkeys(int(part) for part in str(text).split(",") if part.strip()))
+    except ValueError:
+        raise SpecError("nproc", f"give process counts as integers, e.g. 2 or 2,3,4; got {text!r}") from None
+    if not counts or min(counts) < 2:
+        raise SpecError("nproc", f"a collective needs at least 2 processes, got {text}")
+    return counts
 
 
-def _print_table(fit) -> None:
+def _rows_dict(rows) -> list[dict]:
+    return [{"ranks": r.ranks, "op": r.op, "algorithm": r.algorithm, "bytes": r.nbytes, "measured_s": r.measured_s,
+             "measured_median_s": r.median_s, "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s,
+             "estimate_s": r.estimate_s, "error_pct": r.error_pct, "times_s": list(r.times_s)} for r in rows]
+
+
+def _median_abs(rows) -> float:
+    import statistics
+
+    return statistics.median(abs(r.error_pct) for r in rows)
+
+
+def _as_dict(fit, path: str, fresh=None, fresh_machine=None) -> dict:
+    d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
+         "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
+         "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
+         "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
+         "machine": fit.machine, "rows": _rows_dict(fit.rows)}
+    if fresh is not None:
+        d["check"] = {"median_abs_error_pct": _median_abs(fresh), "machine": fresh_machine, "rows": _rows_dict(fresh)}
+    return d
+
+
+def _print_rows(rows) -> None:
     from simulator.units import format_size
 
-    kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
-    print(f"call latency  {fit.call_latency_us:10.2f} us\nhop latency   {fit.latency_us:10.2f} us\n"
-          f"bandwidth     {fit.bw_GBps:10.3f} GB/s\nreduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}\n")
-    print(f"{'size':>8} {'algorithm':>9} {'measured ms':>12} {'p10..p90 ms':>17} {'estimate ms':>12} {'error %':>8}")
-    for r in fit.rows:
+    print(f"{'procs':>5} {'op':>10} {'size':>8} {'algorithm':>9} {'measured ms':>12} {'median ms':>10} "
+          f"{'p10..p90 ms':>17} {'estimate ms':>12} {'error %':>8}")
+    for r in rows:
         spread = f"{r.p10_s * 1e3:.3f}..{r.p90_s * 1e3:.3f}"
-        print(f"{format_size(r.nbytes):>8} {r.algorithm:>9} {r.measured_s * 1e3:12.3f} {spread:>17} "
-              f"{r.estimate_s * 1e3:12.3f} {r.error_pct:8.1f}")
-    lo, hi = fit.abs_error_spread_pct
-    print(f"\nmedian absolute error {fit.median_abs_error_pct:.1f} % (range {lo:.1f}..{hi:.1f} %) "
-          f"over {len(fit.rows)} points")
+        print(f"{r.ranks:>5} {r.op:>10} {format_size(r.nbytes):>8} {r.algorithm:>9} {r.measured_s * 1e3:12.3f} "
+              f"{r.median_s * 1e3:10.3f} {spread:>17} {r.estimate_s * 1e3:12.3f} {r.error_pct:8.1f}")
+    errors = [abs(r.error_pct) for r in rows]
+    print(f"\nmedian absolute error {_median_abs(rows):.1f} % (range {min(errors):.1f}..{max(errors):.1f} %) "
+          f"over {len(rows)} points (measured: trimmed mean of the calls)")
+
+
+def _print_table(fit, fresh=None, fresh_machine=None) -> None:
+    kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
+    spread = fit.spread or {}
+
+    def band(name: str, fmt: str) -> str:
+        return f"   p10..p90 {spread[name][0]:{fmt}}..{spread[name][1]:{fmt}}" if name in spread else ""
+
+    print(f"call latency  {fit.call_latency_us:10.2f} us{band('call_latency_us', '.2f')}\n"
+          f"hop latency   {fit.latency_us:10.2f} us{band('latency_us', '.2f')}\n"
+          f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
+          f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}\n")
+    _print_rows(fit.rows)
+    print(f"machine: {fit.machine}")
+    if fresh is not None:
+        print("\nfresh measurement against the written file:")
+        _print_rows(fresh)
+        print(f"machine: {fresh_machine}")
 
 
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
@@ -149,6 +211,10 @@ def run_compute(args) -> int:
 
     check_suffix(args.out, FILE_SUFFIXES, "out")
     check_writable(args.out, "out")
+    try:
+        args.nproc = 2 if args.nproc is None else int(args.nproc)
+    except ValueError:
+        raise SpecError("nproc", f"with --compute give one process count, e.g. 4; got {args.nproc!r}") from None
     if args.nproc < 1:
         raise SpecError("nproc", f"must be a positive integer, got {args.nproc}")
     if args.threads is not None and args.threads < 1:

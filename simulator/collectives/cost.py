@@ -28,6 +28,14 @@ memory-bound and, for libraries that reduce after receiving (gloo, MPI, the IDEA
 overlapped with the transfers (Thakur et al. add it the same way). NCCL fuses it into its copy
 kernels, and a pipelined algorithm (ring, tree, chain) reduces one chunk while the next is on the
 link, so there only the part slower than the link shows (:meth:`Env.gamma_s`).
+
+Time-sharing (:attr:`Env.time_share`): over a loopback link (processes of one machine, no protocol) a
+message is CPU work — the library's call, the sender's and the receiver's kernel copies, the reduction — so
+when the node runs more processes than it has cores (``share = max(1, processes / Host.cpu_cores)``, the
+rule :func:`simulator.host_overhead.core_share` applies to compute) every term of a call takes ``share``
+times as long: call overhead, α and γ × share, bandwidth ÷ share. The node's processes are its
+``gpus_per_node`` (a one-machine cluster holds exactly the run's processes: :func:`simulator.validate.run_cluster`).
+Measured on the 2-core VM, 2026-11-25 [src: own-gloo-share-probe].
 """
 
 from __future__ import annotations
@@ -36,12 +44,13 @@ from collections import Counter
 from collections.abc import Callable
 from functools import cached_property
 
-from simulator.cluster.spec import Cluster, LinkClass, Protocol
+from simulator.cluster.spec import Cluster, LinkClass, LinkKind, Protocol
 from simulator.cluster.topology import Hop, Path, path
 from simulator.collectives.chain import Edge, chain_latency_s
 from simulator.collectives.group import Flow, Group, ring_flows, ring_nic  # noqa: F401 (re-exported)
 from simulator.collectives.pipeline_cost import PipelineCost, PipelineLayout
 from simulator.errors import SpecError
+from simulator.host_overhead import core_share
 
 PIPELINE_CHUNKS = tuple(2**i for i in range(11))
 """Chunk counts a pipelined algorithm may cut each channel's share into (1 … 1024); it takes the one
@@ -81,7 +90,7 @@ class Env:
     def latency_s(self, p: Path) -> float:
         """α of a connection: the protocol's per-hop latency of its class, or the links' own."""
         if self.protocol is None:
-            return p.latency_s
+            return p.latency_s * self.time_share
         table = self.protocol.hop_latency_us
         if p.link_class not in table:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no hop latency for "
@@ -108,8 +117,16 @@ class Env:
         each link, not 1/2, and its bus bandwidth is 19 GB/s instead of 96.
         """
         if self.protocol is None:
-            return 1.0
+            return 1.0 / self.time_share
         return self.protocol.bw_ratio(self.family) * self.cap_share
+
+    @cached_property
+    def time_share(self) -> float:
+        """Processes per core whose time-sharing stretches a call (module docstring): ``core_share`` of the
+        node's ``gpus_per_node`` processes over a loopback link without a protocol, else 1."""
+        if self.protocol is not None or self.cluster.node.intra_link.kind is not LinkKind.LOOPBACK:
+            return 1.0
+        return core_share(self.cluster, self.cluster.node.gpus_per_node)
 
     @cached_property
     def cap_share(self) -> float:
@@ -128,7 +145,7 @@ class Env:
     def overhead_s(self, family: str, calls: int = 1) -> float:
         """Fixed cost of ``calls`` library calls of an algorithm family."""
         if self.protocol is None:
-            return calls * self.cluster.comm.call_latency_us * 1e-6
+            return calls * self.cluster.comm.call_latency_us * 1e-6 * self.time_share
         base = self.protocol.base_latency_us
         if family not in base:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no base latency for "
@@ -146,10 +163,10 @@ class Env:
         user's file whose device reduces faster than its links move bytes, where the closed forms
         are then the α-β ones exactly.
         """
-        reduce_s = REDUCE_MEMORY_PASSES * reduce_bytes / (self.cluster.device.hbm_bw_GBps * 1e9)
+        reduce_s = REDUCE_MEMORY_PASSES * reduce_bytes / (self.cluster.device.hbm_bw_GBps * 1e9) * self.time_share
         if not self.cluster.comm.library.overlaps_reduction(pipelined):
             return reduce_s
-        return max(0.0, reduce_s - reduce_bytes / self.cluster.node.intra_link.bw_Bps)
+        return max(0.0, reduce_s - reduce_bytes * self.time_share / self.cluster.node.intra_link.bw_Bps)
 
     def step_bw_s(self, flows: list[Flow]) -> float:
         """One step's bandwidth term: max over flows of max over its links of (step's bytes through the link / bw)."""

@@ -1,0 +1,142 @@
+"""``trainplan calibrate``'s measurement design, fit and fresh check (the fit itself: :mod:`executor.calibrate`).
+
+Design (why each part, :mod:`executor.calibrate`'s module docstring):
+
+- per process count ``p`` of ``nprocs`` (the suite's 2, 3 and 4 local processes; on the 2-core VM 3 and 4
+  time-share the cores), one launch times every size of every series: the asked ``op`` with each asked
+  algorithm, and the ring all-gather (:data:`HOP_SERIES`: p−1 hops and one call, against the ring
+  all-reduce's 2(p−1), so per-call and per-hop latencies separate);
+- every point is estimated on a node of exactly ``p`` processes (the cores' time-sharing is the estimate's
+  ``share`` multiplier, :attr:`simulator.collectives.cost.Env.time_share`, not a fitted quantity);
+- the fit's target per point is the trimmed mean of its calls, and each parameter's spread is reported
+  (:mod:`executor.calibrate_spread`);
+- :func:`check` measures a fresh set against the calibrated cluster, as a user closes the loop;
+- how quiet the machine was is recorded with both (:func:`machine_note`): the 1-minute load average before
+  and after, and the share of the CPU other work took while measuring (``executor.suite_run``'s sampling of
+  ``/proc/stat`` less our own processes); above the suite's quiet threshold the note says NOISY.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from simulator.cluster.spec import Cluster
+from simulator.collectives.base import Op
+
+HOP_SERIES = (Op.ALL_GATHER, "ring")
+"""The series measured beside the asked op so that hops vary at a fixed call count (module docstring)."""
+
+
+def series_for(op: Op, algorithms: Sequence[str], separate_hops: bool = True) -> list[tuple[Op, str]]:
+    """(op, algorithm) pairs to time: the asked ones, then :data:`HOP_SERIES` unless already there or
+    ``separate_hops`` is off."""
+    series = [(op, a) for a in algorithms]
+    if separate_hops and HOP_SERIES not in series:
+        series.append(HOP_SERIES)
+    return series
+
+
+def _cases(cluster: Cluster, series, nproc: int, sizes: list[int]):
+    """Every (op, algorithm, size) of ``series`` on ``nproc`` ranks, as one launch's cases (replays; a
+    ``native`` algorithm only for the first op, which the launch calls natively)."""
+    from executor.collective_bench import build_cases
+
+    cases = []
+    for op, algorithm in series:
+        cases += build_cases(cluster, op, [algorithm], nproc, sizes)
+    return cases
+
+
+def machine_note(load_before: float, load_after: float, foreign: float | None) -> str:
+    """How quiet the machine was while measuring, in words (module docstring)."""
+    from simulator.suite_report import QUIET_FOREIGN_CPU_FRACTION
+
+    share = "not sampled" if foreign is None else f"{foreign:.0%}"
+    noisy = foreign is not None and foreign > QUIET_FOREIGN_CPU_FRACTION
+    return (("NOISY MACHINE: " if noisy else "") + f"load average {load_before:.2f} before, {load_after:.2f} after; "
+            f"other work took {share} of the CPU while measuring")
+
+
+def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: list[int], *, backend: str,
+                   repeats: int, warmup: int, progress: bool):
+    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`)."""
+    import os
+    import time
+
+    from executor.collective_bench import local_cluster, measure_cases
+    from executor.suite_run import _machine_busy_s, _own_cpu_s
+
+    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    measurements, cases = [], []
+    for nproc in nprocs:
+        cluster = local_cluster(nproc, base)
+        launch_cases = _cases(cluster, series, nproc, sizes)
+        measurements += measure_cases(series[0][0], launch_cases, nproc, backend=backend, repeats=repeats,
+                                      warmup=warmup, progress=progress)
+        cases += launch_cases
+    wall, busy1, own1 = time.perf_counter() - t0, _machine_busy_s(), _own_cpu_s()
+    foreign = None
+    if busy0 is not None and busy1 is not None and wall > 0:
+        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+    return measurements, cases, machine_note(load0, os.getloadavg()[0], foreign)
+
+
+def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring",), op=None,
+              backend: str = "gloo", repeats: int = 20, warmup: int = 3, base: Cluster | None = None,
+              fit_reduction: bool = False, separate_hops: bool = True, progress: bool = False):
+    """Measure (module docstring) on each process count of ``nproc`` and fit ``base`` (localhost-cpu) to it.
+
+    Returns ``(cluster, fit)``: the cluster named ``<base>-calibrated`` (its ``source`` records the date,
+    host, process counts, series, sizes, repeats, the fit's median absolute error and each parameter's
+    spread) and the :class:`executor.calibrate.LinkFit` with ``spread`` filled in.
+    """
+    import datetime
+    import platform
+
+    from executor.calibrate import check_calibratable, executed_time, fit_cluster
+    from executor.calibrate_spread import parameter_spread
+    from executor.collective_bench import local_cluster
+    from simulator.units import format_size
+
+    op = Op.ALL_REDUCE if op is None else op
+    nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
+    cluster = local_cluster(max(nprocs), base)
+    check_calibratable(cluster)
+    series = series_for(op, algorithms, separate_hops)
+    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
+                                                  warmup=warmup, progress=progress)
+    estimate = executed_time(cases)
+    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
+    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine)
+    what = ", ".join(f"{o.value} {a}" for o, a in series)
+    source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
+              f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
+              f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}, trimmed means; "
+              f"fitted {', '.join(fit.fitted)} from the base {cluster.name} (other values as there), each process "
+              f"count estimated with its share of the cores; median absolute error {fit.median_abs_error_pct:.1f} %; "
+              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}; {machine}")
+    description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
+                   f"{', '.join(map(str, nprocs))} processes")
+    return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
+
+
+def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:
+    """``name lo..hi`` per parameter, as the source field and the CLI print it."""
+    if not spread:
+        return "not computed"
+    return ", ".join(f"{name} {lo:.4g}..{hi:.4g}" for name, (lo, hi) in spread.items())
+
+
+def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: list[int], series, backend: str = "gloo",
+          repeats: int = 20, warmup: int = 3, progress: bool = False):
+    """A fresh measurement of ``series`` on each process count against ``cluster`` (a calibrated file):
+    ``(rows, machine)``: the :class:`executor.calibrate.FitRow` of every point, its schedules rebuilt from
+    ``cluster``, and :func:`machine_note`."""
+    from executor.calibrate import executed_time, fit_rows
+
+    nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
+    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
+                                                  warmup=warmup, progress=progress)
+    return fit_rows(cluster, measurements, executed_time(cases)), machine
