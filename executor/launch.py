@@ -91,8 +91,8 @@ def check_local_processes(nproc: int, flag: str = "--nproc") -> str | None:
         raise SpecError(flag, f"{nproc} processes on {cores} cores is past the {MAX_PROCESSES_PER_CORE} per core a "
                         f"measurement is run with; use at most {MAX_PROCESSES_PER_CORE * cores}")
     if nproc > cores:
-        return (f"warning: {nproc} processes on {cores} cores time-share them: measured times include the sharing, "
-                "which the cluster model does not describe")
+        return (f"warning: {nproc} processes on {cores} cores time-share them: measured times include the sharing "
+                "(the estimates charge it as max(1, processes / Host.cpu_cores)) and vary more from run to run")
     return None
 
 

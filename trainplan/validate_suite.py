@@ -117,7 +117,7 @@ def run(args) -> int:
 
 def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | None):
     from executor.options import DEFAULT_TIMEOUT_S, resolve_backend
-    from executor.suite_run import CALIBRATION_PROCESSES, calibrated_cluster, run_suite
+    from executor.suite_run import CALIBRATION_COUNTS, CALIBRATION_PROCESSES, calibrated_cluster, run_suite
 
     backend = resolve_backend(args.backend).value
     base = args.cluster or ("localhost-cpu" if backend == "gloo" else None)
@@ -128,7 +128,8 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
         if base is None:
             raise SpecError("--cluster", "--calibrate on GPUs needs the base cluster to fit: give --cluster")
         nproc = min(args.nproc or CALIBRATION_PROCESSES, CALIBRATION_PROCESSES)
-        print(f"validate: calibrating the network on {nproc} {backend} processes", file=sys.stderr)
+        counts = ", ".join(str(n) for n in CALIBRATION_COUNTS if n <= nproc)
+        print(f"validate: calibrating the network on {counts} {backend} processes", file=sys.stderr)
         base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=nproc, backend=backend)
     steps, warmup = steps_warmup
     print(f"validate: running the {args.suite} suite, {len(cases)} cases, {steps} steps ({warmup} warm-up) "
