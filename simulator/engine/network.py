@@ -115,9 +115,15 @@ class FlowNetwork:
         self._reserved.update(dict.fromkeys(res, holder))
 
     def release(self, holder, res: Collection[int]) -> None:
+        """Free those of ``res`` (distinct resources) that ``holder`` still holds."""
         reserved = self._reserved
-        for r in res:
-            if reserved.get(r) is holder:
+        holders = list(map(reserved.get, res))  # C-speed reads (a tree call's ~4k resources)
+        if holders.count(holder) == len(holders):  # all its own, the usual case (holders compare by identity:
+            for r in res:                          # Fold and _Folded define no __eq__)
+                del reserved[r]
+            return
+        for r, h in zip(res, holders):
+            if h is holder:
                 del reserved[r]
 
     # ---- flow lifecycle -----------------------------------------------------------------------
