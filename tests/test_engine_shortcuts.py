@@ -21,7 +21,6 @@ from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.collectives.replay import schedule_time_s
 from simulator.engine import step as step_engine
-from simulator.engine.call_plan import CallPlanner
 from simulator.engine.callfold import CallFolder
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.shapes import ScheduleCache
@@ -229,20 +228,24 @@ class _SlowerFrom(Env):
 
 
 def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alphas():
-    # Two dp groups of one tree key whose α differ: the second group's pipeline latency is its own (from the
-    # shared local schedule and its own α, as a build of its own gives it), and a third group with the first's α
-    # reuses the first's.
+    # Two dp groups of one tree key whose α differ: the second group's pipeline latency is computed on a
+    # build of its own (not read from the first's), and a third group with the first's α reuses it.
     cluster, nbytes = A100.with_nodes(48), 12 * 2**20
     tree, costs = get_algorithm("tree"), _SlowerFrom(cluster, None, family="tree")
     groups = [tuple(8 * n for n in range(0, 12)), tuple(8 * n for n in range(12, 24)), tuple(1 + 8 * n for n in range(12))]
-    cache, planner = ScheduleCache(cluster), CallPlanner(cluster)
+    cache, built = ScheduleCache(cluster), []
     for g in groups:
         group = Group(cluster, g)
         local = cache.get(group, Op.ALL_REDUCE, nbytes, "tree", lambda: build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
-        paths = [costs.path(*link) for link in local.links(group)]
-        got = planner._pipeline_s(local, costs, paths)
+        links = dict(zip(local.pairs, local.links(group)))
+
+        def rebuild(g=g):
+            built.append(g)
+            return build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree")
+
+        got = local.pipeline_s(costs, group, links, lambda s: tree.schedule_latency_s(costs, s), rebuild)
         assert got == tree.schedule_latency_s(costs, build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
-    assert len(cache._shared) == 1 and len(planner._pipelines) == 2
+    assert len(cache._shared) == 1 and built == [groups[1]]
 
 
 def _replica_groups_by_rank_of(layout, group, count):

@@ -37,7 +37,6 @@ from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.compile.costs import CostCache
 from simulator.engine.plan_bw import StepRows, steps_bw_sum
-from simulator.engine.plan_latency import PipelineRows, pipeline_latency
 from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
 from simulator.work import CommCall, Transport
 
@@ -93,9 +92,6 @@ class CallPlanner:
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
         self._step_rows: dict[int, StepRows] = {}
-        self._pipeline_rows: dict[int, PipelineRows] = {}
-        self._pipelines: dict[tuple, float] = {}
-        """A chunk pipeline's latency by (id(local schedule), per-chunk latency share, the pairs' α)."""
         """id(local schedule) → its steps as pair rows (:mod:`simulator.engine.plan_bw`)."""
         """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
         self._moves = CostCache(cluster)
@@ -155,26 +151,14 @@ class CallPlanner:
                 rows = self._step_rows[id(local)] = StepRows(local)  # keeps local alive: its id stays its own
             self._step_bw_sums[bw_key] = steps_bw_sum(rows, costs, [paths[pair] for pair in local.pairs])
         if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
-            chain_s = self._pipeline_s(local, costs, [paths[pair] for pair in local.pairs])
+            chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
+                                       lambda: self._build_schedule(call, group))
         else:
             chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
         replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
                     + self._step_bw_sums[bw_key] + chain_s + gamma_s)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s
         return CallPlan(pre_s, steps, gamma_s)
-
-    def _pipeline_s(self, local: LocalSchedule, costs: Env, paths: list) -> float:
-        """:meth:`Algorithm.schedule_latency_s` of a chunk pipeline (:func:`~simulator.collectives.algorithm.
-        pipeline_latency_s`) on the group whose pairs' paths are ``paths``, from the local schedule
-        (:mod:`simulator.engine.plan_latency`), once per distinct α vector and per-chunk latency share."""
-        alphas = [costs.latency_s(p) for p in paths]
-        key = (id(local), costs.chunk_latency_share, tuple(alphas))
-        if key not in self._pipelines:
-            rows = self._pipeline_rows.get(id(local))
-            if rows is None or rows.local is not local:
-                rows = self._pipeline_rows[id(local)] = PipelineRows(local)  # keeps local alive: its id stays its own
-            self._pipelines[key] = pipeline_latency(rows, costs, alphas)
-        return self._pipelines[key]
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
         """The protocol :func:`~simulator.collectives.registry.estimate` picks for the call on ``group``, asked

@@ -45,8 +45,8 @@ class LocalSchedule:
     def __init__(self, schedule: Schedule, group: Group):
         self.algorithm = schedule.algorithm
         self.schedule = schedule
-        """The schedule on the group it was built for (``group``): what a chunk pipeline's structure is read
-        from (:mod:`simulator.engine.plan_latency`)."""
+        """The schedule on the group it was built for (``group``): what a chunk pipeline's latency is read
+        from (:meth:`pipeline_s`)."""
         self.group = group
         self.reduce_bytes_per_rank = schedule.reduce_bytes_per_rank
         nic_index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
@@ -75,6 +75,20 @@ class LocalSchedule:
         key = self._alphas(costs, links)
         if key not in self._chains:
             self._chains[key] = costs.chain_latency_s(flow_steps())
+        return self._chains[key]
+
+    def pipeline_s(self, costs: Env, group: Group, links: dict, latency_of, rebuild) -> float:
+        """A chunk pipeline's latency on ``group`` (``latency_of(schedule)``: :meth:`Algorithm.schedule_latency_s`
+        under ``costs``), computed once per distinct α of the pairs and per-chunk latency share: it reads each
+        transfer's α, the schedule's structure (local, shared) and the share. The first computation for an
+        α vector runs on the schedule as built when its own group has that α, else on ``rebuild()``, a
+        fresh build for ``group``."""
+        alphas = self._alphas(costs, links)
+        key = ("pipeline", costs.chunk_latency_share, alphas)
+        if key not in self._chains:
+            own = dict(zip(self.pairs, self.links(self.group)))
+            same = group is self.group or self._alphas(costs, own) == alphas
+            self._chains[key] = latency_of(self.schedule if same else rebuild())
         return self._chains[key]
 
     def _alphas(self, costs: Env, links: dict) -> tuple:
