@@ -233,17 +233,31 @@ class FlowNetwork:
         finished: list[Flow] = []
         rerate: list[Flow] = []
         finish, keep, tol = finished.append, rerate.append, REL_BYTES_TOL
-        for f in self._component(seeds):
-            rate = f.rate
-            moved = rate * (now - f.t_last)
-            rem = f.remaining - moved
-            f.delivered_bytes += moved
-            if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
-                finish(f)
-            else:
-                f.remaining, f.t_last = rem, now
-                keep(f)
+        # Active flows reachable from the seeds through shared resources (depth-first over resources, each flow
+        # in the order it is first met), each brought to now as it is met: its progress, and done or re-rated.
+        self._stamp += 1
+        stamp = self._stamp
+        seen = set(seeds)
+        stack = list(seeds)
         res_flows = self._res_flows
+        pop, push, see = stack.pop, stack.append, seen.add  # bound once: the loop is per flow
+        while stack:
+            for f in res_flows[pop()].values():
+                if f.mark != stamp:
+                    f.mark = stamp
+                    for q in f.res:
+                        if q not in seen:
+                            see(q)
+                            push(q)
+                    rate = f.rate
+                    moved = rate * (now - f.t_last)
+                    rem = f.remaining - moved
+                    f.delivered_bytes += moved
+                    if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
+                        finish(f)
+                    else:
+                        f.remaining, f.t_last = rem, now
+                        keep(f)
         self._active -= len(finished)
         for f in finished:
             f.active = False
@@ -272,26 +286,6 @@ class FlowNetwork:
             group.left -= 1
             if group.left == 0:
                 group.event.succeed(group.flows[0] if group.single else group.flows)
-
-    def _component(self, seeds: dict[int, None]) -> list[Flow]:
-        """Active flows reachable from the seed resources through shared resources (BFS)."""
-        self._stamp += 1
-        stamp = self._stamp
-        seen = set(seeds)
-        stack = list(seeds)
-        found: list[Flow] = []
-        res_flows = self._res_flows
-        pop, push, see, add = stack.pop, stack.append, seen.add, found.append  # bound once: the loop is per flow
-        while stack:
-            for f in res_flows[pop()].values():
-                if f.mark != stamp:
-                    f.mark = stamp
-                    add(f)
-                    for q in f.res:
-                        if q not in seen:
-                            see(q)
-                            push(q)
-        return found
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
         """Set max-min fair rates of ``flows`` (a union of components) and file their finish times.
