@@ -69,6 +69,8 @@ class FlowNetwork:
         self._wake: _Settle | None = None
         self._stamp = 0
         self._active = 0
+        self._steps: dict[int, tuple[list, tuple]] = {}
+        """id(plan step) → (the step, its checked routes, bytes and latencies): :meth:`transfer_step`."""
         self._reserved: dict[int, object] = {}
         """Resource → the holder (:class:`simulator.engine.fold_run.Fold`) that plays flows on it off the
         network; a flow arriving on it makes the holder put its state back first (``unfold``)."""
@@ -89,6 +91,16 @@ class FlowNetwork:
         Cheaper than one event per transfer when a caller waits for all of them anyway.
         """
         return self._start(items, single=False)
+
+    def transfer_step(self, step: list[tuple[Path, float, float | None]]) -> simpy.Event:
+        """:meth:`transfer_all` of a plan's step, a list its plan keeps and never changes: its items are checked
+        and routed once per network (and the scratch networks that share its routes), then each start only
+        makes the flows (a tree step's ~2k flows are started on the main network and in replays)."""
+        entry = self._steps.get(id(step))
+        if entry is None or entry[0] is not step:
+            routes, nbytes, latencies = self._checked(step)
+            entry = self._steps[id(step)] = (step, (tuple(routes), tuple(nbytes), tuple(latencies)))  # step kept
+        return self._launch(entry[1], single=False)
 
     @property
     def active_flows(self) -> int:
@@ -129,8 +141,11 @@ class FlowNetwork:
     # ---- flow lifecycle -----------------------------------------------------------------------
 
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
-        now = self.env.now
-        checked = []
+        return self._launch(self._checked(items), single)
+
+    def _checked(self, items: Iterable[tuple[Path, float, float | None]]) -> tuple[list, list, list]:
+        """The items' routes, bytes (float) and latencies, checked (finite, non-negative)."""
+        routes_out, bytes_out, latencies = [], [], []
         route_of, routes = self._route, self._routes
         for path, nbytes, latency_s in items:
             latency = path.latency_s if latency_s is None else latency_s
@@ -138,14 +153,21 @@ class FlowNetwork:
             if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
                 _reject(nbytes, latency)
             route = routes.get(id(path))  # _route's cache, looked up here: one call less per flow
-            checked.append((route if route is not None and route.path is path else route_of(path), nbytes, latency))
+            routes_out.append(route if route is not None and route.path is path else route_of(path))
+            bytes_out.append(nbytes)
+            latencies.append(latency)
+        return routes_out, bytes_out, latencies
+
+    def _launch(self, checked: tuple[list, list, list], single: bool) -> simpy.Event:
+        """Start the flows of checked items (:meth:`_checked`) now."""
+        now = self.env.now
         event = simpy.Event(self.env)
         flows: list[Flow] = []
         group = _Group(event, flows, single)
         fid = self.stats.flows
         arrivals = self._arrivals
         last_t, batch = math.nan, None  # a plan step's flows share one latency: one lookup for the run of them
-        for route, nbytes, latency in checked:
+        for route, nbytes, latency in zip(*checked):
             flow = Flow(fid, route, nbytes, now, group)
             fid += 1
             flows.append(flow)
