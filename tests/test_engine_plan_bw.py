@@ -26,7 +26,8 @@ SICK = replace(A100.with_nodes(48), degraded_nics=(DegradedNic(node=4, nic=0, bw
 GROUPS = [(A100.with_nodes(4), tuple(range(32))), (A100.with_nodes(4), (0, 8, 16, 24)),
           (A100.with_nodes(4), (0, 1, 8, 9)),
           (A100.with_nodes(48), tuple(8 * s + 32 * d for d in range(12) for s in (0,))),
-          (SICK, tuple(3 + 32 * d for d in range(12))), (SICK, tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6)))]
+          (SICK, tuple(3 + 32 * d for d in range(12))),
+          (SICK, tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6)))]
 """Every GPU of 4 nodes; one GPU per node; two GPUs on two nodes; dp groups of tp 8 × pp 4 × dp 12 on 48 nodes (20
 per leaf, crossing leaves), one with a NIC at 2 % on its path, and one of two GPUs per node."""
 
@@ -102,8 +103,8 @@ def test_the_sum_keeps_each_resource_s_additions_in_flow_order(local, vector_min
 
 
 def test_a_resource_s_load_is_added_in_flow_order():
-    """2^53 + 1 + … + 1 = 2^53 in flow order (each 1 rounds off), 2^53 + 100 the other way round: the step's term is the
-    former, by numpy as by the loop (101 flows on one pair)."""
+    """2^53 + 1 + … + 1 = 2^53 in flow order (each 1 rounds off), 2^53 + 100 the other way round: the step's term
+    is the former, by numpy as by the loop (101 flows on one pair)."""
     env = Env(_CLUSTER, None)
     nbytes = (2**53,) + (1,) * 100
     local = SimpleNamespace(contents=[tuple((0, 9, b, 0) for b in nbytes)], sequence=[0], pairs=((0, 9, 0),))

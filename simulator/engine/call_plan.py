@@ -91,9 +91,9 @@ class CallPlanner:
         self._schedules = ScheduleCache(cluster)
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
+        """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
         self._step_rows: dict[int, StepRows] = {}
         """id(local schedule) → its steps as pair rows (:mod:`simulator.engine.plan_bw`)."""
-        """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
         self._moves = CostCache(cluster)
         self._protocols: dict[tuple, str | None] = {}
         """The protocol the registry picks for (op, bytes, algorithm, moved group): :meth:`_protocol`."""

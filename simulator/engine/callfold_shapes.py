@@ -1,11 +1,11 @@
 """Call shapes of folded calls (shortcut 10, :mod:`simulator.engine.callfold`) and what their replays are memoised by.
 
-- :class:`_Shape` is one call shape's plans and resources, with its durations alone per binade of the start time
-  (:meth:`_Shape.durations`), memoised per :func:`_signature` — what a replay computes with (resources numbered by
-  first appearance: progressive filling breaks ties by first appearance, :mod:`simulator.engine.fairshare`, so calls
-  equal up to a renaming share it);
+- :class:`_Shape` is one call shape's plans and resources, with its durations alone per binade (and parity) of the
+  start time (:meth:`_Shape.durations`), memoised per :func:`_signature` — what a replay computes with (resources
+  numbered by first appearance: progressive filling breaks ties by first appearance,
+  :mod:`simulator.engine.fairshare`, so calls equal up to a renaming share it);
 - a single plan's durations are chained from its steps' (:func:`_chained`), each step played alone once per
-  :func:`_step_signature` and binade, and an unfold's state is replayed from the step in flight only
+  :func:`_step_signature`, binade and parity, and an unfold's state is replayed from the step in flight only
   (:meth:`_Shape.scratch_at`).
 
 The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_replay`.
@@ -55,8 +55,8 @@ class _Shape:
         even multiple of its spacing (ties go to even: an odd shift can turn one), and any two starts in it
         of one parity on its grid differ by such a multiple (and their difference is exact, Sterbenz's lemma);
         so a replay whose times stay in the binade gives the same durations, to the bit, from every start in
-        it of the same parity whose end stays in it too. One replay per binade and parity (:func:`_binade`); a single
-        plan's replay is chained from its steps' (:func:`_chained`) where it can be."""
+        it of the same parity whose end stays in it too. One replay per binade and parity (:func:`_binade`); a
+        single plan's replay is chained from its steps' (:func:`_chained`) where it can be."""
         k = _binade(start_s)
         cached = self._durations.get(k)
         if cached is not None and (k is None or start_s + cached[1] < _binade_end(k)):
@@ -118,8 +118,8 @@ def _chained(main: FlowNetwork, plan, memos: list[dict], start_s: float) -> floa
     filed finish and no wake-up) hands the next step the state of a fresh network, whose only memory of
     earlier steps is the counters (flow ids and marks compare relatively; no resource is read across
     steps). So each step's end is that of the step played alone from its start, and by the binade argument
-    of :meth:`_Shape.durations` it is ``start + d`` for the ``d`` one play from any start in its binade gave
-    (and whose end stayed in it): steps of equal content share it, within a plan and across plans."""
+    of :meth:`_Shape.durations` it is ``start + d`` for the ``d`` one play from any start in its binade and of
+    its parity gave (and whose end stayed in it): steps of equal content share it, within a plan and across plans."""
     t = _first_step_s(plan, start_s)
     for step, memo in zip(plan.steps, memos):
         t = _step_end(main, step, memo, t)
