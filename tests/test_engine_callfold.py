@@ -164,7 +164,8 @@ def _one_shape():
 @given(exponent=st.integers(-6, 6), a=st.floats(1.0, 2.0, exclude_max=True), b=st.floats(1.0, 2.0, exclude_max=True))
 def test_durations_are_the_same_bits_from_any_start_in_one_binade(exponent, a, b):
     """The shift argument of ``_Shape.durations``: a replay from ``t`` ends at ``t + (E0 − t0)`` exactly, for
-    ``t0`` and ``t`` in one binade (ends in it too), against a fresh replay from ``t``."""
+    ``t0`` and ``t`` in one binade (ends in it too) and, for the cache to serve it, of one parity on its grid
+    (``_binade``), against a fresh replay from ``t``."""
     net, plans = _one_shape()
     t0, t = a * 2.0**exponent, b * 2.0**exponent
     shape = _Shape(net, plans, {})

@@ -36,6 +36,7 @@ from simulator.cluster.topology import renamed, renaming
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.compile.costs import CostCache
+from simulator.engine.plan_bw import StepRows, steps_bw_sum
 from simulator.engine.shapes import LocalSchedule, ScheduleCache, links_of
 from simulator.work import CommCall, Transport
 
@@ -91,6 +92,8 @@ class CallPlanner:
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
         """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
+        self._step_rows: dict[int, StepRows] = {}
+        """id(local schedule) → its steps as pair rows (:mod:`simulator.engine.plan_bw`)."""
         self._moves = CostCache(cluster)
         self._protocols: dict[tuple, str | None] = {}
         """The protocol the registry picks for (op, bytes, algorithm, moved group): :meth:`_protocol`."""
@@ -142,16 +145,16 @@ class CallPlanner:
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
         bw_key = (local, costs.bw_ratio, path_signature(paths[pair] for pair in local.pairs))
-        flow_steps = None
-        if bw_key not in self._step_bw_sums:
-            flow_steps = local.flow_steps(shaped)
-            step_bw_s = {id(s): costs.step_bw_s(s) for s in {id(s): s for s in flow_steps}.values()}
-            self._step_bw_sums[bw_key] = sum(step_bw_s[id(s)] for s in flow_steps)
+        if bw_key not in self._step_bw_sums:  # Env.step_bw_s of each distinct step, summed in step order
+            rows = self._step_rows.get(id(local))
+            if rows is None or rows.local is not local:
+                rows = self._step_rows[id(local)] = StepRows(local)  # keeps local alive: its id stays its own
+            self._step_bw_sums[bw_key] = steps_bw_sum(rows, costs, [paths[pair] for pair in local.pairs])
         if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
             chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
                                        lambda: self._build_schedule(call, group))
         else:
-            chain_s = local.chain_s(costs, lambda: flow_steps or local.flow_steps(shaped), links)
+            chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
         replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order
                     + self._step_bw_sums[bw_key] + chain_s + gamma_s)
         pre_s = costs.overhead_s(algorithm.family, algorithm.calls) + max(0.0, call.time_s - replay_s) + chain_s

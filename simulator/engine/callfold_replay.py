@@ -60,7 +60,7 @@ class _Player:
         steps = self.plan.steps
         if i < len(steps):
             self.phase, self.i = STEP, i
-            self.flows = self.net.transfer_all(steps[i])
+            self.flows = self.net.transfer_step(steps[i])
             self.flows.callbacks.append(self._stepped)
         elif self.plan.gamma_s > 0:
             self._wait(self.plan.gamma_s, GAMMA)
@@ -87,6 +87,7 @@ class _Scratch(FlowNetwork):
         self.main = main
         self._cap = main._cap
         self._routes = main._routes  # the main network's routes (what _route answers), read directly by _start
+        self._steps = main._steps  # and its checked steps (routes in its numbering)
         self._res_flows = defaultdict(dict)
 
     def _route(self, path):

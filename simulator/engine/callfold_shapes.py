@@ -1,11 +1,11 @@
 """Call shapes of folded calls (shortcut 10, :mod:`simulator.engine.callfold`) and what their replays are memoised by.
 
-- :class:`_Shape` is one call shape's plans and resources, with its durations alone per binade of the start time
-  (:meth:`_Shape.durations`), memoised per :func:`_signature` — what a replay computes with (resources numbered by
-  first appearance: progressive filling breaks ties by first appearance, :mod:`simulator.engine.fairshare`, so calls
-  equal up to a renaming share it);
+- :class:`_Shape` is one call shape's plans and resources, with its durations alone per binade (and parity) of the
+  start time (:meth:`_Shape.durations`), memoised per :func:`_signature` — what a replay computes with (resources
+  numbered by first appearance: progressive filling breaks ties by first appearance,
+  :mod:`simulator.engine.fairshare`, so calls equal up to a renaming share it);
 - a single plan's durations are chained from its steps' (:func:`_chained`), each step played alone once per
-  :func:`_step_signature` and binade, and an unfold's state is replayed from the step in flight only
+  :func:`_step_signature`, binade and parity, and an unfold's state is replayed from the step in flight only
   (:meth:`_Shape.scratch_at`).
 
 The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_replay`.
@@ -45,20 +45,21 @@ class _Shape:
             key = ("chain", last.pre_s, last.gamma_s, tuple(map(id, self._steps)))  # the dicts are kept: ids stay
         else:
             key = _signature(main, plans)
-        self._durations: dict[int | None, tuple[float, float]] = timings.setdefault(key, {})
+        self._durations: dict[tuple[int, int] | None, tuple[float, float]] = timings.setdefault(key, {})
         """Shared by shapes of one signature: their replays are the same float operations."""
 
     def durations(self, main: FlowNetwork, start_s: float) -> tuple[float, float]:
         """``(rep_s, all_s)``: when the representative and the last replica end after ``start_s``, exactly
         as a replay from ``start_s`` gives them. A replay is a chain of additions and subtractions of times
-        and durations; rounding to the grid of one binade ``[2^(k−1), 2^k)`` commutes with a shift by a
-        multiple of its spacing, and any two starts in it differ by such a multiple (and their difference
-        is exact, Sterbenz's lemma); so a replay whose times stay in the binade gives the same durations,
-        to the bit, from every start in it whose end stays in it too. One replay per binade, then; a single
-        plan's replay is chained from its steps' (:func:`_chained`) where it can be."""
+        and durations; rounding to the grid of one binade ``[2^(k−1), 2^k)`` commutes with a shift by an
+        even multiple of its spacing (ties go to even: an odd shift can turn one), and any two starts in it
+        of one parity on its grid differ by such a multiple (and their difference is exact, Sterbenz's lemma);
+        so a replay whose times stay in the binade gives the same durations, to the bit, from every start in
+        it of the same parity whose end stays in it too. One replay per binade and parity (:func:`_binade`); a
+        single plan's replay is chained from its steps' (:func:`_chained`) where it can be."""
         k = _binade(start_s)
         cached = self._durations.get(k)
-        if cached is not None and (k is None or start_s + cached[1] < math.ldexp(1.0, k)):
+        if cached is not None and (k is None or start_s + cached[1] < _binade_end(k)):
             return cached
         end = None if self._steps is None else _chained(main, self.plans[0], self._steps, start_s)
         if end is not None:
@@ -68,7 +69,7 @@ class _Shape:
             env.run()
             rep_end, all_end = players[0].end_s, max(p.end_s for p in players)
         found = (rep_end - start_s, all_end - start_s)
-        if k is None or all_end < math.ldexp(1.0, k):
+        if k is None or all_end < _binade_end(k):
             self._durations[k] = found
         return found
 
@@ -94,9 +95,17 @@ class _Shape:
         return env, scratch, players
 
 
-def _binade(t: float) -> int | None:
-    """``k`` of the binade ``[2^(k−1), 2^k)`` holding ``t > 0``; None for 0."""
-    return math.frexp(t)[1] if t > 0 else None
+def _binade(t: float) -> tuple[int, int] | None:
+    """``(k, parity)``: the binade ``[2^(k−1), 2^k)`` holding ``t > 0`` and the parity of ``t`` as a multiple of
+    the binade's spacing; None for 0. A replay's memo is valid for starts of one key: shifting by an *even*
+    multiple of the spacing commutes with rounding to nearest, ties to even (IEEE 754 §4.3.1); an odd one can
+    turn a tie the other way (a step from 0.009 and one from 0.012 s, one binade, differ by an ulp)."""
+    return (math.frexp(t)[1], int(t / math.ulp(t)) & 1) if t > 0 else None
+
+
+def _binade_end(k: tuple[int, int]) -> float:
+    """``2^k``, the end of the binade of key ``k``."""
+    return math.ldexp(1.0, k[0])
 
 
 def _chained(main: FlowNetwork, plan, memos: list[dict], start_s: float) -> float | None:
@@ -109,8 +118,8 @@ def _chained(main: FlowNetwork, plan, memos: list[dict], start_s: float) -> floa
     filed finish and no wake-up) hands the next step the state of a fresh network, whose only memory of
     earlier steps is the counters (flow ids and marks compare relatively; no resource is read across
     steps). So each step's end is that of the step played alone from its start, and by the binade argument
-    of :meth:`_Shape.durations` it is ``start + d`` for the ``d`` one play from any start in its binade gave
-    (and whose end stayed in it): steps of equal content share it, within a plan and across plans."""
+    of :meth:`_Shape.durations` it is ``start + d`` for the ``d`` one play from any start in its binade and of
+    its parity gave (and whose end stayed in it): steps of equal content share it, within a plan and across plans."""
     t = _first_step_s(plan, start_s)
     for step, memo in zip(plan.steps, memos):
         t = _step_end(main, step, memo, t)
@@ -146,10 +155,10 @@ def _step_end(main: FlowNetwork, step: list, memo: dict, t: float) -> float | No
     :meth:`_Shape.durations`), else played (:func:`_step_alone`) and kept; None if it leaves an event."""
     k = _binade(t)
     d = memo.get(k)
-    if d is not None and (k is None or t + d < math.ldexp(1.0, k)):
+    if d is not None and (k is None or t + d < _binade_end(k)):
         return t + d
     end = _step_alone(main, step, t)
-    if end is not None and (k is None or end < math.ldexp(1.0, k)):
+    if end is not None and (k is None or end < _binade_end(k)):
         memo[k] = end - t
     return end
 

@@ -231,7 +231,12 @@ class _Recording:
         self.net, self.flows = net, []
 
     def transfer_all(self, items) -> simpy.Event:
-        event = self.net.transfer_all(items)
+        return self._kept(self.net.transfer_all(items))
+
+    def transfer_step(self, step) -> simpy.Event:
+        return self._kept(self.net.transfer_step(step))
+
+    def _kept(self, event: simpy.Event) -> simpy.Event:
         event.callbacks.append(lambda ev: self.flows.extend(ev.value))
         return event
 

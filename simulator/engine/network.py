@@ -69,6 +69,8 @@ class FlowNetwork:
         self._wake: _Settle | None = None
         self._stamp = 0
         self._active = 0
+        self._steps: dict[int, tuple[list, tuple]] = {}
+        """id(plan step) → (the step, its checked routes, bytes and latencies): :meth:`transfer_step`."""
         self._reserved: dict[int, object] = {}
         """Resource → the holder (:class:`simulator.engine.fold_run.Fold`) that plays flows on it off the
         network; a flow arriving on it makes the holder put its state back first (``unfold``)."""
@@ -89,6 +91,16 @@ class FlowNetwork:
         Cheaper than one event per transfer when a caller waits for all of them anyway.
         """
         return self._start(items, single=False)
+
+    def transfer_step(self, step: list[tuple[Path, float, float | None]]) -> simpy.Event:
+        """:meth:`transfer_all` of a plan's step, a list its plan keeps and never changes: its items are checked
+        and routed once per network (and the scratch networks that share its routes), then each start only
+        makes the flows (a tree step's ~2k flows are started on the main network and in replays)."""
+        entry = self._steps.get(id(step))
+        if entry is None or entry[0] is not step:
+            routes, nbytes, latencies = self._checked(step)
+            entry = self._steps[id(step)] = (step, (tuple(routes), tuple(nbytes), tuple(latencies)))  # step kept
+        return self._launch(entry[1], single=False)
 
     @property
     def active_flows(self) -> int:
@@ -115,16 +127,25 @@ class FlowNetwork:
         self._reserved.update(dict.fromkeys(res, holder))
 
     def release(self, holder, res: Collection[int]) -> None:
+        """Free those of ``res`` (distinct resources) that ``holder`` still holds."""
         reserved = self._reserved
-        for r in res:
-            if reserved.get(r) is holder:
+        holders = list(map(reserved.get, res))  # C-speed reads (a tree call's ~4k resources)
+        if holders.count(holder) == len(holders):  # all its own, the usual case (holders compare by identity:
+            for r in res:                          # Fold and _Folded define no __eq__)
+                del reserved[r]
+            return
+        for r, h in zip(res, holders):
+            if h is holder:
                 del reserved[r]
 
     # ---- flow lifecycle -----------------------------------------------------------------------
 
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
-        now = self.env.now
-        checked = []
+        return self._launch(self._checked(items), single)
+
+    def _checked(self, items: Iterable[tuple[Path, float, float | None]]) -> tuple[list, list, list]:
+        """The items' routes, bytes (float) and latencies, checked (finite, non-negative)."""
+        routes_out, bytes_out, latencies = [], [], []
         route_of, routes = self._route, self._routes
         for path, nbytes, latency_s in items:
             latency = path.latency_s if latency_s is None else latency_s
@@ -132,14 +153,21 @@ class FlowNetwork:
             if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
                 _reject(nbytes, latency)
             route = routes.get(id(path))  # _route's cache, looked up here: one call less per flow
-            checked.append((route if route is not None and route.path is path else route_of(path), nbytes, latency))
+            routes_out.append(route if route is not None and route.path is path else route_of(path))
+            bytes_out.append(nbytes)
+            latencies.append(latency)
+        return routes_out, bytes_out, latencies
+
+    def _launch(self, checked: tuple[list, list, list], single: bool) -> simpy.Event:
+        """Start the flows of checked items (:meth:`_checked`) now."""
+        now = self.env.now
         event = simpy.Event(self.env)
         flows: list[Flow] = []
         group = _Group(event, flows, single)
         fid = self.stats.flows
         arrivals = self._arrivals
         last_t, batch = math.nan, None  # a plan step's flows share one latency: one lookup for the run of them
-        for route, nbytes, latency in checked:
+        for route, nbytes, latency in zip(*checked):
             flow = Flow(fid, route, nbytes, now, group)
             fid += 1
             flows.append(flow)
@@ -227,17 +255,31 @@ class FlowNetwork:
         finished: list[Flow] = []
         rerate: list[Flow] = []
         finish, keep, tol = finished.append, rerate.append, REL_BYTES_TOL
-        for f in self._component(seeds):
-            rate = f.rate
-            moved = rate * (now - f.t_last)
-            rem = f.remaining - moved
-            f.delivered_bytes += moved
-            if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
-                finish(f)
-            else:
-                f.remaining, f.t_last = rem, now
-                keep(f)
+        # Active flows reachable from the seeds through shared resources (depth-first over resources, each flow
+        # in the order it is first met), each brought to now as it is met: its progress, and done or re-rated.
+        self._stamp += 1
+        stamp = self._stamp
+        seen = set(seeds)
+        stack = list(seeds)
         res_flows = self._res_flows
+        pop, push, see = stack.pop, stack.append, seen.add  # bound once: the loop is per flow
+        while stack:
+            for f in res_flows[pop()].values():
+                if f.mark != stamp:
+                    f.mark = stamp
+                    for q in f.res:
+                        if q not in seen:
+                            see(q)
+                            push(q)
+                    rate = f.rate
+                    moved = rate * (now - f.t_last)
+                    rem = f.remaining - moved
+                    f.delivered_bytes += moved
+                    if f.due == due_stamp or rem <= tol * f.nbytes or rem <= rate * slack:
+                        finish(f)
+                    else:
+                        f.remaining, f.t_last = rem, now
+                        keep(f)
         self._active -= len(finished)
         for f in finished:
             f.active = False
@@ -266,26 +308,6 @@ class FlowNetwork:
             group.left -= 1
             if group.left == 0:
                 group.event.succeed(group.flows[0] if group.single else group.flows)
-
-    def _component(self, seeds: dict[int, None]) -> list[Flow]:
-        """Active flows reachable from the seed resources through shared resources (BFS)."""
-        self._stamp += 1
-        stamp = self._stamp
-        seen = set(seeds)
-        stack = list(seeds)
-        found: list[Flow] = []
-        res_flows = self._res_flows
-        pop, push, see, add = stack.pop, stack.append, seen.add, found.append  # bound once: the loop is per flow
-        while stack:
-            for f in res_flows[pop()].values():
-                if f.mark != stamp:
-                    f.mark = stamp
-                    add(f)
-                    for q in f.res:
-                        if q not in seen:
-                            see(q)
-                            push(q)
-        return found
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
         """Set max-min fair rates of ``flows`` (a union of components) and file their finish times.

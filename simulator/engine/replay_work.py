@@ -250,7 +250,7 @@ def _play(env: simpy.Environment, net: FlowNetwork, plan: CallPlan) -> simpy.Eve
 
     def run(i: int) -> None:
         if i < len(steps):
-            net.transfer_all(steps[i]).callbacks.append(lambda _event: run(i + 1))
+            net.transfer_step(steps[i]).callbacks.append(lambda _event: run(i + 1))
         elif plan.gamma_s > 0:
             env.timeout(plan.gamma_s).callbacks.append(lambda _event: done.succeed(env.now - start))
         else:
