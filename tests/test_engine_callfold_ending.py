@@ -9,7 +9,7 @@ import pytest
 
 from simulator.cluster.presets import load_preset
 from simulator.compile import compile_step
-from simulator.engine.callfold import CallFolder, _Folded
+from simulator.engine.callfold import CallFolder, _Folded, _Shape
 from simulator.engine.step import simulate
 from shortcut_runs import assert_same_run, on_and_off
 from simulator.strategy.flat import strategy_from_flat
@@ -76,3 +76,38 @@ def test_a_holder_that_ends_later_keeps_the_call_off(monkeypatch):
     assert any(ok for ok, _ in seen) and not all(ok for ok, _ in seen)
     assert all(all(ends) for ok, ends in seen if ok)
     assert any(not all(ends) for ok, ends in seen if not ok)
+
+
+def test_a_call_a_run_resumes_knows_its_end():
+    """``fold_calls.resume`` makes a folded call without ``_Folded.__init__``: its end (read by ``_ending_now``) is
+    the one the call folder gives the same call started at the same instant."""
+    import simpy
+
+    from simulator.engine import step as step_engine
+    from simulator.engine.fold_calls import resume
+    from simulator.engine.network import FlowNetwork
+
+    work = _work("interleaved-zero1")
+    ctx = step_engine._Ctx(work, H100, False, True)
+    launched = [ctx.runner.launch(c, (r, "tp")) for r, sw in enumerate(work.stages) for ch in sw.chunks
+                for c in ch.tp_fwd]
+    plans = next(plans for delay_s, plans in launched if delay_s is None and len(plans) > 1)
+    ends = []
+    for how in ("start", "resume"):
+        env = simpy.Environment()
+        net = FlowNetwork(env)
+        folder = CallFolder(env, net)
+
+        def go():
+            yield env.timeout(0.37)
+            if how == "start":
+                folder.start(("k",), plans)
+            else:
+                resume(folder, folder._shapes.setdefault(("k",), _Shape(net, plans, {})), 0.37, [])
+            holders = {id(h): h for h in net._reserved.values()}
+            assert len(holders) == 1
+            ends.append(next(iter(holders.values())).end_s)
+
+        env.process(go())
+        env.run()
+    assert ends[0] == ends[1] == 0.37 + _Shape(net, plans, {}).durations(net, 0.37)[0]
