@@ -11,10 +11,10 @@ each worker keeps its planner from one candidate to the next it is given. While 
 garbage collector walks the whole heap ten times less often
 (:data:`simulator.engine.gc_passes.FULL_COLLECTION_EVERY`).
 
-:func:`default_jobs` (the CLI's ``--jobs`` default) is one process per core this process may run on, at
-most the candidates to refine: the DES runs are independent, so on an otherwise idle machine of ``n`` cores
-the refinement's wait shrinks towards ``1/n`` (the CPU seconds stay about the same: each worker builds its
-own call plans).
+:func:`default_jobs` (the CLI's ``--jobs`` default) is one process per core this process may run on (here at
+most one per candidate): the DES runs are independent, so on an otherwise idle machine of ``n`` cores the
+refinement's wait shrinks towards ``1/n`` (the CPU seconds stay about the same: each worker builds its own
+call plans). The rank phase uses them too (:func:`planner.search._score`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def des_step(cluster, workload, strategy, gpus: int | None = None, plans: CallPl
     return simulate(work, cluster, trace=False, plans=plans)
 
 
-def default_jobs(candidates: int) -> int:
-    """Processes for refining ``candidates`` (at least 1): the cores this process may run on
-    (``os.sched_getaffinity`` where the platform has it, else ``os.cpu_count``), at most ``candidates``."""
+def default_jobs() -> int:
+    """Processes for a search (at least 1): the cores this process may run on (``os.sched_getaffinity`` where the
+    platform has it, else ``os.cpu_count``). :func:`refine` uses at most one per candidate."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, candidates))
+    return max(1, cores)
 
 
 _WORKER: dict = {}

@@ -60,14 +60,13 @@ def test_a_worker_shares_its_plans_between_its_candidates(monkeypatch):
     assert _facts(first) == _facts(refine(H100, GPT13, CANDIDATES[:1], jobs=1)[0])
 
 
-@pytest.mark.parametrize("cores, candidates, jobs", [(2, 8, 2), (4, 2, 2), (1, 8, 1), (8, 0, 1), (16, 8, 8)])
-def test_default_jobs_is_a_process_per_core_at_most_the_candidates(monkeypatch, cores, candidates, jobs):
+@pytest.mark.parametrize("cores", [1, 2, 16])
+def test_default_jobs_is_a_process_per_core(monkeypatch, cores):
     monkeypatch.setattr(refine_mod.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    assert default_jobs(candidates) == jobs
+    assert default_jobs() == cores
 
 
-@pytest.mark.parametrize("argv, jobs", [([], "default"), (["--jobs", "1"], 1), (["--jobs", "3"], 3),
-                                        (["--refine", "1"], "default")])
+@pytest.mark.parametrize("argv, jobs", [([], 6), (["--jobs", "1"], 1), (["--jobs", "3"], 3), (["--refine", "0"], 6)])
 def test_the_cli_asks_default_jobs_unless_given(monkeypatch, argv, jobs):
     seen = {}
 
@@ -79,8 +78,13 @@ def test_the_cli_asks_default_jobs_unless_given(monkeypatch, argv, jobs):
     monkeypatch.setattr(planner, "plan", fake_plan)
     with pytest.raises(SystemExit):
         main(["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--quiet", *argv])
-    refine_k = seen["refine"]
-    assert seen["jobs"] == (min(6, refine_k) if jobs == "default" else jobs)
+    assert seen["jobs"] == jobs
+
+
+def test_more_jobs_than_candidates_run_one_process_each():
+    """Four jobs for two candidates: two results, those of one process."""
+    assert [_facts(r) for r in refine(H100, GPT13, CANDIDATES[:2], jobs=4)] == \
+        [_facts(r) for r in refine(H100, GPT13, CANDIDATES[:2], jobs=1)]
 
 
 def test_jobs_zero_is_refused(capsys):

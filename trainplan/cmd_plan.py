@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     g.add_argument("--top", type=int, default=5, metavar="K", help="plans shown (default 5)")
     g.add_argument("--refine", type=int, default=8, metavar="K", help="best plans re-simulated by the DES (default 8)")
     g.add_argument("--jobs", type=int, metavar="J",
-                   help="processes for the DES refinement (default: one per CPU core, at most --refine)")
+                   help="processes for the rank phase and the DES refinement (default: one per CPU core)")
     g.add_argument("--reserve-gb", type=float, default=0.0, metavar="R", help="GPU memory kept free, GB (default 0)")
     g.add_argument("--max-mbs", type=int, default=8, metavar="B", help="largest micro-batch tried (default 8)")
     g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
@@ -127,9 +127,8 @@ def _plan_kwargs(args) -> dict:
     import planner
     from planner.refine import default_jobs
 
-    refine = max(args.refine, 0)
-    return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": refine,
-            "jobs": default_jobs(refine) if args.jobs is None else args.jobs, "reserve_gb": args.reserve_gb,
+    return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": max(args.refine, 0),
+            "jobs": default_jobs() if args.jobs is None else args.jobs, "reserve_gb": args.reserve_gb,
             "max_mbs": args.max_mbs,
             "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile,
             "progress": None if args.quiet or not sys.stderr.isatty() else cli_common.Counter(sys.stderr)}
