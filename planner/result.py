@@ -131,7 +131,7 @@ def plan(workload, cluster, *, gpus: int, global_batch: int, pins: dict | None =
                       seq_len=workload.seq_len if getattr(workload, "has_activation_shapes", False) else None,
                       uniform_node=NodeShape.of(cluster).uniform)
     counts = Counts()
-    search = Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb, progress)
+    search = Search(workload, cluster, problem, pins or {}, capability(profile), reserve_gb, progress, jobs)
     frame = rank(search, counts)
     _objective_columns(frame, gpus, tokens, price_per_gpu_hour)
     frame = _order(frame, objective).reset_index(drop=True)

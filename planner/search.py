@@ -6,8 +6,9 @@ vectorised closed form, refine the best with the discrete-event engine.
    the rules :func:`build_layout` raises from), then each survivor's own field checks.
 3. Infeasible: per-rank GPU memory over the device's capacity less ``reserve_gb``, or host / NVMe
    capacity exceeded (:mod:`planner.feasible`, one memory report per set of memory inputs).
-4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` for the search,
-   in chunks of :data:`RANK_CHUNK` so that progress can be reported.
+4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` per process, in
+   chunks of :data:`RANK_CHUNK` so that progress can be reported; with ``jobs`` > 1 the candidates are split
+   between that many processes (at least a chunk each), the results in their order.
 5. Variants: gradient sync and offload of the best bases (:mod:`planner.variants`), through 2–4.
 6. Refine (:mod:`planner.result`): the top ``refine`` re-simulated with the discrete-event engine.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -153,6 +155,8 @@ class Search:
     """The framework profile's capability (:mod:`planner.frameworks`), None for no profile."""
     reserve_gb: float = 0.0
     progress: Progress | None = None
+    jobs: int = 1
+    """Processes the rank phase may use (:func:`_score`)."""
 
     def tick(self, phase: str) -> Callable[[int, int], None] | None:
         """A ``(done, total)`` callback reporting ``phase`` (None without a progress callback)."""
@@ -234,15 +238,36 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
                             "sequence parallelism tp > 1) or another pin excludes it")
 
 
-def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: str = "rank") -> pd.DataFrame:
-    """The closed form over the candidates that fit (estimate errors counted invalid)."""
-    tick, parts = search.tick(phase), []
-    strategies = [s for s, _ in fits]
+def _estimates(cluster, workload, gpus, strategies: list, cache: CostCache | None, tick=None) -> list[pd.DataFrame]:
+    """:func:`estimate_many` of ``strategies`` in chunks of :data:`RANK_CHUNK` on one cache (None: a new one)."""
+    cache = cache or CostCache(cluster)
+    parts = []
     for start in range(0, max(len(strategies), 1), RANK_CHUNK):
         if tick is not None:
             tick(start, len(strategies))
-        parts.append(estimate_many(search.cluster, search.workload, strategies[start:start + RANK_CHUNK], cache=cache,
-                                   on_invalid=OnInvalid.MARK, gpus=search.layout_gpus))
+        parts.append(estimate_many(cluster, workload, strategies[start:start + RANK_CHUNK], cache=cache,
+                                   on_invalid=OnInvalid.MARK, gpus=gpus))
+    return parts
+
+
+def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: str = "rank") -> pd.DataFrame:
+    """The closed form over the candidates that fit (estimate errors counted invalid). With ``search.jobs`` > 1
+    and at least :data:`RANK_CHUNK` candidates per process, the last parts go to worker processes (each its own
+    cache; every estimate is the same whichever cache answers it) while this process estimates the first."""
+    tick = search.tick(phase)
+    strategies = [s for s, _ in fits]
+    jobs = min(search.jobs, len(strategies) // RANK_CHUNK)
+    args = (search.cluster, search.workload, search.layout_gpus)
+    if jobs <= 1:
+        parts = _estimates(*args, strategies, cache, tick)
+    else:
+        cuts = [len(strategies) * k // jobs for k in range(jobs + 1)]
+        with ProcessPoolExecutor(max_workers=jobs - 1) as pool:
+            rest = [pool.submit(_estimates, *args, strategies[a:b], None) for a, b in zip(cuts[1:-1], cuts[2:])]
+            parts = _estimates(*args, strategies[:cuts[1]], cache,
+                               None if tick is None else (lambda done, _total: tick(done, len(strategies))))
+            for future in rest:
+                parts += future.result()
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     frame["strategy"] = [s for s, _ in fits]
     frame["memory_bytes"] = [r.total_bytes for _, r in fits]

@@ -53,7 +53,8 @@ def register(subparsers) -> None:
     g.add_argument("--price-per-gpu-hour", type=float, metavar="P", help="price of a GPU-hour (cost to train)")
     g.add_argument("--top", type=int, default=5, metavar="K", help="plans shown (default 5)")
     g.add_argument("--refine", type=int, default=8, metavar="K", help="best plans re-simulated by the DES (default 8)")
-    g.add_argument("--jobs", type=int, default=1, metavar="J", help="processes for the DES refinement (default 1)")
+    g.add_argument("--jobs", type=int, metavar="J",
+                   help="processes for the rank phase and the DES refinement (default: one per CPU core)")
     g.add_argument("--reserve-gb", type=float, default=0.0, metavar="R", help="GPU memory kept free, GB (default 0)")
     g.add_argument("--max-mbs", type=int, default=8, metavar="B", help="largest micro-batch tried (default 8)")
     g.add_argument("--max-pp", type=int, metavar="P", help="largest pipeline degree tried (default: any)")
@@ -124,9 +125,11 @@ def _pins(args) -> dict:
 def _plan_kwargs(args) -> dict:
     """The keyword arguments of :func:`planner.plan` that the flags give (all but the job's size)."""
     import planner
+    from planner.refine import default_jobs
 
     return {"pins": _pins(args), "objective": planner.Objective(args.objective), "refine": max(args.refine, 0),
-            "jobs": args.jobs, "reserve_gb": args.reserve_gb, "max_mbs": args.max_mbs,
+            "jobs": default_jobs() if args.jobs is None else args.jobs, "reserve_gb": args.reserve_gb,
+            "max_mbs": args.max_mbs,
             "allow_cross_node_tp": args.allow_cross_node_tp, "profile": args.profile,
             "progress": None if args.quiet or not sys.stderr.isatty() else cli_common.Counter(sys.stderr)}
 
@@ -140,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             check_suffix(path, (suffix,), flag)
             check_writable(path, flag)
     for flag, value in (("--top", args.top), ("--jobs", args.jobs), ("--max-mbs", args.max_mbs)):
-        positive_int(flag, value)
+        if value is not None:
+            positive_int(flag, value)
     for flag, value in (("--reserve-gb", args.reserve_gb), ("--refine", args.refine)):
         if not 0 <= value < float("inf"):  # NaN fails too: a NaN reserve would let every plan fit
             raise SpecError(flag, f"must be a finite number >= 0, got {value}")

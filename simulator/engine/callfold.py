@@ -82,10 +82,22 @@ class CallFolder:
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = _Shape(self.net, plans, self._timings)
-        if not shape.res or not self.net.idle(shape.res):
+        if not shape.res or not (self.net.idle(shape.res) or self._ending_now(shape.res)):
             return None
         self.folds += 1
         return _Folded(self, shape, *shape.durations(self.net, self.env.now), simpy.Event(self.env), self.env.now).done
+
+    def _ending_now(self, res) -> bool:
+        """No active flow on ``res``, and every holder of theirs a folded call whose last flow ends now (its
+        release is due at this instant, after the event that starts the new call: a replica's rest that ends
+        with the representative whose end started it). Their flows are gone at ``now`` as on the network, where
+        flows ending at an instant leave before those starting at it are rated; the new call's reservation
+        replaces theirs (:meth:`FlowNetwork.release` leaves another holder's resources)."""
+        net, now = self.net, self.env.now
+        if any(map(net._res_flows.__getitem__, res)):
+            return False
+        holders = {id(h): h for h in map(net._reserved.get, res) if h is not None}
+        return all(type(h) is _Folded and h.alive and h.end_s <= now for h in holders.values())
 
     def play(self, plans) -> simpy.Event:
         """Play ``plans`` on the network now, as :func:`~simulator.engine.replay_work._play` does (the same
@@ -137,7 +149,7 @@ class CallFolder:
 class _Folded:
     """A call played as a delay from ``start_s``; its resources reserved until its last flow's end."""
 
-    __slots__ = ("folder", "shape", "start_s", "done", "origin_s", "alive", "tail")
+    __slots__ = ("folder", "shape", "start_s", "done", "origin_s", "alive", "tail", "end_s")
 
     def __init__(self, folder: CallFolder, shape: _Shape, rep_s: float, all_s: float, done: simpy.Event | None,
                  origin_s: float):
@@ -151,6 +163,8 @@ class _Folded:
         self.tail = all_s > rep_s
         """Replicas ride on after the representative: their end releases the resources."""
         t = self.start_s
+        self.end_s = t + (all_s if self.tail else rep_s)
+        """When its last flow ends and its resources are released."""
         self._timer(t + rep_s, SETTLE_PRIORITY if shape.rep_in_settle else 1, self._rep_end)
         if self.tail:
             self._timer(t + all_s, SETTLE_PRIORITY, self._all_end)

@@ -21,6 +21,8 @@ would have.
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from simulator.engine.callfold import CallFolder, _Folded, _Shape
@@ -45,11 +47,13 @@ def resume(callfolder: CallFolder, shape: _Shape, start_s: float, arrivals: list
     folded = _Folded.__new__(_Folded)  # the state _Folded.__init__ set at start_s, without its timers
     folded.folder, folded.shape, folded.start_s, folded.origin_s = callfolder, shape, start_s, start_s
     folded.done, folded.alive, folded.tail = simpy.Event(callfolder.env), True, False
+    folded.end_s = math.inf  # until its end is known below (an unfolded call releases its resources)
     res = set(shape.res)
     if any(r in res for f in arrivals for r in f.res):
         folded.unfold(arrivals)
     else:
         rep_s = shape.durations(net, start_s)[0]
+        folded.end_s = start_s + rep_s  # no tail: a call with one ends the run (fold.py)
         folded._timer(start_s + rep_s, SETTLE_PRIORITY if shape.rep_in_settle else 1, folded._rep_end)
         net.reserve(folded, shape.res)
     return folded.done

@@ -9,6 +9,7 @@ neither; :func:`resolve_framework` is the one rule that completes them.
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
@@ -147,6 +148,7 @@ class Framework(Enum):
         return self is Framework.FSDP2
 
 
+@lru_cache(maxsize=256)  # a search asks it ~100k times of a few combinations; a refusal raises (not cached)
 def resolve_framework(zero: ZeroStage, partitioning: Partitioning | None = None,
                       framework: Framework | None = None) -> tuple[Partitioning, Framework]:
     """(partitioning, framework) from what was given.
