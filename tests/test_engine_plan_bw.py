@@ -39,22 +39,29 @@ def _reference(env, local, group) -> float:
     return sum(step_bw_s[id(s)] for s in flow_steps)
 
 
+def _runs(cluster, ranks, op, name) -> bool:
+    """Whether ``name`` implements ``op`` on this group (the cases only hold the combinations that exist)."""
+    try:
+        build_schedule(cluster, ranks, op, 3 * 2**20 + 4, name)
+    except SpecError:
+        return False
+    return True
+
+
 def _cases():
     for cluster, ranks in GROUPS:
         for name in ALGORITHMS:
             for op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
-                yield pytest.param(cluster, ranks, name, op, id=f"{name}-{op.value}-{len(ranks)}r-{ranks[1]}"
-                                   f"-{'sick' if cluster is SICK else cluster.world_size}")
+                if _runs(cluster, ranks, op, name):
+                    yield pytest.param(cluster, ranks, name, op, id=f"{name}-{op.value}-{len(ranks)}r-{ranks[1]}"
+                                       f"-{'sick' if cluster is SICK else cluster.world_size}")
 
 
 @pytest.mark.parametrize("vector_min", [1, 64, 10**9], ids=["numpy", "default", "loop"])
 @pytest.mark.parametrize("cluster,ranks,name,op", list(_cases()))
 def test_the_sum_equals_env_step_bw_s_step_by_step(monkeypatch, cluster, ranks, name, op, vector_min):
     monkeypatch.setattr(plan_bw, "VECTOR_MIN_FLOWS", vector_min)
-    try:
-        schedule = build_schedule(cluster, ranks, op, 3 * 2**20 + 4, name)
-    except SpecError:
-        pytest.skip("the algorithm does not run this op on this group")
+    schedule = build_schedule(cluster, ranks, op, 3 * 2**20 + 4, name)
     group = Group(cluster, ranks)
     local = LocalSchedule(schedule, group)
     rows = StepRows(local)
