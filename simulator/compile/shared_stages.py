@@ -24,7 +24,7 @@ model reads the ranks) and DeepSpeed's per-tensor ZeRO-3 gathers (per chunk inde
 from __future__ import annotations
 
 from simulator import host_overhead
-from simulator.compile import step
+from simulator.compile import grad_sync, step
 from simulator.compile.compute_part import load_slice
 from simulator.compile.costs import CostCache
 from simulator.strategy import ParallelLayout, ParamServerSync
@@ -55,7 +55,7 @@ def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, group
         # host_overhead.with_host_modules' block count and first / last flags
         chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
         chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
-    tensors = cache.memo(step._optimizer_tensors_key(workload, layout, r),
+    tensors = cache.memo(grad_sync.optimizer_tensors_key(workload, layout, r),
                          lambda: host_overhead.optimizer_tensors(workload, layout, r))
     return (tuple(chunks), cache.moved(tp_group), cache.moved(dp_group), tensors,
             step._te_weight_cast_s(cache, workload, layout, r))

@@ -11,20 +11,20 @@ from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
-from simulator.compile.zero_part import expert_split, gathered_block_bytes, gathers
+from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
+from simulator.compile import grad_sync
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
-from simulator.memory.states import optimizer_bytes_per_param
-from simulator.strategy.formats import grad_reduce_dtype, runs_autocast, sync_dtype
-from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
+from simulator.strategy.formats import runs_autocast, sync_dtype
+from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
                                 Strategy, ZeroStage, build_layout)
 from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s
-from simulator.work import ChunkWork, CollectiveAlgorithm, CommCall, CommKind, StageWork, StepWork, Transport
+from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import fp8_needs_transpose, te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
@@ -56,17 +56,6 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
-
-
-def _host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> CommCall | None:
-    if nbytes <= 0:
-        return None
-    if offload is Offload.NVME:
-        t = offload_part.fetch_slice_s(cluster, offload, nbytes)
-    else:
-        t = offload_part.pcie_s(cluster, nbytes)
-    return CommCall(kind=CommKind.OFFLOAD, op=Op.SEND_RECV, group=(rank,), nbytes=int(round(nbytes)),
-                    transport=Transport.HOST, time_s=t)
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
@@ -139,10 +128,10 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork
             numels = ds_zero3.chunk_tensor_numels(workload, layout, c) if _deepspeed_zero3(layout) else None
             if numels is not None:  # one call per tensor, in trace order; backward in reverse
                 zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
-    reduce_scatters = _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+    reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     zero_fwd, zero_bwd = zero, (zero_bwd + reduce_scatters if numels is None
                                 else ds_zero3.backward_calls(numels, zero, reduce_scatters))
-    if _fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
+    if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd, bwd_s=cc.bwd_s + copy_bwd,
@@ -169,118 +158,6 @@ def _deepspeed_zero3(layout: ParallelLayout) -> bool:
     return s.zero is ZeroStage.ZERO3 and layout.framework is Framework.DEEPSPEED and not s.fp8_all_gather
 
 
-def _fsdp2_zero2(layout: ParallelLayout) -> bool:
-    """FSDP2 at ZeRO-2 (``reshard_after_forward=False``): parameters are all-gathered block by block in
-    every micro-batch's forward, kept through its backward and resharded after it [src: torch-fsdp2];
-    there is no all-gather after the optimizer step (DeepSpeed's ZeRO-2 has one)."""
-    return layout.strategy.zero is ZeroStage.ZERO2 and layout.framework is Framework.FSDP2
-
-
-def _reduces_every_micro_batch(s: Strategy) -> bool:
-    """ZeRO-2/3 reduce-scatter the gradients in every micro-batch's backward (comm_part docstring);
-    a parameter server and ZeRO-0/1 synchronise once per step."""
-    return not isinstance(s.dp_sync, ParamServerSync) and s.zero >= ZeroStage.ZERO2
-
-
-def _grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
-    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part); the
-    experts' over the expert-data-parallel group."""
-    s = layout.strategy
-    if not _reduces_every_micro_batch(s) or len(dp_group) < 2:
-        return ()
-    gbytes, dense, experts = grad_reduce_dtype(workload.dtype, s).grad_bytes, *expert_split(layout, cc)
-    options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
-    calls = comm_part.zero_grad_reduce_scatters(cache, dp_group, dense * gbytes, cc.edge_params * gbytes, layers,
-                                                layout.bucket_bytes, concurrent=layout.tp, **options)
-    if experts:
-        calls = ep_part.interleave(calls, comm_part.zero_grad_reduce_scatters(
-            cache, edp_group, experts * gbytes, 0.0, layers, layout.bucket_bytes, concurrent=layout.tp * layout.ep,
-            **options))
-    return calls
-
-
-def _grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
-    """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank. ``experts`` of the
-    ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
-    expert-data-parallel group (:func:`simulator.compile.ep_part.expert_grad_sync`) and their optimizer
-    partition and the ZeRO-1/2 parameter all-gather after the step are over its dp/ep ranks."""
-    s, cluster = layout.strategy, cache.cluster
-    dt = sync_dtype(workload.dtype, s)  # fp32 gradients and parameters under autocast
-    gbytes = grad_reduce_dtype(workload.dtype, s).grad_bytes  # the all-reduce's, fp32 where the framework says
-    dp, tp = layout.dp_cp, layout.tp  # gradients reduce over the dp-cp group (ParallelLayout)
-    if isinstance(s.dp_sync, ParamServerSync):
-        sync = s.dp_sync
-        t = cache.ps(dp_group, int(round(params * dt.grad_bytes)), sync.shards, sync.colocated) if dp > 1 else 0.0
-        calls = (CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=dp_group, nbytes=int(round(params * dt.grad_bytes)),
-                          transport=Transport.COLLECTIVE, algorithm=CollectiveAlgorithm.PS, time_s=t,
-                          concurrent_groups=tp),) if t > 0 else ()
-        return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
-    sync = s.dp_sync
-    split_experts = experts if layout.ep > 1 else 0.0
-    calls = () if _reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
-        cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * gbytes, layout.bucket_bytes,
-        sync.algorithm.value, tp)
-    if split_experts and not _reduces_every_micro_batch(s):
-        edp = layout.expert_dp_group(layout.coords(rep).pp)
-        calls += ep_part.expert_grad_sync(cache, edp, split_experts * gbytes, layout.bucket_bytes,
-                                          sync.algorithm.value, tp * layout.ep)
-    calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
-        cluster, offload_part.gpus_on_node(cluster, layout.world_size)))
-    fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
-    part = params
-    if s.zero >= ZeroStage.ZERO1:
-        part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)
-    after: tuple = ()
-    share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
-    stage = layout.coords(rep).pp
-    tensors = cache.memo(_optimizer_tensors_key(workload, layout, stage),
-                         lambda: host_overhead.optimizer_tensors(workload, layout, stage))
-    if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
-        impl = offload_part.optimizer_impl(s, cluster.device)
-        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl),
-                                             tensors, share, dtensor=host_overhead.dtensor_params(layout),
-                                             impl=impl).time_s
-    else:
-        d2h = _host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
-        calls, fractions = calls + (d2h,), fractions + (1.0,)
-        sharing = offload_part.gpus_on_node(cluster, layout.world_size)
-        opt = offload_part.cpu_adam_s(cluster, part, sharing) + host_overhead.offloaded_optimizer_host_s(
-            cluster.device, tensors, share, dtensor=host_overhead.dtensor_params(layout),
-            impl=s.resolved_optimizer_impl(foreach_device=False))  # the host's tensors: no foreach kernels
-        if s.offload is Offload.NVME:  # optimizer states read from and written back to NVMe
-            k = optimizer_bytes_per_param(dt)  # fp32 master + Adam moments (ZeRO SC'20 §3.1)
-            opt += (offload_part.nvme_s(cluster, part * k, sharing=sharing)
-                    + offload_part.nvme_s(cluster, part * k, write=True, sharing=sharing))
-        if s.offload is Offload.OPTIMIZER:
-            after = (_host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
-    tensor_bytes = cache.memo(comm_part.param_tensor_bytes_key(workload, layout, stage, dt), lambda: comm_part.param_tensor_bytes(
-        workload, layout, stage, dt.param_bytes)) if _torch_zero1(layout) and not split_experts else []
-    if tensor_bytes:  # ZeroRedundancyOptimizer: one broadcast per parameter tensor, no all-gather
-        after += comm_part.torch_zero1_broadcasts(cache, dp_group, tensor_bytes, tp)
-    elif s.zero is ZeroStage.ZERO1 or s.zero is ZeroStage.ZERO2 and not _fsdp2_zero2(layout):
-        ag_bucket = (sync.allgather_bucket_params * dt.param_bytes if sync.allgather_bucket_params
-                     else layout.bucket_bytes)
-        after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, dp_group,
-                                    (params - split_experts) * dt.param_bytes, ag_bucket, "auto", tp)
-        if split_experts:
-            after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
-                layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
-    return calls, fractions, after, opt
-
-
-def _torch_zero1(layout: ParallelLayout) -> bool:
-    """ZeRO-1 under torch DDP: ``ZeroRedundancyOptimizer`` (executor/strategies/data_parallel.py)."""
-    return layout.strategy.zero is ZeroStage.ZERO1 and layout.framework is Framework.TORCH_DDP
-
-
-def _optimizer_tensors_key(workload, layout: ParallelLayout, stage: int) -> tuple:
-    """Everything :func:`host_overhead.optimizer_tensors` reads of ``layout`` for pipeline stage ``stage`` (its
-    tp, pp, stage, layer split, ep, dp-cp, ZeRO stage, framework): candidates that differ elsewhere
-    (micro-batch, schedule, recompute, buckets) share one answer."""
-    return ("optimizer_tensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
-            layout.ep, layout.dp_cp, layout.strategy.zero, layout.framework)
-
-
 def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
     """(representative rank, tp group, dp group, ep group, expert-dp group) of pipeline rank ``r``."""
     return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
@@ -299,7 +176,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
         chunks.append(work)
         params, experts = params + held, experts + expert
-    sync, fractions, after, opt = _grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     opt += _te_weight_cast_s(cache, workload, layout, r)
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
