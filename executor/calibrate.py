@@ -121,12 +121,14 @@ def executed_time(cases) -> Callable:
     ``registry.estimate`` re-chooses a pipelined algorithm's chunk count from the parameters being
     fitted, so it would compare the measurement with a schedule that never ran. The replay of the
     executed schedule (:func:`simulator.collectives.replay.schedule_time_s`, equal to the closed form
-    for the same schedule) is exactly linear in the fitted parameters.
+    for the same schedule) is exactly linear in the fitted parameters. A ``native`` case (the backend's own
+    call) is timed by its :attr:`~executor.collective_bench.BenchCase.model`: the schedule of the algorithm the
+    backend runs for the op.
     """
     from simulator.collectives.replay import schedule_time_s
 
-    schedules = {(s.op, s.algorithm, len(s.ranks), s.nbytes): s for s in
-                 (case.schedule for case in cases) if s is not None}
+    schedules = {(s.op, case.algorithm, len(s.ranks), s.nbytes): s for case in cases
+                 if (s := case.timed_schedule) is not None}
 
     def estimate(cluster: Cluster, ranks, op, nbytes: int, algorithm: str):
         return _Timed(schedule_time_s(cluster, schedules[(op, algorithm, len(ranks), nbytes)]))

@@ -4,8 +4,12 @@ Design (why each part, :mod:`executor.calibrate`'s module docstring):
 
 - per process count ``p`` of ``nprocs`` (the suite's 2, 3 and 4 local processes; on the 2-core VM 3 and 4
   time-share the cores), one launch times every size of every series: the asked ``op`` with each asked
-  algorithm, and the ring all-gather (:data:`HOP_SERIES`: p−1 hops and one call, against the ring
-  all-reduce's 2(p−1), so per-call and per-hop latencies separate);
+  algorithm, and an all-gather (:data:`NATIVE_HOP_SERIES` or :data:`HOP_SERIES`: p−1 hops and one call,
+  against the ring all-reduce's 2(p−1), so per-call and per-hop latencies separate);
+- by default (:data:`DEFAULT_ALGORITHMS`) the calls are gloo's own (``dist.all_reduce``,
+  ``dist.all_gather_into_tensor``), what the suite's plans call, and each native point's coefficients come
+  from the schedule of the algorithm gloo runs for it (ring for both, :func:`native_model`); replayed
+  algorithms (``--algorithms ring,tree``) are still measured as replays;
 - every point is estimated on a node of exactly ``p`` processes (the cores' time-sharing is the estimate's
   ``share`` multiplier, :attr:`simulator.collectives.cost.Env.time_share`, not a fitted quantity);
 - the fit's target per point is the trimmed mean of its calls, and each parameter's spread is reported
@@ -24,27 +28,67 @@ from typing import Sequence
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 
+NATIVE = "native"
+"""The backend's own call (``dist.all_reduce`` and friends), as :data:`executor.collective_bench.NATIVE`."""
+DEFAULT_ALGORITHMS = (NATIVE,)
+"""What the default design times: the native calls the suite's plans make (DDP, FSDP2 and TP call gloo's own
+collectives), not replays of the simulator's schedules, which cost a replay's per-step Python and gloo calls
+(a 4 KiB 2-process all-reduce 0.44 ms native against 4.3 ms replayed under load, issue 11)."""
 HOP_SERIES = (Op.ALL_GATHER, "ring")
-"""The series measured beside the asked op so that hops vary at a fixed call count (module docstring)."""
+"""The series measured beside replayed algorithms so that hops vary at a fixed call count (module docstring)."""
+NATIVE_HOP_SERIES = (Op.ALL_GATHER, NATIVE)
+"""Its native counterpart: gloo's all-gather is a ring of p−1 hops, its all-reduce a ring of 2(p−1)
+(:data:`simulator.collectives.registry.GLOO_NATIVE`), so the two native series separate the same columns."""
 
 
 def series_for(op: Op, algorithms: Sequence[str], separate_hops: bool = True) -> list[tuple[Op, str]]:
-    """(op, algorithm) pairs to time: the asked ones, then :data:`HOP_SERIES` unless already there or
-    ``separate_hops`` is off."""
+    """(op, algorithm) pairs to time: the asked ones, then :data:`NATIVE_HOP_SERIES` if ``native`` is asked,
+    else :data:`HOP_SERIES`, unless already there or ``separate_hops`` is off."""
     series = [(op, a) for a in algorithms]
-    if separate_hops and HOP_SERIES not in series:
-        series.append(HOP_SERIES)
+    hop = NATIVE_HOP_SERIES if NATIVE in algorithms else HOP_SERIES
+    if separate_hops and hop not in series:
+        series.append(hop)
     return series
 
 
+def native_model(op: Op) -> str:
+    """The registered algorithm whose schedule stands for gloo's native ``op`` in the fit; an op whose native
+    algorithm is not established cannot be fitted natively (SpecError naming the ops that can)."""
+    from simulator.collectives.registry import GLOO_NATIVE
+    from simulator.errors import SpecError
+
+    if op not in GLOO_NATIVE:
+        raise SpecError("algorithms", f"native {op.value} has no established gloo algorithm to fit it with; "
+                                      f"native works for {', '.join(o.value for o in GLOO_NATIVE)}, or give "
+                                      "replayed algorithms such as ring")
+    return GLOO_NATIVE[op]
+
+
+def native_bytes(op: Op, nbytes: int, nproc: int) -> int:
+    """``nbytes`` rounded down to whole float32 elements per rank where the native call splits its buffer evenly
+    (all-gather, reduce-scatter, all-to-all: ``all_gather_into_tensor`` and friends refuse a ragged split)."""
+    if op not in (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL):
+        return nbytes
+    unit = 4 * nproc
+    return max(unit, nbytes // unit * unit)
+
+
 def _cases(cluster: Cluster, series, nproc: int, sizes: list[int]):
-    """Every (op, algorithm, size) of ``series`` on ``nproc`` ranks, as one launch's cases (replays; a
-    ``native`` algorithm only for the first op, which the launch calls natively)."""
-    from executor.collective_bench import build_cases
+    """Every (op, algorithm, size) of ``series`` on ``nproc`` ranks, as one launch's cases: replays of the
+    registry's schedules, and native calls, each with the schedule of gloo's own algorithm as the model the fit
+    times [src: gloo-native-algorithms]."""
+    from executor.collective_bench import BenchCase, build_cases
+    from simulator.collectives.registry import build_schedule
 
     cases = []
     for op, algorithm in series:
-        cases += build_cases(cluster, op, [algorithm], nproc, sizes)
+        if algorithm != NATIVE:
+            cases += build_cases(cluster, op, [algorithm], nproc, sizes)
+            continue
+        model = native_model(op)
+        for nbytes in dict.fromkeys(native_bytes(op, n, nproc) for n in sizes):
+            cases.append(BenchCase(algorithm=NATIVE, nbytes=nbytes, op=op,
+                                   model=build_schedule(cluster, list(range(nproc)), op, nbytes, model)))
     return cases
 
 
@@ -82,7 +126,7 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
     return measurements, cases, machine_note(load0, os.getloadavg()[0], foreign)
 
 
-def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring",), op=None,
+def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=DEFAULT_ALGORITHMS, op=None,
               backend: str = "gloo", repeats: int = 20, warmup: int = 3, base: Cluster | None = None,
               fit_reduction: bool = False, separate_hops: bool = True, progress: bool = False):
     """Measure (module docstring) on each process count of ``nproc`` and fit ``base`` (localhost-cpu) to it.
@@ -104,6 +148,11 @@ def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=("ring
     cluster = local_cluster(max(nprocs), base)
     check_calibratable(cluster)
     series = series_for(op, algorithms, separate_hops)
+    if backend != "gloo" and any(a == NATIVE for _, a in series):
+        from simulator.errors import SpecError
+
+        raise SpecError("algorithms", f"native calls are fitted with gloo's own algorithms; on {backend} give "
+                                      "replayed algorithms, e.g. --algorithms ring")
     measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
                                                   warmup=warmup, progress=progress)
     estimate = executed_time(cases)

@@ -99,6 +99,22 @@ class BenchCase:
     nbytes: int
     schedule: Schedule | None = None
     """None: the backend's own implementation of the op."""
+    op: Op | None = None
+    """A native case's op (None: the launch's op); a replayed case's op is its schedule's."""
+    model: Schedule | None = None
+    """A native case's stand-in for the fit: the schedule of the algorithm the backend runs
+    (:data:`simulator.collectives.registry.GLOO_NATIVE`), which the estimate times; never replayed."""
+
+    def op_for(self, launch_op: Op) -> Op:
+        """The op this case times in a launch of ``launch_op``."""
+        if self.schedule is not None:
+            return self.schedule.op
+        return launch_op if self.op is None else self.op
+
+    @property
+    def timed_schedule(self) -> Schedule | None:
+        """The schedule the fit's estimate times for this case: the replayed one, or a native case's model."""
+        return self.schedule if self.schedule is not None else self.model
 
 
 def local_cluster(nproc: int, cluster=None):
@@ -143,7 +159,8 @@ def measure(op: Op, algorithms: list[str], nproc: int, sizes: list[int], *, clus
 def measure_cases(op: Op, cases: list[BenchCase], nproc: int, *, backend: str = "gloo", repeats: int = 10,
                   warmup: int = 2, progress: bool = False) -> list[Measurement]:
     """Time prepared cases in one launch of ``nproc`` processes; one Measurement per case (a replayed case
-    of another op's schedule is measured as that op: one launch can time all-reduce and all-gather rings)."""
+    of another op's schedule, or a native case naming its ``op``, is measured as that op: one launch can time
+    all-reduce and all-gather)."""
     if repeats < 1 or warmup < 0:
         raise SpecError("repeats", f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if op is Op.SEND_RECV and nproc < 2:
@@ -152,8 +169,7 @@ def measure_cases(op: Op, cases: list[BenchCase], nproc: int, *, backend: str = 
     out = []
     for i, case in enumerate(cases):
         times = [max(rank_times[i][k] for rank_times in per_rank) for k in range(repeats)]
-        case_op = op if case.schedule is None else case.schedule.op  # a replay may time another op's schedule
-        out.append(Measurement.from_times(case_op, case.algorithm, nproc, case.nbytes, times))
+        out.append(Measurement.from_times(case.op_for(op), case.algorithm, nproc, case.nbytes, times))
     return out
 
 
@@ -172,7 +188,7 @@ def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats
         template = torch.full((case.nbytes // ELEMENT_BYTES,), float(rank + 1), device=device)
         buf = template.clone()
         if case.schedule is None:
-            call = native_call(op, buf, rank, world)
+            call = native_call(case.op_for(op), buf, rank, world)
         else:
             call = (lambda s=case.schedule, b=buf: replay_schedule(s, b, rank))
         prepared.append((template, buf, call))
@@ -189,7 +205,7 @@ def _bench_worker(rank: int, world: int, op: Op, cases: list[BenchCase], repeats
                 times.append(time.perf_counter() - start)
     if progress and rank == 0:
         for case, times in zip(cases, results):
-            print(f"  measured {(op if case.schedule is None else case.schedule.op).value} {case.algorithm:>8} "
+            print(f"  measured {case.op_for(op).value} {case.algorithm:>8} "
                   f"{case.nbytes:>11} B on {world} ranks: median {statistics.median(times) * 1e3:.3f} ms (rank 0)",
                   file=sys.stderr, flush=True)
     return results

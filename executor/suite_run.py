@@ -133,7 +133,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     """The cluster (a preset name or a file path) the suite is estimated on, and what was measured for it.
 
     Without calibration: ``base`` as given. With ``calibrate_network``: ``trainplan calibrate``'s
-    fit (``executor.calibrate.calibrate``: ring all-reduce and all-gather, :data:`CALIBRATION_SIZES`) at the
+    fit (``executor.calibrate.calibrate``'s default design: the native all-reduce and all-gather, fitted with the
+    rings gloo runs, :data:`CALIBRATION_SIZES`) at the
     :data:`CALIBRATION_COUNTS` up to ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
 
     Then the compute calibration of ``trainplan calibrate --compute``
@@ -152,7 +153,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     if nproc < 2:
         raise SpecError("--nproc", f"--calibrate measures collectives on at least 2 processes, got {nproc}")
     counts = tuple(p for p in CALIBRATION_COUNTS if p <= nproc)
-    cluster, fit = calibrate(nproc=counts, sizes=list(CALIBRATION_SIZES), algorithms=("ring",), op=Op.ALL_REDUCE,
+    cluster, fit = calibrate(nproc=counts, sizes=list(CALIBRATION_SIZES), op=Op.ALL_REDUCE,
                              backend=backend, repeats=CALIBRATION_REPEATS, warmup=CALIBRATION_WARMUP,
                              base=load_cluster(base), progress=progress)
     from executor.calibrate_compute import calibrate_compute
@@ -163,7 +164,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                                          nproc=nproc, progress=progress)
     runs.mkdir(parents=True, exist_ok=True)
     path = save_cluster(cluster, runs / "cluster.yaml")
-    note = (f"network calibrated now: all-reduce and all-gather rings on {', '.join(map(str, counts))} {backend} "
+    note = (f"network calibrated now: native all-reduce and all-gather (fitted as gloo's rings) on {', '.join(map(str, counts))} {backend} "
             f"processes, {format_size(CALIBRATION_SIZES[0])}..{format_size(CALIBRATION_SIZES[-1])}: call latency "
             f"{fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, bandwidth {fit.bw_GBps:.3f} GB/s "
             f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "

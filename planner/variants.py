@@ -44,6 +44,8 @@ import numpy as np
 
 from simulator.cluster.comm import CommLibrary
 from simulator.cluster.nccl import tuner_choices
+from simulator.collectives.base import Op
+from simulator.collectives.registry import GLOO_NATIVE
 from simulator.errors import SpecError
 from simulator.strategy import (AllReduceSync, Offload, ParamServerMode, ParamServerSync, Recompute, Strategy,
                                 ZeroStage)
@@ -98,8 +100,11 @@ def check_offload_pin(cluster, values) -> None:
 def dominated_algorithms(cluster, zero: ZeroStage) -> frozenset[AllReduceAlgorithm]:
     """Fixed algorithms ``auto`` chooses among for the dp sync's collective on this cluster, hence
     never faster than ``auto`` in the closed form (module docstring). The pool is the registry's
-    ``auto`` rule: NCCL's tuner choices on an NCCL cluster, every algorithm otherwise."""
+    ``auto`` rule: NCCL's tuner choices on an NCCL cluster, gloo's own algorithm on a gloo cluster where the
+    registry names it (``registry.GLOO_NATIVE``), every algorithm otherwise."""
     op = "all-reduce" if zero < ZeroStage.ZERO2 else "reduce-scatter"
+    if cluster.comm.library is CommLibrary.GLOO and Op(op) in GLOO_NATIVE:  # auto is gloo's own algorithm
+        return frozenset(a for a in ALGORITHMS if a.value == GLOO_NATIVE[Op(op)])
     if cluster.comm.library is CommLibrary.NCCL:
         pool = set(tuner_choices(op))
         return frozenset(a for a in ALGORITHMS if a.value in pool)

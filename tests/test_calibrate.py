@@ -149,7 +149,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert "median absolute error" in captured.out
     fit_out, fresh_out = captured.out.split("fresh measurement against the written file:")
     rows = [line.split() for line in fit_out.splitlines() if line.split()[:1] == ["2"]]
-    assert sorted((r[1], r[3]) for r in rows) == [("all-gather", "ring")] * 4 + [("all-reduce", "ring")] * 4
+    # the default design: gloo's native calls (fitted as the rings gloo runs), not replays
+    assert sorted((r[1], r[3]) for r in rows) == [("all-gather", "native")] * 4 + [("all-reduce", "native")] * 4
     assert len([line for line in fresh_out.splitlines() if line.split()[:1] == ["2"]]) == 8
     assert captured.out.count("machine: ") == 2 and "of the CPU while measuring" in captured.out
     assert "p10..p90" in captured.out.splitlines()[0]  # each fitted parameter's bootstrap spread
@@ -165,6 +166,7 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     (["--nproc", "2,1"], "nproc: a collective needs at least 2 processes"),
     (["--nproc", "2", "--algorithms", "bogus"], "unknown algorithm 'bogus'"),
     (["--nproc", "3", "--op", "reduce-scatter", "--algorithms", "halving_doubling"], "does not implement"),
+    (["--nproc", "2", "--op", "reduce-scatter"], "native reduce-scatter has no established gloo algorithm"),
 ])
 def test_cli_bad_input_is_one_line_before_anything_runs(capfd, tmp_path, argv, message):
     from trainplan.__main__ import main

@@ -40,8 +40,11 @@ def register(subparsers) -> None:
     p.add_argument("--sizes", default="4KiB..4MiB",
                    help="message sizes SMALL..LARGE, doubling from SMALL (default 4KiB..4MiB); KB/MB/GB are "
                         "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
-    p.add_argument("--algorithms", default="ring", help="replayed algorithms of --op to fit, comma-separated (default: "
-                   "ring); the ring all-gather is always timed beside them, so per-call and per-hop latencies separate")
+    p.add_argument("--algorithms", default="native",
+                   help="algorithms of --op to time and fit, comma-separated (default: native, gloo's own calls, as "
+                        "the suite's plans make them, fitted with the algorithm gloo runs); registered names such as "
+                        "ring,tree time replays of the simulator's schedules; an all-gather (native with native, else "
+                        "the ring replay) is always timed beside them, so per-call and per-hop latencies separate")
     p.add_argument("--op", default=Op.ALL_REDUCE.value,
                    help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")
     p.add_argument("--repeats", type=int, default=None,
@@ -184,14 +187,20 @@ def _print_table(fit, fresh=None, fresh_machine=None) -> None:
 
 
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
-    """Every name must be a registered algorithm that implements ``op`` on ``nproc`` local ranks."""
+    """Every name must be ``native`` (for an op of ``registry.GLOO_NATIVE``) or a registered algorithm that
+    implements ``op`` on ``nproc`` local ranks."""
     from executor.collective_bench import local_cluster
     from simulator.collectives.registry import algorithm_names, supporting
     from simulator.errors import SpecError
 
+    from executor.calibrate_run import NATIVE, native_model
+
     cluster, ranks = local_cluster(nproc, base), list(range(nproc))
     able = supporting(op, cluster, ranks)
     for name in algorithms:
+        if name == NATIVE:
+            native_model(op)  # refuses an op whose native algorithm is not established
+            continue
         if name not in algorithm_names():
             raise SpecError("algorithms", f"unknown algorithm {name!r}; known: {', '.join(algorithm_names())}")
         if name not in able:

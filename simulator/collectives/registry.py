@@ -3,7 +3,8 @@
 Public API (other packages code against exactly these):
 
 - :func:`algorithm_names` — the registered names.
-- :func:`estimate` — one algorithm's (or ``"auto"``: the fastest; on an NCCL cluster, among NCCL's own choices) estimate for a call.
+- :func:`estimate` — one algorithm's (or ``"auto"``: the fastest; on an NCCL cluster, among NCCL's own choices;
+  on a gloo cluster, gloo's own algorithm where :data:`GLOO_NATIVE` names it) estimate for a call.
 - :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
 - :func:`estimate_protocols` — one algorithm under each protocol that can run it (what ``auto`` chose among).
 - :func:`build_schedule` — an algorithm's point-to-point schedule.
@@ -208,7 +209,7 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
         raise SpecError("bytes", f"an all-to-all over {group.p} ranks sends whole 4-byte elements to each peer: "
                         f"give at least {4 * group.p} bytes, got {nbytes}")
     if algorithm == "auto":
-        candidates = [_best(a, group, op, nbytes) for a in _auto_pool(cluster, op) if _supported(a, group, op)]
+        candidates = [_best(a, group, op, nbytes) for a in _auto_pool(group, op) if _supported(a, group, op)]
         if not candidates:
             raise SpecError("op", f"no registered algorithm implements {op.value} on this group of {group.p} ranks"
                             + _capped(group, op))
@@ -219,11 +220,41 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     return _best(chosen, group, op, nbytes)
 
 
-def _auto_pool(cluster: Cluster, op: Op) -> list[Algorithm]:
+GLOO_NATIVE: dict[Op, str] = {
+    Op.ALL_REDUCE: "ring",
+    Op.ALL_GATHER: "ring",
+    Op.BROADCAST: "recursive_doubling",
+    Op.ALL_TO_ALL: "direct",
+}
+"""The registered algorithm torch's ProcessGroupGloo runs for each op on dense CPU tensors (what ``auto`` means
+on a gloo cluster):
+
+- all-reduce: ``AsyncAllreduceWork`` calls ``gloo::allreduce`` without choosing an algorithm, and gloo's
+  ``allreduce.cc`` runs a ring reduce-scatter then a ring all-gather, each chunk cut into >= 2 segments so one
+  is in flight while the other is reduced [src: gloo-native-algorithms] (``ring``);
+- all-gather (``all_gather_into_tensor`` is ``_allgather_base`` → ``allgather``): ``gloo::allgather``, a ring of
+  ``p − 1`` steps, each rank's block sent in two halves [src: gloo-native-algorithms] (``ring``);
+- broadcast: ``gloo::broadcast``, a binomial tree of ``⌈lg p⌉`` rounds from the root
+  [src: gloo-native-algorithms] (``recursive_doubling``'s broadcast is that tree);
+- all-to-all: ``gloo::alltoall`` posts every rank's ``p − 1`` sends and receives at once, then waits
+  [src: gloo-native-algorithms] (``direct``).
+
+Not here, so ``auto`` keeps choosing the fastest registered algorithm: reduce-scatter (ProcessGroupGloo's
+``reduce_scatter_tensor_coalesced`` all-reduces the WHOLE input and copies the rank's chunk out
+[src: gloo-native-algorithms], which no registered reduce-scatter algorithm models), reduce and send-recv
+(not read)."""
+
+
+def _auto_pool(group: Group, op: Op) -> list[Algorithm]:
     """Algorithms ``auto`` chooses among: the library's own tuner's choices on an NCCL cluster (so
-    ``auto`` answers "what would NCCL run"), every registered algorithm otherwise."""
-    if cluster.comm.library is CommLibrary.NCCL:
+    ``auto`` answers "what would NCCL run"), gloo's own algorithm on a gloo cluster for the ops of
+    :data:`GLOO_NATIVE` (unless the group is past that algorithm's bounded-work size), every registered
+    algorithm otherwise."""
+    library = group.cluster.comm.library
+    if library is CommLibrary.NCCL:
         return [_ALGORITHMS[name] for name in tuner_choices(op.value) if name in _ALGORITHMS]
+    if library is CommLibrary.GLOO and op in GLOO_NATIVE and _supported(_ALGORITHMS[GLOO_NATIVE[op]], group, op):
+        return [_ALGORITHMS[GLOO_NATIVE[op]]]
     return list(_ALGORITHMS.values())
 
 

@@ -11,7 +11,9 @@ one, and :func:`simulator.analytical_vec.estimate_many` shares one over all its 
 considers only the algorithms NCCL implements for it (:data:`simulator.cluster.nccl.COLLECTIVE_CHOICES`:
 ring, tree and NVLS for all-reduce, ring and NVLS for reduce-scatter and all-gather, ring for
 broadcast) and picks the fastest predicted one. The registry's own ``auto`` on a non-NCCL cluster
-also weighs ``ps`` and ``direct``, which are not library collectives.
+also weighs ``ps`` and ``direct``, which are not library collectives. On a gloo cluster the ops whose
+algorithm gloo fixes (:data:`simulator.collectives.registry.GLOO_NATIVE`) take the registry's ``auto``:
+that algorithm.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any
 
 from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.placement import PlacedCluster
-from simulator.cluster.spec import Cluster, LeafUplinks
+from simulator.cluster.spec import Cluster, CommLibrary, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
-from simulator.collectives.registry import estimate, supports
+from simulator.collectives.registry import GLOO_NATIVE, estimate, supports
 from simulator.work import CollectiveAlgorithm
 
 class CostCache:
@@ -107,6 +109,8 @@ class CostCache:
     def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, CollectiveAlgorithm]:
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
+        elif self.cluster.comm.library is CommLibrary.GLOO and op in GLOO_NATIVE:  # what gloo runs
+            est = estimate(self.cluster, ranks, op, nbytes, "auto")
         elif names := [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]:
             est = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
         else:  # an operation NCCL has no tuned choice for: the registry's own pick

@@ -1,0 +1,76 @@
+"""``auto`` on a gloo cluster means the algorithm gloo runs [src: gloo-native-algorithms]; NCCL clusters unchanged."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.cluster.io import load_cluster
+from simulator.cluster.nccl import tuner_choices
+from simulator.collectives.base import Op
+from simulator.collectives.registry import GLOO_NATIVE, estimate, estimate_all
+
+_CPU = load_cluster("localhost-cpu")
+GLOO = replace(_CPU, node=replace(_CPU.node, gpus_per_node=4))  # 4 local processes, as the suite runs
+NCCL = load_cluster("dgx-h100", nodes=2)
+
+
+def test_mapping_per_op():
+    assert GLOO_NATIVE == {Op.ALL_REDUCE: "ring", Op.ALL_GATHER: "ring", Op.BROADCAST: "recursive_doubling",
+                           Op.ALL_TO_ALL: "direct"}
+
+
+@pytest.mark.parametrize("op", list(GLOO_NATIVE))
+@pytest.mark.parametrize("p", [2, 3, 4])
+@pytest.mark.parametrize("nbytes", [4096, 1 << 22])
+def test_gloo_auto_is_the_native_algorithm(op, p, nbytes):
+    ranks = list(range(p))
+    auto = estimate(GLOO, ranks, op, nbytes, "auto")
+    chosen = estimate(GLOO, ranks, op, nbytes, GLOO_NATIVE[op])
+    assert auto.algorithm == GLOO_NATIVE[op]
+    assert auto.time_s == chosen.time_s
+
+
+def test_gloo_auto_differs_from_fastest_somewhere():
+    """The change matters: on 4 ranks at 4 KiB some registered all-reduce is faster than ring (fewer hops),
+    and ``auto`` still answers ring, the algorithm gloo runs."""
+    ranks = list(range(4))
+    fastest = min(estimate_all(GLOO, ranks, Op.ALL_REDUCE, 4096), key=lambda e: e.time_s)
+    assert fastest.algorithm != "ring"
+    assert estimate(GLOO, ranks, Op.ALL_REDUCE, 4096).algorithm == "ring"
+
+
+def test_gloo_ops_without_native_mapping_keep_the_fastest():
+    ranks = list(range(4))
+    fastest = min(estimate_all(GLOO, ranks, Op.REDUCE_SCATTER, 1 << 20), key=lambda e: e.time_s)
+    assert estimate(GLOO, ranks, Op.REDUCE_SCATTER, 1 << 20).time_s == fastest.time_s
+
+
+@pytest.mark.parametrize("op", [Op.ALL_REDUCE, Op.ALL_GATHER, Op.BROADCAST])
+def test_nccl_auto_unchanged(op):
+    ranks = list(range(16))
+    allowed = set(tuner_choices(op.value))
+    candidates = [e for e in estimate_all(NCCL, ranks, op, 1 << 24) if e.algorithm in allowed]
+    auto = estimate(NCCL, ranks, op, 1 << 24)
+    assert auto.time_s == min(e.time_s for e in candidates)
+
+
+@pytest.mark.parametrize("op", [Op.ALL_REDUCE, Op.ALL_GATHER, Op.BROADCAST])
+def test_the_compiled_steps_cost_cache_prices_gloos_algorithm(op):
+    """The step compiler's ``auto`` (CostCache) takes the same algorithm on a gloo cluster, where it otherwise
+    picks the fastest of NCCL's choices (ring or tree)."""
+    from simulator.compile.costs import CostCache
+
+    time_s, algorithm = CostCache(GLOO).collective((0, 1, 2, 3), op, 4096)
+    assert algorithm.value == GLOO_NATIVE[op]
+    assert time_s == estimate(GLOO, [0, 1, 2, 3], op, 4096, GLOO_NATIVE[op]).time_s
+
+
+def test_the_planner_ranks_fixed_all_reduce_algorithms_that_gloo_does_not_run():
+    """On a gloo cluster ``auto`` is ring, so only ring is dominated by it; tree or recursive doubling may be faster
+    and are ranked. On an NCCL cluster NCCL's choices stay dominated."""
+    from planner.variants import dominated_algorithms
+    from simulator.strategy.sync import AllReduceAlgorithm
+    from simulator.strategy.kinds import ZeroStage
+
+    assert dominated_algorithms(GLOO, ZeroStage.ZERO0) == frozenset({AllReduceAlgorithm.RING})
+    assert AllReduceAlgorithm.TREE in dominated_algorithms(NCCL, ZeroStage.ZERO0)
