@@ -2,7 +2,10 @@
 # One lease of a GPU machine (the `device` tool): measure compute, run real plans on NCCL, validate them.
 # Usage there: bash benchmarks/gpu_session.sh OUTDIR [STAGES]. Results land in /tmp/session and are tarred
 # to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
-# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, trace-qwen (after run-qwen), run-7b.
+# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, trace-qwen (after run-qwen), run-7b,
+# run-1.3b-rc (full recompute), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention),
+# extra2 (gpu_extra.py: token alignment, the GEMM table with idle between shapes). Every execute logs nvidia-smi's
+# SM clock and power every 100 ms to power-MODEL.csv.
 # The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
 set -u
 OUTDIR=$1; STAGES=${2:-run-1.3b,core,gemm,calibrate,fp8,run-2.7b}
@@ -14,7 +17,9 @@ stage() { local name=$1 limit=$2; shift 2; echo "=== $name: $*"; local t0=$(date
   tail -n 12 "$W/$name.log"; pack; }
 run_model() { local m=$1 model=$2; shift 2
   stage plan-$m 60 python3 -m trainplan plan --model $model --cluster hgx-h200 --gpus 1 --gbs 8 --zero 0 "$@" --out $W/plan-$m.json
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > $W/power-$m.csv 2>&1 & local smi=$!
   stage execute-$m 150 python3 -m trainplan execute $W/plan-$m.json --backend nccl --nproc 1 --steps 6 --out $W/results-$m.json
+  kill $smi 2>/dev/null
   stage validate-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster hgx-h200
   [ -f $W/h200-calibrated.yaml ] && stage validate-cal-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster $W/h200-calibrated.yaml; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -26,6 +31,9 @@ for s in ${STAGES//,/ }; do case $s in
   run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
+  run-1.3b-rc) run_model gpt3-1.3b-rc gpt3-1.3b --recompute full ;;
+  extra) stage measure-extra 300 python3 benchmarks/gpu_extra.py --out $W ;;
+  extra2) stage measure-extra2 300 python3 benchmarks/gpu_extra.py --out $W --sections env,tokens,cooled --tag extra2 ;;
   trace-qwen) stage trace-run-qwen 150 python3 -m trainplan execute $W/plan-qwen2-0.5b.json --backend nccl --nproc 1 --steps 3 \
         --trace /tmp/trace-qwen --out /tmp/trace-qwen-results.json
     stage trace-sum-qwen 60 python3 benchmarks/trace_kernels.py /tmp/trace-qwen/rank0.json --steps 3 --out $W/trace-kernels-qwen2-0.5b.json ;;
