@@ -2,15 +2,19 @@
 
 cuBLAS and CUTLASS choose their fastest Tensor Core kernels only when the operands' leading dimensions
 are multiples of 16 bytes (8 BF16/FP16 elements); other sizes run, more slowly [src: nvidia-gemm-guide].
-In a training step each of m, n and k is the leading dimension of an operand of one of a linear layer's
-three GEMMs (forward, data gradient, weight gradient), so the alignment of a shape is
+Activations are stored token-major, so the token count is never a leading dimension: of a linear layer's
+three GEMMs, the forward ``x·Wᵀ`` (m = tokens) and the data gradient ``dy·W`` (m = tokens) have leading
+dimensions n and k, and the weight gradient ``dyᵀ·x`` (k = tokens, :attr:`GemmShape.weight_grad`) has m
+and n. The alignment of a shape is therefore
 
-    alignment_bytes = e · 2^v,   2^v the largest power of two (≤ 16 / e) dividing m, n and k,
+    alignment_bytes = e · 2^v,   2^v the largest power of two (≤ 16 / e) dividing both leading dimensions,
 
 with ``e`` the element size in bytes (a non-integer dimension, a vocabulary split unevenly over tp
 ranks, counts as 1 element). The usual case is the vocabulary: GPT-2/GPT-3's 50,257 tokens are odd,
 which is why nanoGPT pads them to 50,304 [src: nanogpt-vocab-pad] and Megatron-LM to a multiple of
-128·tp (:meth:`simulator.strategy.framework.Framework.vocab_multiple`).
+128·tp (:meth:`simulator.strategy.framework.Framework.vocab_multiple`). A token count that is no
+multiple of 8 costs nothing: an MoE expert's rows (T·k/E tokens, rarely a multiple of 8) or a sequence
+of 16,383 tokens [src: own-h200-2026-11-25].
 
 On Hopper (compute capability 9.x) a misaligned BF16 GEMM falls back to pre-Hopper CUTLASS kernels
 (the profiler names them ``cutlass_75_tensorop_bf16_s1688gemm_…_align1``), whose rate we measured on
@@ -28,9 +32,12 @@ an H200 SXM on 2026-11-24 (docs/hardware_measured.md, raw files under docs/measu
   245 → 0.25.
 
 (A ``torch.mm`` whose only misaligned dimension is m, the row count of its row-major first operand, ran
-at full rate (731–798 TFLOP/s, ``call3``): m is no leading dimension there. In a training step it is one:
-the weight gradient reads the stored output gradient, whose leading dimension is the vocabulary, which is
-why all three logits GEMMs of the trace ran slowly; the rule therefore takes all of m, n and k.)
+at full rate (731–798 TFLOP/s, ``call3``): m is no leading dimension there. The logits' weight gradient
+is ``dyᵀ·x`` with m the vocabulary, which is a leading dimension of the transposed ``dy``: all three
+logits GEMMs of the trace ran slowly. On 2026-11-25 ``nn.Linear`` through autograd at 16,383 tokens ran
+its forward at 793 and its backward at 714 TFLOP/s against 781 and 755 at 16,384, and a grouped-GEMM
+MoE layer at 1,092 rows per expert as fast as padded to 1,104: fwd 611 / 606, bwd 602 / 527 TFLOP/s
+(``docs/measured/h200-2026-11-25/call2/gpu_extra-extra2.json``) [src: own-h200-2026-11-25].)
 
 A misaligned GEMM's efficiency is ``min(e_curve(W), MISALIGNED_EFFICIENCY_SM90[alignment])``. Other
 architectures keep the curve alone (not measured here). FP8 GEMMs are left alone: cuBLASLt FP8 needs
@@ -60,10 +67,16 @@ def _pow2_elements(dim: float, cap: int) -> int:
     return p
 
 
+def leading_dims(shape: GemmShape) -> tuple[float, float]:
+    """The two dimensions that are operands' leading dimensions (module docstring): (m, n) for a weight
+    gradient, else (n, k)."""
+    return (shape.m, shape.n) if shape.weight_grad else (shape.n, shape.k)
+
+
 def alignment_bytes(shape: GemmShape, element_bytes: int) -> int:
     """``e · 2^v`` (module docstring), at most :data:`ALIGNED_BYTES`."""
     cap = max(1, ALIGNED_BYTES // element_bytes)
-    return element_bytes * min(_pow2_elements(d, cap) for d in (shape.m, shape.n, shape.k))
+    return element_bytes * min(_pow2_elements(d, cap) for d in leading_dims(shape))
 
 
 def misaligned_cap(shape: GemmShape | None, element_bytes: int, compute_capability: float | None) -> float:

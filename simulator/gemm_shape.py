@@ -42,6 +42,11 @@ class GemmShape:
     n: float
     k: float
     batch: float = 1.0
+    weight_grad: bool = False
+    """A linear layer's weight gradient ``dyᵀ·x``: its reduction dimension k is the token count and its
+    operands' leading dimensions are m and n (:mod:`simulator.gemm_alignment`). Otherwise m is the
+    token count (the forward ``x·Wᵀ``, the data gradient ``dy·W``, a plain row-major ``torch.mm``) and
+    the leading dimensions are n and k."""
 
     @property
     def flops(self) -> float:

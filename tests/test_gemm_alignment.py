@@ -1,7 +1,9 @@
 """Misaligned GEMMs on Hopper (simulator/gemm_alignment.py) and Megatron's vocabulary padding.
 
 Figures: our H200 measurements of 2026-11-24 (docs/hardware_measured.md): the GPT-3 1.3B logits GEMMs
-(vocab 50257, odd) at 90-146 TFLOP/s, the 50257 // 4 = 12564 shapes at 235-274 TFLOP/s."""
+(vocab 50257, odd) at 90-146 TFLOP/s, the 50257 // 4 = 12564 shapes at 235-274 TFLOP/s; and of
+2026-11-25: token counts that are no multiple of 8 (16,383 tokens; MoE experts of 1,092 and 3,276 rows)
+at full rate (docs/measured/h200-2026-11-25/call2/gpu_extra-extra2.json)."""
 
 from __future__ import annotations
 
@@ -28,11 +30,34 @@ def test_alignment_classes():
     assert alignment_bytes(GemmShape(2048, 6148, 2048), 4) == ALIGNED_BYTES  # fp32: 4 elements are 16 bytes
 
 
-@given(st.integers(1, 1 << 16), st.integers(1, 1 << 16), st.integers(1, 1 << 16), st.sampled_from([1, 2, 4]))
-def test_alignment_divides_every_dimension(m, n, k, e):
-    a = alignment_bytes(GemmShape(m, n, k), e)
+@given(st.integers(1, 1 << 16), st.integers(1, 1 << 16), st.integers(1, 1 << 16), st.sampled_from([1, 2, 4]),
+       st.booleans())
+def test_alignment_divides_both_leading_dimensions_and_ignores_the_tokens(m, n, k, e, weight_grad):
+    shape = GemmShape(m, n, k, 1, weight_grad)
+    a = alignment_bytes(shape, e)
+    lead = (m, n) if weight_grad else (n, k)
     assert a % e == 0 and a <= max(ALIGNED_BYTES, e)
-    assert all((d * e) % a == 0 for d in (m, n, k))
+    assert all((d * e) % a == 0 for d in lead)
+    tokens = dataclasses.replace(shape, **({"k": 8 * k} if weight_grad else {"m": 8 * m}))
+    assert alignment_bytes(tokens, e) == a  # the token count never decides
+
+
+def test_the_token_count_is_no_leading_dimension():
+    """An odd token count keeps the full rate; the vocabulary's weight gradient (m = vocab) is still capped."""
+    assert misaligned_cap(GemmShape(16383, 6144, 2048), 2, 9.0) == 1.0
+    assert misaligned_cap(GemmShape(1092, 2816, 2048, 15), 2, 9.0) == 1.0  # an MoE expert's rows
+    assert misaligned_cap(GemmShape(2048, 2816, 1092, 15, True), 2, 9.0) == 1.0  # its weight gradient
+    assert misaligned_cap(GemmShape(50257, 2048, 16384, 1, True), 2, 9.0) == pytest.approx(0.14)
+    assert misaligned_cap(GemmShape(50257, 2048, 16384), 2, 9.0) == 1.0  # plain torch.mm: 780 measured
+
+
+def test_backward_marks_the_weight_gradient():
+    from simulator.workload.ops import backward
+    fwd = gemm("logits", 16384, 50257, 2048, 2)
+    dgrad, wgrad = backward(fwd, (16384, 50257, 2048, 2, 1))
+    assert not dgrad.shape.weight_grad and wgrad.shape.weight_grad
+    assert (wgrad.shape.m, wgrad.shape.n, wgrad.shape.k) == (2048, 50257, 16384)
+    assert all(misaligned_cap(k.shape, 2, 9.0) == pytest.approx(0.14) for k in (fwd, dgrad, wgrad))
 
 
 def test_only_hopper_bf16_is_capped():

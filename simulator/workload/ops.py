@@ -133,10 +133,10 @@ class Kernel:
     eager torch's norms, GELU and dropout (:mod:`simulator.workload.eager_rates`); 1 otherwise."""
 
 
-def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> Kernel:
-    """A (batched) GEMM producing m×n from m×k and k×n."""
+def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1, weight_grad: bool = False) -> Kernel:
+    """A (batched) GEMM producing m×n from m×k and k×n (``weight_grad``: :attr:`GemmShape.weight_grad`)."""
     return Kernel(name=name, flops=2.0 * batch * m * n * k, bytes=float(e * batch * (m * k + k * n + m * n)),
-                  gemm=True, shape=GemmShape(m, n, k, batch))
+                  gemm=True, shape=GemmShape(m, n, k, batch, weight_grad))
 
 
 def memory(name: str, nbytes: float) -> Kernel:
@@ -152,7 +152,8 @@ def backward(kernel: Kernel, shape: tuple[float, float, float, int, float] | Non
         return [Kernel(name=kernel.name + ".bwd", flops=2 * kernel.flops, bytes=2 * kernel.bytes, gemm=True,
                        attention=call)]
     m, n, k, e, batch = shape
-    return [gemm(kernel.name + ".dgrad", m, k, n, e, batch), gemm(kernel.name + ".wgrad", k, n, m, e, batch)]
+    return [gemm(kernel.name + ".dgrad", m, k, n, e, batch),
+            gemm(kernel.name + ".wgrad", k, n, m, e, batch, weight_grad=True)]
 
 
 @dataclass(frozen=True, kw_only=True)
