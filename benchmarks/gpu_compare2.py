@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from gpu_compare import PAPER_CLUSTER, attention_points, pct, runs_md, table  # noqa: E402
+from gpu_power import STEP_W, classpower_md, duty_md, powermodel_md  # noqa: E402
 
 from simulator.cluster.io import load_cluster  # noqa: E402
 from simulator.compute import _rates  # noqa: E402
@@ -28,11 +29,9 @@ from simulator.workload.kinds import DtypePolicy  # noqa: E402
 from simulator.workload.ops import gemm  # noqa: E402
 
 RAW = Path(__file__).resolve().parent.parent / "docs" / "measured" / "h200-2026-11-25"
-SECTIONS = ("clocks", "layout", "grouped", "longattn", "tokens", "cooled", "power", "runs2")
+SECTIONS = ("clocks", "layout", "grouped", "longattn", "tokens", "cooled", "power", "duty", "classpower", "powermodel", "runs2")
 FIRST = RAW.parent / "h200-2026-11-24" / "call1" / "gpu_measure-gemm.json"
 """The first lease's GEMM table, timed back to back (the card at its power cap for most of it)."""
-STEP_W = 300.0
-"""A power log line of an execute counts as within the steps above this draw."""
 LOADED_W = 600.0
 """A log line counts as 'under load' above this power draw (the idle card draws ~80 W, the cap is 700 W)."""
 IMPLS = ("grouped_mm", "bmm", "mm_loop")
@@ -43,12 +42,13 @@ def marker(name: str, end: bool = False) -> str:
 
 
 def load_extra(raw: Path) -> dict:
-    """call1/gpu_extra.json and call2/gpu_extra-extra2.json merged."""
+    """Every call's gpu_extra*.json merged (each section is measured in one call only)."""
     paths = [raw / "call1" / "gpu_extra.json", raw / "call2" / "gpu_extra-extra2.json"]
     for path in paths:
         if not path.is_file():
             raise SpecError("--raw", f"{path} is missing; give the folder holding call1/ and call2/ of the lease")
-    return {k: v for path in paths for k, v in json.loads(path.read_text()).items()}
+    paths += sorted(set(raw.glob("call*/gpu_extra*.json")) - set(paths))
+    return {k: v for path in paths for k, v in json.loads(path.read_text()).items() if k != "env"}
 
 
 def smi_rows(csv_text: str) -> list[tuple[float, float]]:
@@ -209,7 +209,9 @@ def sections(raw: Path, cluster_arg: str) -> dict[str, str]:
     extra = load_extra(raw)
     return {"clocks": clocks_md(extra), "layout": layout_md(extra, device), "grouped": grouped_md(extra, device),
             "longattn": longattn_md(extra, device), "tokens": tokens_md(extra, device),
-            "cooled": cooled_md(extra, device), "power": power_md(raw), "runs2": runs_md(raw, cluster_arg)}
+            "cooled": cooled_md(extra, device), "power": power_md(raw), "duty": duty_md(extra),
+            "classpower": classpower_md(extra), "powermodel": powermodel_md(extra, raw, cluster_arg),
+            "runs2": runs_md(raw, cluster_arg)}
 
 
 def fill(text: str, tables: dict[str, str], doc: Path) -> str:

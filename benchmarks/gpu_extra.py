@@ -23,6 +23,16 @@ Sections:
   them and padded to a multiple of 16 (as torchtitan pads them).
 - ``cooled``: every 4th shape of the first lease's GEMM table, each timed after 0.3 s of idle, so that the
   card is not at its power cap (the first lease timed them back to back for ~45 s).
+- ``duty``: the power cap against the share of GEMM time: 8192³ BF16 GEMMs, each followed by c copies of
+  512 MB (memory-bound, c = 0..14), for 3 s per c with ``nvidia-smi`` every 50 ms; per c the GEMMs' share
+  of the time, their rate, and the clock and power of the last 2 s.
+- ``power``: the power each kernel class draws, from kernels interleaved with idle GPU time
+  (``torch.cuda._sleep``, a spin kernel): 8192³ GEMMs, 512 MB copies, causal cuDNN attention (8k
+  tokens) and GELU over 64M elements, each at several shares of busy time, 2.5 s per point; per point
+  the share, the kernel's time, and the clock and power of the last 1.5 s.
+- ``power2``: the same for the GPT-3 1.3B step's own kernels: a layer GEMM (16384 × 2048 by 2048 × 6144),
+  the misaligned logits GEMM (16384 × 2048 by 2048 × 50257), autocast's fp32 layer norm over 16384 × 2048,
+  and torch's foreach AdamW over 24 tensors of 16M fp32 parameters.
 - ``longattn``: causal SDPA (flash and cuDNN) at 32k-128k tokens, head dim 128, 32 heads, batch 1: the
   long-context rows' lengths, beyond the 16k of the first lease's attention table.
 
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -45,7 +56,7 @@ from gpu_measure import _copies, environment, timed  # noqa: E402
 
 MOE_SHAPES = Path(__file__).with_name("gpu_moe_shapes.json")
 DEVICE = "cuda"
-SECTIONS = ("env", "clocks", "layout", "grouped", "longattn", "tokens", "cooled")
+SECTIONS = ("env", "clocks", "layout", "grouped", "longattn", "tokens", "cooled", "duty", "power", "power2")
 MOE_CASES = (("mixtral-8x7b", (8, 4)), ("qwen1.5-moe-a2.7b", (12, 4)), ("deepseek-v2-lite", (16, 8)),
              ("deepseek-v3", (64, 32)))
 """(preset, expert-parallel degrees): local experts E/ep from 1 to 8, as the published MoE rows run."""
@@ -252,6 +263,128 @@ def cooled_rows(torch) -> list[dict]:
     return rows
 
 
+def duty_rows(torch, seconds: float = 3.0) -> list[dict]:
+    """GEMM rate, clock and power against the GEMMs' share of the time (module docstring)."""
+    n = 8192
+    a, b = (torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    src = torch.randn(2**28, device=DEVICE, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    rows = []
+    for copies in (0, 1, 2, 3, 4, 6, 9, 14):
+        query = "timestamp,clocks.sm,power.draw,temperature.gpu"
+        log = subprocess.Popen(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader", "-lms", "50"],
+                               stdout=subprocess.PIPE, text=True)
+        gemm_ms, total_ms, t0 = [], [], time.time()
+        try:
+            while time.time() - t0 < seconds:
+                ev = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(10)]
+                for e0, e1, e2 in ev:
+                    e0.record(); torch.mm(a, b); e1.record()
+                    for _ in range(copies):
+                        dst.copy_(src)
+                    e2.record()
+                torch.cuda.synchronize()
+                if time.time() - t0 > 1.0:  # the last seconds only: the power has settled
+                    gemm_ms += [e0.elapsed_time(e1) for e0, e1, _ in ev]
+                    total_ms += [e0.elapsed_time(e2) for e0, _, e2 in ev]
+        finally:
+            log.terminate()
+            smi = log.communicate(timeout=10)[0]
+        cells = [ln.split(",") for ln in smi.strip().splitlines()[-int((seconds - 1.0) / 0.05):]]
+        clock = [float(c[1].split()[0]) for c in cells if len(c) > 2]
+        watts = [float(c[2].split()[0]) for c in cells if len(c) > 2]
+        rows.append({"copies": copies, "gemm_share": sum(gemm_ms) / sum(total_ms),
+                     "gemm_tflops": 2.0 * n**3 / (statistics.median(gemm_ms) * 1e-3) / 1e12,
+                     "copy_GBps": (2 * src.numel() * 2 * copies / ((statistics.median(total_ms) - statistics.median(gemm_ms)) * 1e-3) / 1e9) if copies else None,
+                     "sm_clock_MHz": statistics.median(clock), "power_W": statistics.median(watts),
+                     "iterations": len(gemm_ms), "smi": smi})
+        time.sleep(1.0)
+    return rows
+
+
+def _interleaved(torch, fn, sleep_cycles: int, seconds: float = 2.5) -> dict:
+    """``fn`` then a spin of ``sleep_cycles`` GPU cycles, repeated; share, kernel time, clock and power."""
+    log = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader",
+                            "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    busy, total, t0 = [], [], time.time()
+    try:
+        while time.time() - t0 < seconds:
+            ev = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(10)]
+            for e0, e1, e2 in ev:
+                e0.record(); fn(); e1.record()
+                if sleep_cycles:
+                    torch.cuda._sleep(sleep_cycles)
+                e2.record()
+            torch.cuda.synchronize()
+            if time.time() - t0 > 1.0:
+                busy += [e0.elapsed_time(e1) for e0, e1, _ in ev]
+                total += [e0.elapsed_time(e2) for e0, _, e2 in ev]
+    finally:
+        log.terminate()
+        smi = log.communicate(timeout=10)[0]
+    cells = [c for c in (ln.split(",") for ln in smi.strip().splitlines()[-int((seconds - 1.0) / 0.05):]) if len(c) > 2]
+    return {"sleep_cycles": sleep_cycles, "busy_share": sum(busy) / sum(total), "kernel_ms": statistics.median(busy),
+            "sm_clock_MHz": statistics.median(float(c[1].split()[0]) for c in cells),
+            "power_W": statistics.median(float(c[2].split()[0]) for c in cells), "smi": smi}
+
+
+def power_rows(torch) -> list[dict]:
+    """Each kernel class at several busy shares (module docstring); the spin alone as the idle point."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    a, b = (torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    src = torch.randn(2**28, device=DEVICE, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    q, k, v = (torch.randn(2, 32, 8192, 128, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+    g = torch.randn(2**26, device=DEVICE, dtype=torch.bfloat16)
+
+    def attention():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    kernels = {"gemm 8192^3": (lambda: torch.mm(a, b), (0, 1, 2, 4)), "copy 512 MB": (lambda: dst.copy_(src), (0, 1, 2)),
+               "cudnn attention causal 8k": (attention, (0, 1, 2)), "gelu 64M": (lambda: F.gelu(g), (0, 2))}
+    rows = [{"kernel": "spin only", **_interleaved(torch, lambda: None, 2_000_000)}]
+    for name, (fn, ratios) in kernels.items():
+        try:
+            fn(); torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); fn(); end.record(); torch.cuda.synchronize()
+            cycles = int(start.elapsed_time(end) * 1e-3 * 1.98e9)  # one kernel's time in cycles at the max clock
+            for r in ratios:
+                rows.append({"kernel": name, "idle_per_busy": r, **_interleaved(torch, fn, r * cycles)})
+                time.sleep(0.5)
+        except Exception as e:  # one class's failure is recorded, the others still run
+            rows.append({"kernel": name, "error": f"{type(e).__name__}: {e}"[:300]})
+    return rows
+
+
+def power2_rows(torch) -> list[dict]:
+    """The 1.3B step's kernel classes at busy shares 1 and 1/2 (module docstring)."""
+    import torch.nn.functional as F
+    x = torch.randn(16384, 2048, device=DEVICE, dtype=torch.bfloat16)
+    w, logits_w = (torch.randn(n, 2048, device=DEVICE, dtype=torch.bfloat16) for n in (6144, 50257))
+    xf = torch.randn(16384, 2048, device=DEVICE)
+    params = [torch.randn(2**24, device=DEVICE, requires_grad=True) for _ in range(24)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    kernels = {"layer gemm 16384x6144x2048": lambda: F.linear(x, w), "logits gemm 16384x50257x2048": lambda: F.linear(x, logits_w),
+               "fp32 layer_norm 16384x2048": lambda: F.layer_norm(xf, (2048,)), "foreach AdamW 24 x 16M": opt.step}
+    rows = []
+    for name, fn in kernels.items():
+        try:
+            fn(); torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); fn(); end.record(); torch.cuda.synchronize()
+            cycles = int(start.elapsed_time(end) * 1e-3 * 1.98e9)
+            for r in (0, 1):
+                rows.append({"kernel": name, "idle_per_busy": r, **_interleaved(torch, fn, r * cycles)})
+                time.sleep(0.5)
+        except Exception as e:
+            rows.append({"kernel": name, "error": f"{type(e).__name__}: {e}"[:300]})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write-shapes", action="store_true")
@@ -275,7 +408,8 @@ def main(argv=None) -> int:
     jobs = {"env": lambda: environment(torch), "clocks": lambda: clock_rows(torch),
             "layout": lambda: layout_rows(torch), "grouped": lambda: grouped_rows(torch),
             "longattn": lambda: longattn_rows(torch), "tokens": lambda: token_rows(torch),
-            "cooled": lambda: cooled_rows(torch)}
+            "cooled": lambda: cooled_rows(torch), "duty": lambda: duty_rows(torch),
+            "power": lambda: power_rows(torch), "power2": lambda: power2_rows(torch)}
     result: dict = {}
     for name in args.sections.split(","):
         t0 = time.perf_counter()
@@ -293,6 +427,16 @@ def main(argv=None) -> int:
     for r in result.get("tokens", []) if isinstance(result.get("tokens"), list) else []:
         if "fwd_tflops" in r:
             print(f"tokens {r}"[:60], f"fwd {r['fwd_tflops']:.0f} bwd {r['bwd_tflops']:.0f} TFLOP/s")
+    for r in result.get("duty", []) if isinstance(result.get("duty"), list) else []:
+        print(f"duty copies {r['copies']}: GEMM share {r['gemm_share']:.2f}, {r['gemm_tflops']:.0f} TFLOP/s, "
+              f"{r['sm_clock_MHz']:.0f} MHz, {r['power_W']:.0f} W")
+    for r in [*result.get("power", []), *result.get("power2", [])] if isinstance(result.get("power", []), list) \
+            and isinstance(result.get("power2", []), list) else []:
+        if "error" in r:
+            print(f"power {r['kernel']}: {r['error']}")
+            continue
+        print(f"power {r['kernel']} idle/busy {r.get('idle_per_busy', '-')}: busy {r['busy_share']:.2f}, "
+              f"{r['kernel_ms']:.3f} ms, {r['sm_clock_MHz']:.0f} MHz, {r['power_W']:.0f} W")
     for r in result.get("longattn", []) if isinstance(result.get("longattn"), list) else []:
         if "fwd_tflops" in r:
             print(f"longattn {r['backend']} s{r['seq']}: fwd {r['fwd_tflops']:.0f} bwd {r['bwd_tflops']:.0f} TFLOP/s")

@@ -4,7 +4,9 @@
 # to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
 # all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, trace-qwen (after run-qwen), run-7b,
 # run-1.3b-rc (full recompute), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention),
-# extra2 (gpu_extra.py: token alignment, the GEMM table with idle between shapes). Every execute logs nvidia-smi's
+# extra2 (gpu_extra.py: token alignment, the GEMM table with idle between shapes), duty (the power cap against
+# the GEMMs' share of the time), power (each kernel class's draw, interleaved with idle time),
+# power2 (the same for the 1.3B step's own kernels), run-wide (a GEMM-heavy 4-layer model of hidden 8192). Every execute logs nvidia-smi's
 # SM clock and power every 100 ms to power-MODEL.csv.
 # The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
 set -u
@@ -31,8 +33,12 @@ for s in ${STAGES//,/ }; do case $s in
   run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
+  run-wide) run_model wide-8192x4 benchmarks/configs/wide-8192x4.config.json --seq 4096 --mbs 2 ;;
   run-1.3b-rc) run_model gpt3-1.3b-rc gpt3-1.3b --recompute full ;;
   extra) stage measure-extra 300 python3 benchmarks/gpu_extra.py --out $W ;;
+  duty) stage measure-duty 120 python3 benchmarks/gpu_extra.py --out $W --sections env,duty --tag duty ;;
+  power) stage measure-power 150 python3 benchmarks/gpu_extra.py --out $W --sections env,power --tag power ;;
+  power2) stage measure-power2 120 python3 benchmarks/gpu_extra.py --out $W --sections env,power2 --tag power2 ;;
   extra2) stage measure-extra2 300 python3 benchmarks/gpu_extra.py --out $W --sections env,tokens,cooled --tag extra2 ;;
   trace-qwen) stage trace-run-qwen 150 python3 -m trainplan execute $W/plan-qwen2-0.5b.json --backend nccl --nproc 1 --steps 3 \
         --trace /tmp/trace-qwen --out /tmp/trace-qwen-results.json
