@@ -17,6 +17,7 @@ from simulator.cluster.spec import (BusBwCap, Cluster, CommLibrary, CommProfile,
 from simulator.errors import SpecError
 from simulator.attention_efficiency import attention_efficiency_from_dict
 from simulator.gemm_efficiency import GemmCurve, fp8_gemm_efficiency_from_dict, gemm_efficiency_from_dict
+from simulator.power_model import power_draw_from_dict
 from simulator.units import GB
 
 TOP_KEYS = ("name", "description", "nodes", "gpus_per_node", "device", "intra_node", "inter_node", "host",
@@ -26,7 +27,7 @@ DEGRADED_KEYS = ("nics", "gpus")
 DEVICE_KEYS = ("name", "peak_tflops", "memory_GB", "hbm_bw_GBps", "gemm_curve", "gemm_efficiency",
                "fp8_gemm_efficiency", "sm_count", "sustained_clock_ratio", "kernel_launch_overhead_us", "kernel_dispatch",
                "op_call_overhead_us", "dtensor_call_overhead_us", "backward_call_overhead_us", "compute_capability",
-               "hbm_efficiency", "attention_efficiency")
+               "hbm_efficiency", "attention_efficiency", "power_limit_W", "power_draw")
 LINK_KEYS = ("kind", "bw_GBps", "latency_us", "efficiency")
 INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_peer")
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
@@ -131,6 +132,9 @@ def _device(s: Section) -> Device:
                   hbm_efficiency=s.fraction("hbm_efficiency") if s.has("hbm_efficiency") else None,
                   sm_count=s.integer("sm_count") if s.has("sm_count") else None,
                   sustained_clock_ratio=s.number("sustained_clock_ratio", 1.0),
+                  power_limit_W=s.number("power_limit_W") if s.has("power_limit_W") else None,
+                  power_draw=(power_draw_from_dict(s.raw("power_draw"), s.field("power_draw"))
+                              if s.has("power_draw") else None),
                   kernel_launch_overhead_us=s.number("kernel_launch_overhead_us", 0.0, minimum="non_negative"),
                   kernel_dispatch=s.choice("kernel_dispatch", KernelDispatch, KernelDispatch.INLINE.value),
                   op_call_overhead_us=s.number("op_call_overhead_us", 0.0, minimum="non_negative"),

@@ -17,6 +17,7 @@ from simulator.cluster.kinds import LinkKind
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
+from simulator.power_model import PowerDraw
 
 if TYPE_CHECKING:
     from simulator.attention_efficiency import AttentionEfficiency
@@ -104,7 +105,14 @@ class Device:
     """SM clock the device sustains in the run (its power limit, cooling) over the clock its matmul curve
     was measured at; it scales the compute term of every kernel, not HBM-bound time. 1.0: as measured —
     the MAMF plateaus were measured at each GPU's default power limit (the table notes e.g. GH200's 900 W
-    [src: bekman-mle]); give less for a power-capped run."""
+    [src: bekman-mle]); give less for a clock the run held lower for another reason (cooling, a locked
+    clock). A power limit is modelled by ``power_limit_W`` and ``power_draw`` instead (:mod:`simulator.power`)."""
+    power_limit_W: float | None = None
+    """The board's power limit in the run, W (the datasheet TDP unless the run capped it, e.g. 500 W H100s):
+    with ``power_draw``, the limit :mod:`simulator.power` stretches compute-bound kernels to; None: no limit."""
+    power_draw: PowerDraw | None = None
+    """Watts per kernel class at the maximum clock and the stretch exponent (:class:`PowerDraw`, measured);
+    None: the power limit is not modelled."""
     kernel_launch_overhead_us: float = 0.0
     """Host time per kernel the compute model schedules, µs: framework dispatch, autograd bookkeeping and
     the launch itself. A CPU process runs its operators synchronously and pays it on top of every
@@ -152,6 +160,11 @@ class Device:
             positive_number("device.compute_capability", self.compute_capability)
         if not 0 < self.sustained_clock_ratio <= 1:
             raise SpecError("device.sustained_clock_ratio", f"must be in (0, 1], got {self.sustained_clock_ratio!r}")
+        if self.power_limit_W is not None:
+            positive_number("device.power_limit_W", self.power_limit_W)
+            if self.power_draw is not None and self.power_limit_W <= self.power_draw.idle_W:
+                raise SpecError("device.power_limit_W", f"{self.power_limit_W:g} W is not above the idle draw "
+                                f"{self.power_draw.idle_W:g} W of device.power_draw; give the board's limit")
         non_negative_number("device.kernel_launch_overhead_us", self.kernel_launch_overhead_us)
         non_negative_number("device.op_call_overhead_us", self.op_call_overhead_us)
         if self.backward_call_overhead_us is not None:

@@ -22,6 +22,7 @@ from simulator.cluster.spec import Cluster, CommProfile, Link, NetworkSpec, Node
 from simulator.errors import SpecError
 from simulator.attention_efficiency import attention_efficiency_to_dict
 from simulator.gemm_efficiency import gemm_efficiency_to_dict
+from simulator.power_model import power_draw_to_dict
 from simulator.jsonio import parse_json, read_text
 
 __all__ = ["load_cluster", "save_cluster", "cluster_from_dict", "cluster_to_dict", "read_cluster_file", "parse_yaml",
@@ -127,6 +128,10 @@ def _device_dict(device) -> dict:
         d["compute_capability"] = device.compute_capability
     if device.sustained_clock_ratio != 1.0:
         d["sustained_clock_ratio"] = device.sustained_clock_ratio
+    if device.power_limit_W is not None:
+        d["power_limit_W"] = device.power_limit_W
+    if device.power_draw is not None:
+        d["power_draw"] = power_draw_to_dict(device.power_draw)
     d["kernel_launch_overhead_us"] = device.kernel_launch_overhead_us
     d["kernel_dispatch"] = device.kernel_dispatch.value
     if device.backward_call_overhead_us is not None:

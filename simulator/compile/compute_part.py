@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
 from simulator.compute import unit_host_split, unit_times
+from simulator.power import PhasePower, power_limited, stretch, unit_power
 from simulator.strategy.spec import AttentionKind
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
 
@@ -82,9 +83,26 @@ def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, opti
             acc[0], acc[1] = acc[0] + count * part[0], acc[1] + count * part[1]
     host_share = share if device.kernel_dispatch is KernelDispatch.ASYNC else 1.0  # inline: both are shared
     bound = tuple(name for name, (d, h) in zip(("forward", "backward", "recompute"), split) if h * host_share > d > 0)
+    if power_limited(device):
+        fwd, bwd, recompute = _power_limited(cache, load, dtype, bound, (fwd, bwd, recompute))
     return ChunkCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, layer_params=load.block_params,
                         edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks,
                         moe_blocks=load.moe_blocks, expert_params=load.expert_params, host_bound=bound)
+
+
+def _power_limited(cache: CostCache, load, dtype, host_bound: tuple[str, ...],
+                   times: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The chunk's (forward, backward, recompute) seconds with its compute-bound kernels stretched by the
+    power limit's ``k`` over the whole chunk's mix (:mod:`simulator.power`); a host-bound phase keeps its time
+    (its kernels wait for the host, so the card idles between them)."""
+    device = cache.cluster.device
+    phases = [PhasePower(), PhasePower(), PhasePower()]
+    for count, unit in load.units:
+        per = cache.memo(("unit_power", dtype, unit), lambda: unit_power(unit, device, dtype))
+        phases = [acc + p.times(count) for acc, p in zip(phases, per)]
+    k = stretch(device.power_draw, device.power_limit_W, phases[0] + phases[1] + phases[2])
+    return tuple(t if name in host_bound else t + (k - 1.0) * p.compute_s
+                 for t, p, name in zip(times, phases, ("forward", "backward", "recompute")))
 
 
 def step_flops(workload: Workload, tokens: int, recompute: Recompute,
