@@ -275,11 +275,11 @@ def check_doc(doc: Path) -> str:
     return text
 
 
-def fill(text: str, tables: dict[str, str]) -> str:
-    """``text`` with each section between its markers replaced by its table."""
+def fill(text: str, tables: dict[str, str], mark=marker) -> str:
+    """``text`` with each section between its markers (``mark(name)``, ``mark(name, end=True)``) replaced by its table."""
     for name, body in tables.items():
-        head, rest = text.split(marker(name), 1)
-        text = f"{head}{marker(name)}\n{body}\n{marker(name, end=True)}{rest.split(marker(name, end=True), 1)[1]}"
+        head, rest = text.split(mark(name), 1)
+        text = f"{head}{mark(name)}\n{body}\n{mark(name, end=True)}{rest.split(mark(name, end=True), 1)[1]}"
     return text
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import gpu_compare  # noqa: E402
 from gpu_compare import PAPER_CLUSTER, attention_points, pct, runs_md, table  # noqa: E402
 from gpu_power import STEP_W, classpower_md, duty_md, powermodel_md  # noqa: E402
 
@@ -215,13 +216,11 @@ def sections(raw: Path, cluster_arg: str) -> dict[str, str]:
 
 
 def fill(text: str, tables: dict[str, str], doc: Path) -> str:
-    for name, body in tables.items():
-        if marker(name) not in text or marker(name, end=True) not in text:
-            raise SpecError("--write-md", f"{doc} has no {marker(name)} ... {marker(name, end=True)} section; give "
-                            "the doc that holds them (docs/hardware_measured.md)")
-        head, rest = text.split(marker(name), 1)
-        text = f"{head}{marker(name)}\n{body}\n{marker(name, end=True)}{rest.split(marker(name, end=True), 1)[1]}"
-    return text
+    """``text`` with every gpu-compare2 section refilled (:func:`gpu_compare.fill`), if it has them all."""
+    for name in (n for n in tables if marker(n) not in text or marker(n, end=True) not in text):
+        raise SpecError("--write-md", f"{doc} has no {marker(name)} ... {marker(name, end=True)} section; give "
+                        "the doc that holds them (docs/hardware_measured.md)")
+    return gpu_compare.fill(text, tables, marker)
 
 
 def main(argv=None) -> int:

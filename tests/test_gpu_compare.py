@@ -6,27 +6,21 @@ when it measured (measure-gemm.log: "8192: 779"), so a parsing or grouping mista
 side is recomputed from the same preset, not pinned: the preset and the GEMM model may change.
 """
 
-import importlib.util
 import json
 import statistics
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "docs" / "measured" / "h200-2026-11-24"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_compare", ROOT / "benchmarks" / "gpu_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-gc = _module()
+gc = load_benchmark("gpu_compare")
 
 
 @pytest.fixture(scope="module")

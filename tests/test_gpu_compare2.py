@@ -5,27 +5,21 @@ bwd 714 TFLOP/s" for 16,383 tokens), from hand-worked synthetic inputs, or are r
 rows here by a different route (sums and medians written out), so a parsing or grouping mistake fails.
 """
 
-import importlib.util
 import json
 import statistics
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "docs" / "measured" / "h200-2026-11-25"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_compare2", ROOT / "benchmarks" / "gpu_compare2.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-gc2 = _module()
+gc2 = load_benchmark("gpu_compare2")
 
 
 @pytest.fixture(scope="module")
