@@ -1,0 +1,183 @@
+"""FP8 plans in the executor (executor/fp8.py): torchao float8 on a GPU, refused with a reason elsewhere.
+
+CPU: the refusals (one line, exit 2, through the CLI), the recipe mapping, the layers chosen (those the
+simulator counts in FP8, never the output layer), the device and install checks. Where torchao is importable
+(it is an optional dependency, not in CI) the swap itself and a data-parallel step run on CPU, whose
+``torch._scaled_mm`` emulates the FP8 GEMM. GPU (marked): a 1-process FP8 run on NCCL against its bf16 twin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from executor.fp8 import (FP8_MODULES, Fp8Linear, apply_fp8, check_fp8_device, check_fp8_run, fp8_linears,
+                          load_float8, torchao_recipe)
+from executor.model import build_gpt
+from executor.strategies.base import Backend, Precision
+from parallel_runs import GPT_TINY, LLAMA_TINY, plan_for
+from simulator.errors import SpecError
+from simulator.workload.fp8 import FP8_OPS, Fp8Recipe
+from trainplan.__main__ import main
+
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
+needs_torchao = pytest.mark.skipif(not HAS_TORCHAO, reason="torchao (optional: pip install 'trainplan[fp8]') "
+                                   "is not installed")
+FP8 = {"precision": "fp8", "fp8_recipe": "torchao"}
+
+
+def _plan_file(tmp_path, flat: dict, spec=GPT_TINY, cluster: str = "dgx-h100") -> str:
+    path = tmp_path / "plan.json"
+    plan_for(spec, flat, cluster).save(path)
+    return str(path)
+
+
+# --- the recipe and the layers --------------------------------------------------------------------
+
+def test_the_torchao_recipe_maps_to_tensorwise_and_transformer_engine_recipes_are_refused():
+    assert torchao_recipe(Fp8Recipe.TORCHAO) == "tensorwise"
+    for recipe in (r for r in Fp8Recipe if r is not Fp8Recipe.TORCHAO):
+        with pytest.raises(SpecError, match=f"plan.strategy.fp8_recipe: {recipe.value}: .*--fp8-recipe torchao"):
+            torchao_recipe(recipe)
+
+
+@pytest.mark.parametrize("spec", [GPT_TINY, LLAMA_TINY], ids=lambda s: s.name)
+def test_the_fp8_layers_are_the_blocks_linears_of_the_model_and_not_the_output_layer(spec):
+    model = build_gpt(spec)
+    block_linears = {n: (m.in_features, m.out_features) for n, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear) and n.startswith("layers.")}
+    chosen = fp8_linears(spec)
+    assert {lin.name: (lin.in_features, lin.out_features) for lin in chosen} == block_linears
+    assert not any("head" in lin.name for lin in chosen)
+    assert set(FP8_MODULES) == set(FP8_OPS)  # every operation the simulator runs in FP8, and only those
+    assert len(chosen) == 4 * spec.layers
+
+
+def test_alignment_is_both_dimensions_multiples_of_16():
+    assert Fp8Linear("a", 32, 96).aligned
+    assert not Fp8Linear("a", 32, 40).aligned and not Fp8Linear("a", 24, 32).aligned
+
+
+# --- refusals: one line, before launch -------------------------------------------------------------
+
+def test_checks_refuse_what_this_executor_cannot_run():
+    fp8 = plan_for(GPT_TINY, {"dp": 1, **FP8})
+    check_fp8_run(fp8, Backend.NCCL, Precision.BF16_AUTOCAST)  # runs on a GPU
+    check_fp8_run(plan_for(GPT_TINY, {"dp": 1}), Backend.GLOO, Precision.FP32)  # not FP8: nothing to check
+    cases = [
+        (fp8, Backend.GLOO, Precision.BF16_AUTOCAST, "--backend: gloo runs on CPU: FP8 needs a CUDA device with "
+                                                     "FP8 tensor cores (sm_89+)"),
+        (fp8, Backend.NCCL, Precision.FP32, "--precision: fp32 with an FP8 plan"),
+        (plan_for(GPT_TINY, {"dp": 1, "precision": "fp8", "fp8_recipe": "te"}), Backend.NCCL,
+         Precision.BF16_AUTOCAST, "plan.strategy.fp8_recipe: te: this executor runs FP8 through torchao"),
+        (plan_for(GPT_TINY, {"tp": 2, **FP8}), Backend.NCCL, Precision.BF16_AUTOCAST,
+         "plan.strategy.precision: fp8: this executor runs FP8 with tp = pp = 1"),
+        (replace(fp8, model=replace(GPT_TINY, hidden=40, heads=4)), Backend.NCCL, Precision.BF16_AUTOCAST,
+         "model: layers.0.attn.qkv is 40→120: FP8 GEMMs need both dimensions multiples of 16"),
+    ]
+    for plan, backend, precision, words in cases:
+        with pytest.raises(SpecError) as err:
+            check_fp8_run(plan, backend, precision)
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([], "--backend: gloo runs on CPU: FP8 needs a CUDA device with FP8 tensor cores (sm_89+)"),
+    (["--precision", "fp32"], "--precision: fp32 with an FP8 plan"),
+])
+def test_the_cli_refuses_an_fp8_plan_on_cpu_in_one_line(tmp_path, capsys, extra, words):
+    plan = _plan_file(tmp_path, {"dp": 1, **FP8})
+    assert main(["execute", plan, "--backend", "gloo", "--steps", "2", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_the_cli_refuses_a_transformer_engine_recipe_in_one_line(tmp_path, capsys):
+    plan = _plan_file(tmp_path, {"dp": 1, "precision": "fp8", "fp8_recipe": "te-current"})
+    assert main(["execute", plan, "--backend", "gloo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "plan.strategy.fp8_recipe: te-current" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_gpu_without_fp8_tensor_cores_is_refused():
+    check_fp8_device((9, 0), "NVIDIA H200")
+    check_fp8_device((8, 9), "NVIDIA L40S")
+    with pytest.raises(SpecError, match=r"--backend: NVIDIA A100-SXM4-80GB is sm_80: FP8 needs a CUDA device with "
+                                        r"FP8 tensor cores \(sm_89\+"):
+        check_fp8_device((8, 0), "NVIDIA A100-SXM4-80GB")
+
+
+def test_missing_torchao_is_one_line_naming_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao.float8 raises ImportError
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)
+    with pytest.raises(SpecError) as err:
+        load_float8()
+    text = str(err.value)
+    assert text.startswith("torchao: not importable") and "pip install 'trainplan[fp8]'" in text, text
+    assert "--no-deps" in text and "\n" not in text
+
+
+# --- the swap and a step on CPU (torchao installed) -----------------------------------------------
+
+@needs_torchao
+def test_apply_fp8_swaps_exactly_the_plans_layers():
+    from torchao.float8.float8_linear import Float8Linear
+
+    plan = plan_for(LLAMA_TINY, {"dp": 1, **FP8})
+    model = build_gpt(LLAMA_TINY)
+    text = apply_fp8(model, plan.strategy, LLAMA_TINY)
+    swapped = {n for n, m in model.named_modules() if isinstance(m, Float8Linear)}
+    assert swapped == {lin.name for lin in fp8_linears(LLAMA_TINY)}
+    assert type(model.head) is torch.nn.Linear  # the output layer stays bf16, as the simulator has it
+    assert "tensorwise scaling" in text and "on 16 linear layers" in text
+
+
+def _dp_losses(rank: int, world: int, flat: dict) -> tuple[list[float], str | None]:
+    from executor.run import build_context
+    from executor.strategies import load_families
+    from executor.strategies.base import family_spec
+
+    load_families()
+    plan = plan_for(GPT_TINY, flat)
+    ctx = build_context(plan, rank=rank, world=world, local_rank=rank, backend=Backend.GLOO, seed=0,
+                        precision=Precision.BF16_AUTOCAST)
+    runner = family_spec(ctx.layout).build(ctx)
+    return [runner.train_step(step).loss for step in range(2)], runner.components().get("fp8")
+
+
+@needs_torchao
+@pytest.mark.multiproc
+def test_a_data_parallel_fp8_step_runs_and_stays_close_to_bf16():
+    """The GPU path's wiring (swap before DDP, autocast, AdamW) on CPU, where ``torch._scaled_mm`` is emulated:
+    the first loss (same weights, same batch) within 2 % of the bf16 one; both finite."""
+    from executor.launch import run
+
+    (fp8, note), = run(_dp_losses, 1, args=({"dp": 1, **FP8},))
+    (bf16, none), = run(_dp_losses, 1, args=({"dp": 1},))
+    assert note and "Float8Linear" in note and none is None
+    assert all(math.isfinite(x) for x in fp8 + bf16)
+    assert fp8[0] == pytest.approx(bf16[0], rel=0.02)
+
+
+# --- GPU: a real FP8 run ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@needs_torchao
+def test_an_fp8_run_on_a_gpu_is_finite_and_close_to_bf16(tmp_path, capsys):
+    losses = {}
+    for name, flat in (("fp8", {"dp": 1, **FP8}), ("bf16", {"dp": 1})):
+        (tmp_path / name).mkdir()
+        plan = _plan_file(tmp_path / name, flat, cluster="hgx-h200")
+        out = tmp_path / f"{name}.json"
+        assert main(["execute", plan, "--backend", "nccl", "--nproc", "1", "--steps", "4", "--out", str(out)]) == 0
+        ranks = json.loads(out.read_text())["ranks"]
+        losses[name] = ranks[0]["loss"]
+    assert all(math.isfinite(x) for x in losses["fp8"])
+    assert losses["fp8"][0] == pytest.approx(losses["bf16"][0], rel=0.02)
+    assert losses["fp8"][-1] == pytest.approx(losses["bf16"][-1], rel=0.05)
