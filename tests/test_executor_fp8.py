@@ -113,6 +113,27 @@ def test_a_gpu_without_fp8_tensor_cores_is_refused():
         check_fp8_device((8, 0), "NVIDIA A100-SXM4-80GB")
 
 
+@pytest.mark.parametrize("capability, words", [((8, 0), "--backend: NVIDIA A100-SXM4-80GB is sm_80"),
+                                               ((9, 0), None)])
+def test_prepare_checks_the_gpu_of_an_nccl_run(tmp_path, monkeypatch, capability, words):
+    """The NCCL path of ``executor.options.prepare`` up to CUDA, on CPU: the visible GPU's capability decides."""
+    from executor.options import PrecisionChoice, RunOptions, prepare
+    from simulator.plan_scale import Scale
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda _d=None: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr("executor.fp8.load_float8", lambda: None)  # torchao's presence is the next test's
+    options = RunOptions(plan=_plan_file(tmp_path, {"dp": 1, **FP8}), scale=Scale.parse("as-planned"), steps=2,
+                         warmup=1, seed=0, backend=Backend.NCCL, precision=PrecisionChoice.AUTO, out=None,
+                         trace=None, timeout_s=60.0, threads=None)
+    if words is None:
+        prepare(options, 1)
+        return
+    with pytest.raises(SpecError, match=words):
+        prepare(options, 1)
+
+
 def test_missing_torchao_is_one_line_naming_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao.float8 raises ImportError
     monkeypatch.setitem(sys.modules, "torchao.float8", None)
