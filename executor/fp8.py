@@ -3,15 +3,15 @@
 A plan with ``precision fp8`` runs the linear layers the simulator counts in FP8
 (:data:`simulator.workload.fp8.FP8_OPS`: Q/K/V, the attention output projection, the MLP's up and down
 projections of every block) as torchao ``Float8Linear`` modules, as torchtitan's float8 converter does
-[src: torchao-float8]; the embedding, norms, attention core and the output layer (``head``, torchtitan's
+[src: torchao-float8, torchao-float8-rowwise]; the embedding, norms, attention core and the output layer (``head``, torchtitan's
 ``filter_fqns=["output"]``) stay in bf16, as the simulator has them. The swap happens on the fp32 model,
 before DDP or FSDP2 wraps it (:mod:`executor.strategies.data_parallel`); the forward still runs under the
 plan's bf16 rule (autocast over fp32 parameters, or FSDP2's bf16 parameters), which ``Float8Linear``
 follows for its output.
 
-Plan recipe → torchao recipe (:func:`torchao_recipe`): ``torchao`` (tensorwise dynamic scaling, the simulator's
-model of it) → ``Float8LinearConfig.from_recipe_name("tensorwise")``; ``--fp8-all-gather`` sets its
-``enable_fsdp_float8_all_gather``. Transformer Engine's recipes (``te``, ``te-current``, ``te-blockwise``,
+Plan recipe → torchao recipe (:func:`torchao_recipe`): ``torchao`` (tensorwise dynamic scaling) →
+``Float8LinearConfig.from_recipe_name("tensorwise")``, ``torchao-rowwise`` → ``"rowwise"``; ``--fp8-all-gather``
+(tensorwise only: the plan refuses it otherwise) sets ``enable_fsdp_float8_all_gather``. Transformer Engine's recipes (``te``, ``te-current``, ``te-blockwise``,
 ``te-mxfp8``) are refused: this executor has no Transformer Engine modules.
 
 What is refused, one line each, before anything launches (:func:`check_fp8_run`, :func:`check_fp8_device`):
@@ -39,7 +39,7 @@ __all__ = ["FP8_DIM_MULTIPLE", "FP8_MODULES", "Fp8Linear", "MIN_COMPUTE_CAPABILI
 
 FP8_DIM_MULTIPLE = 16
 """Both dimensions of an FP8 GEMM's weight must be multiples of this (``torch._scaled_mm``; torchao's
-``_auto_filter_for_tensorwise`` skips other layers for this reason) [src: torchao-float8]."""
+``_auto_filter_for_tensorwise`` skips other layers for this reason) [src: torchao-float8-rowwise]."""
 
 MIN_COMPUTE_CAPABILITY = (8, 9)
 """FP8 tensor cores: Ada (SM 8.9), Hopper (9.0), Blackwell (10.0) (``Fp8Recipe.min_compute_capability``)."""
@@ -48,7 +48,7 @@ FP8_MODULES: dict[OpKind, tuple[str, ...]] = {OpKind.QKV: ("attn.qkv",), OpKind.
                                               OpKind.MLP: ("mlp.up", "mlp.down")}
 """The modules of a block of ``executor.model.GPT`` that make up each of the simulator's FP8 operations."""
 
-_TORCHAO_RECIPES = {Fp8Recipe.TORCHAO: "tensorwise"}
+_TORCHAO_RECIPES = {Fp8Recipe.TORCHAO: "tensorwise", Fp8Recipe.TORCHAO_ROWWISE: "rowwise"}
 """Plan recipe → ``torchao.float8.Float8LinearRecipeName`` value."""
 
 INSTALL_FIX = ("install it: pip install 'trainplan[fp8]', or on a machine without a registry "
@@ -76,8 +76,8 @@ def torchao_recipe(recipe: Fp8Recipe | None) -> str:
         return _TORCHAO_RECIPES[recipe]
     name = recipe.value if recipe is not None else "none"
     raise SpecError("plan.strategy.fp8_recipe", f"{name}: this executor runs FP8 through torchao float8 only "
-                    "(tensorwise dynamic scaling), not Transformer Engine; plan with --fp8-recipe torchao, "
-                    "or simulate the plan")
+                    "(tensorwise or rowwise scaling), not Transformer Engine; plan with --fp8-recipe torchao or "
+                    "torchao-rowwise, or simulate the plan")
 
 
 def fp8_linears(spec) -> tuple[Fp8Linear, ...]:

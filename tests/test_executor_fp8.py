@@ -40,9 +40,10 @@ def _plan_file(tmp_path, flat: dict, spec=GPT_TINY, cluster: str = "dgx-h100") -
 
 # --- the recipe and the layers --------------------------------------------------------------------
 
-def test_the_torchao_recipe_maps_to_tensorwise_and_transformer_engine_recipes_are_refused():
+def test_the_torchao_recipes_map_to_torchaos_and_transformer_engine_recipes_are_refused():
     assert torchao_recipe(Fp8Recipe.TORCHAO) == "tensorwise"
-    for recipe in (r for r in Fp8Recipe if r is not Fp8Recipe.TORCHAO):
+    assert torchao_recipe(Fp8Recipe.TORCHAO_ROWWISE) == "rowwise"
+    for recipe in (r for r in Fp8Recipe if not r.is_torchao):
         with pytest.raises(SpecError, match=f"plan.strategy.fp8_recipe: {recipe.value}: .*--fp8-recipe torchao"):
             torchao_recipe(recipe)
 
@@ -147,16 +148,18 @@ def test_missing_torchao_is_one_line_naming_the_fix(monkeypatch):
 # --- the swap and a step on CPU (torchao installed) -----------------------------------------------
 
 @needs_torchao
-def test_apply_fp8_swaps_exactly_the_plans_layers():
+@pytest.mark.parametrize("recipe, scaling", [("torchao", "TENSORWISE"), ("torchao-rowwise", "AXISWISE")])
+def test_apply_fp8_swaps_exactly_the_plans_layers_with_the_plans_recipe(recipe, scaling):
     from torchao.float8.float8_linear import Float8Linear
 
-    plan = plan_for(LLAMA_TINY, {"dp": 1, **FP8})
+    plan = plan_for(LLAMA_TINY, {"dp": 1, "precision": "fp8", "fp8_recipe": recipe})
     model = build_gpt(LLAMA_TINY)
     text = apply_fp8(model, plan.strategy, LLAMA_TINY)
-    swapped = {n for n, m in model.named_modules() if isinstance(m, Float8Linear)}
-    assert swapped == {lin.name for lin in fp8_linears(LLAMA_TINY)}
+    swapped = {n: m for n, m in model.named_modules() if isinstance(m, Float8Linear)}
+    assert set(swapped) == {lin.name for lin in fp8_linears(LLAMA_TINY)}
+    assert {m.config.cast_config_weight.scaling_granularity.name for m in swapped.values()} == {scaling}
     assert type(model.head) is torch.nn.Linear  # the output layer stays bf16, as the simulator has it
-    assert "tensorwise scaling" in text and "on 16 linear layers" in text
+    assert f"{torchao_recipe(plan.strategy.fp8_recipe)} scaling" in text and "on 16 linear layers" in text
 
 
 def _dp_losses(rank: int, world: int, flat: dict) -> tuple[list[float], str | None]:
