@@ -26,7 +26,7 @@ machine's CUDA torch stays): it is imported only here, only when an FP8 plan run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from executor.strategies.base import Backend, Precision
 from simulator.errors import SpecError
@@ -155,8 +155,6 @@ def apply_fp8(model, strategy, spec) -> str:
     """Swap ``model``'s :func:`fp8_linears` for torchao ``Float8Linear`` modules (in place, before DDP/FSDP2
     wraps it) by the plan's recipe; returns the results file's component line."""
     float8 = load_float8()
-    from dataclasses import replace
-
     recipe = torchao_recipe(strategy.resolved_fp8_recipe)
     config = replace(float8.Float8LinearConfig.from_recipe_name(recipe),
                      enable_fsdp_float8_all_gather=strategy.fp8_all_gather)
