@@ -3,16 +3,17 @@
 A plan with ``precision fp8`` runs the linear layers the simulator counts in FP8
 (:data:`simulator.workload.fp8.FP8_OPS`: Q/K/V, the attention output projection, the MLP's up and down
 projections of every block) as torchao ``Float8Linear`` modules, as torchtitan's float8 converter does
-[src: torchao-float8, torchao-float8-rowwise]; the embedding, norms, attention core and the output layer (``head``, torchtitan's
-``filter_fqns=["output"]``) stay in bf16, as the simulator has them. The swap happens on the fp32 model,
-before DDP or FSDP2 wraps it (:mod:`executor.strategies.data_parallel`); the forward still runs under the
-plan's bf16 rule (autocast over fp32 parameters, or FSDP2's bf16 parameters), which ``Float8Linear``
-follows for its output.
+[src: torchao-float8, torchao-float8-rowwise]; the embedding, norms, attention core and the output layer
+(``head``, torchtitan's ``filter_fqns=["output"]``) stay in bf16, as the simulator has them. The swap happens
+on the fp32 model, before DDP or FSDP2 wraps it (:mod:`executor.strategies.data_parallel`); the forward still
+runs under the plan's bf16 rule (autocast over fp32 parameters, or FSDP2's bf16 parameters), which
+``Float8Linear`` follows for its output.
 
 Plan recipe → torchao recipe (:func:`torchao_recipe`): ``torchao`` (tensorwise dynamic scaling) →
-``Float8LinearConfig.from_recipe_name("tensorwise")``, ``torchao-rowwise`` → ``"rowwise"``; ``--fp8-all-gather``
-(tensorwise only: the plan refuses it otherwise) sets ``enable_fsdp_float8_all_gather``. Transformer Engine's recipes (``te``, ``te-current``, ``te-blockwise``,
-``te-mxfp8``) are refused: this executor has no Transformer Engine modules.
+``Float8LinearConfig.from_recipe_name("tensorwise")``, ``torchao-rowwise`` → ``"rowwise"``;
+``--fp8-all-gather`` (tensorwise only: the plan refuses it otherwise) sets ``enable_fsdp_float8_all_gather``.
+Transformer Engine's recipes (``te``, ``te-current``, ``te-blockwise``, ``te-mxfp8``) are refused: this
+executor has no Transformer Engine modules.
 
 What is refused, one line each, before anything launches (:func:`check_fp8_run`, :func:`check_fp8_device`):
 a Transformer Engine recipe; tp or pp > 1 or a parameter server (torchao's float8 tensor-parallel styles are
@@ -116,7 +117,8 @@ def check_fp8_run(plan, backend: Backend, precision: Precision) -> None:
     bad = next((lin for lin in fp8_linears(plan.model) if not lin.aligned), None)
     if bad is not None:
         raise SpecError("model", f"{bad.name} is {bad.in_features}→{bad.out_features}: FP8 GEMMs need both "
-                        f"dimensions multiples of {FP8_DIM_MULTIPLE}; use --scale tiny or as-planned, or precision model")
+                        f"dimensions multiples of {FP8_DIM_MULTIPLE}; use --scale tiny or as-planned, or precision "
+                        "model")
     if backend is not Backend.NCCL:
         raise SpecError("--backend", "gloo runs on CPU: FP8 needs a CUDA device with FP8 tensor cores (sm_89+); "
                         "execute with --backend nccl on an H100/H200/B200, or simulate the plan")

@@ -162,9 +162,10 @@ class Fp8Recipe(Enum):
         """Bytes moved to cast one BF16 element into FP8 with its transposed (or columnwise) copy (module
         docstring): ``te`` ``e + 2``; ``te-current`` ``2·e + 2``; ``te-blockwise`` ``e + 2 + 2·4/128``
         (two FP32 scales per 128 elements); ``te-mxfp8`` ``e + 2 + 2·1/32`` (two E8M0 scales per 32);
-        ``torchao`` ``2·e + 3``; ``torchao-rowwise`` ``2·(2·e + 1)`` (two axiswise casts from the BF16 source, each
-        an amax pass and a scale-and-cast; the FP32 scale per row, 4 bytes per row, left out). Without ``transpose`` (a device whose FP8 GEMMs take every layout,
-        :func:`fp8_needs_transpose`) ``te`` and ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
+        ``torchao`` ``2·e + 3``; ``torchao-rowwise`` ``2·(2·e + 1)`` (two axiswise casts from the BF16 source,
+        each an amax pass and a scale-and-cast; the FP32 scale per row, 4 bytes per row, left out). Without
+        ``transpose`` (a device whose FP8 GEMMs take every layout, :func:`fp8_needs_transpose`) ``te`` and
+        ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
         copies = 2 if transpose else 1
         if self is Fp8Recipe.TE:
             return e + copies * FP8_BYTES
