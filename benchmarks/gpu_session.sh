@@ -2,13 +2,15 @@
 # One lease of a GPU machine (the `device` tool): measure compute, run real plans on NCCL, validate them.
 # Usage there: bash benchmarks/gpu_session.sh OUTDIR [STAGES]. Results land in /tmp/session and are tarred
 # to OUTDIR/session.tgz after every stage, so a run cut short still returns what it did. STAGES (default
-# all): a comma list of run-1.3b, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen, trace-qwen (after run-qwen), run-7b,
-# run-1.3b-rc (full recompute), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention),
-# extra2 (gpu_extra.py: token alignment, the GEMM table with idle between shapes), duty (the power cap against
-# the GEMMs' share of the time), power (each kernel class's draw, interleaved with idle time),
-# power2 (the same for the 1.3B step's own kernels), run-wide (a GEMM-heavy 4-layer model of hidden 8192). Every execute logs nvidia-smi's
-# SM clock and power every 100 ms to power-MODEL.csv.
-# The simpy wheel travels in .whl (the machine has no registry); torch is the machine's own.
+# all): a comma list of run-1.3b, run-1.3b-fp8, calibrate, core, gemm, align, fp8, run-2.7b, trace-1.3b, run-qwen,
+# trace-qwen (after run-qwen), run-7b, run-1.3b-rc (full recompute), run-wide (a GEMM-heavy 4-layer model of
+# hidden 8192), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention), extra2
+# (gpu_extra.py: token alignment, the GEMM table with idle between shapes), duty (the power cap against the
+# GEMMs' share of the time), power (each kernel class's draw, interleaved with idle time), power2 (the same
+# for the 1.3B step's own kernels). Every execute logs nvidia-smi's SM clock and power every 100 ms to
+# power-MODEL.csv. The simpy wheel travels in .whl (the machine has no registry), and for run-1.3b-fp8
+# torchao's (pip download torchao==0.18.0 --no-deps -d .whl; it needs torch >= 2.11); torch is the
+# machine's own (every wheel is installed with --no-deps).
 set -u
 OUTDIR=$1; STAGES=${2:-run-1.3b,core,gemm,calibrate,fp8,run-2.7b}
 W=/tmp/session; mkdir -p $W
@@ -31,6 +33,8 @@ python3 -m pip list 2>/dev/null | grep -iE "^(torch|numpy|pandas|matplotlib|simp
 for s in ${STAGES//,/ }; do case $s in
   run-1.3b) run_model gpt3-1.3b gpt3-1.3b ;;
   run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
+  run-1.3b-fp8) run_model gpt3-1.3b-fp8 gpt3-1.3b --precision fp8 --fp8-recipe torchao
+    stage test-fp8 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_executor_fp8.py ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
   run-wide) run_model wide-8192x4 benchmarks/configs/wide-8192x4.config.json --seq 4096 --mbs 2 ;;

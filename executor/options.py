@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from executor.fp8 import check_fp8_cuda, check_fp8_run
 from executor.strategies import load_families
 from executor.strategies.base import Backend, FamilySpec, Precision, check_model, family_spec
 from simulator.strategy import Framework, ParamServerSync, ZeroStage
@@ -121,11 +122,13 @@ def prepare(options: RunOptions, nproc: int | None) -> tuple[ScaledPlan, FamilyS
     family = family_spec(scaled.run.layout())
     family.check(scaled.run, scaled.run.layout())
     check_model(scaled.run.model)
+    check_fp8_run(scaled.run, options.backend, options.precision.resolve(scaled.run.model.dtype))
     if options.backend is Backend.NCCL:
         import torch
 
         if torch.cuda.device_count() < min(scaled.run.layout().world_size, _local_world()):
             raise SpecError("--backend", f"nccl needs one GPU per local rank; {torch.cuda.device_count()} visible")
+        check_fp8_cuda(scaled.run)
     if options.out is not None:
         check_writable(options.out, "--out")
     if options.trace is not None:

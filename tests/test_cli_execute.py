@@ -64,11 +64,12 @@ def test_bad_plans_are_one_line(tmp_path, capsys):
         assert words in err and len(err.splitlines()) == 1, err
 
 
-def test_an_fp8_plan_is_refused_before_launch(tmp_path, capsys):
-    """FP8 GEMMs need FP8 tensor cores and Transformer Engine or torchao: simulated, not executed."""
-    assert main(["execute", _plan(tmp_path, precision="fp8"), "--scale", "tiny"]) == 2
+def test_an_fp8_plan_is_refused_on_cpu_before_launch(tmp_path, capsys):
+    """FP8 GEMMs need FP8 tensor cores: on gloo (CPU) the plan is refused, not run in another format
+    (tests/test_executor_fp8.py has the rest)."""
+    assert main(["execute", _plan(tmp_path, precision="fp8"), "--scale", "tiny", "--backend", "gloo"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "plan.strategy.precision: fp8: this executor runs the model's own dtype only" in err, err
+    assert "--backend: gloo runs on CPU: FP8 needs a CUDA device with FP8 tensor cores (sm_89+)" in err, err
     assert len(err.splitlines()) == 1, err
 
 

@@ -190,7 +190,7 @@ def test_transformer_engine_recipes_cast_bytes_and_generations():
     inputs come out of the norm or activation already in FP8. Block scaling needs Hopper, MXFP8 Blackwell."""
     assert Fp8Recipe.TE_CURRENT.cast_bytes_per_element(2) == 6
     assert Fp8Recipe.TE_MXFP8.cast_bytes_per_element(2) == Fp8Recipe.TE_BLOCKWISE.cast_bytes_per_element(2) == 4.0625
-    te = [r for r in Fp8Recipe if r is not Fp8Recipe.TORCHAO]
+    te = [r for r in Fp8Recipe if not r.is_torchao]
     assert all(r.caches_weights for r in te) and [r for r in Fp8Recipe if r.fuses_input_casts] == [Fp8Recipe.TE]
     current = _block(Fp8Recipe.TE_CURRENT)
     assert _named(current[OpKind.QKV].fwd)["qkv.cast_input"].bytes == 6 * T * 4096
@@ -199,3 +199,23 @@ def test_transformer_engine_recipes_cast_bytes_and_generations():
     with pytest.raises(SpecError, match="te-mxfp8: Transformer Engine runs it on SM 10 or later") as err:
         build_layout(strategy_from_flat(h100_mx), H100, LLAMA)
     assert err.value.field == "fp8_recipe"
+
+
+def test_torchao_rowwise_casts_each_operand_twice_and_has_no_float8_all_gather():
+    """torchao's rowwise recipe quantizes every operand from its BF16 source once per GEMM axis (torchao 0.18
+    ``float8_linear.py``: input and weight in forward, again for the weight and input gradients) [src:
+    torchao-float8-rowwise]: 2·(2·2 + 1) = 10 bytes per BF16 element; weights every micro-batch; it is a torchao
+    recipe (refused for MoE, no weight cache) and the float8 all-gather (tensorwise only) is refused with it."""
+    rowwise = Fp8Recipe.TORCHAO_ROWWISE
+    assert rowwise.cast_bytes_per_element(2) == rowwise.cast_bytes_per_element(2, transpose=False) == 10
+    assert rowwise.is_torchao and not rowwise.caches_weights and not rowwise.fuses_input_casts
+    qkv = _named(_block(rowwise)[OpKind.QKV].fwd)
+    assert qkv["qkv.cast_input"].bytes == 10 * T * 4096 and qkv["qkv.cast_weight"].bytes == 10 * 4096 * 6144
+    base = dict(global_batch=8, dp=8, zero=3, framework="fsdp2", precision="fp8", fp8_recipe="torchao-rowwise")
+    tensorwise = estimate(H100, LLAMA, strategy_from_flat(dict(base, fp8_recipe="torchao"))).step_time_s
+    assert estimate(H100, LLAMA, strategy_from_flat(base)).step_time_s > tensorwise  # more cast bytes
+    with pytest.raises(SpecError, match="fp8_all_gather"):
+        strategy_from_flat(dict(base, fp8_all_gather=True))
+    with pytest.raises(SpecError, match="fp8_recipe: torchao-rowwise: torchao's float8 converter swaps nn.Linear"):
+        build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8", fp8_recipe="torchao-rowwise")), H100,
+                     load_model("qwen1.5-moe-a2.7b"))

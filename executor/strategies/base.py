@@ -57,7 +57,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
 from simulator.strategy import ParallelLayout, ParamServerSync
-from simulator.workload.fp8 import MatmulPrecision
 
 if TYPE_CHECKING:
     from executor.strategies.run_context import RunContext
@@ -245,10 +244,6 @@ def family_spec(layout: ParallelLayout) -> FamilySpec:
         raise SpecError("plan.strategy.cp", f"{layout.cp}: this executor runs context parallelism with tp = pp = 1 "
                         f"only (got tp={layout.tp} pp={layout.pp}); simulate the plan, or execute it with cp 1 "
                         "or tp = pp = 1")
-    if layout.strategy.precision is not MatmulPrecision.MODEL:
-        raise SpecError("plan.strategy.precision", f"{layout.strategy.precision.value}: this executor runs the "
-                        "model's own dtype only (FP8 needs FP8 tensor cores and Transformer Engine or torchao); "
-                        "simulate the plan, or execute it with precision model")
     family = family_of(layout)
     if family not in _REGISTRY:
         known = ", ".join(f.value for f in _REGISTRY) or "none"

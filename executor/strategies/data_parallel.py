@@ -19,6 +19,8 @@ Plan field → torch component:
   gradients and optimizer state together, and runs AdamW on the CPU). ZeRO 1 with optimizer offload
   and NVMe offload are refused: torch has no such component.
 - Recompute and attention: :mod:`executor.recompute`.
+- FP8 (``precision fp8``, GPU only): :mod:`executor.fp8` swaps the blocks' linear layers for torchao
+  ``Float8Linear`` before DDP or FSDP2 wraps the model.
 - Context parallelism (cp > 1): :mod:`executor.context` splits each sample's sequence over the cp
   ranks of a replica (ring or all-to-all attention core, balanced or contiguous split); the DDP or
   FSDP2 group is the mesh's ``dp`` dimension, dp·cp ranks, so weight gradients are averaged over
@@ -53,6 +55,7 @@ import torch.distributed as dist
 
 from executor.context import apply_context, make_cp_group, split_description
 from executor.data import batch_for, micro_batches, replica_samples
+from executor.fp8 import apply_fp8
 from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.moe import apply_routing, route_context_tokens
@@ -69,6 +72,7 @@ from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.workload import Recompute
+from simulator.workload.fp8 import MatmulPrecision
 
 _ONE_BUCKET_MB = 1 << 20
 """bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
@@ -125,6 +129,7 @@ class DataParallelRunner:
         self.hook = ReplayHook(ctx, self.group, self.dp_ranks, self.buckets)
         self.overlap = s.dp_sync.overlap_grad_reduce
         model = build_gpt(ctx.spec, seed=ctx.seed).to(ctx.device)
+        fp8 = apply_fp8(model, s, ctx.spec) if s.precision is MatmulPrecision.FP8 else None  # before any wrapper
         apply_attention(model, s.attention)
         routing = apply_routing(model, s.moe_routing, s.micro_batch * ctx.spec.seq_len)
         self.tokens = None
@@ -147,6 +152,8 @@ class DataParallelRunner:
                             f"(torch.utils.checkpoint), attention {s.attention.value}",
                             "optimizer": f"torch.optim.AdamW lr={OPTIMIZER.lr}, implementation "
                             f"{s.optimizer_impl.value if s.optimizer_impl else 'torch default'}"}
+        if fp8 is not None:
+            self._components["fp8"] = fp8
         if routing is not None:
             self._components["moe routing"] = routing
         if self.tokens is not None:

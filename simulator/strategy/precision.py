@@ -7,7 +7,7 @@ from simulator.cluster.spec import Cluster
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.strategy.spec import Strategy
-from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
+from simulator.workload.fp8 import MatmulPrecision
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.protocol import Workload
 
@@ -36,10 +36,11 @@ def check_fp8(s: Strategy, cluster: Cluster, workload: Workload) -> None:
         raise SpecError("fp8_recipe", f"{recipe.value}: Transformer Engine runs it on SM {recipe.min_compute_capability:g} "
                         f"or later; {device.name} is SM {device.compute_capability:g}; use fp8_recipe te")
     special = getattr(workload, "moe", None) is not None or getattr(workload, "mla", None) is not None
-    if special and recipe is Fp8Recipe.TORCHAO:
-        raise SpecError("fp8_recipe", "torchao: its float8 converter swaps nn.Linear modules, not grouped expert "
-                        "GEMMs or latent attention; use fp8_recipe te, te-current, te-blockwise or te-mxfp8 (Transformer "
-                        "Engine) for a mixture-of-experts or latent-attention model, or precision model")
+    if special and recipe.is_torchao:
+        raise SpecError("fp8_recipe", f"{recipe.value}: torchao's float8 converter swaps nn.Linear modules, not "
+                        "grouped expert GEMMs or latent attention; use fp8_recipe te, te-current, te-blockwise or "
+                        "te-mxfp8 (Transformer Engine) for a mixture-of-experts or latent-attention model, or "
+                        "precision model")
     if workload.dtype is not DtypePolicy.BF16_MIXED:
         raise SpecError("precision", f"fp8: the recipes run the rest of the model in bf16; the model is "
                         f"{workload.dtype.value} (use a bf16 model, or precision model)")

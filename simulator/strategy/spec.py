@@ -142,8 +142,9 @@ class Strategy:
     fp8_recipe: Fp8Recipe | None = _opt_enum(
         Fp8Recipe, "fp8_recipe", doc="FP8 recipe (precision fp8 only); None: the framework's (megatron: te, torch and fsdp2: torchao)",
         flag=_F("--fp8-recipe", "te (Transformer Engine, delayed scaling), torchao (float8, tensorwise dynamic "
-                "scaling), te-current (TE per-tensor current scaling), te-blockwise (TE 1x128/128x128 block scaling) or "
-                "te-mxfp8 (TE MXFP8, Blackwell); default: the framework's", choices=choices_of(Fp8Recipe)))
+                "scaling), torchao-rowwise (float8, rowwise dynamic scaling), te-current (TE per-tensor current "
+                "scaling), te-blockwise (TE 1x128/128x128 block scaling) or te-mxfp8 (TE MXFP8, Blackwell); default: "
+                "the framework's", choices=choices_of(Fp8Recipe)))
     fp8_all_gather: bool = _switch(False, "fp8_all_gather", "FSDP2 all-gathers the FP8 weights cast on their "
                                    "shards (torchao enable_fsdp_float8_all_gather; torchao recipe, fsdp2, zero 2-3)",
                                    "--fp8-all-gather")

@@ -31,6 +31,11 @@ cast also produces a transposed copy. Per recipe (:class:`Fp8Recipe`):
   micro-batch: nothing is cached) and output gradients are all cast this way. With FSDP2's float8
   all-gather (``enable_fsdp_float8_all_gather``) the weight is cast on its shard before the gather,
   so the cast covers ``1/dp`` of the weight and the all-gather moves 1 byte per parameter.
+- **torchao float8, rowwise dynamic scaling** (``Float8LinearConfig.from_recipe_name("rowwise")``) [src:
+  torchao-float8-rowwise]: one scale per row, E4M3 for every operand. A row-scaled tensor cannot serve as its own
+  transpose (the scales run along the other axis), so each GEMM use quantizes the BF16 source along its own axis:
+  input, weight and output gradient are each cast twice, ``2·(2·e + 1)`` bytes per element (the two amax passes
+  and casts). Weights are cast every micro-batch; torchao's float8 all-gather is tensorwise only.
 - **Transformer Engine, FP8 block scaling** (``Float8BlockScaling``, Megatron-LM ``--fp8-recipe
   blockwise``; DeepSeek-V3's fine-grained quantization, §3.3.2 of its report [src: deepseek-v3]) [src:
   te-fp8-blockwise]: one FP32 scale per 1×128 block of activations and gradients and per 128×128 block
@@ -148,13 +153,19 @@ class Fp8Recipe(Enum):
     TE_MXFP8 = "te-mxfp8"
     """Transformer Engine ``MXFP8BlockScaling`` (Blackwell): an E8M0 scale per 32 elements, rowwise and
     columnwise copies quantized from the BF16 source, FP8 weights cached [src: te-mxfp8]."""
+    TORCHAO_ROWWISE = "torchao-rowwise"
+    """torchao float8 training, rowwise (axiswise) dynamic scaling, E4M3 throughout (``Float8LinearConfig``
+    recipe ``rowwise``): each operand quantized from its BF16 source once along rows and once along columns,
+    weights cast every micro-batch; no float8 all-gather [src: torchao-float8-rowwise]."""
 
     def cast_bytes_per_element(self, e: int, transpose: bool = True) -> float:
         """Bytes moved to cast one BF16 element into FP8 with its transposed (or columnwise) copy (module
         docstring): ``te`` ``e + 2``; ``te-current`` ``2·e + 2``; ``te-blockwise`` ``e + 2 + 2·4/128``
         (two FP32 scales per 128 elements); ``te-mxfp8`` ``e + 2 + 2·1/32`` (two E8M0 scales per 32);
-        ``torchao`` ``2·e + 3``. Without ``transpose`` (a device whose FP8 GEMMs take every layout,
-        :func:`fp8_needs_transpose`) ``te`` and ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
+        ``torchao`` ``2·e + 3``; ``torchao-rowwise`` ``2·(2·e + 1)`` (two axiswise casts from the BF16 source,
+        each an amax pass and a scale-and-cast; the FP32 scale per row, 4 bytes per row, left out). Without
+        ``transpose`` (a device whose FP8 GEMMs take every layout, :func:`fp8_needs_transpose`) ``te`` and
+        ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
         copies = 2 if transpose else 1
         if self is Fp8Recipe.TE:
             return e + copies * FP8_BYTES
@@ -164,6 +175,8 @@ class Fp8Recipe(Enum):
             return e + 2 * FP8_BYTES + 2 * SCALE_BYTES / BLOCK_ELEMENTS
         if self is Fp8Recipe.TE_MXFP8:
             return e + 2 * FP8_BYTES + 2 * MX_SCALE_BYTES / MX_BLOCK_ELEMENTS
+        if self is Fp8Recipe.TORCHAO_ROWWISE:
+            return 2 * (2 * e + FP8_BYTES)
         return 2 * e + 3 * FP8_BYTES
 
     @property
@@ -173,9 +186,14 @@ class Fp8Recipe(Enum):
         return {Fp8Recipe.TE_BLOCKWISE: 9.0, Fp8Recipe.TE_MXFP8: 10.0}.get(self, 8.9)
 
     @property
+    def is_torchao(self) -> bool:
+        """Whether torchao's float8 converter runs the recipe (``nn.Linear`` swaps), not Transformer Engine."""
+        return self in (Fp8Recipe.TORCHAO, Fp8Recipe.TORCHAO_ROWWISE)
+
+    @property
     def caches_weights(self) -> bool:
         """Transformer Engine's recipes keep the FP8 weights (and transposes) over a step's micro-batches."""
-        return self is not Fp8Recipe.TORCHAO
+        return not self.is_torchao
 
     @property
     def fuses_input_casts(self) -> bool:
