@@ -7,7 +7,7 @@
 # hidden 8192), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention), extra2
 # (gpu_extra.py: token alignment, the GEMM table with idle between shapes), duty (the power cap against the
 # GEMMs' share of the time), power (each kernel class's draw, interleaved with idle time), power2 (the same
-# for the 1.3B step's own kernels). Every execute logs nvidia-smi's SM clock and power every 100 ms to
+# for the 1.3B step's own kernels), trace-1.3b-fp8 (a profiler trace of the FP8 plan). Every execute logs nvidia-smi's SM clock and power every 100 ms to
 # power-MODEL.csv. The simpy wheel travels in .whl (the machine has no registry), and for run-1.3b-fp8
 # torchao's (pip download torchao==0.18.0 --no-deps -d .whl; it needs torch >= 2.11); torch is the
 # machine's own (every wheel is installed with --no-deps).
@@ -26,7 +26,10 @@ run_model() { local m=$1 model=$2; shift 2
   kill $smi 2>/dev/null
   stage validate-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster hgx-h200
   [ -f $W/h200-calibrated.yaml ] && stage validate-cal-$m 60 python3 -m trainplan validate $W/results-$m.json --cluster $W/h200-calibrated.yaml; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+for whl in .whl/*.whl; do  # one at a time: a wheel this Python cannot take is skipped, not the rest
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl" \
+    || echo "skipped $whl"; done
+python3 --version
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi > $W/nvidia-smi.txt 2>&1
 python3 -m pip list 2>/dev/null | grep -iE "^(torch|numpy|pandas|matplotlib|simpy|pyyaml) " > $W/packages.txt
@@ -35,6 +38,12 @@ for s in ${STAGES//,/ }; do case $s in
   run-2.7b) run_model gpt3-2.7b gpt3-2.7b ;;
   run-1.3b-fp8) run_model gpt3-1.3b-fp8 gpt3-1.3b --precision fp8 --fp8-recipe torchao
     stage test-fp8 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_executor_fp8.py ;;
+  trace-1.3b-fp8) stage plan-gpt3-1.3b-fp8 60 python3 -m trainplan plan --model gpt3-1.3b --cluster hgx-h200 --gpus 1 --gbs 8 \
+        --zero 0 --precision fp8 --fp8-recipe torchao --out $W/plan-gpt3-1.3b-fp8.json
+    stage trace-run-1.3b-fp8 150 python3 -m trainplan execute $W/plan-gpt3-1.3b-fp8.json --backend nccl --nproc 1 --steps 3 \
+        --trace /tmp/trace-fp8 --out /tmp/trace-fp8-results.json
+    stage trace-sum-1.3b-fp8 60 python3 benchmarks/trace_kernels.py /tmp/trace-fp8/rank0.json --steps 3 \
+        --out $W/trace-kernels-gpt3-1.3b-fp8.json ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
   run-wide) run_model wide-8192x4 benchmarks/configs/wide-8192x4.config.json --seq 4096 --mbs 2 ;;
