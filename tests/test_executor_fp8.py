@@ -234,12 +234,14 @@ def _results_file(tmp_path, precision: str) -> str:
 
 
 def test_validate_resimulates_an_fp8_run_with_fp8_gemms(tmp_path, capsys):
-    """The plan's ``precision fp8`` travels in the results file: the re-simulated step is the FP8 one, faster
-    than the same run's bf16 estimate (FP8 GEMMs at the FP8 peak, simulator/workload/fp8.py)."""
+    """The plan's ``precision fp8`` travels in the results file: the re-simulated step is the FP8 one, slower
+    than the same run's bf16 estimate here: the executor runs torchao eagerly, whose separate cast kernels
+    outweigh the FP8 GEMMs' gain (simulator/workload/fp8.py ``_eager_torchao_casts``; measured so on an H200,
+    GPT-3 1.3B: 730 ms FP8 against 395 ms BF16, docs/hardware_measured.md)."""
     estimates = {}
     for precision in ("fp8", "model"):
         assert main(["validate", _results_file(tmp_path, precision), "--cluster", "hgx-h200", "--json"]) == 0
         row = json.loads(capsys.readouterr().out)["rows"][0]
         assert row["name"] == "step_time_s"
         estimates[precision] = row["analytical"]
-    assert estimates["fp8"] < 0.99 * estimates["model"], estimates  # 125M: small GEMMs, a 3 % gain
+    assert estimates["fp8"] > 1.1 * estimates["model"], estimates

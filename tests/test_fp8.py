@@ -211,7 +211,8 @@ def test_torchao_rowwise_casts_each_operand_twice_and_has_no_float8_all_gather()
     assert rowwise.is_torchao and not rowwise.caches_weights and not rowwise.fuses_input_casts
     qkv = _named(_block(rowwise)[OpKind.QKV].fwd)
     assert qkv["qkv.cast_input"].bytes == 10 * T * 4096 and qkv["qkv.cast_weight"].bytes == 10 * 4096 * 6144
-    base = dict(global_batch=8, dp=8, zero=3, framework="fsdp2", precision="fp8", fp8_recipe="torchao-rowwise")
+    base = dict(global_batch=8, dp=8, zero=3, framework="fsdp2", precision="fp8", fp8_recipe="torchao-rowwise",
+                kernel_fusion="compiled")  # the fused casts the bytes above describe (eager: the next test)
     tensorwise = estimate(H100, LLAMA, strategy_from_flat(dict(base, fp8_recipe="torchao"))).step_time_s
     assert estimate(H100, LLAMA, strategy_from_flat(base)).step_time_s > tensorwise  # more cast bytes
     with pytest.raises(SpecError, match="fp8_all_gather"):
@@ -219,3 +220,22 @@ def test_torchao_rowwise_casts_each_operand_twice_and_has_no_float8_all_gather()
     with pytest.raises(SpecError, match="fp8_recipe: torchao-rowwise: torchao's float8 converter swaps nn.Linear"):
         build_layout(strategy_from_flat(dict(global_batch=8, precision="fp8", fp8_recipe="torchao-rowwise")), H100,
                      load_model("qwen1.5-moe-a2.7b"))
+
+
+def test_eager_torchao_casts_each_pass_as_its_own_kernel():
+    """torchao tensorwise without torch.compile (kernel_fusion eager), per linear and micro-batch, as the H200
+    trace counts the passes (docs/measured/h200-2026-11-25/call8): amax (abs + max, 3e B/elt) on x, w and twice
+    on dy; scale-and-cast (e + 25 B/elt) of x and w twice, dy twice; an FP8 transpose (2 B/elt) of each.
+    Hand-worked for m=4, n=8, k=16, e=2: x=64, w=128, dy=32 elements."""
+    from simulator.workload.fp8 import _casts
+    from simulator.workload.ops import gemm
+    g = gemm("qkv", 4, 8, 16, 2)
+    fwd, bwd = _casts(g, Fp8Recipe.TORCHAO, 2, 1, True, eager=True)
+    assert [k.bytes for k in fwd] == [(6 + 27) * 64, (6 + 27) * 128]
+    assert [k.bytes for k in bwd] == [2 * (6 + 27) * 32, 27 * (64 + 128), 2 * (64 + 128 + 32)]
+    compiled_f, compiled_b = _casts(g, Fp8Recipe.TORCHAO, 2, 1, True)
+    assert sum(k.bytes for k in compiled_f + compiled_b) == 7 * (64 + 128 + 32)  # 2e + 3 per element, once each
+    te_f, te_b = _casts(g, Fp8Recipe.TE, 2, 1, True, eager=True)  # eager changes torchao's casts only
+    assert (te_f, te_b) == _casts(g, Fp8Recipe.TE, 2, 1, True)
+    row_f, row_b = _casts(g, Fp8Recipe.TORCHAO_ROWWISE, 2, 1, True, eager=True)  # an amax and a cast per use
+    assert sum(k.bytes for k in row_f + row_b) == 2 * 33 * (64 + 128 + 32)

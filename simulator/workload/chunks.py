@@ -29,7 +29,7 @@ from simulator.workload.autocast import autocast_block
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
 from simulator.workload.grad_accum import grad_add_kernel, with_grad_add
-from simulator.workload.kinds import DtypePolicy
+from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.blocks import block_work
 from simulator.workload.op_sac import op_sac_recompute
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
@@ -78,7 +78,8 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
                                attention_backend=o.attention_backend)
             if o.fp8 is not None:
-                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose)
+                block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose,
+                                  eager=o.fusion is KernelFusion.EAGER)
             if o.autocast:
                 block = autocast_block(block, spec.dtype.activation_bytes)
             block = with_grad_add(block, o.grad_add, block_params_held(spec, moe_layer, o.tp, o.ep), OpKind.ELEMENTWISE)

@@ -217,10 +217,46 @@ def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
     return replace(out, bytes=float(batch * (FP8_BYTES * (m * k + k * n) + e * m * n)), dtype=Dtype.FP8)
 
 
+EAGER_AMAX_BYTES = 3
+"""Bytes per BF16-element byte of an eager torchao amax pass: ``torch.abs`` (read ``e``, write ``e``) and the
+max reduction (read ``e``): ``3·e`` per element (``torchao/float8/float8_utils.py`` ``tensor_to_amax``)
+[src: torchao-float8]."""
+EAGER_SCALE_CAST_BYTES = 25
+"""Bytes per element of an eager torchao scale-and-cast beyond reading the BF16 source (``e``): to FP32
+(write 4), times the scale (read 4, write 4), the saturating clamp (read 4, write 4), to FP8 (read 4, write 1):
+``e + 25`` per element (``hp_tensor_and_scale_to_float8``, ``to_fp8_saturated``) [src: torchao-float8]."""
+
+
+def _eager_torchao_casts(kernel: Kernel, e: int, weight_shards: int,
+                         rowwise: bool = False) -> tuple[list[Kernel], list[Kernel]]:
+    """(forward, backward) cast kernels of one linear under eager torchao: separate kernels per pass (no
+    ``torch.compile`` fusing them). Tensorwise, per linear and micro-batch, as our H200 trace of the executor's
+    run counts them (``docs/measured/h200-2026-11-25/call8``: 4 ``abs``, 4 amax reductions, 6 clamps and 6 scale
+    multiplies per linear) [src: own-h200-2026-11-25]: amax passes on the input, the weight and twice on the output
+    gradient (once per backward GEMM); scale-and-casts of the input and the weight in forward and again in
+    backward, and of the output gradient twice; one FP8 transpose copy (read 1, write 1) of each of the three
+    operands. Rowwise (not traced): every operand quantized along each GEMM's axis from its BF16 source, an amax
+    and a scale-and-cast per use, two uses each, no transposes [src: torchao-float8-rowwise]."""
+    m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
+    amax, cast = EAGER_AMAX_BYTES * e, e + EAGER_SCALE_CAST_BYTES
+    x, w, dy = m * k * batch, k * n * batch / weight_shards, m * n * batch
+    fwd = [memory(f"{kernel.name}.cast_input", (amax + cast) * x), memory(f"{kernel.name}.cast_weight", (amax + cast) * w)]
+    if rowwise:
+        return fwd, [memory(f"{kernel.name}.cast_grad_output", 2 * (amax + cast) * dy),
+                     memory(f"{kernel.name}.recast_input_weight", (amax + cast) * (x + w))]
+    bwd = [memory(f"{kernel.name}.cast_grad_output", 2 * (amax + cast) * dy),
+           memory(f"{kernel.name}.recast_input_weight", cast * (x + w)),
+           memory(f"{kernel.name}.fp8_transposes", 2 * FP8_BYTES * (x + w + dy))]
+    return fwd, bwd
+
+
 def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
-           transpose: bool) -> tuple[list[Kernel], list[Kernel]]:
+           transpose: bool, eager: bool = False) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) cast kernels of one forward GEMM ``kernel`` (m×k input, k×n weight, m×n output,
-    ``batch`` times: a grouped GEMM's experts each cast their own rows and weight)."""
+    ``batch`` times: a grouped GEMM's experts each cast their own rows and weight); ``eager``: torchao's
+    tensorwise recipe without ``torch.compile`` (:func:`_eager_torchao_casts`)."""
+    if eager and recipe.is_torchao:
+        return _eager_torchao_casts(kernel, e, weight_shards, rowwise=recipe is Fp8Recipe.TORCHAO_ROWWISE)
     m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
     per = recipe.cast_bytes_per_element(e, transpose)
     fwd = []
@@ -231,12 +267,12 @@ def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
     return fwd, [memory(f"{kernel.name}.cast_grad_output", per * m * n * batch)]
 
 
-def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int, transpose: bool) -> OpWork:
+def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int, transpose: bool, eager: bool) -> OpWork:
     fwd, bwd, casts_f, casts_b = [], [], [], []
     for kernel in work.fwd:
         fwd.append(_fp8_gemm(kernel, e) if kernel.gemm and kernel.shape is not None else kernel)
         if kernel.gemm and kernel.shape is not None:
-            f, b = _casts(kernel, recipe, e, weight_shards, transpose)
+            f, b = _casts(kernel, recipe, e, weight_shards, transpose, eager)
             casts_f += f
             casts_b += b
     bwd = [_fp8_gemm(k, e) if k.gemm and k.shape is not None else k for k in work.bwd]
@@ -244,12 +280,13 @@ def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int, transpo
 
 
 def fp8_block(works: list[OpWork], recipe: Fp8Recipe, e: int, weight_shards: int = 1,
-              transpose: bool = True) -> list[OpWork]:
+              transpose: bool = True, eager: bool = False) -> list[OpWork]:
     """A block's operations (:func:`simulator.workload.ops.layer_work`) with the linear layers in FP8
     and the recipe's casts added to them (module docstring); ``weight_shards``: ranks a weight is cast
     over (FSDP2's float8 all-gather casts the dp shard; 1 otherwise); ``transpose``: whether the device
-    needs the transposed copies (:func:`fp8_needs_transpose`)."""
-    return [_fp8_op(w, recipe, e, weight_shards, transpose) if w.op in FP8_OPS else w for w in works]
+    needs the transposed copies (:func:`fp8_needs_transpose`); ``eager``: the framework runs its kernels
+    eagerly (``kernel_fusion eager``): torchao's tensorwise casts are then separate kernels per pass."""
+    return [_fp8_op(w, recipe, e, weight_shards, transpose, eager) if w.op in FP8_OPS else w for w in works]
 
 
 def fp8_linear_weights(spec: TransformerSpec, tp: int, ep: int = 1, moe_layer: bool = False) -> float:
