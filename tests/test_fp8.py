@@ -199,3 +199,17 @@ def test_transformer_engine_recipes_cast_bytes_and_generations():
     with pytest.raises(SpecError, match="te-mxfp8: Transformer Engine runs it on SM 10 or later") as err:
         build_layout(strategy_from_flat(h100_mx), H100, LLAMA)
     assert err.value.field == "fp8_recipe"
+
+
+@pytest.mark.parametrize("recipe, copies", [("te", 1), ("te-current", 1), ("te-blockwise", 2), ("te-mxfp8", 2)])
+def test_fp8_weight_cache_keeps_one_copy_where_the_gemms_take_every_layout(recipe, copies):
+    """Transformer Engine's per-tensor recipes keep one FP8 copy of each cached weight on SM 10.x (B200), where
+    ``is_non_tn_fp8_gemm_supported`` holds, two (the transpose) on Hopper [src: te-non-tn-fp8]; block scaling and
+    MXFP8 keep both copies everywhere. Llama 3 8B on 8 GPUs, ZeRO-1: the cache is 32 blocks × LINEAR × copies bytes,
+    and the H100's (same strategy, same model) is 32 × LINEAR × 2."""
+    s = strategy_from_flat(dict(global_batch=16, dp=8, zero=1, framework="megatron", precision="fp8",
+                                fp8_recipe=recipe))
+    b200 = memory_report(LLAMA, load_cluster("dgx-b200", nodes=1), s).worst.buffers.fp8_weights_bytes
+    assert b200 == 32 * copies * LINEAR
+    if recipe != "te-mxfp8":  # MXFP8 needs SM 10
+        assert memory_report(LLAMA, H100, s).worst.buffers.fp8_weights_bytes == 32 * 2 * LINEAR
