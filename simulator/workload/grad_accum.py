@@ -20,7 +20,9 @@ adds, and in what formats (:class:`GradAdd`, resolved from the framework by :mod
   hook adds ``param.grad`` (the parameters' format) into ``main_grad`` (fp32 or the parameters' format: the
   gradient-reduction format) and frees ``.grad``, every micro-batch [src: megatron-ddp-main-grad]; Megatron-LM
   2021 under ``--fp16`` had no ``main_grad`` buffer (contiguous buffers were opt-in and fp32 accumulation forced
-  only for bf16), so autograd accumulated the fp16 ``.grad`` itself: the same 3 × 2 bytes per parameter.
+  only for bf16), so autograd accumulated the fp16 ``.grad`` itself: the same 3 × 2 bytes per parameter, less
+  the first micro-batch's (``zero_grad(set_to_none=True)``: it assigns), credited once per step with that code's
+  other per-step passes (strategy field ``megatron_unbuffered_grads``, :mod:`simulator.compile.megatron_step`).
   With the fusion (Megatron-Core's default ``gradient_accumulation_fusion``) the weight-gradient GEMM
   accumulates into ``main_grad`` itself: no kernel of its own.
 - FSDP1/FSDP2 and DeepSpeed ZeRO-2/3 free the unsharded gradient after its reduce-scatter and accumulate the
