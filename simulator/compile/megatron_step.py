@@ -24,8 +24,8 @@ With ``b`` the bytes of the model's gradients and parameters (2 in fp16), per pa
 
 fp16: ``6·2 + (2 + 4) + 8 + 4 + (4 + 2) − 3·2 = 30`` bytes per parameter per step, at the achievable HBM
 bandwidth like every memory-bound kernel. Not charged: ``clip_grad_norm_fp32``'s scaling pass, which runs only
-when the norm exceeds the clip; the embedding-gradient all-reduce between the first and last pipeline stages
-(its bytes are the pipeline's, elsewhere). Megatron's buffered DDP and distributed optimizer have passes of
+when the norm exceeds the clip; ``train_step``'s all-reduce of the tied word-embedding gradient between the first
+and last pipeline stages (``V·h/t`` gradients once per step; not modelled anywhere yet). Megatron's buffered DDP and distributed optimizer have passes of
 their own (the main-to-model parameter copy, the norm) that are not charged yet.
 """
 
