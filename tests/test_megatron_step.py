@@ -3,8 +3,9 @@
 
 Hand-worked per parameter, 2-byte gradients and parameters: flatten, divide and copy back 3 · (2 + 2) = 12; the
 fp16 gradients copied into fp32 main gradients 2 + 4 = 6; unscale and inf check 4 + 4 = 8; the L2 norm 4; the fp32
-main parameters copied back 4 + 2 = 6; less the first micro-batch's add, which autograd does not make (it assigns
-``.grad``), 3 · 2 = 6: 30 bytes. fp32 (``FP32Optimizer``): 3 · 8 + 4 − 3 · 4 = 16.
+main parameters copied back 4 + 2 = 6: 36 bytes; less the first micro-batch's add, which autograd does not make (it
+assigns ``.grad``; :func:`simulator.compile.grad_adds.first_add_bytes_per_param`), 3 · 2 = 6: 30 bytes net. fp32
+(``FP32Optimizer``): 3 · 8 + 4 = 28.
 
 GPT-3 125M on one dgx-a100 node, dp 8: a rank holds N = 125,226,240 parameters (tests/test_grad_accum.py), so the
 step's optimizer phase grows by 30 · N B at 2039 GB/s × 0.79 (the achievable HBM bandwidth): 2.3322 ms."""
@@ -17,9 +18,10 @@ import pytest
 
 from simulator.cluster.presets import load_preset
 from simulator.compile import compile_step
+from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.megatron_step import step_bytes_per_param
 from simulator.errors import SpecError
-from simulator.strategy import Framework, Strategy, ZeroStage
+from simulator.strategy import Framework, Strategy, ZeroStage, build_layout
 from simulator.strategy.kinds import GradReduceDtype, MixedPrecision
 from simulator.workload import get_preset
 from simulator.workload.kinds import DtypePolicy
@@ -35,10 +37,12 @@ UNBUFFERED = replace(BUFFERED, megatron_unbuffered_grads=True)
 
 
 def test_bytes_per_parameter():
-    assert step_bytes_per_param(DtypePolicy.FP16_MIXED, UNBUFFERED) == 30
-    assert step_bytes_per_param(DtypePolicy.BF16_MIXED, UNBUFFERED) == 30  # taken as the fp16 run it stands for
-    assert step_bytes_per_param(DtypePolicy.FP32, UNBUFFERED) == 16
+    assert step_bytes_per_param(DtypePolicy.FP16_MIXED, UNBUFFERED) == 36
+    assert step_bytes_per_param(DtypePolicy.BF16_MIXED, UNBUFFERED) == 36  # taken as the fp16 run it stands for
+    assert step_bytes_per_param(DtypePolicy.FP32, UNBUFFERED) == 28
     assert step_bytes_per_param(DtypePolicy.FP16_MIXED, BUFFERED) == 0
+    assert first_add_bytes_per_param(MODEL.dtype, build_layout(UNBUFFERED, CLUSTER, MODEL)) == 6
+    assert first_add_bytes_per_param(MODEL.dtype, build_layout(BUFFERED, CLUSTER, MODEL)) == 0  # main_grad adds
 
 
 @pytest.mark.parametrize("global_batch", [16, 64])

@@ -12,6 +12,7 @@ from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part, ep_part, megatron_step, offload_part
+from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param
@@ -99,7 +100,8 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
                          lambda: host_overhead.optimizer_tensors(workload, layout, stage))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         impl = offload_part.optimizer_impl(s, cluster.device)
-        passes = params * megatron_step.step_bytes_per_param(dt, s) / achievable_hbm_Bps(cluster.device)
+        per_param = megatron_step.step_bytes_per_param(dt, s) - first_add_bytes_per_param(workload.dtype, layout)
+        passes = params * per_param / achievable_hbm_Bps(cluster.device)  # per-step passes, less the add not made
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl)
                                              + passes, tensors, share, dtensor=host_overhead.dtensor_params(layout),
                                              impl=impl).time_s

@@ -17,13 +17,13 @@ With ``b`` the bytes of the model's gradients and parameters (2 in fp16), per pa
   (``FP32Optimizer``) has only the norm. That code keeps unbuffered gradients only for fp16 models (``--bf16``
   forced fp32 accumulation into buffers [src: megatron-grad-reduce-fp32]), so a bf16 model under this field is
   taken as the fp16 run it stands for (the same 2-byte formats, the loss scaler's pass included).
-- The optimizer's ``zero_grad(set_to_none=True)`` (its default; ``train_step`` calls ``optimizer.zero_grad()``
-  when there are no buffers) leaves ``.grad`` unset, so autograd's first micro-batch of each step assigns its
-  gradient instead of adding it: one add of ``3·b`` (:mod:`simulator.workload.grad_accum`) fewer per step than
-  the backward passes charge, credited here.
 
-fp16: ``6·2 + (2 + 4) + 8 + 4 + (4 + 2) − 3·2 = 30`` bytes per parameter per step, at the achievable HBM
-bandwidth like every memory-bound kernel. Not charged: ``clip_grad_norm_fp32``'s scaling pass, which runs only
+fp16: ``6·2 + (2 + 4) + 8 + 4 + (4 + 2) = 36`` bytes per parameter per step, at the achievable HBM bandwidth like
+every memory-bound kernel. The optimizer's ``zero_grad(set_to_none=True)`` (its default; ``train_step`` calls
+``optimizer.zero_grad()`` when there are no buffers) leaves ``.grad`` unset, so autograd's first micro-batch of
+each step assigns its gradient instead of adding it: one add of ``3·b`` fewer per step than the backward passes
+charge, credited with the other frameworks' (:func:`simulator.compile.grad_adds.first_add_bytes_per_param`):
+30 bytes net. Not charged: ``clip_grad_norm_fp32``'s scaling pass, which runs only
 when the norm exceeds the clip; ``train_step``'s all-reduce of the tied word-embedding gradient between the first
 and last pipeline stages (``V·h/t`` gradients once per step; not modelled anywhere yet). Megatron's buffered DDP and distributed optimizer have passes of
 their own (the main-to-model parameter copy, the norm) that are not charged yet.
@@ -48,10 +48,9 @@ def step_bytes_per_param(dtype: DtypePolicy, s: Strategy) -> int:
     b = dtype.grad_bytes
     ddp = 3 * 2 * b                               # flatten, divide, copy back
     norm = FP32_BYTES                             # multi_tensor_l2norm over the main gradients
-    first_add = 3 * b                             # the add autograd does not make (first micro-batch assigns)
     if dtype.master_bytes == 0:                   # FP32Optimizer: the gradients are the main gradients
-        return ddp + norm - first_add
+        return ddp + norm
     grad_copy = b + FP32_BYTES
     unscale = 2 * FP32_BYTES                      # the loss scaler's unscale and inf check
     param_copy = FP32_BYTES + dtype.param_bytes
-    return ddp + grad_copy + unscale + norm + param_copy - first_add
+    return ddp + grad_copy + unscale + norm + param_copy
