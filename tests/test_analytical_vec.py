@@ -142,6 +142,8 @@ STRUCTURE_VARIANTS.update({  # the Adam(W) implementation's update bytes (simula
     "attention_backend": dict(attention_backend=AttentionBackend.CUDNN),  # the fused kernel's rates
     "fsdp1_flat_params": dict(framework=Framework.FSDP2, zero=ZeroStage.ZERO3, fsdp1_flat_params=True),  # copies
     "unfused_grad_accumulation": dict(framework=Framework.MEGATRON, unfused_grad_accumulation=True),  # the adds
+    "megatron_unbuffered_grads": dict(framework=Framework.MEGATRON, unfused_grad_accumulation=True,
+                                      megatron_unbuffered_grads=True),  # the per-step passes (megatron_step)
     "moe_a2a_overlap": dict(framework=Framework.MEGATRON, ep=2, moe_a2a_overlap=True),  # the all-to-alls' remainder
     "grad_reduce_dtype": dict(grad_reduce_dtype=GradReduceDtype.FP32),  # the DP all-reduce's bytes (torch DDP
     # refuses fp32 under param-dtype mixed precision; under its default autocast the field is accepted)

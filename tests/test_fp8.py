@@ -239,3 +239,17 @@ def test_eager_torchao_casts_each_pass_as_its_own_kernel():
     assert (te_f, te_b) == _casts(g, Fp8Recipe.TE, 2, 1, True)
     row_f, row_b = _casts(g, Fp8Recipe.TORCHAO_ROWWISE, 2, 1, True, eager=True)  # an amax and a cast per use
     assert sum(k.bytes for k in row_f + row_b) == 2 * 33 * (64 + 128 + 32)
+
+
+@pytest.mark.parametrize("recipe, copies", [("te", 1), ("te-current", 1), ("te-blockwise", 2), ("te-mxfp8", 2)])
+def test_fp8_weight_cache_keeps_one_copy_where_the_gemms_take_every_layout(recipe, copies):
+    """Transformer Engine's per-tensor recipes keep one FP8 copy of each cached weight on SM 10.x (B200), where
+    ``is_non_tn_fp8_gemm_supported`` holds, two (the transpose) on Hopper [src: te-non-tn-fp8]; block scaling and
+    MXFP8 keep both copies everywhere. Llama 3 8B on 8 GPUs, ZeRO-1: the cache is 32 blocks × LINEAR × copies bytes,
+    and the H100's (same strategy, same model) is 32 × LINEAR × 2."""
+    s = strategy_from_flat(dict(global_batch=16, dp=8, zero=1, framework="megatron", precision="fp8",
+                                fp8_recipe=recipe))
+    b200 = memory_report(LLAMA, load_cluster("dgx-b200", nodes=1), s).worst.buffers.fp8_weights_bytes
+    assert b200 == 32 * copies * LINEAR
+    if recipe != "te-mxfp8":  # MXFP8 needs SM 10
+        assert memory_report(LLAMA, H100, s).worst.buffers.fp8_weights_bytes == 32 * 2 * LINEAR

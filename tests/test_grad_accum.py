@@ -107,3 +107,25 @@ def test_the_field_is_megatron_only():
 def test_bad_formats_are_refused():
     with pytest.raises(SpecError, match="^grad_add.accumulator_bytes"):
         GradAdd(accumulator_bytes=0, gradient_bytes=2)
+
+
+
+@pytest.mark.parametrize("split, credited", [(dict(tp=2, dp=4), True), (dict(pp=2, dp=4), True), ({}, False)])
+def test_the_first_micro_batch_assigns_under_the_tensor_pipeline_family(split, credited, monkeypatch):
+    """torch DDP with tp > 1 or pp > 1 runs in the executor's tensor/pipeline family, which zeroes with
+    ``zero_grad(set_to_none=True)``: the step's first backward hands its gradient over, so the optimizer phase is
+    credited exactly one micro-batch's adds (param-dtype: 3 · 2 B per held parameter), per stage. The data-parallel
+    family keeps ``.grad`` (``set_to_none=False``): no credit."""
+    import simulator.compile.grad_sync as grad_sync
+    import simulator.compile.step as step
+    s = replace(DDP, mixed_precision=MixedPrecision.PARAM_DTYPE, **split)
+    assert grad_adds.first_add_bytes_per_param(MODEL.dtype, build_layout(s, CLUSTER, MODEL)) == (6 if credited else 0)
+    stages = compile_step(CLUSTER, MODEL, s, memory=False).stages
+    monkeypatch.setattr(grad_sync, "first_add_bytes_per_param", lambda dtype, layout: 0)
+    uncredited = compile_step(CLUSTER, MODEL, s, memory=False).stages
+    monkeypatch.setattr(step, "grad_add", lambda dtype, layout: None)
+    without_adds = compile_step(CLUSTER, MODEL, s, memory=False).stages
+    for st, un, bare in zip(stages, uncredited, without_adds):
+        one_add = st.chunks[0].bwd_s - bare.chunks[0].bwd_s
+        assert one_add > 0 and st.chunks[0].bwd_s == un.chunks[0].bwd_s  # the per-micro-batch adds stay
+        assert un.optimizer_s - st.optimizer_s == pytest.approx(one_add if credited else 0.0, rel=1e-9, abs=1e-15)

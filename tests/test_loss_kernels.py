@@ -1,10 +1,13 @@
 """The cross-entropy's kernels by framework (:mod:`simulator.workload.loss`): torch's ``F.cross_entropy`` on fp32
-logits is a cast, ``log_softmax`` and their backward passes [src: torch-autograd]; Megatron-LM keeps one pass.
+logits is a cast, ``log_softmax`` and their backward passes [src: torch-autograd]; Megatron-LM's vocab-parallel
+cross-entropy a cast, max, subtract, exp, sum and divide, and backward a scale and the cast back
+[src: megatron-2021-cross-entropy, megatron-cross-entropy].
 
 Hand-worked: Llama 3 8B's head (vocabulary 128,256) at micro-batch 1, sequence 8192 on one rank: N = 8192 ·
 128,256 = 1,050,673,152 bf16 logits. torch: forward cast (2 + 4) and log_softmax (4 + 4), 14·N = 14,709,424,128 B;
 backward nll_loss's dense gradient (4), log_softmax's backward (4 + 4 + 4) and the cast back (4 + 2), 22·N =
-23,114,809,344 B. One pass: 4·N forward, 6·N backward."""
+23,114,809,344 B. Megatron-LM: forward (2 + 4) + 4 + 8 + 8 + 4 + 8 = 38 per logit, 39,925,579,776 B; backward
+8 + (4 + 2) = 14, 14,709,424,128 B; on fp32 logits 32 and 8. One pass: 4·N forward, 6·N backward."""
 
 from __future__ import annotations
 
@@ -32,6 +35,12 @@ def test_torch_fp32_by_hand():
     assert _bytes(LossImpl.TORCH_FP32, e=4) == (8 * N, 16 * N)  # fp32 logits: no casts
 
 
+def test_megatron_vocab_parallel_by_hand():
+    assert _bytes(LossImpl.MEGATRON_VOCAB_PARALLEL) == (38 * N, 14 * N) == (39_925_579_776, 14_709_424_128)
+    assert _bytes(LossImpl.MEGATRON_VOCAB_PARALLEL, e=4) == (32 * N, 8 * N)  # fp32 logits: no casts
+    assert Framework.MEGATRON.loss_impl is LossImpl.MEGATRON_VOCAB_PARALLEL
+
+
 def test_one_pass_is_the_previous_rule():
     assert _bytes(LossImpl.ONE_PASS) == (4 * N, 6 * N)
 
@@ -40,7 +49,7 @@ def test_edge_work_takes_the_framework_rule():
     spec = get_preset("llama3-8b")
     loss = lambda impl: next(w for w in with_loss(edge_work(spec, 1, 8192), impl, 2) if w.op is OpKind.LOSS)
     assert sum(k.bytes for k in loss(Framework.FSDP2.loss_impl).fwd) == 14 * N
-    assert sum(k.bytes for k in loss(Framework.MEGATRON.loss_impl).fwd) == 4 * N
+    assert sum(k.bytes for k in loss(Framework.MEGATRON.loss_impl).fwd) == 38 * N
     assert Framework.TORCH_DDP.loss_impl is Framework.DEEPSPEED.loss_impl is LossImpl.TORCH_FP32
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, ep_part, offload_part
+from simulator.compile import comm_part, ep_part, megatron_step, offload_part
+from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
+from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
@@ -98,8 +100,10 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
                          lambda: host_overhead.optimizer_tensors(workload, layout, stage))
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         impl = offload_part.optimizer_impl(s, cluster.device)
-        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl),
-                                             tensors, share, dtensor=host_overhead.dtensor_params(layout),
+        per_param = megatron_step.step_bytes_per_param(dt, s) - first_add_bytes_per_param(workload.dtype, layout)
+        passes = params * per_param / achievable_hbm_Bps(cluster.device)  # per-step passes, less the add not made
+        opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl)
+                                             + passes, tensors, share, dtensor=host_overhead.dtensor_params(layout),
                                              impl=impl).time_s
     else:
         d2h = host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)

@@ -38,6 +38,7 @@ from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
 from simulator.units import GB
 from simulator.workload import Recompute
+from simulator.workload.fp8 import fp8_needs_transpose
 from simulator.workload.layers import ParamCountModel
 from simulator.workload.transformer import TransformerSpec
 
@@ -133,7 +134,22 @@ def _largest_block(spec: TransformerSpec, tp: int, blocks: range, stage: int, pp
     return max(units)
 
 
-def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
+@dataclass(frozen=True)
+class DeviceKey:
+    """What a stage's states and buffers read of the device (part of their cache key): whether it is a CUDA
+    device (torch's foreach optimizer temporaries) and whether Transformer Engine keeps a transposed copy of
+    each cached FP8 weight there (:func:`~simulator.workload.fp8.fp8_needs_transpose`: not on SM 10.x)."""
+
+    cuda: bool
+    fp8_transpose: bool
+
+
+def device_key(device) -> DeviceKey:
+    """:class:`DeviceKey` of ``device``."""
+    return DeviceKey(cuda=is_cuda(device), fp8_transpose=fp8_needs_transpose(device.compute_capability))
+
+
+def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
     """(blocks, placed states, buffers) of one stage: everything but the activations, so a search
     can share it between candidates that differ only in micro-batch, recomputation or schedule."""
     s, tp, pp, dp = layout.strategy, layout.tp, layout.pp, layout.dp_cp  # ZeRO shards over the dp-cp group
@@ -172,9 +188,9 @@ def _states(model, layout: ParallelLayout, stage: int, cuda: bool):
                            mixed_precision=mixed, reduce_bytes=reduce_bytes)
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
-        buffers = with_fp8(buffers, model, layout, tuple(blocks), largest, block_numel)
+        buffers = with_fp8(buffers, model, layout, tuple(blocks), largest, block_numel, dev.fp8_transpose)
     # under autocast the states keep no fp32 master (state_dtype): the optimizer bytes are the two moments
-    step = optimizer_step_bytes(impl=s.resolved_optimizer_impl(foreach_device=cuda),
+    step = optimizer_step_bytes(impl=s.resolved_optimizer_impl(foreach_device=dev.cuda),
                                 moment_bytes=placed.gpu.optimizer_bytes,
                                 largest_moment_bytes=max(numel(d) for _, d in shapes) * ADAM_STATE_BYTES)
     # one set of autocast's weight copies; _stage multiplies it by the micro-batches in flight
@@ -197,13 +213,13 @@ def _stage(model, cluster: Cluster, layout: ParallelLayout, stage: int, cache: d
            acts: LayoutActivations | None = None) -> StageMemory:
     """``cache``: this layout's states by stage (the caller's dict under :func:`_states_key`), or None;
     ``acts``: the layout's :func:`layout_activations` (a transformer's; None: computed per stage)."""
-    cuda = is_cuda(cluster.device)
+    dev = device_key(cluster.device)
     if cache is None:
-        blocks, placed, buffers = _states(model, layout, stage, cuda)
+        blocks, placed, buffers = _states(model, layout, stage, dev)
     else:
-        if (stage, cuda) not in cache:
-            cache[stage, cuda] = _states(model, layout, stage, cuda)
-        blocks, placed, buffers = cache[stage, cuda]
+        if (stage, dev) not in cache:
+            cache[stage, dev] = _states(model, layout, stage, dev)
+        blocks, placed, buffers = cache[stage, dev]
     if buffers.autocast_weights_bytes:
         buffers = replace(buffers, autocast_weights_bytes=buffers.autocast_weights_bytes * _cast_copies(layout, stage))
     stage_acts = stage_activations(model, layout, stage, acts) if model.has_activation_shapes else None

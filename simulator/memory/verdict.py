@@ -26,8 +26,9 @@ import numpy as np
 
 from simulator.cluster.spec import Cluster
 from simulator.memory.offload import HOST_BUFFER_FACTOR
-from simulator.memory.report import _cast_copies, _states, _states_key, checked_inputs, memory_report, reasons
-from simulator.memory.runtime import is_cuda, runtime_bytes
+from simulator.memory.report import (DeviceKey, _cast_copies, _states, _states_key, checked_inputs, device_key,
+                                     memory_report, reasons)
+from simulator.memory.runtime import runtime_bytes
 from simulator.memory.stage import StageMemory
 from simulator.memory.stage_acts import layout_activations, stage_activations
 from simulator.strategy import ParallelLayout, Strategy
@@ -61,23 +62,23 @@ class _StateArrays:
     nvme: list
 
 
-def _state_arrays(model, layout: ParallelLayout, own: dict, cuda: bool) -> _StateArrays:
+def _state_arrays(model, layout: ParallelLayout, own: dict, dev: DeviceKey) -> _StateArrays:
     """The stages' states as arrays, read through :class:`StageMemory`'s own properties once per set of
     state inputs (``own``: the report cache's dict for them, which keeps each stage's ``_states``)."""
-    key = ("arrays", cuda)
+    key = ("arrays", dev)
     if key not in own:
         rows = []
         for k in range(layout.pp):
-            if (k, cuda) not in own:
-                own[k, cuda] = _states(model, layout, k, cuda)
-            blocks, placed, buffers = own[k, cuda]
+            if (k, dev) not in own:
+                own[k, dev] = _states(model, layout, k, dev)
+            blocks, placed, buffers = own[k, dev]
             st = StageMemory(stage=k, blocks=len(blocks), placed=placed, activations=None, buffers=buffers,
                              runtime=None)
             rows.append((st.params_bytes, st.grads_bytes, st.optimizer_bytes, st.params_after_step_bytes,
                          buffers.grad_buckets_bytes, buffers.gathered_params_bytes, buffers.fp8_weights_bytes,
                          buffers.autocast_weights_bytes, buffers.optimizer_step_bytes))
         cols = [np.array(c, dtype=float) for c in zip(*rows)]
-        states = [own[k, cuda][1] for k in range(layout.pp)]
+        states = [own[k, dev][1] for k in range(layout.pp)]
         own[key] = _StateArrays(*cols, host=[p.host_bytes for p in states], nvme=[p.nvme_bytes for p in states])
     return own[key]
 
@@ -91,9 +92,8 @@ def memory_verdict(model, cluster: Cluster, layout: ParallelLayout | Strategy, *
     if not model.has_activation_shapes:
         report = memory_report(model, cluster, layout, cache=cache)
         return MemoryVerdict(report.worst.total_bytes, report.worst.stage, report.reasons)
-    cuda = is_cuda(cluster.device)
     own = {} if cache is None else cache.setdefault(_states_key(model, layout), {})
-    a = _state_arrays(model, layout, own, cuda)
+    a = _state_arrays(model, layout, own, device_key(cluster.device))
     shared = layout_activations(model, layout)
     acts = [stage_activations(model, layout, k, shared) for k in range(layout.pp)]
     act_gpu = np.array([x.gpu_bytes for x in acts], dtype=float)

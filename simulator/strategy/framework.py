@@ -99,8 +99,8 @@ class Framework(Enum):
         """How the framework computes the cross-entropy (:mod:`simulator.workload.loss`): torch DDP, FSDP2 and
         DeepSpeed models call ``F.cross_entropy`` on fp32 logits (the rule the memory model's loss working set
         follows, :func:`simulator.memory.activations.loss_working_bytes`); Megatron-LM its vocab-parallel
-        cross-entropy, kept at one pass (its passes not read)."""
-        return LossImpl.ONE_PASS if self is Framework.MEGATRON else LossImpl.TORCH_FP32
+        cross-entropy on fp32 logits, pass by pass [src: megatron-cross-entropy, megatron-2021-cross-entropy]."""
+        return LossImpl.MEGATRON_VOCAB_PARALLEL if self is Framework.MEGATRON else LossImpl.TORCH_FP32
 
     def optimizer_impl(self, foreach_device: bool) -> OptimizerImpl:
         """The Adam(W) implementation the framework runs by default on a device with (``foreach_device``) or

@@ -202,6 +202,12 @@ class Strategy:
         "(--no-gradient-accumulation-fusion, or Megatron-LM 2021, before it): each micro-batch's gradients are "
         "added into the accumulation buffer by a kernel of their own, not by the weight-gradient GEMM "
         "(simulator.workload.grad_accum; framework megatron)", "--unfused-grad-accumulation")
+    megatron_unbuffered_grads: bool = _switch(  # [src: megatron-ddp-main-grad, megatron-2021-fp16-optimizer]
+        False, "megatron_unbuffered_grads", "Megatron-LM's local DDP without contiguous gradient buffers (2021's "
+        "--fp16 default; --use-contiguous-buffers-in-ddp was opt-in): autograd accumulates .grad (the first "
+        "micro-batch of a step assigns), allreduce_gradients flattens, divides and copies the gradients back, and "
+        "the fp16 optimizer copies them to fp32 main gradients (simulator.compile.megatron_step; framework "
+        "megatron, zero 0, with unfused_grad_accumulation)", "--megatron-unbuffered-grads")
     gradient_as_bucket_view: bool = _switch(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
@@ -287,6 +293,10 @@ class Strategy:
             raise SpecError("unfused_grad_accumulation", f"is Megatron-LM's gradient-accumulation option; "
                             f"{framework.value}'s adds follow from the framework (simulator.workload.grad_accum): "
                             "use framework megatron, or drop it")
+        if self.megatron_unbuffered_grads and (framework is not Framework.MEGATRON or self.zero is not ZeroStage.ZERO0
+                                               or not self.unfused_grad_accumulation):
+            raise SpecError("megatron_unbuffered_grads", "is Megatron-LM's local DDP without gradient buffers: use "
+                            "framework megatron with zero 0 and unfused_grad_accumulation, or drop it")
         if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
             raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
                             "buckets (use framework torch with zero 0 or 1)")

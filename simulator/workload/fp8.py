@@ -67,8 +67,8 @@ is true for compute capability 10.x and from 13.0 (not 12.x), and ``Float8Tensor
 one copy for both usages and drops the transpose [src: te-non-tn-fp8] (:func:`fp8_needs_transpose`). The ``te``
 and ``te-current`` casts, input and weight alike, write the transposed copy only where it is needed (``transpose``
 of :meth:`Fp8Recipe.cast_bytes_per_element`): ``e + 1`` and ``2·e + 1`` bytes per element on B200. The FP8 weight
-cache of the memory model (:func:`fp8_weight_cache_bytes`) still counts the transpose everywhere (the memory model
-is not given the device; an overestimate of 1 byte per FP8 linear weight on Blackwell). ``te-blockwise`` and
+cache of the memory model (:func:`fp8_weight_cache_bytes`) keeps one copy there too (1 byte per FP8 linear weight
+on B200, 2 on H100). ``te-blockwise`` and
 ``te-mxfp8`` quantize both copies from the source on every device (their scales run along different axes);
 torchao's transposed copy is torch's layout, kept as it is.
 
@@ -166,7 +166,7 @@ class Fp8Recipe(Enum):
         each an amax pass and a scale-and-cast; the FP32 scale per row, 4 bytes per row, left out). Without
         ``transpose`` (a device whose FP8 GEMMs take every layout, :func:`fp8_needs_transpose`) ``te`` and
         ``te-current`` write one FP8 copy: ``e + 1`` and ``2·e + 1``."""
-        copies = 2 if transpose else 1
+        copies = self.fp8_copies(transpose)
         if self is Fp8Recipe.TE:
             return e + copies * FP8_BYTES
         if self is Fp8Recipe.TE_CURRENT:
@@ -178,6 +178,11 @@ class Fp8Recipe(Enum):
         if self is Fp8Recipe.TORCHAO_ROWWISE:
             return 2 * (2 * e + FP8_BYTES)
         return 2 * e + 3 * FP8_BYTES
+
+    def fp8_copies(self, transpose: bool = True) -> int:
+        """FP8 copies a cast writes and a cached weight keeps: 2 (rowwise and transposed or columnwise), 1 for the
+        per-tensor ``te`` and ``te-current`` where the device needs no ``transpose`` (module docstring)."""
+        return 1 if not transpose and self in (Fp8Recipe.TE, Fp8Recipe.TE_CURRENT) else 2
 
     @property
     def min_compute_capability(self) -> float:
@@ -322,8 +327,10 @@ def te_weight_cast_bytes(spec: TransformerSpec, tp: int, recipe: Fp8Recipe = Fp8
     return per * rank_fp8_linear_weights(spec, tp, ep, layers)
 
 
-def fp8_weight_cache_bytes(spec: TransformerSpec, tp: int, ep: int = 1, layers=(0,)) -> float:
-    """Bytes of the FP8 weights and transposes Transformer Engine keeps for the blocks ``layers``: 2 per
-    weight (the block scales of ``te-blockwise``'s 128×128 weight blocks, 8 bytes per 16,384 weights, are
-    left out)."""
-    return 2 * FP8_BYTES * rank_fp8_linear_weights(spec, tp, ep, layers)
+def fp8_weight_cache_bytes(spec: TransformerSpec, tp: int, ep: int = 1, layers=(0,),
+                           recipe: Fp8Recipe = Fp8Recipe.TE, transpose: bool = True) -> float:
+    """Bytes of the FP8 weights (and transposed or columnwise copies) Transformer Engine keeps for the blocks
+    ``layers``: :meth:`Fp8Recipe.fp8_copies` bytes per weight, 2, or 1 for ``te`` / ``te-current`` on a device
+    that needs no ``transpose`` [src: te-non-tn-fp8] (the block scales of ``te-blockwise``'s 128×128 weight
+    blocks, 8 bytes per 16,384 weights, are left out)."""
+    return recipe.fp8_copies(transpose) * FP8_BYTES * rank_fp8_linear_weights(spec, tp, ep, layers)

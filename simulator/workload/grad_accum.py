@@ -11,16 +11,19 @@ adds, and in what formats (:class:`GradAdd`, resolved from the framework by :mod
 
 - torch's autograd (``AccumulateGrad``: ``variable_grad += new_grad`` into an existing ``.grad``
   [src: torch-eager-decompositions]) under torch DDP: ``b_acc = b_grad`` = the parameters' format (fp32 under
-  autocast): 3·b_grad per parameter. The executor keeps ``.grad`` between micro-batches
-  (``zero_grad(set_to_none=False)``), so every micro-batch's backward adds; with torch's default
-  ``set_to_none=True`` the first micro-batch of a step hands its gradient over instead, one add per step fewer
-  than charged here (1/m of the term). The cost per micro-batch does not depend on the global batch, so one
-  compiled micro-batch serves every batch (:mod:`simulator.analytical_structures`).
+  autocast): 3·b_grad per parameter. The executor's data-parallel family keeps ``.grad`` between steps
+  (``zero_grad(set_to_none=False)``), so every micro-batch's backward adds; its tensor/pipeline family zeroes with
+  torch's default ``set_to_none=True``, so the first micro-batch of a step hands its gradient over instead: one
+  add per step fewer, credited once per step in the optimizer phase (:mod:`simulator.compile.grad_adds`). The cost
+  per micro-batch does not depend on the global batch, so one compiled micro-batch serves every batch
+  (:mod:`simulator.analytical_structures`).
 - Megatron-LM without gradient-accumulation fusion (strategy field ``unfused_grad_accumulation``): its DDP
   hook adds ``param.grad`` (the parameters' format) into ``main_grad`` (fp32 or the parameters' format: the
   gradient-reduction format) and frees ``.grad``, every micro-batch [src: megatron-ddp-main-grad]; Megatron-LM
   2021 under ``--fp16`` had no ``main_grad`` buffer (contiguous buffers were opt-in and fp32 accumulation forced
-  only for bf16), so autograd accumulated the fp16 ``.grad`` itself: the same 3 × 2 bytes per parameter.
+  only for bf16), so autograd accumulated the fp16 ``.grad`` itself: the same 3 × 2 bytes per parameter, less
+  the first micro-batch's (``zero_grad(set_to_none=True)``: it assigns), credited once per step with that code's
+  other per-step passes (strategy field ``megatron_unbuffered_grads``, :mod:`simulator.compile.megatron_step`).
   With the fusion (Megatron-Core's default ``gradient_accumulation_fusion``) the weight-gradient GEMM
   accumulates into ``main_grad`` itself: no kernel of its own.
 - FSDP1/FSDP2 and DeepSpeed ZeRO-2/3 free the unsharded gradient after its reduce-scatter and accumulate the

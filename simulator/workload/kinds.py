@@ -55,9 +55,12 @@ class LossImpl(Enum):
     TORCH_FP32 = "torch-fp32"
     """``F.cross_entropy`` on fp32 logits, as torch models call it (``logits.float()``, or autocast's fp32
     ``log_softmax``): a cast, ``log_softmax`` and ``nll_loss``, each its own pass, and their backward passes."""
+    MEGATRON_VOCAB_PARALLEL = "megatron-vocab-parallel"
+    """Megatron-LM's vocab-parallel cross-entropy on the ``.float()`` logits: a cast, the max, the in-place
+    subtraction, exponent and normalisation, each its own pass; backward the in-place scaling and the cast back."""
     ONE_PASS = "one-pass"
-    """The logits read and written once in their own format, backward 1.5×: kept for Megatron-LM's
-    vocab-parallel cross-entropy, whose passes were not read."""
+    """The logits read and written once in their own format, backward 1.5×: the op tables' default where no
+    framework is named."""
 
 
 class KernelFusion(Enum):

@@ -12,8 +12,17 @@ and 4 for fp32:
   the logits' format (``4 + e``). In bf16: 14 bytes per logit forward and 22 backward, where one pass over the
   bf16 logits (the previous rule) counted 4 and 6. These are the tensors the memory model already holds for the
   loss (:func:`simulator.memory.activations.loss_working_bytes`).
-- :attr:`LossImpl.ONE_PASS`: one kernel reading and writing the ``e``-byte logits (``2·e``), backward 1.5× —
-  Megatron-LM's vocab-parallel cross-entropy, whose own passes were not read here.
+- :attr:`LossImpl.MEGATRON_VOCAB_PARALLEL`, Megatron-LM's ``vocab_parallel_cross_entropy(output.float(), labels)``
+  (``--fp16-lm-cross-entropy`` off, its default; ``cross_entropy_loss_fusion`` off, Megatron-Core's default)
+  [src: megatron-cross-entropy, megatron-2021-cross-entropy]: forward the cast to fp32 (``e + 4``; none on fp32
+  logits), ``torch.max`` over the vocabulary (read 4), ``logits -= max`` in place (4 + 4), ``torch.exp(..., out=)``
+  in place (4 + 4), ``sum`` (read 4) and ``exp_logits.div_(sum)`` in place (4 + 4), saved as the softmax: ``e + 36``
+  bytes per logit (32 on fp32 logits); the target gather and the three all-reduces are per token (negligible
+  here; the all-reduces' time is not charged). Backward: the target's ``-= 1`` scatter (per token),
+  ``grad_input.mul_(grad_output)`` in place (4 + 4) and the cast's backward to the logits' format (``4 + e``):
+  ``12 + e``. In bf16: 38 forward and 14 backward, where one pass counted 4 and 6.
+- :attr:`LossImpl.ONE_PASS`: one kernel reading and writing the ``e``-byte logits (``2·e``), backward 1.5× — the
+  default of op tables that name no framework.
 """
 
 from __future__ import annotations
@@ -55,9 +64,24 @@ def loss_work(logits: float, e: int, impl: LossImpl) -> OpWork:
         return _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * logits * e), None)])
     cast = e != FP32_BYTES
     fwd: list[Kernel] = [memory("cross_entropy.cast", (e + FP32_BYTES) * logits)] if cast else []
+    if impl is LossImpl.MEGATRON_VOCAB_PARALLEL:
+        return _megatron_loss(logits, e, fwd)
     fwd.append(memory("cross_entropy.log_softmax", 2 * FP32_BYTES * logits))
     bwd = [memory("cross_entropy.nll_loss_bwd", FP32_BYTES * logits),
            memory("cross_entropy.log_softmax_bwd", 3 * FP32_BYTES * logits)]
+    if cast:
+        bwd.append(memory("cross_entropy.cast_bwd", (FP32_BYTES + e) * logits))
+    return OpWork(op=OpKind.LOSS, scope=Scope.LAST, fwd=tuple(fwd), bwd=tuple(bwd))
+
+
+def _megatron_loss(logits: float, e: int, cast: list[Kernel]) -> OpWork:
+    """Megatron-LM's vocab-parallel cross-entropy after the ``cast`` kernels (module docstring)."""
+    fwd = cast + [memory("cross_entropy.max", FP32_BYTES * logits),
+                  memory("cross_entropy.sub_max", 2 * FP32_BYTES * logits),
+                  memory("cross_entropy.exp", 2 * FP32_BYTES * logits),
+                  memory("cross_entropy.sum_exp", FP32_BYTES * logits),
+                  memory("cross_entropy.div_sum", 2 * FP32_BYTES * logits)]
+    bwd = [memory("cross_entropy.mul_grad", 2 * FP32_BYTES * logits)]
     if cast:
         bwd.append(memory("cross_entropy.cast_bwd", (FP32_BYTES + e) * logits))
     return OpWork(op=OpKind.LOSS, scope=Scope.LAST, fwd=tuple(fwd), bwd=tuple(bwd))
