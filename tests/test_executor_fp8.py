@@ -236,7 +236,7 @@ def _results_file(tmp_path, precision: str) -> str:
 def test_validate_resimulates_an_fp8_run_with_fp8_gemms(tmp_path, capsys):
     """The plan's ``precision fp8`` travels in the results file: the re-simulated step is the FP8 one, slower
     than the same run's bf16 estimate here: the executor runs torchao eagerly, whose separate cast kernels
-    outweigh the FP8 GEMMs' gain (simulator/workload/fp8.py ``_eager_torchao_casts``; measured so on an H200,
+    outweigh the FP8 GEMMs' gain (simulator/workload/fp8_eager.py ``eager_torchao_casts``; measured so on an H200,
     GPT-3 1.3B: 730 ms FP8 against 395 ms BF16, docs/hardware_measured.md)."""
     estimates = {}
     for precision in ("fp8", "model"):

@@ -92,6 +92,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.dtypes import Dtype
+from simulator.workload.fp8_eager import eager_torchao_casts
 from simulator.workload.ops import Kernel, OpKind, OpWork, gemm, memory
 
 if TYPE_CHECKING:
@@ -222,46 +223,13 @@ def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
     return replace(out, bytes=float(batch * (FP8_BYTES * (m * k + k * n) + e * m * n)), dtype=Dtype.FP8)
 
 
-EAGER_AMAX_BYTES = 3
-"""Bytes per BF16-element byte of an eager torchao amax pass: ``torch.abs`` (read ``e``, write ``e``) and the
-max reduction (read ``e``): ``3·e`` per element (``torchao/float8/float8_utils.py`` ``tensor_to_amax``)
-[src: torchao-float8]."""
-EAGER_SCALE_CAST_BYTES = 25
-"""Bytes per element of an eager torchao scale-and-cast beyond reading the BF16 source (``e``): to FP32
-(write 4), times the scale (read 4, write 4), the saturating clamp (read 4, write 4), to FP8 (read 4, write 1):
-``e + 25`` per element (``hp_tensor_and_scale_to_float8``, ``to_fp8_saturated``) [src: torchao-float8]."""
-
-
-def _eager_torchao_casts(kernel: Kernel, e: int, weight_shards: int,
-                         rowwise: bool = False) -> tuple[list[Kernel], list[Kernel]]:
-    """(forward, backward) cast kernels of one linear under eager torchao: separate kernels per pass (no
-    ``torch.compile`` fusing them). Tensorwise, per linear and micro-batch, as our H200 trace of the executor's
-    run counts them (``docs/measured/h200-2026-11-25/call8``: 4 ``abs``, 4 amax reductions, 6 clamps and 6 scale
-    multiplies per linear) [src: own-h200-2026-11-25]: amax passes on the input, the weight and twice on the output
-    gradient (once per backward GEMM); scale-and-casts of the input and the weight in forward and again in
-    backward, and of the output gradient twice; one FP8 transpose copy (read 1, write 1) of each of the three
-    operands. Rowwise (not traced): every operand quantized along each GEMM's axis from its BF16 source, an amax
-    and a scale-and-cast per use, two uses each, no transposes [src: torchao-float8-rowwise]."""
-    m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
-    amax, cast = EAGER_AMAX_BYTES * e, e + EAGER_SCALE_CAST_BYTES
-    x, w, dy = m * k * batch, k * n * batch / weight_shards, m * n * batch
-    fwd = [memory(f"{kernel.name}.cast_input", (amax + cast) * x), memory(f"{kernel.name}.cast_weight", (amax + cast) * w)]
-    if rowwise:
-        return fwd, [memory(f"{kernel.name}.cast_grad_output", 2 * (amax + cast) * dy),
-                     memory(f"{kernel.name}.recast_input_weight", (amax + cast) * (x + w))]
-    bwd = [memory(f"{kernel.name}.cast_grad_output", 2 * (amax + cast) * dy),
-           memory(f"{kernel.name}.recast_input_weight", cast * (x + w)),
-           memory(f"{kernel.name}.fp8_transposes", 2 * FP8_BYTES * (x + w + dy))]
-    return fwd, bwd
-
-
 def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
            transpose: bool, eager: bool = False) -> tuple[list[Kernel], list[Kernel]]:
     """(forward, backward) cast kernels of one forward GEMM ``kernel`` (m×k input, k×n weight, m×n output,
     ``batch`` times: a grouped GEMM's experts each cast their own rows and weight); ``eager``: torchao's
-    tensorwise recipe without ``torch.compile`` (:func:`_eager_torchao_casts`)."""
+    tensorwise recipe without ``torch.compile`` (:func:`simulator.workload.fp8_eager.eager_torchao_casts`)."""
     if eager and recipe.is_torchao:
-        return _eager_torchao_casts(kernel, e, weight_shards, rowwise=recipe is Fp8Recipe.TORCHAO_ROWWISE)
+        return eager_torchao_casts(kernel, e, weight_shards, rowwise=recipe is Fp8Recipe.TORCHAO_ROWWISE)
     m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
     per = recipe.cast_bytes_per_element(e, transpose)
     fwd = []
