@@ -219,7 +219,9 @@ class HostSpec:
     stated, read as NCCL reads any host that is not AMD."""
     fsdp2_forward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled."""
+    :func:`simulator.host_overhead.with_host_modules`. Measured by ``trainplan calibrate --compute`` on a fake
+    2-rank group, FSDP2's multi-rank path (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe].
+    0: not modelled."""
     fsdp2_backward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
     post-backward). 0: not modelled."""
