@@ -62,7 +62,8 @@ def _outside_s(clock, wall_s: float) -> float:
 
 def _gpt_stages(spec, world: int, v: int, rank: int, micro_batch: int, m: int):
     """The executor's stages of ``spec`` (:class:`executor.strategies.pipeline.Stage`, layers split as evenly as
-    they go, a stage may hold none) held by ``rank``, with a batch of ``m`` micro-batches of ``micro_batch`` sequences and its targets."""
+    they go, a stage may hold none) held by ``rank``, with a batch of ``m`` micro-batches of ``micro_batch``
+    sequences and its targets."""
     import torch
 
     from executor.model import build_gpt
