@@ -249,8 +249,8 @@ class HostSpec:
     :func:`simulator.host_overhead.with_host_modules` charges it per compute action with the sends and receives
     the runtime adds around it (:func:`simulator.host_overhead.pipeline_actions`). Measured on the CPU by
     ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
-    0: not modelled (GPU presets: not measured there; on an ``async`` device a host term only matters where it
-    outlasts the phase's kernels, which a GPU stage of a real model does)."""
+    0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
+    kernels and the host time, and a real model's stage kernels outlast tens of µs per action)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
