@@ -42,8 +42,12 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
    ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
    ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's
-   recomputed kernels as the calibrated device times them). On a GPU the base's figures are kept (not
-   measured there yet).
+   recomputed kernels as the calibrated device times them); the tiny model under FSDP2 on a fake 2-rank group
+   against the plain one: ``host.fsdp2_forward_module_us`` and ``host.fsdp2_backward_module_us``
+   (:mod:`executor.fsdp2_host_bench`); and two processes running torch's pipeline schedule runtime over the
+   tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase
+   (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
+   kept (not measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
 ranks is in it. The result replaces only these device fields and the host fields named above of ``base`` (a
@@ -53,7 +57,6 @@ preset or a ``trainplan calibrate`` file, whose network calibration is kept).
 from __future__ import annotations
 
 import datetime
-import os
 import platform
 import statistics
 import sys
@@ -66,22 +69,22 @@ from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width
 from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
-from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
-                                 time_ddp, time_tp_modules)
+from executor.calibrate_host import adamw_call_us, host_cores, measure_host_terms, with_host  # noqa: F401
+from executor.fsdp2_host_bench import Fsdp2Timing
+from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
+from executor.pipeline_host_bench import PipelineActionTiming
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.compute import Phase, layer_times, total_time
 from simulator.errors import SpecError
 from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency
 from simulator.gemm_shape import GemmShape
-from simulator.workload import Recompute
+
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.transformer import TransformerSpec
 
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
 """Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class GemmRow:
@@ -92,7 +95,6 @@ class GemmRow:
     def tflops(self) -> float:
         """Achieved rate of the median call, TFLOP/s."""
         return self.shape.flops / self.timing.median_s / 1e12
-
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryRow:
@@ -105,7 +107,6 @@ class MemoryRow:
     @property
     def GBps(self) -> float:
         return self.bytes / self.timing.median_s / 1e9
-
 
 @dataclass(frozen=True, kw_only=True)
 class ComputeCalibration:
@@ -133,9 +134,12 @@ class ComputeCalibration:
     """The activation-checkpoint terms (step 5); None where not measured (a GPU)."""
     adamw: AdamwTiming | None = None
     """The AdamW step that gave ``op_call_overhead_us`` (step 4); None: the bare call gave it (a GPU)."""
+    fsdp2: Fsdp2Timing | None = None
+    """FSDP2's per-module terms on a fake 2-rank group (step 5); None where not measured (a GPU)."""
+    pipeline: PipelineActionTiming | None = None
+    """torch's pipeline runtime per action on 2 processes (step 5); None where not measured (a GPU)."""
     block_phases: tuple[Timing, Timing] | None = None
     """The block's forward and backward timed apart (the CPU); None on a GPU."""
-
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -164,7 +168,6 @@ def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend
                                repeats=repeats, warmup=warmup)
     return gemms, memory, bare, block, phases
 
-
 def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[float, float], ...]:
     """(FLOPs, rate / peak) per distinct FLOP count (median rate over shapes of equal FLOPs), increasing."""
     by_flops: dict[float, list[float]] = {}
@@ -172,7 +175,6 @@ def curve_points(gemms: tuple[GemmRow, ...], peak_tflops: float) -> tuple[tuple[
         by_flops.setdefault(row.shape.flops, []).append(row.tflops)
     return tuple((flops, min(1.0, statistics.median(rates) / peak_tflops))
                  for flops, rates in sorted(by_flops.items()))
-
 
 def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing, dtype: DtypePolicy,
                   source: str, *, bare: Timing | None = None, dispatch: KernelDispatch = KernelDispatch.INLINE,
@@ -196,7 +198,6 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
                      op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
     return block_call_overheads(base, device, executed(grid.block), grid.micro_batch, block, phases)
 
-
 def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
     host = f"{platform.node()} ({platform.processor() or platform.machine()}, {platform.system()})"
     width = row_width(torch.device("cuda" if backend == "nccl" else "cpu"), max(grid.elements))
@@ -204,7 +205,6 @@ def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGr
             f"torch {torch.__version__}, backend {backend}, {thread_count} thread(s), {dtype.value}; "
             f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements in rows of {width}, "
             f"block of {grid.block.name} micro-batch {grid.micro_batch}")
-
 
 def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
                       backend: str = "gloo", nproc: int = 1, thread_count: int | None = None,
@@ -229,73 +229,17 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    tp = ddp = adamw = ckpt = None
+    terms = None
     if backend == "gloo":
-        tp, ddp, adamw, ckpt = measure_host_terms(spec, grid.micro_batch, device, thread_count=count,
-                                                  repeats=repeats, warmup=warmup, progress=progress)
-        device = replace(device, op_call_overhead_us=adamw_call_us(device, adamw, dtype))
+        terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
+                                   progress=progress)
+        device = replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
-                                fields=device, tp_modules=tp, ddp=ddp, adamw=adamw, checkpoint=ckpt,
-                                block_phases=phases)
+                                fields=device, tp_modules=terms and terms.tp, ddp=terms and terms.ddp,
+                                adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
+                                fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, node=_with_host(base.node, tp, ddp, ckpt), source=joined), report
-
-
-def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
-                       warmup: int, progress: bool = False
-                       ) -> tuple[TpModuleTiming, DdpTiming, AdamwTiming, CheckpointTiming]:
-    """Step 4's AdamW step and step 5's framework terms (:mod:`executor.host_bench`) on the CPU, for the tiny
-    fp32 model of ``spec``; ``device``: the calibrated device, whose recompute time of one block is subtracted
-    from the checkpoint's backward."""
-    if progress:
-        print("calibrate --compute: the tiny model under torch TP (tp = 2), DDP and checkpoints on a 1-rank group, and "
-              "its AdamW step, against the plain one", file=sys.stderr)
-    model = tiny_model(spec, DtypePolicy.FP32)
-    rerun_s = total_time(layer_times(executed(model), device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
-    more = max(repeats, 100)
-    with threads(thread_count):
-        return (time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch, repeats=max(repeats, 50),
-                                warmup=warmup),
-                time_ddp(model, micro_batch, repeats=more, warmup=warmup),
-                time_adamw(model, repeats=more, warmup=warmup),
-                time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup))
-
-
-def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:
-    """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
-    ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
-    over its calls; at least 0. The update's bytes are those of the implementation ``make_optimizer`` ran,
-    torch's default on ``device`` (the torch framework's, :meth:`~simulator.strategy.framework.Framework.optimizer_impl`)."""
-    from simulator.cluster.spec import KernelDispatch
-    from simulator.compile import adam_bytes_per_param
-    from simulator.compute import achievable_hbm_Bps
-    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
-    from simulator.strategy.framework import Framework
-
-    impl = Framework.TORCH_DDP.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
-    update_s = adamw.params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(device)
-    return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
-
-
-def host_cores() -> int:
-    """CPU cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where it does not exist)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _with_host(node, tp: TpModuleTiming | None, ddp: DdpTiming | None = None, ckpt: CheckpointTiming | None = None):
-    """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` and, where measured, its
-    tensor-parallel module and DDP terms (no host section: as is)."""
-    if node.host is None:
-        return node
-    host = replace(node.host, cpu_cores=host_cores())
-    if tp is not None:
-        host = replace(host, tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us)
-    if ddp is not None:
-        host = replace(host, ddp_forward_call_us=ddp.forward_call_us, ddp_sync_backward_us=ddp.sync_backward_us)
-    if ckpt is not None:
-        host = replace(host, checkpoint_forward_region_us=ckpt.forward_region_us,
-                       checkpoint_backward_region_us=ckpt.backward_region_us)
-    return replace(node, host=host)
+    return replace(base, name=name, device=device, node=with_host(base.node, terms), source=joined), report

@@ -175,6 +175,9 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")
             + (f"DDP {compute.ddp.forward_call_us:.0f} us per forward, {compute.ddp.sync_backward_us:.0f} us per "
                "synchronising backward, " if compute.ddp else "")
+            + (f"FSDP2 {compute.fsdp2.forward_module_us:.0f} / {compute.fsdp2.backward_module_us:.0f} us per module "
+               "forward / backward, " if compute.fsdp2 else "")
+            + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action, " if compute.pipeline else "")
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]

@@ -45,6 +45,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
   measured on a 1-rank group by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_ddp`)
   [src: own-ddp-host-probe].
+- **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
+  and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
+  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -65,6 +68,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
+from simulator.pipeline_runtime import pipeline_actions
 from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
@@ -236,8 +240,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
     the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
     blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
-    (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); and DDP's per
-    forward call (:func:`ddp_wrapped`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
+    (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); DDP's per
+    forward call (:func:`ddp_wrapped`); and torch's pipeline runtime per action (:mod:`simulator.pipeline_runtime`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
     phase takes the larger of its time and the host time (one stream)."""
     from dataclasses import replace as _replace
 
@@ -249,10 +253,12 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
+    pipe_us = pipeline_actions(layout, chunk) * host.pipeline_action_us
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
-              + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0))
+              + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
+              + pipe_us)
     bwd_us = (fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
-              + ckpt * host.checkpoint_backward_region_us)
+              + ckpt * host.checkpoint_backward_region_us + pipe_us)
     if not fwd_us and not bwd_us:
         return compute
     device = cluster.device

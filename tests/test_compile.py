@@ -97,10 +97,10 @@ def test_zero_stages_change_the_calls(cluster, model, cache):
     z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3, framework=Framework.FSDP2),
                       cache=cache, memory=False)
     ch = z3.stages[0].chunks[0]
-    assert len(ch.zero_fwd) == 24 and z3.stages[0].after_step == ()
-    assert [c.op for c in ch.zero_bwd[:24]] == [Op.ALL_GATHER] * 24  # re-gathered for the backward
-    assert {c.op for c in ch.zero_bwd[24:]} == {Op.REDUCE_SCATTER}
-    assert ch.zero_fwd[0].nbytes > ch.zero_fwd[1].nbytes  # the embedding rides with the first block
+    assert len(ch.zero_fwd) == 24 + 1 and z3.stages[0].after_step == ()  # the root module's gather, then 24 blocks'
+    assert [c.op for c in ch.zero_bwd[:25]] == [Op.ALL_GATHER] * 25  # re-gathered for the backward
+    assert {c.op for c in ch.zero_bwd[25:]} == {Op.REDUCE_SCATTER}
+    assert ch.zero_fwd[0].nbytes != ch.zero_fwd[1].nbytes == ch.zero_fwd[2].nbytes  # the embedding gathered apart
     # DeepSpeed (the default framework at ZeRO-3) gathers per tensor instead (tests/test_ds_zero3.py):
     # token and position embeddings, then Q/K/V, output, fc1, fc2 of each of the 24 blocks
     ds = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
@@ -110,19 +110,19 @@ def test_zero_stages_change_the_calls(cluster, model, cache):
 
 
 def test_fsdp2_issues_per_block_calls_and_gathers_zero2_in_forward(cluster, model, cache):
-    """FSDP2 (fully_shard per block): ZeRO-3 reduce-scatters each block's gradients (24 blocks, the edge
-    gradients with the first) besides re-gathering it; ZeRO-2 (reshard_after_forward=False) gathers each
-    block in every forward, keeps it for the backward, and has no all-gather after the step."""
+    """FSDP2 (fully_shard per block, then the root): ZeRO-3 reduce-scatters each block's gradients (24 blocks),
+    then the root's edge gradients apart, besides re-gathering them; ZeRO-2 (reshard_after_forward=False) gathers
+    each module in every forward, keeps it for the backward, and has no all-gather after the step."""
     z3 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3, framework=Framework.FSDP2),
                       cache=cache, memory=False)
     ch = z3.stages[0].chunks[0]
     rs = [c for c in ch.zero_bwd if c.op is Op.REDUCE_SCATTER]
-    assert len(rs) == 24 and rs[0].nbytes > rs[1].nbytes
+    assert len(rs) == 24 + 1 and rs[0].nbytes == rs[23].nbytes != rs[24].nbytes
     z2 = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO2, framework=Framework.FSDP2),
                       cache=cache, memory=False)
     st = z2.stages[0]
-    assert [c.op for c in st.chunks[0].zero_fwd] == [Op.ALL_GATHER] * 24
-    assert [c.op for c in st.chunks[0].zero_bwd] == [Op.REDUCE_SCATTER] * 24
+    assert [c.op for c in st.chunks[0].zero_fwd] == [Op.ALL_GATHER] * 25
+    assert [c.op for c in st.chunks[0].zero_bwd] == [Op.REDUCE_SCATTER] * 25
     assert st.after_step == () and st.grad_sync == ()
 
 

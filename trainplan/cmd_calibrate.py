@@ -279,6 +279,15 @@ def _compute_dict(r, path: str) -> dict:
                 "checkpoint_backward_region_us": r.checkpoint.backward_region_us,
                 **{name: _timing(getattr(r.checkpoint, name)) for name in (
                     "plain_forward", "checkpointed_forward", "plain_step", "checkpointed_step")}},
+            "fsdp2": None if r.fsdp2 is None else {
+                "dp": r.fsdp2.dp, "modules": r.fsdp2.modules, "fsdp2_forward_module_us": r.fsdp2.forward_module_us,
+                "fsdp2_backward_module_us": r.fsdp2.backward_module_us,
+                **{name: _timing(getattr(r.fsdp2, name)) for name in ("plain_forward", "fsdp2_forward", "plain_step",
+                                                                      "fsdp2_step")}},
+            "pipeline": None if r.pipeline is None else {
+                "schedule": r.pipeline.schedule.value, "pp": r.pipeline.pp, "micro_batches": r.pipeline.micro_batches,
+                "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
+                "outside": [_timing(o) for o in r.pipeline.outside]},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -311,6 +320,14 @@ def _print_compute(r) -> None:
         print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
               f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "
               f"{r.checkpoint.recompute_region_s * 1e6:.1f} us)")
+    if r.fsdp2 is not None:
+        print(f"FSDP2 module  {r.fsdp2.forward_module_us:.1f} us forward, {r.fsdp2.backward_module_us:.1f} us backward "
+              f"(fake {r.fsdp2.dp}-rank group, {r.fsdp2.modules} modules, collectives excluded)")
+    if r.pipeline is not None:
+        p = r.pipeline
+        print(f"pipeline      {p.action_us:.1f} us per schedule action ({p.schedule.value}, {p.pp} processes, "
+              f"{p.micro_batches} micro-batches, {'/'.join(map(str, p.actions))} actions; outside the phases "
+              f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step)")
     print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:

@@ -232,7 +232,9 @@ class HostSpec:
     stated, read as NCCL reads any host that is not AMD."""
     fsdp2_forward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled."""
+    :func:`simulator.host_overhead.with_host_modules`. Measured by ``trainplan calibrate --compute`` on a fake
+    2-rank group, FSDP2's multi-rank path (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe].
+    0: not modelled."""
     fsdp2_backward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
     post-backward). 0: not modelled."""
@@ -253,6 +255,15 @@ class HostSpec:
     ddp_sync_backward_us: float = 0.0
     """Host time DDP's synchronising backward adds per step (reducer hooks, bucket copies, finalisation; not the
     collective), µs; :func:`simulator.host_overhead.with_ddp_sync`. 0: not modelled."""
+    pipeline_action_us: float = 0.0
+    """Host time torch's pipeline schedule runtime (``torch.distributed.pipelining``'s ``_PipelineScheduleRuntime``)
+    spends per action of a rank's list (compute, send, receive) outside the action's kernels and transfers, µs:
+    the loop's dispatch and profiler range, the stage's per-chunk bookkeeping and the building of each p2p op list;
+    :func:`simulator.host_overhead.with_host_modules` charges it per compute action with the sends and receives
+    the runtime adds around it (:func:`simulator.host_overhead.pipeline_actions`). Measured on the CPU by
+    ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
+    0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
+    kernels and the host time, and a real model's stage kernels outlast tens of µs per action)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -275,3 +286,4 @@ class HostSpec:
         non_negative_number("host.checkpoint_backward_region_us", self.checkpoint_backward_region_us)
         non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
         non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
+        non_negative_number("host.pipeline_action_us", self.pipeline_action_us)

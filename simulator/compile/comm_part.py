@@ -184,15 +184,22 @@ def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, 
 
 
 def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float, layers: int,
-                  concurrent: int) -> tuple[CommCall, ...]:
-    """Per-block parameter all-gathers of one chunk (edge parameters with the first block)."""
+                  concurrent: int, root_apart: bool = False) -> tuple[CommCall, ...]:
+    """Per-block parameter all-gathers of one chunk: the edge parameters with the first block, or, with
+    ``root_apart`` (FSDP2: ``fully_shard`` on every block and then on the root module, which keeps the chunk's edge
+    parameters, as :mod:`executor.strategies.data_parallel` and torchtitan wrap a model), in a call of their own
+    before the blocks': FSDP2 all-gathers each ``fully_shard`` module's parameters apart, the root's too
+    [src: torch-fsdp2-host-path]."""
     if len(group) < 2 or layers == 0 and edge_bytes <= 0:
         return ()
     if layers == 0:  # a layer-list chunk: everything in one gather
         return tuple(c for c in (call(cache, CommKind.ZERO, Op.ALL_GATHER, group, edge_bytes, concurrent),)
                      if c is not None)
-    first = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes + edge_bytes, concurrent)
     rest = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes, concurrent)
+    if root_apart:
+        root = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, edge_bytes, concurrent) if edge_bytes > 0 else None
+        return tuple(c for c in (root,) + (rest,) * layers if c is not None)
+    first = call(cache, CommKind.ZERO, Op.ALL_GATHER, group, layer_bytes + edge_bytes, concurrent)
     return (first,) + (rest,) * (layers - 1)
 
 
@@ -206,15 +213,17 @@ def zero_grad_reduce_scatters(cache: CostCache, group: tuple[int, ...], layer_by
                               algorithm: str = "auto") -> tuple[CommCall, ...]:
     """One micro-batch's gradient reduce-scatters of a chunk under ZeRO-2/3 (module docstring).
 
-    ``per_block`` (FSDP2): one call per block, the edge gradients with the first, as
-    :func:`zero3_gathers` splits the parameters; otherwise (DeepSpeed) one call per bucket of
-    ``bucket_bytes`` over the chunk's gradient bytes, last layers first (:func:`bucketed`).
+    ``per_block`` (FSDP2): one call per ``fully_shard`` module as :func:`zero3_gathers` splits the parameters with
+    ``root_apart``: one per block, then the root module's edge gradients in a call of their own (its post-backward
+    runs last, once the embedding's gradient is ready) [src: torch-fsdp2-host-path]; otherwise (DeepSpeed) one call
+    per bucket of ``bucket_bytes`` over the chunk's gradient bytes, last layers first (:func:`bucketed`).
     """
     if len(group) < 2:
         return ()
     if not per_block or layers == 0:
         return bucketed(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layers * layer_bytes + edge_bytes,
                         bucket_bytes, algorithm, concurrent)
-    first = call(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layer_bytes + edge_bytes, concurrent, algorithm)
     rest = call(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, layer_bytes, concurrent, algorithm)
-    return tuple(c for c in (first,) + (rest,) * (layers - 1) if c is not None)
+    root = (call(cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, edge_bytes, concurrent, algorithm)
+            if edge_bytes > 0 else None)
+    return tuple(c for c in (rest,) * layers + (root,) if c is not None)

@@ -7,7 +7,7 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
-from simulator import host_overhead
+from simulator import host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
@@ -177,7 +177,9 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         chunks.append(work)
         params, experts = params + held, experts + expert
     sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
-    opt += _te_weight_cast_s(cache, workload, layout, r)
+    opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
+        cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
+                                                                                                 layout.world_size)))
     return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))

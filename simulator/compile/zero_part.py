@@ -8,6 +8,7 @@ from simulator.compile import comm_part, ep_part
 from simulator.compile.compute_part import ChunkCompute
 from simulator.strategy.formats import sync_dtype
 from simulator.strategy import ParallelLayout
+from simulator.strategy.framework import Framework
 from simulator.work import CommCall
 from simulator.workload.fp8 import FP8_BYTES, fp8_linear_weights
 
@@ -27,10 +28,12 @@ def gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes) -> tupl
     so they never meet)."""
     dense, experts = expert_split(layout, cc)
     gathered = dense * pbytes if experts else block_bytes
-    calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp)
+    apart = layout.framework is Framework.FSDP2  # the root module's own gather first (comm_part.zero3_gathers)
+    calls = comm_part.zero3_gathers(cache, dp_group, gathered, cc.edge_params * pbytes, cc.blocks, layout.tp, apart)
     if experts:
-        calls = ep_part.interleave(calls, comm_part.zero3_gathers(cache, edp_group, experts * pbytes, 0.0, cc.blocks,
-                                                                  layout.tp * layout.ep))
+        root = calls[:1] if apart and cc.edge_params > 0 and cc.blocks > 0 else ()
+        calls = root + ep_part.interleave(calls[len(root):], comm_part.zero3_gathers(
+            cache, edp_group, experts * pbytes, 0.0, cc.blocks, layout.tp * layout.ep))
     return calls
 
 

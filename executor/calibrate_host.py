@@ -1,0 +1,105 @@
+"""The host terms of ``trainplan calibrate --compute`` (steps 4 and 5 of :mod:`executor.calibrate_compute`).
+
+On the CPU (gloo) the framework terms are measured against the plain tiny model and written into the cluster's
+``host`` section (:func:`with_host`): torch tensor parallelism per module, DDP per forward and synchronising
+backward, ``torch.utils.checkpoint`` per region (:mod:`executor.host_bench`), FSDP2 per ``fully_shard`` module
+on a fake multi-rank group (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action
+on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
+``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+
+from executor.compute_bench import threads
+from executor.compute_grid import executed, tiny_model
+from executor.fsdp2_host_bench import Fsdp2Timing, time_fsdp2_modules
+from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
+                                 time_ddp, time_tp_modules)
+from executor.launch import threads_per_rank
+from executor.pipeline_host_bench import PipelineActionTiming, time_pipeline_actions
+from simulator.cluster.spec import Device
+from simulator.compute import Phase, layer_times, total_time
+from simulator.workload import Recompute
+from simulator.workload.kinds import DtypePolicy
+from simulator.workload.transformer import TransformerSpec
+
+PIPELINE_PROBE_PP = 2
+"""Processes of the pipeline probe: the suite's pipelines' pp (each process one stage of the tiny model)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostTerms:
+    """What the host-term probes measured (each derives its term; :func:`with_host` writes them)."""
+
+    tp: TpModuleTiming
+    ddp: DdpTiming
+    adamw: AdamwTiming
+    checkpoint: CheckpointTiming
+    fsdp2: Fsdp2Timing
+    pipeline: PipelineActionTiming
+
+
+def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
+                       warmup: int, progress: bool = False) -> HostTerms:
+    """The probes of the module docstring for the tiny fp32 model of ``spec``; ``device``: the calibrated device,
+    whose recompute time of one block is subtracted from the checkpoint's backward."""
+    if progress:
+        print("calibrate --compute: the tiny model under torch TP (tp = 2), DDP and checkpoints on a 1-rank group, "
+              "FSDP2 on a fake 2-rank group, its AdamW step, and torch's pipeline runtime on 2 processes",
+              file=sys.stderr)
+    model = tiny_model(spec, DtypePolicy.FP32)
+    rerun_s = total_time(layer_times(executed(model), device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
+    more = max(repeats, 100)
+    with threads(thread_count):
+        measured = dict(tp=time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch,
+                                           repeats=max(repeats, 50), warmup=warmup),
+                        ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup),
+                        adamw=time_adamw(model, repeats=more, warmup=warmup),
+                        checkpoint=time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup),
+                        fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup))
+    pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
+                                     warmup=warmup, thread_count=threads_per_rank(PIPELINE_PROBE_PP))
+    return HostTerms(**measured, pipeline=pipeline)
+
+
+def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:
+    """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
+    ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
+    over its calls; at least 0. The update's bytes are those of the implementation ``make_optimizer`` ran,
+    torch's default on ``device`` (the torch framework's, :meth:`~simulator.strategy.framework.Framework.optimizer_impl`)."""
+    from simulator.cluster.spec import KernelDispatch
+    from simulator.compile import adam_bytes_per_param
+    from simulator.compute import achievable_hbm_Bps
+    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+    from simulator.strategy.framework import Framework
+
+    impl = Framework.TORCH_DDP.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
+    update_s = adamw.params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(device)
+    return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
+
+
+def host_cores() -> int:
+    """CPU cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where it does not exist)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def with_host(node, terms: HostTerms | None):
+    """``node`` with its host's ``cpu_cores`` set to this machine's :func:`host_cores` and, where measured
+    (``terms``), the framework terms of the module docstring (no host section: as is)."""
+    if node.host is None:
+        return node
+    host = replace(node.host, cpu_cores=host_cores())
+    if terms is not None:
+        host = replace(host, tp_forward_module_us=terms.tp.forward_module_us,
+                       tp_backward_module_us=terms.tp.backward_module_us,
+                       ddp_forward_call_us=terms.ddp.forward_call_us, ddp_sync_backward_us=terms.ddp.sync_backward_us,
+                       checkpoint_forward_region_us=terms.checkpoint.forward_region_us,
+                       checkpoint_backward_region_us=terms.checkpoint.backward_region_us,
+                       fsdp2_forward_module_us=terms.fsdp2.forward_module_us,
+                       fsdp2_backward_module_us=terms.fsdp2.backward_module_us,
+                       pipeline_action_us=terms.pipeline.action_us)
+    return replace(node, host=host)

@@ -1,0 +1,59 @@
+"""The FSDP2 per-module probe (executor/fsdp2_host_bench.py): why it runs on a fake multi-rank group (torch 2.13's
+FSDP2 skips the all-gather and its copies on one rank: ``FSDPParamGroup.unshard``'s ``if world_size == 1``), and
+the terms' formula on the returned timings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from executor.fsdp2_host_bench import fake_group, time_fsdp2_modules
+from executor.host_bench import one_rank_group
+from executor.model import build_gpt
+from executor.compute_grid import tiny_model
+from simulator.workload import DtypePolicy, load_model
+
+GPT_TINY = tiny_model(load_model("gpt3-125m"), DtypePolicy.FP32)
+
+
+def _all_gathers_per_forward(monkeypatch, group) -> int:
+    """``foreach_all_gather`` calls in one forward of the tiny GPT under FSDP2 (every block and the root) on
+    ``group`` (a context manager giving the default group)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    calls = []
+    real = pg.foreach_all_gather
+    monkeypatch.setattr(pg, "foreach_all_gather", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with group:
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        model = build_gpt(GPT_TINY, seed=0)
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, reshard_after_forward=True)
+        fully_shard(model, mesh=mesh, reshard_after_forward=True)
+        x = torch.randint(0, GPT_TINY.vocab, (2, GPT_TINY.seq_len))
+        model(x, x)
+    return len(calls)
+
+
+def test_one_rank_skips_the_all_gather_path_a_fake_pair_takes_it(monkeypatch):
+    assert _all_gathers_per_forward(monkeypatch, one_rank_group()) == 0
+    assert _all_gathers_per_forward(monkeypatch, fake_group(2)) == GPT_TINY.layers + 1
+
+
+def test_probe_formula_on_its_timings():
+    t = time_fsdp2_modules(GPT_TINY, 2, repeats=5, warmup=1)
+    assert (t.modules, t.dp) == (GPT_TINY.layers + 1, 2) and not dist.is_initialized()
+    fwd = max(0.0, (t.fsdp2_forward.p10_s - t.plain_forward.p10_s) / t.modules * 1e6)
+    assert t.forward_module_us == pytest.approx(fwd, rel=1e-12)
+    assert t.backward_module_us == pytest.approx(max(0.0, (t.fsdp2_step.p10_s - t.plain_step.p10_s) / t.modules * 1e6
+                                                     - fwd), rel=1e-12, abs=1e-9)
+
+
+def test_fake_group_refuses_a_second_default_group():
+    with one_rank_group():
+        with pytest.raises(RuntimeError, match="fake"):
+            with fake_group(2):
+                pass

@@ -1,0 +1,60 @@
+"""FSDP2 gathers and reduce-scatters each ``fully_shard`` module apart, the root module (the chunk's edge parameters:
+embedding, final norm, output layer) too (simulator/compile/comm_part.py, ``root_apart``). The executor wraps every
+block and then the root (executor/strategies/data_parallel.py), and tests/test_fsdp2_host_bench.py counts torch's
+``foreach_all_gather`` calls of one forward on a fake pair: blocks + 1. Checked here on the default suite's recorded
+zero3 run (tests/data/suite_default, gpt3-125m tiny: 2 blocks, 2 micro-batches per rank) against its own figures."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from simulator.collectives.base import Op
+from simulator.compile import compile_step
+from simulator.run_results import load_results
+from simulator.strategy import build_layout
+from simulator.validate import run_cluster, run_workload
+
+DATA = Path(__file__).parent / "data" / "suite_default"
+
+
+def _chunk(case: str, **changes):
+    results = load_results(DATA / f"{case}.results.json")
+    cluster, workload = run_cluster(results, str(DATA / "cluster.yaml")), run_workload(results)
+    strategy = dataclasses.replace(results.run.plan.strategy, **changes)
+    layout = build_layout(strategy, cluster, workload, gpus=results.run.plan._layout_gpus())
+    return workload, compile_step(cluster, workload, strategy, layout=layout).stages[0].chunks[0]
+
+
+def test_zero3_root_module_has_its_own_calls():
+    workload, chunk = _chunk("zero3")
+    assert workload.layers == 2 and chunk.layers == 2
+    gathers = [c.nbytes for c in chunk.zero_fwd]
+    assert len(gathers) == 3 and gathers[1] == gathers[2] != gathers[0]  # root, block, block (fp32 bytes)
+    back = [(c.op, c.nbytes) for c in chunk.zero_bwd]
+    assert [op for op, _ in back] == [Op.ALL_GATHER] * 3 + [Op.REDUCE_SCATTER] * 3
+    assert [n for _, n in back[3:]] == [gathers[1], gathers[1], gathers[0]]  # the root's post-backward runs last
+
+
+def test_the_calls_reach_both_engines():
+    """One more gather forward and backward and one more reduce-scatter per micro-batch: the recorded zero3's
+    estimate grows in both engines by at least the two extra gathers of one micro-batch (the rest may overlap)."""
+    from simulator.analytical import estimate_work
+    from simulator.engine.step import simulate
+
+    results = load_results(DATA / "zero3.results.json")
+    cluster, workload = run_cluster(results, str(DATA / "cluster.yaml")), run_workload(results)
+    plan = results.run.plan
+    layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
+    work = compile_step(cluster, workload, plan.strategy, layout=layout)
+    chunks = work.stages[0].chunks
+    merged_chunk = dataclasses.replace(chunks[0], zero_fwd=chunks[0].zero_fwd[1:],
+                                       zero_bwd=chunks[0].zero_bwd[1:3] + chunks[0].zero_bwd[3:5])
+    merged = dataclasses.replace(work, stages=tuple(dataclasses.replace(s, chunks=(merged_chunk,))
+                                                    for s in work.stages))
+    extra = chunks[0].zero_fwd[0].time_s
+    assert estimate_work(work).step_time_s - estimate_work(merged).step_time_s >= 2 * extra - 1e-9
+    des_extra = simulate(work, cluster, seed=0).step_time_s - simulate(merged, cluster, seed=0).step_time_s
+    assert des_extra >= 2 * extra - 1e-9
