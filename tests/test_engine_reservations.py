@@ -85,3 +85,32 @@ def test_a_later_reservation_takes_resources_for_good():
 
 def test_bits():
     assert bits(()) == 0 and bits((0,)) == 1 and bits((3, 9)) == (1 << 3) | (1 << 9)
+
+
+def test_no_active_flow_means_every_resource_is_idle(monkeypatch):
+    """``FlowNetwork.idle`` skips the per-resource scan while no flow is active; on a folded step with contention
+    (hierarchical all-reduce, tp-dp-pp, small buckets) the counter and the flow maps agree at every check, and
+    the answer is the full scan's."""
+    from simulator.cluster.presets import load_preset
+    from simulator.compile import compile_step
+    from simulator.engine.network import FlowNetwork
+    from simulator.engine.step import simulate
+    from simulator.strategy.flat import strategy_from_flat
+    from simulator.workload.presets import get_preset
+
+    cluster = load_preset("dgx-h100").with_nodes(4)
+    work = compile_step(cluster, get_preset("gpt3-1.3b"), strategy_from_flat(dict(
+        global_batch=32, tp=2, pp=2, placement="tp-dp-pp", allreduce_algorithm="hierarchical",
+        bucket_bytes=5_000_000)), memory=False)
+    idle, seen = FlowNetwork.idle, []
+
+    def checked(self, res):
+        answer = idle(self, res)
+        scan = not any(self._res_flows[r] for r in res) and self._reservations.free(res)
+        seen.append((self._active, answer == scan, self._active or not any(self._res_flows)))
+        return answer
+
+    monkeypatch.setattr(FlowNetwork, "idle", checked)
+    simulate(work, cluster, steps=1)
+    assert any(a == 0 for a, _, _ in seen) and any(a > 0 for a, _, _ in seen)
+    assert all(same and empty for _, same, empty in seen)
