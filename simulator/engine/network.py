@@ -123,8 +123,7 @@ class FlowNetwork:
         rs = self._reservations
         if rs.reserved and rs.reserved & rs.mask(res):
             return False
-        # a resource's flows: a dict, empty when idle; all of them are while no flow is active (most checks)
-        return not self._active or not any(map(self._res_flows.__getitem__, res))
+        return not (self._active and any(map(self._res_flows.__getitem__, res)))  # none active: all idle
 
     def mask(self, res: Collection[int]) -> int:
         """The bit mask of ``res`` (remembered per collection object: pass ones that are kept)."""
