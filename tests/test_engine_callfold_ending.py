@@ -67,7 +67,7 @@ def test_a_holder_that_ends_later_keeps_the_call_off(monkeypatch):
 
     def checked(self, res):
         ok = ending(self, res)
-        holders = {id(h): h for h in map(self.net._reserved.get, res) if h is not None}.values()
+        holders = self.net.holders(res)
         seen.append((ok, [type(h) is _Folded and h.end_s <= self.env.now for h in holders]))
         return ok
 
@@ -104,7 +104,7 @@ def test_a_call_a_run_resumes_knows_its_end():
                 folder.start(("k",), plans)
             else:
                 resume(folder, folder._shapes.setdefault(("k",), _Shape(net, plans, {})), 0.37, [])
-            holders = {id(h): h for h in net._reserved.values()}
+            holders = {id(h): h for h in net.holders(range(len(net._cap)))}
             assert len(holders) == 1
             ends.append(next(iter(holders.values())).end_s)
 

@@ -136,3 +136,51 @@ def test_stages_whose_p2p_crosses_leaf_groups_are_compiled_apart():
     shared = _check(cluster, strategy)
     sends = [s.chunks[0].p2p_fwd.time_s for s in shared[:3]]
     assert sends[1] > sends[0] == sends[2]
+
+
+_CHANGES = st.fixed_dictionaries({}, optional={
+    "zero": st.sampled_from(tuple(ZeroStage)), "recompute": st.sampled_from((Recompute.NONE, Recompute.FULL)),
+    "placement": st.sampled_from(tuple(PlacementOrder)), "micro_batch": st.sampled_from((1, 2)),
+    "dp_sync": st.sampled_from((AllReduceSync(), AllReduceSync(bucket_bytes=8 << 20))),
+    "layer_split": st.none(), "offload": st.sampled_from((Offload.NONE, Offload.OPTIMIZER))})
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(sorted(CLUSTERS)), fields_=_strategies(), changes=st.lists(_CHANGES, min_size=1, max_size=3))
+def test_one_cache_over_many_structures_gives_each_its_own_stages(name, fields_, changes):
+    """A search compiles its structures with one cache: the stages' placed part (``shared_stages._placed``,
+    remembered by ``placed_key``) shared between structures that differ elsewhere gives every structure the
+    stages it compiles one by one on a cache of its own."""
+    cluster, cache, checked = CLUSTERS[name], CostCache(CLUSTERS[name]), 0
+    for change in [{}] + changes:
+        try:
+            strategy = Strategy(**{**fields_, **change})
+            layout = build_layout(strategy, cluster, WORKLOAD)
+            one_by_one = compile_stages(CostCache(cluster), WORKLOAD, layout)
+        except (SpecError, ValueError):
+            continue
+        shared = closed_form_stages(cache, WORKLOAD, layout)
+        assert [_view(s) for s in shared] == [_view(s) for s in one_by_one]
+        checked += 1
+    assume(checked > 1)
+
+
+def test_structures_differing_off_the_placement_share_the_placed_stages():
+    """Two structures that differ in ZeRO stage and recompute only: one ``placed stages`` answer in the cache."""
+    cache = CostCache(H100)
+    for zero, recompute in ((ZeroStage.ZERO1, Recompute.NONE), (ZeroStage.ZERO0, Recompute.FULL)):
+        layout = build_layout(Strategy(global_batch=16, dp=2, tp=4, pp=4, zero=zero, recompute=recompute), H100,
+                              WORKLOAD)
+        closed_form_stages(cache, WORKLOAD, layout)
+    assert sum(1 for key in cache._memo if key[0] == "placed stages") == 1
+
+
+def test_a_cache_keeps_the_placed_stages_of_each_placement_apart():
+    """tp 4, pp 4 on A100s: Megatron's order (tp-dp-pp) shares its middle stages, tp-pp-dp does not; compiled in
+    that order on one cache, the second still gets its own stages (the placement is in ``placed_key``)."""
+    cluster, cache = CLUSTERS["a100, crossings free"], CostCache(CLUSTERS["a100, crossings free"])
+    for placement in (PlacementOrder.TP_DP_PP, PlacementOrder.TP_PP_DP):
+        layout = build_layout(Strategy(global_batch=16, dp=2, tp=4, pp=4, placement=placement, zero=ZeroStage.ZERO1),
+                              cluster, WORKLOAD)
+        shared = closed_form_stages(cache, WORKLOAD, layout)
+        assert [_view(s) for s in shared] == [_view(s) for s in compile_stages(CostCache(cluster), WORKLOAD, layout)]

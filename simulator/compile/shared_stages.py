@@ -38,27 +38,42 @@ def _shares(layout: ParallelLayout) -> bool:
             and not isinstance(layout.strategy.dp_sync, ParamServerSync) and not step._deepspeed_zero3(layout))
 
 
-def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, groups: tuple, starts: list[int],
-               reps: list[int]) -> tuple:
-    """Everything of stage ``r`` that :func:`stage_work` reads and that depends on ``r`` (module docstring);
-    ``starts``: the first layer of each chunk; ``reps``: each pipeline rank's representative."""
-    rep, tp_group, dp_group = groups[0], groups[1], groups[2]
-    n, p, layers = layout.pp * layout.v, layout.pp, layout.layers_per_stage
-    chunks = []
-    for k in range(layout.v):
-        c = r + k * p
-        partners = []
-        for other in (c + 1, c - 1):  # as _chunk_work picks the p2p partner
-            dst = reps[other % p] if 0 <= other < n else rep
-            partners.append(None if dst == rep else cache.moved((rep, dst)))
-        # step._chunk_compute reads the chunk through chunk_compute's load slice (compute_part.load_slice) and
-        # host_overhead.with_host_modules' block count and first / last flags
-        chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
-        chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
+def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, placed: tuple) -> tuple:
+    """Everything of stage ``r`` that :func:`stage_work` reads and that depends on ``r`` (module docstring):
+    ``placed`` (:func:`_placed`), then the optimizer's tensor count and the FP8 weight cast."""
     tensors = cache.memo(grad_sync.optimizer_tensors_key(workload, layout, r),
                          lambda: host_overhead.optimizer_tensors(workload, layout, r))
-    return (tuple(chunks), cache.moved(tp_group), cache.moved(dp_group), tensors,
-            step._te_weight_cast_s(cache, workload, layout, r))
+    return placed + (tensors, step._te_weight_cast_s(cache, workload, layout, r))
+
+
+def _placed(cache: CostCache, workload, layout: ParallelLayout, every: list, starts: list[int]) -> tuple:
+    """Per stage ``r``, what of its :func:`_signature` its place in the pipeline decides: its chunks' loads and
+    p2p partners, and its tp and dp groups as the cache moves them. It reads the workload, the layer split and
+    the groups (:func:`step.stage_groups`: placement, dp·cp, tp, pp, ep), so structures that differ elsewhere
+    (micro-batch, ZeRO, recompute, buckets, ...) share it (:func:`placed_key`)."""
+    n, p, layers = layout.pp * layout.v, layout.pp, layout.layers_per_stage
+    reps = [groups[0] for groups in every]
+    out = []
+    for r, (rep, tp_group, dp_group, *_) in enumerate(every):
+        chunks = []
+        for k in range(layout.v):
+            c = r + k * p
+            partners = []
+            for other in (c + 1, c - 1):  # as _chunk_work picks the p2p partner
+                dst = reps[other % p] if 0 <= other < n else rep
+                partners.append(None if dst == rep else cache.moved((rep, dst)))
+            # step._chunk_compute reads the chunk through chunk_compute's load slice (compute_part.load_slice) and
+            # host_overhead.with_host_modules' block count and first / last flags
+            chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
+            chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
+        out.append((tuple(chunks), cache.moved(tp_group), cache.moved(dp_group)))
+    return tuple(out)
+
+
+def placed_key(workload, layout: ParallelLayout) -> tuple:
+    """What :func:`_placed` reads of ``layout``: the inputs of :func:`step.stage_groups` and the layer split."""
+    return ("placed stages", workload, layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep,
+            layout.v, layout.layers_per_stage)
 
 
 def _with(obj, **changes):
@@ -91,9 +106,9 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
     every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
-    reps = [groups[0] for groups in every]
+    placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
     for r, groups in enumerate(every):
-        key = _signature(cache, workload, layout, r, groups, starts, reps)
+        key = _signature(cache, workload, layout, r, placed[r])
         model = compiled.get(key)
         if model is None:
             model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch)

@@ -96,8 +96,7 @@ class CallFolder:
         net, now = self.net, self.env.now
         if any(map(net._res_flows.__getitem__, res)):
             return False
-        holders = {id(h): h for h in map(net._reserved.get, res) if h is not None}
-        return all(type(h) is _Folded and h.alive and h.end_s <= now for h in holders.values())
+        return all(type(h) is _Folded and h.alive and h.end_s <= now for h in net.holders(res))
 
     def play(self, plans) -> simpy.Event:
         """Play ``plans`` on the network now, as :func:`~simulator.engine.replay_work._play` does (the same

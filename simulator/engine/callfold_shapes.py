@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from math import frexp as _frexp, ldexp as _ldexp, ulp as _ulp
 
 import numpy as np
 import simpy
@@ -57,10 +58,17 @@ class _Shape:
         so a replay whose times stay in the binade gives the same durations, to the bit, from every start in
         it of the same parity whose end stays in it too. One replay per binade and parity (:func:`_binade`); a
         single plan's replay is chained from its steps' (:func:`_chained`) where it can be."""
-        k = _binade(start_s)
-        cached = self._durations.get(k)
-        if cached is not None and (k is None or start_s + cached[1] < _binade_end(k)):
-            return cached
+        if start_s > 0:  # _binade and _binade_end inlined: a folded run asks this once per call it predicts
+            e = _frexp(start_s)[1]
+            k = (e, int(start_s / _ulp(start_s)) & 1)
+            cached = self._durations.get(k)
+            if cached is not None and start_s + cached[1] < _ldexp(1.0, e):
+                return cached
+        else:
+            k = None
+            cached = self._durations.get(k)
+            if cached is not None:
+                return cached
         end = None if self._steps is None else _chained(main, self.plans[0], self._steps, start_s)
         if end is not None:
             rep_end = all_end = end

@@ -135,6 +135,7 @@ class Folder:
         first, n = item, 2 * len(calls) + 1
         ends: list[float] = []
         res: dict[int, None] = {}
+        mask, mask_of = 0, self.net.mask  # their bit mask, what the reservation reads
         checked: dict[int, bool] = {}
         idle = self.net.idle
         folded = 0
@@ -155,6 +156,7 @@ class Folder:
                     if free is None:
                         free = checked[id(call.res)] = idle(call.res)
                         res.update(dict.fromkeys(call.res))
+                        mask |= mask_of(call.res)
                     if not free:
                         break
                     if call.shape is not None:
@@ -175,7 +177,7 @@ class Folder:
         if not folded:
             return None
         self.folds += 1
-        fold = self._last[(klass, network)] = Fold(self, described, first, start, ends, tuple(res), seg_s)
+        fold = self._last[(klass, network)] = Fold(self, described, first, start, ends, tuple(res), seg_s, mask)
         return fold
 
     def _again(self, last: Fold, item: int, key: tuple) -> Fold | None:
@@ -185,6 +187,7 @@ class Folder:
         k = item - last.first
         ends = last.ends[k:]
         res: dict[int, None] = {}
+        mask, mask_of = 0, self.net.mask  # their bit mask, what the reservation reads
         checked: dict[int, bool] = {}
         idle, calls = self.net.idle, last.calls
         folded = 0
@@ -196,6 +199,7 @@ class Folder:
                     if free is None:
                         free = checked[id(call.res)] = idle(call.res)
                         res.update(dict.fromkeys(call.res))
+                        mask |= mask_of(call.res)
                     if not free:
                         ends = ends[:j]
                         break
@@ -203,5 +207,5 @@ class Folder:
         if not folded:
             return None
         self.folds += 1
-        fold = self._last[key] = Fold(self, calls, item, last.ends[k - 1], ends, tuple(res), last.seg_s)
+        fold = self._last[key] = Fold(self, calls, item, last.ends[k - 1], ends, tuple(res), last.seg_s, mask)
         return fold

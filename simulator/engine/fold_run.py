@@ -89,7 +89,7 @@ class Fold:
     __slots__ = ("folder", "calls", "first", "start_s", "ends", "done", "res", "alive", "seg_s")
 
     def __init__(self, folder: "Folder", calls: list, first: int, start_s: float, ends: list[float],
-                 res: tuple[int, ...], seg_s: float):
+                 res: tuple[int, ...], seg_s: float, mask: int | None = None):
         self.folder, self.calls, self.first, self.start_s, self.ends, self.res, self.seg_s = \
             folder, calls, first, start_s, ends, res, seg_s
         env = folder.env
@@ -99,7 +99,7 @@ class Fold:
         timer._ok, timer._value = True, None
         timer.callbacks.append(self._end)
         schedule_at(env, timer, 1, ends[-1])  # NORMAL, as a timeout's
-        folder.net.reserve(self, res)
+        folder.net.reserve(self, res, mask)  # mask: the bit mask of res, when the folder has it
 
     def _end(self, _event) -> None:
         if self.alive:

@@ -43,6 +43,7 @@ import simpy
 from simulator.cluster.topology import Path
 from simulator.engine.fairshare import max_min
 from simulator.engine.flows import Flow, NetworkStats, _Group, _Route
+from simulator.engine.reservations import Reservations
 from simulator.engine.settle_clock import CLOCK_ULPS, _Settle
 from simulator.errors import SpecError
 
@@ -71,9 +72,9 @@ class FlowNetwork:
         self._active = 0
         self._steps: dict[int, tuple[list, tuple]] = {}
         """id(plan step) → (the step, its checked routes, bytes and latencies): :meth:`transfer_step`."""
-        self._reserved: dict[int, object] = {}
-        """Resource → the holder (:class:`simulator.engine.fold_run.Fold`) that plays flows on it off the
-        network; a flow arriving on it makes the holder put its state back first (``unfold``)."""
+        self._reservations = Reservations()
+        """Which holder (:class:`simulator.engine.fold_run.Fold`, a folded call) plays flows on which resources off
+        the network; a flow arriving on one makes its holder put its state back first (``unfold``)."""
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -119,24 +120,27 @@ class FlowNetwork:
 
     def idle(self, res: Collection[int]) -> bool:
         """No active flow on any of ``res`` and none of them reserved."""
-        if self._reserved and not self._reserved.keys().isdisjoint(res):
+        rs = self._reservations
+        if rs.reserved and rs.reserved & rs.mask(res):
             return False
-        return not any(map(self._res_flows.__getitem__, res))  # a resource's flows: a dict, empty when idle
+        return not (self._active and any(map(self._res_flows.__getitem__, res)))  # none active: all idle
 
-    def reserve(self, holder, res: Collection[int]) -> None:
-        self._reserved.update(dict.fromkeys(res, holder))
+    def mask(self, res: Collection[int]) -> int:
+        """The bit mask of ``res`` (remembered per collection object: pass ones that are kept)."""
+        return self._reservations.mask(res)
 
-    def release(self, holder, res: Collection[int]) -> None:
-        """Free those of ``res`` (distinct resources) that ``holder`` still holds."""
-        reserved = self._reserved
-        holders = list(map(reserved.get, res))  # C-speed reads (a tree call's ~4k resources)
-        if holders.count(holder) == len(holders):  # all its own, the usual case (holders compare by identity:
-            for r in res:                          # Fold and _Folded define no __eq__)
-                del reserved[r]
-            return
-        for r, h in zip(res, holders):
-            if h is holder:
-                del reserved[r]
+    def reserve(self, holder, res: Collection[int], mask: int | None = None) -> None:
+        """``holder`` owns ``res`` until it releases them or a later reservation takes them
+        (:mod:`simulator.engine.reservations`; ``mask``: their bit mask, when the caller has it)."""
+        self._reservations.reserve(holder, res, mask)
+
+    def release(self, holder, res: Collection[int] = ()) -> None:
+        """Free the resources ``holder`` still owns (``res``, what it reserved, is not needed)."""
+        self._reservations.release(holder)
+
+    def holders(self, res: Collection[int]) -> list:
+        """The holders owning a resource of ``res`` (reservation order)."""
+        return self._reservations.holders(res)
 
     # ---- flow lifecycle -----------------------------------------------------------------------
 
@@ -220,7 +224,7 @@ class FlowNetwork:
         times = self._arrival_times
         while times and times[0] <= now:
             arrivals.extend(self._arrivals.pop(heappop(times)))
-        if self._reserved and arrivals:
+        if self._reservations.reserved and arrivals:
             self._unfold(arrivals)
         slack = CLOCK_ULPS * math.ulp(now)
         due: list[Flow] = []
@@ -234,14 +238,9 @@ class FlowNetwork:
         self._plan_wake(now)
 
     def _unfold(self, arrivals: list[Flow]) -> None:
-        """Holders of resources that arriving flows cross put their state back (they may add arrivals)."""
-        holders: dict[int, object] = {}
-        for f in arrivals:
-            for r in f.res:
-                holder = self._reserved.get(r)
-                if holder is not None:
-                    holders.setdefault(id(holder), holder)
-        for holder in holders.values():
+        """Holders of resources that arriving flows cross put their state back (they may add arrivals), in the
+        order of the first such resource over the arrivals."""
+        for holder in self._reservations.holders_met(arrivals):
             holder.unfold(arrivals)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
