@@ -22,6 +22,7 @@ import simpy
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
 from simulator.engine.network import FlowNetwork
 from simulator.engine.settle_clock import SETTLE_PRIORITY
+from simulator.engine.step_ties import _OneStep, played_alone
 
 
 class _Shape:
@@ -151,38 +152,29 @@ def _first_step_s(plan, start_s: float) -> float:
 
 
 def _step_end(main: FlowNetwork, step: list, memo: dict, t: float) -> float | None:
-    """The end of ``step`` started at ``t`` on a fresh network: ``t + d`` from ``memo`` (per binade, as
-    :meth:`_Shape.durations`), else played (:func:`_step_alone`) and kept; None if it leaves an event."""
+    """The end of ``step`` started at ``t`` on a fresh network: ``t + d`` from ``memo`` (per binade and parity, as
+    :meth:`_Shape.durations`), else played (:func:`~simulator.engine.step_ties.played_alone`) and kept; None if it
+    leaves an event. A memo entry is ``(d, reach)``: valid from ``t`` when ``t + reach`` stays in the binade. A play
+    that met no rounding tie also fills the other parity's entry, with ``reach`` its latest filed clock value."""
     k = _binade(t)
-    d = memo.get(k)
-    if d is not None and (k is None or t + d < _binade_end(k)):
-        return t + d
-    end = _step_alone(main, step, t)
+    entry = memo.get(k)
+    if entry is not None and (k is None or t + entry[1] < _binade_end(k)):
+        return t + entry[0]
+    end, reach = played_alone(main, step, t)
     if end is not None and (k is None or end < _binade_end(k)):
-        memo[k] = end - t
+        d = end - t
+        memo[k] = (d, d)
+        if reach is not None:
+            other = (k[0], 1 - k[1])
+            if other not in memo:
+                memo[other] = (d, reach)
     return end
 
 
 def _step_alone(main: FlowNetwork, step: list, start_s: float) -> float | None:
     """The end of ``step`` played alone from ``start_s`` on a fresh scratch network, or None if it leaves an
     event behind it (a settle the network runs after the step's end)."""
-    env = simpy.Environment(initial_time=start_s)
-    net = _Scratch(env, main)
-    done = simpy.Event(env)
-    settles = []
-    done.callbacks.append(lambda _: settles.append(net.stats.settles))
-    player = _Player(env, net, _OneStep(step), done)
-    env.run()
-    return player.end_s if settles == [net.stats.settles] else None
-
-
-class _OneStep:
-    """A plan of one step, no delay, no γ (what :class:`_Player` reads of a plan)."""
-
-    __slots__ = ("pre_s", "steps", "gamma_s")
-
-    def __init__(self, step: list):
-        self.pre_s, self.steps, self.gamma_s = 0.0, [step], 0.0
+    return played_alone(main, step, start_s)[0]
 
 
 def _step_memos(main: FlowNetwork, plan, timings: dict, res_of: dict) -> list[dict]:
