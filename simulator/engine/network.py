@@ -121,7 +121,7 @@ class FlowNetwork:
         """No active flow on any of ``res`` and none of them reserved."""
         if self._reserved and not self._reserved.keys().isdisjoint(res):
             return False
-        return not any(map(self._res_flows.__getitem__, res))  # a resource's flows: a dict, empty when idle
+        return not (self._active and any(map(self._res_flows.__getitem__, res)))  # none active: all idle
 
     def reserve(self, holder, res: Collection[int]) -> None:
         self._reserved.update(dict.fromkeys(res, holder))
