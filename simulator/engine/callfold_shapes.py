@@ -5,7 +5,8 @@
   numbered by first appearance: progressive filling breaks ties by first appearance,
   :mod:`simulator.engine.fairshare`, so calls equal up to a renaming share it);
 - a single plan's durations are chained from its steps' (:func:`_chained`), each step played alone once per
-  :func:`_step_signature`, binade and parity, and an unfold's state is replayed from the step in flight only
+  :func:`_step_signature`, binade and parity (one play for both parities where it meets no rounding tie:
+  :mod:`simulator.engine.step_ties`), and an unfold's state is replayed from the step in flight only
   (:meth:`_Shape.scratch_at`).
 
 The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_replay`.
@@ -13,7 +14,6 @@ The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_
 
 from __future__ import annotations
 
-import math
 from itertools import chain
 
 import numpy as np
@@ -22,7 +22,7 @@ import simpy
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
 from simulator.engine.network import FlowNetwork
 from simulator.engine.settle_clock import SETTLE_PRIORITY
-from simulator.engine.step_ties import _OneStep, played_alone
+from simulator.engine.step_ties import _OneStep, _binade, _binade_end, played_alone
 
 
 class _Shape:
@@ -94,19 +94,6 @@ class _Shape:
         while queue and (queue[0][0] < now or (queue[0][0] == now and queue[0][1] < SETTLE_PRIORITY)):
             env.step()
         return env, scratch, players
-
-
-def _binade(t: float) -> tuple[int, int] | None:
-    """``(k, parity)``: the binade ``[2^(k−1), 2^k)`` holding ``t > 0`` and the parity of ``t`` as a multiple of
-    the binade's spacing; None for 0. A replay's memo is valid for starts of one key: shifting by an *even*
-    multiple of the spacing commutes with rounding to nearest, ties to even (IEEE 754 §4.3.1); an odd one can
-    turn a tie the other way (a step from 0.009 and one from 0.012 s, one binade, differ by an ulp)."""
-    return (math.frexp(t)[1], int(t / math.ulp(t)) & 1) if t > 0 else None
-
-
-def _binade_end(k: tuple[int, int]) -> float:
-    """``2^k``, the end of the binade of key ``k``."""
-    return math.ldexp(1.0, k[0])
 
 
 def _chained(main: FlowNetwork, plan, memos: list[dict], start_s: float) -> float | None:

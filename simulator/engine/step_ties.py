@@ -29,6 +29,20 @@ from simulator.engine.callfold_replay import _Player, _Scratch
 from simulator.engine.network import FlowNetwork
 
 
+def _binade(t: float) -> tuple[int, int] | None:
+    """``(k, parity)``: the binade ``[2^(k−1), 2^k)`` holding ``t > 0`` and the parity of ``t`` as a multiple of
+    the binade's spacing; None for 0. A replay's memo is valid for starts of one key: shifting by an *even*
+    multiple of the spacing commutes with rounding to nearest, ties to even (IEEE 754 §4.3.1); an odd one can
+    turn a tie the other way (a step from 0.009 and one from 0.012 s, one binade, differ by an ulp). A play that
+    met no tie serves both parities (:func:`played_alone`)."""
+    return (math.frexp(t)[1], int(t / math.ulp(t)) & 1) if t > 0 else None
+
+
+def _binade_end(k: tuple[int, int]) -> float:
+    """``2^k``, the end of the binade of key ``k``."""
+    return math.ldexp(1.0, k[0])
+
+
 class _Watched(_Scratch):
     """A scratch network that watches the clock values it files (see the module docstring): ``clean`` while all
     are below ``end_s`` and none is a rounding tie on the grid of spacing ``spacing_s``; ``last_s`` the latest."""
@@ -70,8 +84,7 @@ def played_alone(main: FlowNetwork, step: list, start_s: float) -> tuple[float |
     (else None: its own parity only)."""
     env = simpy.Environment(initial_time=start_s)
     if start_s > 0:
-        k = math.frexp(start_s)[1]
-        net = _Watched(env, main, math.ldexp(1.0, k), math.ulp(start_s))
+        net = _Watched(env, main, _binade_end(_binade(start_s)), math.ulp(start_s))
     else:
         net = _Scratch(env, main)
     done = simpy.Event(env)
