@@ -53,6 +53,10 @@ class CallPlan:
         self.resources = frozenset(h.resource for p in self.paths for h in p.hops)
 
 
+_UNPLANNED = object()
+"""No plan built for a key yet (a built plan may be None: a plain delay)."""
+
+
 def path_signature(paths) -> tuple:
     """The paths with their resources renamed by first appearance: each path's (resource number, link
     bandwidth) per hop, latency and link class.
@@ -102,9 +106,10 @@ class CallPlanner:
         """The fused replay of ``call`` on ``group`` (default its own); None: a plain delay."""
         group = call.group if group is None else group
         key = call_key(call, group)
-        if key not in self._plans:
-            self._plans[key] = self._build(call, group)
-        return self._plans[key]
+        plan = self._plans.get(key, _UNPLANNED)
+        if plan is _UNPLANNED:
+            plan = self._plans[key] = self._build(call, group)
+        return plan
 
     def _build(self, call: CommCall, group: tuple[int, ...]) -> CallPlan | None:
         if call.nbytes <= 0 or self.cluster.world_size < 2:
@@ -190,20 +195,21 @@ class CallPlanner:
 
     def resources(self, call: CommCall, group: tuple[int, ...]) -> frozenset:
         """Link resources the call's flows on ``group`` cross (those of :meth:`plan`, without timing it)."""
-        key = call_key(call, group)
-        plan = self._plans.get(key)
-        if plan is not None or key in self._plans:
+        key = call_key(call, group)  # hashed once per look-up below: a tuple of three enums (~114k sends' replicas)
+        plan = self._plans.get(key, _UNPLANNED)
+        if plan is not _UNPLANNED:
             return frozenset() if plan is None else plan.resources
-        if key not in self._resources:
+        found = self._resources.get(key)
+        if found is None:
             if self._needs_timing(call, group):
-                self._resources[key] = self._paths_of(call, group)
+                found = self._paths_of(call, group)
             else:
-                moved = self._moved_send(call, group)
-                if moved is None:
+                found = self._moved_send(call, group)
+                if found is None:
                     plan = self.plan(call, group)
-                    moved = frozenset() if plan is None else plan.resources
-                self._resources[key] = moved
-        return self._resources[key]
+                    found = frozenset() if plan is None else plan.resources
+            self._resources[key] = found
+        return found
 
     def _needs_timing(self, call: CommCall, group: tuple[int, ...]) -> bool:
         """A collective replayed on links: its plan needs the schedule's timing, its resources only the pairs."""

@@ -5,7 +5,8 @@
   numbered by first appearance: progressive filling breaks ties by first appearance,
   :mod:`simulator.engine.fairshare`, so calls equal up to a renaming share it);
 - a single plan's durations are chained from its steps' (:func:`_chained`), each step played alone once per
-  :func:`_step_signature`, binade and parity, and an unfold's state is replayed from the step in flight only
+  :func:`_step_signature`, binade and parity (one play for both parities where it meets no rounding tie:
+  :mod:`simulator.engine.step_ties`), and an unfold's state is replayed from the step in flight only
   (:meth:`_Shape.scratch_at`).
 
 The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_replay`.
@@ -13,7 +14,6 @@ The replay itself (players, scratch network) is :mod:`simulator.engine.callfold_
 
 from __future__ import annotations
 
-import math
 from itertools import chain
 from math import frexp as _frexp, ldexp as _ldexp, ulp as _ulp
 
@@ -23,6 +23,7 @@ import simpy
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
 from simulator.engine.network import FlowNetwork
 from simulator.engine.settle_clock import SETTLE_PRIORITY
+from simulator.engine.step_ties import _OneStep, _binade, _binade_end, played_alone
 
 
 class _Shape:
@@ -103,19 +104,6 @@ class _Shape:
         return env, scratch, players
 
 
-def _binade(t: float) -> tuple[int, int] | None:
-    """``(k, parity)``: the binade ``[2^(k−1), 2^k)`` holding ``t > 0`` and the parity of ``t`` as a multiple of
-    the binade's spacing; None for 0. A replay's memo is valid for starts of one key: shifting by an *even*
-    multiple of the spacing commutes with rounding to nearest, ties to even (IEEE 754 §4.3.1); an odd one can
-    turn a tie the other way (a step from 0.009 and one from 0.012 s, one binade, differ by an ulp)."""
-    return (math.frexp(t)[1], int(t / math.ulp(t)) & 1) if t > 0 else None
-
-
-def _binade_end(k: tuple[int, int]) -> float:
-    """``2^k``, the end of the binade of key ``k``."""
-    return math.ldexp(1.0, k[0])
-
-
 def _chained(main: FlowNetwork, plan, memos: list[dict], start_s: float) -> float | None:
     """When ``plan``, alone, ends after starting at ``start_s`` (the float a replay of it gives), from its
     steps' durations; None where a step leaves an event behind it (then only a replay of the whole plan says).
@@ -159,38 +147,29 @@ def _first_step_s(plan, start_s: float) -> float:
 
 
 def _step_end(main: FlowNetwork, step: list, memo: dict, t: float) -> float | None:
-    """The end of ``step`` started at ``t`` on a fresh network: ``t + d`` from ``memo`` (per binade, as
-    :meth:`_Shape.durations`), else played (:func:`_step_alone`) and kept; None if it leaves an event."""
+    """The end of ``step`` started at ``t`` on a fresh network: ``t + d`` from ``memo`` (per binade and parity, as
+    :meth:`_Shape.durations`), else played (:func:`~simulator.engine.step_ties.played_alone`) and kept; None if it
+    leaves an event. A memo entry is ``(d, reach)``: valid from ``t`` when ``t + reach`` stays in the binade. A play
+    that met no rounding tie also fills the other parity's entry, with ``reach`` its latest filed clock value."""
     k = _binade(t)
-    d = memo.get(k)
-    if d is not None and (k is None or t + d < _binade_end(k)):
-        return t + d
-    end = _step_alone(main, step, t)
+    entry = memo.get(k)
+    if entry is not None and (k is None or t + entry[1] < _binade_end(k)):
+        return t + entry[0]
+    end, reach = played_alone(main, step, t)
     if end is not None and (k is None or end < _binade_end(k)):
-        memo[k] = end - t
+        d = end - t
+        memo[k] = (d, d)
+        if reach is not None:
+            other = (k[0], 1 - k[1])
+            if other not in memo:
+                memo[other] = (d, reach)
     return end
 
 
 def _step_alone(main: FlowNetwork, step: list, start_s: float) -> float | None:
     """The end of ``step`` played alone from ``start_s`` on a fresh scratch network, or None if it leaves an
     event behind it (a settle the network runs after the step's end)."""
-    env = simpy.Environment(initial_time=start_s)
-    net = _Scratch(env, main)
-    done = simpy.Event(env)
-    settles = []
-    done.callbacks.append(lambda _: settles.append(net.stats.settles))
-    player = _Player(env, net, _OneStep(step), done)
-    env.run()
-    return player.end_s if settles == [net.stats.settles] else None
-
-
-class _OneStep:
-    """A plan of one step, no delay, no γ (what :class:`_Player` reads of a plan)."""
-
-    __slots__ = ("pre_s", "steps", "gamma_s")
-
-    def __init__(self, step: list):
-        self.pre_s, self.steps, self.gamma_s = 0.0, [step], 0.0
+    return played_alone(main, step, start_s)[0]
 
 
 def _step_memos(main: FlowNetwork, plan, timings: dict, res_of: dict) -> list[dict]:
