@@ -12,8 +12,8 @@ considers only the algorithms NCCL implements for it (:data:`simulator.cluster.n
 ring, tree and NVLS for all-reduce, ring and NVLS for reduce-scatter and all-gather, ring for
 broadcast) and picks the fastest predicted one. The registry's own ``auto`` on a non-NCCL cluster
 also weighs ``ps`` and ``direct``, which are not library collectives. On a gloo cluster the ops whose
-algorithm gloo fixes (:data:`simulator.collectives.registry.GLOO_NATIVE`) take the registry's ``auto``:
-that algorithm.
+algorithm gloo fixes (:func:`simulator.collectives.gloo.runs_own`) take the registry's ``auto``: that algorithm,
+or for a reduce-scatter the whole all-reduce gloo runs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from simulator.cluster.placement import PlacedCluster
 from simulator.cluster.spec import Cluster, CommLibrary, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
-from simulator.collectives.registry import GLOO_NATIVE, estimate, supports
+from simulator.collectives.gloo import runs_own
+from simulator.collectives.registry import estimate, supports
 from simulator.work import CollectiveAlgorithm
 
 class CostCache:
@@ -109,7 +110,7 @@ class CostCache:
     def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, CollectiveAlgorithm]:
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
-        elif self.cluster.comm.library is CommLibrary.GLOO and op in GLOO_NATIVE:  # what gloo runs
+        elif self.cluster.comm.library is CommLibrary.GLOO and runs_own(op):  # what gloo runs
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
         elif names := [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]:
             est = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
