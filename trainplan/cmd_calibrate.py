@@ -23,8 +23,6 @@ from simulator.errors import SpecError
 from trainplan import cli_common
 
 
-DEFAULT_PROCESSES = "2,3,4"
-"""Process counts the network is measured on by default: the suite's local groups (2, 3 and 4 processes)."""
 
 
 def register(subparsers) -> None:
@@ -37,9 +35,10 @@ def register(subparsers) -> None:
                         "the cores time-share them, which the estimate charges by Host.cpu_cores); with --compute "
                         "one count, which sets the threads per rank (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
-    p.add_argument("--sizes", default="4KiB..4MiB",
-                   help="message sizes SMALL..LARGE, doubling from SMALL (default 4KiB..4MiB); KB/MB/GB are "
-                        "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
+    p.add_argument("--sizes", default=None,
+                   help="message sizes SMALL..LARGE, doubling from SMALL (default: 4KiB..4MiB in steps of ×4, the "
+                        "suite's design); KB/MB/GB are decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, "
+                        "2^20, 2^30)")
     p.add_argument("--algorithms", default="native",
                    help="algorithms of --op to time and fit, comma-separated (default: native, gloo's own calls, as "
                         "the suite's plans make them, fitted with the algorithm gloo runs); registered names such as "
@@ -71,10 +70,12 @@ def run(args) -> int:
         args.repeats = 10 if args.repeats is None else args.repeats
         args.warmup = 2 if args.warmup is None else args.warmup
         return run_compute(args)
-    args.repeats = 20 if args.repeats is None else args.repeats
-    args.warmup = 3 if args.warmup is None else args.warmup
     from executor.calibrate import calibrate
-    from executor.calibrate_run import series_for
+    from executor.calibrate_run import (DEFAULT_PROCESSES, DEFAULT_REPEATS, DEFAULT_SIZES, DEFAULT_WARMUP, probes_for,
+                                        series_for)
+
+    args.repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
     from executor.launch import check_backend, check_local_processes
     from simulator.cluster.io import FILE_SUFFIXES, load_cluster, save_cluster
     from simulator.jsonio import check_suffix, check_writable
@@ -82,13 +83,13 @@ def run(args) -> int:
 
     check_suffix(args.out, FILE_SUFFIXES, "out")  # before any measurement runs
     check_writable(args.out, "out")
-    nprocs = _process_counts(DEFAULT_PROCESSES if args.nproc is None else args.nproc)
+    nprocs = DEFAULT_PROCESSES if args.nproc is None else _process_counts(args.nproc)
     check_local_processes(max(nprocs), "nproc")  # refused here; sharing the cores is estimated, not warned about
     if args.repeats < 1 or args.warmup < 0:
         raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
     check_backend(args.backend)
     op = Op.parse(args.op)
-    sizes = parse_size_range(args.sizes, "sizes")
+    sizes = list(DEFAULT_SIZES) if args.sizes is None else parse_size_range(args.sizes, "sizes")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise SpecError("algorithms", "give at least one algorithm, e.g. ring,tree")
@@ -105,17 +106,17 @@ def run(args) -> int:
                              fit_reduction=args.fit_reduction, progress=True)
     path = save_cluster(cluster, args.out)
     print(f"calibrate: wrote {path}", file=sys.stderr)
-    fresh = fresh_machine = None
+    fresh = None
     if args.check:
         from executor.calibrate_run import check
 
         print("calibrate: fresh measurement against the written file", file=sys.stderr)
-        fresh, fresh_machine = check(cluster, nproc=nprocs, sizes=sizes, series=series, backend=args.backend,
-                      repeats=args.repeats, warmup=args.warmup, progress=True)
+        fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, probes=probes_for(algorithms, args.backend),
+                      backend=args.backend, repeats=args.repeats, warmup=args.warmup, progress=True)
     if args.json:
-        cli_common.print_json(_as_dict(fit, str(path), fresh, fresh_machine))
+        cli_common.print_json(_as_dict(fit, str(path), fresh))
     else:
-        _print_table(fit, fresh, fresh_machine)
+        _print_table(fit, fresh)
     return 0
 
 
@@ -142,14 +143,17 @@ def _median_abs(rows) -> float:
     return statistics.median(abs(r.error_pct) for r in rows)
 
 
-def _as_dict(fit, path: str, fresh=None, fresh_machine=None) -> dict:
+def _as_dict(fit, path: str, fresh=None) -> dict:
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
+         "replay_step_us": fit.replay_step_us,
          "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
-         "machine": fit.machine, "rows": _rows_dict(fit.rows)}
+         "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes)}
     if fresh is not None:
-        d["check"] = {"median_abs_error_pct": _median_abs(fresh), "machine": fresh_machine, "rows": _rows_dict(fresh)}
+        rows, probes, machine = fresh
+        d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
+                      "probes": _rows_dict(probes)}
     return d
 
 
@@ -167,7 +171,15 @@ def _print_rows(rows) -> None:
           f"over {len(rows)} points (measured: trimmed mean of the calls)")
 
 
-def _print_table(fit, fresh=None, fresh_machine=None) -> None:
+def _print_probes(rows) -> None:
+    """The probes' rows, series by series, each with its median absolute error (not part of the fit's)."""
+    for op, algorithm in dict.fromkeys((r.op, r.algorithm) for r in rows):
+        print(f"\nprobe {op} {algorithm} (measured beside the fit, not in it"
+              + ("; sets replay_step_us):" if algorithm != "native" else "):"))
+        _print_rows([r for r in rows if (r.op, r.algorithm) == (op, algorithm)])
+
+
+def _print_table(fit, fresh=None) -> None:
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
     spread = fit.spread or {}
 
@@ -177,13 +189,19 @@ def _print_table(fit, fresh=None, fresh_machine=None) -> None:
     print(f"call latency  {fit.call_latency_us:10.2f} us{band('call_latency_us', '.2f')}\n"
           f"hop latency   {fit.latency_us:10.2f} us{band('latency_us', '.2f')}\n"
           f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
-          f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}\n")
+          f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}")
+    if fit.replay_step_us is not None:
+        print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
+    print()
     _print_rows(fit.rows)
+    _print_probes(fit.probes)
     print(f"machine: {fit.machine}")
     if fresh is not None:
+        rows, probes, machine = fresh
         print("\nfresh measurement against the written file:")
-        _print_rows(fresh)
-        print(f"machine: {fresh_machine}")
+        _print_rows(rows)
+        _print_probes(probes)
+        print(f"machine: {machine}")
 
 
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:
