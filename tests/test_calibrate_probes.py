@@ -106,3 +106,39 @@ def test_broadcast_formula_hand_worked():
     got = executed_time(cases)(on_node(truth, 4), [0, 1, 2, 3], Op.BROADCAST, n, "native").time_s
     expected = 2 * (call_us * 1e-6 + 2 * (hop_us * 1e-6 + n * inv_bw / 1e9))
     assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_path):
+    """``validate --suite --calibrate`` measures the network with ``calibrate()``'s own defaults (sizes, repeats,
+    warm-up, algorithms, probes): it passes only the process counts up to ``--nproc`` and the base, so a design
+    change reaches both through one home (it used to pass 5 sizes ×8/×4 and 15 calls of its own)."""
+    import inspect
+    from types import SimpleNamespace
+
+    import executor.calibrate as calibrate_module
+    import executor.calibrate_compute as compute_module
+    from executor.calibrate_run import calibrate as design
+    from executor.suite_run import calibrated_cluster
+    from simulator.cluster.io import load_cluster
+
+    seen = {}
+    cluster = load_cluster("localhost-cpu")
+    fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
+                          replay_step_us=500.0, probes=())
+
+    def fake_calibrate(**kwargs):
+        seen.update(kwargs)
+        return cluster, fit
+
+    fields = SimpleNamespace(kernel_launch_overhead_us=1.0, op_call_overhead_us=1.0, peak_tflops={})
+    compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None,
+                              dtype=SimpleNamespace(value="fp32", compute_dtype=None))
+    fields.peak_tflops[None] = 1e-3
+    monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
+    monkeypatch.setattr(compute_module, "calibrate_compute", lambda c, *a, **k: (c, compute))
+    path, notes = calibrated_cluster("localhost-cpu", tmp_path, calibrate_network=True, nproc=3)
+    assert seen["nproc"] == (2, 3)
+    defaults = {"sizes", "repeats", "warmup", "algorithms"}
+    assert not defaults & set(seen), f"the suite overrides calibrate()'s design: {defaults & set(seen)}"
+    assert defaults <= set(inspect.signature(design).parameters)
+    assert "replay step 500 us" in notes[0]
