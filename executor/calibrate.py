@@ -97,6 +97,11 @@ class LinkFit:
     90th percentiles over bootstrap resamples of the measured calls (:mod:`executor.calibrate_spread`)."""
     machine: str = ""
     """How quiet the machine was while measuring (:func:`executor.calibrate_run.machine_note`); empty: not recorded."""
+    replay_step_us: float | None = None
+    """``comm.replay_step_us`` fitted to the replayed probe (:mod:`executor.calibrate_replay`); None: not measured."""
+    probes: tuple[FitRow, ...] = ()
+    """Points measured beside the fit and not in it (the native broadcast; the replays, which only set
+    :attr:`replay_step_us`), each against the calibrated cluster."""
 
     @property
     def median_abs_error_pct(self) -> float:
@@ -123,15 +128,19 @@ def executed_time(cases) -> Callable:
     executed schedule (:func:`simulator.collectives.replay.schedule_time_s`, equal to the closed form
     for the same schedule) is exactly linear in the fitted parameters. A ``native`` case (the backend's own
     call) is timed by its :attr:`~executor.collective_bench.BenchCase.model`: the schedule of the algorithm the
-    backend runs for the op.
+    backend runs for the op. A replayed case also pays its steps' replay cost
+    (:func:`simulator.collectives.replayed.steps_extra_s`, 0 while ``comm.replay_step_us`` is 0).
     """
     from simulator.collectives.replay import schedule_time_s
+    from simulator.collectives.replayed import steps_extra_s
 
     schedules = {(s.op, case.algorithm, len(s.ranks), s.nbytes): s for case in cases
                  if (s := case.timed_schedule) is not None}
 
     def estimate(cluster: Cluster, ranks, op, nbytes: int, algorithm: str):
-        return _Timed(schedule_time_s(cluster, schedules[(op, algorithm, len(ranks), nbytes)]))
+        schedule = schedules[(op, algorithm, len(ranks), nbytes)]
+        replay_s = 0.0 if algorithm == "native" else steps_extra_s(cluster, schedule.num_steps)
+        return _Timed(schedule_time_s(cluster, schedule) + replay_s)
 
     return estimate
 

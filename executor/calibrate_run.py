@@ -30,6 +30,17 @@ from simulator.collectives.base import Op
 
 NATIVE = "native"
 """The backend's own call (``dist.all_reduce`` and friends), as :data:`executor.collective_bench.NATIVE`."""
+DEFAULT_PROCESSES = (2, 3, 4)
+"""Process counts measured by default: the suite's local groups (on the 2-core VM 3 and 4 time-share the cores)."""
+DEFAULT_SIZES = tuple(4096 * 4 ** i for i in range(6))
+"""Message sizes measured by default, bytes: 4 KiB .. 4 MiB, ×4 (the tensor-parallel activations, a few KiB,
+where the latencies show, to beyond the tiny models' gradient buckets, about 0.5 MB of fp32). ×4 rather than ×2
+(2026-11-25): the fit has three parameters and the design's rank comes from the two series and the process
+counts, not from more sizes; the time goes to the probes (:mod:`executor.calibrate_replay`) and to repeats."""
+DEFAULT_REPEATS = 20
+"""Timed calls per point by default (each point is fitted to their trimmed mean)."""
+DEFAULT_WARMUP = 3
+"""Untimed calls per point before them."""
 DEFAULT_ALGORITHMS = (NATIVE,)
 """What the default design times: the native calls the suite's plans make (DDP, FSDP2 and TP call gloo's own
 collectives), not replays of the simulator's schedules, which cost a replay's per-step Python and gloo calls
@@ -126,19 +137,31 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
     return measurements, cases, machine_note(load0, os.getloadavg()[0], foreign)
 
 
-def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=DEFAULT_ALGORITHMS, op=None,
-              backend: str = "gloo", repeats: int = 20, warmup: int = 3, base: Cluster | None = None,
-              fit_reduction: bool = False, separate_hops: bool = True, progress: bool = False):
-    """Measure (module docstring) on each process count of ``nproc`` and fit ``base`` (localhost-cpu) to it.
+def probes_for(algorithms: Sequence[str], backend: str) -> tuple:
+    """The probes timed beside the fit (:data:`executor.calibrate_replay.PROBE_SERIES`: native broadcast, ring
+    replay) in the native design on gloo; none beside replayed algorithms or on another backend."""
+    from executor.calibrate_replay import PROBE_SERIES
+
+    return PROBE_SERIES if NATIVE in algorithms and backend == "gloo" else ()
+
+
+def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence[int] = DEFAULT_SIZES,
+              algorithms=DEFAULT_ALGORITHMS, op=None, backend: str = "gloo", repeats: int = DEFAULT_REPEATS,
+              warmup: int = DEFAULT_WARMUP, base: Cluster | None = None, fit_reduction: bool = False,
+              separate_hops: bool = True, progress: bool = False):
+    """Measure (module docstring) on each process count of ``nproc`` and fit ``base`` (localhost-cpu) to it;
+    ``trainplan calibrate`` and ``validate --suite --calibrate`` both call this with the defaults (one design).
 
     Returns ``(cluster, fit)``: the cluster named ``<base>-calibrated`` (its ``source`` records the date,
     host, process counts, series, sizes, repeats, the fit's median absolute error and each parameter's
-    spread) and the :class:`executor.calibrate.LinkFit` with ``spread`` filled in.
+    spread; ``comm.replay_step_us`` from the replay probe) and the :class:`executor.calibrate.LinkFit` with
+    ``spread``, ``replay_step_us`` and the probes' rows filled in.
     """
     import datetime
     import platform
 
-    from executor.calibrate import check_calibratable, executed_time, fit_cluster
+    from executor.calibrate import check_calibratable, executed_time, fit_cluster, fit_rows
+    from executor.calibrate_replay import fit_replay_step, split_probes
     from executor.calibrate_spread import parameter_spread
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
@@ -153,19 +176,30 @@ def calibrate(*, nproc: int | Sequence[int], sizes: list[int], algorithms=DEFAUL
 
         raise SpecError("algorithms", f"native calls are fitted with gloo's own algorithms; on {backend} give "
                                       "replayed algorithms, e.g. --algorithms ring")
-    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
-                                                  warmup=warmup, progress=progress)
+    probes = probes_for(algorithms, backend)
+    sizes = list(sizes)
+    measured, cases, machine = measure_design(cluster, series + list(probes), nprocs, sizes, backend=backend,
+                                              repeats=repeats, warmup=warmup, progress=progress)
+    measurements, replays, checked = split_probes(measured, probes)
     estimate = executed_time(cases)
     fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
     fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine)
+    replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
+    if replay_step_us is not None:
+        fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
+    fit = replace(fit, replay_step_us=replay_step_us, probes=tuple(fit_rows(fitted, replays + checked, estimate)))
     what = ", ".join(f"{o.value} {a}" for o, a in series)
+    if probes:
+        what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
               f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}, trimmed means; "
               f"fitted {', '.join(fit.fitted)} from the base {cluster.name} (other values as there), each process "
               f"count estimated with its share of the cores; median absolute error {fit.median_abs_error_pct:.1f} %; "
-              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}; {machine}")
+              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
+              + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
+                 "replays with the others held (executor.calibrate_replay)") + f"; {machine}")
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
@@ -178,14 +212,18 @@ def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:
     return ", ".join(f"{name} {lo:.4g}..{hi:.4g}" for name, (lo, hi) in spread.items())
 
 
-def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: list[int], series, backend: str = "gloo",
-          repeats: int = 20, warmup: int = 3, progress: bool = False):
-    """A fresh measurement of ``series`` on each process count against ``cluster`` (a calibrated file):
-    ``(rows, machine)``: the :class:`executor.calibrate.FitRow` of every point, its schedules rebuilt from
-    ``cluster``, and :func:`machine_note`."""
+def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: Sequence[int], series, probes=(),
+          backend: str = "gloo", repeats: int = DEFAULT_REPEATS, warmup: int = DEFAULT_WARMUP,
+          progress: bool = False):
+    """A fresh measurement of ``series`` and ``probes`` on each process count against ``cluster`` (a calibrated
+    file): ``(rows, probe_rows, machine)``: the :class:`executor.calibrate.FitRow` of every point of the series
+    and of the probes, their schedules rebuilt from ``cluster``, and :func:`machine_note`."""
     from executor.calibrate import executed_time, fit_rows
+    from executor.calibrate_replay import split_probes
 
     nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
-    measurements, cases, machine = measure_design(cluster, series, nprocs, sizes, backend=backend, repeats=repeats,
-                                                  warmup=warmup, progress=progress)
-    return fit_rows(cluster, measurements, executed_time(cases)), machine
+    measured, cases, machine = measure_design(cluster, list(series) + list(probes), nprocs, list(sizes),
+                                              backend=backend, repeats=repeats, warmup=warmup, progress=progress)
+    estimate = executed_time(cases)
+    fitted, replays, checked = split_probes(measured, probes)
+    return fit_rows(cluster, fitted, estimate), fit_rows(cluster, replays + checked, estimate), machine

@@ -30,16 +30,8 @@ from simulator.validation_suite import SuiteCase, case_plan
 PRECISION = "fp32"
 """Every case runs in fp32: localhost-cpu lists only an fp32 peak, and one rule keeps GPU and CPU runs alike."""
 SCALE = "tiny"
-CALIBRATION_SIZES = (4096, 32768, 262144, 1048576, 4194304)
-"""Sizes ``--calibrate`` measures, bytes (4 KiB .. 4 MiB, ×8 then ×4): the tensor-parallel activations (a few KiB,
-where the latencies show) to beyond the tiny models' gradient buckets (about 0.5 MB of fp32)."""
 CALIBRATION_PROCESSES = 4
 """Most processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
-CALIBRATION_COUNTS = (2, 3, 4)
-"""Process counts the network is measured at (those up to ``nproc``): the suite's local groups, so the cores'
-time-sharing is seen at the counts it charges it (``executor.calibrate_run``)."""
-CALIBRATION_REPEATS = 15
-CALIBRATION_WARMUP = 3
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
 """user, nice, system, irq, softirq, steal in /proc/stat's ``cpu`` line (idle and iowait are not busy)."""
 
@@ -128,14 +120,24 @@ def _namespace(argv: list[str]):
     return parser.parse_args(argv)
 
 
+def _probe_note(rows) -> str:
+    """``; native broadcast probe median |error| X %`` per probe series (the calibration's probes), or ''."""
+    import statistics
+
+    series = dict.fromkeys((r.op, r.algorithm) for r in rows)
+    return "".join(f"; {op} {algorithm} probe median |error| "
+                   f"{statistics.median(abs(r.error_pct) for r in rows if (r.op, r.algorithm) == (op, algorithm)):.1f} %"
+                   for op, algorithm in series)
+
+
 def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc: int, backend: str = "gloo",
                        progress: bool = False) -> tuple[str, list[str]]:
     """The cluster (a preset name or a file path) the suite is estimated on, and what was measured for it.
 
     Without calibration: ``base`` as given. With ``calibrate_network``: ``trainplan calibrate``'s
-    fit (``executor.calibrate.calibrate``'s default design: the native all-reduce and all-gather, fitted with the
-    rings gloo runs, :data:`CALIBRATION_SIZES`) at the
-    :data:`CALIBRATION_COUNTS` up to ``nproc`` local processes, written to ``RUNS/cluster.yaml``.
+    fit, with its design (``executor.calibrate.calibrate``'s defaults, :mod:`executor.calibrate_run`: the native
+    all-reduce and all-gather fitted with the rings gloo runs, the native broadcast and ring replay probes, the
+    sizes, repeats and warm-up) at its process counts up to ``nproc``, written to ``RUNS/cluster.yaml``.
 
     Then the compute calibration of ``trainplan calibrate --compute``
     (:func:`executor.calibrate_compute.calibrate_compute`: GEMMs of the suite model's tiny shapes,
@@ -147,15 +149,14 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from executor.calibrate import calibrate
     from simulator.cluster.io import load_cluster, save_cluster
     from simulator.collectives.base import Op
-    from executor.calibrate_run import spread_text
+    from executor.calibrate_run import DEFAULT_PROCESSES, DEFAULT_SIZES, spread_text
     from simulator.units import format_size
 
     if nproc < 2:
         raise SpecError("--nproc", f"--calibrate measures collectives on at least 2 processes, got {nproc}")
-    counts = tuple(p for p in CALIBRATION_COUNTS if p <= nproc)
-    cluster, fit = calibrate(nproc=counts, sizes=list(CALIBRATION_SIZES), op=Op.ALL_REDUCE,
-                             backend=backend, repeats=CALIBRATION_REPEATS, warmup=CALIBRATION_WARMUP,
-                             base=load_cluster(base), progress=progress)
+    counts = tuple(p for p in DEFAULT_PROCESSES if p <= nproc)
+    cluster, fit = calibrate(nproc=counts, op=Op.ALL_REDUCE, backend=backend, base=load_cluster(base),
+                             progress=progress)
     from executor.calibrate_compute import calibrate_compute
     from simulator.validation_suite import MODEL
     from simulator.workload import DtypePolicy, get_preset
@@ -165,9 +166,11 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     runs.mkdir(parents=True, exist_ok=True)
     path = save_cluster(cluster, runs / "cluster.yaml")
     note = (f"network calibrated now: native all-reduce and all-gather (fitted as gloo's rings) on {', '.join(map(str, counts))} {backend} "
-            f"processes, {format_size(CALIBRATION_SIZES[0])}..{format_size(CALIBRATION_SIZES[-1])}: call latency "
+            f"processes, {format_size(DEFAULT_SIZES[0])}..{format_size(DEFAULT_SIZES[-1])}: call latency "
             f"{fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, bandwidth {fit.bw_GBps:.3f} GB/s "
-            f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %; compute calibrated "
+            f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %"
+            + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
+            + _probe_note(fit.probes) + "; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
             f"{compute.fields.kernel_launch_overhead_us:.1f} us, per op call {compute.fields.op_call_overhead_us:.1f} us, "
             f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "

@@ -148,16 +148,23 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert "measured all-reduce" in captured.err  # progress lines while measuring
     assert "median absolute error" in captured.out
     fit_out, fresh_out = captured.out.split("fresh measurement against the written file:")
-    rows = [line.split() for line in fit_out.splitlines() if line.split()[:1] == ["2"]]
+    fitted_out, probes_out = fit_out.split("\nprobe ", 1)
+    rows = [line.split() for line in fitted_out.splitlines() if line.split()[:1] == ["2"]]
     # the default design: gloo's native calls (fitted as the rings gloo runs), not replays
     assert sorted((r[1], r[3]) for r in rows) == [("all-gather", "native")] * 4 + [("all-reduce", "native")] * 4
-    assert len([line for line in fresh_out.splitlines() if line.split()[:1] == ["2"]]) == 8
+    # then its probes, not fitted: the native broadcast (checked) and the ring replay (sets replay_step_us)
+    probes = [line.split() for line in probes_out.splitlines() if line.split()[:1] == ["2"]]
+    assert sorted((r[1], r[3]) for r in probes) == [("all-reduce", "ring")] * 4 + [("broadcast", "native")] * 4
+    assert "probe broadcast native" in captured.out and "probe all-reduce ring" in captured.out
+    assert "replay step" in fitted_out
+    assert len([line for line in fresh_out.splitlines() if line.split()[:1] == ["2"]]) == 16
     assert captured.out.count("machine: ") == 2 and "of the CPU while measuring" in captured.out
     assert "p10..p90" in captured.out.splitlines()[0]  # each fitted parameter's bootstrap spread
     cluster = io.load_cluster(str(out))
     assert cluster.name.endswith("-calibrated")
     assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
     assert cluster.node.intra_link.bw_GBps > 0
+    assert cluster.comm.replay_step_us >= 0 and "replay_step_us" in cluster.source
 
 
 @pytest.mark.parametrize("argv, message", [

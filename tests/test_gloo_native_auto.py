@@ -41,8 +41,51 @@ def test_gloo_auto_differs_from_fastest_somewhere():
 
 def test_gloo_ops_without_native_mapping_keep_the_fastest():
     ranks = list(range(4))
-    fastest = min(estimate_all(GLOO, ranks, Op.REDUCE_SCATTER, 1 << 20), key=lambda e: e.time_s)
-    assert estimate(GLOO, ranks, Op.REDUCE_SCATTER, 1 << 20).time_s == fastest.time_s
+    fastest = min(estimate_all(GLOO, ranks, Op.REDUCE, 1 << 20), key=lambda e: e.time_s)
+    assert estimate(GLOO, ranks, Op.REDUCE, 1 << 20).time_s == fastest.time_s
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20])
+def test_gloo_reduce_scatter_is_the_whole_all_reduce_plus_its_copies(p, nbytes):
+    """ProcessGroupGloo all-reduces the whole input and copies the rank's chunk out [src: gloo-native-algorithms]:
+    ring all-reduce of n plus 2·(n + n/p) bytes at hbm_bw × share (hand-worked below)."""
+    cluster = replace(_CPU, node=replace(_CPU.node, gpus_per_node=p))
+    ranks = list(range(p))
+    whole = estimate(cluster, ranks, Op.ALL_REDUCE, nbytes, "ring").time_s
+    share = max(1.0, p / cluster.node.host.cpu_cores)
+    copies = 2 * (nbytes + nbytes / p) / (cluster.device.hbm_bw_GBps * 1e9) * share
+    got = estimate(cluster, ranks, Op.REDUCE_SCATTER, nbytes)
+    assert got.time_s == pytest.approx(whole + copies, rel=1e-12)
+    assert got.op is Op.REDUCE_SCATTER and got.algorithm == "ring"
+    assert got.time_s > estimate(cluster, ranks, Op.REDUCE_SCATTER, nbytes, "ring").time_s  # the old, cheaper price
+
+
+def test_gloo_reduce_scatter_hand_worked():
+    """localhost-cpu at 2 processes on its 2 cores (share 1): ring all-reduce of 1 MiB =
+    call + 2 hops·α + 2·(n/2)/bw + γ·(n/2), then the copies 2·(n + n/2)/hbm_bw."""
+    cluster = replace(_CPU, node=replace(_CPU.node, gpus_per_node=2))
+    n = 1 << 20
+    link, hbm = cluster.node.intra_link, cluster.device.hbm_bw_GBps * 1e9
+    ring = (cluster.comm.call_latency_us * 1e-6 + 2 * link.latency_us * 1e-6 + 2 * (n / 2) / link.bw_Bps
+            + 3 * (n / 2) / hbm)
+    expected = ring + 2 * (n + n / 2) / hbm
+    assert estimate(cluster, [0, 1], Op.REDUCE_SCATTER, n).time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_nccl_reduce_scatter_unchanged():
+    """The whole-all-reduce rule is gloo's: an NCCL cluster's reduce-scatter is NCCL's ring (its tuner's choice)."""
+    ranks = list(range(16))
+    assert estimate(NCCL, ranks, Op.REDUCE_SCATTER, 1 << 24).time_s < estimate(NCCL, ranks, Op.ALL_REDUCE,
+                                                                               1 << 24).time_s
+
+
+def test_the_compiled_steps_cost_cache_prices_gloos_reduce_scatter():
+    from simulator.compile.costs import CostCache
+
+    time_s, algorithm = CostCache(GLOO).collective((0, 1, 2, 3), Op.REDUCE_SCATTER, 1 << 20)
+    assert time_s == estimate(GLOO, [0, 1, 2, 3], Op.REDUCE_SCATTER, 1 << 20).time_s
+    assert algorithm.value == "ring"
 
 
 @pytest.mark.parametrize("op", [Op.ALL_REDUCE, Op.ALL_GATHER, Op.BROADCAST])

@@ -21,10 +21,9 @@ from executor.launch import BACKENDS
 from simulator.collectives.base import Op
 from simulator.errors import SpecError
 from trainplan import cli_common
+from trainplan.calibrate_output import as_dict as _as_dict, print_table as _print_table
 
 
-DEFAULT_PROCESSES = "2,3,4"
-"""Process counts the network is measured on by default: the suite's local groups (2, 3 and 4 processes)."""
 
 
 def register(subparsers) -> None:
@@ -37,9 +36,10 @@ def register(subparsers) -> None:
                         "the cores time-share them, which the estimate charges by Host.cpu_cores); with --compute "
                         "one count, which sets the threads per rank (default 2)")
     p.add_argument("--out", required=True, help="cluster YAML file to write")
-    p.add_argument("--sizes", default="4KiB..4MiB",
-                   help="message sizes SMALL..LARGE, doubling from SMALL (default 4KiB..4MiB); KB/MB/GB are "
-                        "decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, 2^20, 2^30)")
+    p.add_argument("--sizes", default=None,
+                   help="message sizes SMALL..LARGE, doubling from SMALL (default: 4KiB..4MiB in steps of ×4, the "
+                        "suite's design); KB/MB/GB are decimal (10^3, 10^6, 10^9 bytes), KiB/MiB/GiB binary (2^10, "
+                        "2^20, 2^30)")
     p.add_argument("--algorithms", default="native",
                    help="algorithms of --op to time and fit, comma-separated (default: native, gloo's own calls, as "
                         "the suite's plans make them, fitted with the algorithm gloo runs); registered names such as "
@@ -71,10 +71,12 @@ def run(args) -> int:
         args.repeats = 10 if args.repeats is None else args.repeats
         args.warmup = 2 if args.warmup is None else args.warmup
         return run_compute(args)
-    args.repeats = 20 if args.repeats is None else args.repeats
-    args.warmup = 3 if args.warmup is None else args.warmup
     from executor.calibrate import calibrate
-    from executor.calibrate_run import series_for
+    from executor.calibrate_run import (DEFAULT_PROCESSES, DEFAULT_REPEATS, DEFAULT_SIZES, DEFAULT_WARMUP, probes_for,
+                                        series_for)
+
+    args.repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
     from executor.launch import check_backend, check_local_processes
     from simulator.cluster.io import FILE_SUFFIXES, load_cluster, save_cluster
     from simulator.jsonio import check_suffix, check_writable
@@ -82,13 +84,13 @@ def run(args) -> int:
 
     check_suffix(args.out, FILE_SUFFIXES, "out")  # before any measurement runs
     check_writable(args.out, "out")
-    nprocs = _process_counts(DEFAULT_PROCESSES if args.nproc is None else args.nproc)
+    nprocs = DEFAULT_PROCESSES if args.nproc is None else _process_counts(args.nproc)
     check_local_processes(max(nprocs), "nproc")  # refused here; sharing the cores is estimated, not warned about
     if args.repeats < 1 or args.warmup < 0:
         raise SpecError("repeats", "need --repeats >= 1 and --warmup >= 0")
     check_backend(args.backend)
     op = Op.parse(args.op)
-    sizes = parse_size_range(args.sizes, "sizes")
+    sizes = list(DEFAULT_SIZES) if args.sizes is None else parse_size_range(args.sizes, "sizes")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise SpecError("algorithms", "give at least one algorithm, e.g. ring,tree")
@@ -105,17 +107,17 @@ def run(args) -> int:
                              fit_reduction=args.fit_reduction, progress=True)
     path = save_cluster(cluster, args.out)
     print(f"calibrate: wrote {path}", file=sys.stderr)
-    fresh = fresh_machine = None
+    fresh = None
     if args.check:
         from executor.calibrate_run import check
 
         print("calibrate: fresh measurement against the written file", file=sys.stderr)
-        fresh, fresh_machine = check(cluster, nproc=nprocs, sizes=sizes, series=series, backend=args.backend,
-                      repeats=args.repeats, warmup=args.warmup, progress=True)
+        fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, probes=probes_for(algorithms, args.backend),
+                      backend=args.backend, repeats=args.repeats, warmup=args.warmup, progress=True)
     if args.json:
-        cli_common.print_json(_as_dict(fit, str(path), fresh, fresh_machine))
+        cli_common.print_json(_as_dict(fit, str(path), fresh))
     else:
-        _print_table(fit, fresh, fresh_machine)
+        _print_table(fit, fresh)
     return 0
 
 
@@ -128,62 +130,6 @@ def _process_counts(text: str) -> tuple[int, ...]:
     if not counts or min(counts) < 2:
         raise SpecError("nproc", f"a collective needs at least 2 processes, got {text}")
     return counts
-
-
-def _rows_dict(rows) -> list[dict]:
-    return [{"ranks": r.ranks, "op": r.op, "algorithm": r.algorithm, "bytes": r.nbytes, "measured_s": r.measured_s,
-             "measured_median_s": r.median_s, "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s,
-             "estimate_s": r.estimate_s, "error_pct": r.error_pct, "times_s": list(r.times_s)} for r in rows]
-
-
-def _median_abs(rows) -> float:
-    import statistics
-
-    return statistics.median(abs(r.error_pct) for r in rows)
-
-
-def _as_dict(fit, path: str, fresh=None, fresh_machine=None) -> dict:
-    d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
-         "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
-         "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
-         "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
-         "machine": fit.machine, "rows": _rows_dict(fit.rows)}
-    if fresh is not None:
-        d["check"] = {"median_abs_error_pct": _median_abs(fresh), "machine": fresh_machine, "rows": _rows_dict(fresh)}
-    return d
-
-
-def _print_rows(rows) -> None:
-    from simulator.units import format_size
-
-    print(f"{'procs':>5} {'op':>10} {'size':>8} {'algorithm':>9} {'measured ms':>12} {'median ms':>10} "
-          f"{'p10..p90 ms':>17} {'estimate ms':>12} {'error %':>8}")
-    for r in rows:
-        spread = f"{r.p10_s * 1e3:.3f}..{r.p90_s * 1e3:.3f}"
-        print(f"{r.ranks:>5} {r.op:>10} {format_size(r.nbytes):>8} {r.algorithm:>9} {r.measured_s * 1e3:12.3f} "
-              f"{r.median_s * 1e3:10.3f} {spread:>17} {r.estimate_s * 1e3:12.3f} {r.error_pct:8.1f}")
-    errors = [abs(r.error_pct) for r in rows]
-    print(f"\nmedian absolute error {_median_abs(rows):.1f} % (range {min(errors):.1f}..{max(errors):.1f} %) "
-          f"over {len(rows)} points (measured: trimmed mean of the calls)")
-
-
-def _print_table(fit, fresh=None, fresh_machine=None) -> None:
-    kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
-    spread = fit.spread or {}
-
-    def band(name: str, fmt: str) -> str:
-        return f"   p10..p90 {spread[name][0]:{fmt}}..{spread[name][1]:{fmt}}" if name in spread else ""
-
-    print(f"call latency  {fit.call_latency_us:10.2f} us{band('call_latency_us', '.2f')}\n"
-          f"hop latency   {fit.latency_us:10.2f} us{band('latency_us', '.2f')}\n"
-          f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
-          f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}\n")
-    _print_rows(fit.rows)
-    print(f"machine: {fit.machine}")
-    if fresh is not None:
-        print("\nfresh measurement against the written file:")
-        _print_rows(fresh)
-        print(f"machine: {fresh_machine}")
 
 
 def _check_algorithms(algorithms: list[str], op, base, nproc: int) -> None:

@@ -117,7 +117,8 @@ def run(args) -> int:
 
 def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | None):
     from executor.options import DEFAULT_TIMEOUT_S, resolve_backend
-    from executor.suite_run import CALIBRATION_COUNTS, CALIBRATION_PROCESSES, calibrated_cluster, run_suite
+    from executor.calibrate_run import DEFAULT_PROCESSES
+    from executor.suite_run import CALIBRATION_PROCESSES, calibrated_cluster, run_suite
 
     backend = resolve_backend(args.backend).value
     base = args.cluster or ("localhost-cpu" if backend == "gloo" else None)
@@ -128,7 +129,7 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
         if base is None:
             raise SpecError("--cluster", "--calibrate on GPUs needs the base cluster to fit: give --cluster")
         nproc = min(args.nproc or CALIBRATION_PROCESSES, CALIBRATION_PROCESSES)
-        counts = ", ".join(str(n) for n in CALIBRATION_COUNTS if n <= nproc)
+        counts = ", ".join(str(n) for n in DEFAULT_PROCESSES if n <= nproc)
         print(f"validate: calibrating the network on {counts} {backend} processes", file=sys.stderr)
         base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=nproc, backend=backend)
     steps, warmup = steps_warmup

@@ -38,7 +38,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us")
-COMM_KEYS = ("library", "call_latency_us", "protocols", "collective_sms")
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -241,6 +241,7 @@ def _comm(s: Section) -> CommProfile:
     else:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
+                       replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
                        protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
 
 

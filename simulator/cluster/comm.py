@@ -205,6 +205,12 @@ class CommProfile:
     library: CommLibrary = CommLibrary.IDEAL
     call_latency_us: float = 0.0
     """Fixed cost per collective call when the library has no protocol table, µs."""
+    replay_step_us: float = 0.0
+    """Host time of one step of a collective replayed as its schedule's point-to-point sends and receives by a
+    host loop (the executor's replay, ``executor/p2p.py``: post the step's ``isend``/``irecv``, wait for them,
+    apply the received bytes), beyond the step's hop latency and bytes, µs; what a replayed call costs more
+    than the library's own call of the same algorithm (:mod:`simulator.collectives.replayed`). Measured by
+    ``trainplan calibrate`` (ring all-reduce replays beside the native calls); 0: not measured, no extra cost."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
     collective_sms: int = 0
@@ -216,6 +222,7 @@ class CommProfile:
 
     def __post_init__(self) -> None:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
+        non_negative_number("comm.replay_step_us", self.replay_step_us)
         if not isinstance(self.collective_sms, int) or isinstance(self.collective_sms, bool) \
                 or self.collective_sms < 0:
             raise SpecError("comm.collective_sms", f"must be a whole number >= 0, got {self.collective_sms!r}")

@@ -105,6 +105,8 @@ def _comm_line(c: Cluster) -> str:
         text += ": protocols " + " / ".join(f"{p.name} (bw × {_num(p.bw_factor)})" for p in comm.protocols)
     if comm.call_latency_us:
         text += f"; {_num(comm.call_latency_us)} µs per call"
+    if comm.replay_step_us:
+        text += f"; {_num(comm.replay_step_us)} µs per replayed step"
     if comm.library.value == "ideal" and not comm.protocols:
         text += " (links' own latency and bandwidth, no library overhead)"
     return text

@@ -181,6 +181,8 @@ def _comm_dict(comm: CommProfile) -> dict:
          "protocols": [_protocol_dict(p) for p in comm.protocols]}
     if comm.collective_sms:
         d["collective_sms"] = comm.collective_sms
+    if comm.replay_step_us:
+        d["replay_step_us"] = comm.replay_step_us
     return d
 
 

@@ -4,7 +4,8 @@ Public API (other packages code against exactly these):
 
 - :func:`algorithm_names` — the registered names.
 - :func:`estimate` — one algorithm's (or ``"auto"``: the fastest; on an NCCL cluster, among NCCL's own choices;
-  on a gloo cluster, gloo's own algorithm where :data:`GLOO_NATIVE` names it) estimate for a call.
+  on a gloo cluster, what gloo runs: its own algorithm where :data:`GLOO_NATIVE` names it, the whole all-reduce
+  for a reduce-scatter, :mod:`simulator.collectives.gloo`) estimate for a call.
 - :func:`estimate_all` — every algorithm that supports the call, each with its best protocol.
 - :func:`estimate_protocols` — one algorithm under each protocol that can run it (what ``auto`` chose among).
 - :func:`build_schedule` — an algorithm's point-to-point schedule.
@@ -25,9 +26,10 @@ from simulator.cluster.nccl import tuner_choices
 from simulator.cluster.spec import Cluster, CommLibrary, Protocol
 from simulator.collectives.algorithm import Algorithm
 from simulator.collectives.base import CollectiveEstimate, Op, Schedule
-from simulator.collectives.cost import Group
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.direct import Direct, Pairwise, a2a_blocks
 from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
+from simulator.collectives.gloo import GLOO_NATIVE, WHOLE_ALL_REDUCE, whole_all_reduce_copy_s
 from simulator.collectives.hierarchical import Hierarchical
 from simulator.collectives.nvls import Nvls
 from simulator.collectives.nvls_tree import NvlsTree
@@ -208,6 +210,8 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     if op is Op.ALL_TO_ALL and a2a_blocks(nbytes, group.p)[0][1] == 0:  # nothing moves: no time, no bandwidth
         raise SpecError("bytes", f"an all-to-all over {group.p} ranks sends whole 4-byte elements to each peer: "
                         f"give at least {4 * group.p} bytes, got {nbytes}")
+    if algorithm == "auto" and op in WHOLE_ALL_REDUCE and group.cluster.comm.library is CommLibrary.GLOO:
+        return _whole_all_reduce(group, op, nbytes)
     if algorithm == "auto":
         candidates = [_best(a, group, op, nbytes) for a in _auto_pool(group, op) if _supported(a, group, op)]
         if not candidates:
@@ -220,29 +224,13 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
     return _best(chosen, group, op, nbytes)
 
 
-GLOO_NATIVE: dict[Op, str] = {
-    Op.ALL_REDUCE: "ring",
-    Op.ALL_GATHER: "ring",
-    Op.BROADCAST: "recursive_doubling",
-    Op.ALL_TO_ALL: "direct",
-}
-"""The registered algorithm torch's ProcessGroupGloo runs for each op on dense CPU tensors (what ``auto`` means
-on a gloo cluster):
-
-- all-reduce: ``AsyncAllreduceWork`` calls ``gloo::allreduce`` without choosing an algorithm, and gloo's
-  ``allreduce.cc`` runs a ring reduce-scatter then a ring all-gather, each chunk cut into >= 2 segments so one
-  is in flight while the other is reduced [src: gloo-native-algorithms] (``ring``);
-- all-gather (``all_gather_into_tensor`` is ``_allgather_base`` → ``allgather``): ``gloo::allgather``, a ring of
-  ``p − 1`` steps, each rank's block sent in two halves [src: gloo-native-algorithms] (``ring``);
-- broadcast: ``gloo::broadcast``, a binomial tree of ``⌈lg p⌉`` rounds from the root
-  [src: gloo-native-algorithms] (``recursive_doubling``'s broadcast is that tree);
-- all-to-all: ``gloo::alltoall`` posts every rank's ``p − 1`` sends and receives at once, then waits
-  [src: gloo-native-algorithms] (``direct``).
-
-Not here, so ``auto`` keeps choosing the fastest registered algorithm: reduce-scatter (ProcessGroupGloo's
-``reduce_scatter_tensor_coalesced`` all-reduces the WHOLE input and copies the rank's chunk out
-[src: gloo-native-algorithms], which no registered reduce-scatter algorithm models), reduce and send-recv
-(not read)."""
+def _whole_all_reduce(group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
+    """``op`` as ProcessGroupGloo runs it: gloo's all-reduce of the whole ``nbytes`` plus the copies in and out
+    (:func:`simulator.collectives.gloo.whole_all_reduce_copy_s`), reported under that all-reduce's algorithm."""
+    whole = _best(_ALGORITHMS[GLOO_NATIVE[Op.ALL_REDUCE]], group, Op.ALL_REDUCE, nbytes)
+    copy_s = whole_all_reduce_copy_s(Env(group.cluster, None), nbytes, group.p)
+    return CollectiveEstimate(op=op, algorithm=whole.algorithm, protocol=whole.protocol, ranks=group.p,
+                              nbytes=nbytes, time_s=whole.time_s + copy_s)
 
 
 def _auto_pool(group: Group, op: Op) -> list[Algorithm]:

@@ -49,18 +49,19 @@ from simulator.work import CommCall, CommKind, Transport
 
 
 def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbytes: float, concurrent: int,
-         algorithm: str = "auto") -> CommCall | None:
+         algorithm: str = "auto", replayed: bool = False) -> CommCall | None:
     """One timed call, or None when it costs nothing (a group of one, an empty message).
 
     ``SEND_RECV`` is a point-to-point transfer (``algorithm`` unused); any other op a collective,
-    ``algorithm`` a registry name or ``auto``."""
+    ``algorithm`` a registry name or ``auto``; ``replayed``: run as a host loop's replay of the named
+    algorithm's schedule (:mod:`simulator.collectives.replayed`)."""
     nbytes = int(round(nbytes))
     if len(group) < 2 or nbytes <= 0:
         return None
     if op is Op.SEND_RECV:
         return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.P2P,
                         time_s=cache.p2p(group[0], group[1], nbytes), concurrent_groups=concurrent)
-    t, algo = cache.collective(group, op, nbytes, algorithm)
+    t, algo = cache.collective(group, op, nbytes, algorithm, replayed)
     return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.COLLECTIVE, algorithm=algo,
                     time_s=t, concurrent_groups=concurrent)
 
@@ -159,11 +160,12 @@ def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
 
 
 def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], total_bytes: float,
-             bucket_bytes: int | None, algorithm: str, concurrent: int) -> tuple[CommCall, ...]:
-    """One call per bucket; equal buckets share one CommCall object (their times are equal)."""
+             bucket_bytes: int | None, algorithm: str, concurrent: int, replayed: bool = False) -> tuple[CommCall, ...]:
+    """One call per bucket (``replayed`` as :func:`call`); equal buckets share one CommCall object (their times
+    are equal)."""
     out: tuple[CommCall, ...] = ()
     for size, count in bucket_runs(total_bytes, bucket_bytes):
-        made = call(cache, kind, op, group, size, concurrent, algorithm)
+        made = call(cache, kind, op, group, size, concurrent, algorithm, replayed)
         if made is not None:
             out += (made,) * count
     return out

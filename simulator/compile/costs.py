@@ -12,8 +12,8 @@ considers only the algorithms NCCL implements for it (:data:`simulator.cluster.n
 ring, tree and NVLS for all-reduce, ring and NVLS for reduce-scatter and all-gather, ring for
 broadcast) and picks the fastest predicted one. The registry's own ``auto`` on a non-NCCL cluster
 also weighs ``ps`` and ``direct``, which are not library collectives. On a gloo cluster the ops whose
-algorithm gloo fixes (:data:`simulator.collectives.registry.GLOO_NATIVE`) take the registry's ``auto``:
-that algorithm.
+algorithm gloo fixes (:func:`simulator.collectives.gloo.runs_own`) take the registry's ``auto``: that algorithm,
+or for a reduce-scatter the whole all-reduce gloo runs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from simulator.cluster.placement import PlacedCluster
 from simulator.cluster.spec import Cluster, CommLibrary, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
-from simulator.collectives.registry import GLOO_NATIVE, estimate, supports
+from simulator.collectives.gloo import runs_own
+from simulator.collectives.registry import estimate, supports
+from simulator.collectives.replayed import replay_extra_s
 from simulator.work import CollectiveAlgorithm
 
 class CostCache:
@@ -46,15 +48,18 @@ class CostCache:
             value = self._memo[key] = compute()
             return value
 
-    def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int,
-                   algorithm: str = "auto") -> tuple[float, CollectiveAlgorithm | None]:
+    def collective(self, ranks: tuple[int, ...], op: Op, nbytes: int, algorithm: str = "auto",
+                   replayed: bool = False) -> tuple[float, CollectiveAlgorithm | None]:
         """(time_s, algorithm used) of one call; ``algorithm`` a registry name or ``auto``. A one-rank
-        group or an empty message costs nothing and runs no algorithm (None)."""
+        group or an empty message costs nothing and runs no algorithm (None). ``replayed``: the named
+        algorithm runs as a host loop's replay of its schedule, which adds
+        :func:`simulator.collectives.replayed.replay_extra_s` (nothing for ``auto``, the library's own call)."""
         if len(ranks) < 2 or nbytes <= 0:
             return 0.0, None
         ranks = self.moved(ranks)
-        return self.memo(("coll", ranks, op, int(nbytes), algorithm),
-                         lambda: self._collective(ranks, op, int(nbytes), algorithm))
+        replayed = replayed and algorithm != "auto"
+        return self.memo(("coll", ranks, op, int(nbytes), algorithm, replayed),
+                         lambda: self._collective(ranks, op, int(nbytes), algorithm, replayed))
 
     def moved(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
         """The group every cost answer for ``ranks`` is computed on (:meth:`_translated`, remembered): two
@@ -106,10 +111,12 @@ class CostCache:
         net = self.cluster.network
         return int(net.nodes_per_leaf) if net is not None else 0
 
-    def _collective(self, ranks, op, nbytes, algorithm) -> tuple[float, CollectiveAlgorithm]:
+    def _collective(self, ranks, op, nbytes, algorithm, replayed=False) -> tuple[float, CollectiveAlgorithm]:
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
-        elif self.cluster.comm.library is CommLibrary.GLOO and op in GLOO_NATIVE:  # what gloo runs
+            extra = replay_extra_s(self.cluster, ranks, op, nbytes, algorithm) if replayed else 0.0
+            return est.time_s + extra, CollectiveAlgorithm(est.algorithm)
+        if self.cluster.comm.library is CommLibrary.GLOO and runs_own(op):  # what gloo runs
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
         elif names := [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]:
             est = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)

@@ -18,6 +18,7 @@ from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param
 from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
+from simulator.strategy.sync import AllReduceAlgorithm
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
 
@@ -62,6 +63,17 @@ def grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layer
     return calls
 
 
+def replays_grad_sync(layout: ParallelLayout) -> bool:
+    """Whether the executor runs the dense gradient all-reduce as a replay of the simulator's schedule
+    (:mod:`simulator.collectives.replayed`): a plan naming an all-reduce algorithm (not ``auto``) run by the
+    data-parallel family (tp = pp = 1) under DDP (ZeRO 0-1), whose communication hook replays that algorithm
+    (``executor/strategies/ddp_sync.py``, ``ReplayHook``); the tensor and pipeline families and FSDP2 call the
+    library's own collectives whatever the plan names, and so does the routed experts' sync."""
+    s = layout.strategy
+    return (not isinstance(s.dp_sync, ParamServerSync) and s.dp_sync.algorithm is not AllReduceAlgorithm.AUTO
+            and layout.tp == 1 and layout.pp == 1 and s.zero <= ZeroStage.ZERO1)
+
+
 def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
     """(grad_sync calls, ready fractions, after_step calls, optimizer_s) of one rank. ``experts`` of the
     ``params`` are routed-expert parameters: with ep > 1 their gradients are all-reduced over the
@@ -82,7 +94,7 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
     split_experts = experts if layout.ep > 1 else 0.0
     calls = () if reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
         cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * gbytes, layout.bucket_bytes,
-        sync.algorithm.value, tp)
+        sync.algorithm.value, tp, replayed=replays_grad_sync(layout))
     if split_experts and not reduces_every_micro_batch(s):
         edp = layout.expert_dp_group(layout.coords(rep).pp)
         calls += ep_part.expert_grad_sync(cache, edp, split_experts * gbytes, layout.bucket_bytes,

@@ -1,0 +1,107 @@
+"""A collective the executor replays step by step (a plan naming an all-reduce algorithm under DDP) costs its
+algorithm's estimate plus ``S · comm.replay_step_us · share`` (simulator/collectives/replayed.py)."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.cluster.io import load_cluster, save_cluster
+from simulator.collectives.base import Op
+from simulator.collectives.registry import estimate
+from simulator.collectives.replayed import replay_extra_s, replay_steps
+from simulator.compile.costs import CostCache
+from simulator.compile.grad_sync import replays_grad_sync
+from simulator.errors import SpecError
+from simulator.strategy import Strategy, ZeroStage
+from simulator.strategy.sync import AllReduceAlgorithm, AllReduceSync
+
+_CPU = load_cluster("localhost-cpu")
+
+
+def _cpu(p: int, replay_step_us: float):
+    return replace(_CPU, node=replace(_CPU.node, gpus_per_node=p),
+                   comm=replace(_CPU.comm, replay_step_us=replay_step_us))
+
+
+@pytest.mark.parametrize("p, steps", [(2, 2), (3, 4), (4, 6)])
+def test_ring_all_reduce_replay_hand_worked(p, steps):
+    """Ring all-reduce: 2(p−1) steps; localhost-cpu has 2 cores, so share = max(1, p/2); 1000 µs per step:
+    2 ranks 2 ms, 3 ranks 4 × 1.5 = 6 ms, 4 ranks 6 × 2 = 12 ms on top of the native ring's estimate."""
+    cluster = _cpu(p, 1000.0)
+    ranks = tuple(range(p))
+    assert replay_steps(cluster, ranks, Op.ALL_REDUCE, 1 << 20, "ring") == steps
+    extra = {2: 2e-3, 3: 6e-3, 4: 12e-3}[p]
+    assert replay_extra_s(cluster, ranks, Op.ALL_REDUCE, 1 << 20, "ring") == pytest.approx(extra, rel=1e-12)
+    native = estimate(cluster, ranks, Op.ALL_REDUCE, 1 << 20, "ring").time_s
+    t, algorithm = CostCache(cluster).collective(ranks, Op.ALL_REDUCE, 1 << 20, "ring", replayed=True)
+    assert t == pytest.approx(native + extra, rel=1e-12) and algorithm.value == "ring"
+
+
+def test_not_replayed_or_auto_or_unmeasured_costs_nothing_more():
+    cluster = _cpu(4, 1000.0)
+    ranks, n = (0, 1, 2, 3), 1 << 20
+    cache = CostCache(cluster)
+    assert cache.collective(ranks, Op.ALL_REDUCE, n, "ring")[0] == estimate(cluster, ranks, Op.ALL_REDUCE, n, "ring").time_s
+    assert cache.collective(ranks, Op.ALL_REDUCE, n, "auto", replayed=True)[0] == cache.collective(ranks, Op.ALL_REDUCE, n)[0]
+    unmeasured = _cpu(4, 0.0)
+    assert CostCache(unmeasured).collective(ranks, Op.ALL_REDUCE, n, "tree", replayed=True)[0] == \
+        estimate(unmeasured, ranks, Op.ALL_REDUCE, n, "tree").time_s
+
+
+def test_tree_replay_counts_its_schedules_steps():
+    cluster = _cpu(4, 500.0)
+    ranks, n = (0, 1, 2, 3), 1 << 20
+    steps = replay_steps(cluster, ranks, Op.ALL_REDUCE, n, "tree")
+    assert steps >= 4  # up the tree and down again, at least two levels each way on 4 ranks
+    assert replay_extra_s(cluster, ranks, Op.ALL_REDUCE, n, "tree") == pytest.approx(steps * 500e-6 * 2, rel=1e-12)
+
+
+def _strategy(**kw) -> Strategy:
+    base = dict(global_batch=8, micro_batch=2, dp=4)
+    base.update(kw)
+    return Strategy(**base)
+
+
+@pytest.mark.parametrize("kw, replayed", [
+    (dict(dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING)), True),
+    (dict(dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.TREE), zero=ZeroStage.ZERO1), True),
+    (dict(), False),  # auto: dist.all_reduce
+    (dict(dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING), zero=ZeroStage.ZERO2), False),  # FSDP2
+    (dict(dp=2, tp=2, dp_sync=AllReduceSync(algorithm=AllReduceAlgorithm.RING)), False),  # tensor family
+])
+def test_which_plans_the_executor_replays(kw, replayed):
+    from simulator.strategy.layout import build_layout
+    from simulator.workload import get_preset
+
+    s = _strategy(**kw)
+    layout = build_layout(s, load_cluster("dgx-h100"), get_preset("gpt3-125m"), gpus=s.dp * s.tp)
+    assert replays_grad_sync(layout) is replayed
+
+
+def test_the_suite_ring_case_moves_with_the_replay_cost():
+    """ddp-ring's recorded run (4 processes, ring replay): its estimate grows by the replayed buckets' steps ×
+    replay_step_us × share, and a cluster without the field keeps the old estimate."""
+    from pathlib import Path
+
+    from simulator.run_results import load_results
+    from simulator.validate import run_cluster, validate
+
+    data = Path(__file__).parent / "data" / "suite_default"
+    results = load_results(data / "ddp-ring.results.json")
+    base = run_cluster(results, str(data / "cluster.yaml"))
+    with_replay = replace(base, comm=replace(base.comm, replay_step_us=1000.0))
+    before, after = (validate(results, c).row("step_time_s") for c in (base, with_replay))
+    # one bucket (the tiny model's gradients fit DDP's 25 MiB), 6 ring steps, share 2: +12 ms, both engines
+    assert after.analytical - before.analytical == pytest.approx(12e-3, rel=1e-6)
+    assert after.des - before.des == pytest.approx(12e-3, rel=1e-6)
+
+
+def test_cluster_file_round_trip_and_bad_value(tmp_path):
+    cluster = _cpu(2, 812.5)
+    path = save_cluster(cluster, tmp_path / "c.yaml")
+    assert load_cluster(str(path)).comm.replay_step_us == 812.5
+    text = path.read_text().replace("replay_step_us: 812.5", "replay_step_us: -1")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SpecError, match="replay_step_us"):
+        load_cluster(str(bad))

@@ -1,0 +1,80 @@
+"""``trainplan calibrate``'s network output: the fit and its probes as tables (stdout) or as a dict (``--json``)."""
+
+from __future__ import annotations
+
+
+def _rows_dict(rows) -> list[dict]:
+    return [{"ranks": r.ranks, "op": r.op, "algorithm": r.algorithm, "bytes": r.nbytes, "measured_s": r.measured_s,
+             "measured_median_s": r.median_s, "measured_p10_s": r.p10_s, "measured_p90_s": r.p90_s,
+             "estimate_s": r.estimate_s, "error_pct": r.error_pct, "times_s": list(r.times_s)} for r in rows]
+
+
+def _median_abs(rows) -> float:
+    import statistics
+
+    return statistics.median(abs(r.error_pct) for r in rows)
+
+
+def as_dict(fit, path: str, fresh=None) -> dict:
+    """``--json``: the fitted parameters, their spread, the rows and the probes' rows; with ``fresh`` (the
+    ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``."""
+    d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
+         "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
+         "replay_step_us": fit.replay_step_us,
+         "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
+         "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
+         "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes)}
+    if fresh is not None:
+        rows, probes, machine = fresh
+        d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
+                      "probes": _rows_dict(probes)}
+    return d
+
+
+def _print_rows(rows) -> None:
+    from simulator.units import format_size
+
+    print(f"{'procs':>5} {'op':>10} {'size':>8} {'algorithm':>9} {'measured ms':>12} {'median ms':>10} "
+          f"{'p10..p90 ms':>17} {'estimate ms':>12} {'error %':>8}")
+    for r in rows:
+        spread = f"{r.p10_s * 1e3:.3f}..{r.p90_s * 1e3:.3f}"
+        print(f"{r.ranks:>5} {r.op:>10} {format_size(r.nbytes):>8} {r.algorithm:>9} {r.measured_s * 1e3:12.3f} "
+              f"{r.median_s * 1e3:10.3f} {spread:>17} {r.estimate_s * 1e3:12.3f} {r.error_pct:8.1f}")
+    errors = [abs(r.error_pct) for r in rows]
+    print(f"\nmedian absolute error {_median_abs(rows):.1f} % (range {min(errors):.1f}..{max(errors):.1f} %) "
+          f"over {len(rows)} points (measured: trimmed mean of the calls)")
+
+
+def _print_probes(rows) -> None:
+    """The probes' rows, series by series, each with its median absolute error (not part of the fit's)."""
+    for op, algorithm in dict.fromkeys((r.op, r.algorithm) for r in rows):
+        print(f"\nprobe {op} {algorithm} (measured beside the fit, not in it"
+              + ("; sets replay_step_us):" if algorithm != "native" else "):"))
+        _print_rows([r for r in rows if (r.op, r.algorithm) == (op, algorithm)])
+
+
+def print_table(fit, fresh=None) -> None:
+    """The fitted parameters (with their bootstrap p10..p90), the rows, the probes and the machine's quiet note;
+    then the fresh set's, when given."""
+    kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
+    spread = fit.spread or {}
+
+    def band(name: str, fmt: str) -> str:
+        return f"   p10..p90 {spread[name][0]:{fmt}}..{spread[name][1]:{fmt}}" if name in spread else ""
+
+    print(f"call latency  {fit.call_latency_us:10.2f} us{band('call_latency_us', '.2f')}\n"
+          f"hop latency   {fit.latency_us:10.2f} us{band('latency_us', '.2f')}\n"
+          f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
+          f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}")
+    if fit.replay_step_us is not None:
+        print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
+    print()
+    _print_rows(fit.rows)
+    _print_probes(fit.probes)
+    print(f"machine: {fit.machine}")
+    if fresh is not None:
+        rows, probes, machine = fresh
+        print("\nfresh measurement against the written file:")
+        _print_rows(rows)
+        _print_probes(probes)
+        print(f"machine: {machine}")
