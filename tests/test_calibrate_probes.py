@@ -11,9 +11,9 @@ import pytest
 from executor.calibrate import executed_time, fit_rows, on_node, with_values
 from executor.calibrate_replay import PROBE_SERIES, REPLAY_SERIES, fit_replay_step, split_probes, weighted_median
 from executor.calibrate_run import DEFAULT_ALGORITHMS, DEFAULT_SIZES, _cases, probes_for, series_for
-from executor.collective_bench import Measurement
 from simulator.collectives.base import Op
 from test_calibrate_design import TRUE, local
+from test_calibrate_native import exact_on
 
 NPROCS = (2, 3, 4)
 
@@ -22,15 +22,6 @@ def _cases_all(cluster, series):
     return [c for p in NPROCS for c in _cases(on_node(cluster, p), series, p, list(DEFAULT_SIZES))]
 
 
-def _exact(cases, truth):
-    timed = executed_time(cases)
-    out = []
-    for case in cases:
-        s = case.timed_schedule
-        p = len(s.ranks)
-        t = timed(on_node(truth, p), list(range(p)), s.op, case.nbytes, case.algorithm).time_s
-        out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes, [t]))
-    return out
 
 
 def test_weighted_median_hand_worked():
@@ -52,7 +43,7 @@ def test_replay_step_is_recovered_from_exact_replays():
     truth = with_values(local(4), TRUE)
     truth = replace(truth, comm=replace(truth.comm, replay_step_us=850.0))
     cases = _cases_all(truth, [REPLAY_SERIES])
-    measured = _exact(cases, truth)
+    measured = exact_on(cases, truth)
     natively = replace(truth, comm=replace(truth.comm, replay_step_us=0.0))
     assert fit_replay_step(natively, measured, cases) == pytest.approx(850.0, rel=1e-9)
     rows = fit_rows(truth, measured, executed_time(cases))
@@ -74,7 +65,7 @@ def test_replay_steps_cost_what_the_formula_says():
 def test_replays_slower_than_native_fit_positive_and_never_negative():
     truth = with_values(local(4), TRUE)
     cases = _cases_all(truth, [REPLAY_SERIES])
-    measured = _exact(cases, truth)  # replays exactly as fast as the native ring: nothing more per step
+    measured = exact_on(cases, truth)  # replays exactly as fast as the native ring: nothing more per step
     assert fit_replay_step(truth, measured, cases) == pytest.approx(0.0, abs=1e-6)
     faster = [replace(m, trimmed_mean_s=m.trimmed_mean_s / 2) for m in measured]
     assert fit_replay_step(truth, faster, cases) == 0.0  # clamped at 0, not a negative cost
@@ -86,7 +77,7 @@ def test_broadcast_probe_is_checked_against_the_binomial_tree():
     truth = with_values(local(4), TRUE)
     series = series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS)
     cases = _cases_all(truth, series + list(PROBE_SERIES))
-    measured = _exact(cases, truth)
+    measured = exact_on(cases, truth)
     fitted, replays, checked = split_probes(measured, PROBE_SERIES)
     assert {(m.op, m.algorithm) for m in fitted} == set(series)
     assert {(m.op, m.algorithm) for m in replays} == {REPLAY_SERIES}
