@@ -9,7 +9,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from simulator.analytical import summarize_stages
 from simulator.cluster.io import load_cluster
@@ -145,7 +145,9 @@ _CHANGES = st.fixed_dictionaries({}, optional={
     "layer_split": st.none(), "offload": st.sampled_from((Offload.NONE, Offload.OPTIMIZER))})
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+# many drawn strategies do not fit the cluster or divide its ranks (skipped by the assume below): the health check
+# fired on CI for 50 of 57 draws; every pair that does build is still compared stage by stage
 @given(name=st.sampled_from(sorted(CLUSTERS)), fields_=_strategies(), changes=st.lists(_CHANGES, min_size=1, max_size=3))
 def test_one_cache_over_many_structures_gives_each_its_own_stages(name, fields_, changes):
     """A search compiles its structures with one cache: the stages' placed part (``shared_stages._placed``,
