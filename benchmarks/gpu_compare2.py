@@ -187,19 +187,24 @@ def cooled_md(extra: dict, device) -> str:
 
 
 def power_md(raw: Path) -> str:
+    """Per execute's log: lines in the steps, SM clock, ``power.draw`` (the driver's averaged reading) and, where the
+    log has it, ``power.draw.instant``."""
     rows = []
     for path in sorted(raw.glob("call*/power-*.csv")):
-        vals = [(float(c[1].split()[0]), float(c[2].split()[0]))
-                for c in (ln.split(",") for ln in path.read_text().splitlines()[1:] if "MHz" in ln)]
+        cells = [c for c in (ln.split(",") for ln in path.read_text().splitlines()[1:] if "MHz" in ln)]
+        vals = [tuple(float(x.split()[0]) for x in c[1:3]) + ((float(c[3].split()[0]),) if len(c) > 3 and "W" in c[3]
+                                                              else ()) for c in cells]
         steps = [v for v in vals if v[1] > STEP_W]
         if not steps:
             continue
-        clocks = sorted(c for c, _ in steps)
+        clocks = sorted(v[0] for v in steps)
+        instant = [v[2] for v in steps if len(v) > 2]
         rows.append([f"{path.parent.name}/{path.name}", len(steps), f"{statistics.median(clocks):.0f}",
-                     f"{clocks[len(clocks) // 10]:.0f}", f"{statistics.median(w for _, w in steps):.0f}",
-                     f"{max(w for _, w in vals):.0f}"])
-    return table([f"execute's log (100 ms lines above {STEP_W:.0f} W)", "lines", "SM clock median MHz", "p10 MHz",
-                  "power median W", "power max W"], rows)
+                     f"{clocks[len(clocks) // 10]:.0f}", f"{statistics.median(v[1] for v in steps):.0f}",
+                     f"{max(v[1] for v in vals):.0f}",
+                     f"{statistics.median(instant):.0f} / {sorted(instant)[int(0.9 * len(instant))]:.0f}" if instant else "-"])
+    return table([f"execute's log (lines above {STEP_W:.0f} W)", "lines", "SM clock median MHz", "p10 MHz",
+                  "power.draw median W", "power.draw max W", "power.draw.instant median / p90 W"], rows)
 
 
 def sections(raw: Path, cluster_arg: str) -> dict[str, str]:

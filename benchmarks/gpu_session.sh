@@ -7,7 +7,8 @@
 # hidden 8192), extra (benchmarks/gpu_extra.py: clocks, layouts, grouped GEMMs, long attention), extra2
 # (gpu_extra.py: token alignment, the GEMM table with idle between shapes), duty (the power cap against the
 # GEMMs' share of the time), power (each kernel class's draw, interleaved with idle time), power2 (the same
-# for the 1.3B step's own kernels), trace-1.3b-fp8 (a profiler trace of the FP8 plan). Every execute logs nvidia-smi's SM clock and power every 100 ms to
+# for the 1.3B step's own kernels), trace-1.3b-fp8 (a profiler trace of the FP8 plan), power-1.3b (30 steps of the 1.3B plan, power.draw and
+# power.draw.instant every 50 ms). Every execute logs nvidia-smi's SM clock and power every 100 ms to
 # power-MODEL.csv. The simpy wheel travels in .whl (the machine has no registry), and for run-1.3b-fp8
 # torchao's (pip download torchao==0.18.0 --no-deps -d .whl; it needs torch >= 2.11); torch is the
 # machine's own (every wheel is installed with --no-deps).
@@ -46,6 +47,13 @@ for s in ${STAGES//,/ }; do case $s in
         --out $W/trace-kernels-gpt3-1.3b-fp8.json ;;
   run-qwen) run_model qwen2-0.5b tests/data/qwen2-0.5b.config.json --seq 4096 ;;
   run-7b) run_model llama2-7b llama2-7b --mbs 1 ;;
+  power-1.3b) stage plan-gpt3-1.3b-long 60 python3 -m trainplan plan --model gpt3-1.3b --cluster hgx-h200 --gpus 1 --gbs 8 \
+        --zero 0 --out $W/plan-gpt3-1.3b-long.json
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.draw.instant --format=csv -lms 50 > $W/power-instant-gpt3-1.3b-long.csv 2>&1 &
+    smi=$!
+    stage execute-gpt3-1.3b-long 150 python3 -m trainplan execute $W/plan-gpt3-1.3b-long.json --backend nccl --nproc 1 \
+        --steps 30 --out $W/results-gpt3-1.3b-long.json
+    kill $smi 2>/dev/null ;;
   run-wide) run_model wide-8192x4 benchmarks/configs/wide-8192x4.config.json --seq 4096 --mbs 2 ;;
   run-1.3b-rc) run_model gpt3-1.3b-rc gpt3-1.3b --recompute full ;;
   extra) stage measure-extra 300 python3 benchmarks/gpu_extra.py --out $W ;;
