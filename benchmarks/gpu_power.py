@@ -24,6 +24,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from gpu_compare import pct, table  # noqa: E402
 
+from simulator.cluster.io import load_cluster  # noqa: E402
 from simulator.validate import signed_error  # noqa: E402
 
 MAX_CLOCK_MHZ = 1980.0
@@ -56,16 +57,16 @@ def classpower_md(extra: dict) -> str:
                   f"busy-all-the-time W at {MAX_CLOCK_MHZ:.0f} MHz (idle {idle:.0f} W)"], rows)
 
 
-CLASS_W = {"layer GEMMs": 960.0, "attention": 944.0, "aligned logits GEMM": 960.0, "misaligned logits GEMM": 430.0,
-           "optimizer": 568.0, "memory-bound": 600.0, "copy": 595.0}
-"""Watts each kernel class draws busy all the time at the 1,980 MHz maximum clock (the ``classpower`` table, points
-with a busy share ≥ 0.3 where the sensor's noise is amplified least): dense GEMMs the median of 944, 960 and 974;
-cuDNN attention of 937 and 950; the misaligned logits GEMM of 425 and 435; AdamW 568; memory-bound kernels the
-median of copy, GELU, fp32 layer norm and AdamW (592-675); the copy's own 592-608."""
-IDLE_W, LIMIT_W = 125.0, 700.0
+_DRAW = load_cluster("hgx-h200").device
+"""The H200 preset: its ``power_draw`` holds the class draws read off the ``classpower`` table (one home)."""
+CLASS_W = {"layer GEMMs": _DRAW.power_draw.gemm_W, "attention": _DRAW.power_draw.attention_W,
+           "aligned logits GEMM": _DRAW.power_draw.gemm_W, "misaligned logits GEMM": _DRAW.power_draw.misaligned_gemm_W,
+           "optimizer": 568.0, "memory-bound": _DRAW.power_draw.memory_W, "copy": 595.0}
+"""Watts each kernel class draws busy all the time at the 1,980 MHz maximum clock: the preset's classes, plus
+two of the ``classpower`` table's own rows this check needs (foreach AdamW 567-568; the 512 MB copy 592-608 at
+busy shares ≥ 0.3, where the sensor's noise is amplified least)."""
+IDLE_W, LIMIT_W = _DRAW.power_draw.idle_W, _DRAW.power_limit_W
 """The spin kernel alone (the GPU awake, doing nothing); the card's power limit (nvidia-smi power.limit)."""
-CAPPED_DRAW_W = 692.0
-"""What a capped card draws (691-693 W in every capped point)."""
 
 
 def stretch_exponent(extra: dict) -> float:
