@@ -50,6 +50,7 @@ from simulator.workload.kinds import DtypePolicy, KernelFusion
 from simulator.workload.layers import LayerListWorkload
 from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
+from simulator.workload.eager_norm import with_norm_weight_grads
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import ChunkSlice, WorkUnit
@@ -215,6 +216,12 @@ def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
     return _rates(dtype, device).time(memory("memory", nbytes))[0]
 
 
+def runs_cuda_kernels(device: Device) -> bool:
+    """Whether ``device`` runs torch's CUDA kernels (an ``async`` device: every GPU preset; the CPU stand-in is
+    ``inline``): the one rule for kernel facts read from our GPU traces (:mod:`simulator.workload.eager_norm`)."""
+    return device.kernel_dispatch is KernelDispatch.ASYNC
+
+
 def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                 tp: int = 1, recompute: Recompute = Recompute.NONE, *, flash_attention: bool = True,
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
@@ -232,6 +239,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                        routing_skew=routing_skew, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context,
                        attention_backend=attention_backend)
+    works = with_norm_weight_grads(works, fusion, runs_cuda_kernels(device))
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
     moe = spec.is_moe_layer(spec.layers - 1)
@@ -254,7 +262,8 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST) of a model
     on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`."""
     rates = _rates(spec.dtype, device)
-    works = edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel)
+    works = with_norm_weight_grads(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel),
+                                   KernelFusion.EAGER, runs_cuda_kernels(device))
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
     whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)

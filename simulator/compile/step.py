@@ -23,7 +23,7 @@ from simulator.strategy.formats import runs_autocast, sync_dtype
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
                                 Strategy, ZeroStage, build_layout)
 from simulator.interference import cluster_sm_fraction
-from simulator.compute import memory_kernel_s
+from simulator.compute import memory_kernel_s, runs_cuda_kernels
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import fp8_needs_transpose, te_weight_cast_bytes
@@ -52,6 +52,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              attention_backend=backend, vocab_multiple=layout.framework.vocab_multiple(layout.tp),
                              loss=layout.framework.loss_impl,
                              autocast=runs_autocast(workload.dtype, s),
+                             cuda_kernels=runs_cuda_kernels(cache.cluster.device),
                              grad_add=grad_add(workload.dtype, layout))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,

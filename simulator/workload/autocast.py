@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.workload.eager_norm import WEIGHT_GRAD_SUFFIX
 from simulator.workload.ops import MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, memory
 
 __all__ = ["FP32_BYTES", "WEIGHT_OPS", "autocast_block"]
@@ -67,7 +68,7 @@ def _norm(work: OpWork, e: int) -> tuple[OpWork, list[Kernel], list[Kernel]]:
     (backward); a norm kernel reads and writes its elements once, ``2 · elements · e`` bytes."""
     casts_f = [memory(f"{k.name}.cast_output", (FP32_BYTES + e) * k.bytes / (2 * e)) for k in work.fwd]
     casts_b = [memory(f"{k.name}.cast_grad", (e + FP32_BYTES) * k.bytes / (2 * e * MEMORY_BWD_FACTOR))
-               for k in work.bwd]
+               for k in work.bwd if not k.name.endswith(WEIGHT_GRAD_SUFFIX)]  # one cast per input gradient
     fp32 = replace(work, fwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.fwd),
                    bwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.bwd))
     return fp32, casts_f, casts_b

@@ -26,6 +26,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from simulator.workload.autocast import autocast_block
+from simulator.workload.eager_norm import with_norm_weight_grads
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import fp8_block
 from simulator.workload.grad_accum import grad_add_kernel, with_grad_add
@@ -77,6 +78,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                                routing_skew=o.routing_skew, flash_attention=o.flash_attention,
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
                                attention_backend=o.attention_backend)
+            block = with_norm_weight_grads(block, o.fusion, o.cuda_kernels)
             if o.fp8 is not None:
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose,
                                   eager=o.fusion is KernelFusion.EAGER)
@@ -91,7 +93,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
-        edge = with_loss(edge, o.loss, spec.dtype.activation_bytes)
+        edge = with_norm_weight_grads(with_loss(edge, o.loss, spec.dtype.activation_bytes), o.fusion, o.cuda_kernels)
         if o.autocast:
             edge = autocast_block(edge, spec.dtype.activation_bytes)
         for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),

@@ -95,6 +95,9 @@ class ComputeOptions:
     autocast: bool = False
     """Eager ``torch.autocast`` over fp32 parameters (:mod:`simulator.workload.autocast`): weight casts, fp32
     norms and residual stream; only for a bf16/fp16 model under ``MixedPrecision.AUTOCAST``."""
+    cuda_kernels: bool = False
+    """Whether the device runs torch's CUDA kernels (``simulator.compute.runs_cuda_kernels``): eager norms' γ/β
+    backward kernel (:mod:`simulator.workload.eager_norm`)."""
     grad_add: GradAdd | None = None
     """The gradient-accumulation add each micro-batch's backward makes on the compute stream
     (:mod:`simulator.workload.grad_accum`); None: none there (fused into the weight-gradient GEMM, or on a
