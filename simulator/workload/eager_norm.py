@@ -15,8 +15,9 @@ traces of our H200 runs [src: own-h200-2026-11-24] (torch 2.11): GPT-3 1.3B (Lay
 bytes per element); Qwen2-0.5B (RMSNorm through the same kernels, ``<float, float, true>``, 32,768 × 896) 49 of
 each, 86 µs and 109 µs. The added kernel is charged at the device's copy rate, as every backward memory-bound
 kernel is (the traces' rates, 0.54-1.0 of a copy, come from the runs the model is checked against and are not
-used). Under Megatron-LM's or torch.compile's fusion the norm's backward is left as it was (their kernels were
-not traced here).
+used). The kernel split is a property of torch's CUDA code, so every GPU preset gets it: seen on Hopper (H200),
+carried to A100, H100 and B200 as an assumption. Under Megatron-LM's or torch.compile's fusion, and on the CPU
+stand-in, the norm's backward is left as it was (their kernels were not traced here).
 """
 
 from __future__ import annotations
