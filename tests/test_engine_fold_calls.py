@@ -37,7 +37,9 @@ GPT13 = get_preset("gpt3-1.3b")
 REL = 1e-12
 
 CASES = {
-    "h100-sp-interleaved": (H100.with_nodes(1), dict(global_batch=8, tp=2, pp=2, placement="tp-dp-pp",
+    # global batch 32 at micro-batch 2 (was 8 at 1): with eager norms' γ/β backward kernel (2026-11-25, fid13) batch
+    # 8-32 at micro-batch 1 and 8-16 at 2 no longer reached resume
+    "h100-sp-interleaved": (H100.with_nodes(1), dict(global_batch=32, micro_batch=2, tp=2, pp=2, placement="tp-dp-pp",
                                                      sequence_parallel=True, schedule="interleaved",
                                                      virtual_stages=2, framework="megatron")),  # resume reached
     # micro-batch 2 (was 1 at global batch 8): with the compute times of 2026-11-25 (fid9: FSDP2 copies, eager
@@ -46,8 +48,10 @@ CASES = {
                                                         placement="tp-dp-pp", zero=1, schedule="interleaved",
                                                         virtual_stages=2)),
     # global batch 16 (was 8): with Megatron-LM's loss pass by pass (2026-11-25, fid11) the batch-8 case no longer
-    # had a call in progress at a run's end (resume unused); megatron as for the case above
-    "h100-pp4-sp": (H100.with_nodes(2), dict(global_batch=16, tp=2, pp=4, placement="tp-dp-pp",
+    # had a call in progress at a run's end (resume unused); megatron as for the case above. Global batch 32 at
+    # micro-batch 2 (was 16 at 1): with eager norms' γ/β backward kernel (2026-11-25, fid13) neither batch 8-32 at
+    # micro-batch 1 nor 16 at 2 reached resume
+    "h100-pp4-sp": (H100.with_nodes(2), dict(global_batch=32, micro_batch=2, tp=2, pp=4, placement="tp-dp-pp",
                                              sequence_parallel=True, mixed_precision="param-dtype",
                                              framework="megatron")),
 }
