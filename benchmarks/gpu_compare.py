@@ -224,7 +224,8 @@ def model_classes(results, cluster) -> dict[str, float]:
     add = grad_add(spec.dtype, layout)  # the gradient-accumulation adds (simulator.workload.grad_accum)
     layer = layer_times(spec, device, s.micro_batch, None, layout.tp, s.recompute, attention_backend=backend,
                         autocast=autocast, grad_add=add)
-    edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast, grad_add=add)
+    edge = edge_times(spec, device, s.micro_batch, None, layout.tp, autocast=autocast, grad_add=add,
+                      loss=layout.framework.loss_impl)
     out: dict[str, float] = defaultdict(float)
     for rows, times in ((layer, spec.layers * layout.micro_batches), (edge, layout.micro_batches)):
         for r in rows:

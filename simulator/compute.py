@@ -46,8 +46,9 @@ from simulator.workload.chunks import block_params_held, edge_params_held, layer
 from simulator.workload.grad_accum import GradAdd, with_grad_add
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
-from simulator.workload.kinds import DtypePolicy, KernelFusion
+from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
 from simulator.workload.layers import LayerListWorkload
+from simulator.workload.loss import with_loss
 from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
 from simulator.workload.eager_norm import with_norm_weight_grads
@@ -258,12 +259,14 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
 
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                tp: int = 1, *, sequence_parallel: bool = False, autocast: bool = False,
-               grad_add: GradAdd | None = None) -> list[OpTime]:
+               grad_add: GradAdd | None = None, loss: LossImpl = LossImpl.ONE_PASS) -> list[OpTime]:
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST) of a model
-    on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`."""
+    on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`; ``loss``: how the framework
+    computes the cross-entropy (``Framework.loss_impl``, :mod:`simulator.workload.loss`), as the engines' chunks."""
     rates = _rates(spec.dtype, device)
-    works = with_norm_weight_grads(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel),
-                                   KernelFusion.EAGER, runs_cuda_kernels(device))
+    works = with_loss(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel), loss,
+                      spec.dtype.activation_bytes)
+    works = with_norm_weight_grads(works, KernelFusion.EAGER, runs_cuda_kernels(device))
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes)
     whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)

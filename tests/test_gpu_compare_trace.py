@@ -56,3 +56,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert gct.main(["--write-md", str(doc)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gpu_compare_trace: error: --write-md:") and "\n" not in err
+
+
+def test_the_op_tables_and_the_kernel_classes_agree_on_the_memory_bound_time():
+    """gpu_compare's trace table (op tables: layer_times, edge_times with the framework's loss) and this one
+    (kernels, with the chunks' loss) are two routes to the same model: their memory-bound time must agree."""
+    import gpu_compare as gc
+    from gpu_compare import load_results, run_cluster
+    results = load_results(gct.RAW / "results-gpt3-1.3b.json")
+    cluster = run_cluster(results, "hgx-h200")
+    ops = gc.model_classes(results, cluster)["memory-bound"]
+    compute = ("block GEMMs", "logits GEMMs (CUTLASS align1)", "attention fwd", "attention bwd",
+               "optimizer (foreach AdamW)")
+    kernels = sum(t for c, t in gct.model_classes(results, cluster).items() if c not in compute)
+    assert kernels == pytest.approx(ops, rel=1e-6)  # summed in another order
