@@ -102,6 +102,9 @@ class LinkFit:
     probes: tuple[FitRow, ...] = ()
     """Points measured beside the fit and not in it (the native broadcast; the replays, which only set
     :attr:`replay_step_us`), each against the calibrated cluster."""
+    fast: object | None = None
+    """The same model fitted to the calls that did not wait for a core, and the waits per process count
+    (:class:`executor.calibrate_modes.FastMode`, a diagnostic); None: not computed."""
 
     @property
     def median_abs_error_pct(self) -> float:
