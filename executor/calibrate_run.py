@@ -185,7 +185,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     estimate = executed_time(cases)
     fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
     fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine,
-                  fast=fast_mode(cluster, measurements, estimate))
+                  fast=fast_mode(cluster, measurements, estimate, replays, cases))
     replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
     if replay_step_us is not None:
         fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))

@@ -49,3 +49,28 @@ def test_fast_mode_recovers_the_calls_that_did_not_wait(slow_calls):
 def test_text_names_every_process_count():
     line = FastMode(call_latency_us=70.0, latency_us=140.0, bw_GBps=2.0, wait_ms={2: 0.5, 3: 1.5, 4: 3.0}).text()
     assert "call 70.0 us, hop 140.0 us" in line and "3 processes 1.50 ms" in line
+
+
+def test_fast_replay_step_is_the_step_of_the_replays_that_did_not_wait():
+    """Ring replays timed on a cluster with replay_step_us = 50, most of their calls 4 ms late: the fast mode's
+    replay step is 50 (their p10 on the fast cluster); the trimmed means would give far more."""
+    from dataclasses import replace
+
+    from executor.calibrate_replay import REPLAY_SERIES
+
+    truth = replace(with_values(local(4), TRUE), comm=replace(local(4).comm, call_latency_us=TRUE[0],
+                                                                replay_step_us=50.0))
+    base, measured, _ = _bimodal(truth, 4, 16)
+    cases = [c for p in NPROCS for c in _cases(on_node(truth, p), [REPLAY_SERIES], p, list(DEFAULT_SIZES))]
+    timed = executed_time(cases)
+    replays = []
+    for case in cases:
+        p = len(case.timed_schedule.ranks)
+        t = timed(on_node(truth, p), list(range(p)), Op.ALL_REDUCE, case.nbytes, case.algorithm).time_s
+        replays.append(Measurement.from_times(Op.ALL_REDUCE, case.algorithm, p, case.nbytes,
+                                              [t] * 4 + [t + WAIT_S] * 16))
+    all_cases = cases + [c for p in NPROCS for c in _cases(on_node(truth, p), series_for(
+        Op.ALL_REDUCE, DEFAULT_ALGORITHMS), p, list(DEFAULT_SIZES))]
+    fast = fast_mode(base, measured, executed_time(all_cases), replays, all_cases)
+    assert fast.replay_step_us == pytest.approx(50.0, rel=1e-6)
+    assert "replay step 50.0 us" in fast.text()

@@ -26,7 +26,7 @@ def as_dict(fit, path: str, fresh=None) -> dict:
          "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes),
          "fast_mode": None if fit.fast is None else {
              "call_latency_us": fit.fast.call_latency_us, "latency_us": fit.fast.latency_us,
-             "bw_GBps": fit.fast.bw_GBps, "wait_ms": {str(p): w for p, w in sorted(fit.fast.wait_ms.items())}}}
+             "bw_GBps": fit.fast.bw_GBps, "replay_step_us": fit.fast.replay_step_us, "wait_ms": {str(p): w for p, w in sorted(fit.fast.wait_ms.items())}}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
