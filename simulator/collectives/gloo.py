@@ -20,10 +20,11 @@ or compute may run there), the rule of :func:`simulator.host_overhead.core_share
 (the call overhead and the reduction, done by every process, keep the node's share; ``L`` is the latency chain
 of :mod:`simulator.collectives.chain` with each transfer's α at its step's share). A ring's steps have every
 process active, so it is the ordinary estimate there. Measured [src: own-gloo-active-share-2026-11-25]: the
-native 3- and 4-process broadcast took 0.2-0.5 of the all-gather of the same bytes in the same launch, where
-the node-wide share priced it at 0.7-1.3; the 2-process broadcast (one one-way message, against the
-all-gather's two-way exchange) stays over-priced by this model (a one-way round is cheaper than an exchange
-step; not modelled).
+native broadcast took 0.28-0.69 (3 processes) and 0.32-0.45 (4) of the all-gather of the same bytes in the same
+launch, where at small sizes the node-wide share prices it at about ``(c + α)/(c + 2α)`` ≈ 0.5-0.6 and
+``(c + 2α)/(c + 3α)`` ≈ 0.7 of it (c ≲ α/2 as fitted) and this rule at ``(1.5c + α)/(1.5c + 3α)`` ≈ 0.33-0.47 and
+``(2c + 3α)/(2c + 6α)`` ≈ 0.5-0.57; the 2-process broadcast (one one-way message, against the all-gather's
+two-way exchange) stays over-priced (a one-way round costs about 0.6 of an exchange step; not modelled).
 
 Reduce-scatter. torch 2.13's ``ProcessGroupGloo::_reduce_scatter_base`` calls
 ``reduce_scatter_tensor_coalesced``, which copies each input into one buffer, all-reduces the whole buffer
