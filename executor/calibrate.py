@@ -102,6 +102,9 @@ class LinkFit:
     probes: tuple[FitRow, ...] = ()
     """Points measured beside the fit and not in it (the native broadcast; the replays, which only set
     :attr:`replay_step_us`), each against the calibrated cluster."""
+    fast: object | None = None
+    """The same model fitted to the calls that did not wait for a core, and the waits per process count
+    (:class:`executor.calibrate_modes.FastMode`, a diagnostic); None: not computed."""
 
     @property
     def median_abs_error_pct(self) -> float:
@@ -128,9 +131,12 @@ def executed_time(cases) -> Callable:
     executed schedule (:func:`simulator.collectives.replay.schedule_time_s`, equal to the closed form
     for the same schedule) is exactly linear in the fitted parameters. A ``native`` case (the backend's own
     call) is timed by its :attr:`~executor.collective_bench.BenchCase.model`: the schedule of the algorithm the
-    backend runs for the op. A replayed case also pays its steps' replay cost
+    backend runs for the op, priced as the registry prices that op on gloo (a broadcast's steps at the share of
+    their active processes, :func:`simulator.collectives.gloo.active_share_time_s`). A replayed case also pays its steps' replay cost
     (:func:`simulator.collectives.replayed.steps_extra_s`, 0 while ``comm.replay_step_us`` is 0).
     """
+    from simulator.collectives.gloo import ACTIVE_SHARE, active_share_time_s
+    from simulator.collectives.registry import get_algorithm
     from simulator.collectives.replay import schedule_time_s
     from simulator.collectives.replayed import steps_extra_s
 
@@ -139,8 +145,11 @@ def executed_time(cases) -> Callable:
 
     def estimate(cluster: Cluster, ranks, op, nbytes: int, algorithm: str):
         schedule = schedules[(op, algorithm, len(ranks), nbytes)]
-        replay_s = 0.0 if algorithm == "native" else steps_extra_s(cluster, schedule.num_steps)
-        return _Timed(schedule_time_s(cluster, schedule) + replay_s)
+        if algorithm == "native":  # gloo's own call: its algorithm's schedule, as the registry prices it on gloo
+            if op in ACTIVE_SHARE:
+                return _Timed(active_share_time_s(cluster, schedule, get_algorithm(schedule.algorithm)))
+            return _Timed(schedule_time_s(cluster, schedule))
+        return _Timed(schedule_time_s(cluster, schedule) + steps_extra_s(cluster, schedule.num_steps))
 
     return estimate
 

@@ -4,9 +4,10 @@ The default design (:mod:`executor.calibrate_run`) fits the per-call latency, ho
 gloo's native all-reduce and all-gather. Two more series are timed in the same launches (:data:`PROBE_SERIES`):
 
 - **native broadcast** (gloo's binomial tree, ``registry.GLOO_NATIVE``): not fitted; its rows compare each
-  measurement with what the fitted cluster says a native broadcast costs (``call + ⌈lg p⌉·(α + n/bw)``, × the
-  cores' share), the cost torch ZeRO-1's one broadcast per parameter tensor pays
-  [src: torch-zero1-broadcasts]; a check of that formula at 2, 3 and 4 processes;
+  measurement with what the fitted cluster says a native broadcast costs (``share·call`` plus ``⌈lg p⌉`` rounds
+  of ``α + n/bw``, each round at the time-sharing of its busy processes:
+  :func:`simulator.collectives.gloo.active_share_time_s`), the cost torch ZeRO-1's one broadcast per parameter
+  tensor pays [src: torch-zero1-broadcasts]; a check of that formula at 2, 3 and 4 processes;
 - **ring all-reduce replayed** with ``isend``/``irecv`` (``executor/p2p.py``), as the executor runs a plan that
   names an all-reduce algorithm: fits the one parameter ``comm.replay_step_us``
   (:mod:`simulator.collectives.replayed`), the others held at the native fit:

@@ -161,6 +161,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     import platform
 
     from executor.calibrate import check_calibratable, executed_time, fit_cluster, fit_rows
+    from executor.calibrate_modes import fast_mode
     from executor.calibrate_replay import fit_replay_step, split_probes
     from executor.calibrate_spread import parameter_spread
     from executor.collective_bench import local_cluster
@@ -183,7 +184,8 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     measurements, replays, checked = split_probes(measured, probes)
     estimate = executed_time(cases)
     fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
-    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine)
+    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine,
+                  fast=fast_mode(cluster, measurements, estimate, replays, cases))
     replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
     if replay_step_us is not None:
         fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
@@ -199,7 +201,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               f"count estimated with its share of the cores; median absolute error {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
-                 "replays with the others held (executor.calibrate_replay)") + f"; {machine}")
+                 "replays with the others held (executor.calibrate_replay)") + f"; {fit.fast.text()}; {machine}")
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit

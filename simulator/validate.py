@@ -140,13 +140,16 @@ def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
     """(analytical, DES) estimates of the plan as run on ``cluster``."""
     from simulator.analytical import estimate_work
     from simulator.compile import compile_step
+    from simulator.compile.costs import CostCache
     from simulator.engine.step import simulate
     from simulator.strategy import build_layout
 
     plan = results.run.plan
     workload = run_workload(results)
     layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
-    work = compile_step(cluster, workload, plan.strategy, layout=layout)
+    # a replayed collective ran the schedule the executor built on the plan's cluster (simulator.collectives.replayed)
+    work = compile_step(cluster, workload, plan.strategy, layout=layout,
+                        cache=CostCache(cluster, replays_built_on=plan.cluster))
     steps = results.completed_steps if _async_ps(plan) else 1
     return estimate_work(work), simulate(work, cluster, seed=0, steps=steps, trace=False)
 

@@ -27,7 +27,10 @@ def test_gloo_auto_is_the_native_algorithm(op, p, nbytes):
     auto = estimate(GLOO, ranks, op, nbytes, "auto")
     chosen = estimate(GLOO, ranks, op, nbytes, GLOO_NATIVE[op])
     assert auto.algorithm == GLOO_NATIVE[op]
-    assert auto.time_s == chosen.time_s
+    if op is Op.BROADCAST and p > 2:  # idle group ranks in its rounds: cheaper (tests/test_gloo_active_share.py)
+        assert auto.time_s < chosen.time_s
+    else:
+        assert auto.time_s == chosen.time_s
 
 
 def test_gloo_auto_differs_from_fastest_somewhere():
@@ -105,7 +108,8 @@ def test_the_compiled_steps_cost_cache_prices_gloos_algorithm(op):
 
     time_s, algorithm = CostCache(GLOO).collective((0, 1, 2, 3), op, 4096)
     assert algorithm.value == GLOO_NATIVE[op]
-    assert time_s == estimate(GLOO, [0, 1, 2, 3], op, 4096, GLOO_NATIVE[op]).time_s
+    assert time_s == estimate(GLOO, [0, 1, 2, 3], op, 4096, "auto").time_s  # a broadcast at its active share
+    assert time_s <= estimate(GLOO, [0, 1, 2, 3], op, 4096, GLOO_NATIVE[op]).time_s
 
 
 def test_the_planner_ranks_fixed_all_reduce_algorithms_that_gloo_does_not_run():

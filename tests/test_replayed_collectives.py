@@ -105,3 +105,66 @@ def test_cluster_file_round_trip_and_bad_value(tmp_path):
     bad.write_text(text)
     with pytest.raises(SpecError, match="replay_step_us"):
         load_cluster(str(bad))
+
+
+def test_a_replay_is_the_schedule_built_on_the_plans_cluster():
+    """The executor builds a replayed schedule on the plan's cluster (ReplayHook: build_schedule(plan.cluster,
+    …)); estimated on another cluster, that schedule is timed there and its own steps are counted. dgx-h100's
+    4-rank tree for 1 MiB has a handful of steps; localhost with a hop latency of 0 would cut the same bucket into
+    1,024 chunks (over a thousand steps) and charge each a replayed step."""
+    from simulator.collectives.registry import build_schedule
+    from simulator.collectives.replay import schedule_time_s
+    from simulator.collectives.replayed import replayed_time_s
+
+    plan = load_cluster("dgx-h100")
+    cpu = _cpu(4, 1000.0)
+    free_hops = replace(cpu, node=replace(cpu.node, intra_link=replace(cpu.node.intra_link, latency_us=0.0)))
+    ranks, n = (0, 1, 2, 3), 1 << 20
+    ran = build_schedule(plan, list(ranks), Op.ALL_REDUCE, n, "tree")
+    assert ran.num_steps < 20 < replay_steps(free_hops, ranks, Op.ALL_REDUCE, n, "tree")
+    expected = schedule_time_s(free_hops, ran) + ran.num_steps * 1000e-6 * 2  # share 2: 4 processes, 2 cores
+    assert replayed_time_s(free_hops, ranks, Op.ALL_REDUCE, n, "tree", plan) == pytest.approx(expected, rel=1e-12)
+    t, algorithm = CostCache(free_hops, replays_built_on=plan).collective(ranks, Op.ALL_REDUCE, n, "tree",
+                                                                          replayed=True)
+    assert t == pytest.approx(expected, rel=1e-12) and algorithm.value == "tree"
+    old = CostCache(free_hops).collective(ranks, Op.ALL_REDUCE, n, "tree", replayed=True)[0]
+    assert old > 10 * t  # counting the validation cluster's own schedule over-prices it by its chunk count
+
+
+def test_built_on_the_same_cluster_a_ring_replay_costs_what_it_did():
+    """Built on the cluster it is estimated on, the replay's schedule is the registry's, whose replay equals its
+    closed form on sizes that divide evenly (tests/test_collectives_replay.py): nothing moves for a plan
+    estimated on its own cluster."""
+    cluster = _cpu(4, 1000.0)
+    ranks, n = (0, 1, 2, 3), 1 << 20
+    new = CostCache(cluster, replays_built_on=cluster).collective(ranks, Op.ALL_REDUCE, n, "ring", replayed=True)[0]
+    assert new == pytest.approx(CostCache(cluster).collective(ranks, Op.ALL_REDUCE, n, "ring", replayed=True)[0],
+                                rel=1e-9)
+
+
+def test_the_suite_tree_case_counts_the_plans_tree_steps():
+    """ddp-tree's recorded run (4 processes, planned on dgx-h100): with a replay step on a file whose hop latency
+    is 0 (the recorded calibration), the estimate grows by the dgx-h100 tree's steps for its one bucket ×
+    replay_step_us × share 2, not by the thousand-odd steps of the tree localhost would choose."""
+    from pathlib import Path
+
+    from simulator.collectives.registry import build_schedule
+    from simulator.compile import compile_step
+    from simulator.run_results import load_results
+    from simulator.strategy import build_layout
+    from simulator.validate import run_cluster, run_workload, validate
+
+    data = Path(__file__).parent / "data" / "suite_default"
+    results = load_results(data / "ddp-tree.results.json")
+    base = run_cluster(results, str(data / "cluster.yaml"))
+    assert base.node.intra_link.latency_us == 0.0
+    with_replay = replace(base, comm=replace(base.comm, replay_step_us=1000.0))
+    before, after = (validate(results, c).row("step_time_s") for c in (base, with_replay))
+    plan, workload = results.run.plan, run_workload(results)
+    work = compile_step(base, workload, plan.strategy,
+                        layout=build_layout(plan.strategy, base, workload, gpus=plan._layout_gpus()))
+    (bucket,) = work.stages[0].grad_sync  # the tiny model's gradients fit one DDP bucket
+    steps = build_schedule(plan.cluster, [0, 1, 2, 3], Op.ALL_REDUCE, bucket.nbytes, "tree").num_steps
+    assert steps < 20
+    assert after.analytical - before.analytical == pytest.approx(steps * 1e-3 * 2, rel=1e-6)
+    assert after.des - before.des == pytest.approx(steps * 1e-3 * 2, rel=1e-6)

@@ -23,7 +23,10 @@ def as_dict(fit, path: str, fresh=None) -> dict:
          "replay_step_us": fit.replay_step_us,
          "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
-         "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes)}
+         "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes),
+         "fast_mode": None if fit.fast is None else {
+             "call_latency_us": fit.fast.call_latency_us, "latency_us": fit.fast.latency_us,
+             "bw_GBps": fit.fast.bw_GBps, "replay_step_us": fit.fast.replay_step_us, "wait_ms": {str(p): w for p, w in sorted(fit.fast.wait_ms.items())}}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -71,6 +74,8 @@ def print_table(fit, fresh=None) -> None:
     print()
     _print_rows(fit.rows)
     _print_probes(fit.probes)
+    if fit.fast is not None:
+        print(f"\n{fit.fast.text()} (not fitted into the file: executor/calibrate_modes.py)")
     print(f"machine: {fit.machine}")
     if fresh is not None:
         rows, probes, machine = fresh

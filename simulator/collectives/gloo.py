@@ -3,6 +3,28 @@
 - :data:`GLOO_NATIVE`: the registered algorithm gloo runs for an op (what ``auto`` means on a gloo cluster).
 - :data:`WHOLE_ALL_REDUCE`: ops ProcessGroupGloo runs as an all-reduce of the WHOLE input, then a copy of the
   rank's share out (:func:`whole_all_reduce_copy_s`): reduce-scatter.
+- :data:`ACTIVE_SHARE`: ops whose native steps leave some processes idle, each step charged the time-sharing of
+  the processes active in it (:func:`active_share_time_s`): broadcast.
+
+Active processes (2026-11-25, issue 11). Over loopback every term of a call is CPU work, and ``share =
+max(1, processes / cores)`` (:attr:`simulator.collectives.cost.Env.time_share`) charges every step as if all
+the node's processes worked in it. In a ring step they do; in a round of gloo's binomial broadcast only the
+group's ranks that send or receive do, the others wait blocked in their receive (no CPU). So each step ``s`` of
+such a schedule is charged the share of the processes busy in it, ``share_s = max(1, (N − i_s) / cores)``, with
+``N`` the node's processes and ``i_s`` the group's ranks idle in the step (neither sending nor receiving; the
+node's processes outside the group are taken as busy, as the node-wide share does: another group's collective
+or compute may run there), the rule of :func:`simulator.host_overhead.core_share` per step:
+
+    T = share·call_latency + Σ_s share_s·step_bw_s + L(α_t·share_s) + γ·share
+
+(the call overhead and the reduction, done by every process, keep the node's share; ``L`` is the latency chain
+of :mod:`simulator.collectives.chain` with each transfer's α at its step's share). A ring's steps have every
+process active, so it is the ordinary estimate there. Measured [src: own-gloo-active-share-2026-11-25]: the
+native broadcast took 0.28-0.69 (3 processes) and 0.32-0.45 (4) of the all-gather of the same bytes in the same
+launch, where at small sizes the node-wide share prices it at about ``(c + α)/(c + 2α)`` ≈ 0.5-0.6 and
+``(c + 2α)/(c + 3α)`` ≈ 0.7 of it (c ≲ α/2 as fitted) and this rule at ``(1.5c + α)/(1.5c + 3α)`` ≈ 0.33-0.47 and
+``(2c + 3α)/(2c + 6α)`` ≈ 0.5-0.57; the 2-process broadcast (one one-way message, against the all-gather's
+two-way exchange) stays over-priced (a one-way round costs about 0.6 of an exchange step; not modelled).
 
 Reduce-scatter. torch 2.13's ``ProcessGroupGloo::_reduce_scatter_base`` calls
 ``reduce_scatter_tensor_coalesced``, which copies each input into one buffer, all-reduces the whole buffer
@@ -22,8 +44,12 @@ time-sharing ``share``, :attr:`simulator.collectives.cost.Env.time_share`): on l
 
 from __future__ import annotations
 
-from simulator.collectives.base import Op
-from simulator.collectives.cost import Env
+from simulator.cluster.spec import Cluster
+from simulator.collectives.algorithm import Algorithm, flows_by_step
+from simulator.collectives.base import Op, Schedule
+from simulator.collectives.chain import chain_latency_s
+from simulator.collectives.cost import Env, Flow, Group
+from simulator.host_overhead import core_share
 
 GLOO_NATIVE: dict[Op, str] = {
     Op.ALL_REDUCE: "ring",
@@ -47,6 +73,10 @@ on a gloo cluster):
 Reduce-scatter is :data:`WHOLE_ALL_REDUCE` (module docstring); reduce and send-recv are not read, so ``auto``
 keeps choosing the fastest registered algorithm for them."""
 
+ACTIVE_SHARE: frozenset[Op] = frozenset({Op.BROADCAST})
+"""Native ops whose steps are charged the share of their active processes (module docstring,
+:func:`active_share_time_s`): the binomial broadcast, whose rounds leave ranks idle."""
+
 WHOLE_ALL_REDUCE: frozenset[Op] = frozenset({Op.REDUCE_SCATTER})
 """Ops ProcessGroupGloo runs as the all-reduce of the whole input, then keeps the rank's share (module
 docstring) [src: gloo-native-algorithms]."""
@@ -59,6 +89,31 @@ def runs_own(op: Op) -> bool:
     """Whether ``auto`` on a gloo cluster prices ``op`` as what gloo runs (:data:`GLOO_NATIVE` or
     :data:`WHOLE_ALL_REDUCE`) rather than the fastest registered algorithm."""
     return op in GLOO_NATIVE or op in WHOLE_ALL_REDUCE
+
+
+def step_share(env: Env, flows: list[Flow], group_size: int) -> float:
+    """``share_s / share`` of one step of a ``group_size``-rank schedule (module docstring): the time-sharing of
+    the node's processes less the group's idle ranks, over the node's; 1 where the node does not time-share."""
+    if env.time_share <= 1.0:
+        return 1.0
+    active = {f.src for f in flows if f.nbytes > 0} | {f.dst for f in flows if f.nbytes > 0}
+    busy = env.cluster.node.gpus_per_node - (group_size - len(active))
+    return core_share(env.cluster, busy) / env.time_share
+
+
+def active_share_time_s(cluster: Cluster, schedule: Schedule, algorithm: Algorithm) -> float:
+    """``schedule`` (of ``algorithm``)'s time on ``cluster`` with each step at the share of its busy processes
+    (module docstring): :func:`simulator.collectives.replay.schedule_time_s` with every step's bandwidth term and
+    every transfer's α scaled by :func:`step_share`. Not for chunk-pipelined schedules (their latency is one
+    chunk's chain)."""
+    env = Env(cluster, None, family=algorithm.family, group=Group(cluster, schedule.ranks))
+    steps = flows_by_step(schedule)
+    scales = [step_share(env, flows, len(schedule.ranks)) for flows in steps]
+    bw_s = sum(env.step_bw_s(flows) * k for flows, k in zip(steps, scales))
+    latency_s = chain_latency_s([(src, dst, alpha * k) for src, dst, alpha in env.edges(flows)]
+                                for flows, k in zip(steps, scales))
+    return (env.overhead_s(algorithm.family, algorithm.calls) + bw_s + latency_s
+            + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))
 
 
 def whole_all_reduce_copy_s(env: Env, nbytes: int, p: int) -> float:

@@ -29,7 +29,8 @@ from simulator.collectives.base import CollectiveEstimate, Op, Schedule
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.direct import Direct, Pairwise, a2a_blocks
 from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
-from simulator.collectives.gloo import GLOO_NATIVE, WHOLE_ALL_REDUCE, whole_all_reduce_copy_s
+from simulator.collectives.gloo import (ACTIVE_SHARE, GLOO_NATIVE, WHOLE_ALL_REDUCE, active_share_time_s,
+                                        whole_all_reduce_copy_s)
 from simulator.collectives.hierarchical import Hierarchical
 from simulator.collectives.nvls import Nvls
 from simulator.collectives.nvls_tree import NvlsTree
@@ -212,6 +213,8 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
                         f"give at least {4 * group.p} bytes, got {nbytes}")
     if algorithm == "auto" and op in WHOLE_ALL_REDUCE and group.cluster.comm.library is CommLibrary.GLOO:
         return _whole_all_reduce(group, op, nbytes)
+    if algorithm == "auto" and op in ACTIVE_SHARE and group.cluster.comm.library is CommLibrary.GLOO:
+        return _active_share(group, op, nbytes)
     if algorithm == "auto":
         candidates = [_best(a, group, op, nbytes) for a in _auto_pool(group, op) if _supported(a, group, op)]
         if not candidates:
@@ -231,6 +234,15 @@ def _whole_all_reduce(group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
     copy_s = whole_all_reduce_copy_s(Env(group.cluster, None), nbytes, group.p)
     return CollectiveEstimate(op=op, algorithm=whole.algorithm, protocol=whole.protocol, ranks=group.p,
                               nbytes=nbytes, time_s=whole.time_s + copy_s)
+
+
+def _active_share(group: Group, op: Op, nbytes: int) -> CollectiveEstimate:
+    """``op`` as gloo runs it (:data:`GLOO_NATIVE`), each step at the share of its active processes
+    (:func:`simulator.collectives.gloo.active_share_time_s`)."""
+    algorithm = _ALGORITHMS[GLOO_NATIVE[op]]
+    schedule = algorithm.schedule(group, op, nbytes, 0)
+    return CollectiveEstimate(op=op, algorithm=algorithm.name, protocol=None, ranks=group.p, nbytes=nbytes,
+                              time_s=active_share_time_s(group.cluster, schedule, algorithm))
 
 
 def _auto_pool(group: Group, op: Op) -> list[Algorithm]:

@@ -18,7 +18,17 @@ calls that the library's own call of the same algorithm does inside one call. Th
   loopback term.
 
 E.g. a 4-process ring all-reduce replay on the 2-core VM with ``replay_step_us`` = 1000: 6 steps × 1 ms × 2 =
-12 ms more than the native ring's estimate. Which calls are replayed is the step compiler's question
+12 ms more than the native ring's estimate.
+
+Which schedule (since 2026-11-25, issue 11): the executor builds the replayed schedule on the *plan's* cluster
+(``ReplayHook``: ``build_schedule(plan.cluster, …)``), and a pipelined algorithm's chunk count is chosen there;
+a run validated on another cluster (``trainplan validate --cluster localhost-cpu`` or a calibrated file) ran
+that schedule, not the one the validation cluster would choose. :func:`replayed_time_s` therefore takes the
+cluster the schedule is built on and times *that* schedule on the cluster being estimated
+(:func:`simulator.collectives.replay.schedule_time_s`, equal to the closed form for the same schedule), its
+``S`` the steps it has. E.g. ddp-tree's 4-rank bucket on dgx-h100 is a tree of 7 steps; the same bucket
+estimated on a calibrated localhost file with a hop latency of 0 would cut it into 1,024 chunks (1,029 steps)
+and charge 1,029 replayed steps. Which calls are replayed is the step compiler's question
 (:func:`simulator.compile.grad_sync.replays_grad_sync`); this module is the one place that prices one.
 """
 
@@ -30,6 +40,16 @@ from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Env
 from simulator.collectives.registry import build_schedule
+
+
+def replayed_time_s(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str,
+                    built_on: Cluster) -> float:
+    """``T_algorithm + S · replay_step_us · share`` seconds (module docstring) of the schedule built on ``built_on``
+    (the plan's cluster, where the executor builds it), timed on ``cluster``."""
+    from simulator.collectives.replay import schedule_time_s
+
+    schedule = build_schedule(built_on, list(ranks), op, nbytes, algorithm)
+    return schedule_time_s(cluster, schedule) + steps_extra_s(cluster, schedule.num_steps)
 
 
 def replay_steps(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str) -> int:

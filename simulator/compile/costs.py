@@ -29,14 +29,17 @@ from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.gloo import runs_own
 from simulator.collectives.registry import estimate, supports
-from simulator.collectives.replayed import replay_extra_s
+from simulator.collectives.replayed import replay_extra_s, replayed_time_s
 from simulator.work import CollectiveAlgorithm
 
 class CostCache:
     """Memo of cost answers on one cluster. Keys include every input, so answers never go stale."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: Cluster, replays_built_on: Cluster | None = None):
         self.cluster = cluster
+        self.replays_built_on = replays_built_on
+        """The cluster the executor builds a replayed collective's schedule on (the plan's, when a run is
+        validated on another cluster: :func:`simulator.collectives.replayed.replayed_time_s`); None: this one."""
         self._memo: dict[Hashable, Any] = {}
         self._moved: dict[tuple[int, ...], tuple[int, ...]] = {}  # ranks → _translated(ranks)
 
@@ -112,6 +115,9 @@ class CostCache:
         return int(net.nodes_per_leaf) if net is not None else 0
 
     def _collective(self, ranks, op, nbytes, algorithm, replayed=False) -> tuple[float, CollectiveAlgorithm]:
+        if algorithm != "auto" and replayed and self.replays_built_on is not None:
+            time_s = replayed_time_s(self.cluster, ranks, op, nbytes, algorithm, self.replays_built_on)
+            return time_s, CollectiveAlgorithm(algorithm)
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
             extra = replay_extra_s(self.cluster, ranks, op, nbytes, algorithm) if replayed else 0.0
