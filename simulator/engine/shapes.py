@@ -20,6 +20,12 @@ transfers):
   does not change which edges carry bytes), so a replica's links need neither its schedule nor its
   chunk count. ``tests/test_engine_shortcuts.py`` checks shared schedules, links and latencies against
   fresh builds on groups of every kind the engine maps them to.
+- **Built in local form** (:meth:`LocalSchedule.of_local`): an algorithm that offers
+  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree) gives the steps in local terms
+  without its ``Transfer`` objects (~10⁵ per key at 1,024 nodes), and its chunk-pipeline latency comes from
+  :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
+  schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
+  instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
 - **Distinct steps**: steps of equal content are one entry (a ring's steps carry equal slices when the
   bytes divide evenly), so a group's step flows are built once per distinct content and shared
   between steps, which the id-memos of :meth:`Env.steps_time_s` and :meth:`Env.chain_latency_s` use.
