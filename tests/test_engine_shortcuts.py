@@ -227,13 +227,17 @@ class _SlowerFrom(Env):
         return replace(p, latency_s=p.latency_s + 1e-6) if src >= self.first else p
 
 
-def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alphas():
+@pytest.mark.parametrize("local_form", [False, True], ids=["schedule", "local-form"])
+def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alphas(local_form, monkeypatch):
     # Two dp groups of one tree key whose α differ: the second group's pipeline latency is computed on a
-    # build of its own (not read from the first's), and a third group with the first's α reuses it.
+    # build of its own (not read from the first's), and a third group with the first's α reuses it. Built
+    # from the tree's local form, there is no schedule to read: each α vector's first group is timed
+    # directly (Algorithm.chunk_pipeline_latency_s), with no build.
+    monkeypatch.setattr(ScheduleCache, "local_form", local_form)
     cluster, nbytes = A100.with_nodes(48), 12 * 2**20
     tree, costs = get_algorithm("tree"), _SlowerFrom(cluster, None, family="tree")
     groups = [tuple(8 * n for n in range(0, 12)), tuple(8 * n for n in range(12, 24)), tuple(1 + 8 * n for n in range(12))]
-    cache, built = ScheduleCache(cluster), []
+    cache, built, direct = ScheduleCache(cluster), [], []
     for g in groups:
         group = Group(cluster, g)
         local = cache.get(group, Op.ALL_REDUCE, nbytes, "tree", lambda: build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
@@ -243,9 +247,15 @@ def test_a_shared_tree_schedule_times_its_pipeline_latency_on_each_group_own_alp
             built.append(g)
             return build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree")
 
-        got = local.pipeline_s(costs, group, links, lambda s: tree.schedule_latency_s(costs, s), rebuild)
+        def timed(group=group):
+            direct.append(group.ranks)
+            return tree.chunk_pipeline_latency_s(costs, group, Op.ALL_REDUCE, nbytes)
+
+        got = local.pipeline_s(costs, group, links, lambda s: tree.schedule_latency_s(costs, s), rebuild,
+                               timed if local_form else None)
         assert got == tree.schedule_latency_s(costs, build_schedule(cluster, g, Op.ALL_REDUCE, nbytes, "tree"))
-    assert len(cache._shared) == 1 and built == [groups[1]]
+    assert len(cache._shared) == 1
+    assert (built, direct) == (([], groups[:2]) if local_form else ([groups[1]], []))
 
 
 def _replica_groups_by_rank_of(layout, group, count):

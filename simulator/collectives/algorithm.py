@@ -19,6 +19,9 @@ inherited):
 - ``comm_time_s(env, group, op, nbytes, root)``: the closed-form transfer time (sum of its steps).
 - ``reduce_bytes(group, op, nbytes)``: bytes the busiest rank reduces (the γ term).
 - ``transfers(group, op, nbytes, root)``: the schedule's :class:`Transfer` list (base.py semantics).
+- optionally, for engines at scale: ``local_steps(group, op, nbytes)`` (the schedule's steps in group-local
+  form without its transfers) and ``chunk_pipeline_latency_s(env, group, op, nbytes)`` (its chunk-pipeline
+  latency without the schedule); each must give the values the schedule gives (the tree's: tests/test_tree_local_form.py).
 
 ``time_s`` = calls × per-call overhead + ``comm_time_s`` + exposed γ of ``reduce_bytes``; ``schedule`` wraps the
 transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured from the transfers.
@@ -26,9 +29,21 @@ transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured fro
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from simulator.cluster.spec import Protocol
 from simulator.collectives.base import Op, Schedule, Transfer, split
 from simulator.collectives.cost import Env, Flow, Group
+
+
+class LocalSteps(NamedTuple):
+    """A schedule in group-local form: per step (in :meth:`Schedule.steps` order, empty steps kept) its
+    transfers with bytes as ``(src, dst, nbytes, nic index)`` in transfer order, the NIC as its position in
+    the sender node's :attr:`Group.nic_sets` (None: the sender GPU's own); and the schedule's
+    ``reduce_bytes_per_rank``."""
+
+    steps: list[tuple[tuple[int, int, int, int | None], ...]]
+    reduce_bytes_per_rank: float
 
 
 class Algorithm:
@@ -97,6 +112,17 @@ class Algorithm:
         if self.chunk_pipelined(schedule.op):
             return pipeline_latency_s(env, schedule)
         return env.chain_latency_s(flows_by_step(schedule))
+
+    def local_steps(self, group: Group, op: Op, nbytes: int) -> LocalSteps | None:
+        """:meth:`schedule`'s steps in group-local form, built without its :class:`Transfer` objects (a tree at
+        1,024 nodes has ~10⁵ of them); None where the algorithm does not offer it (the engine then localises
+        :meth:`schedule`, engine/shapes.py). Offered only where :meth:`schedule_key` is not None."""
+        return None
+
+    def chunk_pipeline_latency_s(self, env: Env, group: Group, op: Op, nbytes: int) -> float | None:
+        """:meth:`schedule_latency_s` of ``schedule(group, op, nbytes)`` under ``env``, the same float, without
+        building the schedule; None where the algorithm does not offer it."""
+        return None
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         raise NotImplementedError

@@ -31,7 +31,7 @@ bytes, the ring's ``2(p−1)/p·n/C``, so ring edges ahead by the pipeline fill 
 
 from __future__ import annotations
 
-from simulator.collectives.algorithm import Algorithm, chunked
+from simulator.collectives.algorithm import Algorithm, LocalSteps, chunked
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.cost import Env, Flow, Group
 
@@ -144,11 +144,70 @@ class DoubleBinaryTree(Algorithm):
             group.shapes[key] = max(children.values())
         return group.shapes[key]
 
-    def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
-        channels = 2 * group.channels
+    def _parts(self, group: Group, op: Op, nbytes: int) -> list[list[tuple[int, int]]]:
+        """Per channel, its chunks ``(offset, length)``: the channel's share cut into :meth:`chunks` pieces."""
         k = self.chunks(group, op, nbytes)
+        return [chunked(off, length, k) for off, length in split(nbytes, 2 * group.channels)]
+
+    def local_steps(self, group: Group, op: Op, nbytes: int) -> LocalSteps:
+        """:meth:`transfers` by step in local form: chunk ``j`` of an edge on level ``l`` is in step ``j + l``,
+        and :meth:`Schedule.steps` keeps the transfers' order, so step ``s`` lists level by level (ascending)
+        each edge's chunk ``s − l``, zero-length chunks left out as :meth:`schedule` leaves them. A
+        cross-node edge of channel ``c`` leaves by :meth:`Group.nic` ``(src, c // 2)``, position
+        ``(c // 2) mod |NICs|`` in its node's sorted NIC set. ``reduce_bytes_per_rank``: the most bytes one
+        rank receives on reducing edges, each edge carrying its channel's share (integer sums, exact)."""
+        parts = self._parts(group, op, nbytes)
         levels = tree_levels(group)
-        parts = [chunked(off, length, k) for off, length in split(nbytes, channels)]
+        node, sets = group.node_index, group.nic_sets
+        live = [[(j, n) for j, (_, n) in enumerate(part) if n > 0] for part in parts]
+        last = max((j for part in live for j, _ in part[-1:]), default=-1)
+        steps: list[list] = [[] for _ in range(last + len(levels) if last >= 0 else 0)]
+        reduced: dict[int, int] = {}
+        for level, edges in enumerate(levels):
+            for src, dst, c, reduce in edges:
+                nic = None if node[src] == node[dst] else (c // 2) % len(sets[node[src]])
+                for j, n in live[c]:
+                    steps[j + level].append((src, dst, n, nic))
+                if reduce and live[c]:
+                    reduced[dst] = reduced.get(dst, 0) + sum(n for _, n in live[c])
+        while steps and not steps[-1]:
+            steps.pop()  # a schedule's steps end at its last transfer
+        return LocalSteps([tuple(step) for step in steps], float(max(reduced.values(), default=0)))
+
+    def chunk_pipeline_latency_s(self, env: Env, group: Group, op: Op, nbytes: int) -> float:
+        """:func:`~simulator.collectives.algorithm.pipeline_latency_s` of :meth:`schedule` from one chunk per
+        channel. Its recurrence is keyed by (rank, offset) and every chunk of a channel crosses the same
+        edges level by level (chunk ``j`` of level ``l`` in step ``j + l``, reading what earlier steps, i.e.
+        earlier levels of that chunk, delivered), so each chunk's arrivals are the same sums in the same order
+        and the maximum over all chunks is the maximum over one per channel with bytes; ``k`` (the most
+        chunks on one edge) is the most chunks with bytes of one channel, ``α_max`` the slowest link of those
+        channels' edges."""
+        live = [sum(1 for _, n in part if n > 0) for part in self._parts(group, op, nbytes)]
+        ranks = group.ranks
+        alphas: dict[tuple, float] = {}
+        arrival: dict[tuple[int, int], float] = {}
+        alpha_max = 0.0
+        for edges in tree_levels(group):
+            new: dict[tuple[int, int], float] = {}  # this level's arrivals; read from the earlier levels' only
+            for src, dst, c, _ in edges:
+                if not live[c]:
+                    continue
+                link = (src, dst, self._nic(group, src, dst, c))
+                alpha = alphas.get(link)
+                if alpha is None:
+                    alpha = alphas[link] = env.latency_s(env.path(ranks[src], ranks[dst], link[2]))
+                alpha_max = max(alpha_max, alpha)
+                v = arrival.get((src, c), 0.0) + alpha
+                key = (dst, c)
+                if v > new.get(key, arrival.get(key, 0.0)):
+                    new[key] = v
+            arrival.update(new)
+        chunks = max(live) if any(live) else 1  # every channel has edges (p ≥ 2)
+        return max(arrival.values(), default=0.0) + (chunks - 1) * alpha_max * env.chunk_latency_share
+
+    def transfers(self, group: Group, op: Op, nbytes: int, root: int) -> list[Transfer]:
+        levels = tree_levels(group)
+        parts = self._parts(group, op, nbytes)
         out = []
         for level, edges in enumerate(levels):
             for src, dst, c, reduce in edges:

@@ -157,7 +157,8 @@ class CallPlanner:
             self._step_bw_sums[bw_key] = steps_bw_sum(rows, costs, [paths[pair] for pair in local.pairs])
         if algorithm.chunk_pipelined(call.op):  # chunk-level chain + per-chunk overhead
             chain_s = local.pipeline_s(costs, shaped, links, lambda s: algorithm.schedule_latency_s(costs, s),
-                                       lambda: self._build_schedule(call, group))
+                                       lambda: self._build_schedule(call, group),
+                                       lambda: algorithm.chunk_pipeline_latency_s(costs, shaped, call.op, call.nbytes))
         else:
             chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
         replay_s = (costs.overhead_s(algorithm.family, algorithm.calls)  # in schedule_time_s's order

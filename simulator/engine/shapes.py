@@ -20,6 +20,12 @@ transfers):
   does not change which edges carry bytes), so a replica's links need neither its schedule nor its
   chunk count. ``tests/test_engine_shortcuts.py`` checks shared schedules, links and latencies against
   fresh builds on groups of every kind the engine maps them to.
+- **Built in local form** (:meth:`LocalSchedule.of_local`): an algorithm that offers
+  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree) gives the steps in local terms
+  without its ``Transfer`` objects (~10⁵ per key at 1,024 nodes), and its chunk-pipeline latency comes from
+  :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
+  schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
+  instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
 - **Distinct steps**: steps of equal content are one entry (a ring's steps carry equal slices when the
   bytes divide evenly), so a group's step flows are built once per distinct content and shared
   between steps, which the id-memos of :meth:`Env.steps_time_s` and :meth:`Env.chain_latency_s` use.
@@ -30,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cluster.spec import Cluster
+from simulator.collectives.algorithm import LocalSteps
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.registry import get_algorithm
@@ -43,20 +50,31 @@ class LocalSchedule:
                  "_fused", "_chains")
 
     def __init__(self, schedule: Schedule, group: Group):
-        self.algorithm = schedule.algorithm
-        self.schedule = schedule
-        """The schedule on the group it was built for (``group``): what a chunk pipeline's latency is read
-        from (:meth:`pipeline_s`)."""
-        self.group = group
-        self.reduce_bytes_per_rank = schedule.reduce_bytes_per_rank
         nic_index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
         node = group.node_index
+        steps = [tuple((t.src, t.dst, t.nbytes, None if t.nic is None else nic_index[node[t.src]][t.nic])
+                       for t in step) for step in schedule.steps()]
+        self._fill(schedule.algorithm, schedule, group, steps, schedule.reduce_bytes_per_rank)
+
+    @classmethod
+    def of_local(cls, algorithm: str, group: Group, local: LocalSteps) -> "LocalSchedule":
+        """The local schedule from the algorithm's own local form (:meth:`Algorithm.local_steps`: the same
+        steps as the schedule's, without building it)."""
+        self = cls.__new__(cls)
+        self._fill(algorithm, None, group, local.steps, local.reduce_bytes_per_rank)
+        return self
+
+    def _fill(self, algorithm: str, schedule: Schedule | None, group: Group, steps, reduce_bytes_per_rank: float):
+        self.algorithm = algorithm
+        self.schedule = schedule
+        """The schedule on the group it was built for (``group``): what a chunk pipeline's latency is read
+        from (:meth:`pipeline_s`); None when built by :meth:`of_local` (the algorithm times it directly)."""
+        self.group = group
+        self.reduce_bytes_per_rank = reduce_bytes_per_rank
         seen: dict[tuple, int] = {}
         self.contents: list[tuple] = []
         self.sequence: list[int] = []
-        for step in schedule.steps():
-            content = tuple((t.src, t.dst, t.nbytes, None if t.nic is None else nic_index[node[t.src]][t.nic])
-                            for t in step)
+        for content in steps:
             k = seen.get(content)
             if k is None:
                 k = seen[content] = len(self.contents)
@@ -77,17 +95,22 @@ class LocalSchedule:
             self._chains[key] = costs.chain_latency_s(flow_steps())
         return self._chains[key]
 
-    def pipeline_s(self, costs: Env, group: Group, links: dict, latency_of, rebuild) -> float:
+    def pipeline_s(self, costs: Env, group: Group, links: dict, latency_of, rebuild, direct=None) -> float:
         """A chunk pipeline's latency on ``group`` (``latency_of(schedule)``: :meth:`Algorithm.schedule_latency_s`
         under ``costs``), computed once per distinct α of the pairs and per-chunk latency share: it reads each
         transfer's α, the schedule's structure (local, shared) and the share. The first computation for an
-        α vector runs on the schedule as built when its own group has that α, else on ``rebuild()``, a
-        fresh build for ``group``."""
+        α vector runs as ``direct()`` where given (:meth:`Algorithm.chunk_pipeline_latency_s` on ``group``,
+        without a schedule), else on the schedule as built when its own group has that α, else on
+        ``rebuild()``, a fresh build for ``group``."""
         alphas = self._alphas(costs, links)
         key = ("pipeline", costs.chunk_latency_share, alphas)
+        if key not in self._chains and direct is not None:
+            value = direct()
+            if value is not None:
+                self._chains[key] = value
         if key not in self._chains:
             own = dict(zip(self.pairs, self.links(self.group)))
-            same = group is self.group or self._alphas(costs, own) == alphas
+            same = self.schedule is not None and (group is self.group or self._alphas(costs, own) == alphas)
             self._chains[key] = latency_of(self.schedule if same else rebuild())
         return self._chains[key]
 
@@ -138,6 +161,10 @@ class ScheduleCache:
     """Local schedules of one cluster by (algorithm, op, bytes, :meth:`Algorithm.schedule_key`), and their
     links by :meth:`Algorithm.links_key`; per group where the key is None."""
 
+    local_form = True
+    """Build from :meth:`Algorithm.local_steps` where the algorithm offers them; False: localise every
+    :meth:`Algorithm.schedule` (the reference the local form is tested against)."""
+
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self._shared: dict[tuple, LocalSchedule] = {}
@@ -145,12 +172,15 @@ class ScheduleCache:
 
     def get(self, group: Group, op: Op, nbytes: int, algorithm: str, build) -> LocalSchedule:
         """The local schedule of ``algorithm`` on ``group``; ``build()`` makes the :class:`Schedule`."""
-        key = get_algorithm(algorithm).schedule_key(group, op, nbytes)
+        algo = get_algorithm(algorithm)
+        key = algo.schedule_key(group, op, nbytes)
         if key is None:
             return LocalSchedule(build(), group)
         key = (algorithm, op, nbytes, key)
         if key not in self._shared:
-            self._shared[key] = LocalSchedule(build(), group)
+            local = algo.local_steps(group, op, nbytes) if self.local_form else None
+            self._shared[key] = (LocalSchedule(build(), group) if local is None
+                                 else LocalSchedule.of_local(algo.name, group, local))
         return self._shared[key]
 
     def pairs(self, group: Group, op: Op, nbytes: int, algorithm: str, build) -> tuple:

@@ -1,0 +1,118 @@
+"""The double binary tree's local form and chunk-pipeline latency against the schedule they stand in for.
+
+``DoubleBinaryTree.local_steps`` gives the steps the engine used to read from :meth:`Algorithm.schedule`
+(group indices, NICs by index in the sender node's set) without building the ~10⁵ ``Transfer`` objects of a
+large tree; ``chunk_pipeline_latency_s`` gives :func:`pipeline_latency_s` of that schedule from one chunk per
+channel. Both must be the same values, bit for bit (==), on every group shape, byte count (empty chunks
+included: 9 bytes in 4 chunks are 4, 4, 0 and 1 bytes), protocol, α vector and a degraded NIC; and a plan built
+from the local form must equal one built from the schedule.
+"""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from simulator.cluster.facts import DegradedNic
+from simulator.cluster.presets import load_preset
+from simulator.collectives.algorithm import pipeline_latency_s
+from simulator.collectives.base import Op
+from simulator.collectives.cost import Env, Group
+from simulator.collectives.registry import estimate, get_algorithm
+from simulator.engine.replay_work import CommRunner
+from simulator.engine.shapes import LocalSchedule, ScheduleCache
+from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+
+A100 = load_preset("dgx-a100")
+TREE = get_algorithm("tree")
+FAST = settings(max_examples=40, deadline=None)
+
+
+def _group(nodes: int, per_node: int, first_gpu: int, sick: bool) -> Group:
+    cluster = A100.with_nodes(nodes)
+    if sick:  # NIC 0 of the last node at 5 %: its paths' bandwidth and the tree's chunk count move
+        cluster = replace(cluster, degraded_nics=(DegradedNic(node=nodes - 1, nic=0, bw_fraction=0.05),))
+    gpus = [(first_gpu + 3 * i) % 8 for i in range(per_node)]
+    return Group(cluster, tuple(8 * n + g for n in range(nodes) for g in gpus))
+
+
+class _Slower(Env):
+    """Costs whose connections from group index ``p // 2`` up pay 1 µs more: other α on one shape."""
+
+    def path(self, src, dst, nic=None):
+        p = super().path(src, dst, nic)
+        return replace(p, latency_s=p.latency_s + 1e-6) if src >= self.first else p
+
+
+shapes = dict(nodes=st.integers(1, 40), per_node=st.sampled_from([1, 2, 3, 8]), first_gpu=st.integers(0, 7),
+              sick=st.booleans(),
+              nbytes=st.one_of(st.integers(1, 64), st.integers(1, 2**31), st.sampled_from([12 * 2**20, 2**30 + 3])))
+
+
+def _fits(nodes: int, per_node: int) -> bool:
+    return nodes * per_node >= 2 and not (nodes == 1 and per_node == 1)
+
+
+@FAST
+@given(**shapes)
+@example(nodes=3, per_node=1, first_gpu=0, sick=False, nbytes=9)
+@example(nodes=33, per_node=2, first_gpu=5, sick=True, nbytes=12 * 2**20 + 6)
+def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, first_gpu, sick, nbytes):
+    if not _fits(nodes, per_node):
+        return
+    group = _group(nodes, per_node, first_gpu, sick)
+    schedule = TREE.schedule(group, Op.ALL_REDUCE, nbytes)
+    built, direct = LocalSchedule(schedule, group), LocalSchedule.of_local("tree", group,
+                                                                        TREE.local_steps(group, Op.ALL_REDUCE, nbytes))
+    for name in ("algorithm", "reduce_bytes_per_rank", "contents", "sequence", "pairs"):
+        assert getattr(direct, name) == getattr(built, name), name
+    assert len(direct.sequence) == schedule.num_steps and direct.schedule is None
+
+
+@FAST
+@given(**shapes)
+@example(nodes=3, per_node=1, first_gpu=0, sick=False, nbytes=9)  # the 0-byte chunk between two with bytes
+@example(nodes=2, per_node=1, first_gpu=0, sick=False, nbytes=3)  # no chunk with bytes: 0 s, k = 1
+def test_chunk_pipeline_latency_is_the_schedules(nodes, per_node, first_gpu, sick, nbytes):
+    if not _fits(nodes, per_node):
+        return
+    group = _group(nodes, per_node, first_gpu, sick)
+    schedule = TREE.schedule(group, Op.ALL_REDUCE, nbytes)
+    slower = _Slower(group.cluster, None, family="tree")
+    slower.first = group.ranks[group.p // 2]
+    envs = [Env(group.cluster, p, group.paths, family="tree", group=group) for p in (None, *group.cluster.comm.protocols)]
+    for env in envs + [slower]:
+        assert TREE.chunk_pipeline_latency_s(env, group, Op.ALL_REDUCE, nbytes) == pipeline_latency_s(env, schedule)
+
+
+def _dp_groups():
+    """dp groups of a tp 8 × pp 4 × dp 12 layout on 48 nodes (stages 0 and 3, tp indices 0 and 5) and a
+    two-GPUs-per-node group (as tests/test_engine_shortcuts.py)."""
+    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
+    return groups + [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
+
+
+@pytest.mark.parametrize("nbytes", [12 * 2**20, 3 * 2**20 + 6, 4100])
+@pytest.mark.parametrize("sick", [False, True], ids=["uniform", "degraded-nic"])
+def test_plans_from_the_local_form_equal_plans_from_the_schedule(nbytes, sick, monkeypatch):
+    # Whole plans (fixed delay, steps of (path, bytes, latency), γ) and resources of shared runners, one with
+    # the local form and one localising every schedule: the same objects' values, bit for bit.
+    cluster = A100.with_nodes(48)
+    if sick:
+        cluster = replace(cluster, degraded_nics=(DegradedNic(node=4, nic=0, bw_fraction=0.02),))
+    runners = {}
+    for local_form in (False, True):
+        monkeypatch.setattr(ScheduleCache, "local_form", local_form)
+        runners[local_form] = CommRunner(None, None, cluster, None)
+        for g in _dp_groups():
+            call = CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                            algorithm=CollectiveAlgorithm.TREE,
+                            time_s=estimate(cluster, list(g), Op.ALL_REDUCE, nbytes, "tree").time_s)
+            runners[local_form].plan(call, g)
+    built, direct = (list(runners[k]._plans.values()) for k in (False, True))
+    assert len(built) == len(direct) == len(_dp_groups())
+    for a, b in zip(built, direct):
+        assert (a.pre_s, a.gamma_s, a.resources) == (b.pre_s, b.gamma_s, b.resources)
+        assert [[(p, n, lat) for p, n, lat in s] for s in a.steps] == [[(p, n, lat) for p, n, lat in s] for s in b.steps]
+    assert all(lo.schedule is None for lo in runners[True]._schedules._shared.values())
+    assert all(lo.schedule is not None for lo in runners[False]._schedules._shared.values())
