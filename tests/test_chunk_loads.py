@@ -42,16 +42,28 @@ def _case(draw):
 @settings(max_examples=60, deadline=None)
 @given(case=_case(), other_layers=st.integers(1, 12))
 def test_the_shared_units_give_the_workloads_own_load(case, other_layers):
-    """Asked after chunks of another layer count, another micro-batch and another place in the model (so its
-    units come from the cache, among others'), the load is the workload's own."""
+    """Asked after the same chunk under every option but tp, ep, micro-batch and context changed, chunks of another
+    layer count, another micro-batch and another place in the model (so its units and fields come from the cache,
+    among others'), the load is the workload's own."""
     name, chunk, options = case
     spec = MODELS[name]
     cache = CostCache(CLUSTER)
     assert shares_units(spec, chunk)
     chunk_load(cache, spec, chunk, replace(options, micro_batch=options.micro_batch + 1))
+    chunk_load(cache, spec, chunk, _others_changed(options))  # the fields' key must hold what they read
     chunk_load(cache, spec, replace(chunk, layers=min(other_layers, spec.layers)), options)
     chunk_load(cache, spec, replace(chunk, index=(chunk.index + 1) % chunk.count), options)
     assert chunk_load(cache, spec, chunk, options) == spec.chunk_load(chunk, options)
+
+
+def _others_changed(options: ComputeOptions) -> ComputeOptions:
+    """``options`` with every field the load's fields do not read (``transformer_fields_options``) changed."""
+    return replace(options, recompute=next(r for r in Recompute if r is not options.recompute),
+                   sequence_parallel=not options.sequence_parallel, flash_attention=not options.flash_attention,
+                   fusion=next(f for f in KernelFusion if f is not options.fusion),
+                   fp8=None if options.fp8 is not None else Fp8Recipe.TE, fp8_weight_shards=9 - options.fp8_weight_shards,
+                   vocab_multiple=129 - options.vocab_multiple, loss=next(x for x in LossImpl if x is not options.loss),
+                   autocast=not options.autocast, grad_add=None if options.grad_add is not None else GradAdd(4, 2))
 
 
 def test_moe_and_empty_chunks_take_the_workloads_own_path():

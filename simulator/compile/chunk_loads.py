@@ -7,8 +7,10 @@ chunk is first or last and whether the model is split. Building a unit (its kern
 eager dispatches) is most of a chunk's compile cost, and a search asks the same block under many layer splits
 (GPT-3 175B on 1,024 A100s: 96 layers over pp·v chunks of 1 to 96 blocks), so the units of a one-block
 stand-in of the chunk are built once per (stand-in, options) in the :class:`CostCache` and the chunk's load is
-those units with the block repeated ``L`` times; every other field of the load is computed from the chunk
-itself, as before. Equal to :meth:`Workload.chunk_load` (``tests/test_chunk_loads.py``).
+those units with the block repeated ``L`` times. Its other fields (parameters held, boundary bytes: a sum over the
+chunk's layers, ~170 µs for 96) are computed from the chunk itself once per chunk and the options they read
+(:func:`simulator.workload.chunks.transformer_fields_options`). Equal to :meth:`Workload.chunk_load`
+(``tests/test_chunk_loads.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import replace
 
 from simulator.compile.costs import CostCache
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload
-from simulator.workload.chunks import transformer_chunk_load
+from simulator.workload.chunks import transformer_chunk_load, transformer_fields_options
 from simulator.workload.protocol import ChunkLoad
 
 
@@ -36,4 +38,6 @@ def chunk_load(cache: CostCache, workload: Workload, chunk: ChunkSlice, options:
     one = replace(chunk, layers=1)
     (_, block), *edges = cache.memo(("one-block units", workload, one, options),
                                     lambda: workload.chunk_load(one, options).units)
-    return transformer_chunk_load(workload, chunk, options, units=((chunk.layers, block), *edges))
+    fields = cache.memo(("chunk load fields", workload, chunk, transformer_fields_options(options)),
+                        lambda: transformer_chunk_load(workload, chunk, options, units=()))
+    return replace(fields, units=((chunk.layers, block), *edges))

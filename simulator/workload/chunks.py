@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 __all__ = ["block_params_held", "edge_params_held", "layer_kernel", "layer_list_chunk_load", "recomputed",
-           "transformer_chunk_load"]
+           "transformer_chunk_load", "transformer_fields_options"]
 
 
 def recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
@@ -142,6 +142,14 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
     return ChunkLoad(units=_transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
                      block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
+
+
+def transformer_fields_options(options: ComputeOptions) -> tuple:
+    """What :func:`transformer_chunk_load` reads of ``options`` for the load's fields other than its units (the
+    parameters held, the boundary bytes, the expert split): tp, ep, the micro-batch and the context split. Two
+    option sets that agree on these give a chunk the same fields (:mod:`simulator.compile.chunk_loads` keeps
+    them once per chunk and these)."""
+    return options.tp, options.ep, options.micro_batch, options.context
 
 
 def layer_kernel(layer: LayerSpec, micro_batch: int, dtype: DtypePolicy, factor: int = 1) -> Kernel:
