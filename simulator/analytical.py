@@ -226,9 +226,14 @@ def summarize(work: StepWork) -> StepArrays:
     return summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
 
 
-def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0) -> StepArrays:
+def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0,
+                     kept: dict | None = None) -> StepArrays:
     """:func:`summarize` from a step's stages, its chunks per rank and the share of SMs an overlapped
-    collective takes (:attr:`StepWork.overlap_sm_fraction`): all it reads of the step."""
+    collective takes (:attr:`StepWork.overlap_sm_fraction`): all it reads of the step. ``kept``: a dict the caller
+    keeps between calls (a search's structures: :mod:`simulator.analytical_structures`), where a stage's bucket
+    answers are remembered by its bucket tuples' ids and its last backward's seconds; each entry holds the tuples,
+    so their ids stay theirs (a search's structures that differ in recompute or ZeRO 0/1 share their stages'
+    bucketed syncs, :func:`simulator.compile.comm_part.bucketed`)."""
     p = len(stages)
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
@@ -249,14 +254,15 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
     seen: dict[bytes, tuple[float, np.ndarray]] = {}
-    same: dict[tuple, tuple] = {}  # stages holding the same bucket and after-step tuples (a shared stage's)
+    same: dict[tuple, tuple] = {} if kept is None else kept  # stages holding the same bucket and after-step tuples
     for r, st in enumerate(stages):
         b_last = gradient_work_s(chunks[r])
-        key = (id(st.grad_sync), id(st.grad_ready_fraction), id(st.after_step), b_last)
+        held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
+        key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
         got = same.get(key)
-        if got is None:
-            got = same[key] = (*_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
-        tail[r], exposed[r], after[r] = got
+        if got is None or any(a is not b for a, b in zip(got[0], held)):
+            got = same[key] = (held, *_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
+        tail[r], exposed[r], after[r] = got[1:]
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

@@ -116,7 +116,8 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     if shared is not None and shared in compiled:
         return compiled[shared], layout
     stages = closed_form_stages(cache, workload, layout, fetch)
-    arrays = summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster))
+    arrays = summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster),
+                              kept=cache.memo(("summarize: stage sync answers",), dict))
     if shared is not None:
         compiled[shared] = arrays
     return arrays, layout

@@ -85,3 +85,37 @@ def test_a_group_off_the_cluster_is_not_moved_onto_it():
     cache = CostCache(CLUSTERS["a100 preset, 48 nodes: leaves of 20, crossings free"])
     with pytest.raises(SpecError):
         cache.collective((0, 8 * 48), Op.ALL_REDUCE, 1 << 20)
+
+
+def test_gpus_move_down_inside_their_nodes_on_a_switched_fabric():
+    """On NVSwitch nodes with one NIC per GPU the group's GPUs move down by its lowest local GPU (the dp groups
+    of pipeline stages 1, 2, ... share stage 0's answer); with one NIC per two GPUs only by whole NIC pairs (a
+    GPU keeps its NIC partner); on a PCIe tree not at all (which GPUs share a switch changes the paths)."""
+    free = CostCache(CLUSTERS["a100 preset, 48 nodes: leaves of 20, crossings free"])
+    assert free._translated((8 * 19 + 3, 8 * 21 + 3, 8 * 45 + 3)) == (0, 8, 16)
+    assert free._translated((8 * 5 + 2, 8 * 5 + 6, 8 * 6 + 2, 8 * 6 + 6)) == (0, 4, 8, 12)
+    half = CostCache(replace(CLUSTERS["h100, leaves of 32"], node=replace(CLUSTERS["h100, leaves of 32"].node,
+                                                                          nics_per_node=4)))
+    assert half._translated((3, 11)) == (1, 9)        # GPUs 3 → 1: NIC 1 → 0, and GPU 3 still shares with GPU 2
+    assert CostCache(CLUSTERS["pcie-a100, one leaf tier"])._translated((8 + 1, 8 + 2)) == (1, 2)
+
+
+_SHIFTED = {**CLUSTERS, "dgx-v100, an NVLink mesh": load_cluster("dgx-v100", nodes=4)}
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(sorted(_SHIFTED)), nics=st.sampled_from((1, 2, 4, 8)),
+       locals_=st.sets(st.integers(0, 7), min_size=1, max_size=8), nodes=st.sampled_from(((1,), (1, 2), (0, 1, 3))),
+       nbytes=st.sampled_from((4096, 1 << 20, 3 << 27)), op=st.sampled_from(OPS[:4]))
+def test_a_group_moved_down_its_nodes_costs_what_it_costs_in_place(name, nics, locals_, nodes, nbytes, op):
+    """Groups on any GPUs of their nodes, under every NIC count that divides the node (one that shares NICs
+    between GPUs included), an NVLink mesh's among the clusters (where a shift would change the cost): the moved
+    answer is the cost model's in place, to the bit."""
+    base = _SHIFTED[name]
+    gpn = base.node.gpus_per_node
+    cluster = replace(base, node=replace(base.node, nics_per_node=min(nics, gpn)))
+    ranks = tuple(n * gpn + g for n in nodes for g in sorted(locals_) if g < gpn)
+    if len(ranks) < 2:
+        return
+    cache = CostCache(cluster)
+    assert cache.collective(ranks, op, nbytes) == cache._collective(ranks, op, nbytes, "auto")

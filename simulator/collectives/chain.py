@@ -75,8 +75,28 @@ class PipelineChain:
             self.levels.append(best)
         self.n = len(ids)
         self._spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._arrays: tuple | None = None  # (level starts, src, dst, α) when built by of_arrays
+
+    @classmethod
+    def of_arrays(cls, sizes: list[int], src: np.ndarray, dst: np.ndarray, alpha: np.ndarray) -> PipelineChain:
+        """The chain of levels given as arrays, level after level (``sizes[k]`` edges of level ``k``, in order):
+        the same ``L`` as the levels' edge lists, built without a Python loop per edge. Edges are not merged
+        per (src, dst) pair: a step's ``maximum.at`` over a pair's edges takes ``A[src] + max α`` anyway
+        (rounding is monotone, so ``max(x + a, x + b) = x + max(a, b)``, to the bit)."""
+        out = cls([])
+        out.depth = len(sizes)
+        ranks, index = np.unique(np.concatenate([src, dst]), return_inverse=True)
+        out.n = len(ranks)
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
+        index, alpha = index.astype(np.int64), np.asarray(alpha, dtype=float)
+        out._arrays = (starts, index[:len(src)], index[len(src):], alpha)
+        return out
 
     def _span(self, lo: int, hi: int):
+        if (lo, hi) not in self._spans and self._arrays is not None:
+            starts, src, dst, alpha = self._arrays
+            a, b = starts[lo], starts[hi + 1]
+            self._spans[(lo, hi)] = (src[a:b], dst[a:b], alpha[a:b])
         if (lo, hi) not in self._spans:
             edges = [(s, d, a) for lvl in self.levels[lo:hi + 1] for (s, d), a in lvl.items()]
             src = np.array([e[0] for e in edges], dtype=np.int64)

@@ -33,22 +33,59 @@ class PipelineLayout:
         self.kinds: list[Path] = []
         """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
         width = max((len(p.hops) for p in paths), default=1)
-        self.res = np.zeros((len(flows), width), dtype=np.int64)  # index 0: padding, load 0
-        self.link_bw = np.zeros((len(flows), width))
-        self.kind = np.zeros(len(flows), dtype=np.int64)
-        for i, p in enumerate(paths):
-            for j, hop in enumerate(p.hops):
-                self.res[i, j] = ids.setdefault(hop.resource, len(ids) + 1)
-                self.link_bw[i, j] = hop.link.bw_Bps
-            self.kind[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
-            if self.kind[i] == len(self.kinds):
-                self.kinds.append(p)
+        rows: dict[int, tuple[list[int], list[float], int]] = {}  # id(path) → its row: one read per distinct path
+        res, bw, kind = [], [], []
+        for p in paths:
+            row = rows.get(id(p))
+            if row is None:
+                pad = width - len(p.hops)
+                k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+                if k == len(self.kinds):
+                    self.kinds.append(p)
+                row = rows[id(p)] = ([ids.setdefault(hop.resource, len(ids) + 1) for hop in p.hops] + [0] * pad,
+                                     [hop.link.bw_Bps for hop in p.hops] + [0.0] * pad, k)
+            res.append(row[0])
+            bw.append(row[1])
+            kind.append(row[2])
+        self.res = np.array(res, dtype=np.int64).reshape(len(flows), width)  # index 0: padding, load 0
+        self.link_bw = np.array(bw, dtype=float).reshape(len(flows), width)
+        self.kind = np.array(kind, dtype=np.int64)
         self.n_res = len(ids) + 1
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
         self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
-        self.level = np.array([i for i, lvl in enumerate(levels) for _ in lvl], dtype=np.int64)
-        self.by_level = [np.flatnonzero(self.level == k).tolist() for k in range(len(levels))]
+        self.sizes = [len(lvl) for lvl in levels]
+        """Flows per level: the flows are in level order (level ``k``: ``starts[k]`` to ``starts[k + 1]``)."""
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes, dtype=np.int64)]).tolist()
+        self.level = np.repeat(np.arange(len(levels), dtype=np.int64), self.sizes)
         self.depth = len(levels)
+        self.res_bw, self.prefix = self._level_sums()
+
+    def _level_sums(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(each resource's one link bandwidth, the loads of levels ``0..k−1`` per resource for every ``k``), or
+        (None, None) where a window's loads cannot be read from them to the bit: a resource crossed at two
+        bandwidths, weights that are not whole numbers (a sum of whole numbers below 2^53 is exact in any order,
+        so ``prefix[hi + 1] − prefix[lo]`` is the window's bincount), or a table past :data:`PREFIX_CELLS`."""
+        n, width = self.n_res, self.res.shape[1]
+        if (self.depth + 1) * n > PREFIX_CELLS or not np.array_equal(self.weight, np.floor(self.weight)):
+            return None, None
+        if self.weight.sum() * width >= 2.0 ** 53:
+            return None, None
+        res_bw = np.zeros(n)
+        res_bw[self.res.ravel()] = self.link_bw.ravel()
+        if not np.array_equal(res_bw[self.res], self.link_bw):  # one bandwidth per resource (padding: 0)
+            return None, None
+        units = np.repeat(self.weight, width)
+        prefix = np.zeros((self.depth + 1, n))
+        for k in range(self.depth):
+            a, b = self.starts[k], self.starts[k + 1]
+            prefix[k + 1] = prefix[k] + np.bincount(self.res[a:b].ravel(), weights=units[a * width:b * width],
+                                                    minlength=n)
+        return res_bw, prefix
+
+
+PREFIX_CELLS = 1 << 20
+"""The largest per-level load table (levels + 1) × resources a layout keeps (8 MiB): a tree's (~30 levels) always
+fits; a chained broadcast over hundreds of ranks (as many levels) reads its windows' flows instead."""
 
 
 class PipelineCost:
@@ -65,12 +102,18 @@ class PipelineCost:
         self.res, self.n_res, self.weight, self.level, self.depth = lay.res, lay.n_res, lay.weight, lay.level, lay.depth
         self.inv_bw = np.zeros(lay.link_bw.shape)  # 1 / (link bw × the protocol's ratio); 0 on padding
         np.divide(1.0, lay.link_bw * env.bw_ratio, out=self.inv_bw, where=lay.link_bw > 0)
-        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind].tolist()
-        self.alpha_max_s = max(alpha, default=0.0)
+        self.prefix, self.inv_res = lay.prefix, None  # per resource: the same 1 / (bw × ratio) as its hops'
+        if lay.prefix is not None:
+            self.inv_res = np.zeros(lay.n_res)
+            np.divide(1.0, lay.res_bw * env.bw_ratio, out=self.inv_res, where=lay.res_bw > 0)
+        alpha = np.array([env.latency_s(p) for p in lay.kinds], dtype=float)[lay.kind]
+        self.alpha_max_s = float(alpha.max()) if alpha.size else 0.0
         """The slowest hop's latency: what each chunk after the first pays (:meth:`Env.best_pipeline`)."""
         self.share = env.chunk_latency_share
         self.protocol = env.protocol  # kept by id in Group.shapes: holding it keeps the id unique
-        self.chain = PipelineChain([[(lay.src[i], lay.dst[i], alpha[i]) for i in idx] for idx in lay.by_level])
+        self.chain = PipelineChain.of_arrays(lay.sizes, np.array(lay.src, dtype=np.int64),
+                                             np.array(lay.dst, dtype=np.int64), alpha)
+        self.starts = lay.starts
         self._profiles: dict[tuple[int, int], float] = {}
 
     @cached_property
@@ -79,8 +122,14 @@ class PipelineCost:
         return self.chain.of(1)
 
     def _profile(self, lo: int, hi: int) -> float:
+        """``max over the window's flows f, f's links r of load_r / bw_r`` with ``load_r`` the window's units through
+        ``r``. With the layout's per-level sums it is ``max over every resource r of load_r · (1 / bw_r)``: a
+        resource outside the window adds ``0``, and every value is ``≥ 0``, so the max is the same float."""
+        if (lo, hi) not in self._profiles and self.prefix is not None:
+            load = self.prefix[hi + 1] - self.prefix[lo]
+            self._profiles[(lo, hi)] = float((load * self.inv_res).max())
         if (lo, hi) not in self._profiles:
-            sel = (self.level >= lo) & (self.level <= hi)
+            sel = slice(self.starts[lo], self.starts[hi + 1])  # levels lo..hi: their flows, in order
             res, inv_bw = self.res[sel], self.inv_bw[sel]
             load = np.bincount(res.ravel(), weights=np.repeat(self.weight[sel], res.shape[1]),
                                minlength=self.n_res)

@@ -162,7 +162,15 @@ def buckets(total_bytes: float, bucket_bytes: int | None) -> list[int]:
 def bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], total_bytes: float,
              bucket_bytes: int | None, algorithm: str, concurrent: int, replayed: bool = False) -> tuple[CommCall, ...]:
     """One call per bucket (``replayed`` as :func:`call`); equal buckets share one CommCall object (their times
-    are equal)."""
+    are equal). Remembered in ``cache`` per arguments: the structures of a search that sync the same bytes over
+    the same group share one tuple (and its :func:`kept_ready_fractions`)."""
+    return cache.memo(("bucketed", kind, op, group, total_bytes, bucket_bytes, algorithm, concurrent, replayed),
+                      lambda: _bucketed(cache, kind, op, group, total_bytes, bucket_bytes, algorithm, concurrent,
+                                        replayed))
+
+
+def _bucketed(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], total_bytes: float,
+              bucket_bytes: int | None, algorithm: str, concurrent: int, replayed: bool) -> tuple[CommCall, ...]:
     out: tuple[CommCall, ...] = ()
     for size, count in bucket_runs(total_bytes, bucket_bytes):
         made = call(cache, kind, op, group, size, concurrent, algorithm, replayed)
@@ -183,6 +191,14 @@ def ready_fractions(calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, 
         total = sum(c.nbytes for c in calls)
         return tuple(int(d) / total for d in done)
     return tuple((done / done[-1]).tolist())  # exact integers, one rounding each: as int / int
+
+
+def kept_ready_fractions(cache: CostCache, calls: tuple[CommCall, ...], overlap: bool) -> tuple[float, ...]:
+    """:func:`ready_fractions`, remembered in ``cache`` per tuple of calls (one per bucketed sync, :func:`bucketed`;
+    thousands of buckets for a large model), keyed by the tuple's id: the entry holds the tuple, so no other
+    object takes that id while the cache lives."""
+    kept = cache.memo(("ready fractions", id(calls), overlap), lambda: (calls, ready_fractions(calls, overlap)))
+    return kept[1] if kept[0] is calls else ready_fractions(calls, overlap)
 
 
 def zero3_gathers(cache: CostCache, group: tuple[int, ...], layer_bytes: float, edge_bytes: float, layers: int,

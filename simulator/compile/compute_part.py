@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.compile.chunk_loads import chunk_load
 from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
 from simulator.compute import unit_host_split, unit_times
@@ -71,7 +72,7 @@ def load_slice(workload: Workload, chunk: ChunkSlice) -> ChunkSlice:
 
 def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, options: ComputeOptions,
                    share: float) -> ChunkCompute:
-    load = cache.memo(("chunk_load", workload, chunk, options), lambda: workload.chunk_load(chunk, options))
+    load = cache.memo(("chunk_load", workload, chunk, options), lambda: chunk_load(cache, workload, chunk, options))
     device, dtype = cache.cluster.device, workload.dtype
     fwd = bwd = recompute = 0.0
     split = [[0.0, 0.0] for _ in range(3)]  # (device, host) seconds per phase

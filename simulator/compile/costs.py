@@ -19,12 +19,13 @@ or for a reduce-scatter the whole all-reduce gloo runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+import math
 from functools import cached_property
 from typing import Any
 
 from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.placement import PlacedCluster
-from simulator.cluster.spec import Cluster, CommLibrary, LeafUplinks
+from simulator.cluster.spec import Cluster, CommLibrary, Fabric, LeafUplinks
 from simulator.collectives.base import Op
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.gloo import runs_own
@@ -80,11 +81,16 @@ class CostCache:
 
         - Leaf crossings free (:meth:`_leaf_blind`): the group's nodes renumbered 0, 1, … in order.
         - Otherwise a group under one leaf group (every group inside one node) moves to node 0, and one
-          spanning leaf groups by whole leaf groups (which of its nodes share a leaf is kept)."""
+          spanning leaf groups by whole leaf groups (which of its nodes share a leaf is kept).
+
+        Then its GPUs move down inside their nodes (:meth:`_gpus_shifted`)."""
         if isinstance(self.cluster, PlacedCluster) or self.cluster.varies:  # nodes that differ: no such move
             return ranks
         if min(ranks) < 0 or max(ranks) >= self.cluster.world_size:
             return ranks  # not on the cluster: the cost model says so
+        return self._gpus_shifted(self._nodes_moved(ranks))
+
+    def _nodes_moved(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
         gpn, per_leaf = self.cluster.node.gpus_per_node, self._nodes_per_leaf
         if self._leaf_blind:
             nodes = sorted({r // gpn for r in ranks})
@@ -98,6 +104,29 @@ class CostCache:
         else:
             shift = first
         return ranks if shift == 0 else tuple(r - shift * gpn for r in ranks)
+
+    def _gpus_shifted(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """The group with every GPU moved ``s`` places down inside its node, on a switched node fabric: the
+        pipeline stages' dp groups of a layout with tp·pp > 1 inside a node (GPUs 0, 4, … and 2, 6, …) share
+        one answer. ``s`` is the largest multiple of ``G / gcd(G, N)`` (``G`` GPUs, ``N`` NICs per node) not above
+        the group's lowest local GPU, so GPU ``g``'s NIC ``⌊g·N/G⌋`` becomes NIC ``⌊g·N/G⌋ − s·N/G``
+        (:meth:`simulator.cluster.interconnect.NodeSpec.nic_of`): one shift of every NIC, which keeps their
+        order, which GPUs share a NIC and which flows share a rail.
+
+        Why the cost is identical: on a switched fabric a path inside a node is the two GPUs' ports, every
+        port the node's one intra link (:func:`simulator.cluster.topology._intra_path`), and a path between
+        nodes reads its GPUs only through their NICs, every NIC the network's one link (no degraded NIC: the
+        cluster does not vary) and a rail only to compare two NICs; so each path of the moved group is the
+        path in place with its port and NIC resources renamed one to one, and every load, bandwidth and
+        latency is the same. A PCIe tree or an NVLink mesh reads which GPUs share a switch or a link: not moved."""
+        spec = self.cluster.node
+        if spec.fabric is not Fabric.SWITCHED:
+            return ranks
+        gpn = spec.gpus_per_node
+        unit = gpn // math.gcd(gpn, spec.nics_per_node)
+        low = min(r % gpn for r in ranks)
+        shift = low - low % unit
+        return ranks if shift == 0 else tuple(r - shift for r in ranks)
 
     @cached_property
     def _leaf_blind(self) -> bool:
@@ -124,11 +153,17 @@ class CostCache:
             return est.time_s + extra, CollectiveAlgorithm(est.algorithm)
         if self.cluster.comm.library is CommLibrary.GLOO and runs_own(op):  # what gloo runs
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
-        elif names := [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]:
+        elif names := self.memo(("choices", ranks, op), lambda: self._choices(ranks, op)):
             est = min((estimate(self.cluster, ranks, op, nbytes, a) for a in names), key=lambda e: e.time_s)
         else:  # an operation NCCL has no tuned choice for: the registry's own pick
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
         return est.time_s, CollectiveAlgorithm(est.algorithm)
+
+    def _choices(self, ranks: tuple[int, ...], op: Op) -> list[str]:
+        """NCCL's algorithms for ``op`` (:data:`COLLECTIVE_CHOICES`) that the registry supports on the group, in
+        NCCL's order: whether one does depends on the group and the op, not the size, so it is asked once per
+        (group, op) rather than once per size (each ask builds the group's layout anew)."""
+        return [a for a in COLLECTIVE_CHOICES.get(op.value, ()) if supports(a, op, self.cluster, ranks)]
 
     def p2p(self, src: int, dst: int, nbytes: int) -> float:
         """One send/recv from ``src`` to ``dst`` (the registry's point-to-point estimate)."""

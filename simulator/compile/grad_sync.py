@@ -101,7 +101,7 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
                                           sync.algorithm.value, tp * layout.ep)
     calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
         cluster, offload_part.gpus_on_node(cluster, layout.world_size)))
-    fractions = comm_part.ready_fractions(calls, sync.overlap_grad_reduce)
+    fractions = comm_part.kept_ready_fractions(cache, calls, sync.overlap_grad_reduce)
     part = params
     if s.zero >= ZeroStage.ZERO1:
         part = comm_part.partition(params - split_experts, dp) + comm_part.partition(split_experts, dp // layout.ep)

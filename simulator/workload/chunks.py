@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 __all__ = ["block_params_held", "edge_params_held", "layer_kernel", "layer_list_chunk_load", "recomputed",
-           "transformer_chunk_load"]
+           "transformer_chunk_load", "transformer_fields_options"]
 
 
 def recomputed(work: OpWork, recompute: Recompute, flash_attention: bool) -> bool:
@@ -124,8 +124,11 @@ def edge_params_held(spec: TransformerSpec, chunk: ChunkSlice, tp: int, scope: S
     return spec.norm_params + (vh / tp if not spec.tied_embeddings or chunk.count > 1 else 0.0)
 
 
-def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: ComputeOptions) -> ChunkLoad:
-    """Load of a transformer chunk of ``chunk.layers`` blocks (see the module docstring)."""
+def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: ComputeOptions,
+                           units: tuple | None = None) -> ChunkLoad:
+    """Load of a transformer chunk of ``chunk.layers`` blocks (see the module docstring). ``units``: the chunk's
+    (repetitions, unit) pairs where the caller already has them (a dense model's block unit is the same for every
+    layer count: :mod:`simulator.compile.chunk_loads`); None: built here."""
     tp = options.tp
     edge = 0.0
     if chunk.first:
@@ -138,9 +141,17 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
     experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
     blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))
     held = (blocks - experts) / tp + experts / (tp * options.ep)
-    return ChunkLoad(units=_transformer_units(spec, chunk, options), blocks=chunk.layers,
+    return ChunkLoad(units=_transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
                      block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
+
+
+def transformer_fields_options(options: ComputeOptions) -> tuple:
+    """What :func:`transformer_chunk_load` reads of ``options`` for the load's fields other than its units (the
+    parameters held, the boundary bytes, the expert split): tp, ep, the micro-batch and the context split. Two
+    option sets that agree on these give a chunk the same fields (:mod:`simulator.compile.chunk_loads` keeps
+    them once per chunk and these)."""
+    return options.tp, options.ep, options.micro_batch, options.context
 
 
 def layer_kernel(layer: LayerSpec, micro_batch: int, dtype: DtypePolicy, factor: int = 1) -> Kernel:
