@@ -45,8 +45,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    recomputed kernels as the calibrated device times them); the tiny model under FSDP2 on a fake 2-rank group
    against the plain one: ``host.fsdp2_forward_module_us`` and ``host.fsdp2_backward_module_us``
    (:mod:`executor.fsdp2_host_bench`); and two processes running torch's pipeline schedule runtime over the
-   tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase
-   (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
+   tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase, and
+   ``host.pipeline_p2p_post_us``, per send or receive posted (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
    kept (not measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between

@@ -101,5 +101,6 @@ def with_host(node, terms: HostTerms | None):
                        checkpoint_backward_region_us=terms.checkpoint.backward_region_us,
                        fsdp2_forward_module_us=terms.fsdp2.forward_module_us,
                        fsdp2_backward_module_us=terms.fsdp2.backward_module_us,
-                       pipeline_action_us=terms.pipeline.action_us)
+                       pipeline_action_us=terms.pipeline.action_us,
+                       pipeline_p2p_post_us=terms.pipeline.post_us)
     return replace(node, host=host)

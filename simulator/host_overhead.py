@@ -47,7 +47,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   [src: own-ddp-host-probe].
 - **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
-  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe].
+  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
+  ``Host.pipeline_p2p_post_us`` × its sends and receives, whose posting blocks the rank's thread
+  (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -68,7 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.pipeline_runtime import pipeline_actions
+from simulator.pipeline_runtime import p2p_actions, pipeline_actions
 from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
@@ -253,7 +255,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
-    pipe_us = pipeline_actions(layout, chunk) * host.pipeline_action_us
+    pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
+               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us)
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
               + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
               + pipe_us)
