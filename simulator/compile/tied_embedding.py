@@ -3,8 +3,9 @@
 A model that ties its word embedding to its output layer, split into pipeline stages, holds the embedding on the
 first stage and a copy on the last (for the logits); after each step's schedule the two copies' gradients are
 summed between the first and the last stage of every pipeline (Megatron-LM's embedding group, Shoeybi et al. 2019),
-which the executor does for torch's pipelines (``sync_tied``, ``executor/strategies/pipeline.py``)
-[src: torch-pipelining]. Megatron-LM's own is not charged yet (:mod:`simulator.compile.megatron_step`).
+which the executor does for torch's pipelines (``sync_tied`` in ``executor/strategies/pipeline.py``, called
+by ``ParallelRunner._pipeline_step`` after ``schedule.step``). Megatron-LM's own is not charged yet
+(:mod:`simulator.compile.megatron_step`).
 """
 
 from __future__ import annotations
