@@ -58,3 +58,43 @@ def test_the_calls_reach_both_engines():
     assert estimate_work(work).step_time_s - estimate_work(merged).step_time_s >= 2 * extra - 1e-9
     des_extra = simulate(work, cluster, seed=0).step_time_s - simulate(merged, cluster, seed=0).step_time_s
     assert des_extra >= 2 * extra - 1e-9
+
+
+def _reduce_scatters_per_step(rank, world):
+    """FSDP2 reduce-scatters counted on one rank over one step of the data-parallel runner (zero 3, dp 2:
+    8 samples / (2 · micro-batch 2) = 2 micro-batches), at ``torch.distributed.reduce_scatter_single``, which
+    FSDP2's ``foreach_reduce`` calls once per ``fully_shard`` module and backward."""
+    import torch.distributed as dist
+
+    from executor.strategies.data_parallel import DataParallelRunner
+    from parallel_runs import GPT_TINY, context, plan_for
+
+    runner = DataParallelRunner(context(plan_for(GPT_TINY, {"dp": 2, "zero": 3}), rank, world))
+    calls, original = [], dist.reduce_scatter_single
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    try:
+        runner.train_step(0)
+    finally:
+        dist.reduce_scatter_single = original
+    return len(calls), runner.ctx.layout.micro_batches, GPT_TINY.layers
+
+
+@pytest.mark.multiproc
+def test_the_executor_reduce_scatters_every_micro_batch_as_the_model_charges():
+    """The one rule (``simulator.strategy.sync.reduces_every_micro_batch``): ZeRO-3 reduce-scatters in every
+    micro-batch's backward, one call per block and one for the root; the executor used to skip all but the last
+    micro-batch's (``set_requires_gradient_sync(last)``) while the model charged every one."""
+    from executor.launch import run
+    from simulator.strategy.sync import reduces_every_micro_batch
+
+    for calls, m, blocks in run(_reduce_scatters_per_step, 2, timeout_s=240):
+        assert m == 2 and calls == m * (blocks + 1), (calls, m, blocks)
+    workload, chunk = _chunk("zero3")
+    results = load_results(DATA / "zero3.results.json")
+    assert reduces_every_micro_batch(results.run.plan.strategy)
+    assert sum(1 for c in chunk.zero_bwd if c.op is Op.REDUCE_SCATTER) == workload.layers + 1
