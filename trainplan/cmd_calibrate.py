@@ -230,6 +230,9 @@ def _compute_dict(r, path: str) -> dict:
                 "fsdp2_backward_module_us": r.fsdp2.backward_module_us,
                 **{name: _timing(getattr(r.fsdp2, name)) for name in ("plain_forward", "fsdp2_forward", "plain_step",
                                                                       "fsdp2_step")}},
+            "fsdp2_zero2": None if r.fsdp2_zero2 is None else {
+                "fsdp2_zero2_backward_module_us": r.fsdp2_zero2.backward_module_us,
+                **{name: _timing(getattr(r.fsdp2_zero2, name)) for name in ("plain_step", "fsdp2_step")}},
             "pipeline": None if r.pipeline is None else {
                 "schedule": r.pipeline.schedule.value, "pp": r.pipeline.pp, "micro_batches": r.pipeline.micro_batches,
                 "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
