@@ -278,7 +278,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
 
 def fsdp2_backward_us(host, layout) -> float:
     """FSDP2's host µs per module per backward: ``Host.fsdp2_zero2_backward_module_us`` at ZeRO-2 where the host
-    states it (no re-gather in that backward), else ``Host.fsdp2_backward_module_us`` [src: own-fsdp2-fake-group-probe]."""
+    states it (no re-gather in that backward), else ``Host.fsdp2_backward_module_us``
+    [src: own-fsdp2-fake-group-probe]."""
     from simulator.strategy import ZeroStage
 
     zero2 = host.fsdp2_zero2_backward_module_us

@@ -1,5 +1,6 @@
 """The tied word embedding's gradient all-reduce between a torch pipeline's first and last stage
-(simulator/compile/tied_embedding.py ``tied_embedding_sync``; the executor's ``sync_tied``, executor/strategies/pipeline.py):
+(simulator/compile/tied_embedding.py ``tied_embedding_sync``; the executor's ``sync_tied``,
+executor/strategies/pipeline.py):
 its bytes and group hand-worked on the default suite's recorded GPipe run (tests/data/suite_default, tiny gpt3-125m:
 vocab 128, hidden 32, fp32), its place in both engines' step, and where it is not made."""
 
