@@ -45,8 +45,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    recomputed kernels as the calibrated device times them); the tiny model under FSDP2 on a fake 2-rank group
    against the plain one: ``host.fsdp2_forward_module_us`` and ``host.fsdp2_backward_module_us``
    (:mod:`executor.fsdp2_host_bench`); and two processes running torch's pipeline schedule runtime over the
-   tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase
-   (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
+   tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase, and
+   ``host.pipeline_p2p_post_us``, per send or receive posted (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
    kept (not measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
@@ -136,6 +136,8 @@ class ComputeCalibration:
     """The AdamW step that gave ``op_call_overhead_us`` (step 4); None: the bare call gave it (a GPU)."""
     fsdp2: Fsdp2Timing | None = None
     """FSDP2's per-module terms on a fake 2-rank group (step 5); None where not measured (a GPU)."""
+    fsdp2_zero2: Fsdp2Timing | None = None
+    """The same at ZeRO-2 (``reshard_after_forward=False``: the backward's term); None where not measured."""
     pipeline: PipelineActionTiming | None = None
     """torch's pipeline runtime per action on 2 processes (step 5); None where not measured (a GPU)."""
     block_phases: tuple[Timing, Timing] | None = None
@@ -239,7 +241,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
                                 fields=device, tp_modules=terms and terms.tp, ddp=terms and terms.ddp,
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
-                                fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases)
+                                fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
+                                fsdp2_zero2=terms and terms.fsdp2_zero2)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
     return replace(base, name=name, device=device, node=with_host(base.node, terms), source=joined), report

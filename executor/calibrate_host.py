@@ -3,7 +3,8 @@
 On the CPU (gloo) the framework terms are measured against the plain tiny model and written into the cluster's
 ``host`` section (:func:`with_host`): torch tensor parallelism per module, DDP per forward and synchronising
 backward, ``torch.utils.checkpoint`` per region (:mod:`executor.host_bench`), FSDP2 per ``fully_shard`` module
-on a fake multi-rank group (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action
+on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backward
+(:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
 on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
 ``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured there).
 """
@@ -41,6 +42,8 @@ class HostTerms:
     checkpoint: CheckpointTiming
     fsdp2: Fsdp2Timing
     pipeline: PipelineActionTiming
+    fsdp2_zero2: Fsdp2Timing | None = None
+    """The same probe with ``reshard_after_forward=False`` (ZeRO-2); None: not measured."""
 
 
 def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
@@ -60,7 +63,9 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
                         ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup),
                         adamw=time_adamw(model, repeats=more, warmup=warmup),
                         checkpoint=time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup),
-                        fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup))
+                        fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup),
+                        fsdp2_zero2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup,
+                                                       reshard_after_forward=False))
     pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
                                      warmup=warmup, thread_count=threads_per_rank(PIPELINE_PROBE_PP))
     return HostTerms(**measured, pipeline=pipeline)
@@ -101,5 +106,8 @@ def with_host(node, terms: HostTerms | None):
                        checkpoint_backward_region_us=terms.checkpoint.backward_region_us,
                        fsdp2_forward_module_us=terms.fsdp2.forward_module_us,
                        fsdp2_backward_module_us=terms.fsdp2.backward_module_us,
-                       pipeline_action_us=terms.pipeline.action_us)
+                       fsdp2_zero2_backward_module_us=(None if terms.fsdp2_zero2 is None
+                                                       else terms.fsdp2_zero2.backward_module_us),
+                       pipeline_action_us=terms.pipeline.action_us,
+                       pipeline_p2p_post_us=terms.pipeline.post_us)
     return replace(node, host=host)

@@ -53,6 +53,8 @@ class Fsdp2Timing:
     fsdp2_step: Timing
     forward_module_us: float
     backward_module_us: float
+    reshard_after_forward: bool = True
+    """True: ZeRO-3 (the backward re-gathers each module); False: ZeRO-2 (the forward's gather is kept)."""
 
 
 @contextlib.contextmanager
@@ -71,9 +73,10 @@ def fake_group(world: int):
 
 
 def time_fsdp2_modules(spec: TransformerSpec, micro_batch: int, *, dp: int = PROBE_DP, repeats: int, warmup: int,
-                       seed: int = 0) -> Fsdp2Timing:
+                       seed: int = 0, reshard_after_forward: bool = True) -> Fsdp2Timing:
     """The per-module terms (module docstring) for ``spec`` (fp32, the CPU), one micro-batch of ``micro_batch``
-    sequences, on a fake group of ``dp`` ranks."""
+    sequences, on a fake group of ``dp`` ranks, every module wrapped with ``reshard_after_forward`` (True: the
+    executor's ZeRO-3, False: its ZeRO-2)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -83,8 +86,8 @@ def time_fsdp2_modules(spec: TransformerSpec, micro_batch: int, *, dp: int = PRO
         mesh = init_device_mesh("cpu", (dp,))
         plain, sharded = build_gpt(spec, seed=seed), build_gpt(spec, seed=seed)
         for block in sharded.layers:
-            fully_shard(block, mesh=mesh, reshard_after_forward=True)
-        fully_shard(sharded, mesh=mesh, reshard_after_forward=True)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(sharded, mesh=mesh, reshard_after_forward=reshard_after_forward)
         g = torch.Generator().manual_seed(seed)
         x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
@@ -94,4 +97,4 @@ def time_fsdp2_modules(spec: TransformerSpec, micro_batch: int, *, dp: int = PRO
     return Fsdp2Timing(modules=modules, dp=dp, plain_forward=timings["plain", "forward"],
                        fsdp2_forward=timings["fsdp2", "forward"], plain_step=timings["plain", "step"],
                        fsdp2_step=timings["fsdp2", "step"], forward_module_us=fwd_us,
-                       backward_module_us=max(0.0, step_us - fwd_us))
+                       backward_module_us=max(0.0, step_us - fwd_us), reshard_after_forward=reshard_after_forward)

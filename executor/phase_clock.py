@@ -17,7 +17,8 @@ sends and receives (``_batch_p2p``) and waiting on them (``_wait_batch_p2p``) ar
 receive wait before compute action (s, mb) is split as the discrete-event engine splits it
 (``simulator.engine.streams.Recorder.wait``): until the sending rank posted that send it is
 *bubble* (waiting for another stage's compute), the rest *pp* (the transfer). Send post times are
-``time.time_ns()`` stamps, exchanged over the pp group after the schedule (one int64 all-reduce);
+``time.time_ns()`` stamps, exchanged over the pp group after the schedule (one int64 all-reduce, timed
+apart from the step as check time: :meth:`PipelineClock.split`);
 ranks on one host share that clock exactly; across hosts it is as good as their clock sync (NTP
 or PTP). The waits for unfinished sends at the schedule's end are pp.
 
@@ -97,7 +98,7 @@ class PipelineClock:
         self.schedule, self.n_stages, self.m, self.tp, self.sync = schedule, n_stages, m, tp, synchronize
         self.excluded = ClockSum(tp, *others)
         self.sent_ns = torch.zeros((n_stages, 2, m), dtype=torch.int64)
-        self.forward_s = self.backward_s = self.comm_s = 0.0
+        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = 0.0
         self.waits: list[tuple[int, int, tuple[int, int, int]]] = []
         self._pending: list[tuple[int, int]] = []
         for stage in schedule._stages:
@@ -161,7 +162,7 @@ class PipelineClock:
 
     def reset(self) -> None:
         self.sent_ns.zero_()
-        self.forward_s = self.backward_s = self.comm_s = 0.0
+        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = 0.0
         self.waits, self._pending = [], []
 
     @contextmanager
@@ -182,14 +183,16 @@ class PipelineClock:
         """(pp, bubble) seconds of the step just timed: exchanges the send stamps over the pp ``group``
         (every rank of it must call this) and splits each receive wait at its sender's post time.
 
-        The exchange is the step's first synchronisation of the pp group: a rank whose schedule ended
-        early waits in it for the last one, which is bubble (the engine's idle tail after a rank's last
-        action); its few bytes of transfer are booked there too."""
+        The exchange is the clock's own work, not training (a trainer makes no such call), so its seconds,
+        ``exchange_s``, are the step's check time (left out of the step and of every phase, as the loss
+        broadcast is): a rank whose schedule ended early waits in it for the last one, so its step ends at its
+        own last action and a step lasts as long as its slowest rank's (``simulator.run_results``: the largest
+        over ranks), which waits in the exchange only for the exchange's own gloo call."""
         start = time.perf_counter()
         dist.all_reduce(self.sent_ns, group=group)  # each entry is stamped by exactly one rank
-        tail = time.perf_counter() - start
+        self.exchange_s = time.perf_counter() - start
         pp, bubble = split_waits(self.waits, self.sent_ns, self.n_stages)
-        return self.comm_s + sum(t1 - t0 for t0, t1 in self._pending) / 1e9 + pp, tail + bubble
+        return self.comm_s + sum(t1 - t0 for t0, t1 in self._pending) / 1e9 + pp, bubble
 
 
 def split_waits(waits, sent_ns, n_stages: int) -> tuple[float, float]:

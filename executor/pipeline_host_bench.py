@@ -18,6 +18,14 @@ the executor's stages of the run's tiny model (:class:`executor.strategies.pipel
 (``pipeline_order_with_comms``), ``phases_r`` the forward, backward, loss, posting and waiting time the clock
 counts in that step. :mod:`simulator.pipeline_runtime` charges the term per action [src: own-pipeline-action-probe].
 
+From the same steps, the host time of posting the sends and receives (``_batch_p2p``, which the clock times as
+pp, so it is not in the term above):
+
+    pipeline_p2p_post_us = Σ_r median over steps of post_r / Σ_r p2p_r
+
+``post_r`` the clock's posting seconds (``PipelineClock.comm_s``) in that step and ``p2p_r`` the ``SEND_*`` and
+``RECV_*`` actions of rank r's list [src: own-pipeline-post-probe].
+
 Not in the term: what ``forward_one_chunk`` and ``backward_one_chunk`` do around the stage module (the executor
 measures that as forward and backward), and the executor's own work between steps (``zero_grad``, the batch).
 """
@@ -48,6 +56,11 @@ class PipelineActionTiming:
     outside: tuple[Timing, ...]
     """Each rank's seconds per step outside every phase (median, p10, p90 over the timed steps)."""
     action_us: float
+    p2p: tuple[int, ...] = ()
+    """Each rank's sends and receives per step (``SEND_*``, ``RECV_*`` actions of its list)."""
+    post: tuple[Timing, ...] = ()
+    """Each rank's seconds per step posting them (``PipelineClock.comm_s``)."""
+    post_us: float = 0.0
 
 
 def _loss(output, target):
@@ -79,9 +92,9 @@ def _gpt_stages(spec, world: int, v: int, rank: int, micro_batch: int, m: int):
 
 
 def _rank_probe(rank: int, world: int, kind_value: str, m: int, v: int, repeats: int, warmup: int, seed: int,
-                spec=None, micro_batch: int = 2) -> tuple[int, list[float]]:
-    """One rank of the probe (``executor.launch.run``): (its actions per step, seconds outside the phases per
-    timed step)."""
+                spec=None, micro_batch: int = 2) -> tuple[int, int, list[float], list[float]]:
+    """One rank of the probe (``executor.launch.run``): (its actions per step, its sends and receives per step,
+    seconds outside the phases per timed step, seconds posting sends and receives per timed step)."""
     import torch
     from torch import nn
     from torch.distributed.pipelining import PipelineStage
@@ -104,7 +117,7 @@ def _rank_probe(rank: int, world: int, kind_value: str, m: int, v: int, repeats:
     runner._loss_fn = loss
     clock = PipelineClock(runner, n, m, TpClock())
     first, last = rank == 0, (n - 1) in mine
-    outside = []
+    outside, post = [], []
     for i in range(warmup + repeats):
         kwargs = {"target": target, "losses": []} if last else {}
         start = time.perf_counter()
@@ -112,8 +125,10 @@ def _rank_probe(rank: int, world: int, kind_value: str, m: int, v: int, repeats:
             runner.step(*((x,) if first else ()), **kwargs)
         if i >= warmup:
             outside.append(_outside_s(clock, time.perf_counter() - start))
-    actions = sum(1 for a in runner.pipeline_order_with_comms[rank] if a is not None)
-    return actions, outside
+            post.append(clock.comm_s)
+    listed = [a for a in runner.pipeline_order_with_comms[rank] if a is not None]
+    p2p = sum(1 for a in listed if a.computation_type.name.startswith(("SEND_", "RECV_")))
+    return len(listed), p2p, outside, post
 
 
 def time_pipeline_actions(*, pp: int = 2, micro_batches: int = 4, kind: ScheduleKind = ScheduleKind.GPIPE,
@@ -125,9 +140,14 @@ def time_pipeline_actions(*, pp: int = 2, micro_batches: int = 4, kind: Schedule
 
     per_rank = run(_rank_probe, pp, args=(kind.value, micro_batches, v, repeats, warmup, seed, spec, micro_batch),
                    num_threads=thread_count)
-    actions = tuple(a for a, _ in per_rank)
-    outside = tuple(Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
-                    for _, t in per_rank)
+    actions, p2p = tuple(r[0] for r in per_rank), tuple(r[1] for r in per_rank)
+    outside, post = (tuple(_timing(r[k]) for r in per_rank) for k in (2, 3))
     action_us = max(0.0, sum(o.median_s for o in outside) / sum(actions) * 1e6)
+    post_us = sum(o.median_s for o in post) / sum(p2p) * 1e6 if sum(p2p) else 0.0
     return PipelineActionTiming(schedule=kind, pp=pp, micro_batches=micro_batches, actions=actions,
-                                outside=outside, action_us=action_us)
+                                outside=outside, action_us=action_us, p2p=p2p, post=post, post_us=post_us)
+
+
+def _timing(seconds: list[float]) -> Timing:
+    return Timing(median_s=statistics.median(seconds), p10_s=_percentile(seconds, 0.1),
+                  p90_s=_percentile(seconds, 0.9))

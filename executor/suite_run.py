@@ -180,7 +180,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                "synchronising backward, " if compute.ddp else "")
             + (f"FSDP2 {compute.fsdp2.forward_module_us:.0f} / {compute.fsdp2.backward_module_us:.0f} us per module "
                "forward / backward, " if compute.fsdp2 else "")
-            + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action, " if compute.pipeline else "")
+            + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action and "
+               f"{compute.pipeline.post_us:.0f} us per p2p post, " if compute.pipeline else "")
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]

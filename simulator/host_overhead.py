@@ -24,7 +24,8 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
 - **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
   adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
   post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
-  post-backward) (:func:`with_host_modules`) [src: own-host-overhead-probe].
+  post-backward; at ZeRO-2, with no re-gather, ``Host.fsdp2_zero2_backward_module_us`` where the host states it:
+  :func:`fsdp2_backward_us`) (:func:`with_host_modules`) [src: own-host-overhead-probe].
 - **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`dtensor_params`)
   each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
   vocabulary-parallel embedding on the first chunk and output layer on the last) adds
@@ -47,7 +48,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   [src: own-ddp-host-probe].
 - **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
-  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe].
+  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
+  ``Host.pipeline_p2p_post_us`` × its sends and receives, whose posting blocks the rank's thread
+  (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe].
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -68,7 +71,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.pipeline_runtime import pipeline_actions
+from simulator.pipeline_runtime import p2p_actions, pipeline_actions
 from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
@@ -253,11 +256,12 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
-    pipe_us = pipeline_actions(layout, chunk) * host.pipeline_action_us
+    pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
+               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us)
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
               + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
               + pipe_us)
-    bwd_us = (fsdp2 * host.fsdp2_backward_module_us + tp * host.tp_backward_module_us
+    bwd_us = (fsdp2 * fsdp2_backward_us(host, layout) + tp * host.tp_backward_module_us
               + ckpt * host.checkpoint_backward_region_us + pipe_us)
     if not fwd_us and not bwd_us:
         return compute
@@ -270,6 +274,16 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
         return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
 
     return _replace(compute, fwd_s=add(compute.fwd_s, fwd_us), bwd_s=add(compute.bwd_s, bwd_us))
+
+
+def fsdp2_backward_us(host, layout) -> float:
+    """FSDP2's host µs per module per backward: ``Host.fsdp2_zero2_backward_module_us`` at ZeRO-2 where the host
+    states it (no re-gather in that backward), else ``Host.fsdp2_backward_module_us``
+    [src: own-fsdp2-fake-group-probe]."""
+    from simulator.strategy import ZeroStage
+
+    zero2 = host.fsdp2_zero2_backward_module_us
+    return zero2 if zero2 is not None and layout.strategy.zero is ZeroStage.ZERO2 else host.fsdp2_backward_module_us
 
 
 def ddp_wrapped(layout) -> bool:

@@ -46,6 +46,12 @@ def pipeline_actions(layout, chunk) -> int:
     return 1 + (1 if chunk.index > 0 else 0) + (1 if chunk.index < chunk.count - 1 else 0)
 
 
+def p2p_actions(layout, chunk) -> int:
+    """Sends and receives among :func:`pipeline_actions` (all but the compute action): each posts one p2p op
+    (``_batch_p2p``), whose host time is ``Host.pipeline_p2p_post_us``; 0 unless :func:`torch_pipeline`."""
+    return max(0, pipeline_actions(layout, chunk) - 1)
+
+
 def step_actions(layout) -> int:
     """Per-step actions of one rank: :data:`STEP_ACTIONS_PER_STAGE` for each of its ``v`` stages; 0 unless
     :func:`torch_pipeline`."""

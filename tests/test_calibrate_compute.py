@@ -196,11 +196,16 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                checkpoint_backward_region_us=report.checkpoint.backward_region_us,
                                fsdp2_forward_module_us=report.fsdp2.forward_module_us,
                                fsdp2_backward_module_us=report.fsdp2.backward_module_us,
-                               pipeline_action_us=report.pipeline.action_us)
+                               fsdp2_zero2_backward_module_us=report.fsdp2_zero2.backward_module_us,
+                               pipeline_action_us=report.pipeline.action_us,
+                               pipeline_p2p_post_us=report.pipeline.post_us)
     assert report.fsdp2.dp == 2 and report.fsdp2.modules == block.layers + 1  # blocks and the root, fake 2-rank group
+    assert report.fsdp2.reshard_after_forward and not report.fsdp2_zero2.reshard_after_forward  # ZeRO-3, ZeRO-2
     pipe = report.pipeline  # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
     assert pipe.actions == (19, 19) and pipe.action_us == pytest.approx(
         sum(o.median_s for o in pipe.outside) / 38 * 1e6, rel=1e-12)
+    assert pipe.p2p == (8, 8) and pipe.post_us == pytest.approx(sum(o.median_s for o in pipe.post) / 16 * 1e6,
+                                                                 rel=1e-12)
     ck = report.checkpoint  # per checkpointed block, the backward less the model's own recompute of the block
     assert ck.regions == 2 and ck.recompute_region_s > 0
     assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.p10_s - ck.plain_forward.p10_s)
@@ -233,6 +238,10 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert loaded.node.host.fsdp2_forward_module_us == pytest.approx(printed["fsdp2"]["fsdp2_forward_module_us"])
     assert loaded.node.host.pipeline_action_us == pytest.approx(printed["pipeline"]["pipeline_action_us"])
     assert loaded.node.host.pipeline_action_us > 0
+    assert loaded.node.host.pipeline_p2p_post_us == pytest.approx(printed["pipeline"]["pipeline_p2p_post_us"])
+    assert loaded.node.host.pipeline_p2p_post_us > 0
+    assert loaded.node.host.fsdp2_zero2_backward_module_us == pytest.approx(
+        printed["fsdp2_zero2"]["fsdp2_zero2_backward_module_us"])
 
 
 @pytest.mark.parametrize("argv, needle", [

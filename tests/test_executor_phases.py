@@ -2,9 +2,11 @@
 
 Per rank and step: every phase is ≥ 0 and together they fit in the step's wall time (measured around
 ``train_step``; they are disjoint intervals inside it, so only timer rounding can exceed it:
-tolerance 0.1 % + 0.5 ms); a tp run shows tp communication; a pipeline run shows bubble and pp
-communication (bubble: GPipe's last stage waits for the first stage's first forward, whatever the
-load); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
+tolerance 0.1 % + 0.5 ms); a tp run shows tp communication; a pipeline run shows pp communication on
+every rank and bubble on the first stage (it waits for the last stage's first backward, which comes after
+that stage's forwards, whatever the load; the last stage's wait for the first forward may be all transfer
+when it starts its step late, now that the clock's stamp exchange, where an early rank waited, is check
+time); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
 without tp, pp or recompute records 0 for their phases. No timing is asserted beyond that.
 """
 
@@ -63,7 +65,9 @@ def test_tp_and_pipeline_phases_fit_the_step_and_show_their_communication():
             elif name == "dp":
                 assert "tp" not in rows[0][1] and "pp" not in rows[0][1]
             else:
-                assert total["pp"] > 0 and total["bubble"] > 0 and total["tp"] == 0, (name, rank, total)
+                assert total["pp"] > 0 and total["tp"] == 0, (name, rank, total)
+    for name in ("pp gpipe", "pp interleaved"):  # the first stage waits for the last stage's first backward
+        assert results[0][name] and sum(ph.get("bubble", 0.0) for _, ph, _ in results[0][name]) > 0, name
 
 
 def test_a_receive_wait_is_bubble_until_the_sender_posted():
@@ -108,3 +112,37 @@ def test_the_step_time_leaves_out_the_loss_check():
     record = _step_record(ctx, Runner(), 0)
     assert 0.0 < record["t"] < 0.2, record
     assert record["phases"]["forward"] == 0.05
+
+
+EXCHANGE_DELAY_S = 0.3
+"""A marker delay rank 0 takes before the clock's stamp exchange (far above a tiny step's waits on a loaded VM)."""
+
+
+def _delayed_exchange(rank, world):
+    import time as _time
+
+    from executor.strategies.base import Phase
+    from executor.strategies.parallel import ParallelRunner
+
+    runner = ParallelRunner(context(plan_for(GPT_TINY, {"pp": 2, "schedule": "gpipe"}), rank, world))
+    split = runner.pipe_clock.split
+
+    def late_split(group):
+        if rank == 0:
+            _time.sleep(EXCHANGE_DELAY_S)
+        return split(group)
+
+    runner.pipe_clock.split = late_split
+    records = [runner.train_step(step) for step in range(2)]
+    return [(r.check_s, r.phases_s.get(Phase.BUBBLE, 0.0)) for r in records]
+
+
+@pytest.mark.multiproc
+def test_the_stamp_exchange_is_check_time_not_bubble():
+    """The pipeline clock's stamp exchange is the executor's own call, not training (executor/phase_clock.py
+    ``PipelineClock.split``): rank 1, waiting in it for rank 0 held back by a marker delay, books that wait as
+    check time (left out of the step), not as bubble."""
+    results = run(_delayed_exchange, 2, timeout_s=240)
+    for check_s, bubble_s in results[1]:
+        assert check_s >= EXCHANGE_DELAY_S * 0.9, (check_s, bubble_s)
+        assert bubble_s < EXCHANGE_DELAY_S * 0.5, (check_s, bubble_s)

@@ -57,3 +57,36 @@ def test_fake_group_refuses_a_second_default_group():
         with pytest.raises(RuntimeError, match="fake"):
             with fake_group(2):
                 pass
+
+
+def _all_gathers_in_backward(monkeypatch, reshard_after_forward: bool) -> int:
+    """``foreach_all_gather`` calls in one backward of the tiny GPT under FSDP2 on the fake pair."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    calls = []
+    real = pg.foreach_all_gather
+    monkeypatch.setattr(pg, "foreach_all_gather", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with fake_group(2):
+        mesh = init_device_mesh("cpu", (2,))
+        model = build_gpt(GPT_TINY, seed=0)
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        x = torch.randint(0, GPT_TINY.vocab, (2, GPT_TINY.seq_len))
+        loss = model(x, x)
+        forward = len(calls)
+        loss.backward()
+    return len(calls) - forward
+
+
+def test_zero2_backward_does_not_re_gather_so_it_has_its_own_term(monkeypatch):
+    """Why ZeRO-2 has its own backward term (``host.fsdp2_zero2_backward_module_us``): with
+    ``reshard_after_forward=True`` (ZeRO-3) the backward all-gathers every ``fully_shard`` module again (the
+    blocks and the root), with False (ZeRO-2) it gathers none; the probe times each wrapping and says which it
+    ran."""
+    assert _all_gathers_in_backward(monkeypatch, True) == GPT_TINY.layers + 1
+    assert _all_gathers_in_backward(monkeypatch, False) == 0
+    t = time_fsdp2_modules(GPT_TINY, 2, repeats=3, warmup=1, reshard_after_forward=False)
+    assert not t.reshard_after_forward and t.modules == GPT_TINY.layers + 1 and not dist.is_initialized()

@@ -58,3 +58,85 @@ def test_the_calls_reach_both_engines():
     assert estimate_work(work).step_time_s - estimate_work(merged).step_time_s >= 2 * extra - 1e-9
     des_extra = simulate(work, cluster, seed=0).step_time_s - simulate(merged, cluster, seed=0).step_time_s
     assert des_extra >= 2 * extra - 1e-9
+
+
+def _reduce_scatters_per_step(rank, world):
+    """FSDP2 reduce-scatters counted on one rank over one step of the data-parallel runner (zero 3, dp 2:
+    8 samples / (2 · micro-batch 2) = 2 micro-batches), at ``torch.distributed.reduce_scatter_single``, which
+    FSDP2's ``foreach_reduce`` calls once per ``fully_shard`` module and backward."""
+    import torch.distributed as dist
+
+    from executor.strategies.data_parallel import DataParallelRunner
+    from parallel_runs import GPT_TINY, context, plan_for
+
+    runner = DataParallelRunner(context(plan_for(GPT_TINY, {"dp": 2, "zero": 3}), rank, world))
+    calls, original = [], dist.reduce_scatter_single
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    try:
+        runner.train_step(0)
+    finally:
+        dist.reduce_scatter_single = original
+    return len(calls), runner.ctx.layout.micro_batches, GPT_TINY.layers
+
+
+@pytest.mark.multiproc
+def test_the_executor_reduce_scatters_every_micro_batch_as_the_model_charges():
+    """The one rule (``simulator.strategy.sync.reduces_every_micro_batch``): ZeRO-3 reduce-scatters in every
+    micro-batch's backward, one call per block and one for the root; the executor used to skip all but the last
+    micro-batch's (``set_requires_gradient_sync(last)``) while the model charged every one."""
+    from executor.launch import run
+    from simulator.strategy.sync import reduces_every_micro_batch
+
+    for calls, m, blocks in run(_reduce_scatters_per_step, 2, timeout_s=240):
+        assert m == 2 and calls == m * (blocks + 1), (calls, m, blocks)
+    workload, chunk = _chunk("zero3")
+    results = load_results(DATA / "zero3.results.json")
+    assert reduces_every_micro_batch(results.run.plan.strategy)
+    assert sum(1 for c in chunk.zero_bwd if c.op is Op.REDUCE_SCATTER) == workload.layers + 1
+
+
+def _with_host(cluster, **fields):
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=dataclasses.replace(
+        cluster.node.host, **fields)))
+
+
+def _chunk_on(case: str, cluster):
+    results = load_results(DATA / f"{case}.results.json")
+    workload, strategy = run_workload(results), results.run.plan.strategy
+    layout = build_layout(strategy, cluster, workload, gpus=results.run.plan._layout_gpus())
+    return workload, compile_step(cluster, workload, strategy, layout=layout).stages[0].chunks[0]
+
+
+def test_zero2_backward_reads_its_own_host_term_where_stated():
+    """``host.fsdp2_zero2_backward_module_us`` (no re-gather in ZeRO-2's backward) replaces
+    ``fsdp2_backward_module_us`` for ZeRO-2 only: on the recorded zero2 run (2 processes on the recorded 2 cores:
+    share 1) the first chunk's backward changes by (blocks + root) × (100 − 479) µs; ZeRO-3's does not move, and
+    unset (None) leaves ZeRO-2 on the shared term."""
+    results = load_results(DATA / "zero2.results.json")
+    base = run_cluster(results, str(DATA / "cluster.yaml"))
+    assert base.node.host.fsdp2_zero2_backward_module_us is None and base.node.host.fsdp2_backward_module_us == 479
+    own = _with_host(base, fsdp2_zero2_backward_module_us=100.0)
+    workload, before = _chunk_on("zero2", base)
+    _, after = _chunk_on("zero2", own)
+    assert after.bwd_s - before.bwd_s == pytest.approx((workload.layers + 1) * (100.0 - 479.0) * 1e-6, rel=1e-9)
+    assert after.fwd_s == before.fwd_s
+    assert _chunk_on("zero3", own)[1].bwd_s == _chunk_on("zero3", base)[1].bwd_s
+
+
+def test_the_zero2_field_round_trips_and_is_optional(tmp_path):
+    from simulator.cluster.io import load_cluster, save_cluster
+    from simulator.errors import SpecError
+
+    cpu = load_cluster("localhost-cpu")
+    assert cpu.node.host.fsdp2_zero2_backward_module_us is None  # not stated: ZeRO-2 shares ZeRO-3's term
+    stated = _with_host(cpu, fsdp2_zero2_backward_module_us=123.5)
+    assert load_cluster(str(save_cluster(stated, tmp_path / "c.yaml"))).node.host.fsdp2_zero2_backward_module_us \
+        == 123.5
+    assert load_cluster(str(save_cluster(cpu, tmp_path / "d.yaml"))).node.host.fsdp2_zero2_backward_module_us is None
+    with pytest.raises(SpecError, match="fsdp2_zero2_backward_module_us"):
+        _with_host(cpu, fsdp2_zero2_backward_module_us=-1.0)

@@ -1,7 +1,8 @@
 """The probe of torch's pipeline runtime per action (executor/pipeline_host_bench.py): two gloo processes run the
 simulator's GPipe list with torch's ``_PipelineScheduleRuntime`` under the executor's phase clock; the term is what
-no phase covers, per action of the ranks' lists. Checked: the lists' lengths (torch's, 19 per rank for p = 2,
-m = 4), the formula on the returned timings, and the outside-the-phases arithmetic by hand."""
+no phase covers, per action of the ranks' lists, and the posting of each send and receive. Checked: the lists'
+lengths (torch's, 19 per rank for p = 2, m = 4, 8 of them sends and receives), the formulas on the returned
+timings, and the outside-the-phases arithmetic by hand."""
 
 from __future__ import annotations
 
@@ -26,3 +27,7 @@ def test_two_gloo_ranks_time_the_runtime_per_action():
     assert all(o.p10_s <= o.median_s <= o.p90_s for o in t.outside)
     assert t.action_us == pytest.approx(max(0.0, sum(o.median_s for o in t.outside) / 38 * 1e6), rel=1e-12)
     assert t.action_us > 0  # the runtime does host work outside every phase
+    assert t.p2p == (8, 8)  # rank 0: 4 SEND_F + 4 RECV_B; rank 1: 4 RECV_F + 4 SEND_B
+    assert all(o.p10_s <= o.median_s <= o.p90_s for o in t.post)
+    assert t.post_us == pytest.approx(sum(o.median_s for o in t.post) / 16 * 1e6, rel=1e-12)
+    assert t.post_us > 0  # posting a gloo send or receive blocks the rank's thread

@@ -102,3 +102,40 @@ def test_gpu_presets_state_no_term_and_the_field_round_trips(tmp_path):
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))).node.host.pipeline_action_us == 61.5
     with pytest.raises(SpecError, match="pipeline_action_us"):
         _with_action_us(cluster, -1.0)
+
+
+def _with_post_us(cluster, us: float):
+    host = dataclasses.replace(cluster.node.host, pipeline_p2p_post_us=us)
+    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+
+
+def test_posting_each_send_and_receive_is_charged_on_the_chunk():
+    """``host.pipeline_p2p_post_us`` per send or receive of a compute action: at p = 2 every forward and backward
+    has exactly one (stage 0 sends activations and receives gradients, stage 1 the other way round), so 30 µs
+    makes each chunk's forward and backward 30 µs longer and leaves the per-step actions alone; a middle stage
+    of four has two per action. On the recorded GPipe run the fill and drain carry it (the 1.66 ms sends pace the
+    middle): the first micro-batch's forward on both stages and the last one's backward on both, 4 × 30 µs more
+    in both engines."""
+    results, cluster = _recorded("pp-gpipe", 0.0)
+    layout = _layout(results, cluster)
+    assert [pr.p2p_actions(layout, ChunkSlice(index=c, count=4, start=c, layers=1)) for c in range(4)] == [1, 2, 2, 1]
+    workload, strategy = run_workload(results), results.run.plan.strategy
+    posted = _with_post_us(cluster, 30.0)
+    works = [compile_step(c, workload, strategy, layout=_layout(results, c)) for c in (cluster, posted)]
+    for before, after in zip(works[0].stages, works[1].stages):
+        assert after.optimizer_s == before.optimizer_s
+        for b, a in zip(before.chunks, after.chunks):
+            assert (a.fwd_s - b.fwd_s, a.bwd_s - b.bwd_s) == pytest.approx((30e-6, 30e-6), rel=1e-9)
+    a0, d0 = estimate_run(results, cluster)
+    a1, d1 = estimate_run(results, posted)
+    assert a1.step_time_s - a0.step_time_s == pytest.approx(4 * 30e-6, rel=1e-6)
+    assert d1.step_time_s - d0.step_time_s == pytest.approx(4 * 30e-6, rel=1e-6)
+
+
+def test_the_post_field_round_trips_and_gpu_presets_state_none(tmp_path):
+    for name in ("dgx-h100", "dgx-a100"):
+        assert load_cluster(name).node.host.pipeline_p2p_post_us == 0.0  # not measured on a GPU
+    cluster = _with_post_us(load_cluster("localhost-cpu"), 71.5)
+    assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))).node.host.pipeline_p2p_post_us == 71.5
+    with pytest.raises(SpecError, match="pipeline_p2p_post_us"):
+        _with_post_us(cluster, -1.0)

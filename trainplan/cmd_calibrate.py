@@ -230,10 +230,14 @@ def _compute_dict(r, path: str) -> dict:
                 "fsdp2_backward_module_us": r.fsdp2.backward_module_us,
                 **{name: _timing(getattr(r.fsdp2, name)) for name in ("plain_forward", "fsdp2_forward", "plain_step",
                                                                       "fsdp2_step")}},
+            "fsdp2_zero2": None if r.fsdp2_zero2 is None else {
+                "fsdp2_zero2_backward_module_us": r.fsdp2_zero2.backward_module_us,
+                **{name: _timing(getattr(r.fsdp2_zero2, name)) for name in ("plain_step", "fsdp2_step")}},
             "pipeline": None if r.pipeline is None else {
                 "schedule": r.pipeline.schedule.value, "pp": r.pipeline.pp, "micro_batches": r.pipeline.micro_batches,
                 "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
-                "outside": [_timing(o) for o in r.pipeline.outside]},
+                "outside": [_timing(o) for o in r.pipeline.outside], "p2p": list(r.pipeline.p2p),
+                "pipeline_p2p_post_us": r.pipeline.post_us, "post": [_timing(o) for o in r.pipeline.post]},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -273,7 +277,8 @@ def _print_compute(r) -> None:
         p = r.pipeline
         print(f"pipeline      {p.action_us:.1f} us per schedule action ({p.schedule.value}, {p.pp} processes, "
               f"{p.micro_batches} micro-batches, {'/'.join(map(str, p.actions))} actions; outside the phases "
-              f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step)")
+              f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step); {p.post_us:.1f} us posting "
+              f"each send or receive")
     print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:

@@ -14,7 +14,8 @@ Plan field → torch component:
   ``isend``/``irecv`` (:mod:`executor.p2p`) inside a DDP communication hook. On NCCL the algorithm
   also sets ``NCCL_ALGO`` (``executor.run.nccl_environment``).
 - ZeRO 2 / 3: FSDP2 ``fully_shard`` on every block and on the root, ``reshard_after_forward`` False /
-  True, accumulation with ``set_requires_gradient_sync(False)`` until the last micro-batch.
+  True; each micro-batch's backward reduce-scatters its gradients (``set_requires_gradient_sync`` as
+  ``simulator.strategy.sync.reduces_every_micro_batch`` says, the rule the simulator charges: FSDP2's default).
 - Offload ``optimizer`` / ``params`` (ZeRO 2-3): ``CPUOffloadPolicy`` (torch offloads parameters,
   gradients and optimizer state together, and runs AdamW on the CPU). ZeRO 1 with optimizer offload
   and NVMe offload are refused: torch has no such component.
@@ -70,7 +71,7 @@ from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule
 from simulator.errors import SpecError
 from simulator.strategy import Offload, ZeroStage
-from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
 from simulator.workload import Recompute
 from simulator.workload.fp8 import MatmulPrecision
 
@@ -241,8 +242,8 @@ class DataParallelRunner:
                                                  if self.expert_params else ""))
 
     def _accumulating(self, last: bool):
-        if self.fsdp:
-            self.model.set_requires_gradient_sync(last)
+        if self.fsdp:  # ZeRO-2/3: the reduce-scatter in every micro-batch's backward that the simulator charges
+            self.model.set_requires_gradient_sync(last or reduces_every_micro_batch(self.ctx.layout.strategy))
             return contextlib.nullcontext()
         return contextlib.nullcontext() if last and self.overlap else self.module.no_sync()
 

@@ -264,6 +264,19 @@ class HostSpec:
     ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
     0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
     kernels and the host time, and a real model's stage kernels outlast tens of µs per action)."""
+    fsdp2_zero2_backward_module_us: float | None = None
+    """:attr:`fsdp2_backward_module_us` for FSDP2 at ZeRO-2 (``reshard_after_forward=False``), whose backward
+    does not re-gather the module, µs; measured by ``trainplan calibrate --compute`` with the same probe
+    (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe]. None: not stated, ZeRO-2 is charged
+    :attr:`fsdp2_backward_module_us` as ZeRO-3 is."""
+    pipeline_p2p_post_us: float = 0.0
+    """Host time torch's pipeline runtime blocks a rank's thread posting one send or receive of its list
+    (``_batch_p2p``: ``dist.isend`` / ``dist.irecv`` through the backend, which for gloo takes the pair's lock and
+    writes the rendezvous notice on the calling thread), µs: not in :attr:`pipeline_action_us` (the executor books
+    posting as pp time, outside no phase); :func:`simulator.host_overhead.with_host_modules` charges it per send and
+    receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
+    Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
+    [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -287,3 +300,6 @@ class HostSpec:
         non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
         non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
         non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
+        non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
+        if self.fsdp2_zero2_backward_module_us is not None:
+            non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)

@@ -16,9 +16,9 @@ from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param
-from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
+from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
-from simulator.strategy.sync import AllReduceAlgorithm
+from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
 
@@ -38,12 +38,6 @@ def fsdp2_zero2(layout: ParallelLayout) -> bool:
     every micro-batch's forward, kept through its backward and resharded after it [src: torch-fsdp2];
     there is no all-gather after the optimizer step (DeepSpeed's ZeRO-2 has one)."""
     return layout.strategy.zero is ZeroStage.ZERO2 and layout.framework is Framework.FSDP2
-
-
-def reduces_every_micro_batch(s: Strategy) -> bool:
-    """ZeRO-2/3 reduce-scatter the gradients in every micro-batch's backward (comm_part docstring);
-    a parameter server and ZeRO-0/1 synchronise once per step."""
-    return not isinstance(s.dp_sync, ParamServerSync) and s.zero >= ZeroStage.ZERO2
 
 
 def grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:

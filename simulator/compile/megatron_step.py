@@ -25,7 +25,8 @@ each step assigns its gradient instead of adding it: one add of ``3·b`` fewer p
 charge, credited with the other frameworks' (:func:`simulator.compile.grad_adds.first_add_bytes_per_param`):
 30 bytes net. Not charged: ``clip_grad_norm_fp32``'s scaling pass, which runs only
 when the norm exceeds the clip; ``train_step``'s all-reduce of the tied word-embedding gradient between the first
-and last pipeline stages (``V·h/t`` gradients once per step; not modelled anywhere yet). Megatron's buffered DDP and distributed optimizer have passes of
+and last pipeline stages (``V·h/t`` gradients once per step; charged for torch's pipelines by
+:func:`simulator.compile.tied_embedding.tied_embedding_sync`, not for Megatron-LM's yet). Megatron's buffered DDP and distributed optimizer have passes of
 their own (the main-to-model parameter copy, the norm) that are not charged yet.
 """
 

@@ -14,7 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
-from simulator.compile import grad_sync
+from simulator.compile import grad_sync, tied_embedding
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
@@ -178,6 +178,8 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         chunks.append(work)
         params, experts = params + held, experts + expert
     sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
+    sync, fractions = sync + tied, tuple(fractions) + (1.0,) * len(tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
         cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
                                                                                                  layout.world_size)))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, Barrier
+from simulator.engine.unrolled import spans_dp
 from simulator.interference import takes_sms
 from simulator.results import Category
 from simulator.work import CommKind
@@ -86,7 +87,7 @@ def _grad_stream(ctx, pipe: Pipe, rank: int, r: int, k: int, stream: str, items)
         category = KIND_CATEGORY[call.kind]
         t0 = env.now
         parties = ctx.parties(k)
-        if pipe.sync and parties > 1 and call.kind in SYNC_KINDS:
+        if pipe.sync and parties > 1 and call.kind in SYNC_KINDS and spans_dp(ctx.layout, call.group):
             bar = ctx.barrier((k, r, stream, i), parties)
             if bar.arrive(env.now):
                 env.process(_release(ctx, bar, call, (r, stream)))

@@ -181,3 +181,12 @@ class ParamServerSync:
         if self.mode is ParamServerMode.SYNC and self.staleness_steps:
             raise SpecError("staleness_steps", "a synchronous parameter server has no staleness; "
                             "use ps_mode async, or leave staleness_steps unset")
+
+
+def reduces_every_micro_batch(strategy) -> bool:
+    """Whether a step's data-parallel gradient sync runs in every micro-batch's backward: ZeRO-2/3 keep only their
+    gradient shard, so each backward reduce-scatters it (FSDP2's default, as torchtitan runs it, and DeepSpeed's);
+    ZeRO-0/1 (DDP's ``no_sync`` until the last micro-batch) and a parameter server synchronise once per step. The
+    one rule both sides read: the simulator places the reduce-scatters by it (:mod:`simulator.compile.grad_sync`)
+    and the executor's FSDP2 accumulation follows it (``executor/strategies/data_parallel.py``)."""
+    return not isinstance(strategy.dp_sync, ParamServerSync) and strategy.zero >= 2
