@@ -167,6 +167,21 @@ def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
                                layout.expert_dp_group(r)))
 
 
+def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> tuple[tuple, tuple]:
+    """The stage's gradient calls and ready fractions with the tied embedding's all-reduce last (fraction 1.0).
+    Joined once per (sync, fractions, tied) in ``cache``: the search's structures that share a stage's bucketed
+    syncs (:func:`simulator.compile.comm_part.bucketed`) then share the joined tuples too, which
+    :func:`simulator.analytical.summarize_stages` recognises by identity. The entry holds ``sync`` and
+    ``fractions``, so their ids are not reused while it lives."""
+    if not tied:
+        return sync, fractions
+    held = cache.memo(("tied-join", id(sync), id(fractions), tied),
+                      lambda: (sync, fractions, sync + tied, tuple(fractions) + (1.0,) * len(tied)))
+    if held[0] is not sync or held[1] is not fractions:  # defensive: another object under a reused id
+        return sync + tied, tuple(fractions) + (1.0,) * len(tied)
+    return held[2], held[3]
+
+
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
     """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
@@ -179,7 +194,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         params, experts = params + held, experts + expert
     sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
-    sync, fractions = sync + tied, tuple(fractions) + (1.0,) * len(tied)
+    sync, fractions = _with_tied(cache, sync, fractions, tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
         cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
                                                                                                  layout.world_size)))
