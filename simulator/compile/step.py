@@ -177,8 +177,6 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
         return sync, fractions
     held = cache.memo(("tied-join", id(sync), id(fractions), tied),
                       lambda: (sync, fractions, sync + tied, tuple(fractions) + (1.0,) * len(tied)))
-    if held[0] is not sync or held[1] is not fractions:  # defensive: another object under a reused id
-        return sync + tied, tuple(fractions) + (1.0,) * len(tied)
     return held[2], held[3]
 
 
