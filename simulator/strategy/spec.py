@@ -5,7 +5,7 @@ workload (world size, micro-batch count, layer split, rank groups, the framework
 derived and checked in :mod:`simulator.strategy.layout`, as torchtitan's ``ParallelDims``
 separates requested from derived values. Each field is declared once, with its flat key, flag,
 role and check (:mod:`simulator.strategy.fields`); the cross-field rules are in
-:meth:`Strategy._check_combinations`.
+:func:`simulator.strategy.combinations.check_combinations`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from simulator.checks import positive_number
 from simulator.errors import SpecError
 from simulator.attention_efficiency import AttentionBackend
 from simulator.schedules import ScheduleKind
+from simulator.strategy.combinations import check_combinations
 from simulator.strategy.faults import FailureModel, StragglerModel
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
                                        int_parser, int_tuple_parser, is_a, opt, opt_pos_int, pos_int, validate)
@@ -252,80 +253,7 @@ class Strategy:
             if not isinstance(getattr(self, name), kinds):
                 raise SpecError(name, f"must be a {' or '.join(k.__name__ for k in kinds)}, got "
                                 f"{getattr(self, name)!r}")
-        self._check_combinations()
-
-    def _check_combinations(self) -> None:
-        """The rules between fields (each written here only)."""
-        if self.virtual_stages > 1 and self.schedule is not ScheduleKind.INTERLEAVED:
-            raise SpecError("virtual_stages", f"{self.virtual_stages} chunks per rank need schedule interleaved, "
-                            f"not {self.schedule.value}; or use virtual_stages 1")
-        if self.offload is Offload.OPTIMIZER and self.zero < ZeroStage.ZERO1:
-            raise SpecError("offload", "optimizer offload partitions the optimizer state: use zero 1, 2 or 3")
-        if self.offload in (Offload.PARAMS, Offload.NVME) and self.zero is not ZeroStage.ZERO3:
-            raise SpecError("offload", f"{self.offload.value} offload needs zero 3 (DeepSpeed offload_param is "
-                            "stage-3 only)")
-        if self.offload_activations and self.recompute is not Recompute.FULL:
-            raise SpecError("offload_activations", "only activation checkpoints (the layer inputs kept by full "
-                            "recomputation) go to the host; use recompute full")
-        if isinstance(self.dp_sync, ParamServerSync) and self.zero is not ZeroStage.ZERO0:
-            raise SpecError("zero", "ZeRO partitions state over an all-reduce group; with a parameter server "
-                            "use zero 0")
-        if self.cp > 1 and isinstance(self.dp_sync, ParamServerSync):
-            raise SpecError("cp", "a parameter server's workers are whole data-parallel replicas; use the "
-                            "all-reduce gradient sync with cp, or cp 1")
-        if self.cp > 1 and self.attention is not AttentionKind.FLASH:
-            raise SpecError("cp", "context parallelism runs the attention core as flash attention (Transformer "
-                            "Engine's context-parallel attention is fused); use attention flash or cp 1")
-        _, framework = resolve_framework(self.zero, self.partitioning, self.framework)
-        self._check_fp8(framework)
-        if (framework is Framework.TORCH_DDP and self.grad_reduce_dtype is GradReduceDtype.FP32
-                and self.resolved_mixed_precision is MixedPrecision.PARAM_DTYPE):  # [src: torch-ddp]
-            raise SpecError("grad_reduce_dtype", "fp32 cannot be run by torch DDP under mixed_precision param-dtype: "
-                            "DDP all-reduces gradients in their own (bf16/fp16) dtype; drop grad_reduce_dtype, "
-                            "or use mixed_precision autocast or framework megatron/fsdp2")
-        if self.fsdp1_flat_params and (framework is not Framework.FSDP2 or self.zero < ZeroStage.ZERO2):
-            raise SpecError("fsdp1_flat_params", "is torch FSDP1's sharding, modelled on FSDP2's: use framework fsdp2 "
-                            "with zero 2 or 3, or drop it")
-        if self.moe_a2a_overlap and (framework is not Framework.MEGATRON or self.ep < 2):
-            raise SpecError("moe_a2a_overlap", "is Megatron-Core's overlap of the expert-parallel all-to-alls: use "
-                            "framework megatron with ep 2 or more, or drop it")
-        if self.unfused_grad_accumulation and framework is not Framework.MEGATRON:
-            raise SpecError("unfused_grad_accumulation", f"is Megatron-LM's gradient-accumulation option; "
-                            f"{framework.value}'s adds follow from the framework (simulator.workload.grad_accum): "
-                            "use framework megatron, or drop it")
-        if self.megatron_unbuffered_grads and (framework is not Framework.MEGATRON or self.zero is not ZeroStage.ZERO0
-                                               or not self.unfused_grad_accumulation):
-            raise SpecError("megatron_unbuffered_grads", "is Megatron-LM's local DDP without gradient buffers: use "
-                            "framework megatron with zero 0 and unfused_grad_accumulation, or drop it")
-        if self.gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
-            raise SpecError("gradient_as_bucket_view", f"is a torch DDP option; {framework.value} has no DDP "
-                            "buckets (use framework torch with zero 0 or 1)")
-        self._check_layer_split()
-
-    def _check_fp8(self, framework: Framework) -> None:
-        if self.precision is not MatmulPrecision.FP8:
-            for name in ("fp8_recipe", "fp8_all_gather"):
-                if getattr(self, name):
-                    raise SpecError(name, "is meaningful with precision fp8 only; add precision fp8 or drop it")
-            return
-        recipe = self.resolved_fp8_recipe
-        if recipe is None:
-            raise SpecError("fp8_recipe", f"{framework.value} has no FP8 recipe of its own here; give fp8_recipe "
-                            "te (Transformer Engine modules) or torchao")
-        if self.fp8_all_gather and (recipe is not Fp8Recipe.TORCHAO or framework is not Framework.FSDP2
-                                    or self.zero < ZeroStage.ZERO2):
-            raise SpecError("fp8_all_gather", "is FSDP2's float8 all-gather (torchao): use fp8_recipe torchao with "
-                            "framework fsdp2 and zero 2 or 3")
-
-    def _check_layer_split(self) -> None:
-        if self.layer_split is None:
-            return
-        if not isinstance(self.layer_split, tuple) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.layer_split):
-            raise SpecError("layer_split", f"must be a tuple of positive integers, got {self.layer_split!r}")
-        if len(self.layer_split) != self.pp * self.virtual_stages:
-            raise SpecError("layer_split", f"has {len(self.layer_split)} entries; give pp·virtual_stages = "
-                            f"{self.pp * self.virtual_stages}")
+        check_combinations(self)
 
     @property
     def context(self) -> ContextSplit:
