@@ -37,6 +37,7 @@ RULES = (  # first match wins: (class, outermost event contains, aten:: stack co
     ("logits GEMMs (CUTLASS align1)", "", "", "align1"),
     ("block GEMMs", "", "aten::mm", "nvjet"),
     ("block GEMMs", "", "aten::addmm", "nvjet"),
+    ("other", "forward", "aten::addmm", "Memset"),  # cuBLAS's memsets under addmm, not the residual add
     ("attention fwd", "forward", "", "cudnn"),
     ("attention bwd", "Attention", "", ""),
     ("norm fwd", "forward", "layer_norm", ""),
@@ -50,6 +51,8 @@ RULES = (  # first match wins: (class, outermost event contains, aten:: stack co
     ("loss (cross-entropy) fwd", "forward", "cross_entropy", ""),
     ("loss (cross-entropy) bwd", "LogSoftmaxBackward", "", ""),
     ("loss (cross-entropy) bwd", "NllLossBackward", "", ""),
+    # the fp32 → bf16 gradient of nll_loss's autocast cast of the log-probabilities (the model's cross_entropy.cast_bwd)
+    ("loss (cross-entropy) bwd", "ToCopyBackward", "", "bfloat16_copy"),
     ("autocast casts fwd", "forward", "copy_", ""),
     ("autocast casts bwd (ToCopyBackward)", "ToCopyBackward", "", ""),
     ("bias-gradient sums", "AddmmBackward", "aten::sum", ""),
