@@ -149,7 +149,8 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
     blocks = with_norm_weight_grads(block_work(spec, s.micro_batch, None, layout.tp, attention_backend=AttentionBackend.CUDNN),
                                     KernelFusion.EAGER, cuda)
     edges = with_norm_weight_grads(with_loss(edge_work(spec, s.micro_batch), layout.framework.loss_impl,
-                                             spec.dtype.activation_bytes), KernelFusion.EAGER, cuda)
+                                             spec.dtype.activation_bytes, autocast=runs_autocast(spec.dtype, s)),
+                                   KernelFusion.EAGER, cuda)
     add, whole = grad_add(spec.dtype, layout), ChunkSlice(index=0, count=1, start=0, layers=spec.layers)
     out: dict[tuple[str, str], list] = defaultdict(lambda: [0.0, 0])
     parts = [(blocks, spec.layers * m, spec.layer_params, OpKind.ELEMENTWISE)]
@@ -157,7 +158,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
               for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS))]
     for works, times, params, owner in parts:
         if runs_autocast(spec.dtype, s):
-            works = autocast_block(works, spec.dtype.activation_bytes)
+            works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
         works = with_grad_add(works, add, params, owner)
         for phase, rates in ((Phase.FWD, _rates(spec.dtype, device)), (Phase.BWD, _rates(spec.dtype, device, Phase.BWD))):
             for w in works:
