@@ -11,8 +11,9 @@ launched it (its runtime call's correlation id, then the enclosing ``cpu_op`` an
 thread) and to a class by the outermost autograd node or annotation and the innermost ``aten::`` operator
 (:data:`RULES`); per class it keeps ms per step, calls per step and the 10th/50th/90th percentile µs per call.
 The model's side: the kernels of :func:`simulator.compute.layer_times` / ``edge_times`` for the plan as run
-(cuDNN attention, what the trace shows ran), each kernel timed alone, × 24 blocks, and the analytical optimizer
-phase; its full-clock times (the step's power stretch, 3 % here, is not in them).
+(cuDNN attention, what the trace shows ran), each kernel timed alone, × 24 blocks, the analytical optimizer
+phase, and torch DDP's bucket copies (:mod:`simulator.workload.ddp_bucket`, which the step estimate does not charge
+yet); its full-clock times (the step's power stretch, 3 % here, is not in them).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ RULES = (  # first match wins: (class, outermost event contains, aten:: stack co
     ("logits GEMMs (CUTLASS align1)", "", "", "align1"),
     ("block GEMMs", "", "aten::mm", "nvjet"),
     ("block GEMMs", "", "aten::addmm", "nvjet"),
+    ("other", "forward", "aten::addmm", "Memset"),  # cuBLAS's memsets under addmm, not the residual add
     ("attention fwd", "forward", "", "cudnn"),
     ("attention bwd", "Attention", "", ""),
     ("norm fwd", "forward", "layer_norm", ""),
@@ -50,6 +52,8 @@ RULES = (  # first match wins: (class, outermost event contains, aten:: stack co
     ("loss (cross-entropy) fwd", "forward", "cross_entropy", ""),
     ("loss (cross-entropy) bwd", "LogSoftmaxBackward", "", ""),
     ("loss (cross-entropy) bwd", "NllLossBackward", "", ""),
+    # the fp32 → bf16 gradient of nll_loss's autocast cast of the log-probabilities (the model's cross_entropy.cast_bwd)
+    ("loss (cross-entropy) bwd", "ToCopyBackward", "", "bfloat16_copy"),
     ("autocast casts fwd", "forward", "copy_", ""),
     ("autocast casts bwd (ToCopyBackward)", "ToCopyBackward", "", ""),
     ("bias-gradient sums", "AddmmBackward", "aten::sum", ""),
@@ -129,7 +133,9 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
     from simulator.attention_efficiency import AttentionBackend
     from simulator.compute import Phase, _rates, runs_cuda_kernels
     from simulator.compile.grad_adds import grad_add
-    from simulator.strategy.formats import runs_autocast
+    from simulator.strategy import Framework
+    from simulator.strategy.formats import runs_autocast, sync_dtype
+    from simulator.workload.ddp_bucket import ddp_bucket_kernel
     from simulator.validate import run_workload
     from simulator.workload.autocast import autocast_block
     from simulator.workload.blocks import block_work
@@ -146,7 +152,8 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
     blocks = with_norm_weight_grads(block_work(spec, s.micro_batch, None, layout.tp, attention_backend=AttentionBackend.CUDNN),
                                     KernelFusion.EAGER, cuda)
     edges = with_norm_weight_grads(with_loss(edge_work(spec, s.micro_batch), layout.framework.loss_impl,
-                                             spec.dtype.activation_bytes), KernelFusion.EAGER, cuda)
+                                             spec.dtype.activation_bytes, autocast=runs_autocast(spec.dtype, s)),
+                                   KernelFusion.EAGER, cuda)
     add, whole = grad_add(spec.dtype, layout), ChunkSlice(index=0, count=1, start=0, layers=spec.layers)
     out: dict[tuple[str, str], list] = defaultdict(lambda: [0.0, 0])
     parts = [(blocks, spec.layers * m, spec.layer_params, OpKind.ELEMENTWISE)]
@@ -154,7 +161,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
               for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS))]
     for works, times, params, owner in parts:
         if runs_autocast(spec.dtype, s):
-            works = autocast_block(works, spec.dtype.activation_bytes)
+            works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
         works = with_grad_add(works, add, params, owner)
         for phase, rates in ((Phase.FWD, _rates(spec.dtype, device)), (Phase.BWD, _rates(spec.dtype, device, Phase.BWD))):
             for w in works:
@@ -162,6 +169,9 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
                     cell = out[(phase.value, k.name)]
                     cell[0] += rates.time(k)[0] * times
                     cell[1] += times
+    if layout.framework is Framework.TORCH_DDP:  # the reducer's bucket copies, once per step (not in the step estimate)
+        k = ddp_bucket_kernel(spec.params, sync_dtype(spec.dtype, s).grad_bytes, s.gradient_as_bucket_view)
+        out[("step", k.name)] = [_rates(spec.dtype, device, Phase.BWD).time(k)[0], 1]
     return {key: (t, n) for key, (t, n) in out.items()}
 
 
@@ -185,6 +195,7 @@ MODEL_RULES = (  # (class, phase, kernel-name test) for the model's kernels; fir
     ("bias-gradient sums", "bwd", lambda n: n.endswith(".bias_grad")),
     ("embedding fwd/bwd", "", lambda n: n.startswith("embedding")),
     ("grad-accumulation add (AccumulateGrad)", "bwd", lambda n: n == "grad_accumulate"),
+    ("DDP bucket copies and division", "step", lambda n: n == "ddp_bucket_copies"),
 )
 
 

@@ -158,6 +158,7 @@ def memory_rows(torch, elements: int, width: int) -> list[dict]:
     import torch.nn.functional as F
     x = torch.randn(elements // width, width, device="cuda", dtype=torch.bfloat16)
     y = torch.randn_like(x)
+    xf = x.float()
     e = 2
     kernels = {
         "copy": (lambda: x.clone(), 2 * e), "add": (lambda: x + y, 3 * e),
@@ -165,6 +166,10 @@ def memory_rows(torch, elements: int, width: int) -> list[dict]:
         "softmax": (lambda: torch.softmax(x, dim=-1), 2 * e), "gelu": (lambda: F.gelu(x), 2 * e),
         "gelu_tanh": (lambda: F.gelu(x, approximate="tanh"), 2 * e),
         "swiglu_eager": (lambda: F.silu(x) * y, 3 * e), "dropout": (lambda: torch.native_dropout(x, 0.1, True), 2 * e + 1),
+        # mixed formats: the TensorIterator casts inside the kernel [src: torch-cudaloops-dynamic-cast] (dynamic casting:
+        # launch_unrolled_kernel, no vectorised loads), as autocast's gradient casts and fp32 residual adds run
+        "cast_bf16_fp32": (lambda: x.float(), e + 4), "cast_fp32_bf16": (lambda: xf.to(torch.bfloat16), 4 + e),
+        "add_fp32_bf16": (lambda: xf + x, 4 + e + 4), "add_fp32": (lambda: xf + xf, 12),
     }
     rows = []
     for name, (fn, per_element) in kernels.items():

@@ -242,7 +242,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                        attention_backend=attention_backend)
     works = with_norm_weight_grads(works, fusion, runs_cuda_kernels(device))
     if autocast:
-        works = autocast_block(works, spec.dtype.activation_bytes)
+        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
     moe = spec.is_moe_layer(spec.layers - 1)
     works = with_grad_add(works, grad_add, block_params_held(spec, moe, tp, ep), OpKind.ELEMENTWISE)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
@@ -265,10 +265,10 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     computes the cross-entropy (``Framework.loss_impl``, :mod:`simulator.workload.loss`), as the engines' chunks."""
     rates = _rates(spec.dtype, device)
     works = with_loss(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel), loss,
-                      spec.dtype.activation_bytes)
+                      spec.dtype.activation_bytes, autocast=autocast)
     works = with_norm_weight_grads(works, KernelFusion.EAGER, runs_cuda_kernels(device))
     if autocast:
-        works = autocast_block(works, spec.dtype.activation_bytes)
+        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
     whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)
     for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS)):
         works = with_grad_add(works, grad_add, edge_params_held(spec, whole, tp, scope), owner)

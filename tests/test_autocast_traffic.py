@@ -41,6 +41,26 @@ def test_a_gpt_block_gains_the_hand_worked_bytes():
     assert gemms(cast) == gemms(plain)
 
 
+def test_every_biased_linear_gets_a_bias_cast_each_way():
+    """``cached_cast`` casts every fp32 leaf argument of ``linear``, the bias too [src: torch-autocast-cache]: GPT-3
+    1.3B's block (biases on all four linears) gets 10 casts each way, as the H200 trace runs per block
+    [src: own-h200-2026-11-24] (4 weights, 4 biases, the norm outputs: one kernel for the block's two norms here);
+    the biases' bytes by hand: (4 + 2) · (3h + h + 4h + h) each way."""
+    from simulator.workload.kinds import BiasKind
+    from simulator.workload.ops import biased_ops
+
+    spec = load_model("gpt3-1.3b")
+    h = spec.hidden
+    plain = block_work(spec, 8, 2048)
+    cast_op = lambda works: next(w for w in works if w.op is OpKind.CAST)  # noqa: E731
+    with_bias, without = cast_op(autocast_block(plain, 2, BiasKind.ALL)), cast_op(autocast_block(plain, 2))
+    assert spec.bias is BiasKind.ALL and spec.ffn_size == 4 * h
+    assert (len(with_bias.fwd), len(with_bias.bwd)) == (9, 9) and (len(without.fwd), len(without.bwd)) == (5, 5)
+    biases = [k for k in with_bias.fwd + with_bias.bwd if ".cast_bias" in k.name]
+    assert sum(k.bytes for k in biases) == 2 * 6 * (3 * h + h + 4 * h + h) == 2 * 6 * 18_432
+    assert biased_ops(BiasKind.QKV) == (OpKind.QKV,) and biased_ops(BiasKind.NONE) == ()
+
+
 def test_the_edges_gain_the_embedding_the_final_norm_and_the_logits_weight_cast():
     spec = load_model("gpt3-1.3b")
     b, s, h, v = 8, 2048, spec.hidden, spec.vocab

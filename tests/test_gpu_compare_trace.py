@@ -32,6 +32,12 @@ def test_kernel_counts_per_step_follow_the_model(classes):
         assert c[cls]["calls_per_step"] == 2 * 24 + 1  # two per block and the final norm
     assert c["attention fwd"]["calls_per_step"] == 24
     assert c["grad-accumulation add (AccumulateGrad)"]["calls_per_step"] == 292  # one per parameter tensor
+    # autocast's gradient casts: 4 weights, 4 biases and 2 norm outputs per block, the final norm's output and the
+    # output layer's weight; the loss's own cast backward (two halves of the 823M logits) counts as loss bwd
+    assert c["autocast casts bwd (ToCopyBackward)"]["calls_per_step"] == 24 * 10 + 2
+    assert c["loss (cross-entropy) bwd"]["calls_per_step"] == 2 + 1 + 2 + 1  # fill (2 halves), nll, cast (2), lsm
+    # torch DDP's reducer: a copy in per parameter tensor, a division per bucket, a copy back per tensor
+    assert c["DDP bucket copies and division"]["calls_per_step"] == 292 + 73 + 292
 
 
 def test_the_model_side_of_the_gamma_beta_kernel_is_hand_worked():
@@ -40,6 +46,20 @@ def test_the_model_side_of_the_gamma_beta_kernel_is_hand_worked():
     model = gct.model_classes(results, run_cluster(results, "hgx-h200"))
     per_norm = 2 * 16384 * 2048 * 4  # dy and x, fp32 under autocast
     assert model["norm bwd: γ/β kernel"] == pytest.approx((2 * 24 + 1) * per_norm / 4008e9, rel=1e-3)
+
+
+def test_the_model_side_of_the_loss_and_the_ddp_copies_is_hand_worked():
+    """Under autocast torch's loss moves 10 + 16 bytes per logit (:mod:`simulator.workload.loss`), DDP's reducer
+    24 per fp32 gradient (:mod:`simulator.workload.ddp_bucket`), at 4008 GB/s."""
+    from gpu_compare import load_results, run_cluster
+    from simulator.workload import get_preset
+    results = load_results(gct.RAW / "results-gpt3-1.3b.json")
+    model = gct.model_classes(results, run_cluster(results, "hgx-h200"))
+    logits = 8 * 2048 * 50257
+    assert model["loss (cross-entropy) fwd"] == pytest.approx(10 * logits / 4008e9, rel=1e-3)
+    assert model["loss (cross-entropy) bwd"] == pytest.approx(16 * logits / 4008e9, rel=1e-3)
+    assert model["DDP bucket copies and division"] == pytest.approx(
+        24 * get_preset("gpt3-1.3b").params / 4008e9, rel=1e-3)
 
 
 def test_the_page_is_current(classes):
@@ -67,6 +87,6 @@ def test_the_op_tables_and_the_kernel_classes_agree_on_the_memory_bound_time():
     cluster = run_cluster(results, "hgx-h200")
     ops = gc.model_classes(results, cluster)["memory-bound"]
     compute = ("block GEMMs", "logits GEMMs (CUTLASS align1)", "attention fwd", "attention bwd",
-               "optimizer (foreach AdamW)")
+               "optimizer (foreach AdamW)", "DDP bucket copies and division")  # the last: not in the op tables
     kernels = sum(t for c, t in gct.model_classes(results, cluster).items() if c not in compute)
     assert kernels == pytest.approx(ops, rel=1e-6)  # summed in another order

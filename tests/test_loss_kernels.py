@@ -35,6 +35,28 @@ def test_torch_fp32_by_hand():
     assert _bytes(LossImpl.TORCH_FP32, e=4) == (8 * N, 16 * N)  # fp32 logits: no casts
 
 
+def test_torch_under_autocast_by_hand():
+    """CUDA autocast's order [src: torch-autocast-cache]: bf16 ``log_softmax`` (2 + 2), the cast to fp32 for
+    ``nll_loss`` (2 + 4): 10·N forward; backward the fp32 fill (4), the cast back (4 + 2) and the bf16
+    ``log_softmax`` backward (2 + 2 + 2): 16·N. Fp32 logits: no cast, as ``TORCH_FP32``."""
+    assert _bytes(LossImpl.TORCH_AUTOCAST) == (10 * N, 16 * N) == (10_506_731_520, 16_810_770_432)
+    assert _bytes(LossImpl.TORCH_AUTOCAST, e=4) == _bytes(LossImpl.TORCH_FP32, e=4)
+    names = [k.name for k in loss_work(N, 2, LossImpl.TORCH_AUTOCAST).fwd]
+    assert names == ["cross_entropy.log_softmax", "cross_entropy.cast"]  # the cast after log_softmax
+
+
+def test_autocast_changes_only_torchs_rule():
+    from simulator.workload.loss import under_autocast
+
+    assert under_autocast(LossImpl.TORCH_FP32, True) is LossImpl.TORCH_AUTOCAST
+    assert under_autocast(LossImpl.TORCH_FP32, False) is LossImpl.TORCH_FP32
+    for impl in (LossImpl.MEGATRON_VOCAB_PARALLEL, LossImpl.ONE_PASS):
+        assert under_autocast(impl, True) is impl
+    spec = get_preset("gpt3-1.3b")
+    loss = next(w for w in with_loss(edge_work(spec, 8), LossImpl.TORCH_FP32, 2, autocast=True) if w.op is OpKind.LOSS)
+    assert sum(k.bytes for k in loss.bwd) == 16 * 8 * spec.seq_len * spec.vocab
+
+
 def test_megatron_vocab_parallel_by_hand():
     assert _bytes(LossImpl.MEGATRON_VOCAB_PARALLEL) == (38 * N, 14 * N) == (39_925_579_776, 14_709_424_128)
     assert _bytes(LossImpl.MEGATRON_VOCAB_PARALLEL, e=4) == (32 * N, 8 * N)  # fp32 logits: no casts

@@ -11,7 +11,10 @@ block on one tensor-parallel rank of ``T`` tokens gains, beyond the bf16 kernels
   (``cached_cast`` keeps the copy of a leaf tensor that requires grad for the rest of the region, so once
   per forward, per micro-batch, and again in a recomputed forward), reading 4 and writing ``e`` bytes per
   weight element; backward casts the weight's bf16 gradient back to fp32 (the cast's ``ToCopyBackward``):
-  ``e`` + 4 more. Biases (``n`` elements against the weight's ``k·n``) are left out;
+  ``e`` + 4 more. A linear's bias is such a leaf too, so it gets its own cast and gradient cast, ``(4 + e)·n``
+  each way for ``n`` output features (``cached_cast`` casts every fp32 argument of ``linear``) [src:
+  torch-autocast-cache]: few bytes, but a kernel each (the 1.3B trace's 10 casts per block each way: 4 weights,
+  4 biases, 2 norm outputs);
 - **norms in fp32**: ``layer_norm`` and ``rms_norm`` run in fp32 on the fp32 stream (autocast's fp32 op
   list), so each reads and writes 4 bytes per element instead of ``e`` (forward, and the backward's 1.5×);
 - **norm-output casts**: the next linear casts the norm's fp32 output to bf16, ``4 + e`` per element,
@@ -27,8 +30,8 @@ block on one tensor-parallel rank of ``T`` tokens gains, beyond the bf16 kernels
 These passes are what the 1.3B H200 trace shows besides the model's bf16 kernels: ``bfloat16_copy``
 (fp32 → bf16) once per linear weight and per norm output, ``direct_copy`` (bf16 → fp32) for their
 gradients, fp32 ``layer_norm`` kernels, and fp32 adds [src: own-h200-2026-11-24] (docs/hardware_measured.md).
-Not modelled: the accumulation of a second micro-batch's gradient into ``.grad`` (an fp32 add per parameter)
-and the bias gradients' reductions.
+The gradient-accumulation add and the bias gradients' reductions are other modules' (:mod:`simulator.workload.
+grad_accum`, :mod:`simulator.workload.ops`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.workload.eager_norm import WEIGHT_GRAD_SUFFIX
-from simulator.workload.ops import MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, memory
+from simulator.workload.kinds import BiasKind
+from simulator.workload.ops import MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, biased_ops, memory
 
 __all__ = ["FP32_BYTES", "WEIGHT_OPS", "autocast_block"]
 
@@ -51,15 +55,18 @@ def _scaled(kernel: Kernel, factor: float) -> Kernel:
     return replace(kernel, bytes=kernel.bytes * factor)
 
 
-def _weight_casts(work: OpWork, e: int) -> tuple[list[Kernel], list[Kernel]]:
-    """A cast per bf16 weight GEMM of ``work`` in forward and a gradient cast in backward (FP8 GEMMs,
-    ``Kernel.dtype`` set, are cast by their own recipe)."""
+def _weight_casts(work: OpWork, e: int, bias: bool) -> tuple[list[Kernel], list[Kernel]]:
+    """A cast per bf16 weight GEMM of ``work`` in forward and a gradient cast in backward, and with ``bias`` the
+    same for each GEMM's bias of ``n`` elements (FP8 GEMMs, ``Kernel.dtype`` set, are cast by their own recipe)."""
     fwd, bwd = [], []
     for k in work.fwd:
         if k.gemm and k.shape is not None and k.dtype is None:
             elems = k.shape.k * k.shape.n * k.shape.batch
             fwd.append(memory(f"{k.name}.cast_weight", (FP32_BYTES + e) * elems))
             bwd.append(memory(f"{k.name}.cast_weight_grad", (e + FP32_BYTES) * elems))
+            if bias:
+                fwd.append(memory(f"{k.name}.cast_bias", (FP32_BYTES + e) * k.shape.n * k.shape.batch))
+                bwd.append(memory(f"{k.name}.cast_bias_grad", (e + FP32_BYTES) * k.shape.n * k.shape.batch))
     return fwd, bwd
 
 
@@ -93,16 +100,17 @@ def _embedding(work: OpWork, e: int) -> OpWork:
     return replace(work, fwd=tuple(fp32(k) for k in work.fwd), bwd=tuple(fp32(k) for k in work.bwd))
 
 
-def autocast_block(works: list[OpWork], e: int) -> list[OpWork]:
+def autocast_block(works: list[OpWork], e: int, bias: BiasKind = BiasKind.NONE) -> list[OpWork]:
     """A block's (or the edges') operations as eager autocast over fp32 parameters runs them (module
     docstring), the casts gathered in one :attr:`OpKind.CAST` operation per scope, ahead of the scope's
-    operations; ``e``: bytes per element of the compute format."""
-    out, casts = [], {}
+    operations; ``e``: bytes per element of the compute format; ``bias``: which linears carry a bias
+    (:func:`simulator.workload.ops.biased_ops`), each cast too."""
+    out, casts, biased = [], {}, biased_ops(bias)
     for w in works:
         f: list[Kernel] = []
         b: list[Kernel] = []
         if w.op in WEIGHT_OPS:
-            f, b = _weight_casts(w, e)
+            f, b = _weight_casts(w, e, w.op in biased)
         elif w.op is OpKind.NORM:
             w, f, b = _norm(w, e)
         elif w.op is OpKind.ELEMENTWISE:

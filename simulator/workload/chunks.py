@@ -83,7 +83,7 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose,
                                   eager=o.fusion is KernelFusion.EAGER)
             if o.autocast:
-                block = autocast_block(block, spec.dtype.activation_bytes)
+                block = autocast_block(block, spec.dtype.activation_bytes, spec.bias)
             block = with_grad_add(block, o.grad_add, block_params_held(spec, moe_layer, o.tp, o.ep), OpKind.ELEMENTWISE)
             unit = _unit(block, o.recompute, o.flash_attention)
             if o.recompute is Recompute.SELECTIVE_OP:
@@ -93,9 +93,9 @@ def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptio
     if chunk.first or chunk.last:
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
-        edge = with_norm_weight_grads(with_loss(edge, o.loss, spec.dtype.activation_bytes), o.fusion, o.cuda_kernels)
+        edge = with_norm_weight_grads(with_loss(edge, o.loss, spec.dtype.activation_bytes, autocast=o.autocast), o.fusion, o.cuda_kernels)
         if o.autocast:
-            edge = autocast_block(edge, spec.dtype.activation_bytes)
+            edge = autocast_block(edge, spec.dtype.activation_bytes, spec.bias)
         for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),
                                      (Scope.LAST, chunk.last, OpKind.LOGITS)):
             if wanted:

@@ -55,6 +55,10 @@ class LossImpl(Enum):
     TORCH_FP32 = "torch-fp32"
     """``F.cross_entropy`` on fp32 logits, as torch models call it (``logits.float()``, or autocast's fp32
     ``log_softmax``): a cast, ``log_softmax`` and ``nll_loss``, each its own pass, and their backward passes."""
+    TORCH_AUTOCAST = "torch-autocast"
+    """``F.cross_entropy`` on 16-bit logits under CUDA autocast (torch DDP's AMP recipe, the executor's loss):
+    ``log_softmax`` in the logits' format, then ``nll_loss`` (autocast's fp32 list) on an fp32 cast of the
+    log-probabilities; backward their passes in reverse (:mod:`simulator.workload.loss`)."""
     MEGATRON_VOCAB_PARALLEL = "megatron-vocab-parallel"
     """Megatron-LM's vocab-parallel cross-entropy on the ``.float()`` logits: a cast, the max, the in-place
     subtraction, exponent and normalisation, each its own pass; backward the in-place scaling and the cast back."""

@@ -287,6 +287,12 @@ def activation_kernels(elems: float, e: int, swiglu: bool, fusion: KernelFusion)
     return [(memory("activation", 3 * elems * e), None)]
 
 
+def biased_ops(bias: BiasKind) -> tuple[OpKind, ...]:
+    """The operations whose linear layers carry a bias vector under ``bias``."""
+    return {BiasKind.NONE: (), BiasKind.QKV: (OpKind.QKV,),
+            BiasKind.ALL: (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP)}[bias]
+
+
 def _bias_grads(ops: list[OpWork], spec: TransformerSpec, e: int, row_elems: float) -> list[OpWork]:
     """Eager autograd's bias gradients: a linear's ``grad_bias = grad_output.sum(0)`` is a reduction kernel of
     its own, reading the output gradient once (``e`` bytes per element; the bias written is negligible) — 96
@@ -295,8 +301,7 @@ def _bias_grads(ops: list[OpWork], spec: TransformerSpec, e: int, row_elems: flo
     ones (output projection, MLP out) the block's ``T × h`` (÷t with sequence parallelism), ``row_elems``. They
     join the element-wise operation's backward (memory-bound rows). Megatron's and torch.compile's fusions
     are left as they were (not measured here)."""
-    biased = {BiasKind.NONE: (), BiasKind.QKV: (OpKind.QKV,),
-              BiasKind.ALL: (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP)}[spec.bias]
+    biased = biased_ops(spec.bias)
     grads = tuple(memory(f"{k.name}.bias_grad", e * (row_elems if k.name in ("out_proj", "mlp_out")
                                                     else k.shape.m * k.shape.n))
                   for w in ops if w.op in biased for k in w.fwd if k.gemm and k.shape is not None)
