@@ -304,6 +304,7 @@ class FlowNetwork:
         for f in finished:
             f.remaining, f.rate, f.finish_s = 0.0, 0.0, now
             group = f.group
+            f.group = None  # no flow <-> group cycle left: the flows and their group go by reference count
             group.left -= 1
             if group.left == 0:
                 group.event.succeed(group.flows[0] if group.single else group.flows)
