@@ -33,6 +33,10 @@ positive in exact arithmetic; rounding in ``left_r`` must not produce a zero or 
 VECTOR_MIN_HOPS = 512
 """(flow, resource) pairs from which numpy's per-pass cost beats the heap's per-pair cost (measured
 with benchmarks/bench_network.py; both give the same rates)."""
+TABLE_PER_HOP = 16
+"""Resource indices (up to the largest one crossed) per (flow, resource) pair up to which :func:`_numbered`
+numbers the resources by a table over those indices (O(indices + pairs)) rather than by sorting the pairs
+(``np.unique``, O(pairs · log pairs)); both give the same numbering, so the choice changes no rate."""
 TIE_RTOL = 1e-12
 """Shares within this relative distance of the least one are the same level (rounding only)."""
 
@@ -103,7 +107,7 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int,
     res = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=hops)
     lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(flows))
     flow_of = np.repeat(np.arange(len(flows)), lengths)
-    used, local = np.unique(res, return_inverse=True)
+    used, local = _numbered(res, hops)
     if used.size == hops:  # no resource shared: each flow runs at its own bottleneck
         for f in flows:
             f.rate = f.bottleneck_Bps
@@ -129,3 +133,19 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int,
         open_hop &= ~done
     for f, r in zip(flows, rate.tolist()):
         f.rate = r
+
+
+def _numbered(res: np.ndarray, hops: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(res, return_inverse=True)``: the distinct resources in increasing order, and each pair's index
+    among them. Where the largest index is below ``TABLE_PER_HOP`` per pair, read off a table over every
+    index up to it instead of sorting the pairs: the same two arrays (distinct indices in increasing order are
+    the table's non-zero entries in order), without the sort that made progressive filling of a 512-node tree
+    step (thousands of pairs) O(H log H) per settle."""
+    size = int(res.max()) + 1
+    if size > TABLE_PER_HOP * hops:
+        return np.unique(res, return_inverse=True)
+    table = np.zeros(size, dtype=np.int64)
+    table[res] = 1
+    used = np.flatnonzero(table)
+    table[used] = np.arange(used.size)
+    return used, table[res]

@@ -30,6 +30,8 @@ class Flow:
         """``start_s``: when the transfer was asked for, s."""
         self.version = self.mark = self.due = 0
         self.group = group
+        """The group whose event reports its completion; None once it is done (the flow then lets go of it, so
+        finished flows and their groups leave no reference cycle for the collector)."""
         self.active_s = self.finish_s = math.nan
         """``active_s``: when its latency ended and it began to use bandwidth; ``finish_s``: its last byte, s."""
         self.delivered_bytes = 0.0

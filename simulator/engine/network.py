@@ -27,7 +27,8 @@ Implementation:
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
   left with negative bytes. Ties are broken by flow creation order: deterministic.
 
-A flow and its route and group are :mod:`simulator.engine.flows`; the settle event and scheduling at an absolute
+A flow and its route and group are :mod:`simulator.engine.flows`; what folding asks of the network (resources, idleness,
+reservations) :mod:`simulator.engine.network_holding`; the settle event and scheduling at an absolute
 instant :mod:`simulator.engine.settle_clock`; progressive filling :mod:`simulator.engine.fairshare`.
 """
 
@@ -36,13 +37,14 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 from itertools import chain
-from typing import Collection, Iterable
+from typing import Iterable
 
 import simpy
 
 from simulator.cluster.topology import Path
 from simulator.engine.fairshare import max_min
 from simulator.engine.flows import Flow, NetworkStats, _Group, _Route
+from simulator.engine.network_holding import Holding
 from simulator.engine.reservations import Reservations
 from simulator.engine.settle_clock import CLOCK_ULPS, _Settle
 from simulator.errors import SpecError
@@ -51,7 +53,7 @@ REL_BYTES_TOL = 1e-12
 """A flow with at most this fraction of its bytes left is complete (rounding of the rate integral)."""
 
 
-class FlowNetwork:
+class FlowNetwork(Holding):
     """Transfers over topology paths sharing link bandwidth max-min fairly, on a SimPy environment."""
 
     def __init__(self, env: simpy.Environment):
@@ -108,40 +110,6 @@ class FlowNetwork:
         """Flows using bandwidth now."""
         return self._active
 
-    # ---- folding (simulator.engine.fold) ------------------------------------------------------
-
-    def resources(self, path: Path) -> tuple[int, ...]:
-        """Resource indices ``path`` crosses (the indices :attr:`Flow.res` holds)."""
-        return self._route(path).res
-
-    def bottleneck_Bps(self, path: Path) -> float:
-        """Least capacity on ``path``: the rate of a flow that shares none of its resources."""
-        return self._route(path).bottleneck_Bps
-
-    def idle(self, res: Collection[int]) -> bool:
-        """No active flow on any of ``res`` and none of them reserved."""
-        rs = self._reservations
-        if rs.reserved and rs.reserved & rs.mask(res):
-            return False
-        return not (self._active and any(map(self._res_flows.__getitem__, res)))  # none active: all idle
-
-    def mask(self, res: Collection[int]) -> int:
-        """The bit mask of ``res`` (remembered per collection object: pass ones that are kept)."""
-        return self._reservations.mask(res)
-
-    def reserve(self, holder, res: Collection[int], mask: int | None = None) -> None:
-        """``holder`` owns ``res`` until it releases them or a later reservation takes them
-        (:mod:`simulator.engine.reservations`; ``mask``: their bit mask, when the caller has it)."""
-        self._reservations.reserve(holder, res, mask)
-
-    def release(self, holder, res: Collection[int] = ()) -> None:
-        """Free the resources ``holder`` still owns (``res``, what it reserved, is not needed)."""
-        self._reservations.release(holder)
-
-    def holders(self, res: Collection[int]) -> list:
-        """The holders owning a resource of ``res`` (reservation order)."""
-        return self._reservations.holders(res)
-
     # ---- flow lifecycle -----------------------------------------------------------------------
 
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
@@ -189,29 +157,6 @@ class FlowNetwork:
             event.succeed(flows)
         return event
 
-    def _route(self, path: Path) -> _Route:
-        cached = self._routes.get(id(path))
-        if cached is not None and cached.path is path:
-            return cached
-        res: list[int] = []
-        for hop in path.hops:
-            idx = self._res_index.get(hop.resource)
-            bw = hop.link.bw_Bps
-            if idx is None:
-                idx = self._res_index[hop.resource] = len(self._cap)
-                self._cap.append(bw)
-                self._res_flows.append({})
-            elif not math.isclose(self._cap[idx], bw, rel_tol=1e-12):
-                raise SpecError("path", f"resource {hop.resource} has bandwidth {bw} B/s here and "
-                                f"{self._cap[idx]} B/s elsewhere; one link instance has one bandwidth")
-            if idx not in res:
-                res.append(idx)
-        if not res:
-            raise SpecError("path", "a path needs at least one hop")
-        route = _Route(path, tuple(res), min(self._cap[r] for r in res))
-        self._routes[id(path)] = route  # keeps the path alive, so its id stays unique
-        return route
-
     def _settle(self, event: simpy.Event) -> None:
         """Apply every start and end due now, re-rate the flows they touch, and plan the next wake."""
         now = self.env.now
@@ -236,12 +181,6 @@ class FlowNetwork:
         if arrivals or due:
             self._apply(now, slack, arrivals, due)
         self._plan_wake(now)
-
-    def _unfold(self, arrivals: list[Flow]) -> None:
-        """Holders of resources that arriving flows cross put their state back (they may add arrivals), in the
-        order of the first such resource over the arrivals."""
-        for holder in self._reservations.holders_met(arrivals):
-            holder.unfold(arrivals)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
         # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
@@ -304,6 +243,7 @@ class FlowNetwork:
         for f in finished:
             f.remaining, f.rate, f.finish_s = 0.0, 0.0, now
             group = f.group
+            f.group = None  # no flow <-> group cycle left: the flows and their group go by reference count
             group.left -= 1
             if group.left == 0:
                 group.event.succeed(group.flows[0] if group.single else group.flows)
