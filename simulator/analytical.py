@@ -196,18 +196,34 @@ _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 """:func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
 
 
+def _sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """(seconds, :data:`_KIND_CODE`, takes SMs, ready fraction) of each of a stage's gradient buckets as arrays,
+    and those arrays' bytes (the part of :func:`_stage_sync`'s key that is not the backward): read once per pair of
+    bucket and fraction tuples in ``kept``, by their ids. The entry holds the tuples, so no other object takes their
+    ids while it lives (a search's structures that share a bucketed sync, :func:`simulator.compile.comm_part.bucketed`,
+    ask again under every other backward: micro-batch, recompute)."""
+    held = (st.grad_sync, st.grad_ready_fraction)
+    key = ("sync arrays", id(held[0]), id(held[1]))
+    got = kept.get(key)
+    if got is None or got[0][0] is not held[0] or got[0][1] is not held[1]:
+        runs = _runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
+        times, codes = _times_and_codes(st.grad_sync, runs)
+        fractions = np.array(st.grad_ready_fraction, dtype=float)
+        sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
+        blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
+        got = kept[key] = (held, times, codes, sms, fractions, blob)
+    return got[1:]
+
+
 def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
-                seen: dict[bytes, tuple[float, np.ndarray]]) -> tuple[float, np.ndarray]:
+                seen: dict[bytes, tuple[float, np.ndarray]], kept: dict | None = None) -> tuple[float, np.ndarray]:
     """(tail, exposed seconds by :data:`_KIND_CODE`) of one stage's gradient buckets under its last backward
     of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
-    stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``."""
-    runs = _runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
-    times, codes = _times_and_codes(st.grad_sync, runs)
-    fractions = np.array(st.grad_ready_fraction, dtype=float)
-    sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
-    key = b"".join((np.array([b_last, sm_fraction]).tobytes(), times.tobytes(), codes.tobytes(), sms.tobytes(),
-                    fractions.tobytes()))
+    stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
+    ``kept``: where the buckets' arrays are remembered between calls (:func:`_sync_arrays`; None: nowhere)."""
+    times, codes, _, fractions, blob = _sync_arrays(st, {} if kept is None else kept)
+    key = np.array([b_last, sm_fraction]).tobytes() + blob
     if key in seen:
         return seen[key]
     tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
@@ -219,6 +235,16 @@ def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
         tail = stretch.sum()
     seen[key] = tail, exposed
     return tail, exposed
+
+
+def _kept_sums_by_code(calls: tuple[CommCall, ...], kept: dict) -> np.ndarray:
+    """:func:`_sums_by_code`, remembered in ``kept`` per tuple of calls by its id (the entry holds the tuple): a
+    ZeRO-1/2 stage's after-step all-gathers are a bucketed tuple shared by a search's structures."""
+    key = ("after sums", id(calls))
+    got = kept.get(key)
+    if got is None or got[0][0] is not calls:
+        got = kept[key] = ((calls,), _sums_by_code(calls))
+    return got[1]
 
 
 def summarize(work: StepWork) -> StepArrays:
@@ -261,7 +287,8 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
         key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
         got = same.get(key)
         if got is None or any(a is not b for a, b in zip(got[0], held)):
-            got = same[key] = (held, *_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
+            got = same[key] = (held, *_stage_sync(st, b_last, sm_fraction, seen, same),
+                               _kept_sums_by_code(st.after_step, same))
         tail[r], exposed[r], after[r] = got[1:]
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],

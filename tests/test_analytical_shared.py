@@ -102,7 +102,7 @@ def test_calls_read_by_runs_equal_each_call_read(items):
 def _own_stage_each(monkeypatch) -> None:
     """Make summarize_stages compute every stage's buckets on their own (no sharing between stages)."""
     real = analytical._stage_sync
-    monkeypatch.setattr(analytical, "_stage_sync", lambda st_, b, f, seen: real(st_, b, f, {}))
+    monkeypatch.setattr(analytical, "_stage_sync", lambda st_, b, f, seen, kept=None: real(st_, b, f, {}))
 
 
 STRATEGIES = [
