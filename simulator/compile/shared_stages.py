@@ -106,12 +106,13 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
     every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
+    inputs = step.compute_inputs(cache, workload, layout)
     placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
     for r, groups in enumerate(every):
         key = _signature(cache, workload, layout, r, placed[r])
         model = compiled.get(key)
         if model is None:
-            model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch)
+            model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch, inputs)
             out.append(model)
         else:
             out.append(_relabelled(model, r, groups[0], layout.pp))

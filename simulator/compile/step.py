@@ -37,10 +37,10 @@ def _check_workload(workload) -> None:
         raise no_compute()
 
 
-def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout, c: int) -> ChunkCompute:
+def compute_inputs(cache: CostCache, workload: Workload, layout: ParallelLayout) -> tuple[ComputeOptions, float]:
+    """(compute options, processes per host core on the node) of every chunk of ``layout``: neither reads the
+    chunk, so a step's stages build them once (:func:`stage_work`'s ``inputs``)."""
     s = layout.strategy
-    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
-                       layers=layout.layers_per_stage[c])
     backend = s.resolved_attention_backend(cache.cluster.device.compute_capability)
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
@@ -55,6 +55,15 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              cuda_kernels=runs_cuda_kernels(cache.cluster.device),
                              grad_add=grad_add(workload.dtype, layout))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    return options, share
+
+
+def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout, c: int,
+                   inputs: tuple[ComputeOptions, float] | None = None) -> ChunkCompute:
+    """Chunk ``c``'s compute; ``inputs``: :func:`compute_inputs` of ``layout``, if already built."""
+    options, share = compute_inputs(cache, workload, layout) if inputs is None else inputs
+    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
+                       layers=layout.layers_per_stage[c])
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
 
@@ -74,8 +83,8 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
                     transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
 
-def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
-    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
+def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
+    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c, inputs)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
@@ -181,13 +190,16 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
 
 
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
-               fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
-    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
+               fetch: ParamFetch = ParamFetch.INFINITY,
+               inputs: tuple[ComputeOptions, float] | None = None) -> StageWork:
+    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync. ``inputs``:
+    :func:`compute_inputs` of ``layout``, if already built."""
     groups = stage_groups(cache, layout, r)
+    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     rep = groups[0]
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
-        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
+        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
         chunks.append(work)
         params, experts = params + held, experts + expert
     sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
@@ -221,7 +233,8 @@ def compile_stages(cache: CostCache, workload: Workload, layout: ParallelLayout,
     structures read (:func:`simulator.analytical.summarize_stages`)."""
     _check_workload(workload)
     _check_fetch(fetch)
-    return tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+    inputs = compute_inputs(cache, workload, layout)
+    return tuple(stage_work(cache, workload, layout, r, fetch, inputs) for r in range(layout.pp))
 
 
 def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
@@ -238,7 +251,8 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
     cache = CostCache(cluster) if cache is None else cache
     if cache.cluster is not cluster and cache.cluster != cluster:
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
-    stages = tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+    inputs = compute_inputs(cache, workload, layout)
+    stages = tuple(stage_work(cache, workload, layout, r, fetch, inputs) for r in range(layout.pp))
     samples = strategy.global_batch
     seq = workload.seq_len
     model_flops, hw_flops = step_flops(workload, samples * seq, strategy.recompute, strategy.attention)
@@ -255,5 +269,7 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
 
 def _host_bound(cache: CostCache, workload, layout: ParallelLayout) -> tuple[str, ...]:
     """Phases host-bound on any chunk (:attr:`ChunkCompute.host_bound`; the chunks' answers are memoised)."""
-    phases = {p for c in range(layout.pp * layout.v) for p in _chunk_compute(cache, workload, layout, c).host_bound}
+    inputs = compute_inputs(cache, workload, layout)
+    phases = {p for c in range(layout.pp * layout.v)
+              for p in _chunk_compute(cache, workload, layout, c, inputs).host_bound}
     return tuple(p for p in ("forward", "backward", "recompute") if p in phases)
