@@ -202,7 +202,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
         chunks.append(work)
         params, experts = params + held, experts + expert
-    sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    sync, fractions, after, opt = grad_sync.kept_grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
