@@ -7,6 +7,9 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+from dataclasses import fields
+from operator import attrgetter
+
 from simulator import host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
@@ -20,8 +23,9 @@ from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.strategy.formats import runs_autocast, sync_dtype
-from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
+from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
                                 Strategy, ZeroStage, build_layout)
+from simulator.strategy.sync import reduces_every_micro_batch
 from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s, runs_cuda_kernels
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
@@ -189,26 +193,48 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
     return held[2], held[3]
 
 
-def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
-               fetch: ParamFetch = ParamFetch.INFINITY,
-               inputs: tuple[ComputeOptions, float] | None = None) -> StageWork:
-    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync. ``inputs``:
-    :func:`compute_inputs` of ``layout``, if already built."""
-    groups = stage_groups(cache, layout, r)
+_ALL_BUT_SYNC = attrgetter(*(f.name for f in fields(Strategy) if f.name != "dp_sync"))
+
+
+def chunks_key(workload, layout: ParallelLayout, r: int, fetch: ParamFetch) -> tuple:
+    """Everything :func:`_chunk_work` reads for pipeline rank ``r``'s chunks: the workload, the fetch, the layout's
+    world size and every strategy field, the gradient sync's fields only where a chunk carries that sync's calls
+    (ZeRO-2/3's per-micro-batch reduce-scatters, :func:`grad_sync.grad_reduce_scatters`: its algorithm and buckets)
+    or where they place the workers (a parameter server's nodes). Otherwise the chunks read only the sync's type
+    (DDP's host time per forward, :func:`host_overhead.ddp_wrapped`): a search's ZeRO-0/1 structures that differ
+    only in buckets or all-reduce options share their chunks. ``tests/test_stage_chunks_memo.py``."""
+    s = layout.strategy
+    sync = s.dp_sync if reduces_every_micro_batch(s) or isinstance(s.dp_sync, ParamServerSync) else type(s.dp_sync)
+    return ("stage chunks", workload, fetch, r, layout.world_size, _ALL_BUT_SYNC(s), sync)
+
+
+def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tuple[ChunkWork, ...], float, float]:
+    """(chunks r, r+p, …, parameters they hold, of which routed experts) of pipeline rank ``r``."""
     inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
-    rep = groups[0]
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
         work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
         chunks.append(work)
         params, experts = params + held, experts + expert
+    return tuple(chunks), params, experts
+
+
+def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
+               fetch: ParamFetch = ParamFetch.INFINITY,
+               inputs: tuple[ComputeOptions, float] | None = None) -> StageWork:
+    """The representative rank of pipeline rank ``r``: its chunks r, r+p, … (remembered per :func:`chunks_key`),
+    then its gradient sync. ``inputs``: :func:`compute_inputs` of ``layout``, if already built."""
+    groups = stage_groups(cache, layout, r)
+    rep = groups[0]
+    chunks, params, experts = cache.memo(chunks_key(workload, layout, r, fetch),
+                                         lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
     sync, fractions, after, opt = grad_sync.kept_grad_sync(cache, workload, layout, rep, groups[2], params, experts)
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
         cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
                                                                                                  layout.world_size)))
-    return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
+    return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
 
