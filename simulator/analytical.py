@@ -265,22 +265,22 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
-    numbers: dict[tuple, tuple] = {}  # chunks holding the same call tuples and seconds (a shared stage's) share them
-    for c, ch in chunks.items():
-        key = (id(ch.tp_fwd), id(ch.tp_bwd), id(ch.zero_fwd), id(ch.zero_bwd), ch.fwd_s, ch.bwd_s, ch.recompute_s,
-               ch.zero_prefetch_calls)
-        got = numbers.get(key)
-        if got is None:
-            got = numbers[key] = _chunk_numbers(ch, sm_fraction)
-        F[c], B[c], parts[c] = got
+    same: dict[tuple, tuple] = {} if kept is None else kept  # answers by the tuples' ids, each entry holding them
+    for c, ch in chunks.items():  # chunks holding the same call tuples and seconds (a shared stage's) share them
+        calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
+        key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls,
+               sm_fraction)
+        got = same.get(key)
+        if got is None or any(a is not b for a, b in zip(got[0], calls)):
+            got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction))
+        F[c], B[c], parts[c] = got[1:]
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
-    seen: dict[bytes, tuple[float, np.ndarray]] = {}
-    same: dict[tuple, tuple] = {} if kept is None else kept  # stages holding the same bucket and after-step tuples
+    seen: dict[bytes, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (_stage_sync)
     for r, st in enumerate(stages):
         b_last = gradient_work_s(chunks[r])
         held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
