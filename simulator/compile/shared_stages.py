@@ -121,7 +121,7 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     starts = [0]
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
-    every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
+    every = step.all_stage_groups(cache, layout)
     inputs = step.compute_inputs(cache, workload, layout)
     placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
     classes = cache.memo(classes_key(workload, layout), lambda: _classes(cache, workload, layout, placed))
