@@ -266,14 +266,16 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
     chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
     same: dict[tuple, tuple] = {} if kept is None else kept  # answers by the tuples' ids, each entry holding them
+    b_lasts: dict[int, float] = {}  # each chunk's gradient_work_s
     for c, ch in chunks.items():  # chunks holding the same call tuples and seconds (a shared stage's) share them
         calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
         key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls,
                sm_fraction)
         got = same.get(key)
         if got is None or any(a is not b for a, b in zip(got[0], calls)):
-            got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction))
-        F[c], B[c], parts[c] = got[1:]
+            got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
+        F[c], B[c], parts[c] = got[1:4]
+        b_lasts[c] = got[4]
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
@@ -282,7 +284,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     after = np.zeros((p, len(EXPOSED_KINDS)))
     seen: dict[bytes, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (_stage_sync)
     for r, st in enumerate(stages):
-        b_last = gradient_work_s(chunks[r])
+        b_last = b_lasts[r]  # gradient_work_s(chunks[r])
         held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
         key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
         got = same.get(key)
