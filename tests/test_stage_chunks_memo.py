@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
-from simulator.compile.step import ParamFetch, _stage_chunks, chunks_key, stage_groups
+from simulator.compile.stage_keys import chunks_key
+from simulator.compile.step import ParamFetch, _stage_chunks, stage_groups
 from simulator.schedules import ScheduleKind
 from simulator.strategy import (AllReduceSync, Framework, ParamServerSync, Recompute, Strategy, ZeroStage,
                                 build_layout)
@@ -35,7 +36,7 @@ SYNCS = [AllReduceSync(), AllReduceSync(bucket_bytes=1 * MiB), AllReduceSync(ove
 
 def _chunks(cache: CostCache, s: Strategy, r: int):
     layout = build_layout(s, CLUSTER, MODEL)
-    key = chunks_key(MODEL, layout, r, ParamFetch.INFINITY)
+    key = chunks_key(MODEL, layout, ParamFetch.INFINITY)
     made = _stage_chunks(cache, MODEL, layout, r, stage_groups(cache, layout, r), ParamFetch.INFINITY, None)
     return made, key
 

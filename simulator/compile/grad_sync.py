@@ -153,19 +153,13 @@ fails if one of them starts to be read."""
 _READ = attrgetter(*(f.name for f in fields(Strategy) if f.name not in UNREAD_FIELDS))
 
 
-def grad_sync_key(workload, layout: ParallelLayout, rep: int, dp_group: tuple, params: float,
-                  experts: float = 0.0) -> tuple:
-    """Everything :func:`grad_sync` reads for one rank: the workload, the layout's geometry (its world size and
-    every strategy field but :data:`UNREAD_FIELDS`, which with the cache's cluster decide the rest of the layout
-    it reads: dp, tp, pp, ep, layer split, framework, buckets), the rank, its dp group and what it holds. A
-    search's structures that differ only in micro-batch, recompute or sequence parallelism share one answer."""
-    return ("grad_sync", workload, layout.world_size, rep, dp_group, params, experts, _READ(layout.strategy))
-
-
-def kept_grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tuple[tuple, tuple, tuple, float]:
-    """:func:`grad_sync`, remembered in ``cache`` per :func:`grad_sync_key`."""
-    return cache.memo(grad_sync_key(workload, layout, rep, dp_group, params, experts),
-                      lambda: grad_sync(cache, workload, layout, rep, dp_group, params, experts))
+def grad_sync_key(workload, layout: ParallelLayout) -> tuple:
+    """Everything :func:`grad_sync` reads of the workload and the layout: the layout's world size and every strategy
+    field but :data:`UNREAD_FIELDS`, which with the cache's cluster decide the rest of the layout it reads (dp, tp,
+    pp, ep, layer split, framework, buckets, each stage's ranks and groups). With a pipeline rank (its
+    representative and dp group) and the parameters it holds, all it reads: a search's structures that differ only
+    in micro-batch, recompute or sequence parallelism share one answer (:func:`simulator.compile.step.stage_work`)."""
+    return ("grad_sync", workload, layout.world_size, _READ(layout.strategy))
 
 
 def torch_zero1(layout: ParallelLayout) -> bool:

@@ -122,13 +122,13 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
     every = step.all_stage_groups(cache, layout)
-    inputs = step.compute_inputs(cache, workload, layout)
+    inputs, keys = step.compute_inputs(cache, workload, layout), step.stage_keys(cache, workload, layout, fetch)
     placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
     classes = cache.memo(classes_key(workload, layout), lambda: _classes(cache, workload, layout, placed))
     for r, groups in enumerate(every):
         j = classes[r]
         if j == r:
-            out.append(step.stage_work(cache, workload, layout, r, fetch, inputs))
+            out.append(step.stage_work(cache, workload, layout, r, fetch, inputs, keys))
         else:
             out.append(_relabelled(out[j], r, groups[0], layout.pp))
     return tuple(out)

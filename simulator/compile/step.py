@@ -7,9 +7,6 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
-from dataclasses import fields
-from operator import attrgetter
-
 from simulator import host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
@@ -19,13 +16,13 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
 from simulator.compile import grad_sync, tied_embedding
 from simulator.compile.grad_adds import grad_add
+from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.strategy.formats import runs_autocast, sync_dtype
-from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, ParamServerSync, Recompute,
+from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
                                 Strategy, ZeroStage, build_layout)
-from simulator.strategy.sync import reduces_every_micro_batch
 from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s, runs_cuda_kernels
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
@@ -201,23 +198,9 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
     return held[2], held[3]
 
 
-_ALL_BUT_SYNC = attrgetter(*(f.name for f in fields(Strategy) if f.name != "dp_sync"))
-
-
-def chunks_key(workload, layout: ParallelLayout, r: int, fetch: ParamFetch) -> tuple:
-    """Everything :func:`_chunk_work` reads for pipeline rank ``r``'s chunks: the workload, the fetch, the layout's
-    world size and every strategy field, the gradient sync's fields only where a chunk carries that sync's calls
-    (ZeRO-2/3's per-micro-batch reduce-scatters, :func:`grad_sync.grad_reduce_scatters`: its algorithm and buckets)
-    or where they place the workers (a parameter server's nodes). Otherwise the chunks read only the sync's type
-    (DDP's host time per forward, :func:`host_overhead.ddp_wrapped`): a search's ZeRO-0/1 structures that differ
-    only in buckets or all-reduce options share their chunks. ``tests/test_stage_chunks_memo.py``."""
-    s = layout.strategy
-    sync = s.dp_sync if reduces_every_micro_batch(s) or isinstance(s.dp_sync, ParamServerSync) else type(s.dp_sync)
-    return ("stage chunks", workload, fetch, r, layout.world_size, _ALL_BUT_SYNC(s), sync)
-
-
 def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tuple[ChunkWork, ...], float, float]:
-    """(chunks r, r+p, …, parameters they hold, of which routed experts) of pipeline rank ``r``."""
+    """(chunks r, r+p, …, parameters they hold, of which routed experts) of pipeline rank ``r``; ``inputs``:
+    :func:`compute_inputs` of ``layout``, if already built."""
     inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
@@ -228,15 +211,19 @@ def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tu
 
 
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
-               fetch: ParamFetch = ParamFetch.INFINITY,
-               inputs: tuple[ComputeOptions, float] | None = None) -> StageWork:
-    """The representative rank of pipeline rank ``r``: its chunks r, r+p, … (remembered per :func:`chunks_key`),
-    then its gradient sync. ``inputs``: :func:`compute_inputs` of ``layout``, if already built."""
+               fetch: ParamFetch = ParamFetch.INFINITY, inputs: tuple[ComputeOptions, float] | None = None,
+               keys: tuple[object, object] | None = None) -> StageWork:
+    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync, each remembered
+    per its key (:func:`stage_keys`) and the rank (which with the key's fields decides the rank's groups; the sync
+    also per the parameters the chunks hold). ``inputs``, ``keys``: :func:`compute_inputs` and :func:`stage_keys` of
+    ``layout``, if already built."""
     groups = stage_groups(cache, layout, r)
     rep = groups[0]
-    chunks, params, experts = cache.memo(chunks_key(workload, layout, r, fetch),
+    keys = stage_keys(cache, workload, layout, fetch) if keys is None else keys
+    chunks, params, experts = cache.memo(("chunks of rank", keys[0], r),
                                          lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
-    sync, fractions, after, opt = grad_sync.kept_grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    sync, fractions, after, opt = cache.memo(("grad sync of rank", keys[1], r, params, experts), lambda: grad_sync.grad_sync(
+        cache, workload, layout, rep, groups[2], params, experts))
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
@@ -267,8 +254,8 @@ def compile_stages(cache: CostCache, workload: Workload, layout: ParallelLayout,
     structures read (:func:`simulator.analytical.summarize_stages`)."""
     _check_workload(workload)
     _check_fetch(fetch)
-    inputs = compute_inputs(cache, workload, layout)
-    return tuple(stage_work(cache, workload, layout, r, fetch, inputs) for r in range(layout.pp))
+    inputs, keys = compute_inputs(cache, workload, layout), stage_keys(cache, workload, layout, fetch)
+    return tuple(stage_work(cache, workload, layout, r, fetch, inputs, keys) for r in range(layout.pp))
 
 
 def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
@@ -285,8 +272,8 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
     cache = CostCache(cluster) if cache is None else cache
     if cache.cluster is not cluster and cache.cluster != cluster:
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
-    inputs = compute_inputs(cache, workload, layout)
-    stages = tuple(stage_work(cache, workload, layout, r, fetch, inputs) for r in range(layout.pp))
+    inputs, keys = compute_inputs(cache, workload, layout), stage_keys(cache, workload, layout, fetch)
+    stages = tuple(stage_work(cache, workload, layout, r, fetch, inputs, keys) for r in range(layout.pp))
     samples = strategy.global_batch
     seq = workload.seq_len
     model_flops, hw_flops = step_flops(workload, samples * seq, strategy.recompute, strategy.attention)
