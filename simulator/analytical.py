@@ -20,7 +20,7 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, is_
 
 import numpy as np
 import pandas as pd
@@ -247,6 +247,12 @@ def _kept_sums_by_code(calls: tuple[CommCall, ...], kept: dict) -> np.ndarray:
     return got[1]
 
 
+def _same_objects(a: tuple, b: tuple) -> bool:
+    """Whether ``a`` and ``b`` hold the same objects, position by position (a kept entry's tuples against the ones
+    asked with the same ids): ``map`` over ``operator.is_`` (C), not a generator per entry."""
+    return all(map(is_, a, b))
+
+
 def summarize(work: StepWork) -> StepArrays:
     """The closed form's inputs for one compiled step (a batch of one)."""
     return summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
@@ -272,7 +278,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
         key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls,
                sm_fraction)
         got = same.get(key)
-        if got is None or any(a is not b for a, b in zip(got[0], calls)):
+        if got is None or not _same_objects(got[0], calls):
             got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
         F[c], B[c], parts[c] = got[1:4]
         b_lasts[c] = got[4]
@@ -288,7 +294,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
         held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
         key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
         got = same.get(key)
-        if got is None or any(a is not b for a, b in zip(got[0], held)):
+        if got is None or not _same_objects(got[0], held):
             got = same[key] = (held, *_stage_sync(st, b_last, sm_fraction, seen, same),
                                _kept_sums_by_code(st.after_step, same))
         tail[r], exposed[r], after[r] = got[1:]
