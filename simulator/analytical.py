@@ -259,18 +259,24 @@ def summarize(work: StepWork) -> StepArrays:
 
 
 def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0,
-                     kept: dict | None = None) -> StepArrays:
+                     kept: dict | None = None, classes: tuple[int, ...] | None = None) -> StepArrays:
     """:func:`summarize` from a step's stages, its chunks per rank and the share of SMs an overlapped
     collective takes (:attr:`StepWork.overlap_sm_fraction`): all it reads of the step. ``kept``: a dict the caller
     keeps between calls (a search's structures: :mod:`simulator.analytical_structures`), where a stage's bucket
     answers are remembered by its bucket tuples' ids and its last backward's seconds; each entry holds the tuples,
     so their ids stay theirs (a search's structures that differ in recompute or ZeRO 0/1 share their stages'
-    bucketed syncs, :func:`simulator.compile.comm_part.bucketed`)."""
+    bucketed syncs, :func:`simulator.compile.comm_part.bucketed`). ``classes``: rank ``r``'s stage is
+    ``stages[classes[r]]`` as rank ``r`` (its chunks ``r``, ``r + p``, …), read without a relabelled copy
+    (:func:`simulator.compile.shared_stages.closed_form_models`); None: ``stages`` are every rank's own."""
+    if classes is None:
+        chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
+    else:
+        stages = tuple(stages[j] for j in classes)
+        chunks = {r + k * len(stages): ch for r, st in enumerate(stages) for k, ch in enumerate(st.chunks)}
     p = len(stages)
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
-    chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
     same: dict[tuple, tuple] = {} if kept is None else kept  # answers by the tuples' ids, each entry holding them
     b_lasts: dict[int, float] = {}  # each chunk's gradient_work_s
     for c, ch in chunks.items():  # chunks holding the same call tuples and seconds (a shared stage's) share them

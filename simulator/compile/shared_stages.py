@@ -109,15 +109,15 @@ def classes_key(workload, layout: ParallelLayout) -> tuple:
             layout.strategy.resolved_fp8_recipe)
 
 
-def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
-                       fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[StageWork, ...]:
-    """:func:`simulator.compile.compile_stages` for the closed form: a stage whose :func:`_signature` an
-    earlier stage has is that stage relabelled (its calls name the earlier stage's groups)."""
+def closed_form_models(cache: CostCache, workload, layout: ParallelLayout,
+                       fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[tuple, tuple[int, ...]]:
+    """(the distinct stages, per pipeline rank the one it is): rank ``r`` is ``models[classes[r]]`` relabelled as
+    ``r`` (:func:`closed_form_stages`), which :func:`simulator.analytical.summarize_stages` reads without the copy.
+    ``models[j]`` is rank ``j``'s own stage for every ``j`` some rank names; the others are None."""
     if not _shares(layout):
-        return step.compile_stages(cache, workload, layout, fetch)
+        return step.compile_stages(cache, workload, layout, fetch), tuple(range(layout.pp))
     step._check_workload(workload)
     step._check_fetch(fetch)
-    out: list[StageWork] = []
     starts = [0]
     for count in layout.layers_per_stage:
         starts.append(starts[-1] + count)
@@ -125,10 +125,18 @@ def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
     inputs, keys = step.compute_inputs(cache, workload, layout), step.stage_keys(cache, workload, layout, fetch)
     placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
     classes = cache.memo(classes_key(workload, layout), lambda: _classes(cache, workload, layout, placed))
-    for r, groups in enumerate(every):
-        j = classes[r]
-        if j == r:
-            out.append(step.stage_work(cache, workload, layout, r, fetch, inputs, keys))
-        else:
-            out.append(_relabelled(out[j], r, groups[0], layout.pp))
-    return tuple(out)
+    models = tuple(step.stage_work(cache, workload, layout, r, fetch, inputs, keys) if j == r else None
+                   for r, j in enumerate(classes))
+    return models, classes
+
+
+def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
+                       fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[StageWork, ...]:
+    """:func:`simulator.compile.compile_stages` for the closed form: a stage whose :func:`_signature` an
+    earlier stage has is that stage relabelled (its calls name the earlier stage's groups)."""
+    models, classes = closed_form_models(cache, workload, layout, fetch)
+    if not _shares(layout):
+        return models
+    every = step.all_stage_groups(cache, layout)
+    return tuple(models[r] if j == r else _relabelled(models[j], r, every[r][0], layout.pp)
+                 for r, j in enumerate(classes))
