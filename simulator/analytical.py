@@ -20,12 +20,13 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, is_
 
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays, evaluate, stack, sync_exposure
+from simulator import analytical_sync
+from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays, evaluate, stack
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.errors import SpecError
@@ -34,9 +35,6 @@ from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
 from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
-
-_KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
-
 
 def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: float = 0.0,
                     prefetch: int = 1) -> float:
@@ -86,7 +84,7 @@ def _exposed_one_ahead(calls: tuple[CommCall, ...], compute_s: float, sm_fractio
     t = compute_s / len(calls)
     start = last = 0.0 + calls[0].time_s  # gather 0: issued at 0.0
     collective = Transport.COLLECTIVE
-    for c in calls[1:]:  # max and min of two floats as conditionals (sync_stretch): the same floats
+    for c in calls[1:]:  # max and min of two floats as conditionals (analytical_sync.sync_stretch): the same floats
         issued = start if start > last else last  # max(last, start): gather i + 1 after gather i, block i started
         last = issued + c.time_s
         overlap = 0.0
@@ -97,32 +95,6 @@ def _exposed_one_ahead(calls: tuple[CommCall, ...], compute_s: float, sm_fractio
         stretched = start + t + sm_fraction * overlap
         start = last if last > stretched else stretched  # max(stretched, last)
     return start + t - compute_s
-
-
-def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fraction: float) -> np.ndarray:
-    """Per gradient bucket, ``f`` × its seconds inside the last backward (the closed form's bucket times,
-    :func:`simulator.analytical_formula.sync_exposure`; end of the backward at 0): what it stretches
-    that backward by (:mod:`simulator.interference`)."""
-    n = len(calls)
-    if sm_fraction <= 0 or not calls:
-        return np.zeros(n)
-    out = [0.0] * n
-    end, lo, collective = -np.inf, -b_last, Transport.COLLECTIVE
-    j = 0
-    # max(a, b) and min(a, b) of two floats written as the conditionals Python's own evaluate (``b if b > a else a``,
-    # ``b if b < a else a``: the first argument on ties and NaNs), so the same float, signed zeros included
-    for c, f in zip(calls, fractions):
-        t = c.time_s
-        ready = (f - 1.0) * b_last
-        end = (end if end > ready else ready) + t  # max(ready, end) + t
-        if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
-            start = end - t
-            inside = (0.0 if 0.0 < end else end) - (lo if lo > start else start)  # min(end, 0) - max(start, lo)
-            out[j] = sm_fraction * (inside if inside > 0.0 else 0.0)  # max(0, inside)
-        if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
-            break
-        j += 1
-    return np.array(out)
 
 
 _TIME_S, _KIND = attrgetter("time_s"), attrgetter("kind")
@@ -157,68 +129,10 @@ def gradient_work_s(chunk: ChunkWork) -> float:
     return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
 
 
-_CODE_OF_KIND_ID = {id(kind): _KIND_CODE.get(kind, 0) for kind in CommKind}
-""":data:`_KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
-
-
-def _runs(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, list[CommCall]]:
-    """``calls`` as runs of one object (a bucketed sync repeats one call per size, ``comm_part.bucketed``):
-    each run's length, and its call."""
-    n = len(calls)
-    ids = np.fromiter(map(id, calls), dtype=np.int64, count=n)
-    firsts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-    lengths = np.diff(np.concatenate(([0], firsts, [n])))
-    return lengths, [calls[0]] + [calls[i] for i in firsts.tolist()]
-
-
-def _times_and_codes(calls: tuple[CommCall, ...], runs=None) -> tuple[np.ndarray, np.ndarray]:
-    """Each call's seconds and :data:`_KIND_CODE`, as arrays, read once per run of one object (``runs``:
-    :func:`_runs` of ``calls``, if already read)."""
-    if not calls:
-        return np.zeros(0), np.zeros(0, dtype=int)
-    lengths, heads = _runs(calls) if runs is None else runs
-    return (np.repeat(np.array([c.time_s for c in heads], dtype=float), lengths),
-            np.repeat(np.array([_CODE_OF_KIND_ID[id(c.kind)] for c in heads], dtype=int), lengths))
-
-
-def _sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
-    """Seconds of ``calls`` per :data:`_KIND_CODE`, each added in call order (a cumulative sum: no
-    pairwise regrouping), as the closed form adds them."""
-    out = np.zeros(len(EXPOSED_KINDS))
-    if calls:
-        times, codes = _times_and_codes(calls)
-        for code in np.unique(codes).tolist():
-            out[code] = np.cumsum(times[codes == code])[-1]
-    return out
-
-
-_TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
-""":func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
-
-
-def _stage_sync(st: StageWork, b_last: float, sm_fraction: float,
-                seen: dict[bytes, tuple[float, np.ndarray]]) -> tuple[float, np.ndarray]:
-    """(tail, exposed seconds by :data:`_KIND_CODE`) of one stage's gradient buckets under its last backward
-    of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
-    (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
-    stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``."""
-    runs = _runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
-    times, codes = _times_and_codes(st.grad_sync, runs)
-    fractions = np.array(st.grad_ready_fraction, dtype=float)
-    sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
-    key = b"".join((np.array([b_last, sm_fraction]).tobytes(), times.tobytes(), codes.tobytes(), sms.tobytes(),
-                    fractions.tobytes()))
-    if key in seen:
-        return seen[key]
-    tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
-    stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
-    if stretch.sum() > tail:  # the stretched backward ends after the buckets: the excess is theirs
-        excess = (stretch.sum() - tail) / stretch.sum()
-        for j, s in enumerate(stretch):
-            exposed[codes[j]] += s * excess
-        tail = stretch.sum()
-    seen[key] = tail, exposed
-    return tail, exposed
+def _same_objects(a: tuple, b: tuple) -> bool:
+    """Whether ``a`` and ``b`` hold the same objects, position by position (a kept entry's tuples against the ones
+    asked with the same ids): ``map`` over ``operator.is_`` (C), not a generator per entry."""
+    return all(map(is_, a, b))
 
 
 def summarize(work: StepWork) -> StepArrays:
@@ -227,41 +141,50 @@ def summarize(work: StepWork) -> StepArrays:
 
 
 def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0,
-                     kept: dict | None = None) -> StepArrays:
+                     kept: dict | None = None, classes: tuple[int, ...] | None = None) -> StepArrays:
     """:func:`summarize` from a step's stages, its chunks per rank and the share of SMs an overlapped
     collective takes (:attr:`StepWork.overlap_sm_fraction`): all it reads of the step. ``kept``: a dict the caller
     keeps between calls (a search's structures: :mod:`simulator.analytical_structures`), where a stage's bucket
     answers are remembered by its bucket tuples' ids and its last backward's seconds; each entry holds the tuples,
     so their ids stay theirs (a search's structures that differ in recompute or ZeRO 0/1 share their stages'
-    bucketed syncs, :func:`simulator.compile.comm_part.bucketed`)."""
+    bucketed syncs, :func:`simulator.compile.comm_part.bucketed`). ``classes``: rank ``r``'s stage is
+    ``stages[classes[r]]`` as rank ``r`` (its chunks ``r``, ``r + p``, …), read without a relabelled copy
+    (:func:`simulator.compile.shared_stages.closed_form_models`); None: ``stages`` are every rank's own."""
+    if classes is None:
+        chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
+    else:
+        stages = tuple(stages[j] for j in classes)
+        chunks = {r + k * len(stages): ch for r, st in enumerate(stages) for k, ch in enumerate(st.chunks)}
     p = len(stages)
     n = p * v
     F, B, parts = np.zeros(n), np.zeros(n), np.zeros((n, len(PART_KINDS)))
     cf, cb = np.zeros(max(n - 1, 0)), np.zeros(max(n - 1, 0))
-    chunks = {ch.chunk: ch for st in stages for ch in st.chunks}
-    numbers: dict[tuple, tuple] = {}  # chunks holding the same call tuples and seconds (a shared stage's) share them
-    for c, ch in chunks.items():
-        key = (id(ch.tp_fwd), id(ch.tp_bwd), id(ch.zero_fwd), id(ch.zero_bwd), ch.fwd_s, ch.bwd_s, ch.recompute_s,
-               ch.zero_prefetch_calls)
-        got = numbers.get(key)
-        if got is None:
-            got = numbers[key] = _chunk_numbers(ch, sm_fraction)
-        F[c], B[c], parts[c] = got
+    same: dict[tuple, tuple] = {} if kept is None else kept  # answers by the tuples' ids, each entry holding them
+    b_lasts: dict[int, float] = {}  # each chunk's gradient_work_s
+    for c, ch in chunks.items():  # chunks holding the same call tuples and seconds (a shared stage's) share them
+        calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
+        key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls,
+               sm_fraction)
+        got = same.get(key)
+        if got is None or not _same_objects(got[0], calls):
+            got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
+        F[c], B[c], parts[c] = got[1:4]
+        b_lasts[c] = got[4]
         if c < n - 1 and ch.p2p_fwd is not None:
             cf[c] = ch.p2p_fwd.time_s
         if c > 0 and ch.p2p_bwd is not None:
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
-    seen: dict[bytes, tuple[float, np.ndarray]] = {}
-    same: dict[tuple, tuple] = {} if kept is None else kept  # stages holding the same bucket and after-step tuples
+    seen: dict[bytes, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (analytical_sync.stage_sync)
     for r, st in enumerate(stages):
-        b_last = gradient_work_s(chunks[r])
+        b_last = b_lasts[r]  # gradient_work_s(chunks[r])
         held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
         key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
         got = same.get(key)
-        if got is None or any(a is not b for a, b in zip(got[0], held)):
-            got = same[key] = (held, *_stage_sync(st, b_last, sm_fraction, seen), _sums_by_code(st.after_step))
+        if got is None or not _same_objects(got[0], held):
+            got = same[key] = (held, *analytical_sync.stage_sync(st, b_last, sm_fraction, seen, same),
+                               analytical_sync.kept_sums_by_code(st.after_step, same))
         tail[r], exposed[r], after[r] = got[1:]
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],

@@ -20,7 +20,7 @@ from simulator.analytical import summarize, summarize_stages
 from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
 from simulator.compile import CostCache, ParamFetch, compile_step
-from simulator.compile.shared_stages import closed_form_stages
+from simulator.compile.shared_stages import closed_form_models
 from simulator.compile.compute_part import step_flops
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
@@ -115,9 +115,9 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     shared = None if compiled is None or key is None else stages_key(key, interleaved)
     if shared is not None and shared in compiled:
         return compiled[shared], layout
-    stages = closed_form_stages(cache, workload, layout, fetch)
-    arrays = summarize_stages(stages, layout.v, cluster_sm_fraction(cache.cluster),
-                              kept=cache.memo(("summarize: stage sync answers",), dict))
+    models, classes = closed_form_models(cache, workload, layout, fetch)
+    arrays = summarize_stages(models, layout.v, cluster_sm_fraction(cache.cluster),
+                              kept=cache.memo(("summarize: stage sync answers",), dict), classes=classes)
     if shared is not None:
         compiled[shared] = arrays
     return arrays, layout

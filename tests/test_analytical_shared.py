@@ -1,6 +1,6 @@
 """The closed form's shortcuts give bit-for-bit the numbers of the plain computation.
 
-- :func:`simulator.analytical.sync_stretch` (inlined interval overlap, stops once the buckets run past the
+- :func:`simulator.analytical_sync.sync_stretch` (inlined interval overlap, stops once the buckets run past the
   backward) against the plain loop over :func:`simulator.interference.overlap_s` it replaced;
 - the calls' seconds and kinds read once per run of one repeated object, against every call read;
 - :func:`simulator.analytical.exposed_gathers` at prefetch 1 (its own loop) against its general play;
@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import analytical
-from simulator.analytical import estimate, summarize, sync_stretch
+from simulator import analytical, analytical_sync
+from simulator.analytical import estimate, summarize
+from simulator.analytical_sync import sync_stretch
 from simulator.analytical_vec import estimate_many
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
@@ -88,21 +89,21 @@ def test_gathers_one_ahead_equal_the_general_play(items, compute_s, sm_fraction)
 @given(st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9),
                           st.integers(1, 50)), max_size=8))
 def test_calls_read_by_runs_equal_each_call_read(items):
-    """:func:`analytical._times_and_codes` reads a run of one repeated object once (as ``bucketed`` builds
+    """:func:`analytical_sync.times_and_codes` reads a run of one repeated object once (as ``bucketed`` builds
     them; equal-valued objects in a row are runs apart): the arrays of reading every call."""
     calls = tuple(c for c, (*_, count) in zip(_calls([i[:3] for i in items])[0], items) for _ in range(count))
-    times, codes = analytical._times_and_codes(calls)
+    times, codes = analytical_sync.times_and_codes(calls)
     assert times.tolist() == [c.time_s for c in calls]
-    assert codes.tolist() == [analytical._KIND_CODE.get(c.kind, 0) for c in calls]
+    assert codes.tolist() == [analytical_sync.KIND_CODE.get(c.kind, 0) for c in calls]
     if calls:
-        lengths, heads = analytical._runs(calls)
+        lengths, heads = analytical_sync.call_runs(calls)
         assert sum(lengths.tolist()) == len(calls) and all(a is not b for a, b in zip(heads, heads[1:]))
 
 
 def _own_stage_each(monkeypatch) -> None:
     """Make summarize_stages compute every stage's buckets on their own (no sharing between stages)."""
-    real = analytical._stage_sync
-    monkeypatch.setattr(analytical, "_stage_sync", lambda st_, b, f, seen: real(st_, b, f, {}))
+    real = analytical_sync.stage_sync
+    monkeypatch.setattr(analytical_sync, "stage_sync", lambda st_, b, f, seen, kept=None: real(st_, b, f, {}))
 
 
 STRATEGIES = [

@@ -77,10 +77,9 @@ def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, opti
     fwd = bwd = recompute = 0.0
     split = [[0.0, 0.0] for _ in range(3)]  # (device, host) seconds per phase
     for count, unit in load.units:
-        f, b, r = cache.memo(("unit_times", dtype, unit, share), lambda: unit_times(unit, device, dtype, share))
+        f, b, r, host_split = _unit_answers(cache, dtype, unit, share)
         fwd, bwd, recompute = fwd + count * f, bwd + count * b, recompute + count * r
-        for acc, part in zip(split, cache.memo(("unit_host_split", dtype, unit),
-                                               lambda: unit_host_split(unit, device, dtype))):
+        for acc, part in zip(split, host_split):
             acc[0], acc[1] = acc[0] + count * part[0], acc[1] + count * part[1]
     host_share = share if device.kernel_dispatch is KernelDispatch.ASYNC else 1.0  # inline: both are shared
     bound = tuple(name for name, (d, h) in zip(("forward", "backward", "recompute"), split) if h * host_share > d > 0)
@@ -89,6 +88,19 @@ def _chunk_compute(cache: CostCache, workload: Workload, chunk: ChunkSlice, opti
     return ChunkCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, layer_params=load.block_params,
                         edge_params=load.edge_params, boundary_bytes=load.boundary_bytes, blocks=load.blocks,
                         moe_blocks=load.moe_blocks, expert_params=load.expert_params, host_bound=bound)
+
+
+def _unit_answers(cache: CostCache, dtype, unit, share: float) -> tuple:
+    """(forward, backward, recompute seconds, host split) of one unit on the cache's device, remembered by the unit's
+    value and, in front of that, by its identity (the entry holds the unit, so no other object takes its id): the
+    units of a dense transformer's chunks are shared objects (:mod:`.chunk_loads`), and hashing one hashes its
+    hundreds of kernels."""
+    held = cache.memo(("unit answers", id(unit), dtype, share), lambda: [unit, None])
+    if held[1] is None:
+        device = cache.cluster.device
+        held[1] = (*cache.memo(("unit_times", dtype, unit, share), lambda: unit_times(unit, device, dtype, share)),
+                   cache.memo(("unit_host_split", dtype, unit), lambda: unit_host_split(unit, device, dtype)))
+    return held[1]
 
 
 def _power_limited(cache: CostCache, load, dtype, host_bound: tuple[str, ...],

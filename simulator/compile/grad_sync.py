@@ -8,6 +8,9 @@ parameter tensor (:func:`simulator.compile.comm_part.torch_zero1_broadcasts`). S
 
 from __future__ import annotations
 
+from dataclasses import fields
+from operator import attrgetter
+
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
@@ -16,7 +19,7 @@ from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param
-from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, ZeroStage
+from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
 from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
@@ -137,6 +140,26 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
             after += comm_part.bucketed(cache, CommKind.ZERO, Op.ALL_GATHER, layout.expert_dp_group(
                 layout.coords(rep).pp), split_experts * dt.param_bytes, ag_bucket, "auto", tp * layout.ep)
     return calls, fractions, after, opt
+
+
+UNREAD_FIELDS = frozenset({"global_batch", "micro_batch", "schedule", "sequence_parallel", "recompute"})
+"""Strategy fields :func:`grad_sync` never reads, nor any function it calls (its own body; :mod:`.comm_part`'s
+``bucketed``, ``partition``, ``kept_ready_fractions``, ``param_tensor_bytes`` and ``torch_zero1_broadcasts``;
+:mod:`simulator.host_overhead`'s ``with_ddp_sync``, ``core_share``, ``optimizer_tensors``, ``optimizer_stream``,
+``dtensor_params``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`, :mod:`.megatron_step`,
+:mod:`.grad_adds`, :mod:`.ep_part`'s ``expert_grad_sync``; :mod:`simulator.strategy.formats`), nor the layout
+fields they decide (its micro-batch count, schedule, sequence parallelism). ``tests/test_grad_sync_memo.py``
+fails if one of them starts to be read."""
+_READ = attrgetter(*(f.name for f in fields(Strategy) if f.name not in UNREAD_FIELDS))
+
+
+def grad_sync_key(workload, layout: ParallelLayout) -> tuple:
+    """Everything :func:`grad_sync` reads of the workload and the layout: the layout's world size and every strategy
+    field but :data:`UNREAD_FIELDS`, which with the cache's cluster decide the rest of the layout it reads (dp, tp,
+    pp, ep, layer split, framework, buckets, each stage's ranks and groups). With a pipeline rank (its
+    representative and dp group) and the parameters it holds, all it reads: a search's structures that differ only
+    in micro-batch, recompute or sequence parallelism share one answer (:func:`simulator.compile.step.stage_work`)."""
+    return ("grad_sync", workload, layout.world_size, _READ(layout.strategy))
 
 
 def torch_zero1(layout: ParallelLayout) -> bool:

@@ -93,26 +93,50 @@ def _relabelled(model: StageWork, r: int, rep: int, p: int) -> StageWork:
     return _with(model, stage=r, rank=rep, chunks=chunks)
 
 
+def _classes(cache: CostCache, workload, layout: ParallelLayout, placed: tuple) -> tuple[int, ...]:
+    """Per stage ``r``, the first stage whose :func:`_signature` is ``r``'s."""
+    first: dict[tuple, int] = {}
+    return tuple(first.setdefault(_signature(cache, workload, layout, r, placed[r]), r) for r in range(layout.pp))
+
+
+def classes_key(workload, layout: ParallelLayout) -> tuple:
+    """What :func:`_classes` reads of ``layout``: :func:`placed_key`'s inputs, and of the rest of
+    :func:`_signature` (the optimizer's tensor count, :func:`grad_sync.optimizer_tensors_key`, and Transformer
+    Engine's weight cast, :func:`step._te_weight_cast_s`) what :func:`placed_key` does not hold: the ZeRO stage, the
+    framework and the FP8 recipe. A search's structures that differ in micro-batch, recompute, SP, buckets or
+    schedule share one answer."""
+    return ("stage classes", placed_key(workload, layout), layout.strategy.zero, layout.framework,
+            layout.strategy.resolved_fp8_recipe)
+
+
+def closed_form_models(cache: CostCache, workload, layout: ParallelLayout,
+                       fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[tuple, tuple[int, ...]]:
+    """(the distinct stages, per pipeline rank the one it is): rank ``r`` is ``models[classes[r]]`` relabelled as
+    ``r`` (:func:`closed_form_stages`), which :func:`simulator.analytical.summarize_stages` reads without the copy.
+    ``models[j]`` is rank ``j``'s own stage for every ``j`` some rank names; the others are None."""
+    if not _shares(layout):
+        return step.compile_stages(cache, workload, layout, fetch), tuple(range(layout.pp))
+    step._check_workload(workload)
+    step._check_fetch(fetch)
+    starts = [0]
+    for count in layout.layers_per_stage:
+        starts.append(starts[-1] + count)
+    every = step.all_stage_groups(cache, layout)
+    inputs, keys = step.compute_inputs(cache, workload, layout), step.stage_keys(cache, workload, layout, fetch)
+    placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
+    classes = cache.memo(classes_key(workload, layout), lambda: _classes(cache, workload, layout, placed))
+    models = tuple(step.stage_work(cache, workload, layout, r, fetch, inputs, keys) if j == r else None
+                   for r, j in enumerate(classes))
+    return models, classes
+
+
 def closed_form_stages(cache: CostCache, workload, layout: ParallelLayout,
                        fetch: step.ParamFetch = step.ParamFetch.INFINITY) -> tuple[StageWork, ...]:
     """:func:`simulator.compile.compile_stages` for the closed form: a stage whose :func:`_signature` an
     earlier stage has is that stage relabelled (its calls name the earlier stage's groups)."""
+    models, classes = closed_form_models(cache, workload, layout, fetch)
     if not _shares(layout):
-        return step.compile_stages(cache, workload, layout, fetch)
-    step._check_workload(workload)
-    step._check_fetch(fetch)
-    compiled: dict[tuple, StageWork] = {}
-    out, starts = [], [0]
-    for count in layout.layers_per_stage:
-        starts.append(starts[-1] + count)
-    every = [step.stage_groups(cache, layout, r) for r in range(layout.pp)]
-    placed = cache.memo(placed_key(workload, layout), lambda: _placed(cache, workload, layout, every, starts))
-    for r, groups in enumerate(every):
-        key = _signature(cache, workload, layout, r, placed[r])
-        model = compiled.get(key)
-        if model is None:
-            model = compiled[key] = step.stage_work(cache, workload, layout, r, fetch)
-            out.append(model)
-        else:
-            out.append(_relabelled(model, r, groups[0], layout.pp))
-    return tuple(out)
+        return models
+    every = step.all_stage_groups(cache, layout)
+    return tuple(models[r] if j == r else _relabelled(models[j], r, every[r][0], layout.pp)
+                 for r, j in enumerate(classes))

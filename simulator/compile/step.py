@@ -16,6 +16,7 @@ from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flo
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
 from simulator.compile import grad_sync, tied_embedding
 from simulator.compile.grad_adds import grad_add
+from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
@@ -33,14 +34,16 @@ ParamFetch = offload_part.ParamFetch
 
 
 def _check_workload(workload) -> None:
-    if not isinstance(workload, Workload) or not workload.has_compute:
+    # a TransformerSpec is a Workload (tests/test_workload_protocol.py): no need for the Protocol's isinstance, which
+    # reads every member of the protocol (~15 µs; a search checks each structure it compiles)
+    if not (type(workload) is TransformerSpec or isinstance(workload, Workload)) or not workload.has_compute:
         raise no_compute()
 
 
-def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout, c: int) -> ChunkCompute:
+def compute_inputs(cache: CostCache, workload: Workload, layout: ParallelLayout) -> tuple[ComputeOptions, float]:
+    """(compute options, processes per host core on the node) of every chunk of ``layout``: neither reads the
+    chunk, so a step's stages build them once (:func:`stage_work`'s ``inputs``)."""
     s = layout.strategy
-    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
-                       layers=layout.layers_per_stage[c])
     backend = s.resolved_attention_backend(cache.cluster.device.compute_capability)
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
@@ -55,6 +58,15 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                              cuda_kernels=runs_cuda_kernels(cache.cluster.device),
                              grad_add=grad_add(workload.dtype, layout))
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    return options, share
+
+
+def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout, c: int,
+                   inputs: tuple[ComputeOptions, float] | None = None) -> ChunkCompute:
+    """Chunk ``c``'s compute; ``inputs``: :func:`compute_inputs` of ``layout``, if already built."""
+    options, share = compute_inputs(cache, workload, layout) if inputs is None else inputs
+    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
+                       layers=layout.layers_per_stage[c])
     return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
 
@@ -74,8 +86,8 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
                     transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
 
 
-def _chunk_work(cache, workload, layout, r, c, groups, fetch) -> tuple[ChunkWork, float]:
-    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c)
+def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
+    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c, inputs)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group, ep_group, edp_group = groups
     layers = cc.blocks
@@ -167,6 +179,12 @@ def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
                                layout.expert_dp_group(r)))
 
 
+def all_stage_groups(cache: CostCache, layout: ParallelLayout) -> tuple[tuple, ...]:
+    """:func:`stage_groups` of every pipeline rank, remembered per the same inputs (less the rank)."""
+    return cache.memo(("all groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep),
+                      lambda: tuple(stage_groups(cache, layout, r) for r in range(layout.pp)))
+
+
 def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> tuple[tuple, tuple]:
     """The stage's gradient calls and ready fractions with the tied embedding's all-reduce last (fraction 1.0).
     Joined once per (sync, fractions, tied) in ``cache``: the search's structures that share a stage's bucketed
@@ -180,23 +198,38 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
     return held[2], held[3]
 
 
-def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
-               fetch: ParamFetch = ParamFetch.INFINITY) -> StageWork:
-    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync."""
-    groups = stage_groups(cache, layout, r)
-    rep = groups[0]
+def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tuple[ChunkWork, ...], float, float]:
+    """(chunks r, r+p, …, parameters they hold, of which routed experts) of pipeline rank ``r``; ``inputs``:
+    :func:`compute_inputs` of ``layout``, if already built."""
+    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     chunks, params, experts = [], 0.0, 0.0
     for k in range(layout.v):
-        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch)
+        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
         chunks.append(work)
         params, experts = params + held, experts + expert
-    sync, fractions, after, opt = grad_sync.grad_sync(cache, workload, layout, rep, groups[2], params, experts)
+    return tuple(chunks), params, experts
+
+
+def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
+               fetch: ParamFetch = ParamFetch.INFINITY, inputs: tuple[ComputeOptions, float] | None = None,
+               keys: tuple[object, object] | None = None) -> StageWork:
+    """The representative rank of pipeline rank ``r``: its chunks r, r+p, …, then its gradient sync, each remembered
+    per its key (:func:`stage_keys`) and the rank (which with the key's fields decides the rank's groups; the sync
+    also per the parameters the chunks hold). ``inputs``, ``keys``: :func:`compute_inputs` and :func:`stage_keys` of
+    ``layout``, if already built."""
+    groups = stage_groups(cache, layout, r)
+    rep = groups[0]
+    keys = stage_keys(cache, workload, layout, fetch) if keys is None else keys
+    chunks, params, experts = cache.memo(("chunks of rank", keys[0], r),
+                                         lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
+    sync, fractions, after, opt = cache.memo(("grad sync of rank", keys[1], r, params, experts), lambda: grad_sync.grad_sync(
+        cache, workload, layout, rep, groups[2], params, experts))
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
         cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
                                                                                                  layout.world_size)))
-    return StageWork(stage=r, rank=rep, chunks=tuple(chunks), grad_sync=sync, grad_ready_fraction=fractions,
+    return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
 
@@ -221,7 +254,8 @@ def compile_stages(cache: CostCache, workload: Workload, layout: ParallelLayout,
     structures read (:func:`simulator.analytical.summarize_stages`)."""
     _check_workload(workload)
     _check_fetch(fetch)
-    return tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+    inputs, keys = compute_inputs(cache, workload, layout), stage_keys(cache, workload, layout, fetch)
+    return tuple(stage_work(cache, workload, layout, r, fetch, inputs, keys) for r in range(layout.pp))
 
 
 def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fetch: ParamFetch = ParamFetch.INFINITY,
@@ -238,7 +272,8 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
     cache = CostCache(cluster) if cache is None else cache
     if cache.cluster is not cluster and cache.cluster != cluster:
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
-    stages = tuple(stage_work(cache, workload, layout, r, fetch) for r in range(layout.pp))
+    inputs, keys = compute_inputs(cache, workload, layout), stage_keys(cache, workload, layout, fetch)
+    stages = tuple(stage_work(cache, workload, layout, r, fetch, inputs, keys) for r in range(layout.pp))
     samples = strategy.global_batch
     seq = workload.seq_len
     model_flops, hw_flops = step_flops(workload, samples * seq, strategy.recompute, strategy.attention)
@@ -255,5 +290,7 @@ def compile_step(cluster: Cluster, workload: Workload, strategy: Strategy, *, fe
 
 def _host_bound(cache: CostCache, workload, layout: ParallelLayout) -> tuple[str, ...]:
     """Phases host-bound on any chunk (:attr:`ChunkCompute.host_bound`; the chunks' answers are memoised)."""
-    phases = {p for c in range(layout.pp * layout.v) for p in _chunk_compute(cache, workload, layout, c).host_bound}
+    inputs = compute_inputs(cache, workload, layout)
+    phases = {p for c in range(layout.pp * layout.v)
+              for p in _chunk_compute(cache, workload, layout, c, inputs).host_bound}
     return tuple(p for p in ("forward", "backward", "recompute") if p in phases)

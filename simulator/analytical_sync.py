@@ -1,0 +1,130 @@
+"""The closed form's reading of a stage's gradient buckets (:func:`simulator.analytical.summarize_stages`): each
+bucket's seconds, category code, whether it takes SMs and its ready fraction, as arrays read once per bucket tuple;
+then per last backward the buckets' tail and exposed seconds (:func:`simulator.analytical_formula.sync_exposure`)
+and the stretch of that backward by the buckets inside it (:func:`sync_stretch`, :mod:`simulator.interference`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.analytical_formula import EXPOSED_KINDS, sync_exposure
+from simulator.work import CommCall, CommKind, StageWork, Transport
+
+KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
+
+
+def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fraction: float) -> np.ndarray:
+    """Per gradient bucket, ``f`` × its seconds inside the last backward (the closed form's bucket times,
+    :func:`simulator.analytical_formula.sync_exposure`; end of the backward at 0): what it stretches
+    that backward by (:mod:`simulator.interference`)."""
+    n = len(calls)
+    if sm_fraction <= 0 or not calls:
+        return np.zeros(n)
+    out = [0.0] * n
+    end, lo, collective = -np.inf, -b_last, Transport.COLLECTIVE
+    j = 0
+    # max(a, b) and min(a, b) of two floats written as the conditionals Python's own evaluate (``b if b > a else a``,
+    # ``b if b < a else a``: the first argument on ties and NaNs), so the same float, signed zeros included
+    for c, f in zip(calls, fractions):
+        t = c.time_s
+        ready = (f - 1.0) * b_last
+        end = (end if end > ready else ready) + t  # max(ready, end) + t
+        if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
+            start = end - t
+            inside = (0.0 if 0.0 < end else end) - (lo if lo > start else start)  # min(end, 0) - max(start, lo)
+            out[j] = sm_fraction * (inside if inside > 0.0 else 0.0)  # max(0, inside)
+        if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
+            break
+        j += 1
+    return np.array(out)
+
+
+_CODE_OF_KIND_ID = {id(kind): KIND_CODE.get(kind, 0) for kind in CommKind}
+""":data:`KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
+
+
+def call_runs(calls: tuple[CommCall, ...]) -> tuple[np.ndarray, list[CommCall]]:
+    """``calls`` as runs of one object (a bucketed sync repeats one call per size, ``comm_part.bucketed``):
+    each run's length, and its call."""
+    n = len(calls)
+    ids = np.fromiter(map(id, calls), dtype=np.int64, count=n)
+    firsts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    lengths = np.diff(np.concatenate(([0], firsts, [n])))
+    return lengths, [calls[0]] + [calls[i] for i in firsts.tolist()]
+
+
+def times_and_codes(calls: tuple[CommCall, ...], runs=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's seconds and :data:`KIND_CODE`, as arrays, read once per run of one object (``runs``:
+    :func:`call_runs` of ``calls``, if already read)."""
+    if not calls:
+        return np.zeros(0), np.zeros(0, dtype=int)
+    lengths, heads = call_runs(calls) if runs is None else runs
+    return (np.repeat(np.array([c.time_s for c in heads], dtype=float), lengths),
+            np.repeat(np.array([_CODE_OF_KIND_ID[id(c.kind)] for c in heads], dtype=int), lengths))
+
+
+def sums_by_code(calls: tuple[CommCall, ...]) -> np.ndarray:
+    """Seconds of ``calls`` per :data:`KIND_CODE`, each added in call order (a cumulative sum: no
+    pairwise regrouping), as the closed form adds them."""
+    out = np.zeros(len(EXPOSED_KINDS))
+    if calls:
+        times, codes = times_and_codes(calls)
+        for code in np.unique(codes).tolist():
+            out[code] = np.cumsum(times[codes == code])[-1]
+    return out
+
+
+_TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
+""":func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
+
+
+def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """(seconds, :data:`KIND_CODE`, takes SMs, ready fraction) of each of a stage's gradient buckets as arrays,
+    and those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward): read once per pair of
+    bucket and fraction tuples in ``kept``, by their ids. The entry holds the tuples, so no other object takes their
+    ids while it lives (a search's structures that share a bucketed sync, :func:`simulator.compile.comm_part.bucketed`,
+    ask again under every other backward: micro-batch, recompute)."""
+    held = (st.grad_sync, st.grad_ready_fraction)
+    key = ("sync arrays", id(held[0]), id(held[1]))
+    got = kept.get(key)
+    if got is None or got[0][0] is not held[0] or got[0][1] is not held[1]:
+        runs = call_runs(st.grad_sync) if st.grad_sync else (np.zeros(0, dtype=np.int64), [])
+        times, codes = times_and_codes(st.grad_sync, runs)
+        fractions = np.array(st.grad_ready_fraction, dtype=float)
+        sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
+        blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
+        got = kept[key] = (held, times, codes, sms, fractions, blob)
+    return got[1:]
+
+
+def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
+               seen: dict[bytes, tuple[float, np.ndarray]], kept: dict | None = None) -> tuple[float, np.ndarray]:
+    """(tail, exposed seconds by :data:`KIND_CODE`) of one stage's gradient buckets under its last backward
+    of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
+    (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
+    stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
+    ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
+    times, codes, _, fractions, blob = sync_arrays(st, {} if kept is None else kept)
+    key = np.array([b_last, sm_fraction]).tobytes() + blob
+    if key in seen:
+        return seen[key]
+    tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
+    stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
+    if stretch.sum() > tail:  # the stretched backward ends after the buckets: the excess is theirs
+        excess = (stretch.sum() - tail) / stretch.sum()
+        for j, s in enumerate(stretch):
+            exposed[codes[j]] += s * excess
+        tail = stretch.sum()
+    seen[key] = tail, exposed
+    return tail, exposed
+
+
+def kept_sums_by_code(calls: tuple[CommCall, ...], kept: dict) -> np.ndarray:
+    """:func:`sums_by_code`, remembered in ``kept`` per tuple of calls by its id (the entry holds the tuple): a
+    ZeRO-1/2 stage's after-step all-gathers are a bucketed tuple shared by a search's structures."""
+    key = ("after sums", id(calls))
+    got = kept.get(key)
+    if got is None or got[0][0] is not calls:
+        got = kept[key] = ((calls,), sums_by_code(calls))
+    return got[1]
