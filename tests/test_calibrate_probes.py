@@ -67,7 +67,7 @@ def test_replays_slower_than_native_fit_positive_and_never_negative():
     cases = _cases_all(truth, [REPLAY_SERIES])
     measured = exact_on(cases, truth)  # replays exactly as fast as the native ring: nothing more per step
     assert fit_replay_step(truth, measured, cases) == pytest.approx(0.0, abs=1e-6)
-    faster = [replace(m, trimmed_mean_s=m.trimmed_mean_s / 2) for m in measured]
+    faster = [replace(m, mean_s=m.mean_s / 2) for m in measured]
     assert fit_replay_step(truth, faster, cases) == 0.0  # clamped at 0, not a negative cost
 
 
