@@ -108,10 +108,3 @@ def waits_text(waits_us: dict[int, float], spread: dict[int, tuple[float, float]
     return ", ".join(f"{p} processes {w:.1f} us" + (f" (p10..p90 {spread[p][0]:.0f}..{spread[p][1]:.0f})"
                                                      if p in spread else "") for p, w in sorted(waits_us.items()))
 
-
-def share_stalled(fast: Cluster, measurements, estimate: Callable, threshold_s: float = 1.5e-3) -> dict[int, float]:
-    """Per process count, the share of calls up to :data:`WAIT_MAX_BYTES` more than ``threshold_s`` over the fast
-    estimate (the calls that waited a tick; a diagnostic for docs/calibration.md)."""
-    return {p: float(np.mean(np.concatenate(points) > threshold_s))
-            for p, points in sorted(_excess_s(fast, measurements, estimate).items())}
-

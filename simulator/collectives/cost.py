@@ -37,15 +37,10 @@ times as long: call overhead, α and γ × share, bandwidth ÷ share. The node's
 ``gpus_per_node`` (a one-machine cluster holds exactly the run's processes: :func:`simulator.validate.run_cluster`).
 Measured on the 2-core VM, 2026-11-25 [src: own-gloo-share-probe].
 
-Waits (:attr:`Env.blocking_wait_s`, since 2026-11-25): on such a node a blocking call sometimes waits for a core
-before it runs (a scheduler tick, ~4 ms on the 2-core VM), so each call also pays the expected wait measured at the
-node's process count, ``comm.blocking_wait_us`` (:meth:`simulator.cluster.comm.CommProfile.blocking_wait_s`):
-
-    T_call = share·call_latency + (α-β terms) + W(processes)
-
-Expectations add, so a step of k calls pays ``k·W`` whatever the calls' dependence. Not multiplied by ``share``: it
-is measured at each process count. Absent on every preset (0): their estimates are the α-β closed forms exactly
-[src: own-gloo-blocking-wait-2026-11-25].
+Waits (:attr:`Env.blocking_wait_s`, since 2026-11-25): there a blocking call may first wait for a core (a ~4 ms
+scheduler tick on the 2-core VM), so each call also pays ``W(processes)``, the expected wait measured at the node's
+process count (``comm.blocking_wait_us``; not × share; expectations add, so k calls pay k·W). 0 on every preset:
+their estimates stay the α-β closed forms [src: own-gloo-blocking-wait-2026-11-25].
 """
 
 from __future__ import annotations
