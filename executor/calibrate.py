@@ -25,8 +25,10 @@ count therefore also times the ring all-gather (p−1 hops, the same call count,
 start at 4 KiB, where the bytes cost almost nothing. Several process counts (2, 3, 4 on the 2-core VM) are
 measured in one fit; each is estimated on a node of exactly its processes, so the time-sharing of the cores
 (:attr:`simulator.collectives.cost.Env.time_share`) is a named multiplier of the estimate, not absorbed into
-the latency. The target of each point is its trimmed mean (:attr:`executor.collective_bench.Measurement.
-trimmed_mean_s`), and :mod:`executor.calibrate_spread` reports each parameter's spread over bootstrap
+the latency. :func:`fit_cluster` fits whatever statistic each point's :data:`TARGET` field holds; the calibration
+(:mod:`executor.calibrate_run`) gives it the 10th percentiles (the calls that did not wait for a core), adds the
+expected wait per call measured per process count (:mod:`executor.calibrate_modes`), and checks the result against
+each point's plain mean. :mod:`executor.calibrate_spread` reports each parameter's spread over bootstrap
 resamples of the calls.
 """
 
@@ -49,8 +51,10 @@ IRLS_ITERATIONS = 40
 """Reweighting rounds from the least-squares to the least-absolute-relative-error fit."""
 RELINEARISE_ROUNDS = 8
 """Most linearised fits, each around the previous result (the estimate is piecewise linear)."""
-TARGET = "trimmed_mean_s"
-"""The Measurement field each point is fitted to and checked against (collective_bench's module docstring)."""
+TARGET = "mean_s"
+"""The Measurement field each point is checked against, and fitted to unless the caller sets it to another
+statistic first (:func:`executor.calibrate_modes.fast_points`: the 10th percentile): the plain mean, what a step
+of many calls pays (collective_bench's module docstring)."""
 IRLS_FLOOR = 1e-3
 """Smallest |relative residual| a weight is computed from (0.1 %), so weights stay finite."""
 
@@ -64,7 +68,7 @@ class FitRow:
     ranks: int
     nbytes: int
     measured_s: float
-    """The fitted statistic of the measured times (their trimmed mean, :data:`TARGET`), seconds."""
+    """The checked statistic of the measured times (their plain mean, :data:`TARGET`), seconds."""
     median_s: float
     p10_s: float
     p90_s: float
@@ -102,9 +106,11 @@ class LinkFit:
     probes: tuple[FitRow, ...] = ()
     """Points measured beside the fit and not in it (the native broadcast; the replays, which only set
     :attr:`replay_step_us`), each against the calibrated cluster."""
-    fast: object | None = None
-    """The same model fitted to the calls that did not wait for a core, and the waits per process count
-    (:class:`executor.calibrate_modes.FastMode`, a diagnostic); None: not computed."""
+    blocking_wait_us: dict[int, float] | None = None
+    """Expected wait for a core per blocking call, µs, per process count (``comm.blocking_wait_us``,
+    :mod:`executor.calibrate_modes`); None: not measured (the parameters above were fitted to :data:`TARGET`)."""
+    wait_spread: dict[int, tuple[float, float]] | None = None
+    """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
 
     @property
     def median_abs_error_pct(self) -> float:
@@ -277,8 +283,8 @@ def fit_rows(cluster: Cluster, measurements, estimate: Callable | None = None) -
 
 def fit_cluster(cluster: Cluster, measurements, *, fit_reduction: bool = False,
                 estimate: Callable | None = None) -> tuple[Cluster, LinkFit]:
-    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, trimmed_mean_s,
-    median_s, p10_s, p90_s, times_s); each is estimated on a node of exactly its ``ranks`` (:func:`on_node`).
+    """Fit the parameters to ``measurements`` (Measurement-like: op, algorithm, ranks, nbytes, the :data:`TARGET`
+    field, median_s, p10_s, p90_s, times_s); each is estimated on a node of exactly its ``ranks`` (:func:`on_node`).
 
     ``estimate(cluster, ranks, op, nbytes, algorithm)`` defaults to ``registry.estimate``. The
     estimate is only piecewise linear (an algorithm may choose its pipelining depth from the

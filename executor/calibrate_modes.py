@@ -1,76 +1,110 @@
-"""The calls that did not wait for a core: the loopback's own cost, and what waiting for the CPU added to the mean.
+"""A blocking call on a time-shared CPU node: its own cost (the calls that did not wait) plus the expected wait for
+a core, each measured apart.
 
-A gloo call over loopback is bimodal: most calls take their own time (a 2-process 4 KiB all-reduce 0.2-0.5 ms),
-some wait for a core first (+2-8 ms, a scheduler's time slice, when other processes hold both cores), and the
-share that waits grows with the processes per core and with other work on the machine. The fit
-(:mod:`executor.calibrate`) targets each point's trimmed mean, which a step pays, so its parameters carry the
-waiting of the minutes it ran in. Beside it, this module fits the same model to each point's 10th percentile,
-the calls that did not wait, and reports what the waits added:
+A gloo call over loopback is bimodal: most calls take their own time (a 2-process 4 KiB all-reduce 0.3-0.5 ms),
+some first wait for a core, about one scheduler tick (the 2-core VM's kernel runs ``CONFIG_HZ=250``, a 4 ms tick),
+and the share that waits grows with the processes per core and with other work on the machine. On the quiet VM
+(2026-11-25 15:05 UTC, load 1.2) the calls of up to 256 KiB exceeded the fast fit by more than 1.5 ms in 20 %,
+51 % and 78 % of calls at 2, 3 and 4 processes, by 3.6, 4.0 and 4.6 ms on average when they did
+[src: own-gloo-blocking-wait-2026-11-25]. The model (since 2026-11-25):
 
-    fast  = fit_cluster(measurements with target p10_s)                (call_latency_us, latency_us, bw_GBps)
-    wait_ms[p] = median over sizes <= WAIT_MAX_BYTES of (trimmed_mean − fast estimate), per call, p processes
-    replay_step_us = fit_replay_step(fast cluster, the replays' p10_s)    (executor.calibrate_replay)
+    T_call(p, n)  = T_fast(p, n) + W(p)
+    T_fast        = the α-β estimate with call latency, hop latency and bandwidth fitted (executor.calibrate's
+                    relative-L1 fit) to each point's 10th percentile: the calls that did not wait
+    W(p)          = mean over every timed call of the fitted series at p processes with n <= WAIT_MAX_BYTES
+                    of (t − T_fast(point))            → comm.blocking_wait_us[p]  (Env.blocking_wait_s)
 
-Measured 2026-11-25 [src: own-gloo-fast-mode-2026-11-25]: over nine consecutive calibrations under 38-80 %
-foreign CPU load, fitted to trimmed means the call latency ran 0-1322 µs, the hop latency 240-589 µs and the
-replay step 99-1533 µs; fitted to the fast mode (eighteen sets: each run's fit and fresh set), 28-138 µs,
-114-159 µs and 9-149 µs. The waits per call at 4 KiB-256 KiB were 0.03-1.45 ms at 2 processes, 1.10-3.72 ms at
-3 and 2.01-6.56 ms at 4: a replay blocks once per step, and it is those blocks' waits for a core that the
-trimmed-mean replay step carries. Not used by the estimate: the fitted cluster is the trimmed-mean one. It is a
-diagnostic (printed, in ``--json``, and written into the calibrated file's ``source``) that separates the
-loopback's stable cost from the machine's CPU contention, towards modelling the wait for a core as its own term
-(docs/calibration.md).
+W is the expected excess, q(p)·D(p) with q the share of calls that wait and D their mean wait; it is the mean
+of the excess, not its median or trimmed mean, because a step of k calls pays the sum of its calls and
+E[Σ T] = k·(T_fast + W) whether or not the stalls are independent (linearity of expectation). The estimate is
+therefore checked against each point's plain mean (:data:`executor.calibrate.TARGET`).
+
+Why not fit the three parameters to plain means instead (the experiment of docs/calibration.md: the suite's
+recorded runs 38.0 → 28.1 %)? In expectation it is the same thing only if W(p) has the shape of the model's
+terms, ``share(p)·c' + hops(p)·share(p)·α'``: the measured W is 0.76 / 2.12 / 3.70 ms at 2 / 3 / 4 processes
+(ratios 1 : 2.8 : 4.9) against share 1 : 1.5 : 2, so a mean fit spreads it over the call and hop latencies with
+the wrong weight per process count and per op (an all-gather has half the all-reduce's hops but waits as often),
+and the three parameters move with the load. Here the α-β parameters keep the stable fast mode (nine loaded runs:
+hop 114-159 µs) and the load-dependent part is one measured number per process count.
+
+Sizes above :data:`WAIT_MAX_BYTES` are left out of W: there the bytes' own time, which other work also stretches
+by sharing memory bandwidth, would mix into it. The replay probe's ``comm.replay_step_us`` is fitted afterwards on
+the cluster with its waits to the replays' means (:mod:`executor.calibrate_replay`): a replayed step's extra host
+time with whatever its own blocking adds (a full W per replayed step would over-price the 3- and 4-process replays
+2-3×, 2026-11-25's data).
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
-from executor.calibrate import fit_cluster, fit_rows
+import numpy as np
+
 from simulator.cluster.spec import Cluster
 
 WAIT_MAX_BYTES = 256 * 1024
-"""Largest message whose wait is summarised: above it the bytes' own time (which foreign load also stretches,
-by sharing memory bandwidth rather than by a time slice) would mix into the figure."""
+"""Largest message whose calls measure the wait (module docstring)."""
+RESAMPLES = 100
+"""Bootstrap resamples of the calls for the wait's spread (as :data:`executor.calibrate_spread.RESAMPLES`)."""
+SEED = 0
+"""Seed of that resampling: the same measurements give the same spread."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class FastMode:
-    """The model fitted to each point's 10th percentile, and the per-call wait the trimmed means add to it."""
+def fast_points(measurements) -> list:
+    """``measurements`` with each point's fitted statistic (:data:`executor.calibrate.TARGET`) set to its 10th
+    percentile: what :func:`executor.calibrate.fit_cluster` fits the fast mode to."""
+    from executor.calibrate import TARGET
 
-    call_latency_us: float
-    latency_us: float
-    bw_GBps: float
-    wait_ms: dict[int, float]
-    """Per process count: median over sizes up to :data:`WAIT_MAX_BYTES` of (trimmed mean − fast estimate), ms."""
-    replay_step_us: float | None = None
-    """``comm.replay_step_us`` fitted to the replays' 10th percentiles on the fast cluster; None: no replays."""
-
-    def text(self) -> str:
-        """One line, as the CLI prints it and the calibrated file's ``source`` records it."""
-        waits = ", ".join(f"{p} processes {w:.2f} ms" for p, w in sorted(self.wait_ms.items()))
-        replay = "" if self.replay_step_us is None else f", replay step {self.replay_step_us:.1f} us"
-        return (f"fast mode (p10 of the calls): call {self.call_latency_us:.1f} us, hop {self.latency_us:.1f} us, "
-                f"bandwidth {self.bw_GBps:.3f} GB/s{replay}; wait per call (trimmed mean - fast, up to 256 KiB): "
-                f"{waits}")
+    return [replace(m, **{TARGET: m.p10_s}) for m in measurements]
 
 
-def fast_mode(cluster: Cluster, measurements, estimate: Callable, replays=(), cases=()) -> FastMode:
-    """:class:`FastMode` of ``measurements`` (Measurement: ``p10_s``, ``trimmed_mean_s``) on ``cluster`` (the base,
-    as :func:`executor.calibrate.fit_cluster` takes it) with the fit's ``estimate`` (module docstring); ``replays``
-    (the replay probe's measurements) and ``cases`` (the launches', whose schedules ran) give its replay step."""
-    from executor.calibrate_replay import fit_replay_step
+def without_waits(cluster: Cluster) -> Cluster:
+    """``cluster`` with no blocking wait (the fast mode a fit starts from)."""
+    return cluster if not cluster.comm.blocking_wait_us else replace(cluster, comm=replace(cluster.comm,
+                                                                                           blocking_wait_us=()))
 
-    fast_points = [replace(m, trimmed_mean_s=m.p10_s) for m in measurements]
-    fitted, fit = fit_cluster(cluster, fast_points, estimate=estimate)
-    replay_us = None
-    if replays:
-        replay_us = fit_replay_step(fitted, [replace(m, trimmed_mean_s=m.p10_s) for m in replays], cases)
-    waits: dict[int, list[float]] = {}
-    for row in fit_rows(fitted, measurements, estimate):
-        if row.nbytes <= WAIT_MAX_BYTES:
-            waits.setdefault(row.ranks, []).append((row.measured_s - row.estimate_s) * 1e3)
-    return FastMode(call_latency_us=fit.call_latency_us, latency_us=fit.latency_us, bw_GBps=fit.bw_GBps,
-                    wait_ms={p: statistics.median(w) for p, w in waits.items()}, replay_step_us=replay_us)
+
+def with_waits(cluster: Cluster, waits_us: dict[int, float]) -> Cluster:
+    """``cluster`` with ``comm.blocking_wait_us`` = ``waits_us`` (process count → µs)."""
+    return replace(cluster, comm=replace(cluster.comm, blocking_wait_us=tuple(sorted(waits_us.items()))))
+
+
+def _excess_s(fast: Cluster, measurements, estimate: Callable) -> dict[int, list[np.ndarray]]:
+    """Per process count, for each point up to :data:`WAIT_MAX_BYTES`: its calls' excess over ``fast``'s estimate."""
+    from executor.calibrate import fit_rows
+
+    out: dict[int, list[np.ndarray]] = {}
+    for m, row in zip(measurements, fit_rows(without_waits(fast), measurements, estimate)):
+        if m.nbytes <= WAIT_MAX_BYTES:
+            out.setdefault(m.ranks, []).append(np.asarray(m.times_s) - row.estimate_s)
+    return out
+
+
+def blocking_waits(fast: Cluster, measurements, estimate: Callable) -> dict[int, float]:
+    """``W(p)`` in µs, per process count measured (module docstring), never below 0; ``fast`` is the cluster fitted
+    to the 10th percentiles, ``estimate`` the fit's (:func:`executor.calibrate.executed_time`)."""
+    return {p: max(0.0, float(np.mean(np.concatenate(points))) * 1e6)
+            for p, points in sorted(_excess_s(fast, measurements, estimate).items())}
+
+
+def wait_spread(fast: Cluster, measurements, estimate: Callable, *, resamples: int = RESAMPLES,
+                seed: int = SEED) -> dict[int, tuple[float, float]]:
+    """Per process count, the 10th and 90th percentiles of ``W(p)`` (µs) over bootstrap resamples of each point's
+    calls (the fast fit held: the spread of the mean of one run's sample, as :mod:`executor.calibrate_spread`)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p, points in sorted(_excess_s(fast, measurements, estimate).items()):
+        draws = [float(np.mean(np.concatenate([rng.choice(x, size=len(x)) for x in points]))) * 1e6
+                 for _ in range(resamples)]
+        lo, hi = np.percentile(np.maximum(draws, 0.0), [10, 90])
+        out[p] = (float(lo), float(hi))
+    return out
+
+
+def waits_text(waits_us: dict[int, float], spread: dict[int, tuple[float, float]] | None = None) -> str:
+    """``2 processes 760.0 us (p10..p90 610..930), ...``: as the CLI prints and the file's ``source`` records it."""
+    spread = spread or {}
+    return ", ".join(f"{p} processes {w:.1f} us" + (f" (p10..p90 {spread[p][0]:.0f}..{spread[p][1]:.0f})"
+                                                     if p in spread else "") for p, w in sorted(waits_us.items()))
+

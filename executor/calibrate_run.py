@@ -12,8 +12,10 @@ Design (why each part, :mod:`executor.calibrate`'s module docstring):
   algorithms (``--algorithms ring,tree``) are still measured as replays;
 - every point is estimated on a node of exactly ``p`` processes (the cores' time-sharing is the estimate's
   ``share`` multiplier, :attr:`simulator.collectives.cost.Env.time_share`, not a fitted quantity);
-- the fit's target per point is the trimmed mean of its calls, and each parameter's spread is reported
-  (:mod:`executor.calibrate_spread`);
+- the network is fitted to each point's 10th percentile (the calls that did not wait for a core), the expected
+  wait per blocking call is measured per process count as the plain means' excess over that fit
+  (:mod:`executor.calibrate_modes`, ``comm.blocking_wait_us``), and the result is checked against the plain means;
+  each parameter's and each wait's spread is reported (:mod:`executor.calibrate_spread`);
 - :func:`check` measures a fresh set against the calibrated cluster, as a user closes the loop;
 - how quiet the machine was is recorded with both (:func:`machine_note`): the 1-minute load average before
   and after, and the share of the CPU other work took while measuring (``executor.suite_run``'s sampling of
@@ -38,7 +40,7 @@ where the latencies show, to beyond the tiny models' gradient buckets, about 0.5
 (2026-11-25): the fit has three parameters and the design's rank comes from the two series and the process
 counts, not from more sizes; the time goes to the probes (:mod:`executor.calibrate_replay`) and to repeats."""
 DEFAULT_REPEATS = 20
-"""Timed calls per point by default (each point is fitted to their trimmed mean)."""
+"""Timed calls per point by default (their 10th percentile is fitted; their mean checked)."""
 DEFAULT_WARMUP = 3
 """Untimed calls per point before them."""
 DEFAULT_ALGORITHMS = (NATIVE,)
@@ -160,16 +162,14 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     import datetime
     import platform
 
-    from executor.calibrate import check_calibratable, executed_time, fit_cluster, fit_rows
-    from executor.calibrate_modes import fast_mode
-    from executor.calibrate_replay import fit_replay_step, split_probes
-    from executor.calibrate_spread import parameter_spread
+    from executor.calibrate import check_calibratable
+    from executor.calibrate_modes import waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
 
     op = Op.ALL_REDUCE if op is None else op
     nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
-    cluster = local_cluster(max(nprocs), base)
+    cluster = without_waits(local_cluster(max(nprocs), base))
     check_calibratable(cluster)
     series = series_for(op, algorithms, separate_hops)
     if backend != "gloo" and any(a == NATIVE for _, a in series):
@@ -181,30 +181,51 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     sizes = list(sizes)
     measured, cases, machine = measure_design(cluster, series + list(probes), nprocs, sizes, backend=backend,
                                               repeats=repeats, warmup=warmup, progress=progress)
-    measurements, replays, checked = split_probes(measured, probes)
-    estimate = executed_time(cases)
-    fitted, fit = fit_cluster(cluster, measurements, fit_reduction=fit_reduction, estimate=estimate)
-    fit = replace(fit, spread=parameter_spread(fitted, measurements, fit.fitted, estimate), machine=machine,
-                  fast=fast_mode(cluster, measurements, estimate, replays, cases))
-    replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
-    if replay_step_us is not None:
-        fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
-    fit = replace(fit, replay_step_us=replay_step_us, probes=tuple(fit_rows(fitted, replays + checked, estimate)))
+    fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction)
+    fit = replace(fit, machine=machine)
+    waits, replay_step_us = fit.blocking_wait_us, fit.replay_step_us
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     if probes:
         what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}, trimmed means; "
-              f"fitted {', '.join(fit.fitted)} from the base {cluster.name} (other values as there), each process "
-              f"count estimated with its share of the cores; median absolute error {fit.median_abs_error_pct:.1f} %; "
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}; "
+              f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
+              f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
+              f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
+              f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
-                 "replays with the others held (executor.calibrate_replay)") + f"; {fit.fast.text()}; {machine}")
+                 "replays' means with the others held (executor.calibrate_replay)") + f"; {machine}")
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
+
+
+def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction: bool = False):
+    """The calibration's fit of one measured design (``measured``: every Measurement of the launches ``cases``,
+    the ``probes`` among them), on ``cluster`` without waits: the network fitted to the 10th percentiles, the
+    expected wait per blocking call per process count (:mod:`executor.calibrate_modes`), then the replay step
+    (:mod:`executor.calibrate_replay`); every row checked against the plain means. Returns ``(fitted, LinkFit)``.
+    Also what re-fits recorded calibrations (``--json``'s rows) offline."""
+    from executor.calibrate import executed_time, fit_cluster, fit_rows
+    from executor.calibrate_modes import blocking_waits, fast_points, wait_spread, with_waits
+    from executor.calibrate_replay import fit_replay_step, split_probes
+    from executor.calibrate_spread import parameter_spread
+
+    measurements, replays, checked = split_probes(measured, probes)
+    estimate = executed_time(cases)
+    fast, fit = fit_cluster(cluster, fast_points(measurements), fit_reduction=fit_reduction, estimate=estimate)
+    waits = blocking_waits(fast, measurements, estimate)
+    fitted = with_waits(fast, waits)
+    replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
+    if replay_step_us is not None:
+        fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
+    return fitted, replace(fit, rows=tuple(fit_rows(fitted, measurements, estimate)),
+                           spread=parameter_spread(fast, measurements, fit.fitted, estimate), blocking_wait_us=waits,
+                           wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
+                           probes=tuple(fit_rows(fitted, replays + checked, estimate)))
 
 
 def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:

@@ -1,8 +1,8 @@
 """Each fitted link parameter's spread: the fit repeated on bootstrap resamples of the measured calls.
 
 Efron's bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 6 and 13): draw each
-point's calls again with replacement (as many as were timed), take their trimmed mean
-(:func:`executor.collective_bench.trimmed_mean`), solve the same relative-L1 problem
+point's calls again with replacement (as many as were timed), take the statistic the parameters were fitted to
+(the calibration's: the 10th percentile, :func:`executor.collective_bench.percentile`), solve the same relative-L1 problem
 (:func:`executor.calibrate.solve_relative_l1`) on the design matrix linearised at the fitted values (the
 executed schedules' replay is exactly linear in them), and report the 10th and 90th percentiles of each
 parameter over :data:`RESAMPLES` resamples. A wide interval says the measurements do not pin that parameter
@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from executor.calibrate import PARAMETERS, base_values, design_matrix, solve_relative_l1
-from executor.collective_bench import trimmed_mean
+from executor.collective_bench import percentile
 from simulator.cluster.spec import Cluster
 
 RESAMPLES = 100
@@ -29,11 +29,18 @@ _NAMES = {"call_latency_us": ("call_latency_us", 1.0), "latency_us": ("latency_u
 """Fitted quantity → (reported name, power): bandwidths are reported as 1 / the fitted inverse."""
 
 
+def p10(times) -> float:
+    """The 10th percentile of ``times``: the statistic the calibration fits the network to."""
+    return percentile(times, 0.10)
+
+
 def parameter_spread(fitted: Cluster, measurements, fitted_names: tuple[str, ...], estimate: Callable, *,
-                     resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, tuple[float, float]]:
+                     statistic: Callable = p10, resamples: int = RESAMPLES,
+                     seed: int = SEED) -> dict[str, tuple[float, float]]:
     """``{name: (p10, p90)}`` of each fitted parameter over bootstrap resamples (module docstring).
 
-    ``fitted``: the fitted cluster (the linearisation point); ``fitted_names``: ``LinkFit.fitted``.
+    ``fitted``: the fitted cluster (the linearisation point, without waits); ``fitted_names``: ``LinkFit.fitted``;
+    ``statistic``: what each resample's point is reduced to (the one the parameters were fitted to).
     Measurements with a single call contribute their one time to every resample.
     """
     A, t0 = design_matrix(fitted, measurements, estimate)
@@ -45,7 +52,7 @@ def parameter_spread(fitted: Cluster, measurements, fitted_names: tuple[str, ...
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(resamples):
-        target = np.array([trimmed_mean(rng.choice(m.times_s, size=len(m.times_s))) for m in measurements])
+        target = np.array([statistic(rng.choice(m.times_s, size=len(m.times_s))) for m in measurements])
         theta = solve_relative_l1(A[:, cols], target - offset, target, positive)
         if theta is not None:
             draws.append(theta)

@@ -6,14 +6,16 @@ Method (as nccl-tests times a call, adapted to processes without CUDA events):
 - before each call the buffer is refilled (untimed) and all ranks meet at ``dist.barrier()``;
 - each rank times its call with ``time.perf_counter`` (after ``cuda.synchronize`` on NCCL);
 - the time of one call is the maximum over ranks (the call ends when its slowest rank does);
-- a :class:`Measurement` keeps every call's time, their median, 10th and 90th percentiles, and their mean
+- a :class:`Measurement` keeps every call's time, their mean, median, 10th and 90th percentiles, and their mean
   trimmed of the :data:`TRIM_FRACTION` fastest and slowest calls (:attr:`Measurement.trimmed_mean_s`).
 
-Why a trimmed mean, and not the median, is what the calibration fits: below a few MiB a gloo call on a
-shared machine is bimodal (a fast mode, and calls that wait a scheduler tick for a peer or gloo's own
-thread: e.g. 0.3 ms against 4-8 ms for a 2-rank 4 KiB ring all-gather, 2026-11-25), so the median of 10-20
-calls lands on either mode from one run to the next, while the mean moves with the share of slow calls,
-and a training step, a sum of many calls, costs their mean (the law of large numbers), not their median.
+What the calibration uses (since 2026-11-25, :mod:`executor.calibrate_modes`): below a few MiB a gloo call on a
+shared machine is bimodal (a fast mode, and calls that wait a scheduler tick for a core: e.g. 0.3 ms against
+4-8 ms for a 2-rank 4 KiB all-gather), so the median of 10-20 calls lands on either mode from one run to the
+next. The network is fitted to the 10th percentiles (the calls that did not wait), the expected wait per call
+is the plain mean's excess over that fit, and the estimate (fast + wait) is checked against the plain mean
+(:attr:`Measurement.mean_s`): a training step, a sum of many calls, costs their mean (expectations add), stalls
+included, which the trimmed mean (kept for comparison) partly drops.
 
 Replayed algorithms run :func:`executor.p2p.replay_schedule` on the schedule
 ``simulator.collectives.registry.build_schedule`` produces, so measured and simulated calls move
@@ -63,6 +65,9 @@ class Measurement:
     """90th percentile of ``times_s``, seconds."""
     trimmed_mean_s: float
     """Mean of ``times_s`` without the :data:`TRIM_FRACTION` fastest and slowest (module docstring), seconds."""
+    mean_s: float
+    """Plain mean of ``times_s``, seconds: what the calibrated estimate (fast mode + expected wait) is checked
+    against (module docstring)."""
 
     @classmethod
     def from_times(cls, op: Op, algorithm: str, ranks: int, nbytes: int, times_s) -> "Measurement":
@@ -70,8 +75,9 @@ class Measurement:
         if not times:
             raise SpecError("repeats", "need at least one timed call")
         return cls(op=op, algorithm=algorithm, ranks=ranks, nbytes=nbytes, times_s=times,
-                   median_s=statistics.median(times), p10_s=_percentile(times, 0.10),
-                   p90_s=_percentile(times, 0.90), trimmed_mean_s=trimmed_mean(times))
+                   median_s=statistics.median(times), p10_s=percentile(times, 0.10),
+                   p90_s=percentile(times, 0.90), trimmed_mean_s=trimmed_mean(times),
+                   mean_s=statistics.fmean(times))
 
 
 def trimmed_mean(values, fraction: float = TRIM_FRACTION) -> float:
@@ -82,7 +88,7 @@ def trimmed_mean(values, fraction: float = TRIM_FRACTION) -> float:
     return statistics.fmean(kept)
 
 
-def _percentile(values: tuple[float, ...], q: float) -> float:
+def percentile(values, q: float) -> float:
     """Percentile by linear interpolation between order statistics (numpy's default method)."""
     ordered = sorted(values)
     pos = q * (len(ordered) - 1)

@@ -169,6 +169,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             f"processes, {format_size(DEFAULT_SIZES[0])}..{format_size(DEFAULT_SIZES[-1])}: call latency "
             f"{fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, bandwidth {fit.bw_GBps:.3f} GB/s "
             f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %"
+            + ("" if not fit.blocking_wait_us else ", wait per blocking call "
+               + ", ".join(f"{w:.0f} us at {p}" for p, w in sorted(fit.blocking_wait_us.items())))
             + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
             + _probe_note(fit.probes) + "; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-kernel overhead "

@@ -165,6 +165,9 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert "nproc 2" in cluster.source and "backend gloo" in cluster.source
     assert cluster.node.intra_link.bw_GBps > 0
     assert cluster.comm.replay_step_us >= 0 and "replay_step_us" in cluster.source
+    # the expected wait per blocking call, measured at the one process count, written as its own field
+    assert [p for p, _ in cluster.comm.blocking_wait_us] == [2] and "blocking_wait_us" in cluster.source
+    assert "wait per call 2 processes" in fitted_out
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,25 +1,27 @@
-"""The fast-mode diagnostic (executor/calibrate_modes.py): the model fitted to each point's 10th percentile, and
-the per-call wait the trimmed means add. Synthetic measurements: no process is launched."""
+"""The calibration's model of a blocking call (executor/calibrate_modes.py, executor/calibrate_run.fit_measured): the
+network fitted to each point's 10th percentile, plus the expected wait per call measured per process count as the
+plain means' excess. Synthetic measurements: no process is launched."""
 
 from __future__ import annotations
 
 import pytest
 
 from executor.calibrate import executed_time, on_node, with_values
-from executor.calibrate_modes import FastMode, fast_mode
-from executor.calibrate_run import DEFAULT_ALGORITHMS, DEFAULT_SIZES, _cases, series_for
+from executor.calibrate_modes import blocking_waits, wait_spread, waits_text
+from executor.calibrate_run import DEFAULT_ALGORITHMS, DEFAULT_SIZES, _cases, fit_measured, series_for
 from executor.collective_bench import Measurement
 from simulator.collectives.base import Op
 from test_calibrate_design import TRUE, local
 
 NPROCS = (2, 3, 4)
-WAIT_S = 4e-3  # a slow call waits one 4 ms time slice
+TICK_S = 4e-3  # a call that waits for a core waits one 4 ms scheduler tick
+SLOW_CALLS = {2: 4, 3: 10, 4: 16}  # of 20 calls per point: 20 %, 50 %, 80 % wait, as on the 2-core VM
 
 
-def _bimodal(truth, fast_calls: int, slow_calls: int):
-    """Every native point of the default design timed as ``fast_calls`` calls at ``truth``'s exact time and
-    ``slow_calls`` that waited :data:`WAIT_S` more."""
-    series = series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS)
+def _bimodal(truth, slow_calls: dict[int, int], series=None):
+    """Every point of ``series`` (default: the native design's) timed as 20 calls: ``20 − slow`` at ``truth``'s
+    exact time and ``slow`` one tick later, ``slow`` by process count."""
+    series = series or series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS)
     cases = [c for p in NPROCS for c in _cases(on_node(truth, p), series, p, list(DEFAULT_SIZES))]
     timed = executed_time(cases)
     out = []
@@ -27,50 +29,76 @@ def _bimodal(truth, fast_calls: int, slow_calls: int):
         s, p = case.timed_schedule, len(case.timed_schedule.ranks)
         t = timed(on_node(truth, p), list(range(p)), s.op, case.nbytes, case.algorithm).time_s
         out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes,
-                                          [t] * fast_calls + [t + WAIT_S] * slow_calls))
-    return local(4), out, timed
+                                          [t] * (20 - slow_calls[p]) + [t + TICK_S] * slow_calls[p]))
+    return out, cases
 
 
-@pytest.mark.parametrize("slow_calls", [0, 10, 16])
-def test_fast_mode_recovers_the_calls_that_did_not_wait(slow_calls):
-    """20 calls per point, ``slow_calls`` of them 4 ms late: the 10th percentile is the fast time as long as at
-    least 3 calls are fast, so the fit gives back the true call, hop and bandwidth however many waited; the
-    trimmed mean (2 cut at each end) then carries (slow − 2) / 16 of the 4 ms: 0, 2 and 3.5 ms per call."""
-    base, measured, timed = _bimodal(with_values(local(4), TRUE), 20 - slow_calls, slow_calls)
-    fast = fast_mode(base, measured, timed)
+def test_fast_fit_and_waits_recover_a_bimodal_truth():
+    """The 10th percentile is the fast time while at least 3 of 20 calls are fast, so the fit gives back the true
+    call, hop and bandwidth; the wait is the mean excess, slow/20 × 4 ms: 0.8, 2.0 and 3.2 ms at 2, 3, 4
+    processes; the fitted cluster with its waits then estimates every point's plain mean exactly."""
+    truth = with_values(local(4), TRUE)
+    measured, cases = _bimodal(truth, SLOW_CALLS)
+    fitted, fit = fit_measured(local(4), measured, cases)
     call_us, hop_us, inv_bw, _ = TRUE
-    assert fast.call_latency_us == pytest.approx(call_us, rel=1e-6)
-    assert fast.latency_us == pytest.approx(hop_us, rel=1e-6)
-    assert fast.bw_GBps == pytest.approx(1 / inv_bw, rel=1e-6)
-    expected_ms = max(0, slow_calls - 2) / 16 * WAIT_S * 1e3
-    assert fast.wait_ms == pytest.approx({p: expected_ms for p in NPROCS}, abs=1e-9)
+    assert fit.call_latency_us == pytest.approx(call_us, rel=1e-6)
+    assert fit.latency_us == pytest.approx(hop_us, rel=1e-6)
+    assert fit.bw_GBps == pytest.approx(1 / inv_bw, rel=1e-6)
+    assert fit.blocking_wait_us == pytest.approx({2: 800.0, 3: 2000.0, 4: 3200.0}, rel=1e-6)
+    assert fitted.comm.blocking_wait_us == tuple(sorted(fit.blocking_wait_us.items()))  # written to the file
+    assert max(abs(r.error_pct) for r in fit.rows) < 1e-6  # rows: estimate (fast + wait) against the plain mean
+    assert all(r.measured_s == pytest.approx(sum(r.times_s) / 20) for r in fit.rows)
 
 
-def test_text_names_every_process_count():
-    line = FastMode(call_latency_us=70.0, latency_us=140.0, bw_GBps=2.0, wait_ms={2: 0.5, 3: 1.5, 4: 3.0}).text()
-    assert "call 70.0 us, hop 140.0 us" in line and "3 processes 1.50 ms" in line
+def test_more_waiting_raises_the_wait_not_the_network():
+    """Twice the stalls at every count (2, 4, 8 of 20 calls, then 4, 8, 16): the fitted network stays where it
+    was, only the waits double."""
+    truth = with_values(local(4), TRUE)
+    fits = [fit_measured(local(4), *_bimodal(truth, {2: 2 * k, 3: 4 * k, 4: 8 * k}))[1] for k in (1, 2)]
+    assert fits[0].latency_us == pytest.approx(fits[1].latency_us, rel=1e-6)
+    assert fits[0].call_latency_us == pytest.approx(fits[1].call_latency_us, rel=1e-6)
+    for p in NPROCS:
+        assert fits[1].blocking_wait_us[p] == pytest.approx(2 * fits[0].blocking_wait_us[p], rel=1e-6)
 
 
-def test_fast_replay_step_is_the_step_of_the_replays_that_did_not_wait():
-    """Ring replays timed on a cluster with replay_step_us = 50, most of their calls 4 ms late: the fast mode's
-    replay step is 50 (their p10 on the fast cluster); the trimmed means would give far more."""
+def test_only_small_calls_measure_the_wait():
+    """A point above 256 KiB whose calls are all much slower does not move the wait."""
     from dataclasses import replace
 
-    from executor.calibrate_replay import REPLAY_SERIES
+    truth = with_values(local(4), TRUE)
+    measured, cases = _bimodal(truth, SLOW_CALLS)
+    slowed = [m if m.nbytes <= 256 * 1024 else Measurement.from_times(m.op, m.algorithm, m.ranks, m.nbytes,
+                                                                      [t + 0.05 for t in m.times_s])
+              for m in measured]
+    fast = replace(truth, comm=replace(truth.comm, blocking_wait_us=()))
+    assert blocking_waits(fast, slowed, executed_time(cases)) == pytest.approx(
+        blocking_waits(fast, measured, executed_time(cases)), rel=1e-9)
+
+
+def test_wait_spread_brackets_the_wait():
+    truth = with_values(local(4), TRUE)
+    measured, cases = _bimodal(truth, SLOW_CALLS)
+    spread = wait_spread(truth, measured, executed_time(cases))
+    for p, w in {2: 800.0, 3: 2000.0, 4: 3200.0}.items():
+        lo, hi = spread[p]
+        assert lo < w < hi and hi - lo < w
+
+
+def test_waits_text_names_every_process_count():
+    line = waits_text({2: 760.0, 4: 3700.0}, {2: (610.0, 930.0)})
+    assert line == "2 processes 760.0 us (p10..p90 610..930), 4 processes 3700.0 us"
+
+
+def test_replay_step_is_fitted_on_the_cluster_with_its_waits():
+    """Ring replays timed on a cluster with replay_step_us = 50 and the same stalls as the native calls: fitted on
+    the cluster with its waits, against the replays' means, the replay step is 50 (one wait per replayed call is
+    already in the estimate)."""
+    from dataclasses import replace
+
+    from executor.calibrate_replay import PROBE_SERIES, REPLAY_SERIES
 
     truth = replace(with_values(local(4), TRUE), comm=replace(local(4).comm, call_latency_us=TRUE[0],
                                                                 replay_step_us=50.0))
-    base, measured, _ = _bimodal(truth, 4, 16)
-    cases = [c for p in NPROCS for c in _cases(on_node(truth, p), [REPLAY_SERIES], p, list(DEFAULT_SIZES))]
-    timed = executed_time(cases)
-    replays = []
-    for case in cases:
-        p = len(case.timed_schedule.ranks)
-        t = timed(on_node(truth, p), list(range(p)), Op.ALL_REDUCE, case.nbytes, case.algorithm).time_s
-        replays.append(Measurement.from_times(Op.ALL_REDUCE, case.algorithm, p, case.nbytes,
-                                              [t] * 4 + [t + WAIT_S] * 16))
-    all_cases = cases + [c for p in NPROCS for c in _cases(on_node(truth, p), series_for(
-        Op.ALL_REDUCE, DEFAULT_ALGORITHMS), p, list(DEFAULT_SIZES))]
-    fast = fast_mode(base, measured, executed_time(all_cases), replays, all_cases)
-    assert fast.replay_step_us == pytest.approx(50.0, rel=1e-6)
-    assert "replay step 50.0 us" in fast.text()
+    measured, cases = _bimodal(truth, SLOW_CALLS, series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS) + [REPLAY_SERIES])
+    _, fit = fit_measured(local(4), measured, cases, PROBE_SERIES)
+    assert fit.replay_step_us == pytest.approx(50.0, rel=1e-6)

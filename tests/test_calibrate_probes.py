@@ -67,7 +67,7 @@ def test_replays_slower_than_native_fit_positive_and_never_negative():
     cases = _cases_all(truth, [REPLAY_SERIES])
     measured = exact_on(cases, truth)  # replays exactly as fast as the native ring: nothing more per step
     assert fit_replay_step(truth, measured, cases) == pytest.approx(0.0, abs=1e-6)
-    faster = [replace(m, trimmed_mean_s=m.trimmed_mean_s / 2) for m in measured]
+    faster = [replace(m, mean_s=m.mean_s / 2) for m in measured]
     assert fit_replay_step(truth, faster, cases) == 0.0  # clamped at 0, not a negative cost
 
 
@@ -117,7 +117,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     seen = {}
     cluster = load_cluster("localhost-cpu")
     fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
-                          replay_step_us=500.0, probes=())
+                          replay_step_us=500.0, probes=(), blocking_wait_us={2: 760.0, 3: 2116.0})
 
     def fake_calibrate(**kwargs):
         seen.update(kwargs)
@@ -135,3 +135,4 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert not defaults & set(seen), f"the suite overrides calibrate()'s design: {defaults & set(seen)}"
     assert defaults <= set(inspect.signature(design).parameters)
     assert "replay step 500 us" in notes[0]
+    assert "wait per blocking call 760 us at 2, 2116 us at 3" in notes[0]  # the suite's report names the waits

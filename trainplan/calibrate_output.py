@@ -24,9 +24,8 @@ def as_dict(fit, path: str, fresh=None) -> dict:
          "spread_p10_p90": {k: list(v) for k, v in (fit.spread or {}).items()},
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
          "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes),
-         "fast_mode": None if fit.fast is None else {
-             "call_latency_us": fit.fast.call_latency_us, "latency_us": fit.fast.latency_us,
-             "bw_GBps": fit.fast.bw_GBps, "replay_step_us": fit.fast.replay_step_us, "wait_ms": {str(p): w for p, w in sorted(fit.fast.wait_ms.items())}}}
+         "blocking_wait_us": {str(p): w for p, w in sorted((fit.blocking_wait_us or {}).items())},
+         "blocking_wait_spread_us": {str(p): list(v) for p, v in sorted((fit.wait_spread or {}).items())}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -45,7 +44,7 @@ def _print_rows(rows) -> None:
               f"{r.median_s * 1e3:10.3f} {spread:>17} {r.estimate_s * 1e3:12.3f} {r.error_pct:8.1f}")
     errors = [abs(r.error_pct) for r in rows]
     print(f"\nmedian absolute error {_median_abs(rows):.1f} % (range {min(errors):.1f}..{max(errors):.1f} %) "
-          f"over {len(rows)} points (measured: trimmed mean of the calls)")
+          f"over {len(rows)} points (measured: plain mean of the calls)")
 
 
 def _print_probes(rows) -> None:
@@ -69,13 +68,15 @@ def print_table(fit, fresh=None) -> None:
           f"hop latency   {fit.latency_us:10.2f} us{band('latency_us', '.2f')}\n"
           f"bandwidth     {fit.bw_GBps:10.3f} GB/s{band('bw_GBps', '.3f')}\n"
           f"reduction bw  {fit.hbm_bw_GBps:10.3f} GB/s{kept}{band('hbm_bw_GBps', '.3f')}")
+    if fit.blocking_wait_us:
+        from executor.calibrate_modes import waits_text
+
+        print(f"wait per call {waits_text(fit.blocking_wait_us, fit.wait_spread)} (mean excess over the fit)")
     if fit.replay_step_us is not None:
         print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
     print()
     _print_rows(fit.rows)
     _print_probes(fit.probes)
-    if fit.fast is not None:
-        print(f"\n{fit.fast.text()} (not fitted into the file: executor/calibrate_modes.py)")
     print(f"machine: {fit.machine}")
     if fresh is not None:
         rows, probes, machine = fresh

@@ -8,7 +8,7 @@ Examples::
     trainplan calibrate --compute --nproc 4 --cluster local.yaml --out local.yaml
 
 Progress goes to stderr while measuring; stdout gets the fitted parameters with their bootstrap p10..p90,
-the error table (processes, op, size, algorithm, measured trimmed mean, median and p10–p90, fitted estimate,
+the error table (processes, op, size, algorithm, measured mean, median and p10–p90, fitted estimate,
 error %) and the median absolute error; with ``--check``, the same table for a fresh measurement against
 the written file. The written file loads like any other cluster (``--cluster local.yaml``).
 """

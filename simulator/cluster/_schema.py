@@ -39,7 +39,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us",
              "fsdp2_zero2_backward_module_us")
-COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "protocols", "collective_sms")
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -247,7 +247,25 @@ def _comm(s: Section) -> CommProfile:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
                        replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
-                       protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
+                       blocking_wait_us=_blocking_wait(s), protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
+
+
+def _blocking_wait(s: Section) -> tuple[tuple[int, float], ...]:
+    """``comm.blocking_wait_us``: a mapping of process count (a whole number >= 1; JSON's text keys too) to µs >= 0,
+    as ``((processes, µs), ...)`` in increasing process count (:attr:`CommProfile.blocking_wait_us`)."""
+    raw = s.raw("blocking_wait_us", {})
+    field = s.field("blocking_wait_us")
+    if not isinstance(raw, dict):
+        raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
+    table = {}
+    for key in raw:
+        count = int(key) if isinstance(key, str) and key.isdigit() else key
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {key!r}")
+        if count in table:
+            raise SpecError(field, f"process count {count} is given twice")
+        table[count] = Section(raw, field, raw.keys()).number(key, minimum="non_negative")
+    return tuple(sorted(table.items()))
 
 
 def _protocol(s: Section) -> Protocol:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from simulator.checks import non_negative_number, positive_number
+from simulator.checks import non_negative_number, positive_int, positive_number
 from simulator.errors import SpecError
 
 
@@ -211,6 +211,14 @@ class CommProfile:
     apply the received bytes), beyond the step's hop latency and bytes, µs; what a replayed call costs more
     than the library's own call of the same algorithm (:mod:`simulator.collectives.replayed`). Measured by
     ``trainplan calibrate`` (ring all-reduce replays beside the native calls); 0: not measured, no extra cost."""
+    blocking_wait_us: tuple[tuple[int, float], ...] = ()
+    """Expected wait for a core per blocking library call, µs, by the node's process count: ``((processes, µs),
+    ...)`` in increasing process count (file form: a mapping ``{2: 760.0, 3: 2120.0}``). A call on a node whose
+    processes outnumber or crowd its cores sometimes waits a scheduler tick before it runs (gloo over loopback on
+    the 2-core VM: 20 % of small calls at 2 processes, 78 % at 4, each ~4 ms [src: own-gloo-blocking-wait-2026-11-25]),
+    so a call costs its α-β time plus this expectation (:meth:`blocking_wait_s`,
+    :attr:`simulator.collectives.cost.Env.blocking_wait_s`). Measured by ``trainplan calibrate`` as the mean
+    excess of the calls over the fast-mode fit (:mod:`executor.calibrate_modes`); empty on every preset: no wait."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
     collective_sms: int = 0
@@ -223,6 +231,28 @@ class CommProfile:
     def __post_init__(self) -> None:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
         non_negative_number("comm.replay_step_us", self.replay_step_us)
+        counts = [p for p, _ in self.blocking_wait_us]
+        if counts != sorted(set(counts)):
+            raise SpecError("comm.blocking_wait_us", "give each process count once, in increasing order")
+        for processes, us in self.blocking_wait_us:
+            positive_int("comm.blocking_wait_us", processes)
+            non_negative_number(f"comm.blocking_wait_us.{processes}", us)
         if not isinstance(self.collective_sms, int) or isinstance(self.collective_sms, bool) \
                 or self.collective_sms < 0:
             raise SpecError("comm.collective_sms", f"must be a whole number >= 0, got {self.collective_sms!r}")
+
+    def blocking_wait_s(self, processes: int) -> float:
+        """Expected wait of one blocking call on a node of ``processes`` processes, seconds: the measured figure at
+        that count; between two measured counts the straight line through them; outside them the nearest measured
+        count's (a count above the largest measured is not extrapolated: the wait there is at least that; measure it
+        with ``trainplan calibrate --nproc``); 0 where nothing is measured. E.g. ``((2, 760), (4, 3700))``: 3 processes
+        wait 2230 µs, 8 processes 3700 µs."""
+        table = self.blocking_wait_us
+        if not table:
+            return 0.0
+        if processes <= table[0][0]:
+            return table[0][1] * 1e-6
+        for (p0, w0), (p1, w1) in zip(table, table[1:]):
+            if processes <= p1:
+                return (w0 + (w1 - w0) * (processes - p0) / (p1 - p0)) * 1e-6
+        return table[-1][1] * 1e-6

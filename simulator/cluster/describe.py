@@ -107,6 +107,9 @@ def _comm_line(c: Cluster) -> str:
         text += f"; {_num(comm.call_latency_us)} µs per call"
     if comm.replay_step_us:
         text += f"; {_num(comm.replay_step_us)} µs per replayed step"
+    if comm.blocking_wait_us:
+        text += "; wait per blocking call " + ", ".join(f"{_num(us)} µs at {p}" for p, us in comm.blocking_wait_us) \
+            + " processes"
     if comm.library.value == "ideal" and not comm.protocols:
         text += " (links' own latency and bandwidth, no library overhead)"
     return text

@@ -186,6 +186,8 @@ def _comm_dict(comm: CommProfile) -> dict:
         d["collective_sms"] = comm.collective_sms
     if comm.replay_step_us:
         d["replay_step_us"] = comm.replay_step_us
+    if comm.blocking_wait_us:
+        d["blocking_wait_us"] = {p: us for p, us in comm.blocking_wait_us}
     return d
 
 

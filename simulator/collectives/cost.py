@@ -36,6 +36,11 @@ rule :func:`simulator.host_overhead.core_share` applies to compute) every term o
 times as long: call overhead, α and γ × share, bandwidth ÷ share. The node's processes are its
 ``gpus_per_node`` (a one-machine cluster holds exactly the run's processes: :func:`simulator.validate.run_cluster`).
 Measured on the 2-core VM, 2026-11-25 [src: own-gloo-share-probe].
+
+Waits (:attr:`Env.blocking_wait_s`, since 2026-11-25): there a blocking call may first wait for a core (a ~4 ms
+scheduler tick on the 2-core VM), so each call also pays ``W(processes)``, the expected wait measured at the node's
+process count (``comm.blocking_wait_us``; not × share; expectations add, so k calls pay k·W). 0 on every preset:
+their estimates stay the α-β closed forms [src: own-gloo-blocking-wait-2026-11-25].
 """
 
 from __future__ import annotations
@@ -142,10 +147,19 @@ class Env:
             return 1.0
         return min(1.0, cap * 1e9 / (protocol.efficiency(self.family) * group.ring_bus_bw_Bps))
 
+    @cached_property
+    def blocking_wait_s(self) -> float:
+        """Expected wait for a core of one blocking call (module docstring, "Waits"): ``comm.blocking_wait_s`` at the
+        node's ``gpus_per_node`` processes over a loopback link without a protocol, else 0."""
+        if self.protocol is not None or self.cluster.node.intra_link.kind is not LinkKind.LOOPBACK:
+            return 0.0
+        return self.cluster.comm.blocking_wait_s(self.cluster.node.gpus_per_node)
+
     def overhead_s(self, family: str, calls: int = 1) -> float:
-        """Fixed cost of ``calls`` library calls of an algorithm family."""
+        """Fixed cost of ``calls`` library calls of an algorithm family: without a protocol
+        ``calls · (call_latency · share + blocking wait)``."""
         if self.protocol is None:
-            return calls * self.cluster.comm.call_latency_us * 1e-6 * self.time_share
+            return calls * (self.cluster.comm.call_latency_us * 1e-6 * self.time_share + self.blocking_wait_s)
         base = self.protocol.base_latency_us
         if family not in base:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no base latency for "
