@@ -30,7 +30,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    micro-batch's forward after the previous backward or the previous step's optimizer), by the same formula over
    the whole model's calls and roofline (:func:`executor.calibrate_calls.step_call_overheads`): the block's tight
    loop kept the code and data hot and understated a rank's forward about twofold (docs/validation.md, "Per-operator
-   host time in the rank's step"); the block's own figures stay in the report (``block_call_us``).
+   host time in the rank's step"); the block's own figures stay in the report (``block_call_us``). The same steps'
+   AdamW step gives ``op_call_overhead_us`` (step 4's formula) in place of the AdamW's tight loop.
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
@@ -153,8 +154,9 @@ class ComputeCalibration:
     """The block's forward and backward timed apart (the CPU); None on a GPU."""
     rank_steps: RankStepTiming | None = None
     """The whole tiny model in a rank's step (the CPU, fp32), which gave the per-operator fields; None: the block."""
-    block_call_us: tuple[float, float | None] | None = None
-    """(forward, backward) µs per operator from the block's tight loop, where ``rank_steps`` replaced them."""
+    block_call_us: tuple[float, float | None, float] | None = None
+    """(forward, backward, optimizer call) µs per operator from the block's and the AdamW's tight loops, where
+    ``rank_steps`` replaced them."""
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -261,10 +263,13 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                    progress=progress)
         device = replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype))
         if dtype is DtypePolicy.FP32:
-            block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us)
+            block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
+                             device.op_call_overhead_us)
             steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
             device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.forward_s,
                                          steps.backward_s)
+            in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
+            device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,

@@ -15,9 +15,11 @@ forward with the loss and its backward timed apart; the AdamW step; ``zero_grad(
 all-reduced (the run's check, outside the step). Per rank it keeps, over the timed steps,
 
     forward_s  = Σ forward  / micro_batches,      backward_s = Σ backward / micro_batches,
+    optimizer_s = the AdamW step (after the last backward, as in the run),
     outside_s  = step − Σ forward − Σ backward − optimizer     (the loop's own work: batch, slicing, zero_grad)
 
-and :func:`executor.calibrate_calls.step_call_overheads` turns the first two into the per-operator fields.
+and :func:`executor.calibrate_calls.step_call_overheads` turns the first two into the per-operator fields, and
+:func:`executor.calibrate_host.adamw_call_us` the third into ``op_call_overhead_us``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class RankStepTiming:
     """Each rank's backward, per micro-batch."""
     outside: tuple[Timing, ...]
     """Each rank's seconds per step outside the forward, backward and optimizer."""
+    optimizer: tuple[Timing, ...] = ()
+    """Each rank's AdamW step."""
 
     @property
     def forward_s(self) -> float:
@@ -62,10 +66,18 @@ class RankStepTiming:
     def outside_s(self) -> float:
         return statistics.fmean(t.median_s for t in self.outside)
 
+    @property
+    def optimizer_timing(self) -> Timing:
+        """The AdamW step, each statistic the mean over ranks."""
+        return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
+                      p10_s=statistics.fmean(t.p10_s for t in self.optimizer),
+                      p90_s=statistics.fmean(t.p90_s for t in self.optimizer))
+
 
 def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-                seed: int) -> tuple[list[float], list[float], list[float]]:
-    """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch and outside seconds."""
+                seed: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
+    seconds."""
     import torch
     import torch.distributed as dist
 
@@ -75,7 +87,7 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
 
     model = build_gpt(spec, seed)
     optimizer = make_optimizer(model.parameters())
-    fwd, bwd, outside = [], [], []
+    fwd, bwd, outside, opt = [], [], [], []
     for step in range(warmup + repeats):
         dist.barrier()  # every step starts together, as executor/run.py's
         start = time.perf_counter()
@@ -100,7 +112,8 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
             fwd.append(f / m)
             bwd.append(b / m)
             outside.append((end - start) - f - b - (t4 - t3))
-    return fwd, bwd, outside
+            opt.append(t4 - t3)
+    return fwd, bwd, outside, opt
 
 
 def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,
@@ -111,9 +124,9 @@ def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
 
     per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed),
                    num_threads=thread_count)
-    forward, backward, outside = (tuple(_timing(r[k]) for r in per_rank) for k in range(3))
+    forward, backward, outside, optimizer = (tuple(_timing(r[k]) for r in per_rank) for k in range(4))
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
-                          outside=outside)
+                          outside=outside, optimizer=optimizer)
 
 
 def _timing(seconds: list[float]) -> Timing:

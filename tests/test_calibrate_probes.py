@@ -126,7 +126,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     fields = SimpleNamespace(kernel_launch_overhead_us=1.0, backward_call_overhead_us=0.5, op_call_overhead_us=1.0,
                              peak_tflops={})
     compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None, fsdp2=None, pipeline=None,
-                              dtype=SimpleNamespace(value="fp32", compute_dtype=None), block_call_us=(0.25, 0.125))
+                              dtype=SimpleNamespace(value="fp32", compute_dtype=None), block_call_us=(0.25, 0.125, 0.75))
     fields.peak_tflops[None] = 1e-3
     monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
     monkeypatch.setattr(compute_module, "calibrate_compute", lambda c, *a, **k: (c, compute))
@@ -136,4 +136,4 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert not defaults & set(seen), f"the suite overrides calibrate()'s design: {defaults & set(seen)}"
     assert defaults <= set(inspect.signature(design).parameters)
     assert "replay step 500 us" in notes[0]
-    assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us)" in notes[0]
+    assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

@@ -79,6 +79,10 @@ def test_a_slower_rank_step_gives_a_longer_estimate():
 def test_the_probe_runs_two_ranks_in_lockstep():
     timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1)
     assert isinstance(timing, RankStepTiming) and (timing.processes, timing.micro_batches) == (2, 2)
-    assert len(timing.forward) == len(timing.backward) == len(timing.outside) == 2
-    assert all(t.p10_s <= t.median_s <= t.p90_s for t in timing.forward + timing.backward + timing.outside)
+    assert len(timing.forward) == len(timing.backward) == len(timing.outside) == len(timing.optimizer) == 2
+    every = timing.forward + timing.backward + timing.outside + timing.optimizer
+    assert all(t.p10_s <= t.median_s <= t.p90_s for t in every)
     assert timing.forward_s > 0 and timing.backward_s > 0 and timing.outside_s > 0
+    mean = timing.optimizer_timing  # each statistic the mean over the two ranks
+    assert mean.median_s == pytest.approx(sum(t.median_s for t in timing.optimizer) / 2, rel=1e-12)
+    assert mean.p10_s <= mean.median_s <= mean.p90_s
