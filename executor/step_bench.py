@@ -4,9 +4,10 @@
 process alone (:func:`executor.compute_bench.time_block_phases`). A rank of the executor runs the whole model once
 per micro-batch inside a step: a gloo barrier starts the step (``executor/run.py``), each micro-batch's forward
 follows the previous backward or the previous step's optimizer and bookkeeping, and its peers run on the other
-cores. Measured 2026-11-25 (docs/validation.md, "Per-operator host time in the rank's step"): the same forward costs
-0.23-0.27 ms in a tight loop and 0.7-1.5 ms inside the executor's step, one process alone, so most of the gap is
-where the call sits, not the peers [src: own-rank-step-probe].
+cores. Measured 2026-11-25 (docs/validation.md, "Per-operator host time in the rank's step"): concurrency leaves
+per-call medians within 5 %, a barrier adds 0.06-0.09 ms to the first forward, and a micro-batch's forward in a step
+costs 0.33-0.64 ms against 0.23-0.29 ms in a tight loop: most of the gap is where the call sits, not the peers
+[src: own-rank-step-probe].
 
 This probe runs ``processes`` gloo processes (the executor's threads per rank), each training the plain tiny model
 (no DDP: its reducer is ``host.ddp_*``) the way :class:`executor.strategies.data_parallel.DataParallelRunner`
