@@ -10,6 +10,9 @@ with the calls the operators eager torch dispatches (``Kernel.dispatches``,
 :mod:`simulator.workload.eager_dispatch`) and one more in backward: the bench's leaf input's ``.grad``
 accumulation. Without the phases, one figure for both from the whole block. On an ``async`` device (a GPU) a
 host-bound block gives ``o = t_block / launches``; a device-bound one only bounds ``o`` (the base's kept).
+
+On the CPU the fields are then taken from the whole model timed in a rank's step instead
+(:func:`step_call_overheads`, :mod:`executor.step_bench`): the block's tight loop stays in the report.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from dataclasses import replace
 
 from executor.compute_bench import Timing
 from simulator.cluster.spec import Device, KernelDispatch
-from simulator.compute import Phase, layer_times, total_time
+from simulator.compute import Phase, edge_times, layer_times, total_time
 from simulator.host_overhead import host_calls
 from simulator.workload.eager_dispatch import ACCUMULATE_GRAD
-from simulator.workload.ops import layer_work
+from simulator.workload.ops import edge_work, layer_work
 from simulator.workload.transformer import TransformerSpec
 
 
@@ -48,3 +51,34 @@ def block_call_overheads(base: Device, device: Device, spec: TransformerSpec, mi
     else:  # async and device-bound: the block says only o ≤ t_block / launches; keep the base's figure
         overhead_us = base.kernel_launch_overhead_us
     return replace(device, kernel_launch_overhead_us=overhead_us, backward_call_overhead_us=None), total, roofline
+
+
+def model_calls_and_roofline(device: Device, spec: TransformerSpec, micro_batch: int
+                             ) -> tuple[tuple[int, int], tuple[float, float]]:
+    """((forward calls, backward calls), (forward roofline s, backward roofline s)) of one micro-batch through the
+    whole model ``spec`` on ``device``: ``layers`` blocks plus the edges (embedding, final norm, head, loss), the
+    calls by :func:`simulator.host_overhead.host_calls` (``Kernel.dispatches`` on an inline device: 78 / 159 for the
+    suite's tiny GPT, ``benchmarks/eager_dispatch_count.py``); the roofline without host time (``device``'s
+    per-call fields set to 0, as the rows would otherwise carry them)."""
+    device = replace(device, kernel_launch_overhead_us=0.0, backward_call_overhead_us=0.0)
+    block, edges = layer_work(spec, micro_batch), edge_work(spec, micro_batch)
+    calls = tuple(spec.layers * host_calls(device, tuple(getattr(w, p) for w in block))
+                  + host_calls(device, tuple(getattr(w, p) for w in edges)) for p in ("fwd", "bwd"))
+    rows, edge_rows = layer_times(spec, device, micro_batch), edge_times(spec, device, micro_batch)
+    roofline = tuple(spec.layers * total_time(rows, phase) + total_time(edge_rows, phase)
+                     for phase in (Phase.FWD, Phase.BWD))
+    return calls, roofline
+
+
+def step_call_overheads(device: Device, spec: TransformerSpec, micro_batch: int, forward_s: float,
+                        backward_s: float) -> Device:
+    """``device`` with its per-operator fields from the whole model's forward and backward per micro-batch as a
+    rank's step runs them (:class:`executor.step_bench.RankStepTiming`), by the formula the model charges:
+
+        kernel_launch_overhead_us = (t_fwd − roofline_fwd(model)) / calls_fwd(model)
+        backward_call_overhead_us = (t_bwd − roofline_bwd(model)) / calls_bwd(model)
+
+    each at least 0 (:func:`model_calls_and_roofline`) [src: own-rank-step-probe]."""
+    calls, roofline = model_calls_and_roofline(device, spec, micro_batch)
+    fwd_us, bwd_us = (max(0.0, (t - r) / n * 1e6) for t, r, n in zip((forward_s, backward_s), roofline, calls))
+    return replace(device, kernel_launch_overhead_us=fwd_us, backward_call_overhead_us=bwd_us)

@@ -25,6 +25,14 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    adds one ``.grad`` accumulation), so the compute model reproduces the measured block, phase by phase,
    through the very formula it applies to every kernel of every plan.
 
+   On the CPU (gloo, fp32) the two fields are then taken instead from the whole tiny model as a rank's step runs it
+   (:mod:`executor.step_bench`: :data:`~executor.step_bench.STEP_PROBE_PROCESSES` gloo processes in lockstep, each
+   micro-batch's forward after the previous backward or the previous step's optimizer), by the same formula over
+   the whole model's calls and roofline (:func:`executor.calibrate_calls.step_call_overheads`): the block's tight
+   loop kept the code and data hot and understated a rank's forward about twofold (docs/validation.md, "Per-operator
+   host time in the rank's step"); the block's own figures stay in the report (``block_call_us``). The same steps'
+   AdamW step gives ``op_call_overhead_us`` (step 4's formula) in place of the AdamW's tight loop.
+
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
 4. the executor's AdamW step over the tiny model's parameters (on the CPU, gloo): ``op_call_overhead_us`` (the
@@ -73,6 +81,8 @@ from executor.calibrate_host import adamw_call_us, host_cores, measure_host_term
 from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
+from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
+from executor.calibrate_calls import step_call_overheads
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.errors import SpecError
@@ -142,6 +152,11 @@ class ComputeCalibration:
     """torch's pipeline runtime per action on 2 processes (step 5); None where not measured (a GPU)."""
     block_phases: tuple[Timing, Timing] | None = None
     """The block's forward and backward timed apart (the CPU); None on a GPU."""
+    rank_steps: RankStepTiming | None = None
+    """The whole tiny model in a rank's step (the CPU, fp32), which gave the per-operator fields; None: the block."""
+    block_call_us: tuple[float, float | None, float] | None = None
+    """(forward, backward, optimizer call) µs per operator from the block's and the AdamW's tight loops, where
+    ``rank_steps`` replaced them."""
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -208,6 +223,17 @@ def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGr
             f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements in rows of {width}, "
             f"block of {grid.block.name} micro-batch {grid.micro_batch}")
 
+def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress: bool = False) -> RankStepTiming:
+    """The whole tiny fp32 model of ``grid`` in a rank's step on :data:`~executor.step_bench.STEP_PROBE_PROCESSES`
+    gloo processes of the executor's threads per rank (:mod:`executor.step_bench`; at least 100 timed steps)."""
+    if progress:
+        print(f"calibrate --compute: the tiny model's step on {STEP_PROBE_PROCESSES} processes in lockstep",
+              file=sys.stderr)
+    model = executed(replace(grid.block, dtype=DtypePolicy.FP32))
+    return time_rank_steps(model, grid.micro_batch, processes=STEP_PROBE_PROCESSES, repeats=max(repeats, 100),
+                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
+
+
 def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
                       backend: str = "gloo", nproc: int = 1, thread_count: int | None = None,
                       grid: ComputeGrid | None = None, repeats: int = 10, warmup: int = 2,
@@ -231,18 +257,27 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    terms = None
+    terms = steps = block_call_us = None
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
         device = replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype))
+        if dtype is DtypePolicy.FP32:
+            block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
+                             device.op_call_overhead_us)
+            steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
+            device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.forward_s,
+                                         steps.backward_s)
+            in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
+            device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
                                 fields=device, tp_modules=terms and terms.tp, ddp=terms and terms.ddp,
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
-                                fsdp2_zero2=terms and terms.fsdp2_zero2)
+                                fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
+                                block_call_us=block_call_us)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
     return replace(base, name=name, device=device, node=with_host(base.node, terms), source=joined), report

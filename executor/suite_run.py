@@ -173,8 +173,13 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                + ", ".join(f"{w:.0f} us at {p}" for p, w in sorted(fit.blocking_wait_us.items())))
             + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
             + _probe_note(fit.probes) + "; compute calibrated "
-            f"now on {compute.threads} thread(s) per rank: per-kernel overhead "
-            f"{compute.fields.kernel_launch_overhead_us:.1f} us, per op call {compute.fields.op_call_overhead_us:.1f} us, "
+            f"now on {compute.threads} thread(s) per rank: per-operator overhead "
+            f"{compute.fields.kernel_launch_overhead_us:.2f} us forward, "
+            f"{compute.fields.backward_call_overhead_us or 0.0:.2f} us backward"
+            + ("" if compute.block_call_us is None else
+               f" (a rank's step; the block's tight loop {compute.block_call_us[0]:.2f} / "
+               f"{compute.block_call_us[1] or 0.0:.2f} us, AdamW's {compute.block_call_us[2]:.2f} us per op call)")
+            + f", per op call {compute.fields.op_call_overhead_us:.1f} us, "
             f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
             + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "
                f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")

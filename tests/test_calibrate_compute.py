@@ -18,7 +18,9 @@ import torch
 
 from executor.calibrate_compute import (ComputeGrid, GemmRow, MemoryRow, calibrate_compute, curve_points,
                                         device_fields, host_cores, run_shapes, tiny_model)
+from executor.calibrate_calls import step_call_overheads
 from executor.compute_bench import MemoryKernel, Timing, model_bytes
+from executor.compute_grid import executed
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster, save_cluster
 from simulator.compute import layer_times, microbatch_time, total_time
@@ -177,12 +179,19 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
     assert len(cluster.device.gemm_efficiency.points) == 2
     assert cluster.device.kernel_launch_overhead_us >= 0
+    steps = report.rank_steps  # the per-operator fields: the whole model in a rank's step, not the block's loop
+    expected = step_call_overheads(cluster.device, executed(block), 2, steps.forward_s, steps.backward_s)
+    assert (cluster.device.kernel_launch_overhead_us, cluster.device.backward_call_overhead_us) == pytest.approx(
+        (expected.kernel_launch_overhead_us, expected.backward_call_overhead_us), rel=1e-12)
+    assert steps.processes == 2 and len(report.block_call_us) == 3
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
     adamw = report.adamw  # the step less its update (fp32: reads p, g, m, v, writes p, m, v: 28 B), per call
     update_s = adamw.params * 28 / (cluster.device.hbm_bw_GBps * 1e9 * cluster.device.gemm_efficiency.hbm_efficiency)
     assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
+    in_step = report.rank_steps.optimizer_timing  # the AdamW step as a rank's step runs it, not its tight loop
     assert cluster.device.op_call_overhead_us == pytest.approx(
-        max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
+        max(0.0, (in_step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
+    assert report.block_call_us[2] == pytest.approx(max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
     assert tp.modules == 10
     assert tp.forward_module_us == pytest.approx(max(0.0, (tp.tp_forward.p10_s - tp.plain_forward.p10_s) / 10 * 1e6))
@@ -231,6 +240,8 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     printed = json.loads(capsys.readouterr().out)
     loaded = load_cluster(str(out))
     assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
+    assert loaded.device.backward_call_overhead_us == pytest.approx(printed["backward_call_overhead_us"])
+    assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
     assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
     assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])

@@ -123,9 +123,10 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
         seen.update(kwargs)
         return cluster, fit
 
-    fields = SimpleNamespace(kernel_launch_overhead_us=1.0, op_call_overhead_us=1.0, peak_tflops={})
+    fields = SimpleNamespace(kernel_launch_overhead_us=1.0, backward_call_overhead_us=0.5, op_call_overhead_us=1.0,
+                             peak_tflops={})
     compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None, fsdp2=None, pipeline=None,
-                              dtype=SimpleNamespace(value="fp32", compute_dtype=None))
+                              dtype=SimpleNamespace(value="fp32", compute_dtype=None), block_call_us=(0.25, 0.125, 0.75))
     fields.peak_tflops[None] = 1e-3
     monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
     monkeypatch.setattr(compute_module, "calibrate_compute", lambda c, *a, **k: (c, compute))
@@ -136,3 +137,4 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert defaults <= set(inspect.signature(design).parameters)
     assert "replay step 500 us" in notes[0]
     assert "wait per blocking call 760 us at 2, 2116 us at 3" in notes[0]  # the suite's report names the waits
+    assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

@@ -238,6 +238,11 @@ def _compute_dict(r, path: str) -> dict:
                 "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
                 "outside": [_timing(o) for o in r.pipeline.outside], "p2p": list(r.pipeline.p2p),
                 "pipeline_p2p_post_us": r.pipeline.post_us, "post": [_timing(o) for o in r.pipeline.post]},
+            "rank_steps": None if r.rank_steps is None else {
+                "processes": r.rank_steps.processes, "micro_batches": r.rank_steps.micro_batches,
+                **{name: [_timing(t) for t in getattr(r.rank_steps, name)]
+                   for name in ("forward", "backward", "outside", "optimizer")},
+                "block_call_us": list(r.block_call_us)},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -250,13 +255,21 @@ def _print_compute(r) -> None:
     bwd = "" if d.backward_call_overhead_us is None else f" forward, {d.backward_call_overhead_us:.1f} us backward"
     split = ("" if r.block_phases is None else f": forward {r.block_phases[0].median_s * 1e3:.3f} + backward "
              f"{r.block_phases[1].median_s * 1e3:.3f}")
-    adamw = f": AdamW step {r.adamw.step.median_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else ""
+    adamw_s = r.adamw.step.median_s if r.rank_steps is None else r.rank_steps.optimizer_timing.median_s
+    adamw = f": AdamW step {adamw_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else ""
     print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
           f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.median_s * 1e3:.3f} ms{split}, "
           f"{r.block_kernels} host calls, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
           f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
           f"{adamw}; dispatch {d.kernel_dispatch.value})")
+    if r.rank_steps is not None:
+        k = r.rank_steps
+        print(f"rank step     forward {k.forward_s * 1e3:.3f} + backward {k.backward_s * 1e3:.3f} ms per micro-batch, "
+              f"{k.outside_s * 1e3:.3f} ms per step outside them ({k.processes} processes in lockstep, "
+              f"{k.micro_batches} micro-batches), AdamW {k.optimizer_timing.median_s * 1e3:.3f} ms: the per-call "
+              f"figures above; the tight loops gave {r.block_call_us[0]:.1f} / {r.block_call_us[1] or 0.0:.1f} us "
+              f"(block), {r.block_call_us[2]:.1f} us (AdamW)")
     if r.tp_modules is not None:
         t = r.tp_modules
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "

@@ -1,0 +1,88 @@
+"""The per-operator host fields from the whole tiny model in a rank's step (``executor.step_bench``,
+``executor.calibrate_calls.step_call_overheads``): hand counts, exact arithmetic on synthetic timings, the
+direction an estimate moves, and the probe itself on 2 gloo processes.
+
+- the suite's tiny GPT dispatches 78 operators in a micro-batch's forward and 159 in its backward
+  (2 blocks × 32 + 14 edges; 2 × 68 + 23: ``benchmarks/eager_dispatch_count.py``, docs/validation.md);
+- the fields are (t − roofline) / calls per phase, the roofline without host time, and the compute model then
+  charges the timed forward and backward back exactly;
+- a slower step probe gives a longer step estimate; a timing below the roofline gives 0, not a negative field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from executor.calibrate_calls import model_calls_and_roofline, step_call_overheads
+from executor.compute_grid import executed, tiny_model
+from executor.step_bench import RankStepTiming, time_rank_steps
+from simulator.analytical import estimate
+from simulator.cluster.io import load_cluster
+from simulator.compute import Phase, edge_times, layer_times, total_time
+from simulator.strategy.flat import strategy_from_flat
+from simulator.workload import DtypePolicy, load_model
+
+GPT_TINY = executed(tiny_model(load_model("gpt3-125m"), DtypePolicy.FP32))
+
+
+def _device(forward_us: float = 0.0, backward_us: float | None = 0.0):
+    return dataclasses.replace(load_cluster("localhost-cpu").device, kernel_launch_overhead_us=forward_us,
+                               backward_call_overhead_us=backward_us)
+
+
+def _model_phase_s(device, phase: Phase) -> float:
+    """The compute model's seconds for one micro-batch of the whole tiny GPT in ``phase`` (host time included)."""
+    return (GPT_TINY.layers * total_time(layer_times(GPT_TINY, device, 2), phase)
+            + total_time(edge_times(GPT_TINY, device, 2), phase))
+
+
+def test_the_whole_model_calls_are_the_eager_counts():
+    (fwd, bwd), _ = model_calls_and_roofline(_device(), GPT_TINY, 2)
+    assert (fwd, bwd) == (2 * 32 + 14, 2 * 68 + 23) == (78, 159)
+
+
+def test_the_roofline_carries_no_host_time():
+    _, bare = model_calls_and_roofline(_device(), GPT_TINY, 2)
+    _, loaded = model_calls_and_roofline(_device(50.0, 20.0), GPT_TINY, 2)
+    assert loaded == bare
+    assert bare == pytest.approx((_model_phase_s(_device(), Phase.FWD), _model_phase_s(_device(), Phase.BWD)))
+
+
+def test_the_fields_reproduce_the_timed_step_exactly():
+    """forward 0.5 ms, backward 0.55 ms per micro-batch: o = (t − roofline) / calls, then charged back."""
+    (n_fwd, n_bwd), (r_fwd, r_bwd) = model_calls_and_roofline(_device(), GPT_TINY, 2)
+    device = step_call_overheads(_device(7.0, 7.0), GPT_TINY, 2, 0.5e-3, 0.55e-3)
+    assert device.kernel_launch_overhead_us == pytest.approx((0.5e-3 - r_fwd) / n_fwd * 1e6)
+    assert device.backward_call_overhead_us == pytest.approx((0.55e-3 - r_bwd) / n_bwd * 1e6)
+    assert _model_phase_s(device, Phase.FWD) == pytest.approx(0.5e-3, rel=1e-9)
+    assert _model_phase_s(device, Phase.BWD) == pytest.approx(0.55e-3, rel=1e-9)
+
+
+def test_a_step_faster_than_the_roofline_gives_zero_not_a_negative_field():
+    device = step_call_overheads(_device(), GPT_TINY, 2, 1e-9, 1e-9)
+    assert device.kernel_launch_overhead_us == 0.0 and device.backward_call_overhead_us == 0.0
+
+
+def test_a_slower_rank_step_gives_a_longer_estimate():
+    base = load_cluster("localhost-cpu")
+    strategy = strategy_from_flat({"dp": 2, "global_batch": 8, "micro_batch": 2})
+    times = []
+    for forward_s in (0.3e-3, 0.6e-3):
+        device = step_call_overheads(base.device, GPT_TINY, 2, forward_s, 0.5e-3)
+        times.append(estimate(dataclasses.replace(base, device=device), GPT_TINY, strategy).step_time_s)
+    # 2 micro-batches per rank (8 / (2 · 2)), each forward 0.3 ms longer; time-sharing 2 ranks on the host's cores
+    assert times[1] - times[0] >= 2 * 0.3e-3 * (1 - 1e-9)
+
+
+def test_the_probe_runs_two_ranks_in_lockstep():
+    timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1)
+    assert isinstance(timing, RankStepTiming) and (timing.processes, timing.micro_batches) == (2, 2)
+    assert len(timing.forward) == len(timing.backward) == len(timing.outside) == len(timing.optimizer) == 2
+    every = timing.forward + timing.backward + timing.outside + timing.optimizer
+    assert all(t.p10_s <= t.median_s <= t.p90_s for t in every)
+    assert timing.forward_s > 0 and timing.backward_s > 0 and timing.outside_s > 0
+    mean = timing.optimizer_timing  # each statistic the mean over the two ranks
+    assert mean.median_s == pytest.approx(sum(t.median_s for t in timing.optimizer) / 2, rel=1e-12)
+    assert mean.p10_s <= mean.median_s <= mean.p90_s
