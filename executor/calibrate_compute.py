@@ -77,7 +77,8 @@ from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width
 from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
-from executor.calibrate_host import adamw_call_us, host_cores, measure_host_terms, with_host  # noqa: F401
+from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
+                                     with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -266,7 +267,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
             steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
-            device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.forward_s,
+            device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
                                          steps.backward_s)
             in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
             device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
@@ -280,4 +281,5 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 block_call_us=block_call_us)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, node=with_host(base.node, terms), source=joined), report
+    return replace(base, name=name, device=device, node=with_step_loop(with_host(base.node, terms), steps),
+                   source=joined), report

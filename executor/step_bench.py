@@ -18,9 +18,14 @@ all-reduced (the run's check, outside the step). Per rank it keeps, over the tim
     forward_s  = Σ forward  / micro_batches,      backward_s = Σ backward / micro_batches,
     optimizer_s = the AdamW step (after the last backward, as in the run),
     outside_s  = step − Σ forward − Σ backward − optimizer     (the loop's own work: batch, slicing, zero_grad)
+    first_cold_s = forward_1 − mean(forward_2..m)               (the first micro-batch after the between-step work)
 
-and :func:`executor.calibrate_calls.step_call_overheads` turns the first two into the per-operator fields, and
-:func:`executor.calibrate_host.adamw_call_us` the third into ``op_call_overhead_us``.
+Between steps each rank does what ``executor/run.py``'s loop does, with its functions: the step's record gathered on
+rank 0 and the rank's status file written (:func:`_between_steps`). :func:`executor.calibrate_calls.step_call_overheads`
+turns the warm forward (``forward_s − first_cold_s / micro_batches``) and the backward into the per-operator fields,
+:func:`executor.calibrate_host.adamw_call_us` the optimizer into ``op_call_overhead_us``, and ``outside_s`` and
+``first_cold_s`` become ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` (:mod:`simulator.step_loop`)
+[src: own-step-loop-probe].
 """
 
 from __future__ import annotations
@@ -53,11 +58,18 @@ class RankStepTiming:
     """Each rank's seconds per step outside the forward, backward and optimizer."""
     optimizer: tuple[Timing, ...] = ()
     """Each rank's AdamW step."""
+    first_cold: tuple[Timing, ...] = ()
+    """Each rank's first micro-batch forward less the mean of its later ones, per step (0 with one micro-batch)."""
 
     @property
     def forward_s(self) -> float:
         """Mean over ranks of the median forward per micro-batch."""
         return statistics.fmean(t.median_s for t in self.forward)
+
+    @property
+    def warm_forward_s(self) -> float:
+        """:attr:`forward_s` without the first micro-batch's excess: a later micro-batch's forward."""
+        return self.forward_s - self.first_cold_s / self.micro_batches
 
     @property
     def backward_s(self) -> float:
@@ -68,6 +80,11 @@ class RankStepTiming:
         return statistics.fmean(t.median_s for t in self.outside)
 
     @property
+    def first_cold_s(self) -> float:
+        """Mean over ranks of the median first-micro-batch excess; 0 where not measured."""
+        return statistics.fmean(t.median_s for t in self.first_cold) if self.first_cold else 0.0
+
+    @property
     def optimizer_timing(self) -> Timing:
         """The AdamW step, each statistic the mean over ranks."""
         return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
@@ -76,9 +93,10 @@ class RankStepTiming:
 
 
 def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-                seed: int) -> tuple[list[float], list[float], list[float], list[float]]:
+                seed: int, status_dir: str | None = None) -> tuple[list[float], ...]:
     """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
-    seconds."""
+    seconds, and the first micro-batch's forward less the mean of the others'. Between steps it runs the
+    executor's own bookkeeping (:func:`_between_steps`)."""
     import torch
     import torch.distributed as dist
 
@@ -88,20 +106,22 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
 
     model = build_gpt(spec, seed)
     optimizer = make_optimizer(model.parameters())
-    fwd, bwd, outside, opt = [], [], [], []
+    fwd, bwd, outside, opt, cold = [], [], [], [], []
+    gathered = [None] * world if rank == 0 else None
     for step in range(warmup + repeats):
         dist.barrier()  # every step starts together, as executor/run.py's
         start = time.perf_counter()
         inputs, targets = (replica_samples(t, rank, world) for t in
                            global_batch(seed, step, batch=micro_batch * m * world, seq=spec.seq_len, vocab=spec.vocab))
-        local, f, b = torch.zeros(()), 0.0, 0.0
+        local, forwards, b = torch.zeros(()), [], 0.0
         for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
             t0 = time.perf_counter()
             loss = model(x, y) / m
             t1 = time.perf_counter()
             loss.backward()
             t2 = time.perf_counter()
-            f, b = f + t1 - t0, b + t2 - t1
+            forwards.append(t1 - t0)
+            b += t2 - t1
             local += loss.detach().float()
         t3 = time.perf_counter()
         optimizer.step()
@@ -109,25 +129,46 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
         optimizer.zero_grad(set_to_none=False)
         end = time.perf_counter()
         dist.all_reduce(local)  # the run's loss check, outside the step
+        f = sum(forwards)
+        record = {"t": end - start, "loss": float(local), "phases": {"forward": f, "backward": b, "optimizer": t4 - t3}}
+        _between_steps(rank, step, record, gathered, status_dir)
         if step >= warmup:
             fwd.append(f / m)
             bwd.append(b / m)
             outside.append((end - start) - f - b - (t4 - t3))
             opt.append(t4 - t3)
-    return fwd, bwd, outside, opt
+            cold.append(forwards[0] - statistics.fmean(forwards[1:]) if m > 1 else 0.0)
+    return fwd, bwd, outside, opt, cold
+
+
+def _between_steps(rank: int, step: int, record: dict, gathered: list | None, status_dir: str | None) -> None:
+    """What ``executor.run._train`` does between two steps, with its own functions: every rank's step record
+    gathered on rank 0 (``dist.gather_object``) and each rank's status file written (``executor.run._write_status``).
+    Not run: rank 0's rewrite of the results file (``_Recorder.save``), which needs a whole run's options."""
+    import types
+
+    import torch.distributed as dist
+
+    from executor.run import _write_status
+
+    dist.gather_object(record, gathered, dst=0)
+    _write_status(types.SimpleNamespace(status_dir=status_dir), rank, "step", step + 1)
 
 
 def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,
                     micro_batches: int = STEP_PROBE_MICRO_BATCHES, repeats: int = 100, warmup: int = 5,
                     thread_count: int = 1, seed: int = 0) -> RankStepTiming:
     """The probe of the module docstring on ``processes`` gloo processes of ``thread_count`` threads each."""
+    import tempfile
+
     from executor.launch import run
 
-    per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed),
-                   num_threads=thread_count)
-    forward, backward, outside, optimizer = (tuple(_timing(r[k]) for r in per_rank) for k in range(4))
+    with tempfile.TemporaryDirectory(prefix="trainplan-step-probe-") as status_dir:
+        per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
+                                                     status_dir), num_threads=thread_count)
+    forward, backward, outside, optimizer, cold = (tuple(_timing(r[k]) for r in per_rank) for k in range(5))
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
-                          outside=outside, optimizer=optimizer)
+                          outside=outside, optimizer=optimizer, first_cold=cold)
 
 
 def _timing(seconds: list[float]) -> Timing:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 import torch
@@ -180,7 +181,7 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert len(cluster.device.gemm_efficiency.points) == 2
     assert cluster.device.kernel_launch_overhead_us >= 0
     steps = report.rank_steps  # the per-operator fields: the whole model in a rank's step, not the block's loop
-    expected = step_call_overheads(cluster.device, executed(block), 2, steps.forward_s, steps.backward_s)
+    expected = step_call_overheads(cluster.device, executed(block), 2, steps.warm_forward_s, steps.backward_s)
     assert (cluster.device.kernel_launch_overhead_us, cluster.device.backward_call_overhead_us) == pytest.approx(
         (expected.kernel_launch_overhead_us, expected.backward_call_overhead_us), rel=1e-12)
     assert steps.processes == 2 and len(report.block_call_us) == 3
@@ -207,7 +208,9 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                fsdp2_backward_module_us=report.fsdp2.backward_module_us,
                                fsdp2_zero2_backward_module_us=report.fsdp2_zero2.backward_module_us,
                                pipeline_action_us=report.pipeline.action_us,
-                               pipeline_p2p_post_us=report.pipeline.post_us)
+                               pipeline_p2p_post_us=report.pipeline.post_us,
+                               step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
+                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
     assert report.fsdp2.dp == 2 and report.fsdp2.modules == block.layers + 1  # blocks and the root, fake 2-rank group
     assert report.fsdp2.reshard_after_forward and not report.fsdp2_zero2.reshard_after_forward  # ZeRO-3, ZeRO-2
     pipe = report.pipeline  # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
@@ -242,6 +245,9 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
     assert loaded.device.backward_call_overhead_us == pytest.approx(printed["backward_call_overhead_us"])
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
+    assert len(printed["rank_steps"]["first_cold"]) == 2
+    assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(
+        t["median_s"] for t in printed["rank_steps"]["outside"]) * 1e6))
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
     assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
     assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])

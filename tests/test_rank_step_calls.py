@@ -80,6 +80,8 @@ def test_the_probe_runs_two_ranks_in_lockstep():
     timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1)
     assert isinstance(timing, RankStepTiming) and (timing.processes, timing.micro_batches) == (2, 2)
     assert len(timing.forward) == len(timing.backward) == len(timing.outside) == len(timing.optimizer) == 2
+    assert len(timing.first_cold) == 2  # the first micro-batch's forward less the second's, per rank
+    assert timing.warm_forward_s == pytest.approx(timing.forward_s - timing.first_cold_s / 2, rel=1e-12)
     every = timing.forward + timing.backward + timing.outside + timing.optimizer
     assert all(t.p10_s <= t.median_s <= t.p90_s for t in every)
     assert timing.forward_s > 0 and timing.backward_s > 0 and timing.outside_s > 0

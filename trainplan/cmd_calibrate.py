@@ -241,7 +241,7 @@ def _compute_dict(r, path: str) -> dict:
             "rank_steps": None if r.rank_steps is None else {
                 "processes": r.rank_steps.processes, "micro_batches": r.rank_steps.micro_batches,
                 **{name: [_timing(t) for t in getattr(r.rank_steps, name)]
-                   for name in ("forward", "backward", "outside", "optimizer")},
+                   for name in ("forward", "backward", "outside", "optimizer", "first_cold")},
                 "block_call_us": list(r.block_call_us)},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
@@ -269,7 +269,9 @@ def _print_compute(r) -> None:
               f"{k.outside_s * 1e3:.3f} ms per step outside them ({k.processes} processes in lockstep, "
               f"{k.micro_batches} micro-batches), AdamW {k.optimizer_timing.median_s * 1e3:.3f} ms: the per-call "
               f"figures above; the tight loops gave {r.block_call_us[0]:.1f} / {r.block_call_us[1] or 0.0:.1f} us "
-              f"(block), {r.block_call_us[2]:.1f} us (AdamW)")
+              f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
+              f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
+              f"host.first_microbatch_cold_us)")
     if r.tp_modules is not None:
         t = r.tp_modules
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "

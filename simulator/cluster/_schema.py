@@ -38,7 +38,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us",
-             "fsdp2_zero2_backward_module_us")
+             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us")
 COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
@@ -227,6 +227,8 @@ def _host(s: Section) -> HostSpec:
                                                            minimum="non_negative"),
                     pipeline_action_us=s.number("pipeline_action_us", 0.0, minimum="non_negative"),
                     pipeline_p2p_post_us=s.number("pipeline_p2p_post_us", 0.0, minimum="non_negative"),
+                    step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
+                    first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))

@@ -277,6 +277,19 @@ class HostSpec:
     receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
     Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
     [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
+    step_loop_us: float = 0.0
+    """Host time a rank's training loop spends per step outside every phase, µs: taking the step's batch and the
+    replica's samples, slicing the micro-batches, entering and leaving the accumulation context, ``zero_grad``,
+    the phase clocks' own calls; :func:`simulator.step_loop.step_loop_s` charges it once per step with the
+    optimizer. Measured by ``trainplan calibrate --compute`` as the time outside the phases of the tiny model's
+    step on 2 gloo processes (:mod:`executor.step_bench`) [src: own-step-loop-probe]. 0: not modelled (GPU
+    presets: not measured on a GPU)."""
+    first_microbatch_cold_us: float = 0.0
+    """Extra host time of a step's first micro-batch forward over a later one's, µs: the first torch calls after
+    the barrier and the between-step bookkeeping find their code and data cold; charged once per step by
+    :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute`` from the same probe's
+    steps as the first micro-batch's forward less the mean of the others' [src: own-step-loop-probe]. 0: not
+    modelled (GPU presets: not measured)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -301,5 +314,7 @@ class HostSpec:
         non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
         non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
         non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
+        non_negative_number("host.step_loop_us", self.step_loop_us)
+        non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
         if self.fsdp2_zero2_backward_module_us is not None:
             non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)

@@ -20,6 +20,7 @@ from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
+from simulator.step_loop import step_loop_s
 from simulator.strategy.formats import runs_autocast, sync_dtype
 from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
                                 Strategy, ZeroStage, build_layout)
@@ -226,9 +227,9 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
         cache, workload, layout, rep, groups[2], params, experts))
     tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
     sync, fractions = _with_tied(cache, sync, fractions, tied)
-    opt += _te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(
-        cache.cluster, layout, host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster,
-                                                                                                 layout.world_size)))
+    share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
+            + step_loop_s(cache.cluster, share))  # the loop's own host time per step (simulator.step_loop)
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))

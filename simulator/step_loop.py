@@ -1,0 +1,29 @@
+"""Host time of a rank's training loop per step, outside every phase the executor times.
+
+Each step of a rank runs, besides its forward, backward, optimizer and communication, the loop's own Python: it
+takes the step's batch and the replica's samples, slices the micro-batches, enters and leaves the accumulation
+context, zeroes the gradients; and its first micro-batch's forward, right after the step's barrier and the
+previous step's bookkeeping, finds code and data cold and costs more than the later ones (docs/validation.md,
+"Per-operator host time in the rank's step"). Per step and rank
+
+    t_loop = (Host.step_loop_us + Host.first_microbatch_cold_us) · 1e-6 · share
+
+with ``share`` the processes per host core (:func:`simulator.host_overhead.core_share`), both terms measured by
+``trainplan calibrate --compute`` on the tiny model's step (:mod:`executor.step_bench`)
+[src: own-step-loop-probe]. It is charged once per step with the optimizer step
+(:func:`simulator.compile.step.stage_work`), which both engines read. On an ``async`` device (a GPU) 0: the loop's
+Python runs while the device's queued kernels do, and the GPU presets do not state the terms.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster.spec import Cluster, KernelDispatch
+
+
+def step_loop_s(cluster: Cluster, share: float = 1.0) -> float:
+    """Seconds the loop adds to each step of a rank (the module docstring's formula); 0 without a host section,
+    on an ``async`` device, or where both terms are 0."""
+    host = cluster.node.host
+    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE:
+        return 0.0
+    return (host.step_loop_us + host.first_microbatch_cold_us) * 1e-6 * share
