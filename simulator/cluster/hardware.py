@@ -1,4 +1,5 @@
-"""The hardware pieces of a cluster: one link type, the accelerator, and the host side of a node.
+"""The hardware pieces of a cluster: one link type and the accelerator (the host side of a node:
+:mod:`simulator.cluster.host_spec`).
 
 Frozen, validated dataclasses; every number carries its unit in its name. Bandwidths are per
 direction in decimal GB/s (1e9 bytes/s). How these pieces are joined into nodes and a network is in
@@ -12,7 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
-from simulator.cluster.comm import CpuVendor
+from simulator.cluster.host_spec import HostSpec  # noqa: F401 (re-exported: one import for every part)
 from simulator.cluster.kinds import LinkKind
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -205,116 +206,3 @@ class Device:
             known = ", ".join(d.value for d in self.peak_tflops)
             raise SpecError("device.peak_tflops", f"no {dtype.value} figure for {self.name}; known: {known}")
         return self.peak_tflops[dtype] * 1e12
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostSpec:
-    """The host side of a node: what ZeRO-Offload/Infinity and the input pipeline need."""
-
-    cpu_memory_bytes: int
-    """Host DRAM per node, bytes."""
-    h2d_bw_GBps: float
-    """Host-to-device PCIe bandwidth per GPU, per direction, decimal GB/s."""
-    h2d_latency_us: float
-    """Latency of one host↔device PCIe hop, µs (also the staging hop without GPUDirect RDMA)."""
-    nvme_bytes: int = 0
-    """NVMe capacity per node for ZeRO-Infinity offload, bytes (0: none)."""
-    nvme_read_GBps: float = 0.0
-    """Aggregate NVMe read bandwidth per node, GB/s."""
-    nvme_write_GBps: float = 0.0
-    """Aggregate NVMe write bandwidth per node, GB/s."""
-    cpu_adam_params_per_s: float = 0.0
-    """CPU optimizer throughput per node, parameters updated per second (0: unknown)."""
-    storage_read_GBps: float = 0.0
-    """Read bandwidth from training-data storage per node, GB/s (0: unknown)."""
-    cpu_vendor: CpuVendor | None = None
-    """Host CPU vendor (NCCL's LL cap across nodes depends on it, ``Protocol.bus_bw_cap``); None: not
-    stated, read as NCCL reads any host that is not AMD."""
-    fsdp2_forward_module_us: float = 0.0
-    """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
-    :func:`simulator.host_overhead.with_host_modules`. Measured by ``trainplan calibrate --compute`` on a fake
-    2-rank group, FSDP2's multi-rank path (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe].
-    0: not modelled."""
-    fsdp2_backward_module_us: float = 0.0
-    """Host time FSDP2 adds per ``fully_shard`` module per backward, µs (re-gather, reduce-scatter,
-    post-backward). 0: not modelled."""
-    tp_forward_module_us: float = 0.0
-    """Host time torch's tensor parallelism (DTensor weights, ``parallelize_module``) adds per tensor-parallel
-    module per forward, µs (DTensor dispatch, the parallel styles' hooks);
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
-    tp_backward_module_us: float = 0.0
-    """The same per backward, µs. 0: not modelled."""
-    checkpoint_forward_region_us: float = 0.0
-    """Host time ``torch.utils.checkpoint`` adds per checkpointed region per forward, µs;
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
-    checkpoint_backward_region_us: float = 0.0
-    """The same per backward, beyond the recomputed kernels, µs. 0: not modelled."""
-    ddp_forward_call_us: float = 0.0
-    """Host time torch ``DistributedDataParallel`` adds per forward call of the wrapped model, µs;
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
-    ddp_sync_backward_us: float = 0.0
-    """Host time DDP's synchronising backward adds per step (reducer hooks, bucket copies, finalisation; not the
-    collective), µs; :func:`simulator.host_overhead.with_ddp_sync`. 0: not modelled."""
-    pipeline_action_us: float = 0.0
-    """Host time torch's pipeline schedule runtime (``torch.distributed.pipelining``'s ``_PipelineScheduleRuntime``)
-    spends per action of a rank's list (compute, send, receive) outside the action's kernels and transfers, µs:
-    the loop's dispatch and profiler range, the stage's per-chunk bookkeeping and the building of each p2p op list;
-    :func:`simulator.host_overhead.with_host_modules` charges it per compute action with the sends and receives
-    the runtime adds around it (:func:`simulator.host_overhead.pipeline_actions`). Measured on the CPU by
-    ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
-    0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
-    kernels and the host time, and a real model's stage kernels outlast tens of µs per action)."""
-    fsdp2_zero2_backward_module_us: float | None = None
-    """:attr:`fsdp2_backward_module_us` for FSDP2 at ZeRO-2 (``reshard_after_forward=False``), whose backward
-    does not re-gather the module, µs; measured by ``trainplan calibrate --compute`` with the same probe
-    (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe]. None: not stated, ZeRO-2 is charged
-    :attr:`fsdp2_backward_module_us` as ZeRO-3 is."""
-    pipeline_p2p_post_us: float = 0.0
-    """Host time torch's pipeline runtime blocks a rank's thread posting one send or receive of its list
-    (``_batch_p2p``: ``dist.isend`` / ``dist.irecv`` through the backend, which for gloo takes the pair's lock and
-    writes the rendezvous notice on the calling thread), µs: not in :attr:`pipeline_action_us` (the executor books
-    posting as pp time, outside no phase); :func:`simulator.host_overhead.with_host_modules` charges it per send and
-    receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
-    Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
-    [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
-    step_loop_us: float = 0.0
-    """Host time a rank's training loop spends per step outside every phase, µs: taking the step's batch and the
-    replica's samples, slicing the micro-batches, entering and leaving the accumulation context, ``zero_grad``,
-    the phase clocks' own calls; :func:`simulator.step_loop.step_loop_s` charges it once per step with the
-    optimizer. Measured by ``trainplan calibrate --compute`` as the time outside the phases of the tiny model's
-    step on 2 gloo processes (:mod:`executor.step_bench`) [src: own-step-loop-probe]. 0: not modelled (GPU
-    presets: not measured on a GPU)."""
-    first_microbatch_cold_us: float = 0.0
-    """Extra host time of a step's first micro-batch forward over a later one's, µs: the first torch calls after
-    the barrier and the between-step bookkeeping find their code and data cold; charged once per step by
-    :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute`` from the same probe's
-    steps as the first micro-batch's forward less the mean of the others' [src: own-step-loop-probe]. 0: not
-    modelled (GPU presets: not measured)."""
-    cpu_cores: int | None = None
-    """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
-    --compute`` writes it): more active processes than cores time-share them
-    (:func:`simulator.host_overhead.core_share`); None: not stated, no time-sharing modelled."""
-
-    def __post_init__(self) -> None:
-        positive_number("host.cpu_memory_GB", self.cpu_memory_bytes)
-        positive_number("host.h2d_bw_GBps", self.h2d_bw_GBps)
-        non_negative_number("host.h2d_latency_us", self.h2d_latency_us)
-        for name in ("nvme_bytes", "nvme_read_GBps", "nvme_write_GBps", "cpu_adam_params_per_s",
-                     "storage_read_GBps"):
-            non_negative_number(f"host.{name}", getattr(self, name))
-        if self.cpu_cores is not None:
-            positive_int("host.cpu_cores", self.cpu_cores)
-        non_negative_number("host.fsdp2_forward_module_us", self.fsdp2_forward_module_us)
-        non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
-        non_negative_number("host.tp_forward_module_us", self.tp_forward_module_us)
-        non_negative_number("host.tp_backward_module_us", self.tp_backward_module_us)
-        non_negative_number("host.checkpoint_forward_region_us", self.checkpoint_forward_region_us)
-        non_negative_number("host.checkpoint_backward_region_us", self.checkpoint_backward_region_us)
-        non_negative_number("host.ddp_forward_call_us", self.ddp_forward_call_us)
-        non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
-        non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
-        non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
-        non_negative_number("host.step_loop_us", self.step_loop_us)
-        non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
-        if self.fsdp2_zero2_backward_module_us is not None:
-            non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)
