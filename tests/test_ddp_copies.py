@@ -79,3 +79,17 @@ def test_time_lands_before_the_optimizer(engine):
     assert copies[Category.OPTIMIZER] - views[Category.OPTIMIZER] == pytest.approx(extra, rel=1e-6)
     for cat in (Category.BACKWARD, Category.FORWARD, Category.DP):
         assert copies.get(cat, 0.0) == pytest.approx(views.get(cat, 0.0), rel=1e-9, abs=1e-12)
+
+
+def test_tensor_and_pipeline_families_average_their_own_buckets():
+    """tp or pp > 1: no DDP wrapper; the executor's average_gradients (torch.cat, /= size, copy back) moves 24 B
+    per parameter at dp > 1, bucket views or not, and nothing at dp = 1. Rank 0 of pp = 2 holds fewer parameters:
+    the bytes per parameter are checked, and the seconds for the model's count."""
+    from simulator.compile.ddp_copies import bucket_bytes_per_param
+
+    def per_param(**kw) -> int:
+        return bucket_bytes_per_param(build_layout(replace(DDP, **kw), CLUSTER, MODEL), 4)
+    assert per_param(dp=4, pp=2) == 24
+    assert per_param(dp=4, tp=2, gradient_as_bucket_view=True) == 24
+    assert per_param(dp=1, tp=2, pp=4) == 0
+    assert _copy_s(replace(DDP, dp=4, tp=2)) == pytest.approx(3_005_429_760 / B_HBM, rel=1e-12)
