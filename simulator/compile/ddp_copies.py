@@ -20,9 +20,10 @@ its comm hook ``executor/strategies/ddp_sync.py`` ``ReplayHook.on_bucket``):
 
 Where they are charged: all three passes as one memory-bound kernel on the compute stream after the gradient
 sync's last bucket, before the optimizer (added to the stage's ``optimizer_s``, so both engines place them
-alike). Against the run's order this is exact when the compute stream is the critical path (world size 1,
-where the reducer still copies; or every all-reduce hidden behind backward): the stream then runs backward, the
-copies and the last bucket's all-reduce in sequence either way. When the all-reduces queue up behind one another
+alike; on an ``inline`` device, the CPU, times the processes per core, ``host_overhead.stream``). Against the
+run's order this is exact when the compute stream is the critical path (world size 1, where the reducer still
+copies; or every all-reduce hidden behind backward): the stream then runs backward, the copies and the last
+bucket's all-reduce in sequence either way. When the all-reduces queue up behind one another
 (communication-bound), the run overlaps the earlier buckets' copy-ins and divisions with that queue, and this
 charge is high by at most the copy-in and division time. Routed experts under ep > 1 are left out of DDP
 (``_set_params_and_buffers_to_ignore_for_model``) and out of these bytes.
