@@ -11,6 +11,7 @@ category does not, in both engines.
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from simulator.analytical import estimate_work
 from simulator.cluster.presets import load_preset
@@ -93,3 +94,35 @@ def test_tensor_and_pipeline_families_average_their_own_buckets():
     assert per_param(dp=4, tp=2, gradient_as_bucket_view=True) == 24
     assert per_param(dp=1, tp=2, pp=4) == 0
     assert _copy_s(replace(DDP, dp=4, tp=2)) == pytest.approx(3_005_429_760 / B_HBM, rel=1e-12)
+
+
+def test_world_size_one_still_copies():
+    """The data-parallel family wraps DDP at world size 1 too (our H200 runs: 292 reducer copies per step)."""
+    from simulator.compile.ddp_copies import bucket_bytes_per_param
+    layout = build_layout(replace(DDP, dp=1, global_batch=2), CLUSTER, MODEL, gpus=1)
+    assert bucket_bytes_per_param(layout, 4) == 24
+
+
+def test_the_grad_sync_memo_tells_views_apart():
+    """gradient_as_bucket_view changes grad_sync's answer, so it must stay in its memo key."""
+    from simulator.compile.grad_sync import grad_sync_key
+    a, b = (build_layout(replace(DDP, gradient_as_bucket_view=v), CLUSTER, MODEL) for v in (False, True))
+    assert grad_sync_key(MODEL, a) != grad_sync_key(MODEL, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(params=st.floats(1e3, 1e11), grad_bytes=st.sampled_from([2, 4]), views=st.booleans(),
+       overlap=st.booleans(), framework=st.sampled_from(list(Framework)))
+def test_copies_are_linear_in_parameters_and_views_never_cost_more(params, grad_bytes, views, overlap, framework):
+    s = replace(DDP, gradient_as_bucket_view=views and framework is Framework.TORCH_DDP,
+                dp_sync=AllReduceSync(overlap_grad_reduce=overlap), framework=framework,
+                zero=ZeroStage.ZERO0 if ZeroStage.ZERO0 in framework.zero_stages else min(framework.zero_stages))
+    layout = build_layout(s, CLUSTER, MODEL)
+    one = ddp_copy_s(CLUSTER.device, MODEL.dtype, grad_bytes, params, layout)
+    assert ddp_copy_s(CLUSTER.device, MODEL.dtype, grad_bytes, 2 * params, layout) == pytest.approx(2 * one)
+    if framework is not Framework.TORCH_DDP:
+        assert one == 0.0
+    else:
+        without = ddp_copy_s(CLUSTER.device, MODEL.dtype, grad_bytes, params,
+                             build_layout(replace(s, gradient_as_bucket_view=False), CLUSTER, MODEL))
+        assert 0 < one <= without == pytest.approx(params * 6 * grad_bytes / B_HBM)
