@@ -26,9 +26,10 @@ import yaml
 
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.cluster.io import load_cluster
+from simulator.compile.ddp_copies import ddp_copy_s
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.offload_part import adam_bytes_per_param
-from simulator.strategy.formats import runs_autocast
+from simulator.strategy.formats import runs_autocast, sync_dtype
 from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
@@ -216,7 +217,8 @@ def trace_classes(trace: dict) -> dict[str, float]:
 
 def model_classes(results, cluster) -> dict[str, float]:
     """The model's seconds per step in the same classes: its op table for the plan as run and the
-    analytical optimizer phase."""
+    analytical optimizer phase, less torch DDP's bucket copies it carries (:mod:`simulator.compile.ddp_copies`),
+    which count as memory-bound here as the trace's classes count them."""
     spec, layout, device = run_workload(results), results.run.plan.layout(), cluster.device
     s = layout.strategy
     backend = s.resolved_attention_backend(device.compute_capability)
@@ -230,7 +232,9 @@ def model_classes(results, cluster) -> dict[str, float]:
     for rows, times in ((layer, spec.layers * layout.micro_batches), (edge, layout.micro_batches)):
         for r in rows:
             out[MODEL_CLASS.get(r.op, "memory-bound")] += r.time_s * times
-    out["optimizer"] = validate(results, cluster).row("optimizer").analytical
+    copies = ddp_copy_s(device, spec.dtype, sync_dtype(spec.dtype, s).grad_bytes, spec.params, layout)
+    out["optimizer"] = validate(results, cluster).row("optimizer").analytical - copies
+    out["memory-bound"] += copies  # DDP's bucket copies: charged before the optimizer, memory-bound kernels in a trace
     return dict(out)
 
 

@@ -12,8 +12,9 @@ thread) and to a class by the outermost autograd node or annotation and the inne
 (:data:`RULES`); per class it keeps ms per step, calls per step and the 10th/50th/90th percentile µs per call.
 The model's side: the kernels of :func:`simulator.compute.layer_times` / ``edge_times`` for the plan as run
 (cuDNN attention, what the trace shows ran), each kernel timed alone, × 24 blocks, the analytical optimizer
-phase, and torch DDP's bucket copies (:mod:`simulator.workload.ddp_bucket`, which the step estimate does not charge
-yet); its full-clock times (the step's power stretch, 3 % here, is not in them).
+phase less torch DDP's bucket copies, and those copies as their own class (:mod:`simulator.workload.ddp_bucket`;
+the step estimate charges them before the optimizer, :mod:`simulator.compile.ddp_copies`); its full-clock times
+(the step's power stretch, 3 % here, is not in them).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
                     cell = out[(phase.value, k.name)]
                     cell[0] += rates.time(k)[0] * times
                     cell[1] += times
-    if layout.framework is Framework.TORCH_DDP:  # the reducer's bucket copies, once per step (not in the step estimate)
+    if layout.framework is Framework.TORCH_DDP:  # the reducer's bucket copies, once per step
         k = ddp_bucket_kernel(spec.params, sync_dtype(spec.dtype, s).grad_bytes, s.gradient_as_bucket_view)
         out[("step", k.name)] = [_rates(spec.dtype, device, Phase.BWD).time(k)[0], 1]
     return {key: (t, n) for key, (t, n) in out.items()}
@@ -199,13 +200,22 @@ MODEL_RULES = (  # (class, phase, kernel-name test) for the model's kernels; fir
 )
 
 
+def _optimizer_s(results, cluster, kernels: dict) -> float:
+    """The analytical optimizer phase less torch DDP's bucket copies, which the step charges there
+    (:mod:`simulator.compile.ddp_copies`) and the trace counts as their own kernels (``kernels``'s
+    ``("step", "ddp_bucket_copies")``, timed alike)."""
+    return g.validate(results, cluster).row("optimizer").analytical - kernels.get(("step", "ddp_bucket_copies"),
+                                                                                   (0.0, 0))[0]
+
+
 def model_classes(results, cluster) -> dict[str, float]:
     """The model's seconds per step in the trace's classes (:data:`MODEL_RULES`) and the optimizer phase."""
     out: dict[str, float] = defaultdict(float)
-    for (phase, name), (sec, _) in model_kernels(results, cluster).items():
+    kernels = model_kernels(results, cluster)
+    for (phase, name), (sec, _) in kernels.items():
         cls = next((c for c, p, test in MODEL_RULES if p in phase and test(name)), "other")
         out[cls] += sec
-    out["optimizer (foreach AdamW)"] = g.validate(results, cluster).row("optimizer").analytical
+    out["optimizer (foreach AdamW)"] = _optimizer_s(results, cluster, kernels)
     return dict(out)
 
 
@@ -240,10 +250,11 @@ def _coarse_model(results, cluster) -> dict[str, float]:
     """The model's kernels in the summaries' four classes: GEMMs (block and logits), fused attention, the
     optimizer phase, and every other (memory-bound) kernel."""
     out = dict.fromkeys(COARSE, 0.0)
-    for (_, name), (sec, _) in model_kernels(results, cluster).items():
+    kernels = model_kernels(results, cluster)
+    for (_, name), (sec, _) in kernels.items():
         mapped = next((c for c, _, test in MODEL_RULES[:4] if test(name)), None)
         out["attention" if mapped and "attention" in mapped else "GEMMs" if mapped else "memory-bound"] += sec
-    out["optimizer"] = g.validate(results, cluster).row("optimizer").analytical
+    out["optimizer"] = _optimizer_s(results, cluster, kernels)
     return out
 
 

@@ -217,6 +217,13 @@ def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
     return _rates(dtype, device).time(memory("memory", nbytes))[0]
 
 
+def kernel_s(device: Device, dtype: DtypePolicy, kernel: Kernel) -> float:
+    """Seconds of one ``kernel`` record on ``device`` through :meth:`Rates.time`, the path every modelled kernel
+    takes (roofline at the achievable HBM bandwidth for a memory-bound one, plus the backward's host time per
+    dispatch on an ``inline`` device)."""
+    return _rates(dtype, device, Phase.BWD).time(kernel)[0]
+
+
 def runs_cuda_kernels(device: Device) -> bool:
     """Whether ``device`` runs torch's CUDA kernels (an ``async`` device: every GPU preset; the CPU stand-in is
     ``inline``): the one rule for kernel facts read from our GPU traces (:mod:`simulator.workload.eager_norm`)."""

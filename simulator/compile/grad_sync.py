@@ -3,7 +3,8 @@
 reduce-scatters, :func:`grad_reduce_scatters`, which the chunks carry), a parameter server's push and pull, the
 routed experts' own group, the optimizer's device or host update (:mod:`simulator.host_overhead`,
 :mod:`.offload_part`), and the parameter all-gather after a ZeRO-1/2 step — or torch ZeRO-1's one broadcast per
-parameter tensor (:func:`simulator.compile.comm_part.torch_zero1_broadcasts`). See ``docs/simulator.md``.
+parameter tensor (:func:`simulator.compile.comm_part.torch_zero1_broadcasts`); torch DDP's bucket copies before the
+optimizer (:mod:`.ddp_copies`). See ``docs/simulator.md``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from operator import attrgetter
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, ep_part, megatron_step, offload_part
+from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part
 from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
@@ -127,6 +128,8 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
                     + offload_part.nvme_s(cluster, part * k, write=True, sharing=sharing))
         if s.offload is Offload.OPTIMIZER:
             after = (host_copy(cluster, rep, part * dt.param_bytes, Offload.OPTIMIZER),)
+    copies_s = ddp_copies.ddp_copy_s(cluster.device, workload.dtype, dt.grad_bytes, params - split_experts, layout)
+    opt += host_overhead.stream(cluster.device, copies_s, 0, share).time_s  # DDP's bucket copies, before the step
     tensor_bytes = cache.memo(comm_part.param_tensor_bytes_key(workload, layout, stage, dt), lambda: comm_part.param_tensor_bytes(
         workload, layout, stage, dt.param_bytes)) if torch_zero1(layout) and not split_experts else []
     if tensor_bytes:  # ZeroRedundancyOptimizer: one broadcast per parameter tensor, no all-gather
@@ -145,10 +148,10 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
 UNREAD_FIELDS = frozenset({"global_batch", "micro_batch", "schedule", "sequence_parallel", "recompute"})
 """Strategy fields :func:`grad_sync` never reads, nor any function it calls (its own body; :mod:`.comm_part`'s
 ``bucketed``, ``partition``, ``kept_ready_fractions``, ``param_tensor_bytes`` and ``torch_zero1_broadcasts``;
-:mod:`simulator.host_overhead`'s ``with_ddp_sync``, ``core_share``, ``optimizer_tensors``, ``optimizer_stream``,
-``dtensor_params``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`, :mod:`.megatron_step`,
-:mod:`.grad_adds`, :mod:`.ep_part`'s ``expert_grad_sync``; :mod:`simulator.strategy.formats`), nor the layout
-fields they decide (its micro-batch count, schedule, sequence parallelism). ``tests/test_grad_sync_memo.py``
+:mod:`simulator.host_overhead`'s ``with_ddp_sync``, ``core_share``, ``stream``, ``optimizer_tensors``,
+``optimizer_stream``, ``dtensor_params``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`,
+:mod:`.megatron_step`, :mod:`.grad_adds`, :mod:`.ddp_copies`, :mod:`.ep_part`'s ``expert_grad_sync``;
+:mod:`simulator.strategy.formats`), nor the layout fields they decide (its micro-batch count, schedule, sequence parallelism). ``tests/test_grad_sync_memo.py``
 fails if one of them starts to be read."""
 _READ = attrgetter(*(f.name for f in fields(Strategy) if f.name not in UNREAD_FIELDS))
 

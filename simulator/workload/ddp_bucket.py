@@ -17,10 +17,8 @@ autocast, 1.316e9 parameters) [src: own-h200-2026-11-24]: per step 292 ``torch::
 (one per parameter tensor, device-to-device memcpys), 73 ``div_`` (one per bucket) and 292
 ``copy_bucket_to_grad``: 8.2 ms of kernels, against ``6 · 4 · 1.316e9 = 31.6 GB``.
 
-Not charged in the step estimate yet: where the passes fall (the copy-in inside backward, the copy-back after the
-last bucket, in the ``dp`` phase) is the data-parallel step's to place (:mod:`simulator.compile.grad_sync`, which
-charges Megatron-LM 2021's equivalent passes, :mod:`simulator.compile.megatron_step`). The kernel trace comparison
-(``benchmarks/gpu_compare_trace.py``) times them.
+The step estimate charges them (:mod:`simulator.compile.ddp_copies`, which says where they fall and where it
+places them); the kernel trace comparison (``benchmarks/gpu_compare_trace.py``) times them as their own class.
 """
 
 from __future__ import annotations
