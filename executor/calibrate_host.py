@@ -56,11 +56,12 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
               file=sys.stderr)
     model = tiny_model(spec, DtypePolicy.FP32)
     rerun_s = total_time(layer_times(executed(model), device, micro_batch, recompute=Recompute.FULL), Phase.RECOMPUTE)
+    passes_s = ddp_bucket_passes_s(device, model)
     more = max(repeats, 100)
     with threads(thread_count):
         measured = dict(tp=time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch,
                                            repeats=max(repeats, 50), warmup=warmup),
-                        ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup),
+                        ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup, bucket_passes_s=passes_s),
                         adamw=time_adamw(model, repeats=more, warmup=warmup),
                         checkpoint=time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup),
                         fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup),
@@ -69,6 +70,16 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
     pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
                                      warmup=warmup, thread_count=threads_per_rank(PIPELINE_PROBE_PP))
     return HostTerms(**measured, pipeline=pipeline)
+
+
+def ddp_bucket_passes_s(device: Device, spec: TransformerSpec) -> float:
+    """The model's seconds for DDP's bucket passes over the fp32 gradients of :func:`executor.model.build_gpt` of
+    ``spec`` without bucket views (:func:`simulator.workload.ddp_bucket.ddp_bucket_kernel` through
+    :func:`simulator.compute.kernel_s`, the step's own path) [src: torch-ddp-bucket-copies]."""
+    from simulator.compute import kernel_s
+    from simulator.workload.ddp_bucket import ddp_bucket_kernel
+
+    return kernel_s(device, DtypePolicy.FP32, ddp_bucket_kernel(spec.params, 4, gradient_as_bucket_view=False))
 
 
 def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> float:

@@ -147,6 +147,9 @@ class DdpTiming:
     """Forward and a synchronising backward under DDP."""
     forward_call_us: float
     sync_backward_us: float
+    bucket_passes_s: float = 0.0
+    """The model's own time for the reducer's bucket passes (copy-in, division, copy-back), subtracted: they are
+    charged as a kernel of the step (:mod:`simulator.compile.ddp_copies`), not as host time."""
 
 
 def _bucket_hook(_state, bucket):  # unannotated return: DDP compares it with a non-string type
@@ -159,15 +162,19 @@ def _bucket_hook(_state, bucket):  # unannotated return: DDP compares it with a 
     return fut
 
 
-def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int, seed: int = 0) -> DdpTiming:
+def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int, seed: int = 0,
+             bucket_passes_s: float = 0.0) -> DdpTiming:
     """DDP's host terms for ``spec`` (fp32, the CPU, one bucket holding every gradient as the suite's plans have it):
 
         ddp_forward_call_us   = t_fwd(DDP) − t_fwd(plain)
         ddp_sync_backward_us  = (t_fwd+bwd(DDP, synchronising) − t_fwd+bwd(plain)) − ddp_forward_call_us
+                                − bucket_passes_s
 
     on a 1-rank gloo group, the model wrapped as :mod:`executor.strategies.data_parallel` wraps it (its comm hook
     without the collective, :func:`_bucket_hook`): the wrapper's per-call work (``_pre_forward``,
-    ``prepare_for_backward``) and the reducer's per-gradient hooks, bucket copies and finalisation."""
+    ``prepare_for_backward``) and the reducer's per-gradient hooks and finalisation. ``bucket_passes_s``: the
+    model's time for the bucket copies and division this run makes (6 passes of the gradients' bytes), which the
+    step charges as a kernel of its own (:mod:`simulator.compile.ddp_copies`), so they are not counted twice."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from executor.model import build_gpt
@@ -184,7 +191,8 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
     fwd_us, step_us = per_unit_us(timings, "ddp", 1)
     return DdpTiming(plain_forward=timings["plain", "forward"], ddp_forward=timings["ddp", "forward"],
                      plain_step=timings["plain", "step"], ddp_step=timings["ddp", "step"], forward_call_us=fwd_us,
-                     sync_backward_us=max(0.0, step_us - fwd_us))
+                     sync_backward_us=max(0.0, step_us - fwd_us - bucket_passes_s * 1e6),
+                     bucket_passes_s=bucket_passes_s)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -226,8 +226,12 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                                       - ck.forward_region_us - ck.recompute_region_s * 1e6))
     ddp = report.ddp  # DDP's terms: the wrapped model's extra time per forward, and per synchronising backward
     assert ddp.forward_call_us == pytest.approx(max(0.0, (ddp.ddp_forward.p10_s - ddp.plain_forward.p10_s) * 1e6))
+    # the reducer's bucket passes are the step's kernel (simulator.compile.ddp_copies), not host time: subtracted
+    from executor.calibrate_host import ddp_bucket_passes_s
+    assert ddp.bucket_passes_s == pytest.approx(ddp_bucket_passes_s(cluster.device, block))
+    assert ddp.bucket_passes_s > 0
     assert ddp.forward_call_us + ddp.sync_backward_us == pytest.approx(max(
-        ddp.forward_call_us, (ddp.ddp_step.p10_s - ddp.plain_step.p10_s) * 1e6))
+        ddp.forward_call_us, (ddp.ddp_step.p10_s - ddp.plain_step.p10_s - ddp.bucket_passes_s) * 1e6))
     assert cluster.node == dataclasses.replace(base.node, host=host)
     assert cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
