@@ -19,24 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 from executor import launch
-
-
-def _batch_s(dist, tensors: list, world: int, async_op: bool) -> float:
-    dist.barrier()
-    start = time.perf_counter()
-    handles = []
-    for owner in range(world):
-        for i, t in enumerate(tensors):
-            if i % world == owner:
-                handle = dist.broadcast(t, src=owner, async_op=async_op)
-                if async_op:
-                    handles.append(handle)
-    for handle in handles:
-        handle.wait()
-    return time.perf_counter() - start
+from executor.calibrate_async import batch_s
 
 
 def _worker(rank: int, world: int, ks: list[int], batches: int, warmup: int, nbytes: int):
@@ -47,7 +32,7 @@ def _worker(rank: int, world: int, ks: list[int], batches: int, warmup: int, nby
     for k in ks:
         tensors = [torch.zeros(nbytes // 4) for _ in range(k)]
         for async_op in (True, False):
-            times = [_batch_s(dist, tensors, world, async_op) for _ in range(warmup + batches)]
+            times = [batch_s(dist, tensors, world, async_op) for _ in range(warmup + batches)]
             out[(k, async_op)] = times[warmup:]
     return out
 
