@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cluster.comm import CommProfile
 from simulator.cluster.io import load_cluster, save_cluster
@@ -92,3 +94,13 @@ def test_recorded_zero1_moves_towards_the_measured_step():
         assert old.step_time_s > measured
         assert new.step_time_s < old.step_time_s
         assert abs(new.step_time_s / measured - 1) < abs(old.step_time_s / measured - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(a_us=st.floats(0.0, 5e3), p=st.integers(2, 8), n=st.integers(0, 1 << 24), extra=st.integers(1, 1 << 20))
+def test_batched_broadcast_grows_with_bytes_and_starts_at_its_fixed_cost(a_us, p, n, extra):
+    """T(n) = A(N) + ⌈log2 p⌉·n/bw·share: A at 0 bytes, strictly increasing in n (a property of the formula)."""
+    base = load_cluster("localhost-cpu")
+    cluster = replace(_with(base, async_broadcast_us=((2, a_us),)), node=replace(base.node, gpus_per_node=p))
+    assert async_broadcast_time_s(cluster, p, 0) == pytest.approx(a_us * 1e-6, abs=1e-15)
+    assert async_broadcast_time_s(cluster, p, n + extra) > async_broadcast_time_s(cluster, p, n)
