@@ -163,6 +163,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     import platform
 
     from executor.calibrate import check_calibratable
+    from executor.calibrate_async import PROBE_BATCH
     from executor.calibrate_modes import waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
@@ -184,6 +185,9 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction)
     fit = replace(fit, machine=machine)
     waits, replay_step_us = fit.blocking_wait_us, fit.replay_step_us
+    batched = _async_broadcasts(nprocs) if probes else {}
+    if batched:
+        fitted = replace(fitted, comm=replace(fitted.comm, async_broadcast_us=tuple(sorted(batched.items()))))
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     if probes:
         what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
@@ -197,10 +201,20 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
-                 "replays' means with the others held (executor.calibrate_replay)") + f"; {machine}")
+                 "replays' means with the others held (executor.calibrate_replay)")
+              + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
+                 f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
+                 + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
+
+
+def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
+    """``comm.async_broadcast_us`` measured beside the native design's probes (:mod:`executor.calibrate_async`)."""
+    from executor.calibrate_async import async_broadcast_us
+
+    return async_broadcast_us(nprocs)
 
 
 def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction: bool = False):

@@ -172,6 +172,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             + ("" if not fit.blocking_wait_us else ", wait per blocking call "
                + ", ".join(f"{w:.0f} us at {p}" for p, w in sorted(fit.blocking_wait_us.items())))
             + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
+            + ("" if not cluster.comm.async_broadcast_us else ", per broadcast of an asynchronous batch "
+               + ", ".join(f"{us:.0f} us at {p}" for p, us in cluster.comm.async_broadcast_us))
             + _probe_note(fit.probes) + "; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-operator overhead "
             f"{compute.fields.kernel_launch_overhead_us:.2f} us forward, "

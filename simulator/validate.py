@@ -167,8 +167,13 @@ def _measured_states(results: Results) -> float:
 
 
 def _estimated_states(result: StepResult) -> float:
+    """The model's states of its most loaded rank as the run measures them, at rest after the last step
+    (``executor/run.py`` reads ``model_state_bytes()`` once the loop ends): the parameters after the step
+    (:attr:`~simulator.memory.states.ModelStateBytes.params_at_rest_bytes`), not their peak, which differs only
+    under FSDP2 ZeRO-2, whose unsharded copy lives from forward to the end of backward and is freed there
+    (``reshard_after_forward=False``; its peak stays in the peak row)."""
     placed = result.memory.worst.placed
-    return float(placed.gpu.total_bytes + placed.host_params_bytes + placed.host_grads_bytes
+    return float(placed.gpu.total_after_step_bytes + placed.host_params_bytes + placed.host_grads_bytes
                  + placed.host_optimizer_bytes)
 
 

@@ -67,6 +67,11 @@ class Transport(Enum):
     HOST_THEN_COLLECTIVE = "host+collective"
     """Offloaded ZeRO-3 parameters read from host or NVMe, then gathered or broadcast by
     ``CommCall.algorithm`` (None when there was nothing to gather): a timed delay."""
+    ASYNC_BATCH = "async-batch"
+    """One call of a batch issued with ``async_op=True`` and waited at the end, at its measured cost per call of such
+    a batch (torch ZeRO-1's broadcasts on a loopback node with ``comm.async_broadcast_us``,
+    :func:`simulator.collectives.gloo.async_broadcast_time_s`; ``CommCall.algorithm`` the one the library runs): a
+    timed delay, its bytes the node's CPU work on no modelled link."""
     OVERLAPPED = "overlapped"
     """The exposed remainder of transfers that run under compute (ring attention's KV blocks,
     :mod:`simulator.compile.cp_part`): ``nbytes`` records the traffic, ``time_s`` is only what the

@@ -168,6 +168,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     # the expected wait per blocking call, measured at the one process count, written as its own field
     assert [p for p, _ in cluster.comm.blocking_wait_us] == [2] and "blocking_wait_us" in cluster.source
     assert "wait per call 2 processes" in fitted_out
+    # the asynchronous-batch probe (executor.calibrate_async): one broadcast of torch ZeRO-1's batch, per count
+    assert [p for p, _ in cluster.comm.async_broadcast_us] == [2] and "async_broadcast_us" in cluster.source
 
 
 @pytest.mark.parametrize("argv, message", [

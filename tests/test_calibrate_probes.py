@@ -116,6 +116,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
 
     seen = {}
     cluster = load_cluster("localhost-cpu")
+    cluster = replace(cluster, comm=replace(cluster.comm, async_broadcast_us=((2, 429.0), (3, 707.0))))
     fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
                           replay_step_us=500.0, probes=(), blocking_wait_us={2: 760.0, 3: 2116.0})
 
@@ -137,4 +138,5 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert defaults <= set(inspect.signature(design).parameters)
     assert "replay step 500 us" in notes[0]
     assert "wait per blocking call 760 us at 2, 2116 us at 3" in notes[0]  # the suite's report names the waits
+    assert "per broadcast of an asynchronous batch 429 us at 2, 707 us at 3" in notes[0]  # executor.calibrate_async
     assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

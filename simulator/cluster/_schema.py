@@ -39,7 +39,8 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us")
-COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "protocols", "collective_sms")
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "async_broadcast_us", "protocols",
+             "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -249,14 +250,16 @@ def _comm(s: Section) -> CommProfile:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
                        replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
-                       blocking_wait_us=_blocking_wait(s), protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
+                       blocking_wait_us=_per_processes(s, "blocking_wait_us"),
+                       async_broadcast_us=_per_processes(s, "async_broadcast_us"), protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
 
 
-def _blocking_wait(s: Section) -> tuple[tuple[int, float], ...]:
-    """``comm.blocking_wait_us``: a mapping of process count (a whole number >= 1; JSON's text keys too) to µs >= 0,
-    as ``((processes, µs), ...)`` in increasing process count (:attr:`CommProfile.blocking_wait_us`)."""
-    raw = s.raw("blocking_wait_us", {})
-    field = s.field("blocking_wait_us")
+def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
+    """``comm.<key>`` (``blocking_wait_us``, ``async_broadcast_us``): a mapping of process count (a whole number >= 1;
+    JSON's text keys too) to µs >= 0, as ``((processes, µs), ...)`` in increasing process count
+    (:attr:`CommProfile.blocking_wait_us`)."""
+    raw = s.raw(key, {})
+    field = s.field(key)
     if not isinstance(raw, dict):
         raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
     table = {}

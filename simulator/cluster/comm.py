@@ -219,6 +219,16 @@ class CommProfile:
     so a call costs its α-β time plus this expectation (:meth:`blocking_wait_s`,
     :attr:`simulator.collectives.cost.Env.blocking_wait_s`). Measured by ``trainplan calibrate`` as the mean
     excess of the calls over the fast-mode fit (:mod:`executor.calibrate_modes`); empty on every preset: no wait."""
+    async_broadcast_us: tuple[tuple[int, float], ...] = ()
+    """Mean time per call of a batch of small broadcasts issued with ``async_op=True`` by their owners and then all
+    waited, µs, by the node's process count (file form as ``blocking_wait_us``): torch ``ZeroRedundancyOptimizer``'s
+    parameter sync after its step (``_sync_params``, ``torch/distributed/optim/zero_redundancy_optimizer.py``, torch
+    2.13, lines 760-827 [src: torch-zero1-broadcasts]). It replaces such a call's fixed cost (library call, hops and
+    waits for a core together), which differs from a blocking call's: the batch's calls queue on gloo's worker
+    threads, on the 2-core VM 0.28-0.53 ms per call at 2 processes against 1.1 ms for a blocking call's fast time
+    plus ``W(2)`` [src: own-gloo-async-broadcast-2026-11-25] (:meth:`async_broadcast_s`,
+    :func:`simulator.compile.comm_part.torch_zero1_broadcasts`). Empty on every preset: such a batch costs its calls'
+    blocking estimates."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
     collective_sms: int = 0
@@ -231,12 +241,14 @@ class CommProfile:
     def __post_init__(self) -> None:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
         non_negative_number("comm.replay_step_us", self.replay_step_us)
-        counts = [p for p, _ in self.blocking_wait_us]
-        if counts != sorted(set(counts)):
-            raise SpecError("comm.blocking_wait_us", "give each process count once, in increasing order")
-        for processes, us in self.blocking_wait_us:
-            positive_int("comm.blocking_wait_us", processes)
-            non_negative_number(f"comm.blocking_wait_us.{processes}", us)
+        for name in ("blocking_wait_us", "async_broadcast_us"):
+            table = getattr(self, name)
+            counts = [p for p, _ in table]
+            if counts != sorted(set(counts)):
+                raise SpecError(f"comm.{name}", "give each process count once, in increasing order")
+            for processes, us in table:
+                positive_int(f"comm.{name}", processes)
+                non_negative_number(f"comm.{name}.{processes}", us)
         if not isinstance(self.collective_sms, int) or isinstance(self.collective_sms, bool) \
                 or self.collective_sms < 0:
             raise SpecError("comm.collective_sms", f"must be a whole number >= 0, got {self.collective_sms!r}")
@@ -247,12 +259,23 @@ class CommProfile:
         count's (a count above the largest measured is not extrapolated: the wait there is at least that; measure it
         with ``trainplan calibrate --nproc``); 0 where nothing is measured. E.g. ``((2, 760), (4, 3700))``: 3 processes
         wait 2230 µs, 8 processes 3700 µs."""
-        table = self.blocking_wait_us
-        if not table:
-            return 0.0
-        if processes <= table[0][0]:
-            return table[0][1] * 1e-6
-        for (p0, w0), (p1, w1) in zip(table, table[1:]):
-            if processes <= p1:
-                return (w0 + (w1 - w0) * (processes - p0) / (p1 - p0)) * 1e-6
-        return table[-1][1] * 1e-6
+        return _at_processes_s(self.blocking_wait_us, processes)
+
+    def async_broadcast_s(self, processes: int) -> float | None:
+        """Fixed cost of one broadcast of an asynchronous batch on a node of ``processes`` processes, seconds
+        (:attr:`async_broadcast_us`, read between and beyond measured counts as :meth:`blocking_wait_s`); None where
+        nothing is measured."""
+        return _at_processes_s(self.async_broadcast_us, processes) if self.async_broadcast_us else None
+
+
+def _at_processes_s(table: tuple[tuple[int, float], ...], processes: int) -> float:
+    """A per-process-count table of µs read at ``processes``, seconds: the straight line between the two measured
+    counts around it, the nearest measured count's outside them, 0 for an empty table."""
+    if not table:
+        return 0.0
+    if processes <= table[0][0]:
+        return table[0][1] * 1e-6
+    for (p0, w0), (p1, w1) in zip(table, table[1:]):
+        if processes <= p1:
+            return (w0 + (w1 - w0) * (processes - p0) / (p1 - p0)) * 1e-6
+    return table[-1][1] * 1e-6

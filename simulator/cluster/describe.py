@@ -110,6 +110,9 @@ def _comm_line(c: Cluster) -> str:
     if comm.blocking_wait_us:
         text += "; wait per blocking call " + ", ".join(f"{_num(us)} µs at {p}" for p, us in comm.blocking_wait_us) \
             + " processes"
+    if comm.async_broadcast_us:
+        text += "; per broadcast of an asynchronous batch " + ", ".join(
+            f"{_num(us)} µs at {p}" for p, us in comm.async_broadcast_us) + " processes"
     if comm.library.value == "ideal" and not comm.protocols:
         text += " (links' own latency and bandwidth, no library overhead)"
     return text

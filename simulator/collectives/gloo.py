@@ -44,7 +44,7 @@ time-sharing ``share``, :attr:`simulator.collectives.cost.Env.time_share`): on l
 
 from __future__ import annotations
 
-from simulator.cluster.spec import Cluster
+from simulator.cluster.spec import Cluster, LinkKind
 from simulator.collectives.algorithm import Algorithm, flows_by_step
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.chain import chain_latency_s
@@ -121,3 +121,25 @@ def whole_all_reduce_copy_s(env: Env, nbytes: int, p: int) -> float:
     into the all-reduce's buffer, the rank's share out; module docstring)."""
     copied = nbytes + nbytes / p
     return COPY_PASSES * copied / (env.cluster.device.hbm_bw_GBps * 1e9) * env.time_share
+
+
+def async_broadcast_time_s(cluster: Cluster, group_size: int, nbytes: int) -> float | None:
+    """One broadcast of a batch issued with ``async_op=True`` and then waited (torch ``ZeroRedundancyOptimizer``'s
+    parameter sync [src: torch-zero1-broadcasts]), on a loopback node without a protocol whose
+    ``comm.async_broadcast_us`` is measured; None elsewhere (the call then costs its blocking estimate):
+
+        T = A(N) + ⌈log2 p⌉ · n / (bw · efficiency) · share
+
+    ``A(N)`` the measured fixed cost per call of such a batch at the node's N processes (library call, hops and
+    waits for a core together, :meth:`simulator.cluster.comm.CommProfile.async_broadcast_s`;
+    [src: own-gloo-async-broadcast-2026-11-25]), then the bytes of gloo's binomial tree (:data:`GLOO_NATIVE`):
+    ⌈log2 p⌉ rounds of the whole ``n`` at the loopback link's bandwidth, time-shared (``share``,
+    :attr:`simulator.collectives.cost.Env.time_share`). E.g. A = 400 µs, p = 2, n = 16 KiB, 4 GB/s, share 1:
+    400 + 4.1 = 404.1 µs."""
+    fixed_s = cluster.comm.async_broadcast_s(cluster.node.gpus_per_node)
+    link = cluster.node.intra_link
+    if fixed_s is None or cluster.comm.protocols or link.kind is not LinkKind.LOOPBACK:
+        return None
+    env = Env(cluster, None)
+    rounds = (group_size - 1).bit_length()  # ⌈log2 p⌉ for p >= 2
+    return fixed_s + rounds * nbytes / (link.bw_GBps * link.efficiency * 1e9) * env.time_share

@@ -38,11 +38,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from operator import attrgetter
 
 import numpy as np
 
 from simulator.collectives.base import Op
+from simulator.collectives.gloo import async_broadcast_time_s
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
 from simulator.work import CommCall, CommKind, Transport
@@ -110,12 +112,17 @@ def torch_zero1_broadcasts(cache: CostCache, group: tuple[int, ...], tensor_byte
     one broadcast per parameter tensor of its model, ``tensor_bytes`` each, in the model's order; all are
     issued asynchronously and waited at the end, charged here one after another
     (``torch/distributed/optim/zero_redundancy_optimizer.py``, torch 2.13, lines 760-827 and 1124-1152)
-    [src: torch-zero1-broadcasts]. Equal sizes share one CommCall object."""
+    [src: torch-zero1-broadcasts]; each at the measured cost of a broadcast of such a batch where the cluster has
+    one (:func:`simulator.collectives.gloo.async_broadcast_time_s`), else at a blocking call's. Equal sizes share
+    one CommCall object."""
     made: dict[int, CommCall | None] = {}
     out = []
     for nbytes in tensor_bytes:
         if nbytes not in made:
-            made[nbytes] = call(cache, CommKind.ZERO, Op.BROADCAST, group, nbytes, concurrent)
+            made[nbytes] = c = call(cache, CommKind.ZERO, Op.BROADCAST, group, nbytes, concurrent)
+            batched_s = async_broadcast_time_s(cache.cluster, len(group), nbytes) if c is not None else None
+            if batched_s is not None:
+                made[nbytes] = replace(c, transport=Transport.ASYNC_BATCH, time_s=batched_s)
         if made[nbytes] is not None:
             out.append(made[nbytes])
     return tuple(out)
