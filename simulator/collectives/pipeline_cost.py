@@ -27,29 +27,29 @@ class PipelineLayout:
 
     def __init__(self, env: Env, levels: list[list[Flow]]):
         flows = [f for lvl in levels for f in lvl]
-        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
         ids: dict[tuple, int] = {}
         kinds: dict[tuple, int] = {}
         self.kinds: list[Path] = []
         """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
-        width = max((len(p.hops) for p in paths), default=1)
-        rows: dict[int, tuple[list[int], list[float], int]] = {}  # id(path) → its row: one read per distinct path
+        rows: dict[tuple, int] = {}  # (src, dst, nic) → its row among the distinct connections, in first-use order
+        which = [rows.setdefault((f.src, f.dst, f.nic), len(rows)) for f in flows]
         res, bw, kind = [], [], []
-        for p in paths:
-            row = rows.get(id(p))
-            if row is None:
-                pad = width - len(p.hops)
-                k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
-                if k == len(self.kinds):
-                    self.kinds.append(p)
-                row = rows[id(p)] = ([ids.setdefault(hop.resource, len(ids) + 1) for hop in p.hops] + [0] * pad,
-                                     [hop.link.bw_Bps for hop in p.hops] + [0.0] * pad, k)
-            res.append(row[0])
-            bw.append(row[1])
-            kind.append(row[2])
-        self.res = np.array(res, dtype=np.int64).reshape(len(flows), width)  # index 0: padding, load 0
-        self.link_bw = np.array(bw, dtype=float).reshape(len(flows), width)
-        self.kind = np.array(kind, dtype=np.int64)
+        for key in rows:  # one path read per distinct connection; resources numbered in the flows' order
+            p = env.path(*key)
+            k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+            if k == len(self.kinds):
+                self.kinds.append(p)
+            res.append([ids.setdefault(hop.resource, len(ids) + 1) for hop in p.hops])
+            bw.append([hop.link.bw_Bps for hop in p.hops])
+            kind.append(k)
+        width = max(map(len, res), default=1)
+        for r, b in zip(res, bw):
+            r += [0] * (width - len(r))
+            b += [0.0] * (width - len(b))
+        which = np.array(which, dtype=np.int64)
+        self.res = np.array(res, dtype=np.int64).reshape(len(rows), width)[which]  # index 0: padding, load 0
+        self.link_bw = np.array(bw, dtype=float).reshape(len(rows), width)[which]
+        self.kind = np.array(kind, dtype=np.int64)[which]
         self.n_res = len(ids) + 1
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
         self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
