@@ -67,6 +67,7 @@ class UniformSchedule:
             self.edges.append((np.array([s for s, _, _ in step], dtype=np.int64),
                                np.array([d for _, d, _ in step], dtype=np.int64), kind_of))
         self._latency: dict[tuple, tuple] = {}
+        self._alphas: dict[tuple, tuple] = {}
 
     def bw_s(self, env: Env, nbytes: float) -> float:
         """``Σ_steps step_bw`` with every flow carrying ``nbytes`` (cost.py ``Env.steps_bw_s``)."""
@@ -77,7 +78,17 @@ class UniformSchedule:
 
     def alphas_s(self, env: Env, step: int) -> np.ndarray:
         """α of each flow of ``step`` under the env's protocol (:meth:`Env.latency_s` of its path), plus
-        the per-post overhead of its step's other network messages (:meth:`Env.edges`)."""
+        the per-post overhead of its step's other network messages (:meth:`Env.edges`); kept per protocol
+        (no size enters: a ring's latency term at a further size reads them again), read-only."""
+        key = (id(env.protocol), env.family, env.post_overhead_s, step)  # the entry holds the protocol: its id stays unique
+        kept = self._alphas.get(key)
+        if kept is None:
+            alphas = self._alphas_s(env, step)
+            alphas.flags.writeable = False
+            kept = self._alphas[key] = (alphas, env.protocol)
+        return kept[0]
+
+    def _alphas_s(self, env: Env, step: int) -> np.ndarray:
         src, dst, kind = self.edges[step]
         alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)[kind]
         o = env.post_overhead_s
