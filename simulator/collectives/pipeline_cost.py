@@ -115,6 +115,7 @@ class PipelineCost:
                                              np.array(lay.dst, dtype=np.int64), alpha)
         self.starts = lay.starts
         self._profiles: dict[tuple[int, int], float] = {}
+        self._kept_windows: dict[int | None, tuple] = {}
 
     @cached_property
     def latency_s(self) -> float:
@@ -145,11 +146,31 @@ class PipelineCost:
         return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
+        """``Σ_steps cost(window of step s, b)``: the fill, ``chunks − L + 1`` steady steps of all levels and the
+        drain for ``chunks ≥ L``, else every step's window. Each window's profile is kept (:meth:`_windows`), so a
+        further size or chunk count is one vector product and a sum in step order (the same floats as the sum
+        of :meth:`cost` over the steps)."""
         depth = self.depth
         if depth == 0:
             return 0.0
+        b = float(b)
         if chunks >= depth:  # fill, steady state (all levels, chunks − L + 1 steps), drain
-            fill = sum(self.cost(0, s, b) for s in range(depth - 1))
-            drain = sum(self.cost(s, depth - 1, b) for s in range(1, depth))
-            return fill + (chunks - depth + 1) * self.cost(0, depth - 1, b) + drain
-        return sum(self.cost(max(0, s - chunks + 1), min(depth - 1, s), b) for s in range(chunks + depth - 1))
+            fill, full, drain = self._windows(None)
+            return sum((b * fill).tolist()) + (chunks - depth + 1) * (b * full) + sum((b * drain).tolist())
+        return sum((b * self._windows(chunks)[0]).tolist())
+
+    def _windows(self, chunks: int | None) -> tuple:
+        """``chunks`` None (any ``chunks ≥ L``): (the fill steps' profiles, the steady step's, the drain steps'); else
+        (the profiles of the ``chunks + L − 1`` steps' windows of levels ``max(0, s−chunks+1) .. min(L−1, s)``,)."""
+        kept = self._kept_windows.get(chunks)
+        if kept is None:
+            depth = self.depth
+            if chunks is None:
+                kept = (np.array([self._profile(0, s) for s in range(depth - 1)], dtype=float),
+                        self._profile(0, depth - 1),
+                        np.array([self._profile(s, depth - 1) for s in range(1, depth)], dtype=float))
+            else:
+                kept = (np.array([self._profile(max(0, s - chunks + 1), min(depth - 1, s))
+                                  for s in range(chunks + depth - 1)], dtype=float),)
+            self._kept_windows[chunks] = kept
+        return kept
