@@ -118,15 +118,19 @@ class Group:
         rank pushes per ring step over the step's time, ``C / max_r (load_r / bw_r)`` with one byte per
         channel on every ring edge (:func:`ring_flows`). NCCL's tuner calls it ``busBw``
         (``nChannels × bw``) and caps a protocol's share of it (:meth:`Env.bw_ratio`)."""
-        load: dict[tuple, float] = {}
-        hops = []
+        flows: dict[tuple, float] = {}  # (src, dst, nic) → flows on it: channels repeat connections inside nodes
         for f in ring_flows(self, 1.0):
-            p = self.paths.get((f.src, f.dst, f.nic)) or path(self.cluster, f.src, f.dst, f.nic)
-            self.paths[(f.src, f.dst, f.nic)] = p
+            key = (f.src, f.dst, f.nic)
+            flows[key] = flows.get(key, 0.0) + f.nbytes
+        load: dict[tuple, float] = {}  # sums of whole numbers of bytes: exact in any grouping
+        links: dict[tuple, float] = {}  # (resource, bw): the max reads each value once
+        for key, nbytes in flows.items():
+            p = self.paths.get(key) or path(self.cluster, *key)
+            self.paths[key] = p
             for hop in p.hops:
-                load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
-                hops.append(hop)
-        step_s = max((load[h.resource] / h.link.bw_Bps for h in hops), default=0.0)
+                load[hop.resource] = load.get(hop.resource, 0.0) + nbytes
+                links[(hop.resource, hop.link.bw_Bps)] = hop.link.bw_Bps
+        step_s = max((load[r] / bw for r, bw in links), default=0.0)
         return self.channels / step_s if step_s > 0 else float("inf")
 
 

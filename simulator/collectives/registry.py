@@ -144,7 +144,7 @@ def _capped(group: Group, op: Op) -> str:
 
 def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
     """Whether ``algorithm`` implements ``op`` on this group (and some protocol can run it)."""
-    return _supported(get_algorithm(algorithm), Group(cluster, tuple(ranks)), _op(op))
+    return _supported(get_algorithm(algorithm), _group(cluster, ranks), _op(op))
 
 
 def supporting(op: Op, cluster: Cluster, ranks: Sequence[int]) -> list[str]:
