@@ -109,6 +109,12 @@ class Group:
         and protocol evaluated on this group (:mod:`simulator.collectives.shape`)."""
         return {}
 
+    @cached_property
+    def ring_pairs(self) -> tuple[tuple[int, int, int | None], ...]:
+        """The connections of one multi-channel ring step (:func:`ring_pairs`), shared by the ring's step schedule
+        and :attr:`ring_bus_bw_Bps`."""
+        return ring_pairs(self)
+
     def same_node(self, a: int, b: int) -> bool:
         return self.node_index[a] == self.node_index[b]
 
@@ -118,15 +124,18 @@ class Group:
         rank pushes per ring step over the step's time, ``C / max_r (load_r / bw_r)`` with one byte per
         channel on every ring edge (:func:`ring_flows`). NCCL's tuner calls it ``busBw``
         (``nChannels × bw``) and caps a protocol's share of it (:meth:`Env.bw_ratio`)."""
-        load: dict[tuple, float] = {}
-        hops = []
-        for f in ring_flows(self, 1.0):
-            p = self.paths.get((f.src, f.dst, f.nic)) or path(self.cluster, f.src, f.dst, f.nic)
-            self.paths[(f.src, f.dst, f.nic)] = p
+        flows: dict[tuple, float] = {}  # (src, dst, nic) → flows on it: channels repeat connections inside nodes
+        for key in self.ring_pairs:  # one byte per channel on every ring edge
+            flows[key] = flows.get(key, 0.0) + 1.0
+        load: dict[tuple, float] = {}  # sums of whole numbers of bytes: exact in any grouping
+        links: dict[tuple, float] = {}  # (resource, bw): the max reads each value once
+        for key, nbytes in flows.items():
+            p = self.paths.get(key) or path(self.cluster, *key)
+            self.paths[key] = p
             for hop in p.hops:
-                load[hop.resource] = load.get(hop.resource, 0.0) + f.nbytes
-                hops.append(hop)
-        step_s = max((load[h.resource] / h.link.bw_Bps for h in hops), default=0.0)
+                load[hop.resource] = load.get(hop.resource, 0.0) + nbytes
+                links[(hop.resource, hop.link.bw_Bps)] = hop.link.bw_Bps
+        step_s = max((load[r] / bw for r, bw in links), default=0.0)
         return self.channels / step_s if step_s > 0 else float("inf")
 
 
@@ -137,8 +146,14 @@ def ring_nic(group: Group, src: int, dst: int, channel: int) -> int | None:
 
 def ring_flows(group: Group, per_channel_bytes: float) -> list[Flow]:
     """The flows of one ring step: every position sends ``per_channel_bytes`` on every channel
-    (:mod:`simulator.collectives.ring`)."""
+    (:mod:`simulator.collectives.ring`), over :attr:`Group.ring_pairs`."""
+    return [Flow(src, dst, per_channel_bytes, nic) for src, dst, nic in group.ring_pairs]
+
+
+def ring_pairs(group: Group) -> tuple[tuple[int, int, int | None], ...]:
+    """``(src rank, dst rank, NIC or None)`` of each flow of one ring step, channel by channel, position by position
+    in :attr:`Group.order`: every position sends to the next on every channel (read once per group as
+    :attr:`Group.ring_pairs`)."""
     pos, p = group.order, group.p
-    return [Flow(group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], per_channel_bytes,
-                 ring_nic(group, pos[i], pos[(i + 1) % p], c))
-            for c in range(group.channels) for i in range(p)]
+    return tuple((group.ranks[pos[i]], group.ranks[pos[(i + 1) % p]], ring_nic(group, pos[i], pos[(i + 1) % p], c))
+                 for c in range(group.channels) for i in range(p))

@@ -27,29 +27,29 @@ class PipelineLayout:
 
     def __init__(self, env: Env, levels: list[list[Flow]]):
         flows = [f for lvl in levels for f in lvl]
-        paths = [env.path(f.src, f.dst, f.nic) for f in flows]
         ids: dict[tuple, int] = {}
         kinds: dict[tuple, int] = {}
         self.kinds: list[Path] = []
         """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
-        width = max((len(p.hops) for p in paths), default=1)
-        rows: dict[int, tuple[list[int], list[float], int]] = {}  # id(path) → its row: one read per distinct path
+        rows: dict[tuple, int] = {}  # (src, dst, nic) → its row among the distinct connections, in first-use order
+        which = [rows.setdefault((f.src, f.dst, f.nic), len(rows)) for f in flows]
         res, bw, kind = [], [], []
-        for p in paths:
-            row = rows.get(id(p))
-            if row is None:
-                pad = width - len(p.hops)
-                k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
-                if k == len(self.kinds):
-                    self.kinds.append(p)
-                row = rows[id(p)] = ([ids.setdefault(hop.resource, len(ids) + 1) for hop in p.hops] + [0] * pad,
-                                     [hop.link.bw_Bps for hop in p.hops] + [0.0] * pad, k)
-            res.append(row[0])
-            bw.append(row[1])
-            kind.append(row[2])
-        self.res = np.array(res, dtype=np.int64).reshape(len(flows), width)  # index 0: padding, load 0
-        self.link_bw = np.array(bw, dtype=float).reshape(len(flows), width)
-        self.kind = np.array(kind, dtype=np.int64)
+        for key in rows:  # one path read per distinct connection; resources numbered in the flows' order
+            p = env.path(*key)
+            k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+            if k == len(self.kinds):
+                self.kinds.append(p)
+            res.append([ids.setdefault(hop.resource, len(ids) + 1) for hop in p.hops])
+            bw.append([hop.link.bw_Bps for hop in p.hops])
+            kind.append(k)
+        width = max(map(len, res), default=1)
+        for r, b in zip(res, bw):
+            r += [0] * (width - len(r))
+            b += [0.0] * (width - len(b))
+        which = np.array(which, dtype=np.int64)
+        self.res = np.array(res, dtype=np.int64).reshape(len(rows), width)[which]  # index 0: padding, load 0
+        self.link_bw = np.array(bw, dtype=float).reshape(len(rows), width)[which]
+        self.kind = np.array(kind, dtype=np.int64)[which]
         self.n_res = len(ids) + 1
         self.weight = np.array([f.nbytes for f in flows], dtype=float)
         self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
@@ -115,6 +115,7 @@ class PipelineCost:
                                              np.array(lay.dst, dtype=np.int64), alpha)
         self.starts = lay.starts
         self._profiles: dict[tuple[int, int], float] = {}
+        self._kept_windows: dict[int | None, tuple] = {}
 
     @cached_property
     def latency_s(self) -> float:
@@ -145,11 +146,31 @@ class PipelineCost:
         return self.bw_s(chunks, b) + self.latency_s + (chunks - 1) * self.alpha_max_s * self.share
 
     def bw_s(self, chunks: int, b: float) -> float:
+        """``Σ_steps cost(window of step s, b)``: the fill, ``chunks − L + 1`` steady steps of all levels and the
+        drain for ``chunks ≥ L``, else every step's window. Each window's profile is kept (:meth:`_windows`), so a
+        further size or chunk count is one vector product and a sum in step order (the same floats as the sum
+        of :meth:`cost` over the steps)."""
         depth = self.depth
         if depth == 0:
             return 0.0
+        b = float(b)
         if chunks >= depth:  # fill, steady state (all levels, chunks − L + 1 steps), drain
-            fill = sum(self.cost(0, s, b) for s in range(depth - 1))
-            drain = sum(self.cost(s, depth - 1, b) for s in range(1, depth))
-            return fill + (chunks - depth + 1) * self.cost(0, depth - 1, b) + drain
-        return sum(self.cost(max(0, s - chunks + 1), min(depth - 1, s), b) for s in range(chunks + depth - 1))
+            fill, full, drain = self._windows(None)
+            return sum((b * fill).tolist()) + (chunks - depth + 1) * (b * full) + sum((b * drain).tolist())
+        return sum((b * self._windows(chunks)[0]).tolist())
+
+    def _windows(self, chunks: int | None) -> tuple:
+        """``chunks`` None (any ``chunks ≥ L``): (the fill steps' profiles, the steady step's, the drain steps'); else
+        (the profiles of the ``chunks + L − 1`` steps' windows of levels ``max(0, s−chunks+1) .. min(L−1, s)``,)."""
+        kept = self._kept_windows.get(chunks)
+        if kept is None:
+            depth = self.depth
+            if chunks is None:
+                kept = (np.array([self._profile(0, s) for s in range(depth - 1)], dtype=float),
+                        self._profile(0, depth - 1),
+                        np.array([self._profile(s, depth - 1) for s in range(1, depth)], dtype=float))
+            else:
+                kept = (np.array([self._profile(max(0, s - chunks + 1), min(depth - 1, s))
+                                  for s in range(chunks + depth - 1)], dtype=float),)
+            self._kept_windows[chunks] = kept
+        return kept

@@ -86,7 +86,7 @@ def _group(cluster: Cluster, ranks: Sequence[int]) -> Group:
     if isinstance(ranks, (str, bytes, dict)) or not isinstance(ranks, (Sequence, range)):
         raise SpecError("ranks", f"must be a list of rank numbers, got {ranks!r}")
     ranks = tuple(ranks)
-    if not all(type(r) is int for r in ranks):  # Group names the bad rank; True == 1 must not hit the cache
+    if set(map(type, ranks)) != {int}:  # Group names the bad rank (or too few); True == 1 must not hit the cache
         return Group(cluster, ranks)
     key = (id(cluster), ranks)  # a kept group holds its cluster, so the id is not reused meanwhile
     kept = _GROUPS.pop(key, None)
@@ -144,7 +144,7 @@ def _capped(group: Group, op: Op) -> str:
 
 def supports(algorithm: str, op: Op, cluster: Cluster, ranks: Sequence[int]) -> bool:
     """Whether ``algorithm`` implements ``op`` on this group (and some protocol can run it)."""
-    return _supported(get_algorithm(algorithm), Group(cluster, tuple(ranks)), _op(op))
+    return _supported(get_algorithm(algorithm), _group(cluster, ranks), _op(op))
 
 
 def supporting(op: Op, cluster: Cluster, ranks: Sequence[int]) -> list[str]:

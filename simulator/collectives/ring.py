@@ -131,7 +131,7 @@ class Ring(Algorithm):
         if per <= 0:
             return 0.0
         step = uniform_schedule(group, (self.name, "step"),  # one ring step's loads, kept for every size
-                                lambda: [[(f.src, f.dst, f.nic) for f in ring_flows(group, 1.0)]])
+                                lambda: [list(group.ring_pairs)])
         edge_alphas = step.alphas_s(env, 0).reshape(channels, p).max(axis=0)  # ring_edge_alphas
         return steps * step.bw_s(env, per) + ring_chain_s(edge_alphas, steps)
 

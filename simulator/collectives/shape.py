@@ -39,24 +39,35 @@ class UniformSchedule:
         """One path per distinct (link class, latency): what :meth:`Env.latency_s` reads."""
         self.steps: list[tuple[np.ndarray, np.ndarray]] = []
         self.edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        paths = group.paths  # shared with the group's other schedules (paths do not depend on protocol)
         for step in steps:
             res_ids: dict[tuple, int] = {}
-            hop_res, hop_bw = [], []
-            kind_of = np.empty(len(step), dtype=np.int64)
-            for i, (src, dst, nic) in enumerate(step):
-                p = path(group.cluster, src, dst, nic)
-                kind_of[i] = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
-                if kind_of[i] == len(self.kinds):
+            rows: dict[Pair, int] = {}  # a ring step's channels repeat their connections inside nodes
+            which = np.array([rows.setdefault(pair, len(rows)) for pair in step], dtype=np.int64)
+            flows_per_row = np.bincount(which, minlength=len(rows)).tolist()
+            hop_res, hop_bw, hop_flows, row_kind = [], [], [], []
+            for pair, n in zip(rows, flows_per_row):  # one path read per distinct connection, in first-use order
+                p = paths.get(pair)
+                if p is None:
+                    p = paths[pair] = path(group.cluster, *pair)
+                k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
+                if k == len(self.kinds):
                     self.kinds.append(p)
+                row_kind.append(k)
                 for hop in p.hops:
                     hop_res.append(res_ids.setdefault(hop.resource, len(res_ids)))
                     hop_bw.append(hop.link.bw_Bps)
-            count = np.bincount(np.array(hop_res, dtype=np.int64), minlength=len(res_ids))
+                    hop_flows.append(n)
+            kind_of = np.array(row_kind, dtype=np.int64)[which]
+            # flows through each link: whole numbers, so the weighted sum is the count exactly
+            count = np.bincount(np.array(hop_res, dtype=np.int64), weights=np.array(hop_flows, dtype=float),
+                                minlength=len(res_ids))
             pairs = np.unique(np.array([hop_res, hop_bw], dtype=float).T, axis=0) if hop_res else np.empty((0, 2))
             self.steps.append((count[pairs[:, 0].astype(np.int64)].astype(float), pairs[:, 1].copy()))
             self.edges.append((np.array([s for s, _, _ in step], dtype=np.int64),
                                np.array([d for _, d, _ in step], dtype=np.int64), kind_of))
         self._latency: dict[tuple, tuple] = {}
+        self._alphas: dict[tuple, tuple] = {}
 
     def bw_s(self, env: Env, nbytes: float) -> float:
         """``Σ_steps step_bw`` with every flow carrying ``nbytes`` (cost.py ``Env.steps_bw_s``)."""
@@ -67,7 +78,17 @@ class UniformSchedule:
 
     def alphas_s(self, env: Env, step: int) -> np.ndarray:
         """α of each flow of ``step`` under the env's protocol (:meth:`Env.latency_s` of its path), plus
-        the per-post overhead of its step's other network messages (:meth:`Env.edges`)."""
+        the per-post overhead of its step's other network messages (:meth:`Env.edges`); kept per protocol
+        (no size enters: a ring's latency term at a further size reads them again), read-only."""
+        key = (id(env.protocol), env.family, env.post_overhead_s, step)  # the entry holds the protocol: its id stays unique
+        kept = self._alphas.get(key)
+        if kept is None:
+            alphas = self._alphas_s(env, step)
+            alphas.flags.writeable = False
+            kept = self._alphas[key] = (alphas, env.protocol)
+        return kept[0]
+
+    def _alphas_s(self, env: Env, step: int) -> np.ndarray:
         src, dst, kind = self.edges[step]
         alphas = np.array([env.latency_s(p) for p in self.kinds], dtype=float)[kind]
         o = env.post_overhead_s

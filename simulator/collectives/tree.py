@@ -122,8 +122,18 @@ class DoubleBinaryTree(Algorithm):
         return None if group.same_node(src, dst) else group.nic(src, channel // 2)
 
     def _unit_levels(self, group: Group) -> list[list[Flow]]:
-        return [[Flow(group.ranks[s], group.ranks[d], 1.0, self._nic(group, s, d, c)) for s, d, c, _ in lvl]
-                for lvl in tree_levels(group)]
+        """One unit flow per tree edge and channel; a flow equal to an earlier one (an edge inside a node, whose
+        channels share it) is that same immutable object."""
+        kept: dict[tuple, Flow] = {}
+
+        def flow(s: int, d: int, c: int) -> Flow:
+            key = (s, d, self._nic(group, s, d, c))
+            f = kept.get(key)
+            if f is None:
+                f = kept[key] = Flow(group.ranks[s], group.ranks[d], 1.0, key[2])
+            return f
+
+        return [[flow(s, d, c) for s, d, c, _ in lvl] for lvl in tree_levels(group)]
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
