@@ -8,12 +8,11 @@ Naming ``comm: {library: nccl}`` without ``protocols`` gives NCCL's table (:mod:
 from __future__ import annotations
 
 from simulator.cluster._fields import Section, enum_value
+from simulator.cluster._comm_schema import COMM_KEYS, comm_profile
 from simulator.cluster._files import parse_yaml, preset_text
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
-from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
-from simulator.cluster.spec import (BusBwCap, Cluster, CommLibrary, CommProfile, CpuVendor, Device, Dtype, Fabric,
-                                    HostSpec, KernelDispatch, LeafUplinks, Link,
-                                    LinkClass, LinkKind, NetworkSpec, NodeSpec, PcieTree, Protocol)
+from simulator.cluster.spec import (Cluster, CommProfile, CpuVendor, Device, Dtype, Fabric, HostSpec, KernelDispatch,
+                                    LeafUplinks, Link, LinkKind, NetworkSpec, NodeSpec, PcieTree)
 from simulator.errors import SpecError
 from simulator.attention_efficiency import attention_efficiency_from_dict
 from simulator.gemm_efficiency import GemmCurve, fp8_gemm_efficiency_from_dict, gemm_efficiency_from_dict
@@ -39,12 +38,6 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us")
-COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "async_broadcast_us", "protocols",
-             "collective_sms")
-PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
-                 "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
-                 "net_post_overhead_us")
-BUS_BW_CAP_KEYS = ("one_node", "two_nodes", "more_nodes")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -60,7 +53,7 @@ def cluster_from_dict(d: dict) -> Cluster:
     inter = top.section("inter_node", INTER_KEYS) if top.has("inter_node") else None
     node = _node(top, top.section("intra_node", INTRA_KEYS), inter, host)
     network = _network(inter) if inter is not None else None
-    comm = _comm(top.section("comm", COMM_KEYS)) if top.has("comm") else CommProfile()
+    comm = comm_profile(top.section("comm", COMM_KEYS)) if top.has("comm") else CommProfile()
     degraded = top.section("degraded", DEGRADED_KEYS) if top.has("degraded") else None
     return Cluster(name=top.string("name"), nodes=top.integer("nodes", 1), device=device, node=node,
                    network=network, comm=comm, in_switch_reduction=top.boolean("in_switch_reduction", False),
@@ -233,93 +226,6 @@ def _host(s: Section) -> HostSpec:
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))
-
-
-def _comm(s: Section) -> CommProfile:
-    library = s.choice("library", CommLibrary, CommLibrary.IDEAL.value)
-    if s.has("protocols"):
-        raw = s.raw("protocols")
-        if not isinstance(raw, list):
-            raise SpecError(s.field("protocols"), "must be a list of protocol mappings")
-        protocols = tuple(_protocol(Section(p, f"{s.field('protocols')}[{i}]", PROTOCOL_KEYS))
-                          for i, p in enumerate(raw))
-        names = [p.name for p in protocols]
-        if len(set(names)) != len(names):
-            raise SpecError(s.field("protocols"), f"protocol names must be distinct, got {names}")
-    else:
-        protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
-    return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
-                       replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
-                       blocking_wait_us=_per_processes(s, "blocking_wait_us"),
-                       async_broadcast_us=_per_processes(s, "async_broadcast_us"), protocols=protocols, collective_sms=s.integer("collective_sms", 0, minimum=0))
-
-
-def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
-    """``comm.<key>`` (``blocking_wait_us``, ``async_broadcast_us``): a mapping of process count (a whole number >= 1;
-    JSON's text keys too) to µs >= 0, as ``((processes, µs), ...)`` in increasing process count
-    (:attr:`CommProfile.blocking_wait_us`)."""
-    raw = s.raw(key, {})
-    field = s.field(key)
-    if not isinstance(raw, dict):
-        raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
-    table = {}
-    for key in raw:
-        count = int(key) if isinstance(key, str) and key.isdigit() else key
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {key!r}")
-        if count in table:
-            raise SpecError(field, f"process count {count} is given twice")
-        table[count] = Section(raw, field, raw.keys()).number(key, minimum="non_negative")
-    return tuple(sorted(table.items()))
-
-
-def _protocol(s: Section) -> Protocol:
-    base = _latency_map(s.section("base_latency_us", ALGORITHMS), str)
-    hop = _latency_map(s.section("hop_latency_us", [c.value for c in LinkClass]), LinkClass)
-    if set(hop) != set(LinkClass):
-        missing = sorted(c.value for c in set(LinkClass) - set(hop))
-        raise SpecError(s.field("hop_latency_us"), f"give every link class; missing {', '.join(missing)}")
-    algos = s.section("algo_hop_latency_us", ALGORITHMS, {})
-    overrides = {algo: _latency_map(algos.section(algo, [c.value for c in LinkClass]), LinkClass)
-                 for algo in algos.data}
-    ratios = s.section("algo_bw_factor", ALGORITHMS, {})
-    algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
-    efficiencies = s.section("algo_efficiency", ALGORITHMS, {})
-    algo_eff = {algo: efficiencies.fraction(algo) for algo in efficiencies.data}
-    return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
-                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
-                    algo_efficiency=algo_eff,
-                    step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
-                    fifo_steps=s.integer("fifo_steps", 1),
-                    bus_bw_cap=_bus_bw_cap(s.section("bus_bw_cap_GBps", BUS_BW_CAP_KEYS))
-                    if s.has("bus_bw_cap_GBps") else None,
-                    net_post_overhead_us=_vendor_map(s.section("net_post_overhead_us", [v.value for v in CpuVendor], {})))
-
-
-def _vendor_map(s: Section) -> dict:
-    return {enum_value(s.field(v), CpuVendor, v): s.number(v, minimum="non_negative") for v in s.data}
-
-
-def _bus_bw_cap(s: Section) -> BusBwCap:
-    """``{one_node: [[compute capability, GB/s], ...], two_nodes: {vendor: GB/s}, more_nodes: {...}}``."""
-    rows = s.raw("one_node", [])
-    ok = isinstance(rows, list) and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in rows)
-    if not ok:
-        raise SpecError(s.field("one_node"), "must be a list of [compute capability, GB/s] pairs")
-    vendors = [v.value for v in CpuVendor]
-    tables = {}
-    for key in ("two_nodes", "more_nodes"):
-        tables[key] = _vendor_map(s.section(key, vendors))
-    return BusBwCap(one_node_GBps=tuple((float(cc), float(cap)) for cc, cap in rows),
-                    two_nodes_GBps=tables["two_nodes"], more_nodes_GBps=tables["more_nodes"])
-
-
-def _latency_map(s: Section, key_type) -> dict:
-    out = {}
-    for key in s.data:
-        k = key if key_type is str else enum_value(s.field(key), key_type, key)
-        out[k] = s.number(key, minimum="non_negative")
-    return out
 
 
 def _bytes(gb: float) -> int:

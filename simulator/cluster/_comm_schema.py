@@ -1,0 +1,107 @@
+"""Cluster file schema, the ``comm`` section: the collective library, its measured per-call terms and protocols.
+
+Split from :mod:`simulator.cluster._schema` (which calls :func:`comm_profile`); keys and units in ``docs/clusters.md``.
+"""
+
+from __future__ import annotations
+
+from simulator.cluster._fields import Section, enum_value
+from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
+from simulator.cluster.spec import BusBwCap, CommLibrary, CommProfile, CpuVendor, LinkClass, Protocol
+from simulator.errors import SpecError
+
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "async_broadcast_us", "protocols",
+             "collective_sms")
+PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
+                 "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
+                 "net_post_overhead_us")
+BUS_BW_CAP_KEYS = ("one_node", "two_nodes", "more_nodes")
+
+
+def comm_profile(s: Section) -> CommProfile:
+    """The ``comm`` section: the library, its per-call terms and protocols (NCCL's table where none are given)."""
+    library = s.choice("library", CommLibrary, CommLibrary.IDEAL.value)
+    if s.has("protocols"):
+        raw = s.raw("protocols")
+        if not isinstance(raw, list):
+            raise SpecError(s.field("protocols"), "must be a list of protocol mappings")
+        protocols = tuple(_protocol(Section(p, f"{s.field('protocols')}[{i}]", PROTOCOL_KEYS))
+                          for i, p in enumerate(raw))
+        names = [p.name for p in protocols]
+        if len(set(names)) != len(names):
+            raise SpecError(s.field("protocols"), f"protocol names must be distinct, got {names}")
+    else:
+        protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
+    return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
+                       replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
+                       blocking_wait_us=_per_processes(s, "blocking_wait_us"),
+                       async_broadcast_us=_per_processes(s, "async_broadcast_us"), protocols=protocols,
+                       collective_sms=s.integer("collective_sms", 0, minimum=0))
+
+
+def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
+    """``comm.<key>`` (``blocking_wait_us``, ``async_broadcast_us``): a mapping of process count (a whole number >= 1;
+    JSON's text keys too) to µs >= 0, as ``((processes, µs), ...)`` in increasing process count
+    (:attr:`CommProfile.blocking_wait_us`)."""
+    raw = s.raw(key, {})
+    field = s.field(key)
+    if not isinstance(raw, dict):
+        raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
+    table = {}
+    for key in raw:
+        count = int(key) if isinstance(key, str) and key.isdigit() else key
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {key!r}")
+        if count in table:
+            raise SpecError(field, f"process count {count} is given twice")
+        table[count] = Section(raw, field, raw.keys()).number(key, minimum="non_negative")
+    return tuple(sorted(table.items()))
+
+
+def _protocol(s: Section) -> Protocol:
+    base = _latency_map(s.section("base_latency_us", ALGORITHMS), str)
+    hop = _latency_map(s.section("hop_latency_us", [c.value for c in LinkClass]), LinkClass)
+    if set(hop) != set(LinkClass):
+        missing = sorted(c.value for c in set(LinkClass) - set(hop))
+        raise SpecError(s.field("hop_latency_us"), f"give every link class; missing {', '.join(missing)}")
+    algos = s.section("algo_hop_latency_us", ALGORITHMS, {})
+    overrides = {algo: _latency_map(algos.section(algo, [c.value for c in LinkClass]), LinkClass)
+                 for algo in algos.data}
+    ratios = s.section("algo_bw_factor", ALGORITHMS, {})
+    algo_bw = {algo: ratios.fraction(algo) for algo in ratios.data}
+    efficiencies = s.section("algo_efficiency", ALGORITHMS, {})
+    algo_eff = {algo: efficiencies.fraction(algo) for algo in efficiencies.data}
+    return Protocol(name=s.string("name"), base_latency_us=base, hop_latency_us=hop,
+                    bw_factor=s.fraction("bw_factor"), algo_hop_latency_us=overrides, algo_bw_factor=algo_bw,
+                    algo_efficiency=algo_eff,
+                    step_bytes=s.integer("step_bytes") if s.has("step_bytes") else None,
+                    fifo_steps=s.integer("fifo_steps", 1),
+                    bus_bw_cap=_bus_bw_cap(s.section("bus_bw_cap_GBps", BUS_BW_CAP_KEYS))
+                    if s.has("bus_bw_cap_GBps") else None,
+                    net_post_overhead_us=_vendor_map(s.section("net_post_overhead_us", [v.value for v in CpuVendor], {})))
+
+
+def _vendor_map(s: Section) -> dict:
+    return {enum_value(s.field(v), CpuVendor, v): s.number(v, minimum="non_negative") for v in s.data}
+
+
+def _bus_bw_cap(s: Section) -> BusBwCap:
+    """``{one_node: [[compute capability, GB/s], ...], two_nodes: {vendor: GB/s}, more_nodes: {...}}``."""
+    rows = s.raw("one_node", [])
+    ok = isinstance(rows, list) and all(isinstance(r, (list, tuple)) and len(r) == 2 for r in rows)
+    if not ok:
+        raise SpecError(s.field("one_node"), "must be a list of [compute capability, GB/s] pairs")
+    vendors = [v.value for v in CpuVendor]
+    tables = {}
+    for key in ("two_nodes", "more_nodes"):
+        tables[key] = _vendor_map(s.section(key, vendors))
+    return BusBwCap(one_node_GBps=tuple((float(cc), float(cap)) for cc, cap in rows),
+                    two_nodes_GBps=tables["two_nodes"], more_nodes_GBps=tables["more_nodes"])
+
+
+def _latency_map(s: Section, key_type) -> dict:
+    out = {}
+    for key in s.data:
+        k = key if key_type is str else enum_value(s.field(key), key_type, key)
+        out[k] = s.number(key, minimum="non_negative")
+    return out
