@@ -170,6 +170,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert "wait per call 2 processes" in fitted_out
     # the asynchronous-batch probe (executor.calibrate_async): one broadcast of torch ZeRO-1's batch, per count
     assert [p for p, _ in cluster.comm.async_broadcast_us] == [2] and "async_broadcast_us" in cluster.source
+    (_, us), = cluster.comm.async_broadcast_us
+    assert f"async bcast   {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -15,9 +15,10 @@ def _median_abs(rows) -> float:
     return statistics.median(abs(r.error_pct) for r in rows)
 
 
-def as_dict(fit, path: str, fresh=None) -> dict:
+def as_dict(fit, path: str, fresh=None, async_broadcast_us=()) -> dict:
     """``--json``: the fitted parameters, their spread, the rows and the probes' rows; with ``fresh`` (the
-    ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``."""
+    ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``;
+    ``async_broadcast_us``: the written file's ``comm.async_broadcast_us`` pairs."""
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "replay_step_us": fit.replay_step_us,
@@ -25,7 +26,8 @@ def as_dict(fit, path: str, fresh=None) -> dict:
          "median_abs_error_pct": fit.median_abs_error_pct, "relinearised": fit.relinearised,
          "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes),
          "blocking_wait_us": {str(p): w for p, w in sorted((fit.blocking_wait_us or {}).items())},
-         "blocking_wait_spread_us": {str(p): list(v) for p, v in sorted((fit.wait_spread or {}).items())}}
+         "blocking_wait_spread_us": {str(p): list(v) for p, v in sorted((fit.wait_spread or {}).items())},
+         "async_broadcast_us": {str(p): us for p, us in async_broadcast_us}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -55,9 +57,9 @@ def _print_probes(rows) -> None:
         _print_rows([r for r in rows if (r.op, r.algorithm) == (op, algorithm)])
 
 
-def print_table(fit, fresh=None) -> None:
-    """The fitted parameters (with their bootstrap p10..p90), the rows, the probes and the machine's quiet note;
-    then the fresh set's, when given."""
+def print_table(fit, fresh=None, async_broadcast_us=()) -> None:
+    """The fitted parameters (with their bootstrap p10..p90) and the written file's per-call broadcast cost of an
+    asynchronous batch, the rows, the probes and the machine's quiet note; then the fresh set's, when given."""
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
     spread = fit.spread or {}
 
@@ -72,6 +74,9 @@ def print_table(fit, fresh=None) -> None:
         from executor.calibrate_modes import waits_text
 
         print(f"wait per call {waits_text(fit.blocking_wait_us, fit.wait_spread)} (mean excess over the fit)")
+    if async_broadcast_us:
+        text = ", ".join(f"{us:.0f} us at {p}" for p, us in async_broadcast_us)
+        print(f"async bcast   {text} (per broadcast of a batch, measured apart)")
     if fit.replay_step_us is not None:
         print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
     print()

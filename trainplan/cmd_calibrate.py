@@ -115,9 +115,9 @@ def run(args) -> int:
         fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, probes=probes_for(algorithms, args.backend),
                       backend=args.backend, repeats=args.repeats, warmup=args.warmup, progress=True)
     if args.json:
-        cli_common.print_json(_as_dict(fit, str(path), fresh))
+        cli_common.print_json(_as_dict(fit, str(path), fresh, cluster.comm.async_broadcast_us))
     else:
-        _print_table(fit, fresh)
+        _print_table(fit, fresh, cluster.comm.async_broadcast_us)
     return 0
 
 
