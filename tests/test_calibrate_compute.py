@@ -176,6 +176,10 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     grid = ComputeGrid(shapes=(GemmShape(32, 32, 32), GemmShape(64, 64, 64)), elements=(1024,), block=block,
                        micro_batch=2)
     cluster, report = calibrate_compute(base, load_model(model), grid=grid, repeats=3, warmup=1, nproc=2)
+    # the table prints a GPU-shaped report too (nccl: no host probes, no rank step, no tight-loop figures)
+    from trainplan.cmd_calibrate import _print_compute
+    _print_compute(dataclasses.replace(report, tp_modules=None, ddp=None, adamw=None, checkpoint=None, fsdp2=None,
+                                       pipeline=None, fsdp2_zero2=None, rank_steps=None, block_call_us=None))
     assert report.threads == max(1, (torch.multiprocessing.cpu_count()) // 2)
     assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
     assert len(cluster.device.gemm_efficiency.points) == 2

@@ -131,3 +131,21 @@ def test_a_plan_file_with_moe_fields_on_a_dense_model_is_refused(tmp_path):
     with pytest.raises(SpecError) as err:
         load_plan(path)
     assert err.value.field == "plan.strategy.moe_routing"
+
+
+def test_stage_groups_memo_keeps_cp_apart():
+    """Two layouts with the same dp·cp, tp, pp and ep but a different dp/cp split have different expert groups
+    (cp ranks sit inside the ep group's stride): one CostCache must not hand one layout's groups to the other."""
+    from simulator.compile import CostCache
+    from simulator.compile.step import all_stage_groups, stage_groups
+    from simulator.strategy.flat import strategy_from_flat
+
+    node = H100.with_nodes(1)  # 8 GPUs
+    plain = build_layout(strategy_from_flat(dict(global_batch=8, ep=2, tp=2, cp=1)), node, QWEN)  # dp 4
+    split = build_layout(strategy_from_flat(dict(global_batch=8, ep=2, tp=2, cp=2)), node, QWEN)  # dp 2 · cp 2
+    assert plain.dp_cp == split.dp_cp and plain.ep_group(0) != split.ep_group(0)
+    cache = CostCache(node)
+    assert stage_groups(cache, plain, 0)[3] == plain.ep_group(0)
+    assert stage_groups(cache, split, 0)[3] == split.ep_group(0)
+    assert all_stage_groups(cache, plain)[0][4] == plain.expert_dp_group(0)
+    assert all_stage_groups(cache, split)[0][4] == split.expert_dp_group(0)

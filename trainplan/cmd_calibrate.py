@@ -255,8 +255,10 @@ def _print_compute(r) -> None:
     bwd = "" if d.backward_call_overhead_us is None else f" forward, {d.backward_call_overhead_us:.1f} us backward"
     split = ("" if r.block_phases is None else f": forward {r.block_phases[0].median_s * 1e3:.3f} + backward "
              f"{r.block_phases[1].median_s * 1e3:.3f}")
-    adamw_s = r.adamw.step.median_s if r.rank_steps is None else r.rank_steps.optimizer_timing.median_s
-    adamw = f": AdamW step {adamw_s * 1e3:.3f} ms over {r.adamw.tensors} tensors" if r.adamw else ""
+    adamw = ""
+    if r.adamw:  # measured on gloo only (a GPU calibration has no host probes)
+        adamw_s = r.adamw.step.median_s if r.rank_steps is None else r.rank_steps.optimizer_timing.median_s
+        adamw = f": AdamW step {adamw_s * 1e3:.3f} ms over {r.adamw.tensors} tensors"
     print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
           f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.median_s * 1e3:.3f} ms{split}, "

@@ -71,9 +71,10 @@ def _placed(cache: CostCache, workload, layout: ParallelLayout, every: list, sta
 
 
 def placed_key(workload, layout: ParallelLayout) -> tuple:
-    """What :func:`_placed` reads of ``layout``: the inputs of :func:`step.stage_groups` and the layer split."""
-    return ("placed stages", workload, layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep,
-            layout.v, layout.layers_per_stage)
+    """What :func:`_placed` reads of ``layout``: the inputs of :func:`step.stage_groups` (cp apart from dp: the
+    expert groups depend on how dp·cp splits) and the layer split."""
+    return ("placed stages", workload, layout.strategy.placement, layout.dp_cp, layout.cp, layout.tp, layout.pp,
+            layout.ep, layout.v, layout.layers_per_stage)
 
 
 def _with(obj, **changes):

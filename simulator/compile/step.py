@@ -174,7 +174,7 @@ def _deepspeed_zero3(layout: ParallelLayout) -> bool:
 
 def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
     """(representative rank, tp group, dp group, ep group, expert-dp group) of pipeline rank ``r``."""
-    return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep, r),
+    return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.cp, layout.tp, layout.pp, layout.ep, r),
                       lambda: (layout.rank_of(0, r, 0), tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
                                tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
                                layout.expert_dp_group(r)))
@@ -182,7 +182,7 @@ def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
 
 def all_stage_groups(cache: CostCache, layout: ParallelLayout) -> tuple[tuple, ...]:
     """:func:`stage_groups` of every pipeline rank, remembered per the same inputs (less the rank)."""
-    return cache.memo(("all groups", layout.strategy.placement, layout.dp_cp, layout.tp, layout.pp, layout.ep),
+    return cache.memo(("all groups", layout.strategy.placement, layout.dp_cp, layout.cp, layout.tp, layout.pp, layout.ep),
                       lambda: tuple(stage_groups(cache, layout, r) for r in range(layout.pp)))
 
 
