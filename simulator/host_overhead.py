@@ -25,7 +25,7 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
   post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
   post-backward; at ZeRO-2, with no re-gather, ``Host.fsdp2_zero2_backward_module_us`` where the host states it:
-  :func:`fsdp2_backward_us`) (:func:`with_host_modules`) [src: own-host-overhead-probe].
+  :func:`fsdp2_backward_us`) (:func:`with_host_modules`) [src: own-fsdp2-fake-group-probe].
 - **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`dtensor_params`)
   each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
   vocabulary-parallel embedding on the first chunk and output layer on the last) adds

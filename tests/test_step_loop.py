@@ -1,6 +1,6 @@
 """The training loop's own host time per step (simulator/step_loop.py): ``host.step_loop_us`` and
 ``host.first_microbatch_cold_us`` read from a cluster file, charged once per step in both engines, refused when
-negative, absent from every preset but the CPU one.
+negative, absent from every preset, localhost-cpu included.
 
 Hand-worked: the recorded quick suite's ddp-overlap case (2 processes on localhost-cpu's 2 cores: share 1) on
 localhost-cpu with 300 + 150 µs gets exactly 450 µs more step time in the closed form and in the DES."""

@@ -48,13 +48,13 @@ def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
     if not isinstance(raw, dict):
         raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
     table = {}
-    for key in raw:
-        count = int(key) if isinstance(key, str) and key.isdigit() else key
+    for name in raw:
+        count = int(name) if isinstance(name, str) and name.isdigit() else name
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {key!r}")
+            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {name!r}")
         if count in table:
             raise SpecError(field, f"process count {count} is given twice")
-        table[count] = Section(raw, field, raw.keys()).number(key, minimum="non_negative")
+        table[count] = Section(raw, field, raw.keys()).number(name, minimum="non_negative")
     return tuple(sorted(table.items()))
 
 

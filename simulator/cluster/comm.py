@@ -216,7 +216,8 @@ class CommProfile:
     ...)`` in increasing process count (file form: a mapping ``{2: 760.0, 3: 2120.0}``). A call on a node whose
     processes outnumber or crowd its cores sometimes waits a scheduler tick before it runs (gloo over loopback on
     the 2-core VM: 20 % of small calls at 2 processes, 78 % at 4, each ~4 ms [src: own-gloo-blocking-wait-2026-11-25]),
-    so a call costs its α-β time plus this expectation (:meth:`blocking_wait_s`,
+    so a call costs its α-β time plus this expectation (:meth:`blocking_wait_s`; read only for a loopback node
+    without a protocol, gloo on one host: a library with a protocol table, NCCL, never pays it;
     :attr:`simulator.collectives.cost.Env.blocking_wait_s`). Measured by ``trainplan calibrate`` as the mean
     excess of the calls over the fast-mode fit (:mod:`executor.calibrate_modes`); empty on every preset: no wait."""
     async_broadcast_us: tuple[tuple[int, float], ...] = ()
