@@ -131,6 +131,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
+def timing_of(seconds: list[float]) -> Timing:
+    """The median, 10th and 90th percentiles (:func:`_percentile`) of ``seconds`` measured apart."""
+    return Timing(median_s=statistics.median(seconds), p10_s=_percentile(seconds, 0.1),
+                  p90_s=_percentile(seconds, 0.9))
+
+
 @contextlib.contextmanager
 def threads(count: int):
     """``torch.set_num_threads(count)`` for the block, restored after."""

@@ -32,11 +32,10 @@ measures that as forward and backward), and the executor's own work between step
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
-from executor.compute_bench import Timing, _percentile
+from executor.compute_bench import Timing, timing_of
 from simulator.schedules import ScheduleKind
 
 PROBE_WIDTH = 8
@@ -141,13 +140,8 @@ def time_pipeline_actions(*, pp: int = 2, micro_batches: int = 4, kind: Schedule
     per_rank = run(_rank_probe, pp, args=(kind.value, micro_batches, v, repeats, warmup, seed, spec, micro_batch),
                    num_threads=thread_count)
     actions, p2p = tuple(r[0] for r in per_rank), tuple(r[1] for r in per_rank)
-    outside, post = (tuple(_timing(r[k]) for r in per_rank) for k in (2, 3))
+    outside, post = (tuple(timing_of(r[k]) for r in per_rank) for k in (2, 3))
     action_us = max(0.0, sum(o.median_s for o in outside) / sum(actions) * 1e6)
     post_us = sum(o.median_s for o in post) / sum(p2p) * 1e6 if sum(p2p) else 0.0
     return PipelineActionTiming(schedule=kind, pp=pp, micro_batches=micro_batches, actions=actions,
                                 outside=outside, action_us=action_us, p2p=p2p, post=post, post_us=post_us)
-
-
-def _timing(seconds: list[float]) -> Timing:
-    return Timing(median_s=statistics.median(seconds), p10_s=_percentile(seconds, 0.1),
-                  p90_s=_percentile(seconds, 0.9))

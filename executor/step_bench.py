@@ -34,7 +34,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from executor.compute_bench import Timing, _percentile
+from executor.compute_bench import Timing, timing_of
 from simulator.workload.transformer import TransformerSpec
 
 STEP_PROBE_PROCESSES = 2
@@ -166,11 +166,6 @@ def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
     with tempfile.TemporaryDirectory(prefix="trainplan-step-probe-") as status_dir:
         per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
                                                      status_dir), num_threads=thread_count)
-    forward, backward, outside, optimizer, cold = (tuple(_timing(r[k]) for r in per_rank) for k in range(5))
+    forward, backward, outside, optimizer, cold = (tuple(timing_of(r[k]) for r in per_rank) for k in range(5))
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
                           outside=outside, optimizer=optimizer, first_cold=cold)
-
-
-def _timing(seconds: list[float]) -> Timing:
-    return Timing(median_s=statistics.median(seconds), p10_s=_percentile(seconds, 0.1),
-                  p90_s=_percentile(seconds, 0.9))
