@@ -93,3 +93,24 @@ def test_not_made_outside_torch_pipelines_or_the_edge_stages():
     ddp, _, flat_workload = _recorded("ddp-overlap")
     flat = _layout(ddp, cluster, flat_workload)
     assert flat.pp == 1 and pr.tied_embedding_sync(cache, flat_workload, flat, 0) == ()
+
+
+def test_fsdp2_shards_the_tied_gradient_over_dp_times_cp():
+    """Under FSDP2 (ZeRO ≥ 2) both copies are sharded over the mesh's dp dimension, which holds dp·cp ranks
+    (executor/strategies/data_parallel.py): dp 2 · cp 1 and dp 1 · cp 2 shard alike, V·h/2 · 4 B = 8,192 B, and
+    dp·cp·tp = 2 pairs run at once in both. (Sharding over dp alone gave 16,384 B and 1 pair at cp 2.)"""
+    from simulator.strategy import ZeroStage
+    from simulator.strategy.kinds import AttentionKind
+
+    results, _, workload = _recorded()
+    deep = dataclasses.replace(workload, layers=2)
+    h100 = load_cluster("dgx-h100")
+    base = dataclasses.replace(results.run.plan.strategy, framework=Framework.FSDP2, zero=ZeroStage.ZERO2, pp=2, tp=1,
+                               attention=AttentionKind.FLASH, global_batch=8, micro_batch=1)
+    calls = []
+    for dp, cp in ((2, 1), (1, 2)):
+        layout = build_layout(dataclasses.replace(base, dp=dp, cp=cp), h100, deep, gpus=2 * dp * cp)
+        assert (layout.dp, layout.cp) == (dp, cp)
+        (call,) = pr.tied_embedding_sync(CostCache(h100), deep, layout, 0)
+        calls.append((call.nbytes, call.concurrent_groups))
+    assert calls == [(8_192, 2), (8_192, 2)]

@@ -28,13 +28,14 @@ def tied_embedding_sync(cache, workload, layout, stage: int) -> tuple:
 
     Bytes: ``V · h / tp`` gradients (the vocabulary-sharded copy on each tp rank) in the data-parallel sync's
     format (:func:`simulator.strategy.formats.sync_dtype`), ``/ dp`` under FSDP2 (ZeRO ≥ 2: both copies are
-    sharded alike over dp and the local shards are summed). The group is the representative's pair (dp 0, tp 0);
-    the ``dp · tp`` pairs run at once. Megatron-LM's own (``finalize_model_grads``) is not charged yet
+    sharded alike over FSDP2's mesh dimension, dp·cp ranks (``ParallelLayout.dp_cp``; the executor's
+    ``executor/strategies/data_parallel.py``), and the local shards are summed). The group is the representative's
+    pair (dp 0, tp 0); the ``dp · cp · tp`` pairs run at once. Megatron-LM's own (``finalize_model_grads``) is not charged yet
     (:mod:`simulator.compile.megatron_step`)."""
     if not torch_pipeline(layout) or not getattr(workload, "tied_embeddings", False) or stage not in (0, layout.pp - 1):
         return ()
-    shards = layout.tp * (layout.dp if layout.strategy.zero >= ZeroStage.ZERO2 else 1)
+    shards = layout.tp * (layout.dp_cp if layout.strategy.zero >= ZeroStage.ZERO2 else 1)
     nbytes = workload.vocab * workload.hidden / shards * sync_dtype(workload.dtype, layout.strategy).grad_bytes
     group = (layout.rank_of(0, 0, 0), layout.rank_of(0, layout.pp - 1, 0))
-    tied = call(cache, CommKind.DP, Op.ALL_REDUCE, group, nbytes, layout.dp * layout.tp)
+    tied = call(cache, CommKind.DP, Op.ALL_REDUCE, group, nbytes, layout.dp_cp * layout.tp)
     return () if tied is None else (tied,)
