@@ -7,7 +7,7 @@ Design (why each part, :mod:`executor.calibrate`'s module docstring):
   algorithm, and an all-gather (:data:`NATIVE_HOP_SERIES` or :data:`HOP_SERIES`: p−1 hops and one call,
   against the ring all-reduce's 2(p−1), so per-call and per-hop latencies separate);
 - by default (:data:`DEFAULT_ALGORITHMS`) the calls are gloo's own (``dist.all_reduce``,
-  ``dist.all_gather_into_tensor``), what the suite's plans call, and each native point's coefficients come
+  ``dist.all_gather_single``), what the suite's plans call, and each native point's coefficients come
   from the schedule of the algorithm gloo runs for it (ring for both, :func:`native_model`); replayed
   algorithms (``--algorithms ring,tree``) are still measured as replays;
 - every point is estimated on a node of exactly ``p`` processes (the cores' time-sharing is the estimate's
@@ -79,7 +79,7 @@ def native_model(op: Op) -> str:
 
 def native_bytes(op: Op, nbytes: int, nproc: int) -> int:
     """``nbytes`` rounded down to whole float32 elements per rank where the native call splits its buffer evenly
-    (all-gather, reduce-scatter, all-to-all: ``all_gather_into_tensor`` and friends refuse a ragged split)."""
+    (all-gather, reduce-scatter, all-to-all: ``all_gather_single`` and friends refuse a ragged split)."""
     if op not in (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL):
         return nbytes
     unit = 4 * nproc

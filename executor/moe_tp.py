@@ -121,7 +121,7 @@ def _gathered_rows(moe: MoE, received: torch.Tensor, matrix: torch.Tensor) -> to
     group, clock = moe.tp_group, moe.clock
     tp = dist.get_world_size(group)
     matrices = matrix.new_empty((tp * matrix.shape[0], matrix.shape[1]))  # (tp peer, source) × local expert
-    clock.timed(dist.all_gather_into_tensor, matrices, matrix.contiguous(), group=group)
+    clock.timed(dist.all_gather_single, matrices, matrix.contiguous(), group=group)
     sizes = matrices.view(tp, -1).sum(1).tolist()
     if max(sizes) == 0:  # every tp peer received nothing (the same answer on each)
         return moe.expert_rows(received, matrix)
@@ -137,7 +137,7 @@ def _all_gather_rows(x, sizes, group, clock) -> torch.Tensor:
     """Rank p's ``sizes[p]`` rows, from every rank, in rank order (padded to the largest for the collective)."""
     pad = max(sizes)
     buf = x.new_empty((pad * len(sizes),) + tuple(x.shape[1:]))
-    clock.timed(dist.all_gather_into_tensor, buf, _padded(x.contiguous(), pad), group=group)
+    clock.timed(dist.all_gather_single, buf, _padded(x.contiguous(), pad), group=group)
     return torch.cat([buf[p * pad:p * pad + n] for p, n in enumerate(sizes)])
 
 

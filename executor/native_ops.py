@@ -36,7 +36,7 @@ def native_call(op: Op, buf, rank: int, world: int, root: int = 0) -> Callable[[
     if op is Op.ALL_GATHER:
         chunk = n // world
         own = buf[rank * chunk:(rank + 1) * chunk].clone()
-        return lambda: dist.all_gather_into_tensor(buf, own)
+        return lambda: dist.all_gather_single(buf, own)
     if op is Op.ALL_TO_ALL:
         out = torch.empty_like(buf)
         return lambda: dist.all_to_all_single(out, buf)

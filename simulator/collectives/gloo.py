@@ -63,7 +63,8 @@ on a gloo cluster):
 - all-reduce: ``AsyncAllreduceWork`` calls ``gloo::allreduce`` without choosing an algorithm, and gloo's
   ``allreduce.cc`` runs a ring reduce-scatter then a ring all-gather, each chunk cut into >= 2 segments so one
   is in flight while the other is reduced [src: gloo-native-algorithms] (``ring``);
-- all-gather (``all_gather_into_tensor`` is ``_allgather_base`` → ``allgather``): ``gloo::allgather``, a ring of
+- all-gather (``all_gather_single``, to which torch 2.13's deprecated ``all_gather_into_tensor`` forwards,
+  → ``allgather``): ``gloo::allgather``, a ring of
   ``p − 1`` steps, each rank's block sent in two halves [src: gloo-native-algorithms] (``ring``);
 - broadcast: ``gloo::broadcast``, a binomial tree of ``⌈lg p⌉`` rounds from the root
   [src: gloo-native-algorithms] (``recursive_doubling``'s broadcast is that tree);
