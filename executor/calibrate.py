@@ -109,6 +109,9 @@ class LinkFit:
     blocking_wait_us: dict[int, float] | None = None
     """Expected wait for a core per blocking call, µs, per process count (``comm.blocking_wait_us``,
     :mod:`executor.calibrate_modes`); None: not measured (the parameters above were fitted to :data:`TARGET`)."""
+    op_wait_us: dict | None = None
+    """Per op measured (``Op`` → process count → µs), its own expected wait per blocking call (``comm.op_wait_us``,
+    :func:`executor.calibrate_modes.op_waits`); None: not measured."""
     wait_spread: dict[int, tuple[float, float]] | None = None
     """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
 

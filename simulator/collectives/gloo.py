@@ -49,6 +49,7 @@ from simulator.collectives.algorithm import Algorithm, flows_by_step
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.chain import chain_latency_s
 from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.gloo_ops import WHOLE_ALL_REDUCE  # noqa: F401 (re-exported: its home is gloo_ops)
 from simulator.host_overhead import core_share
 
 GLOO_NATIVE: dict[Op, str] = {
@@ -77,9 +78,6 @@ ACTIVE_SHARE: frozenset[Op] = frozenset({Op.BROADCAST})
 """Native ops whose steps are charged the share of their active processes (module docstring,
 :func:`active_share_time_s`): the binomial broadcast, whose rounds leave ranks idle."""
 
-WHOLE_ALL_REDUCE: frozenset[Op] = frozenset({Op.REDUCE_SCATTER})
-"""Ops ProcessGroupGloo runs as the all-reduce of the whole input, then keeps the rank's share (module
-docstring) [src: gloo-native-algorithms]."""
 
 COPY_PASSES = 2
 """Bytes of device memory per byte copied: read once, written once."""
@@ -112,7 +110,7 @@ def active_share_time_s(cluster: Cluster, schedule: Schedule, algorithm: Algorit
     bw_s = sum(env.step_bw_s(flows) * k for flows, k in zip(steps, scales))
     latency_s = chain_latency_s([(src, dst, alpha * k) for src, dst, alpha in env.edges(flows)]
                                 for flows, k in zip(steps, scales))
-    return (env.overhead_s(algorithm.family, algorithm.calls) + bw_s + latency_s
+    return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op) + bw_s + latency_s
             + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))
 
 
