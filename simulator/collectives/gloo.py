@@ -3,6 +3,8 @@
 - :data:`GLOO_NATIVE`: the registered algorithm gloo runs for an op (what ``auto`` means on a gloo cluster).
 - :data:`WHOLE_ALL_REDUCE`: ops ProcessGroupGloo runs as an all-reduce of the WHOLE input, then a copy of the
   rank's share out (:func:`whole_all_reduce_copy_s`): reduce-scatter.
+- :data:`OUTPUT_COPY`: ops ProcessGroupGloo gathers into a buffer of its own and then copies into the caller's output
+  (:func:`output_copy_s`): all-gather.
 - :data:`ACTIVE_SHARE`: ops whose native steps leave some processes idle, each step charged the time-sharing of
   the processes active in it (:func:`active_share_time_s`): broadcast.
 
@@ -119,6 +121,24 @@ def whole_all_reduce_copy_s(env: Env, nbytes: int, p: int) -> float:
     into the all-reduce's buffer, the rank's share out; module docstring)."""
     copied = nbytes + nbytes / p
     return COPY_PASSES * copied / (env.cluster.device.hbm_bw_GBps * 1e9) * env.time_share
+
+
+OUTPUT_COPY: frozenset[Op] = frozenset({Op.ALL_GATHER})
+"""Ops ProcessGroupGloo runs into a fresh flat buffer and then copies into the caller's output: torch's
+``ProcessGroupGloo::_allgather_base`` (``all_gather_into_tensor``) chunks the output and calls ``allgather``, whose
+``AsyncAllgatherWork`` gathers into ``newLikeFlat(outputs[0])`` and then ``copy_``s each chunk out
+[src: torch-gloo-allgather-copy] (:func:`output_copy_s`)."""
+
+
+def output_copy_s(env: Env, op: Op, nbytes: int) -> float:
+    """The copy out of an :data:`OUTPUT_COPY` op's flat buffer: ``2·n / hbm_bw · share`` seconds (the whole gathered
+    output ``n`` read once and written once, at the node's time-sharing); 0 for other ops. E.g. 4 MiB on
+    localhost-cpu (9.7 GB/s) at 2 processes on 2 cores: 2 × 4,194,304 / 9.7e9 = 0.865 ms, which the 2-process
+    native all-gather's fastest calls showed above the ring's α-β estimate (+0.7-1.2 ms at 4 MiB, +0.2-0.3 ms at
+    1 MiB, six quiet sets) [src: own-gloo-op-waits-2026-11-25]."""
+    if op not in OUTPUT_COPY:
+        return 0.0
+    return COPY_PASSES * nbytes / (env.cluster.device.hbm_bw_GBps * 1e9) * env.time_share
 
 
 def async_broadcast_time_s(cluster: Cluster, group_size: int, nbytes: int) -> float | None:
