@@ -170,10 +170,14 @@ def test_engines_move_together_with_op_waits(case):
     assert after.des - before.des == pytest.approx(after.analytical - before.analytical, rel=1e-6)
 
 
-def test_op_table_file_round_trip(tmp_path):
+def test_op_table_file_round_trip(tmp_path, capsys):
+    from trainplan.__main__ import main
+
     cluster = replace(_cpu(4), comm=replace(_CPU.comm, op_wait_us=_PER_OP))
     path = save_cluster(cluster, tmp_path / "c.yaml")
     assert load_cluster(str(path)).comm.op_wait_us == _PER_OP
+    assert main(["cluster", "show", str(path)]) == 0
+    assert "wait per broadcast 100 µs at 2, 900 µs at 4 processes" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value, message", [
