@@ -112,6 +112,8 @@ class LinkFit:
     op_wait_us: dict | None = None
     """Per op measured (``Op`` → process count → µs), its own expected wait per blocking call (``comm.op_wait_us``,
     :func:`executor.calibrate_modes.op_waits`); None: not measured."""
+    op_wait_spread: dict | None = None
+    """Per op measured, per process count, the 10th and 90th percentiles of its own wait over bootstrap resamples."""
     wait_spread: dict[int, tuple[float, float]] | None = None
     """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
 

@@ -127,16 +127,25 @@ def op_waits(fast: Cluster, measurements, estimate: Callable) -> dict[Op, dict[i
 
 
 def wait_spread(fast: Cluster, measurements, estimate: Callable, *, resamples: int = RESAMPLES,
-                seed: int = SEED) -> dict[int, tuple[float, float]]:
-    """Per process count, the 10th and 90th percentiles of ``W(p)`` (µs) over bootstrap resamples of each point's
-    calls (the fast fit held: the spread of the mean of one run's sample, as :mod:`executor.calibrate_spread`)."""
+                seed: int = SEED, key=lambda m: m.ranks) -> dict:
+    """Per process count (or per ``key``), the 10th and 90th percentiles of ``W(p)`` (µs) over bootstrap resamples of
+    each point's calls (the fast fit held: the spread of the mean of one run's sample, as
+    :mod:`executor.calibrate_spread`)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for p, points in sorted(_excess_s(fast, measurements, estimate).items()):
+    for p, points in sorted(_excess_s(fast, measurements, estimate, key).items(), key=lambda kv: str(kv[0])):
         draws = [float(np.mean(np.concatenate([rng.choice(x, size=len(x)) for x in points]))) * 1e6
                  for _ in range(resamples)]
         lo, hi = np.percentile(np.maximum(draws, 0.0), [10, 90])
         out[p] = (float(lo), float(hi))
+    return out
+
+
+def op_wait_spread(fast: Cluster, measurements, estimate: Callable) -> dict[Op, dict[int, tuple[float, float]]]:
+    """:func:`wait_spread` of each op's own wait (:func:`op_waits`): op → process count → (p10, p90) µs."""
+    out: dict[Op, dict[int, tuple[float, float]]] = {}
+    for (op, p), band in wait_spread(fast, measurements, estimate, key=lambda m: (m.op, m.ranks)).items():
+        out.setdefault(op, {})[p] = band
     return out
 
 
@@ -148,10 +157,12 @@ def waits_text(waits_us: dict[int, float], spread: dict[int, tuple[float, float]
 
 
 
-def op_waits_text(per_op_us: dict | None) -> str:
-    """``all-reduce: 2 processes 1330.0 us, ...; broadcast: ...``: each op's own wait, as the CLI and ``source`` print."""
-    return "; ".join(f"{op.value}: {waits_text(table)}" for op, table in sorted((per_op_us or {}).items(),
-                                                                                 key=lambda kv: kv[0].value))
+def op_waits_text(per_op_us: dict | None, spread: dict | None = None) -> str:
+    """``all-reduce: 2 processes 1330.0 us (p10..p90 1100..1560), ...; broadcast: ...``: each op's own wait, with
+    its bootstrap spread where given, as the ``source`` field records it."""
+    spread = spread or {}
+    return "; ".join(f"{op.value}: {waits_text(table, spread.get(op))}" for op, table in
+                     sorted((per_op_us or {}).items(), key=lambda kv: kv[0].value))
 
 
 def calls_per_point(nproc: int, repeats: int, cores: int) -> int:

@@ -204,7 +204,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
               f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
               f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
-              f"op_wait_us (the same per op): {op_waits_text(fit.op_wait_us)}; "
+              f"op_wait_us (the same per op): {op_waits_text(fit.op_wait_us, fit.op_wait_spread)}; "
               f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
@@ -242,7 +242,7 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
     (:mod:`executor.calibrate_replay`); every row checked against the plain means. Returns ``(fitted, LinkFit)``.
     Also what re-fits recorded calibrations (``--json``'s rows) offline."""
     from executor.calibrate import executed_time, fit_cluster, fit_rows
-    from executor.calibrate_modes import blocking_waits, fast_points, op_waits, wait_spread, with_waits
+    from executor.calibrate_modes import blocking_waits, fast_points, op_wait_spread, op_waits, wait_spread, with_waits
     from executor.calibrate_replay import fit_replay_step, split_probes
     from executor.calibrate_spread import parameter_spread
 
@@ -257,7 +257,8 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
         fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
     return fitted, replace(fit, rows=tuple(fit_rows(fitted, measurements, estimate)),
                            spread=parameter_spread(fast, measurements, fit.fitted, estimate), blocking_wait_us=waits,
-                           op_wait_us=per_op, wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
+                           op_wait_us=per_op, op_wait_spread=op_wait_spread(fast, measurements + checked, estimate),
+                           wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
                            probes=tuple(fit_rows(fitted, replays + checked, estimate)))
 
 

@@ -141,6 +141,8 @@ def test_each_op_gets_its_own_wait_and_the_estimate_its_mean():
         assert fit.op_wait_us[op] == pytest.approx({p: k / 20 * TICK_S * 1e6 for p, k in slow.items()}, rel=1e-6)
         assert dict(dict(fitted.comm.op_wait_us)[op]) == pytest.approx(fit.op_wait_us[op], rel=1e-9)
     assert fit.blocking_wait_us[2] == pytest.approx(900.0, rel=1e-6)
+    for op, table in fit.op_wait_us.items():  # each op's bootstrap band holds its wait
+        assert all(fit.op_wait_spread[op][p][0] <= w <= fit.op_wait_spread[op][p][1] for p, w in table.items())
     assert max(abs(r.error_pct) for r in fit.rows + fit.probes) < 1e-6
     pooled = replace(fitted, comm=replace(fitted.comm, op_wait_us=()))
     rows = fit_rows(pooled, [m for m in measured if m.op is not Op.ALL_GATHER], executed_time(cases))
