@@ -109,6 +109,11 @@ class LinkFit:
     blocking_wait_us: dict[int, float] | None = None
     """Expected wait for a core per blocking call, µs, per process count (``comm.blocking_wait_us``,
     :mod:`executor.calibrate_modes`); None: not measured (the parameters above were fitted to :data:`TARGET`)."""
+    op_wait_us: dict | None = None
+    """Per op measured (``Op`` → process count → µs), its own expected wait per blocking call (``comm.op_wait_us``,
+    :func:`executor.calibrate_modes.op_waits`); None: not measured."""
+    op_wait_spread: dict | None = None
+    """Per op measured, per process count, the 10th and 90th percentiles of its own wait over bootstrap resamples."""
     wait_spread: dict[int, tuple[float, float]] | None = None
     """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
 
@@ -138,10 +143,12 @@ def executed_time(cases) -> Callable:
     for the same schedule) is exactly linear in the fitted parameters. A ``native`` case (the backend's own
     call) is timed by its :attr:`~executor.collective_bench.BenchCase.model`: the schedule of the algorithm the
     backend runs for the op, priced as the registry prices that op on gloo (a broadcast's steps at the share of
-    their active processes, :func:`simulator.collectives.gloo.active_share_time_s`). A replayed case also pays its steps' replay cost
+    their active processes, :func:`simulator.collectives.gloo.active_share_time_s`; an all-gather's copy out of
+    gloo's buffer, :func:`simulator.collectives.gloo.output_copy_s`). A replayed case also pays its steps' replay cost
     (:func:`simulator.collectives.replayed.steps_extra_s`, 0 while ``comm.replay_step_us`` is 0).
     """
-    from simulator.collectives.gloo import ACTIVE_SHARE, active_share_time_s
+    from simulator.collectives.cost import Env
+    from simulator.collectives.gloo import ACTIVE_SHARE, active_share_time_s, output_copy_s
     from simulator.collectives.registry import get_algorithm
     from simulator.collectives.replay import schedule_time_s
     from simulator.collectives.replayed import steps_extra_s
@@ -154,7 +161,7 @@ def executed_time(cases) -> Callable:
         if algorithm == "native":  # gloo's own call: its algorithm's schedule, as the registry prices it on gloo
             if op in ACTIVE_SHARE:
                 return _Timed(active_share_time_s(cluster, schedule, get_algorithm(schedule.algorithm)))
-            return _Timed(schedule_time_s(cluster, schedule))
+            return _Timed(schedule_time_s(cluster, schedule) + output_copy_s(Env(cluster, None), op, nbytes))
         return _Timed(schedule_time_s(cluster, schedule) + steps_extra_s(cluster, schedule.num_steps))
 
     return estimate

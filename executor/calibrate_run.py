@@ -40,7 +40,8 @@ where the latencies show, to beyond the tiny models' gradient buckets, about 0.5
 (2026-11-25): the fit has three parameters and the design's rank comes from the two series and the process
 counts, not from more sizes; the time goes to the probes (:mod:`executor.calibrate_replay`) and to repeats."""
 DEFAULT_REPEATS = 20
-"""Timed calls per point by default (their 10th percentile is fitted; their mean checked)."""
+"""Timed calls per point by default (their 10th percentile is fitted; their mean checked) at 2 or more processes per
+core; on gloo ×4 at up to 1 and ×2 at up to 1.5 per core (:data:`executor.calibrate_modes.CALLS_BY_CROWDING`)."""
 DEFAULT_WARMUP = 3
 """Untimed calls per point before them."""
 DEFAULT_ALGORITHMS = (NATIVE,)
@@ -117,10 +118,14 @@ def machine_note(load_before: float, load_after: float, foreign: float | None) -
 
 def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: list[int], *, backend: str,
                    repeats: int, warmup: int, progress: bool):
-    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`)."""
+    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`); on gloo
+    ``repeats`` calls per point at 2 or more processes per core, more where fewer share a core
+    (:func:`executor.calibrate_modes.calls_per_point`)."""
     import os
     import time
 
+    from executor.calibrate_host import host_cores
+    from executor.calibrate_modes import calls_per_point
     from executor.collective_bench import local_cluster, measure_cases
     from executor.suite_run import _machine_busy_s, _own_cpu_s
 
@@ -129,7 +134,8 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
     for nproc in nprocs:
         cluster = local_cluster(nproc, base)
         launch_cases = _cases(cluster, series, nproc, sizes)
-        measurements += measure_cases(series[0][0], launch_cases, nproc, backend=backend, repeats=repeats,
+        calls = repeats if backend != "gloo" else calls_per_point(nproc, repeats, host_cores())
+        measurements += measure_cases(series[0][0], launch_cases, nproc, backend=backend, repeats=calls,
                                       warmup=warmup, progress=progress)
         cases += launch_cases
     wall, busy1, own1 = time.perf_counter() - t0, _machine_busy_s(), _own_cpu_s()
@@ -164,7 +170,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
 
     from executor.calibrate import check_calibratable
     from executor.calibrate_async import PROBE_BATCH
-    from executor.calibrate_modes import waits_text, without_waits
+    from executor.calibrate_modes import op_waits_text, waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
 
@@ -194,10 +200,11 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {repeats}, warmup {warmup}; "
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {calls_text(nprocs, repeats, backend)}, warmup {warmup}; "
               f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
               f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
               f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
+              f"op_wait_us (the same per op): {op_waits_text(fit.op_wait_us, fit.op_wait_spread)}; "
               f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
@@ -208,6 +215,17 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
+
+
+def calls_text(nprocs: Sequence[int], repeats: int, backend: str) -> str:
+    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``."""
+    from executor.calibrate_host import host_cores
+    from executor.calibrate_modes import calls_per_point
+
+    if backend != "gloo":
+        return str(repeats)
+    calls = [calls_per_point(p, repeats, host_cores()) for p in nprocs]
+    return f"{' / '.join(map(str, calls))} at {' / '.join(map(str, nprocs))} processes"
 
 
 def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
@@ -224,7 +242,7 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
     (:mod:`executor.calibrate_replay`); every row checked against the plain means. Returns ``(fitted, LinkFit)``.
     Also what re-fits recorded calibrations (``--json``'s rows) offline."""
     from executor.calibrate import executed_time, fit_cluster, fit_rows
-    from executor.calibrate_modes import blocking_waits, fast_points, wait_spread, with_waits
+    from executor.calibrate_modes import blocking_waits, fast_points, op_wait_spread, op_waits, wait_spread, with_waits
     from executor.calibrate_replay import fit_replay_step, split_probes
     from executor.calibrate_spread import parameter_spread
 
@@ -232,12 +250,14 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
     estimate = executed_time(cases)
     fast, fit = fit_cluster(cluster, fast_points(measurements), fit_reduction=fit_reduction, estimate=estimate)
     waits = blocking_waits(fast, measurements, estimate)
-    fitted = with_waits(fast, waits)
+    per_op = op_waits(fast, measurements + checked, estimate)  # the broadcast probe's own wait too
+    fitted = with_waits(fast, waits, per_op)
     replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
     if replay_step_us is not None:
         fitted = replace(fitted, comm=replace(fitted.comm, replay_step_us=replay_step_us))
     return fitted, replace(fit, rows=tuple(fit_rows(fitted, measurements, estimate)),
                            spread=parameter_spread(fast, measurements, fit.fitted, estimate), blocking_wait_us=waits,
+                           op_wait_us=per_op, op_wait_spread=op_wait_spread(fast, measurements + checked, estimate),
                            wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
                            probes=tuple(fit_rows(fitted, replays + checked, estimate)))
 

@@ -123,3 +123,78 @@ def test_bad_values_exit_2_in_one_line(tmp_path, capsys, value, message):
     code = main(["cluster", "show", str(bad)])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+# comm.op_wait_us: an op measured on its own pays its own wait (check15; docs/calibration.md, "Waits per op")
+
+_PER_OP = ((Op.ALL_REDUCE, ((2, 1300.0), (4, 4300.0))), (Op.BROADCAST, ((2, 100.0), (4, 900.0))))
+
+
+def test_op_table_replaces_the_default_for_its_op_only():
+    """Hand-worked: broadcast at 3 processes reads its own line (100 + 900)/2 = 500 µs, the all-reduce (1300 + 4300)/2
+    = 2800 µs, an op without a table (all-gather) and no op at all the default (1000 + 3000)/2 = 2000 µs."""
+    comm = CommProfile(blocking_wait_us=((2, 1000.0), (4, 3000.0)), op_wait_us=_PER_OP)
+    assert comm.blocking_wait_s(3, Op.BROADCAST) == pytest.approx(500e-6)
+    assert comm.blocking_wait_s(3, Op.ALL_REDUCE) == pytest.approx(2800e-6)
+    assert comm.blocking_wait_s(3, Op.ALL_GATHER) == pytest.approx(2000e-6)
+    assert comm.blocking_wait_s(3) == pytest.approx(2000e-6)
+
+
+@pytest.mark.parametrize("op, nbytes, extra_us", [(Op.ALL_REDUCE, 4096, 2800.0), (Op.BROADCAST, 65536, 500.0),
+                                                  (Op.ALL_GATHER, 1 << 20, 2000.0),
+                                                  (Op.REDUCE_SCATTER, 1 << 18, 2800.0)])
+def test_each_op_pays_its_own_wait(op, nbytes, extra_us):
+    """On localhost-cpu with 3 processes each call grows by its op's wait exactly; a reduce-scatter, which gloo runs
+    as the all-reduce of the whole input (gloo_ops.waits_as), pays the all-reduce's."""
+    ranks = [0, 1, 2]
+    before = estimate(_cpu(3), ranks, op, nbytes, "auto").time_s
+    cluster = _cpu(3, ((2, 1000.0), (4, 3000.0)))
+    cluster = replace(cluster, comm=replace(cluster.comm, op_wait_us=_PER_OP))
+    assert estimate(cluster, ranks, op, nbytes, "auto").time_s - before == pytest.approx(extra_us * 1e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("case", ["zero2", "tp"])
+def test_engines_move_together_with_op_waits(case):
+    """A recorded run whose steps make all-reduces (tp) or reduce-scatters and all-gathers (zero2, FSDP2): with an
+    all-reduce's own wait below the default, both engines move by the same amount (the DES charges a reduce-scatter
+    the all-reduce's wait, as the analytical engine's estimate does, not the default), and by more than nothing."""
+    from simulator.run_results import load_results
+    from simulator.validate import run_cluster, validate
+
+    results = load_results(DATA / f"{case}.results.json")
+    base = run_cluster(results, str(DATA / "cluster.yaml"))
+    waited = replace(base, comm=replace(base.comm, blocking_wait_us=((2, 3000.0),),
+                                        op_wait_us=((Op.ALL_REDUCE, ((2, 700.0), (4, 2000.0))),)))
+    before, after = (validate(results, c).row("step_time_s") for c in (base, waited))
+    assert after.analytical - before.analytical > 1e-4
+    assert after.des - before.des == pytest.approx(after.analytical - before.analytical, rel=1e-6)
+
+
+def test_op_table_file_round_trip(tmp_path, capsys):
+    from trainplan.__main__ import main
+
+    cluster = replace(_cpu(4), comm=replace(_CPU.comm, op_wait_us=_PER_OP))
+    path = save_cluster(cluster, tmp_path / "c.yaml")
+    assert load_cluster(str(path)).comm.op_wait_us == _PER_OP
+    assert main(["cluster", "show", str(path)]) == 0
+    assert "wait per broadcast 100 µs at 2, 900 µs at 4 processes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"all-sum": {2: 100.0}}, "keys are collective ops"),
+    ({"broadcast": {2: -1.0}}, "comm.op_wait_us.broadcast.2: must be a non-negative number"),
+    ({"broadcast": [100.0]}, "must be a mapping of process count to µs"),
+    ([100.0], "must be a mapping of op to {process count: µs}"),
+])
+def test_bad_op_tables_exit_2_in_one_line(tmp_path, capsys, value, message):
+    import yaml
+
+    from trainplan.__main__ import main
+
+    d = yaml.safe_load(save_cluster(_cpu(2), tmp_path / "ok.yaml").read_text())
+    d["comm"]["op_wait_us"] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(d))
+    code = main(["cluster", "show", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

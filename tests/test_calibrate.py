@@ -168,6 +168,14 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     # the expected wait per blocking call, measured at the one process count, written as its own field
     assert [p for p, _ in cluster.comm.blocking_wait_us] == [2] and "blocking_wait_us" in cluster.source
     assert "wait per call 2 processes" in fitted_out
+    # each measured op's own wait (the broadcast's from its probe), and the calls per point by processes per core
+    assert [(op.value, [p for p, _ in t]) for op, t in cluster.comm.op_wait_us] == [
+        ("all-gather", [2]), ("all-reduce", [2]), ("broadcast", [2])] and "op_wait_us" in cluster.source
+    assert "    broadcast 2 processes" in fitted_out
+    from executor.calibrate_host import host_cores
+    from executor.calibrate_modes import calls_per_point
+
+    assert f"repeats {calls_per_point(2, 2, host_cores())} at 2 processes" in cluster.source
     # the asynchronous-batch probe (executor.calibrate_async): one broadcast of torch ZeRO-1's batch, per count
     assert [p for p, _ in cluster.comm.async_broadcast_us] == [2] and "async_broadcast_us" in cluster.source
     (_, us), = cluster.comm.async_broadcast_us

@@ -4,9 +4,11 @@ plain means' excess. Synthetic measurements: no process is launched."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from executor.calibrate import executed_time, on_node, with_values
+from executor.calibrate import executed_time, fit_rows, on_node, with_values
 from executor.calibrate_modes import blocking_waits, wait_spread, waits_text
 from executor.calibrate_run import DEFAULT_ALGORITHMS, DEFAULT_SIZES, _cases, fit_measured, series_for
 from executor.collective_bench import Measurement
@@ -102,3 +104,55 @@ def test_replay_step_is_fitted_on_the_cluster_with_its_waits():
     measured, cases = _bimodal(truth, SLOW_CALLS, series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS) + [REPLAY_SERIES])
     _, fit = fit_measured(local(4), measured, cases, PROBE_SERIES)
     assert fit.replay_step_us == pytest.approx(50.0, rel=1e-6)
+
+
+# Per op (check15): each measured op's own wait, the broadcast's from its probe
+
+OP_SLOW = {Op.ALL_REDUCE: {2: 6, 3: 10, 4: 16}, Op.ALL_GATHER: {2: 3, 3: 10, 4: 12}, Op.BROADCAST: {2: 1, 3: 3, 4: 5}}
+
+
+def _bimodal_by_op(truth, slow: dict):
+    """As :func:`_bimodal` with the native broadcast probe beside the fitted series, the slow calls by op then count."""
+    from executor.calibrate_replay import PROBE_SERIES
+
+    series = series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS) + [PROBE_SERIES[0]]
+    cases = [c for p in NPROCS for c in _cases(on_node(truth, p), series, p, list(DEFAULT_SIZES))]
+    timed = executed_time(cases)
+    out = []
+    for case in cases:
+        s, p = case.timed_schedule, len(case.timed_schedule.ranks)
+        t = timed(on_node(truth, p), list(range(p)), s.op, case.nbytes, case.algorithm).time_s
+        k = slow[s.op][p]
+        out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes, [t] * (20 - k) + [t + TICK_S] * k))
+    return out, cases
+
+
+def test_each_op_gets_its_own_wait_and_the_estimate_its_mean():
+    """All-reduce, all-gather and broadcast waiting in 6 / 3 / 1 of 20 calls at 2 processes (and so on): the waits
+    written per op are k/20 × 4 ms (1200 / 600 / 200 µs at 2), the default the fitted series' pooled mean (900 µs
+    at 2: (6 + 3)/40 × 4 ms), and with them every fitted row and the broadcast probe's rows match their plain means
+    exactly, where the pooled wait alone misses the all-reduce and the broadcast."""
+    from executor.calibrate_replay import PROBE_SERIES
+
+    truth = with_values(local(4), TRUE)
+    measured, cases = _bimodal_by_op(truth, OP_SLOW)
+    fitted, fit = fit_measured(local(4), measured, cases, PROBE_SERIES[:1])
+    for op, slow in OP_SLOW.items():
+        assert fit.op_wait_us[op] == pytest.approx({p: k / 20 * TICK_S * 1e6 for p, k in slow.items()}, rel=1e-6)
+        assert dict(dict(fitted.comm.op_wait_us)[op]) == pytest.approx(fit.op_wait_us[op], rel=1e-9)
+    assert fit.blocking_wait_us[2] == pytest.approx(900.0, rel=1e-6)
+    for op, table in fit.op_wait_us.items():  # each op's bootstrap band holds its wait
+        assert all(fit.op_wait_spread[op][p][0] <= w <= fit.op_wait_spread[op][p][1] for p, w in table.items())
+    assert max(abs(r.error_pct) for r in fit.rows + fit.probes) < 1e-6
+    pooled = replace(fitted, comm=replace(fitted.comm, op_wait_us=()))
+    rows = fit_rows(pooled, [m for m in measured if m.op is not Op.ALL_GATHER], executed_time(cases))
+    assert max(abs(r.error_pct) for r in rows) > 10
+
+
+def test_calls_per_point_by_processes_per_core():
+    """Hand-worked from CALLS_BY_CROWDING: 20 calls → 80 / 40 / 20 at 2 / 3 / 4 processes on 2 cores; on 8 cores
+    4 processes (0.5 per core) take 80; 8 processes on 1 core take 20."""
+    from executor.calibrate_modes import calls_per_point
+
+    assert [calls_per_point(p, 20, 2) for p in (2, 3, 4)] == [80, 40, 20]
+    assert calls_per_point(4, 20, 8) == 80 and calls_per_point(8, 20, 1) == 20

@@ -27,6 +27,9 @@ def as_dict(fit, path: str, fresh=None, async_broadcast_us=()) -> dict:
          "machine": fit.machine, "rows": _rows_dict(fit.rows), "probes": _rows_dict(fit.probes),
          "blocking_wait_us": {str(p): w for p, w in sorted((fit.blocking_wait_us or {}).items())},
          "blocking_wait_spread_us": {str(p): list(v) for p, v in sorted((fit.wait_spread or {}).items())},
+         "op_wait_us": {op.value: {str(p): w for p, w in sorted(t.items())} for op, t in (fit.op_wait_us or {}).items()},
+         "op_wait_spread_us": {op.value: {str(p): list(v) for p, v in sorted(t.items())}
+                               for op, t in (fit.op_wait_spread or {}).items()},
          "async_broadcast_us": {str(p): us for p, us in async_broadcast_us}}
     if fresh is not None:
         rows, probes, machine = fresh
@@ -74,6 +77,8 @@ def print_table(fit, fresh=None, async_broadcast_us=()) -> None:
         from executor.calibrate_modes import waits_text
 
         print(f"wait per call {waits_text(fit.blocking_wait_us, fit.wait_spread)} (mean excess over the fit)")
+        for op, table in sorted((fit.op_wait_us or {}).items(), key=lambda kv: kv[0].value):
+            print(f"  {op.value:>11} {waits_text(table, (fit.op_wait_spread or {}).get(op))} (its own calls)")
     if async_broadcast_us:
         text = ", ".join(f"{us:.0f} us at {p}" for p, us in async_broadcast_us)
         print(f"async bcast   {text} (per broadcast of a batch, measured apart)")

@@ -21,6 +21,7 @@ from executor.launch import BACKENDS
 from simulator.collectives.base import Op
 from simulator.errors import SpecError
 from trainplan import cli_common
+from trainplan.calibrate_compute_output import compute_dict as _compute_dict, print_compute as _print_compute
 from trainplan.calibrate_output import as_dict as _as_dict, print_table as _print_table
 
 
@@ -48,7 +49,8 @@ def register(subparsers) -> None:
     p.add_argument("--op", default=Op.ALL_REDUCE.value,
                    help=f"collective to measure: {', '.join(o.value for o in Op)} (default {Op.ALL_REDUCE.value})")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed calls per size and algorithm (default: 20; with --compute 10)")
+                   help="timed calls per size and algorithm (default: 20; on gloo ×4 where at most 1 process per "
+                        "core runs, ×2 at most 1.5: their calls vary more; with --compute 10)")
     p.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 3; with --compute 2)")
     p.add_argument("--check", action="store_true",
                    help="after the fit, measure the same calls again and print their errors against the written file")
@@ -72,8 +74,8 @@ def run(args) -> int:
         args.warmup = 2 if args.warmup is None else args.warmup
         return run_compute(args)
     from executor.calibrate import calibrate
-    from executor.calibrate_run import (DEFAULT_PROCESSES, DEFAULT_REPEATS, DEFAULT_SIZES, DEFAULT_WARMUP, probes_for,
-                                        series_for)
+    from executor.calibrate_run import (DEFAULT_PROCESSES, DEFAULT_REPEATS, DEFAULT_SIZES, DEFAULT_WARMUP, calls_text,
+                                        probes_for, series_for)
 
     args.repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     args.warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
@@ -100,7 +102,8 @@ def run(args) -> int:
         for series_op, algorithm in series:
             _check_algorithms([algorithm], series_op, base, nproc)
     print(f"calibrate: {', '.join(f'{o.value} {a}' for o, a in series)} on {', '.join(map(str, nprocs))} "
-          f"{args.backend} processes, {len(sizes)} sizes, {args.warmup} warm-up + {args.repeats} timed calls each",
+          f"{args.backend} processes, {len(sizes)} sizes, {args.warmup} warm-up + "
+          f"{calls_text(nprocs, args.repeats, args.backend)} timed calls each",
           file=sys.stderr)
     cluster, fit = calibrate(nproc=nprocs, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,
                              repeats=args.repeats, warmup=args.warmup, base=base,
@@ -191,119 +194,3 @@ def run_compute(args) -> int:
     else:
         _print_compute(report)
     return 0
-
-
-def _timing(t) -> dict:
-    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
-
-
-def _compute_dict(r, path: str) -> dict:
-    d = r.fields
-    return {"out": path, "device": r.device, "threads": r.threads, "precision": r.dtype.value,
-            "peak_tflops": {k.value: v for k, v in d.peak_tflops.items()}, "hbm_bw_GBps": d.hbm_bw_GBps,
-            "hbm_efficiency": d.gemm_efficiency.hbm_efficiency, "gemm_efficiency": [list(p) for p in d.gemm_efficiency.points],
-            "kernel_launch_overhead_us": d.kernel_launch_overhead_us, "kernel_dispatch": d.kernel_dispatch.value,
-            "backward_call_overhead_us": d.backward_call_overhead_us,
-            "op_call_overhead_us": d.op_call_overhead_us, "bare_call": _timing(r.bare_call),
-            "block": {**_timing(r.block), "kernels": r.block_kernels, "roofline_s": r.block_roofline_s,
-                      **({} if r.block_phases is None else {"forward": _timing(r.block_phases[0]),
-                                                            "backward": _timing(r.block_phases[1])})},
-            "gemms": [{"m": g.shape.m, "n": g.shape.n, "k": g.shape.k, "batch": g.shape.batch, "tflops": g.tflops,
-                       **_timing(g.timing)} for g in r.gemms],
-            "memory": [{"kernel": m.kernel.value, "elements": m.elements, "bytes": m.bytes, "GBps": m.GBps,
-                        **_timing(m.timing)} for m in r.memory],
-            "tp_modules": None if r.tp_modules is None else {
-                "modules": r.tp_modules.modules, "tp_forward_module_us": r.tp_modules.forward_module_us,
-                "tp_backward_module_us": r.tp_modules.backward_module_us,
-                **{name: _timing(getattr(r.tp_modules, name))
-                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
-            "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
-                                                   "step": _timing(r.adamw.step)},
-            "checkpoint": None if r.checkpoint is None else {
-                "regions": r.checkpoint.regions, "recompute_region_s": r.checkpoint.recompute_region_s,
-                "checkpoint_forward_region_us": r.checkpoint.forward_region_us,
-                "checkpoint_backward_region_us": r.checkpoint.backward_region_us,
-                **{name: _timing(getattr(r.checkpoint, name)) for name in (
-                    "plain_forward", "checkpointed_forward", "plain_step", "checkpointed_step")}},
-            "fsdp2": None if r.fsdp2 is None else {
-                "dp": r.fsdp2.dp, "modules": r.fsdp2.modules, "fsdp2_forward_module_us": r.fsdp2.forward_module_us,
-                "fsdp2_backward_module_us": r.fsdp2.backward_module_us,
-                **{name: _timing(getattr(r.fsdp2, name)) for name in ("plain_forward", "fsdp2_forward", "plain_step",
-                                                                      "fsdp2_step")}},
-            "fsdp2_zero2": None if r.fsdp2_zero2 is None else {
-                "fsdp2_zero2_backward_module_us": r.fsdp2_zero2.backward_module_us,
-                **{name: _timing(getattr(r.fsdp2_zero2, name)) for name in ("plain_step", "fsdp2_step")}},
-            "pipeline": None if r.pipeline is None else {
-                "schedule": r.pipeline.schedule.value, "pp": r.pipeline.pp, "micro_batches": r.pipeline.micro_batches,
-                "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
-                "outside": [_timing(o) for o in r.pipeline.outside], "p2p": list(r.pipeline.p2p),
-                "pipeline_p2p_post_us": r.pipeline.post_us, "post": [_timing(o) for o in r.pipeline.post]},
-            "rank_steps": None if r.rank_steps is None else {
-                "processes": r.rank_steps.processes, "micro_batches": r.rank_steps.micro_batches,
-                **{name: [_timing(t) for t in getattr(r.rank_steps, name)]
-                   for name in ("forward", "backward", "outside", "optimizer", "first_cold")},
-                "block_call_us": list(r.block_call_us)},
-            "ddp": None if r.ddp is None else {
-                "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
-                **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
-                                                                    "ddp_step")}}}
-
-
-def _print_compute(r) -> None:
-    d = r.fields
-    peak = ", ".join(f"{k.value} {v * 1e3:.1f} GFLOP/s" for k, v in d.peak_tflops.items())
-    bwd = "" if d.backward_call_overhead_us is None else f" forward, {d.backward_call_overhead_us:.1f} us backward"
-    split = ("" if r.block_phases is None else f": forward {r.block_phases[0].median_s * 1e3:.3f} + backward "
-             f"{r.block_phases[1].median_s * 1e3:.3f}")
-    adamw = ""
-    if r.adamw:  # measured on gloo only (a GPU calibration has no host probes)
-        adamw_s = r.adamw.step.median_s if r.rank_steps is None else r.rank_steps.optimizer_timing.median_s
-        adamw = f": AdamW step {adamw_s * 1e3:.3f} ms over {r.adamw.tensors} tensors"
-    print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
-          f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
-          f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.median_s * 1e3:.3f} ms{split}, "
-          f"{r.block_kernels} host calls, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
-          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
-          f"{adamw}; dispatch {d.kernel_dispatch.value})")
-    if r.rank_steps is not None:
-        k = r.rank_steps
-        print(f"rank step     forward {k.forward_s * 1e3:.3f} + backward {k.backward_s * 1e3:.3f} ms per micro-batch, "
-              f"{k.outside_s * 1e3:.3f} ms per step outside them ({k.processes} processes in lockstep, "
-              f"{k.micro_batches} micro-batches), AdamW {k.optimizer_timing.median_s * 1e3:.3f} ms: the per-call "
-              f"figures above; the tight loops gave {r.block_call_us[0]:.1f} / {r.block_call_us[1] or 0.0:.1f} us "
-              f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
-              f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
-              f"host.first_microbatch_cold_us)")
-    if r.tp_modules is not None:
-        t = r.tp_modules
-        print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
-              f"(torch tensor parallelism on a 1-rank mesh, {t.modules} modules: forward "
-              f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
-              f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
-    if r.ddp is not None:
-        print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
-              f"synchronising backward (1-rank group, collective excluded)")
-    if r.checkpoint is not None:
-        print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
-              f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "
-              f"{r.checkpoint.recompute_region_s * 1e6:.1f} us)")
-    if r.fsdp2 is not None:
-        print(f"FSDP2 module  {r.fsdp2.forward_module_us:.1f} us forward, {r.fsdp2.backward_module_us:.1f} us backward "
-              f"(fake {r.fsdp2.dp}-rank group, {r.fsdp2.modules} modules, collectives excluded)")
-    if r.pipeline is not None:
-        p = r.pipeline
-        print(f"pipeline      {p.action_us:.1f} us per schedule action ({p.schedule.value}, {p.pp} processes, "
-              f"{p.micro_batches} micro-batches, {'/'.join(map(str, p.actions))} actions; outside the phases "
-              f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step); {p.post_us:.1f} us posting "
-              f"each send or receive")
-    print()
-    print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
-    for g in r.gemms:
-        s, t = g.shape, g.timing
-        print(f"{s.m:6.0f} {s.n:6.0f} {s.k:6.0f} {s.batch:5.0f} {t.median_s * 1e6:10.1f} "
-              f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>17} {g.tflops * 1e3:8.2f}")
-    print(f"\n{'kernel':>10} {'elements':>9} {'median us':>10} {'p10..p90 us':>19} {'GB/s':>7}")
-    for m in r.memory:
-        t = m.timing
-        print(f"{m.kernel.value:>10} {m.elements:9d} {t.median_s * 1e6:10.1f} "
-              f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>19} {m.GBps:7.2f}")

@@ -8,10 +8,11 @@ from __future__ import annotations
 from simulator.cluster._fields import Section, enum_value
 from simulator.cluster.nccl import ALGORITHMS, nccl_protocols
 from simulator.cluster.spec import BusBwCap, CommLibrary, CommProfile, CpuVendor, LinkClass, Protocol
+from simulator.collectives.base import Op
 from simulator.errors import SpecError
 
-COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "async_broadcast_us", "protocols",
-             "collective_sms")
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "op_wait_us", "async_broadcast_us",
+             "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -34,9 +35,25 @@ def comm_profile(s: Section) -> CommProfile:
         protocols = nccl_protocols() if library is CommLibrary.NCCL else ()
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
                        replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
-                       blocking_wait_us=_per_processes(s, "blocking_wait_us"),
+                       blocking_wait_us=_per_processes(s, "blocking_wait_us"), op_wait_us=_per_op(s),
                        async_broadcast_us=_per_processes(s, "async_broadcast_us"), protocols=protocols,
                        collective_sms=s.integer("collective_sms", 0, minimum=0))
+
+
+def _per_op(s: Section) -> tuple:
+    """``comm.op_wait_us``: a mapping of collective op (``all-reduce``, ``broadcast``, ...) to a per-process-count
+    mapping as :func:`_per_processes` reads it (:attr:`CommProfile.op_wait_us`)."""
+    raw = s.raw("op_wait_us", {})
+    field = s.field("op_wait_us")
+    if not isinstance(raw, dict):
+        raise SpecError(field, "must be a mapping of op to {process count: µs}, e.g. {all-reduce: {2: 1330.0}}")
+    known = {o.value: o for o in Op}
+    out = []
+    for name in raw:
+        if name not in known:
+            raise SpecError(field, f"keys are collective ops ({', '.join(known)}), got {name!r}")
+        out.append((known[name], _per_processes(Section(raw, field, raw.keys()), name)))
+    return tuple(sorted(out, key=lambda kv: kv[0].value))
 
 
 def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:

@@ -110,6 +110,8 @@ def _comm_line(c: Cluster) -> str:
     if comm.blocking_wait_us:
         text += "; wait per blocking call " + ", ".join(f"{_num(us)} µs at {p}" for p, us in comm.blocking_wait_us) \
             + " processes"
+    for op, table in comm.op_wait_us:
+        text += f"; wait per {op.value} " + ", ".join(f"{_num(us)} µs at {p}" for p, us in table) + " processes"
     if comm.async_broadcast_us:
         text += "; per broadcast of an asynchronous batch " + ", ".join(
             f"{_num(us)} µs at {p}" for p, us in comm.async_broadcast_us) + " processes"

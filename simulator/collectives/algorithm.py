@@ -74,7 +74,7 @@ class Algorithm:
     def time_s(self, group: Group, op: Op, nbytes: int, protocol: Protocol | None, root: int = 0) -> float:
         """Closed form: ``calls·overhead + Σ steps + γ·reduce_bytes`` (see cost.py)."""
         env = Env(group.cluster, protocol, group.paths, family=self.family, group=group)
-        return (env.overhead_s(self.family, self.calls) + self.comm_time_s(env, group, op, nbytes, root)
+        return (env.overhead_s(self.family, self.calls, op) + self.comm_time_s(env, group, op, nbytes, root)
                 + self.gamma_s(env, self.reduce_bytes(group, op, nbytes)))
 
     def gamma_s(self, env: Env, reduce_bytes: float) -> float:

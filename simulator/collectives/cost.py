@@ -37,10 +37,12 @@ times as long: call overhead, α and γ × share, bandwidth ÷ share. The node's
 ``gpus_per_node`` (a one-machine cluster holds exactly the run's processes: :func:`simulator.validate.run_cluster`).
 Measured on the 2-core VM, 2026-11-25 [src: own-gloo-share-probe].
 
-Waits (:attr:`Env.blocking_wait_s`, since 2026-11-25): there a blocking call may first wait for a core (a ~4 ms
+Waits (:meth:`Env.blocking_wait_s`, since 2026-11-25): there a blocking call may first wait for a core (a ~4 ms
 scheduler tick on the 2-core VM), so each call also pays ``W(processes)``, the expected wait measured at the node's
-process count (``comm.blocking_wait_us``; not × share; expectations add, so k calls pay k·W). 0 on every preset:
-their estimates stay the α-β closed forms [src: own-gloo-blocking-wait-2026-11-25].
+process count (``comm.blocking_wait_us``; not × share; expectations add, so k calls pay k·W). An op measured on its
+own (``comm.op_wait_us``: gloo's all-reduce, all-gather and broadcast, since 2026-11-25) pays its own W(op,
+processes) [src: own-gloo-op-waits-2026-11-25]. 0 on every preset: their estimates stay the α-β closed forms
+[src: own-gloo-blocking-wait-2026-11-25].
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ from functools import cached_property
 
 from simulator.cluster.spec import Cluster, LinkClass, LinkKind, Protocol
 from simulator.cluster.topology import Hop, Path, path
+from simulator.collectives.base import Op
 from simulator.collectives.chain import Edge, chain_latency_s
+from simulator.collectives.gloo_ops import waits_as
 from simulator.collectives.group import Flow, Group, ring_flows, ring_nic  # noqa: F401 (re-exported)
 from simulator.collectives.pipeline_cost import PipelineCost, PipelineLayout
 from simulator.errors import SpecError
@@ -147,19 +151,21 @@ class Env:
             return 1.0
         return min(1.0, cap * 1e9 / (protocol.efficiency(self.family) * group.ring_bus_bw_Bps))
 
-    @cached_property
-    def blocking_wait_s(self) -> float:
-        """Expected wait for a core of one blocking call (module docstring, "Waits"): ``comm.blocking_wait_s`` at the
-        node's ``gpus_per_node`` processes over a loopback link without a protocol, else 0."""
+    def blocking_wait_s(self, op: Op | None = None) -> float:
+        """Expected wait for a core of one blocking call of ``op`` (module docstring, "Waits"):
+        ``comm.blocking_wait_s`` at the node's ``gpus_per_node`` processes (the op's own table where measured; on gloo
+        a reduce-scatter's is the all-reduce's, :func:`simulator.collectives.gloo_ops.waits_as`) over a loopback link
+        without a protocol, else 0."""
         if self.protocol is not None or self.cluster.node.intra_link.kind is not LinkKind.LOOPBACK:
             return 0.0
-        return self.cluster.comm.blocking_wait_s(self.cluster.node.gpus_per_node)
+        comm = self.cluster.comm
+        return comm.blocking_wait_s(self.cluster.node.gpus_per_node, waits_as(comm, op))
 
-    def overhead_s(self, family: str, calls: int = 1) -> float:
-        """Fixed cost of ``calls`` library calls of an algorithm family: without a protocol
-        ``calls · (call_latency · share + blocking wait)``."""
+    def overhead_s(self, family: str, calls: int = 1, op: Op | None = None) -> float:
+        """Fixed cost of ``calls`` library calls of ``op`` by an algorithm family: without a protocol
+        ``calls · (call_latency · share + blocking wait of op)``."""
         if self.protocol is None:
-            return calls * (self.cluster.comm.call_latency_us * 1e-6 * self.time_share + self.blocking_wait_s)
+            return calls * (self.cluster.comm.call_latency_us * 1e-6 * self.time_share + self.blocking_wait_s(op))
         base = self.protocol.base_latency_us
         if family not in base:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no base latency for "

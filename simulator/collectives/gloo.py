@@ -3,6 +3,8 @@
 - :data:`GLOO_NATIVE`: the registered algorithm gloo runs for an op (what ``auto`` means on a gloo cluster).
 - :data:`WHOLE_ALL_REDUCE`: ops ProcessGroupGloo runs as an all-reduce of the WHOLE input, then a copy of the
   rank's share out (:func:`whole_all_reduce_copy_s`): reduce-scatter.
+- :data:`OUTPUT_COPY`: ops ProcessGroupGloo gathers into a buffer of its own and then copies into the caller's output
+  (:func:`output_copy_s`): all-gather.
 - :data:`ACTIVE_SHARE`: ops whose native steps leave some processes idle, each step charged the time-sharing of
   the processes active in it (:func:`active_share_time_s`): broadcast.
 
@@ -49,6 +51,7 @@ from simulator.collectives.algorithm import Algorithm, flows_by_step
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.chain import chain_latency_s
 from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.gloo_ops import WHOLE_ALL_REDUCE  # noqa: F401 (re-exported: its home is gloo_ops)
 from simulator.host_overhead import core_share
 
 GLOO_NATIVE: dict[Op, str] = {
@@ -78,9 +81,6 @@ ACTIVE_SHARE: frozenset[Op] = frozenset({Op.BROADCAST})
 """Native ops whose steps are charged the share of their active processes (module docstring,
 :func:`active_share_time_s`): the binomial broadcast, whose rounds leave ranks idle."""
 
-WHOLE_ALL_REDUCE: frozenset[Op] = frozenset({Op.REDUCE_SCATTER})
-"""Ops ProcessGroupGloo runs as the all-reduce of the whole input, then keeps the rank's share (module
-docstring) [src: gloo-native-algorithms]."""
 
 COPY_PASSES = 2
 """Bytes of device memory per byte copied: read once, written once."""
@@ -113,7 +113,7 @@ def active_share_time_s(cluster: Cluster, schedule: Schedule, algorithm: Algorit
     bw_s = sum(env.step_bw_s(flows) * k for flows, k in zip(steps, scales))
     latency_s = chain_latency_s([(src, dst, alpha * k) for src, dst, alpha in env.edges(flows)]
                                 for flows, k in zip(steps, scales))
-    return (env.overhead_s(algorithm.family, algorithm.calls) + bw_s + latency_s
+    return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op) + bw_s + latency_s
             + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))
 
 
@@ -122,6 +122,24 @@ def whole_all_reduce_copy_s(env: Env, nbytes: int, p: int) -> float:
     into the all-reduce's buffer, the rank's share out; module docstring)."""
     copied = nbytes + nbytes / p
     return COPY_PASSES * copied / (env.cluster.device.hbm_bw_GBps * 1e9) * env.time_share
+
+
+OUTPUT_COPY: frozenset[Op] = frozenset({Op.ALL_GATHER})
+"""Ops ProcessGroupGloo runs into a fresh flat buffer and then copies into the caller's output: torch's
+``ProcessGroupGloo::_allgather_base`` (``all_gather_into_tensor``) chunks the output and calls ``allgather``, whose
+``AsyncAllgatherWork`` gathers into ``newLikeFlat(outputs[0])`` and then ``copy_``s each chunk out
+[src: torch-gloo-allgather-copy] (:func:`output_copy_s`)."""
+
+
+def output_copy_s(env: Env, op: Op, nbytes: int) -> float:
+    """The copy out of an :data:`OUTPUT_COPY` op's flat buffer: ``2·n / hbm_bw · share`` seconds (the whole gathered
+    output ``n`` read once and written once, at the node's time-sharing); 0 for other ops. E.g. 4 MiB on
+    localhost-cpu (9.7 GB/s) at 2 processes on 2 cores: 2 × 4,194,304 / 9.7e9 = 0.865 ms, which the 2-process
+    native all-gather's fastest calls showed above the ring's α-β estimate (+0.7-1.2 ms at 4 MiB, +0.2-0.3 ms at
+    1 MiB, six quiet sets) [src: own-gloo-op-waits-2026-11-25]."""
+    if op not in OUTPUT_COPY:
+        return 0.0
+    return COPY_PASSES * nbytes / (env.cluster.device.hbm_bw_GBps * 1e9) * env.time_share
 
 
 def async_broadcast_time_s(cluster: Cluster, group_size: int, nbytes: int) -> float | None:

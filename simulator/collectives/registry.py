@@ -21,6 +21,7 @@ evaluation with the links' own latency and bandwidth and ``comm.call_latency_us`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from simulator.cluster.nccl import tuner_choices
 from simulator.cluster.spec import Cluster, CommLibrary, Protocol
@@ -29,8 +30,8 @@ from simulator.collectives.base import CollectiveEstimate, Op, Schedule
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.direct import Direct, Pairwise, a2a_blocks
 from simulator.collectives.doubling import HalvingDoubling, RecursiveDoubling
-from simulator.collectives.gloo import (ACTIVE_SHARE, GLOO_NATIVE, WHOLE_ALL_REDUCE, active_share_time_s,
-                                        whole_all_reduce_copy_s)
+from simulator.collectives.gloo import (ACTIVE_SHARE, GLOO_NATIVE, OUTPUT_COPY, WHOLE_ALL_REDUCE,
+                                        active_share_time_s, output_copy_s, whole_all_reduce_copy_s)
 from simulator.collectives.hierarchical import Hierarchical
 from simulator.collectives.nvls import Nvls
 from simulator.collectives.nvls_tree import NvlsTree
@@ -220,7 +221,10 @@ def estimate(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int,
         if not candidates:
             raise SpecError("op", f"no registered algorithm implements {op.value} on this group of {group.p} ranks"
                             + _capped(group, op))
-        return min(candidates, key=lambda e: e.time_s)
+        best = min(candidates, key=lambda e: e.time_s)
+        if group.cluster.comm.library is CommLibrary.GLOO and op in OUTPUT_COPY:  # gloo's copy out of its buffer
+            return replace(best, time_s=best.time_s + output_copy_s(Env(group.cluster, None), op, nbytes))
+        return best
     chosen = get_algorithm(algorithm)
     if not _supported(chosen, group, op):
         raise _unsupported(algorithm, op, group, supporting(op, cluster, ranks))

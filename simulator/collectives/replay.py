@@ -38,5 +38,5 @@ def schedule_time_s(cluster: Cluster, schedule: Schedule, protocol: Protocol | N
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
     env = Env(cluster, protocol, family=algorithm.family, group=Group(cluster, schedule.ranks))
-    return (env.overhead_s(algorithm.family, algorithm.calls) + env.steps_bw_s(flows_by_step(schedule))
+    return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op) + env.steps_bw_s(flows_by_step(schedule))
             + algorithm.schedule_latency_s(env, schedule) + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank))

@@ -50,7 +50,7 @@ def run_schedule(env: simpy.Environment, net: FlowNetwork, cluster: Cluster, sch
         raise SpecError("protocol", f"protocol {protocol.name} is not one of the cluster's comm.protocols")
     algorithm = get_algorithm(schedule.algorithm)
     costs = Env(cluster, protocol, paths, family=algorithm.family, group=Group(cluster, schedule.ranks))
-    overhead_s = costs.overhead_s(algorithm.family, algorithm.calls)
+    overhead_s = costs.overhead_s(algorithm.family, algorithm.calls, schedule.op)
     gamma_s = algorithm.gamma_s(costs, schedule.reduce_bytes_per_rank)
     chain_s = algorithm.schedule_latency_s(costs, schedule)
     wire = 1.0 / costs.bw_ratio
