@@ -9,7 +9,9 @@ p90 µs over ``--repeats`` calls:
 - ``zero_grad(set_to_none=False)``: the data-parallel runner's (``executor/strategies/data_parallel.py``);
   ``zero_grad(set_to_none=True)``: the tensor and pipeline runner's (``executor/strategies/parallel.py``);
 - ``grad = None`` per tensor: the parameter-server worker's (``executor/strategies/param_server.py``), which has
-  no optimizer;
+  no optimizer; and its own host work around the transfers: the gradients flattened (``torch.cat``), one message
+  per server shard (a header and its slice; 1 shard, as the suite's ps cases), and the pulled parameters written
+  back (``vector_to_parameters``);
 - the multi-grad hook's registration and removal that stamps DDP's exposed sync
   (``executor.strategies.ddp_sync.backward_with_exposed_sync``), once per step with overlapped reduction.
 
@@ -69,12 +71,19 @@ def main(argv=None) -> int:
         for p in params:
             p.grad = None
 
+    def ps_worker():
+        grads = torch.cat([p.grad.reshape(-1) for p in params]).float()
+        msg = torch.cat([torch.tensor([1.0, 0.0, 0.0]), grads])
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(msg[3:], params)
+
     def hook():
         torch.autograd.graph.register_multi_grad_hook(params, lambda grads: None, mode="all").remove()
 
     parts = {"batch": batch, "zero_grad(set_to_none=False)": lambda: optimizer.zero_grad(set_to_none=False),
              "zero_grad(set_to_none=True)": lambda: optimizer.zero_grad(set_to_none=True),
-             "grad = None per tensor": grad_none, "exposed-sync hook register + remove": hook}
+             "grad = None per tensor": grad_none, "ps worker: flatten, message, write back": ps_worker,
+             "exposed-sync hook register + remove": hook}
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()[0]:.1f}; {len(params)} parameter tensors")
     for name, fn in parts.items():
         print("{:38s} median {:7.1f}  p10 {:7.1f}  p90 {:7.1f} µs".format(name, *_timed(fn, step, args.repeats)))
