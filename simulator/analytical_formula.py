@@ -35,10 +35,12 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   family: stages several times heavier than others can put the truth ~12 % higher.
 - Interleaved (v > 1): ``T = m·max W + (Σ_r W_r − max W)/v + C``: bubble (p−1)/(v·m) of the
   ideal time for equal stages (Narayanan et al. SC'21 §2.2).
-- 1F1B family and interleaved: at least ``m·max_r S_r`` (:func:`send_stream_s`), the busiest rank's
-  sends one after another on its p2p stream; the paths above treat a send as a delay, so a pipeline
-  whose sends outlast its actions (gloo's per-call cost against a tiny model's micro-batch) is paced by
-  that stream instead: interleaving multiplies a rank's sends by v.
+- 1F1B family and interleaved: at least ``max_r (head_r + m·S_r + rest_r)``
+  (:func:`simulator.analytical_send_stream.stream_floor`): rank r's sends one after another on its p2p stream
+  (``S_r`` per micro-batch, :func:`send_stream_s`), after the path to its first send and before the path its
+  last send feeds; the paths above treat a send as a delay, so a pipeline whose sends outlast its actions
+  (gloo's per-call cost against a tiny model's micro-batch) is paced by that stream instead: interleaving
+  multiplies a rank's sends by v.
 
 GPipe is exact against :func:`simulator.schedule_dry_run.dry_run`; interleaved is exact for equal stages
 without p2p, and within ~1 % with p2p latency or edge-heavy stages (tests). Which formula a
@@ -59,6 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.analytical_send_stream import send_stream_s, stream_floor  # noqa: F401 - send_stream_s: re-exported
 from simulator.results import Category, slowest_index
 from simulator.schedule_shape import PipelineFamily, ScheduleShape
 
@@ -179,28 +182,16 @@ def pipeline_time(a: StepArrays, pipe: PipelineArrays) -> tuple[np.ndarray, np.n
     gpipe = (w.sum(axis=1) + (m - 1) * (np.maximum(a.F.max(axis=1), send_f) + np.maximum(a.B.max(axis=1), send_b))
              + hops)
     gpipe_hops = hops + (m - 1) * (paced_f + paced_b)
-    floor = m * send_stream_s(a).max(axis=1)  # no schedule ends before its busiest send stream has sent
+    floor, floor_hops = stream_floor(a, m)  # no schedule ends before a send stream has sent (its own module)
     if v > 1:
         W = w.reshape(len(w), v, p).sum(axis=1)
         inter = m * W.max(axis=1) + (W.sum(axis=1) - W.max(axis=1)) / v + hops
-        inter_hops = np.where(floor > inter, floor, hops)
+        inter_hops = np.where(floor > inter, floor_hops, hops)
         inter = np.maximum(inter, floor)
         return np.where(pipe.forwards_first, gpipe, inter), np.where(pipe.forwards_first, gpipe_hops, inter_hops)
     one, one_hops = _one_f_one_b(a, m, pipe.in_flight)
-    one_hops, one = np.where(floor > one, floor, one_hops), np.maximum(one, floor)
+    one_hops, one = np.where(floor > one, floor_hops, one_hops), np.maximum(one, floor)
     return np.where(pipe.forwards_first, gpipe, one), np.where(pipe.forwards_first, gpipe_hops, one_hops)
-
-
-def send_stream_s(a: StepArrays) -> np.ndarray:
-    """(N, p) seconds of sends per micro-batch on each rank's p2p stream: the forward send of boundary k
-    (chunk k → k+1) leaves rank k mod p, its backward send rank (k+1) mod p. The stream sends one at a time
-    (the DES's ``SendStream``), so the m micro-batches' sends take m times this, whatever the schedule."""
-    p = a.p
-    out = np.zeros((a.cf.shape[0], p))
-    for k in range(a.cf.shape[1]):
-        out[:, k % p] += a.cf[:, k]
-        out[:, (k + 1) % p] += a.cb[:, k]
-    return out
 
 
 def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[str, np.ndarray]:

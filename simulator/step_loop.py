@@ -13,6 +13,16 @@ with ``share`` the processes per host core (:func:`simulator.host_overhead.core_
 [src: own-step-loop-probe]. It is charged once per step with the optimizer step
 (:func:`simulator.compile.step.stage_work`), which both engines read. On an ``async`` device (a GPU) 0: the loop's
 Python runs while the device's queued kernels do, and the GPU presets do not state the terms.
+
+One figure for every family, checked against what each of the executor's loops runs (2026-11-25, pipe15,
+``benchmarks/loop_parts.py`` [src: own-loop-parts-probe]): every runner takes the batch and its replica's share
+(~55-75 µs); the data-parallel runner zeroes with ``zero_grad(set_to_none=False)``, the tensor and pipeline runner
+with ``set_to_none=True`` (within ~15 µs of each other); the parameter-server worker resets its gradients by
+assignment (~5-10 µs, no optimizer on the rank), times its batch inside its ``forward`` phase, and adds its own
+flatten, message and write-back (~145-190 µs, in its ``dp`` phase), so its loop is within ~0.1 ms of the others'.
+The one part that differed by more, the data-parallel runner's exposed-sync hook (~0.15 ms per step with overlapped
+reduction), was the executor's own clock and is now its check time, not step time
+(:func:`executor.strategies.ddp_sync.backward_with_exposed_sync`), so no family-specific term is charged.
 """
 
 from __future__ import annotations

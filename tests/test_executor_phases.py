@@ -146,3 +146,42 @@ def test_the_stamp_exchange_is_check_time_not_bubble():
     for check_s, bubble_s in results[1]:
         assert check_s >= EXCHANGE_DELAY_S * 0.9, (check_s, bubble_s)
         assert bubble_s < EXCHANGE_DELAY_S * 0.5, (check_s, bubble_s)
+
+
+HOOK_DELAY_S = 0.2
+"""A marker delay added to registering the exposed-sync hook (far above a tiny step's own phases)."""
+
+
+def _delayed_hook(rank, world):
+    import time as _time
+
+    import torch
+
+    from executor.strategies.base import Phase
+    from executor.strategies.data_parallel import DataParallelRunner
+
+    register = torch.autograd.graph.register_multi_grad_hook
+
+    def slow_register(*args, **kwargs):
+        _time.sleep(HOOK_DELAY_S)
+        return register(*args, **kwargs)
+
+    torch.autograd.graph.register_multi_grad_hook = slow_register
+    try:
+        runner = DataParallelRunner(context(plan_for(GPT_TINY, {"dp": 2}), rank, world))
+        records = [runner.train_step(step) for step in range(2)]
+    finally:
+        torch.autograd.graph.register_multi_grad_hook = register
+    return [(r.check_s, sum(s for p, s in r.phases_s.items() if p is not Phase.DP)) for r in records]
+
+
+@pytest.mark.multiproc
+def test_the_exposed_sync_hook_is_check_time():
+    """Registering and removing the multi-grad hook that stamps DDP's exposed sync
+    (``executor.strategies.ddp_sync.backward_with_exposed_sync``) is the clock's own work, not training: with a
+    marker delay in its registration each rank books the delay as check time (left out of the step,
+    ``executor.run._step_record``) and in none of its phases."""
+    for rank_rows in run(_delayed_hook, 2, timeout_s=240):
+        for check_s, phases_s in rank_rows:
+            assert check_s >= HOOK_DELAY_S * 0.9, (check_s, phases_s)
+            assert phases_s < HOOK_DELAY_S * 0.5, (check_s, phases_s)

@@ -81,17 +81,25 @@ def all_reduce_after_backward(params, hook: ReplayHook, bucket_bytes: int | None
 
 
 def backward_with_exposed_sync(ctx: RunContext, params, loss: torch.Tensor,
-                               phases: dict[Phase, float]) -> None:
+                               phases: dict[Phase, float]) -> float:
     """DDP's synchronising backward: the time from the last parameter gradient computed to
-    ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase."""
+    ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase.
+
+    Returns the seconds spent registering and removing the multi-grad hook that stamps that moment: the clock's
+    own work, not training (a trainer makes no such call), which the runner counts as the step's check time
+    (``StepRecord.check_s``), as :meth:`executor.phase_clock.PipelineClock.split` does its stamp exchange. Over the
+    tiny model's 28 tensors registering and removing it takes 142-180 µs per step (medians of three runs, load 10,
+    ``benchmarks/loop_parts.py``) [src: own-loop-parts-probe], which the step held outside every phase."""
     stamps: list[float] = []
 
     def all_grads_computed(_grads) -> None:
         ctx.synchronize()
         stamps.append(time.perf_counter())
 
+    start = time.perf_counter()
     params = [p for p in params if p.requires_grad]
     handle = torch.autograd.graph.register_multi_grad_hook(params, all_grads_computed, mode="all")
+    clock_s = time.perf_counter() - start
     try:
         ctx.synchronize()
         t0 = time.perf_counter()
@@ -99,7 +107,10 @@ def backward_with_exposed_sync(ctx: RunContext, params, loss: torch.Tensor,
         ctx.synchronize()
         t1 = time.perf_counter()
     finally:
+        start = time.perf_counter()
         handle.remove()
+        clock_s += time.perf_counter() - start
     tail = t1 - stamps[0] if stamps else 0.0
     phases[Phase.BACKWARD] = phases.get(Phase.BACKWARD, 0.0) + (t1 - t0) - tail
     phases[Phase.DP] = phases.get(Phase.DP, 0.0) + tail
+    return clock_s
