@@ -69,3 +69,13 @@ def _others_changed(options: ComputeOptions) -> ComputeOptions:
 def test_moe_and_empty_chunks_take_the_workloads_own_path():
     assert not shares_units(MODELS["gpt3-125m"], ChunkSlice(index=0, count=2, start=0, layers=0))
     assert not shares_units(get_preset("mixtral-8x7b"), ChunkSlice(index=0, count=2, start=0, layers=4))
+
+
+def test_chunks_at_every_place_share_one_block_unit():
+    """The block's unit is built once per options, whatever the chunk's place in the model or its layer count (what
+    makes a search's chunks cheap; fails if each place builds its own)."""
+    spec, options = MODELS["gpt3-125m"], ComputeOptions(micro_batch=1, tp=2)
+    cache = CostCache(CLUSTER)
+    places = [ChunkSlice(index=i, count=n, start=0, layers=layers) for n in (1, 2, 4) for i in range(n) for layers in (1, 3)]
+    blocks = {id(chunk_load(cache, spec, chunk, options).units[0][1]) for chunk in places}
+    assert len(blocks) == 1

@@ -69,7 +69,10 @@ def _moe_blocks(spec: TransformerSpec, chunk: ChunkSlice) -> int:
     return sum(1 for i in range(chunk.start, chunk.start + chunk.layers) if spec.is_moe_layer(i))
 
 
-def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
+def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
+    """The (repetitions, unit) pairs of a transformer chunk: its dense blocks' unit, its MoE blocks' unit, then the
+    embedding's unit on the model's first chunk and the head's on its last. A chunk of no layers has only its edges'
+    units (what :mod:`simulator.compile.chunk_loads` asks of each chunk position)."""
     moe = _moe_blocks(spec, chunk)
     units = []
     for count, moe_layer in ((chunk.layers - moe, False), (moe, True)):
@@ -141,7 +144,7 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
     experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
     blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))
     held = (blocks - experts) / tp + experts / (tp * options.ep)
-    return ChunkLoad(units=_transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
+    return ChunkLoad(units=transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
                      block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
 
