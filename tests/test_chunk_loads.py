@@ -4,7 +4,7 @@ options (recompute kinds with selective per-op, sequence parallelism, fusion, FP
 gradient-accumulation adds, tied and untied embeddings); a MoE model and a chunk without blocks take the
 workload's own path."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from hypothesis import given, settings, strategies as st
 
@@ -12,6 +12,8 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.compile.chunk_loads import chunk_load, shares_units
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, get_preset
+from simulator.attention_efficiency import AttentionBackend
+from simulator.workload.chunks import EDGE_OPTIONS
 from simulator.workload.fp8 import Fp8Recipe
 from simulator.workload.grad_accum import GradAdd
 from simulator.workload.kinds import KernelFusion, LossImpl
@@ -79,3 +81,34 @@ def test_chunks_at_every_place_share_one_block_unit():
     places = [ChunkSlice(index=i, count=n, start=0, layers=layers) for n in (1, 2, 4) for i in range(n) for layers in (1, 3)]
     blocks = {id(chunk_load(cache, spec, chunk, options).units[0][1]) for chunk in places}
     assert len(blocks) == 1
+
+
+_BLOCK_ONLY = ("recompute", "ep", "routing_skew", "fp8", "fp8_weight_shards", "fp8_transpose", "attention_backend")
+"""The fields of ComputeOptions outside ``EDGE_OPTIONS``, each changed by :func:`_block_only_changed`."""
+
+
+def _block_only_changed(options: ComputeOptions) -> ComputeOptions:
+    return replace(options, recompute=next(r for r in Recompute if r is not options.recompute), ep=options.ep + 1,
+                   routing_skew=options.routing_skew + 0.5,
+                   fp8=None if options.fp8 is not None else Fp8Recipe.TE, fp8_weight_shards=9 - options.fp8_weight_shards,
+                   fp8_transpose=not options.fp8_transpose,
+                   attention_backend=next(b for b in AttentionBackend if b is not options.attention_backend))
+
+
+def test_every_option_is_an_edge_option_or_changed_below():
+    """A new ComputeOptions field must be classified: read by the edges (EDGE_OPTIONS, in their memo key) or changed by
+    the property below (fails until it is)."""
+    assert set(EDGE_OPTIONS) | set(_BLOCK_ONLY) == {f.name for f in fields(ComputeOptions)}
+    assert not set(EDGE_OPTIONS) & set(_BLOCK_ONLY)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=_case())
+def test_edges_shared_across_the_options_they_do_not_read_are_the_chunks_own(case):
+    """Asked first under every option outside EDGE_OPTIONS changed (so the edges come from that entry), the load is
+    the workload's own: fails if the edges read a field their key leaves out."""
+    name, chunk, options = case
+    spec = MODELS[name]
+    cache = CostCache(CLUSTER)
+    chunk_load(cache, spec, chunk, _block_only_changed(options))
+    assert chunk_load(cache, spec, chunk, options) == spec.chunk_load(chunk, options)

@@ -7,7 +7,8 @@ chunk is first or last and whether the model is split. Building a unit (its kern
 eager dispatches) is most of a chunk's compile cost, and a search asks the same block under many layer splits
 (GPT-3 175B on 1,024 A100s: 96 layers over pp·v chunks of 1 to 96 blocks) and at every place in the model, so
 the block's unit is built once per options (from a middle chunk of one block) and the edges' units once per
-(place, options) (from a chunk of no blocks at that place: first, last, both, and whether the model is split), each
+place (from a chunk of no blocks there: first, last, both, and whether the model is split) and the options they read
+(:func:`simulator.workload.chunks.transformer_edge_options`: not recompute, FP8 or expert parallelism), each
 in the :class:`CostCache`; the chunk's load is the block repeated ``L`` times, then the edges. Its other fields (parameters held, boundary bytes: a sum over the
 chunk's layers, ~170 µs for 96) are computed from the chunk itself once per chunk and the options they read
 (:func:`simulator.workload.chunks.transformer_fields_options`). Equal to :meth:`Workload.chunk_load`
@@ -20,7 +21,8 @@ from dataclasses import replace
 
 from simulator.compile.costs import CostCache
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload
-from simulator.workload.chunks import transformer_chunk_load, transformer_fields_options, transformer_units
+from simulator.workload.chunks import (transformer_chunk_load, transformer_edge_options, transformer_fields_options,
+                                      transformer_units)
 from simulator.workload.protocol import ChunkLoad
 
 
@@ -43,7 +45,7 @@ def chunk_load(cache: CostCache, workload: Workload, chunk: ChunkSlice, options:
     (_, block), = cache.memo(("block unit", workload, options),
                              lambda: transformer_units(workload, _MIDDLE_BLOCK, options))
     place = (0 if chunk.first else 1, 1 if chunk.first and chunk.last else 2 if chunk.first or chunk.last else 3)
-    edges = cache.memo(("edge units", workload, place, options), lambda: transformer_units(
+    edges = cache.memo(("edge units", workload, place, transformer_edge_options(options)), lambda: transformer_units(
         workload, ChunkSlice(index=place[0], count=place[1], start=0, layers=0), options))
     fields = cache.memo(("chunk load fields", workload, chunk, transformer_fields_options(options)),
                         lambda: transformer_chunk_load(workload, chunk, options, units=()))

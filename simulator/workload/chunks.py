@@ -23,6 +23,7 @@ attention core (its layers are opaque), so there is none to recompute.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import TYPE_CHECKING
 
 from simulator.workload.autocast import autocast_block
@@ -147,6 +148,20 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
     return ChunkLoad(units=transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
                      block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
+
+
+EDGE_OPTIONS = ("micro_batch", "tp", "sequence_parallel", "flash_attention", "fusion", "context", "vocab_multiple",
+                "loss", "autocast", "cuda_kernels", "grad_add")
+"""The fields of :class:`ComputeOptions` a transformer's edge units read (:func:`transformer_units`: the embedding's
+and the head's kernels, loss, eager norms, autocast casts and gradient adds, never recomputed); the others (recompute,
+expert parallelism, FP8, the attention backend) shape only the blocks."""
+_EDGE_OPTIONS = operator.attrgetter(*EDGE_OPTIONS)
+
+
+def transformer_edge_options(options: ComputeOptions) -> tuple:
+    """:data:`EDGE_OPTIONS` of ``options``: two option sets that agree on these give a chunk's edges the same units
+    (:mod:`simulator.compile.chunk_loads` builds them once per place and these)."""
+    return _EDGE_OPTIONS(options)
 
 
 def transformer_fields_options(options: ComputeOptions) -> tuple:
