@@ -78,7 +78,8 @@ def test_chunks_at_every_place_share_one_block_unit():
     makes a search's chunks cheap; fails if each place builds its own)."""
     spec, options = MODELS["gpt3-125m"], ComputeOptions(micro_batch=1, tp=2)
     cache = CostCache(CLUSTER)
-    places = [ChunkSlice(index=i, count=n, start=0, layers=layers) for n in (1, 2, 4) for i in range(n) for layers in (1, 3)]
+    places = [ChunkSlice(index=i, count=n, start=0, layers=layers)
+              for n in (1, 2, 4) for i in range(n) for layers in (1, 3)]
     blocks = {id(chunk_load(cache, spec, chunk, options).units[0][1]) for chunk in places}
     assert len(blocks) == 1
 
@@ -90,8 +91,8 @@ _BLOCK_ONLY = ("recompute", "ep", "routing_skew", "fp8", "fp8_weight_shards", "f
 def _block_only_changed(options: ComputeOptions) -> ComputeOptions:
     return replace(options, recompute=next(r for r in Recompute if r is not options.recompute), ep=options.ep + 1,
                    routing_skew=options.routing_skew + 0.5,
-                   fp8=None if options.fp8 is not None else Fp8Recipe.TE, fp8_weight_shards=9 - options.fp8_weight_shards,
-                   fp8_transpose=not options.fp8_transpose,
+                   fp8=None if options.fp8 is not None else Fp8Recipe.TE,
+                   fp8_weight_shards=9 - options.fp8_weight_shards, fp8_transpose=not options.fp8_transpose,
                    attention_backend=next(b for b in AttentionBackend if b is not options.attention_backend))
 
 

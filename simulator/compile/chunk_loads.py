@@ -7,10 +7,11 @@ chunk is first or last and whether the model is split. Building a unit (its kern
 eager dispatches) is most of a chunk's compile cost, and a search asks the same block under many layer splits
 (GPT-3 175B on 1,024 A100s: 96 layers over pp·v chunks of 1 to 96 blocks) and at every place in the model, so
 the block's unit is built once per options (from a middle chunk of one block) and the edges' units once per
-place (from a chunk of no blocks there: first, last, both, and whether the model is split) and the options they read
-(:func:`simulator.workload.chunks.transformer_edge_options`: not recompute, FP8 or expert parallelism), each
-in the :class:`CostCache`; the chunk's load is the block repeated ``L`` times, then the edges. Its other fields (parameters held, boundary bytes: a sum over the
-chunk's layers, ~170 µs for 96) are computed from the chunk itself once per chunk and the options they read
+place (from a chunk of no blocks there: first, last, both, and whether the model is split) and the options they
+read (:func:`simulator.workload.chunks.transformer_edge_options`: not recompute, FP8 or expert parallelism), each
+in the :class:`CostCache`; the chunk's load is the block repeated ``L`` times, then the edges. Its other fields
+(parameters held, boundary bytes: a sum over the chunk's layers, ~170 µs for 96) are computed from the chunk itself
+once per chunk and the options they read
 (:func:`simulator.workload.chunks.transformer_fields_options`). Equal to :meth:`Workload.chunk_load`
 (``tests/test_chunk_loads.py``).
 """
