@@ -176,7 +176,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
             cb[c - 1] = ch.p2p_bwd.time_s
     tail, exposed = np.zeros(p), np.zeros((p, len(EXPOSED_KINDS)))
     after = np.zeros((p, len(EXPOSED_KINDS)))
-    seen: dict[bytes, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (analytical_sync.stage_sync)
+    seen: dict[tuple, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (analytical_sync.stage_sync)
     for r, st in enumerate(stages):
         b_last = b_lasts[r]  # gradient_work_s(chunks[r])
         held = (st.grad_sync, st.grad_ready_fraction, st.after_step)

@@ -99,14 +99,16 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
-               seen: dict[bytes, tuple[float, np.ndarray]], kept: dict | None = None) -> tuple[float, np.ndarray]:
+               seen: dict[tuple, tuple[float, np.ndarray]], kept: dict | None = None) -> tuple[float, np.ndarray]:
     """(tail, exposed seconds by :data:`KIND_CODE`) of one stage's gradient buckets under its last backward
     of ``b_last`` seconds: :func:`sync_exposure`, then the stretch of that backward by the buckets inside it
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
     ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
     times, codes, _, fractions, blob = sync_arrays(st, {} if kept is None else kept)
-    key = np.array([b_last, sm_fraction]).tobytes() + blob
+    # a pair, not one joined bytes: ``blob`` is the kept entry's own object, whose hash Python computes once and keeps
+    # (25 bytes per bucket, thousands of buckets: joined, every ask copied and hashed them again)
+    key = (np.array([b_last, sm_fraction]).tobytes(), blob)
     if key in seen:
         return seen[key]
     tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)

@@ -33,6 +33,7 @@ from simulator.analytical_structures import ARRAY_FIELDS, KINDS, Scalars, Struct
 from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch
 from simulator.compile.offload_part import data_s
+from simulator.engine.gc_passes import fewer_young_passes
 from simulator.errors import SpecError
 from simulator.results import Category
 from simulator.schedule_shape import shape_of
@@ -145,8 +146,9 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
         raise SpecError("cache", "the cost cache belongs to another cluster; make one per cluster")
     ctx = _Context(cluster, workload, strategies, cache, cache.memo(("structures", workload, fetch, gpus), Structures),
                    gpus)
-    ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store, on_invalid is OnInvalid.RAISE,
-                                           gpus)
+    with fewer_young_passes():  # compiling structures allocates ~10^6 long-lived objects (gc_passes)
+        ids, gbs, pre, reads, errors = _lookup(cache, workload, strategies, fetch, ctx.store,
+                                               on_invalid is OnInvalid.RAISE, gpus)
     ids = np.array(ids, dtype=np.int64)
     ok = ids >= 0
     _, _, scalars = ctx.store.table()

@@ -4,7 +4,7 @@ options (recompute kinds with selective per-op, sequence parallelism, fusion, FP
 gradient-accumulation adds, tied and untied embeddings); a MoE model and a chunk without blocks take the
 workload's own path."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from hypothesis import given, settings, strategies as st
 
@@ -12,6 +12,8 @@ from simulator.cluster.presets import load_preset
 from simulator.compile import CostCache
 from simulator.compile.chunk_loads import chunk_load, shares_units
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, get_preset
+from simulator.attention_efficiency import AttentionBackend
+from simulator.workload.chunks import EDGE_OPTIONS
 from simulator.workload.fp8 import Fp8Recipe
 from simulator.workload.grad_accum import GradAdd
 from simulator.workload.kinds import KernelFusion, LossImpl
@@ -69,3 +71,45 @@ def _others_changed(options: ComputeOptions) -> ComputeOptions:
 def test_moe_and_empty_chunks_take_the_workloads_own_path():
     assert not shares_units(MODELS["gpt3-125m"], ChunkSlice(index=0, count=2, start=0, layers=0))
     assert not shares_units(get_preset("mixtral-8x7b"), ChunkSlice(index=0, count=2, start=0, layers=4))
+
+
+def test_chunks_at_every_place_share_one_block_unit():
+    """The block's unit is built once per options, whatever the chunk's place in the model or its layer count (what
+    makes a search's chunks cheap; fails if each place builds its own)."""
+    spec, options = MODELS["gpt3-125m"], ComputeOptions(micro_batch=1, tp=2)
+    cache = CostCache(CLUSTER)
+    places = [ChunkSlice(index=i, count=n, start=0, layers=layers)
+              for n in (1, 2, 4) for i in range(n) for layers in (1, 3)]
+    blocks = {id(chunk_load(cache, spec, chunk, options).units[0][1]) for chunk in places}
+    assert len(blocks) == 1
+
+
+_BLOCK_ONLY = ("recompute", "ep", "routing_skew", "fp8", "fp8_weight_shards", "fp8_transpose", "attention_backend")
+"""The fields of ComputeOptions outside ``EDGE_OPTIONS``, each changed by :func:`_block_only_changed`."""
+
+
+def _block_only_changed(options: ComputeOptions) -> ComputeOptions:
+    return replace(options, recompute=next(r for r in Recompute if r is not options.recompute), ep=options.ep + 1,
+                   routing_skew=options.routing_skew + 0.5,
+                   fp8=None if options.fp8 is not None else Fp8Recipe.TE,
+                   fp8_weight_shards=9 - options.fp8_weight_shards, fp8_transpose=not options.fp8_transpose,
+                   attention_backend=next(b for b in AttentionBackend if b is not options.attention_backend))
+
+
+def test_every_option_is_an_edge_option_or_changed_below():
+    """A new ComputeOptions field must be classified: read by the edges (EDGE_OPTIONS, in their memo key) or changed by
+    the property below (fails until it is)."""
+    assert set(EDGE_OPTIONS) | set(_BLOCK_ONLY) == {f.name for f in fields(ComputeOptions)}
+    assert not set(EDGE_OPTIONS) & set(_BLOCK_ONLY)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=_case())
+def test_edges_shared_across_the_options_they_do_not_read_are_the_chunks_own(case):
+    """Asked first under every option outside EDGE_OPTIONS changed (so the edges come from that entry), the load is
+    the workload's own: fails if the edges read a field their key leaves out."""
+    name, chunk, options = case
+    spec = MODELS[name]
+    cache = CostCache(CLUSTER)
+    chunk_load(cache, spec, chunk, _block_only_changed(options))
+    assert chunk_load(cache, spec, chunk, options) == spec.chunk_load(chunk, options)

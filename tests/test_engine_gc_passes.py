@@ -54,3 +54,23 @@ def test_simulate_restores_the_thresholds_and_gives_the_same_step_under_any_sett
     assert often.step_time_s == default.step_time_s
     assert often.extras["events"] == default.extras["events"] and often.extras["flows"] == default.extras["flows"]
     pd.testing.assert_frame_equal(often.timeline, default.timeline)
+
+
+def test_estimate_many_compiles_its_structures_under_the_raised_threshold_and_restores_it(thresholds, monkeypatch):
+    """The closed form's structure compilation runs under :func:`fewer_young_passes` (fails if it runs under the default
+    threshold, or leaves it raised); the estimates are the same as under frequent passes."""
+    from simulator.analytical_structures import Structures
+    from simulator.analytical_vec import estimate_many
+
+    cluster, model = load_preset("dgx-a100").with_nodes(2), get_preset("gpt3-1.3b")
+    strategies = [Strategy(global_batch=32, tp=2, pp=2), Strategy(global_batch=32, tp=4, pp=1)]
+    seen, add = [], Structures.add
+    monkeypatch.setattr(Structures, "add", lambda self, *a, **k: seen.append(gc.get_threshold()) or add(self, *a, **k))
+    gc.set_threshold(700, 10, 10)
+    raised = estimate_many(cluster, model, strategies)
+    assert seen and all(t == (YOUNG_PASS_EVERY, 10, 10) for t in seen)
+    assert gc.get_threshold() == (700, 10, 10)
+    monkeypatch.setattr(gc_passes, "YOUNG_PASS_EVERY", 20)
+    gc.set_threshold(20, 2, 2)
+    often = estimate_many(cluster, model, strategies)
+    pd.testing.assert_frame_equal(often, raised)

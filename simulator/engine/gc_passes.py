@@ -7,7 +7,8 @@ those, the middle one; the objects that survive a few settles reach the oldest g
 the quarter that triggers a full pass over the whole heap (the call plans included). The collector never changes
 what the simulation computes (the engine keys no memo by a freed object's id without keeping the object).
 
-Two settings, one home: :func:`fewer_young_passes` around each :func:`~simulator.engine.step.simulate`, and
+Two settings, one home: :func:`fewer_young_passes` around each :func:`~simulator.engine.step.simulate` and around
+the closed form's compilation of a search's structures (:func:`simulator.analytical_vec.estimate_many`), and
 :func:`rarer_full_collections` around the planner's refinement of several candidates (whose caches the full
 passes would walk again and again).
 """
@@ -23,7 +24,10 @@ YOUNG_PASS_EVERY = 50_000
 32,768-GPU step, 2026-11-25, the 2-core VM under load ~6): with the default, 6,294 young, 572 middle and 14 full
 passes took 2.4 of 12.1 CPU seconds, peak resident memory 445 MB; at 10,000, 0.7–1.3 s, 422 MB; at 50,000, 73 young
 and 6 middle passes, no full one, 0.8 s, 429 MB; the collector off, 607 MB. Step time, events and flows are the same
-in every setting."""
+in every setting. The same threshold around :func:`~simulator.analytical_vec.estimate_many`'s structure lookup
+(``benchmarks/bench_analytical.py --candidates 5000``, GPT-3 175B on 1,024 A100s, cold cache, 2026-11-25, the 2-core VM
+under load ~4): with the default, 648 passes took 0.50–0.52 of 2.6–2.8 CPU seconds; at 50,000, 9 passes, 0.10 s;
+estimates unchanged (the structures' memo keys hold every object whose id they use)."""
 
 
 @contextmanager

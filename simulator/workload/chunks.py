@@ -23,6 +23,7 @@ attention core (its layers are opaque), so there is none to recompute.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import TYPE_CHECKING
 
 from simulator.workload.autocast import autocast_block
@@ -69,7 +70,10 @@ def _moe_blocks(spec: TransformerSpec, chunk: ChunkSlice) -> int:
     return sum(1 for i in range(chunk.start, chunk.start + chunk.layers) if spec.is_moe_layer(i))
 
 
-def _transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
+def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOptions) -> tuple:
+    """The (repetitions, unit) pairs of a transformer chunk: its dense blocks' unit, its MoE blocks' unit, then the
+    embedding's unit on the model's first chunk and the head's on its last. A chunk of no layers has only its edges'
+    units (what :mod:`simulator.compile.chunk_loads` asks of each chunk position)."""
     moe = _moe_blocks(spec, chunk)
     units = []
     for count, moe_layer in ((chunk.layers - moe, False), (moe, True)):
@@ -141,9 +145,23 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
     experts = moe * (spec.expert_params / spec.moe.moe_layers(spec.layers) if moe else 0)
     blocks = sum(spec.block_params(i) for i in range(chunk.start, chunk.start + chunk.layers))
     held = (blocks - experts) / tp + experts / (tp * options.ep)
-    return ChunkLoad(units=_transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
+    return ChunkLoad(units=transformer_units(spec, chunk, options) if units is None else units, blocks=chunk.layers,
                      block_params=held / chunk.layers, edge_params=edge, boundary_bytes=boundary,
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
+
+
+EDGE_OPTIONS = ("micro_batch", "tp", "sequence_parallel", "flash_attention", "fusion", "context", "vocab_multiple",
+                "loss", "autocast", "cuda_kernels", "grad_add")
+"""The fields of :class:`ComputeOptions` a transformer's edge units read (:func:`transformer_units`: the embedding's
+and the head's kernels, loss, eager norms, autocast casts and gradient adds, never recomputed); the others (recompute,
+expert parallelism, FP8, the attention backend) shape only the blocks."""
+_EDGE_OPTIONS = operator.attrgetter(*EDGE_OPTIONS)
+
+
+def transformer_edge_options(options: ComputeOptions) -> tuple:
+    """:data:`EDGE_OPTIONS` of ``options``: two option sets that agree on these give a chunk's edges the same units
+    (:mod:`simulator.compile.chunk_loads` builds them once per place and these)."""
+    return _EDGE_OPTIONS(options)
 
 
 def transformer_fields_options(options: ComputeOptions) -> tuple:
