@@ -21,7 +21,9 @@ of the rating is coarser. Two colourings are measured, at every ``--every``-th r
   the filing of finish times stay per flow).
 
 Resources are coloured by capacity. A sampled re-rating is *shareable* when its state partition averages at least
-``SHAREABLE_FLOWS_PER_CELL`` flows per cell (where a fold could pay for finding its classes). Run by hand: ``python benchmarks/bench_des_classes.py [--gpus 32768 65536]``.
+``SHAREABLE_FLOWS_PER_CELL`` flows per cell (where a fold could pay for finding its classes).
+
+Run by hand: ``python benchmarks/bench_des_classes.py [--gpus 32768 65536]``.
 """
 
 from __future__ import annotations

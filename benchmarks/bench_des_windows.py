@@ -113,7 +113,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child)))
         return
-    print("| GPUs | flows launched | windows (start s: flows launched, re-ratings, flows left to play) | in windows | left |")
+    print("| GPUs | flows launched | windows (start s: flows launched, re-ratings, flows left to play) "
+          "| in windows | left |")
     print("|---:|---:|---|---:|---:|")
     for gpus in args.gpus:
         out = subprocess.run([sys.executable, __file__, "--child", str(gpus)], check=True, capture_output=True,
