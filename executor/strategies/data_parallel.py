@@ -39,8 +39,8 @@ Plan field → torch component:
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
 ``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp``: under DDP the gradient sync backward
-did not hide (with overlap: from the moment the last parameter gradient is computed, seen by a
-multi-grad hook, until ``backward()`` returns, which DDP holds until every bucket is reduced;
+did not hide (with overlap: from the moment DDP hands its last bucket to the comm hook, every
+parameter gradient computed, until ``backward()`` returns, which DDP holds until every bucket is reduced;
 without overlap: the bucketed all-reduce after backward); FSDP2's is not separated. ``ep``: the time
 inside the MoE layers' all-to-alls (:class:`executor.moe.EpClock`, forward and backward, with the count
 exchanges), taken out of forward, backward and recompute.
@@ -115,8 +115,8 @@ class DataParallelRunner:
         Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine; forward, "
                         "backward and recomputed), including the wait for the ep group's slowest rank "
                         "(executor/moe.py); taken out of forward, backward and recompute",
-        Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
-                        "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
+        Phase.DP.value: "DDP with overlap: from the last bucket handed to the comm hook (every parameter "
+                        "gradient computed) to backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
                         "all-reduce after backward; FSDP2: not separated (inside backward)",
     }
 
@@ -274,7 +274,7 @@ class DataParallelRunner:
                 loss = self._timed(phases, Phase.FORWARD, forward)
                 ep_fwd += self._ep_seconds() - f0
                 if i == m - 1 and self.overlap and not self.fsdp:
-                    backward_with_exposed_sync(self.ctx, self.model.parameters(), loss, phases)
+                    backward_with_exposed_sync(self.ctx, self.hook, loss, phases)
                 else:
                     self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
