@@ -44,8 +44,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
   (the reducer's per-gradient hooks, bucket copies, comm-hook dispatch and finalisation; the collective itself
   is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
-  measured on a 1-rank group by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_ddp`)
-  [src: own-ddp-host-probe].
+  measured by ``trainplan calibrate --compute``: on the CPU in fp32 from DDP's steps in the rank-step probe
+  (:mod:`executor.step_bench`) [src: own-ddp-step-probe], elsewhere on a 1-rank group in a tight loop
+  (:func:`executor.host_bench.time_ddp`) [src: own-ddp-host-probe].
 - **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
   (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
