@@ -190,8 +190,13 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
         (expected.kernel_launch_overhead_us, expected.backward_call_overhead_us), rel=1e-12)
     assert steps.processes == 2 and len(report.block_call_us) == 3
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
-    adamw = report.adamw  # the step less its update (fp32: reads p, g, m, v, writes p, m, v: 28 B), per call
-    update_s = adamw.params * 28 / (cluster.device.hbm_bw_GBps * 1e9 * cluster.device.gemm_efficiency.hbm_efficiency)
+    from simulator.compile import adam_bytes_per_param
+    from simulator.strategy.framework import Framework
+
+    # the step less its update at the bytes of the implementation it ran (torch's for-loop AdamW on the CPU), per call
+    adamw, impl = report.adamw, Framework.TORCH_DDP.optimizer_impl(foreach_device=False)
+    update_s = adamw.params * adam_bytes_per_param(DtypePolicy.FP32, impl) / (
+        cluster.device.hbm_bw_GBps * 1e9 * cluster.device.gemm_efficiency.hbm_efficiency)
     assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
     in_step = report.rank_steps.optimizer_timing  # the AdamW step as a rank's step runs it, not its tight loop
     assert cluster.device.op_call_overhead_us == pytest.approx(
