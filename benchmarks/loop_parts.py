@@ -12,8 +12,9 @@ p90 µs over ``--repeats`` calls:
   no optimizer; and its own host work around the transfers: the gradients flattened (``torch.cat``), one message
   per server shard (a header and its slice; 1 shard, as the suite's ps cases), and the pulled parameters written
   back (``vector_to_parameters``);
-- the multi-grad hook's registration and removal that stamps DDP's exposed sync
-  (``executor.strategies.ddp_sync.backward_with_exposed_sync``), once per step with overlapped reduction.
+- the multi-grad hook's registration and removal that stamped DDP's exposed sync once per step with overlapped
+  reduction until 2026-11-25 (the executor now stamps it from DDP's comm hook at the last bucket,
+  ``executor.strategies.ddp_sync.backward_with_exposed_sync``; kept here as the measurement of what it cost).
 
     PYTHONPATH=. python benchmarks/loop_parts.py [--repeats 300]
 

@@ -78,7 +78,7 @@ from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
-                                     with_step_loop)
+                                     with_step_ddp, with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -232,7 +232,7 @@ def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress
               file=sys.stderr)
     model = executed(replace(grid.block, dtype=DtypePolicy.FP32))
     return time_rank_steps(model, grid.micro_batch, processes=STEP_PROBE_PROCESSES, repeats=max(repeats, 100),
-                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
+                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES), ddp=True)
 
 
 def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
@@ -281,5 +281,6 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 block_call_us=block_call_us)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    return replace(base, name=name, device=device, node=with_step_loop(with_host(base.node, terms), steps),
-                   source=joined), report
+    node = with_step_loop(with_host(base.node, terms), steps)
+    node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
+    return replace(base, name=name, device=device, node=node, source=joined), report

@@ -7,6 +7,7 @@ on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backwa
 (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
 on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
 ``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured there).
+On the CPU in fp32 DDP's two terms are then taken from the rank-step probe's DDP steps (:func:`with_step_ddp`).
 """
 
 from __future__ import annotations
@@ -132,4 +133,20 @@ def with_step_loop(node, steps):
         return node
     host = replace(node.host, step_loop_us=max(0.0, steps.outside_s * 1e6),
                    first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
+    return replace(node, host=host)
+
+
+def with_step_ddp(node, steps, bucket_passes_s: float = 0.0):
+    """``node`` with DDP's host terms from the rank-step probe's DDP steps (:class:`executor.step_bench.RankStepTiming`)
+    in place of the tight loop's on one rank (:func:`with_host`):
+
+        host.ddp_forward_call_us  = RankStepTiming.ddp_forward_call_us
+        host.ddp_sync_backward_us = max(0, RankStepTiming.ddp_sync_extra_s − bucket_passes_s) · 1e6
+
+    ``bucket_passes_s``: the model's time for the reducer's bucket passes, a kernel of the step's own
+    (:func:`ddp_bucket_passes_s`) [src: own-ddp-step-probe]; as is without a host section or DDP steps."""
+    if node.host is None or steps is None or steps.ddp_forward_call_us is None:
+        return node
+    host = replace(node.host, ddp_forward_call_us=steps.ddp_forward_call_us,
+                   ddp_sync_backward_us=max(0.0, steps.ddp_sync_extra_s - bucket_passes_s) * 1e6)
     return replace(node, host=host)

@@ -26,6 +26,18 @@ turns the warm forward (``forward_s − first_cold_s / micro_batches``) and the 
 :func:`executor.calibrate_host.adamw_call_us` the optimizer into ``op_call_overhead_us``, and ``outside_s`` and
 ``first_cold_s`` become ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` (:mod:`simulator.step_loop`)
 [src: own-step-loop-probe].
+
+With ``ddp`` the same processes then run as many steps of the model wrapped in ``DistributedDataParallel`` as the
+executor's data-parallel family wraps it at ZeRO 0 (one bucket; its comm hook without the collective,
+:func:`executor.host_bench._bucket_hook`, which the model times as a call of its own; ``no_sync`` on all but the last
+micro-batch, as with overlapped reduction). DDP's host terms in a rank's step are then, per rank, means over ranks,
+
+    ddp_forward_call_us = forward_s(DDP) − forward_s(plain)                  (per forward call)
+    ddp_sync_extra_s    = last backward(DDP) − last backward(plain)          (the synchronising backward)
+
+which :func:`executor.calibrate_host.with_step_ddp` writes (less the bucket passes, a kernel of their own) in place of
+the tight loop's on one rank, where the wrapper's few Python calls stay hot and measured 0 µs per forward in both
+quiet calibrations of 2026-11-25 17:26 / 17:29 [src: own-ddp-step-probe].
 """
 
 from __future__ import annotations
@@ -60,6 +72,12 @@ class RankStepTiming:
     """Each rank's AdamW step."""
     first_cold: tuple[Timing, ...] = ()
     """Each rank's first micro-batch forward less the mean of its later ones, per step (0 with one micro-batch)."""
+    last_backward: tuple[Timing, ...] = ()
+    """Each rank's backward of the step's last micro-batch (plain model)."""
+    ddp_forward: tuple[Timing, ...] = ()
+    """Under DDP (``ddp``): each rank's forward per micro-batch; empty where not run."""
+    ddp_last_backward: tuple[Timing, ...] = ()
+    """Under DDP: each rank's synchronising backward (the last micro-batch's)."""
 
     @property
     def forward_s(self) -> float:
@@ -85,6 +103,22 @@ class RankStepTiming:
         return statistics.fmean(t.median_s for t in self.first_cold) if self.first_cold else 0.0
 
     @property
+    def ddp_forward_call_us(self) -> float | None:
+        """µs DDP adds per forward call in the step (module docstring), at least 0; None where DDP was not run."""
+        if not self.ddp_forward:
+            return None
+        return max(0.0, statistics.fmean(t.median_s for t in self.ddp_forward) - self.forward_s) * 1e6
+
+    @property
+    def ddp_sync_extra_s(self) -> float | None:
+        """Seconds DDP adds to the synchronising backward in the step (module docstring; the bucket passes
+        included), at least 0; None where DDP was not run."""
+        if not self.ddp_last_backward:
+            return None
+        ddp = statistics.fmean(t.median_s for t in self.ddp_last_backward)
+        return max(0.0, ddp - statistics.fmean(t.median_s for t in self.last_backward))
+
+    @property
     def optimizer_timing(self) -> Timing:
         """The AdamW step, each statistic the mean over ranks."""
         return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
@@ -93,35 +127,64 @@ class RankStepTiming:
 
 
 def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-                seed: int, status_dir: str | None = None) -> tuple[list[float], ...]:
+                seed: int, status_dir: str | None = None, ddp: bool = False) -> tuple[list[float], ...]:
     """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
-    seconds, and the first micro-batch's forward less the mean of the others'. Between steps it runs the
-    executor's own bookkeeping (:func:`_between_steps`)."""
+    seconds, the first micro-batch's forward less the mean of the others', and the last micro-batch's backward; with
+    ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP (module docstring).
+    Between steps it runs the executor's own bookkeeping (:func:`_between_steps`)."""
+    from executor.model import build_gpt
+
+    args = (rank, world, spec, micro_batch, m, repeats, warmup, seed, status_dir)
+    plain = _steps(build_gpt(spec, seed), *args)
+    if not ddp:
+        return plain
+    wrapped = _steps(_ddp_model(build_gpt(spec, seed)), *args, sync_last_only=True)
+    return plain + (wrapped[0], wrapped[5])
+
+
+def _ddp_model(model):
+    """``model`` wrapped as the executor's data-parallel family wraps it at ZeRO 0 with one bucket, its comm hook
+    without the collective (:func:`executor.host_bench._bucket_hook`)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from executor.host_bench import _bucket_hook
+
+    wrapped = DDP(model, bucket_cap_mb=1 << 20)
+    wrapped.register_comm_hook(None, _bucket_hook)
+    return wrapped
+
+
+def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
+           seed: int, status_dir: str | None, sync_last_only: bool = False) -> tuple[list[float], ...]:
+    """The timed steps of :func:`_rank_steps` on ``model``; ``sync_last_only``: every micro-batch but the last
+    under the DDP model's ``no_sync``."""
+    import contextlib
+
     import torch
     import torch.distributed as dist
 
     from executor.data import global_batch, micro_batches, replica_samples
-    from executor.model import build_gpt
     from executor.reference import make_optimizer
 
-    model = build_gpt(spec, seed)
     optimizer = make_optimizer(model.parameters())
-    fwd, bwd, outside, opt, cold = [], [], [], [], []
+    fwd, bwd, outside, opt, cold, last = [], [], [], [], [], []
     gathered = [None] * world if rank == 0 else None
     for step in range(warmup + repeats):
         dist.barrier()  # every step starts together, as executor/run.py's
         start = time.perf_counter()
         inputs, targets = (replica_samples(t, rank, world) for t in
                            global_batch(seed, step, batch=micro_batch * m * world, seq=spec.seq_len, vocab=spec.vocab))
-        local, forwards, b = torch.zeros(()), [], 0.0
-        for x, y in zip(micro_batches(inputs, m), micro_batches(targets, m)):
-            t0 = time.perf_counter()
-            loss = model(x, y) / m
-            t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
+        local, forwards, backwards = torch.zeros(()), [], []
+        for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
+            quiet = sync_last_only and i < m - 1
+            with model.no_sync() if quiet else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                loss = model(x, y) / m
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
             forwards.append(t1 - t0)
-            b += t2 - t1
+            backwards.append(t2 - t1)
             local += loss.detach().float()
         t3 = time.perf_counter()
         optimizer.step()
@@ -129,7 +192,7 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
         optimizer.zero_grad(set_to_none=False)
         end = time.perf_counter()
         dist.all_reduce(local)  # the run's loss check, outside the step
-        f = sum(forwards)
+        f, b = sum(forwards), sum(backwards)
         record = {"t": end - start, "loss": float(local), "phases": {"forward": f, "backward": b, "optimizer": t4 - t3}}
         _between_steps(rank, step, record, gathered, status_dir)
         if step >= warmup:
@@ -138,7 +201,8 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
             outside.append((end - start) - f - b - (t4 - t3))
             opt.append(t4 - t3)
             cold.append(forwards[0] - statistics.fmean(forwards[1:]) if m > 1 else 0.0)
-    return fwd, bwd, outside, opt, cold
+            last.append(backwards[-1])
+    return fwd, bwd, outside, opt, cold, last
 
 
 def _between_steps(rank: int, step: int, record: dict, gathered: list | None, status_dir: str | None) -> None:
@@ -157,15 +221,19 @@ def _between_steps(rank: int, step: int, record: dict, gathered: list | None, st
 
 def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,
                     micro_batches: int = STEP_PROBE_MICRO_BATCHES, repeats: int = 100, warmup: int = 5,
-                    thread_count: int = 1, seed: int = 0) -> RankStepTiming:
-    """The probe of the module docstring on ``processes`` gloo processes of ``thread_count`` threads each."""
+                    thread_count: int = 1, seed: int = 0, ddp: bool = False) -> RankStepTiming:
+    """The probe of the module docstring on ``processes`` gloo processes of ``thread_count`` threads each; ``ddp``:
+    the DDP steps too."""
     import tempfile
 
     from executor.launch import run
 
     with tempfile.TemporaryDirectory(prefix="trainplan-step-probe-") as status_dir:
         per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
-                                                     status_dir), num_threads=thread_count)
-    forward, backward, outside, optimizer, cold = (tuple(timing_of(r[k]) for r in per_rank) for k in range(5))
+                                                     status_dir, ddp), num_threads=thread_count)
+    forward, backward, outside, optimizer, cold, last, *wrapped = (tuple(timing_of(r[k]) for r in per_rank)
+                                                                    for k in range(len(per_rank[0])))
+    ddp_forward, ddp_last = wrapped if wrapped else ((), ())
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
-                          outside=outside, optimizer=optimizer, first_cold=cold)
+                          outside=outside, optimizer=optimizer, first_cold=cold, last_backward=last,
+                          ddp_forward=ddp_forward, ddp_last_backward=ddp_last)

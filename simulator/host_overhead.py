@@ -44,8 +44,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
   (the reducer's per-gradient hooks, bucket copies, comm-hook dispatch and finalisation; the collective itself
   is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
-  measured on a 1-rank group by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_ddp`)
-  [src: own-ddp-host-probe].
+  measured by ``trainplan calibrate --compute``: on the CPU in fp32 from DDP's steps in the rank-step probe
+  (:mod:`executor.step_bench`) [src: own-ddp-step-probe], elsewhere on a 1-rank group in a tight loop
+  (:func:`executor.host_bench.time_ddp`) [src: own-ddp-host-probe].
 - **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
   (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
@@ -286,18 +287,27 @@ def fsdp2_backward_us(host, layout) -> float:
     return zero2 if zero2 is not None and layout.strategy.zero is ZeroStage.ZERO2 else host.fsdp2_backward_module_us
 
 
-def ddp_wrapped(layout) -> bool:
-    """Whether torch ``DistributedDataParallel`` wraps the model: torch DDP at ZeRO 0 or 1 (FSDP2 at 2 and 3), on a
-    dp group of more than one rank, with tp = pp = 1, not a parameter server. A tensor- or pipeline-parallel run of
-    torch here syncs its gradients with bucketed all-reduces of its own, without DDP's reducer
-    (``executor/strategies/grad_sync.py``)."""
+def runs_ddp_reducer(layout) -> bool:
+    """Whether the gradients go through torch's flat buckets: the torch framework at ZeRO 0/1
+    (``ZeroRedundancyOptimizer`` wraps a DDP model) with an all-reduce, not a parameter server (the rule of
+    :mod:`simulator.compile.ddp_copies` and of :func:`ddp_wrapped`)."""
     from simulator.strategy import ZeroStage
     from simulator.strategy.framework import Framework
     from simulator.strategy.sync import ParamServerSync
 
-    return (layout.framework is Framework.TORCH_DDP and layout.strategy.zero <= ZeroStage.ZERO1
-            and not isinstance(layout.strategy.dp_sync, ParamServerSync)
-            and layout.dp_cp > 1 and layout.tp == 1 and layout.pp == 1)
+    s = layout.strategy
+    return (layout.framework is Framework.TORCH_DDP and s.zero <= ZeroStage.ZERO1
+            and not isinstance(s.dp_sync, ParamServerSync))
+
+
+def ddp_wrapped(layout) -> bool:
+    """Whether torch ``DistributedDataParallel`` wraps the model: where the gradients go through DDP's reducer
+    (:func:`runs_ddp_reducer`) with tp = pp = 1, at every dp, 1 included: the executor's data-parallel family wraps
+    DDP at every world size (``executor/strategies/data_parallel.py`` ``_ddp``), as the bucket passes charged in
+    :mod:`simulator.compile.ddp_copies` assume. A tensor- or pipeline-parallel run of torch here syncs its gradients
+    with bucketed all-reduces of its own, without DDP's reducer (``executor/strategies/grad_sync.py``). (Until
+    2026-11-25 this also required dp > 1, which left a dp = 1 run's wrapper uncharged while its passes were.)"""
+    return runs_ddp_reducer(layout) and layout.tp == 1 and layout.pp == 1
 
 
 def with_ddp_sync(cluster: Cluster, layout, calls: tuple, share: float = 1.0) -> tuple:

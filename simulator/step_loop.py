@@ -21,8 +21,9 @@ with ``set_to_none=True`` (within ~15 µs of each other); the parameter-server w
 assignment (~5-10 µs, no optimizer on the rank), times its batch inside its ``forward`` phase, and adds its own
 flatten, message and write-back (~145-190 µs, in its ``dp`` phase), so its loop is within ~0.1 ms of the others'.
 The one part that differed by more, the data-parallel runner's exposed-sync hook (~0.15 ms per step with overlapped
-reduction), was the executor's own clock and is now its check time, not step time
-(:func:`executor.strategies.ddp_sync.backward_with_exposed_sync`), so no family-specific term is charged.
+reduction), was the executor's own clock; the executor no longer registers it (the exposed sync is stamped from
+DDP's comm hook at its last bucket, :func:`executor.strategies.ddp_sync.backward_with_exposed_sync`), so no
+family-specific term is charged.
 """
 
 from __future__ import annotations

@@ -207,8 +207,9 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
         tp.forward_module_us, (tp.tp_step.p10_s - tp.plain_step.p10_s) / 10 * 1e6))
     host = dataclasses.replace(base.node.host, cpu_cores=host_cores(),  # this machine's cores and tp terms
                                tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us,
-                               ddp_forward_call_us=report.ddp.forward_call_us,
-                               ddp_sync_backward_us=report.ddp.sync_backward_us,
+                               # DDP's terms from its steps in the rank-step probe, the bucket passes left out
+                               ddp_forward_call_us=steps.ddp_forward_call_us,
+                               ddp_sync_backward_us=max(0.0, steps.ddp_sync_extra_s - report.ddp.bucket_passes_s) * 1e6,
                                checkpoint_forward_region_us=report.checkpoint.forward_region_us,
                                checkpoint_backward_region_us=report.checkpoint.backward_region_us,
                                fsdp2_forward_module_us=report.fsdp2.forward_module_us,
@@ -262,7 +263,10 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
     assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
     assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])
-    assert loaded.node.host.ddp_sync_backward_us == pytest.approx(printed["ddp"]["ddp_sync_backward_us"])
+    steps = printed["rank_steps"]  # DDP's terms: from its steps in the probe (the tight loop's stay in "ddp")
+    assert len(steps["ddp_forward"]) == len(steps["ddp_last_backward"]) == len(steps["last_backward"]) == 2
+    assert loaded.node.host.ddp_forward_call_us == pytest.approx(steps["ddp_forward_call_us"])
+    assert loaded.node.host.ddp_sync_backward_us <= steps["ddp_sync_extra_s"] * 1e6 + 1e-9
     assert loaded.node.host.fsdp2_forward_module_us == pytest.approx(printed["fsdp2"]["fsdp2_forward_module_us"])
     assert loaded.node.host.pipeline_action_us == pytest.approx(printed["pipeline"]["pipeline_action_us"])
     assert loaded.node.host.pipeline_action_us > 0

@@ -363,3 +363,26 @@ def test_optimizer_calls_follow_the_implementation_not_the_device():
     for impl, calls in ((OptimizerImpl.FUSED, 2), (OptimizerImpl.FOR_LOOP, 28 * 10)):
         assert optimizer_s(cluster, impl) == pytest.approx(optimizer_s(quiet, impl) + calls * 2.4e-6, rel=1e-9)
     assert ho.offloaded_optimizer_host_s(cluster.device, 28, impl=OptimizerImpl.FUSED) == pytest.approx(2 * 2.4e-6)
+
+
+def test_ddp_wraps_at_dp_1_as_its_bucket_passes_assume():
+    """The executor's data-parallel family wraps DDP at every world size (``executor/strategies/data_parallel.py``
+    ``_ddp``), and :mod:`simulator.compile.ddp_copies` charges DDP's bucket passes at dp 1: the wrapper's forward
+    term applies there too (+48 µs per forward on localhost-cpu, each of the 4 micro-batches of one replica), on the
+    same rule (one home: ``runs_ddp_reducer``). Not under tp or pp (their own gradient averaging), nor ZeRO-2/3."""
+    from simulator.compile.ddp_copies import runs_ddp_reducer
+    from simulator.strategy.flat import strategy_from_flat
+
+    results = load_results(RUNS / "ddp-overlap.results.json")
+    cluster, workload = run_cluster(results, "localhost-cpu"), run_workload(results)
+    for flat, wrapped in (({"dp": 1}, True), ({"dp": 1, "zero": 1, "framework": "torch"}, True), ({"dp": 1, "zero": 2}, False),
+                          ({"dp": 1, "pp": 2}, False), ({"dp": 1, "tp": 2}, False)):
+        strategy = strategy_from_flat({**flat, "global_batch": 8, "micro_batch": 2})
+        gpus = flat.get("tp", 1) * flat.get("pp", 1)
+        layout = build_layout(strategy, cluster, workload, gpus=gpus)
+        assert ho.ddp_wrapped(layout) is wrapped and (not wrapped or runs_ddp_reducer(layout)), flat
+        if flat == {"dp": 1}:
+            work = compile_step(cluster, workload, strategy, layout=layout)
+            bare = compile_step(_without_ddp_terms(cluster), workload, strategy, layout=layout)
+            assert work.micro_batches == 4
+            assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 48e-6, rel=1e-9)

@@ -88,3 +88,58 @@ def test_the_probe_runs_two_ranks_in_lockstep():
     mean = timing.optimizer_timing  # each statistic the mean over the two ranks
     assert mean.median_s == pytest.approx(sum(t.median_s for t in timing.optimizer) / 2, rel=1e-12)
     assert mean.p10_s <= mean.median_s <= mean.p90_s
+
+
+def _timing(ms: float):
+    from executor.compute_bench import Timing
+
+    return Timing(median_s=ms * 1e-3, p10_s=ms * 1e-3, p90_s=ms * 1e-3)
+
+
+def _steps(ddp: bool = True) -> RankStepTiming:
+    """Synthetic probe: plain forward 0.45 / 0.47 ms per micro-batch on the two ranks, 0.66 / 0.70 under DDP; the last
+    backward 0.50 / 0.52 plain, 0.80 / 0.78 under DDP."""
+    t = [_timing(x) for x in (0.45, 0.47, 0.66, 0.70, 0.50, 0.52, 0.80, 0.78)]
+    return RankStepTiming(processes=2, micro_batches=2, forward=(t[0], t[1]), backward=(t[4], t[5]),
+                          outside=(t[0], t[0]), last_backward=(t[4], t[5]),
+                          ddp_forward=(t[2], t[3]) if ddp else (), ddp_last_backward=(t[6], t[7]) if ddp else ())
+
+
+def test_ddp_terms_in_the_step_are_the_wrapped_less_the_plain_per_call():
+    """DDP per forward call: mean(0.66, 0.70) − mean(0.45, 0.47) = 0.22 ms; its synchronising backward
+    mean(0.80, 0.78) − mean(0.50, 0.52) = 0.28 ms, of which the bucket passes' 0.05 ms are a kernel of their own."""
+    from executor.calibrate_host import with_step_ddp
+
+    steps = _steps()
+    assert steps.ddp_forward_call_us == pytest.approx(220.0, rel=1e-9)
+    assert steps.ddp_sync_extra_s == pytest.approx(0.28e-3, rel=1e-9)
+    node = with_step_ddp(load_cluster("localhost-cpu").node, steps, bucket_passes_s=0.05e-3)
+    assert node.host.ddp_forward_call_us == pytest.approx(220.0, rel=1e-9)
+    assert node.host.ddp_sync_backward_us == pytest.approx(230.0, rel=1e-9)
+    base = load_cluster("localhost-cpu").node  # no DDP steps (a probe without them): the tight loop's terms stay
+    assert _steps(ddp=False).ddp_forward_call_us is None and with_step_ddp(base, _steps(ddp=False)) == base
+    assert with_step_ddp(base, None) == base
+
+
+def test_the_in_step_ddp_forward_lengthens_ddp_plans_only():
+    """+200 µs per forward call: a dp 2 DDP step (2 micro-batches per rank) grows by at least 2 × 0.2 ms; a pipeline
+    plan, which DDP does not wrap, does not move."""
+    base = load_cluster("localhost-cpu")
+    times = {}
+    for us in (0.0, 200.0):
+        host = dataclasses.replace(base.node.host, ddp_forward_call_us=us)
+        cluster = dataclasses.replace(base, node=dataclasses.replace(base.node, host=host))
+        for name, flat in (("ddp", {"dp": 2}), ("pp", {"pp": 2})):
+            strategy = strategy_from_flat({**flat, "global_batch": 8, "micro_batch": 2})
+            times[name, us] = estimate(cluster, GPT_TINY, strategy).step_time_s
+    assert times["ddp", 200.0] - times["ddp", 0.0] >= 2 * 0.2e-3 * (1 - 1e-9)
+    assert times["pp", 200.0] == times["pp", 0.0]
+
+
+def test_the_probe_times_ddp_steps_too():
+    timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1, ddp=True)
+    assert len(timing.ddp_forward) == len(timing.ddp_last_backward) == len(timing.last_backward) == 2
+    assert all(t.p10_s <= t.median_s <= t.p90_s for t in timing.ddp_forward + timing.ddp_last_backward)
+    assert timing.ddp_forward_call_us == pytest.approx(max(0.0, (
+        sum(t.median_s for t in timing.ddp_forward) / 2 - timing.forward_s) * 1e6), rel=1e-12)
+    assert timing.ddp_sync_extra_s >= 0

@@ -52,7 +52,10 @@ def compute_dict(r, path: str) -> dict:
             "rank_steps": None if r.rank_steps is None else {
                 "processes": r.rank_steps.processes, "micro_batches": r.rank_steps.micro_batches,
                 **{name: [_timing(t) for t in getattr(r.rank_steps, name)]
-                   for name in ("forward", "backward", "outside", "optimizer", "first_cold")},
+                   for name in ("forward", "backward", "outside", "optimizer", "first_cold", "last_backward",
+                                "ddp_forward", "ddp_last_backward")},
+                "ddp_forward_call_us": r.rank_steps.ddp_forward_call_us,
+                "ddp_sync_extra_s": r.rank_steps.ddp_sync_extra_s,
                 "block_call_us": list(r.block_call_us)},
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
@@ -94,6 +97,11 @@ def print_compute(r) -> None:
     if r.ddp is not None:
         print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
               f"synchronising backward (1-rank group, collective excluded)")
+    if r.rank_steps is not None and r.rank_steps.ddp_forward_call_us is not None:
+        k = r.rank_steps
+        print(f"DDP in step   {k.ddp_forward_call_us:.1f} us per forward call, {k.ddp_sync_extra_s * 1e6:.1f} us per "
+              f"synchronising backward with the bucket passes ({k.processes} processes in lockstep, collective "
+              f"excluded): host.ddp_forward_call_us and host.ddp_sync_backward_us (less the passes)")
     if r.checkpoint is not None:
         print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
               f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "

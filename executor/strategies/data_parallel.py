@@ -39,8 +39,8 @@ Plan field → torch component:
 Phases (wall clock, ``time.perf_counter`` after ``ctx.synchronize()``): ``forward`` (FSDP2: with its
 parameter all-gathers), ``backward`` (FSDP2: with its reduce-scatters),
 ``optimizer`` (ZeRO 1: with the parameter broadcast), ``dp``: under DDP the gradient sync backward
-did not hide (with overlap: from the moment the last parameter gradient is computed, seen by a
-multi-grad hook, until ``backward()`` returns, which DDP holds until every bucket is reduced;
+did not hide (with overlap: from the moment DDP hands its last bucket to the comm hook, every
+parameter gradient computed, until ``backward()`` returns, which DDP holds until every bucket is reduced;
 without overlap: the bucketed all-reduce after backward); FSDP2's is not separated. ``ep``: the time
 inside the MoE layers' all-to-alls (:class:`executor.moe.EpClock`, forward and backward, with the count
 exchanges), taken out of forward, backward and recompute.
@@ -115,8 +115,8 @@ class DataParallelRunner:
         Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine; forward, "
                         "backward and recomputed), including the wait for the ep group's slowest rank "
                         "(executor/moe.py); taken out of forward, backward and recompute",
-        Phase.DP.value: "DDP with overlap: from the last parameter gradient computed (a multi-grad hook) to "
-                        "backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
+        Phase.DP.value: "DDP with overlap: from the last bucket handed to the comm hook (every parameter "
+                        "gradient computed) to backward()'s return, DDP waiting for its buckets; without overlap: the bucketed "
                         "all-reduce after backward; FSDP2: not separated (inside backward)",
     }
 
@@ -264,7 +264,7 @@ class DataParallelRunner:
         inputs, targets = inputs.to(self.ctx.device), targets.to(self.ctx.device)
         m = layout.micro_batches
         local, recompute0 = torch.zeros((), device=self.ctx.device), self.recompute.seconds
-        ep0, ep_fwd, clock_s = self._ep_seconds(), 0.0, 0.0
+        ep0, ep_fwd = self._ep_seconds(), 0.0
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
             with self._accumulating(last=i == m - 1):
                 def forward():
@@ -274,7 +274,7 @@ class DataParallelRunner:
                 loss = self._timed(phases, Phase.FORWARD, forward)
                 ep_fwd += self._ep_seconds() - f0
                 if i == m - 1 and self.overlap and not self.fsdp:
-                    clock_s = backward_with_exposed_sync(self.ctx, self.model.parameters(), loss, phases)
+                    backward_with_exposed_sync(self.ctx, self.hook, loss, phases)
                 else:
                     self._timed(phases, Phase.BACKWARD, loss.backward)
             local += loss.detach().float()
@@ -299,9 +299,7 @@ class DataParallelRunner:
         dist.all_reduce(local, group=self.group)
         # each of the dp·cp ranks holds the mean loss over an equal share of the global batch's tokens
         loss = float(local) / layout.dp_cp
-        # the exposed-sync hook's own registration is the clock's work, not training: check time, as the loss's
-        return StepRecord(loss=loss, phases_s=phases, grad_norm=norm,
-                          check_s=norm_s + clock_s + time.perf_counter() - check0)
+        return StepRecord(loss=loss, phases_s=phases, grad_norm=norm, check_s=norm_s + time.perf_counter() - check0)
 
     def _dense_params(self) -> list:
         """The parameters other than the routed experts (all of them without ep), as the model holds them now

@@ -5,9 +5,12 @@
   with ``isend``/``irecv`` (:mod:`executor.p2p`), then averaged.
 - :func:`all_reduce_after_backward`: ``overlap_grad_reduce`` off: the accumulated gradients are
   all-reduced bucket by bucket, in reverse parameter order, after backward (the ``dp`` phase).
-- :func:`backward_with_exposed_sync`: overlap on: the time from the last parameter gradient computed
-  (a multi-grad hook) to ``backward()``'s return, DDP waiting for its buckets, is the exposed ``dp``
-  phase; the rest is ``backward``.
+- :func:`backward_with_exposed_sync`: overlap on: the time from the last bucket handed to the comm hook
+  (``GradBucket.is_last``: DDP calls it once the last parameter gradient is computed and copied into its
+  bucket) to ``backward()``'s return, DDP waiting for its buckets, is the exposed ``dp`` phase; the rest is
+  ``backward``. The stamp is taken in the hook DDP already calls: until 2026-11-25 (ddp15) a multi-grad hook
+  over every parameter was registered and removed each step for it, which cost the rank ~0.1 ms in a tight
+  loop and ~0.3 ms per step outside every phase in the runs (docs/validation.md, "The 2-process cases").
 
 The runner that uses them is :mod:`executor.strategies.data_parallel`.
 """
@@ -34,6 +37,9 @@ class ReplayHook:
         self.ctx, self.group, self.ranks, self.buckets = ctx, group, ranks, buckets
         self.algorithm = ctx.plan.strategy.dp_sync.algorithm
         self.schedules: dict[int, object] = {}
+        self.last_bucket_s: float | None = None
+        """``time.perf_counter`` when DDP handed this backward's last bucket to the hook (after a device
+        synchronise); None until then (:func:`backward_with_exposed_sync` resets it)."""
 
     def all_reduce(self, flat: torch.Tensor) -> None:
         """Sum ``flat`` (1-D, contiguous) over the dp group in place."""
@@ -47,6 +53,9 @@ class ReplayHook:
         replay_schedule(self.schedules[nbytes], flat, self.ranks.index(self.ctx.rank))
 
     def on_bucket(self, bucket) -> torch.futures.Future:
+        if bucket.is_last():  # every gradient computed: the exposed sync starts here
+            self.ctx.synchronize()
+            self.last_bucket_s = time.perf_counter()
         buf = bucket.buffer()
         self.buckets[buf.untyped_storage().data_ptr()] = buf.untyped_storage().nbytes()
         self.all_reduce(buf)
@@ -80,37 +89,17 @@ def all_reduce_after_backward(params, hook: ReplayHook, bucket_bytes: int | None
             bucket.append(g)
 
 
-def backward_with_exposed_sync(ctx: RunContext, params, loss: torch.Tensor,
-                               phases: dict[Phase, float]) -> float:
-    """DDP's synchronising backward: the time from the last parameter gradient computed to
-    ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed ``dp`` phase.
-
-    Returns the seconds spent registering and removing the multi-grad hook that stamps that moment: the clock's
-    own work, not training (a trainer makes no such call), which the runner counts as the step's check time
-    (``StepRecord.check_s``), as :meth:`executor.phase_clock.PipelineClock.split` does its stamp exchange. Over the
-    tiny model's 28 tensors registering and removing it takes 142-180 µs per step (medians of three runs, load 10,
-    ``benchmarks/loop_parts.py``) [src: own-loop-parts-probe], which the step held outside every phase."""
-    stamps: list[float] = []
-
-    def all_grads_computed(_grads) -> None:
-        ctx.synchronize()
-        stamps.append(time.perf_counter())
-
-    start = time.perf_counter()
-    params = [p for p in params if p.requires_grad]
-    handle = torch.autograd.graph.register_multi_grad_hook(params, all_grads_computed, mode="all")
-    clock_s = time.perf_counter() - start
-    try:
-        ctx.synchronize()
-        t0 = time.perf_counter()
-        loss.backward()
-        ctx.synchronize()
-        t1 = time.perf_counter()
-    finally:
-        start = time.perf_counter()
-        handle.remove()
-        clock_s += time.perf_counter() - start
-    tail = t1 - stamps[0] if stamps else 0.0
+def backward_with_exposed_sync(ctx: RunContext, hook: ReplayHook, loss: torch.Tensor,
+                               phases: dict[Phase, float]) -> None:
+    """DDP's synchronising backward: the time from the last bucket handed to ``hook`` (every parameter
+    gradient computed) to ``backward()``'s return (DDP waiting for its bucket all-reduces) is the exposed
+    ``dp`` phase, the rest ``backward``; no bucket (nothing to sync): all ``backward``."""
+    hook.last_bucket_s = None
+    ctx.synchronize()
+    t0 = time.perf_counter()
+    loss.backward()
+    ctx.synchronize()
+    t1 = time.perf_counter()
+    tail = t1 - hook.last_bucket_s if hook.last_bucket_s is not None else 0.0
     phases[Phase.BACKWARD] = phases.get(Phase.BACKWARD, 0.0) + (t1 - t0) - tail
     phases[Phase.DP] = phases.get(Phase.DP, 0.0) + tail
-    return clock_s

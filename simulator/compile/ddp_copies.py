@@ -35,19 +35,12 @@ from dataclasses import replace
 
 from simulator.cluster.spec import Device
 from simulator.compute import kernel_s
-from simulator.strategy import Framework, ParallelLayout, ParamServerSync, ZeroStage
+from simulator.host_overhead import runs_ddp_reducer
+from simulator.strategy import ParallelLayout
 from simulator.workload.ddp_bucket import ddp_bucket_bytes_per_param, ddp_bucket_kernel
 from simulator.workload.kinds import DtypePolicy
 
 __all__ = ["bucket_bytes_per_param", "ddp_copy_s", "runs_ddp_reducer", "uses_bucket_views"]
-
-
-def runs_ddp_reducer(layout: ParallelLayout) -> bool:
-    """Whether the gradients go through torch's flat buckets: the torch framework at ZeRO 0/1
-    (``ZeroRedundancyOptimizer`` wraps a DDP model) with an all-reduce, not a parameter server."""
-    s = layout.strategy
-    return (layout.framework is Framework.TORCH_DDP and s.zero <= ZeroStage.ZERO1
-            and not isinstance(s.dp_sync, ParamServerSync))
 
 
 def bucket_bytes_per_param(layout: ParallelLayout, grad_bytes: int) -> int:
