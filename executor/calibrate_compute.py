@@ -44,9 +44,10 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 
    (on a GPU, and for reference, a bare 1-element ``torch.add`` outside autograd), and this process's CPU
    cores: ``host.cpu_cores``;
-5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 1-rank mesh against the
-   plain model: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
-   tensor parallelism adds per tensor-parallel module (:mod:`executor.host_bench`), and the tiny model
+5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 2-rank tp group of gloo
+   processes against the plain model on the same ranks, the collectives' own time left out as the executor's tp
+   clock leaves it out: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
+   tensor parallelism adds per tensor-parallel module (:mod:`executor.tp_host_bench`), and the tiny model
    wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
    ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
    ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's

@@ -1,7 +1,8 @@
 """The host terms of ``trainplan calibrate --compute`` (steps 4 and 5 of :mod:`executor.calibrate_compute`).
 
 On the CPU (gloo) the framework terms are measured against the plain tiny model and written into the cluster's
-``host`` section (:func:`with_host`): torch tensor parallelism per module, DDP per forward and synchronising
+``host`` section (:func:`with_host`): torch tensor parallelism per module on a 2-rank tp group, its collectives'
+time excluded (:mod:`executor.tp_host_bench`), DDP per forward and synchronising
 backward, ``torch.utils.checkpoint`` per region (:mod:`executor.host_bench`), FSDP2 per ``fully_shard`` module
 on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backward
 (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
@@ -20,9 +21,10 @@ from executor.compute_bench import threads
 from executor.compute_grid import executed, tiny_model
 from executor.fsdp2_host_bench import Fsdp2Timing, time_fsdp2_modules
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
-                                 time_ddp, time_tp_modules)
+                                 time_ddp)
 from executor.launch import threads_per_rank
 from executor.pipeline_host_bench import PipelineActionTiming, time_pipeline_actions
+from executor.tp_host_bench import TP_PROBE_RANKS, time_tp_group_modules
 from simulator.cluster.spec import Device
 from simulator.compute import Phase, layer_times, total_time
 from simulator.workload import Recompute
@@ -52,7 +54,8 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
     """The probes of the module docstring for the tiny fp32 model of ``spec``; ``device``: the calibrated device,
     whose recompute time of one block is subtracted from the checkpoint's backward."""
     if progress:
-        print("calibrate --compute: the tiny model under torch TP (tp = 2), DDP and checkpoints on a 1-rank group, "
+        print("calibrate --compute: the tiny model under torch TP on 2 processes (tp = 2), DDP and checkpoints on a "
+              "1-rank group, "
               "FSDP2 on a fake 2-rank group, its AdamW step, and torch's pipeline runtime on 2 processes",
               file=sys.stderr)
     model = tiny_model(spec, DtypePolicy.FP32)
@@ -60,17 +63,17 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
     passes_s = ddp_bucket_passes_s(device, model)
     more = max(repeats, 100)
     with threads(thread_count):
-        measured = dict(tp=time_tp_modules(tiny_model(spec, DtypePolicy.FP32, tp=2), micro_batch,
-                                           repeats=max(repeats, 50), warmup=warmup),
-                        ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup, bucket_passes_s=passes_s),
+        measured = dict(ddp=time_ddp(model, micro_batch, repeats=more, warmup=warmup, bucket_passes_s=passes_s),
                         adamw=time_adamw(model, repeats=more, warmup=warmup),
                         checkpoint=time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup),
                         fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup),
                         fsdp2_zero2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup,
                                                        reshard_after_forward=False))
+    tp = time_tp_group_modules(tiny_model(spec, DtypePolicy.FP32, tp=TP_PROBE_RANKS), micro_batch,
+                               repeats=max(repeats, 50), warmup=warmup, thread_count=threads_per_rank(TP_PROBE_RANKS))
     pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
                                      warmup=warmup, thread_count=threads_per_rank(PIPELINE_PROBE_PP))
-    return HostTerms(**measured, pipeline=pipeline)
+    return HostTerms(**measured, tp=tp, pipeline=pipeline)
 
 
 def ddp_bucket_passes_s(device: Device, spec: TransformerSpec) -> float:

@@ -42,16 +42,21 @@ from simulator.workload.transformer import TransformerSpec
 
 @dataclass(frozen=True, kw_only=True)
 class TpModuleTiming:
-    """What :func:`time_tp_modules` measured and the per-module terms derived from it."""
+    """What :func:`time_tp_modules` (1-rank mesh) or :func:`executor.tp_host_bench.time_tp_group_modules` (a real tp
+    group, what ``trainplan calibrate --compute`` runs) measured and the per-module terms derived from it."""
 
     modules: int
     plain_forward: Timing
     tp_forward: Timing
+    """The tp model's forward; on a tp group less the seconds inside its collectives (``collectives``)."""
     plain_step: Timing
     """Forward and backward of the plain model."""
     tp_step: Timing
     forward_module_us: float
     backward_module_us: float
+    collectives: Timing | None = None
+    """On a tp group: the seconds per forward + backward inside the collectives and their waits (the executor's tp
+    phase), left out of ``tp_forward`` and ``tp_step``; None on a 1-rank mesh (no collective runs)."""
 
 
 def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: int, warmup: int) -> dict:
@@ -113,7 +118,10 @@ def one_rank_group():
 def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int,
                     seed: int = 0) -> TpModuleTiming:
     """The per-module terms (module docstring) for ``spec`` (the tiny model of a tp run, fp32), one
-    micro-batch of ``micro_batch`` sequences, on the CPU."""
+    micro-batch of ``micro_batch`` sequences, on the CPU, on a 1-rank mesh. ``trainplan calibrate --compute`` measures
+    them on a 2-rank tp group instead (:mod:`executor.tp_host_bench`; the 1-rank mesh runs no collective and misses
+    the host work around them: docs/validation.md, "Tensor-parallel cases"); ``benchmarks/host_overhead_probe.py``
+    keeps this one for comparison."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from executor.model import build_gpt

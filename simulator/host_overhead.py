@@ -20,7 +20,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
 - **Offloaded optimizer**: with optimizer offload the same calls run on the host CPU; on an ``inline`` device
   they are charged on top of ``Host.cpu_adam_params_per_s``'s throughput (:func:`offloaded_optimizer_host_s`).
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
-  ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe].
+  ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe]; under torch's
+  tensor parallelism only the tensors ``parallelize_module`` turned into DTensors pay it
+  (:func:`simulator.compile.torch_tp.dtensor_tensors`: 17 of the tiny model's 28, 25 with SP).
 - **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
   adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
   post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
@@ -171,12 +173,21 @@ def optimizer_calls(impl: OptimizerImpl, tensors: int) -> int:
 
 
 def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0, *,
-                     dtensor: bool = False, impl: OptimizerImpl = OptimizerImpl.FOREACH) -> StreamTime:
+                     dtensor: bool = False, impl: OptimizerImpl = OptimizerImpl.FOREACH,
+                     dtensor_tensors: int | None = None) -> StreamTime:
     """One optimizer step of implementation ``impl``: ``device_s`` of memory-bound update and
     :func:`optimizer_calls` host calls at ``Device.op_call_overhead_us`` each, plus
-    ``Device.dtensor_call_overhead_us`` on DTensor parameters (``dtensor``, :func:`dtensor_params`)."""
-    per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
-    return stream(device, device_s, optimizer_calls(impl, tensors), share, per_call_us=per_call)
+    ``Device.dtensor_call_overhead_us`` on DTensor parameters (``dtensor``, :func:`dtensor_params`): on every call,
+    or, for the per-tensor loop when ``dtensor_tensors`` says how many of the ``tensors`` are DTensors (torch's tensor
+    parallelism: :func:`simulator.compile.torch_tp.dtensor_tensors`), on those tensors' calls only."""
+    calls = optimizer_calls(impl, tensors)
+    dtensor_calls = 0
+    if dtensor:
+        partial = dtensor_tensors is not None and impl is OptimizerImpl.FOR_LOOP and tensors > 0
+        dtensor_calls = optimizer_calls(impl, dtensor_tensors) if partial and dtensor_tensors else (
+            0 if partial else calls)
+    host_us = calls * device.op_call_overhead_us + dtensor_calls * device.dtensor_call_overhead_us
+    return stream(device, device_s, calls, share, per_call_us=host_us / calls if calls else 0.0)
 
 
 def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0, *, dtensor: bool = False,

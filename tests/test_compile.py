@@ -41,7 +41,8 @@ def cache(cluster):
 def test_megatron_tp_calls_per_layer(cluster, model, cache):
     """Megatron (Shoeybi et al. 2019 §3): 2 all-reduces forward and 2 backward per block of b·s·h elements;
     the embedding adds one forward all-reduce on the first chunk, the logits one backward on the last."""
-    work = compile_step(cluster, model, Strategy(global_batch=8, tp=4, pp=2), cache=cache, memory=False)
+    work = compile_step(cluster, model, Strategy(global_batch=8, tp=4, pp=2, framework=Framework.MEGATRON), cache=cache,
+                        memory=False)  # torch's DTensor list: tests/test_torch_tp_calls.py
     first, last = work.stages[0].chunks[0], work.stages[1].chunks[0]
     assert first.layers == last.layers == 12
     assert len(first.tp_fwd) == 2 * 12 + 1 and len(first.tp_bwd) == 2 * 12
@@ -55,16 +56,16 @@ def test_sequence_parallel_swaps_all_reduce_for_rs_ag(cluster, model, cache):
     pipeline p2p carries 1/t of the activations; full recompute repeats the forward calls in backward. Megatron
     holds the bf16 stream (param-dtype); under torch's autocast the stream a stage sends is fp32: twice."""
     s = Strategy(global_batch=8, tp=4, pp=2, sequence_parallel=True, recompute=Recompute.FULL,
-                 mixed_precision=MixedPrecision.PARAM_DTYPE)
+                 mixed_precision=MixedPrecision.PARAM_DTYPE, framework=Framework.MEGATRON)
     ch = compile_step(cluster, model, s, cache=cache, memory=False).stages[0].chunks[0]
     ops = [c.op for c in ch.tp_fwd[1:]]
     assert ops.count(Op.ALL_GATHER) == ops.count(Op.REDUCE_SCATTER) == 24
     assert len(ch.tp_bwd) == 2 * len(ch.tp_fwd[1:])
     assert ch.p2p_fwd.nbytes == 2048 * 2304 * 2 // 4 and ch.p2p_bwd is None
-    amp = compile_step(cluster, model, replace(s, mixed_precision=MixedPrecision.AUTOCAST), cache=cache,
-                       memory=False).stages[0].chunks[0]
+    amp = compile_step(cluster, model, replace(s, mixed_precision=MixedPrecision.AUTOCAST, framework=Framework.TORCH_DDP),
+                       cache=cache, memory=False).stages[0].chunks[0]
     assert amp.p2p_fwd.nbytes == 2 * ch.p2p_fwd.nbytes
-    assert [c.nbytes for c in amp.tp_fwd] == [c.nbytes for c in ch.tp_fwd]  # tp collectives stay 16-bit
+    assert {c.nbytes for c in amp.tp_fwd} == {c.nbytes for c in ch.tp_fwd}  # tp collectives stay 16-bit
 
 
 def test_dp_buckets_and_ready_fractions(cluster, model, cache):

@@ -1,6 +1,6 @@
 """A rank's gradient sync remembered per :func:`simulator.compile.grad_sync.grad_sync_key`, the rank and what it
-holds (:func:`simulator.compile.step.stage_work`; a search's structures that differ in micro-batch, recompute,
-sequence parallelism or schedule share one answer) is the sync a fresh cache computes for each of them: whatever the framework, ZeRO stage, offload, buckets or gradient sync, changing
+holds (:func:`simulator.compile.step.stage_work`; a search's structures that differ in micro-batch, recompute
+or schedule share one answer; sequence parallelism is read: torch's AdamW all-reduces the SP norms' gradients) is the sync a fresh cache computes for each of them: whatever the framework, ZeRO stage, offload, buckets or gradient sync, changing
 only :data:`~simulator.compile.grad_sync.UNREAD_FIELDS` leaves :func:`grad_sync`'s answer unchanged (fails if it
 starts to read one of them), and a field it does read (buckets, ZeRO) changes the key."""
 
@@ -36,7 +36,8 @@ BASES = [
 
 
 def _variant(s: Strategy, micro_batch: int, recompute: Recompute, sp: bool, gpipe: bool) -> Strategy:
-    return replace(s, micro_batch=micro_batch, recompute=recompute, sequence_parallel=sp and s.tp > 1,
+    del sp  # read by grad_sync since 2026-11-25 (simulator.compile.torch_tp.sp_optimizer_s): not varied here
+    return replace(s, micro_batch=micro_batch, recompute=recompute,
                    schedule=ScheduleKind.GPIPE if gpipe and s.pp > 1 else s.schedule)
 
 
@@ -83,4 +84,4 @@ def test_the_key_keeps_what_the_sync_reads():
     keys = {_sync(CostCache(CLUSTER), x, 0, kept=False)[1][0] for x in
             (s, replace(s, dp_sync=AllReduceSync(bucket_bytes=1 * MiB)), replace(s, zero=ZeroStage.ZERO1))}
     assert len(keys) == 3
-    assert UNREAD_FIELDS == {"global_batch", "micro_batch", "schedule", "sequence_parallel", "recompute"}
+    assert UNREAD_FIELDS == {"global_batch", "micro_batch", "schedule", "recompute"}  # SP: torch_tp.sp_optimizer_s

@@ -162,14 +162,18 @@ def test_a_file_without_the_fields_reads_as_before_and_bad_values_name_the_field
 
 def test_dtensor_parameters_pay_the_dtensor_call_overhead_in_the_optimizer():
     """zero3 (FSDP2) and tp (torch tensor parallel) step DTensor parameters: 10 calls per tensor at
-    2.4 + 17.7 µs on localhost-cpu [src: own-host-overhead-probe]; DDP steps plain tensors."""
+    2.4 + 17.7 µs on localhost-cpu [src: own-host-overhead-probe], all of zero3's 28 tensors, tp's 17 DTensors
+    (simulator.compile.torch_tp.dtensor_tensors); DDP steps plain tensors."""
+    from simulator.compile import torch_tp
     from simulator.strategy.framework import Framework
 
     for case, dtensor in (("zero3", True), ("tp", True), ("ddp-overlap", False)):
         cluster, workload, layout, work = _run(case)
         assert ho.dtensor_params(layout) is dtensor, case
         _, _, _, plain = _run(case, _device(cluster, dtensor_call_overhead_us=0.0))
-        tensors = ho.optimizer_tensors(workload, layout, 0)
+        tensors = torch_tp.dtensor_tensors(workload, layout, 0) if case == "tp" else ho.optimizer_tensors(
+            workload, layout, 0)
+        assert tensors == {"zero3": 28, "tp": 17, "ddp-overlap": 28}[case]
         extra = tensors * 10 * 17.7e-6 if dtensor else 0.0
         assert work.stages[0].optimizer_s == pytest.approx(plain.stages[0].optimizer_s + extra, rel=1e-9), case
     _, _, zero3, _ = _run("zero3")

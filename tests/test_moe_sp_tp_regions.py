@@ -19,7 +19,7 @@ H100 = load_cluster("dgx-h100")
 
 def _tp_gathers(model, **keys) -> tuple[int, int, int]:
     """(tp all-gathers in forward, in backward, the ep kind's tp all-gathers in forward) of stage 0's chunk."""
-    s = strategy_from_flat(dict(global_batch=8, tp=2, sequence_parallel=True, **keys))
+    s = strategy_from_flat(dict(global_batch=8, tp=2, sequence_parallel=True, framework="megatron", **keys))
     (chunk,) = compile_step(H100, model, s, memory=False).stages[0].chunks
     count = lambda calls, kind: sum(c.kind is kind and c.op is Op.ALL_GATHER for c in calls)  # noqa: E731
     return count(chunk.tp_fwd, CommKind.TP), count(chunk.tp_bwd, CommKind.TP), count(chunk.tp_fwd, CommKind.EP)

@@ -27,7 +27,8 @@ def compute_dict(r, path: str) -> dict:
                 "modules": r.tp_modules.modules, "tp_forward_module_us": r.tp_modules.forward_module_us,
                 "tp_backward_module_us": r.tp_modules.backward_module_us,
                 **{name: _timing(getattr(r.tp_modules, name))
-                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")}},
+                   for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")},
+                "collectives": None if r.tp_modules.collectives is None else _timing(r.tp_modules.collectives)},
             "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
                                                    "step": _timing(r.adamw.step)},
             "checkpoint": None if r.checkpoint is None else {
@@ -90,8 +91,10 @@ def print_compute(r) -> None:
               f"host.first_microbatch_cold_us)")
     if r.tp_modules is not None:
         t = r.tp_modules
+        where = ("a 1-rank mesh" if t.collectives is None else
+                 f"a 2-rank tp group, its collectives' {t.collectives.median_s * 1e3:.3f} ms left out")
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
-              f"(torch tensor parallelism on a 1-rank mesh, {t.modules} modules: forward "
+              f"(torch tensor parallelism on {where}, {t.modules} modules: forward "
               f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
               f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
     if r.ddp is not None:

@@ -8,7 +8,8 @@
   vocabulary-parallel lookup adds one forward all-reduce (SP: reduce-scatter) on the first chunk;
   the logits' input gradient one backward all-reduce (SP: reduce-scatter; and one forward
   all-gather) on the last. Full recomputation repeats the forward calls inside backward, listed
-  before the backward calls of the same block.
+  before the backward calls of the same block. torch's own tensor parallelism (DTensor) issues a different list:
+  :mod:`simulator.compile.torch_tp`.
 - Pipeline: ``b·s·h`` activations per micro-batch forward, the same size of gradients backward
   (÷t with sequence parallelism, Korthikanti et al. §4.2.2), one send/recv between the two
   stages' representative ranks.

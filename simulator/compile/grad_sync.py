@@ -15,7 +15,7 @@ from operator import attrgetter
 from simulator import host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part
+from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part, torch_tp
 from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
@@ -108,13 +108,19 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
     stage = layout.coords(rep).pp
     tensors = cache.memo(optimizer_tensors_key(workload, layout, stage),
                          lambda: host_overhead.optimizer_tensors(workload, layout, stage))
+    torch_dtensors = (cache.memo(("torch tp dtensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
+                                  layout.ep, layout.sequence_parallel),
+                                 lambda: torch_tp.dtensor_tensors(workload, layout, stage))
+                      if torch_tp.applies(layout) else None)  # FSDP2: every tensor is a DTensor
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         impl = offload_part.optimizer_impl(s, cluster.device)
         per_param = megatron_step.step_bytes_per_param(dt, s) - first_add_bytes_per_param(workload.dtype, layout)
         passes = params * per_param / achievable_hbm_Bps(cluster.device)  # per-step passes, less the add not made
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl)
                                              + passes, tensors, share, dtensor=host_overhead.dtensor_params(layout),
-                                             impl=impl).time_s
+                                             impl=impl, dtensor_tensors=torch_dtensors).time_s
+        tp_group = tuple(layout.rank_of(0, stage, i) for i in range(tp))  # SP norms' gradients, read by AdamW
+        opt += torch_tp.sp_optimizer_s(cache, workload, layout, stage, tp_group, dt.param_bytes, dp)
     else:
         d2h = host_copy(cluster, rep, part * dt.grad_bytes, Offload.OPTIMIZER)
         calls, fractions = calls + (d2h,), fractions + (1.0,)
@@ -145,13 +151,15 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
     return calls, fractions, after, opt
 
 
-UNREAD_FIELDS = frozenset({"global_batch", "micro_batch", "schedule", "sequence_parallel", "recompute"})
+UNREAD_FIELDS = frozenset({"global_batch", "micro_batch", "schedule", "recompute"})
 """Strategy fields :func:`grad_sync` never reads, nor any function it calls (its own body; :mod:`.comm_part`'s
 ``bucketed``, ``partition``, ``kept_ready_fractions``, ``param_tensor_bytes`` and ``torch_zero1_broadcasts``;
 :mod:`simulator.host_overhead`'s ``with_ddp_sync``, ``core_share``, ``stream``, ``optimizer_tensors``,
 ``optimizer_stream``, ``dtensor_params``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`,
 :mod:`.megatron_step`, :mod:`.grad_adds`, :mod:`.ddp_copies`, :mod:`.ep_part`'s ``expert_grad_sync``;
-:mod:`simulator.strategy.formats`), nor the layout fields they decide (its micro-batch count, schedule, sequence parallelism). ``tests/test_grad_sync_memo.py``
+:mod:`simulator.strategy.formats`), nor the layout fields they decide (its micro-batch count, schedule). Sequence
+parallelism is read since 2026-11-25 (:func:`simulator.compile.torch_tp.sp_optimizer_s`: torch's AdamW all-reduces
+the sequence-parallel norms' gradients). ``tests/test_grad_sync_memo.py``
 fails if one of them starts to be read."""
 _READ = attrgetter(*(f.name for f in fields(Strategy) if f.name not in UNREAD_FIELDS))
 
@@ -161,7 +169,7 @@ def grad_sync_key(workload, layout: ParallelLayout) -> tuple:
     field but :data:`UNREAD_FIELDS`, which with the cache's cluster decide the rest of the layout it reads (dp, tp,
     pp, ep, layer split, framework, buckets, each stage's ranks and groups). With a pipeline rank (its
     representative and dp group) and the parameters it holds, all it reads: a search's structures that differ only
-    in micro-batch, recompute or sequence parallelism share one answer (:func:`simulator.compile.step.stage_work`)."""
+    in micro-batch or recompute share one answer (:func:`simulator.compile.step.stage_work`)."""
     return ("grad_sync", workload, layout.world_size, _READ(layout.strategy))
 
 

@@ -14,7 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
-from simulator.compile import grad_sync, tied_embedding
+from simulator.compile import grad_sync, tied_embedding, torch_tp
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
@@ -95,10 +95,13 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     moe = getattr(workload, "moe", None)  # MoE blocks whose dispatcher does the MLP's tp gather itself:
     own_gather = cc.moe_blocks if layout.ep > 1 and moe is not None and not moe.shared_width else 0
-    tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, sp=layout.sequence_parallel,
-                                        layers=layers, first=c == 0, last=c == n - 1,
-                                        full_recompute=s.recompute is Recompute.FULL, concurrent=dp,
-                                        attention_only=own_gather)
+    tp_args = dict(sp=layout.sequence_parallel, layers=layers, first=c == 0, last=c == n - 1,
+                   full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
+    if torch_tp.applies(layout) and not own_gather:  # DTensor's own list (simulator.compile.torch_tp)
+        logits_bytes = cc.boundary_bytes * workload.vocab / workload.hidden
+        tp_fwd, tp_bwd = torch_tp.calls(cache, tp_group, cc.boundary_bytes, logits_bytes, **tp_args)
+    else:
+        tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, attention_only=own_gather, **tp_args)
     if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (per cp rank)
         volume = ep_part.dispatch_bytes(workload, s, layout.ep, tp, layout.sequence_parallel,
                                         ep_part.group_nodes(cache.cluster, ep_group))

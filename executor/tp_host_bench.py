@@ -1,0 +1,103 @@
+"""Time torch tensor parallelism's host cost per module on a real tp group (``trainplan calibrate --compute``).
+
+A tp rank of the executor (:mod:`executor.strategies.tensor`) spends, beyond the plain model's work, DTensor's
+dispatch of every operator on the modules' DTensors, the parallel styles' input and output hooks, and, around each
+of the group's collectives, what a 1-rank mesh never runs: the functional collective's ``AsyncCollectiveTensor``
+and autograd wrappers, the first operator after a wait (its ``__torch_dispatch__`` unwraps the result), and the
+calls that follow a blocked thread's wake-up, which run on cold caches (a 32×32×96 GEMM 3 µs warm, 38-74 µs after
+5 ms of sleep or other work: docs/validation.md, host14). The executor's forward and backward phases hold all of
+that; only the time *inside* the functional collectives and their waits is its tp phase
+(:class:`executor.phase_clock.TpClock`). This probe measures the terms the way those phases measure them:
+
+    tp_forward_module_us  = max(0, (t_fwd(tp) − t_fwd(plain)) / modules)
+    tp_backward_module_us = max(0, (t_fwd+bwd(tp) − t_fwd+bwd(plain)) / modules − tp_forward_module_us)
+
+with ``t(tp)`` the tp model's forward (and forward + backward) *less the time the executor's own* ``TpClock``
+*counts inside its collectives*, on :data:`TP_PROBE_RANKS` gloo processes of this machine forming one tp mesh, each
+also timing the plain (unsplit) model in the same iterations; each ``t`` the 10th percentile of its calls (as
+:mod:`executor.host_bench`: a difference of two timings), the mean over ranks. ``modules`` as there (4 per block,
+embedding and output layer). Both models are the run's tiny model for tp = 2 (:func:`executor.compute_grid.tiny_model`),
+fp32, the ranks in lockstep (a barrier before each model's iteration, as a run's step starts) [src: own-tp-group-probe].
+
+Until 2026-11-25 the terms came from a **1-rank** mesh (``executor.host_bench``'s former ``time_tp_modules``), where
+DTensor issues no collective: 147 / 227 µs per module there against 330-420 / 350-420 µs on a 2-rank group in the
+same minutes (docs/validation.md, "Tensor-parallel cases"). The plain model's work on the tp rank is half its GEMMs'
+flops; at the tiny scale those are a few µs of the difference and are left in it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from executor.compute_bench import Timing, timing_of
+from executor.host_bench import TpModuleTiming, tp_modules
+from simulator.workload.transformer import TransformerSpec
+
+TP_PROBE_RANKS = 2
+"""Ranks of the probe's tp mesh: the suite's tp degree (tp, tp-sp, tp-dp, 3d all run tp = 2) and this 2-core
+machine's cores; the term is charged per module at any tp."""
+
+
+def _tp_rank(rank: int, world: int, spec: TransformerSpec, micro_batch: int, repeats: int, warmup: int,
+             seed: int) -> dict[str, list[float]]:
+    """One rank (``executor.launch.run``): per timed iteration the plain model's forward and forward + backward, then
+    the tp model's, each less the seconds its ``TpClock`` counted inside the collectives (``collectives``: those
+    seconds per forward + backward)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from executor.model import build_gpt
+    from executor.phase_clock import TpClock
+    from executor.strategies.tensor import parallelize_gpt
+
+    mesh = init_device_mesh("cpu", (world,))
+    plain, tp = build_gpt(spec, seed=seed), parallelize_gpt(build_gpt(spec, seed=seed), mesh, False)
+    g = torch.Generator().manual_seed(seed)  # the same batch on every rank, as a tp group's ranks see it
+    x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    clock, out = TpClock(), {k: [] for k in ("plain_forward", "plain_step", "tp_forward", "tp_step", "collectives")}
+    with clock.timing():
+        for i in range(warmup + repeats):
+            times = {}
+            for name, model in (("plain", plain), ("tp", tp)):
+                dist.barrier()
+                c0, t0 = clock.seconds, time.perf_counter()
+                loss = model(x, y)
+                c1, t1 = clock.seconds, time.perf_counter()
+                loss.backward()
+                c2, t2 = clock.seconds, time.perf_counter()
+                times[f"{name}_forward"], times[f"{name}_step"] = (t1 - t0) - (c1 - c0), (t2 - t0) - (c2 - c0)
+                times["collectives"] = c2 - c0  # the plain model's 0 is overwritten by the tp model's
+            if i >= warmup:
+                for key, value in times.items():
+                    out[key].append(value)
+    return out
+
+
+def mean_timing(timings: list[Timing]) -> Timing:
+    """Each statistic the mean over ranks."""
+    return Timing(median_s=statistics.fmean(t.median_s for t in timings),
+                  p10_s=statistics.fmean(t.p10_s for t in timings), p90_s=statistics.fmean(t.p90_s for t in timings))
+
+
+def module_terms(spec: TransformerSpec, per_rank: list[dict[str, list[float]]]) -> TpModuleTiming:
+    """The module docstring's terms from each rank's timed iterations (:func:`_tp_rank`'s lists)."""
+    t = {key: mean_timing([timing_of(r[key]) for r in per_rank]) for key in per_rank[0]}
+    modules = tp_modules(spec)
+    fwd_us = max(0.0, (t["tp_forward"].p10_s - t["plain_forward"].p10_s) / modules * 1e6)
+    step_us = (t["tp_step"].p10_s - t["plain_step"].p10_s) / modules * 1e6
+    return TpModuleTiming(modules=modules, plain_forward=t["plain_forward"], tp_forward=t["tp_forward"],
+                          plain_step=t["plain_step"], tp_step=t["tp_step"], forward_module_us=fwd_us,
+                          backward_module_us=max(0.0, step_us - fwd_us), collectives=t["collectives"])
+
+
+def time_tp_group_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: int, thread_count: int,
+                          seed: int = 0) -> TpModuleTiming:
+    """The per-module terms (module docstring) of ``spec`` (the tiny model of a tp = 2 run, fp32), one micro-batch of
+    ``micro_batch`` sequences, on :data:`TP_PROBE_RANKS` gloo processes of ``thread_count`` threads each."""
+    from executor.launch import run
+
+    per_rank = run(_tp_rank, TP_PROBE_RANKS, args=(spec, micro_batch, repeats, warmup, seed), num_threads=thread_count)
+    return module_terms(spec, per_rank)
