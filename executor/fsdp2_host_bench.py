@@ -18,7 +18,7 @@ FSDP2 takes its ``dp``-rank path, copies and bookkeeping included, and nothing w
 (10th percentiles of interleaved calls, :func:`executor.host_bench.paired_timings`), both models the executor's
 GPT at the run's tiny scale, the FSDP2 one wrapped as the executor's ZeRO-3 wraps it (``fully_shard`` on every
 block, then on the root, ``reshard_after_forward=True``), ``modules`` = blocks + 1 (the root).
-:func:`simulator.host_overhead.with_host_modules` charges the terms per module of each chunk
+:func:`simulator.framework_host.with_host_modules` charges the terms per module of each chunk
 [src: own-fsdp2-fake-group-probe]. The difference also
 holds the copies' kernels, which the compute model charges as memory-bound kernels
 (:mod:`simulator.compile.fsdp2_copies`): at the tiny sizes measured (a few KB per module) those are well under a

@@ -17,7 +17,7 @@ one made tensor-parallel by :func:`executor.strategies.tensor.parallelize_gpt` o
 mesh (no peer to wait for: the collectives DTensor issues are 1-rank calls, so what remains is dispatch
 and hook time), and ``modules`` = :func:`tp_modules` of the whole model: 4 per block (qkv, out, up,
 down) plus the embedding and the output layer. Forward is timed with autograd on, as the executor
-trains. :func:`simulator.host_overhead.with_host_modules` charges the terms per module of each chunk.
+trains. :func:`simulator.framework_host.with_host_modules` charges the terms per module of each chunk.
 
 Every term here is a difference of two timings, so each is read at the timings' 10th percentile (the least
 disturbed calls): on a shared machine a difference of medians carries the load's noise into the term, and
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from executor.compute_bench import Timing, _percentile, time_call
-from simulator.host_overhead import TP_MODULES_PER_BLOCK, TP_EDGE_MODULES
+from simulator.framework_host import TP_MODULES_PER_BLOCK, TP_EDGE_MODULES
 from simulator.workload.transformer import TransformerSpec
 
 

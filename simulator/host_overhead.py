@@ -23,37 +23,8 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
   ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe]; under torch's
   tensor parallelism only the tensors ``parallelize_module`` turned into DTensors pay it
   (:func:`simulator.compile.torch_tp.dtensor_tensors`: 17 of the tiny model's 28, 25 with SP).
-- **FSDP2 modules**: each ``fully_shard`` module (every block, and the root on the model's first chunk)
-  adds ``Host.fsdp2_forward_module_us`` to its chunk's forward (pre-forward all-gather copy-in/out,
-  post-forward reshard) and ``Host.fsdp2_backward_module_us`` to its backward (re-gather, reduce-scatter,
-  post-backward; at ZeRO-2, with no re-gather, ``Host.fsdp2_zero2_backward_module_us`` where the host states it:
-  :func:`fsdp2_backward_us`) (:func:`with_host_modules`) [src: own-fsdp2-fake-group-probe].
-- **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`dtensor_params`)
-  each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
-  vocabulary-parallel embedding on the first chunk and output layer on the last) adds
-  ``Host.tp_forward_module_us`` to the chunk's forward and ``Host.tp_backward_module_us`` to its backward:
-  DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
-  hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
-  [src: own-tp-module-probe]. Megatron-LM's tensor parallelism keeps plain tensors: no such term.
-- **Activation checkpoints**: under torch (DDP, FSDP2) each ``torch.utils.checkpoint`` region of a chunk
-  (:func:`checkpoint_regions`: one per block with any recompute policy) adds ``Host.checkpoint_forward_region_us``
-  to its forward and ``Host.checkpoint_backward_region_us`` to its backward beyond the recomputed kernels
-  (saved-tensor hooks, RNG state stash and restore, the rerun's bookkeeping), measured against the plain
-  model by ``trainplan calibrate --compute`` (:func:`executor.host_bench.time_checkpoint`)
-  [src: own-checkpoint-host-probe].
-- **DDP's wrapper and reducer**: where torch ``DistributedDataParallel`` wraps the model (:func:`ddp_wrapped`),
-  every forward call costs ``Host.ddp_forward_call_us`` more (``_pre_forward``, ``prepare_for_backward``) and
-  the synchronising backward of a step with overlapped gradient reduction ``Host.ddp_sync_backward_us`` more
-  (the reducer's per-gradient hooks, bucket copies, comm-hook dispatch and finalisation; the collective itself
-  is its own call), charged to the last gradient bucket, which waits for it (:func:`with_ddp_sync`); both
-  measured by ``trainplan calibrate --compute``: on the CPU in fp32 from DDP's steps in the rank-step probe
-  (:mod:`executor.step_bench`) [src: own-ddp-step-probe], elsewhere on a 1-rank group in a tight loop
-  (:func:`executor.host_bench.time_ddp`) [src: own-ddp-host-probe].
-- **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
-  and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
-  (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
-  ``Host.pipeline_p2p_post_us`` × its sends and receives, whose posting blocks the rank's thread
-  (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe].
+- **Framework runtimes' per-module terms** (FSDP2 modules, torch tensor-parallel modules, activation-checkpoint
+  regions, DDP's wrapper and reducer, torch's pipeline runtime): :mod:`simulator.framework_host`.
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
   (:func:`core_share`) multiplies host time, and on an ``inline`` device (a CPU process: the device *is*
   a core) its device time too.
@@ -74,7 +45,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.pipeline_runtime import p2p_actions, pipeline_actions
 from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
@@ -90,15 +60,6 @@ capturable): add (steps), mul (weight decay), lerp, mul, addcmul, sqrt, div, add
 ADAMW_FUSED_CALLS = 2
 """Calls per (device, dtype) group in a fused AdamW step (torch's ``_fused_adam``): ``_foreach_add_`` of the
 step counters and one ``_fused_adamw_`` kernel [src: torch-adam-impl]."""
-
-
-TP_MODULES_PER_BLOCK = 4
-"""Tensor-parallel modules of one block in torch's plan (``executor.strategies.tensor.block_plan``): ``qkv`` and
-``mlp.up`` column-parallel, ``attn.out`` and ``mlp.down`` row-parallel [src: torch-dtensor-tp]."""
-
-TP_EDGE_MODULES = 2
-"""Tensor-parallel modules outside the blocks: the vocabulary-parallel token embedding (first chunk) and output
-layer (last chunk) [src: megatron-vocab-parallel]."""
 
 
 @dataclass(frozen=True)
@@ -226,111 +187,3 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
                                 layers=layout.layer_indices(stage), ep=layout.ep)
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]
-
-
-def tp_modules(layout, chunk) -> int:
-    """Tensor-parallel modules of ``chunk`` (a :class:`simulator.workload.ChunkSlice`) whose weights are DTensors:
-    :data:`TP_MODULES_PER_BLOCK` per layer, plus the embedding on the first chunk and the output layer on the
-    last; 0 unless the layout runs torch's own tensor parallelism (:func:`dtensor_params`, tp > 1)."""
-    from simulator.strategy.framework import Framework
-
-    if layout.tp <= 1 or layout.framework is not Framework.TORCH_DDP:
-        return 0
-    return TP_MODULES_PER_BLOCK * chunk.layers + (1 if chunk.index == 0 else 0) + (
-        1 if chunk.index == chunk.count - 1 else 0)
-
-
-def checkpoint_regions(layout, chunk) -> int:
-    """``torch.utils.checkpoint`` regions of ``chunk``: one per block (the block under full and op-level
-    recomputation, its attention core under selective) when torch (DDP or FSDP2) runs the recompute policy;
-    0 without recomputation or under Megatron-LM / DeepSpeed, whose checkpointing is their own."""
-    from simulator.strategy.framework import Framework
-    from simulator.workload import Recompute
-
-    torch_run = layout.framework in (Framework.TORCH_DDP, Framework.FSDP2)
-    return chunk.layers if torch_run and layout.strategy.recompute is not Recompute.NONE else 0
-
-
-def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1.0):
-    """``compute`` (a :class:`simulator.compile.compute_part.ChunkCompute`) with the host time per module that
-    the framework adds (module docstring), when the host states it: FSDP2's per sharded module (the chunk's
-    blocks, plus the root on chunk 0) and torch tensor parallelism's per tensor-parallel module
-    (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); DDP's per
-    forward call (:func:`ddp_wrapped`); and torch's pipeline runtime per action (:mod:`simulator.pipeline_runtime`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
-    phase takes the larger of its time and the host time (one stream)."""
-    from dataclasses import replace as _replace
-
-    from simulator.strategy.framework import Framework
-
-    host = cluster.node.host
-    if host is None:
-        return compute
-    fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
-    tp = tp_modules(layout, chunk)
-    ckpt = checkpoint_regions(layout, chunk)
-    pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
-               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us)
-    fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
-              + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
-              + pipe_us)
-    bwd_us = (fsdp2 * fsdp2_backward_us(host, layout) + tp * host.tp_backward_module_us
-              + ckpt * host.checkpoint_backward_region_us + pipe_us)
-    if not fwd_us and not bwd_us:
-        return compute
-    device = cluster.device
-
-    def add(phase_s: float, extra_us: float) -> float:
-        extra_s = extra_us * 1e-6 * share
-        if not extra_s:
-            return phase_s
-        return phase_s + extra_s if device.kernel_dispatch is KernelDispatch.INLINE else max(phase_s, extra_s)
-
-    return _replace(compute, fwd_s=add(compute.fwd_s, fwd_us), bwd_s=add(compute.bwd_s, bwd_us))
-
-
-def fsdp2_backward_us(host, layout) -> float:
-    """FSDP2's host µs per module per backward: ``Host.fsdp2_zero2_backward_module_us`` at ZeRO-2 where the host
-    states it (no re-gather in that backward), else ``Host.fsdp2_backward_module_us``
-    [src: own-fsdp2-fake-group-probe]."""
-    from simulator.strategy import ZeroStage
-
-    zero2 = host.fsdp2_zero2_backward_module_us
-    return zero2 if zero2 is not None and layout.strategy.zero is ZeroStage.ZERO2 else host.fsdp2_backward_module_us
-
-
-def runs_ddp_reducer(layout) -> bool:
-    """Whether the gradients go through torch's flat buckets: the torch framework at ZeRO 0/1
-    (``ZeroRedundancyOptimizer`` wraps a DDP model) with an all-reduce, not a parameter server (the rule of
-    :mod:`simulator.compile.ddp_copies` and of :func:`ddp_wrapped`)."""
-    from simulator.strategy import ZeroStage
-    from simulator.strategy.framework import Framework
-    from simulator.strategy.sync import ParamServerSync
-
-    s = layout.strategy
-    return (layout.framework is Framework.TORCH_DDP and s.zero <= ZeroStage.ZERO1
-            and not isinstance(s.dp_sync, ParamServerSync))
-
-
-def ddp_wrapped(layout) -> bool:
-    """Whether torch ``DistributedDataParallel`` wraps the model: where the gradients go through DDP's reducer
-    (:func:`runs_ddp_reducer`) with tp = pp = 1, at every dp, 1 included: the executor's data-parallel family wraps
-    DDP at every world size (``executor/strategies/data_parallel.py`` ``_ddp``), as the bucket passes charged in
-    :mod:`simulator.compile.ddp_copies` assume. A tensor- or pipeline-parallel run of torch here syncs its gradients
-    with bucketed all-reduces of its own, without DDP's reducer (``executor/strategies/grad_sync.py``). (Until
-    2026-11-25 this also required dp > 1, which left a dp = 1 run's wrapper uncharged while its passes were.)"""
-    return runs_ddp_reducer(layout) and layout.tp == 1 and layout.pp == 1
-
-
-def with_ddp_sync(cluster: Cluster, layout, calls: tuple, share: float = 1.0) -> tuple:
-    """The gradient-sync ``calls`` (:class:`simulator.work.CommCall`, in the order backward readies them) with
-    ``Host.ddp_sync_backward_us`` × ``share`` added to the last one's ``time_s`` when DDP wraps the model and
-    reduces during backward (``overlap_grad_reduce``): DDP's synchronising backward finishes its reducer work
-    before the step can go on. As is otherwise (no DDP, no host section, no calls, the term 0)."""
-    from dataclasses import replace as _replace
-
-    host = cluster.node.host
-    if (host is None or not host.ddp_sync_backward_us or not calls or not ddp_wrapped(layout)
-            or not layout.strategy.dp_sync.overlap_grad_reduce):
-        return calls
-    last = calls[-1]
-    return calls[:-1] + (_replace(last, time_s=last.time_s + host.ddp_sync_backward_us * 1e-6 * share),)

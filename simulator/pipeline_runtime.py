@@ -14,7 +14,7 @@ building of each p2p op list [src: torch-pipelining]. The list holds, per stage 
 
 Each costs ``Host.pipeline_action_us`` (measured by ``trainplan calibrate --compute``,
 :mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe]: the per-micro-batch ones are charged in the
-chunk's forward and backward (:func:`simulator.host_overhead.with_host_modules`), the per-step ones after the last
+chunk's forward and backward (:func:`simulator.framework_host.with_host_modules`), the per-step ones after the last
 backward with the optimizer step (:func:`step_host_s`), where ``REDUCE_GRAD`` runs. Both engines read those times.
 """
 

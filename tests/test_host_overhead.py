@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator import framework_host as fh
 from simulator import host_overhead as ho
 from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster
 from simulator.cluster._schema import cluster_from_dict
@@ -220,7 +221,7 @@ def test_torch_tensor_parallelism_adds_its_per_module_host_time():
     DDP and FSDP2 without tp get nothing from this term."""
     for case, modules in (("tp", 10), ("ddp-overlap", 0), ("zero3", 0)):
         cluster, _, layout, work = _run(case)
-        assert ho.tp_modules(layout, _whole_model(layout)) == modules, case
+        assert fh.tp_modules(layout, _whole_model(layout)) == modules, case
         _, _, _, bare = _run(case, _without_tp_terms(cluster))
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
         assert chunk.fwd_s == pytest.approx(plain.fwd_s + modules * 248e-6, rel=1e-9), case
@@ -240,11 +241,11 @@ def test_tp_modules_per_chunk_and_framework():
     from simulator.workload import ChunkSlice
 
     _, _, layout, _ = _run("tp")
-    assert [ho.tp_modules(layout, ChunkSlice(index=i, count=3, start=i, layers=1)) for i in range(3)] == [5, 4, 5]
+    assert [fh.tp_modules(layout, ChunkSlice(index=i, count=3, start=i, layers=1)) for i in range(3)] == [5, 4, 5]
     megatron = dataclasses.replace(layout, framework=Framework.MEGATRON)
-    assert ho.tp_modules(megatron, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+    assert fh.tp_modules(megatron, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
     _, _, ddp, _ = _run("ddp-overlap")
-    assert ho.tp_modules(ddp, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
+    assert fh.tp_modules(ddp, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
 
 
 def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
@@ -273,7 +274,7 @@ def test_ddp_adds_its_per_forward_and_per_synchronising_backward_host_time():
 
     for case, wrapped in (("ddp-overlap", True), ("zero3", False), ("tp", False)):
         cluster, _, layout, work = _run(case)
-        assert ho.ddp_wrapped(layout) is wrapped, case
+        assert fh.ddp_wrapped(layout) is wrapped, case
         _, _, _, bare = _run(case, _without_ddp_terms(cluster))
         (chunk,), (plain,) = work.stages[0].chunks, bare.stages[0].chunks
         assert chunk.fwd_s == pytest.approx(plain.fwd_s + (48e-6 if wrapped else 0.0), rel=1e-9), case
@@ -299,7 +300,7 @@ def test_ddp_sync_term_needs_overlapped_reduction():
         return layout, compile_step(chosen, workload, strategy, layout=layout)
 
     (layout, work), (_, bare) = step(cluster), step(_without_ddp_terms(cluster))
-    assert ho.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
+    assert fh.ddp_wrapped(layout) and work.stages[0].grad_sync == bare.stages[0].grad_sync
     assert work.stages[0].chunks[0].fwd_s == pytest.approx(bare.stages[0].chunks[0].fwd_s + 48e-6, rel=1e-9)
 
 
@@ -320,8 +321,8 @@ def test_checkpointed_blocks_add_their_host_time():
         assert chunk.bwd_s == pytest.approx(plain.bwd_s + regions * 460e-6, rel=1e-9), case
     _, _, layout, _ = _run("recompute-full")
     whole = ChunkSlice(index=0, count=1, start=0, layers=2)
-    assert ho.checkpoint_regions(layout, whole) == 2
-    assert ho.checkpoint_regions(dataclasses.replace(layout, framework=Framework.MEGATRON), whole) == 0
+    assert fh.checkpoint_regions(layout, whole) == 2
+    assert fh.checkpoint_regions(dataclasses.replace(layout, framework=Framework.MEGATRON), whole) == 0
 
 
 def test_an_offloaded_optimizer_pays_its_calls_on_an_inline_device_only():
@@ -374,7 +375,7 @@ def test_ddp_wraps_at_dp_1_as_its_bucket_passes_assume():
     ``_ddp``), and :mod:`simulator.compile.ddp_copies` charges DDP's bucket passes at dp 1: the wrapper's forward
     term applies there too (+48 µs per forward on localhost-cpu, each of the 4 micro-batches of one replica), on the
     same rule (one home: ``runs_ddp_reducer``). Not under tp or pp (their own gradient averaging), nor ZeRO-2/3."""
-    from simulator.compile.ddp_copies import runs_ddp_reducer
+    from simulator.framework_host import runs_ddp_reducer
     from simulator.strategy.flat import strategy_from_flat
 
     results = load_results(RUNS / "ddp-overlap.results.json")
@@ -384,7 +385,7 @@ def test_ddp_wraps_at_dp_1_as_its_bucket_passes_assume():
         strategy = strategy_from_flat({**flat, "global_batch": 8, "micro_batch": 2})
         gpus = flat.get("tp", 1) * flat.get("pp", 1)
         layout = build_layout(strategy, cluster, workload, gpus=gpus)
-        assert ho.ddp_wrapped(layout) is wrapped and (not wrapped or runs_ddp_reducer(layout)), flat
+        assert fh.ddp_wrapped(layout) is wrapped and (not wrapped or runs_ddp_reducer(layout)), flat
         if flat == {"dp": 1}:
             work = compile_step(cluster, workload, strategy, layout=layout)
             bare = compile_step(_without_ddp_terms(cluster), workload, strategy, layout=layout)

@@ -38,7 +38,7 @@ class HostSpec:
     stated, read as NCCL reads any host that is not AMD."""
     fsdp2_forward_module_us: float = 0.0
     """Host time FSDP2 adds per ``fully_shard`` module per forward, µs (all-gather copy-in/out, reshard);
-    :func:`simulator.host_overhead.with_host_modules`. Measured by ``trainplan calibrate --compute`` on a fake
+    :func:`simulator.framework_host.with_host_modules`. Measured by ``trainplan calibrate --compute`` on a fake
     2-rank group, FSDP2's multi-rank path (:mod:`executor.fsdp2_host_bench`) [src: own-fsdp2-fake-group-probe].
     0: not modelled."""
     fsdp2_backward_module_us: float = 0.0
@@ -47,25 +47,25 @@ class HostSpec:
     tp_forward_module_us: float = 0.0
     """Host time torch's tensor parallelism (DTensor weights, ``parallelize_module``) adds per tensor-parallel
     module per forward, µs (DTensor dispatch, the parallel styles' hooks);
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    :func:`simulator.framework_host.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
     tp_backward_module_us: float = 0.0
     """The same per backward, µs. 0: not modelled."""
     checkpoint_forward_region_us: float = 0.0
     """Host time ``torch.utils.checkpoint`` adds per checkpointed region per forward, µs;
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    :func:`simulator.framework_host.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
     checkpoint_backward_region_us: float = 0.0
     """The same per backward, beyond the recomputed kernels, µs. 0: not modelled."""
     ddp_forward_call_us: float = 0.0
     """Host time torch ``DistributedDataParallel`` adds per forward call of the wrapped model, µs;
-    :func:`simulator.host_overhead.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
+    :func:`simulator.framework_host.with_host_modules`. 0: not modelled (GPU presets: not measured)."""
     ddp_sync_backward_us: float = 0.0
     """Host time DDP's synchronising backward adds per step (reducer hooks, bucket copies, finalisation; not the
-    collective), µs; :func:`simulator.host_overhead.with_ddp_sync`. 0: not modelled."""
+    collective), µs; :func:`simulator.framework_host.with_ddp_sync`. 0: not modelled."""
     pipeline_action_us: float = 0.0
     """Host time torch's pipeline schedule runtime (``torch.distributed.pipelining``'s ``_PipelineScheduleRuntime``)
     spends per action of a rank's list (compute, send, receive) outside the action's kernels and transfers, µs:
     the loop's dispatch and profiler range, the stage's per-chunk bookkeeping and the building of each p2p op list;
-    :func:`simulator.host_overhead.with_host_modules` charges it per compute action with the sends and receives
+    :func:`simulator.framework_host.with_host_modules` charges it per compute action with the sends and receives
     the runtime adds around it (:func:`simulator.host_overhead.pipeline_actions`). Measured on the CPU by
     ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
     0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
@@ -79,7 +79,7 @@ class HostSpec:
     """Host time torch's pipeline runtime blocks a rank's thread posting one send or receive of its list
     (``_batch_p2p``: ``dist.isend`` / ``dist.irecv`` through the backend, which for gloo takes the pair's lock and
     writes the rendezvous notice on the calling thread), µs: not in :attr:`pipeline_action_us` (the executor books
-    posting as pp time, outside no phase); :func:`simulator.host_overhead.with_host_modules` charges it per send and
+    posting as pp time, outside no phase); :func:`simulator.framework_host.with_host_modules` charges it per send and
     receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
     Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
     [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""

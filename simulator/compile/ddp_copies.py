@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from simulator.cluster.spec import Device
 from simulator.compute import kernel_s
-from simulator.host_overhead import runs_ddp_reducer
+from simulator.framework_host import runs_ddp_reducer
 from simulator.strategy import ParallelLayout
 from simulator.workload.ddp_bucket import ddp_bucket_bytes_per_param, ddp_bucket_kernel
 from simulator.workload.kinds import DtypePolicy

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from operator import attrgetter
 
-from simulator import host_overhead
+from simulator import framework_host, host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part, torch_tp
@@ -97,7 +97,7 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
         edp = layout.expert_dp_group(layout.coords(rep).pp)
         calls += ep_part.expert_grad_sync(cache, edp, split_experts * gbytes, layout.bucket_bytes,
                                           sync.algorithm.value, tp * layout.ep)
-    calls = host_overhead.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
+    calls = framework_host.with_ddp_sync(cluster, layout, calls, host_overhead.core_share(
         cluster, offload_part.gpus_on_node(cluster, layout.world_size)))
     fractions = comm_part.kept_ready_fractions(cache, calls, sync.overlap_grad_reduce)
     part = params

@@ -63,7 +63,7 @@ def _placed(cache: CostCache, workload, layout: ParallelLayout, every: list, sta
                 dst = reps[other % p] if 0 <= other < n else rep
                 partners.append(None if dst == rep else cache.moved((rep, dst)))
             # step._chunk_compute reads the chunk through chunk_compute's load slice (compute_part.load_slice) and
-            # host_overhead.with_host_modules' block count and first / last flags
+            # framework_host.with_host_modules' block count and first / last flags
             chunk = ChunkSlice(index=c, count=n, start=starts[c], layers=layers[c])
             chunks.append((load_slice(workload, chunk), c == 0, c == n - 1, layers[c], *partners))
         out.append((tuple(chunks), cache.moved(tp_group), cache.moved(dp_group)))

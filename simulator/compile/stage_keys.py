@@ -27,7 +27,7 @@ def chunks_key(workload, layout: ParallelLayout, fetch: ParamFetch) -> tuple:
     chunk carries that sync's calls (ZeRO-2/3's per-micro-batch reduce-scatters,
     :func:`simulator.compile.grad_sync.grad_reduce_scatters`: its algorithm and buckets) or where they place the
     workers (a parameter server's nodes). Otherwise the chunks read only the sync's type (DDP's host time per
-    forward, :func:`simulator.host_overhead.ddp_wrapped`): a search's ZeRO-0/1 structures that differ only in
+    forward, :func:`simulator.framework_host.ddp_wrapped`): a search's ZeRO-0/1 structures that differ only in
     buckets or all-reduce options share their chunks. ``tests/test_stage_chunks_memo.py``."""
     s = layout.strategy
     sync = s.dp_sync if reduces_every_micro_batch(s) or isinstance(s.dp_sync, ParamServerSync) else type(s.dp_sync)

@@ -7,7 +7,7 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
-from simulator import host_overhead, pipeline_runtime
+from simulator import framework_host, host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
@@ -68,7 +68,7 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
     options, share = compute_inputs(cache, workload, layout) if inputs is None else inputs
     chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
                        layers=layout.layers_per_stage[c])
-    return host_overhead.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
+    return framework_host.with_host_modules(cache.cluster, layout, chunk, chunk_compute(cache, workload, chunk, options,
                                                                                           share), share)
 
 

@@ -36,14 +36,14 @@ SP_NORMS_PER_BLOCK = ("norm1", "norm2")
 
 TP_BLOCK_MODULES = ("attn.qkv", "attn.out", "mlp.up", "mlp.down")
 """The block modules whose parameters ``parallelize_module`` makes DTensors (``executor.strategies.tensor``'s
-``block_plan``; :data:`simulator.host_overhead.TP_MODULES_PER_BLOCK`)."""
+``block_plan``; :data:`simulator.framework_host.TP_MODULES_PER_BLOCK`)."""
 TP_EDGE_TENSORS = ("embed.tok.weight", "head.weight")
 """The vocabulary-parallel embedding's and output layer's weights (``shard_vocab``)."""
 
 
 def applies(layout) -> bool:
     """torch's own tensor parallelism: the torch framework (not Megatron-LM, DeepSpeed, FSDP2-only) at tp > 1
-    (:func:`simulator.host_overhead.tp_modules`'s rule)."""
+    (:func:`simulator.framework_host.tp_modules`'s rule)."""
     from simulator.strategy.framework import Framework
 
     return layout.tp > 1 and layout.framework is Framework.TORCH_DDP
