@@ -14,7 +14,7 @@ garbage collector walks the whole heap ten times less often
 :func:`default_jobs` (the CLI's ``--jobs`` default) is one process per core this process may run on (here at
 most one per candidate): the DES runs are independent, so on an otherwise idle machine of ``n`` cores the
 refinement's wait shrinks towards ``1/n`` (the CPU seconds stay about the same: each worker builds its own
-call plans). The rank phase uses them too (:func:`planner.search._score`).
+call plans). The rank phase uses them too (:func:`planner.score.score`).
 """
 
 from __future__ import annotations

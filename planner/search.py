@@ -6,8 +6,9 @@ vectorised closed form, refine the best with the discrete-event engine.
    the rules :func:`build_layout` raises from), then each survivor's own field checks.
 3. Infeasible: per-rank GPU memory over the device's capacity less ``reserve_gb``, or host / NVMe
    capacity exceeded (:mod:`planner.feasible`, one memory report per set of memory inputs).
-4. Rank: :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` per process, in
-   chunks of :data:`RANK_CHUNK` so that progress can be reported; with ``jobs`` > 1 the candidates are split
+4. Rank (:mod:`planner.score`): :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` per
+   process, in chunks of :data:`planner.score.RANK_CHUNK` so that progress can be reported; with ``jobs`` > 1 the
+   candidates are split
    between that many processes (at least a chunk each), the results in their order.
 5. Variants: gradient sync and offload of the best bases (:mod:`planner.variants`), through 2–4.
 6. Refine (:mod:`planner.result`): the top ``refine`` re-simulated with the discrete-event engine.
@@ -19,14 +20,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.compile import CostCache
 from simulator.errors import SpecError
 from simulator.profiles import apply_profile
@@ -43,9 +42,12 @@ from simulator.workload.op_sac import op_sac_problem
 
 from planner.feasible import _feasible, _memory, _Memory  # noqa: F401 - _memory: tests share the cache rule
 from planner.frameworks import Capability
+from planner.score import by_step_time, score
 from planner.space import Axis, Problem, default_axes, enumerate_keys, pin
 from planner.variants import check_offload_pin, sync_candidates, variants
 
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: called as the search advances (the CLI draws a counter)."""
 
 @dataclass
 class Counts:
@@ -137,12 +139,6 @@ def server_nodes(pins: dict) -> int:
     return int(values[0])
 
 
-RANK_CHUNK = 256
-"""Candidates per :func:`estimate_many` call of the rank phase (progress cadence; one cache for all)."""
-Progress = Callable[[str, int, int], None]
-"""``progress(phase, done, total)``: called as the search advances (the CLI draws a counter)."""
-
-
 @dataclass(frozen=True)
 class Search:
     """The inputs of one search."""
@@ -156,7 +152,7 @@ class Search:
     reserve_gb: float = 0.0
     progress: Progress | None = None
     jobs: int = 1
-    """Processes the rank phase may use (:func:`_score`)."""
+    """Processes the rank phase may use (:func:`planner.score.score`)."""
 
     def tick(self, phase: str) -> Callable[[int, int], None] | None:
         """A ``(done, total)`` callback reporting ``phase`` (None without a progress callback)."""
@@ -238,50 +234,6 @@ def _check_pins_apply(keys: list[dict], pins: dict) -> None:
                             "sequence parallelism tp > 1) or another pin excludes it")
 
 
-def _estimates(cluster, workload, gpus, strategies: list, cache: CostCache | None, tick=None) -> list[pd.DataFrame]:
-    """:func:`estimate_many` of ``strategies`` in chunks of :data:`RANK_CHUNK` on one cache (None: a new one)."""
-    cache = cache or CostCache(cluster)
-    parts = []
-    for start in range(0, max(len(strategies), 1), RANK_CHUNK):
-        if tick is not None:
-            tick(start, len(strategies))
-        parts.append(estimate_many(cluster, workload, strategies[start:start + RANK_CHUNK], cache=cache,
-                                   on_invalid=OnInvalid.MARK, gpus=gpus))
-    return parts
-
-
-def _score(fits: list, search: Search, cache: CostCache, counts: Counts, phase: str = "rank") -> pd.DataFrame:
-    """The closed form over the candidates that fit (estimate errors counted invalid). With ``search.jobs`` > 1
-    and at least :data:`RANK_CHUNK` candidates per process, the last parts go to worker processes (each its own
-    cache; every estimate is the same whichever cache answers it) while this process estimates the first."""
-    tick = search.tick(phase)
-    strategies = [s for s, _ in fits]
-    jobs = min(search.jobs, len(strategies) // RANK_CHUNK)
-    args = (search.cluster, search.workload, search.layout_gpus)
-    if jobs <= 1:
-        parts = _estimates(*args, strategies, cache, tick)
-    else:
-        cuts = [len(strategies) * k // jobs for k in range(jobs + 1)]
-        with ProcessPoolExecutor(max_workers=jobs - 1) as pool:
-            rest = [pool.submit(_estimates, *args, strategies[a:b], None) for a, b in zip(cuts[1:-1], cuts[2:])]
-            parts = _estimates(*args, strategies[:cuts[1]], cache,
-                               None if tick is None else (lambda done, _total: tick(done, len(strategies))))
-            for future in rest:
-                parts += future.result()
-    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    frame["strategy"] = [s for s, _ in fits]
-    frame["memory_bytes"] = [r.total_bytes for _, r in fits]
-    frame["headroom_bytes"] = search.cluster.device.memory_bytes - frame["memory_bytes"]
-    bad = frame["error"] != ""
-    for message in frame.loc[bad, "error"]:
-        counts.invalid[message.split(":")[0]] += 1
-    return frame[~bad]
-
-
-def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.sort_values(["step_time_s", "memory_bytes"], kind="stable").reset_index(drop=True)
-
-
 def _admitted(strategies: list[Strategy], cap: Capability | None, counts: Counts) -> tuple[list[Strategy], str]:
     """The strategies the framework runs, and the first refusal's reason ('' if none)."""
     if cap is None:
@@ -334,7 +286,7 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     counts.seconds["memory"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache = cache or CostCache(search.cluster)
-    frame = _sorted(_score(fits, search, cache, counts))
+    frame = by_step_time(score(fits, search, cache, counts))
     counts.seconds["rank"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     over = [s for _, s in sorted(mem.over_gpu, key=lambda bs: bs[0])]
@@ -349,7 +301,7 @@ def rank(search: Search, counts: Counts, cache: CostCache | None = None) -> pd.D
     more = _feasible(extra, search.workload, search.cluster, search.reserve_gb, counts, _Memory(mem.reports, mem.states),
                      search.layout_gpus, search.tick("variants"))
     if more:
-        frame = _sorted(pd.concat([frame, _score(more, search, cache, counts, "variants")], ignore_index=True))
+        frame = by_step_time(pd.concat([frame, score(more, search, cache, counts, "variants")], ignore_index=True))
     counts.seconds["variants"] = time.perf_counter() - t0
     counts.ranked = len(frame)
     return frame

@@ -1,4 +1,4 @@
-"""The rank phase in several processes (planner/search.py ``_score``): the candidates split between processes
+"""The rank phase in several processes (planner/score.py ``score``): the candidates split between processes
 (at least a chunk of RANK_CHUNK each) rank to the same table, cell for cell and in order, as in one process, and
 the progress counter still counts the whole phase."""
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import planner
-import planner.search as search_mod
+import planner.score as score_mod
 from simulator.cluster.presets import load_preset
 from simulator.workload.presets import get_preset
 
@@ -23,13 +23,13 @@ def _table(result) -> pd.DataFrame:
 
 @pytest.mark.parametrize("jobs", [2, 3])
 def test_split_ranking_equals_one_process(monkeypatch, jobs):
-    monkeypatch.setattr(search_mod, "RANK_CHUNK", 16)  # small chunks: this space splits
+    monkeypatch.setattr(score_mod, "RANK_CHUNK", 16)  # small chunks: this space splits
     seen = []
     split = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=jobs, pins=PINS,
                          progress=lambda phase, done, total: seen.append((phase, done, total)))
     calls = []
-    estimate = search_mod._estimates
-    monkeypatch.setattr(search_mod, "_estimates", lambda *a, **k: calls.append(1) or estimate(*a, **k))
+    estimate = score_mod.estimates_in_chunks
+    monkeypatch.setattr(score_mod, "estimates_in_chunks", lambda *a, **k: calls.append(1) or estimate(*a, **k))
     alone = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=1, pins=PINS)
     assert len(calls) == 2  # one process: the rank phase and the variants, each one call
     assert len(alone.frame) > jobs * 16
@@ -45,6 +45,6 @@ def test_one_job_or_few_candidates_stay_in_this_process(monkeypatch):
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker pool was started")
 
-    monkeypatch.setattr(search_mod, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(score_mod, "ProcessPoolExecutor", no_pool)
     result = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=2, pins=PINS)  # < 2 × 256 fit
-    assert len(result.frame) < 2 * search_mod.RANK_CHUNK
+    assert len(result.frame) < 2 * score_mod.RANK_CHUNK
