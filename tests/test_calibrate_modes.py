@@ -23,15 +23,20 @@ SLOW_CALLS = {2: 4, 3: 10, 4: 16}  # of 20 calls per point: 20 %, 50 %, 80 % wai
 def _bimodal(truth, slow_calls: dict[int, int], series=None):
     """Every point of ``series`` (default: the native design's) timed as 20 calls: ``20 − slow`` at ``truth``'s
     exact time and ``slow`` one tick later, ``slow`` by process count."""
-    series = series or series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS)
+    return _bimodal_series(truth, series or series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS),
+                           lambda _op, p: slow_calls[p])
+
+
+def _bimodal_series(truth, series, slow_of):
+    """Every point of ``series`` timed as 20 calls, ``slow_of(op, processes)`` of them one tick late."""
     cases = [c for p in NPROCS for c in _cases(on_node(truth, p), series, p, list(DEFAULT_SIZES))]
     timed = executed_time(cases)
     out = []
     for case in cases:
         s, p = case.timed_schedule, len(case.timed_schedule.ranks)
         t = timed(on_node(truth, p), list(range(p)), s.op, case.nbytes, case.algorithm).time_s
-        out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes,
-                                          [t] * (20 - slow_calls[p]) + [t + TICK_S] * slow_calls[p]))
+        k = slow_of(s.op, p)
+        out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes, [t] * (20 - k) + [t + TICK_S] * k))
     return out, cases
 
 
@@ -116,15 +121,7 @@ def _bimodal_by_op(truth, slow: dict):
     from executor.calibrate_replay import PROBE_SERIES
 
     series = series_for(Op.ALL_REDUCE, DEFAULT_ALGORITHMS) + [PROBE_SERIES[0]]
-    cases = [c for p in NPROCS for c in _cases(on_node(truth, p), series, p, list(DEFAULT_SIZES))]
-    timed = executed_time(cases)
-    out = []
-    for case in cases:
-        s, p = case.timed_schedule, len(case.timed_schedule.ranks)
-        t = timed(on_node(truth, p), list(range(p)), s.op, case.nbytes, case.algorithm).time_s
-        k = slow[s.op][p]
-        out.append(Measurement.from_times(s.op, case.algorithm, p, case.nbytes, [t] * (20 - k) + [t + TICK_S] * k))
-    return out, cases
+    return _bimodal_series(truth, series, lambda op, p: slow[op][p])
 
 
 def test_each_op_gets_its_own_wait_and_the_estimate_its_mean():
