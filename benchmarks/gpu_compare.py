@@ -30,7 +30,7 @@ from simulator.compile.ddp_copies import ddp_copy_s
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.offload_part import adam_bytes_per_param
 from simulator.strategy.formats import runs_autocast, sync_dtype
-from simulator.compute import _rates, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
+from simulator.compute import rates_for, achievable_hbm_Bps, edge_times, layer_times, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.run_results import load_results
@@ -80,7 +80,7 @@ def misaligned(row: dict) -> bool:
 
 def gemm_points(rows: list[dict], device, fp8: bool) -> list[dict]:
     """One point per measured shape: FLOPs, measured and model seconds, signed error, square?, misaligned?"""
-    rates, out = _rates(DtypePolicy.BF16_MIXED, device), []
+    rates, out = rates_for(DtypePolicy.BF16_MIXED, device), []
     for r in (r for r in rows if "median_s" in r):
         kernel = gemm("g", r["m"], r["n"], r["k"], 2, r["batch"])
         model_s = rates.time(replace(kernel, dtype=Dtype.FP8) if fp8 else kernel)[0]

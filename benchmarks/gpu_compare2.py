@@ -23,7 +23,7 @@ from gpu_compare import PAPER_CLUSTER, attention_points, pct, runs_md, table  # 
 from gpu_power import STEP_W, classpower_md, duty_md, powermodel_md  # noqa: E402
 
 from simulator.cluster.io import load_cluster  # noqa: E402
-from simulator.compute import _rates  # noqa: E402
+from simulator.compute import rates_for  # noqa: E402
 from simulator.errors import SpecError  # noqa: E402
 from simulator.validate import signed_error  # noqa: E402
 from simulator.workload.kinds import DtypePolicy  # noqa: E402
@@ -85,7 +85,7 @@ def clocks_md(extra: dict) -> str:
 
 def model_tflops(device, m: int, n: int, k: int, batch: int = 1) -> float:
     kernel = gemm("g", m, n, k, 2, batch)
-    return kernel.flops / _rates(DtypePolicy.BF16_MIXED, device).time(kernel)[0] / 1e12
+    return kernel.flops / rates_for(DtypePolicy.BF16_MIXED, device).time(kernel)[0] / 1e12
 
 
 def layout_md(extra: dict, device) -> str:
@@ -103,7 +103,7 @@ def grouped_points(extra: dict, device) -> list[dict]:
     out = []
     for (preset, ep), rs in groups.items():
         flops = sum(2.0 * r["batch"] * r["m"] * r["n"] * r["k"] for r in rs)
-        rates = _rates(DtypePolicy.BF16_MIXED, device)
+        rates = rates_for(DtypePolicy.BF16_MIXED, device)
         model_s = sum(rates.time(gemm("g", r["m"], r["n"], r["k"], 2, r["batch"]))[0] for r in rs)
         point = {"preset": preset, "ep": ep, "experts": rs[0]["batch"], "m": rs[0]["m"], "flops": flops,
                  "model_s": model_s}
@@ -160,7 +160,7 @@ def cooled_points(extra: dict, device, first: Path = FIRST) -> list[dict]:
     """Each shape timed after idle beside the first lease's back-to-back time of the same shape, and the model."""
     hot = {(r["m"], r["n"], r["k"], r["batch"]): r["median_s"] for r in json.loads(first.read_text())["gemm"]
            if "median_s" in r}
-    rates, out = _rates(DtypePolicy.BF16_MIXED, device), []
+    rates, out = rates_for(DtypePolicy.BF16_MIXED, device), []
     for r in (r for r in extra["cooled"] if "median_s" in r):
         key = (r["m"], r["n"], r["k"], r["batch"])
         kernel = gemm("g", *key[:3], 2, key[3])

@@ -132,7 +132,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
     """(phase, kernel name) → (seconds per step, kernels per step) of the model for the plan as run, cuDNN
     attention (what ran), each kernel timed alone (:meth:`simulator.compute.Rates.time`)."""
     from simulator.attention_efficiency import AttentionBackend
-    from simulator.compute import Phase, _rates, runs_cuda_kernels
+    from simulator.compute import Phase, rates_for, runs_cuda_kernels
     from simulator.compile.grad_adds import grad_add
     from simulator.strategy import Framework
     from simulator.strategy.formats import runs_autocast, sync_dtype
@@ -164,7 +164,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
         if runs_autocast(spec.dtype, s):
             works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
         works = with_grad_add(works, add, params, owner)
-        for phase, rates in ((Phase.FWD, _rates(spec.dtype, device)), (Phase.BWD, _rates(spec.dtype, device, Phase.BWD))):
+        for phase, rates in ((Phase.FWD, rates_for(spec.dtype, device)), (Phase.BWD, rates_for(spec.dtype, device, Phase.BWD))):
             for w in works:
                 for k in (w.fwd if phase is Phase.FWD else w.bwd):
                     cell = out[(phase.value, k.name)]
@@ -172,7 +172,7 @@ def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
                     cell[1] += times
     if layout.framework is Framework.TORCH_DDP:  # the reducer's bucket copies, once per step
         k = ddp_bucket_kernel(spec.params, sync_dtype(spec.dtype, s).grad_bytes, s.gradient_as_bucket_view)
-        out[("step", k.name)] = [_rates(spec.dtype, device, Phase.BWD).time(k)[0], 1]
+        out[("step", k.name)] = [rates_for(spec.dtype, device, Phase.BWD).time(k)[0], 1]
     return {key: (t, n) for key, (t, n) in out.items()}
 
 

@@ -16,8 +16,8 @@ process) it adds to every kernel once per operator the framework dispatches for 
 :mod:`simulator.workload.eager_dispatch`), at ``backward_call_overhead_us`` in backward where the device gives
 it (both measured per dispatched operator by ``trainplan calibrate --compute``); on an ``async`` one (a GPU) the per-operation rows here
 show device time only and a phase of a repeated unit takes max(Σ device time, kernels × o)
-(:func:`unit_times`, :mod:`simulator.host_overhead`). A fused-attention kernel on a device with published
-attention rates for its backend takes ``F_pub / (R(s) · r)`` as its compute term instead
+(:func:`simulator.unit_times.unit_times`, :mod:`simulator.host_overhead`). A fused-attention kernel on a device
+with published attention rates for its backend takes ``F_pub / (R(s) · r)`` as its compute term instead
 (:mod:`simulator.attention_efficiency`). A preset and a measured cluster file go through this same
 formula: only their numbers differ.
 An operation's time is the sum of its kernels'; it is reported as compute- or memory-bound by
@@ -41,20 +41,18 @@ from simulator.errors import SpecError
 from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
-from simulator.host_overhead import host_calls, stream_s
-from simulator.workload.chunks import block_params_held, edge_params_held, layer_kernel, recomputed
+from simulator.workload.chunks import block_params_held, edge_params_held, recomputed
 from simulator.workload.grad_accum import GradAdd, with_grad_add
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
-from simulator.workload.layers import LayerListWorkload
 from simulator.workload.loss import with_loss
 from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
 from simulator.workload.eager_norm import with_norm_weight_grads
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
-from simulator.workload.protocol import ChunkSlice, WorkUnit
+from simulator.workload.protocol import ChunkSlice
 from simulator.workload.transformer import TransformerSpec
 
 
@@ -196,7 +194,7 @@ def achievable_hbm_Bps(device: Device, curve: GemmEfficiency | None = None) -> f
     return device.hbm_bw_GBps * 1e9 * (curve or efficiency_for(device)).hbm_efficiency
 
 
-def _rates(dtype: DtypePolicy, device: Device, phase: Phase = Phase.FWD) -> Rates:
+def rates_for(dtype: DtypePolicy, device: Device, phase: Phase = Phase.FWD) -> Rates:
     """The device's :class:`Rates` for ``dtype``; host time per call that of ``phase`` (backward's where the device
     gives one, ``Device.call_overhead_us``) on an ``inline`` device, 0 on an ``async`` one."""
     curve = efficiency_for(device)
@@ -214,14 +212,14 @@ def _rates(dtype: DtypePolicy, device: Device, phase: Phase = Phase.FWD) -> Rate
 def memory_kernel_s(device: Device, dtype: DtypePolicy, nbytes: float) -> float:
     """Seconds of a memory-bound kernel moving ``nbytes`` on ``device`` (the roofline's memory term,
     plus the device's per-kernel host overhead)."""
-    return _rates(dtype, device).time(memory("memory", nbytes))[0]
+    return rates_for(dtype, device).time(memory("memory", nbytes))[0]
 
 
 def kernel_s(device: Device, dtype: DtypePolicy, kernel: Kernel) -> float:
     """Seconds of one ``kernel`` record on ``device`` through :meth:`Rates.time`, the path every modelled kernel
     takes (roofline at the achievable HBM bandwidth for a memory-bound one, plus the backward's host time per
     dispatch on an ``inline`` device)."""
-    return _rates(dtype, device, Phase.BWD).time(kernel)[0]
+    return rates_for(dtype, device, Phase.BWD).time(kernel)[0]
 
 
 def runs_cuda_kernels(device: Device) -> bool:
@@ -242,7 +240,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
     :func:`simulator.workload.blocks.block_work`); ``autocast``: as eager autocast over fp32 parameters runs
     it (:mod:`simulator.workload.autocast`); ``grad_add``: the framework's gradient-accumulation add in the
     backward (:mod:`simulator.workload.grad_accum`)."""
-    rates = _rates(spec.dtype, device)
+    rates = rates_for(spec.dtype, device)
     works = block_work(spec, micro_batch, seq, tp, moe_layer=spec.is_moe_layer(spec.layers - 1), ep=ep,
                        routing_skew=routing_skew, flash_attention=flash_attention,
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context,
@@ -259,7 +257,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
         rows += [_row(w, Phase.RECOMPUTE, kernels, rates) for w, kernels in again if kernels]
     rows += [_row(w, Phase.RECOMPUTE, w.fwd, rates) for w in works
              if recomputed(w, recompute, flash_attention)]
-    bwd_rates = _rates(spec.dtype, device, Phase.BWD)
+    bwd_rates = rates_for(spec.dtype, device, Phase.BWD)
     rows += [_row(w, Phase.BWD, w.bwd, bwd_rates) for w in works]
     return rows
 
@@ -270,7 +268,7 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST) of a model
     on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`; ``loss``: how the framework
     computes the cross-entropy (``Framework.loss_impl``, :mod:`simulator.workload.loss`), as the engines' chunks."""
-    rates = _rates(spec.dtype, device)
+    rates = rates_for(spec.dtype, device)
     works = with_loss(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel), loss,
                       spec.dtype.activation_bytes, autocast=autocast)
     works = with_norm_weight_grads(works, KernelFusion.EAGER, runs_cuda_kernels(device))
@@ -280,7 +278,7 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS)):
         works = with_grad_add(works, grad_add, edge_params_held(spec, whole, tp, scope), owner)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
-    bwd_rates = _rates(spec.dtype, device, Phase.BWD)
+    bwd_rates = rates_for(spec.dtype, device, Phase.BWD)
     rows += [_row(w, Phase.BWD, w.bwd, bwd_rates) for w in works]
     return rows
 
@@ -307,56 +305,3 @@ def to_dataframe(rows: list[OpTime]):
     return pd.DataFrame([{"op": r.op.value, "phase": r.phase.value, "scope": r.scope.value,
                           "flops": r.flops, "bytes": r.bytes, "time_s": r.time_s,
                           "bound": r.bound.value, "efficiency": r.efficiency} for r in rows])
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerTime:
-    """One row for a generic layer list: a layer in one phase."""
-
-    layer: str
-    phase: Phase
-    flops: float
-    bytes: float
-    time_s: float
-    bound: Bound
-
-
-def layer_list_times(workload: LayerListWorkload, device: Device, micro_batch: int) -> list[LayerTime]:
-    """Roofline per layer of a generic workload: forward reads the weights and writes the activations
-    (``params·param_bytes + b·activation_bytes``); backward is 2× the FLOPs and 2× the bytes
-    (:func:`simulator.workload.chunks.layer_kernel`)."""
-    rates = _rates(workload.dtype, device)
-    rows = []
-    for phase, factor in ((Phase.FWD, 1), (Phase.BWD, 2)):
-        for layer in workload.layers:
-            kernel = layer_kernel(layer, micro_batch, workload.dtype, factor)
-            t, bound = rates.time(kernel)
-            rows.append(LayerTime(layer=layer.name, phase=phase, flops=kernel.flops, bytes=kernel.bytes, time_s=t,
-                                  bound=bound))
-    return rows
-
-
-def unit_host_split(unit: WorkUnit, device: Device, dtype: DtypePolicy) -> tuple[tuple[float, float], ...]:
-    """(device seconds, host seconds) of one repetition of ``unit`` per phase (forward, backward, recompute):
-    the kernels' roofline times and their :func:`host_calls` × the phase's ``Device.call_overhead_us``, before
-    time-sharing."""
-    rates = replace(_rates(dtype, device), overhead_s=0.0)
-    return tuple((sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops),
-                  host_calls(device, ops) * device.call_overhead_us(backward) * 1e-6)
-                 for ops, backward in ((unit.fwd, False), (unit.bwd, True), (unit.recompute, False)))
-
-
-def unit_times(unit: WorkUnit, device: Device, dtype: DtypePolicy, share: float = 1.0) -> tuple[float, float, float]:
-    """(forward, backward, recompute) seconds of one repetition of ``unit``: each phase one stream of
-    kernels (:func:`simulator.host_overhead.stream_s`): device time the sum of its kernels' roofline
-    times, host time its :func:`host_calls` × the phase's ``Device.call_overhead_us``, added on an ``inline``
-    device (as :func:`total_time` adds the rows of :func:`layer_times`), the larger of the two on an ``async`` one;
-    ``share``: processes per host core (:func:`simulator.host_overhead.core_share`)."""
-    rates = replace(_rates(dtype, device), overhead_s=0.0)
-
-    def phase(ops: tuple[tuple[Kernel, ...], ...], backward: bool = False) -> float:
-        device_s = sum(sum(rates.time(k)[0] for k in kernels) for kernels in ops)
-        return stream_s(device, device_s, host_calls(device, ops), share,
-                        per_call_us=device.call_overhead_us(backward))
-
-    return phase(unit.fwd), phase(unit.bwd, True), phase(unit.recompute)

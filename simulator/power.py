@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from simulator.compute import Bound, Rates, _rates
+from simulator.compute import Bound, Rates, rates_for
 from simulator.gemm_alignment import misaligned_cap
 from simulator.power_model import PowerDraw
 from simulator.workload.kinds import DtypePolicy
@@ -94,7 +94,7 @@ def phase_power(ops: tuple[tuple[Kernel, ...], ...], rates: Rates, draw: PowerDr
 def unit_power(unit, device, dtype: DtypePolicy) -> tuple[PhasePower, PhasePower, PhasePower]:
     """(forward, backward, recompute) :class:`PhasePower` of one repetition of a work unit on ``device``
     (which must have a ``power_draw``)."""
-    rates = replace(_rates(dtype, device), overhead_s=0.0)
+    rates = replace(rates_for(dtype, device), overhead_s=0.0)
     return tuple(phase_power(ops, rates, device.power_draw) for ops in (unit.fwd, unit.bwd, unit.recompute))
 
 

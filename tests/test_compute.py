@@ -216,7 +216,7 @@ def test_bad_parallel_arguments():
 
 
 def test_layer_list_times_hand_worked():
-    from simulator.compute import layer_list_times
+    from simulator.unit_times import layer_list_times
     from simulator.workload import LayerListWorkload, LayerSpec
     w = LayerListWorkload(name="m", layers=(LayerSpec(name="fc", params=1000, fwd_flops=1e9, activation_bytes=100),))
     dev = Device(name="x", peak_tflops={Dtype.FP32: 10.0}, memory_bytes=10**9, hbm_bw_GBps=100.0, gemm_efficiency=FLAT)

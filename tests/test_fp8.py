@@ -10,7 +10,7 @@ import pytest
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
 from simulator.compile import compile_step
-from simulator.compute import Rates, _rates, kernel_time, memory_kernel_s
+from simulator.compute import Rates, rates_for, kernel_time, memory_kernel_s
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import efficiency_for
@@ -83,7 +83,7 @@ def test_an_fp8_gemm_at_the_fp8_peak_and_the_same_duration_efficiency():
     # hgx-h200: tests/test_fp8_gemm_efficiency.py)
     b200 = load_cluster("dgx-b200", nodes=1).device
     assert b200.fp8_gemm_efficiency is None
-    rates = _rates(LLAMA.dtype, b200)
+    rates = rates_for(LLAMA.dtype, b200)
     assert rates.fp8_peak_flops == 4500e12 and rates.peak_flops == 2250e12
     fp8 = _named(_block(Fp8Recipe.TE)[OpKind.MLP].fwd)["mlp_in"]
     curve = efficiency_for(b200)

@@ -19,7 +19,7 @@ import pytest
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.io import cluster_to_dict
 from simulator.cluster.presets import load_preset
-from simulator.compute import _rates, kernel_time
+from simulator.compute import rates_for, kernel_time
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import efficiency_for, overhead_curve
@@ -90,7 +90,7 @@ def test_h200_fp8_plateau_is_the_measured_8192_square_over_the_fp8_peak():
 
 def test_an_fp8_gemm_on_h100_uses_the_fp8_curve_not_the_same_duration_assumption():
     device = load_preset("dgx-h100").device
-    rates = _rates(load_model("llama3-8b").dtype, device)
+    rates = rates_for(load_model("llama3-8b").dtype, device)
     gemm = Kernel(name="mlp_in", flops=SQUARE, bytes=3 * 8192**2, gemm=True, dtype=Dtype.FP8,
                   shape=GemmShape(8192, 8192, 8192))
     want = kernel_time(gemm, 1979e12, rates.hbm_Bps, device.fp8_gemm_efficiency, rates.sm_count, rates.clock_ratio)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from simulator.cluster.io import load_cluster
-from simulator.compute import _rates, edge_times
+from simulator.compute import rates_for, edge_times
 from simulator.gemm_alignment import ALIGNED_BYTES, alignment_bytes, misaligned_cap, padded_vocab
 from simulator.gemm_shape import GemmShape
 from simulator.strategy.framework import Framework
@@ -71,7 +71,7 @@ def test_only_hopper_bf16_is_capped():
 def test_h200_logits_gemm_runs_at_the_measured_rate():
     """16384 x 50257 x 2048 bf16 on hgx-h200: 0.14 x 989 = 138 TFLOP/s (measured 140 median, trace of
     2026-11-24), where the padded 50304 runs on the curve, near 790 TFLOP/s."""
-    rates = _rates(DtypePolicy.BF16_MIXED, load_cluster("hgx-h200").device)
+    rates = rates_for(DtypePolicy.BF16_MIXED, load_cluster("hgx-h200").device)
     odd, padded = gemm("g", 16384, 50257, 2048, 2), gemm("g", 16384, 50304, 2048, 2)
     odd_tflops = odd.flops / rates.time(odd)[0] / 1e12
     assert odd_tflops == pytest.approx(0.14 * 989, rel=0.02)
@@ -87,7 +87,7 @@ def test_padding_removes_the_penalty_of_an_odd_vocabulary():
     """GPT-3 1.3B on hgx-h200, micro-batch 8: the unpadded logits take > 4x the padded ones."""
     from simulator.workload.ops import edge_work
     spec = get_preset("gpt3-1.3b")
-    rates = _rates(spec.dtype, load_cluster("hgx-h200").device)
+    rates = rates_for(spec.dtype, load_cluster("hgx-h200").device)
 
     def logits_s(multiple):
         work = next(w for w in edge_work(spec, 8, vocab_multiple=multiple) if w.op is OpKind.LOGITS)

@@ -40,7 +40,7 @@ def tables():
 
 
 def test_square_tflops_is_2n3_over_median_and_model_is_the_rates_time(measured, device):
-    from simulator.compute import _rates
+    from simulator.compute import rates_for
     from simulator.workload.kinds import DtypePolicy
     from simulator.workload.ops import gemm
     points = {p["m"]: p for p in gc.gemm_points(measured["gemm"], device, fp8=False) if p["square"]}
@@ -49,7 +49,7 @@ def test_square_tflops_is_2n3_over_median_and_model_is_the_rates_time(measured, 
     assert p["flops"] == 2 * 8192 ** 3
     assert p["flops"] / p["measured_s"] / 1e12 == pytest.approx(2 * 8192 ** 3 / raw["median_s"] / 1e12)
     assert round(p["flops"] / p["measured_s"] / 1e12) == 779  # measure-gemm.log: squares {..., 8192: 779, ...}
-    model_s = _rates(DtypePolicy.BF16_MIXED, device).time(gemm("g", 8192, 8192, 8192, 2))[0]
+    model_s = rates_for(DtypePolicy.BF16_MIXED, device).time(gemm("g", 8192, 8192, 8192, 2))[0]
     assert p["model_s"] == model_s and p["error"] == pytest.approx(model_s / raw["median_s"] - 1)
     assert sorted(points) == [256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384]
 

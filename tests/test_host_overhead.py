@@ -16,7 +16,7 @@ from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import KernelDispatch
 from simulator.compile import compile_step
-from simulator.compute import unit_times
+from simulator.unit_times import unit_times
 from simulator.errors import SpecError
 from simulator.run_results import load_results
 from simulator.strategy import build_layout

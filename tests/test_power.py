@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 from simulator.cluster.io import cluster_from_dict, cluster_to_dict, load_cluster
 from simulator.compile.compute_part import chunk_compute
 from simulator.compile.costs import CostCache
-from simulator.compute import Bound, _rates
+from simulator.compute import Bound, rates_for
 from simulator.errors import SpecError
 from simulator.power import KernelClass, PhasePower, kernel_class, stretch, unit_power
 from simulator.power_model import PowerDraw, power_draw_from_dict
@@ -53,7 +53,7 @@ def test_stretch_is_at_least_one_and_grows_with_the_draw(device_s, gemm_share, m
 
 
 def test_kernel_classes():
-    rates = _rates(DtypePolicy.BF16_MIXED, H200.device)
+    rates = rates_for(DtypePolicy.BF16_MIXED, H200.device)
     assert kernel_class(memory("m", 1e9), Bound.MEMORY, rates) is KernelClass.MEMORY
     assert kernel_class(gemm("g", 16384, 6144, 2048, 2), Bound.COMPUTE, rates) is KernelClass.GEMM
     assert kernel_class(gemm("g", 16384, 50257, 2048, 2), Bound.COMPUTE, rates) is KernelClass.MISALIGNED_GEMM

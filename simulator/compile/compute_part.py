@@ -4,7 +4,7 @@ per chunk, the bytes a stage boundary sends, and the step's FLOPs.
 The workload says what a chunk runs and holds (:meth:`simulator.workload.Workload.chunk_load`:
 kernels per repeated unit, parameters, boundary bytes; :mod:`simulator.workload.chunks` for the
 transformer and the layer list); the device says how long that takes
-(:func:`simulator.compute.unit_times`, a roofline per kernel). A chunk's time is the sum over its
+(:func:`simulator.unit_times.unit_times`, a roofline per kernel). A chunk's time is the sum over its
 units of repetitions × one repetition's time — for a transformer, ``L ×`` one block plus the
 embedding on the model's first chunk and the final norm, logits and loss on its last.
 Recomputation rows are the forward work backward repeats; they run inside the backward action, so
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from simulator.compile.chunk_loads import chunk_load
 from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
-from simulator.compute import unit_host_split, unit_times
+from simulator.unit_times import unit_host_split, unit_times
 from simulator.power import PhasePower, power_limited, stretch, unit_power
 from simulator.strategy.spec import AttentionKind
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
