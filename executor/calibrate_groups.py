@@ -2,7 +2,9 @@
 
 ``comm.blocking_wait_us`` is measured on groups of all the node's processes (:mod:`executor.calibrate_modes`); a tp,
 pp or dp group of the suite's 4- and 8-process hybrids is a pair, and a pair on a 4-process node waited about what it
-waits at 2 processes, not the 4-rank group's W(4) [src: own-gloo-pair-wait-2026-11-25]. So, beside the fitted series:
+waits at 2 processes, not the 4-rank group's W(4) [src: own-gloo-pair-wait-2026-11-25] (this probe, ten runs on the
+loaded VM: W_2(4) median 1.78 ms against W(4) 3.98 ms [src: own-gloo-group-wait-2026-11-25]). So, beside the fitted
+series:
 
     W_2(p) = mean over every rank's timed calls of (t − T_fast(2-rank all-reduce of n bytes on a node of p))
                                                                     → comm.group_wait_us[2][p]
