@@ -81,10 +81,11 @@ def fast_points(measurements) -> list:
 
 
 def without_waits(cluster: Cluster) -> Cluster:
-    """``cluster`` with no blocking wait (the fast mode a fit starts from)."""
-    if not cluster.comm.blocking_wait_us and not cluster.comm.op_wait_us:
+    """``cluster`` with no blocking wait, whole-node, per op or per group size (the fast mode a fit starts from)."""
+    comm = cluster.comm
+    if not comm.blocking_wait_us and not comm.op_wait_us and not comm.group_wait_us:
         return cluster
-    return replace(cluster, comm=replace(cluster.comm, blocking_wait_us=(), op_wait_us=()))
+    return replace(cluster, comm=replace(comm, blocking_wait_us=(), op_wait_us=(), group_wait_us=()))
 
 
 def with_waits(cluster: Cluster, waits_us: dict[int, float], per_op_us: dict[Op, dict[int, float]] | None = None

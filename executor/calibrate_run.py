@@ -170,6 +170,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
 
     from executor.calibrate import check_calibratable
     from executor.calibrate_async import PROBE_BATCH
+    from executor.calibrate_groups import with_pair_waits
     from executor.calibrate_modes import op_waits_text, waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
@@ -194,6 +195,8 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     batched = _async_broadcasts(nprocs) if probes else {}
     if batched:
         fitted = replace(fitted, comm=replace(fitted.comm, async_broadcast_us=tuple(sorted(batched.items()))))
+    pairs = _pair_waits(fitted, nprocs) if probes else {}
+    fitted = with_pair_waits(fitted, pairs)
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     if probes:
         what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
@@ -209,6 +212,9 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
                  "replays' means with the others held (executor.calibrate_replay)")
+              + ("" if not pairs else "; group_wait_us (pairs calling at once, mean excess over that fit, "
+                 "executor.calibrate_groups): 2-rank groups " + ", ".join(f"{us:.1f} us at {p} processes"
+                                                                            for p, us in sorted(pairs.items())))
               + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
                  f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
                  + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")
@@ -233,6 +239,13 @@ def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
     from executor.calibrate_async import async_broadcast_us
 
     return async_broadcast_us(nprocs)
+
+
+def _pair_waits(fitted: Cluster, nprocs: Sequence[int]) -> dict[int, float]:
+    """``comm.group_wait_us[2]`` measured beside the native design's probes (:mod:`executor.calibrate_groups`)."""
+    from executor.calibrate_groups import pair_calls, pair_waits_us
+
+    return pair_waits_us(fitted, pair_calls(nprocs))
 
 
 def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction: bool = False):

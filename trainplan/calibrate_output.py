@@ -15,10 +15,10 @@ def _median_abs(rows) -> float:
     return statistics.median(abs(r.error_pct) for r in rows)
 
 
-def as_dict(fit, path: str, fresh=None, async_broadcast_us=()) -> dict:
+def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=()) -> dict:
     """``--json``: the fitted parameters, their spread, the rows and the probes' rows; with ``fresh`` (the
     ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``;
-    ``async_broadcast_us``: the written file's ``comm.async_broadcast_us`` pairs."""
+    ``async_broadcast_us``, ``group_wait_us``: the written file's ``comm.async_broadcast_us``, ``comm.group_wait_us``."""
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "replay_step_us": fit.replay_step_us,
@@ -30,7 +30,8 @@ def as_dict(fit, path: str, fresh=None, async_broadcast_us=()) -> dict:
          "op_wait_us": {op.value: {str(p): w for p, w in sorted(t.items())} for op, t in (fit.op_wait_us or {}).items()},
          "op_wait_spread_us": {op.value: {str(p): list(v) for p, v in sorted(t.items())}
                                for op, t in (fit.op_wait_spread or {}).items()},
-         "async_broadcast_us": {str(p): us for p, us in async_broadcast_us}}
+         "async_broadcast_us": {str(p): us for p, us in async_broadcast_us},
+         "group_wait_us": {str(g): {str(p): us for p, us in table} for g, table in group_wait_us}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -60,7 +61,7 @@ def _print_probes(rows) -> None:
         _print_rows([r for r in rows if (r.op, r.algorithm) == (op, algorithm)])
 
 
-def print_table(fit, fresh=None, async_broadcast_us=()) -> None:
+def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=()) -> None:
     """The fitted parameters (with their bootstrap p10..p90) and the written file's per-call broadcast cost of an
     asynchronous batch, the rows, the probes and the machine's quiet note; then the fresh set's, when given."""
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
@@ -79,6 +80,9 @@ def print_table(fit, fresh=None, async_broadcast_us=()) -> None:
         print(f"wait per call {waits_text(fit.blocking_wait_us, fit.wait_spread)} (mean excess over the fit)")
         for op, table in sorted((fit.op_wait_us or {}).items(), key=lambda kv: kv[0].value):
             print(f"  {op.value:>11} {waits_text(table, (fit.op_wait_spread or {}).get(op))} (its own calls)")
+    for size, table in group_wait_us:
+        text = ", ".join(f"{us:.0f} us at {p}" for p, us in table)
+        print(f"  {size}-rank groups {text} (groups calling at once, measured apart)")
     if async_broadcast_us:
         text = ", ".join(f"{us:.0f} us at {p}" for p, us in async_broadcast_us)
         print(f"async bcast   {text} (per broadcast of a batch, measured apart)")

@@ -11,8 +11,8 @@ from simulator.cluster.spec import BusBwCap, CommLibrary, CommProfile, CpuVendor
 from simulator.collectives.base import Op
 from simulator.errors import SpecError
 
-COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "op_wait_us", "async_broadcast_us",
-             "protocols", "collective_sms")
+COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "op_wait_us", "group_wait_us",
+             "async_broadcast_us", "protocols", "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
                  "net_post_overhead_us")
@@ -36,6 +36,7 @@ def comm_profile(s: Section) -> CommProfile:
     return CommProfile(library=library, call_latency_us=s.number("call_latency_us", 0.0, minimum="non_negative"),
                        replay_step_us=s.number("replay_step_us", 0.0, minimum="non_negative"),
                        blocking_wait_us=_per_processes(s, "blocking_wait_us"), op_wait_us=_per_op(s),
+                       group_wait_us=_per_group(s),
                        async_broadcast_us=_per_processes(s, "async_broadcast_us"), protocols=protocols,
                        collective_sms=s.integer("collective_sms", 0, minimum=0))
 
@@ -54,6 +55,25 @@ def _per_op(s: Section) -> tuple:
             raise SpecError(field, f"keys are collective ops ({', '.join(known)}), got {name!r}")
         out.append((known[name], _per_processes(Section(raw, field, raw.keys()), name)))
     return tuple(sorted(out, key=lambda kv: kv[0].value))
+
+
+def _per_group(s: Section) -> tuple:
+    """``comm.group_wait_us``: a mapping of group size (a whole number >= 2; JSON's text keys too) to a
+    per-process-count mapping as :func:`_per_processes` reads it (:attr:`CommProfile.group_wait_us`; that its counts
+    exceed the size is checked there)."""
+    raw = s.raw("group_wait_us", {})
+    field = s.field("group_wait_us")
+    if not isinstance(raw, dict):
+        raise SpecError(field, "must be a mapping of group size to {process count: µs}, e.g. {2: {4: 650.0}}")
+    out = {}
+    for name in raw:
+        size = int(name) if isinstance(name, str) and name.isdigit() else name
+        if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+            raise SpecError(field, f"keys are group sizes (whole numbers >= 2), got {name!r}")
+        if size in out:
+            raise SpecError(field, f"group size {size} is given twice")
+        out[size] = _per_processes(Section(raw, field, raw.keys()), name)
+    return tuple(sorted(out.items()))
 
 
 def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:

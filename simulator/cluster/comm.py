@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from simulator.checks import non_negative_number, positive_int, positive_number
+from simulator.checks import non_negative_number, positive_number
+from simulator.cluster.core_wait import at_processes_s, call_wait_s, check_per_group, check_per_processes
 from simulator.collectives.base import Op
 from simulator.errors import SpecError
 
@@ -229,6 +230,13 @@ class CommProfile:
     all-reduce waited 0.7-1.5 / 1.5-2.2 / 3.6-4.8 ms per call on average, an all-gather 0.4-1.0 / 1.7-2.1 / 3.0-4.0 ms,
     a broadcast 0.0-0.4 / 0.4-0.8 / 0.8-1.2 ms [src: own-gloo-op-waits-2026-11-25]. Measured by ``trainplan calibrate`` for its fitted series and its broadcast
     probe (:mod:`executor.calibrate_modes`); empty on every preset."""
+    group_wait_us: tuple[tuple[int, tuple[tuple[int, float], ...]], ...] = ()
+    """The expected wait for a core of one blocking call by a group smaller than the node's processes, µs, by group
+    size and the node's process count: ``((group size, ((processes, µs), ...)), ...)`` (file form: ``{2: {4: 650.0}}``,
+    every process count above its group size). A pair on a 4-process node waits about what it waits at 2 processes,
+    not the 4-process group's :attr:`blocking_wait_us` [src: own-gloo-pair-wait-2026-11-25]; how a call reads it, and
+    what a size not measured pays: :mod:`simulator.cluster.core_wait`. Measured by ``trainplan calibrate`` for pairs
+    (:mod:`executor.calibrate_groups`); empty on every preset."""
     async_broadcast_us: tuple[tuple[int, float], ...] = ()
     """Mean time per call of a batch of small broadcasts issued with ``async_op=True`` by their owners and then all
     waited, µs, by the node's process count (file form as ``blocking_wait_us``): torch ``ZeroRedundancyOptimizer``'s
@@ -252,51 +260,31 @@ class CommProfile:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
         non_negative_number("comm.replay_step_us", self.replay_step_us)
         for name in ("blocking_wait_us", "async_broadcast_us"):
-            _check_per_processes(f"comm.{name}", getattr(self, name))
+            check_per_processes(f"comm.{name}", getattr(self, name))
         ops = [op for op, _ in self.op_wait_us]
         if len(set(ops)) != len(ops) or not all(isinstance(op, Op) for op in ops):
             raise SpecError("comm.op_wait_us", "give each collective op once, e.g. {all-reduce: {2: 1330.0}}")
         for op, table in self.op_wait_us:
-            _check_per_processes(f"comm.op_wait_us.{op.value}", table)
+            check_per_processes(f"comm.op_wait_us.{op.value}", table)
+        check_per_group("comm.group_wait_us", self.group_wait_us)
         if not isinstance(self.collective_sms, int) or isinstance(self.collective_sms, bool) \
                 or self.collective_sms < 0:
             raise SpecError("comm.collective_sms", f"must be a whole number >= 0, got {self.collective_sms!r}")
 
-    def blocking_wait_s(self, processes: int, op: Op | None = None) -> float:
-        """Expected wait of one blocking call (of ``op``: its own :attr:`op_wait_us` table where it has one, else
-        :attr:`blocking_wait_us`) on a node of ``processes`` processes, seconds: the measured figure at that count;
-        between two measured counts the straight line through them; outside them the nearest measured count's (a
-        count above the largest measured is not extrapolated: the wait there is at least that; measure it with
-        ``trainplan calibrate --nproc``); 0 where nothing is measured. E.g. ``((2, 760), (4, 3700))``: 3 processes
-        wait 2230 µs, 8 processes 3700 µs."""
+    def blocking_wait_s(self, processes: int, op: Op | None = None, group_size: int | None = None) -> float:
+        """Expected wait of one blocking call of ``op`` by a ``group_size``-rank group (None: all the node's) on a node
+        of ``processes`` processes, seconds: the op's own :attr:`op_wait_us` table where it has one, else
+        :attr:`blocking_wait_us`, read at that count; a smaller group of a measured size reads :attr:`group_wait_us`
+        (:func:`simulator.cluster.core_wait.call_wait_s`, the rule's one home). Between two measured counts the
+        straight line through them; outside them the nearest measured count's (a count above the largest measured is
+        not extrapolated: measure it with ``trainplan calibrate --nproc``); 0 where nothing is measured. E.g.
+        ``((2, 760), (4, 3700))``: 3 processes wait 2230 µs, 8 processes 3700 µs."""
         own = dict(self.op_wait_us).get(op) if op is not None else None
-        return _at_processes_s(self.blocking_wait_us if own is None else own, processes)
+        return call_wait_s(self.blocking_wait_us if own is None else own, self.group_wait_us, processes, group_size)
 
     def async_broadcast_s(self, processes: int) -> float | None:
         """Fixed cost of one broadcast of an asynchronous batch on a node of ``processes`` processes, seconds
         (:attr:`async_broadcast_us`, read between and beyond measured counts as :meth:`blocking_wait_s`); None where
         nothing is measured."""
-        return _at_processes_s(self.async_broadcast_us, processes) if self.async_broadcast_us else None
+        return at_processes_s(self.async_broadcast_us, processes) if self.async_broadcast_us else None
 
-
-def _check_per_processes(name: str, table: tuple[tuple[int, float], ...]) -> None:
-    """A per-process-count table: each count once, increasing, a whole number >= 1, its µs >= 0."""
-    counts = [p for p, _ in table]
-    if counts != sorted(set(counts)):
-        raise SpecError(name, "give each process count once, in increasing order")
-    for processes, us in table:
-        positive_int(name, processes)
-        non_negative_number(f"{name}.{processes}", us)
-
-
-def _at_processes_s(table: tuple[tuple[int, float], ...], processes: int) -> float:
-    """A per-process-count table of µs read at ``processes``, seconds: the straight line between the two measured
-    counts around it, the nearest measured count's outside them, 0 for an empty table."""
-    if not table:
-        return 0.0
-    if processes <= table[0][0]:
-        return table[0][1] * 1e-6
-    for (p0, w0), (p1, w1) in zip(table, table[1:]):
-        if processes <= p1:
-            return (w0 + (w1 - w0) * (processes - p0) / (p1 - p0)) * 1e-6
-    return table[-1][1] * 1e-6

@@ -112,6 +112,9 @@ def _comm_line(c: Cluster) -> str:
             + " processes"
     for op, table in comm.op_wait_us:
         text += f"; wait per {op.value} " + ", ".join(f"{_num(us)} µs at {p}" for p, us in table) + " processes"
+    for size, table in comm.group_wait_us:
+        text += f"; wait per call of a {size}-rank group " + ", ".join(f"{_num(us)} µs at {p}" for p, us in table) \
+            + " processes"
     if comm.async_broadcast_us:
         text += "; per broadcast of an asynchronous batch " + ", ".join(
             f"{_num(us)} µs at {p}" for p, us in comm.async_broadcast_us) + " processes"

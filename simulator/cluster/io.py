@@ -190,6 +190,8 @@ def _comm_dict(comm: CommProfile) -> dict:
         d["blocking_wait_us"] = {p: us for p, us in comm.blocking_wait_us}
     if comm.op_wait_us:
         d["op_wait_us"] = {op.value: {p: us for p, us in table} for op, table in comm.op_wait_us}
+    if comm.group_wait_us:
+        d["group_wait_us"] = {g: {p: us for p, us in table} for g, table in comm.group_wait_us}
     if comm.async_broadcast_us:
         d["async_broadcast_us"] = {p: us for p, us in comm.async_broadcast_us}
     return d

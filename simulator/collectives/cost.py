@@ -41,7 +41,9 @@ Waits (:meth:`Env.blocking_wait_s`, since 2026-11-25): there a blocking call may
 scheduler tick on the 2-core VM), so each call also pays ``W(processes)``, the expected wait measured at the node's
 process count (``comm.blocking_wait_us``; not × share; expectations add, so k calls pay k·W). An op measured on its
 own (``comm.op_wait_us``: gloo's all-reduce, all-gather and broadcast, since 2026-11-25) pays its own W(op,
-processes) [src: own-gloo-op-waits-2026-11-25]. 0 on every preset: their estimates stay the α-β closed forms
+processes) [src: own-gloo-op-waits-2026-11-25]; a group smaller than the node's processes pays its size's own wait
+where measured (``comm.group_wait_us``, :mod:`simulator.cluster.core_wait`) [src: own-gloo-pair-wait-2026-11-25].
+0 on every preset: their estimates stay the α-β closed forms
 [src: own-gloo-blocking-wait-2026-11-25].
 """
 
@@ -151,21 +153,25 @@ class Env:
             return 1.0
         return min(1.0, cap * 1e9 / (protocol.efficiency(self.family) * group.ring_bus_bw_Bps))
 
-    def blocking_wait_s(self, op: Op | None = None) -> float:
-        """Expected wait for a core of one blocking call of ``op`` (module docstring, "Waits"):
-        ``comm.blocking_wait_s`` at the node's ``gpus_per_node`` processes (the op's own table where measured; on gloo
-        a reduce-scatter's is the all-reduce's, :func:`simulator.collectives.gloo_ops.waits_as`) over a loopback link
-        without a protocol, else 0."""
+    def blocking_wait_s(self, op: Op | None = None, group_size: int | None = None) -> float:
+        """Expected wait for a core of one blocking call of ``op`` by a ``group_size``-rank group (None: :attr:`group`'s
+        size, else the whole node's) (module docstring, "Waits"): ``comm.blocking_wait_s`` at the node's
+        ``gpus_per_node`` processes (the op's own table where measured, on gloo a reduce-scatter's the all-reduce's,
+        :func:`simulator.collectives.gloo_ops.waits_as`; a smaller group's own where its size was measured,
+        :mod:`simulator.cluster.core_wait`) over a loopback link without a protocol, else 0."""
         if self.protocol is not None or self.cluster.node.intra_link.kind is not LinkKind.LOOPBACK:
             return 0.0
         comm = self.cluster.comm
-        return comm.blocking_wait_s(self.cluster.node.gpus_per_node, waits_as(comm, op))
+        if group_size is None and self.group is not None:
+            group_size = self.group.p
+        return comm.blocking_wait_s(self.cluster.node.gpus_per_node, waits_as(comm, op), group_size)
 
-    def overhead_s(self, family: str, calls: int = 1, op: Op | None = None) -> float:
-        """Fixed cost of ``calls`` library calls of ``op`` by an algorithm family: without a protocol
-        ``calls · (call_latency · share + blocking wait of op)``."""
+    def overhead_s(self, family: str, calls: int = 1, op: Op | None = None, group_size: int | None = None) -> float:
+        """Fixed cost of ``calls`` library calls of ``op`` by an algorithm family on a ``group_size``-rank group (None:
+        :attr:`group`'s): without a protocol ``calls · (call_latency · share + blocking wait of op and group)``."""
         if self.protocol is None:
-            return calls * (self.cluster.comm.call_latency_us * 1e-6 * self.time_share + self.blocking_wait_s(op))
+            return calls * (self.cluster.comm.call_latency_us * 1e-6 * self.time_share
+                            + self.blocking_wait_s(op, group_size))
         base = self.protocol.base_latency_us
         if family not in base:
             raise SpecError("comm.protocols", f"protocol {self.protocol.name} has no base latency for "

@@ -161,9 +161,9 @@ class CallPlanner:
                                        lambda: algorithm.chunk_pipeline_latency_s(costs, shaped, call.op, call.nbytes))
         else:
             chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
-        replay_s = (costs.overhead_s(algorithm.family, algorithm.calls, call.op)  # in schedule_time_s's order
-                    + self._step_bw_sums[bw_key] + chain_s + gamma_s)
-        pre_s = costs.overhead_s(algorithm.family, algorithm.calls, call.op) + max(0.0, call.time_s - replay_s) + chain_s
+        overhead_s = costs.overhead_s(algorithm.family, algorithm.calls, call.op, len(group))
+        replay_s = overhead_s + self._step_bw_sums[bw_key] + chain_s + gamma_s  # in schedule_time_s's order
+        pre_s = overhead_s + max(0.0, call.time_s - replay_s) + chain_s
         return CallPlan(pre_s, steps, gamma_s)
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
