@@ -67,11 +67,7 @@ def _per_group(s: Section) -> tuple:
         raise SpecError(field, "must be a mapping of group size to {process count: µs}, e.g. {2: {4: 650.0}}")
     out = {}
     for name in raw:
-        size = int(name) if isinstance(name, str) and name.isdigit() else name
-        if not isinstance(size, int) or isinstance(size, bool) or size < 2:
-            raise SpecError(field, f"keys are group sizes (whole numbers >= 2), got {name!r}")
-        if size in out:
-            raise SpecError(field, f"group size {size} is given twice")
+        size = _whole_key(field, name, out, minimum=2, what="group size")
         out[size] = _per_processes(Section(raw, field, raw.keys()), name)
     return tuple(sorted(out.items()))
 
@@ -86,13 +82,20 @@ def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
         raise SpecError(field, "must be a mapping of process count to µs, e.g. {2: 760.0, 4: 3700.0}")
     table = {}
     for name in raw:
-        count = int(name) if isinstance(name, str) and name.isdigit() else name
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(field, f"keys are process counts (whole numbers >= 1), got {name!r}")
-        if count in table:
-            raise SpecError(field, f"process count {count} is given twice")
+        count = _whole_key(field, name, table, minimum=1, what="process count")
         table[count] = Section(raw, field, raw.keys()).number(name, minimum="non_negative")
     return tuple(sorted(table.items()))
+
+
+def _whole_key(field: str, name, seen: dict, *, minimum: int, what: str) -> int:
+    """A mapping's key read as a whole number >= ``minimum`` (YAML's ints, JSON's text keys), not already in
+    ``seen``; else the one-line error naming ``field``."""
+    key = int(name) if isinstance(name, str) and name.isdigit() else name
+    if not isinstance(key, int) or isinstance(key, bool) or key < minimum:
+        raise SpecError(field, f"keys are {what}s (whole numbers >= {minimum}), got {name!r}")
+    if key in seen:
+        raise SpecError(field, f"{what} {key} is given twice")
+    return key
 
 
 def _protocol(s: Section) -> Protocol:
