@@ -171,6 +171,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     from executor.calibrate import check_calibratable
     from executor.calibrate_async import PROBE_BATCH
     from executor.calibrate_groups import with_pair_waits
+    from executor.calibrate_dtensor import measure_dtensor_waits, with_dtensor_waits
     from executor.calibrate_modes import op_waits_text, waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
@@ -197,6 +198,8 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
         fitted = replace(fitted, comm=replace(fitted.comm, async_broadcast_us=tuple(sorted(batched.items()))))
     pairs = _pair_waits(fitted, nprocs) if probes else {}
     fitted = with_pair_waits(fitted, pairs)
+    dtensor, dtensor_sp = measure_dtensor_waits(fitted, nprocs) if probes else ({}, {})
+    fitted = with_dtensor_waits(fitted, dtensor, dtensor_sp)
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     if probes:
         what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
@@ -215,6 +218,11 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               + ("" if not pairs else "; group_wait_us (pairs calling at once, mean excess over that fit, "
                  "executor.calibrate_groups): 2-rank groups " + ", ".join(f"{us:.1f} us at {p} processes"
                                                                             for p, us in sorted(pairs.items())))
+              + ("" if not dtensor else "; dtensor_wait_us (DTensor's calls in the tp model's micro-batches, "
+                 "mean per call less that fit, executor.calibrate_dtensor): " + ", ".join(
+                     f"{us:.1f} us at {p} processes" for p, us in sorted(dtensor.items()))
+                 + "; dtensor_sp_wait_us (the same with sequence parallelism): " + ", ".join(
+                     f"{us:.1f} us at {p} processes" for p, us in sorted(dtensor_sp.items())))
               + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
                  f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
                  + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")

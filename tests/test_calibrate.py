@@ -180,6 +180,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert [p for p, _ in cluster.comm.async_broadcast_us] == [2] and "async_broadcast_us" in cluster.source
     (_, us), = cluster.comm.async_broadcast_us
     assert f"async bcast   {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
+    # the DTensor probe (executor.calibrate_dtensor): the tp model's calls' wait, at the one process count
+    assert [p for p, _ in cluster.comm.dtensor_wait_us] == [2] and "dtensor_wait_us" in cluster.source
 
 
 @pytest.mark.parametrize("argv, message", [

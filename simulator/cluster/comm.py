@@ -247,6 +247,18 @@ class CommProfile:
     plus ``W(2)`` [src: own-gloo-async-broadcast-2026-11-25] (:meth:`async_broadcast_s`,
     :func:`simulator.compile.comm_part.torch_zero1_broadcasts`). Empty on every preset: such a batch costs its calls'
     blocking estimates."""
+    dtensor_wait_us: tuple[tuple[int, float], ...] = ()
+    """The expected wait for a core of one collective that torch tensor parallelism's DTensor issues inside the tp
+    model's forward, backward or optimizer step (a functional collective waited at its result's first use), µs, by
+    the node's process count, every tp group a pair (file form as :attr:`blocking_wait_us`). It replaces the op's
+    sweep wait (:meth:`blocking_wait_s`) for those calls at the counts it covers: the sweep's small calls share
+    rounds with 1-4 MiB calls, after which they wait longer than calls between the tp model's compute do
+    (:mod:`simulator.cluster.dtensor_wait`) [src: own-dtensor-wait-2026-11-25]. Measured by ``trainplan calibrate``
+    in the executor's tp model (:mod:`executor.calibrate_dtensor`); empty on every preset."""
+    dtensor_sp_wait_us: tuple[tuple[int, float], ...] = ()
+    """:attr:`dtensor_wait_us` of the tp model with sequence parallelism, whose forward and backward calls wait less
+    (read for them instead where given; the optimizer's all-reduces of the norms' gradients read
+    :attr:`dtensor_wait_us`) [src: own-dtensor-wait-2026-11-25]; empty on every preset."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
     collective_sms: int = 0
@@ -259,7 +271,8 @@ class CommProfile:
     def __post_init__(self) -> None:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
         non_negative_number("comm.replay_step_us", self.replay_step_us)
-        for name in ("blocking_wait_us", "async_broadcast_us"):
+        for name in ("blocking_wait_us", "async_broadcast_us", "dtensor_wait_us",
+                     "dtensor_sp_wait_us"):
             check_per_processes(f"comm.{name}", getattr(self, name))
         ops = [op for op, _ in self.op_wait_us]
         if len(set(ops)) != len(ops) or not all(isinstance(op, Op) for op in ops):

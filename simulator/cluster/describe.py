@@ -118,6 +118,12 @@ def _comm_line(c: Cluster) -> str:
     if comm.async_broadcast_us:
         text += "; per broadcast of an asynchronous batch " + ", ".join(
             f"{_num(us)} µs at {p}" for p, us in comm.async_broadcast_us) + " processes"
+    if comm.dtensor_wait_us:
+        text += "; wait per DTensor tp call " + ", ".join(
+            f"{_num(us)} µs at {p}" for p, us in comm.dtensor_wait_us) + " processes"
+    if comm.dtensor_sp_wait_us:
+        text += "; with sequence parallelism " + ", ".join(
+            f"{_num(us)} µs at {p}" for p, us in comm.dtensor_sp_wait_us) + " processes"
     if comm.library.value == "ideal" and not comm.protocols:
         text += " (links' own latency and bandwidth, no library overhead)"
     return text

@@ -194,6 +194,10 @@ def _comm_dict(comm: CommProfile) -> dict:
         d["group_wait_us"] = {g: {p: us for p, us in table} for g, table in comm.group_wait_us}
     if comm.async_broadcast_us:
         d["async_broadcast_us"] = {p: us for p, us in comm.async_broadcast_us}
+    if comm.dtensor_wait_us:
+        d["dtensor_wait_us"] = {p: us for p, us in comm.dtensor_wait_us}
+    if comm.dtensor_sp_wait_us:
+        d["dtensor_sp_wait_us"] = {p: us for p, us in comm.dtensor_sp_wait_us}
     return d
 
 

@@ -20,10 +20,16 @@ and docs/validation.md, "Tensor-parallel cases") [src: own-tp-group-probe]:
   ``addcmul_(grad, grad)``: ``torch/optim/adam.py`` lines 456 and 475, torch 2.13 [src: torch-adam-impl]), and
   every read redistributes it to ``Replicate``: one all-reduce each, inside ``optimizer.step()``
   (:func:`sp_optimizer_s`).
+
+Each of these calls pays the wait for a core measured inside the tp model where the cluster has one
+(``comm.dtensor_wait_us``, :mod:`simulator.cluster.dtensor_wait`), not the calibration sweep's.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from simulator.cluster.dtensor_wait import dtensor_call_s
 from simulator.collectives.base import Op
 from simulator.compile import comm_part
 from simulator.work import CommKind
@@ -55,7 +61,7 @@ def calls(cache, group: tuple[int, ...], nbytes: int, logits_bytes: int, *, sp: 
     chunk's boundary activation (``b·s·h``), ``logits_bytes`` the gathered logits (``b·s·V``); full recomputation
     repeats each block's forward calls in its backward."""
     def one(op: Op, size: int):
-        return comm_part.call(cache, CommKind.TP, op, group, size, concurrent)
+        return dtensor_call(cache, op, group, size, concurrent, sp)
     ar, ag = one(Op.ALL_REDUCE, nbytes), one(Op.ALL_GATHER, nbytes)
     logits = one(Op.ALL_GATHER, logits_bytes)
     if sp:
@@ -68,6 +74,17 @@ def calls(cache, group: tuple[int, ...], nbytes: int, logits_bytes: int, *, sp: 
     fwd = (ar,) * first + block_fwd * layers + chunk_fwd + (logits,) * last
     bwd = (ar,) * last + ((block_fwd if full_recompute else ()) + block_bwd) * layers + chunk_bwd
     return tuple(c for c in fwd if c is not None), tuple(c for c in bwd if c is not None)
+
+
+def dtensor_call(cache, op: Op, group: tuple[int, ...], nbytes: float, concurrent: int, sp: bool = False):
+    """One DTensor collective of the tp group: :func:`simulator.compile.comm_part.call`'s, its wait for a core the
+    one measured inside the tp model (``sp``: a forward or backward call with sequence parallelism) where the cluster
+    has it (:func:`simulator.cluster.dtensor_wait.dtensor_call_s`); None where it costs nothing."""
+    c = comm_part.call(cache, CommKind.TP, op, group, nbytes, concurrent)
+    if c is None:
+        return None
+    time_s = dtensor_call_s(cache.cluster, op, len(group), c.time_s, sp)
+    return c if time_s == c.time_s else replace(c, time_s=time_s)
 
 
 def sp_norm_tensors(workload, layout, stage: int) -> int:
@@ -105,6 +122,5 @@ def sp_optimizer_s(cache, workload, layout, stage: int, group: tuple[int, ...], 
     if not (applies(layout) and layout.sequence_parallel):
         return 0.0
     tensors = sp_norm_tensors(workload, layout, stage)
-    one = comm_part.call(cache, CommKind.TP, Op.ALL_REDUCE, group, workload.hidden * param_bytes,
-                         concurrent)
+    one = dtensor_call(cache, Op.ALL_REDUCE, group, workload.hidden * param_bytes, concurrent)
     return 0.0 if one is None else ADAMW_GRAD_READS * tensors * one.time_s

@@ -163,7 +163,10 @@ class CallPlanner:
             chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
         overhead_s = costs.overhead_s(algorithm.family, algorithm.calls, call.op, len(group))
         replay_s = overhead_s + self._step_bw_sums[bw_key] + chain_s + gamma_s  # in schedule_time_s's order
-        pre_s = overhead_s + max(0.0, call.time_s - replay_s) + chain_s
+        # a call priced below its replay takes the difference off its wait for a core, at most that wait (a DTensor
+        # call's measured wait in place of the sweep's, simulator.cluster.dtensor_wait); none under a protocol
+        wait_s = algorithm.calls * costs.blocking_wait_s(call.op, len(group))
+        pre_s = overhead_s + max(0.0, call.time_s - replay_s) - min(wait_s, max(0.0, replay_s - call.time_s)) + chain_s
         return CallPlan(pre_s, steps, gamma_s)
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
