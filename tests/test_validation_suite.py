@@ -221,6 +221,7 @@ def test_plans_only_writes_the_suite_plans(tmp_path, capsys):
     for case in CASES:
         assert load_plan(tmp_path / f"{case.name}.plan.json").to_dict() == case_plan(case).to_dict()
         assert f"-m executor.run {tmp_path / case.name}.plan.json --scale tiny" in out
+    assert out.count("--measure-s 1.0") == len(CASES)  # the default suite's time budget (executor.step_budget)
 
 
 def test_a_case_that_needs_more_processes_is_skipped_without_launching(tmp_path):
