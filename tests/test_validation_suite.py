@@ -113,8 +113,8 @@ def test_host_overhead_terms_bring_every_recorded_optimizer_phase_closer(tmp_pat
     checked = 0
     for a, b in zip(with_terms.rows, without.rows):
         sa, sb = a.validation.row("step_time_s").analytical, b.validation.row("step_time_s").analytical
-        # the parameter servers run the update themselves (BytePS §4): no worker optimizer to charge
-        assert sa == sb if a.case.family is Family.PARAM_SERVER else sa > sb, a.case.name
+        # a parameter server's update of its shard is charged to the pushing worker (simulator/compile/ps_server.py)
+        assert sa > sb, a.case.name
         ra, rb = a.validation.row("optimizer"), b.validation.row("optimizer")
         if ra is not None and ra.measured:
             assert abs(ra.error_analytical) < abs(rb.error_analytical), a.case.name
