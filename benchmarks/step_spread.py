@@ -9,7 +9,8 @@ Two uses:
   runs well beyond that spread is a change of the machine, not of the sample.
 - ``--repeats GLOB ...``: results files of one case run several times (one glob per design): the
   median, mean and spread of the per-run medians (relative spread: (max − min) / median of the medians),
-  and the steps each run measured.
+  and the steps each run measured; and within each run the bootstrap p10..p90 of its median (the
+  median of the runs' figures), which depends less on how loaded the machine was than the spread across runs.
 
 Usage: ``python benchmarks/step_spread.py --runs /work/runs16/q15r3 /work/runs16/q15r4`` or
 ``python benchmarks/step_spread.py --repeats 'out/base/ps-sync.*.json' 'out/budget/ps-sync.*.json'``.
@@ -85,11 +86,14 @@ def compare_repeats(patterns: list[str]) -> None:
         means = np.array([np.mean(x) for x in runs]) * 1e3
         steps = [len(x) for x in runs]
         rel = (medians.max() - medians.min()) / np.median(medians)
+        rng = np.random.default_rng(0)
+        boot = np.median([bootstrap_spread(x, STATISTICS["median"], rng) for x in runs])
         print(f"{pattern}: {len(files)} runs, measured steps {min(steps)}..{max(steps)}; per-run medians ms "
               + " ".join(f"{m:.2f}" for m in medians)
               + f"; median of them {np.median(medians):.2f}, (max-min)/median {rel * 100:.1f} %, "
               f"sd/mean {medians.std(ddof=1) / medians.mean() * 100:.1f} %; per-run means sd/mean "
-              f"{means.std(ddof=1) / means.mean() * 100:.1f} %")
+              f"{means.std(ddof=1) / means.mean() * 100:.1f} %; within a run, the median's bootstrap p10..p90 "
+              f"{boot * 100:.1f} % (median of runs)")
 
 
 def main() -> None:
