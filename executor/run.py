@@ -165,13 +165,14 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
     return {"t": time.perf_counter() - t0 - rec.check_s, "loss": rec.loss, "phases": phases}
 
 
-def _budgeted_total(options: RunOptions, gathered: list | None, recorder: "_Recorder | None") -> int:
+def _budgeted_total(options: RunOptions, recorder: "_Recorder | None") -> int:
     """All ranks' step count under ``--measure-s`` (:mod:`executor.step_budget`): rank 0 decides from the slowest
-    rank's last warm-up step, which it has gathered, and broadcasts it; the recorder notes the count."""
+    rank's warm-up steps, which it has gathered, and broadcasts it; the recorder notes the count."""
     decided = [None]
-    if gathered is not None:
+    if recorder is not None:
+        slowest = [max(ranks) for ranks in zip(*([rec["t"] for rec in steps] for steps in recorder.steps))]
         decided[0] = step_budget.total_steps(steps=options.steps, warmup=options.warmup, measure_s=options.measure_s,
-                                             warm_step_s=max(rec["t"] for rec in gathered),
+                                             warm_step_s=step_budget.warm_step_s(slowest),
                                              max_steps=options.max_steps or step_budget.DEFAULT_MAX_STEPS)
     dist.broadcast_object_list(decided, src=0)
     if recorder is not None:
@@ -202,7 +203,7 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
                     for r, rec in enumerate(gathered):
                         recorder.steps[r].append(rec)
                 if step == step_budget.decision_step(options.warmup) and options.measure_s is not None:
-                    total = _budgeted_total(options, gathered, recorder)
+                    total = _budgeted_total(options, recorder)
                 if recorder is not None:
                     recorder.save(RunStatus.RUNNING)
                 step += 1

@@ -9,17 +9,21 @@ sampling spread of a median falls as ``1/sqrt(n)``, so a case gets ``n`` measure
 ``n · t_step ≥ measure_s``: short cases many, long cases the minimum, and the suite's length grows by
 at most ``measure_s`` per case.
 
-The count (:func:`total_steps`), from the slowest rank's time of the last warm-up step ``t_w`` (rank 0
-has every rank's record; it broadcasts the count so all ranks run the same number of steps)::
+The count (:func:`total_steps`), from ``t_w``, the median over the warm-up steps after the first of the
+slowest rank's time (:func:`warm_step_s`; rank 0 has every rank's record; it broadcasts the count so all
+ranks run the same number of steps)::
 
     total = min(max_steps, max(steps, warmup + ceil(measure_s / t_w)))
 
-A warm-up step is slower than the measured ones (first-call costs), so the count errs low, never high.
+The first step is left out (first-call costs: 2-6× the others in the suite's runs), and a median rather than
+the last step alone, since one step that waited for a core under load (30-50 ms against 10, seen on the loaded
+VM, 2026-11-25) would cut the count to ``steps``.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 DEFAULT_MAX_STEPS = 400
 """Most steps (warm-up included) a budgeted run takes: a guard on work (a 1 ms step would otherwise run
@@ -33,6 +37,12 @@ def total_steps(*, steps: int, warmup: int, measure_s: float | None, warm_step_s
         return steps
     wanted = warmup + math.ceil(measure_s / warm_step_s)
     return max(steps, min(max_steps, wanted))
+
+
+def warm_step_s(slowest_s: list[float]) -> float:
+    """``t_w`` from the slowest rank's time of each warm-up step so far: the median of those after the first
+    (the first alone when it is the only one)."""
+    return statistics.median(slowest_s[1:] or slowest_s)
 
 
 def decision_step(warmup: int) -> int:

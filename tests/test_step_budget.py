@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.step_budget import DEFAULT_MAX_STEPS, decision_step, total_steps
+from executor.step_budget import DEFAULT_MAX_STEPS, decision_step, total_steps, warm_step_s
 
 
 def test_hand_worked_counts():
@@ -16,6 +16,12 @@ def test_hand_worked_counts():
     # a 1 ms step would want 1004: capped
     assert total_steps(steps=24, warmup=4, measure_s=1.0, warm_step_s=0.001) == DEFAULT_MAX_STEPS
     assert total_steps(steps=24, warmup=4, measure_s=None, warm_step_s=0.001) == 24
+
+
+def test_the_warm_up_time_leaves_out_the_first_step_and_one_stalled_step():
+    # the suite's 4 warm-up steps: first-call costs in the first, a 40 ms stall in the last: the median of 2nd..4th
+    assert warm_step_s([0.030, 0.006, 0.005, 0.040]) == 0.006
+    assert warm_step_s([0.030]) == 0.030
 
 
 def test_the_count_is_decided_after_the_last_warm_up_step():
