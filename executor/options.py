@@ -55,6 +55,10 @@ class RunOptions:
     trace: str | None
     timeout_s: float
     threads: int | None
+    measure_s: float | None = None
+    """Time budget of the measured steps, seconds (``executor.step_budget``); None: exactly ``steps`` steps."""
+    max_steps: int | None = None
+    """Most steps with ``measure_s`` (None: ``executor.step_budget.DEFAULT_MAX_STEPS``)."""
     status_dir: str | None = None
     """Internal (the local supervisor): where each rank writes its progress and its error."""
 
@@ -75,6 +79,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds a rank may wait on a peer before the run fails (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--threads", type=int, default=None, help="torch threads per rank (default cores ÷ local ranks)")
+    p.add_argument("--measure-s", type=float, default=None,
+                   help="run more steps (--steps is then the least) until the measured ones take about this many "
+                        "seconds, estimated from the last warm-up step (default: exactly --steps)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="most steps, warm-up included, with --measure-s (default 400)")
     p.add_argument("--status-dir", default=None, help=argparse.SUPPRESS)
 
 
@@ -88,6 +97,11 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         raise SpecError("--timeout-s", f"must be a positive number of seconds, got {args.timeout_s}")
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads", f"must be a positive integer, got {args.threads}")
+    measure_s, max_steps = getattr(args, "measure_s", None), getattr(args, "max_steps", None)
+    if measure_s is not None and not 0 < measure_s < float("inf"):
+        raise SpecError("--measure-s", f"must be a positive number of seconds, got {measure_s}")
+    if max_steps is not None and max_steps < args.steps:
+        raise SpecError("--max-steps", f"must be at least --steps ({args.steps}), got {max_steps}")
     try:
         scale = Scale.parse(args.scale)
     except SpecError as err:
@@ -95,7 +109,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     return RunOptions(plan=args.plan, scale=scale, steps=args.steps, warmup=args.warmup,
                       seed=args.seed, backend=resolve_backend(args.backend), precision=PrecisionChoice(args.precision),
                       out=args.out, trace=args.trace, timeout_s=args.timeout_s, threads=args.threads,
-                      status_dir=args.status_dir)
+                      measure_s=measure_s, max_steps=max_steps, status_dir=args.status_dir)
 
 
 def resolve_backend(name: str | None) -> Backend:

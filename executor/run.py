@@ -10,7 +10,8 @@ runs on one machine or many. Without them it runs as a world of one. Per rank:
 2. join the process group (gloo or NCCL; its timeout is ``--timeout-s``, so a silent peer fails
    the run instead of hanging it), build the ``DeviceMesh`` (dims named by the placement,
    outermost first) and the :class:`~executor.strategies.run_context.RunContext`;
-3. build the family's :class:`~executor.strategies.base.StepRunner` and run ``--steps`` steps,
+3. build the family's :class:`~executor.strategies.base.StepRunner` and run ``--steps`` steps (with
+   ``--measure-s``, as many more as fill that time: :mod:`executor.step_budget`),
    timing each (``time.perf_counter`` around ``train_step``, after a device synchronise, less the
    step's ``check_s``: the loss reduction the equivalence checks need). Every step starts after a
    barrier: rank 0's bookkeeping between steps (below) would otherwise be counted in the other
@@ -39,12 +40,14 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from executor import step_budget
 from executor.launch import threads_per_rank
 from executor.measure import AllocationWindow, environment, model_state_dict, peak_memory, peak_rss_bytes, profiler, \
     reset_peak
@@ -162,6 +165,21 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
     return {"t": time.perf_counter() - t0 - rec.check_s, "loss": rec.loss, "phases": phases}
 
 
+def _budgeted_total(options: RunOptions, recorder: "_Recorder | None") -> int:
+    """All ranks' step count under ``--measure-s`` (:mod:`executor.step_budget`): rank 0 decides from the slowest
+    rank's warm-up steps, which it has gathered, and broadcasts it; the recorder notes the count."""
+    decided = [None]
+    if recorder is not None:
+        slowest = [max(ranks) for ranks in zip(*([rec["t"] for rec in steps] for steps in recorder.steps))]
+        decided[0] = step_budget.total_steps(steps=options.steps, warmup=options.warmup, measure_s=options.measure_s,
+                                             warm_step_s=step_budget.warm_step_s(slowest),
+                                             max_steps=options.max_steps or step_budget.DEFAULT_MAX_STEPS)
+    dist.broadcast_object_list(decided, src=0)
+    if recorder is not None:
+        recorder.info = replace(recorder.info, steps=decided[0])
+    return decided[0]
+
+
 def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
     window = AllocationWindow(ctx, options.warmup, traced=options.trace is not None)
     window.open()  # the model's tensors and the warm-up steps' (executor.measure: peak allocated on CPU)
@@ -172,7 +190,8 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
     gathered = [None] * ctx.world if ctx.rank == 0 else None
     try:
         with profiler(ctx, options.trace):
-            for step in range(options.steps):
+            step, total = 0, options.steps
+            while step < total:
                 _inject_fault(ctx.rank, step)
                 dist.barrier()  # start each step together: rank 0's bookkeeping (gather, save) is not the step's
                 record = _step_record(ctx, runner, step)
@@ -183,7 +202,11 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
                 if recorder is not None:
                     for r, rec in enumerate(gathered):
                         recorder.steps[r].append(rec)
+                if step == step_budget.decision_step(options.warmup) and options.measure_s is not None:
+                    total = _budgeted_total(options, recorder)
+                if recorder is not None:
                     recorder.save(RunStatus.RUNNING)
+                step += 1
         window.close()  # no-op: closed after the last warm-up step
         peak, kind = peak_memory(ctx, window)
         final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind,

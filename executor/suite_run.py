@@ -67,11 +67,12 @@ def write_plans(cases, runs: Path) -> list[Path]:
 
 
 def executor_args(case: SuiteCase, runs: Path, *, steps: int, warmup: int, timeout_s: float,
-                  backend: str | None = None) -> list[str]:
+                  backend: str | None = None, measure_s: float | None = None) -> list[str]:
     """The ``python -m executor.run`` / ``trainplan execute`` arguments of ``case`` (also printed for torchrun)."""
     argv = [str(plan_path(runs, case)), "--scale", SCALE, "--steps", str(steps), "--warmup", str(warmup),
             "--seed", "0", "--precision", PRECISION, "--timeout-s", repr(timeout_s),
             "--out", str(results_path(runs, case))]
+    argv += ["--measure-s", repr(measure_s)] if measure_s is not None else []
     return argv + (["--backend", backend] if backend else [])
 
 
@@ -81,7 +82,7 @@ def processes_for(case: SuiteCase, nproc: int | None) -> int:
 
 
 def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warmup: int, timeout_s: float,
-             backend: str | None = None) -> CaseRecord:
+             backend: str | None = None, measure_s: float | None = None) -> CaseRecord:
     """Run ``case`` on local processes (its plan file must be in ``runs``); a failed run is recorded, not raised."""
     from executor import supervise
     from executor.options import options_from_args, prepare
@@ -90,7 +91,8 @@ def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warm
     if nproc is not None and nproc < case.min_processes:
         return CaseRecord(name=case.name, processes=0, skipped=True,
                           error=f"needs {case.min_processes} processes to keep what it tests; --nproc is {nproc}")
-    argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
+    argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend,
+                         measure_s=measure_s)
     options = options_from_args(_namespace(argv))
     try:
         scaled, _ = prepare(options, processes_for(case, nproc) if nproc is not None else None)
@@ -209,7 +211,8 @@ def host_info(backend: str) -> dict:
 
 
 def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_notes: list[str], nproc: int | None,
-              steps: int, warmup: int, timeout_s: float, backend: str, progress=None) -> SuiteRuns:
+              steps: int, warmup: int, timeout_s: float, backend: str, progress=None,
+              measure_s: float | None = None) -> SuiteRuns:
     """Write the plans, run every case (``progress(line)`` after each), and save the manifest ``RUNS/suite.json``.
 
     ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster)."""
@@ -219,7 +222,8 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     start, records = os.getloadavg(), []
     for case in cases:
-        rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend)
+        rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend,
+                       measure_s=measure_s)
         records.append(rec)
         if progress is not None:
             progress(_progress_line(rec))

@@ -163,3 +163,11 @@ suite's 20 measured steps (5 until 2026-11-25): its cases' step medians moved by
 runs minutes apart (ddp-no-overlap 9.87 vs 6.89 ms, docs/validation.md), more than any model term, and a
 case's steps cost 6-224 ms against 3.5-18 s of process start-up, so 15 more steps add about 15 s to a suite
 of about 2.5 minutes."""
+
+MEASURE_S = {SuiteName.DEFAULT: 1.0, SuiteName.QUICK: None}
+"""Seconds of measured steps per case (``execute --measure-s``, ``executor.step_budget``): a short case runs
+as many more steps as fill it, up to 400 in all. Why (branch var16, 2026-11-25, docs/validation.md): a step
+that waits for a core waits a ~4 ms tick, so a 5-10 ms case's steps are bimodal and the median of 20 of them
+has a bootstrap p10..p90 of 17 % (median case of two quiet runs; 34 % for ps-async); 1/sqrt(n) makes it ~7 %
+at 200 steps. A case of 50 ms or more keeps its 24 steps; the short ones add about 1 s each. The quick suite
+keeps its fixed 5 steps (a smoke test, not a measurement)."""

@@ -38,6 +38,8 @@ def _plan(tmp_path: Path, name: str = "plan.json", **changes) -> str:
     (["--warmup", "5"], "--warmup: must be in 0..4"),
     (["--scale", "big"], "--scale: unknown scale 'big'"),
     (["--timeout-s", "-1"], "--timeout-s: must be a positive number"),
+    (["--measure-s", "0"], "--measure-s: must be a positive number of seconds"),
+    (["--max-steps", "3"], "--max-steps: must be at least --steps (5)"),
     (["--out", "/nonexistent/dir/r.json"], "--out: folder '/nonexistent/dir' does not exist"),
     (["--trace", "/nonexistent/dir/t"], "--trace: folder '/nonexistent/dir' does not exist"),
     pytest.param(["--backend", "nccl"], "--backend: nccl needs CUDA GPUs", marks=pytest.mark.skipif(
@@ -111,6 +113,16 @@ def test_done_command_writes_a_complete_results_file(tmp_path, capfd):
     assert {"torch", "backend", "cores", "threads_per_rank"} <= set(results.environment)
     assert sorted(p.name for p in trace.iterdir()) == [f"rank{r}.json" for r in range(4)]
     assert json.loads((trace / "rank0.json").read_text())["traceEvents"]
+
+
+def test_a_time_budget_runs_more_steps_and_records_them(tmp_path, capfd):
+    """--measure-s: every rank runs the count rank 0 decided (the run completes), capped by --max-steps."""
+    out = tmp_path / "results.json"
+    assert main(["execute", _plan(tmp_path), "--scale", "tiny", "--steps", "3", "--warmup", "1", "--measure-s", "30",
+                 "--max-steps", "7", "--out", str(out)]) == 0
+    results = load_results(out)
+    assert results.status is RunStatus.COMPLETE and results.completed_steps == 7 and results.run.steps == 7
+    assert all(len(rank.step_time_s) == 7 for rank in results.ranks)
 
 
 @pytest.mark.multiproc

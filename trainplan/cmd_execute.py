@@ -32,7 +32,7 @@ def _forwarded(args) -> list[str]:
     argv = [args.plan, "--scale", args.scale, "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--seed", str(args.seed), "--precision", args.precision, "--timeout-s", repr(args.timeout_s)]
     for flag, value in (("--backend", args.backend), ("--out", args.out), ("--trace", args.trace),
-                        ("--threads", args.threads)):
+                        ("--threads", args.threads), ("--measure-s", args.measure_s), ("--max-steps", args.max_steps)):
         if value is not None:
             argv += [flag, str(value)]
     return argv

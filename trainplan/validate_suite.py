@@ -132,25 +132,30 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
         counts = ", ".join(str(n) for n in DEFAULT_PROCESSES if n <= nproc)
         print(f"validate: calibrating the network on {counts} {backend} processes", file=sys.stderr)
         base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=nproc, backend=backend)
+    from simulator.validation_suite import MEASURE_S, SuiteName
+
     steps, warmup = steps_warmup
+    measure_s = MEASURE_S[SuiteName(args.suite)]
+    budget = f", more while the measured ones take under {measure_s:g} s" if measure_s else ""
     print(f"validate: running the {args.suite} suite, {len(cases)} cases, {steps} steps ({warmup} warm-up) "
-          f"each, into {runs}", file=sys.stderr)
+          f"each{budget}, into {runs}", file=sys.stderr)
     return run_suite(cases, runs, suite=args.suite, cluster=base, cluster_notes=notes, nproc=args.nproc,
                      steps=steps, warmup=warmup, timeout_s=DEFAULT_TIMEOUT_S, backend=backend,
-                     progress=lambda line: print(line, file=sys.stderr))
+                     progress=lambda line: print(line, file=sys.stderr), measure_s=measure_s)
 
 
 def _write_plans(cases, runs: Path, args) -> int:
     from executor.options import DEFAULT_TIMEOUT_S
     from executor.suite_run import executor_args, write_plans
-    from simulator.validation_suite import STEPS_WARMUP, SuiteName
+    from simulator.validation_suite import MEASURE_S, STEPS_WARMUP, SuiteName
 
     write_plans(cases, runs)
     steps, warmup = STEPS_WARMUP[SuiteName(args.suite)]
+    measure_s = MEASURE_S[SuiteName(args.suite)]
     print(f"wrote {len(cases)} plans into {runs}; run each (rank 0 writes its results file), then "
           f"`trainplan validate --suite {args.suite} --runs {runs} --no-run --cluster YOUR_CLUSTER`:")
     for case in cases:
-        argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=DEFAULT_TIMEOUT_S)
+        argv = executor_args(case, runs, steps=steps, warmup=warmup, timeout_s=DEFAULT_TIMEOUT_S, measure_s=measure_s)
         print(f"  {case.name} ({case.processes} processes): torchrun --nproc-per-node {case.processes} "
               f"-m executor.run {' '.join(argv)}")
     return 0

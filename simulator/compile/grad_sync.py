@@ -15,7 +15,7 @@ from operator import attrgetter
 from simulator import framework_host, host_overhead
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part, torch_tp
+from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part, ps_server, torch_tp
 from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
@@ -87,7 +87,8 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
         calls = (CommCall(kind=CommKind.PS, op=Op.ALL_REDUCE, group=dp_group, nbytes=int(round(params * dt.grad_bytes)),
                           transport=Transport.COLLECTIVE, algorithm=CollectiveAlgorithm.PS, time_s=t,
                           concurrent_groups=tp),) if t > 0 else ()
-        return calls, (1.0,) * len(calls), (), 0.0  # the servers run the update (BytePS §4)
+        share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
+        return calls, (1.0,) * len(calls), (), ps_server.server_update_s(cluster, dt, s, params, share)
     sync = s.dp_sync
     split_experts = experts if layout.ep > 1 else 0.0
     calls = () if reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
