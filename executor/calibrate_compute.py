@@ -84,6 +84,7 @@ from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
+from executor.step_save_bench import SaveStepTiming, measure_save_steps, with_step_save
 from executor.calibrate_calls import step_call_overheads
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
@@ -159,6 +160,8 @@ class ComputeCalibration:
     block_call_us: tuple[float, float | None, float] | None = None
     """(forward, backward, optimizer call) µs per operator from the block's and the AdamW's tight loops, where
     ``rank_steps`` replaced them."""
+    save_steps: SaveStepTiming | None = None
+    """The step after the run's results rewrite against after none (the CPU, fp32): ``host.step_after_save_us``."""
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -259,7 +262,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    terms = steps = block_call_us = None
+    terms = steps = block_call_us = saved = None
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
@@ -268,6 +271,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
             steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
+            saved = measure_save_steps(executed(replace(grid.block, dtype=DtypePolicy.FP32)), grid.micro_batch,
+                                       thread_count=threads_per_rank(STEP_PROBE_PROCESSES), progress=progress)
             device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
                                          steps.backward_s)
             in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
@@ -279,9 +284,9 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
-                                block_call_us=block_call_us)
+                                block_call_us=block_call_us, save_steps=saved)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    node = with_step_loop(with_host(base.node, terms), steps)
+    node = with_step_save(with_step_loop(with_host(base.node, terms), steps), saved)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
     return replace(base, name=name, device=device, node=node, source=joined), report
