@@ -51,7 +51,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
    ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
    ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's
-   recomputed kernels as the calibrated device times them); the tiny model under FSDP2 on a fake 2-rank group
+   recomputed kernels as the calibrated device times them; on the CPU in fp32 then re-measured in a rank's DDP
+   step, :mod:`executor.step_checkpoint_bench`, and the step's figures written); the tiny model under FSDP2 on a fake 2-rank group
    against the plain one: ``host.fsdp2_forward_module_us`` and ``host.fsdp2_backward_module_us``
    (:mod:`executor.fsdp2_host_bench`); and two processes running torch's pipeline schedule runtime over the
    tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase, and
@@ -84,6 +85,8 @@ from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
+from executor.step_save_bench import SaveStepTiming, measure_save_steps, with_step_save
+from executor.step_checkpoint_bench import StepCheckpointTiming, measure_step_checkpoint, with_step_checkpoint
 from executor.calibrate_calls import step_call_overheads
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
@@ -159,6 +162,10 @@ class ComputeCalibration:
     block_call_us: tuple[float, float | None, float] | None = None
     """(forward, backward, optimizer call) µs per operator from the block's and the AdamW's tight loops, where
     ``rank_steps`` replaced them."""
+    save_steps: SaveStepTiming | None = None
+    """The step after the run's results rewrite against after none (the CPU, fp32): ``host.step_after_save_us``."""
+    step_checkpoint: StepCheckpointTiming | None = None
+    """Checkpointed blocks in a rank's DDP step (the CPU, fp32): the ``host.checkpoint_*_region_us`` written."""
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -259,7 +266,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    terms = steps = block_call_us = None
+    terms = steps = block_call_us = saved = ckpt = None
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
@@ -268,10 +275,14 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
             steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
+            saved = measure_save_steps(executed(replace(grid.block, dtype=DtypePolicy.FP32)), grid.micro_batch,
+                                       thread_count=threads_per_rank(STEP_PROBE_PROCESSES), progress=progress)
             device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
                                          steps.backward_s)
             in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
             device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
+            ckpt = measure_step_checkpoint(executed(grid.block), grid.micro_batch, device, progress=progress,
+                                           thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
@@ -279,9 +290,9 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
-                                block_call_us=block_call_us)
+                                block_call_us=block_call_us, save_steps=saved, step_checkpoint=ckpt)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    node = with_step_loop(with_host(base.node, terms), steps)
+    node = with_step_checkpoint(with_step_save(with_step_loop(with_host(base.node, terms), steps), saved), ckpt)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
     return replace(base, name=name, device=device, node=node, source=joined), report

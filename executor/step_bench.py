@@ -155,9 +155,10 @@ def _ddp_model(model):
 
 
 def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-           seed: int, status_dir: str | None, sync_last_only: bool = False) -> tuple[list[float], ...]:
+           seed: int, status_dir: str | None, sync_last_only: bool = False, between=None) -> tuple[list[float], ...]:
     """The timed steps of :func:`_rank_steps` on ``model``; ``sync_last_only``: every micro-batch but the last
-    under the DDP model's ``no_sync``."""
+    under the DDP model's ``no_sync``; ``between``: the work between two steps, called as :func:`_between_steps`
+    is (None: :func:`_between_steps`; :mod:`executor.step_save_bench` adds rank 0's results rewrite)."""
     import contextlib
 
     import torch
@@ -194,7 +195,7 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
         dist.all_reduce(local)  # the run's loss check, outside the step
         f, b = sum(forwards), sum(backwards)
         record = {"t": end - start, "loss": float(local), "phases": {"forward": f, "backward": b, "optimizer": t4 - t3}}
-        _between_steps(rank, step, record, gathered, status_dir)
+        (between or _between_steps)(rank, step, record, gathered, status_dir)
         if step >= warmup:
             fwd.append(f / m)
             bwd.append(b / m)

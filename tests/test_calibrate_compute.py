@@ -179,7 +179,8 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     # the table prints a GPU-shaped report too (nccl: no host probes, no rank step, no tight-loop figures)
     from trainplan.cmd_calibrate import _print_compute
     _print_compute(dataclasses.replace(report, tp_modules=None, ddp=None, adamw=None, checkpoint=None, fsdp2=None,
-                                       pipeline=None, fsdp2_zero2=None, rank_steps=None, block_call_us=None))
+                                       pipeline=None, fsdp2_zero2=None, rank_steps=None, block_call_us=None,
+                                       save_steps=None, step_checkpoint=None))
     assert report.threads == max(1, (torch.multiprocessing.cpu_count()) // 2)
     assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
     assert len(cluster.device.gemm_efficiency.points) == 2
@@ -210,15 +211,25 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                # DDP's terms from its steps in the rank-step probe, the bucket passes left out
                                ddp_forward_call_us=steps.ddp_forward_call_us,
                                ddp_sync_backward_us=max(0.0, steps.ddp_sync_extra_s - report.ddp.bucket_passes_s) * 1e6,
-                               checkpoint_forward_region_us=report.checkpoint.forward_region_us,
-                               checkpoint_backward_region_us=report.checkpoint.backward_region_us,
+                               # the checkpoint's terms from checkpointed blocks in a rank's DDP step
+                               checkpoint_forward_region_us=report.step_checkpoint.forward_region_us,
+                               checkpoint_backward_region_us=report.step_checkpoint.backward_region_us,
                                fsdp2_forward_module_us=report.fsdp2.forward_module_us,
                                fsdp2_backward_module_us=report.fsdp2.backward_module_us,
                                fsdp2_zero2_backward_module_us=report.fsdp2_zero2.backward_module_us,
                                pipeline_action_us=report.pipeline.action_us,
                                pipeline_p2p_post_us=report.pipeline.post_us,
                                step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
-                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
+                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
+                               # the step after the run's results rewrite less the step after none
+                               step_after_save_us=report.save_steps.step_after_save_us)
+    assert report.save_steps.processes == 2 and len(report.save_steps.after_save) == 2
+    from simulator.compute import Phase
+    from simulator.workload import Recompute
+    # the model's recompute of a block on the calibrated device, left out of the checkpoint's backward term
+    assert report.step_checkpoint.recompute_region_s == pytest.approx(total_time(layer_times(
+        executed(block), cluster.device, 2, recompute=Recompute.FULL), Phase.RECOMPUTE), rel=1e-12)
+    assert report.step_checkpoint.blocks == block.layers
     assert report.fsdp2.dp == 2 and report.fsdp2.modules == block.layers + 1  # blocks and the root, fake 2-rank group
     assert report.fsdp2.reshard_after_forward and not report.fsdp2_zero2.reshard_after_forward  # ZeRO-3, ZeRO-2
     pipe = report.pipeline  # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
@@ -258,6 +269,9 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert loaded.device.backward_call_overhead_us == pytest.approx(printed["backward_call_overhead_us"])
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
     assert len(printed["rank_steps"]["first_cold"]) == 2
+    assert loaded.node.host.step_after_save_us == pytest.approx(printed["save_steps"]["step_after_save_us"])
+    assert loaded.node.host.checkpoint_forward_region_us == pytest.approx(
+        printed["step_checkpoint"]["checkpoint_forward_region_us"])
     assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(
         t["median_s"] for t in printed["rank_steps"]["outside"]) * 1e6))
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]

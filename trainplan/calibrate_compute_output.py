@@ -4,6 +4,18 @@ tables (stdout). Split from :mod:`trainplan.cmd_calibrate` (2026-11-25) to keep 
 from __future__ import annotations
 
 
+def _save_steps(saved) -> dict | None:
+    from executor.step_save_bench import save_steps_dict
+
+    return save_steps_dict(saved)
+
+
+def _step_checkpoint(t) -> dict | None:
+    from executor.step_checkpoint_bench import step_checkpoint_dict
+
+    return step_checkpoint_dict(t)
+
+
 def _timing(t) -> dict:
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
 
@@ -58,6 +70,8 @@ def compute_dict(r, path: str) -> dict:
                 "ddp_forward_call_us": r.rank_steps.ddp_forward_call_us,
                 "ddp_sync_extra_s": r.rank_steps.ddp_sync_extra_s,
                 "block_call_us": list(r.block_call_us)},
+            "save_steps": _save_steps(r.save_steps),
+            "step_checkpoint": _step_checkpoint(r.step_checkpoint),
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
                 **{name: _timing(getattr(r.ddp, name)) for name in ("plain_forward", "ddp_forward", "plain_step",
@@ -89,6 +103,10 @@ def print_compute(r) -> None:
               f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
               f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
               f"host.first_microbatch_cold_us)")
+    if r.save_steps is not None:
+        from executor.step_save_bench import save_steps_line
+
+        print(save_steps_line(r.save_steps))
     if r.tp_modules is not None:
         t = r.tp_modules
         where = ("a 1-rank mesh" if t.collectives is None else
@@ -109,6 +127,10 @@ def print_compute(r) -> None:
         print(f"checkpoint    {r.checkpoint.forward_region_us:.1f} us per region forward, "
               f"{r.checkpoint.backward_region_us:.1f} us per region backward (beyond its recompute, "
               f"{r.checkpoint.recompute_region_s * 1e6:.1f} us)")
+    if r.step_checkpoint is not None:
+        from executor.step_checkpoint_bench import step_checkpoint_line
+
+        print(step_checkpoint_line(r.step_checkpoint))
     if r.fsdp2 is not None:
         print(f"FSDP2 module  {r.fsdp2.forward_module_us:.1f} us forward, {r.fsdp2.backward_module_us:.1f} us backward "
               f"(fake {r.fsdp2.dp}-rank group, {r.fsdp2.modules} modules, collectives excluded)")

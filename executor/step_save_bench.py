@@ -1,0 +1,173 @@
+"""What a rank's step loses when it follows the run's results rewrite: rank 0 saving the file while its peers wait.
+
+Between two steps ``executor/run.py`` gathers every rank's step record on rank 0, writes each rank's status file, and
+rank 0 rewrites the whole results file (``_Recorder.save``: a :class:`simulator.run_results.Results` built from every
+completed step, its summary computed, written atomically); then a barrier starts the next step. The rewrite takes
+rank 0 ~20 ms on a quiet 2-core VM (ddp-overlap, 24 steps, 2026-11-25 21:29 UTC: 19-22 ms between one step's end and
+the next one's start on both ranks, against ~1 ms for the gather and status files alone), during which the other
+ranks sleep in the barrier. The step after it computes slower than a step after the gather alone: its first
+micro-batch's forward and backward find the caches cold and the waiting rank's core idle
+[src: own-step-save-probe]. The rank-step probe (:mod:`executor.step_bench`) runs the gather and the status files
+but not the rewrite, so its ``first_microbatch_cold_us`` is the smaller excess.
+
+This probe runs the plain tiny model's step on :data:`~executor.step_bench.STEP_PROBE_PROCESSES` gloo processes
+exactly as :mod:`executor.step_bench` does, and before every other step rank 0 also rewrites a results file of the
+suite's shape through the run's own code (:class:`_Mirror`: the ``ddp-overlap`` case's plan at ``--scale tiny``,
+every rank's last :data:`SAVE_PROBE_STEPS` records, :meth:`Results.save`). Steps after a rewrite and steps after
+the gather alone alternate in one launch, so the machine's load drifts over both alike. Per rank
+
+    after_save_s = median step time (start → end, as the run times it) of the steps after a rewrite
+    plain_s      = median step time of the steps after the gather alone
+    host.step_after_save_us = max(0, mean over ranks (after_save_s − plain_s)) · 1e6
+
+which :mod:`simulator.step_loop` charges once per step beside ``first_microbatch_cold_us``.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+from executor.compute_bench import Timing, timing_of
+from executor.step_bench import STEP_PROBE_MICRO_BATCHES, STEP_PROBE_PROCESSES, _between_steps, _steps
+from simulator.workload.transformer import TransformerSpec
+
+SAVE_PROBE_CASE = "ddp-overlap"
+"""The suite case whose results file the probe rewrites (the 2-process data-parallel plan at ``--scale tiny``)."""
+SAVE_PROBE_STEPS = 24
+"""Records per rank in the rewritten file: the default suite's steps per case (``simulator.validation_suite``)."""
+CALIBRATE_REPEATS = 40
+"""Steps of each kind ``trainplan calibrate --compute`` times (three runs of 60 at load 5-7 gave 269-659 µs)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveStepTiming:
+    """What :func:`time_save_steps` measured (each per rank: median, p10, p90 over its steps)."""
+
+    processes: int
+    after_save: tuple[Timing, ...]
+    """Each rank's step after rank 0's results rewrite."""
+    plain: tuple[Timing, ...]
+    """Each rank's step after the gather and status files alone."""
+    save: Timing
+    """Rank 0's rewrite itself."""
+
+    @property
+    def step_after_save_us(self) -> float:
+        """µs a step loses after the rewrite (module docstring), at least 0."""
+        after = statistics.fmean(t.median_s for t in self.after_save)
+        plain = statistics.fmean(t.median_s for t in self.plain)
+        return max(0.0, after - plain) * 1e6
+
+
+class _Mirror:
+    """Rank 0's copy of every rank's last :data:`SAVE_PROBE_STEPS` step records, rewritten as the run rewrites its
+    results file (``executor.run._Recorder``)."""
+
+    def __init__(self, path: str, world: int):
+        from executor.strategies.base import phases_absent
+        from simulator.plan_scale import Scale, scale_plan
+        from simulator.run_results import RunInfo
+        from simulator.validation_suite import case_by_name, case_plan
+
+        scaled = scale_plan(case_plan(case_by_name(SAVE_PROBE_CASE)), Scale.parse("tiny"), nproc=world)
+        self.path, self.planned = path, scaled.planned
+        self.absent = {p.value: 0.0 for p in phases_absent(scaled.run.layout())}
+        self.info = RunInfo(plan=scaled.run, scale=str(scaled.scale), notes=scaled.notes, family="data-parallel",
+                            precision="fp32", steps=SAVE_PROBE_STEPS, warmup=4, seed=0)
+        self.env = {"backend": "gloo", "device": "cpu", "world": world, "precision": "fp32"}
+        self.steps: list[list[dict]] = [[] for _ in range(world)]
+        self.seconds: list[float] = []
+
+    def save(self, gathered: list) -> None:
+        from simulator.run_results import RankResult, Results, RunStatus
+
+        start = time.perf_counter()
+        for r, rec in enumerate(gathered):
+            self.steps[r] = (self.steps[r] + [rec])[-SAVE_PROBE_STEPS:]
+        ranks = tuple(RankResult(rank=r, step_time_s=tuple(s["t"] for s in steps), loss=tuple(s["loss"] for s in steps),
+                                 phases_s={p: tuple((self.absent | s["phases"])[p] for s in steps)
+                                           for p in sorted(self.absent | steps[0]["phases"])})
+                      for r, steps in enumerate(self.steps))
+        Results(status=RunStatus.RUNNING, plan=self.planned, run=self.info, environment=self.env,
+                ranks=ranks).save(self.path)
+        self.seconds.append(time.perf_counter() - start)
+
+
+def _rank_save_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int,
+                     warmup: int, seed: int, out_dir: str) -> tuple[list[float], list[float], list[float]]:
+    """One rank: the plain model's steps of :func:`executor.step_bench._steps`, rank 0 rewriting the results file
+    before every odd step; returns the step times after a rewrite, after none, and rank 0's rewrite times."""
+    from executor.model import build_gpt
+
+    mirror = _Mirror(os.path.join(out_dir, "results.json"), world) if rank == 0 else None
+
+    def between(rank_, step, record, gathered, status_dir):
+        _between_steps(rank_, step, record, gathered, status_dir)
+        if mirror is not None and (step + 1) % 2:
+            mirror.save(gathered)
+
+    fwd, bwd, outside, opt, _, _ = _steps(build_gpt(spec, seed), rank, world, spec, micro_batch, m, 2 * repeats,
+                                          warmup, seed, out_dir, between=between)
+    steps = [m * (f + b) + o + p for f, b, o, p in zip(fwd, bwd, outside, opt)]
+    after = [t for k, t in enumerate(steps) if (warmup + k) % 2]
+    plain = [t for k, t in enumerate(steps) if not (warmup + k) % 2]
+    return after, plain, (mirror.seconds if mirror is not None else [])
+
+
+def time_save_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,
+                    micro_batches: int = STEP_PROBE_MICRO_BATCHES, repeats: int = 60, warmup: int = 5,
+                    thread_count: int = 1, seed: int = 0) -> SaveStepTiming:
+    """The probe of the module docstring: ``repeats`` steps after a rewrite and as many after none, interleaved."""
+    import tempfile
+
+    from executor.launch import run
+
+    with tempfile.TemporaryDirectory(prefix="trainplan-save-probe-") as out_dir:
+        per_rank = run(_rank_save_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
+                                                          out_dir), num_threads=thread_count)
+    return SaveStepTiming(processes=processes, after_save=tuple(timing_of(r[0]) for r in per_rank),
+                          plain=tuple(timing_of(r[1]) for r in per_rank), save=timing_of(per_rank[0][2]))
+
+
+def measure_save_steps(spec: TransformerSpec, micro_batch: int, *, thread_count: int, progress: bool = False
+                       ) -> SaveStepTiming:
+    """The probe for ``trainplan calibrate --compute`` (the CPU, fp32): the tiny ``spec`` as the rank-step probe runs
+    it, :data:`CALIBRATE_REPEATS` steps of each kind (~20 ms of rewrite each: ~3 s with the processes' start)."""
+    if progress:
+        import sys
+
+        print(f"calibrate --compute: the tiny model's step after the run's results rewrite on {STEP_PROBE_PROCESSES} "
+              "processes", file=sys.stderr)
+    return time_save_steps(spec, micro_batch, repeats=CALIBRATE_REPEATS, thread_count=thread_count)
+
+
+def with_step_save(node, saved: SaveStepTiming | None):
+    """``node`` with ``host.step_after_save_us`` = :attr:`SaveStepTiming.step_after_save_us`
+    [src: own-step-save-probe]; as is without a host section or a probe (a GPU, bf16)."""
+    from dataclasses import replace
+
+    if node.host is None or saved is None:
+        return node
+    return replace(node, host=replace(node.host, step_after_save_us=saved.step_after_save_us))
+
+
+def save_steps_dict(saved: SaveStepTiming | None) -> dict | None:
+    """``calibrate --compute --json``'s record of the probe."""
+    if saved is None:
+        return None
+    plain = lambda t: {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}  # noqa: E731
+    return {"processes": saved.processes, "after_save": [plain(t) for t in saved.after_save],
+            "plain": [plain(t) for t in saved.plain], "save": plain(saved.save),
+            "step_after_save_us": saved.step_after_save_us}
+
+
+def save_steps_line(saved: SaveStepTiming) -> str:
+    """``calibrate --compute``'s printed line."""
+    after = statistics.fmean(t.median_s for t in saved.after_save)
+    plain = statistics.fmean(t.median_s for t in saved.plain)
+    return (f"after save    {saved.step_after_save_us:.1f} us per step: the step after rank 0's results rewrite "
+            f"({saved.save.median_s * 1e3:.1f} ms) {after * 1e3:.3f} ms against {plain * 1e3:.3f} ms after the gather "
+            f"alone ({saved.processes} processes): host.step_after_save_us")
