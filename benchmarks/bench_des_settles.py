@@ -16,11 +16,14 @@ per settle (counts, not times, so the same at any load):
   one component); the other settles merge records or walk part of one.
 - *changed*: re-rated flows whose rate changed (an unchanged rate keeps its finish entry).
 
-Sampled settles (every ``SAMPLE_EVERY``-th big one) are copied out (their active flows' routes and the seeds) and,
-after the step, walked twice on fresh copies: the engine's depth-first walk with its per-flow progress arithmetic in
-Python, and :func:`frontier_walk` (numpy, level by level over the (flow, resource) pairs) with the same arithmetic
-on arrays. Both are timed (CPU s, noisy on a shared machine: the copies are warm, the engine's flows are not) and the
-frontier's levels counted: the depth a vectorised walk pays numpy's per-call cost for.
+Sampled settles (every ``SAMPLE_EVERY``-th big one) are copied out (every active flow's route and state, the
+arrivals, the seeds, the capacities), the engine's CPU time for each is taken (``_apply`` with its re-rating and
+filing, on its own, cold flows), and after the step each is settled again: by the engine's depth-first walk with its
+per-flow progress in Python on fresh copies (walk only), and on arrays (:mod:`settle_arrays`: frontier walk,
+progress, level filling; the pairs numbered beforehand, as a store would keep them; no filing). The array settle is
+compared with what the engine did: the flows walked, those ended and their bytes left, and, where the union is large
+enough for the level filler, the rates, to the bit. Times are CPU s, noisy on a shared machine; the frontier's levels
+(passes, each a few numpy calls) are counted.
 
 Run by hand: ``python benchmarks/bench_des_settles.py [--gpus 32768 65536]``.
 """
@@ -38,6 +41,10 @@ from itertools import chain
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import settle_arrays  # noqa: E402  (benchmarks/, beside this script)
+from simulator.engine.fairshare import VECTOR_MIN_HOPS  # noqa: E402
 
 SAMPLE_EVERY = 25
 """Every how many big settles one is copied out for the walk timings."""
@@ -48,8 +55,6 @@ def registry_counts(settles: list[tuple[frozenset, frozenset, int]]) -> dict:
     settles, walked flows, big ones (at least ``VECTOR_MIN_HOPS`` pairs) and their walked flows, and of the big
     ones those whose walked flows were all last kept by one earlier settle (``one``) and those whose walked flows are
     exactly that settle's kept flows less the ones that ended since (``same``); flows counted in walked flows."""
-    from simulator.engine.fairshare import VECTOR_MIN_HOPS
-
     owner: dict = {}
     records: list[frozenset] = []
     ended: set = set()
@@ -75,36 +80,17 @@ def registry_counts(settles: list[tuple[frozenset, frozenset, int]]) -> dict:
     return out
 
 
-def frontier_walk(flow_of: np.ndarray, res_of: np.ndarray, n_flows: int, n_res: int,
-                  seeds: np.ndarray) -> tuple[np.ndarray, int]:
-    """The flows connected to the resources ``seeds`` through shared resources, given the (flow, resource) pairs as
-    two arrays (``flow_of[i]`` crosses ``res_of[i]``, local numbers), found one level at a time with numpy: the
-    flow indices in increasing order and the levels taken."""
-    res_in = np.zeros(n_res, dtype=bool)
-    res_in[seeds] = True
-    levels = 0
-    while True:
-        levels += 1
-        flows = np.zeros(n_flows, dtype=bool)
-        flows[flow_of[res_in[res_of]]] = True
-        grown = res_in.copy()
-        grown[res_of[flows[flow_of]]] = True
-        if (grown == res_in).all():
-            return np.flatnonzero(flows), levels
-        res_in = grown
-
-
 class _Copy:
     __slots__ = ("res", "mark", "rate", "t_last", "remaining", "delivered_bytes", "due", "nbytes")
 
-    def __init__(self, res: tuple, rate: float, t_last: float, remaining: float, nbytes: float):
-        self.res, self.mark, self.due = res, 0, 0
-        self.rate, self.t_last, self.remaining, self.nbytes, self.delivered_bytes = rate, t_last, remaining, nbytes, 0.0
+    def __init__(self, row: tuple):
+        self.res, self.rate, self.t_last, self.remaining, self.nbytes = row[1:6]
+        self.mark, self.due, self.delivered_bytes = 0, 0, 0.0
 
 
 def _python_walk(sample: dict) -> tuple[float, int]:
     """The engine's walk and progress arithmetic (``FlowNetwork._apply``'s loop) on fresh copies: CPU s, flows."""
-    copies = [_Copy(*row) for row in sample["rows"]]
+    copies = [_Copy(row) for row in sample["rows"]]
     res_flows: dict = {}
     for k, f in enumerate(copies):
         for r in f.res:
@@ -127,24 +113,43 @@ def _python_walk(sample: dict) -> tuple[float, int]:
     return time.process_time() - c0, met
 
 
-def _array_walk(sample: dict) -> tuple[float, int, int]:
-    """:func:`frontier_walk` and the same arithmetic on arrays, the pairs numbered once per settle as a store would
-    keep them: CPU s, flows, levels."""
-    rows = sample["rows"]
-    lengths = np.fromiter((len(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-    pairs = np.fromiter(chain.from_iterable(r[0] for r in rows), dtype=np.int64, count=int(lengths.sum()))
-    used, res_of = np.unique(pairs, return_inverse=True)
-    flow_of = np.repeat(np.arange(len(rows)), lengths)
-    known = set(used.tolist())  # an arrival's resource with no active flow: nothing to walk from it
-    seeds = np.searchsorted(used, np.array([s for s in sample["seeds"] if s in known], dtype=np.int64))
-    rate, t_last, rem, nbytes = (np.array([r[k] for r in rows]) for k in (1, 2, 3, 4))
-    now, c0 = sample["now"], time.process_time()
-    idx, levels = frontier_walk(flow_of, res_of, len(rows), used.size, seeds)
-    moved = rate[idx] * (now - t_last[idx])
-    left = rem[idx] - moved
-    keep = ~(left <= 1e-12 * nbytes[idx])
-    rem[idx[keep]], t_last[idx[keep]] = left[keep], now
-    return time.process_time() - c0, idx.size, levels
+def _array_settle(sample: dict) -> dict:
+    """The sampled settle on arrays (:mod:`settle_arrays`), the pairs of the active flows and the arrivals numbered as
+    a store would keep them (not timed), compared with what the engine did: CPU s of the walk, progress and filling,
+    flows, levels, and whether the walked flows, the ended ones, the bytes left and (where the level filler rates them)
+    the rates are the engine's to the bit."""
+    rows, cap, after = sample["rows"], sample["cap"], sample["after"]
+    arr = [a for a in sample["arrivals"] if a[2] > 0]  # a zero-byte arrival ends at once, unrated
+    routes = [r[1] for r in rows] + [a[1] for a in arr]
+    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(routes))
+    used, res_of = np.unique(np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum())),
+                             return_inverse=True)
+    flow_of = np.repeat(np.arange(len(routes)), lengths)
+    on_active = flow_of < len(rows)  # arrivals are not yet on the network while the engine walks
+    seeds = np.searchsorted(used, np.array(sample["seeds"], dtype=np.int64))
+    capacity = np.array([cap[q] for q in used.tolist()])
+    bottleneck = np.array([r[7] for r in rows] + [a[3] for a in arr])
+    rate, t_last, rem, nbytes = (np.array([r[k] for r in rows], dtype=float) for k in (2, 3, 4, 5))
+    due = np.array([r[6] for r in rows], dtype=bool)
+    c0 = time.process_time()
+    idx, levels = settle_arrays.frontier_walk(flow_of[on_active], res_of[on_active], len(rows), used.size, seeds)
+    _, left, done = settle_arrays.progress(rate[idx], t_last[idx], rem[idx], nbytes[idx], due[idx],
+                                          sample["now"], sample["slack"])
+    member = np.zeros(len(routes), dtype=bool)
+    member[idx[~done]] = True
+    member[len(rows):] = True
+    in_union = member[flow_of]
+    rates = settle_arrays.level_rates(flow_of[in_union], res_of[in_union], len(routes), capacity, bottleneck)
+    cpu_s = time.process_time() - c0
+    fids = [rows[k][0] for k in idx.tolist()]
+    same = (set(fids) == set(after) - {a[0] for a in sample["arrivals"]}
+            and all(after[f][0] != d for f, d in zip(fids, done.tolist()))
+            and all(after[f][1] == x for f, x in zip(fids, left.tolist()) if after[f][0]))
+    union = np.flatnonzero(member).tolist()
+    fid_of = [r[0] for r in rows] + [a[0] for a in arr]
+    same_rates = all(after[fid_of[k]][2] == rates[k] for k in union)
+    return {"cpu_s": cpu_s, "flows": idx.size, "levels": levels, "same": same,
+            "big": int(in_union.sum()) >= VECTOR_MIN_HOPS, "same_rates": same_rates}
 
 
 def measure(gpus: int) -> dict:
@@ -153,7 +158,6 @@ def measure(gpus: int) -> dict:
     from simulator.cluster.presets import load_preset
     from simulator.compile import compile_step
     from simulator.engine import network
-    from simulator.engine.fairshare import VECTOR_MIN_HOPS
     from simulator.engine.step import simulate
     from simulator.strategy import Recompute, Strategy
     from simulator.workload.presets import get_preset
@@ -165,7 +169,8 @@ def measure(gpus: int) -> dict:
     nets: list = []
     made, apply, rate = network.FlowNetwork.__init__, network.FlowNetwork._apply, network.FlowNetwork._rate
     network.FlowNetwork.__init__ = lambda self, env: (made(self, env), nets.append(self))[0]
-    settles, samples, tally = [], [], {"active": 0, "big_active": 0, "rerated": 0, "changed": 0, "big_seen": 0}
+    settles, samples = [], []
+    tally = {"active": 0, "big_active": 0, "rerated": 0, "changed": 0, "big_seen": 0, "engine_s": 0.0}
 
     def counted_apply(self, now, slack, arrivals, due):
         if self is not nets[0]:
@@ -173,12 +178,18 @@ def measure(gpus: int) -> dict:
         walked = _walked(self, arrivals, due)
         pairs = sum(len(f.res) for f in chain(walked.values(), arrivals))
         tally["active"] += self._active
+        sample = None
         if pairs >= VECTOR_MIN_HOPS:
             tally["big_active"] += self._active
             tally["big_seen"] += 1
             if tally["big_seen"] % SAMPLE_EVERY == 0:
-                samples.append(_sample(self, now, arrivals, due))
+                sample = _sample(self, now, slack, arrivals, due)
+        c0 = time.process_time()
         apply(self, now, slack, arrivals, due)
+        if sample is not None:
+            tally["engine_s"] += time.process_time() - c0
+            sample["after"] = {f.fid: (f.active, f.remaining, f.rate) for f in chain(walked.values(), arrivals)}
+            samples.append(sample)
         kept = frozenset(f.fid for f in chain(walked.values(), arrivals) if f.active)
         settles.append((frozenset(walked), kept, pairs))
 
@@ -192,13 +203,15 @@ def measure(gpus: int) -> dict:
     network.FlowNetwork._apply, network.FlowNetwork._rate = counted_apply, counted_rate
     res = simulate(work, cluster, trace=False)
     network.FlowNetwork._apply, network.FlowNetwork._rate, network.FlowNetwork.__init__ = apply, rate, made
-    walks = [(_python_walk(s), _array_walk(s)) for s in samples]
+    walks = [(_python_walk(s), _array_settle(s)) for s in samples]
     return {"gpus": gpus, "step_s": res.step_time_s, **registry_counts(settles), **tally,
             "sampled": len(walks), "sampled_flows": sum(p[1] for p, _ in walks),
-            "python_s": sum(p[0] for p, _ in walks), "array_s": sum(a[0] for _, a in walks),
-            "same_flows": all(p[1] == a[1] for p, a in walks),
-            "levels_median": int(np.median([a[2] for _, a in walks])) if walks else 0,
-            "levels_max": max((a[2] for _, a in walks), default=0)}
+            "python_s": sum(p[0] for p, _ in walks), "array_s": sum(a["cpu_s"] for _, a in walks),
+            "same_flows": all(p[1] == a["flows"] for p, a in walks), "exact": all(a["same"] for _, a in walks),
+            "level_rated": sum(a["big"] for _, a in walks),
+            "rates_exact": all(a["same_rates"] for _, a in walks if a["big"]),
+            "levels_median": int(np.median([a["levels"] for _, a in walks])) if walks else 0,
+            "levels_max": max((a["levels"] for _, a in walks), default=0)}
 
 
 def _seeds(arrivals, due) -> list:
@@ -220,10 +233,16 @@ def _walked(net, arrivals, due) -> dict:
     return met
 
 
-def _sample(net, now: float, arrivals, due) -> dict:
+def _sample(net, now: float, slack: float, arrivals, due) -> dict:
+    """The settle's input: every active flow (fid, route, rate, t_last, bytes left, bytes, due, bottleneck), the
+    arrivals (fid, route, bytes, bottleneck), the seeds and the capacities of the resources crossed."""
     active = {fid: f for flows in net._res_flows for fid, f in flows.items()}
-    rows = [(f.res, f.rate, f.t_last, f.remaining, f.nbytes) for f in active.values()]
-    return {"now": now, "seeds": _seeds(arrivals, due), "rows": rows}
+    due_ids = {f.fid for f in due}
+    rows = [(f.fid, f.res, f.rate, f.t_last, f.remaining, f.nbytes, f.fid in due_ids, f.bottleneck_Bps)
+            for f in active.values()]
+    arr = [(f.fid, f.res, f.nbytes, f.bottleneck_Bps) for f in arrivals]
+    cap = {q: net._cap[q] for f in chain(active.values(), arrivals) for q in f.res}
+    return {"now": now, "slack": slack, "seeds": _seeds(arrivals, due), "rows": rows, "arrivals": arr, "cap": cap}
 
 
 def main() -> None:
@@ -235,18 +254,20 @@ def main() -> None:
         print(json.dumps(measure(args.child)))
         return
     print("| GPUs | settles | walked | big (walked; active then) | one record (walked) | same (walked) | re-rated "
-          "(rate changed) | sampled (flows) | Python walk s | array walk s | levels median (max) |")
-    print("|---:|---:|---:|---|---|---|---|---|---:|---:|---|")
+          "(rate changed) | sampled (flows; level-rated) | engine s | Python walk s | array settle s | levels |")
+    print("|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---|")
     for gpus in args.gpus:
         out = subprocess.run([sys.executable, __file__, "--child", str(gpus)], check=True, capture_output=True,
                              text=True).stdout
         r = json.loads(out)
         print(f"| {gpus:,} | {r['settles']:,} | {r['walked']:,} | {r['big']:,} ({r['big_walked']:,}; "
               f"{r['big_active']:,}) | {r['one']:,} ({r['one_walked']:,}) | {r['same']:,} ({r['same_walked']:,}) | "
-              f"{r['rerated']:,} ({r['changed']:,}) | {r['sampled']} ({r['sampled_flows']:,}) | {r['python_s']:.3f} | "
-              f"{r['array_s']:.3f} | {r['levels_median']} ({r['levels_max']}) |", flush=True)
-        if not r["same_flows"]:
-            print("  the two walks met different flows in some sample: the frontier walk is wrong", flush=True)
+              f"{r['rerated']:,} ({r['changed']:,}) | {r['sampled']} ({r['sampled_flows']:,}; {r['level_rated']}) | "
+              f"{r['engine_s']:.3f} | {r['python_s']:.3f} | {r['array_s']:.3f} | {r['levels_median']} "
+              f"({r['levels_max']}) |", flush=True)
+        print(f"  step {r['step_s']!r} s; array settles: walked flows, ends and bytes left the engine's to the bit: "
+              f"{r['exact'] and r['same_flows']}; level-filled rates the engine's to the bit: {r['rates_exact']}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""``benchmarks/bench_des_settles.py``: the registry counts (hand-worked), the frontier walk against a depth-first one
-(hypothesis), and the order facts its docstring leans on: the level filler gives the same bits in any order of the
-flows, the heap filler does not (a hand-found case)."""
+"""``benchmarks/bench_des_settles.py`` and ``settle_arrays.py``: the registry counts (hand-worked), the frontier walk
+against a depth-first one, the array progress and level filling against the engine's scalar lines and
+``_max_min_levels`` to the bit (hypothesis), and the order facts they lean on: the level filler gives the same bits in
+any order of the flows, the heap filler does not (a case found by a random search)."""
 
 import numpy as np
 from benchmark_modules import load_benchmark
@@ -8,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import fairshare
+from simulator.engine.network import REL_BYTES_TOL
 
 settles = load_benchmark("bench_des_settles")
+arrays = load_benchmark("settle_arrays")
 BIG = fairshare.VECTOR_MIN_HOPS
 
 
@@ -30,9 +33,9 @@ def test_frontier_walk_hand_worked():
     levels (the last finds no new resource); from d, flow 2 in one."""
     flow_of = np.array([0, 0, 1, 1, 2, 3])
     res_of = np.array([0, 1, 1, 2, 3, 2])
-    idx, levels = settles.frontier_walk(flow_of, res_of, 4, 4, np.array([0]))
+    idx, levels = arrays.frontier_walk(flow_of, res_of, 4, 4, np.array([0]))
     assert idx.tolist() == [0, 1, 3] and levels == 3
-    idx, levels = settles.frontier_walk(flow_of, res_of, 4, 4, np.array([3]))
+    idx, levels = arrays.frontier_walk(flow_of, res_of, 4, 4, np.array([3]))
     assert idx.tolist() == [2] and levels == 1
 
 
@@ -59,8 +62,47 @@ def test_frontier_walk_meets_the_flows_a_depth_first_walk_meets(routes, seeds):
                         stack.append(q)
     flow_of = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
     res_of = np.array([q for r in routes for q in r])
-    idx, _ = settles.frontier_walk(flow_of, res_of, len(routes), 12, np.array(seeds))
+    idx, _ = arrays.frontier_walk(flow_of, res_of, len(routes), 12, np.array(seeds))
     assert idx.tolist() == sorted(met)
+
+
+_bytes = st.floats(1.0, 1e9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e6, 1e11), st.floats(0.0, 30.0), _bytes, _bytes, st.booleans()), min_size=1,
+                max_size=20), st.floats(0.0, 40.0))
+def test_array_progress_is_the_engines_scalar_arithmetic_to_the_bit(flows, later):
+    """``progress`` on arrays against ``FlowNetwork._apply``'s lines for one flow: the same bytes left and the same
+    done test (numpy's element-wise float64 operations are the IEEE operations Python does one at a time)."""
+    flows = [(rate, t, min(rem, nb), nb, due) for rate, t, rem, nb, due in flows]
+    now = max(t for _, t, *_ in flows) + later
+    slack = 4 * np.spacing(now)
+    rate, t_last, rem, nbytes = (np.array([f[k] for f in flows]) for k in range(4))
+    _, left, done = arrays.progress(rate, t_last, rem, nbytes, np.array([f[4] for f in flows]), now, slack)
+    for (r, t, rm, nb, due), x, d in zip(flows, left.tolist(), done.tolist()):
+        one = rm - r * (now - t)
+        assert x == one and d == (due or one <= REL_BYTES_TOL * nb or one <= r * slack)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True), min_size=1, max_size=60),
+       st.lists(st.sampled_from([3, 5, 6, 7, 10]), min_size=8, max_size=8), st.randoms(use_true_random=False))
+def test_array_level_rates_are_the_engines_to_the_bit(routes, caps, rnd):
+    """``level_rates`` on pairs numbered another way (a store's numbering: resources shuffled among twelve, four unused)
+    gives ``_max_min_levels``' rates to the bit, also where no resource is shared."""
+    cap = [c * 1e9 / 3 for c in caps]
+    flows = [_Rated(tuple(r), cap) for r in routes]
+    fairshare._max_min_levels(flows, cap, sum(map(len, routes)))
+    number = list(range(12))
+    rnd.shuffle(number)
+    capacity = np.full(12, 1e9)
+    for r, q in enumerate(number[:8]):
+        capacity[q] = cap[r]
+    flow_of = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+    res_of = np.array([number[q] for r in routes for q in r])
+    got = arrays.level_rates(flow_of, res_of, len(routes), capacity, np.array([f.bottleneck_Bps for f in flows]))
+    assert got.tolist() == [f.rate for f in flows]
 
 
 class _Rated:
