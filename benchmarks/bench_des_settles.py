@@ -20,7 +20,8 @@ Sampled settles (every ``SAMPLE_EVERY``-th big one) are copied out (every active
 arrivals, the seeds, the capacities), the engine's CPU time for each is taken (``_apply`` with its re-rating and
 filing, on its own, cold flows), and after the step each is settled again: by the engine's depth-first walk with its
 per-flow progress in Python on fresh copies (walk only), and on arrays (:mod:`settle_arrays`: frontier walk,
-progress, level filling; the pairs numbered beforehand, as a store would keep them; no filing). The array settle is
+progress, level filling, the refiled flows' finish times grouped by value; the pairs numbered beforehand, as a store
+would keep them; not the groups' completions). The array settle is
 compared with what the engine did: the flows walked, those ended and their bytes left, and, where the union is large
 enough for the level filler, the rates, to the bit. Times are CPU s, noisy on a shared machine; the frontier's levels
 (passes, each a few numpy calls) are counted.
@@ -115,9 +116,9 @@ def _python_walk(sample: dict) -> tuple[float, int]:
 
 def _array_settle(sample: dict) -> dict:
     """The sampled settle on arrays (:mod:`settle_arrays`), the pairs of the active flows and the arrivals numbered as
-    a store would keep them (not timed), compared with what the engine did: CPU s of the walk, progress and filling,
-    flows, levels, and whether the walked flows, the ended ones, the bytes left and (where the level filler rates them)
-    the rates are the engine's to the bit."""
+    a store would keep them (not timed), compared with what the engine did: CPU s of the walk, progress, filling and
+    finish times, flows, levels, and whether the walked flows, the ended ones, the bytes left and (where the level
+    filler rates them) the rates and which of them were refiled are the engine's to the bit."""
     rows, cap, after = sample["rows"], sample["cap"], sample["after"]
     arr = [a for a in sample["arrivals"] if a[2] > 0]  # a zero-byte arrival ends at once, unrated
     routes = [r[1] for r in rows] + [a[1] for a in arr]
@@ -140,14 +141,20 @@ def _array_settle(sample: dict) -> dict:
     member[len(rows):] = True
     in_union = member[flow_of]
     rates = settle_arrays.level_rates(flow_of[in_union], res_of[in_union], len(routes), capacity, bottleneck)
+    union = np.flatnonzero(member)
+    before = np.concatenate([rate, np.zeros(len(arr))])[union]  # an arrival's rate is 0 until rated
+    bytes_left = np.concatenate([rem, [a[2] for a in arr]])
+    bytes_left[idx] = left
+    changed, instants, _ = settle_arrays.finish_times(before, rates[union], bytes_left[union], sample["now"])
     cpu_s = time.process_time() - c0
     fids = [rows[k][0] for k in idx.tolist()]
     same = (set(fids) == set(after) - {a[0] for a in sample["arrivals"]}
             and all(after[f][0] != d for f, d in zip(fids, done.tolist()))
             and all(after[f][1] == x for f, x in zip(fids, left.tolist()) if after[f][0]))
-    union = np.flatnonzero(member).tolist()
     fid_of = [r[0] for r in rows] + [a[0] for a in arr]
-    same_rates = all(after[fid_of[k]][2] == rates[k] for k in union)
+    version = [r[8] for r in rows] + [a[4] for a in arr]
+    same_rates = all(after[fid_of[k]][2] == rates[k] and (after[fid_of[k]][3] != version[k]) == c
+                     for k, c in zip(union.tolist(), changed.tolist()))
     return {"cpu_s": cpu_s, "flows": idx.size, "levels": levels, "same": same,
             "big": int(in_union.sum()) >= VECTOR_MIN_HOPS, "same_rates": same_rates}
 
@@ -188,7 +195,7 @@ def measure(gpus: int) -> dict:
         apply(self, now, slack, arrivals, due)
         if sample is not None:
             tally["engine_s"] += time.process_time() - c0
-            sample["after"] = {f.fid: (f.active, f.remaining, f.rate) for f in chain(walked.values(), arrivals)}
+            sample["after"] = {f.fid: (f.active, f.remaining, f.rate, f.version) for f in chain(walked.values(), arrivals)}
             samples.append(sample)
         kept = frozenset(f.fid for f in chain(walked.values(), arrivals) if f.active)
         settles.append((frozenset(walked), kept, pairs))
@@ -238,9 +245,9 @@ def _sample(net, now: float, slack: float, arrivals, due) -> dict:
     arrivals (fid, route, bytes, bottleneck), the seeds and the capacities of the resources crossed."""
     active = {fid: f for flows in net._res_flows for fid, f in flows.items()}
     due_ids = {f.fid for f in due}
-    rows = [(f.fid, f.res, f.rate, f.t_last, f.remaining, f.nbytes, f.fid in due_ids, f.bottleneck_Bps)
+    rows = [(f.fid, f.res, f.rate, f.t_last, f.remaining, f.nbytes, f.fid in due_ids, f.bottleneck_Bps, f.version)
             for f in active.values()]
-    arr = [(f.fid, f.res, f.nbytes, f.bottleneck_Bps) for f in arrivals]
+    arr = [(f.fid, f.res, f.nbytes, f.bottleneck_Bps, f.version) for f in arrivals]
     cap = {q: net._cap[q] for f in chain(active.values(), arrivals) for q in f.res}
     return {"now": now, "slack": slack, "seeds": _seeds(arrivals, due), "rows": rows, "arrivals": arr, "cap": cap}
 
@@ -266,7 +273,8 @@ def main() -> None:
               f"{r['engine_s']:.3f} | {r['python_s']:.3f} | {r['array_s']:.3f} | {r['levels_median']} "
               f"({r['levels_max']}) |", flush=True)
         print(f"  step {r['step_s']!r} s; array settles: walked flows, ends and bytes left the engine's to the bit: "
-              f"{r['exact'] and r['same_flows']}; level-filled rates the engine's to the bit: {r['rates_exact']}",
+              f"{r['exact'] and r['same_flows']}; level-filled rates and the flows refiled the engine's to the bit: "
+              f"{r['rates_exact']}",
               flush=True)
 
 

@@ -11,6 +11,8 @@ one settle of many flows, the same IEEE operations as ``FlowNetwork._apply`` and
   ``left ≤ rate·slack``.
 - :func:`level_rates`: ``_max_min_levels``' passes on the pairs (it reads the order of the flows only through
   integer counts per resource, so the rates do not depend on the walk's order).
+- :func:`finish_times`: which re-rated flows change rate (``FlowNetwork._rate`` refiles only those) and their
+  predicted finishes ``now + remaining / rate``, grouped by value as the engine's buckets are.
 """
 
 from __future__ import annotations
@@ -78,3 +80,13 @@ def level_rates(flow_of: np.ndarray, res_of: np.ndarray, n_flows: int, capacity:
         count[tight] = 0
         open_hop &= ~done
     return rate
+
+
+def finish_times(before: np.ndarray, after: np.ndarray, left: np.ndarray,
+                 now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of re-rated flows with rates ``before`` → ``after`` and ``left`` bytes: which changed rate, the distinct
+    predicted finishes ``now + left / after`` of those (the engine's buckets, in increasing order) and each changed
+    flow's bucket."""
+    changed = after != before
+    instants, bucket = np.unique(now + left[changed] / after[changed], return_inverse=True)
+    return changed, instants, bucket

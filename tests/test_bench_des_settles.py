@@ -105,6 +105,15 @@ def test_array_level_rates_are_the_engines_to_the_bit(routes, caps, rnd):
     assert got.tolist() == [f.rate for f in flows]
 
 
+def test_finish_times_refile_only_changed_rates_and_group_equal_instants():
+    """Rates 2 → 2 (kept), 1 → 2, 0 → 4 (an arrival), 4 → 1 with 10, 20, 40 and 5 bytes left at t = 1: the last three
+    refiled, at 1 + 20/2 = 11, 1 + 40/4 = 11 and 1 + 5/1 = 6: two instants, 6 and 11."""
+    changed, instants, bucket = arrays.finish_times(np.array([2.0, 1.0, 0.0, 4.0]), np.array([2.0, 2.0, 4.0, 1.0]),
+                                                    np.array([10.0, 20.0, 40.0, 5.0]), 1.0)
+    assert changed.tolist() == [False, True, True, True]
+    assert instants.tolist() == [6.0, 11.0] and bucket.tolist() == [1, 1, 0]
+
+
 class _Rated:
     def __init__(self, res, cap):
         self.res, self.bottleneck_Bps, self.rate = res, min(cap[r] for r in res), 0.0
