@@ -25,8 +25,7 @@ Implementation:
   which can round an ulp below the predicted ``t``.
 - A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
-  left with negative bytes. Ties are broken by flow creation order: deterministic. A settle takes its due flows
-  in that order too, not as filed: the walk (and the heap filler's ties) never depend on how finishes were filed.
+  left with negative bytes. Ties are broken by flow creation order: deterministic.
 
 A flow and its route and group are :mod:`simulator.engine.flows`; what folding asks of the network (resources, idleness,
 reservations) :mod:`simulator.engine.network_holding`; the settle event and scheduling at an absolute
@@ -38,7 +37,6 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 from itertools import chain
-from operator import attrgetter
 from typing import Iterable
 
 import simpy
@@ -185,8 +183,6 @@ class FlowNetwork(Holding):
         self._plan_wake(now)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
-        if len(due) > 1:
-            due.sort(key=_fid)  # creation order, whatever order they were filed in (module docstring)
         # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
         seeds = dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
                                     chain.from_iterable([f.res for f in arrivals])))
@@ -296,5 +292,6 @@ def _reject(nbytes: float, latency: float) -> None:
     raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
 
 
-_fid = attrgetter("fid")  # a flow's creation order, as a sort key
+def _fid(flow: Flow) -> int:
+    return flow.fid
 
