@@ -11,9 +11,11 @@ The plays (the analytical engine adds up the same ones in closed form):
   i−1 starts (prefetch one block ahead, one gather at a time). A backward is the recompute, then the same with
   ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
   :func:`simulator.schedule_dry_run.dry_run` assumes).
-- Sends run on the rank's pp stream, one at a time, without blocking compute. A send whose receive the receiving
-  rank had posted when it starts (torch's runtime posts it where :func:`simulator.receive_first.receive_posts`
-  says: when the compute action before it ended) costs the call's ``receive_first_time_s`` where it has one.
+- Sends run on the rank's pp stream, one at a time, without blocking compute. Where a call has a
+  ``receive_first_time_s`` (:mod:`simulator.receive_first`), the receiving rank posts each receive where torch's
+  runtime does (:func:`simulator.receive_first.receive_posts`: when its compute action before it ended); a send
+  issued after its receive was posted costs that price, one issued before waits on its stream for the posting
+  (gloo's rendezvous) and then costs ``time_s``.
 - Gradient buckets: when the rank's last backward starts (after its recompute), bucket i becomes
   ready ``grad_ready_fraction[i] × (bwd + Σ tp_bwd)`` later (the uncontended length of that
   backward); buckets run one after another on the dp stream (host copies on the host stream). Under
