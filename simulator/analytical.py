@@ -20,6 +20,7 @@ block it overlaps by ``f·o_i`` (:mod:`simulator.interference`, ``f`` = ``StepWo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter, is_
 
 import numpy as np
@@ -31,6 +32,7 @@ from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch, compile_step
 from simulator.errors import SpecError
 from simulator.interference import overlap_s, takes_sms
+from simulator.receive_first import expected_boundaries
 from simulator.results import Category, Engine, StepResult
 from simulator.schedule_shape import ScheduleShape, schedule_shape, shape_of
 from simulator.strategy import Strategy
@@ -136,8 +138,24 @@ def _same_objects(a: tuple, b: tuple) -> bool:
 
 
 def summarize(work: StepWork) -> StepArrays:
-    """The closed form's inputs for one compiled step (a batch of one)."""
-    return summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
+    """The closed form's inputs for one compiled step (a batch of one); a boundary whose sends have a receive-first
+    price costs the mean price of its transfers in the schedule's order (:mod:`simulator.receive_first`)."""
+    arrays = summarize_stages(work.stages, work.layout.v, work.overlap_sm_fraction)
+    chunks = {ch.chunk: ch for st in work.stages for ch in st.chunks}
+    n = len(chunks)
+    first_f = [_first(chunks[c].p2p_fwd, arrays.cf[0, c]) for c in range(n - 1)]
+    first_b = [_first(chunks[c + 1].p2p_bwd, arrays.cb[0, c]) for c in range(n - 1)]
+    if first_f == list(arrays.cf[0]) and first_b == list(arrays.cb[0]):
+        return arrays
+    cf, cb, held_f, held_b = expected_boundaries(work.schedule, arrays.F[0], arrays.B[0], arrays.cf[0], arrays.cb[0],
+                                                 first_f, first_b)
+    return replace(arrays, cf=np.array([cf]), cb=np.array([cb]), stream_cf=np.array([held_f]),
+                   stream_cb=np.array([held_b]))
+
+
+def _first(call, full_s: float) -> float:
+    """A p2p call's receive-first seconds (``full_s`` without one)."""
+    return full_s if call is None or call.receive_first_time_s is None else call.receive_first_time_s
 
 
 def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float = 0.0,

@@ -99,6 +99,11 @@ class StepArrays:
     """(N, p, len(EXPOSED_KINDS)) after-step seconds by category."""
     data: np.ndarray
     """(N,) data read seconds of one step."""
+    stream_cf: np.ndarray | None = None
+    """(N, n−1) a forward send's seconds on its rank's p2p stream where they exceed ``cf`` (a send held until its
+    receive is posted, :mod:`simulator.receive_first`); None: ``cf``."""
+    stream_cb: np.ndarray | None = None
+    """(N, n−1) the same for ``cb``."""
 
 
 def sync_exposure(b_last: np.ndarray, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

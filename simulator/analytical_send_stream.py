@@ -43,10 +43,12 @@ def send_stream_s(a: StepArrays) -> np.ndarray:
     (chunk k → k+1) leaves rank k mod p, its backward send rank (k+1) mod p. The stream sends one at a time
     (the DES's ``SendStream``), so the m micro-batches' sends take m times this, whatever the schedule."""
     p = a.p
-    out = np.zeros((a.cf.shape[0], p))
-    for k in range(a.cf.shape[1]):
-        out[:, k % p] += a.cf[:, k]
-        out[:, (k + 1) % p] += a.cb[:, k]
+    cf = a.cf if a.stream_cf is None else a.stream_cf  # a send held until its receive is posted occupies the stream
+    cb = a.cb if a.stream_cb is None else a.stream_cb
+    out = np.zeros((cf.shape[0], p))
+    for k in range(cf.shape[1]):
+        out[:, k % p] += cf[:, k]
+        out[:, (k + 1) % p] += cb[:, k]
     return out
 
 

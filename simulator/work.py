@@ -103,6 +103,9 @@ class CommCall:
     """The collective algorithm (``auto`` already resolved) of a COLLECTIVE or HOST_THEN_COLLECTIVE call."""
     concurrent_groups: int = 1
     """Identical groups (other dp/tp replicas) running the same call at the same moment."""
+    receive_first_time_s: float | None = None
+    """A p2p call's seconds when its receive was posted before its send (no wait for a core on a node with no more
+    processes than cores, :mod:`simulator.receive_first`); None: ``time_s`` either way."""
 
     def __post_init__(self) -> None:
         if self.transport is Transport.COLLECTIVE and self.algorithm is None:

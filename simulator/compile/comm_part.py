@@ -48,6 +48,7 @@ from simulator.collectives.base import Op
 from simulator.collectives.gloo import async_broadcast_time_s
 from simulator.compile.costs import CostCache
 from simulator.errors import SpecError
+from simulator.receive_first import receive_first_time_s
 from simulator.work import CommCall, CommKind, Transport
 
 
@@ -62,8 +63,10 @@ def call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbyte
     if len(group) < 2 or nbytes <= 0:
         return None
     if op is Op.SEND_RECV:
-        return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.P2P,
-                        time_s=cache.p2p(group[0], group[1], nbytes), concurrent_groups=concurrent)
+        time_s = cache.p2p(group[0], group[1], nbytes)
+        return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.P2P, time_s=time_s,
+                        concurrent_groups=concurrent,
+                        receive_first_time_s=receive_first_time_s(cache.cluster, time_s, cache.p2p_wait_s()))
     t, algo = cache.collective(group, op, nbytes, algorithm, replayed)
     return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.COLLECTIVE, algorithm=algo,
                     time_s=t, concurrent_groups=concurrent)

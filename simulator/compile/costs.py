@@ -27,6 +27,7 @@ from simulator.cluster.nccl import COLLECTIVE_CHOICES
 from simulator.cluster.placement import PlacedCluster
 from simulator.cluster.spec import Cluster, CommLibrary, Fabric, LeafUplinks
 from simulator.collectives.base import Op
+from simulator.collectives.cost import Env
 from simulator.collectives.ps import ps_time_s
 from simulator.collectives.gloo import runs_own
 from simulator.collectives.registry import estimate, supports
@@ -170,6 +171,11 @@ class CostCache:
         if src == dst or nbytes <= 0:
             return 0.0
         return self.collective((src, dst), Op.SEND_RECV, int(nbytes))[0]
+
+    def p2p_wait_s(self) -> float:
+        """The wait for a core a send between two ranks holds (:meth:`Env.blocking_wait_s` of a pair's send-recv;
+        0 off a loopback node)."""
+        return self.memo(("p2p wait",), lambda: Env(self.cluster, None).blocking_wait_s(Op.SEND_RECV, 2))
 
     def ps(self, ranks: tuple[int, ...], nbytes: int, shards: int, colocated: bool) -> float:
         """Synchronous push + pull of ``nbytes`` per worker (:func:`simulator.collectives.ps.ps_time_s`)."""

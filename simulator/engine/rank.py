@@ -11,7 +11,11 @@ The plays (the analytical engine adds up the same ones in closed form):
   i−1 starts (prefetch one block ahead, one gather at a time). A backward is the recompute, then the same with
   ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
   :func:`simulator.schedule_dry_run.dry_run` assumes).
-- Sends run on the rank's pp stream, one at a time, without blocking compute.
+- Sends run on the rank's pp stream, one at a time, without blocking compute. Where a call has a
+  ``receive_first_time_s`` (:mod:`simulator.receive_first`), the receiving rank posts each receive where torch's
+  runtime does (:func:`simulator.receive_first.receive_posts`: when its compute action before it ended); a send
+  issued after its receive was posted costs that price, one issued before waits on its stream for the posting
+  (gloo's rendezvous) and then costs ``time_s``.
 - Gradient buckets: when the rank's last backward starts (after its recompute), bucket i becomes
   ready ``grad_ready_fraction[i] × (bwd + Σ tp_bwd)`` later (the uncontended length of that
   backward); buckets run one after another on the dp stream (host copies on the host stream). Under
@@ -33,7 +37,7 @@ gathers is :mod:`simulator.engine.rank_compute`, the gradient buckets :mod:`simu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import simpy
@@ -87,6 +91,9 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
     streams: list = []
     last_b = ctx.last_backward[r]
     for i, act in enumerate(ctx.schedule.ranks[r]):
+        if ctx.receive_posts is not None:
+            for sender in ctx.receive_posts[r][i]:
+                _post(ctx, (pipe.key, k, *sender))
         chunk = ctx.chunk_of[act.stage]
         dep = ctx.dependency(act)
         if dep is not None:
@@ -164,19 +171,43 @@ def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int)
         arrived.succeed()
         return
     stream = ctx.pp_stream(pipe, ctx.schedule.rank_of(act.stage), k)
-    send = (ctx, pipe, rank, act, call, arrived)
+    if ctx.posted.get(key, float("inf")) <= ctx.env.now:  # posted after its receive: the receive-first price
+        call = ctx.first_calls.get(id(call), call)
+    send = (ctx, pipe, rank, act, call, arrived, key)
     if stream.busy:
         stream.waiting.append(send)
     else:
         _p2p(stream, *send)
 
 
-def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arrived: simpy.Event) -> None:
-    """Start a send on its rank's pp stream now; when it is done, the receiver's input has arrived and the
+def first_variants(work) -> dict:
+    """Per p2p call of ``work`` with a receive-first price (by id): the call at that price
+    (:mod:`simulator.receive_first`)."""
+    calls = (x for sw in work.stages for c in sw.chunks for x in (c.p2p_fwd, c.p2p_bwd))
+    return {id(x): replace(x, time_s=x.receive_first_time_s, receive_first_time_s=None)
+            for x in calls if x is not None and x.receive_first_time_s is not None}
+
+
+def _post(ctx, key: tuple) -> None:
+    """The receiving rank posts the receive of transfer ``key`` now; a send waiting for it starts."""
+    ctx.posted.setdefault(key, ctx.env.now)
+    waiting = ctx.post_events.pop(key, None)
+    if waiting is not None:
+        waiting.succeed()
+
+
+def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arrived: simpy.Event, key: tuple) -> None:
+    """Start a send on its rank's pp stream now, or, where the lists say when receives are posted
+    (``ctx.receive_posts``) and this one's is not yet, once it is (gloo's rendezvous: the data moves when both
+    sides have posted, :mod:`simulator.receive_first`); when it is done, the receiver's input has arrived and the
     stream's next send starts (the same instants as a capacity-1 SimPy resource, without its events)."""
     env, r = ctx.env, ctx.schedule.rank_of(act.stage)
     stream.busy = True
     t0 = env.now
+    if ctx.receive_posts is not None and key not in ctx.posted:
+        ev = ctx.post_events.setdefault(key, simpy.Event(env))
+        ev.callbacks.append(lambda _e: _p2p(stream, ctx, pipe, rank, act, call, arrived, key))
+        return
 
     def sent(_event) -> None:
         ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)

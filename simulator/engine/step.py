@@ -28,11 +28,12 @@ from simulator.engine.fold import Folder
 from simulator.engine.gc_passes import fewer_young_passes
 from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
-from simulator.engine.rank import Pipe, PipeKey, rank_step
+from simulator.engine.rank import Pipe, PipeKey, first_variants, rank_step
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder, SendStream
 from simulator.engine.unrolled import start_unrolled
 from simulator.errors import SpecError
+from simulator.receive_first import receive_posts
 from simulator.results import Category, Engine, StepResult, slowest_index
 from simulator.schedules import ActionKind
 from simulator.strategy import Offload, ParamServerMode, ParamServerSync
@@ -53,8 +54,16 @@ class _Ctx:
         """Every dp replica is its own pipeline (:mod:`simulator.engine.unrolled`); no replica shortcuts."""
         if unrolled:
             _check_unrolled(work.layout)
+        self.first_calls = first_variants(work)
+        """Per p2p call (by id), its variant priced as a transfer whose receive was posted first."""
+        self.receive_posts = receive_posts(work.schedule) if self.first_calls else None
+        """Per rank and compute action, the transfers whose receives torch's runtime posts before it."""
+        self.posted: dict[tuple, float] = {}
+        """When each transfer's receive was posted (key as :attr:`arrivals`')."""
+        self.post_events: dict[tuple, simpy.Event] = {}
+        """A send waiting for its receive's posting (gloo's rendezvous), by transfer."""
         if not unrolled:
-            self.runner.prepare(_classes(work), isolate=shortcuts)
+            self.runner.prepare(_classes(work, self.first_calls), isolate=shortcuts)
         self.folder = Folder(self.env, self.net, self.runner) if shortcuts and not unrolled else None
         if shortcuts and not unrolled:
             self.runner.callfolder = CallFolder(self.env, self.net)
@@ -113,14 +122,17 @@ class _Ctx:
         return self.barriers[key]
 
 
-def _classes(work: StepWork) -> dict:
-    """Calls per (stage, stream) class, for the runner's isolation check."""
+def _classes(work: StepWork, first_calls: dict | None = None) -> dict:
+    """Calls per (stage, stream) class, for the runner's isolation check (a p2p call's receive-first variant in
+    its call's class)."""
     classes: dict = defaultdict(list)
+    first_calls = first_calls or {}
     for sw in work.stages:
         for c in sw.chunks:
             classes[(sw.stage, "tp")] += [*c.tp_fwd, *c.tp_bwd]
             classes[(sw.stage, "dp")] += [*c.zero_fwd, *c.zero_bwd]
-            classes[(sw.stage, "pp")] += [x for x in (c.p2p_fwd, c.p2p_bwd) if x is not None]
+            p2p = [x for x in (c.p2p_fwd, c.p2p_bwd) if x is not None]
+            classes[(sw.stage, "pp")] += p2p + [first_calls[id(x)] for x in p2p if id(x) in first_calls]
         for call in (*sw.grad_sync, *sw.after_step):
             classes[(sw.stage, KIND_STREAM[call.kind])].append(call)
     return classes
