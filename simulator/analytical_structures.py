@@ -16,7 +16,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from simulator.analytical import summarize, summarize_stages
+from simulator.analytical import summarize
+from simulator.analytical_models import summarize_models
 from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
 from simulator.compile import CostCache, ParamFetch, compile_step
@@ -88,7 +89,7 @@ _SCHEDULE = _OWN_FIELDS.index("schedule")
 
 def stages_key(key: tuple, interleaved: bool) -> tuple:
     """What the compiled stages of a structure (:func:`simulator.compile.compile_stages` and
-    :func:`~simulator.analytical.summarize_stages`) depend on: its :func:`structure_key` less the schedule
+    :func:`~simulator.analytical_models.summarize_models`) depend on: its :func:`structure_key` less the schedule
     kind, which they never read (the pipeline shape is evaluated per candidate, ``_pipelines``), plus
     whether the small batch of :func:`_compile` is stretched to ``pp`` micro-batches (interleaved, v > 1).
     GPipe and 1F1B structures that agree elsewhere share one compilation."""
@@ -116,8 +117,8 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     if shared is not None and shared in compiled:
         return compiled[shared], layout
     models, classes = closed_form_models(cache, workload, layout, fetch)
-    arrays = summarize_stages(models, layout.v, cluster_sm_fraction(cache.cluster),
-                              kept=cache.memo(("summarize: stage sync answers",), dict), classes=classes)
+    arrays = summarize_models(models, classes, layout.v, cluster_sm_fraction(cache.cluster),
+                              kept=cache.memo(("summarize: stage sync answers",), dict))
     if shared is not None:
         compiled[shared] = arrays
     return arrays, layout
