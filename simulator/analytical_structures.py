@@ -11,7 +11,7 @@ by pipeline shape (p, v) in a :class:`Structures` owned by the caller's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from operator import attrgetter
 
 import numpy as np
@@ -25,6 +25,7 @@ from simulator.compile.shared_stages import closed_form_models
 from simulator.compile.compute_part import step_flops
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
+from simulator.strategy.batch_copy import with_global_batch
 from simulator.strategy.fields import declared
 from simulator.strategy.layout import derived_dp, worker_gpus
 
@@ -108,7 +109,7 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     if dp == 0:
         build_layout(s, cache.cluster, workload, gpus=gpus)  # raises the layout's own error
     interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
-    small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
+    small = with_global_batch(s, dp * s.micro_batch * (s.pp if interleaved else 1))
     layout = build_layout(small, cache.cluster, workload, gpus=gpus)
     if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
