@@ -17,27 +17,38 @@ KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD:
 def sync_stretch(b_last: float, calls: tuple[CommCall, ...], fractions, sm_fraction: float) -> np.ndarray:
     """Per gradient bucket, ``f`` × its seconds inside the last backward (the closed form's bucket times,
     :func:`simulator.analytical_formula.sync_exposure`; end of the backward at 0): what it stretches
-    that backward by (:mod:`simulator.interference`)."""
-    n = len(calls)
+    that backward by (:mod:`simulator.interference`). :func:`stretch_prefix` of the calls' seconds and transports,
+    the buckets after it 0."""
+    out = np.zeros(len(calls))
     if sm_fraction <= 0 or not calls:
-        return np.zeros(n)
-    out = [0.0] * n
-    end, lo, collective = -np.inf, -b_last, Transport.COLLECTIVE
-    j = 0
+        return out
+    prefix = stretch_prefix(b_last, [c.time_s for c in calls], [c.transport is Transport.COLLECTIVE for c in calls],
+                            fractions, sm_fraction)
+    out[:len(prefix)] = prefix
+    return out
+
+
+def stretch_prefix(b_last: float, times, takes_sms, fractions, sm_fraction: float) -> list[float]:
+    """:func:`sync_stretch` of the buckets up to the first that ends at or after the end of the backward (every later
+    bucket, of seconds ≥ 0, starts at or after that end: no overlap, 0), from their seconds, whether each takes SMs
+    (:func:`simulator.interference.takes_sms`) and their ready fractions, as sequences of Python values (a bucketed
+    sync's kept lists, :func:`sync_arrays`: no call's attributes read per bucket)."""
+    out = []
+    end, lo = -np.inf, -b_last
     # max(a, b) and min(a, b) of two floats written as the conditionals Python's own evaluate (``b if b > a else a``,
     # ``b if b < a else a``: the first argument on ties and NaNs), so the same float, signed zeros included
-    for c, f in zip(calls, fractions):
-        t = c.time_s
+    for t, takes, f in zip(times, takes_sms, fractions):
         ready = (f - 1.0) * b_last
         end = (end if end > ready else ready) + t  # max(ready, end) + t
-        if c.transport is collective:  # takes_sms(c), and overlap_s(end - t, end, -b_last, 0.0) inlined
+        if takes:  # overlap_s(end - t, end, -b_last, 0.0) inlined
             start = end - t
             inside = (0.0 if 0.0 < end else end) - (lo if lo > start else start)  # min(end, 0) - max(start, lo)
-            out[j] = sm_fraction * (inside if inside > 0.0 else 0.0)  # max(0, inside)
-        if end >= 0.0:  # every later bucket (seconds ≥ 0) starts at or after this end, past the backward: no overlap
+            out.append(sm_fraction * (inside if inside > 0.0 else 0.0))  # max(0, inside)
+        else:
+            out.append(0.0)
+        if end >= 0.0:
             break
-        j += 1
-    return np.array(out)
+    return out
 
 
 _CODE_OF_KIND_ID = {id(kind): KIND_CODE.get(kind, 0) for kind in CommKind}
@@ -79,9 +90,10 @@ _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 """:func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
 
 
-def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes]:
+def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, tuple]:
     """(seconds, :data:`KIND_CODE`, takes SMs, ready fraction) of each of a stage's gradient buckets as arrays,
-    and those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward): read once per pair of
+    those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward), and the seconds, takes SMs
+    and fractions as lists (:func:`stretch_prefix` reads them per bucket): read once per pair of
     bucket and fraction tuples in ``kept``, by their ids. The entry holds the tuples, so no other object takes their
     ids while it lives (a search's structures that share a bucketed sync, :func:`simulator.compile.comm_part.bucketed`,
     ask again under every other backward: micro-batch, recompute)."""
@@ -94,7 +106,7 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.n
         fractions = np.array(st.grad_ready_fraction, dtype=float)
         sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
         blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
-        got = kept[key] = (held, times, codes, sms, fractions, blob)
+        got = kept[key] = (held, times, codes, sms, fractions, blob, (times.tolist(), sms.tolist(), fractions.tolist()))
     return got[1:]
 
 
@@ -105,19 +117,23 @@ def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
     ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
-    times, codes, _, fractions, blob = sync_arrays(st, {} if kept is None else kept)
+    times, codes, _, fractions, blob, lists = sync_arrays(st, {} if kept is None else kept)
     # a pair, not one joined bytes: ``blob`` is the kept entry's own object, whose hash Python computes once and keeps
     # (25 bytes per bucket, thousands of buckets: joined, every ask copied and hashed them again)
     key = (np.array([b_last, sm_fraction]).tobytes(), blob)
     if key in seen:
         return seen[key]
     tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
-    stretch = sync_stretch(b_last, st.grad_sync, st.grad_ready_fraction, sm_fraction)
-    if stretch.sum() > tail:  # the stretched backward ends after the buckets: the excess is theirs
-        excess = (stretch.sum() - tail) / stretch.sum()
-        for j, s in enumerate(stretch):
-            exposed[codes[j]] += s * excess
-        tail = stretch.sum()
+    if sm_fraction > 0 and len(times):  # sync_stretch: its non-zero prefix, summed over every bucket (the same sum)
+        prefix = stretch_prefix(b_last, *lists, sm_fraction)
+        stretch = np.zeros(len(times))
+        stretch[:len(prefix)] = prefix
+        total = stretch.sum()
+        if total > tail:  # the stretched backward ends after the buckets: the excess is theirs (the zeros add +0.0)
+            excess = (total - tail) / total
+            for j, s in enumerate(stretch[:len(prefix)]):
+                exposed[codes[j]] += s * excess
+            tail = total
     seen[key] = tail, exposed
     return tail, exposed
 
