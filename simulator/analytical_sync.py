@@ -6,9 +6,11 @@ and the stretch of that backward by the buckets inside it (:func:`sync_stretch`,
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from simulator.analytical_formula import EXPOSED_KINDS, sync_exposure
+from simulator.analytical_formula import EXPOSED_KINDS
 from simulator.work import CommCall, CommKind, StageWork, Transport
 
 KIND_CODE = {CommKind.DP: 0, CommKind.PS: 1, CommKind.ZERO: 2, CommKind.OFFLOAD: 3}
@@ -51,6 +53,41 @@ def stretch_prefix(b_last: float, times, takes_sms, fractions, sm_fraction: floa
     return out
 
 
+class Exposure:
+    """:func:`simulator.analytical_formula.sync_exposure` of one bucket tuple: its operations that do not read the
+    backward done once (``cum``, ``cum − d``, ``f − 1``, which categories have buckets) and those that do per backward
+    (:meth:`at`), the same numpy operations on the same values, so the same floats (tests/test_stage_sync_prefix.py).
+    When the exposed seconds sum to a finite number (so each is finite and ≥ 0), a category without buckets keeps its
+    0 (its masked sum would add +0.0 only) and a tuple of one category is that sum (its mask multiplies by 1.0)."""
+
+    def __init__(self, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> None:
+        self.d, self.k = d, k
+        self.cum = np.cumsum(d, axis=-1)
+        self.before = self.cum - d
+        self.f1 = f - 1.0
+        self.codes = np.unique(k).tolist()
+
+    def at(self, b_last: float) -> tuple[np.ndarray, np.ndarray]:
+        """``sync_exposure(np.array(b_last), d, f, k)`` (:func:`simulator.analytical_formula.sync_exposure`)."""
+        b = np.array(b_last)
+        kinds = np.zeros(len(EXPOSED_KINDS))
+        if self.d.shape[-1] == 0:
+            return np.zeros(()), kinds
+        end = self.cum + np.maximum.accumulate(self.f1 * b[..., None] - self.before, axis=-1)
+        exposed = np.maximum(0.0, end - np.maximum(end - self.d, 0.0))
+        total = exposed.sum(axis=-1)
+        if not math.isfinite(total):
+            codes = range(len(EXPOSED_KINDS))
+        elif len(self.codes) == 1:
+            kinds[self.codes[0]] = total
+            codes = ()
+        else:
+            codes = self.codes
+        for code in codes:
+            kinds[code] = (exposed * (self.k == code)).sum(axis=-1)
+        return np.maximum(0.0, end.max(axis=-1)), kinds
+
+
 _CODE_OF_KIND_ID = {id(kind): KIND_CODE.get(kind, 0) for kind in CommKind}
 """:data:`KIND_CODE` by the member's id (an int key: a bucketed sync has thousands of calls)."""
 
@@ -90,10 +127,10 @@ _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 """:func:`simulator.interference.takes_sms` by the transport member's id (as :data:`_CODE_OF_KIND_ID`)."""
 
 
-def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bytes, tuple]:
+def sync_arrays(st: StageWork, kept: dict) -> tuple:
     """(seconds, :data:`KIND_CODE`, takes SMs, ready fraction) of each of a stage's gradient buckets as arrays,
-    those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward), and the seconds, takes SMs
-    and fractions as lists (:func:`stretch_prefix` reads them per bucket): read once per pair of
+    those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward), the seconds, takes SMs
+    and fractions as lists (:func:`stretch_prefix` reads them per bucket) and their :class:`Exposure`: read once per pair of
     bucket and fraction tuples in ``kept``, by their ids. The entry holds the tuples, so no other object takes their
     ids while it lives (a search's structures that share a bucketed sync, :func:`simulator.compile.comm_part.bucketed`,
     ask again under every other backward: micro-batch, recompute)."""
@@ -106,7 +143,8 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple[np.ndarray, np.ndarray, np.n
         fractions = np.array(st.grad_ready_fraction, dtype=float)
         sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
         blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
-        got = kept[key] = (held, times, codes, sms, fractions, blob, (times.tolist(), sms.tolist(), fractions.tolist()))
+        got = kept[key] = (held, times, codes, sms, fractions, blob, (times.tolist(), sms.tolist(), fractions.tolist()),
+                           Exposure(times, fractions, codes))
     return got[1:]
 
 
@@ -117,13 +155,13 @@ def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
     ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
-    times, codes, _, fractions, blob, lists = sync_arrays(st, {} if kept is None else kept)
+    times, codes, _, fractions, blob, lists, exposure = sync_arrays(st, {} if kept is None else kept)
     # a pair, not one joined bytes: ``blob`` is the kept entry's own object, whose hash Python computes once and keeps
     # (25 bytes per bucket, thousands of buckets: joined, every ask copied and hashed them again)
     key = (np.array([b_last, sm_fraction]).tobytes(), blob)
     if key in seen:
         return seen[key]
-    tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
+    tail, exposed = exposure.at(b_last)  # sync_exposure(np.array(b_last), times, fractions, codes)
     if sm_fraction > 0 and len(times):  # sync_stretch: its non-zero prefix, summed over every bucket (the same sum)
         prefix = stretch_prefix(b_last, *lists, sm_fraction)
         stretch = np.zeros(len(times))

@@ -6,6 +6,7 @@ buckets (kinds, transports, ready fractions, backwards short and long enough tha
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 from test_analytical_shared import _TRANSPORTS, _calls, plain_sync_stretch
 
@@ -17,7 +18,7 @@ _KINDS = (CommKind.DP, CommKind.ZERO, CommKind.OFFLOAD)
 
 
 def former_stage_sync(st_, b_last, sm_fraction):
-    times, codes, _, fractions, _, _ = sync_arrays(st_, {})
+    times, codes, _, fractions = sync_arrays(st_, {})[:4]
     tail, exposed = sync_exposure(np.array(b_last), times, fractions, codes)
     stretch = plain_sync_stretch(b_last, st_.grad_sync, st_.grad_ready_fraction, sm_fraction)
     if stretch.sum() > tail:
@@ -58,3 +59,27 @@ def test_stretch_outlasting_the_buckets():
     tail, exposed = stage_sync(stage, 10.0, 1.0, {}, {})
     want_tail, want_exposed = former_stage_sync(stage, 10.0, 1.0)
     assert tail == want_tail == 4.5 and exposed.tobytes() == want_exposed.tobytes()
+
+
+_CODES = st.integers(0, 3)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf − inf in both: NaN either way
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.floats(0.0, 3.0), st.sampled_from([0.0, np.inf])), st.floats(0.0, 1.0), _CODES),
+                max_size=50),
+       st.lists(st.one_of(st.floats(0.0, 60.0), st.sampled_from([0.0, np.inf, np.nan])), min_size=1, max_size=4))
+def test_exposure_equals_sync_exposure(items, backwards):
+    """:class:`Exposure` of one tuple under several backwards against ``sync_exposure``, to the bit: one category or
+    several, empty tuples, infinite seconds and backwards (every category then summed as the formula sums it)."""
+    from simulator.analytical_sync import Exposure
+
+    d = np.array([x[0] for x in items], dtype=float)
+    f = np.sort(np.array([x[1] for x in items], dtype=float))
+    k = np.array([x[2] for x in items], dtype=int)
+    exposure = Exposure(d, f, k)
+    for b_last in backwards:
+        tail, kinds = exposure.at(b_last)
+        want_tail, want_kinds = sync_exposure(np.array(b_last), d, f, k)
+        assert np.asarray(tail).tobytes() == np.asarray(want_tail).tobytes()
+        assert kinds.tobytes() == want_kinds.tobytes() and kinds.shape == want_kinds.shape
