@@ -23,24 +23,39 @@ from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays
 from simulator.work import ChunkWork, StageWork
 
 
-def chunk_rows(chunks: tuple[ChunkWork, ...], sm_fraction: float, kept: dict) -> tuple:
-    """(F, B, parts, forward p2p s, backward p2p s) per chunk of one stage, as arrays over its chunks, and the
-    gradient work of its first chunk (:func:`gradient_work_s`, the stage's last backward); a missing p2p call
-    reads 0. Remembered in ``kept`` by the tuple's id and ``sm_fraction`` (the entry holds the tuple)."""
+_CHUNK_COLUMNS = 4 + len(PART_KINDS)
+"""Per chunk of a model's rows (:func:`chunk_rows`): F, B, forward p2p, backward p2p, then the parts."""
+
+
+def chunk_rows(chunks: tuple[ChunkWork, ...], sm_fraction: float, kept: dict) -> tuple[np.ndarray, float]:
+    """(per chunk of one stage: F, B, forward p2p seconds, backward p2p seconds, then :data:`PART_KINDS`' seconds, as a
+    (v, :data:`_CHUNK_COLUMNS`) array; the gradient work of its first chunk, :func:`gradient_work_s`, the stage's last
+    backward). A missing p2p call reads 0. Remembered in ``kept`` by the tuple's id and ``sm_fraction`` (the entry
+    holds the tuple)."""
     key = ("chunk rows", id(chunks), sm_fraction)
     got = kept.get(key)
     if got is None or got[0] is not chunks:
-        v = len(chunks)
-        F, B, parts = np.zeros(v), np.zeros(v), np.zeros((v, len(PART_KINDS)))
-        fwd_p2p, bwd_p2p = np.zeros(v), np.zeros(v)
+        rows = np.zeros((len(chunks), _CHUNK_COLUMNS))
         for k, ch in enumerate(chunks):
-            F[k], B[k], parts[k] = _chunk_numbers(ch, sm_fraction)
+            F, B, parts = _chunk_numbers(ch, sm_fraction)
+            rows[k, 0], rows[k, 1], rows[k, 4:] = F, B, parts
             if ch.p2p_fwd is not None:
-                fwd_p2p[k] = ch.p2p_fwd.time_s
+                rows[k, 2] = ch.p2p_fwd.time_s
             if ch.p2p_bwd is not None:
-                bwd_p2p[k] = ch.p2p_bwd.time_s
-        got = kept[key] = (chunks, F, B, parts, fwd_p2p, bwd_p2p, gradient_work_s(chunks[0]))
-    return got[1:]
+                rows[k, 3] = ch.p2p_bwd.time_s
+        got = kept[key] = (chunks, rows, gradient_work_s(chunks[0]))
+    return got[1], got[2]
+
+
+def _classes(classes: tuple[int, ...], kept: dict) -> tuple[list[int], np.ndarray]:
+    """(the distinct models in order, per rank the row of its model among them), kept per ``classes``."""
+    key = ("model rows of classes", classes)
+    got = kept.get(key)
+    if got is None:
+        distinct = sorted(set(classes))
+        row_of = {j: i for i, j in enumerate(distinct)}
+        got = kept[key] = (distinct, np.array([row_of[j] for j in classes], dtype=np.intp))
+    return got
 
 
 def summarize_models(models: tuple[StageWork | None, ...], classes: tuple[int, ...], v: int,
@@ -50,29 +65,22 @@ def summarize_models(models: tuple[StageWork | None, ...], classes: tuple[int, .
     caller keeps between calls (a search's structures), shared with :func:`summarize_stages`' own entries."""
     same = {} if kept is None else kept
     seen: dict = {}
-    distinct = sorted(set(classes))
-    row_of = {j: i for i, j in enumerate(distinct)}
-    chunk_cols: list[list] = [[], [], [], [], []]  # F, B, parts, forward p2p, backward p2p: one entry per model
-    stage_cols: list[list] = [[], [], [], []]      # tail, exposed, after, optimizer
+    distinct, take = _classes(classes, same)
+    chunk_mats, stage_rows = [], []
     for j in distinct:
         st = models[j]
-        *rows, b_last = chunk_rows(st.chunks, sm_fraction, same)
-        for col, row in zip(chunk_cols, rows):
-            col.append(row)
-        for col, value in zip(stage_cols, (*stage_answers(st, b_last, sm_fraction, seen, same), st.optimizer_s)):
-            col.append(value)
-    take = np.array([row_of[j] for j in classes], dtype=np.intp)
+        rows, b_last = chunk_rows(st.chunks, sm_fraction, same)
+        chunk_mats.append(rows)
+        tail, exposed, after = stage_answers(st, b_last, sm_fraction, seen, same)
+        stage_rows.append((tail, *exposed.tolist(), *after.tolist(), st.optimizer_s))
     p = len(classes)
     n = p * v
-    # (models, v) taken by rank → (p, v); chunk c = k·p + r is element [r, k], so transposed and flattened
-    F, B, fwd_p2p, bwd_p2p = (np.array(col)[take].T.reshape(n) for col in
-                              (chunk_cols[0], chunk_cols[1], chunk_cols[3], chunk_cols[4]))
-    parts = np.array(chunk_cols[2]).reshape(len(distinct), v, len(PART_KINDS))[take].transpose(1, 0, 2)
-    tail = np.array(stage_cols[0], dtype=float)[take]
-    exposed = np.array(stage_cols[1], dtype=float).reshape(-1, len(EXPOSED_KINDS))[take]
-    after = np.array(stage_cols[2], dtype=float).reshape(-1, len(EXPOSED_KINDS))[take]
-    opt = np.array(stage_cols[3], dtype=float)[take]
+    # (models, v, columns) taken by rank → (p, v, columns); chunk c = k·p + r is [r, k], so axes swapped and flattened
+    per_chunk = np.array(chunk_mats)[take].transpose(1, 0, 2).reshape(n, _CHUNK_COLUMNS)
+    per_rank = np.array(stage_rows, dtype=float)[take]
+    e = len(EXPOSED_KINDS)
     data = models[classes[0]].data_s if p else 0.0
-    return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts.reshape(n, len(PART_KINDS))[None],
-                      cf=fwd_p2p[:max(n - 1, 0)][None], cb=bwd_p2p[1:][None], tail=tail[None],
-                      sync_exposed=exposed[None], opt=opt[None], after=after[None], data=np.array([data]))
+    return StepArrays(p=p, v=v, F=per_chunk[None, :, 0], B=per_chunk[None, :, 1], parts=per_chunk[None, :, 4:],
+                      cf=per_chunk[None, :max(n - 1, 0), 2], cb=per_chunk[None, 1:, 3], tail=per_rank[None, :, 0],
+                      sync_exposed=per_rank[None, :, 1:1 + e], opt=per_rank[None, :, 1 + 2 * e],
+                      after=per_rank[None, :, 1 + e:1 + 2 * e], data=np.array([data]))
