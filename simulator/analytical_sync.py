@@ -143,9 +143,28 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple:
         fractions = np.array(st.grad_ready_fraction, dtype=float)
         sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
         blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
+        collective_s = float(times[sms].sum()) if bool((times >= 0).all()) else None  # None: no bound (stage_sync)
         got = kept[key] = (held, times, codes, sms, fractions, blob, (times.tolist(), sms.tolist(), fractions.tolist()),
-                           Exposure(times, fractions, codes))
+                           Exposure(times, fractions, codes), collective_s)
     return got[1:]
+
+
+STRETCH_MARGIN = 1e-6
+"""Relative margin of :func:`stretch_within`'s bound over the rounding of the stretch's floats (each bucket's overlap
+is off by a few ulps of ``b_last + t``; at most :data:`simulator.compile.comm_part.MAX_BUCKETS` = 10⁵ buckets: ~10⁻¹⁰)."""
+
+
+def stretch_within(b_last: float, sm_fraction: float, collective_s: float | None, tail) -> bool:
+    """Whether the stretch of a backward of ``b_last`` seconds by its buckets (:func:`sync_stretch`, summed) is
+    certainly at most ``tail``, so that :func:`stage_sync` keeps the exposure's answer without computing it: each
+    bucket's stretch is ``f`` × its overlap with the window ``[−b_last, 0]``; the buckets run one after another, so the
+    overlaps add up to at most the window and at most the SM-taking buckets' seconds ``collective_s``:
+    ``f · (min(b_last, collective_s) + margin · (b_last + collective_s)) < tail`` bounds it with
+    :data:`STRETCH_MARGIN` to spare. False (compute it) when a bucket's seconds are negative (``collective_s`` None),
+    ``b_last`` is negative, or any of them is not a number (the comparison is then False)."""
+    if collective_s is None or not b_last >= 0:
+        return False
+    return sm_fraction * (min(b_last, collective_s) + STRETCH_MARGIN * (b_last + collective_s)) < tail
 
 
 def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
@@ -155,14 +174,15 @@ def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
     ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
-    times, codes, _, fractions, blob, lists, exposure = sync_arrays(st, {} if kept is None else kept)
+    times, codes, _, fractions, blob, lists, exposure, collective_s = sync_arrays(st, {} if kept is None else kept)
     # a pair, not one joined bytes: ``blob`` is the kept entry's own object, whose hash Python computes once and keeps
     # (25 bytes per bucket, thousands of buckets: joined, every ask copied and hashed them again)
     key = (np.array([b_last, sm_fraction]).tobytes(), blob)
     if key in seen:
         return seen[key]
     tail, exposed = exposure.at(b_last)  # sync_exposure(np.array(b_last), times, fractions, codes)
-    if sm_fraction > 0 and len(times):  # sync_stretch: its non-zero prefix, summed over every bucket (the same sum)
+    if sm_fraction > 0 and len(times) and not stretch_within(b_last, sm_fraction, collective_s, tail):
+        # sync_stretch: its non-zero prefix, summed over every bucket (the same sum)
         prefix = stretch_prefix(b_last, *lists, sm_fraction)
         stretch = np.zeros(len(times))
         stretch[:len(prefix)] = prefix

@@ -83,3 +83,21 @@ def test_exposure_equals_sync_exposure(items, backwards):
         want_tail, want_kinds = sync_exposure(np.array(b_last), d, f, k)
         assert np.asarray(tail).tobytes() == np.asarray(want_tail).tobytes()
         assert kinds.tobytes() == want_kinds.tobytes() and kinds.shape == want_kinds.shape
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.sampled_from(_TRANSPORTS), st.integers(1, 10 ** 9)), min_size=1,
+                max_size=80), st.floats(0.0, 50.0), st.sampled_from([0.1, 0.25, 1.0]), st.floats(0.0, 1.0))
+def test_stretch_within_bounds_the_stretch(items, b_last, sm_fraction, scale):
+    """Where :func:`stretch_within` says the stretch is at most ``tail``, it is (the lemma ``stage_sync`` skips by),
+    for tails from 0 to the bound's own value: the bound is never below the stretch it stands for."""
+    from simulator.analytical_sync import stretch_within, sync_stretch
+    from simulator.work import Transport
+
+    calls, fractions = _calls(items)
+    collective_s = float(sum(c.time_s for c in calls if c.transport is Transport.COLLECTIVE))
+    total = sync_stretch(b_last, calls, fractions, sm_fraction).sum()
+    tail = scale * 1.01 * sm_fraction * (min(b_last, collective_s) + 1e-6 * (b_last + collective_s))
+    if stretch_within(b_last, sm_fraction, collective_s, tail):
+        assert total <= tail
+    assert not stretch_within(b_last, sm_fraction, None, tail) and not stretch_within(-1.0, sm_fraction, 1.0, 1e9)
