@@ -18,6 +18,7 @@ import numpy as np
 
 from simulator.analytical import summarize
 from simulator.analytical_models import summarize_models
+from simulator.hashed_key import HashedKey
 from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
 from simulator.compile import CostCache, ParamFetch, compile_step
@@ -95,7 +96,7 @@ def stages_key(key: tuple, interleaved: bool) -> tuple:
     whether the small batch of :func:`_compile` is stretched to ``pp`` micro-batches (interleaved, v > 1).
     GPipe and 1F1B structures that agree elsewhere share one compilation."""
     own = key[0]
-    return own[:_SCHEDULE] + own[_SCHEDULE + 1:], interleaved, key[1], key[2]
+    return HashedKey((own[:_SCHEDULE] + own[_SCHEDULE + 1:], interleaved, key[1], key[2]))  # looked up, then stored
 
 
 def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: int | None = None,
@@ -115,8 +116,9 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
         return summarize(work), layout
     shared = None if compiled is None or key is None else stages_key(key, interleaved)
-    if shared is not None and shared in compiled:
-        return compiled[shared], layout
+    got = None if shared is None else compiled.get(shared)
+    if got is not None:
+        return got, layout
     models, classes = closed_form_models(cache, workload, layout, fetch)
     arrays = summarize_models(models, classes, layout.v, cluster_sm_fraction(cache.cluster),
                               kept=cache.memo(("summarize: stage sync answers",), dict))
