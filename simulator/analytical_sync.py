@@ -55,16 +55,14 @@ def stretch_prefix(b_last: float, times, takes_sms, fractions, sm_fraction: floa
 
 class Exposure:
     """:func:`simulator.analytical_formula.sync_exposure` of one bucket tuple: its operations that do not read the
-    backward done once (``cum``, ``cum − d``, ``f − 1``, which categories have buckets) and those that do per backward
+    backward and cost most done once (the cumulative sum, which categories have buckets), the others per backward
     (:meth:`at`), the same numpy operations on the same values, so the same floats (tests/test_stage_sync_prefix.py).
     When the exposed seconds sum to a finite number (so each is finite and ≥ 0), a category without buckets keeps its
     0 (its masked sum would add +0.0 only) and a tuple of one category is that sum (its mask multiplies by 1.0)."""
 
     def __init__(self, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> None:
-        self.d, self.k = d, k
-        self.cum = np.cumsum(d, axis=-1)
-        self.before = self.cum - d
-        self.f1 = f - 1.0
+        self.d, self.f, self.k = d, f, k
+        self.cum = np.cumsum(d, axis=-1)  # kept: ~8 B a bucket (cum − d and f − 1 are not: two more arrays as long)
         self.codes = np.unique(k).tolist()
 
     def at(self, b_last: float) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +71,7 @@ class Exposure:
         kinds = np.zeros(len(EXPOSED_KINDS))
         if self.d.shape[-1] == 0:
             return np.zeros(()), kinds
-        end = self.cum + np.maximum.accumulate(self.f1 * b[..., None] - self.before, axis=-1)
+        end = self.cum + np.maximum.accumulate((self.f - 1.0) * b[..., None] - (self.cum - self.d), axis=-1)
         exposed = np.maximum(0.0, end - np.maximum(end - self.d, 0.0))
         total = exposed.sum(axis=-1)
         if not math.isfinite(total):
@@ -130,7 +128,8 @@ _TAKES_SMS_OF_ID = {id(t): t is Transport.COLLECTIVE for t in Transport}
 def sync_arrays(st: StageWork, kept: dict) -> tuple:
     """(seconds, :data:`KIND_CODE`, takes SMs, ready fraction) of each of a stage's gradient buckets as arrays,
     those arrays' bytes (the part of :func:`stage_sync`'s key that is not the backward), the seconds, takes SMs
-    and fractions as lists (:func:`stretch_prefix` reads them per bucket) and their :class:`Exposure`: read once per pair of
+    and fractions as lists (a slot :func:`stage_sync` fills when it first needs them for :func:`stretch_prefix`) and
+    their :class:`Exposure`: read once per pair of
     bucket and fraction tuples in ``kept``, by their ids. The entry holds the tuples, so no other object takes their
     ids while it lives (a search's structures that share a bucketed sync, :func:`simulator.compile.comm_part.bucketed`,
     ask again under every other backward: micro-batch, recompute)."""
@@ -144,8 +143,8 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple:
         sms = np.repeat(np.array([_TAKES_SMS_OF_ID[id(c.transport)] for c in runs[1]], dtype=bool), runs[0])
         blob = b"".join((times.tobytes(), codes.tobytes(), sms.tobytes(), fractions.tobytes()))
         collective_s = float(times[sms].sum()) if bool((times >= 0).all()) else None  # None: no bound (stage_sync)
-        got = kept[key] = (held, times, codes, sms, fractions, blob, (times.tolist(), sms.tolist(), fractions.tolist()),
-                           Exposure(times, fractions, codes), collective_s)
+        got = kept[key] = (held, times, codes, sms, fractions, blob, [None], Exposure(times, fractions, codes),
+                           collective_s)
     return got[1:]
 
 
@@ -174,7 +173,7 @@ def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     (:func:`sync_stretch`). It reads only the buckets' seconds, codes, transports and ready fractions, so
     stages whose buckets agree on those bit for bit (a pipeline's middle stages) share one answer in ``seen``;
     ``kept``: where the buckets' arrays are remembered between calls (:func:`sync_arrays`; None: nowhere)."""
-    times, codes, _, fractions, blob, lists, exposure, collective_s = sync_arrays(st, {} if kept is None else kept)
+    times, codes, sms, fractions, blob, lists, exposure, collective_s = sync_arrays(st, {} if kept is None else kept)
     # a pair, not one joined bytes: ``blob`` is the kept entry's own object, whose hash Python computes once and keeps
     # (25 bytes per bucket, thousands of buckets: joined, every ask copied and hashed them again)
     key = (np.array([b_last, sm_fraction]).tobytes(), blob)
@@ -183,7 +182,9 @@ def stage_sync(st: StageWork, b_last: float, sm_fraction: float,
     tail, exposed = exposure.at(b_last)  # sync_exposure(np.array(b_last), times, fractions, codes)
     if sm_fraction > 0 and len(times) and not stretch_within(b_last, sm_fraction, collective_s, tail):
         # sync_stretch: its non-zero prefix, summed over every bucket (the same sum)
-        prefix = stretch_prefix(b_last, *lists, sm_fraction)
+        if lists[0] is None:  # read once, for the tuples some backward asks the stretch of (kept: ~40 B a bucket)
+            lists[0] = (times.tolist(), sms.tolist(), fractions.tolist())
+        prefix = stretch_prefix(b_last, *lists[0], sm_fraction)
         stretch = np.zeros(len(times))
         stretch[:len(prefix)] = prefix
         total = stretch.sum()
