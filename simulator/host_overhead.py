@@ -180,11 +180,10 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     :func:`simulator.memory.step_tensors` gives them per-tensor Adam state (all of them under DDP and
     FSDP2, the rank's own under ``ZeroRedundancyOptimizer``, none for a flat-buffer framework); 0 for a
     workload without parameter shapes."""
-    from simulator.memory import step_tensors
-    from simulator.memory.shapes import kept_stage_param_shapes
+    from simulator.memory import stage_param_shapes, step_tensors
 
     if not getattr(workload, "has_activation_shapes", False):
         return 0
-    shapes = kept_stage_param_shapes(workload, layout.tp, layout.pp, stage, layout.layer_indices(stage),
-                                     layout.ep)
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]

@@ -137,12 +137,13 @@ def param_tensor_bytes_key(workload, layout, stage: int, dt) -> tuple:
 def param_tensor_bytes(workload, layout, stage: int, param_bytes: float) -> list[int]:
     """Bytes of each parameter tensor pipeline stage ``stage``'s ranks hold (their tensor-parallel shards), in
     the model's order; none for a workload without parameter shapes."""
-    from simulator.memory.shapes import kept_stage_param_shapes, numel
+    from simulator.memory import stage_param_shapes
+    from simulator.memory.shapes import numel
 
     if not getattr(workload, "has_activation_shapes", False):
         return []
-    shapes = kept_stage_param_shapes(workload, layout.tp, layout.pp, stage, layout.layer_indices(stage),
-                                     layout.ep)
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
     return [int(round(numel(shape) * param_bytes)) for _, shape in shapes]
 
 

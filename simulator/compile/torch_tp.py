@@ -74,12 +74,12 @@ def calls(cache, group: tuple[int, ...], nbytes: int, logits_bytes: int, *, sp: 
 
 def sp_norm_tensors(workload, layout, stage: int) -> int:
     """Parameter tensors of pipeline stage ``stage`` in the blocks' sequence-parallel norms (module docstring)."""
-    from simulator.memory.shapes import kept_stage_param_shapes
+    from simulator.memory import stage_param_shapes
 
     if not getattr(workload, "has_activation_shapes", False):
         return 0
-    shapes = kept_stage_param_shapes(workload, layout.tp, layout.pp, stage, layout.layer_indices(stage),
-                                     layout.ep)
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
     return sum(1 for name, _ in shapes if name.startswith("layers.") and name.split(".")[2] in SP_NORMS_PER_BLOCK)
 
 
@@ -88,12 +88,12 @@ def dtensor_tensors(workload, layout, stage: int) -> int:
     :data:`TP_BLOCK_MODULES`' weights and biases, :data:`TP_EDGE_TENSORS`, and with sequence parallelism the norms
     (:data:`SP_NORMS_PER_BLOCK`); the rest (position table, final norm, the norms without SP) stay plain tensors.
     Counted on the executor's tiny tp model: 17 of 28 tensors, 25 with SP [src: own-tp-group-probe]."""
-    from simulator.memory.shapes import kept_stage_param_shapes
+    from simulator.memory import stage_param_shapes
 
     if not (applies(layout) and getattr(workload, "has_activation_shapes", False)):
         return 0
-    shapes = kept_stage_param_shapes(workload, layout.tp, layout.pp, stage, layout.layer_indices(stage),
-                                     layout.ep)
+    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                layers=layout.layer_indices(stage), ep=layout.ep)
     modules = TP_BLOCK_MODULES + (SP_NORMS_PER_BLOCK if layout.sequence_parallel else ())
     return sum(1 for name, _ in shapes if name in TP_EDGE_TENSORS or (
         name.startswith("layers.") and ".".join(name.split(".")[2:-1]) in modules))

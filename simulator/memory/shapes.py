@@ -18,7 +18,6 @@ p > 1 the last stage keeps its own copy of the embedding matrix as the head (Meg
 
 from __future__ import annotations
 
-from functools import lru_cache
 from math import ceil, prod
 
 from simulator.checks import positive_int
@@ -169,12 +168,3 @@ def stage_param_shapes(spec: TransformerSpec, *, tp: int = 1, pp: int = 1, stage
     if stage == pp - 1:
         out += head_shapes(spec, tp, separate_stage=pp > 1)
     return out
-
-
-@lru_cache(maxsize=4096)
-def kept_stage_param_shapes(spec: TransformerSpec, tp: int, pp: int, stage: int, layers: tuple[int, ...],
-                            ep: int = 1) -> tuple[tuple[str, Shape], ...]:
-    """:func:`stage_param_shapes` as a tuple, remembered per its inputs (a search's gradient syncs and optimizer
-    counts ask the same stage's tensors under every ZeRO stage, bucket size and framework; ~100 named shapes built
-    each time). ``layers``: the block indices, a tuple (:meth:`ParallelLayout.layer_indices`). Read-only."""
-    return tuple(stage_param_shapes(spec, tp=tp, pp=pp, stage=stage, layers=layers, ep=ep))
