@@ -149,8 +149,9 @@ def sync_arrays(st: StageWork, kept: dict) -> tuple:
 
 
 STRETCH_MARGIN = 1e-6
-"""Relative margin of :func:`stretch_within`'s bound over the rounding of the stretch's floats (each bucket's overlap
-is off by a few ulps of ``b_last + t``; at most :data:`simulator.compile.comm_part.MAX_BUCKETS` = 10⁵ buckets: ~10⁻¹⁰)."""
+"""Relative margin of :func:`stretch_within`'s bound over the rounding of the stretch's floats (each bucket's
+overlap is off by a few ulps of ``b_last + t``; at most :data:`simulator.compile.comm_part.MAX_BUCKETS` = 10⁵
+buckets: ~10⁻¹⁰)."""
 
 
 def stretch_within(b_last: float, sm_fraction: float, collective_s: float | None, tail) -> bool:

@@ -57,9 +57,10 @@ def test_shared_models_interleaved():
     cluster = CLUSTERS["h100, crossings free"]
     cache, kept, f = CostCache(cluster), {}, cluster_sm_fraction(cluster)
     for bucket_MiB in (25, 100):
-        layout = build_layout(Strategy(global_batch=16, dp=1, tp=4, pp=8, placement=PlacementOrder.TP_DP_PP,
-                                       schedule=ScheduleKind.INTERLEAVED, virtual_stages=2, zero=ZeroStage.ZERO1,
-                                       sequence_parallel=True, dp_sync=AllReduceSync(bucket_bytes=bucket_MiB * MiB)), cluster, WORKLOAD)
+        strategy = Strategy(global_batch=16, dp=1, tp=4, pp=8, placement=PlacementOrder.TP_DP_PP,
+                            schedule=ScheduleKind.INTERLEAVED, virtual_stages=2, zero=ZeroStage.ZERO1,
+                            sequence_parallel=True, dp_sync=AllReduceSync(bucket_bytes=bucket_MiB * MiB))
+        layout = build_layout(strategy, cluster, WORKLOAD)
         models, classes = closed_form_models(cache, WORKLOAD, layout)
         assert len(set(classes)) < 8
         got = summarize_models(models, classes, layout.v, f, kept=kept)
