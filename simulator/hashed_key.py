@@ -20,3 +20,7 @@ class HashedKey(tuple):
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self):
+        """Pickled as its items: the hash is computed again where it is loaded (a process of its own hash seed)."""
+        return HashedKey, (tuple(self),)

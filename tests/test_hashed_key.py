@@ -29,3 +29,12 @@ def test_structure_keys_either_way():
     shared = {stages_key(HashedKey(structure_key(a)), False): "compiled"}
     assert shared.get(stages_key(structure_key(b), False)) == "compiled"  # GPipe and 1F1B share their stages
     assert stages_key(structure_key(b), True) not in shared
+
+
+def test_pickled_key_hashes_again():
+    import pickle
+
+    key = HashedKey((Recompute.FULL, 3, None))
+    key._hash = 12345  # as another process's seed would have left it
+    back = pickle.loads(pickle.dumps(key))
+    assert type(back) is HashedKey and back == key and hash(back) == hash(tuple(key))
