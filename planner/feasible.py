@@ -11,7 +11,7 @@ the hopeless candidates before any report.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from simulator.analytical_structures import KEY_FIELDS, structure_key
 from simulator.errors import SpecError
@@ -19,6 +19,7 @@ from simulator.memory import model_state_bytes
 from simulator.memory.verdict import memory_verdict
 from simulator.schedules import ScheduleKind
 from simulator.strategy import Framework, Offload, Partitioning, Strategy, ZeroStage, build_layout
+from simulator.strategy.batch_copy import with_global_batch
 from simulator.units import GB
 
 PROGRESS_EVERY = 64
@@ -52,7 +53,7 @@ def _memory(cache: dict, states: dict, workload, cluster, s: Strategy, gpus: int
     key = ((own, kind, sync), s.offload_activations, s.framework, s.partitioning, s.gradient_as_bucket_view, cap)
     if key not in cache:
         batch = dp * s.micro_batch * cap
-        small = s if batch == s.global_batch else replace(s, global_batch=batch)
+        small = with_global_batch(s, batch)
         cache[key] = memory_verdict(workload, cluster, build_layout(small, cluster, workload, gpus=gpus), cache=states)
     return cache[key]
 

@@ -128,13 +128,27 @@ def gradient_work_s(chunk: ChunkWork) -> float:
     waits for ZeRO gathers produce none. Both engines use this rule: here the buckets' ready times
     count back from the end of the last backward; the DES tracks the same progress as it plays.
     """
-    return chunk.bwd_s + sum(c.time_s for c in chunk.tp_bwd)
+    return chunk.bwd_s + sum(map(_TIME_S, chunk.tp_bwd))  # the same left-to-right sum, read at C speed
 
 
 def _same_objects(a: tuple, b: tuple) -> bool:
     """Whether ``a`` and ``b`` hold the same objects, position by position (a kept entry's tuples against the ones
     asked with the same ids): ``map`` over ``operator.is_`` (C), not a generator per entry."""
     return all(map(is_, a, b))
+
+
+def stage_answers(st: StageWork, b_last: float, sm_fraction: float, seen: dict, same: dict) -> tuple:
+    """(tail, exposed by category, after-step sums by category) of stage ``st`` under its last backward of
+    ``b_last`` seconds (:func:`gradient_work_s` of its first chunk): :func:`analytical_sync.stage_sync` and
+    :func:`analytical_sync.kept_sums_by_code`, remembered in ``same`` by the bucket, fraction and after-step tuples'
+    ids (the entry holds them) and ``b_last``; ``seen``: :func:`analytical_sync.stage_sync`'s answers by value."""
+    held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
+    key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
+    got = same.get(key)
+    if got is None or not _same_objects(got[0], held):
+        got = same[key] = (held, *analytical_sync.stage_sync(st, b_last, sm_fraction, seen, same),
+                           analytical_sync.kept_sums_by_code(st.after_step, same))
+    return got[1:]
 
 
 def summarize(work: StepWork) -> StepArrays:
@@ -196,14 +210,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     after = np.zeros((p, len(EXPOSED_KINDS)))
     seen: dict[tuple, tuple[float, np.ndarray]] = {}  # one answer per equal set of buckets (analytical_sync.stage_sync)
     for r, st in enumerate(stages):
-        b_last = b_lasts[r]  # gradient_work_s(chunks[r])
-        held = (st.grad_sync, st.grad_ready_fraction, st.after_step)
-        key = (id(held[0]), id(held[1]), id(held[2]), b_last, sm_fraction)
-        got = same.get(key)
-        if got is None or not _same_objects(got[0], held):
-            got = same[key] = (held, *analytical_sync.stage_sync(st, b_last, sm_fraction, seen, same),
-                               analytical_sync.kept_sums_by_code(st.after_step, same))
-        tail[r], exposed[r], after[r] = got[1:]
+        tail[r], exposed[r], after[r] = stage_answers(st, b_lasts[r], sm_fraction, seen, same)  # b_last: chunks[r]'s
     return StepArrays(p=p, v=v, F=F[None], B=B[None], parts=parts[None], cf=cf[None], cb=cb[None],
                       tail=tail[None], sync_exposed=exposed[None],
                       opt=np.array([[st.optimizer_s for st in stages]]), after=after[None],

@@ -11,12 +11,14 @@ by pipeline shape (p, v) in a :class:`Structures` owned by the caller's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from operator import attrgetter
 
 import numpy as np
 
-from simulator.analytical import summarize, summarize_stages
+from simulator.analytical import summarize
+from simulator.analytical_models import summarize_models
+from simulator.hashed_key import HashedKey
 from simulator.interference import cluster_sm_fraction
 from simulator.analytical_formula import StepArrays
 from simulator.compile import CostCache, ParamFetch, compile_step
@@ -24,6 +26,7 @@ from simulator.compile.shared_stages import closed_form_models
 from simulator.compile.compute_part import step_flops
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, Role, Strategy, build_layout
+from simulator.strategy.batch_copy import with_global_batch
 from simulator.strategy.fields import declared
 from simulator.strategy.layout import derived_dp, worker_gpus
 
@@ -88,12 +91,12 @@ _SCHEDULE = _OWN_FIELDS.index("schedule")
 
 def stages_key(key: tuple, interleaved: bool) -> tuple:
     """What the compiled stages of a structure (:func:`simulator.compile.compile_stages` and
-    :func:`~simulator.analytical.summarize_stages`) depend on: its :func:`structure_key` less the schedule
+    :func:`~simulator.analytical_models.summarize_models`) depend on: its :func:`structure_key` less the schedule
     kind, which they never read (the pipeline shape is evaluated per candidate, ``_pipelines``), plus
     whether the small batch of :func:`_compile` is stretched to ``pp`` micro-batches (interleaved, v > 1).
     GPipe and 1F1B structures that agree elsewhere share one compilation."""
     own = key[0]
-    return own[:_SCHEDULE] + own[_SCHEDULE + 1:], interleaved, key[1], key[2]
+    return HashedKey((own[:_SCHEDULE] + own[_SCHEDULE + 1:], interleaved, key[1], key[2]))  # looked up, then stored
 
 
 def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: int | None = None,
@@ -107,17 +110,18 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     if dp == 0:
         build_layout(s, cache.cluster, workload, gpus=gpus)  # raises the layout's own error
     interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
-    small = replace(s, global_batch=dp * s.micro_batch * (s.pp if interleaved else 1))
+    small = with_global_batch(s, dp * s.micro_batch * (s.pp if interleaved else 1))
     layout = build_layout(small, cache.cluster, workload, gpus=gpus)
     if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)
         return summarize(work), layout
     shared = None if compiled is None or key is None else stages_key(key, interleaved)
-    if shared is not None and shared in compiled:
-        return compiled[shared], layout
+    got = None if shared is None else compiled.get(shared)
+    if got is not None:
+        return got, layout
     models, classes = closed_form_models(cache, workload, layout, fetch)
-    arrays = summarize_stages(models, layout.v, cluster_sm_fraction(cache.cluster),
-                              kept=cache.memo(("summarize: stage sync answers",), dict), classes=classes)
+    arrays = summarize_models(models, classes, layout.v, cluster_sm_fraction(cache.cluster),
+                              kept=cache.memo(("summarize: stage sync answers",), dict))
     if shared is not None:
         compiled[shared] = arrays
     return arrays, layout

@@ -35,6 +35,7 @@ from simulator.compile import CostCache, ParamFetch
 from simulator.compile.offload_part import data_s
 from simulator.engine.gc_passes import fewer_young_passes
 from simulator.errors import SpecError
+from simulator.hashed_key import HashedKey
 from simulator.results import Category
 from simulator.schedule_shape import shape_of
 from simulator.schedules import ScheduleKind
@@ -62,6 +63,7 @@ def _lookup(cache, workload, strategies, fetch, store, stop_at_first, gpus=None)
         key = structure_key(s)
         j = index.get(key)
         if j is None:
+            key = HashedKey(key)  # hashed once more, then stored and its stages key derived without hashing it again
             try:
                 j = store.add(key, cache, workload, s, fetch, gpus)
             except SpecError as err:

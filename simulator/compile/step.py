@@ -228,7 +228,8 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                                          lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
     sync, fractions, after, opt = cache.memo(("grad sync of rank", keys[1], r, params, experts), lambda: grad_sync.grad_sync(
         cache, workload, layout, rep, groups[2], params, experts))
-    tied = tied_embedding.tied_embedding_sync(cache, workload, layout, r)  # ready after the last backward
+    tied = cache.memo(("tied embedding of rank", keys[1], r),  # ready after the last backward; reads no UNREAD field
+                      lambda: tied_embedding.tied_embedding_sync(cache, workload, layout, r))
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
     opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)

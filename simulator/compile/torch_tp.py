@@ -73,6 +73,8 @@ def calls(cache, group: tuple[int, ...], nbytes: int, logits_bytes: int, *, sp: 
         chunk_fwd = chunk_bwd = ()
     fwd = (ar,) * first + block_fwd * layers + chunk_fwd + (logits,) * last
     bwd = (ar,) * last + ((block_fwd if full_recompute else ()) + block_bwd) * layers + chunk_bwd
+    if ar is not None and ag is not None and logits is not None and (not sp or rs is not None):
+        return fwd, bwd  # no call to drop (a chunk of 96 blocks has ~800: not filtered one by one)
     return tuple(c for c in fwd if c is not None), tuple(c for c in bwd if c is not None)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from enum import Enum
 
 import numpy as np
@@ -157,13 +158,19 @@ MOE_ONLY_FIELDS = ("moe_routing", "moe_dispatcher", "routing_skew")
 ``simulator.workload.moe_ops``): meaningless on a model without mixture-of-experts layers."""
 
 
+@lru_cache(maxsize=1)
+def _moe_defaults() -> dict:
+    """The defaults of :data:`MOE_ONLY_FIELDS`, read once (a search lays out thousands of strategies)."""
+    return {f.name: f.default for f in fields(Strategy) if f.name in MOE_ONLY_FIELDS}
+
+
 def moe_fields_problem(workload, values: dict[str, tuple]) -> tuple[str, str] | None:
     """(field, problem) for the first value of :data:`MOE_ONLY_FIELDS` in ``values`` (field → the
     strategy's value, or every pinned value of a search) other than the field's default, on a workload
     without experts (a layer list, a parameter count, a dense transformer); None if there is none."""
     if getattr(workload, "moe", None) is not None:
         return None
-    defaults = {f.name: f.default for f in fields(Strategy)}
+    defaults = _moe_defaults()
 
     def shown(value) -> str:
         return value.value if isinstance(value, Enum) else f"{value:g}"
