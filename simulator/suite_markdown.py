@@ -25,7 +25,8 @@ def _run_section(report: SuiteReport) -> list[str]:
         lines += [f"- started: {m.date}",
                   f"- machine: {host.get('node', '?')}, {host.get('cpu_model', '?')}, {host.get('cores', '?')} cores, "
                   f"{host.get('system', '?')}; torch {host.get('torch', '?')}, backend {host.get('backend', '?')}",
-                  f"- measurement: `--scale tiny --precision fp32`, {m.steps} steps of which {m.warmup} warm-up, "
+                  f"- measurement: `--scale tiny --precision fp32`, at least {m.steps} steps of which {m.warmup} warm-up "
+                  "(more where the suite's time budget asks for them: each case's count is in its results file), "
                   "median with p10/p90 of the slowest rank per step; torch threads per rank = cores ÷ local ranks",
                   f"- load average at the start: {_loads(m.load_average_start)}; at the end: "
                   f"{_loads(m.load_average_end)}"]
