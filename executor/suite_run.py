@@ -176,6 +176,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
             + ("" if not cluster.comm.async_broadcast_us else ", per broadcast of an asynchronous batch "
                + ", ".join(f"{us:.0f} us at {p}" for p, us in cluster.comm.async_broadcast_us))
+            + _dtensor_note(cluster)
             + _probe_note(fit.probes) + "; compute calibrated "
             f"now on {compute.threads} thread(s) per rank: per-operator overhead "
             f"{compute.fields.kernel_launch_overhead_us:.2f} us forward, "
@@ -193,9 +194,30 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                "forward / backward, " if compute.fsdp2 else "")
             + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action and "
                f"{compute.pipeline.post_us:.0f} us per p2p post, " if compute.pipeline else "")
+            + _save_note(cluster)
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]
+
+
+def _dtensor_note(cluster) -> str:
+    """The wait per DTensor tp call measured in the tp model (``comm.dtensor_wait_us``, with SP
+    ``comm.dtensor_sp_wait_us``), or nothing where the calibration did not measure it."""
+    comm = cluster.comm
+    if not comm.dtensor_wait_us:
+        return ""
+    text = ", wait per DTensor tp call " + ", ".join(f"{us:.0f} us at {p}" for p, us in comm.dtensor_wait_us)
+    if comm.dtensor_sp_wait_us:
+        text += " (with sequence parallelism " + ", ".join(
+            f"{us:.0f} us at {p}" for p, us in comm.dtensor_sp_wait_us) + ")"
+    return text
+
+
+def _save_note(cluster) -> str:
+    """``host.step_after_save_us``: the step after the executor's results rewrite, or nothing where unmeasured."""
+    host = cluster.node.host
+    return f"{host.step_after_save_us:.0f} us for the step after the results rewrite, " \
+        if host and host.step_after_save_us else ""
 
 
 def host_info(backend: str) -> dict:

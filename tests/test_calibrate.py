@@ -182,6 +182,8 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert f"async bcast   {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
     # the DTensor probe (executor.calibrate_dtensor): the tp model's calls' wait, at the one process count
     assert [p for p, _ in cluster.comm.dtensor_wait_us] == [2] and "dtensor_wait_us" in cluster.source
+    (_, us), = cluster.comm.dtensor_wait_us
+    assert f"DTensor call  {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
 
 
 @pytest.mark.parametrize("argv, message", [

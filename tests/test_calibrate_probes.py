@@ -116,7 +116,9 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
 
     seen = {}
     cluster = load_cluster("localhost-cpu")
-    cluster = replace(cluster, comm=replace(cluster.comm, async_broadcast_us=((2, 429.0), (3, 707.0))))
+    cluster = replace(cluster, comm=replace(cluster.comm, async_broadcast_us=((2, 429.0), (3, 707.0)),
+                                            dtensor_wait_us=((2, 829.0),), dtensor_sp_wait_us=((2, 673.0),)),
+                      node=replace(cluster.node, host=replace(cluster.node.host, step_after_save_us=616.0)))
     fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
                           replay_step_us=500.0, probes=(), blocking_wait_us={2: 760.0, 3: 2116.0})
 
@@ -139,4 +141,6 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert "replay step 500 us" in notes[0]
     assert "wait per blocking call 760 us at 2, 2116 us at 3" in notes[0]  # the suite's report names the waits
     assert "per broadcast of an asynchronous batch 429 us at 2, 707 us at 3" in notes[0]  # executor.calibrate_async
+    assert "wait per DTensor tp call 829 us at 2 (with sequence parallelism 673 us at 2)" in notes[0]  # tp16's probe
+    assert "616 us for the step after the results rewrite" in notes[0]  # ddp16's probe
     assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

@@ -15,10 +15,12 @@ def _median_abs(rows) -> float:
     return statistics.median(abs(r.error_pct) for r in rows)
 
 
-def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=()) -> dict:
+def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=(), dtensor_wait_us=(),
+            dtensor_sp_wait_us=()) -> dict:
     """``--json``: the fitted parameters, their spread, the rows and the probes' rows; with ``fresh`` (the
     ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``;
-    ``async_broadcast_us``, ``group_wait_us``: the written file's ``comm.async_broadcast_us``, ``comm.group_wait_us``."""
+    ``async_broadcast_us``, ``group_wait_us``, ``dtensor_wait_us``, ``dtensor_sp_wait_us``: the written file's
+    ``comm`` fields of those names (measured apart from the fit)."""
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "replay_step_us": fit.replay_step_us,
@@ -31,7 +33,9 @@ def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=())
          "op_wait_spread_us": {op.value: {str(p): list(v) for p, v in sorted(t.items())}
                                for op, t in (fit.op_wait_spread or {}).items()},
          "async_broadcast_us": {str(p): us for p, us in async_broadcast_us},
-         "group_wait_us": {str(g): {str(p): us for p, us in table} for g, table in group_wait_us}}
+         "group_wait_us": {str(g): {str(p): us for p, us in table} for g, table in group_wait_us},
+         "dtensor_wait_us": {str(p): us for p, us in dtensor_wait_us},
+         "dtensor_sp_wait_us": {str(p): us for p, us in dtensor_sp_wait_us}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -61,7 +65,8 @@ def _print_probes(rows) -> None:
         _print_rows([r for r in rows if (r.op, r.algorithm) == (op, algorithm)])
 
 
-def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=()) -> None:
+def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=(), dtensor_wait_us=(),
+                dtensor_sp_wait_us=()) -> None:
     """The fitted parameters (with their bootstrap p10..p90) and the written file's per-call broadcast cost of an
     asynchronous batch, the rows, the probes and the machine's quiet note; then the fresh set's, when given."""
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
@@ -86,6 +91,10 @@ def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=()) -> Non
     if async_broadcast_us:
         text = ", ".join(f"{us:.0f} us at {p}" for p, us in async_broadcast_us)
         print(f"async bcast   {text} (per broadcast of a batch, measured apart)")
+    for label, table in (("DTensor call", dtensor_wait_us), ("  with SP", dtensor_sp_wait_us)):
+        if table:
+            text = ", ".join(f"{us:.0f} us at {p}" for p, us in table)
+            print(f"{label:<13} {text} (wait per tp call in the tp model, measured apart)")
     if fit.replay_step_us is not None:
         print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
     print()

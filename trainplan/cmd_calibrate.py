@@ -117,7 +117,8 @@ def run(args) -> int:
         print("calibrate: fresh measurement against the written file", file=sys.stderr)
         fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, probes=probes_for(algorithms, args.backend),
                       backend=args.backend, repeats=args.repeats, warmup=args.warmup, progress=True)
-    measured_apart = (cluster.comm.async_broadcast_us, cluster.comm.group_wait_us)
+    comm = cluster.comm
+    measured_apart = (comm.async_broadcast_us, comm.group_wait_us, comm.dtensor_wait_us, comm.dtensor_sp_wait_us)
     if args.json:
         cli_common.print_json(_as_dict(fit, str(path), fresh, *measured_apart))
     else:
