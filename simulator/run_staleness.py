@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 def histogram(values) -> dict:
     """``{"histogram": {value: count}, "mean", "max"}`` of integer samples (the shape of the DES's
-    ``extras["staleness"]``, ``simulator.engine.step._staleness_summary``)."""
+    ``extras["staleness"]``, ``simulator.engine.step_accounts.staleness_summary``)."""
     values = sorted(int(v) for v in values)
     hist: dict[str, int] = {}
     for v in values:

@@ -1,5 +1,5 @@
 """Staleness of a parameter-server run, measured (``simulator.run_staleness.Staleness``) beside the
-discrete-event engine's (``StepResult.extras["staleness"]``, ``simulator.engine.step._staleness_summary``):
+discrete-event engine's (``StepResult.extras["staleness"]``, ``simulator.engine.step_accounts.staleness_summary``):
 the step lag, which both measure alike (steps the pushing worker trails the furthest other worker), over
 all pushes and per worker, and the measured update staleness (the DES does not report it)."""
 

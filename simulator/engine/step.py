@@ -16,8 +16,6 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
-import numpy as np
-import pandas as pd
 import simpy
 
 from simulator.checks import positive_int
@@ -29,12 +27,13 @@ from simulator.engine.gc_passes import fewer_young_passes
 from simulator.engine.imbalance import imbalance
 from simulator.engine.network import FlowNetwork
 from simulator.engine.rank import Pipe, PipeKey, first_variants, rank_step
+from simulator.engine.step_accounts import accounts, call_folds, staleness_summary
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.streams import KIND_STREAM, Barrier, CountingEnv, Recorder, SendStream
 from simulator.engine.unrolled import start_unrolled
 from simulator.errors import SpecError
 from simulator.receive_first import receive_posts
-from simulator.results import Category, Engine, StepResult, slowest_index
+from simulator.results import Category, Engine, StepResult
 from simulator.schedules import ActionKind
 from simulator.strategy import Offload, ParamServerMode, ParamServerSync
 from simulator.work import StepWork
@@ -275,7 +274,7 @@ def _simulate(work: StepWork, cluster: Cluster, seed: int, steps: int, trace: bo
     if isinstance(sync, ParamServerSync) and sync.mode is ParamServerMode.ASYNC and ctx.layout.dp > 1:
         end_s, staleness = _async_run(ctx, model, steps, sync.staleness_steps, tails, progress)
         step_time = end_s / steps
-        extras["staleness"] = _staleness_summary(staleness)
+        extras["staleness"] = staleness_summary(staleness)
     else:
         step_times: list[float] = []
         ctx.env.process(_sync_driver(ctx, model, steps, step_times, tails, progress))
@@ -283,7 +282,7 @@ def _simulate(work: StepWork, cluster: Cluster, seed: int, steps: int, trace: bo
         step_time = sum(step_times) / steps
         extras["step_times_s"] = step_times
     async_ps = "staleness" in extras
-    breakdown, per_rank, slowest = _accounts(ctx, tails, step_time, steps_together=not async_ps)
+    breakdown, per_rank, slowest = accounts(ctx, tails, step_time, steps_together=not async_ps)
     extras.update(slowest)
     if strategy.failures is not None:
         extras.update(failure_extras(strategy.failures, work.world_size, step_time, train_steps or steps,
@@ -293,62 +292,9 @@ def _simulate(work: StepWork, cluster: Cluster, seed: int, steps: int, trace: bo
     stats = ctx.net.stats
     extras.update(events=ctx.env.events_processed, flows=stats.flows, wall_s=time.perf_counter() - wall0,
                   isolated_classes=len(ctx.runner.isolated), folds=ctx.folder.folds if ctx.folder else 0,
-                  unfolds=ctx.folder.unfolds if ctx.folder else 0, **_call_folds(ctx.runner.callfolder))
+                  unfolds=ctx.folder.unfolds if ctx.folder else 0, **call_folds(ctx.runner.callfolder))
     return StepResult(engine=Engine.DES, step_time_s=step_time, tokens_per_step=work.tokens_per_step,
                       model_flops_per_step=work.model_flops_per_step,
                       hardware_flops_per_step=work.hardware_flops_per_step, world_size=work.world_size,
                       peak_flops_per_gpu=work.peak_flops_per_gpu, breakdown=breakdown, per_rank=per_rank,
                       memory=work.memory, timeline=ctx.rec.timeline() if trace else None, extras=extras)
-
-
-def _call_folds(folder: CallFolder | None) -> dict:
-    return {"call_folds": folder.folds if folder else 0, "call_unfolds": folder.unfolds if folder else 0,
-            "call_refolds": folder.refolds if folder else 0}
-
-
-def _accounts(ctx: _Ctx, tails: dict, step_time: float, steps_together: bool) -> tuple[dict[Category, float],
-                                                                                      pd.DataFrame, dict]:
-    """Breakdown of the slowest rank (:func:`~simulator.results.slowest_index`), per-rank means over
-    complete steps, and the slowest rank's ids. A step is complete once its rank finished it (it has
-    a tail): an asynchronous run stops with other workers mid-step, and those steps are left out.
-
-    Ranks that step together (synchronous): each step's slowest rank, its categories averaged over the
-    steps. Asynchronous workers' step k happen at different times, so there the slowest rank is the
-    slowest of the per-rank means, and the breakdown is its mean step scaled to ``step_time``."""
-    cats = list(Category)
-    rank_of = {(key, r): ctx.layout.rank_of(dp=key.dp, pp=r, tp=0) for (_, key, r) in ctx.rec.accounts}
-    complete = {kr: [cat_s.get(c, 0.0) for c in cats] for kr, cat_s in ctx.rec.accounts.items() if kr in tails}
-    by_rank: dict[tuple, list] = defaultdict(list)
-    by_step: dict[int, list] = defaultdict(list)
-    for (k, key, r), row in complete.items():
-        by_rank[(key, r)].append(row)
-        by_step[k].append((rank_of[(key, r)], (key, r), row))
-    means = sorted((rank_of[kr], kr, np.mean(rows, axis=0)) for kr, rows in by_rank.items())
-    if steps_together:
-        chosen = []
-        for k in sorted(by_step):
-            step_rows = sorted(by_step[k], key=lambda x: x[0])
-            chosen.append(step_rows[int(slowest_index(np.array([row for _, _, row in step_rows])))])
-        values = np.mean([row for _, _, row in chosen], axis=0)
-        counts = defaultdict(int)
-        for rank, kr, _ in chosen:
-            counts[(rank, kr)] += 1
-        rank, (key, stage) = min(counts, key=lambda rk: (-counts[rk], rk[0]))
-    else:
-        rank, (key, stage), values = means[int(slowest_index(np.array([row for _, _, row in means])))]
-    breakdown = {c: float(values[i]) for i, c in enumerate(cats)}
-    total = sum(breakdown.values())
-    if total > 0 and abs(total - step_time) > 1e-12 * step_time:  # async: that rank's shares of the step time
-        breakdown = {c: v * step_time / total for c, v in breakdown.items()}
-    records = [{"rank": rank_, "stage": r, "replica": str(key_), **{c.value: float(v[i]) for i, c in enumerate(cats)}}
-               for rank_, (key_, r), v in means]
-    return breakdown, pd.DataFrame(records), {"slowest_rank": rank, "slowest_stage": stage}
-
-
-def _staleness_summary(staleness: dict[int, list[int]]) -> dict:
-    values = [s for v in staleness.values() for s in v]
-    hist: dict[str, int] = {}
-    for s in sorted(values):
-        hist[str(s)] = hist.get(str(s), 0) + 1
-    return {"per_worker": {str(w): v for w, v in staleness.items()}, "histogram": hist,
-            "mean": sum(values) / len(values) if values else 0.0, "max": max(values, default=0)}
