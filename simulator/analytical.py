@@ -44,9 +44,11 @@ def exposed_gathers(calls: tuple[CommCall, ...], compute_s: float, sm_fraction: 
     ``prefetch`` blocks ahead (gather j issued once gather j−1 is done and block j−prefetch has
     started; module docstring), and the stretch ``f·o`` of a block by the gathers it overlaps
     (:mod:`simulator.interference`; ``o`` the parts of gathers i+1 .. i+prefetch inside block i's ``t``
-    seconds: no other gather can overlap it)."""
+    seconds: no other gather can overlap it). ``prefetch`` 0: every call blocks the compute, ``Σ g_i``."""
     if not calls:
         return 0.0
+    if prefetch == 0:  # each call blocks the compute before its block: nothing overlaps, nothing stretches
+        return sum(map(_TIME_S, calls))
     if prefetch == 1:
         return _exposed_one_ahead(calls, compute_s, sm_fraction)
     return _exposed_any(calls, compute_s, sm_fraction, prefetch)

@@ -141,7 +141,8 @@ class ChunkWork:
     """ZeRO-3 all-gathers of this chunk's layers before backward."""
     zero_prefetch_calls: int = 1
     """Calls the ZeRO stream may run ahead of the compute: call i starts once slice i − k has started
-    (1: one block ahead, FSDP2; DeepSpeed's prefetch bucket, :mod:`simulator.compile.ds_zero3`)."""
+    (1: one block ahead, FSDP2; DeepSpeed's prefetch bucket, :mod:`simulator.compile.ds_zero3`; 0: none ahead,
+    each call blocks the compute before its block, FSDP2 on gloo, :func:`simulator.compile.grad_sync.fsdp2_blocking_prefetch`)."""
     p2p_fwd: CommCall | None = None
     """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
     p2p_bwd: CommCall | None = None

@@ -13,6 +13,7 @@ from dataclasses import fields
 from operator import attrgetter
 
 from simulator import framework_host, host_overhead
+from simulator.cluster.comm import CommLibrary
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, offload_part, ps_server, torch_tp
@@ -35,6 +36,19 @@ def host_copy(cluster: Cluster, rank: int, nbytes: float, offload: Offload) -> C
         t = offload_part.pcie_s(cluster, nbytes)
     return CommCall(kind=CommKind.OFFLOAD, op=Op.SEND_RECV, group=(rank,), nbytes=int(round(nbytes)),
                     transport=Transport.HOST, time_s=t)
+
+
+def fsdp2_blocking_prefetch(layout: ParallelLayout, cluster: Cluster) -> int | None:
+    """:attr:`ChunkWork.zero_prefetch_calls` 0 (each gather and reduce-scatter on the compute thread, none ahead)
+    for FSDP2 on gloo, else None (the engines' default, one block ahead). FSDP2 unshards with
+    ``unshard_async_op = False`` (``_fsdp_param_group.py`` 244) in pre-forward, pre-backward and its backward
+    prefetch (551-552, 582, 847-848), and reduce-scatters with no ``async_op`` (``_fsdp_collectives.py`` 619-624),
+    so each is c10d's blocking call, which waits for the work (``distributed_c10d.py``, ``work.wait()`` unless
+    ``async_op``); on CUDA that wait only orders streams, but gloo's work runs on the host, so the rank's one
+    thread computes nothing meanwhile [src: torch-fsdp2-blocking-calls]."""
+    if layout.framework is Framework.FSDP2 and cluster.comm.library is CommLibrary.GLOO:
+        return 0
+    return None
 
 
 def fsdp2_zero2(layout: ParallelLayout) -> bool:

@@ -151,6 +151,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
+    blocking = grad_sync.fsdp2_blocking_prefetch(layout, cache.cluster)  # FSDP2 on gloo: calls on the compute thread
+    prefetch = prefetch if blocking is None else blocking
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd, bwd_s=cc.bwd_s + copy_bwd,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)

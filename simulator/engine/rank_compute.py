@@ -122,6 +122,9 @@ def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_call
 def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
             category: Category, progress: GradProgress | None = None, prefetch: int = 1):
     """``L = len(zero_calls)`` blocks of ``total_s / L`` compute; the TP calls are shared out in order."""
+    if prefetch == 0:
+        yield from _blocking_blocks(ctx, pipe, who, rank, act, total_s, tp_calls, zero_calls, category, progress)
+        return
     env, blocks = ctx.env, len(zero_calls)
     started = [simpy.Event(env) for _ in range(blocks)]
     gathered = [simpy.Event(env) for _ in range(blocks)]
@@ -146,6 +149,20 @@ def _blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float,
             if stretch > 0:  # the next gathers took SMs from this block (module docstring)
                 yield env.timeout(stretch)
                 ctx.rec.spend(who, Category.ZERO, stretch)
+
+
+def _blocking_blocks(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: float, tp_calls, zero_calls,
+                     category: Category, progress: GradProgress | None = None):
+    """:func:`_blocks` with ``prefetch`` 0: call i runs on the compute stream before block i, nothing ahead
+    (:func:`simulator.analytical.exposed_gathers`'s ``Σ g_i``)."""
+    env, blocks, r = ctx.env, len(zero_calls), ctx.schedule.rank_of(act.stage)
+    for i, call in enumerate(zero_calls):
+        t0 = env.now
+        yield ctx.start(call, (r, "dp"), pipe)
+        ctx.rec.row(rank, "dp", f"{act} all-gather", Category.ZERO, t0, env.now, act.microbatch, act.stage)
+        ctx.rec.spend(who, Category.ZERO, env.now - t0)
+        mine = tuple(c for j, c in enumerate(tp_calls) if j * blocks // len(tp_calls) == i)
+        yield from _segments(ctx, pipe, who, rank, act, total_s / blocks, mine, category, progress)
 
 
 def _gather_stream(ctx, pipe: Pipe, rank: int, act: Action, calls, started, gathered, spans, prefetch: int = 1):
