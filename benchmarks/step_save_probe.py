@@ -3,10 +3,11 @@
 Runs :func:`executor.step_save_bench.time_save_steps` (the plain tiny gpt3-125m model's step on 2 gloo processes as
 ``executor/step_bench.py`` runs it, rank 0 rewriting a suite-sized results file before every other step) ``--runs``
 times and prints, per run, rank 0's rewrite (median, p10-p90), each rank's step after a rewrite and after none
-(medians), and ``host.step_after_save_us``; then the median and range over the runs.
+(medians), and ``host.step_after_save_us`` (from lower quartiles) with its bootstrap spread; then the median and
+range over the runs.
 
-Usage: ``PYTHONPATH=. python benchmarks/step_save_probe.py --runs 3``. Results: docs/validation.md (ddp16),
-[src: own-step-save-probe].
+Usage: ``PYTHONPATH=. python benchmarks/step_save_probe.py --runs 3``. Results: docs/validation.md (ddp16, save16),
+[src: own-step-save-probe], [src: own-step-save-repeats].
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def main() -> None:
         terms.append(t.step_after_save_us)
         print(f"run {run + 1}: rewrite {t.save.median_s * 1e3:.1f} ms (p10-p90 {t.save.p10_s * 1e3:.1f}-"
               f"{t.save.p90_s * 1e3:.1f}); step after it {ms(t.after_save)} ms, after none {ms(t.plain)} ms "
-              f"(rank 0 / 1); step_after_save_us {t.step_after_save_us:.0f}", flush=True)
+              f"(rank 0 / 1); step_after_save_us {t.step_after_save_us:.0f} (lower quartiles; bootstrap p10..p90 "
+              f"{t.spread_us[0]:.0f}..{t.spread_us[1]:.0f})", flush=True)
     print(f"step_after_save_us: median {statistics.median(terms):.0f}, range {min(terms):.0f}-{max(terms):.0f} "
           f"over {len(terms)} runs")
 

@@ -85,7 +85,7 @@ from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
-from executor.step_save_bench import SaveStepTiming, measure_save_steps, with_step_save
+from executor.step_save_bench import SaveStepTiming, measure_save_steps, save_steps_source, with_step_save
 from executor.step_checkpoint_bench import StepCheckpointTiming, measure_step_checkpoint, with_step_checkpoint
 from executor.calibrate_calls import step_call_overheads
 from executor.launch import check_backend, threads_per_rank
@@ -293,6 +293,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 block_call_us=block_call_us, save_steps=saved, step_checkpoint=ckpt)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
+    joined += f"; {save_steps_source(saved)}" if saved is not None else ""
     node = with_step_checkpoint(with_step_save(with_step_loop(with_host(base.node, terms), steps), saved), ckpt)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
     return replace(base, name=name, device=device, node=node, source=joined), report

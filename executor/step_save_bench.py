@@ -14,18 +14,29 @@ This probe runs the plain tiny model's step on :data:`~executor.step_bench.STEP_
 exactly as :mod:`executor.step_bench` does, and before every other step rank 0 also rewrites a results file of the
 suite's shape through the run's own code (:class:`_Mirror`: the ``ddp-overlap`` case's plan at ``--scale tiny``,
 every rank's last :data:`SAVE_PROBE_STEPS` records, :meth:`Results.save`). Steps after a rewrite and steps after
-the gather alone alternate in one launch, so the machine's load drifts over both alike. Per rank
+the gather alone alternate in one launch, so the machine's load drifts over both alike.
 
-    after_save_s = median step time (start → end, as the run times it) of the steps after a rewrite
-    plain_s      = median step time of the steps after the gather alone
+The waiting rank's steps are bimodal on the 2-core VM: fast, or fast + one ~4 ms scheduler tick, in 0-55 % of
+either kind of step (up to 77 % at load 7; 2026-11-25, save16 [src: own-step-save-repeats]); a median jumps by a tick
+when that share crosses one half, and repeated probes read 257-2178 µs that way. The tick is the blocking calls' wait,
+which the comm model charges (``comm.blocking_wait_us``, :mod:`simulator.collectives.cost`); this term is the
+rewrite's own excess, the shift of the fast mode, which each rank's lower quartile reads while fewer than 3/4 of its
+steps wait a tick. Per rank
+
+    after_save_s = lower quartile (:data:`FAST_QUANTILE`) of the step times (start → end, as the run times them)
+                   of the steps after a rewrite
+    plain_s      = the same quartile of the steps after the gather alone
     host.step_after_save_us = max(0, mean over ranks (after_save_s − plain_s)) · 1e6
 
-which :mod:`simulator.step_loop` charges once per step beside ``first_microbatch_cold_us``.
+with its spread, the 10th and 90th percentiles of the same over :data:`BOOTSTRAP_RESAMPLES` resamples of each rank's
+steps of each kind (seeded: the same steps give the same spread), written into the cluster file's source text.
+:mod:`simulator.step_loop` charges it once per step beside ``first_microbatch_cold_us``.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -40,6 +51,37 @@ SAVE_PROBE_STEPS = 24
 """Records per rank in the rewritten file: the default suite's steps per case (``simulator.validation_suite``)."""
 CALIBRATE_REPEATS = 40
 """Steps of each kind ``trainplan calibrate --compute`` times (three runs of 60 at load 5-7 gave 269-659 µs)."""
+FAST_QUANTILE = 0.25
+"""The quantile of a rank's steps that reads their fast mode (module docstring) [src: own-step-save-repeats]."""
+BOOTSTRAP_RESAMPLES = 200
+"""Resamples behind the term's spread; seeded with :data:`BOOTSTRAP_SEED`."""
+BOOTSTRAP_SEED = 0
+
+
+def fast_step_s(seconds) -> float:
+    """The :data:`FAST_QUANTILE` of ``seconds`` (linear between order statistics, ``statistics.quantiles``'s
+    inclusive method); one step: itself."""
+    ordered = sorted(seconds)
+    at = FAST_QUANTILE * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def excess_us(after, plain) -> float:
+    """``max(0, mean over ranks (fast_step_s(after_r) − fast_step_s(plain_r))) · 1e6``: the module docstring's term
+    from each rank's step times after a rewrite (``after``) and after none (``plain``)."""
+    return max(0.0, statistics.fmean(fast_step_s(a) - fast_step_s(p) for a, p in zip(after, plain, strict=True))) * 1e6
+
+
+def excess_spread_us(after, plain, *, resamples: int = BOOTSTRAP_RESAMPLES,
+                     seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """The 10th and 90th percentiles of :func:`excess_us` over ``resamples`` resamples (with replacement) of each
+    rank's steps of each kind."""
+    rng = random.Random(seed)
+    draw = lambda xs: [rng.choice(xs) for _ in xs]  # noqa: E731
+    values = sorted(excess_us([draw(a) for a in after], [draw(p) for p in plain]) for _ in range(resamples))
+    return values[int(0.1 * (resamples - 1))], values[int(0.9 * (resamples - 1))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,19 +89,32 @@ class SaveStepTiming:
     """What :func:`time_save_steps` measured (each per rank: median, p10, p90 over its steps)."""
 
     processes: int
-    after_save: tuple[Timing, ...]
-    """Each rank's step after rank 0's results rewrite."""
-    plain: tuple[Timing, ...]
-    """Each rank's step after the gather and status files alone."""
+    after_save_s: tuple[tuple[float, ...], ...]
+    """Each rank's step times after rank 0's results rewrite."""
+    plain_s: tuple[tuple[float, ...], ...]
+    """Each rank's step times after the gather and status files alone."""
     save: Timing
     """Rank 0's rewrite itself."""
 
     @property
+    def after_save(self) -> tuple[Timing, ...]:
+        """Each rank's step after the rewrite: median, p10, p90."""
+        return tuple(timing_of(list(s)) for s in self.after_save_s)
+
+    @property
+    def plain(self) -> tuple[Timing, ...]:
+        """Each rank's step after the gather alone: median, p10, p90."""
+        return tuple(timing_of(list(s)) for s in self.plain_s)
+
+    @property
     def step_after_save_us(self) -> float:
-        """µs a step loses after the rewrite (module docstring), at least 0."""
-        after = statistics.fmean(t.median_s for t in self.after_save)
-        plain = statistics.fmean(t.median_s for t in self.plain)
-        return max(0.0, after - plain) * 1e6
+        """µs a step loses after the rewrite (module docstring, :func:`excess_us`), at least 0."""
+        return excess_us(self.after_save_s, self.plain_s)
+
+    @property
+    def spread_us(self) -> tuple[float, float]:
+        """The term's bootstrap p10 and p90 (:func:`excess_spread_us`)."""
+        return excess_spread_us(self.after_save_s, self.plain_s)
 
 
 class _Mirror:
@@ -128,8 +183,8 @@ def time_save_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
     with tempfile.TemporaryDirectory(prefix="trainplan-save-probe-") as out_dir:
         per_rank = run(_rank_save_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
                                                           out_dir), num_threads=thread_count)
-    return SaveStepTiming(processes=processes, after_save=tuple(timing_of(r[0]) for r in per_rank),
-                          plain=tuple(timing_of(r[1]) for r in per_rank), save=timing_of(per_rank[0][2]))
+    return SaveStepTiming(processes=processes, after_save_s=tuple(tuple(r[0]) for r in per_rank),
+                          plain_s=tuple(tuple(r[1]) for r in per_rank), save=timing_of(per_rank[0][2]))
 
 
 def measure_save_steps(spec: TransformerSpec, micro_batch: int, *, thread_count: int, progress: bool = False
@@ -161,13 +216,23 @@ def save_steps_dict(saved: SaveStepTiming | None) -> dict | None:
     plain = lambda t: {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}  # noqa: E731
     return {"processes": saved.processes, "after_save": [plain(t) for t in saved.after_save],
             "plain": [plain(t) for t in saved.plain], "save": plain(saved.save),
-            "step_after_save_us": saved.step_after_save_us}
+            "step_after_save_us": saved.step_after_save_us, "step_after_save_p10_p90_us": list(saved.spread_us)}
+
+
+def save_steps_source(saved: SaveStepTiming) -> str:
+    """The cluster file's source text for the term: its value, its bootstrap spread and the steps behind it."""
+    low, high = saved.spread_us
+    return (f"host.step_after_save_us {saved.step_after_save_us:.0f} (bootstrap p10..p90 {low:.0f}..{high:.0f}) from "
+            f"the lower quartiles of {len(saved.after_save_s[0])} interleaved steps of each kind on "
+            f"{saved.processes} processes [src: own-step-save-repeats]")
 
 
 def save_steps_line(saved: SaveStepTiming) -> str:
     """``calibrate --compute``'s printed line."""
-    after = statistics.fmean(t.median_s for t in saved.after_save)
-    plain = statistics.fmean(t.median_s for t in saved.plain)
-    return (f"after save    {saved.step_after_save_us:.1f} us per step: the step after rank 0's results rewrite "
-            f"({saved.save.median_s * 1e3:.1f} ms) {after * 1e3:.3f} ms against {plain * 1e3:.3f} ms after the gather "
-            f"alone ({saved.processes} processes): host.step_after_save_us")
+    after = statistics.fmean(fast_step_s(s) for s in saved.after_save_s)
+    plain = statistics.fmean(fast_step_s(s) for s in saved.plain_s)
+    low, high = saved.spread_us
+    return (f"after save    {saved.step_after_save_us:.1f} us per step (p10..p90 {low:.0f}..{high:.0f}): the step "
+            f"after rank 0's results rewrite ({saved.save.median_s * 1e3:.1f} ms) {after * 1e3:.3f} ms against "
+            f"{plain * 1e3:.3f} ms after the gather alone, lower quartiles ({saved.processes} processes): "
+            "host.step_after_save_us")

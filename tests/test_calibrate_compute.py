@@ -270,6 +270,9 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
     assert len(printed["rank_steps"]["first_cold"]) == 2
     assert loaded.node.host.step_after_save_us == pytest.approx(printed["save_steps"]["step_after_save_us"])
+    low, high = printed["save_steps"]["step_after_save_p10_p90_us"]  # its bootstrap spread, in the file's source
+    term = loaded.node.host.step_after_save_us
+    assert f"host.step_after_save_us {term:.0f} (bootstrap p10..p90 {low:.0f}..{high:.0f})" in loaded.source
     assert loaded.node.host.checkpoint_forward_region_us == pytest.approx(
         printed["step_checkpoint"]["checkpoint_forward_region_us"])
     assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(

@@ -1,7 +1,10 @@
 """The step after the run's results rewrite (executor/step_save_bench.py, ``host.step_after_save_us``).
 
-Hand-worked: ranks' steps of 3.40 / 3.60 ms after the rewrite and 3.00 / 3.30 ms after none give
-mean(3.40, 3.60) − mean(3.00, 3.30) = 0.35 ms = 350 µs; a step faster after the rewrite gives 0, not a negative field.
+Hand-worked, five steps of each kind per rank, the lower quartile the 2nd of 5 sorted: rank 0 after the rewrite
+3.40 3.45 3.50 7.50 7.50 ms → 3.45, after none 3.00 3.00 3.05 3.10 3.10 → 3.00; rank 1 (a ~4 ms tick in 3 of its 5
+steps after the rewrite, 1 of 5 after none) 3.60 3.65 7.60 7.60 7.70 → 3.65, 3.30 3.30 3.35 3.40 7.30 → 3.30; the
+term mean(0.45, 0.35) ms = 400 µs, where the medians would give mean(0.45, 4.25) = 2,350 µs; a step faster after the
+rewrite gives 0, not a negative field.
 The rewrite is the run's own (``Results.save`` of a suite-shaped file): it writes what a recorded run wrote, with the
 same keys, phases and steps kept; two gloo ranks run the interleaved probe."""
 
@@ -16,7 +19,7 @@ import pytest
 from executor.compute_bench import Timing
 from executor.compute_grid import executed, tiny_model
 from executor.step_save_bench import (SAVE_PROBE_STEPS, SaveStepTiming, _Mirror, save_steps_dict, save_steps_line,
-                                      time_save_steps, with_step_save)
+                                      save_steps_source, time_save_steps, with_step_save)
 from simulator.cluster.io import load_cluster
 from simulator.run_results import RunStatus, load_results
 from simulator.workload import DtypePolicy, load_model
@@ -25,25 +28,40 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "data" / "suite_default" / "ddp-overlap.results.json"
 
 
-def _t(ms: float) -> Timing:
-    return Timing(median_s=ms * 1e-3, p10_s=ms * 1e-3, p90_s=ms * 1e-3)
+AFTER = ((3.40, 7.50, 3.45, 7.50, 3.50), (3.60, 7.60, 3.65, 7.70, 7.60))
+PLAIN = ((3.00, 3.05, 3.00, 3.10, 3.10), (3.30, 3.35, 7.30, 3.30, 3.40))
 
 
-def _saved(after=(3.40, 3.60), plain=(3.00, 3.30)) -> SaveStepTiming:
-    return SaveStepTiming(processes=2, after_save=tuple(map(_t, after)), plain=tuple(map(_t, plain)), save=_t(20.0))
+def _ms(ranks) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(x * 1e-3 for x in r) for r in ranks)
 
 
-def test_the_term_is_the_mean_excess_of_the_step_after_the_rewrite():
-    assert _saved().step_after_save_us == pytest.approx(350.0, rel=1e-9)
-    assert _saved(after=(2.9, 3.0)).step_after_save_us == 0.0
-    assert "350.0 us per step" in save_steps_line(_saved())
-    assert save_steps_dict(_saved())["step_after_save_us"] == pytest.approx(350.0) and save_steps_dict(None) is None
+def _saved(after=AFTER, plain=PLAIN) -> SaveStepTiming:
+    return SaveStepTiming(processes=2, after_save_s=_ms(after), plain_s=_ms(plain),
+                          save=Timing(median_s=0.02, p10_s=0.02, p90_s=0.02))
+
+
+def test_the_term_is_the_mean_excess_of_the_fast_mode_after_the_rewrite():
+    assert _saved().step_after_save_us == pytest.approx(400.0, rel=1e-9)
+    assert _saved(after=PLAIN, plain=AFTER).step_after_save_us == 0.0
+    assert "400.0 us per step" in save_steps_line(_saved())
+    assert save_steps_dict(_saved())["step_after_save_us"] == pytest.approx(400.0) and save_steps_dict(None) is None
+    assert [t.median_s for t in _saved().after_save] == pytest.approx([3.50e-3, 7.60e-3])  # what the median read
+
+
+def test_the_spread_is_a_seeded_bootstrap_around_the_term():
+    low, high = _saved().spread_us
+    assert low <= 400.0 <= high and (low, high) == _saved().spread_us  # the same steps, the same spread
+    flat = _saved(after=((3.4,) * 5, (3.6,) * 5), plain=((3.0,) * 5, (3.3,) * 5))
+    assert flat.spread_us == pytest.approx((350.0, 350.0))  # nothing to resample: no spread
+    assert save_steps_dict(_saved())["step_after_save_p10_p90_us"] == [low, high]
+    assert f"bootstrap p10..p90 {low:.0f}..{high:.0f}" in save_steps_source(_saved())
 
 
 def test_the_writer_sets_only_its_field():
     node = load_cluster("localhost-cpu").node
     written = with_step_save(node, _saved())
-    assert written.host.step_after_save_us == pytest.approx(350.0)
+    assert written.host.step_after_save_us == pytest.approx(400.0)
     assert written == dataclasses.replace(node, host=dataclasses.replace(node.host, step_after_save_us=written.host
                                                                          .step_after_save_us))
     assert with_step_save(node, None) is node
