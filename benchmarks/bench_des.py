@@ -31,19 +31,28 @@ TP, PP, MICRO_BATCHES = 8, 8, 96
 FIT_FROM_GPUS = 1024
 
 
-def measure(gpus: int, exact: bool) -> dict:
-    """Compile and simulate one step at ``gpus`` GPUs in this process; times in seconds."""
+def step_case(gpus: int):
+    """The benchmark's case at ``gpus`` GPUs: (cluster, model, strategy), GPT-3 175B on DGX A100 nodes, tp 8, pp 8,
+    96 micro-batches per pipeline, full recompute (the other ``bench_des_*`` counting benchmarks use it too)."""
     from simulator.cluster.presets import load_preset
-    from simulator.compile import compile_step
-    from simulator.engine.step import simulate
     from simulator.strategy import Recompute, Strategy
     from simulator.workload.presets import get_preset
 
     dp = gpus // (TP * PP)
     cluster = load_preset("dgx-a100").with_nodes(gpus // 8)
     strategy = Strategy(global_batch=MICRO_BATCHES * dp, tp=TP, pp=PP, recompute=Recompute.FULL)
+    return cluster, get_preset("gpt3-175b"), strategy
+
+
+def measure(gpus: int, exact: bool) -> dict:
+    """Compile and simulate one step at ``gpus`` GPUs in this process; times in seconds."""
+    from simulator.compile import compile_step
+    from simulator.engine.step import simulate
+
+    dp = gpus // (TP * PP)
+    cluster, model, strategy = step_case(gpus)
     t0 = time.perf_counter()
-    work = compile_step(cluster, get_preset("gpt3-175b"), strategy)
+    work = compile_step(cluster, model, strategy)
     compile_s = time.perf_counter() - t0
     gc.collect()
     w0, c0 = time.perf_counter(), time.process_time()

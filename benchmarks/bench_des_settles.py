@@ -161,18 +161,13 @@ def _array_settle(sample: dict) -> dict:
 
 def measure(gpus: int) -> dict:
     """Simulate ``bench_des``'s step at ``gpus`` GPUs with the main network's settles counted and sampled."""
-    from bench_des import MICRO_BATCHES, PP, TP
-    from simulator.cluster.presets import load_preset
+    from bench_des import step_case
     from simulator.compile import compile_step
     from simulator.engine import network
     from simulator.engine.step import simulate
-    from simulator.strategy import Recompute, Strategy
-    from simulator.workload.presets import get_preset
 
-    dp = gpus // (TP * PP)
-    cluster = load_preset("dgx-a100").with_nodes(gpus // 8)
-    strategy = Strategy(global_batch=MICRO_BATCHES * dp, tp=TP, pp=PP, recompute=Recompute.FULL)
-    work = compile_step(cluster, get_preset("gpt3-175b"), strategy)
+    cluster, model, strategy = step_case(gpus)
+    work = compile_step(cluster, model, strategy)
     nets: list = []
     made, apply, rate = network.FlowNetwork.__init__, network.FlowNetwork._apply, network.FlowNetwork._rate
     network.FlowNetwork.__init__ = lambda self, env: (made(self, env), nets.append(self))[0]

@@ -69,18 +69,14 @@ def _digest(flows) -> str:
 
 def measure(gpus: int) -> dict:
     """Simulate ``bench_des``'s step at ``gpus`` GPUs with the main network's launches logged."""
-    from bench_des import MICRO_BATCHES, PP, TP
-    from simulator.cluster.presets import load_preset
+    from bench_des import PP, TP, step_case
     from simulator.compile import compile_step
     from simulator.engine import network
     from simulator.engine.step import simulate
-    from simulator.strategy import Recompute, Strategy
-    from simulator.workload.presets import get_preset
 
     dp = gpus // (TP * PP)
-    cluster = load_preset("dgx-a100").with_nodes(gpus // 8)
-    strategy = Strategy(global_batch=MICRO_BATCHES * dp, tp=TP, pp=PP, recompute=Recompute.FULL)
-    work = compile_step(cluster, get_preset("gpt3-175b"), strategy)
+    cluster, model, strategy = step_case(gpus)
+    work = compile_step(cluster, model, strategy)
     nets: list = []
     made, launch, rate = network.FlowNetwork.__init__, network.FlowNetwork._launch, network.FlowNetwork._rate
     network.FlowNetwork.__init__ = lambda self, env: (made(self, env), nets.append(self))[0]
