@@ -44,6 +44,26 @@ def step_case(gpus: int):
     return cluster, get_preset("gpt3-175b"), strategy
 
 
+def sizes_or_child(measure, default_gpus: list[int]) -> list[int] | None:
+    """The counting benchmarks' command line: ``--gpus`` sizes, each measured in a child process (a size's peak
+    memory and collector state its own). In a child (``--child N``) print ``measure(N)`` as JSON and return None."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, nargs="+", default=default_gpus)
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child)))
+        return None
+    return args.gpus
+
+
+def child_measure(script: str, gpus: int) -> dict:
+    """``script --child gpus`` run in a fresh interpreter, its JSON answer."""
+    out = subprocess.run([sys.executable, script, "--child", str(gpus)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)
+
+
 def measure(gpus: int, exact: bool) -> dict:
     """Compile and simulate one step at ``gpus`` GPUs in this process; times in seconds."""
     from simulator.compile import compile_step

@@ -15,11 +15,8 @@ Run by hand: ``python benchmarks/bench_des_parts.py [--gpus 16384 32768 65536]``
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -88,19 +85,15 @@ def measure(gpus: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, nargs="+", default=[16384, 32768, 65536])
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child)))
+    from bench_des import child_measure, sizes_or_child
+
+    sizes = sizes_or_child(measure, [16384, 32768, 65536])
+    if sizes is None:
         return
     print("| GPUs | CPU s | " + " | ".join(PARTS) + " | main flows | settles | re-rated | scratch flows | load |")
     print("|---:|---:|" + "---:|" * (len(PARTS) + 5))
-    for gpus in args.gpus:
-        out = subprocess.run([sys.executable, __file__, "--child", str(gpus)], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out)
+    for gpus in sizes:
+        r = child_measure(__file__, gpus)
         print(f"| {gpus:,} | {r['cpu_s']:.2f} | " + " | ".join(f"{r[p]:.2f}" for p in PARTS)
               + f" | {r['main_flows']:,} | {r['main_settles']:,} | {r['main_rerated']:,} | {r['scratch_flows']:,}"
               f" | {r['load_1m']:.1f} |", flush=True)

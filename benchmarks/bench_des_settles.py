@@ -31,10 +31,7 @@ Run by hand: ``python benchmarks/bench_des_settles.py [--gpus 32768 65536]``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 from itertools import chain
@@ -248,20 +245,16 @@ def _sample(net, now: float, slack: float, arrivals, due) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, nargs="+", default=[32768, 65536])
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child)))
+    from bench_des import child_measure, sizes_or_child
+
+    sizes = sizes_or_child(measure, [32768, 65536])
+    if sizes is None:
         return
     print("| GPUs | settles | walked | big (walked; active then) | one record (walked) | same (walked) | re-rated "
           "(rate changed) | sampled (flows; level-rated) | engine s | Python walk s | array settle s | levels |")
     print("|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---|")
-    for gpus in args.gpus:
-        out = subprocess.run([sys.executable, __file__, "--child", str(gpus)], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out)
+    for gpus in sizes:
+        r = child_measure(__file__, gpus)
         print(f"| {gpus:,} | {r['settles']:,} | {r['walked']:,} | {r['big']:,} ({r['big_walked']:,}; "
               f"{r['big_active']:,}) | {r['one']:,} ({r['one_walked']:,}) | {r['same']:,} ({r['same_walked']:,}) | "
               f"{r['rerated']:,} ({r['changed']:,}) | {r['sampled']} ({r['sampled_flows']:,}; {r['level_rated']}) | "

@@ -17,11 +17,8 @@ Run by hand: ``python benchmarks/bench_des_windows.py [--gpus 32768 65536]``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -102,20 +99,16 @@ def measure(gpus: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", type=int, nargs="+", default=[32768, 65536])
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child)))
+    from bench_des import child_measure, sizes_or_child
+
+    sizes = sizes_or_child(measure, [32768, 65536])
+    if sizes is None:
         return
     print("| GPUs | flows launched | windows (start s: flows launched, re-ratings, flows left to play) "
           "| in windows | left |")
     print("|---:|---:|---|---:|---:|")
-    for gpus in args.gpus:
-        out = subprocess.run([sys.executable, __file__, "--child", str(gpus)], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out)
+    for gpus in sizes:
+        r = child_measure(__file__, gpus)
         cells = "; ".join(f"{t:.4f}: {w:,}, {q:,}, {o:,}"
                           for t, w, q, o in zip(r["window_starts_s"], r["windows"], r["ratings"], r["own"]))
         print(f"| {gpus:,} | {r['launched']:,} | {cells} | {sum(r['windows']):,} | {sum(r['own']):,} |", flush=True)
