@@ -81,7 +81,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads per rank (default cores ÷ local ranks)")
     p.add_argument("--measure-s", type=float, default=None,
                    help="run more steps (--steps is then the least) until the measured ones take about this many "
-                        "seconds, estimated from the last warm-up step (default: exactly --steps)")
+                        "seconds, estimated from the median warm-up step after the first (default: exactly --steps)")
     p.add_argument("--max-steps", type=int, default=None,
                    help="most steps, warm-up included, with --measure-s (default 400)")
     p.add_argument("--status-dir", default=None, help=argparse.SUPPRESS)
