@@ -6,14 +6,13 @@ rows kept across calls as a search keeps them. Fails if a rank's chunk is read a
 if a p2p send off the pipeline's ends is kept, or if a kept row is read for another chunk tuple."""
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
-from test_shared_stages import ARRAYS, CLUSTERS, WORKLOAD, _strategies
+from hypothesis import HealthCheck, given, settings, strategies as st
+from test_shared_stages import ARRAYS, CLUSTERS, WORKLOAD, _strategies, drawn_layout
 
 from simulator.analytical import summarize_stages
 from simulator.analytical_models import summarize_models
 from simulator.compile import CostCache, compile_stages
 from simulator.compile.shared_stages import closed_form_models, closed_form_stages
-from simulator.errors import SpecError
 from simulator.interference import cluster_sm_fraction
 from simulator.schedules import ScheduleKind
 from simulator.strategy import AllReduceSync, PlacementOrder, Strategy, ZeroStage, build_layout
@@ -36,12 +35,7 @@ def _equal(got, want):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(CLUSTERS)), fields_=_strategies())
 def test_models_summary_equals_the_stages_summary(name, fields_):
-    cluster = CLUSTERS[name]
-    try:
-        layout = build_layout(Strategy(**fields_), cluster, WORKLOAD)
-        one_by_one = compile_stages(CostCache(cluster), WORKLOAD, layout)
-    except (SpecError, ValueError):
-        assume(False)
+    cluster, layout, one_by_one = drawn_layout(name, fields_)
     cache, f = _CACHES[name], cluster_sm_fraction(cluster)
     models, classes = closed_form_models(cache, WORKLOAD, layout)
     got = summarize_models(models, classes, layout.v, f, kept=_KEPT.setdefault(name, {}))

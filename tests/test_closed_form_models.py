@@ -4,13 +4,12 @@ copies: the arrays equal, to the bit, those of the relabelled stages (:func:`clo
 compiled one by one, whether ranks share stages or not (uneven layer splits, interleaving, placements)."""
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
-from test_shared_stages import ARRAYS, CLUSTERS, WORKLOAD, _strategies
+from hypothesis import HealthCheck, given, settings, strategies as st
+from test_shared_stages import ARRAYS, CLUSTERS, WORKLOAD, _strategies, drawn_layout
 
 from simulator.analytical import summarize_stages
 from simulator.compile import CostCache, compile_stages
 from simulator.compile.shared_stages import closed_form_models, closed_form_stages
-from simulator.errors import SpecError
 from simulator.interference import cluster_sm_fraction
 from simulator.strategy import Strategy, build_layout
 
@@ -19,12 +18,7 @@ from simulator.strategy import Strategy, build_layout
 # most drawn strategies build (test_shared_stages draws them), but the ones that do not are skipped by assume
 @given(name=st.sampled_from(sorted(CLUSTERS)), fields_=_strategies())
 def test_summaries_from_the_models_equal_the_relabelled_stages(name, fields_):
-    cluster = CLUSTERS[name]
-    try:
-        layout = build_layout(Strategy(**fields_), cluster, WORKLOAD)
-        one_by_one = compile_stages(CostCache(cluster), WORKLOAD, layout)
-    except (SpecError, ValueError):
-        assume(False)
+    cluster, layout, one_by_one = drawn_layout(name, fields_)
     cache, f = CostCache(cluster), cluster_sm_fraction(cluster)
     models, classes = closed_form_models(cache, WORKLOAD, layout)
     assert len(classes) == layout.pp and all(classes[j] == j and models[j] is not None for j in classes)

@@ -99,6 +99,17 @@ def _strategies(draw):
                     attention=AttentionKind.FLASH, dp_sync=sync)
 
 
+def drawn_layout(name: str, fields_: dict):
+    """The drawn strategy's (cluster, layout, stages compiled one by one) on cluster ``name``; a strategy that does
+    not build is skipped (``assume``)."""
+    cluster = CLUSTERS[name]
+    try:
+        layout = build_layout(Strategy(**fields_), cluster, WORKLOAD)
+        return cluster, layout, compile_stages(CostCache(cluster), WORKLOAD, layout)
+    except (SpecError, ValueError):
+        assume(False)
+
+
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(sorted(CLUSTERS)), fields_=_strategies())
 def test_shared_stages_equal_the_stages_one_by_one(name, fields_):
