@@ -171,3 +171,13 @@ def measure_dtensor_waits(fitted: Cluster, nprocs: Sequence[int]) -> tuple[dict[
     this machine now."""
     measured = dtensor_calls(nprocs)
     return dtensor_waits_us(fitted, measured), dtensor_waits_us(fitted, measured, sp=True)
+
+
+def dtensor_source_text(waits_us: dict[int, float], sp_waits_us: dict[int, float]) -> str:
+    """The cluster file's source words for :func:`measure_dtensor_waits`' tables ("" when not measured)."""
+    if not waits_us:
+        return ""
+    return ("; dtensor_wait_us (DTensor's calls in the tp model's micro-batches, mean per call less that fit, "
+            "executor.calibrate_dtensor): " + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(waits_us.items()))
+            + "; dtensor_sp_wait_us (the same with sequence parallelism): "
+            + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(sp_waits_us.items())))

@@ -171,7 +171,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     from executor.calibrate import check_calibratable
     from executor.calibrate_async import PROBE_BATCH
     from executor.calibrate_groups import with_pair_waits
-    from executor.calibrate_dtensor import measure_dtensor_waits, with_dtensor_waits
+    from executor.calibrate_dtensor import dtensor_source_text, measure_dtensor_waits, with_dtensor_waits
     from executor.calibrate_modes import op_waits_text, waits_text, without_waits
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
@@ -218,11 +218,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
               + ("" if not pairs else "; group_wait_us (pairs calling at once, mean excess over that fit, "
                  "executor.calibrate_groups): 2-rank groups " + ", ".join(f"{us:.1f} us at {p} processes"
                                                                             for p, us in sorted(pairs.items())))
-              + ("" if not dtensor else "; dtensor_wait_us (DTensor's calls in the tp model's micro-batches, "
-                 "mean per call less that fit, executor.calibrate_dtensor): " + ", ".join(
-                     f"{us:.1f} us at {p} processes" for p, us in sorted(dtensor.items()))
-                 + "; dtensor_sp_wait_us (the same with sequence parallelism): " + ", ".join(
-                     f"{us:.1f} us at {p} processes" for p, us in sorted(dtensor_sp.items())))
+              + dtensor_source_text(dtensor, dtensor_sp)
               + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
                  f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
                  + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")
