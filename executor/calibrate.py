@@ -144,14 +144,15 @@ def executed_time(cases) -> Callable:
     call) is timed by its :attr:`~executor.collective_bench.BenchCase.model`: the schedule of the algorithm the
     backend runs for the op, priced as the registry prices that op on gloo (a broadcast's steps at the share of
     their active processes, :func:`simulator.collectives.gloo.active_share_time_s`; an all-gather's copy out of
-    gloo's buffer, :func:`simulator.collectives.gloo.output_copy_s`). A replayed case also pays its steps' replay cost
-    (:func:`simulator.collectives.replayed.steps_extra_s`, 0 while ``comm.replay_step_us`` is 0).
+    gloo's buffer, :func:`simulator.collectives.gloo.output_copy_s`). A replayed case is priced as the step estimate
+    prices a replay (:func:`simulator.collectives.replayed.schedule_replay_time_s`: each step at the share of its busy
+    processes, plus its replay cost, 0 while ``comm.replay_step_us`` is 0).
     """
     from simulator.collectives.cost import Env
     from simulator.collectives.gloo import ACTIVE_SHARE, active_share_time_s, output_copy_s
     from simulator.collectives.registry import get_algorithm
     from simulator.collectives.replay import schedule_time_s
-    from simulator.collectives.replayed import steps_extra_s
+    from simulator.collectives.replayed import schedule_replay_time_s
 
     schedules = {(s.op, case.algorithm, len(s.ranks), s.nbytes): s for case in cases
                  if (s := case.timed_schedule) is not None}
@@ -162,7 +163,7 @@ def executed_time(cases) -> Callable:
             if op in ACTIVE_SHARE:
                 return _Timed(active_share_time_s(cluster, schedule, get_algorithm(schedule.algorithm)))
             return _Timed(schedule_time_s(cluster, schedule) + output_copy_s(Env(cluster, None), op, nbytes))
-        return _Timed(schedule_time_s(cluster, schedule) + steps_extra_s(cluster, schedule.num_steps))
+        return _Timed(schedule_replay_time_s(cluster, schedule))
 
     return estimate
 

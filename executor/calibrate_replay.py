@@ -34,12 +34,15 @@ REPLAY_SERIES = (Op.ALL_REDUCE, "ring")
 
 
 def _steps_share(cluster, measurement, schedules) -> float:
-    """``S · share`` of one replayed measurement: its schedule's steps × its node's time-sharing."""
+    """``S · share`` of one replayed measurement: its schedule's steps (each at its busy processes' share,
+    :func:`simulator.collectives.replayed.weighted_steps`; a ring's all 1) × its node's time-sharing."""
     from executor.calibrate import on_node
     from simulator.collectives.cost import Env
+    from simulator.collectives.replayed import weighted_steps
 
     schedule = schedules[(measurement.op, measurement.algorithm, measurement.ranks, measurement.nbytes)]
-    return schedule.num_steps * Env(on_node(cluster, measurement.ranks), None).time_share
+    node = on_node(cluster, measurement.ranks)
+    return weighted_steps(node, schedule) * Env(node, None).time_share
 
 
 def weighted_median(values: list[float], weights: list[float]) -> float:

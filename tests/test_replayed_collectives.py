@@ -1,14 +1,18 @@
 """A collective the executor replays step by step (a plan naming an all-reduce algorithm under DDP) costs its
-algorithm's estimate plus ``S · comm.replay_step_us · share`` (simulator/collectives/replayed.py)."""
+algorithm's estimate plus ``S · comm.replay_step_us · share``, on a node that time-shares its cores each step at the
+share of the processes busy in it (simulator/collectives/replayed.py)."""
 
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cluster.io import load_cluster, save_cluster
 from simulator.collectives.base import Op
-from simulator.collectives.registry import estimate
-from simulator.collectives.replayed import replay_extra_s, replay_steps
+from simulator.collectives.registry import build_schedule, estimate
+from simulator.collectives.replayed import (replay_extra_s, replay_steps, schedule_replay_time_s, step_weights,
+                                          weighted_steps)
 from simulator.compile.costs import CostCache
 from simulator.compile.grad_sync import replays_grad_sync
 from simulator.errors import SpecError
@@ -34,7 +38,9 @@ def test_ring_all_reduce_replay_hand_worked(p, steps):
     assert replay_extra_s(cluster, ranks, Op.ALL_REDUCE, 1 << 20, "ring") == pytest.approx(extra, rel=1e-12)
     native = estimate(cluster, ranks, Op.ALL_REDUCE, 1 << 20, "ring").time_s
     t, algorithm = CostCache(cluster).collective(ranks, Op.ALL_REDUCE, 1 << 20, "ring", replayed=True)
-    assert t == pytest.approx(native + extra, rel=1e-12) and algorithm.value == "ring"
+    # a time-shared node (p > 2) times the replayed schedule itself, whose 1 MiB / 3 slices move whole elements
+    # (replay.py: the largest slice sets a step) where the closed form takes n/p exactly: 1e-6 apart
+    assert t == pytest.approx(native + extra, rel=1e-5) and algorithm.value == "ring"
 
 
 def test_not_replayed_or_auto_or_unmeasured_costs_nothing_more():
@@ -43,9 +49,9 @@ def test_not_replayed_or_auto_or_unmeasured_costs_nothing_more():
     cache = CostCache(cluster)
     assert cache.collective(ranks, Op.ALL_REDUCE, n, "ring")[0] == estimate(cluster, ranks, Op.ALL_REDUCE, n, "ring").time_s
     assert cache.collective(ranks, Op.ALL_REDUCE, n, "auto", replayed=True)[0] == cache.collective(ranks, Op.ALL_REDUCE, n)[0]
-    unmeasured = _cpu(4, 0.0)
-    assert CostCache(unmeasured).collective(ranks, Op.ALL_REDUCE, n, "tree", replayed=True)[0] == \
-        estimate(unmeasured, ranks, Op.ALL_REDUCE, n, "tree").time_s
+    unmeasured = _cpu(2, 0.0)  # 2 processes on 2 cores: no time-sharing, the closed form exactly
+    assert CostCache(unmeasured).collective((0, 1), Op.ALL_REDUCE, n, "tree", replayed=True)[0] == \
+        estimate(unmeasured, (0, 1), Op.ALL_REDUCE, n, "tree").time_s
 
 
 def test_tree_replay_counts_its_schedules_steps():
@@ -53,7 +59,14 @@ def test_tree_replay_counts_its_schedules_steps():
     ranks, n = (0, 1, 2, 3), 1 << 20
     steps = replay_steps(cluster, ranks, Op.ALL_REDUCE, n, "tree")
     assert steps >= 4  # up the tree and down again, at least two levels each way on 4 ranks
-    assert replay_extra_s(cluster, ranks, Op.ALL_REDUCE, n, "tree") == pytest.approx(steps * 500e-6 * 2, rel=1e-12)
+    schedule = build_schedule(cluster, list(ranks), Op.ALL_REDUCE, n, "tree")
+    busy = weighted_steps(cluster, schedule)
+    assert busy < steps  # the chain's ends idle in some steps
+    assert replay_extra_s(cluster, ranks, Op.ALL_REDUCE, n, "tree") == pytest.approx(busy * 500e-6 * 2, rel=1e-12)
+
+
+def _no_replay(cluster):
+    return replace(cluster, comm=replace(cluster.comm, replay_step_us=0.0))
 
 
 def _strategy(**kw) -> Strategy:
@@ -112,7 +125,6 @@ def test_a_replay_is_the_schedule_built_on_the_plans_cluster():
     …)); estimated on another cluster, that schedule is timed there and its own steps are counted. dgx-h100's
     4-rank tree for 1 MiB has a handful of steps; localhost with a hop latency of 0 would cut the same bucket into
     1,024 chunks (over a thousand steps) and charge each a replayed step."""
-    from simulator.collectives.registry import build_schedule
     from simulator.collectives.replay import schedule_time_s
     from simulator.collectives.replayed import replayed_time_s
 
@@ -122,7 +134,12 @@ def test_a_replay_is_the_schedule_built_on_the_plans_cluster():
     ranks, n = (0, 1, 2, 3), 1 << 20
     ran = build_schedule(plan, list(ranks), Op.ALL_REDUCE, n, "tree")
     assert ran.num_steps < 20 < replay_steps(free_hops, ranks, Op.ALL_REDUCE, n, "tree")
-    expected = schedule_time_s(free_hops, ran) + ran.num_steps * 1000e-6 * 2  # share 2: 4 processes, 2 cores
+    expected = schedule_replay_time_s(free_hops, ran)
+    # its replay part: its steps at their busy processes' share (test_tree_steps_at_their_busy_share) × 1 ms × 2
+    busy = weighted_steps(free_hops, ran)
+    assert busy < ran.num_steps
+    assert expected - schedule_replay_time_s(_no_replay(free_hops), ran) == pytest.approx(busy * 2e-3, rel=1e-12)
+    assert expected < schedule_time_s(free_hops, ran) + ran.num_steps * 1000e-6 * 2  # the uniform share's price
     assert replayed_time_s(free_hops, ranks, Op.ALL_REDUCE, n, "tree", plan) == pytest.approx(expected, rel=1e-12)
     t, algorithm = CostCache(free_hops, replays_built_on=plan).collective(ranks, Op.ALL_REDUCE, n, "tree",
                                                                           replayed=True)
@@ -144,11 +161,11 @@ def test_built_on_the_same_cluster_a_ring_replay_costs_what_it_did():
 
 def test_the_suite_tree_case_counts_the_plans_tree_steps():
     """ddp-tree's recorded run (4 processes, planned on dgx-h100): with a replay step on a file whose hop latency
-    is 0 (the recorded calibration), the estimate grows by the dgx-h100 tree's steps for its one bucket ×
-    replay_step_us × share 2, not by the thousand-odd steps of the tree localhost would choose."""
+    is 0 (the recorded calibration), the estimate grows by the dgx-h100 tree's steps for its one bucket, each at
+    its busy processes' share (Σ k_s = 4.5 of 7), × replay_step_us × share 2, not by the thousand-odd steps of
+    the tree localhost would choose."""
     from pathlib import Path
 
-    from simulator.collectives.registry import build_schedule
     from simulator.compile import compile_step
     from simulator.run_results import load_results
     from simulator.strategy import build_layout
@@ -166,5 +183,44 @@ def test_the_suite_tree_case_counts_the_plans_tree_steps():
     (bucket,) = work.stages[0].grad_sync  # the tiny model's gradients fit one DDP bucket
     steps = build_schedule(plan.cluster, [0, 1, 2, 3], Op.ALL_REDUCE, bucket.nbytes, "tree").num_steps
     assert steps < 20
-    assert after.analytical - before.analytical == pytest.approx(steps * 1e-3 * 2, rel=1e-6)
-    assert after.des - before.des == pytest.approx(steps * 1e-3 * 2, rel=1e-6)
+    busy = weighted_steps(base, build_schedule(plan.cluster, [0, 1, 2, 3], Op.ALL_REDUCE, bucket.nbytes, "tree"))
+    assert busy < steps
+    assert after.analytical - before.analytical == pytest.approx(busy * 1e-3 * 2, rel=1e-6)
+    assert after.des - before.des == pytest.approx(busy * 1e-3 * 2, rel=1e-6)
+
+
+def test_tree_steps_at_their_busy_share():
+    """ddp-tree's bucket (481,392 B) as dgx-h100 builds it for 4 ranks: one node, so a chain 3→2→1→0 and back,
+    2 channels of 2 chunks, 7 steps whose busy ranks are {3,2} {3,2,1} {2,1,0} {1,0} {0,1,2} {1,2,3} {2,3}.
+    On 4 processes and 2 cores (share 2) step s costs max(1, busy/2)/2 of the node's share: 0.5 for 2 busy, 0.75
+    for 3, Σ = 4.5; 1 ms per replayed step adds 4.5 × 1 ms × 2 = 9 ms (the uniform share's 7 × 2 = 14 ms)."""
+    schedule = build_schedule(load_cluster("dgx-h100", nodes=1), [0, 1, 2, 3], Op.ALL_REDUCE, 481_392, "tree")
+    cpu = _cpu(4, 1000.0)
+    assert step_weights(cpu, schedule) == [0.5, 0.75, 0.75, 0.5, 0.75, 0.75, 0.5]
+    assert schedule_replay_time_s(cpu, schedule) - schedule_replay_time_s(_no_replay(cpu), schedule) == \
+        pytest.approx(9e-3, rel=1e-12)
+
+
+def _cores(cluster, cores: int):
+    return replace(cluster, node=replace(cluster.node, host=replace(cluster.node.host, cpu_cores=cores)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(algorithm=st.sampled_from(["ring", "tree"]), p=st.integers(3, 6), kib=st.integers(1, 4096),
+       step_us=st.floats(0.0, 2000.0))
+def test_busy_share_bounds(algorithm, p, kib, step_us):
+    """A replay on a time-shared node costs at most the uniform share's price (each step's busy share ≤ the
+    node's) and at least the price with a core per process (share_s ≥ 1); a ring keeps every rank busy in every
+    step, so its price is the uniform one exactly."""
+    from simulator.collectives.replay import schedule_time_s
+    from simulator.collectives.replayed import steps_extra_s
+
+    cpu = _cpu(p, step_us)
+    schedule = build_schedule(load_cluster("dgx-h100", nodes=1), list(range(p)), Op.ALL_REDUCE, kib * 1024, algorithm)
+    uniform = schedule_time_s(cpu, schedule) + steps_extra_s(cpu, schedule.num_steps)
+    busy = schedule_replay_time_s(cpu, schedule)
+    assert busy <= uniform * (1 + 1e-12)
+    own_cores = _cores(cpu, p)
+    assert schedule_replay_time_s(own_cores, schedule) <= busy * (1 + 1e-12)
+    if algorithm == "ring":
+        assert busy == pytest.approx(uniform, rel=1e-12)

@@ -6,7 +6,12 @@ replaying the simulator's own schedule for it with ``isend``/``irecv`` (``execut
 them, then adds or copies the received bytes. Each step is therefore a round of host work and of small library
 calls that the library's own call of the same algorithm does inside one call. The price:
 
-    T_replayed = T_algorithm + S · replay_step_us · share
+    T_replayed = T_algorithm + S · replay_step_us · share                 (every step with all processes busy)
+
+and in general, on a node whose processes time-share its cores, each step ``s`` at the share of the processes
+busy in it (:func:`step_weights`, since 2026-11-26):
+
+    T_replayed = call + W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s · replay_step_us · share,   k_s = share_s / share
 
 - ``T_algorithm``: the registry's estimate of the named algorithm for the call (call overhead, hop latencies,
   bytes, reduction: the α-β terms the library's own call of that algorithm pays);
@@ -19,6 +24,20 @@ calls that the library's own call of the same algorithm does inside one call. Th
 
 E.g. a 4-process ring all-reduce replay on the 2-core VM with ``replay_step_us`` = 1000: 6 steps × 1 ms × 2 =
 12 ms more than the native ring's estimate.
+
+Busy processes per step (2026-11-26, issue 11). A replayed step is host work only on the ranks that send or
+receive in it; a rank with nothing to do in a step goes on to its next one and blocks in that step's receive,
+without a core (``executor/p2p.py``: each rank waits only for its own transfers). A ring step keeps every rank
+busy, so ``share`` is right there; a tree's steps do not: the 4-rank tree dgx-h100 builds for ddp-tree's bucket
+(a chain 3→2→1→0 and back, 2 chunks) has 2, 3, 3, 2, 3, 3, 2 ranks busy in its 7 steps. So each step is charged
+the rule :mod:`simulator.collectives.gloo` already applies to gloo's binomial broadcast (``share_s = max(1,
+(N − idle_s) / cores)``, :func:`simulator.collectives.gloo.step_share`): its bandwidth term, its replay step and
+(as ``k̄``, the steps' mean ``k_s``; both replays put one hop of their latency chain in each step) its latency.
+The call, its core wait ``W`` and the reduction keep the node's share (done or waited by every process). On 4
+processes and 2 cores the tree's ``Σ k_s`` is 4.5 against its 7 steps, a ring's 6 of 6 (unchanged). Measured
+[src: own-replay-busy-share-2026-11-26]: the tree replay of that bucket took 0.6-0.8 of the ring replay's time
+in the same launches, where the uniform share priced it at 1.13 of it and this rule at 0.87 (docs/validation.md,
+"ddp-tree").
 
 Which schedule (since 2026-11-25, issue 11): the executor builds the replayed schedule on the *plan's* cluster
 (``ReplayHook``: ``build_schedule(plan.cluster, …)``), and a pipelined algorithm's chunk count is chosen there;
@@ -37,19 +56,51 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simulator.cluster.spec import Cluster
-from simulator.collectives.base import Op
+from simulator.collectives.base import Op, Schedule
 from simulator.collectives.cost import Env
 from simulator.collectives.registry import build_schedule
 
 
 def replayed_time_s(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str,
                     built_on: Cluster) -> float:
-    """``T_algorithm + S · replay_step_us · share`` seconds (module docstring) of the schedule built on ``built_on``
-    (the plan's cluster, where the executor builds it), timed on ``cluster``."""
-    from simulator.collectives.replay import schedule_time_s
+    """:func:`schedule_replay_time_s` of the schedule built on ``built_on`` (the plan's cluster, where the executor
+    builds it), timed on ``cluster``."""
+    return schedule_replay_time_s(cluster, build_schedule(built_on, list(ranks), op, nbytes, algorithm))
 
-    schedule = build_schedule(built_on, list(ranks), op, nbytes, algorithm)
-    return schedule_time_s(cluster, schedule) + steps_extra_s(cluster, schedule.num_steps)
+
+def step_weights(cluster: Cluster, schedule: Schedule) -> list[float]:
+    """``k_s = share_s / share`` of each step of ``schedule`` replayed on ``cluster`` (module docstring): the
+    time-sharing of the processes busy in the step over the node's (:func:`simulator.collectives.gloo.step_share`);
+    all 1 where the node does not time-share its cores or every rank works in every step (a ring)."""
+    from simulator.collectives.algorithm import flows_by_step
+    from simulator.collectives.gloo import step_share
+
+    env = Env(cluster, None)
+    return [step_share(env, flows, len(schedule.ranks)) for flows in flows_by_step(schedule)]
+
+
+def weighted_steps(cluster: Cluster, schedule: Schedule) -> float:
+    """``Σ_s k_s``: the replayed steps counted at their busy processes' share (``S`` for a ring)."""
+    return sum(step_weights(cluster, schedule))
+
+
+def schedule_replay_time_s(cluster: Cluster, schedule: Schedule) -> float:
+    """``call + W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s·replay_step_us·share`` seconds (module docstring): the
+    executor's replay of ``schedule`` on ``cluster``; with every ``k_s`` = 1,
+    :func:`simulator.collectives.replay.schedule_time_s` plus :func:`steps_extra_s` of its steps."""
+    from simulator.collectives.algorithm import flows_by_step
+    from simulator.collectives.cost import Group
+    from simulator.collectives.registry import get_algorithm
+
+    algorithm = get_algorithm(schedule.algorithm)
+    env = Env(cluster, None, family=algorithm.family, group=Group(cluster, schedule.ranks))
+    steps = flows_by_step(schedule)
+    weights = step_weights(cluster, schedule)
+    mean = sum(weights) / len(weights) if weights else 1.0
+    return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op)
+            + sum(env.step_bw_s(flows) * k for flows, k in zip(steps, weights))
+            + mean * algorithm.schedule_latency_s(env, schedule)
+            + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank) + steps_extra_s(cluster, sum(weights)))
 
 
 def replay_steps(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str) -> int:
@@ -58,13 +109,13 @@ def replay_steps(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, al
 
 
 def replay_extra_s(cluster: Cluster, ranks: Sequence[int], op: Op, nbytes: int, algorithm: str) -> float:
-    """``S · replay_step_us · share`` seconds (module docstring) for the call; 0 where ``comm.replay_step_us``
-    is 0 (the schedule is not even built)."""
+    """``Σ_s k_s · replay_step_us · share`` seconds (module docstring) for the call; 0 where
+    ``comm.replay_step_us`` is 0 (the schedule is not even built)."""
     if cluster.comm.replay_step_us <= 0:
         return 0.0
-    return steps_extra_s(cluster, replay_steps(cluster, ranks, op, nbytes, algorithm))
+    return steps_extra_s(cluster, weighted_steps(cluster, build_schedule(cluster, list(ranks), op, nbytes, algorithm)))
 
 
-def steps_extra_s(cluster: Cluster, steps: int) -> float:
+def steps_extra_s(cluster: Cluster, steps: float) -> float:
     """``steps · replay_step_us · share`` seconds: what replaying ``steps`` steps on ``cluster`` adds."""
     return steps * cluster.comm.replay_step_us * 1e-6 * Env(cluster, None).time_share

@@ -145,8 +145,9 @@ class CostCache:
         return int(net.nodes_per_leaf) if net is not None else 0
 
     def _collective(self, ranks, op, nbytes, algorithm, replayed=False) -> tuple[float, CollectiveAlgorithm]:
-        if algorithm != "auto" and replayed and self.replays_built_on is not None:
-            time_s = replayed_time_s(self.cluster, ranks, op, nbytes, algorithm, self.replays_built_on)
+        built_on = self.replays_built_on or (self.cluster if Env(self.cluster, None).time_share > 1 else None)
+        if algorithm != "auto" and replayed and built_on is not None:  # time-shared: each step at its busy share
+            time_s = replayed_time_s(self.cluster, ranks, op, nbytes, algorithm, built_on)
             return time_s, CollectiveAlgorithm(algorithm)
         if algorithm != "auto":
             est = estimate(self.cluster, ranks, op, nbytes, algorithm)
