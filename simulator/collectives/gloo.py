@@ -97,9 +97,14 @@ def step_share(env: Env, flows: list[Flow], group_size: int) -> float:
     the node's processes less the group's idle ranks, over the node's; 1 where the node does not time-share."""
     if env.time_share <= 1.0:
         return 1.0
+    return core_share(env.cluster, busy_processes(env, flows, group_size)) / env.time_share
+
+
+def busy_processes(env: Env, flows: list[Flow], group_size: int) -> int:
+    """``N − i_s``: the node's processes less the ``group_size``-rank group's ranks idle in the step (neither sending
+    nor receiving one of ``flows``' bytes; module docstring)."""
     active = {f.src for f in flows if f.nbytes > 0} | {f.dst for f in flows if f.nbytes > 0}
-    busy = env.cluster.node.gpus_per_node - (group_size - len(active))
-    return core_share(env.cluster, busy) / env.time_share
+    return env.cluster.node.gpus_per_node - (group_size - len(active))
 
 
 def active_share_time_s(cluster: Cluster, schedule: Schedule, algorithm: Algorithm) -> float:

@@ -11,7 +11,7 @@ calls that the library's own call of the same algorithm does inside one call. Th
 and in general, on a node whose processes time-share its cores, each step ``s`` at the share of the processes
 busy in it (:func:`step_weights`, since 2026-11-26):
 
-    T_replayed = call + W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s · replay_step_us · share,   k_s = share_s / share
+    T_replayed = call + W̄ + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s · replay_step_us · share,   k_s = share_s / share
 
 - ``T_algorithm``: the registry's estimate of the named algorithm for the call (call overhead, hop latencies,
   bytes, reduction: the α-β terms the library's own call of that algorithm pays);
@@ -33,11 +33,15 @@ busy, so ``share`` is right there; a tree's steps do not: the 4-rank tree dgx-h1
 the rule :mod:`simulator.collectives.gloo` already applies to gloo's binomial broadcast (``share_s = max(1,
 (N − idle_s) / cores)``, :func:`simulator.collectives.gloo.step_share`): its bandwidth term, its replay step and
 (as ``k̄``, the steps' mean ``k_s``; both replays put one hop of their latency chain in each step) its latency.
-The call, its core wait ``W`` and the reduction keep the node's share (done or waited by every process). On 4
-processes and 2 cores the tree's ``Σ k_s`` is 4.5 against its 7 steps, a ring's 6 of 6 (unchanged). Measured
-[src: own-replay-busy-share-2026-11-26]: the tree replay of that bucket took 0.6-0.8 of the ring replay's time
-in the same launches, where the uniform share priced it at 1.13 of it and this rule at 0.87 (docs/validation.md,
-"ddp-tree").
+The call and the reduction keep the node's share (done by every process). The call's wait for a core
+(``comm.op_wait_us``, measured per process count on calls of all the node's processes: :mod:`.cost`, "Waits")
+is read the same way: ``W̄``, the mean over the steps of the wait measured at the step's busy processes
+(:func:`replay_wait_s`), a node whose other processes sleep in a receive being, for the run queue, a node of
+fewer processes. On 4 processes and 2 cores the tree's ``Σ k_s`` is 4.5 against its 7 steps and ``W̄`` =
+(3·W(2) + 4·W(3)) / 7; a ring's 6 of 6 and W(4) (unchanged). Measured [src: own-replay-busy-share-2026-11-26]:
+the tree replay of that bucket took 0.63-0.69 of the ring replay's mean time in the same launches (0.71-0.77 of
+its 10th percentile), where the uniform share priced it at 1.13 of it, the busy share alone at 0.87 (0.77
+without the waits), and with ``W̄`` at 0.67 (docs/validation.md, "ddp-tree").
 
 Which schedule (since 2026-11-25, issue 11): the executor builds the replayed schedule on the *plan's* cluster
 (``ReplayHook``: ``build_schedule(plan.cluster, …)``), and a pipelined algorithm's chunk count is chosen there;
@@ -84,8 +88,24 @@ def weighted_steps(cluster: Cluster, schedule: Schedule) -> float:
     return sum(step_weights(cluster, schedule))
 
 
+def replay_wait_s(cluster: Cluster, schedule: Schedule) -> float:
+    """``W̄``: the replayed call's expected wait for a core, the mean over its steps of the op's measured wait at the
+    processes busy in the step (``comm.blocking_wait_s(N − i_s, op)``, :func:`simulator.collectives.gloo.busy_processes`;
+    module docstring); the node's ``W`` where every rank works in every step (a ring); 0 off loopback or unmeasured."""
+    from simulator.collectives.algorithm import flows_by_step
+    from simulator.collectives.gloo import busy_processes
+    from simulator.collectives.gloo_ops import waits_as
+
+    env, p = Env(cluster, None), len(schedule.ranks)
+    if env.blocking_wait_s(schedule.op, p) <= 0:
+        return 0.0
+    op = waits_as(cluster.comm, schedule.op)
+    waits = [cluster.comm.blocking_wait_s(busy_processes(env, flows, p), op, p) for flows in flows_by_step(schedule)]
+    return sum(waits) / len(waits) if waits else 0.0
+
+
 def schedule_replay_time_s(cluster: Cluster, schedule: Schedule) -> float:
-    """``call + W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s·replay_step_us·share`` seconds (module docstring): the
+    """``call + W̄ + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s·replay_step_us·share`` seconds (module docstring): the
     executor's replay of ``schedule`` on ``cluster``; with every ``k_s`` = 1,
     :func:`simulator.collectives.replay.schedule_time_s` plus :func:`steps_extra_s` of its steps."""
     from simulator.collectives.algorithm import flows_by_step
@@ -97,7 +117,9 @@ def schedule_replay_time_s(cluster: Cluster, schedule: Schedule) -> float:
     steps = flows_by_step(schedule)
     weights = step_weights(cluster, schedule)
     mean = sum(weights) / len(weights) if weights else 1.0
+    node_wait_s = env.blocking_wait_s(schedule.op)
     return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op)
+            + algorithm.calls * (replay_wait_s(cluster, schedule) - node_wait_s)  # W̄ in place of the node's W
             + sum(env.step_bw_s(flows) * k for flows, k in zip(steps, weights))
             + mean * algorithm.schedule_latency_s(env, schedule)
             + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank) + steps_extra_s(cluster, sum(weights)))
