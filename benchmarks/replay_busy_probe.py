@@ -6,9 +6,11 @@ executor replays for ddp-ring and ddp-tree (built on the suite plans' cluster, d
 bucket, 481,392 B), and prints each one's mean, median and 10th percentile, the tree / ring ratios, and what a cluster
 file prices each replay at three ways: every step at the node's share (before 2026-11-26), each step at its busy
 processes' share, and that with the call's wait read at the busy processes too
-(:func:`simulator.collectives.replayed.schedule_replay_time_s`).
+(:func:`simulator.collectives.replayed.schedule_replay_time_s`). With ``--cpu`` it instead times each rank's CPU
+(``time.process_time``: all the process's threads, gloo's included) per replayed call, which shows whether a rank
+idle in a step uses a core while it waits (a rank that spun would cost as much as a busy one).
 
-Usage: ``PYTHONPATH=. python benchmarks/replay_busy_probe.py --cluster CLUSTER.yaml --runs 3``. Results:
+Usage: ``PYTHONPATH=. python benchmarks/replay_busy_probe.py --cluster CLUSTER.yaml --runs 3`` (``--cpu``). Results:
 docs/validation.md ("ddp-tree"), [src: own-replay-busy-share-2026-11-26].
 """
 
@@ -18,6 +20,7 @@ import argparse
 import statistics
 from dataclasses import replace
 
+from executor import launch
 from executor.collective_bench import BenchCase, measure_cases, percentile
 from simulator.cluster.io import load_cluster
 from simulator.collectives.base import Op
@@ -40,16 +43,46 @@ def prices_ms(cluster, schedule) -> tuple[float, float, float]:
     return uniform * 1e3, node_wait * 1e3, busy * 1e3
 
 
+def _cpu_worker(rank: int, world: int, schedules: dict, repeats: int) -> dict[str, list[float]]:
+    """CPU seconds of this rank per replayed call of each schedule, interleaved, a barrier before each call."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from executor.p2p import replay_schedule
+
+    bufs = {a: torch.full((s.nbytes // 4,), float(rank + 1)) for a, s in schedules.items()}
+    out: dict[str, list[float]] = {a: [] for a in schedules}
+    for k in range(repeats + 5):
+        for a, s in schedules.items():
+            dist.barrier()
+            start = time.process_time()
+            replay_schedule(s, bufs[a], rank)
+            if k >= 5:
+                out[a].append(time.process_time() - start)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cluster", default="localhost-cpu", help="cluster file whose prices are printed")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--repeats", type=int, default=60, help="timed calls of each case per run")
     p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--cpu", action="store_true", help="each rank's CPU time per replayed call instead")
     args = p.parse_args()
     plan = load_cluster("dgx-h100", nodes=1)
     ranks = list(range(args.nproc))
     schedules = {a: build_schedule(plan, ranks, Op.ALL_REDUCE, BUCKET_BYTES, a) for a in ("ring", "tree")}
+    if args.cpu:
+        for run in range(args.runs):
+            per_rank = launch.run(_cpu_worker, args.nproc, (schedules, args.repeats), backend="gloo")
+            for a in schedules:
+                cpu_ms = [statistics.fmean(r[a]) * 1e3 for r in per_rank]
+                print(f"run {run + 1} {a}: CPU ms per call, rank by rank " + " ".join(f"{c:.2f}" for c in cpu_ms)
+                      + f" (sum {sum(cpu_ms):.2f})", flush=True)
+        return
     cluster = load_cluster(args.cluster)
     cluster = replace(cluster, node=replace(cluster.node, gpus_per_node=args.nproc))
     for a, s in schedules.items():
