@@ -80,6 +80,8 @@ def step_weights(cluster: Cluster, schedule: Schedule) -> list[float]:
     from simulator.collectives.gloo import step_share
 
     env = Env(cluster, None)
+    if env.time_share <= 1.0:  # no time-sharing: every step at 1, without building the flows
+        return [1.0] * schedule.num_steps
     return [step_share(env, flows, len(schedule.ranks)) for flows in flows_by_step(schedule)]
 
 
