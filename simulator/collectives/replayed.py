@@ -39,9 +39,10 @@ is read the same way: ``W̄``, the mean over the steps of the wait measured at t
 (:func:`replay_wait_s`), a node whose other processes sleep in a receive being, for the run queue, a node of
 fewer processes. On 4 processes and 2 cores the tree's ``Σ k_s`` is 4.5 against its 7 steps and ``W̄`` =
 (3·W(2) + 4·W(3)) / 7; a ring's 6 of 6 and W(4) (unchanged). Measured [src: own-replay-busy-share-2026-11-26]:
-the tree replay of that bucket took 0.63-0.69 of the ring replay's mean time in the same launches (0.71-0.77 of
-its 10th percentile), where the uniform share priced it at 1.13 of it, the busy share alone at 0.87 (0.77
-without the waits), and with ``W̄`` at 0.67 (docs/validation.md, "ddp-tree").
+the tree replay of that bucket took 0.56-0.69 (median 0.66) of the ring replay's mean time in the same launches
+(seven, heavily loaded), where the uniform share priced it at 1.13 of it, the busy share alone at 0.88 and with
+``W̄`` at 0.67; the four ranks' CPU per call summed to 0.61-0.69 of the ring's, the tree's end ranks using
+a third of a ring rank's (waiting ranks do not spin) (docs/validation.md, "ddp-tree").
 
 Which schedule (since 2026-11-25, issue 11): the executor builds the replayed schedule on the *plan's* cluster
 (``ReplayHook``: ``build_schedule(plan.cluster, …)``), and a pipelined algorithm's chunk count is chosen there;
