@@ -145,8 +145,7 @@ class CostCache:
         return int(net.nodes_per_leaf) if net is not None else 0
 
     def _collective(self, ranks, op, nbytes, algorithm, replayed=False) -> tuple[float, CollectiveAlgorithm]:
-        built_on = self.replays_built_on or (self.cluster if Env(self.cluster, None).time_share > 1 else None)
-        if algorithm != "auto" and replayed and built_on is not None:  # time-shared: each step at its busy share
+        if algorithm != "auto" and replayed and (built_on := self._replays_built_on()) is not None:
             time_s = replayed_time_s(self.cluster, ranks, op, nbytes, algorithm, built_on)
             return time_s, CollectiveAlgorithm(algorithm)
         if algorithm != "auto":
@@ -160,6 +159,14 @@ class CostCache:
         else:  # an operation NCCL has no tuned choice for: the registry's own pick
             est = estimate(self.cluster, ranks, op, nbytes, "auto")
         return est.time_s, CollectiveAlgorithm(est.algorithm)
+
+    def _replays_built_on(self) -> Cluster | None:
+        """Where a replayed schedule is built when it is priced step by step (:func:`replayed_time_s`): the plan's
+        cluster when given, else this one where its processes time-share their cores (each step then at its busy
+        processes' share, :mod:`simulator.collectives.replayed`); None: the closed form plus the replayed steps."""
+        if self.replays_built_on is not None:
+            return self.replays_built_on
+        return self.cluster if Env(self.cluster, None).time_share > 1 else None
 
     def _choices(self, ranks: tuple[int, ...], op: Op) -> list[str]:
         """NCCL's algorithms for ``op`` (:data:`COLLECTIVE_CHOICES`) that the registry supports on the group, in
