@@ -68,12 +68,15 @@ class PlacementOrder(Kind):
 
     @property
     def dims(self) -> tuple[str, str, str]:
-        """The three dimension names, innermost first."""
-        return tuple(self.value.split("-"))  # type: ignore[return-value]
+        """The three dimension names, innermost first (split once per member: a search asks ~40k times)."""
+        return _PLACEMENT_DIMS[self]
 
     @classmethod
     def parse(cls, text: str) -> "PlacementOrder":
         return enum_member(cls, text, "placement", "order", lambda t: t.lower().replace(",", "-").replace("_", "-"))
+
+
+_PLACEMENT_DIMS = {order: tuple(order.value.split("-")) for order in PlacementOrder}
 
 
 class AttentionKind(Kind):
