@@ -175,12 +175,9 @@ class ParallelLayout:
         return tuple(line[d * cp + c] for d in range((dp // cp) % self.ep, self.dp, self.ep) for c in range(cp))
 
     def dp_line(self, pp: int, tp: int) -> tuple[int, ...]:
-        """``rank_of(d, pp, tp)`` for d = 0 … dp·cp − 1, built as the arithmetic run it is (a rank is linear in each
-        coordinate: ``rank_of(d, …) = rank_of(0, …) + d·stride``), not one ``rank_of`` per rank."""
+        """``rank_of(d, pp, tp)`` for d = 0 … dp·cp − 1, as the arithmetic run it is (linear in each coordinate)."""
         first = self.rank_of(0, pp, tp)
-        if self.dp_cp == 1:
-            return (first,)
-        stride = self.rank_of(1, pp, tp) - first
+        stride = self.rank_of(1, pp, tp) - first if self.dp_cp > 1 else 1
         return tuple(range(first, first + self.dp_cp * stride, stride))
 
     @property
