@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -34,6 +33,7 @@ from simulator.cluster.spec import Cluster
 from simulator.compile import CostCache, ParamFetch
 from simulator.compile.offload_part import data_s
 from simulator.engine.gc_passes import fewer_young_passes
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.hashed_key import HashedKey
 from simulator.results import Category
@@ -42,7 +42,7 @@ from simulator.schedules import ScheduleKind
 from simulator.strategy import Strategy, build_layout
 from simulator.strategy.rules import BATCH_RULES, Candidates, mask
 
-class OnInvalid(Enum):
+class OnInvalid(Kind):
     """What :func:`estimate_many` does with a candidate whose layout is invalid."""
 
     RAISE = "raise"

@@ -29,10 +29,11 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
-class AttentionBackend(Enum):
+class AttentionBackend(Kind):
     """Which fused-attention kernel a framework runs (chosen by the framework profile)."""
 
     FLASH_ATTENTION_2 = "flash-attention-2"
@@ -44,7 +45,7 @@ class AttentionBackend(Enum):
     use through TE's ``DotProductAttention`` on Hopper [src: nemo-te-attention]."""
 
 
-class AttentionPass(Enum):
+class AttentionPass(Kind):
     """Forward or backward kernel of the fused attention core."""
 
     FWD = "fwd"

@@ -32,11 +32,11 @@ stage); :func:`microbatch_time` adds them up for a device holding the whole mode
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from simulator.attention_efficiency import AttentionBackend, AttentionEfficiency, attention_compute_s
 from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
@@ -56,7 +56,7 @@ from simulator.workload.protocol import ChunkSlice
 from simulator.workload.transformer import TransformerSpec
 
 
-class Phase(Enum):
+class Phase(Kind):
     """When a kernel runs within a training step."""
 
     FWD = "fwd"
@@ -67,7 +67,7 @@ class Phase(Enum):
     """Forward work repeated during backward by activation recomputation."""
 
 
-class Bound(Enum):
+class Bound(Kind):
     """Which roofline term sets a kernel's time."""
 
     COMPUTE = "compute"

@@ -3,12 +3,12 @@ its matmuls run in). A module of its own so that neither side imports the other 
 
 from __future__ import annotations
 
-from enum import Enum
+from simulator.enum_kind import Kind
 
 __all__ = ["Dtype"]
 
 
-class Dtype(Enum):
+class Dtype(Kind):
     """Numeric formats a device's peak throughput is quoted for."""
 
     BF16 = "bf16"

@@ -33,12 +33,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from enum import Enum
 from functools import cached_property
 
 import numpy as np
 
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 _MAMF_SOURCE = ("plateau: Bekman, Machine Learning Engineering, compute/accelerator/README.md, "
@@ -110,7 +110,7 @@ def overhead_curve(plateau: float, peak_tflops: float, overhead_us: float = 4.0,
     return GemmEfficiency(points=points, source=source)
 
 
-class GemmCurve(Enum):
+class GemmCurve(Kind):
     """A published matmul measurement a device's default curve is built from (``device.gemm_curve``)."""
 
     A100_SXM = "a100-sxm"

@@ -181,9 +181,10 @@ def optimizer_tensors(workload, layout, stage: int) -> int:
     FSDP2, the rank's own under ``ZeroRedundancyOptimizer``, none for a flat-buffer framework); 0 for a
     workload without parameter shapes."""
     from simulator.memory import stage_param_shapes, step_tensors
+    from simulator.memory.states import steps_per_tensor
 
-    if not getattr(workload, "has_activation_shapes", False):
-        return 0
+    if not getattr(workload, "has_activation_shapes", False) or not steps_per_tensor(layout.framework):
+        return 0  # a flat-buffer framework counts none, whatever the shapes (no need to name them)
     shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
                                 layers=layout.layer_indices(stage), ep=layout.ep)
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
 from simulator.strategy import ParamServerSync
@@ -50,7 +50,7 @@ TINY_SEQ = 16
 """Tokens per sample in a tiny model."""
 
 
-class ScaleKind(Enum):
+class ScaleKind(Kind):
     """How the model is shrunk (see the module docstring)."""
 
     AS_PLANNED = "as-planned"

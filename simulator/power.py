@@ -29,16 +29,16 @@ averaged ``power.draw``: 600 W), so it brushes the limit as the mix says.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from simulator.compute import Bound, Rates, rates_for
+from simulator.enum_kind import Kind
 from simulator.gemm_alignment import misaligned_cap
 from simulator.power_model import PowerDraw
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import Kernel
 
 
-class KernelClass(Enum):
+class KernelClass(Kind):
     """What a kernel draws, by what bounds it (:class:`PowerDraw`'s fields)."""
 
     GEMM = "gemm"

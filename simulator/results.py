@@ -7,13 +7,14 @@ so a user can read "compute 61 %, exposed DP 9 %, bubble 22 % ..." for the slowe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from simulator.enum_kind import Kind
 
-class Engine(Enum):
+
+class Engine(Kind):
     """Which engine produced a result."""
 
     ANALYTICAL = "analytical"
@@ -22,7 +23,7 @@ class Engine(Enum):
     """SimPy discrete-event simulation: streams, dependencies, flows sharing links."""
 
 
-class Category(Enum):
+class Category(Kind):
     """Where a rank's step time goes. Busy categories, exposed communication, and waiting."""
 
     FORWARD = "forward"

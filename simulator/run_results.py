@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.jsonio import read_json, write_json
 from simulator.plan_file import Plan, plan_from_dict
@@ -48,7 +49,7 @@ READS = (1, 2)
 """The versions this code reads."""
 
 
-class RunStatus(Enum):
+class RunStatus(Kind):
     """Whether the run finished."""
 
     RUNNING = "running"
@@ -57,7 +58,7 @@ class RunStatus(Enum):
     FAILED = "failed"
 
 
-class PeakMemoryKind(Enum):
+class PeakMemoryKind(Kind):
     """What ``peak_memory_bytes`` counts."""
 
     CUDA_MAX_ALLOCATED = "cuda-max-allocated"

@@ -24,14 +24,14 @@ SpecError (simulate it with the discrete-event engine, which runs any valid acti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, interleaved_1f1b, interleaved_ok,
                                  make_schedule, max_in_flight, micro_batches_ok, one_f_one_b)
 
 
-class PipelineFamily(Enum):
+class PipelineFamily(Kind):
     """The schedule families the closed form has a formula for (module docstring)."""
 
     ALL_FORWARDS_FIRST = "all-forwards-first"

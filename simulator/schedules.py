@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
 
 from simulator.checks import enum_member
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
-class ActionKind(Enum):
+class ActionKind(Kind):
     """What one pipeline action computes (letters as in torch's ``_ComputationType``)."""
 
     F = "F"
@@ -41,7 +41,7 @@ class ActionKind(Enum):
     """Weight-gradient half of a split backward; needs this stage's ``I`` of the same micro-batch."""
 
 
-class ScheduleKind(Enum):
+class ScheduleKind(Kind):
     """Pipeline schedule families; each also decides how many micro-batches' activations a stage holds."""
 
     GPIPE = "gpipe"

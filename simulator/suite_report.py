@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.suite_runs import SuiteRow, SuiteRuns
 from simulator.validation_suite import Family
 
@@ -37,7 +37,7 @@ BAND = 0.10
 """The ±10 % band drawn around y = x."""
 
 
-class Hygiene(Enum):
+class Hygiene(Kind):
     QUIET = "quiet"
     NOISY = "noisy"
     UNKNOWN = "not measured"

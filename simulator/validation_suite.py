@@ -16,13 +16,13 @@ six of its families, all on two or three processes. Nothing here is launched: th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.plan_file import Plan
 
 
-class Family(Enum):
+class Family(Kind):
     """What a case exercises; the report's MAPE per family and the scatter's markers are by family."""
 
     DDP = "ddp"
@@ -43,7 +43,7 @@ class Family(Enum):
     """Parameter servers, synchronous and stale-synchronous."""
 
 
-class SuiteName(Enum):
+class SuiteName(Kind):
     """``--suite``."""
 
     DEFAULT = "default"

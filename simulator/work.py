@@ -18,11 +18,11 @@ forms); an engine may replace them (the DES replays collective schedules on shar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule
 from simulator.strategy import ParallelLayout, Strategy
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from simulator.memory import MemoryReport
 
 
-class CommKind(Enum):
+class CommKind(Kind):
     """Why a communication call happens; the breakdown reports exposed time per kind."""
 
     TP = "tp"
@@ -55,7 +55,7 @@ class CommKind(Enum):
     or the all-to-alls of Ulysses; blocking inside the layer like TP, and reported with it."""
 
 
-class Transport(Enum):
+class Transport(Kind):
     """How a call moves its bytes; it decides how the discrete-event engine plays the call."""
 
     COLLECTIVE = "collective"
@@ -78,7 +78,7 @@ class Transport(Enum):
     compute did not hide; a timed delay."""
 
 
-CollectiveAlgorithm = Enum("CollectiveAlgorithm", [(name.upper(), name) for name in algorithm_names()],
+CollectiveAlgorithm = Kind("CollectiveAlgorithm", [(name.upper(), name) for name in algorithm_names()],
                            module=__name__)
 CollectiveAlgorithm.__doc__ = """A collective algorithm of :mod:`simulator.collectives.registry`; a member's value is
 its registry name, and the members are the registry's names, so the two cannot drift apart."""

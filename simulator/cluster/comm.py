@@ -8,15 +8,15 @@ overhead, measured by ``trainplan calibrate``), or the IDEAL profile (the links 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from simulator.checks import non_negative_number, positive_number
 from simulator.cluster.core_wait import at_processes_s, call_wait_s, check_per_group, check_per_processes
 from simulator.collectives.base import Op
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
-class LinkClass(Enum):
+class LinkClass(Kind):
     """Latency classes of NCCL's tuning model (per-hop latency differs by class)."""
 
     NVLINK = "nvlink"
@@ -27,7 +27,7 @@ class LinkClass(Enum):
     """Network hop between nodes."""
 
 
-class CpuVendor(Enum):
+class CpuVendor(Kind):
     """Host CPU vendor, as NCCL's tuner tells hosts apart (``NCCL_TOPO_CPU_VENDOR_*``): across nodes its
     LL bandwidth cap is read from the AMD row on AMD hosts and from the other row on any other host."""
 
@@ -85,7 +85,7 @@ class BusBwCap:
         return reached[-1] if reached else None
 
 
-class CommLibrary(Enum):
+class CommLibrary(Kind):
     """Communication library whose per-message costs a cluster is modelled with."""
 
     IDEAL = "ideal"

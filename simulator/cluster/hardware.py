@@ -9,13 +9,13 @@ direction in decimal GB/s (1e9 bytes/s). How these pieces are joined into nodes 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.checks import non_negative_number, positive_int, positive_number
 from simulator.cluster.host_spec import HostSpec  # noqa: F401 (re-exported: one import for every part)
 from simulator.cluster.kinds import LinkKind
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import MAMF_DTYPE, GemmCurve
 from simulator.power_model import PowerDraw
@@ -54,7 +54,7 @@ class Link:
         return self.latency_us * 1e-6
 
 
-class KernelDispatch(Enum):
+class KernelDispatch(Kind):
     """How a device's kernels relate to the host thread that issues them
     (:mod:`simulator.host_overhead` combines the two times by it)."""
 

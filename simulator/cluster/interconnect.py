@@ -9,12 +9,12 @@ is per NIC. The links themselves are :class:`simulator.cluster.hardware.Link`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from simulator.checks import non_negative_number, positive_number
 from simulator.cluster._crossfield import check_node
 from simulator.cluster.hardware import HostSpec, Link
 from simulator.cluster.kinds import Fabric
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
@@ -81,7 +81,7 @@ class NodeSpec:
         return 0
 
 
-class LeafUplinks(Enum):
+class LeafUplinks(Kind):
     """How traffic between leaf switches shares the leaf-to-spine uplinks (``inter_node.leaf_uplinks``)."""
 
     PER_NIC = "per_nic"

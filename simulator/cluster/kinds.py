@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 
 from simulator.cluster.comm import LinkClass
+from simulator.enum_kind import Kind
 
 
-class LinkKind(Enum):
+class LinkKind(Kind):
     """Physical kind of a link; it decides which latency class a communication library charges."""
 
     NVLINK = "nvlink"
@@ -38,7 +38,7 @@ class LinkKind(Enum):
         return LinkClass.NET
 
 
-class Fabric(Enum):
+class Fabric(Kind):
     """How the GPUs inside one node are connected."""
 
     SWITCHED = "switched"

@@ -20,13 +20,13 @@ Placement policies (:class:`PlacementPolicy`), jobs taken in the order given:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from simulator.cluster.spec import Cluster
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
-class PlacementPolicy(Enum):
+class PlacementPolicy(Kind):
     """How jobs that do not list their nodes are put on the cluster's nodes."""
 
     PACKED = "packed"

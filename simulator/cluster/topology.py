@@ -27,10 +27,10 @@ Path model (what each fabric contributes):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from functools import lru_cache
 
 from simulator.cluster.spec import Cluster, Fabric, LeafUplinks, Link, LinkClass, LinkKind, NetworkSpec
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 Resource = tuple
@@ -62,7 +62,7 @@ class Path:
         return self.latency_s + nbytes / self.bottleneck_Bps
 
 
-class Tier(Enum):
+class Tier(Kind):
     """Levels of the hierarchy a group of ranks can span."""
 
     INTRA_NODE = "intra_node"

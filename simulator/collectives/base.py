@@ -24,16 +24,16 @@ at ``dst_offset``. Transfers in one step run concurrently; a step ends when its 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from simulator.checks import enum_member
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 ELEMENT_BYTES = 4
 """Slice boundaries fall on multiples of this many bytes, so float32 buffers split cleanly."""
 
 
-class Op(Enum):
+class Op(Kind):
     """Collective operations, named as nccl-tests names them."""
 
     ALL_REDUCE = "all-reduce"

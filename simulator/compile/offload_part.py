@@ -29,9 +29,9 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.memory import optimizer_bytes_per_param
 from simulator.strategy import DataSource, Offload, Strategy
@@ -40,7 +40,7 @@ from simulator.compute import achievable_hbm_Bps
 from simulator.workload import DtypePolicy
 
 
-class ParamFetch(Enum):
+class ParamFetch(Kind):
     """How offloaded ZeRO-3 parameters reach the GPUs (see the module docstring)."""
 
     INFINITY = "infinity"

@@ -181,8 +181,7 @@ def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
     """(representative rank, tp group, dp group, ep group, expert-dp group) of pipeline rank ``r``."""
     return cache.memo(("groups", layout.strategy.placement, layout.dp_cp, layout.cp, layout.tp, layout.pp, layout.ep, r),
                       lambda: (layout.rank_of(0, r, 0), tuple(layout.rank_of(0, r, i) for i in range(layout.tp)),
-                               tuple(layout.rank_of(d, r, 0) for d in range(layout.dp_cp)), layout.ep_group(r),
-                               layout.expert_dp_group(r)))
+                               layout.dp_line(r, 0), layout.ep_group(r), layout.expert_dp_group(r)))
 
 
 def all_stage_groups(cache: CostCache, layout: ParallelLayout) -> tuple[tuple, ...]:

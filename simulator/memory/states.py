@@ -185,6 +185,12 @@ def dim0_real_numels(shapes, dp: int) -> list[int]:
     return out
 
 
+def steps_per_tensor(framework: Framework) -> bool:
+    """Whether ``framework``'s optimizer keeps a ``step`` tensor per parameter tensor (:func:`step_tensors`): not
+    DeepSpeed's or Megatron's, which step flat partitions."""
+    return framework not in (Framework.DEEPSPEED, Framework.MEGATRON)
+
+
 def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list[int]:
     """Parameter tensors each rank keeps Adam state (hence a ``step`` tensor) for.
 
@@ -195,7 +201,7 @@ def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list
     (its fused Adam keeps one step count per parameter group).
     """
     count = len(_dims(shapes))
-    if framework in (Framework.DEEPSPEED, Framework.MEGATRON):
+    if not steps_per_tensor(framework):
         return [0] * dp
     if framework is Framework.TORCH_DDP and zero >= ZeroStage.ZERO1:
         owners = whole_tensor_assignment([numel(d) for d in _dims(shapes)], dp)

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.checks import enum_member, non_negative_int, positive_int
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 
-class Role(Enum):
+class Role(Kind):
     """What a field decides; consumers select fields by role instead of keeping their own lists."""
 
     STRUCTURE = "structure"
@@ -43,7 +44,7 @@ class Role(Enum):
     """Informational (which profile supplied the defaults)."""
 
 
-class FlagKind(Enum):
+class FlagKind(Kind):
     """How a flag is written on the command line."""
 
     VALUE = "value"

@@ -8,10 +8,10 @@ neither; :func:`resolve_framework` is the one rule that completes them.
 
 from __future__ import annotations
 
-from enum import Enum
 from functools import lru_cache
 
 from simulator.attention_efficiency import AttentionBackend
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, OptimizerImpl, ZeroStage
 from simulator.workload.kinds import DtypePolicy, LossImpl
@@ -24,7 +24,7 @@ MEGATRON_VOCAB_DIVISIBLE_BY = 128
 prefers cuDNN attention [src: nemo-te-attention]."""
 
 
-class Partitioning(Enum):
+class Partitioning(Kind):
     """How a framework splits a partitioned state over the dp ranks (decides the most loaded rank)."""
 
     FLAT = "flat"
@@ -38,7 +38,7 @@ class Partitioning(Enum):
     ``_fsdp_param.py``: ``torch.chunk`` then pad every shard to chunk 0's size)."""
 
 
-class Framework(Enum):
+class Framework(Kind):
     """The software that implements a ZeRO stage; decides what torch (or DeepSpeed) allocates
     besides the ZeRO paper's states: Adam ``step`` tensors, gradient buckets, FSDP2's padding."""
 

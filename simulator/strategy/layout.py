@@ -171,9 +171,14 @@ class ParallelLayout:
         replicas ≡ its own mod ep, at every context rank — (dp/ep)·cp ranks, which reduce the experts'
         gradients and shard their ZeRO states (Megatron-Core's expert-data-parallel group with context
         parallelism [src: megatron-moe-cp])."""
-        replica = dp // self.cp
-        return tuple(self.rank_of(d * self.cp + c, pp, tp)
-                     for d in range(replica % self.ep, self.dp, self.ep) for c in range(self.cp))
+        line, cp = self.dp_line(pp, tp), self.cp
+        return tuple(line[d * cp + c] for d in range((dp // cp) % self.ep, self.dp, self.ep) for c in range(cp))
+
+    def dp_line(self, pp: int, tp: int) -> tuple[int, ...]:
+        """``rank_of(d, pp, tp)`` for d = 0 … dp·cp − 1, as the arithmetic run it is (linear in each coordinate)."""
+        first = self.rank_of(0, pp, tp)
+        stride = self.rank_of(1, pp, tp) - first if self.dp_cp > 1 else 1
+        return tuple(range(first, first + self.dp_cp * stride, stride))
 
     @property
     def layers_per_rank(self) -> tuple[int, ...]:

@@ -13,9 +13,9 @@ stale-synchronous parallel, Ho et al. NIPS'13).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from simulator.checks import enum_member, non_negative_number
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
                                        int_parser, is_a, nonneg_int, opt_nonneg_int, opt_pos_int, pos_int, validate)
@@ -26,7 +26,7 @@ DDP_BUCKET_CAP_BYTES = 25 * MiB
 there: ``bucket_cap_mb * 1024 * 1024``) [src: torch-ddp], the default bucket of every all-reduce strategy."""
 
 
-class AllReduceAlgorithm(Enum):
+class AllReduceAlgorithm(Kind):
     """All-reduce algorithm; values are the names in the collectives registry."""
 
     AUTO = "auto"
@@ -54,7 +54,7 @@ class AllReduceAlgorithm(Enum):
         return enum_member(cls, text, "allreduce_algorithm", "algorithm", lambda t: t.lower().replace("-", "_"))
 
 
-class DpSyncKind(Enum):
+class DpSyncKind(Kind):
     """How data-parallel replicas agree on gradients."""
 
     ALL_REDUCE = "all-reduce"
@@ -63,7 +63,7 @@ class DpSyncKind(Enum):
     """Workers push gradients to and pull parameters from server shards."""
 
 
-class ParamServerMode(Enum):
+class ParamServerMode(Kind):
     """Parameter-server consistency."""
 
     SYNC = "sync"

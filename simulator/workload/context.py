@@ -27,12 +27,13 @@ divide into ``2·cp`` chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+
+from simulator.enum_kind import Kind
 
 __all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT"]
 
 
-class ContextKind(Enum):
+class ContextKind(Kind):
     """How the attention core of a context-parallel group sees the other ranks' tokens."""
 
     RING = "ring"

@@ -23,8 +23,8 @@ kernels were not measured and keep ``f = 1``.
 from __future__ import annotations
 
 from dataclasses import replace
-from enum import Enum
 
+from simulator.enum_kind import Kind
 from simulator.workload.kinds import KernelFusion, NormKind
 
 COPY_GBPS = 4195.6
@@ -32,7 +32,7 @@ COPY_GBPS = 4195.6
 [src: own-h200-2026-11-24]."""
 
 
-class EagerKernel(Enum):
+class EagerKernel(Kind):
     """An eager torch memory-bound kernel with its measured forward rate, GB/s (module docstring)."""
 
     LAYER_NORM = 3070.8

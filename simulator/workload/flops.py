@@ -26,9 +26,9 @@ as a cross-check in the tests.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import TYPE_CHECKING
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.workload.kinds import ActivationKind
 from simulator.workload.op_sac import op_sac_recompute_flops_per_token
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
 
 
-class Recompute(Enum):
+class Recompute(Kind):
     """Activation recomputation (checkpointing) policy of the transformer blocks."""
 
     NONE = "none"

@@ -88,10 +88,10 @@ TE module). Latent-attention projections are TE linears and run in FP8 like Q/K/
 from __future__ import annotations
 
 from dataclasses import replace
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 from simulator.workload.fp8_eager import eager_torchao_casts
 from simulator.workload.ops import Kernel, OpKind, OpWork, gemm, memory
 
@@ -124,7 +124,7 @@ _FUSED_INPUT_CAST = ("qkv", "mlp_in", "mlp_out")
 """GEMMs whose input a norm or the MLP activation produces: Transformer Engine casts it there."""
 
 
-class MatmulPrecision(Enum):
+class MatmulPrecision(Kind):
     """The format of the block's linear-layer GEMMs."""
 
     MODEL = "model"
@@ -133,7 +133,7 @@ class MatmulPrecision(Enum):
     """FP8 GEMMs for the linear layers, BF16 for the rest, by the framework's recipe (:class:`Fp8Recipe`)."""
 
 
-class Fp8Recipe(Enum):
+class Fp8Recipe(Kind):
     """How a framework runs its FP8 GEMMs (module docstring)."""
 
     TE = "te"

@@ -4,14 +4,13 @@ import them without importing :class:`~simulator.workload.transformer.Transforme
 
 from __future__ import annotations
 
-from enum import Enum
-
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 
 __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind"]
 
 
-class ActivationKind(Enum):
+class ActivationKind(Kind):
     """The MLP's shape and non-linearity."""
 
     GELU = "gelu"
@@ -20,7 +19,7 @@ class ActivationKind(Enum):
     """Three matrices: gate and up h→f, SiLU(gate)·up, down f→h (Llama, Mistral, Qwen2; Shazeer 2020)."""
 
 
-class NormKind(Enum):
+class NormKind(Kind):
     """The normalisation layer before attention, before the MLP, and after the last block."""
 
     LAYERNORM = "layernorm"
@@ -29,7 +28,7 @@ class NormKind(Enum):
     """RMSNorm with a scale only: h parameters (Llama, Mistral, Qwen2)."""
 
 
-class PositionKind(Enum):
+class PositionKind(Kind):
     """How token positions enter the model."""
 
     LEARNED = "learned"
@@ -38,7 +37,7 @@ class PositionKind(Enum):
     """Rotary embeddings applied to Q and K: no parameters, an element-wise op (NeoX, Llama)."""
 
 
-class BiasKind(Enum):
+class BiasKind(Kind):
     """Which linear layers carry a bias vector."""
 
     NONE = "none"
@@ -49,7 +48,7 @@ class BiasKind(Enum):
     """Biases on every linear layer (GPT-2/3, GPT-NeoX, Megatron GPT)."""
 
 
-class LossImpl(Enum):
+class LossImpl(Kind):
     """How the framework computes the softmax cross-entropy over the logits (:mod:`simulator.workload.loss`)."""
 
     TORCH_FP32 = "torch-fp32"
@@ -67,7 +66,7 @@ class LossImpl(Enum):
     framework is named."""
 
 
-class KernelFusion(Enum):
+class KernelFusion(Kind):
     """How the framework turns a block's element-wise operations into kernels: the passes over
     device memory that the memory-bound kernels make (:mod:`simulator.workload.ops`)."""
 
@@ -85,7 +84,7 @@ class KernelFusion(Enum):
     only writes its mask."""
 
 
-class DtypePolicy(Enum):
+class DtypePolicy(Kind):
     """Numeric formats for compute, stored weights, gradients and optimizer master weights."""
 
     BF16_MIXED = "bf16"

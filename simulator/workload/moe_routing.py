@@ -27,15 +27,15 @@ units a token touches, for the two routings here:
 
 from __future__ import annotations
 
-from enum import Enum
 from math import comb, gcd
 
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
 __all__ = ["Dispatcher", "Routing", "distinct_units"]
 
 
-class Dispatcher(Enum):
+class Dispatcher(Kind):
     """How the framework moves a MoE layer's tokens to their experts (and back)."""
 
     PER_EXPERT = "per-expert"
@@ -50,7 +50,7 @@ class Dispatcher(Enum):
     forwarding") [src: deepep]; DeepSeek-V3 §3.2.2 [src: deepseek-v3]."""
 
 
-class Routing(Enum):
+class Routing(Kind):
     """Which experts a token's router picks (module docstring)."""
 
     LEARNED = "learned"

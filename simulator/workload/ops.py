@@ -37,12 +37,12 @@ quantisation, :mod:`simulator.gemm_shape`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.checks import positive_int
 from simulator.dtypes import Dtype
+from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.gemm_alignment import padded_vocab
 from simulator.gemm_shape import GemmShape
@@ -67,7 +67,7 @@ DROPOUT_MASK_BYTES = 1
 """Bytes per element of a dropout mask: ATen ``native_dropout`` returns a bool mask."""
 
 
-class OpKind(Enum):
+class OpKind(Kind):
     """Operations the compute table reports, in execution order."""
 
     EMBEDDING = "embedding"
@@ -96,7 +96,7 @@ class OpKind(Enum):
     """Softmax cross-entropy over the logits; last pipeline stage."""
 
 
-class Scope(Enum):
+class Scope(Kind):
     """Where an operation runs: once per block, or once per model on the first or last stage."""
 
     LAYER = "layer"

@@ -30,6 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
+from simulator.hashed_key import kept_hash, state_without_kept_hash
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import Fp8Recipe
@@ -66,6 +67,9 @@ class ChunkSlice:
 @dataclass(frozen=True, kw_only=True)
 class ComputeOptions:
     """How a chunk is run on one tensor-parallel rank for one micro-batch."""
+
+    __hash__ = kept_hash  # hashed as a memo key thousands of times a search (simulator.hashed_key)
+    __getstate__ = state_without_kept_hash
 
     micro_batch: int
     tp: int = 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+from simulator.hashed_key import kept_hash, state_without_kept_hash
 from simulator.workload import summary
 from simulator.workload.chunks import transformer_chunk_load
 from simulator.workload.flops import Recompute, model_flops_per_token, train_flops_per_token
@@ -37,6 +38,9 @@ __all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKin
 @dataclass(frozen=True, kw_only=True)
 class TransformerSpec:
     """A decoder-only transformer, as a user (or a preset, or a config.json) describes it."""
+
+    __hash__ = kept_hash  # hashed as a memo key thousands of times a search (simulator.hashed_key)
+    __getstate__ = state_without_kept_hash
 
     name: str
     layers: int
