@@ -16,8 +16,11 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   boundary's sends run one at a time, in micro-batch order, on the sending rank's p2p stream (as the DES's
   ``SendStream`` plays them): a flow shop of identical jobs whose servers are the stages *and* the
   boundaries, so a send slower than every stage's action paces the pipeline instead of the slowest stage
-  (makespan of identical jobs = Σ of their times + (m−1)·the slowest server). Exact against the DES for
-  v = 1; with v > 1 several boundaries share one rank's stream and this is a lower bound.
+  (makespan of identical jobs = Σ of their times + (m−1)·the slowest server). A boundary whose sends are posted
+  before their receives (``serial_cf`` / ``serial_cb``, :mod:`simulator.receive_first`: the receiver posts after its
+  previous action, then waits the whole price) is no server of its own: it joins the receiving stage's,
+  ``F_{k+1} + c̄_k`` (:func:`gpipe_servers`). Exact against the DES for v = 1; with v > 1 several boundaries share
+  one rank's stream and this is a lower bound.
 - 1F1B family (rank r runs d_r forwards, then one forward one backward; PipeDream-Flush has
   d_r = min(p − r, m)): ``T = max_r (Σ_{s<r} (w_s + cf_s + cb_s) + m·w_r + gain_r)``, the longest of
   these paths through the list schedule: fill to rank r, rank r's own actions in order, drain back;
