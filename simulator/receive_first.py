@@ -112,9 +112,9 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
     the receive, right after the receiver's previous compute action, so the receiver then waits its whole price: in
     a flow shop the boundary is part of the receiving stage's server, not a server of its own (the DES's ``_p2p``).
     The closed form's paths already space a rank's actions by a send that paces them, so only the price enters them;
-    the stream's floor reads the second, the GPipe formula the third. The walk times each rank's list as early as its inputs allow (each compute
-    action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a receive posted when the rank's
-    compute action before it ended (:func:`receive_posts`)."""
+    the stream's floor reads the second, the GPipe formula the third. The walk times each rank's list as early as its
+    inputs allow (each compute action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a
+    receive posted when the rank's compute action before it ended (:func:`receive_posts`)."""
     n, posts = schedule.n_stages, receive_posts(schedule)
     free = [0.0] * len(schedule.ranks)
     nxt = [0] * len(schedule.ranks)
