@@ -124,7 +124,7 @@ def with_host(node, terms: HostTerms | None):
                        fsdp2_zero2_backward_module_us=(None if terms.fsdp2_zero2 is None
                                                        else terms.fsdp2_zero2.backward_module_us),
                        pipeline_action_us=terms.pipeline.action_us,
-                       pipeline_p2p_post_us=terms.pipeline.post_us)
+                       pipeline_p2p_post_us=terms.pipeline.post_us, pipeline_chunk_us=terms.pipeline.chunk_us)
     return replace(node, host=host)
 
 

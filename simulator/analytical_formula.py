@@ -16,8 +16,11 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   boundary's sends run one at a time, in micro-batch order, on the sending rank's p2p stream (as the DES's
   ``SendStream`` plays them): a flow shop of identical jobs whose servers are the stages *and* the
   boundaries, so a send slower than every stage's action paces the pipeline instead of the slowest stage
-  (makespan of identical jobs = Σ of their times + (m−1)·the slowest server). Exact against the DES for
-  v = 1; with v > 1 several boundaries share one rank's stream and this is a lower bound.
+  (makespan of identical jobs = Σ of their times + (m−1)·the slowest server). A boundary whose sends are posted
+  before their receives (``serial_cf`` / ``serial_cb``, :mod:`simulator.receive_first`: the receiver posts after its
+  previous action, then waits the whole price) is no server of its own: it joins the receiving stage's,
+  ``F_{k+1} + c̄_k`` (:func:`gpipe_servers`). Exact against the DES for v = 1; with v > 1 several boundaries share
+  one rank's stream and this is a lower bound.
 - 1F1B family (rank r runs d_r forwards, then one forward one backward; PipeDream-Flush has
   d_r = min(p − r, m)): ``T = max_r (Σ_{s<r} (w_s + cf_s + cb_s) + m·w_r + gain_r)``, the longest of
   these paths through the list schedule: fill to rank r, rank r's own actions in order, drain back;
@@ -104,6 +107,12 @@ class StepArrays:
     receive is posted, :mod:`simulator.receive_first`); None: ``cf``."""
     stream_cb: np.ndarray | None = None
     """(N, n−1) the same for ``cb``."""
+    serial_cf: np.ndarray | None = None
+    """(N, n−1) of ``cf``, the seconds its receiving chunk waits after posting the receive (a send posted before its
+    receive moves only then, :func:`simulator.receive_first.expected_prices`): part of chunk k+1's server in the
+    GPipe flow shop; None: 0."""
+    serial_cb: np.ndarray | None = None
+    """(N, n−1) the same for ``cb`` (received by chunk k)."""
 
 
 def sync_exposure(b_last: np.ndarray, d: np.ndarray, f: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -176,16 +185,30 @@ def _one_f_one_b(a: StepArrays, m: np.ndarray, d_all: np.ndarray) -> tuple[np.nd
     return best, best_hops
 
 
+def gpipe_servers(a: StepArrays) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((slowest forward stage server, its p2p seconds), (the same for backward)), each (N,): a chunk's server is
+    its action plus the serial seconds of the transfer into it (``serial_cf`` / ``serial_cb``: a send posted before
+    its receive, which the receiver waits for in full after posting; DES ``_p2p``)."""
+    out = []
+    for acts, serial, into in ((a.F, a.serial_cf, slice(1, None)), (a.B, a.serial_cb, slice(None, -1))):
+        wait = np.zeros_like(acts)
+        if serial is not None:
+            wait[:, into] = serial
+        top = np.argmax(acts + wait, axis=1)[:, None]
+        out.append((np.take_along_axis(acts + wait, top, axis=1)[:, 0], np.take_along_axis(wait, top, axis=1)[:, 0]))
+    return out[0], out[1]
+
+
 def pipeline_time(a: StepArrays, pipe: PipelineArrays) -> tuple[np.ndarray, np.ndarray]:
     """(T, p2p-on-critical-path seconds) of the pipeline part, per candidate."""
     p, v, m = a.p, a.v, pipe.m
     w = a.F + a.B
     hops = a.cf.sum(axis=1) + a.cb.sum(axis=1)
     send_f, send_b = a.cf.max(axis=1, initial=0.0), a.cb.max(axis=1, initial=0.0)  # a send stream is a stage too
-    paced_f = np.where(send_f > a.F.max(axis=1), send_f, 0.0)  # the sends pace the (m − 1) steps
-    paced_b = np.where(send_b > a.B.max(axis=1), send_b, 0.0)
-    gpipe = (w.sum(axis=1) + (m - 1) * (np.maximum(a.F.max(axis=1), send_f) + np.maximum(a.B.max(axis=1), send_b))
-             + hops)
+    (stage_f, wait_f), (stage_b, wait_b) = gpipe_servers(a)
+    paced_f = np.where(send_f > stage_f, send_f, wait_f)  # the sends pace the (m − 1) steps
+    paced_b = np.where(send_b > stage_b, send_b, wait_b)
+    gpipe = w.sum(axis=1) + (m - 1) * (np.maximum(stage_f, send_f) + np.maximum(stage_b, send_b)) + hops
     gpipe_hops = hops + (m - 1) * (paced_f + paced_b)
     floor, floor_hops = stream_floor(a, m)  # no schedule ends before a send stream has sent (its own module)
     if v > 1:

@@ -34,13 +34,15 @@ and 0 where not measured (GPU presets):
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
   (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
   ``Host.pipeline_p2p_post_us`` × its sends and receives, whose posting blocks the rank's thread
-  (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe].
+  (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe], and once
+  ``Host.pipeline_chunk_us``, the stage's bookkeeping around its module in ``forward_one_chunk`` /
+  ``backward_one_chunk`` [src: own-pipeline-chunk-probe].
 """
 
 from __future__ import annotations
 
 from simulator.cluster.spec import Cluster, KernelDispatch
-from simulator.pipeline_runtime import p2p_actions, pipeline_actions
+from simulator.pipeline_runtime import p2p_actions, pipeline_actions, torch_pipeline
 
 TP_MODULES_PER_BLOCK = 4
 """Tensor-parallel modules of one block in torch's plan (``executor.strategies.tensor.block_plan``): ``qkv`` and
@@ -92,7 +94,8 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
     pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
-               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us)
+               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us
+               + (host.pipeline_chunk_us if torch_pipeline(layout) else 0.0))
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
               + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
               + pipe_us)

@@ -103,14 +103,18 @@ def receive_posts(schedule: PipelineSchedule) -> tuple[tuple[tuple[TransferKey, 
 
 
 def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Sequence[float],
-                    full_s: dict[tuple, float], first_s: dict[tuple, float]) -> dict[tuple, tuple[float, float]]:
-    """Per boundary and direction ``(chunk, kind)``, the mean over micro-batches of its transfers' prices: ``first_s``
-    if its receive was posted at or before its send, else ``full_s`` (keyed by sending chunk and kind, one price per
-    boundary), and of their seconds from send to arrival, which wait for the receive's posting as the DES's do
-    (gloo's rendezvous: what the send holds its rank's stream). The closed form's paths already space a rank's
-    actions by a send that paces them, so only the price enters them; the stream's floor reads the second. The walk times each rank's list as early as its inputs allow (each compute
-    action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a receive posted when the rank's
-    compute action before it ended (:func:`receive_posts`)."""
+                    full_s: dict[tuple, float], first_s: dict[tuple, float]) -> dict[tuple, tuple[float, float, float]]:
+    """Per boundary and direction ``(chunk, kind)``, the mean over micro-batches of (1) its transfers' prices:
+    ``first_s`` if its receive was posted at or before its send, else ``full_s`` (keyed by sending chunk and kind, one
+    price per boundary); (2) their seconds from send to arrival, which wait for the receive's posting as the DES's do
+    (gloo's rendezvous: what the send holds its rank's stream); and (3) the share of its transfers after micro-batch
+    0's that are *serial*, sent before their receive was posted. Such a transfer moves only once its receiver posts
+    the receive, right after the receiver's previous compute action, so the receiver then waits its whole price: in
+    a flow shop the boundary is part of the receiving stage's server, not a server of its own (the DES's ``_p2p``).
+    The closed form's paths already space a rank's actions by a send that paces them, so only the price enters them;
+    the stream's floor reads the second, the GPipe formula the third. The walk times each rank's list as early as its
+    inputs allow (each compute action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a
+    receive posted when the rank's compute action before it ended (:func:`receive_posts`)."""
     n, posts = schedule.n_stages, receive_posts(schedule)
     free = [0.0] * len(schedule.ranks)
     nxt = [0] * len(schedule.ranks)
@@ -135,7 +139,7 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
                     first = posted[need] <= sent_at[need]
                     price = (first_s if first else full_s)[(need[0], need[1])]
                     arrive[need] = max(sent_at[need], posted[need]) + price
-                    prices.setdefault((need[0], need[1]), []).append((price, arrive[need] - sent_at[need]))
+                    prices.setdefault((need[0], need[1]), []).append((price, arrive[need] - sent_at[need], not first))
                 start = max(free[r], arrive[need])
             else:
                 start = free[r]
@@ -147,18 +151,21 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
             progress = True
         if not progress:
             raise ValueError("the schedule's lists cannot be walked: a rank waits for an input never sent")
-    return {k: (sum(p for p, _ in v) / len(v), sum(h for _, h in v) / len(v)) for k, v in prices.items()}
+    return {k: (sum(x[0] for x in v) / len(v), sum(x[1] for x in v) / len(v),
+                sum(x[2] for x in v[1:]) / (len(v) - 1) if len(v) > 1 else 0.0) for k, v in prices.items()}
 
 
 def expected_boundaries(schedule: PipelineSchedule, fwd_s, bwd_s, cf, cb, cf_first, cb_first) -> tuple[list, ...]:
     """The analytical engine's p2p inputs (``cf[k]``, ``cb[k]``: boundary k, chunk k → k + 1, forward and backward)
-    at the mean price :func:`expected_prices` gives each boundary's transfers, and their streams' seconds
-    (``stream_cf``, ``stream_cb``); ``*_first`` the receive-first prices (equal to the full ones where there is
-    none)."""
+    at the mean price :func:`expected_prices` gives each boundary's transfers, their streams' seconds
+    (``stream_cf``, ``stream_cb``) and their serial seconds (``serial_cf``, ``serial_cb``: the mean price times the
+    serial share, :func:`expected_prices`); ``*_first`` the receive-first prices (equal to the full ones where there
+    is none)."""
     full = {**{(k, ActionKind.F): cf[k] for k in range(len(cf))}, **{(k + 1, ActionKind.B): cb[k] for k in range(len(cb))}}
     first = {**{(k, ActionKind.F): cf_first[k] for k in range(len(cf))},
              **{(k + 1, ActionKind.B): cb_first[k] for k in range(len(cb))}}
     mean = expected_prices(schedule, fwd_s, bwd_s, full, first)
-    f = [mean.get((k, ActionKind.F), (cf[k], cf[k])) for k in range(len(cf))]
-    b = [mean.get((k + 1, ActionKind.B), (cb[k], cb[k])) for k in range(len(cb))]
-    return [x for x, _ in f], [x for x, _ in b], [y for _, y in f], [y for _, y in b]
+    f = [mean.get((k, ActionKind.F), (cf[k], cf[k], 0.0)) for k in range(len(cf))]
+    b = [mean.get((k + 1, ActionKind.B), (cb[k], cb[k], 0.0)) for k in range(len(cb))]
+    serial_f, serial_b = ([x[0] * x[2] for x in side] for side in (f, b))
+    return [x[0] for x in f], [x[0] for x in b], [x[1] for x in f], [x[1] for x in b], serial_f, serial_b

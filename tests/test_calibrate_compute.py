@@ -219,6 +219,7 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                fsdp2_zero2_backward_module_us=report.fsdp2_zero2.backward_module_us,
                                pipeline_action_us=report.pipeline.action_us,
                                pipeline_p2p_post_us=report.pipeline.post_us,
+                               pipeline_chunk_us=report.pipeline.chunk_us,  # the stages' bookkeeping
                                step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
                                first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
                                # the step after the run's results rewrite less the step after none
@@ -237,6 +238,8 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
         sum(o.median_s for o in pipe.outside) / 38 * 1e6, rel=1e-12)
     assert pipe.p2p == (8, 8) and pipe.post_us == pytest.approx(sum(o.median_s for o in pipe.post) / 16 * 1e6,
                                                                  rel=1e-12)
+    assert pipe.compute == (8, 8) and pipe.chunk_us == pytest.approx(
+        max(0.0, sum(o.median_s for o in pipe.chunk) / 16 * 1e6), rel=1e-12)
     ck = report.checkpoint  # per checkpointed block, the backward less the model's own recompute of the block
     assert ck.regions == 2 and ck.recompute_region_s > 0
     assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.p10_s - ck.plain_forward.p10_s)
@@ -289,6 +292,7 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert loaded.node.host.pipeline_action_us > 0
     assert loaded.node.host.pipeline_p2p_post_us == pytest.approx(printed["pipeline"]["pipeline_p2p_post_us"])
     assert loaded.node.host.pipeline_p2p_post_us > 0
+    assert loaded.node.host.pipeline_chunk_us == pytest.approx(printed["pipeline"]["pipeline_chunk_us"])
     assert loaded.node.host.fsdp2_zero2_backward_module_us == pytest.approx(
         printed["fsdp2_zero2"]["fsdp2_zero2_backward_module_us"])
 

@@ -2,7 +2,8 @@
 simulator's GPipe list with torch's ``_PipelineScheduleRuntime`` under the executor's phase clock; the term is what
 no phase covers, per action of the ranks' lists, and the posting of each send and receive. Checked: the lists'
 lengths (torch's, 19 per rank for p = 2, m = 4, 8 of them sends and receives), the formulas on the returned
-timings, and the outside-the-phases arithmetic by hand."""
+timings (the per-action and per-post terms, and the stages' bookkeeping per forward and backward, 8 per rank), and
+the outside-the-phases arithmetic by hand."""
 
 from __future__ import annotations
 
@@ -31,3 +32,7 @@ def test_two_gloo_ranks_time_the_runtime_per_action():
     assert all(o.p10_s <= o.median_s <= o.p90_s for o in t.post)
     assert t.post_us == pytest.approx(sum(o.median_s for o in t.post) / 16 * 1e6, rel=1e-12)
     assert t.post_us > 0  # posting a gloo send or receive blocks the rank's thread
+    assert t.compute == (8, 8)  # 4 F + 4 B per rank
+    assert all(o.p10_s <= o.median_s <= o.p90_s for o in t.chunk)
+    assert t.chunk_us == pytest.approx(max(0.0, sum(o.median_s for o in t.chunk) / 16 * 1e6), rel=1e-12)
+    assert t.chunk_us > 0  # the stage's bookkeeping around its module

@@ -73,8 +73,8 @@ def test_expected_prices_by_hand():
     full = {(0, F): 10.0, (1, B): 10.0}
     first = {(0, F): 1.0, (1, B): 1.0}
     got = expected_prices(one_f_one_b(2, 2), [1.0, 1.0], [1.0, 1.0], full, first)
-    assert got[(0, F)] == pytest.approx((5.5, 6.0))
-    assert got[(1, B)] == pytest.approx((1.0, 1.0))
+    assert got[(0, F)] == pytest.approx((5.5, 6.0, 1.0))   # micro-batch 1's transfer (the one after 0's) serial
+    assert got[(1, B)] == pytest.approx((1.0, 1.0, 0.0))
 
 
 def _estimates(case: str, cluster):

@@ -61,7 +61,8 @@ def compute_dict(r, path: str) -> dict:
                 "schedule": r.pipeline.schedule.value, "pp": r.pipeline.pp, "micro_batches": r.pipeline.micro_batches,
                 "actions": list(r.pipeline.actions), "pipeline_action_us": r.pipeline.action_us,
                 "outside": [_timing(o) for o in r.pipeline.outside], "p2p": list(r.pipeline.p2p),
-                "pipeline_p2p_post_us": r.pipeline.post_us, "post": [_timing(o) for o in r.pipeline.post]},
+                "pipeline_p2p_post_us": r.pipeline.post_us, "post": [_timing(o) for o in r.pipeline.post],
+                "pipeline_chunk_us": r.pipeline.chunk_us, "chunk": [_timing(o) for o in r.pipeline.chunk]},
             "rank_steps": None if r.rank_steps is None else {
                 "processes": r.rank_steps.processes, "micro_batches": r.rank_steps.micro_batches,
                 **{name: [_timing(t) for t in getattr(r.rank_steps, name)]
@@ -139,7 +140,7 @@ def print_compute(r) -> None:
         print(f"pipeline      {p.action_us:.1f} us per schedule action ({p.schedule.value}, {p.pp} processes, "
               f"{p.micro_batches} micro-batches, {'/'.join(map(str, p.actions))} actions; outside the phases "
               f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step); {p.post_us:.1f} us posting "
-              f"each send or receive")
+              f"each send or receive; {p.chunk_us:.1f} us of stage bookkeeping per forward or backward")
     print()
     print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:

@@ -36,7 +36,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
-             "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us",
+             "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
              "step_after_save_us")
 
@@ -222,6 +222,7 @@ def _host(s: Section) -> HostSpec:
                                                            minimum="non_negative"),
                     pipeline_action_us=s.number("pipeline_action_us", 0.0, minimum="non_negative"),
                     pipeline_p2p_post_us=s.number("pipeline_p2p_post_us", 0.0, minimum="non_negative"),
+                    pipeline_chunk_us=s.number("pipeline_chunk_us", 0.0, minimum="non_negative"),
                     step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
                     first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
                     step_after_save_us=s.number("step_after_save_us", 0.0, minimum="non_negative"),

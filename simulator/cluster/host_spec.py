@@ -64,7 +64,9 @@ class HostSpec:
     pipeline_action_us: float = 0.0
     """Host time torch's pipeline schedule runtime (``torch.distributed.pipelining``'s ``_PipelineScheduleRuntime``)
     spends per action of a rank's list (compute, send, receive) outside the action's kernels and transfers, µs:
-    the loop's dispatch and profiler range, the stage's per-chunk bookkeeping and the building of each p2p op list;
+    the loop's dispatch and profiler range, the loss and output handling around a compute action and the building
+    of each p2p op list (not the stage's bookkeeping inside ``forward_one_chunk`` / ``backward_one_chunk``, which
+    the executor times as forward and backward: :attr:`pipeline_chunk_us`);
     :func:`simulator.framework_host.with_host_modules` charges it per compute action with the sends and receives
     the runtime adds around it (:func:`simulator.host_overhead.pipeline_actions`). Measured on the CPU by
     ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
@@ -83,6 +85,15 @@ class HostSpec:
     receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
     Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
     [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
+    pipeline_chunk_us: float = 0.0
+    """Host time a pipeline stage of ``torch.distributed.pipelining`` spends per ``forward_one_chunk`` or
+    ``backward_one_chunk`` around its module's forward and torch's ``stage_backward``, µs: retrieving the received
+    activations or gradients, flattening and caching the inputs and outputs, detaching the last stage's output
+    (torch 2.13 ``pipelining/stage.py`` ``forward_one_chunk``, ``backward_one_chunk``) [src: torch-pipelining]. The
+    executor books it in the forward and backward phases, so :attr:`pipeline_action_us` (time outside every phase)
+    leaves it out; :func:`simulator.framework_host.with_host_modules` charges it once per forward and per backward
+    of a chunk. Measured by ``trainplan calibrate --compute`` in the same steps as :attr:`pipeline_action_us`
+    (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-chunk-probe]. 0: not modelled."""
     step_loop_us: float = 0.0
     """Host time a rank's training loop spends per step outside every phase, µs: taking the step's batch and the
     replica's samples, slicing the micro-batches, entering and leaving the accumulation context, ``zero_grad``,
@@ -125,6 +136,7 @@ class HostSpec:
         non_negative_number("host.ddp_sync_backward_us", self.ddp_sync_backward_us)
         non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
         non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
+        non_negative_number("host.pipeline_chunk_us", self.pipeline_chunk_us)
         non_negative_number("host.step_loop_us", self.step_loop_us)
         non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
         non_negative_number("host.step_after_save_us", self.step_after_save_us)
