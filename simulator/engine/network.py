@@ -25,7 +25,8 @@ Implementation:
   which can round an ulp below the predicted ``t``.
 - A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
-  left with negative bytes. Ties are broken by flow creation order: deterministic.
+  left with negative bytes. Ties are broken by flow creation order: deterministic. A settle takes its due flows
+  in that order too, not as filed: the walk (and the heap filler's ties) never depend on how finishes were filed.
 
 A flow and its route and group are :mod:`simulator.engine.flows`; what folding asks of the network (resources, idleness,
 reservations) :mod:`simulator.engine.network_holding`; the settle event and scheduling at an absolute
@@ -37,6 +38,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 from itertools import chain
+from operator import attrgetter
 from typing import Iterable
 
 import simpy
@@ -183,6 +185,8 @@ class FlowNetwork(Holding):
         self._plan_wake(now)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
+        if len(due) > 1:
+            due.sort(key=_fid)  # creation order, whatever order they were filed in (module docstring)
         # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
         seeds = dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
                                     chain.from_iterable([f.res for f in arrivals])))
@@ -292,6 +296,5 @@ def _reject(nbytes: float, latency: float) -> None:
     raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
 
 
-def _fid(flow: Flow) -> int:
-    return flow.fid
+_fid = attrgetter("fid")  # a flow's creation order, as a sort key
 
