@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import settle_arrays  # noqa: E402  (benchmarks/, beside this script)
+from simulator.engine import settle_arrays  # noqa: E402
 from simulator.engine.fairshare import VECTOR_MIN_HOPS  # noqa: E402
 
 SAMPLE_EVERY = 25
