@@ -1,8 +1,8 @@
 """The flow network's resources (:class:`~simulator.engine.network.FlowNetwork` mixes :class:`Holding` in): a path
 as resource indices (one per directional link instance, numbered on first use; a transfer's items checked and
-routed), and what folding (:mod:`simulator.engine.fold`, :mod:`simulator.engine.callfold`) asks of them: a path's indices and bottleneck,
-whether resources are idle, and who holds them off the network (reservations) and is put back when a flow arrives
-on them."""
+routed), and what folding (:mod:`simulator.engine.fold`, :mod:`simulator.engine.callfold`) asks of them: a path's
+indices and bottleneck, whether resources are idle, and who holds them off the network (reservations) and is put
+back when a flow arrives on them."""
 
 from __future__ import annotations
 
