@@ -11,12 +11,14 @@ comparison from passing vacuously.
 
 import math
 
+import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import fairshare
+from simulator.engine.flow_store import Block, Pairs, Store, StoredFlow
 from simulator.engine.network import FlowNetwork
 from simulator.engine.network_store import StoredNetwork
 from test_engine_network import path
@@ -101,3 +103,40 @@ def test_array_settle_hand_case():
     assert net.array_settles >= 1
     assert [r[0] for r in stored] == pytest.approx([3e-4] * 3, rel=1e-12)
     assert [r[1] for r in stored] == pytest.approx([1e6] * 3, rel=1e-12)
+
+
+class _Route:
+    def __init__(self, res):
+        self.path, self.res, self.bottleneck_Bps = None, tuple(res), 1.0
+
+
+def test_pairs_compact_keeps_the_active_flows_pairs():
+    """Four flows over resources (0, 1), (1,), (2, 3), (3,): after flows 0, 1 and 3 end, the ended rows are the
+    majority and ``live`` compacts: one row left (flow 2's slot) with exactly its pairs (2, 3)."""
+    store, pairs = Store(), Pairs()
+    first = store.reserve(4)
+    flows = [StoredFlow(store, first + k, k, _Route(res), 1.0, 0.0, None) for k, res in
+             enumerate([(0, 1), (1,), (2, 3), (3,)])]
+    store.flows.extend(flows)
+    for f in flows:
+        f.active = True
+    pairs.add(flows)
+    assert pairs.pair_res.tolist() == [0, 1, 1, 2, 3, 3] and pairs.pair_row.tolist() == [0, 0, 1, 2, 2, 3]
+    assert pairs.live(store.active).tolist() == [True] * 4
+    for k in (0, 1, 3):
+        flows[k].active = False
+    assert pairs.live(store.active).tolist() == [True]
+    assert pairs.row_slot.tolist() == [flows[2]._slot]
+    assert pairs.pair_row.tolist() == [0, 0] and pairs.pair_res.tolist() == [2, 3]
+
+
+def test_a_block_keeps_only_flows_filed_at_their_version():
+    """A block filed at versions (1, 1, 1): the flow re-rated since (version 2) and the flow that ended drop out."""
+    store = Store()
+    first = store.reserve(3)
+    store.active[first:first + 3] = True
+    store.version[first:first + 3] = 1
+    block = Block(np.arange(first, first + 3), np.ones(3, dtype=np.int64))
+    store.version[first + 1] = 2
+    store.active[first + 2] = False
+    assert block.live(store).tolist() == [first]
