@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import settle_arrays  # noqa: E402  (benchmarks/, beside this script)
+from simulator.engine import settle_arrays  # noqa: E402
 from simulator.engine.fairshare import VECTOR_MIN_HOPS  # noqa: E402
 
 SAMPLE_EVERY = 25
@@ -157,11 +157,16 @@ def _array_settle(sample: dict) -> dict:
 
 
 def measure(gpus: int) -> dict:
-    """Simulate ``bench_des``'s step at ``gpus`` GPUs with the main network's settles counted and sampled."""
+    """Simulate ``bench_des``'s step at ``gpus`` GPUs with the main network's settles counted and sampled (the main
+    network the object one, :class:`~simulator.engine.network.FlowNetwork`, not the store: its settles are what
+    is counted and what the array settles are checked against)."""
     from bench_des import step_case
     from simulator.compile import compile_step
     from simulator.engine import network
+    from simulator.engine import step as step_module
     from simulator.engine.step import simulate
+
+    step_module.StoredNetwork = network.FlowNetwork  # this process only (a child per size)
 
     cluster, model, strategy = step_case(gpus)
     work = compile_step(cluster, model, strategy)

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import fairshare
+from simulator.engine import settle_arrays as arrays
 from simulator.engine.network import REL_BYTES_TOL
 
 settles = load_benchmark("bench_des_settles")
-arrays = load_benchmark("settle_arrays")
 BIG = fairshare.VECTOR_MIN_HOPS
 
 

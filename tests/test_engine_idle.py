@@ -6,6 +6,7 @@ import pytest
 import simpy
 
 from simulator.engine.network import FlowNetwork
+from simulator.engine.network_store import StoredNetwork
 from simulator.engine.step import simulate
 from test_engine_callfold import CASES, _work
 from test_engine_network import path
@@ -35,14 +36,16 @@ def test_idle_sees_an_active_flow_and_its_end():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_active_count_is_the_flows_filed_at_every_settle(monkeypatch, name):
     """The shortcut-10 cases (calls folded, put back mid-replay, rests folded again): after every settle of the
-    main network, its active count equals the flows on its resources."""
+    main network, its active count equals the flows on its resources and the flows its store marks active."""
     seen = []
     settle = FlowNetwork._settle
 
     def checked(self, event):
         settle(self, event)
-        if type(self) is FlowNetwork:
+        if type(self) is StoredNetwork:  # the main network (the scratch ones are FlowNetworks)
+            store = self._store
             seen.append((self._active, _filed(self)))
+            seen.append((self._active, int(store.active[:store.size].sum())))  # the store's flags agree
 
     monkeypatch.setattr(FlowNetwork, "_settle", checked)
     cluster, work = _work(name)

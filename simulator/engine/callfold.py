@@ -222,7 +222,7 @@ def _move_flows(scratch: _Scratch, main: FlowNetwork, now: float, arrivals: list
     groups: dict[int, _Group] = {}
     fid = main.stats.flows
     for f in unfinished:
-        m = moved[f.fid] = Flow(fid, main._route(f.path), f.nbytes, f.start_s, None)
+        m = moved[f.fid] = main._new_flow(fid, main._route(f.path), f.nbytes, f.start_s, None)
         fid += 1
         m.remaining, m.rate, m.t_last, m.active_s = f.remaining, f.rate, f.t_last, f.active_s
         m.delivered_bytes, m.active = f.delivered_bytes, f.active
@@ -241,6 +241,7 @@ def _move_flows(scratch: _Scratch, main: FlowNetwork, now: float, arrivals: list
     for r, flows in scratch._res_flows.items():
         if flows:
             main._res_flows[r].update((moved[f.fid].fid, moved[f.fid]) for f in flows.values())
+    main._activated([moved[f.fid] for _, f in due])
     for t, flows in pending.items():
         batch = [moved[f.fid] for f in flows]
         if t == now:

@@ -189,7 +189,7 @@ def adopt(net: FlowNetwork, items: list[tuple[Path, float, float]], t1: float, f
         if done_s < now:
             continue
         route = net._route(path)
-        flow = Flow(fid, route, nbytes, t1, group)
+        flow = net._new_flow(fid, route, nbytes, t1, group)
         fid += 1
         flows.append(flow)
         if t1 == now:
@@ -210,6 +210,7 @@ def adopt(net: FlowNetwork, items: list[tuple[Path, float, float]], t1: float, f
         if done_s > now:
             wake = min(wake, done_s)
     net.stats.flows = fid
+    net._activated([f for f in flows if f.active])
     group.left = len(flows)
     if not flows:
         raise ValueError("adopt: every flow is already done")

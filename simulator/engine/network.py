@@ -25,7 +25,8 @@ Implementation:
   which can round an ulp below the predicted ``t``.
 - A flow completes when its remaining bytes are within ``REL_BYTES_TOL`` of its size, or within
   what its rate moves in a few ulps of the clock (the clock cannot resolve finer); it is never
-  left with negative bytes. Ties are broken by flow creation order: deterministic.
+  left with negative bytes. Ties are broken by flow creation order: deterministic. A settle takes its due flows
+  in that order too, not as filed: the walk (and the heap filler's ties) never depend on how finishes were filed.
 
 A flow and its route and group are :mod:`simulator.engine.flows`; what folding asks of the network (resources, idleness,
 reservations) :mod:`simulator.engine.network_holding`; the settle event and scheduling at an absolute
@@ -37,6 +38,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 from itertools import chain
+from operator import attrgetter
 from typing import Iterable
 
 import simpy
@@ -47,7 +49,6 @@ from simulator.engine.flows import Flow, NetworkStats, _Group, _Route
 from simulator.engine.network_holding import Holding
 from simulator.engine.reservations import Reservations
 from simulator.engine.settle_clock import CLOCK_ULPS, _Settle
-from simulator.errors import SpecError
 
 REL_BYTES_TOL = 1e-12
 """A flow with at most this fraction of its bytes left is complete (rounding of the rate integral)."""
@@ -115,34 +116,15 @@ class FlowNetwork(Holding):
     def _start(self, items: Iterable[tuple[Path, float, float | None]], single: bool) -> simpy.Event:
         return self._launch(self._checked(items), single)
 
-    def _checked(self, items: Iterable[tuple[Path, float, float | None]]) -> tuple[list, list, list]:
-        """The items' routes, bytes (float) and latencies, checked (finite, non-negative)."""
-        routes_out, bytes_out, latencies = [], [], []
-        route_of, routes = self._route, self._routes
-        for path, nbytes, latency_s in items:
-            latency = path.latency_s if latency_s is None else latency_s
-            nbytes = float(nbytes)
-            if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
-                _reject(nbytes, latency)
-            route = routes.get(id(path))  # _route's cache, looked up here: one call less per flow
-            routes_out.append(route if route is not None and route.path is path else route_of(path))
-            bytes_out.append(nbytes)
-            latencies.append(latency)
-        return routes_out, bytes_out, latencies
-
     def _launch(self, checked: tuple[list, list, list], single: bool) -> simpy.Event:
         """Start the flows of checked items (:meth:`_checked`) now."""
         now = self.env.now
         event = simpy.Event(self.env)
-        flows: list[Flow] = []
-        group = _Group(event, flows, single)
-        fid = self.stats.flows
+        group = _Group(event, [], single)
+        flows = group.flows = self._new_flows(self.stats.flows, checked[0], checked[1], now, group)
         arrivals = self._arrivals
         last_t, batch = math.nan, None  # a plan step's flows share one latency: one lookup for the run of them
-        for route, nbytes, latency in zip(*checked):
-            flow = Flow(fid, route, nbytes, now, group)
-            fid += 1
-            flows.append(flow)
+        for flow, latency in zip(flows, checked[2]):
             t = now + latency
             if t != last_t:
                 last_t, batch = t, arrivals.get(t)
@@ -151,7 +133,7 @@ class FlowNetwork(Holding):
                     heappush(self._arrival_times, t)
                     _Settle(self.env, self._settle, latency)
             batch.append(flow)
-        self.stats.flows = fid
+        self.stats.flows += len(flows)
         group.left = len(flows)
         if not flows:
             event.succeed(flows)
@@ -172,17 +154,39 @@ class FlowNetwork(Holding):
         if self._reservations.reserved and arrivals:
             self._unfold(arrivals)
         slack = CLOCK_ULPS * math.ulp(now)
-        due: list[Flow] = []
-        times, buckets = self._due_times, self._due
-        while times and times[0] <= now + slack:
-            for f, version in buckets.pop(heappop(times)):
-                if f.version == version and f.active:
-                    due.append(f)
+        due = self._due_flows(now + slack)
         if arrivals or due:
             self._apply(now, slack, arrivals, due)
         self._plan_wake(now)
 
+    def _new_flow(self, fid: int, route: _Route, nbytes: float, start_s: float, group: _Group | None) -> Flow:
+        """A flow of this network (:class:`~simulator.engine.network_store.StoredNetwork` keeps its state in arrays)."""
+        return Flow(fid, route, nbytes, start_s, group)
+
+    def _new_flows(self, fid: int, routes: list, nbytes: list, start_s: float, group: _Group) -> list[Flow]:
+        """Flows numbered from ``fid`` on ``routes`` with ``nbytes``, started at ``start_s`` (:meth:`_new_flow`'s)."""
+        return [Flow(fid + k, route, b, start_s, group) for k, (route, b) in enumerate(zip(routes, nbytes))]
+
+    def _activated(self, flows: list[Flow]) -> None:
+        """Those of ``flows`` now active were just put in ``_res_flows`` (a store keeps their (flow, resource) pairs)."""
+
+    def _due_flows(self, limit: float) -> list[Flow]:
+        """The flows filed to finish by ``limit``, their buckets taken off (stale entries dropped)."""
+        due: list[Flow] = []
+        times, buckets = self._due_times, self._due
+        while times and times[0] <= limit:
+            for f, version in buckets.pop(heappop(times)):
+                if f.version == version and f.active:
+                    due.append(f)
+        return due
+
+    def _live(self, bucket: list) -> bool:
+        """Whether a due bucket still holds an entry of an active flow filed at its current version."""
+        return any(f.version == v and f.active for f, v in bucket)
+
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
+        if len(due) > 1:
+            due.sort(key=_fid)  # creation order, whatever order they were filed in (module docstring)
         # the due flows' resources, then the arrivals', each once in first-appearance order (C-speed)
         seeds = dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
                                     chain.from_iterable([f.res for f in arrivals])))
@@ -235,6 +239,8 @@ class FlowNetwork(Holding):
                 res_flows[r][fid] = f
             rerate.append(f)
             self._active += 1
+        if arrivals:
+            self._activated(arrivals)
         if self._active > self.stats.max_active:
             self.stats.max_active = self._active
         self._rate(now, rerate)
@@ -247,6 +253,10 @@ class FlowNetwork(Holding):
             group.left -= 1
             if group.left == 0:
                 group.event.succeed(group.flows[0] if group.single else group.flows)
+        self._finished(finished)
+
+    def _finished(self, flows: list[Flow]) -> None:
+        """``flows`` just completed (a store lets go of them)."""
 
     def _rate(self, now: float, flows: list[Flow]) -> None:
         """Set max-min fair rates of ``flows`` (a union of components) and file their finish times.
@@ -275,7 +285,7 @@ class FlowNetwork(Holding):
     def _plan_wake(self, now: float) -> None:
         """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""
         times, buckets = self._due_times, self._due
-        while times and not any(f.version == v and f.active for f, v in buckets[times[0]]):
+        while times and not self._live(buckets[times[0]]):
             del buckets[heappop(times)]
         if not times:
             return
@@ -286,12 +296,5 @@ class FlowNetwork(Holding):
         self._wake = _Settle(self.env, self._settle, max(t - now, 0.0))
 
 
-def _reject(nbytes: float, latency: float) -> None:
-    if not 0.0 <= nbytes < math.inf:
-        raise SpecError("nbytes", f"a transfer needs a finite, non-negative byte count, got {nbytes!r}")
-    raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")
-
-
-def _fid(flow: Flow) -> int:
-    return flow.fid
+_fid = attrgetter("fid")  # a flow's creation order, as a sort key
 

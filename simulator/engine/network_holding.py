@@ -1,13 +1,13 @@
 """The flow network's resources (:class:`~simulator.engine.network.FlowNetwork` mixes :class:`Holding` in): a path
-as resource indices (one per directional link instance, numbered on first use), and what folding
-(:mod:`simulator.engine.fold`, :mod:`simulator.engine.callfold`) asks of them: a path's indices and bottleneck,
-whether resources are idle, and who holds them off the network (reservations) and is put back when a flow arrives
-on them."""
+as resource indices (one per directional link instance, numbered on first use; a transfer's items checked and
+routed), and what folding (:mod:`simulator.engine.fold`, :mod:`simulator.engine.callfold`) asks of them: a path's
+indices and bottleneck, whether resources are idle, and who holds them off the network (reservations) and is put
+back when a flow arrives on them."""
 
 from __future__ import annotations
 
 import math
-from typing import Collection
+from typing import Collection, Iterable
 
 from simulator.cluster.topology import Path
 from simulator.engine.flows import Flow, _Route
@@ -42,6 +42,21 @@ class Holding:
         route = _Route(path, tuple(res), min(self._cap[r] for r in res))
         self._routes[id(path)] = route  # keeps the path alive, so its id stays unique
         return route
+
+    def _checked(self, items: Iterable[tuple[Path, float, float | None]]) -> tuple[list, list, list]:
+        """The items' routes, bytes (float) and latencies, checked (finite, non-negative)."""
+        routes_out, bytes_out, latencies = [], [], []
+        route_of, routes = self._route, self._routes
+        for path, nbytes, latency_s in items:
+            latency = path.latency_s if latency_s is None else latency_s
+            nbytes = float(nbytes)
+            if not (0.0 <= nbytes < math.inf and 0.0 <= latency < math.inf):  # NaN fails both
+                _reject(nbytes, latency)
+            route = routes.get(id(path))  # _route's cache, looked up here: one call less per flow
+            routes_out.append(route if route is not None and route.path is path else route_of(path))
+            bytes_out.append(nbytes)
+            latencies.append(latency)
+        return routes_out, bytes_out, latencies
 
     def resources(self, path: Path) -> tuple[int, ...]:
         """Resource indices ``path`` crosses (the indices :attr:`Flow.res` holds)."""
@@ -80,3 +95,9 @@ class Holding:
         order of the first such resource over the arrivals."""
         for holder in self._reservations.holders_met(arrivals):
             holder.unfold(arrivals)
+
+
+def _reject(nbytes: float, latency: float) -> None:
+    if not 0.0 <= nbytes < math.inf:
+        raise SpecError("nbytes", f"a transfer needs a finite, non-negative byte count, got {nbytes!r}")
+    raise SpecError("latency_s", f"must be finite and non-negative, got {latency!r}")

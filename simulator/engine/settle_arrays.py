@@ -1,11 +1,11 @@
 """A settle of the flow network on arrays: the walk, the progress and progressive filling as numpy operations over
-(flow, resource) pairs, for :mod:`bench_des_settles` to check against the engine's settles bit for bit and to time.
+(flow, resource) pairs, what :class:`~simulator.engine.network_store.StoredNetwork` does for a big settle (and what
+``benchmarks/bench_des_settles.py`` checks against the object settles bit for bit and times).
 
-Not the engine: a sketch of what a flow store in arrays (flows' state as arrays, their routes as pairs) would do in
-one settle of many flows, the same IEEE operations as ``FlowNetwork._apply`` and ``_max_min_levels``:
+The same IEEE operations as ``FlowNetwork._apply`` and ``_max_min_levels``, element by element:
 
 - :func:`frontier_walk`: the flows connected to the seed resources, one level of the bipartite graph per pass
-  (the engine walks depth-first, one flow at a time).
+  (the object settle walks depth-first, one flow at a time).
 - progress: ``moved = rate·(now − t_last)``, ``left = remaining − moved`` element-wise (no fused multiply-add, so
   the same bits as the engine's scalar lines), done where due, or ``left ≤ REL_BYTES_TOL·nbytes`` or
   ``left ≤ rate·slack``.

@@ -1,0 +1,227 @@
+"""The flow network with its flows in a store (:mod:`simulator.engine.flow_store`): big settles on arrays.
+
+:class:`StoredNetwork` is :class:`~simulator.engine.network.FlowNetwork` (the same model, the same results to the
+bit) whose flows keep their state in arrays. A settle whose re-rated flows cross at least ``VECTOR_MIN_HOPS``
+(flow, resource) pairs, the size from which progressive filling is the level filler, is done on arrays
+(:mod:`simulator.engine.settle_arrays`): the walk one level of the flow–resource graph per pass, the progress
+element-wise, the level filling on the pairs, the changed finishes grouped by value and filed as :class:`Block` s.
+Smaller settles run the object code (the heap filler's ties depend on the walk's order; the level filler reads the
+flows' order only through counts per resource, so the array walk's order gives the same rates there).
+
+Why the results are the same bits (tested by ``tests/test_engine_store.py``, both paths forced on every settle):
+- the array walk meets the same flows (the active flows connected to the seeds' resources), the progress is the
+  same IEEE operations element by element, and the filler is chosen by the same pair count;
+- finishes filed in another order or grouping cannot matter: a settle takes its due flows in creation order
+  (:meth:`FlowNetwork._apply`), and a bucket's validity is per flow (version and activity);
+- the finished flows complete in creation order, as on the object path.
+
+Whether a settle is big is known only after its walk. A walk over the objects that stops once it has met
+``VECTOR_MIN_HOPS`` pairs (less the arrivals') says whether it can be (:meth:`StoredNetwork._reaches`); then the
+settle is tried on arrays, and redone on objects if its flows that end leave it small (nothing was written). That
+choice changes time, not results.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from itertools import chain
+
+import numpy as np
+import simpy
+
+from simulator.engine import fairshare
+from simulator.engine.flow_store import Block, Pairs, Store, StoredFlow
+from simulator.engine.flows import Flow, _Group, _Route
+from simulator.engine.network import FlowNetwork, _fid
+from simulator.engine.settle_arrays import finish_times, frontier_walk, level_rates, progress
+
+class StoredNetwork(FlowNetwork):
+    """A :class:`FlowNetwork` whose flows live in a :class:`Store`, big settles done on arrays (module docstring)."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._store = Store()
+        self._pairs = Pairs()
+        self._cap_np = np.zeros(0)
+        self.array_settles = 0
+        """Settles done on arrays (a count for benchmarks and tests)."""
+
+    def _new_flow(self, fid: int, route: _Route, nbytes: float, start_s: float, group: _Group | None) -> Flow:
+        return self._new_flows(fid, [route], [nbytes], start_s, group)[0]
+
+    def _new_flows(self, fid: int, routes: list, nbytes: list, start_s: float, group: _Group | None) -> list[Flow]:
+        store = self._store
+        first = store.reserve(len(routes))
+        flows = [StoredFlow(store, first + k, fid + k, route, b, start_s, group)
+                 for k, (route, b) in enumerate(zip(routes, nbytes))]
+        store.flows.extend(flows)
+        store.started(first, nbytes, start_s, [f.bottleneck_Bps for f in flows])
+        return flows
+
+    def _activated(self, flows: list[Flow]) -> None:
+        flows = [f for f in flows if f.nbytes > 0]  # the arrivals of no bytes end at once, never active
+        if flows:
+            self._pairs.add(flows)
+
+    def _due_flows(self, limit: float) -> list[Flow]:
+        due: list[Flow] = []
+        times, buckets, store = self._due_times, self._due, self._store
+        while times and times[0] <= limit:
+            for entry in buckets.pop(heappop(times)):
+                if type(entry) is Block:
+                    due.extend(map(store.flows.__getitem__, entry.live(store).tolist()))
+                elif entry[0].version == entry[1] and entry[0].active:
+                    due.append(entry[0])
+        return due
+
+    def _live(self, bucket: list) -> bool:
+        store = self._store
+        return any(entry.live(store).size if type(entry) is Block else entry[0].version == entry[1] and entry[0].active
+                   for entry in bucket)
+
+    def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
+        if len(due) > 1:
+            due.sort(key=_fid)
+        budget = fairshare.VECTOR_MIN_HOPS - sum([len(f.res) for f in arrivals if f.nbytes > 0])
+        if budget <= 0 or self._pairs.pair_res.size >= budget and self._reaches(due, arrivals, budget):
+            if self._apply_arrays(now, slack, arrivals, due):
+                self.array_settles += 1
+                return
+        super()._apply(now, slack, arrivals, due)
+
+    def _reaches(self, due: list[Flow], arrivals: list[Flow], budget: int) -> bool:
+        """Whether the active flows connected to the due and arriving flows' resources cross at least ``budget``
+        (flow, resource) pairs: a depth-first walk over the objects, reading routes only, stopped at ``budget``."""
+        res_flows = self._res_flows
+        stack = list(dict.fromkeys(chain(chain.from_iterable([f.res for f in due]),
+                                         chain.from_iterable([f.res for f in arrivals]))))
+        seen, met = set(stack), set()
+        while stack:
+            for fid, f in res_flows[stack.pop()].items():
+                if fid not in met:
+                    met.add(fid)
+                    budget -= len(f.res)
+                    if budget <= 0:
+                        return True
+                    for q in f.res:
+                        if q not in seen:
+                            seen.add(q)
+                            stack.append(q)
+        return False
+
+    def _finished(self, flows: list[Flow]) -> None:
+        """The store lets go of finished flows (they live on as their group's value while callers hold them)."""
+        slots = self._store.flows
+        for f in flows:
+            slots[f._slot] = None
+
+    def _apply_arrays(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> bool:
+        """:meth:`FlowNetwork._apply` on arrays, if its re-rated flows cross at least ``VECTOR_MIN_HOPS`` pairs;
+        False (nothing changed) if not."""
+        st, pairs = self._store, self._pairs
+        alive = pairs.live(st.active)
+        seeds = np.fromiter(chain(chain.from_iterable([f.res for f in due]),
+                                  chain.from_iterable([f.res for f in arrivals])), dtype=np.int64)
+        on = alive[pairs.pair_row]
+        walked_rows, _ = frontier_walk(pairs.pair_row[on], pairs.pair_res[on], alive.size, len(self._cap), seeds)
+        walked = pairs.row_slot[walked_rows]
+        due_slots = np.fromiter([f._slot for f in due], np.int64, len(due))
+        st.is_due[due_slots] = True
+        is_due = st.is_due[walked]
+        st.is_due[due_slots] = False
+        moved, left, done = progress(st.rate[walked], st.t_last[walked], st.remaining[walked], st.nbytes[walked],
+                                     is_due, now, slack)
+        in_rerate = np.zeros(alive.size, dtype=bool)
+        in_rerate[walked_rows[~done]] = True
+        arriving = [f for f in arrivals if f.nbytes > 0]
+        if int(in_rerate[pairs.pair_row].sum()) + sum(len(f.res) for f in arriving) < fairshare.VECTOR_MIN_HOPS:
+            return False
+        st.delivered[walked] += moved
+        kept = walked[~done]
+        st.remaining[kept] = left[~done]
+        st.t_last[kept] = now
+        ended = walked[done]
+        st.active[ended] = False
+        finished = [st.flows[s] for s in ended.tolist()]
+        self._active -= len(finished)
+        res_flows = self._res_flows
+        for f in finished:
+            fid = f.fid
+            for r in f.res:
+                del res_flows[r][fid]
+        for f in arrivals:
+            f.active_s = now
+            if f.nbytes <= 0:
+                f.t_last = now
+                finished.append(f)
+                continue
+            fid = f.fid
+            for r in f.res:
+                res_flows[r][fid] = f
+        if arriving:
+            slots = np.fromiter([f._slot for f in arriving], np.int64, len(arriving))
+            st.t_last[slots], st.active[slots] = now, True
+            self._active += len(arriving)
+            in_rerate = np.concatenate((in_rerate, np.ones(len(arriving), dtype=bool)))
+            pairs.add(arriving)
+        if self._active > self.stats.max_active:
+            self.stats.max_active = self._active
+        self._rate_arrays(now, in_rerate)
+        self._complete(now, finished)
+        return True
+
+    def _rate_arrays(self, now: float, in_rerate: np.ndarray) -> None:
+        """Max-min rates of the rows ``in_rerate`` (a union of components) and their changed finishes filed."""
+        st, pairs = self._store, self._pairs
+        rows = np.flatnonzero(in_rerate)
+        if not rows.size:
+            return
+        self.stats.rerated_flows += rows.size
+        slots = pairs.row_slot[rows]
+        on = in_rerate[pairs.pair_row]
+        local_row = (np.cumsum(in_rerate) - 1)[pairs.pair_row[on]]
+        used, local_res = fairshare._numbered(pairs.pair_res[on], int(on.sum()))
+        rates = level_rates(local_row, local_res, rows.size, self._capacities()[used], st.bottleneck[slots])
+        before = st.rate[slots]
+        st.rate[slots] = rates
+        changed, instants, bucket = finish_times(before, rates, st.remaining[slots], now)
+        filed = slots[changed]
+        st.version[filed] += 1
+        versions = st.version[filed]
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.cumsum(np.bincount(bucket, minlength=instants.size)).tolist()
+        buckets, times = self._due, self._due_times
+        start = 0
+        for t, end in zip(instants.tolist(), bounds):
+            block = Block(filed[order[start:end]], versions[order[start:end]])
+            start = end
+            entry = buckets.get(t)
+            if entry is None:
+                buckets[t] = [block]
+                heappush(times, t)
+            else:
+                entry.append(block)
+
+    def _complete(self, now: float, finished: list[Flow]) -> None:
+        """The finished flows done, in creation order: their groups' events fire as on the object path."""
+        if len(finished) > 1:
+            finished.sort(key=_fid)
+        st = self._store
+        slots = np.fromiter([f._slot for f in finished], np.int64, len(finished))
+        st.remaining[slots] = 0.0
+        st.rate[slots] = 0.0
+        for f in finished:
+            st.flows[f._slot] = None  # as _finished
+            f.finish_s = now
+            group = f.group
+            f.group = None
+            group.left -= 1
+            if group.left == 0:
+                group.event.succeed(group.flows[0] if group.single else group.flows)
+
+    def _capacities(self) -> np.ndarray:
+        """The resources' capacities as an array (the same floats as ``_cap``), rebuilt when resources were added."""
+        if self._cap_np.size != len(self._cap):
+            self._cap_np = np.array(self._cap, dtype=float)
+        return self._cap_np
+
