@@ -268,12 +268,13 @@ class Env:
         """
         return PipelineCost(self, levels).time_s(chunks, chunk_bytes)
 
-    def best_pipeline(self, levels: list[list[Flow]] | Callable[[], list[list[Flow]]], bytes_per_channel: float,
+    def best_pipeline(self, levels: list[list[Flow]] | Callable[[], list[list[Flow]] | PipelineLayout],
+                      bytes_per_channel: float,
                       group: Group | None = None, key: tuple | None = None) -> tuple[float, int]:
         """``(time, chunks)``: the fastest chunk count of :data:`PIPELINE_CHUNKS` (ties: fewer chunks).
 
-        ``levels`` (or a function that builds them) do not depend on the size: given ``group`` and a
-        ``key`` naming them (algorithm, op, root), the levels and their arrays are kept in
+        ``levels`` (or a function that builds them or their :class:`PipelineLayout`) do not depend on the size:
+        given ``group`` and a ``key`` naming them (algorithm, op, root), the levels and their arrays are kept in
         :attr:`Group.shapes`, per protocol, for the next size.
 
         ``T(k) = Σ_steps bw(k) + L + (k − 1)·α_max``: the steps' bandwidth terms at ``n/k`` bytes per
@@ -301,7 +302,8 @@ class Env:
         shapes, own = group.shapes, ("pipeline", key, id(self.protocol), self.family)
         if own not in shapes:
             if ("layout", key) not in shapes:
-                shapes[("layout", key)] = PipelineLayout(self, levels() if callable(levels) else levels)
+                built = levels() if callable(levels) else levels  # levels of flows, or their layout already
+                shapes[("layout", key)] = built if isinstance(built, PipelineLayout) else PipelineLayout(self, built)
             shapes[own] = PipelineCost(self, shapes[("layout", key)])
         return shapes[own]
 

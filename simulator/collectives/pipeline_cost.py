@@ -27,14 +27,35 @@ class PipelineLayout:
 
     def __init__(self, env: Env, levels: list[list[Flow]]):
         flows = [f for lvl in levels for f in lvl]
+        rows: dict[tuple, int] = {}  # (src, dst, nic) → its row among the distinct connections, in first-use order
+        which = [rows.setdefault((f.src, f.dst, f.nic), len(rows)) for f in flows]
+        self._fill(env, list(rows), which, [f.nbytes for f in flows], [f.src for f in flows],
+                   [f.dst for f in flows], [len(lvl) for lvl in levels])
+
+    @classmethod
+    def of_edges(cls, env: Env, sizes: list[int], src: np.ndarray, dst: np.ndarray, nic: np.ndarray) -> PipelineLayout:
+        """The layout of unit flows given as arrays, level after level (``sizes[k]`` flows of level ``k``): global
+        ranks ``src → dst`` leaving by NIC ``nic`` (−1: None). The same layout as the levels of
+        ``Flow(src, dst, 1.0, nic)`` but for the order of the distinct connections, and so of the resource numbers,
+        which no result reads: a window's profile is a max over resources of exact sums, the chain a max per rank."""
+        out = cls.__new__(cls)
+        src, dst, nic = (np.asarray(a, dtype=np.int64) for a in (src, dst, nic))
+        span, nics = int(max(src.max(initial=0), dst.max(initial=0))) + 1, int(nic.max(initial=-1)) + 2
+        _, first, which = np.unique((src * span + dst) * nics + (nic + 1), return_index=True, return_inverse=True)
+        rows = [(s, d, None if n < 0 else n)
+                for s, d, n in zip(src[first].tolist(), dst[first].tolist(), nic[first].tolist())]
+        out._fill(env, rows, which.reshape(-1), np.ones(len(src)), src, dst, list(sizes))
+        return out
+
+    def _fill(self, env: Env, rows: list[tuple], which, weight, src, dst, sizes: list[int]) -> None:
+        """The arrays from the distinct connections ``rows`` (``(src, dst, nic)``), each flow's row ``which``, its
+        weight, ends (global ranks: lists or arrays) and the flows per level."""
         ids: dict[tuple, int] = {}
         kinds: dict[tuple, int] = {}
         self.kinds: list[Path] = []
         """One path per distinct (link class, latency): all :meth:`Env.latency_s` reads of a path."""
-        rows: dict[tuple, int] = {}  # (src, dst, nic) → its row among the distinct connections, in first-use order
-        which = [rows.setdefault((f.src, f.dst, f.nic), len(rows)) for f in flows]
         res, bw, kind = [], [], []
-        for key in rows:  # one path read per distinct connection; resources numbered in the flows' order
+        for key in rows:  # one path read per distinct connection; resources numbered in the rows' order
             p = env.path(*key)
             k = kinds.setdefault((p.link_class, p.latency_s), len(kinds))
             if k == len(self.kinds):
@@ -51,13 +72,13 @@ class PipelineLayout:
         self.link_bw = np.array(bw, dtype=float).reshape(len(rows), width)[which]
         self.kind = np.array(kind, dtype=np.int64)[which]
         self.n_res = len(ids) + 1
-        self.weight = np.array([f.nbytes for f in flows], dtype=float)
-        self.src, self.dst = [f.src for f in flows], [f.dst for f in flows]
-        self.sizes = [len(lvl) for lvl in levels]
+        self.weight = np.array(weight, dtype=float)
+        self.src, self.dst = src, dst
+        self.sizes = sizes
         """Flows per level: the flows are in level order (level ``k``: ``starts[k]`` to ``starts[k + 1]``)."""
         self.starts = np.concatenate([[0], np.cumsum(self.sizes, dtype=np.int64)]).tolist()
-        self.level = np.repeat(np.arange(len(levels), dtype=np.int64), self.sizes)
-        self.depth = len(levels)
+        self.level = np.repeat(np.arange(len(sizes), dtype=np.int64), self.sizes)
+        self.depth = len(sizes)
         self.res_bw, self.prefix = self._level_sums()
 
     def _level_sums(self) -> tuple[np.ndarray | None, np.ndarray | None]:

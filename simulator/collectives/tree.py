@@ -34,6 +34,8 @@ from __future__ import annotations
 from simulator.collectives.algorithm import Algorithm, LocalSteps, chunked
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.pipeline_cost import PipelineLayout
+from simulator.collectives.tree_edges import most_children, tree_unit_edges
 
 
 def _node_parents(n_nodes: int, mirrored: bool) -> list[int | None]:
@@ -115,14 +117,19 @@ class DoubleBinaryTree(Algorithm):
         """Chunks per channel of the schedule: the fastest count on the links' own costs (no protocol),
         :meth:`Env.best_pipeline` of the unit levels (kept in :attr:`Group.shapes`, as :meth:`comm_time_s`)."""
         env = Env(group.cluster, None, group.paths)
-        return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
+        return env.best_pipeline(lambda: self._unit_layout(env, group), nbytes / (2 * group.channels),
                                  group, (self.name, op))[1]
 
     def _nic(self, group: Group, src: int, dst: int, channel: int) -> int | None:
         return None if group.same_node(src, dst) else group.nic(src, channel // 2)
 
+    def _unit_layout(self, env: Env, group: Group) -> PipelineLayout:
+        """The layout of :meth:`_unit_levels` built from the node partition as arrays
+        (:func:`~simulator.collectives.tree_edges.tree_unit_edges`): the same costs to the bit."""
+        return PipelineLayout.of_edges(env, *tree_unit_edges(group))
+
     def _unit_levels(self, group: Group) -> list[list[Flow]]:
-        """One unit flow per tree edge and channel; a flow equal to an earlier one (an edge inside a node, whose
+        """One unit flow per tree edge and channel (the reference :meth:`_unit_layout` is tested against); a flow equal to an earlier one (an edge inside a node, whose
         channels share it) is that same immutable object."""
         kept: dict[tuple, Flow] = {}
 
@@ -136,7 +143,7 @@ class DoubleBinaryTree(Algorithm):
         return [[flow(s, d, c) for s, d, c, _ in lvl] for lvl in tree_levels(group)]
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
-        return env.best_pipeline(lambda: self._unit_levels(group), nbytes / (2 * group.channels),
+        return env.best_pipeline(lambda: self._unit_layout(env, group), nbytes / (2 * group.channels),
                                  group, (self.name, op))[0]
 
     def reduce_bytes(self, group: Group, op: Op, nbytes: int) -> float:
@@ -146,12 +153,7 @@ class DoubleBinaryTree(Algorithm):
         """Children the busiest rank reduces over all channels' trees (kept per group: it fixes the layout)."""
         key = (self.name, "most_children")
         if key not in group.shapes:
-            children: dict[int, int] = {}
-            for c in range(2 * group.channels):
-                for up in tree_parents(group, mirrored=bool(c % 2)).values():
-                    if up is not None:
-                        children[up] = children.get(up, 0) + 1
-            group.shapes[key] = max(children.values())
+            group.shapes[key] = most_children(group)
         return group.shapes[key]
 
     def _parts(self, group: Group, op: Op, nbytes: int) -> list[list[tuple[int, int]]]:
