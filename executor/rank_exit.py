@@ -1,0 +1,37 @@
+"""How a rank process ends once its run is over: flushed output, then ``os._exit``, no interpreter finalization.
+
+Why (the SIGABRT "terminate called without an active exception" seen under load after every step had
+completed, tests/test_cli_execute.py): gloo's worker threads (``ProcessGroupGloo::runLoop``, two per process
+group) drop their reference to a finished ``AsyncWork`` a little after marking it complete, so the main thread
+can be past the final barrier and ``destroy_process_group`` (which shuts the groups down but does not join
+their workers while DDP, the mesh and torch's own tables still hold the groups) while a worker still owns the
+work's tensors. When the last reference to a tensor made in Python goes, its ``PyObject`` is released under
+the GIL; if the interpreter is finalizing by then, ``take_gil`` ends the thread with ``pthread_exit``, whose
+forced unwind meets a ``noexcept`` destructor and calls ``std::terminate``. Backtrace of such an abort
+(gdb, 2026-11-26, torch 2.13 on this VM, a rank leaving with asynchronous all-reduces still queued:
+``/tmp`` reproduction, 3 of 3 runs aborted): ``runLoop → ~AsyncAllreduceWork → ~AsyncWork →
+TensorImpl::decref_pyobject → gil_scoped_acquire → take_gil → PyThread_exit_thread → pthread_exit →
+_Unwind_ForcedUnwind → __gxx_personality_v0 → std::terminate``. pytorch/pytorch#179291 describes the
+same mechanism for a process group never destroyed.
+
+A rank whose results and status are written has nothing left for finalization to do, so it leaves with
+``os._exit``: no interpreter finalization and no C++ static destructors (profiler and gloo state included),
+so no thread can reach the GIL of a dying interpreter. Standard streams are flushed first, since
+``os._exit`` does not flush them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End this rank's process with exit status ``code`` without interpreter finalization (module docstring)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away: nothing left to flush
+            pass
+    os._exit(code)
