@@ -8,11 +8,13 @@ their workers while DDP, the mesh and torch's own tables still hold the groups) 
 work's tensors. When the last reference to a tensor made in Python goes, its ``PyObject`` is released under
 the GIL; if the interpreter is finalizing by then, ``take_gil`` ends the thread with ``pthread_exit``, whose
 forced unwind meets a ``noexcept`` destructor and calls ``std::terminate``. Backtrace of such an abort
-(gdb, 2026-11-26, torch 2.13 on this VM, a rank leaving with asynchronous all-reduces still queued:
-``/tmp`` reproduction, 3 of 3 runs aborted): ``runLoop → ~AsyncAllreduceWork → ~AsyncWork →
+(gdb, 2026-11-26, torch 2.13, Python 3.11, the 2-core VM; a rank leaving with asynchronous all-reduces of
+Python-made tensors still queued): ``runLoop → ~AsyncAllreduceWork → ~AsyncWork →
 TensorImpl::decref_pyobject → gil_scoped_acquire → take_gil → PyThread_exit_thread → pthread_exit →
-_Unwind_ForcedUnwind → __gxx_personality_v0 → std::terminate``. pytorch/pytorch#179291 describes the
-same mechanism for a process group never destroyed.
+_Unwind_ForcedUnwind → __gxx_personality_v0 → std::terminate``. The two-rank script of
+``tests/test_rank_exit.py`` with ``sys.exit(3)`` in place of ``exit_rank(3)`` aborted a rank in 7 of 12
+runs, with ``exit_rank`` in none of 6 (same day, load 7-15). pytorch/pytorch#179291 describes the same
+mechanism for a process group never destroyed.
 
 A rank whose results and status are written has nothing left for finalization to do, so it leaves with
 ``os._exit``: no interpreter finalization and no C++ static destructors (profiler and gloo state included),

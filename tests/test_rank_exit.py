@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Each rank queues many asynchronous all-reduces of tensors made in Python and drops every reference at
 # once, so gloo's workers are still running them, and release the tensors, while the process ends. With
-# sys.exit(3) in place of exit_rank(3), a rank aborted in 4 of 6 two-rank runs (2026-11-26, 2-core VM at
-# load ~15); the output check fails every time os._exit is reached without a flush (stdout is a pipe).
+# sys.exit(3) in place of exit_rank(3), a rank aborted in 7 of 12 runs (2026-11-26, 2-core VM at load
+# 7-15; executor/rank_exit.py); the output check fails every time os._exit is reached without a flush.
 _RANK = """
 import sys, torch, torch.distributed as dist
 from executor.rank_exit import exit_rank
