@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each rank queues many asynchronous all-reduces of tensors made in Python and drops every reference at
 # once, so gloo's workers are still running them, and release the tensors, while the process ends. With
 # sys.exit(3) in place of exit_rank(3), a rank aborted in 7 of 12 runs (2026-11-26, 2-core VM at load
-# 7-15; executor/rank_exit.py); the output check fails every time os._exit is reached without a flush.
+# 7-15; executor/rank_exit.py); the output check fails every time os._exit is reached without a flush
+# (checked with os._exit(3) in its place: both ranks' stdout empty).
 _RANK = """
 import sys, torch, torch.distributed as dist
 from executor.rank_exit import exit_rank
@@ -36,7 +37,7 @@ exit_rank(3)
 def test_a_rank_leaving_with_gloo_work_in_flight_exits_with_its_code_and_output():
     port = str(free_port())
     env = os.environ | {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
-                        "PYTHONPATH": str(ROOT)}
+                        "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": ""}  # buffered stdout: the flush is checked
     procs = [subprocess.Popen([sys.executable, "-c", _RANK], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env | {"RANK": str(r)}) for r in range(2)]
     for rank, proc in enumerate(procs):
