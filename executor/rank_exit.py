@@ -13,8 +13,12 @@ Python-made tensors still queued): ``runLoop → ~AsyncAllreduceWork → ~AsyncW
 TensorImpl::decref_pyobject → gil_scoped_acquire → take_gil → PyThread_exit_thread → pthread_exit →
 _Unwind_ForcedUnwind → __gxx_personality_v0 → std::terminate``. The two-rank script of
 ``tests/test_rank_exit.py`` with ``sys.exit(3)`` in place of ``exit_rank(3)`` aborted a rank in 7 of 12
-runs, with ``exit_rank`` in none of 6 (same day, load 7-15). pytorch/pytorch#179291 describes the same
-mechanism for a process group never destroyed.
+runs, with ``exit_rank`` in none of 6 (same day, load 7-15). The real case, caught with a core dump on the
+same day (the torchrun command of ``test_torchrun_runs_the_same_entry_point`` looped on the tree before this
+module, interleaved with the tree after it: 1 abort in 152 runs, 0 in 151; load 2.6-25, median 6.4): rank 1's
+worker ran ``runLoop → ~AsyncBarrierWork → ~AsyncGatherWork → TensorImpl::decref_pyobject → … →
+std::terminate``, the final barrier's work releasing the final ``gather_object``'s tensors.
+pytorch/pytorch#179291 describes the same mechanism for a process group never destroyed.
 
 A rank whose results and status are written has nothing left for finalization to do, so it leaves with
 ``os._exit``: no interpreter finalization and no C++ static destructors (profiler and gloo state included),
