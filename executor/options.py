@@ -83,7 +83,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run more steps (--steps is then the least) until the measured ones take about this many "
                         "seconds, estimated from the median warm-up step after the first (default: exactly --steps)")
     p.add_argument("--max-steps", type=int, default=None,
-                   help="most steps, warm-up included, with --measure-s (default 400)")
+                   help="most steps, warm-up included, that --measure-s may run (default 400); only with --measure-s")
     p.add_argument("--status-dir", default=None, help=argparse.SUPPRESS)
 
 
@@ -102,6 +102,9 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         raise SpecError("--measure-s", f"must be a positive number of seconds, got {measure_s}")
     if max_steps is not None and max_steps < args.steps:
         raise SpecError("--max-steps", f"must be at least --steps ({args.steps}), got {max_steps}")
+    if max_steps is not None and measure_s is None:
+        raise SpecError("--max-steps", "caps the steps --measure-s adds and does nothing without it; give "
+                                       "--measure-s SECONDS too, or --steps N for a fixed count")
     try:
         scale = Scale.parse(args.scale)
     except SpecError as err:

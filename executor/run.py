@@ -301,4 +301,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from executor.rank_exit import exit_rank
+
+    exit_rank(main())  # no interpreter finalization after the run: executor/rank_exit.py

@@ -57,7 +57,7 @@ PUBLISHED_BWD_OVER_FWD = 2.5
 ``2.5 · f``; the backward's five matmuls against the forward's two) [src: fa2-benchmark-flops]."""
 
 MODEL_BWD_OVER_FWD = 2.0
-"""Backward ÷ forward FLOPs as trainplan counts the fused core (:func:`simulator.workload.ops.backward`)."""
+"""Backward ÷ forward FLOPs as trainplan counts the fused core (:func:`simulator.workload.kernels.backward`)."""
 
 CAUSAL_WORK_FRACTION = 0.5
 """Fraction of the full ``s × s`` work a causal kernel does, as the benchmarks count it

@@ -40,6 +40,8 @@ def _plan(tmp_path: Path, name: str = "plan.json", **changes) -> str:
     (["--timeout-s", "-1"], "--timeout-s: must be a positive number"),
     (["--measure-s", "0"], "--measure-s: must be a positive number of seconds"),
     (["--max-steps", "3"], "--max-steps: must be at least --steps (5)"),
+    (["--max-steps", "50"], "--max-steps: caps the steps --measure-s adds and does nothing without it; give "
+                            "--measure-s SECONDS too"),
     (["--out", "/nonexistent/dir/r.json"], "--out: folder '/nonexistent/dir' does not exist"),
     (["--trace", "/nonexistent/dir/t"], "--trace: folder '/nonexistent/dir' does not exist"),
     pytest.param(["--backend", "nccl"], "--backend: nccl needs CUDA GPUs", marks=pytest.mark.skipif(

@@ -44,8 +44,10 @@ def _run(args: argparse.Namespace) -> int:
     from executor.strategies.base import processes
 
     options = options_from_args(args)
-    if "RANK" in os.environ:  # already one rank of a torchrun job
-        return run.run_rank(options)
+    if "RANK" in os.environ:  # already one rank of a torchrun job: it ends as executor.run's ranks do
+        from executor.rank_exit import exit_rank
+
+        exit_rank(run.run_rank(options))
     if args.nproc is not None and args.nproc < 1:
         from simulator.errors import SpecError
 

@@ -7,6 +7,7 @@ Plan field → torch component:
   over the plan's m micro-batches with ``no_sync()`` on all but the last; DDP overlaps each bucket's
   all-reduce with the rest of backward (Li et al. VLDB 2020).
 - ZeRO 1: the same DDP, with ``ZeroRedundancyOptimizer(AdamW)`` (whole-tensor state partitioning).
+  The DDP and FSDP2 wrapping and the optimizers: :mod:`executor.strategies.dp_wrap`.
 - ``overlap_grad_reduce`` off: backward runs under ``no_sync()`` for every micro-batch, then the
   gradients are all-reduced bucket by bucket after backward (timed: the exposed ``dp`` phase).
 - All-reduce algorithm: ``auto`` → ``dist.all_reduce`` (the backend picks: NCCL's tuner, gloo's
@@ -61,11 +62,12 @@ from executor.memory_measure import storage_bytes
 from executor.model import build_gpt
 from executor.moe import apply_routing, route_context_tokens
 from executor.moe_parallel import (apply_expert_parallel, expert_parameter_names, make_ep_groups,
-                                   reduce_expert_gradients, shard_experts)
+                                   reduce_expert_gradients)
 from executor.recompute import RecomputeClock, apply_attention, apply_recompute
-from executor.reference import OptimizerGroup, adam_state, make_optimizer, optimizer_kwargs
+from executor.reference import adam_state
 from executor.strategies.base import OPTIMIZER, Family, FamilySpec, ModelStateBytes, Phase, StepRecord, register
-from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync, comm_hook
+from executor.strategies.ddp_sync import ReplayHook, all_reduce_after_backward, backward_with_exposed_sync
+from executor.strategies.dp_wrap import dense_params, wrap_ddp, wrap_fsdp
 from executor.strategies.run_context import RunContext
 from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule
@@ -74,10 +76,6 @@ from simulator.strategy import Offload, ZeroStage
 from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
 from simulator.workload import Recompute
 from simulator.workload.fp8 import MatmulPrecision
-
-_ONE_BUCKET_MB = 1 << 20
-"""bucket_cap_mb when the plan has one bucket for all gradients (larger than any model here)."""
-
 
 def check(plan, layout) -> None:
     """Refuse, in one line, what torch cannot run in this family."""
@@ -168,78 +166,12 @@ class DataParallelRunner:
                                                  else "not all-reduced by DDP"))
         if ctx.spec.dropout:
             self._components["dropout"] = f"p={ctx.spec.dropout:g} not run (executor.model has no dropout layers)"
-        if self.fsdp:
-            self._shard(s)
-        else:
-            self._ddp(s)
-
-    def _ddp(self, s) -> None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        bucket, impl = self.ctx.layout.bucket_bytes, s.optimizer_impl
-        cap_mb = _ONE_BUCKET_MB if bucket is None else bucket / 2 ** 20
-        if self.expert_params:  # each rank's own experts: neither broadcast from rank 0 nor averaged over dp
-            DDP._set_params_and_buffers_to_ignore_for_model(self.model, expert_parameter_names(self.model))
-        self.module = DDP(self.model, process_group=self.group, bucket_cap_mb=cap_mb,
-                          gradient_as_bucket_view=s.gradient_as_bucket_view,
-                          device_ids=None if self.ctx.device.type == "cpu" else [self.ctx.device])
-        self.module.register_comm_hook(self.hook, comm_hook)
-        algo = s.dp_sync.algorithm
-        how = ("dist.all_reduce" if algo is AllReduceAlgorithm.AUTO else
-               f"{algo.value} schedule of the simulator replayed with isend/irecv (executor/p2p.py)")
-        self._components["gradient sync"] = (f"DDP bucket_cap_mb={cap_mb:g}, gradient_as_bucket_view="
-                                             f"{s.gradient_as_bucket_view}, comm hook: {how}, "
-                                             + ("overlapped with backward" if self.overlap else
-                                                "after backward (no_sync on every micro-batch)"))
-        if s.zero is ZeroStage.ZERO1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            def zero1(params, group):
-                return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group,
-                                               lr=OPTIMIZER.lr, betas=OPTIMIZER.betas,
-                                               weight_decay=OPTIMIZER.weight_decay, **optimizer_kwargs(impl))
-            opts = [zero1(self._dense_params(), self.group)]
-            if self.expert_params:
-                edp = self.ep.expert_dp_ranks
-                opts.append(zero1(self.expert_params, self.ep.expert_dp_group) if len(edp) > 1
-                            else make_optimizer(self.expert_params, impl=impl))
-            self.opt = OptimizerGroup(opts)
-            self._components["optimizer"] += " in ZeroRedundancyOptimizer (ZeRO-1)" + (
-                "; the experts' over their expert-data-parallel group" if self.expert_params else "")
-        else:
-            self.opt = make_optimizer(self.model.parameters(), impl=impl)
+        wrapped = (wrap_fsdp(ctx, model, self.expert_params, self.ep) if self.fsdp else
+                   wrap_ddp(ctx, model, self.group, self.hook, self.expert_params, self.ep, self.overlap))
+        self.module, self.opt, self.expert_params = wrapped.module, wrapped.opt, wrapped.expert_params
+        self._components["gradient sync"] = wrapped.sync
+        self._components["optimizer"] += wrapped.optimizer_note
         self._adam_state = lambda: adam_state(self.opt)
-
-    def _shard(self, s) -> None:
-        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
-
-        reshard, impl, mp = s.zero is ZeroStage.ZERO3, s.optimizer_impl, self.ctx.mp_policy()
-        offload = CPUOffloadPolicy(pin_memory=self.ctx.device.type == "cuda") \
-            if s.offload in (Offload.OPTIMIZER, Offload.PARAMS) else OffloadPolicy()
-        mesh = self.ctx.mesh["dp"]
-        if self.expert_params:  # each expert over its expert-data-parallel group first: the blocks skip them
-            shard_experts(self.model, self.ep, self.ctx.layout.dp_cp, reshard, self.ctx.device.type, mp)
-        for block in self.model.layers:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
-        fully_shard(self.model, mesh=mesh, reshard_after_forward=reshard, offload_policy=offload, mp_policy=mp)
-        self.module = self.model
-        if self.expert_params:  # the sharded parameters: DTensors on two meshes, one optimizer each
-            names = set(expert_parameter_names(self.model))
-            self.expert_params = [p for n, p in self.model.named_parameters() if n in names]
-            self.opt = OptimizerGroup([make_optimizer(self._dense_params(), impl=impl),
-                                       make_optimizer(self.expert_params, impl=impl)])
-        else:
-            self.opt = make_optimizer(self.model.parameters(), impl=impl)
-        self._adam_state = lambda: adam_state(self.opt)
-        self._components["gradient sync"] = (f"FSDP2 fully_shard per block and root, reshard_after_forward="
-                                             f"{reshard} (ZeRO-{int(s.zero)}), "
-                                             + (f"MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype="
-                                                f"{str(mp.reduce_dtype).removeprefix('torch.')}), "
-                                                if self.ctx.bf16_params else "") + "offload: "
-                                             f"{type(offload).__name__}" + (
-                                                 "; each routed expert fully_shard over its expert-data-parallel "
-                                                 "group, gradients summed there and divided by dp"
-                                                 if self.expert_params else ""))
 
     def _accumulating(self, last: bool):
         if self.fsdp:  # ZeRO-2/3: the reduce-scatter in every micro-batch's backward that the simulator charges
@@ -304,8 +236,7 @@ class DataParallelRunner:
     def _dense_params(self) -> list:
         """The parameters other than the routed experts (all of them without ep), as the model holds them now
         (FSDP2's ``fully_shard`` replaces the module's parameters by DTensors)."""
-        experts = {id(p) for p in self.expert_params}
-        return [p for p in self.model.parameters() if id(p) not in experts]
+        return dense_params(self.model, self.expert_params)
 
     def _ep_seconds(self) -> float:
         return 0.0 if self.ep_clock is None else self.ep_clock.seconds

@@ -27,9 +27,9 @@ Path model (what each fabric contributes):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-from simulator.cluster.spec import Cluster, Fabric, LeafUplinks, Link, LinkClass, LinkKind, NetworkSpec
+from simulator.cluster.fabric_links import crosses_leaf, leaf_of, leaf_uplink, nic_link, shared_uplink, staging_link
+from simulator.cluster.spec import Cluster, Fabric, LeafUplinks, Link, LinkClass, LinkKind
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 
@@ -113,7 +113,7 @@ def renaming(cluster: Cluster, links, moved) -> Renaming | None:
     ``(src, dst, nic or None)``) by renaming resources (:func:`renamed`), or None where that may not hold.
 
     A path between nodes reads its GPUs only through their NICs, and its nodes and NICs only as names of its
-    resources, except where it asks whether they cross a leaf (:func:`_crosses_leaf`), where a NIC is degraded
+    resources, except where it asks whether they cross a leaf (:func:`crosses_leaf`), where a NIC is degraded
     (``Cluster.degraded_nics``: its bandwidth) and where a shared leaf link is named by its leaf. A path inside a
     node reads the node only as a name. So ``b`` is ``a`` renamed when both stay inside a node on the same
     local GPUs, or both cross nodes with leaf crossings alike and none on a shared leaf link, no NIC of the
@@ -140,8 +140,8 @@ def renaming(cluster: Cluster, links, moved) -> Renaming | None:
             continue
         nic_s, nic_d = (spec.nic_of(sl), spec.nic_of(dl)) if nic is None else (nic, nic)
         nic_s2, nic_d2 = (spec.nic_of(sl2), spec.nic_of(dl2)) if nic2 is None else (nic2, nic2)
-        crosses = _crosses_leaf(cluster, sn, dn, nic_s, nic_d)
-        if crosses != _crosses_leaf(cluster, sn2, dn2, nic_s2, nic_d2) or (crosses and shared):
+        crosses = crosses_leaf(cluster, sn, dn, nic_s, nic_d)
+        if crosses != crosses_leaf(cluster, sn2, dn2, nic_s2, nic_d2) or (crosses and shared):
             return None
         if (ports.setdefault((sn, nic_s), (sn2, nic_s2)) != (sn2, nic_s2)
                 or ports.setdefault((dn, nic_d), (dn2, nic_d2)) != (dn2, nic_d2)):
@@ -206,78 +206,23 @@ def _inter_path(cluster: Cluster, sn: int, sl: int, dn: int, dl: int, nic: int |
         raise SpecError("nic", f"NIC {nic_s} does not exist; the node has {spec.nics_per_node}")
     hops: list[Hop] = []
     latency = net.link.latency_s
-    staging = None if net.gpudirect_rdma else _staging_link(cluster)
+    staging = None if net.gpudirect_rdma else staging_link(cluster)
     if staging is not None:
         hops.append(Hop(("host_stage", sn, nic_s), staging))
         latency += staging.latency_s
-    hops.append(Hop(("nic_tx", sn, nic_s), _nic_link(cluster, sn, nic_s)))
-    if _crosses_leaf(cluster, sn, dn, nic_s, nic_d):
+    hops.append(Hop(("nic_tx", sn, nic_s), nic_link(cluster, sn, nic_s)))
+    if crosses_leaf(cluster, sn, dn, nic_s, nic_d):
         if net.leaf_uplinks is LeafUplinks.SHARED:
-            shared = _shared_uplink(net, spec.nics_per_node)
+            shared = shared_uplink(net, spec.nics_per_node)
             hops += [Hop(("leaf_up", *leaf_of(cluster, sn, nic_s)), shared),
                      Hop(("leaf_down", *leaf_of(cluster, dn, nic_d)), shared)]
         else:
-            hops.append(Hop(("leaf_up", sn, nic_s), _leaf_uplink(net)))
-    hops.append(Hop(("nic_rx", dn, nic_d), _nic_link(cluster, dn, nic_d)))
+            hops.append(Hop(("leaf_up", sn, nic_s), leaf_uplink(net)))
+    hops.append(Hop(("nic_rx", dn, nic_d), nic_link(cluster, dn, nic_d)))
     if staging is not None:
         hops.append(Hop(("host_stage", dn, nic_d), staging))
         latency += staging.latency_s
     return Path(tuple(hops), LinkClass.NET, latency)
-
-
-def _nic_link(cluster: Cluster, node: int, nic: int) -> Link:
-    """The NIC's link: the network's, or a degraded NIC's fraction of it (``Cluster.degraded_nics``)."""
-    link = cluster.network.link
-    if not cluster.degraded_nics:
-        return link
-    fraction = cluster.nic_fraction(node, nic)
-    return link if fraction == 1.0 else _scaled(link, fraction)
-
-
-@lru_cache(maxsize=64)
-def _scaled(link: Link, fraction: float) -> Link:
-    return Link(kind=link.kind, bw_GBps=link.bw_GBps * fraction, latency_us=link.latency_us,
-                efficiency=link.efficiency)
-
-
-@lru_cache(maxsize=16)
-def _leaf_uplink(net: NetworkSpec) -> Link:
-    """A leaf's uplink: the NIC link's bandwidth divided by the oversubscription ratio (one object per
-    network: an all-to-all over 512 ranks crosses it on 230k paths)."""
-    return Link(kind=net.link.kind, bw_GBps=net.link.bw_GBps / net.oversubscription,
-                latency_us=net.link.latency_us, efficiency=net.link.efficiency)
-
-
-def leaf_of(cluster: Cluster, node: int, nic: int) -> tuple[int, ...]:
-    """The leaf switch NIC ``nic`` of ``node`` hangs under: its leaf group, and its rail on a
-    rail-optimised fabric (``(group,)`` or ``(group, rail)``)."""
-    net = cluster.network
-    group = node // net.nodes_per_leaf if net.nodes_per_leaf else 0
-    return (group, nic) if net.rail_optimized else (group,)
-
-
-@lru_cache(maxsize=16)
-def _shared_uplink(net: NetworkSpec, nics_per_node: int) -> Link:
-    """All uplinks of one leaf as one link: ``ports × bw / ratio`` with ``ports`` the NIC ports under the
-    leaf (``nodes_per_leaf``, times the NICs per node unless each rail has its own leaf)."""
-    ports = net.nodes_per_leaf * (1 if net.rail_optimized else nics_per_node)
-    return Link(kind=net.link.kind, bw_GBps=ports * net.link.bw_GBps / net.oversubscription,
-                latency_us=net.link.latency_us, efficiency=net.link.efficiency)
-
-
-def _crosses_leaf(cluster: Cluster, sn: int, dn: int, nic_s: int, nic_d: int) -> bool:
-    net = cluster.network
-    if net.rail_optimized and nic_s != nic_d:
-        return True
-    per_leaf = net.nodes_per_leaf
-    return bool(per_leaf) and sn // per_leaf != dn // per_leaf
-
-
-def _staging_link(cluster: Cluster) -> Link:
-    host = cluster.node.host
-    if host is None:
-        raise SpecError("node.host", "gpudirect_rdma: false needs the host section (h2d_bw_GBps, h2d_latency_us)")
-    return Link(kind=LinkKind.PCIE, bw_GBps=host.h2d_bw_GBps / 2, latency_us=host.h2d_latency_us)
 
 
 def nodes_of(cluster: Cluster, ranks: list[int]) -> dict[int, list[int]]:

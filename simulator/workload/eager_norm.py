@@ -2,7 +2,7 @@
 
 A norm's backward in the roofline is one memory-bound kernel of 1.5× its forward bytes (it reads the output
 gradient ``dy`` and the saved input ``x`` and writes the input gradient ``dx``: three tensors where forward
-touched two; :data:`simulator.workload.ops.MEMORY_BWD_FACTOR`). Eager torch's CUDA ``native_layer_norm_backward``
+touched two; :data:`simulator.workload.kernels.MEMORY_BWD_FACTOR`). Eager torch's CUDA ``native_layer_norm_backward``
 runs it as **two** kernels per call: ``layer_norm_grad_input_kernel`` (reads ``dy`` and ``x``, writes ``dx``)
 and ``GammaBetaBackwardCUDAKernelTemplate`` (reads ``dy`` and ``x`` again to reduce the weight's, and the bias's,
 gradient over the tokens). Per call, per element of the norm's input:

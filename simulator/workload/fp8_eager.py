@@ -1,7 +1,7 @@
 """torchao's float8 casts run eagerly (no ``torch.compile``): each pass of a cast is a kernel of its own.
 
 Compiled, torchao's tensorwise cast is an amax reduction and one fused scale-and-cast (``2·e + 3`` bytes per
-element, :meth:`simulator.workload.fp8.Fp8Recipe.cast_bytes_per_element`). Eager, as ``trainplan execute`` runs
+element, :meth:`simulator.workload.fp8_recipe.Fp8Recipe.cast_bytes_per_element`). Eager, as ``trainplan execute`` runs
 it, every step of ``hp_tensor_to_float8_dynamic`` is a separate kernel over the whole tensor; our H200 trace of
 that run (GPT-3 1.3B, docs/hardware_measured.md) spent ~450 ms per step in them against ~80 ms in the FP8 GEMMs.
 """

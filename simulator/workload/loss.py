@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from simulator.workload.kernels import Kernel, OpKind, OpWork, Scope, memory, op_work
 from simulator.workload.kinds import LossImpl
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, memory
 
 FP32_BYTES = 4
 
@@ -81,7 +81,7 @@ def _keeping_dispatches(new: OpWork, old: OpWork) -> OpWork:
 def loss_work(logits: float, e: int, impl: LossImpl) -> OpWork:
     """The cross-entropy operation over ``logits`` logits of ``e`` bytes (module docstring)."""
     if impl is LossImpl.ONE_PASS:
-        return _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * logits * e), None)])
+        return op_work(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * logits * e), None)])
     cast = e != FP32_BYTES
     if impl is LossImpl.TORCH_AUTOCAST and cast:
         return _autocast_loss(logits, e)

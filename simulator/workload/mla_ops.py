@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, gemm, memory
+from simulator.workload.kernels import Kernel, OpKind, OpWork, Scope, gemm, memory, op_work
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
@@ -34,7 +34,7 @@ _SPLIT = ("q", "q_up", "kv_up")
 
 
 def _items(work: OpWork, e: int) -> list[tuple[Kernel, tuple | None]]:
-    """An operation's forward kernels with the shapes :func:`simulator.workload.ops._op` needs again."""
+    """An operation's forward kernels with the shapes :func:`simulator.workload.kernels.op_work` needs again."""
     return [(k, (k.shape.m, k.shape.n, k.shape.k, e, k.shape.batch) if k.shape is not None else None)
             for k in work.fwd]
 
@@ -53,14 +53,14 @@ def mla_layer_work(spec: TransformerSpec, dense: list[OpWork], micro_batch: int,
     out = []
     for work in dense:
         if work.op is OpKind.QKV:
-            out.append(_op(OpKind.QKV, Scope.LAYER, qkv))
+            out.append(op_work(OpKind.QKV, Scope.LAYER, qkv))
         elif work.op is OpKind.ATTENTION:
-            out.append(_op(OpKind.ATTENTION, Scope.LAYER, _attention(work, mla, b, s, n_t, e)))
+            out.append(op_work(OpKind.ATTENTION, Scope.LAYER, _attention(work, mla, b, s, n_t, e)))
         elif work.op is OpKind.OUT_PROJ:
-            out.append(_op(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, n_t * mla.v_head_dim, e)]))
+            out.append(op_work(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, n_t * mla.v_head_dim, e)]))
         elif work.op is OpKind.ELEMENTWISE:
             rotary = memory("rotary", 2 * T * (n_t + 1) * mla.qk_rope_head_dim * e)
-            out.append(_op(OpKind.ELEMENTWISE, Scope.LAYER, [(rotary if k.name == "rotary" else k, shape)
+            out.append(op_work(OpKind.ELEMENTWISE, Scope.LAYER, [(rotary if k.name == "rotary" else k, shape)
                                                              for k, shape in _items(work, e)]))
         else:
             out.append(work)

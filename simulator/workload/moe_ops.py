@@ -18,7 +18,7 @@ it sets the layer's time, since the combine all-to-all waits for it. Forward:
     shared     a dense MLP of width n_s·f_s/t on all T tokens
     activation on the expert hidden: (3 if SwiGLU else 2)·L·f_e/t·e, and on the shared hidden
 
-Backward is two GEMMs per GEMM and 1.5× the bytes of a memory kernel (:func:`simulator.workload.ops.backward`).
+Backward is two GEMMs per GEMM and 1.5× the bytes of a memory kernel (:func:`simulator.workload.kernels.backward`).
 The all-to-alls that move the tokens are communication, compiled in :mod:`simulator.compile.ep_part`.
 """
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.workload.kernels import Kernel, OpKind, OpWork, Scope, gemm, memory, op_work
 from simulator.workload.kinds import ActivationKind
 from simulator.workload.moe import expert_tokens
-from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, _op, gemm, memory
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
@@ -75,13 +75,13 @@ def with_experts(spec: TransformerSpec, dense: list[OpWork], tokens: float, tp: 
     out = []
     for work in dense:
         if work.op is OpKind.MLP:
-            out += [_op(OpKind.ROUTER, Scope.LAYER, router), _op(OpKind.MLP, Scope.LAYER, mlp)]
+            out += [op_work(OpKind.ROUTER, Scope.LAYER, router), op_work(OpKind.MLP, Scope.LAYER, mlp)]
         elif work.op is OpKind.ELEMENTWISE:
             dense_act = (3 if spec.activation is ActivationKind.SWIGLU else 2) * tokens * spec.ffn_size / tp \
                 * spec.dtype.activation_bytes  # the same elements' bytes in the dense block's activation
             items = [(memory(k.name, k.bytes * act_bytes / dense_act) if k.name.startswith("activation") else k, None)
                      for k in work.fwd]
-            out.append(_op(OpKind.ELEMENTWISE, Scope.LAYER, items))
+            out.append(op_work(OpKind.ELEMENTWISE, Scope.LAYER, items))
         else:
             out.append(work)
     return out

@@ -1,8 +1,7 @@
 """The kernels one transformer block (and the embedding and output head) runs, with FLOPs and bytes.
 
-Each operation of the block is a short list of kernels; a kernel is either a GEMM (m×k by k×n,
-``2·m·n·k`` FLOPs, reading both inputs and writing the output once: ``e·(m·k + k·n + m·n)``
-bytes) or a memory-bound element-wise kernel (bytes only). ``T = b·s`` tokens per micro-batch,
+Each operation of the block is a short list of kernels (a GEMM or a memory-bound kernel, and the
+backward of each: :mod:`simulator.workload.kernels`). ``T = b·s`` tokens per micro-batch,
 ``e`` bytes per element (the dtype policy's activation size), ``t`` tensor-parallel ranks
 (Megatron layout: QKV and MLP-in split by columns, output projection and MLP-out by rows, heads
 split, logits split by vocabulary). Forward, per block, per device:
@@ -26,36 +25,26 @@ kernel fusion (:class:`~simulator.workload.kinds.KernelFusion`), with ``n = 1`` 
     attention dropout   eager attention only (flash fuses it): eager/megatron a kernel (reads and
                         writes b·a/t·s², writes the mask); compiled: fused, writes the mask
     embedding dropout   first stage: eager/megatron a kernel; compiled: fused into the lookup
-
-Backward of a GEMM is two GEMMs of the forward's FLOPs (input gradient m×n·n×k, weight gradient
-k×m·m×n); backward of a memory kernel moves 1.5× its forward bytes (it reads the output gradient
-and the saved input and writes the input gradient: three tensors where forward touched two).
-A GEMM kernel carries its (m, n, k, batch) so the device can time it by shape (tile and wave
-quantisation, :mod:`simulator.gemm_shape`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simulator.attention_efficiency import AttentionBackend, AttentionCall, AttentionPass
 from simulator.checks import positive_int
-from simulator.dtypes import Dtype
-from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.gemm_alignment import padded_vocab
-from simulator.gemm_shape import GemmShape
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextKind, ContextSplit
 from simulator.workload.eager_dispatch import block_dispatches, edge_dispatches, with_dispatches
 from simulator.workload.eager_rates import EagerKernel, at_eager_rate, norm_kernel
+from simulator.workload.kernels import (MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, Scope, backward,  # noqa: F401
+                                        gemm, memory, op_work)
 from simulator.workload.kinds import ActivationKind, BiasKind, KernelFusion, PositionKind
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
-
-MEMORY_BWD_FACTOR = 1.5
-"""Backward bytes / forward bytes of an element-wise kernel (3 tensors touched instead of 2)."""
 
 CAUSAL_ATTENTION = True
 """Whether the fused attention core runs with a causal mask: every :class:`TransformerSpec` here is a
@@ -65,110 +54,6 @@ for the kernel's time."""
 
 DROPOUT_MASK_BYTES = 1
 """Bytes per element of a dropout mask: ATen ``native_dropout`` returns a bool mask."""
-
-
-class OpKind(Kind):
-    """Operations the compute table reports, in execution order."""
-
-    EMBEDDING = "embedding"
-    """Token (and learned position) embedding lookup; first pipeline stage."""
-    NORM = "norm"
-    """LayerNorm/RMSNorm (two per block; the final norm on the last stage)."""
-    QKV = "qkv"
-    """Q, K, V projections."""
-    ATTENTION = "attention"
-    """Attention core: scores QKᵀ, softmax, A·V (fused with flash attention)."""
-    OUT_PROJ = "out_proj"
-    """Attention output projection."""
-    MLP = "mlp"
-    """The MLP's matmuls (a MoE layer: the experts' grouped GEMMs and the shared experts)."""
-    ROUTER = "router"
-    """A MoE layer's router GEMM, top-k, and the token permutations around the experts
-    (:mod:`simulator.workload.moe_ops`)."""
-    ELEMENTWISE = "elementwise"
-    """Residual adds, the MLP activation, rotary embedding."""
-    CAST = "cast"
-    """Dtype conversions a framework adds around the kernels: eager autocast's weight casts and norm-output
-    casts, forward and backward (:mod:`simulator.workload.autocast`)."""
-    LOGITS = "logits"
-    """Output projection to the vocabulary; last pipeline stage."""
-    LOSS = "loss"
-    """Softmax cross-entropy over the logits; last pipeline stage."""
-
-
-class Scope(Kind):
-    """Where an operation runs: once per block, or once per model on the first or last stage."""
-
-    LAYER = "layer"
-    """In every transformer block."""
-    FIRST = "first"
-    """Once, before the first block (first pipeline stage)."""
-    LAST = "last"
-    """Once, after the last block (last pipeline stage)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Kernel:
-    """One kernel: its FLOPs (0 for memory-bound kernels), bytes moved, and whether it is a GEMM."""
-
-    name: str
-    flops: float
-    bytes: float
-    gemm: bool
-    """True: timed on the matmul-efficiency curve; False: memory-bound, bytes only."""
-    shape: GemmShape | None = None
-    """A GEMM's (m, n, k, batch), for tile and wave quantisation (:mod:`simulator.gemm_shape`);
-    None for memory kernels and for compute kernels known by FLOPs only (flash attention, a layer list)."""
-    dtype: Dtype | None = None
-    """The format a GEMM runs in when it is not the workload's compute format (FP8 linears,
-    :mod:`simulator.workload.fp8`); None: the workload's."""
-    attention: AttentionCall | None = None
-    """A fused-attention kernel's backend, pass, sequence length, head dim and mask, for the device's
-    published attention rates (:mod:`simulator.attention_efficiency`); None for every other kernel."""
-    dispatches: int = 1
-    """Operators the framework dispatches for the kernel (views, ``.grad`` accumulation; eager torch:
-    :mod:`simulator.workload.eager_dispatch`): its host calls on an ``inline`` device."""
-    copy_fraction: float = 1.0
-    """A memory-bound kernel's rate over a plain copy's (the device's achievable HBM bandwidth): below 1 for
-    eager torch's norms, GELU and dropout (:mod:`simulator.workload.eager_rates`); 1 otherwise."""
-
-
-def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1, weight_grad: bool = False) -> Kernel:
-    """A (batched) GEMM producing m×n from m×k and k×n (``weight_grad``: :attr:`GemmShape.weight_grad`)."""
-    return Kernel(name=name, flops=2.0 * batch * m * n * k, bytes=float(e * batch * (m * k + k * n + m * n)),
-                  gemm=True, shape=GemmShape(m, n, k, batch, weight_grad))
-
-
-def memory(name: str, nbytes: float) -> Kernel:
-    return Kernel(name=name, flops=0.0, bytes=float(nbytes), gemm=False)
-
-
-def backward(kernel: Kernel, shape: tuple[float, float, float, int, float] | None) -> list[Kernel]:
-    """Backward kernels of a forward kernel; ``shape`` (m, n, k, e, batch) for GEMMs."""
-    if not kernel.gemm:
-        return [memory(kernel.name + ".bwd", kernel.bytes * MEMORY_BWD_FACTOR)]
-    if shape is None:  # a fused non-GEMM compute kernel (flash attention): 2× FLOPs, 2× bytes
-        call = kernel.attention and replace(kernel.attention, direction=AttentionPass.BWD)
-        return [Kernel(name=kernel.name + ".bwd", flops=2 * kernel.flops, bytes=2 * kernel.bytes, gemm=True,
-                       attention=call)]
-    m, n, k, e, batch = shape
-    return [gemm(kernel.name + ".dgrad", m, k, n, e, batch),
-            gemm(kernel.name + ".wgrad", k, n, m, e, batch, weight_grad=True)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class OpWork:
-    """One operation's forward and backward kernels."""
-
-    op: OpKind
-    scope: Scope
-    fwd: tuple[Kernel, ...]
-    bwd: tuple[Kernel, ...]
-
-
-def _op(op: OpKind, scope: Scope, items: list[tuple[Kernel, tuple | None]]) -> OpWork:
-    bwd = [b for kernel, shape in items for b in backward(kernel, shape)]
-    return OpWork(op=op, scope=scope, fwd=tuple(k for k, _ in items), bwd=tuple(bwd))
 
 
 def _g(name: str, m: float, n: float, k: float, e: int, batch: float = 1) -> tuple[Kernel, tuple]:
@@ -259,13 +144,13 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
         elementwise.append((memory("rotary", rotary), None))
     mlp_in = _g("mlp_in", T, (2 if swiglu else 1) * f / tp, h, e)
     ops = [
-        _op(OpKind.NORM, Scope.LAYER, at_eager_rate([(memory("norm", 2 * 2 * res), None)], norm_kernel(spec.norm),
+        op_work(OpKind.NORM, Scope.LAYER, at_eager_rate([(memory("norm", 2 * 2 * res), None)], norm_kernel(spec.norm),
                                                     fusion)),
-        _op(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
-        _op(OpKind.ATTENTION, Scope.LAYER, attention),
-        _op(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, q / tp, e)]),
-        _op(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
-        _op(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
+        op_work(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
+        op_work(OpKind.ATTENTION, Scope.LAYER, attention),
+        op_work(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, q / tp, e)]),
+        op_work(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
+        op_work(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
     ]
     if fusion is not KernelFusion.EAGER:
         return ops
@@ -326,10 +211,10 @@ def edge_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, t
     if spec.dropout > 0:
         embedding += _dropout("embed_dropout", T * h * e, T * h, fusion is KernelFusion.COMPILED)
     ops = [
-        _op(OpKind.EMBEDDING, Scope.FIRST, embedding),
-        _op(OpKind.NORM, Scope.LAST, at_eager_rate([(memory("final_norm", 2 * res), None)], norm_kernel(spec.norm),
+        op_work(OpKind.EMBEDDING, Scope.FIRST, embedding),
+        op_work(OpKind.NORM, Scope.LAST, at_eager_rate([(memory("final_norm", 2 * res), None)], norm_kernel(spec.norm),
                                                    fusion)),
-        _op(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
-        _op(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),
+        op_work(OpKind.LOGITS, Scope.LAST, [_g("logits", T, v / tp, h, e)]),
+        op_work(OpKind.LOSS, Scope.LAST, [(memory("cross_entropy", 2 * T * v / tp * e), None)]),
     ]
     return with_dispatches(ops, edge_dispatches(spec)) if fusion is KernelFusion.EAGER else ops
