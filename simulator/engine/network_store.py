@@ -85,10 +85,12 @@ class StoredNetwork(FlowNetwork):
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
         if len(due) > 1:
             due.sort(key=_fid)
-        budget = fairshare.VECTOR_MIN_HOPS - sum([len(f.res) for f in arrivals if f.nbytes > 0])
+        arriving = [f for f in arrivals if f.nbytes > 0]  # the arrivals of no bytes end at once, never active
+        arriving_hops = sum([len(f.res) for f in arriving])
+        budget = fairshare.VECTOR_MIN_HOPS - arriving_hops
         if budget <= 0 or self._pairs.pair_res.size >= budget:  # the pairs: an upper bound on the active flows'
             self.array_tries += 1
-            if self._apply_arrays(now, slack, arrivals, due):
+            if self._apply_arrays(now, slack, arrivals, due, arriving, arriving_hops):
                 self.array_settles += 1
                 return
         super()._apply(now, slack, arrivals, due)
@@ -99,9 +101,10 @@ class StoredNetwork(FlowNetwork):
         for f in flows:
             slots[f._slot] = None
 
-    def _apply_arrays(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> bool:
+    def _apply_arrays(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow], arriving: list[Flow],
+                      arriving_hops: int) -> bool:
         """:meth:`FlowNetwork._apply` on arrays, if its re-rated flows cross at least ``VECTOR_MIN_HOPS`` pairs;
-        False (nothing changed) if not."""
+        False (nothing changed) if not. ``arriving``: the arrivals of some bytes, crossing ``arriving_hops`` pairs."""
         st, pairs = self._store, self._pairs
         alive = pairs.live(st.active)
         seeds = np.fromiter(chain(chain.from_iterable([f.res for f in due]),
@@ -117,8 +120,7 @@ class StoredNetwork(FlowNetwork):
                                      is_due, now, slack)
         in_rerate = np.zeros(alive.size, dtype=bool)
         in_rerate[walked_rows[~done]] = True
-        arriving = [f for f in arrivals if f.nbytes > 0]
-        if int(in_rerate[pairs.pair_row].sum()) + sum(len(f.res) for f in arriving) < fairshare.VECTOR_MIN_HOPS:
+        if int(in_rerate[pairs.pair_row].sum()) + arriving_hops < fairshare.VECTOR_MIN_HOPS:
             return False
         st.delivered[walked] += moved
         kept = walked[~done]
