@@ -105,6 +105,38 @@ def test_array_settle_hand_case():
     assert [r[1] for r in stored] == pytest.approx([1e6] * 3, rel=1e-12)
 
 
+@settings(max_examples=80, deadline=None)
+@given(_networks, st.sampled_from([2, 3, 4, 6]))
+def test_settles_tried_on_arrays_and_found_small_equal_objects(spec, min_hops):
+    """A middling ``VECTOR_MIN_HOPS``: settles are tried on arrays whenever the store holds that many pairs, and
+    those found small (their ends leave too few pairs to rate) are done on objects; the bits are the object
+    network's, so a try that fails wrote nothing."""
+    transfers = _transfers(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fairshare, "VECTOR_MIN_HOPS", min_hops)
+        plain, net_a = _run(FlowNetwork, transfers)
+        stored, net_b = _run(StoredNetwork, transfers)
+    assert _same(plain, stored) and len(plain) == len(stored)
+    assert _counters(net_a) == _counters(net_b)
+
+
+def test_a_failed_array_try_writes_nothing():
+    """Threshold 3: flow 0 on (a, b) with 1 MB and flow 1 on (a,) with 2 MB arrive together (3 pairs: on arrays),
+    each at 5 GB/s on the 10 GB/s link a. Flow 0 ends at 0.2 ms; that settle is tried on arrays (3 pairs stored)
+    and found small (flow 1 alone: 1 pair), so the object code does it: flow 1 then runs at 10 GB/s, its last 1 MB
+    in 0.1 ms, ending at 0.3 ms with 2 MB delivered (counted once), as on the object network to the bit."""
+    a, b = ("a", 10), ("b", 10)
+    transfers = [(path(a, b), 1e6, None, 0.0), (path(a), 2e6, None, 0.0)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fairshare, "VECTOR_MIN_HOPS", 3)
+        plain, _ = _run(FlowNetwork, transfers)
+        stored, net = _run(StoredNetwork, transfers)
+    assert net.array_tries > net.array_settles >= 1
+    assert _same(plain, stored)
+    assert [r[0] for r in stored] == pytest.approx([2e-4, 3e-4], rel=1e-12)
+    assert [r[1] for r in stored] == pytest.approx([1e6, 2e6], rel=1e-12)
+
+
 class _Route:
     def __init__(self, res):
         self.path, self.res, self.bottleneck_Bps = None, tuple(res), 1.0
