@@ -113,26 +113,38 @@ def _max_min_levels(flows: Sequence[RatedFlow], cap: Sequence[float], hops: int,
             f.rate = f.bottleneck_Bps
         return
     capacity = np.array([cap[r] for r in used.tolist()], dtype=float)  # not the whole list: it grows with the network
-    left = capacity.copy()
-    count = np.bincount(local, minlength=used.size).astype(float)
-    rate = np.full(len(flows), -1.0)
-    open_hop = np.ones(hops, dtype=bool)
+    rate = fill_levels(flow_of, local, len(flows), capacity)
+    for f, r in zip(flows, rate.tolist()):
+        f.rate = r
+
+
+def fill_levels(flow_of: np.ndarray, res_of: np.ndarray, n_flows: int, capacity: np.ndarray) -> np.ndarray:
+    """Progressive filling on (flow, resource) pairs (``flow_of[i]`` crosses resource ``res_of[i]``, local numbers;
+    ``capacity[r]``): each pass fixes every open flow crossing a resource whose fair share ``left / count`` is within
+    ``TIE_RTOL`` of the least, at that level (floored at ``SHARE_FLOOR`` of the tight capacity), and takes it off its
+    resources. The order of the pairs reaches the result only through integer counts per resource. Flows with no
+    pair keep −1. The one home of the passes: :func:`_max_min_levels` and the flow store's
+    :func:`simulator.engine.settle_arrays.level_rates` both read it."""
+    n_res = capacity.size
+    left = capacity.astype(float)
+    count = np.bincount(res_of, minlength=n_res).astype(float)
+    rate = np.full(n_flows, -1.0)
+    open_hop = np.ones(res_of.size, dtype=bool)
     while open_hop.any():
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(count > 0, left / count, np.inf)
         level = share.min()
         tight = share <= level * (1 + TIE_RTOL)
-        fixed = np.zeros(len(flows), dtype=bool)
-        fixed[flow_of[open_hop & tight[local]]] = True
+        fixed = np.zeros(n_flows, dtype=bool)
+        fixed[flow_of[open_hop & tight[res_of]]] = True
         level = max(level, float(capacity[tight].min()) * SHARE_FLOOR)
         rate[fixed] = level
         done = open_hop & fixed[flow_of]
-        left -= level * np.bincount(local[done], minlength=used.size)
-        count -= np.bincount(local[done], minlength=used.size)
+        left -= level * np.bincount(res_of[done], minlength=n_res)
+        count -= np.bincount(res_of[done], minlength=n_res)
         count[tight] = 0
         open_hop &= ~done
-    for f, r in zip(flows, rate.tolist()):
-        f.rate = r
+    return rate
 
 
 def _numbered(res: np.ndarray, hops: int) -> tuple[np.ndarray, np.ndarray]:

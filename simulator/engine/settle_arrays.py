@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.engine.fairshare import SHARE_FLOOR, TIE_RTOL
+from simulator.engine.fairshare import fill_levels
 from simulator.engine.network import REL_BYTES_TOL
 
 
@@ -57,29 +57,11 @@ def level_rates(flow_of: np.ndarray, res_of: np.ndarray, n_flows: int, capacity:
     a store keeps them, ``capacity[r]`` its capacity; ``bottleneck[k]``: flow ``k``'s least capacity): the passes of
     :func:`simulator.engine.fairshare._max_min_levels`, which give the same bits under any numbering of the resources
     (``tests/test_engine_renaming.py``). Flows with no pair keep −1."""
-    hops, n_res = res_of.size, capacity.size
-    count = np.bincount(res_of, minlength=n_res).astype(float)
-    rate = np.full(n_flows, -1.0)
-    if count.max() <= 1:  # no resource shared: each flow runs at its own bottleneck
+    if np.bincount(res_of, minlength=capacity.size).max() <= 1:  # no resource shared: each at its own bottleneck
+        rate = np.full(n_flows, -1.0)
         rate[flow_of] = bottleneck[flow_of]
         return rate
-    left = capacity.astype(float)
-    open_hop = np.ones(hops, dtype=bool)
-    while open_hop.any():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(count > 0, left / count, np.inf)
-        level = share.min()
-        tight = share <= level * (1 + TIE_RTOL)
-        fixed = np.zeros(n_flows, dtype=bool)
-        fixed[flow_of[open_hop & tight[res_of]]] = True
-        level = max(level, float(capacity[tight].min()) * SHARE_FLOOR)
-        rate[fixed] = level
-        done = open_hop & fixed[flow_of]
-        left -= level * np.bincount(res_of[done], minlength=n_res)
-        count -= np.bincount(res_of[done], minlength=n_res)
-        count[tight] = 0
-        open_hop &= ~done
-    return rate
+    return fill_levels(flow_of, res_of, n_flows, capacity)
 
 
 def finish_times(before: np.ndarray, after: np.ndarray, left: np.ndarray,
