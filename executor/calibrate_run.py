@@ -196,10 +196,10 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
         raise SpecError("algorithms", f"native calls are fitted with gloo's own algorithms; on {backend} give "
                                       "replayed algorithms, e.g. --algorithms ring")
     probes = probes_for(algorithms, backend)
-    sizes = list(sizes)
+    sizes, moments = list(sizes), MOMENTS if backend == "gloo" else 1
     measured, cases, machine, by_moment = measure_design(cluster, series + list(probes), nprocs, sizes,
                                                          backend=backend, repeats=repeats, warmup=warmup,
-                                                         progress=progress, moments=MOMENTS if backend == "gloo" else 1)
+                                                         progress=progress, moments=moments)
     fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction, by_moment=by_moment)
     fit = replace(fit, machine=machine)
     waits, replay_step_us = fit.blocking_wait_us, fit.replay_step_us
@@ -216,7 +216,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {calls_text(nprocs, repeats, backend)}, warmup {warmup}; "
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {calls_text(nprocs, repeats, backend, moments)}, warmup {warmup}; "
               f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
               f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
               f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
@@ -238,15 +238,18 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
 
 
-def calls_text(nprocs: Sequence[int], repeats: int, backend: str) -> str:
-    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``."""
+def calls_text(nprocs: Sequence[int], repeats: int, backend: str, moments: int = 1) -> str:
+    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``; with
+    ``moments`` > 1 a count taken at several moments reads ``3 × 27`` (:mod:`executor.calibrate_moments`)."""
     from executor.calibrate_host import host_cores
     from executor.calibrate_modes import calls_per_point
+    from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment
 
     if backend != "gloo":
         return str(repeats)
-    calls = [calls_per_point(p, repeats, host_cores()) for p in nprocs]
-    return f"{' / '.join(map(str, calls))} at {' / '.join(map(str, nprocs))} processes"
+    calls = [f"{moments} × {calls_per_moment(c, moments)}" if moments > 1 and p in MOMENT_PROCESSES else str(c)
+             for p, c in ((p, calls_per_point(p, repeats, host_cores())) for p in nprocs)]
+    return f"{' / '.join(calls)} at {' / '.join(map(str, nprocs))} processes"
 
 
 def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
