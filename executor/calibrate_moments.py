@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 MOMENTS = 3
-"""Takes of each volatile probe per calibration (odd: the median is one of the takes)."""
+"""Takes of each volatile probe per calibration (odd: the median is one of the takes). The network sweep reads it;
+``executor.calibrate_compute`` takes the step-after-save probe at three fixed points of its sequence (after the host
+terms, the rank steps and the checkpointed steps), so a change here must change those too."""
 MOMENT_PROCESSES = (2,)
 """Process counts of the network sweep whose waits swing between calibrations (docs/calibration.md, "Volatile
 probes at several moments": 2 processes on the 2-core VM, where a call waits for a core least often and each wait
