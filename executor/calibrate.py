@@ -116,6 +116,12 @@ class LinkFit:
     """Per op measured, per process count, the 10th and 90th percentiles of its own wait over bootstrap resamples."""
     wait_spread: dict[int, tuple[float, float]] | None = None
     """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
+    wait_moments: dict | None = None
+    """Per process count taken at several moments (:mod:`executor.calibrate_moments`), its wait at each moment
+    (:class:`~executor.calibrate_moments.Moments`, µs); :attr:`blocking_wait_us` holds their median. None or empty:
+    taken once."""
+    op_wait_moments: dict | None = None
+    """The same per op (``Op`` → process count → ``Moments``) for :attr:`op_wait_us`."""
 
     @property
     def median_abs_error_pct(self) -> float:

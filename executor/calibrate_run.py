@@ -117,32 +117,40 @@ def machine_note(load_before: float, load_after: float, foreign: float | None) -
 
 
 def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: list[int], *, backend: str,
-                   repeats: int, warmup: int, progress: bool):
-    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`); on gloo
-    ``repeats`` calls per point at 2 or more processes per core, more where fewer share a core
-    (:func:`executor.calibrate_modes.calls_per_point`)."""
+                   repeats: int, warmup: int, progress: bool, moments: int = 1):
+    """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`, by moment);
+    on gloo ``repeats`` calls per point at 2 or more processes per core, more where fewer share a core
+    (:func:`executor.calibrate_modes.calls_per_point`). With ``moments`` > 1 the counts of
+    :data:`executor.calibrate_moments.MOMENT_PROCESSES` are launched that many times between the others, each with
+    its share of the calls (:func:`executor.calibrate_moments.launch_order`): the measurements are every moment's
+    calls pooled, and "by moment" lists each moment's own (empty with one moment)."""
     import os
     import time
 
     from executor.calibrate_host import host_cores
     from executor.calibrate_modes import calls_per_point
+    from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment, launch_order, pooled
     from executor.collective_bench import local_cluster, measure_cases
     from executor.suite_run import _machine_busy_s, _own_cpu_s
 
     load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
-    measurements, cases = [], []
-    for nproc in nprocs:
+    volatile = MOMENT_PROCESSES if moments > 1 else ()
+    measurements, cases, by_moment = [], {}, [[] for _ in range(moments if volatile else 0)]
+    for nproc, moment in launch_order(nprocs, volatile, moments):
         cluster = local_cluster(nproc, base)
-        launch_cases = _cases(cluster, series, nproc, sizes)
+        cases.setdefault(nproc, _cases(cluster, series, nproc, sizes))
         calls = repeats if backend != "gloo" else calls_per_point(nproc, repeats, host_cores())
-        measurements += measure_cases(series[0][0], launch_cases, nproc, backend=backend, repeats=calls,
-                                      warmup=warmup, progress=progress)
-        cases += launch_cases
+        taken = measure_cases(series[0][0], cases[nproc], nproc, backend=backend, warmup=warmup, progress=progress,
+                              repeats=calls_per_moment(calls, moments) if nproc in volatile else calls)
+        measurements += taken
+        if nproc in volatile:
+            by_moment[moment] += taken
     wall, busy1, own1 = time.perf_counter() - t0, _machine_busy_s(), _own_cpu_s()
     foreign = None
     if busy0 is not None and busy1 is not None and wall > 0:
         foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
-    return measurements, cases, machine_note(load0, os.getloadavg()[0], foreign)
+    return (pooled(measurements), [c for launch in cases.values() for c in launch],
+            machine_note(load0, os.getloadavg()[0], foreign), by_moment)
 
 
 def probes_for(algorithms: Sequence[str], backend: str) -> tuple:
@@ -173,6 +181,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     from executor.calibrate_groups import with_pair_waits
     from executor.calibrate_dtensor import dtensor_source_text, measure_dtensor_waits, with_dtensor_waits
     from executor.calibrate_modes import op_waits_text, waits_text, without_waits
+    from executor.calibrate_moments import MOMENTS, moments_source_text
     from executor.collective_bench import local_cluster
     from simulator.units import format_size
 
@@ -187,10 +196,11 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
         raise SpecError("algorithms", f"native calls are fitted with gloo's own algorithms; on {backend} give "
                                       "replayed algorithms, e.g. --algorithms ring")
     probes = probes_for(algorithms, backend)
-    sizes = list(sizes)
-    measured, cases, machine = measure_design(cluster, series + list(probes), nprocs, sizes, backend=backend,
-                                              repeats=repeats, warmup=warmup, progress=progress)
-    fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction)
+    sizes, moments = list(sizes), MOMENTS if backend == "gloo" else 1
+    measured, cases, machine, by_moment = measure_design(cluster, series + list(probes), nprocs, sizes,
+                                                         backend=backend, repeats=repeats, warmup=warmup,
+                                                         progress=progress, moments=moments)
+    fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction, by_moment=by_moment)
     fit = replace(fit, machine=machine)
     waits, replay_step_us = fit.blocking_wait_us, fit.replay_step_us
     batched = _async_broadcasts(nprocs) if probes else {}
@@ -206,11 +216,12 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
               f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
               f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {calls_text(nprocs, repeats, backend)}, warmup {warmup}; "
+              f"{format_size(max(sizes))} ({len(sizes)} sizes), repeats {calls_text(nprocs, repeats, backend, moments)}, warmup {warmup}; "
               f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
               f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
               f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
               f"op_wait_us (the same per op): {op_waits_text(fit.op_wait_us, fit.op_wait_spread)}; "
+              f"{moments_source_text(fit.wait_moments, fit.op_wait_moments)}"
               f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
               f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
               + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
@@ -227,15 +238,18 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
 
 
-def calls_text(nprocs: Sequence[int], repeats: int, backend: str) -> str:
-    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``."""
+def calls_text(nprocs: Sequence[int], repeats: int, backend: str, moments: int = 1) -> str:
+    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``; with
+    ``moments`` > 1 a count taken at several moments reads ``3 × 27`` (:mod:`executor.calibrate_moments`)."""
     from executor.calibrate_host import host_cores
     from executor.calibrate_modes import calls_per_point
+    from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment
 
     if backend != "gloo":
         return str(repeats)
-    calls = [calls_per_point(p, repeats, host_cores()) for p in nprocs]
-    return f"{' / '.join(map(str, calls))} at {' / '.join(map(str, nprocs))} processes"
+    calls = [f"{moments} × {calls_per_moment(c, moments)}" if moments > 1 and p in MOMENT_PROCESSES else str(c)
+             for p, c in ((p, calls_per_point(p, repeats, host_cores())) for p in nprocs)]
+    return f"{' / '.join(calls)} at {' / '.join(map(str, nprocs))} processes"
 
 
 def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
@@ -252,14 +266,16 @@ def _pair_waits(fitted: Cluster, nprocs: Sequence[int]) -> dict[int, float]:
     return pair_waits_us(fitted, pair_calls(nprocs))
 
 
-def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction: bool = False):
+def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction: bool = False, by_moment=()):
     """The calibration's fit of one measured design (``measured``: every Measurement of the launches ``cases``,
     the ``probes`` among them), on ``cluster`` without waits: the network fitted to the 10th percentiles, the
-    expected wait per blocking call per process count (:mod:`executor.calibrate_modes`), then the replay step
-    (:mod:`executor.calibrate_replay`); every row checked against the plain means. Returns ``(fitted, LinkFit)``.
-    Also what re-fits recorded calibrations (``--json``'s rows) offline."""
+    expected wait per blocking call per process count (:mod:`executor.calibrate_modes`; where ``by_moment`` gives
+    each moment's measurements, the median of the moments' waits, :mod:`executor.calibrate_moments`), then the
+    replay step (:mod:`executor.calibrate_replay`); every row checked against the plain means. Returns ``(fitted,
+    LinkFit)``. Also what re-fits recorded calibrations (``--json``'s rows) offline."""
     from executor.calibrate import executed_time, fit_cluster, fit_rows
     from executor.calibrate_modes import blocking_waits, fast_points, op_wait_spread, op_waits, wait_spread, with_waits
+    from executor.calibrate_moments import moment_waits, with_medians
     from executor.calibrate_replay import fit_replay_step, split_probes
     from executor.calibrate_spread import parameter_spread
 
@@ -268,6 +284,8 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
     fast, fit = fit_cluster(cluster, fast_points(measurements), fit_reduction=fit_reduction, estimate=estimate)
     waits = blocking_waits(fast, measurements, estimate)
     per_op = op_waits(fast, measurements + checked, estimate)  # the broadcast probe's own wait too
+    moments = moment_waits(fast, [m for m in by_moment if m], estimate, probes)
+    waits, per_op = with_medians(waits, per_op, *moments)
     fitted = with_waits(fast, waits, per_op)
     replay_step_us = fit_replay_step(fitted, replays, cases) if replays else None
     if replay_step_us is not None:
@@ -276,7 +294,8 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
                            spread=parameter_spread(fast, measurements, fit.fitted, estimate), blocking_wait_us=waits,
                            op_wait_us=per_op, op_wait_spread=op_wait_spread(fast, measurements + checked, estimate),
                            wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
-                           probes=tuple(fit_rows(fitted, replays + checked, estimate)))
+                           probes=tuple(fit_rows(fitted, replays + checked, estimate)), wait_moments=moments[0],
+                           op_wait_moments=moments[1])
 
 
 def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:
@@ -296,8 +315,8 @@ def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: Sequence[int],
     from executor.calibrate_replay import split_probes
 
     nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
-    measured, cases, machine = measure_design(cluster, list(series) + list(probes), nprocs, list(sizes),
-                                              backend=backend, repeats=repeats, warmup=warmup, progress=progress)
+    measured, cases, machine, _ = measure_design(cluster, list(series) + list(probes), nprocs, list(sizes),
+                                                 backend=backend, repeats=repeats, warmup=warmup, progress=progress)
     estimate = executed_time(cases)
     fitted, replays, checked = split_probes(measured, probes)
     return fit_rows(cluster, fitted, estimate), fit_rows(cluster, replays + checked, estimate), machine

@@ -40,6 +40,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from executor.compute_bench import Timing, timing_of
 from executor.step_bench import STEP_PROBE_MICRO_BATCHES, STEP_PROBE_PROCESSES, _between_steps, _steps
@@ -49,8 +50,10 @@ SAVE_PROBE_CASE = "ddp-overlap"
 """The suite case whose results file the probe rewrites (the 2-process data-parallel plan at ``--scale tiny``)."""
 SAVE_PROBE_STEPS = 24
 """Records per rank in the rewritten file: the default suite's steps per case (``simulator.validation_suite``)."""
-CALIBRATE_REPEATS = 40
-"""Steps of each kind ``trainplan calibrate --compute`` times (three runs of 60 at load 5-7 gave 269-659 µs)."""
+CALIBRATE_REPEATS = 24
+"""Steps of each kind ``trainplan calibrate --compute`` times in each of its takes of the probe
+(:data:`executor.calibrate_moments.MOMENTS` takes, the median written: :func:`median_take`; one take of 40 steps
+before 2026-11-26, whose value swung 72-695 µs between two quiet calibrations, docs/calibration.md)."""
 FAST_QUANTILE = 0.25
 """The quantile of a rank's steps that reads their fast mode (module docstring) [src: own-step-save-repeats]."""
 BOOTSTRAP_RESAMPLES = 200
@@ -189,14 +192,31 @@ def time_save_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
 
 def measure_save_steps(spec: TransformerSpec, micro_batch: int, *, thread_count: int, progress: bool = False
                        ) -> SaveStepTiming:
-    """The probe for ``trainplan calibrate --compute`` (the CPU, fp32): the tiny ``spec`` as the rank-step probe runs
-    it, :data:`CALIBRATE_REPEATS` steps of each kind (~20 ms of rewrite each: ~3 s with the processes' start)."""
+    """One take of the probe for ``trainplan calibrate --compute`` (the CPU, fp32): the tiny ``spec`` as the rank-step
+    probe runs it, :data:`CALIBRATE_REPEATS` steps of each kind (~20 ms of rewrite each)."""
     if progress:
         import sys
 
         print(f"calibrate --compute: the tiny model's step after the run's results rewrite on {STEP_PROBE_PROCESSES} "
-              "processes", file=sys.stderr)
+              "processes (one take)", file=sys.stderr)
     return time_save_steps(spec, micro_batch, repeats=CALIBRATE_REPEATS, thread_count=thread_count)
+
+
+def median_take(takes: Sequence[SaveStepTiming]) -> SaveStepTiming:
+    """Of the probe's takes at several moments (:mod:`executor.calibrate_moments`), the one whose term is the median
+    (the middle one by :attr:`~SaveStepTiming.step_after_save_us` for an odd count, the lower middle for an even one):
+    the take written."""
+    return sorted(takes, key=lambda t: t.step_after_save_us)[(len(takes) - 1) // 2]
+
+
+def save_moments_text(takes: Sequence[SaveStepTiming]) -> str:
+    """``; taken at 3 moments, the median written: 695 us (moments ...)`` for the source field; empty for one take."""
+    from executor.calibrate_moments import Moments
+
+    if len(takes) < 2:
+        return ""
+    moments = Moments(tuple(t.step_after_save_us for t in takes))
+    return f"; taken at {len(takes)} moments, the median written (executor.calibrate_moments): {moments.text()}"
 
 
 def with_step_save(node, saved: SaveStepTiming | None):

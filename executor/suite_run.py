@@ -151,6 +151,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from executor.calibrate import calibrate
     from simulator.cluster.io import load_cluster, save_cluster
     from simulator.collectives.base import Op
+    from executor.calibrate_moments import moments_text
     from executor.calibrate_run import DEFAULT_PROCESSES, DEFAULT_SIZES, spread_text
     from simulator.units import format_size
 
@@ -172,7 +173,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             f"{fit.call_latency_us:.1f} us, hop latency {fit.latency_us:.1f} us, bandwidth {fit.bw_GBps:.3f} GB/s "
             f"(p10..p90 {spread_text(fit.spread)}), median |error| {fit.median_abs_error_pct:.1f} %"
             + ("" if not fit.blocking_wait_us else ", wait per blocking call "
-               + ", ".join(f"{w:.0f} us at {p}" for p, w in sorted(fit.blocking_wait_us.items())))
+               + ", ".join(f"{w:.0f} us at {p}" for p, w in sorted(fit.blocking_wait_us.items()))
+               + ("" if not fit.wait_moments else " (median of moments: " + moments_text(fit.wait_moments) + ")"))
             + ("" if fit.replay_step_us is None else f", replay step {fit.replay_step_us:.0f} us")
             + ("" if not cluster.comm.async_broadcast_us else ", per broadcast of an asynchronous batch "
                + ", ".join(f"{us:.0f} us at {p}" for p, us in cluster.comm.async_broadcast_us))
@@ -194,7 +196,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                "forward / backward, " if compute.fsdp2 else "")
             + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action and "
                f"{compute.pipeline.post_us:.0f} us per p2p post, " if compute.pipeline else "")
-            + _save_note(cluster)
+            + _save_note(cluster, compute.save_moments)
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]
@@ -213,10 +215,12 @@ def _dtensor_note(cluster) -> str:
     return text
 
 
-def _save_note(cluster) -> str:
-    """``host.step_after_save_us``: the step after the executor's results rewrite, or nothing where unmeasured."""
+def _save_note(cluster, takes=()) -> str:
+    """``host.step_after_save_us``: the step after the executor's results rewrite (the median of its ``takes`` at
+    several moments, each given), or nothing where unmeasured."""
     host = cluster.node.host
-    return f"{host.step_after_save_us:.0f} us for the step after the results rewrite, " \
+    moments = f" (median of {', '.join(f'{t.step_after_save_us:.0f}' for t in takes)} us)" if len(takes) > 1 else ""
+    return f"{host.step_after_save_us:.0f} us{moments} for the step after the results rewrite, " \
         if host and host.step_after_save_us else ""
 
 

@@ -175,7 +175,12 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     from executor.calibrate_host import host_cores
     from executor.calibrate_modes import calls_per_point
 
-    assert f"repeats {calls_per_point(2, 2, host_cores())} at 2 processes" in cluster.source
+    # 2 processes taken at three moments (executor.calibrate_moments): the calls split, every moment's wait recorded
+    from executor.calibrate_moments import MOMENTS, calls_per_moment
+
+    assert f"repeats {MOMENTS} × {calls_per_moment(calls_per_point(2, 2, host_cores()))} at 2 processes" in cluster.source
+    assert f"taken at {MOMENTS} moments, the median written" in cluster.source
+    assert "at several moments (median written): 2 processes" in fitted_out
     # the asynchronous-batch probe (executor.calibrate_async): one broadcast of torch ZeRO-1's batch, per count
     assert [p for p, _ in cluster.comm.async_broadcast_us] == [2] and "async_broadcast_us" in cluster.source
     (_, us), = cluster.comm.async_broadcast_us

@@ -12,7 +12,7 @@ ROW = SimpleNamespace(ranks=2, op="all-reduce", algorithm="native", nbytes=4096,
 FIT = SimpleNamespace(rows=(ROW,), probes=(), call_latency_us=30.0, latency_us=120.0, bw_GBps=8.0, hbm_bw_GBps=20.0,
                       fitted=("call_latency_us",), replay_step_us=None, spread=None, median_abs_error_pct=9.0,
                       relinearised=False, machine="quiet", blocking_wait_us=None, wait_spread=None,
-                      op_wait_us=None, op_wait_spread=None)
+                      op_wait_us=None, op_wait_spread=None, wait_moments=None, op_wait_moments=None)
 APART = (((2, 330.0),), ((2, ((4, 2246.0),)),), ((2, 829.0), (4, 1066.0)), ((2, 673.0),))
 
 
@@ -33,3 +33,21 @@ def test_table_prints_each_dtensor_wait(capsys):
     out = capsys.readouterr().out
     assert "DTensor call  829 us at 2, 1066 us at 4" in out
     assert "  with SP     673 us at 2" in out
+
+
+def test_waits_taken_at_several_moments_are_shown_with_every_moment(capsys):
+    """The median is what the file holds; each moment's value is printed and in ``--json`` beside it."""
+    from executor.calibrate_moments import Moments
+    from simulator.collectives.base import Op
+
+    fit = SimpleNamespace(**{**vars(FIT), "blocking_wait_us": {2: 800.0}, "wait_spread": {},
+                             "op_wait_us": {Op.ALL_REDUCE: {2: 900.0}}, "op_wait_spread": {},
+                             "wait_moments": {2: Moments((400.0, 800.0, 2400.0))},
+                             "op_wait_moments": {Op.ALL_REDUCE: {2: Moments((900.0, 300.0, 1000.0))}}})
+    d = as_dict(fit, "c.yaml")
+    assert d["blocking_wait_moments_us"] == {"2": [400.0, 800.0, 2400.0]}
+    assert d["op_wait_moments_us"] == {"all-reduce": {"2": [900.0, 300.0, 1000.0]}}
+    print_table(fit)
+    out = capsys.readouterr().out
+    assert "at several moments (median written): 2 processes 800 us (moments 400, 800, 2400; min..max 400..2400)" in out
+    assert "all-reduce 2 processes 900 us (moments 900, 300, 1000" in out

@@ -18,8 +18,9 @@ import pytest
 
 from executor.compute_bench import Timing
 from executor.compute_grid import executed, tiny_model
-from executor.step_save_bench import (SAVE_PROBE_STEPS, SaveStepTiming, _Mirror, save_steps_dict, save_steps_line,
-                                      save_steps_source, time_save_steps, with_step_save)
+from executor.step_save_bench import (SAVE_PROBE_STEPS, SaveStepTiming, _Mirror, median_take, save_moments_text,
+                                      save_steps_dict, save_steps_line, save_steps_source, time_save_steps,
+                                      with_step_save)
 from simulator.cluster.io import load_cluster
 from simulator.run_results import RunStatus, load_results
 from simulator.workload import DtypePolicy, load_model
@@ -47,6 +48,18 @@ def test_the_term_is_the_mean_excess_of_the_fast_mode_after_the_rewrite():
     assert "400.0 us per step" in save_steps_line(_saved())
     assert save_steps_dict(_saved())["step_after_save_us"] == pytest.approx(400.0) and save_steps_dict(None) is None
     assert [t.median_s for t in _saved().after_save] == pytest.approx([3.50e-3, 7.60e-3])  # what the median read
+
+
+def test_the_take_written_is_the_median_of_the_moments():
+    """Three takes (probe17): 400 µs (the hand-worked one), 0 µs (after swapped with plain) and 350 µs (flat, 3.4 vs
+    3.0 and 3.6 vs 3.3 ms): the one written is the 350 µs take, the middle; the source text gives every take."""
+    flat = _saved(after=((3.4,) * 5, (3.6,) * 5), plain=((3.0,) * 5, (3.3,) * 5))
+    takes = [_saved(), _saved(after=PLAIN, plain=AFTER), flat]
+    assert median_take(takes) is flat and median_take(takes[::-1]) is flat
+    assert median_take(takes[:1]) is takes[0]
+    assert save_moments_text(takes) == ("; taken at 3 moments, the median written (executor.calibrate_moments): "
+                                        "350 us (moments 400, 0, 350; min..max 0..400)")
+    assert save_moments_text(takes[:1]) == ""
 
 
 def test_the_spread_is_a_seeded_bootstrap_around_the_term():

@@ -32,6 +32,9 @@ def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=(),
          "op_wait_us": {op.value: {str(p): w for p, w in sorted(t.items())} for op, t in (fit.op_wait_us or {}).items()},
          "op_wait_spread_us": {op.value: {str(p): list(v) for p, v in sorted(t.items())}
                                for op, t in (fit.op_wait_spread or {}).items()},
+         "blocking_wait_moments_us": {str(p): list(m.values) for p, m in sorted((fit.wait_moments or {}).items())},
+         "op_wait_moments_us": {op.value: {str(p): list(m.values) for p, m in sorted(t.items())}
+                                for op, t in (fit.op_wait_moments or {}).items()},
          "async_broadcast_us": {str(p): us for p, us in async_broadcast_us},
          "group_wait_us": {str(g): {str(p): us for p, us in table} for g, table in group_wait_us},
          "dtensor_wait_us": {str(p): us for p, us in dtensor_wait_us},
@@ -82,9 +85,15 @@ def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=(), dtenso
     if fit.blocking_wait_us:
         from executor.calibrate_modes import waits_text
 
+        from executor.calibrate_moments import moments_text
+
         print(f"wait per call {waits_text(fit.blocking_wait_us, fit.wait_spread)} (mean excess over the fit)")
         for op, table in sorted((fit.op_wait_us or {}).items(), key=lambda kv: kv[0].value):
             print(f"  {op.value:>11} {waits_text(table, (fit.op_wait_spread or {}).get(op))} (its own calls)")
+        if fit.wait_moments:
+            print(f"  at several moments (median written): {moments_text(fit.wait_moments)}")
+            for op, table in sorted((fit.op_wait_moments or {}).items(), key=lambda kv: kv[0].value):
+                print(f"  {op.value:>11} {moments_text(table)}")
     for size, table in group_wait_us:
         text = ", ".join(f"{us:.0f} us at {p}" for p, us in table)
         print(f"  {size}-rank groups {text} (groups calling at once, measured apart)")

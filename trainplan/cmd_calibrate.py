@@ -74,6 +74,7 @@ def run(args) -> int:
         args.warmup = 2 if args.warmup is None else args.warmup
         return run_compute(args)
     from executor.calibrate import calibrate
+    from executor.calibrate_moments import MOMENTS
     from executor.calibrate_run import (DEFAULT_PROCESSES, DEFAULT_REPEATS, DEFAULT_SIZES, DEFAULT_WARMUP, calls_text,
                                         probes_for, series_for)
 
@@ -103,7 +104,7 @@ def run(args) -> int:
             _check_algorithms([algorithm], series_op, base, nproc)
     print(f"calibrate: {', '.join(f'{o.value} {a}' for o, a in series)} on {', '.join(map(str, nprocs))} "
           f"{args.backend} processes, {len(sizes)} sizes, {args.warmup} warm-up + "
-          f"{calls_text(nprocs, args.repeats, args.backend)} timed calls each",
+          f"{calls_text(nprocs, args.repeats, args.backend, MOMENTS)} timed calls each",
           file=sys.stderr)
     cluster, fit = calibrate(nproc=nprocs, sizes=sizes, algorithms=algorithms, op=op, backend=args.backend,
                              repeats=args.repeats, warmup=args.warmup, base=base,
