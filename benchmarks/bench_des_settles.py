@@ -31,6 +31,7 @@ Run by hand: ``python benchmarks/bench_des_settles.py [--gpus 32768 65536]``.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -162,11 +163,10 @@ def measure(gpus: int) -> dict:
     is counted and what the array settles are checked against)."""
     from bench_des import step_case
     from simulator.compile import compile_step
-    from simulator.engine import network
-    from simulator.engine import step as step_module
+    from simulator.engine import network, network_store
     from simulator.engine.step import simulate
 
-    step_module.StoredNetwork = network.FlowNetwork  # this process only (a child per size)
+    network_store.STORE_MIN_RANKS = math.inf  # the object network at every size; this process only (a child per size)
 
     cluster, model, strategy = step_case(gpus)
     work = compile_step(cluster, model, strategy)

@@ -5,6 +5,7 @@ network (``callfold._move_flows``) and folded runs undone (``fold_run.adopt``)."
 import pytest
 import simpy
 
+from simulator.engine import network_store
 from simulator.engine.network import FlowNetwork
 from simulator.engine.network_store import StoredNetwork
 from simulator.engine.step import simulate
@@ -48,6 +49,7 @@ def test_the_active_count_is_the_flows_filed_at_every_settle(monkeypatch, name):
             seen.append((self._active, int(store.active[:store.size].sum())))  # the store's flags agree
 
     monkeypatch.setattr(FlowNetwork, "_settle", checked)
+    monkeypatch.setattr(network_store, "STORE_MIN_RANKS", 0)  # these small cases' main network a store too
     cluster, work = _work(name)
     res = simulate(work, cluster, trace=False)
     assert seen and all(a == b for a, b in seen)

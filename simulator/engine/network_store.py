@@ -211,3 +211,17 @@ class StoredNetwork(FlowNetwork):
             self._cap_np = np.array(self._cap, dtype=float)
         return self._cap_np
 
+
+STORE_MIN_RANKS = 16_384
+"""Ranks from which a step's main network keeps its flows in a store (:class:`StoredNetwork`); below, the object
+network (:class:`~simulator.engine.network.FlowNetwork`). Both give the same bits (``tests/test_engine_store.py``);
+only the CPU differs. Measured 2026-11-26, 2-core VM, load < 1, simulate CPU s store vs objects, alternated
+(docs/engine.md, "Which network a step uses"): bench_des's step 0.13 vs 0.14 at 1,024 GPUs, 0.61 vs 0.60 at 8,192,
+1.46–1.50 vs 1.49–1.50 at 16,384, 4.89–5.31 vs 5.51–5.57 at 32,768; the GPT-3 175B plan at 1,024 GPUs that
+`trainplan plan` refines (dp 32, tp 4, pp 8, interleaved; many small settles read through the store's properties)
+0.73–0.75 vs 0.56 s."""
+
+
+def main_network(env, world_size: int) -> FlowNetwork:
+    """The main network of a step of ``world_size`` ranks (:data:`STORE_MIN_RANKS`)."""
+    return StoredNetwork(env) if world_size >= STORE_MIN_RANKS else FlowNetwork(env)

@@ -25,7 +25,7 @@ from simulator.engine.callfold import CallFolder
 from simulator.engine.fold import Folder
 from simulator.engine.gc_passes import fewer_young_passes
 from simulator.engine.imbalance import imbalance
-from simulator.engine.network_store import StoredNetwork
+from simulator.engine.network_store import main_network
 from simulator.engine.rank import Pipe, PipeKey, first_variants, rank_step
 from simulator.engine.step_accounts import accounts, call_folds, staleness_summary
 from simulator.engine.replay_work import CommRunner
@@ -45,7 +45,7 @@ class _Ctx:
     def __init__(self, work: StepWork, cluster: Cluster, trace: bool, shortcuts: bool, *, env=None, net=None,
                  unrolled: bool = False, plans=None):
         self.env = CountingEnv() if env is None else env
-        self.net = StoredNetwork(self.env) if net is None else net
+        self.net = main_network(self.env, work.layout.world_size) if net is None else net
         self.work, self.layout, self.schedule = work, work.layout, work.schedule
         self.rec = Recorder(trace)
         self.runner = CommRunner(self.env, self.net, cluster, work.layout, replicas=True, fuse=shortcuts, plans=plans)
