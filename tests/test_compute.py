@@ -1,6 +1,7 @@
 """Compute model: the GEMM-efficiency curve, the roofline per kernel, and what TP and batch change."""
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -12,6 +13,7 @@ from simulator.errors import SpecError
 from simulator.gemm_efficiency import (MAMF, GemmCurve, GemmEfficiency, curve_for_name, efficiency_for,
                                        gemm_efficiency_from_dict, gemm_efficiency_to_dict, mamf_curve)
 from simulator.workload import Recompute, get_preset, train_flops_per_token
+from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import gemm, memory
 
 FLAT = GemmEfficiency(points=((1.0, 0.5),))
@@ -211,8 +213,7 @@ def test_bad_parallel_arguments():
     with pytest.raises(SpecError, match="micro_batch"):
         layer_times(get_preset("gpt3-175b"), device(), 0)
     with pytest.raises(SpecError, match="peak_tflops"):
-        layer_times(get_preset("gpt3-175b").__class__(**{**get_preset("gpt3-175b").__dict__,
-                    "dtype": get_preset("gpt3-175b").dtype.FP32}), device(), 1)
+        layer_times(replace(get_preset("gpt3-175b"), dtype=DtypePolicy.FP32), device(), 1)
 
 
 def test_layer_list_times_hand_worked():
