@@ -178,6 +178,7 @@ def dtensor_source_text(waits_us: dict[int, float], sp_waits_us: dict[int, float
     if not waits_us:
         return ""
     return ("; dtensor_wait_us (DTensor's calls in the tp model's micro-batches, mean per call less that fit, "
-            "executor.calibrate_dtensor): " + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(waits_us.items()))
+            "executor.calibrate_dtensor): "
+            + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(waits_us.items()))
             + "; dtensor_sp_wait_us (the same with sequence parallelism): "
             + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(sp_waits_us.items())))

@@ -129,8 +129,8 @@ class DoubleBinaryTree(Algorithm):
         return PipelineLayout.of_edges(env, *tree_unit_edges(group))
 
     def _unit_levels(self, group: Group) -> list[list[Flow]]:
-        """One unit flow per tree edge and channel (the reference :meth:`_unit_layout` is tested against); a flow equal to an earlier one (an edge inside a node, whose
-        channels share it) is that same immutable object."""
+        """One unit flow per tree edge and channel (the reference :meth:`_unit_layout` is tested against); a flow
+        equal to an earlier one (an edge inside a node, whose channels share it) is that same immutable object."""
         kept: dict[tuple, Flow] = {}
 
         def flow(s: int, d: int, c: int) -> Flow:
