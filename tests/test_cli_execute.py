@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from executor.launch import free_port
 from simulator.cluster.io import load_cluster
 from simulator.plan_file import Plan
 from simulator.run_results import RunStatus, load_results
@@ -130,8 +129,10 @@ def test_a_time_budget_runs_more_steps_and_records_them(tmp_path, capfd):
 @pytest.mark.multiproc
 def test_torchrun_runs_the_same_entry_point(tmp_path):
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                           str(free_port()), "-m", "executor.run", _plan(tmp_path), "--scale", "tiny", "--steps", "2",
+    # --standalone: torchrun binds its own free rendezvous port, so no other process can take it between a
+    # free_port() probe and torchrun's bind (a race another test run on the machine could lose)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "executor.run", _plan(tmp_path), "--scale", "tiny", "--steps", "2",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     results = load_results(out)
