@@ -14,7 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
-from simulator.compile import grad_sync, tied_embedding, torch_tp
+from simulator.compile import fsdp_order, grad_sync, tied_embedding, torch_tp
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
@@ -146,8 +146,13 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
             if numels is not None:  # one call per tensor, in trace order; backward in reverse
                 zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
-    zero_fwd, zero_bwd = zero, (zero_bwd + reduce_scatters if numels is None
-                                else ds_zero3.backward_calls(numels, zero, reduce_scatters))
+    if numels is not None:  # DeepSpeed: each bucket after the gather whose gradient fills it
+        zero_bwd = ds_zero3.backward_calls(numels, zero, reduce_scatters)
+    elif fsdp_order.applies(layout, s.offload):  # torch FSDP's hooks on its one stream (fsdp_order)
+        zero_bwd = fsdp_order.backward_issue_order(zero_bwd, reduce_scatters)
+    else:
+        zero_bwd = zero_bwd + reduce_scatters
+    zero_fwd = zero
     if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
