@@ -146,8 +146,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
             if numels is not None:  # one call per tensor, in trace order; backward in reverse
                 zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
-    if numels is not None:  # DeepSpeed: each bucket after the gather whose gradient fills it
-        zero_bwd = ds_zero3.backward_calls(numels, zero, reduce_scatters)
+    sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
+    if numels is not None:  # DeepSpeed: list collectives, each bucket after the gather whose gradient fills it
+        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, dp_group, numels, zero, reduce_scatters)
     elif fsdp_order.applies(layout, s.offload):  # torch FSDP's hooks on its one stream (fsdp_order)
         zero_bwd = fsdp_order.backward_issue_order(zero_bwd, reduce_scatters)
     else:
@@ -158,7 +159,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
     blocking = grad_sync.fsdp2_blocking_prefetch(layout, cache.cluster)  # FSDP2 on gloo: calls on the compute thread
     prefetch = prefetch if blocking is None else blocking
-    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd, bwd_s=cc.bwd_s + copy_bwd,
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd + sync_fwd_s,
+                     bwd_s=cc.bwd_s + copy_bwd + sync_bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
