@@ -46,3 +46,12 @@ def applies(layout, offload) -> bool:
     it with ``fsdp1_flat_params``) gathering on-device parameters, one call per module (expert-parallel layouts
     interleave their two groups' calls apart, :func:`simulator.compile.ep_part.interleave`, and keep their order)."""
     return layout.framework is Framework.FSDP2 and offload is Offload.NONE and layout.ep == 1
+
+
+def backward_stream(layout, gathers: tuple[CommCall, ...],
+                    reduce_scatters: tuple[CommCall, ...]) -> tuple[CommCall, ...]:
+    """A chunk's backward ZeRO stream: :func:`backward_issue_order` where :func:`applies`, else the gathers followed
+    by the reduce-scatters."""
+    if applies(layout, layout.strategy.offload):
+        return backward_issue_order(gathers, reduce_scatters)
+    return gathers + reduce_scatters

@@ -149,10 +149,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
     if numels is not None:  # DeepSpeed: list collectives, each bucket after the gather whose gradient fills it
         zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, dp_group, numels, zero, reduce_scatters)
-    elif fsdp_order.applies(layout, s.offload):  # torch FSDP's hooks on its one stream (fsdp_order)
-        zero_bwd = fsdp_order.backward_issue_order(zero_bwd, reduce_scatters)
-    else:
-        zero_bwd = zero_bwd + reduce_scatters
+    else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
+        zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
     zero_fwd = zero
     if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
