@@ -99,8 +99,9 @@ def test_zero_stages_change_the_calls(cluster, model, cache):
                       cache=cache, memory=False)
     ch = z3.stages[0].chunks[0]
     assert len(ch.zero_fwd) == 24 + 1 and z3.stages[0].after_step == ()  # the root module's gather, then 24 blocks'
-    assert [c.op for c in ch.zero_bwd[:25]] == [Op.ALL_GATHER] * 25  # re-gathered for the backward
-    assert {c.op for c in ch.zero_bwd[25:]} == {Op.REDUCE_SCATTER}
+    # re-gathered for the backward, each block's reduce-scatter after the next gather on FSDP's one stream (fsdp_order)
+    ag, rs = Op.ALL_GATHER, Op.REDUCE_SCATTER
+    assert [c.op for c in ch.zero_bwd] == [ag, ag] + [ag, rs] * 23 + [rs, rs]
     assert ch.zero_fwd[0].nbytes != ch.zero_fwd[1].nbytes == ch.zero_fwd[2].nbytes  # the embedding gathered apart
     # DeepSpeed (the default framework at ZeRO-3) gathers per tensor instead (tests/test_ds_zero3.py):
     # token and position embeddings, then Q/K/V, output, fc1, fc2 of each of the 24 blocks

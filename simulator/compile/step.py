@@ -14,7 +14,7 @@ from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
-from simulator.compile import grad_sync, tied_embedding, torch_tp
+from simulator.compile import fsdp_order, grad_sync, tied_embedding, torch_tp
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
@@ -146,14 +146,19 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
             if numels is not None:  # one call per tensor, in trace order; backward in reverse
                 zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
-    zero_fwd, zero_bwd = zero, (zero_bwd + reduce_scatters if numels is None
-                                else ds_zero3.backward_calls(numels, zero, reduce_scatters))
+    sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
+    if numels is not None:  # DeepSpeed: list collectives, each bucket after the gather whose gradient fills it
+        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, dp_group, numels, zero, reduce_scatters)
+    else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
+        zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
+    zero_fwd = zero
     if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
         zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
     blocking = grad_sync.fsdp2_blocking_prefetch(layout, cache.cluster)  # FSDP2 on gloo: calls on the compute thread
     prefetch = prefetch if blocking is None else blocking
-    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd, bwd_s=cc.bwd_s + copy_bwd,
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd + sync_fwd_s,
+                     bwd_s=cc.bwd_s + copy_bwd + sync_bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)
     return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)

@@ -1,0 +1,57 @@
+"""DeepSpeed 2021 ZeRO-3's list collectives and synchronised fetches (simulator/compile/ds_zero3.py, fid19), against
+hand-worked numbers: torch's list ``all_gather`` / ``reduce_scatter`` copy each call's bytes once more through HBM
+(read + write) [src: torch-pg-nccl-list-collectives], and the coordinator's ``torch.cuda.synchronize()`` in every
+fetch leaves the compute stream waiting while the host launches each gathered tensor's n copies
+[src: deepspeed-zero3-coordinator]."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.cluster.presets import load_preset
+from simulator.collectives.base import Op
+from simulator.compile import compile_step
+from simulator.compile.ds_zero3 import list_copy_s, sync_fetch_host_s, with_list_copy
+from simulator.strategy import Strategy, ZeroStage
+from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+from simulator.workload import load_model
+
+A100 = load_preset("dgx-a100").device  # 2039 GB/s HBM, hbm_efficiency 0.790, kernel_launch_overhead_us 5
+
+
+def _call(nbytes: int, time_s: float = 1e-3, op: Op = Op.ALL_GATHER) -> CommCall:
+    return CommCall(kind=CommKind.ZERO, op=op, group=(0, 1), nbytes=nbytes, transport=Transport.COLLECTIVE,
+                    algorithm=CollectiveAlgorithm.RING, time_s=time_s)
+
+
+def test_list_copy_hand_worked():
+    """1 GB through the copy: 2 × 1e9 B / (2039e9 × 0.790 B/s) = 1.24161 ms, added to the call's own time."""
+    assert list_copy_s(A100, 1e9) == pytest.approx(2e9 / (2039e9 * 0.790), rel=1e-12)
+    assert list_copy_s(A100, 1e9) == pytest.approx(1.24161e-3, rel=1e-5)
+    longer = with_list_copy(A100, _call(10**9, 2e-3))
+    assert longer.time_s == pytest.approx(2e-3 + 1.24161e-3, rel=1e-5) and longer.nbytes == 10**9
+    assert with_list_copy(A100, None) is None
+
+
+def test_sync_fetch_host_hand_worked():
+    """GPT-3 175B's 386 forward gathers on 384 A100s: 386 × 384 × 5 µs = 0.74112 s; nothing on one rank or off a
+    CUDA device (a CPU preset runs no NCCL list copies)."""
+    assert sync_fetch_host_s(A100, 384, 386) == pytest.approx(0.74112, rel=1e-12)
+    assert sync_fetch_host_s(A100, 1, 386) == 0.0
+    assert sync_fetch_host_s(load_preset("localhost-cpu").device, 384, 386) == 0.0
+
+
+def test_compiled_deepspeed_chunk_carries_both_terms():
+    """GPT-3 125M, DeepSpeed ZeRO-3 on 8 A100s: each gather is the plain call plus its list copy, and the forward's
+    compute is ZeRO-2's (no gathers, no fetch) plus 50 gathers × 8 ranks × 5 µs = 2.0 ms."""
+    cluster, model = load_preset("dgx-a100"), load_model("gpt3-125m").with_seq(1024)
+    base = {"global_batch": 16, "micro_batch": 2, "dp": 8}
+    z3 = compile_step(cluster, model, Strategy(**base, zero=ZeroStage.ZERO3), memory=False).stages[0].chunks[0]
+    z2 = compile_step(cluster, model, Strategy(**base, zero=ZeroStage.ZERO2), memory=False).stages[0].chunks[0]
+    assert len(z3.zero_fwd) == 50
+    assert z3.fwd_s - z2.fwd_s == pytest.approx(50 * 8 * 5e-6, rel=1e-9)
+    assert z3.bwd_s - z2.bwd_s == pytest.approx(50 * 8 * 5e-6, rel=1e-9)
+    plain = compile_step(replace(cluster, device=replace(cluster.device, hbm_bw_GBps=1e15)), model,
+                         Strategy(**base, zero=ZeroStage.ZERO3), memory=False).stages[0].chunks[0]
+    for c, p in zip(z3.zero_fwd, plain.zero_fwd):  # the same call with the copy at (effectively) infinite HBM speed
+        assert c.time_s - p.time_s == pytest.approx(list_copy_s(cluster.device, c.nbytes), rel=1e-6)
