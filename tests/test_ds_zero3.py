@@ -13,7 +13,7 @@ from simulator.analytical import estimate_work, exposed_gathers
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
 from simulator.compile import compile_step
-from simulator.compile.ds_zero3 import DEEPSPEED_ZERO3, DeepSpeedZero3Config, backward_calls
+from simulator.compile.ds_zero3 import DEEPSPEED_ZERO3, DeepSpeedZero3Config, backward_calls, reduce_buckets
 from simulator.engine.step import simulate
 from simulator.strategy import AllReduceSync, Framework, Strategy, ZeroStage
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
@@ -92,29 +92,38 @@ def test_deeper_prefetch_hides_a_large_gather_hand_worked():
 
 
 def test_reduce_buckets_follow_the_gradients_that_fill_them():
-    """Tensors 4, 4, 2 elements in trace order (backward: 2, 4, 4); buckets of 5 and 5 gradient bytes out of 10:
-    bucket 0 is full after 2 + 4 = 6 ≥ 5 of 10 (after the second gather), bucket 1 at the end."""
+    """Tensors 4, 4, 2 elements in trace order (gradients arrive 2, 4, 4), a bucket of 6 elements: 2 + 4 = 6 fits,
+    the third gradient would make 10 > 6, so its hook reduces the first bucket, one reduce-scatter per tensor
+    (2 then 1), right after its own gather; the last bucket (tensor 0) in the epilogue (DeepSpeed 2021's
+    ``reduce_independent_p_g_buckets_and_remove_grads`` [src: deepspeed-zero3-coordinator])."""
+    assert reduce_buckets((4, 4, 2), 6) == ((2, (2, 1)), (3, (0,)))
+    assert reduce_buckets((4, 4, 2), 5) == ((1, (2,)), (2, (1,)), (3, (0,)))
+    assert reduce_buckets((4, 4, 2), None) == ((3, (2, 1, 0)),)
     g = tuple(_call(n, 0.1) for n in (4, 4, 2))
-    rs = (_call(5, 0.1, Op.REDUCE_SCATTER), _call(5, 0.2, Op.REDUCE_SCATTER))
+    rs = tuple(_call(n, 0.2, Op.REDUCE_SCATTER) for n in (4, 4, 2))
     tiny = DeepSpeedZero3Config(param_persistence_threshold_elements=1)
-    assert backward_calls((4, 4, 2), g, rs, tiny) == (g[2], g[1], rs[0], g[0], rs[1])
+    assert backward_calls((4, 4, 2), g, rs, 6, tiny) == (g[2], g[1], g[0], rs[2], rs[1], rs[0])
+    assert backward_calls((4, 4, 2), g, rs, 5, tiny) == (g[2], g[1], rs[2], g[0], rs[1], rs[0])
 
 
 @settings(max_examples=60, deadline=None)
 @given(numels=st.lists(st.integers(1, 10**9), min_size=1, max_size=40),
        prefetch=st.integers(1, 10**10), live=st.integers(1, 10**11), threshold=st.integers(1, 10**6),
-       buckets=st.lists(st.integers(1, 10**9), max_size=10))
-def test_bucketing_moves_no_bytes(numels, prefetch, live, threshold, buckets):
-    """Whatever the prefetch bucket, live limit or reduce buckets: the backward stream holds every gather
-    once (reversed) and every reduce bucket once (in order), and the gathered elements are the parameters
-    less the persistent ones."""
+       bucket=st.one_of(st.none(), st.integers(1, 2 * 10**9)))
+def test_bucketing_moves_no_bytes(numels, prefetch, live, threshold, bucket):
+    """Whatever the prefetch bucket, live limit or reduce bucket: the backward stream holds every gather once
+    (reversed) and every tensor's reduce-scatter once, in the order the gradients arrive (reverse trace order);
+    no bucket but a lone tensor exceeds the capacity; the gathered elements are the parameters less the
+    persistent ones."""
     config = DeepSpeedZero3Config(prefetch, threshold, live)
     gathered = config.gathered(numels)
     g = tuple(_call(n, 1e-3) for n in gathered)
-    rs = tuple(_call(b, 1e-3, Op.REDUCE_SCATTER) for b in buckets)
-    out = backward_calls(tuple(numels), g, rs, config)
+    rs = tuple(_call(n, 1e-3, Op.REDUCE_SCATTER) for n in numels)
+    out = backward_calls(tuple(numels), g, rs, bucket, config)
     assert [c for c in out if c.op is Op.ALL_GATHER] == list(g[::-1])
-    assert [c for c in out if c.op is Op.REDUCE_SCATTER] == list(rs)
+    assert [c for c in out if c.op is Op.REDUCE_SCATTER] == list(rs[::-1])
+    for _, tensors in reduce_buckets(tuple(numels), bucket):
+        assert len(tensors) == 1 or bucket is None or sum(numels[k] for k in tensors) <= bucket
     assert sum(gathered) + config.persistent_elements(numels) == sum(numels)
     assert 1 <= config.prefetch_calls(gathered) <= max(1, len(gathered))
 

@@ -21,13 +21,15 @@ DeepSpeed the Narayanan et al. SC'21 ZeRO-3 rows ran; config defaults at commit 
   ``k = max(1, ⌈prefetch_bucket / m̄⌉)`` with ``m̄`` the chunk's mean gathered tensor, capped at
   ``max(1, ⌊max_live / m̄⌋ − 1)`` (the current tensor stays live): gather i may start once block
   slice i − k has started (:func:`simulator.analytical.exposed_gathers`, the DES's gather stream).
-- the gradients: reduce-scattered in ``reduce_bucket_size`` buckets (default 5e8 elements, the
-  profile's ``bucket_params``), every micro-batch (:func:`simulator.compile.comm_part.zero_grad_reduce_scatters`).
-  ``stage3.py``'s backward hook adds each gradient to the bucket and reduces the bucket once the next
-  would overflow it [src: deepspeed-zero]: bucket j is issued after the gather of the tensor (reverse
-  trace order) whose gradient completes it (:func:`backward_calls`), not after the whole backward's gathers.
-  (The 2021 code then reduces the bucket one parameter per call, ``reduce_gradients_at_owner``: not modelled,
-  ``docs/validation.md`` fid19.)
+- the gradients: every micro-batch, in ``reduce_bucket_size`` buckets (default 5e8 elements, the profile's
+  ``bucket_params``; a layout's ``bucket_bytes`` otherwise, in elements of the reduced gradient), **one list
+  reduce-scatter per parameter tensor** (fid20). ``stage3.py``'s gradient hook
+  (``reduce_independent_p_g_buckets_and_remove_grads``) reduces the bucket when the arriving gradient would
+  overflow it, then adds that gradient; ``reduce_ipg_grads`` → ``average_tensor`` →
+  ``reduce_gradients_at_owner`` → ``_reduce_scatter_gradients`` issues one ``_reduce_scatter_gradient`` per
+  parameter of the bucket (a tensor larger than the bucket rides alone as its "extra large" parameter); the last
+  bucket is reduced in the backward's epilogue [src: deepspeed-zero3-coordinator]. Persistent tensors are
+  reduce-scattered like the rest (every parameter has the hook). :func:`backward_calls` places them.
 
 The engines split an action's compute evenly over its calls (one slice per call, the tensors' FLOPs
 are not weighed: an approximation). Backward gathers run in reverse trace order. Workloads without
@@ -65,6 +67,8 @@ from simulator.collectives.base import Op
 from simulator.compile import comm_part
 from simulator.compile.costs import CostCache
 from simulator.compute import achievable_hbm_Bps, runs_cuda_kernels
+from simulator.strategy.formats import grad_reduce_dtype
+from simulator.strategy.sync import reduces_every_micro_batch
 from simulator.work import CommCall, CommKind
 
 LIST_COPY_PASSES = 2
@@ -131,37 +135,77 @@ def sync_fetch_host_s(device: Device, ranks: int, gathers: int) -> float:
     return gathers * ranks * device.kernel_launch_overhead_us * 1e-6
 
 
-def backward_calls(numels: tuple[int, ...], fwd_gathers: tuple[CommCall, ...], reduce_scatters: tuple[CommCall, ...],
+def reduce_buckets(numels: tuple[int, ...], bucket_elements: int | None) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """DeepSpeed 2021's reduce buckets of one backward (module docstring): ``(hook, tensors)`` per bucket, ``tensors``
+    the indices into ``numels`` (trace order) in the order their gradients arrive (reverse trace order), ``hook`` the
+    reverse-order position of the gradient whose hook reduces it (``len(numels)``: the epilogue). A gradient that
+    would take the bucket past ``bucket_elements`` (``held + n > capacity``) has the bucket reduced first, then
+    joins the next; None: one bucket, reduced in the epilogue. Hand-worked: (4, 4, 2) with capacity 6 →
+    ((2, (2, 1)), (3, (0,))): gradients arrive 2, 4 (6 ≤ 6), then 4 would make 10 > 6."""
+    out, bucket, held = [], [], 0
+    for pos, k in enumerate(reversed(range(len(numels)))):
+        n = numels[k]
+        if bucket and bucket_elements is not None and held + n > bucket_elements:
+            out.append((pos, tuple(bucket)))
+            bucket, held = [], 0
+        bucket.append(k)
+        held += n
+    if bucket:
+        out.append((len(numels), tuple(bucket)))
+    return tuple(out)
+
+
+def backward_calls(numels: tuple[int, ...], fwd_gathers: tuple[CommCall, ...],
+                   reduce_scatters: tuple[CommCall | None, ...], bucket_elements: int | None,
                    config: DeepSpeedZero3Config = DEEPSPEED_ZERO3) -> tuple[CommCall, ...]:
-    """One micro-batch's backward ZeRO stream: the gathers in reverse trace order, each gradient bucket
-    (``reduce_scatters``, last layers first) right after the gather of the tensor whose gradient fills
-    it: bucket j once the reverse-order elements done reach its cumulative share of the gradient bytes,
-    ``Σ_{i≤j} bytes_i / Σ bytes ≤ done / total`` (exact integers)."""
-    gathered = list(fwd_gathers[::-1])
-    rs_ends, acc = [], 0
-    for c in reduce_scatters:
-        acc += c.nbytes
-        rs_ends.append(acc)
-    total, out, done, j = sum(numels), [], 0, 0
-    for n in numels[::-1]:
-        if n >= config.param_persistence_threshold_elements and gathered:
+    """One micro-batch's backward ZeRO stream: the gathers in reverse trace order, and each bucket's per-tensor
+    reduce-scatters (``reduce_scatters[k]`` is tensor k's, trace order; None: it costs nothing) right after the
+    gather of the tensor whose gradient hook reduces the bucket (:func:`reduce_buckets`), the last bucket at the end."""
+    gathered, out = list(fwd_gathers[::-1]), []
+    events = {hook: tensors for hook, tensors in reduce_buckets(numels, bucket_elements)}
+    for pos, k in enumerate(reversed(range(len(numels)))):
+        if numels[k] >= config.param_persistence_threshold_elements and gathered:
             out.append(gathered.pop(0))
-        done += n
-        while j < len(reduce_scatters) and rs_ends[j] * total <= done * acc:
-            out.append(reduce_scatters[j])
-            j += 1
-    return tuple(out + gathered + list(reduce_scatters[j:]))
+        out += [reduce_scatters[i] for i in events.get(pos, ()) if reduce_scatters[i] is not None]
+    out += gathered
+    out += [reduce_scatters[i] for i in events.get(len(numels), ()) if reduce_scatters[i] is not None]
+    return tuple(out)
 
 
-def backward_stream(cache: CostCache, group: tuple[int, ...], numels: tuple[int, ...],
-                    fwd_gathers: tuple[CommCall, ...],
-                    reduce_scatters: tuple[CommCall, ...]) -> tuple[tuple[CommCall, ...], float, float]:
+def tensor_reduce_scatters(cache: CostCache, layout, workload, group: tuple[int, ...],
+                           numels: tuple[int, ...]) -> tuple[CommCall | None, ...]:
+    """Each tensor's list reduce-scatter (trace order): ``numel × grad bytes`` (the reduced gradient's format,
+    :func:`simulator.strategy.formats.grad_reduce_dtype`) over ``group`` with its list copy-in
+    (:func:`with_list_copy`); all None where no reduce-scatter runs in the backward (ZeRO 0-1, one rank)."""
+    s = layout.strategy
+    if not reduces_every_micro_batch(s) or len(group) < 2:
+        return (None,) * len(numels)
+    gbytes, made = grad_reduce_dtype(workload.dtype, s).grad_bytes, {}
+    for n in numels:
+        if n not in made:
+            made[n] = with_list_copy(cache.cluster.device, comm_part.call(
+                cache, CommKind.ZERO, Op.REDUCE_SCATTER, group, n * gbytes, layout.tp, s.dp_sync.algorithm.value))
+    return tuple(made[n] for n in numels)
+
+
+def bucket_elements(layout, workload) -> int | None:
+    """The reduce bucket in elements: the strategy's ``bucket_params``, else its ``bucket_bytes`` over the reduced
+    gradient's bytes; None: one bucket."""
+    sync = layout.strategy.dp_sync
+    if sync.bucket_params is not None:
+        return sync.bucket_params
+    if layout.bucket_bytes is None:
+        return None
+    return max(1, layout.bucket_bytes // grad_reduce_dtype(workload.dtype, layout.strategy).grad_bytes)
+
+
+def backward_stream(cache: CostCache, layout, workload, group: tuple[int, ...], numels: tuple[int, ...],
+                    fwd_gathers: tuple[CommCall, ...]) -> tuple[tuple[CommCall, ...], float, float]:
     """(one micro-batch's backward ZeRO stream, forward and backward host seconds of the synchronised fetches):
-    the reduce-scatters with their list copy-in (:func:`with_list_copy`) placed by :func:`backward_calls`, and
+    :func:`backward_calls` of the per-tensor reduce-scatters (:func:`tensor_reduce_scatters`), and
     :func:`sync_fetch_host_s` of the forward's and the backward's gathers."""
-    device = cache.cluster.device
-    reduce_scatters = tuple(with_list_copy(device, c) for c in reduce_scatters)
-    stream = backward_calls(numels, fwd_gathers, reduce_scatters)
-    ranks = len(group)
-    return (stream, sync_fetch_host_s(device, ranks, len(fwd_gathers)),
-            sync_fetch_host_s(device, ranks, len(stream) - len(reduce_scatters)))
+    device, ranks = cache.cluster.device, len(group)
+    stream = backward_calls(numels, fwd_gathers, tensor_reduce_scatters(cache, layout, workload, group, numels),
+                            bucket_elements(layout, workload))
+    bwd_gathers = sum(1 for c in stream if c.op is Op.ALL_GATHER)
+    return stream, sync_fetch_host_s(device, ranks, len(fwd_gathers)), sync_fetch_host_s(device, ranks, bwd_gathers)

@@ -147,8 +147,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
                 zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
-    if numels is not None:  # DeepSpeed: list collectives, each bucket after the gather whose gradient fills it
-        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, dp_group, numels, zero, reduce_scatters)
+    if numels is not None:  # DeepSpeed: list collectives, a full bucket one reduce-scatter per tensor (ds_zero3)
+        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, layout, workload, dp_group, numels, zero)
     else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
         zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
     zero_fwd = zero
