@@ -71,3 +71,23 @@ def test_one_reduce_scatter_per_parameter_tensor():
         numels = chunk_tensor_numels(model, work.layout, 0)
         assert len(rs) == len(numels) > 50
         assert sum(c.nbytes for c in rs) == sum(numels) * 2 == model.params * 2
+
+
+def test_reduce_launch_host_is_the_excess_over_the_backward_hand_worked():
+    """1,156 list reduce-scatters on 1,536 A100s launch 1,156 × 1,536 copies at 5 µs = 8.87808 s from the backward's
+    thread [src: torch-pg-nccl-list-collectives]: beyond 6 s of backward compute 2.87808 s, none beyond 10 s; and
+    in a compiled step it lengthens the backward by exactly that excess (GPT-3 125M, micro-batch 1, dp 256: 148
+    calls × 256 × 5 µs = 0.189 s of launches against milliseconds of compute)."""
+    from simulator.compile.ds_zero3 import reduce_launch_host_s
+    assert reduce_launch_host_s(A100, 1536, 1156, 6.0) == pytest.approx(2.87808, rel=1e-12)
+    assert reduce_launch_host_s(A100, 1536, 1156, 10.0) == 0.0
+    assert reduce_launch_host_s(load_preset("localhost-cpu").device, 1536, 1156, 0.0) == 0.0
+    cluster, model = load_preset("dgx-a100", nodes=32), load_model("gpt3-125m").with_seq(1024)
+    base = {"global_batch": 256, "micro_batch": 1, "dp": 256}
+    z3 = compile_step(cluster, model, Strategy(**base, zero=ZeroStage.ZERO3), memory=False).stages[0].chunks[0]
+    z2 = compile_step(cluster, model, Strategy(**base, zero=ZeroStage.ZERO2), memory=False).stages[0].chunks[0]
+    rs = sum(1 for c in z3.zero_bwd if c.op is Op.REDUCE_SCATTER)
+    gathers = sum(1 for c in z3.zero_bwd if c.op is Op.ALL_GATHER)
+    launches = rs * 256 * 5e-6  # ZeRO-2's backward is the same compute with no fetches and no list collectives
+    assert launches > z2.bwd_s + z2.recompute_s  # the launches outlast the compute: the backward is the host's
+    assert z3.bwd_s == pytest.approx(sync_fetch_host_s(A100, 256, gathers) + launches, rel=1e-9)

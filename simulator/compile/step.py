@@ -148,7 +148,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
     if numels is not None:  # DeepSpeed: list collectives, a full bucket one reduce-scatter per tensor (ds_zero3)
-        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, layout, workload, dp_group, numels, zero)
+        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, layout, workload, dp_group, numels, zero,
+                                                                    cc.bwd_s + cc.recompute_s)
     else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
         zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
     zero_fwd = zero
