@@ -1,5 +1,5 @@
 """The chunks' calls remembered per their arguments (:func:`simulator.compile.comm_part.call`,
-:func:`simulator.compile.step._tp_calls`) are each asking's own answer: one cache asked over a grid where every
+:func:`simulator.compile.torch_tp.chunk_tp_calls`) are each asking's own answer: one cache asked over a grid where every
 argument varies alone gives what a fresh cache computes for that asking. Fails if a memo key drops an argument
 (the grid then asks twice with only that argument different, and the second gets the first's answer)."""
 
@@ -10,7 +10,7 @@ import pytest
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
 from simulator.compile import CostCache, comm_part
-from simulator.compile.step import _tp_calls
+from simulator.compile.torch_tp import chunk_tp_calls as _tp_calls
 from simulator.work import CommKind
 
 CLUSTER = load_preset("dgx-a100", 2)
