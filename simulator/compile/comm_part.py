@@ -148,6 +148,20 @@ def param_tensor_bytes_key(workload, layout, stage: int, dt) -> tuple:
     return ("param_tensor_bytes", workload, layout.tp, layout.pp, stage, layout.layers_per_stage, layout.ep, dt)
 
 
+def stage_shapes(cache: CostCache, workload, layout, stage: int) -> tuple | None:
+    """:func:`simulator.memory.stage_param_shapes` of pipeline stage ``stage`` (tuple), remembered per what it reads
+    of ``layout`` (tp, pp, the layer split, ep): the optimizer's tensor count, torch's DTensors and its SP norms each
+    name the stage's tensors, for thousands of a search's structures that share a few hundred stages. None for a
+    workload without parameter shapes."""
+    if not getattr(workload, "has_activation_shapes", False):
+        return None
+    from simulator.memory import stage_param_shapes
+
+    return cache.memo(("stage param shapes", workload, layout.tp, layout.pp, stage, layout.layers_per_stage, layout.ep),
+                      lambda: tuple(stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                                       layers=layout.layer_indices(stage), ep=layout.ep)))
+
+
 def param_tensor_bytes(workload, layout, stage: int, param_bytes: float) -> list[int]:
     """Bytes of each parameter tensor pipeline stage ``stage``'s ranks hold (their tensor-parallel shards), in
     the model's order; none for a workload without parameter shapes."""
