@@ -1,7 +1,8 @@
 """``with_host_modules`` returns the compute untouched when every host term it adds is 0
 (:data:`simulator.framework_host.MODULE_TERMS_US`): checked against the full computation with each ``Host`` time (a
 ``_us`` field) set alone, on layouts that exercise every term (FSDP2, torch tp, checkpoints, DDP, torch's
-pipeline) and on an inline and an async device. Fails if the function starts to read a host field the list does not name."""
+pipeline) and on an inline and an async device. Fails if the function starts to read a host field the list does
+not name."""
 
 from dataclasses import fields, replace
 

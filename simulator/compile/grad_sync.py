@@ -124,8 +124,8 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
     tensors = optimizer_tensors(cache, workload, layout, stage)
     torch_dtensors = (cache.memo(("torch tp dtensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
                                   layout.ep, layout.sequence_parallel),
-                                 lambda: torch_tp.dtensor_tensors(workload, layout, stage,
-                                                                  comm_part.stage_shapes(cache, workload, layout, stage)))
+                                 lambda: torch_tp.dtensor_tensors(
+                                     workload, layout, stage, comm_part.stage_shapes(cache, workload, layout, stage)))
                       if torch_tp.applies(layout) else None)  # FSDP2: every tensor is a DTensor
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         impl = offload_part.optimizer_impl(s, cluster.device)
