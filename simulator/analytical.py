@@ -123,6 +123,19 @@ def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, floa
     return ch.fwd_s + tp_f + zf, ch.recompute_s + ch.bwd_s + tp_b + zb, parts
 
 
+def kept_chunk_numbers(ch: ChunkWork, sm_fraction: float, same: dict) -> tuple:
+    """(the chunk's call tuples, then :func:`_chunk_numbers`' F, B and parts, then :func:`gradient_work_s`), remembered
+    in ``same`` by the call tuples' ids and the chunk's seconds (the entry holds the tuples, so their ids stay
+    theirs): chunks that hold the same call tuples (a shared stage's, or any two chunks asking the same remembered tp
+    calls, :func:`simulator.compile.torch_tp.chunk_tp_calls`) and compute seconds share one answer."""
+    calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
+    key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls, sm_fraction)
+    got = same.get(key)
+    if got is None or not _same_objects(got[0], calls):
+        got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
+    return got
+
+
 def gradient_work_s(chunk: ChunkWork) -> float:
     """The part of a backward action that produces gradients: backward compute and its TP calls.
 
@@ -196,12 +209,7 @@ def summarize_stages(stages: tuple[StageWork, ...], v: int, sm_fraction: float =
     same: dict[tuple, tuple] = {} if kept is None else kept  # answers by the tuples' ids, each entry holding them
     b_lasts: dict[int, float] = {}  # each chunk's gradient_work_s
     for c, ch in chunks.items():  # chunks holding the same call tuples and seconds (a shared stage's) share them
-        calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
-        key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls,
-               sm_fraction)
-        got = same.get(key)
-        if got is None or not _same_objects(got[0], calls):
-            got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
+        got = kept_chunk_numbers(ch, sm_fraction, same)
         F[c], B[c], parts[c] = got[1:4]
         b_lasts[c] = got[4]
         if c < n - 1 and ch.p2p_fwd is not None:

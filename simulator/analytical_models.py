@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.analytical import _chunk_numbers, gradient_work_s, stage_answers
+from simulator.analytical import kept_chunk_numbers, stage_answers
 from simulator.analytical_formula import EXPOSED_KINDS, PART_KINDS, StepArrays
 from simulator.work import ChunkWork, StageWork
 
@@ -35,15 +35,16 @@ def chunk_rows(chunks: tuple[ChunkWork, ...], sm_fraction: float, kept: dict) ->
     key = ("chunk rows", id(chunks), sm_fraction)
     got = kept.get(key)
     if got is None or got[0] is not chunks:
-        rows = np.zeros((len(chunks), _CHUNK_COLUMNS))
+        rows, b_last = np.zeros((len(chunks), _CHUNK_COLUMNS)), None
         for k, ch in enumerate(chunks):
-            F, B, parts = _chunk_numbers(ch, sm_fraction)
-            rows[k, 0], rows[k, 1], rows[k, 4:] = F, B, parts
+            numbers = kept_chunk_numbers(ch, sm_fraction, kept)  # shared by chunks of equal calls and seconds
+            rows[k, 0], rows[k, 1], rows[k, 4:] = numbers[1:4]
+            b_last = numbers[4] if b_last is None else b_last  # the first chunk's gradient work
             if ch.p2p_fwd is not None:
                 rows[k, 2] = ch.p2p_fwd.time_s
             if ch.p2p_bwd is not None:
                 rows[k, 3] = ch.p2p_bwd.time_s
-        got = kept[key] = (chunks, rows, gradient_work_s(chunks[0]))
+        got = kept[key] = (chunks, rows, b_last)
     return got[1], got[2]
 
 

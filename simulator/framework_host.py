@@ -83,13 +83,27 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     (:func:`tp_modules`); torch's activation checkpoints per region (:func:`checkpoint_regions`); DDP's per
     forward call (:func:`ddp_wrapped`); and torch's pipeline runtime per action (:mod:`simulator.pipeline_runtime`). On an ``inline`` device it adds to the chunk's phases; on an ``async`` one a
     phase takes the larger of its time and the host time (one stream)."""
+    host = cluster.node.host
+    if host is None or not any(map(host.__getattribute__, MODULE_TERMS_US)):  # every term 0 (the GPU presets)
+        return compute
+    return _with_module_terms(host, cluster.device, layout, chunk, compute, share)
+
+
+MODULE_TERMS_US = ("fsdp2_forward_module_us", "fsdp2_backward_module_us", "fsdp2_zero2_backward_module_us",
+                   "tp_forward_module_us", "tp_backward_module_us", "checkpoint_forward_region_us",
+                   "checkpoint_backward_region_us", "ddp_forward_call_us", "pipeline_action_us",
+                   "pipeline_p2p_post_us", "pipeline_chunk_us")
+"""The ``Host`` fields :func:`with_host_modules` adds: with all of them 0 (or None) it adds nothing, and returns
+the compute without counting the chunk's modules (a search asks it per chunk; tests/test_framework_host_terms.py
+fails if a term it reads is missing here)."""
+
+
+def _with_module_terms(host, device, layout, chunk, compute, share: float):
+    """:func:`with_host_modules` on a host with a term (:data:`MODULE_TERMS_US`) not 0."""
     from dataclasses import replace as _replace
 
     from simulator.strategy.framework import Framework
 
-    host = cluster.node.host
-    if host is None:
-        return compute
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
@@ -103,7 +117,6 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
               + ckpt * host.checkpoint_backward_region_us + pipe_us)
     if not fwd_us and not bwd_us:
         return compute
-    device = cluster.device
 
     def add(phase_s: float, extra_us: float) -> float:
         extra_s = extra_us * 1e-6 * share

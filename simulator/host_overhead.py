@@ -174,17 +174,18 @@ def dtensor_params(layout) -> bool:
     return layout.framework is Framework.FSDP2 or (layout.framework is Framework.TORCH_DDP and layout.tp > 1)
 
 
-def optimizer_tensors(workload, layout, stage: int) -> int:
+def optimizer_tensors(workload, layout, stage: int, shapes=None) -> int:
     """Parameter tensors the representative rank (dp 0) of pipeline stage ``stage`` steps one by one: the
     stage's tensors (:func:`simulator.memory.stage_param_shapes`, tensor-parallel shards) as
     :func:`simulator.memory.step_tensors` gives them per-tensor Adam state (all of them under DDP and
     FSDP2, the rank's own under ``ZeroRedundancyOptimizer``, none for a flat-buffer framework); 0 for a
-    workload without parameter shapes."""
+    workload without parameter shapes. ``shapes``: the stage's ``stage_param_shapes``, if already named."""
     from simulator.memory import stage_param_shapes, step_tensors
     from simulator.memory.states import steps_per_tensor
 
     if not getattr(workload, "has_activation_shapes", False) or not steps_per_tensor(layout.framework):
         return 0  # a flat-buffer framework counts none, whatever the shapes (no need to name them)
-    shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
-                                layers=layout.layer_indices(stage), ep=layout.ep)
+    if shapes is None:
+        shapes = stage_param_shapes(workload, tp=layout.tp, pp=layout.pp, stage=stage,
+                                    layers=layout.layer_indices(stage), ep=layout.ep)
     return step_tensors(shapes, layout.dp_cp, layout.strategy.zero, layout.framework)[0]

@@ -20,7 +20,7 @@ from simulator.compile import comm_part, ddp_copies, ep_part, megatron_step, off
 from simulator.compile.grad_adds import first_add_bytes_per_param
 from simulator.compile.zero_part import expert_split
 from simulator.compute import achievable_hbm_Bps
-from simulator.memory.states import optimizer_bytes_per_param
+from simulator.memory.states import optimizer_bytes_per_param, steps_per_tensor
 from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
 from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
@@ -121,11 +121,11 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
     after: tuple = ()
     share = host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, layout.world_size))
     stage = layout.coords(rep).pp
-    tensors = cache.memo(optimizer_tensors_key(workload, layout, stage),
-                         lambda: host_overhead.optimizer_tensors(workload, layout, stage))
+    tensors = optimizer_tensors(cache, workload, layout, stage)
     torch_dtensors = (cache.memo(("torch tp dtensors", workload, layout.tp, layout.pp, stage, layout.layers_per_stage,
                                   layout.ep, layout.sequence_parallel),
-                                 lambda: torch_tp.dtensor_tensors(workload, layout, stage))
+                                 lambda: torch_tp.dtensor_tensors(
+                                     workload, layout, stage, comm_part.stage_shapes(cache, workload, layout, stage)))
                       if torch_tp.applies(layout) else None)  # FSDP2: every tensor is a DTensor
     if s.offload is Offload.NONE:  # memory-bound update, and the host calls issuing it (simulator.host_overhead)
         impl = offload_part.optimizer_impl(s, cluster.device)
@@ -191,6 +191,17 @@ def grad_sync_key(workload, layout: ParallelLayout) -> tuple:
 def torch_zero1(layout: ParallelLayout) -> bool:
     """ZeRO-1 under torch DDP: ``ZeroRedundancyOptimizer`` (executor/strategies/data_parallel.py)."""
     return layout.strategy.zero is ZeroStage.ZERO1 and layout.framework is Framework.TORCH_DDP
+
+
+def optimizer_tensors(cache, workload, layout: ParallelLayout, stage: int) -> int:
+    """:func:`host_overhead.optimizer_tensors`, remembered per :func:`optimizer_tensors_key`; the stage's tensors, where
+    a framework steps them one by one (:func:`steps_per_tensor`), named once per what they read
+    (:func:`comm_part.stage_shapes`)."""
+    def count() -> int:
+        named = steps_per_tensor(layout.framework)  # else it counts none without naming them
+        shapes = comm_part.stage_shapes(cache, workload, layout, stage) if named else None
+        return host_overhead.optimizer_tensors(workload, layout, stage, shapes)
+    return cache.memo(optimizer_tensors_key(workload, layout, stage), count)
 
 
 def optimizer_tensors_key(workload, layout: ParallelLayout, stage: int) -> tuple:

@@ -23,7 +23,6 @@ model reads the ranks) and DeepSpeed's per-tensor ZeRO-3 gathers (per chunk inde
 
 from __future__ import annotations
 
-from simulator import host_overhead
 from simulator.compile import grad_sync, step
 from simulator.compile.compute_part import load_slice
 from simulator.compile.costs import CostCache
@@ -41,8 +40,7 @@ def _shares(layout: ParallelLayout) -> bool:
 def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, placed: tuple) -> tuple:
     """Everything of stage ``r`` that :func:`stage_work` reads and that depends on ``r`` (module docstring):
     ``placed`` (:func:`_placed`), then the optimizer's tensor count and the FP8 weight cast."""
-    tensors = cache.memo(grad_sync.optimizer_tensors_key(workload, layout, r),
-                         lambda: host_overhead.optimizer_tensors(workload, layout, r))
+    tensors = grad_sync.optimizer_tensors(cache, workload, layout, r)
     return placed + (tensors, step._te_weight_cast_s(cache, workload, layout, r))
 
 

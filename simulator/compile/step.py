@@ -88,6 +88,7 @@ def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tup
 
 
 def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
+    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c, inputs)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
     rep, tp_group, dp_group, ep_group, edp_group = groups
@@ -95,13 +96,13 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     moe = getattr(workload, "moe", None)  # MoE blocks whose dispatcher does the MLP's tp gather itself:
     own_gather = cc.moe_blocks if layout.ep > 1 and moe is not None and not moe.shared_width else 0
-    tp_args = dict(sp=layout.sequence_parallel, layers=layers, first=c == 0, last=c == n - 1,
-                   full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
-    if torch_tp.applies(layout) and not own_gather:  # DTensor's own list (simulator.compile.torch_tp)
-        logits_bytes = cc.boundary_bytes * workload.vocab / workload.hidden
-        tp_fwd, tp_bwd = torch_tp.calls(cache, tp_group, cc.boundary_bytes, logits_bytes, **tp_args)
-    else:
-        tp_fwd, tp_bwd = comm_part.tp_calls(cache, tp_group, cc.boundary_bytes, attention_only=own_gather, **tp_args)
+    # DTensor's own list where torch runs the tp (simulator.compile.torch_tp), else Megatron's
+    logits_bytes = (cc.boundary_bytes * workload.vocab / workload.hidden
+                    if torch_tp.applies(layout) and not own_gather else None)
+    tp_fwd, tp_bwd = torch_tp.chunk_tp_calls(cache, tp_group, cc.boundary_bytes, logits_bytes=logits_bytes,
+                                             attention_only=own_gather, sp=layout.sequence_parallel, layers=layers,
+                                             first=c == 0, last=c == n - 1,
+                                             full_recompute=s.recompute is Recompute.FULL, concurrent=dp)
     if cc.moe_blocks and layout.ep > 1:  # the MoE layers' token all-to-alls block the compute too (per cp rank)
         volume = ep_part.dispatch_bytes(workload, s, layout.ep, tp, layout.sequence_parallel,
                                         ep_part.group_nodes(cache.cluster, ep_group))
@@ -119,7 +120,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
                                               cache.cluster.device.compute_capability))
         tp_fwd, tp_bwd = tp_fwd + cp_fwd, cp_bwd + tp_bwd
     # the residual stream between blocks and stages: fp32 under eager autocast (simulator.workload.autocast)
-    stream = cc.boundary_bytes * (FP32_BYTES / workload.dtype.activation_bytes if runs_autocast(workload.dtype, s) else 1)
+    autocast = inputs[0].autocast  # runs_autocast(workload.dtype, s), as compute_inputs reads it
+    stream = cc.boundary_bytes * (FP32_BYTES / workload.dtype.activation_bytes if autocast else 1)
     if s.offload_activations:  # checkpoints to the host in forward, back before recompute (act_offload_part)
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
             stream, tp, layout.sequence_parallel), layers)
@@ -127,13 +129,14 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     p2p_bytes = stream / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
-        dst = layout.rank_of(0, other % p, 0) if 0 <= other < n else rep
+        dst = stage_groups(cache, layout, other % p)[0] if 0 <= other < n else rep  # layout.rank_of(0, other % p, 0)
         p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
                                                           dp * tp))
     zero = zero_bwd = ()
     numels, prefetch = None, 1  # DeepSpeed's per-tensor gathers (ds_zero3) and their prefetch depth in calls
-    pbytes = sync_dtype(workload.dtype, s).param_bytes  # fp32 under autocast
-    block_bytes = gathered_block_bytes(workload, layout, cc)
+    gathered = dp > 1 and (s.zero is ZeroStage.ZERO3 or grad_sync.fsdp2_zero2(layout))  # reads the two below
+    pbytes = sync_dtype(workload.dtype, s).param_bytes if gathered else None  # fp32 under autocast
+    block_bytes = gathered_block_bytes(workload, layout, cc) if gathered else None
     if s.zero is ZeroStage.ZERO3 and dp > 1:
         if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
             sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
@@ -230,6 +233,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     ``layout``, if already built."""
     groups = stage_groups(cache, layout, r)
     rep = groups[0]
+    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     keys = stage_keys(cache, workload, layout, fetch) if keys is None else keys
     chunks, params, experts = cache.memo(("chunks of rank", keys[0], r),
                                          lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
@@ -238,7 +242,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     tied = cache.memo(("tied embedding of rank", keys[1], r),  # ready after the last backward; reads no UNREAD field
                       lambda: tied_embedding.tied_embedding_sync(cache, workload, layout, r))
     sync, fractions = _with_tied(cache, sync, fractions, tied)
-    share = host_overhead.core_share(cache.cluster, offload_part.gpus_on_node(cache.cluster, layout.world_size))
+    share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
     opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
             + step_loop_s(cache.cluster, share))  # the loop's own host time per step (simulator.step_loop)
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
