@@ -156,8 +156,6 @@ class ComputeCalibration:
     """The same at ZeRO-2 (``reshard_after_forward=False``: the backward's term); None where not measured."""
     pipeline: PipelineActionTiming | None = None
     """torch's pipeline runtime per action on 2 processes (step 5); None where not measured (a GPU)."""
-    pipeline_posts: tuple[PipelineActionTiming, ...] = ()
-    """The same probe on 1F1B and interleaved, for their posts (``host.pipeline_p2p_post_schedule_us``)."""
     block_phases: tuple[Timing, Timing] | None = None
     """The block's forward and backward timed apart (the CPU); None on a GPU."""
     rank_steps: RankStepTiming | None = None
@@ -301,7 +299,6 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 fields=device, tp_modules=terms and terms.tp, ddp=terms and terms.ddp,
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
-                                pipeline_posts=terms.pipeline_posts if terms else (),
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
                                 block_call_us=block_call_us, save_steps=saved, step_checkpoint=ckpt,
                                 save_moments=tuple(takes))

@@ -6,10 +6,8 @@ time excluded (:mod:`executor.tp_host_bench`), DDP per forward and synchronising
 backward, ``torch.utils.checkpoint`` per region (:mod:`executor.host_bench`), FSDP2 per ``fully_shard`` module
 on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backward
 (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
-on two gloo processes (:mod:`executor.pipeline_host_bench`), its posting also on each other schedule the suite runs
-(:data:`PIPELINE_POST_SCHEDULES`: a post costs what its schedule's order makes it cost); and the executor's AdamW
-step gives ``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured
-there).
+on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
+``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured there).
 On the CPU in fp32 DDP's two terms are then taken from the rank-step probe's DDP steps (:func:`with_step_ddp`).
 """
 
@@ -29,18 +27,12 @@ from executor.pipeline_host_bench import PipelineActionTiming, time_pipeline_act
 from executor.tp_host_bench import TP_PROBE_RANKS, time_tp_group_modules
 from simulator.cluster.spec import Device
 from simulator.compute import Phase, layer_times, total_time
-from simulator.schedules import ScheduleKind
 from simulator.workload import Recompute
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.transformer import TransformerSpec
 
 PIPELINE_PROBE_PP = 2
 """Processes of the pipeline probe: the suite's pipelines' pp (each process one stage of the tiny model)."""
-PIPELINE_POST_SCHEDULES = ((ScheduleKind.ONE_F_ONE_B, 1), (ScheduleKind.INTERLEAVED, 2))
-"""(schedule, stages per rank) the pipeline probe also runs after GPipe, for their own
-``host.pipeline_p2p_post_schedule_us``: the suite's other pipelines (``pp-1f1b``; ``pp-interleaved``, v = 2). In
-the probe's alternated rounds their posts cost 0.7-3.8x GPipe's (docs/validation.md, pipe19)
-[src: own-pipeline-post-by-schedule]."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +47,6 @@ class HostTerms:
     pipeline: PipelineActionTiming
     fsdp2_zero2: Fsdp2Timing | None = None
     """The same probe with ``reshard_after_forward=False`` (ZeRO-2); None: not measured."""
-    pipeline_posts: tuple[PipelineActionTiming, ...] = ()
-    """The pipeline probe on each of :data:`PIPELINE_POST_SCHEDULES` (their ``post_us``); empty: not measured."""
 
 
 def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
@@ -81,19 +71,9 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
                                                        reshard_after_forward=False))
     tp = time_tp_group_modules(tiny_model(spec, DtypePolicy.FP32, tp=TP_PROBE_RANKS), micro_batch,
                                repeats=max(repeats, 50), warmup=warmup, thread_count=threads_per_rank(TP_PROBE_RANKS))
-    pipeline, *posts = (time_pipeline_actions(pp=PIPELINE_PROBE_PP, kind=kind, v=v, spec=model, micro_batch=micro_batch,
-                                              repeats=more, warmup=warmup,
-                                              thread_count=threads_per_rank(PIPELINE_PROBE_PP))
-                        for kind, v in ((ScheduleKind.GPIPE, 1), *PIPELINE_POST_SCHEDULES))
-    return HostTerms(**measured, tp=tp, pipeline=pipeline, pipeline_posts=tuple(posts))
-
-
-def post_schedule_us(terms: HostTerms) -> tuple[tuple[ScheduleKind, float], ...]:
-    """``host.pipeline_p2p_post_schedule_us``: each probed schedule's µs per post, GPipe's (``terms.pipeline``) first;
-    empty where only GPipe was probed (then every schedule pays ``pipeline_p2p_post_us``)."""
-    if not terms.pipeline_posts:
-        return ()
-    return tuple((t.schedule, t.post_us) for t in (terms.pipeline, *terms.pipeline_posts))
+    pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
+                                     warmup=warmup, thread_count=threads_per_rank(PIPELINE_PROBE_PP))
+    return HostTerms(**measured, tp=tp, pipeline=pipeline)
 
 
 def ddp_bucket_passes_s(device: Device, spec: TransformerSpec) -> float:
@@ -144,8 +124,7 @@ def with_host(node, terms: HostTerms | None):
                        fsdp2_zero2_backward_module_us=(None if terms.fsdp2_zero2 is None
                                                        else terms.fsdp2_zero2.backward_module_us),
                        pipeline_action_us=terms.pipeline.action_us,
-                       pipeline_p2p_post_us=terms.pipeline.post_us, pipeline_chunk_us=terms.pipeline.chunk_us,
-                       pipeline_p2p_post_schedule_us=post_schedule_us(terms))
+                       pipeline_p2p_post_us=terms.pipeline.post_us, pipeline_chunk_us=terms.pipeline.chunk_us)
     return replace(node, host=host)
 
 

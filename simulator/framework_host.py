@@ -33,8 +33,7 @@ and 0 where not measured (GPU presets):
 - **Pipeline schedule runtime**: where torch's ``torch.distributed.pipelining`` runs the schedule, each forward
   and backward of a chunk adds ``Host.pipeline_action_us`` × its actions in the runtime's list
   (:func:`simulator.pipeline_runtime.pipeline_actions`) [src: own-pipeline-action-probe], and
-  ``Host.pipeline_p2p_post_us`` (the schedule's own where measured, ``Host.p2p_post_us``) × its sends and
-  receives, whose posting blocks the rank's thread
+  ``Host.pipeline_p2p_post_us`` × its sends and receives, whose posting blocks the rank's thread
   (:func:`simulator.pipeline_runtime.p2p_actions`) [src: own-pipeline-post-probe], and once
   ``Host.pipeline_chunk_us``, the stage's bookkeeping around its module in ``forward_one_chunk`` /
   ``backward_one_chunk`` [src: own-pipeline-chunk-probe].
@@ -95,7 +94,7 @@ def with_host_modules(cluster: Cluster, layout, chunk, compute, share: float = 1
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
     pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
-               + p2p_actions(layout, chunk) * host.p2p_post_us(layout.strategy.schedule)
+               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us
                + (host.pipeline_chunk_us if torch_pipeline(layout) else 0.0))
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
               + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)

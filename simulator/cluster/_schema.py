@@ -37,8 +37,8 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
-             "pipeline_p2p_post_schedule_us", "fsdp2_zero2_backward_module_us", "step_loop_us",
-             "first_microbatch_cold_us", "step_after_save_us")
+             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
+             "step_after_save_us")
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -223,26 +223,12 @@ def _host(s: Section) -> HostSpec:
                     pipeline_action_us=s.number("pipeline_action_us", 0.0, minimum="non_negative"),
                     pipeline_p2p_post_us=s.number("pipeline_p2p_post_us", 0.0, minimum="non_negative"),
                     pipeline_chunk_us=s.number("pipeline_chunk_us", 0.0, minimum="non_negative"),
-                    pipeline_p2p_post_schedule_us=_per_schedule(s, "pipeline_p2p_post_schedule_us"),
                     step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
                     first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
                     step_after_save_us=s.number("step_after_save_us", 0.0, minimum="non_negative"),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))
-
-
-def _per_schedule(s: Section, key: str) -> tuple:
-    """``host.<key>``: a mapping of pipeline schedule (``gpipe``, ``1f1b``, ``interleaved``) to µs >= 0, as
-    ``((ScheduleKind, µs), ...)`` in the enum's order (:attr:`HostSpec.pipeline_p2p_post_schedule_us`)."""
-    from simulator.schedules import ScheduleKind
-
-    raw = s.raw(key, {})
-    if not isinstance(raw, dict):
-        raise SpecError(s.field(key), "must be a mapping of schedule to µs, e.g. {1f1b: 160.0, interleaved: 210.0}")
-    inner = Section(raw, s.field(key), raw.keys())
-    table = {enum_value(s.field(key), ScheduleKind, name): inner.number(name, minimum="non_negative") for name in raw}
-    return tuple((kind, table[kind]) for kind in ScheduleKind if kind in table)
 
 
 def _bytes(gb: float) -> int:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from simulator.checks import non_negative_number, positive_int, positive_number
 from simulator.cluster.comm import CpuVendor
-from simulator.errors import SpecError
-from simulator.schedules import ScheduleKind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,14 +85,6 @@ class HostSpec:
     receive the runtime puts around a forward or backward (:func:`simulator.pipeline_runtime.p2p_actions`).
     Measured on the CPU by ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`)
     [src: own-pipeline-post-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
-    pipeline_p2p_post_schedule_us: tuple[tuple[ScheduleKind, float], ...] = ()
-    """:attr:`pipeline_p2p_post_us` measured on a given schedule, µs: ``((schedule, µs), ...)`` (file form
-    ``{1f1b: 160.0, interleaved: 210.0}``); a pipeline of a listed schedule pays its own (:meth:`p2p_post_us`). A post
-    costs more where the schedule posts a send whose receive is already posted (gloo's tcp ``Pair::send`` then writes
-    the data on the posting thread, under the pair's lock) or while the peer's data arrives, as 1F1B's and
-    interleaving's steady state do, than GPipe's posts (docs/validation.md, pipe13, pipe19)
-    [src: own-pipeline-post-by-schedule]. Measured by ``trainplan calibrate --compute``, the pipeline probe run on
-    each schedule (:mod:`executor.calibrate_host`); empty on every preset."""
     pipeline_chunk_us: float = 0.0
     """Host time a pipeline stage of ``torch.distributed.pipelining`` spends per ``forward_one_chunk`` or
     ``backward_one_chunk`` around its module's forward and torch's ``stage_backward``, µs: retrieving the received
@@ -147,18 +137,8 @@ class HostSpec:
         non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
         non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
         non_negative_number("host.pipeline_chunk_us", self.pipeline_chunk_us)
-        kinds = [kind for kind, _ in self.pipeline_p2p_post_schedule_us]
-        if len(set(kinds)) != len(kinds) or not all(isinstance(kind, ScheduleKind) for kind in kinds):
-            raise SpecError("host.pipeline_p2p_post_schedule_us", "give each schedule once, e.g. {1f1b: 160.0}")
-        for kind, us in self.pipeline_p2p_post_schedule_us:
-            non_negative_number(f"host.pipeline_p2p_post_schedule_us.{kind.value}", us)
         non_negative_number("host.step_loop_us", self.step_loop_us)
         non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
         non_negative_number("host.step_after_save_us", self.step_after_save_us)
         if self.fsdp2_zero2_backward_module_us is not None:
             non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)
-
-    def p2p_post_us(self, schedule: ScheduleKind | None) -> float:
-        """Host µs per send or receive a pipeline of ``schedule`` posts: its own measurement
-        (:attr:`pipeline_p2p_post_schedule_us`) where listed, else :attr:`pipeline_p2p_post_us`."""
-        return dict(self.pipeline_p2p_post_schedule_us).get(schedule, self.pipeline_p2p_post_us)

@@ -97,8 +97,6 @@ def cluster_to_dict(c: Cluster) -> dict:
             d["host"]["cpu_cores"] = h.cpu_cores
         if h.fsdp2_zero2_backward_module_us is not None:
             d["host"]["fsdp2_zero2_backward_module_us"] = h.fsdp2_zero2_backward_module_us
-        if h.pipeline_p2p_post_schedule_us:
-            d["host"]["pipeline_p2p_post_schedule_us"] = {k.value: us for k, us in h.pipeline_p2p_post_schedule_us}
         for key in ("fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us",
                     "tp_backward_module_us", "ddp_forward_call_us", "ddp_sync_backward_us",
                     "checkpoint_forward_region_us", "checkpoint_backward_region_us", "pipeline_action_us",
