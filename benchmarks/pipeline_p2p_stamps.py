@@ -11,7 +11,11 @@ stage's ``get_*_ops`` call just before it) and each receive wait (``_wait_batch_
   apart for transfers whose receive was posted before the send and the others (the time a transfer keeps a blocked receiver: what the simulator charges per send as
   hop + ``W``, ``comm.blocking_wait_us``); median, p10, p90, mean;
 - ``late``: the transfers whose data had arrived before the wait began (wait < 50 µs), and their share;
-- per step (medians): the step, the sum of waits, the sum of posts, and the counts.
+- per step (medians): the step, the sum of waits, the sum of posts, and the counts;
+- per boundary: the share of its transfers after micro-batch 0 whose send was posted before their receive, beside
+  the share the model's list walk (:func:`simulator.receive_first.expected_prices`) gives on the run's own median
+  forward, backward and latencies: whether the model classifies the transfers as the run does (docs/validation.md,
+  pipe19).
 
 Usage: ``PYTHONPATH=. python benchmarks/pipeline_p2p_stamps.py --steps 60 --rounds 3``. Results: docs/validation.md
 (pipe16) [src: own-pipeline-p2p-latency-2026-11-25].
@@ -134,6 +138,54 @@ def transfers(ranks: list, step: int) -> list[tuple[str, float, float]]:
     return rows
 
 
+def send_first_shares(ranks: list) -> dict[tuple[str, int], tuple[float, int]]:
+    """Per boundary and direction (``"F"``/``"B"``, sending stage): the share of its transfers after micro-batch 0
+    whose send was posted before their receive, over the timed steps, and their count: what the model's
+    :func:`simulator.receive_first.expected_prices` calls the serial share."""
+    out: dict[tuple[str, int], list[int]] = {}
+    for k in range(len(ranks[0])):
+        sends, recvs = {}, {}
+        for r in ranks:
+            for tag, s, mb, t0, t1 in r[k][2]:
+                if tag in ("postSF", "postSB") and mb > 0:
+                    sends[(tag[-1], s, mb)] = t0
+                elif tag in ("postRF", "postRB") and mb > 0:
+                    sender = s - 1 if tag[-1] == "F" else s + 1
+                    recvs[(tag[-1], sender, mb)] = t1
+        for key, t_send in sends.items():
+            if key in recvs:
+                out.setdefault(key[:2], []).append(int(recvs[key] > t_send))
+    return {key: (sum(v) / len(v), len(v)) for key, v in sorted(out.items())}
+
+
+def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]:
+    """The model's serial share per boundary (:func:`simulator.receive_first.expected_prices`) on this run's own
+    medians: each stage's forward and backward, and the blocked-receiver latencies of the two classes as prices."""
+    from simulator.receive_first import expected_prices
+    from simulator.schedules import ActionKind, ScheduleKind, make_schedule
+
+    schedule = make_schedule(ScheduleKind(kind), len(ranks), 4, v)
+    times: dict[tuple[str, int], list[float]] = {}
+    for r in ranks:
+        for step in r:
+            for tag, s, _mb, t0, t1 in step[2]:
+                if tag in ("F", "B"):
+                    times.setdefault((tag, s), []).append((t1 - t0) / 1e9)
+    n = schedule.n_stages
+    fwd = [statistics.median(times.get(("F", s), [0.0])) for s in range(n)]
+    bwd = [statistics.median(times.get(("B", s), [0.0])) for s in range(n)]
+    lat = {True: [], False: []}
+    for k in range(len(ranks[0])):
+        for recv_first, latency, w in transfers(ranks, k):
+            if w >= ARRIVED_NS:
+                lat[recv_first].append(latency / 1e9)
+    first = statistics.median(lat[True]) if lat[True] else 0.0
+    full = statistics.median(lat[False]) if lat[False] else first
+    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
+    shares = expected_prices(schedule, fwd, bwd, {key: full for key in keys}, {key: first for key in keys})
+    return {(key[1].value, key[0]): shares[key][2] for key in keys if key in shares}
+
+
 def _pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
@@ -202,6 +254,10 @@ def main(argv=None) -> int:
             v = 2 if kind == "interleaved" else 1
             ranks = launch.run(_rank, 2, args=(kind, 4, v, args.steps), num_threads=1)
             print("  " + summarise(kind, ranks), flush=True)
+            model = model_shares(kind, v, ranks)
+            print("    send-first share after micro-batch 0, run (model's walk on the run's medians): " + "; ".join(
+                f"{d}{s} {share:.2f} ({model.get((d, s), float('nan')):.2f}, n={n})"
+                for (d, s), (share, n) in send_first_shares(ranks).items()), flush=True)
             if args.timeline:
                 print(timeline(ranks), flush=True)
     return 0
