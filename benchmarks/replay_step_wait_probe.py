@@ -150,7 +150,23 @@ def summarise(name: str, schedule: Schedule, calls: list[list[float]]) -> dict[i
     means = {k: statistics.fmean(v) * 1e3 for k, v in sorted(pooled.items())}
     print(f"  {name} by busy count: " + ", ".join(
         f"{k}: mean {m:.3f} p10 {percentile(pooled[k], 0.1) * 1e3:.3f} ms" for k, m in means.items()))
-    return means
+    return {k: (m, m - percentile(pooled[k], 0.1) * 1e3) for k, m in means.items()}
+
+
+def compare_steps(cluster, per_busy: dict[str, dict], nproc: int) -> None:
+    """Print the tree's step time and step wait (mean − p10) per busy count over the ring's (all ``nproc`` busy), beside
+    what each rule says a step at k busy costs of a ring step: the busy share ``max(1, k / cores) / share`` and the
+    wait of a node of k processes ``W(k) / W(nproc)`` (tree17's rule, from ``cluster``'s measured all-reduce waits)."""
+    from simulator.collectives.cost import Env
+
+    env = Env(cluster, None)
+    ring_mean, ring_wait = per_busy["ring"][nproc]
+    node_wait = cluster.comm.blocking_wait_s(nproc, Op.ALL_REDUCE)
+    for k, (mean, wait) in per_busy["tree"].items():
+        share = max(1.0, k / cluster.node.host.cpu_cores) / env.time_share
+        w_rule = cluster.comm.blocking_wait_s(k, Op.ALL_REDUCE) / node_wait if node_wait > 0 else float("nan")
+        print(f"  tree step at {k} busy / ring step: time {mean / ring_mean:.2f}, wait {wait / ring_wait:.2f}; busy "
+              f"share {share:.2f}, W({k}) / W({nproc}) {w_rule:.2f}")
 
 
 def main() -> None:
@@ -179,11 +195,11 @@ def main() -> None:
     for run in range(args.runs):
         per_rank = launch.run(_worker, args.nproc, (schedules, args.repeats, args.warmup, args.matmuls), backend="gloo")
         print(f"run {run + 1}", flush=True)
-        totals, from_last, fast = {}, {}, {}
+        totals, from_last, fast, per_busy = {}, {}, {}, {}
         for a, s in schedules.items():
             calls = [step_times_s([r[a][i][0] for r in per_rank], [r[a][i][1] for r in per_rank])
                      for i in range(args.repeats)]
-            summarise(a, s, calls)
+            per_busy[a] = summarise(a, s, calls)
             totals[a] = statistics.fmean(sum(c) for c in calls)
             fast[a] = percentile([sum(c) for c in calls], 0.1)
             from_last[a] = statistics.fmean(max(r[a][i][1][-1] for r in per_rank) - max(r[a][i][0] for r in per_rank)
@@ -195,6 +211,7 @@ def main() -> None:
         print(f"  the call's wait (mean - p10): ring {waits['ring'] * 1e3:.3f} tree {waits['tree'] * 1e3:.3f} ms, "
               f"tree / ring {waits['tree'] / waits['ring']:.2f}; its p10: tree / ring "
               f"{fast['tree'] / fast['ring']:.2f}", flush=True)
+        compare_steps(cluster, per_busy, args.nproc)
 
 
 if __name__ == "__main__":
