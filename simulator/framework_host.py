@@ -57,8 +57,8 @@ layer (last chunk) [src: megatron-vocab-parallel]."""
 SP_MODULES_PER_BLOCK = 2
 """Modules of one block that sequence parallelism adds to torch's plan: the two norms, run as ``SequenceParallel``
 on sequence-sharded DTensors (:data:`simulator.compile.torch_tp.SP_NORMS_PER_BLOCK`). Measured (tree19, 2-rank gloo
-mesh, the tiny tp model with and without sequence parallelism in the same iterations, p10 of 60, three launches at
-load 15-25): +1.37-1.58 ms forward and +1.40-1.45 ms backward per micro-batch beyond the other model's host time;
+mesh, the tiny tp model with and without sequence parallelism in the same iterations, p10 of 60, four launches at
+load 11-25): +1.31-1.58 ms forward and +1.38-1.45 ms backward per micro-batch beyond the other model's host time;
 charging the tiny model's 2 × 2 norms that launch's per-module terms gives 4 × 0.40 = 1.60 ms forward and 4 × 0.46
 = 1.86 ms backward (over by ~30 %) [src: own-sp-module-probe-2026-11-26]."""
 
