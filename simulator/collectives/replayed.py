@@ -45,10 +45,10 @@ ranks using a third of a ring rank's (waiting ranks do not spin) (docs/validatio
 
 Why not the wait at each step's busy processes (tree17's ``W̄ = (3·W(2) + 4·W(3)) / 7``, 2026-11-26 until tree19):
 each step of a replay is a blocking exchange, and its stamped time (``benchmarks/replay_step_wait_probe.py``,
-[src: own-replay-step-wait-2026-11-26]) says how a step's wait scales with its busy processes: in six launches a
-tree step with 2 of 4 ranks busy waited (mean − 10th percentile) 0.58-0.90 of a ring step's, one with 3 busy
+[src: own-replay-step-wait-2026-11-26]) says how a step's wait scales with its busy processes: in eight launches a
+tree step with 2 of 4 ranks busy waited (mean − 10th percentile) 0.57-0.90 of a ring step's, one with 3 busy
 0.67-0.91, where ``W(2) / W(4)`` was 0.19-0.26 and ``W(3) / W(4)`` 0.45 in calibrations of the same hour, and the
-busy share prices 0.5 / 0.75; the steps' whole times were 0.43-0.73 and 0.56-0.69 of a ring step's
+busy share prices 0.5 / 0.75; the steps' whole times were 0.43-0.73 and 0.55-0.69 of a ring step's
 (docs/validation.md, "tree19"). ``W(k)`` is measured on nodes of ``k`` processes in all; in a replay the node's
 other processes sleep in a receive for a step and wake for the next, and a step's wait follows its share of the
 steps, not a smaller node's table.
