@@ -5,10 +5,11 @@ before each call, each call's time the slowest rank's), gloo's native all-reduce
 executor replays for ddp-ring and ddp-tree (built on the suite plans' cluster, dgx-h100, for the tiny model's one DDP
 bucket, 481,392 B), and prints each one's mean, median and 10th percentile, the tree / ring ratios, and what a cluster
 file prices each replay at three ways: every step at the node's share (before 2026-11-26), each step at its busy
-processes' share, and that with the call's wait read at the busy processes too
-(:func:`simulator.collectives.replayed.schedule_replay_time_s`). With ``--cpu`` it instead times each rank's CPU
-(``time.process_time``: all the process's threads, gloo's included) per replayed call, which shows whether a rank
-idle in a step uses a core while it waits (a rank that spun would cost as much as a busy one).
+processes' share, and that with the call's wait at the steps' mean busy weight too (tree19; tree17 read it at
+the busy processes) (:func:`simulator.collectives.replayed.schedule_replay_time_s`). With ``--cpu`` it instead
+times each rank's CPU (``time.process_time``: all the process's threads, gloo's included) per replayed call,
+which shows whether a rank idle in a step uses a core while it waits (a rank that spun would cost as much as a
+busy one).
 
 Usage: ``PYTHONPATH=. python benchmarks/replay_busy_probe.py --cluster CLUSTER.yaml --runs 3`` (``--cpu``). Results:
 docs/validation.md ("ddp-tree"), [src: own-replay-busy-share-2026-11-26].
@@ -31,7 +32,8 @@ BUCKET_BYTES = 481_392
 
 
 def prices_ms(cluster, schedule) -> tuple[float, float, float]:
-    """(uniform share, busy share with the node's wait, busy share and busy wait) of ``schedule`` on ``cluster``, ms."""
+    """(uniform share, busy share with the node's wait, busy share and the replay's wait, ``replay_wait_s``) of
+    ``schedule`` on ``cluster``, ms."""
     from simulator.collectives import replayed
     from simulator.collectives.cost import Env
     from simulator.collectives.replay import schedule_time_s

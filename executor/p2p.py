@@ -21,17 +21,21 @@ Semantics followed (``simulator/collectives/base.py``):
 
 from __future__ import annotations
 
+import time
+
 from simulator.collectives.base import Op, Schedule, Transfer, split
 from simulator.errors import SpecError
 
 
-def replay_schedule(schedule: Schedule, tensor, group_rank: int, *, group=None):
+def replay_schedule(schedule: Schedule, tensor, group_rank: int, *, group=None, step_ends: list | None = None):
     """Run ``schedule`` on this rank's 1-D contiguous ``tensor``; return the result buffer.
 
     For every op but all-to-all the result is ``tensor`` itself, updated in place (as
     ``dist.all_reduce`` does). For all-to-all ``tensor`` is the send buffer and a new receive
     buffer of the same shape is returned (as ``dist.all_to_all_single`` fills its output).
-    ``group_rank`` is this rank's index in ``schedule.ranks``.
+    ``group_rank`` is this rank's index in ``schedule.ranks``. ``step_ends``, when given, gets
+    ``time.perf_counter()`` appended after each step (its receives applied): a probe's stamps
+    (``benchmarks/replay_step_wait_probe.py``); the executor passes none.
     """
     _check(schedule, tensor, group_rank)
     element = tensor.element_size()
@@ -41,6 +45,8 @@ def replay_schedule(schedule: Schedule, tensor, group_rank: int, *, group=None):
         send = recv = tensor
     for step in schedule.steps():
         _run_step(schedule, step, send, recv, group_rank, element, group)
+        if step_ends is not None:
+            step_ends.append(time.perf_counter())
     return recv
 
 

@@ -10,8 +10,9 @@ and 0 where not measured (GPU presets):
   post-backward; at ZeRO-2, with no re-gather, ``Host.fsdp2_zero2_backward_module_us`` where the host states it:
   :func:`fsdp2_backward_us`) (:func:`with_host_modules`) [src: own-fsdp2-fake-group-probe].
 - **Tensor-parallel modules**: under torch's own tensor parallelism (DTensor weights, :func:`simulator.host_overhead.dtensor_params`)
-  each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block, the
-  vocabulary-parallel embedding on the first chunk and output layer on the last) adds
+  each tensor-parallel module of a chunk (:func:`tp_modules`: :data:`TP_MODULES_PER_BLOCK` per block and, with
+  sequence parallelism, its :data:`SP_MODULES_PER_BLOCK` sequence-parallel norms; the vocabulary-parallel
+  embedding on the first chunk and output layer on the last) adds
   ``Host.tp_forward_module_us`` to the chunk's forward and ``Host.tp_backward_module_us`` to its backward:
   DTensor's dispatch of every operator on the module's DTensors and the parallel styles' input/output
   hooks, measured on a 1-rank mesh by ``trainplan calibrate --compute`` (:mod:`executor.host_bench`)
@@ -53,16 +54,26 @@ TP_EDGE_MODULES = 2
 layer (last chunk) [src: megatron-vocab-parallel]."""
 
 
+SP_MODULES_PER_BLOCK = 2
+"""Modules of one block that sequence parallelism adds to torch's plan: the two norms, run as ``SequenceParallel``
+on sequence-sharded DTensors (:data:`simulator.compile.torch_tp.SP_NORMS_PER_BLOCK`). Measured (tree19, 2-rank gloo
+mesh, the tiny tp model with and without sequence parallelism in the same iterations, p10 of 60, four launches at
+load 11-25): +1.31-1.58 ms forward and +1.38-1.45 ms backward per micro-batch beyond the other model's host time;
+charging the tiny model's 2 × 2 norms that launch's per-module terms gives 4 × 0.40 = 1.60 ms forward and 4 × 0.46
+= 1.86 ms backward (over by ~30 %) [src: own-sp-module-probe-2026-11-26]."""
+
+
 def tp_modules(layout, chunk) -> int:
-    """Tensor-parallel modules of ``chunk`` (a :class:`simulator.workload.ChunkSlice`) whose weights are DTensors:
-    :data:`TP_MODULES_PER_BLOCK` per layer, plus the embedding on the first chunk and the output layer on the
-    last; 0 unless the layout runs torch's own tensor parallelism (:func:`simulator.host_overhead.dtensor_params`, tp > 1)."""
+    """Tensor-parallel modules of ``chunk`` (a :class:`simulator.workload.ChunkSlice`) whose weights or activations
+    are DTensors: :data:`TP_MODULES_PER_BLOCK` per layer (and :data:`SP_MODULES_PER_BLOCK` more with sequence
+    parallelism), plus the embedding on the first chunk and the output layer on the last; 0 unless the layout runs
+    torch's own tensor parallelism (:func:`simulator.host_overhead.dtensor_params`, tp > 1)."""
     from simulator.strategy.framework import Framework
 
     if layout.tp <= 1 or layout.framework is not Framework.TORCH_DDP:
         return 0
-    return TP_MODULES_PER_BLOCK * chunk.layers + (1 if chunk.index == 0 else 0) + (
-        1 if chunk.index == chunk.count - 1 else 0)
+    per_block = TP_MODULES_PER_BLOCK + (SP_MODULES_PER_BLOCK if layout.sequence_parallel else 0)
+    return per_block * chunk.layers + (1 if chunk.index == 0 else 0) + (1 if chunk.index == chunk.count - 1 else 0)
 
 
 def checkpoint_regions(layout, chunk) -> int:

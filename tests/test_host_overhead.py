@@ -248,6 +248,21 @@ def test_tp_modules_per_chunk_and_framework():
     assert fh.tp_modules(ddp, ChunkSlice(index=0, count=1, start=0, layers=2)) == 0
 
 
+def test_sequence_parallel_norms_are_tp_modules():
+    """With sequence parallelism each block's two norms run as ``SequenceParallel`` modules on DTensors: 6 per block,
+    so tp-sp's 2 blocks are 6 × 2 + 2 = 14 modules against tp's 10, and per chunk [7, 6, 7]; the count is the
+    compiler's list of those norms [src: own-sp-module-probe-2026-11-26]."""
+    from simulator.compile.torch_tp import SP_NORMS_PER_BLOCK
+    from simulator.workload import ChunkSlice
+
+    _, _, layout, _ = _run("tp")
+    sp = dataclasses.replace(layout, sequence_parallel=True)
+    assert fh.SP_MODULES_PER_BLOCK == len(SP_NORMS_PER_BLOCK)
+    assert fh.tp_modules(sp, _whole_model(sp)) == 14
+    assert [fh.tp_modules(sp, ChunkSlice(index=i, count=3, start=i, layers=1)) for i in range(3)] == [7, 6, 7]
+    assert fh.tp_modules(layout, _whole_model(layout)) == 10
+
+
 def test_tp_module_terms_round_trip_and_are_checked(tmp_path):
     cluster = load_cluster("localhost-cpu")
     assert (cluster.node.host.tp_forward_module_us, cluster.node.host.tp_backward_module_us) == (248, 424)

@@ -226,19 +226,21 @@ def test_busy_share_bounds(algorithm, p, kib, step_us):
         assert busy == pytest.approx(uniform, rel=1e-12)
 
 
-def test_tree_waits_at_its_busy_processes():
-    """The same tree's wait for a core: the mean over its 7 steps of the all-reduce's measured wait at the step's busy
-    processes, (3·W(2) + 4·W(3)) / 7 = (3·1000 + 4·2000) / 7 µs with W = 1000 / 2000 / 4000 µs at 2 / 3 / 4 processes;
-    the ring keeps all 4 busy, W(4) = 4000 µs; the difference is all that moves in the call's price."""
+def test_tree_waits_at_its_steps_weights():
+    """The same tree's wait for a core: the node's measured all-reduce wait W(4) = 4000 µs times the mean of its 7
+    steps' busy weights, k̄ = 4.5 / 7 = 9/14: 9/14 × 4000 µs (tree19's probe: a step's wait follows its busy share,
+    not the wait of a node of its busy processes); W(2) and W(3) do not enter (tree17's rule read them,
+    (3·W(2) + 4·W(3)) / 7 = 11,000 / 7 µs here); the ring keeps all 4 busy, W(4) = 4000 µs; the difference is all
+    that moves in the call's price."""
     from simulator.collectives.replayed import replay_wait_s
 
     plan = load_cluster("dgx-h100", nodes=1)
-    table = ((Op.ALL_REDUCE, ((2, 1000.0), (3, 2000.0), (4, 4000.0))),)
     cpu = _cpu(4, 0.0)
-    waits = replace(cpu, comm=replace(cpu.comm, op_wait_us=table))
     tree, ring = (build_schedule(plan, [0, 1, 2, 3], Op.ALL_REDUCE, 481_392, a) for a in ("tree", "ring"))
-    assert replay_wait_s(waits, tree) == pytest.approx(11_000e-6 / 7, rel=1e-12)
-    assert replay_wait_s(waits, ring) == pytest.approx(4000e-6, rel=1e-12)
-    for schedule, wait_s in ((tree, 11_000e-6 / 7), (ring, 4000e-6)):
-        assert schedule_replay_time_s(waits, schedule) - schedule_replay_time_s(cpu, schedule) == \
-            pytest.approx(wait_s, rel=1e-9)
+    for small in ((2, 1000.0), (3, 2000.0)), ((2, 100.0), (3, 3500.0)):
+        waits = replace(cpu, comm=replace(cpu.comm, op_wait_us=((Op.ALL_REDUCE, small + ((4, 4000.0),)),)))
+        assert replay_wait_s(waits, tree) == pytest.approx(4000e-6 * 9 / 14, rel=1e-12)
+        assert replay_wait_s(waits, ring) == pytest.approx(4000e-6, rel=1e-12)
+        for schedule, wait_s in ((tree, 4000e-6 * 9 / 14), (ring, 4000e-6)):
+            assert schedule_replay_time_s(waits, schedule) - schedule_replay_time_s(cpu, schedule) == \
+                pytest.approx(wait_s, rel=1e-9)

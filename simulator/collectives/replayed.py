@@ -11,7 +11,7 @@ calls that the library's own call of the same algorithm does inside one call. Th
 and in general, on a node whose processes time-share its cores, each step ``s`` at the share of the processes
 busy in it (:func:`step_weights`, since 2026-11-26):
 
-    T_replayed = call + W̄ + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s · replay_step_us · share,   k_s = share_s / share
+    T_replayed = call + k̄·W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s · replay_step_us · share,   k_s = share_s / share
 
 - ``T_algorithm``: the registry's estimate of the named algorithm for the call (call overhead, hop latencies,
   bytes, reduction: the α-β terms the library's own call of that algorithm pays);
@@ -35,14 +35,23 @@ the rule :mod:`simulator.collectives.gloo` already applies to gloo's binomial br
 (as ``k̄``, the steps' mean ``k_s``; both replays put one hop of their latency chain in each step) its latency.
 The call and the reduction keep the node's share (done by every process). The call's wait for a core
 (``comm.op_wait_us``, measured per process count on calls of all the node's processes: :mod:`.cost`, "Waits")
-is read the same way: ``W̄``, the mean over the steps of the wait measured at the step's busy processes
-(:func:`replay_wait_s`), a node whose other processes sleep in a receive being, for the run queue, a node of
-fewer processes. On 4 processes and 2 cores the tree's ``Σ k_s`` is 4.5 against its 7 steps and ``W̄`` =
-(3·W(2) + 4·W(3)) / 7; a ring's 6 of 6 and W(4) (unchanged). Measured [src: own-replay-busy-share-2026-11-26]:
-the tree replay of that bucket took 0.56-0.69 (median 0.66) of the ring replay's mean time in the same launches
-(seven, heavily loaded), where the uniform share priced it at 1.13 of it, the busy share alone at 0.88 and with
-``W̄`` at 0.67; the four ranks' CPU per call summed to 0.61-0.69 of the ring's, the tree's end ranks using
-a third of a ring rank's (waiting ranks do not spin) (docs/validation.md, "ddp-tree").
+follows the steps too (since 2026-11-26, tree19): ``W_r = k̄ · W(N)``, the node's wait spread over the steps as
+the latency is, each step's part at its busy weight (:func:`replay_wait_s`). On 4 processes and 2 cores the tree's
+``Σ k_s`` is 4.5 against its 7 steps, ``k̄ = 9/14`` and ``W_r = 9/14 · W(4)``; a ring's 6 of 6 and W(4)
+(unchanged). Measured [src: own-replay-busy-share-2026-11-26]: the tree replay of that bucket took 0.56-0.69
+(median 0.66) of the ring replay's mean time in the same launches (seven, heavily loaded), where the uniform
+share priced it at 1.13 of it; the four ranks' CPU per call summed to 0.61-0.69 of the ring's, the tree's end
+ranks using a third of a ring rank's (waiting ranks do not spin) (docs/validation.md, "ddp-tree").
+
+Why not the wait at each step's busy processes (tree17's ``W̄ = (3·W(2) + 4·W(3)) / 7``, 2026-11-26 until tree19):
+each step of a replay is a blocking exchange, and its stamped time (``benchmarks/replay_step_wait_probe.py``,
+[src: own-replay-step-wait-2026-11-26]) says how a step's wait scales with its busy processes: in eight launches a
+tree step with 2 of 4 ranks busy waited (mean − 10th percentile) 0.57-0.90 of a ring step's, one with 3 busy
+0.67-0.91, where ``W(2) / W(4)`` was 0.19-0.26 and ``W(3) / W(4)`` 0.45 in calibrations of the same hour, and the
+busy share prices 0.5 / 0.75; the steps' whole times were 0.43-0.73 and 0.55-0.69 of a ring step's
+(docs/validation.md, "tree19"). ``W(k)`` is measured on nodes of ``k`` processes in all; in a replay the node's
+other processes sleep in a receive for a step and wake for the next, and a step's wait follows its share of the
+steps, not a smaller node's table.
 
 Which schedule (since 2026-11-25, issue 11): the executor builds the replayed schedule on the *plan's* cluster
 (``ReplayHook``: ``build_schedule(plan.cluster, …)``), and a pipelined algorithm's chunk count is chosen there;
@@ -92,23 +101,22 @@ def weighted_steps(cluster: Cluster, schedule: Schedule) -> float:
 
 
 def replay_wait_s(cluster: Cluster, schedule: Schedule) -> float:
-    """``W̄``: the replayed call's expected wait for a core, the mean over its steps of the op's measured wait at the
-    processes busy in the step (``comm.blocking_wait_s(N − i_s, op)``, :func:`simulator.collectives.gloo.busy_processes`;
+    """``W_r = k̄ · W``: the replayed call's expected wait for a core, the op's measured wait for the schedule's group
+    on ``cluster`` (:meth:`Env.blocking_wait_s`) times the mean of its steps' busy weights (:func:`step_weights`;
     module docstring); the node's ``W`` where every rank works in every step (a ring); 0 off loopback or unmeasured."""
-    from simulator.collectives.algorithm import flows_by_step
-    from simulator.collectives.gloo import busy_processes
-    from simulator.collectives.gloo_ops import waits_as
+    from simulator.collectives.cost import Group
+    from simulator.collectives.registry import get_algorithm
 
-    env, p = Env(cluster, None), len(schedule.ranks)
-    if env.blocking_wait_s(schedule.op, p) <= 0:
-        return 0.0
-    op = waits_as(cluster.comm, schedule.op)
-    waits = [cluster.comm.blocking_wait_s(busy_processes(env, flows, p), op, p) for flows in flows_by_step(schedule)]
-    return sum(waits) / len(waits) if waits else 0.0
+    env = Env(cluster, None, family=get_algorithm(schedule.algorithm).family, group=Group(cluster, schedule.ranks))
+    wait_s = env.blocking_wait_s(schedule.op)
+    if wait_s <= 0 or not schedule.num_steps:
+        return wait_s
+    weights = step_weights(cluster, schedule)
+    return wait_s * sum(weights) / len(weights)
 
 
 def schedule_replay_time_s(cluster: Cluster, schedule: Schedule) -> float:
-    """``call + W̄ + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s·replay_step_us·share`` seconds (module docstring): the
+    """``call + k̄·W + Σ_s k_s·bw_s + k̄·L + γ + Σ_s k_s·replay_step_us·share`` seconds (module docstring): the
     executor's replay of ``schedule`` on ``cluster``; with every ``k_s`` = 1,
     :func:`simulator.collectives.replay.schedule_time_s` plus :func:`steps_extra_s` of its steps."""
     from simulator.collectives.algorithm import flows_by_step
@@ -122,7 +130,7 @@ def schedule_replay_time_s(cluster: Cluster, schedule: Schedule) -> float:
     mean = sum(weights) / len(weights) if weights else 1.0
     node_wait_s = env.blocking_wait_s(schedule.op)
     return (env.overhead_s(algorithm.family, algorithm.calls, schedule.op)
-            + algorithm.calls * (replay_wait_s(cluster, schedule) - node_wait_s)  # W̄ in place of the node's W
+            + algorithm.calls * (replay_wait_s(cluster, schedule) - node_wait_s)  # W_r in place of the node's W
             + sum(env.step_bw_s(flows) * k for flows, k in zip(steps, weights))
             + mean * algorithm.schedule_latency_s(env, schedule)
             + algorithm.gamma_s(env, schedule.reduce_bytes_per_rank) + steps_extra_s(cluster, sum(weights)))
