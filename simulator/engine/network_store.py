@@ -134,20 +134,21 @@ class StoredNetwork(FlowNetwork):
         kept = walked[~done]
         st.remaining[kept] = left[~done]
         st.t_last[kept] = now
-        ended = walked[done]
+        ended = np.sort(walked[done])  # creation order, as the completions go
         st.active[ended] = False
-        finished = [st.flows[s] for s in ended.tolist()]
+        finished = list(map(st.flows.__getitem__, ended.tolist()))
         self._active -= len(finished)
         res_flows = self._res_flows
         for f in finished:
             fid = f.fid
             for r in f.res:
                 del res_flows[r][fid]
+        zero: list[Flow] = []
         for f in arrivals:
             f.active_s = now
             if f.nbytes <= 0:
                 f.t_last = now
-                finished.append(f)
+                zero.append(f)
                 continue
             fid = f.fid
             for r in f.res:
@@ -161,7 +162,11 @@ class StoredNetwork(FlowNetwork):
         if self._active > self.stats.max_active:
             self.stats.max_active = self._active
         self._rate_arrays(now, in_rerate)
-        self._complete(now, finished)
+        if zero:  # arrivals of no bytes end now too, merged into creation order
+            finished += zero
+            finished.sort(key=_fid)
+            ended = np.fromiter([f._slot for f in finished], np.int64, len(finished))
+        self._complete(now, finished, ended)
         return True
 
     def _rate_arrays(self, now: float, in_rerate: np.ndarray) -> None:
@@ -196,12 +201,10 @@ class StoredNetwork(FlowNetwork):
             else:
                 entry.append(block)
 
-    def _complete(self, now: float, finished: list[Flow]) -> None:
-        """The finished flows done, in creation order: their groups' events fire as on the object path."""
-        if len(finished) > 1:
-            finished.sort(key=_fid)
+    def _complete(self, now: float, finished: list[Flow], slots: np.ndarray) -> None:
+        """The finished flows (in creation order, at ``slots``) done: their groups' events fire as on the object
+        path."""
         st = self._store
-        slots = np.fromiter([f._slot for f in finished], np.int64, len(finished))
         st.remaining[slots] = 0.0
         st.rate[slots] = 0.0
         for f in finished:
