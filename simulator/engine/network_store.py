@@ -66,15 +66,22 @@ class StoredNetwork(FlowNetwork):
         if flows:
             self._pairs.add(flows)
 
-    def _due_flows(self, limit: float) -> list[Flow]:
-        due: list[Flow] = []
+    def _due_flows(self, limit: float) -> "_Due":
+        """The due flows in creation order (slot order: no sort by key), with their slots."""
+        blocks: list[np.ndarray] = []
+        single: list[int] = []
         times, buckets, store = self._due_times, self._due, self._store
         while times and times[0] <= limit:
             for entry in buckets.pop(heappop(times)):
                 if type(entry) is Block:
-                    due.extend(map(store.flows.__getitem__, entry.live(store).tolist()))
+                    blocks.append(entry.live(store))
                 elif entry[0].version == entry[1] and entry[0].active:
-                    due.append(entry[0])
+                    single.append(entry[0]._slot)
+        if single:
+            blocks.append(np.array(single, dtype=np.int64))
+        slots = np.sort(np.concatenate(blocks)) if blocks else _NO_SLOTS  # a block is in row (activation) order
+        due = _Due(map(store.flows.__getitem__, slots.tolist()))
+        due.slots = slots
         return due
 
     def _live(self, bucket: list) -> bool:
@@ -83,7 +90,7 @@ class StoredNetwork(FlowNetwork):
                    for entry in bucket)
 
     def _apply(self, now: float, slack: float, arrivals: list[Flow], due: list[Flow]) -> None:
-        if len(due) > 1:
+        if len(due) > 1 and type(due) is not _Due:
             due.sort(key=_fid)
         arriving = [f for f in arrivals if f.nbytes > 0]  # the arrivals of no bytes end at once, never active
         arriving_hops = sum([len(f.res) for f in arriving])
@@ -107,13 +114,14 @@ class StoredNetwork(FlowNetwork):
         False (nothing changed) if not. ``arriving``: the arrivals of some bytes, crossing ``arriving_hops`` pairs."""
         st, pairs = self._store, self._pairs
         alive = pairs.live(st.active)
-        seeds = np.fromiter(chain(chain.from_iterable([f.res for f in due]),
-                                  chain.from_iterable([f.res for f in arrivals])), dtype=np.int64)
+        seeds = np.fromiter(chain.from_iterable([f.res for f in arrivals]), dtype=np.int64)
         on = alive[pairs.pair_row]
+        due_slots = due.slots if type(due) is _Due else np.fromiter([f._slot for f in due], np.int64, len(due))
+        st.is_due[due_slots] = True
+        if len(due) > 0:  # the due flows' resources read off their pairs (a due flow is active: its row alive)
+            seeds = np.concatenate((pairs.pair_res[st.is_due[pairs.row_slot][pairs.pair_row]], seeds))
         walked_rows, _ = frontier_walk(pairs.pair_row[on], pairs.pair_res[on], alive.size, len(self._cap), seeds)
         walked = pairs.row_slot[walked_rows]
-        due_slots = np.fromiter([f._slot for f in due], np.int64, len(due))
-        st.is_due[due_slots] = True
         is_due = st.is_due[walked]
         st.is_due[due_slots] = False
         moved, left, done = progress(st.rate[walked], st.t_last[walked], st.remaining[walked], st.nbytes[walked],
@@ -126,20 +134,21 @@ class StoredNetwork(FlowNetwork):
         kept = walked[~done]
         st.remaining[kept] = left[~done]
         st.t_last[kept] = now
-        ended = walked[done]
+        ended = np.sort(walked[done])  # creation order, as the completions go
         st.active[ended] = False
-        finished = [st.flows[s] for s in ended.tolist()]
+        finished = list(map(st.flows.__getitem__, ended.tolist()))
         self._active -= len(finished)
         res_flows = self._res_flows
         for f in finished:
             fid = f.fid
             for r in f.res:
                 del res_flows[r][fid]
+        zero: list[Flow] = []
         for f in arrivals:
             f.active_s = now
             if f.nbytes <= 0:
                 f.t_last = now
-                finished.append(f)
+                zero.append(f)
                 continue
             fid = f.fid
             for r in f.res:
@@ -153,7 +162,11 @@ class StoredNetwork(FlowNetwork):
         if self._active > self.stats.max_active:
             self.stats.max_active = self._active
         self._rate_arrays(now, in_rerate)
-        self._complete(now, finished)
+        if zero:  # arrivals of no bytes end now too, merged into creation order
+            finished += zero
+            finished.sort(key=_fid)
+            ended = np.fromiter([f._slot for f in finished], np.int64, len(finished))
+        self._complete(now, finished, ended)
         return True
 
     def _rate_arrays(self, now: float, in_rerate: np.ndarray) -> None:
@@ -188,12 +201,10 @@ class StoredNetwork(FlowNetwork):
             else:
                 entry.append(block)
 
-    def _complete(self, now: float, finished: list[Flow]) -> None:
-        """The finished flows done, in creation order: their groups' events fire as on the object path."""
-        if len(finished) > 1:
-            finished.sort(key=_fid)
+    def _complete(self, now: float, finished: list[Flow], slots: np.ndarray) -> None:
+        """The finished flows (in creation order, at ``slots``) done: their groups' events fire as on the object
+        path."""
         st = self._store
-        slots = np.fromiter([f._slot for f in finished], np.int64, len(finished))
         st.remaining[slots] = 0.0
         st.rate[slots] = 0.0
         for f in finished:
@@ -211,6 +222,15 @@ class StoredNetwork(FlowNetwork):
             self._cap_np = np.array(self._cap, dtype=float)
         return self._cap_np
 
+
+class _Due(list):
+    """A settle's due flows in creation order, with their slots (``slots``, increasing): what
+    :meth:`StoredNetwork._due_flows` returns, so that a big settle reads the slots and seeds without a loop per flow."""
+
+    __slots__ = ("slots",)
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 STORE_MIN_RANKS = 16_384
 """Ranks from which a step's main network keeps its flows in a store (:class:`StoredNetwork`); below, the object
