@@ -80,7 +80,7 @@ from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
-                                     with_step_ddp, with_step_loop)
+                                     with_dtensor_calls, with_step_ddp, with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -275,7 +275,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
-        device = replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype))
+        device = with_dtensor_calls(replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype)),
+                                    terms)
         if dtype is DtypePolicy.FP32:
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)

@@ -20,9 +20,9 @@ the calls' fast estimates, per call), an FSDP2 call of a pair on a gloo loopback
 
 ``T_call`` the call's estimate with its ordinary wait (:meth:`CommProfile.blocking_wait_s`; a reduce-scatter waits
 as the all-reduce gloo runs for it, :func:`simulator.collectives.gloo_ops.waits_as`), ``W_fsdp2(p)`` the measured
-table read at the node's ``p`` processes between and below its counts as :func:`simulator.cluster.core_wait.at_processes_s`
-reads them; above the largest measured count, for groups of other sizes, under a protocol, or with nothing
-measured the call keeps its ordinary wait.
+table read at the node's ``p`` processes between and below its counts as
+:func:`simulator.cluster.core_wait.at_processes_s` reads them; above the largest measured count, for groups of other
+sizes, under a protocol, or with nothing measured the call keeps its ordinary wait.
 """
 
 from __future__ import annotations
