@@ -80,8 +80,8 @@ from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
-                                     with_step_ddp, with_step_loop)
-from executor.fsdp2_host_bench import Fsdp2Timing
+                                     with_dtensor_calls, with_step_ddp, with_step_loop)
+from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
@@ -154,6 +154,9 @@ class ComputeCalibration:
     """FSDP2's per-module terms on a fake 2-rank group (step 5); None where not measured (a GPU)."""
     fsdp2_zero2: Fsdp2Timing | None = None
     """The same at ZeRO-2 (``reshard_after_forward=False``: the backward's term); None where not measured."""
+    fsdp2_optimizer: Fsdp2OptimizerTiming | None = None
+    """AdamW over FSDP2's shards against the plain model's tensors: ``dtensor_call_overhead_us``; None where not
+    measured (a GPU)."""
     pipeline: PipelineActionTiming | None = None
     """torch's pipeline runtime per action on 2 processes (step 5); None where not measured (a GPU)."""
     block_phases: tuple[Timing, Timing] | None = None
@@ -275,7 +278,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
-        device = replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype))
+        device = with_dtensor_calls(replace(device, op_call_overhead_us=adamw_call_us(device, terms.adamw, dtype)),
+                                    terms)
         if dtype is DtypePolicy.FP32:
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
@@ -300,6 +304,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 adamw=terms and terms.adamw, checkpoint=terms and terms.checkpoint,
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
+                                fsdp2_optimizer=terms and terms.fsdp2_optimizer,
                                 block_call_us=block_call_us, save_steps=saved, step_checkpoint=ckpt,
                                 save_moments=tuple(takes))
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"

@@ -7,7 +7,9 @@ backward, ``torch.utils.checkpoint`` per region (:mod:`executor.host_bench`), FS
 on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backward
 (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
 on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
-``device.op_call_overhead_us`` (:func:`adamw_call_us`). On a GPU the base's figures are kept (not measured there).
+``device.op_call_overhead_us`` (:func:`adamw_call_us`), and the same step over FSDP2's DTensor shards
+``device.dtensor_call_overhead_us`` (:func:`with_dtensor_calls`). On a GPU the base's figures are kept (not measured
+there).
 On the CPU in fp32 DDP's two terms are then taken from the rank-step probe's DDP steps (:func:`with_step_ddp`).
 """
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from executor.compute_bench import threads
 from executor.compute_grid import executed, tiny_model
-from executor.fsdp2_host_bench import Fsdp2Timing, time_fsdp2_modules
+from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing, time_fsdp2_modules, time_fsdp2_optimizer
 from executor.host_bench import (AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming, time_adamw, time_checkpoint,
                                  time_ddp)
 from executor.launch import threads_per_rank
@@ -47,6 +49,9 @@ class HostTerms:
     pipeline: PipelineActionTiming
     fsdp2_zero2: Fsdp2Timing | None = None
     """The same probe with ``reshard_after_forward=False`` (ZeRO-2); None: not measured."""
+    fsdp2_optimizer: Fsdp2OptimizerTiming | None = None
+    """AdamW over FSDP2's DTensor shards against the plain model's tensors: ``device.dtensor_call_overhead_us``
+    (:func:`with_dtensor_calls`); None: not measured."""
 
 
 def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, *, thread_count: int, repeats: int,
@@ -68,7 +73,8 @@ def measure_host_terms(spec: TransformerSpec, micro_batch: int, device: Device, 
                         checkpoint=time_checkpoint(model, micro_batch, rerun_s, repeats=more, warmup=warmup),
                         fsdp2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup),
                         fsdp2_zero2=time_fsdp2_modules(model, micro_batch, repeats=more, warmup=warmup,
-                                                       reshard_after_forward=False))
+                                                       reshard_after_forward=False),
+                        fsdp2_optimizer=time_fsdp2_optimizer(model, micro_batch, repeats=more, warmup=warmup))
     tp = time_tp_group_modules(tiny_model(spec, DtypePolicy.FP32, tp=TP_PROBE_RANKS), micro_batch,
                                repeats=max(repeats, 50), warmup=warmup, thread_count=threads_per_rank(TP_PROBE_RANKS))
     pipeline = time_pipeline_actions(pp=PIPELINE_PROBE_PP, spec=model, micro_batch=micro_batch, repeats=more,
@@ -100,6 +106,14 @@ def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> flo
     impl = Framework.TORCH_DDP.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
     update_s = adamw.params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(device)
     return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
+
+
+def with_dtensor_calls(device: Device, terms: HostTerms | None) -> Device:
+    """``device`` with ``dtensor_call_overhead_us`` from the FSDP2 optimizer probe
+    (:func:`executor.fsdp2_host_bench.time_fsdp2_optimizer`) where it ran, else as is (the base's figure)."""
+    if terms is None or terms.fsdp2_optimizer is None:
+        return device
+    return replace(device, dtensor_call_overhead_us=terms.fsdp2_optimizer.dtensor_call_us)
 
 
 def host_cores() -> int:

@@ -81,14 +81,14 @@ def fast_points(measurements) -> list:
 
 
 def without_waits(cluster: Cluster) -> Cluster:
-    """``cluster`` with no blocking wait, whole-node, per op, per group size or of DTensor's calls (the fast mode a
-    fit starts from)."""
+    """``cluster`` with no blocking wait, whole-node, per op, per group size, of DTensor's or FSDP2's calls (the fast
+    mode a fit starts from)."""
     comm = cluster.comm
     if not (comm.blocking_wait_us or comm.op_wait_us or comm.group_wait_us or comm.dtensor_wait_us
-            or comm.dtensor_sp_wait_us):
+            or comm.dtensor_sp_wait_us or comm.fsdp2_wait_us):
         return cluster
     return replace(cluster, comm=replace(comm, blocking_wait_us=(), op_wait_us=(), group_wait_us=(),
-                                         dtensor_wait_us=(), dtensor_sp_wait_us=()))
+                                         dtensor_wait_us=(), dtensor_sp_wait_us=(), fsdp2_wait_us=()))
 
 
 def with_waits(cluster: Cluster, waits_us: dict[int, float], per_op_us: dict[Op, dict[int, float]] | None = None

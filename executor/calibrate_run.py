@@ -180,6 +180,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     from executor.calibrate_async import PROBE_BATCH
     from executor.calibrate_groups import with_pair_waits
     from executor.calibrate_dtensor import dtensor_source_text, measure_dtensor_waits, with_dtensor_waits
+    from executor.calibrate_fsdp2 import fsdp2_source_text, measure_fsdp2_waits, with_fsdp2_waits
     from executor.calibrate_modes import op_waits_text, waits_text, without_waits
     from executor.calibrate_moments import MOMENTS, moments_source_text
     from executor.collective_bench import local_cluster
@@ -210,6 +211,8 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     fitted = with_pair_waits(fitted, pairs)
     dtensor, dtensor_sp = measure_dtensor_waits(fitted, nprocs) if probes else ({}, {})
     fitted = with_dtensor_waits(fitted, dtensor, dtensor_sp)
+    fsdp2 = measure_fsdp2_waits(fitted, nprocs) if probes else {}
+    fitted = with_fsdp2_waits(fitted, fsdp2)
     what = ", ".join(f"{o.value} {a}" for o, a in series)
     if probes:
         what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
@@ -231,6 +234,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
                  "executor.calibrate_groups): 2-rank groups " + ", ".join(f"{us:.1f} us at {p} processes"
                                                                             for p, us in sorted(pairs.items())))
               + dtensor_source_text(dtensor, dtensor_sp)
+              + fsdp2_source_text(fsdp2)
               + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
                  f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
                  + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")

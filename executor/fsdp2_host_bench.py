@@ -98,3 +98,67 @@ def time_fsdp2_modules(spec: TransformerSpec, micro_batch: int, *, dp: int = PRO
                        fsdp2_forward=timings["fsdp2", "forward"], plain_step=timings["plain", "step"],
                        fsdp2_step=timings["fsdp2", "step"], forward_module_us=fwd_us,
                        backward_module_us=max(0.0, step_us - fwd_us), reshard_after_forward=reshard_after_forward)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fsdp2OptimizerTiming:
+    """What :func:`time_fsdp2_optimizer` measured: the thread's CPU seconds of one AdamW step (median) over the plain
+    model's parameters and over the FSDP2 model's sharded DTensors, and the surcharge per operator call derived."""
+
+    tensors: int
+    calls: int
+    plain_cpu_s: float
+    fsdp2_cpu_s: float
+    dtensor_call_us: float
+
+
+def time_fsdp2_optimizer(spec: TransformerSpec, micro_batch: int, *, dp: int = PROBE_DP, repeats: int, warmup: int,
+                         seed: int = 0) -> Fsdp2OptimizerTiming:
+    """The host surcharge of an optimizer call on DTensor parameters (``device.dtensor_call_overhead_us``), through
+    FSDP2's own parameters: the executor's AdamW (:func:`executor.reference.make_optimizer`, torch's per-tensor loop
+    on the CPU) stepped over the plain model's tensors and over the ZeRO-3-wrapped model's shards (fake group of
+    ``dp`` ranks, gradients set by one backward), the steps interleaved, each timed by the thread's CPU clock
+    (``time.thread_time``: on a shared machine a step of a few ms loses its core for whole scheduler slices, which
+    the wall clock counts and the work does not; run it with one torch thread, as the calibration does, since an
+    intra-op pool's spinning would count on this thread's clock):
+
+        dtensor_call_us = max(0, median_cpu(FSDP2 step) − median_cpu(plain step)) / (10 · tensors)
+
+    (:data:`simulator.host_overhead.ADAMW_PER_TENSOR_CALLS` calls per tensor). The shards' update moves half the
+    plain one's bytes, which this leaves in the difference (about 0.1 µs per call at the tiny model's 30,080
+    parameters) [src: own-fsdp2-wait-2026-11-26]."""
+    import statistics
+    import time
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from executor.model import build_gpt
+    from executor.reference import make_optimizer
+    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+
+    with fake_group(dp):
+        mesh = init_device_mesh("cpu", (dp,))
+        plain, sharded = build_gpt(spec, seed=seed), build_gpt(spec, seed=seed)
+        for block in sharded.layers:
+            fully_shard(block, mesh=mesh)
+        fully_shard(sharded, mesh=mesh)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+        y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+        steps = {}
+        for name, model in (("plain", plain), ("fsdp2", sharded)):
+            model(x, y).backward()
+            steps[name] = make_optimizer(list(model.parameters())).step
+        cpu = {name: [] for name in steps}
+        for i in range(warmup + repeats):
+            for name, step in steps.items():
+                start = time.thread_time()
+                step()
+                if i >= warmup:
+                    cpu[name].append(time.thread_time() - start)
+    tensors = len(list(plain.parameters()))
+    plain_s, fsdp2_s = (statistics.median(cpu[name]) for name in ("plain", "fsdp2"))
+    calls = ADAMW_PER_TENSOR_CALLS * tensors
+    return Fsdp2OptimizerTiming(tensors=tensors, calls=calls, plain_cpu_s=plain_s, fsdp2_cpu_s=fsdp2_s,
+                                dtensor_call_us=max(0.0, fsdp2_s - plain_s) / calls * 1e6)

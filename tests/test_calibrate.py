@@ -189,6 +189,10 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     assert [p for p, _ in cluster.comm.dtensor_wait_us] == [2] and "dtensor_wait_us" in cluster.source
     (_, us), = cluster.comm.dtensor_wait_us
     assert f"DTensor call  {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
+    # the FSDP2 probe (executor.calibrate_fsdp2): the ZeRO-2/3 models' calls' wait, at the one process count
+    assert [p for p, _ in cluster.comm.fsdp2_wait_us] == [2] and "fsdp2_wait_us" in cluster.source
+    (_, us), = cluster.comm.fsdp2_wait_us
+    assert f"FSDP2 call    {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -233,6 +233,9 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert report.step_checkpoint.blocks == block.layers
     assert report.fsdp2.dp == 2 and report.fsdp2.modules == block.layers + 1  # blocks and the root, fake 2-rank group
     assert report.fsdp2.reshard_after_forward and not report.fsdp2_zero2.reshard_after_forward  # ZeRO-3, ZeRO-2
+    # the DTensor surcharge per optimizer call, measured through FSDP2's shards (executor.fsdp2_host_bench)
+    assert cluster.device.dtensor_call_overhead_us == report.fsdp2_optimizer.dtensor_call_us
+    assert report.fsdp2_optimizer.tensors == (15 if model == "llama2-7b" else 28)
     pipe = report.pipeline  # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
     assert pipe.actions == (19, 19) and pipe.action_us == pytest.approx(
         sum(o.median_s for o in pipe.outside) / 38 * 1e6, rel=1e-12)

@@ -13,7 +13,7 @@ FIT = SimpleNamespace(rows=(ROW,), probes=(), call_latency_us=30.0, latency_us=1
                       fitted=("call_latency_us",), replay_step_us=None, spread=None, median_abs_error_pct=9.0,
                       relinearised=False, machine="quiet", blocking_wait_us=None, wait_spread=None,
                       op_wait_us=None, op_wait_spread=None, wait_moments=None, op_wait_moments=None)
-APART = (((2, 330.0),), ((2, ((4, 2246.0),)),), ((2, 829.0), (4, 1066.0)), ((2, 673.0),))
+APART = (((2, 330.0),), ((2, ((4, 2246.0),)),), ((2, 829.0), (4, 1066.0)), ((2, 673.0),), ((2, 1378.0),))
 
 
 def test_json_carries_the_dtensor_waits_by_process_count():
@@ -21,11 +21,12 @@ def test_json_carries_the_dtensor_waits_by_process_count():
     assert d["dtensor_wait_us"] == {"2": 829.0, "4": 1066.0}
     assert d["dtensor_sp_wait_us"] == {"2": 673.0}
     assert d["group_wait_us"] == {"2": {"4": 2246.0}} and d["async_broadcast_us"] == {"2": 330.0}
+    assert d["fsdp2_wait_us"] == {"2": 1378.0}
 
 
 def test_json_without_the_probe_has_empty_tables():
     d = as_dict(FIT, "c.yaml")
-    assert d["dtensor_wait_us"] == {} and d["dtensor_sp_wait_us"] == {}
+    assert d["dtensor_wait_us"] == {} and d["dtensor_sp_wait_us"] == {} and d["fsdp2_wait_us"] == {}
 
 
 def test_table_prints_each_dtensor_wait(capsys):
@@ -33,6 +34,7 @@ def test_table_prints_each_dtensor_wait(capsys):
     out = capsys.readouterr().out
     assert "DTensor call  829 us at 2, 1066 us at 4" in out
     assert "  with SP     673 us at 2" in out
+    assert "FSDP2 call    1378 us at 2" in out
 
 
 def test_waits_taken_at_several_moments_are_shown_with_every_moment(capsys):

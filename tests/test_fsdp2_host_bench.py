@@ -90,3 +90,26 @@ def test_zero2_backward_does_not_re_gather_so_it_has_its_own_term(monkeypatch):
     assert _all_gathers_in_backward(monkeypatch, False) == 0
     t = time_fsdp2_modules(GPT_TINY, 2, repeats=3, warmup=1, reshard_after_forward=False)
     assert not t.reshard_after_forward and t.modules == GPT_TINY.layers + 1 and not dist.is_initialized()
+
+
+def test_optimizer_probe_formula_and_what_it_writes():
+    """The DTensor surcharge per AdamW call: (median CPU of the FSDP2 step − the plain one's) / (10 · 28 tensors),
+    written as ``device.dtensor_call_overhead_us`` by the compute calibration; FSDP2's shards cost more per call than
+    plain tensors (a DTensor dispatch per operator), so the figure is positive."""
+    from dataclasses import replace
+
+    from executor.calibrate_host import HostTerms, with_dtensor_calls
+    from executor.compute_bench import threads
+    from executor.fsdp2_host_bench import time_fsdp2_optimizer
+    from simulator.cluster.io import load_cluster
+
+    with threads(1):  # as the calibration runs it (one thread per rank): no intra-op pool spinning on the clock
+        t = time_fsdp2_optimizer(GPT_TINY, 2, repeats=8, warmup=2)
+    assert (t.tensors, t.calls) == (28, 280) and not dist.is_initialized()
+    assert t.dtensor_call_us == pytest.approx(max(0.0, t.fsdp2_cpu_s - t.plain_cpu_s) / 280 * 1e6, rel=1e-12)
+    assert t.fsdp2_cpu_s > t.plain_cpu_s
+    device = load_cluster("localhost-cpu").device
+    terms = HostTerms(tp=None, ddp=None, adamw=None, checkpoint=None, fsdp2=None, pipeline=None, fsdp2_optimizer=t)
+    assert with_dtensor_calls(device, terms).dtensor_call_overhead_us == t.dtensor_call_us
+    assert with_dtensor_calls(device, replace(terms, fsdp2_optimizer=None)) == device
+    assert with_dtensor_calls(device, None) == device

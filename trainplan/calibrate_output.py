@@ -16,11 +16,11 @@ def _median_abs(rows) -> float:
 
 
 def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=(), dtensor_wait_us=(),
-            dtensor_sp_wait_us=()) -> dict:
+            dtensor_sp_wait_us=(), fsdp2_wait_us=()) -> dict:
     """``--json``: the fitted parameters, their spread, the rows and the probes' rows; with ``fresh`` (the
     ``(rows, probe_rows, machine)`` of :func:`executor.calibrate_run.check`) the fresh set under ``check``;
-    ``async_broadcast_us``, ``group_wait_us``, ``dtensor_wait_us``, ``dtensor_sp_wait_us``: the written file's
-    ``comm`` fields of those names (measured apart from the fit)."""
+    ``async_broadcast_us``, ``group_wait_us``, ``dtensor_wait_us``, ``dtensor_sp_wait_us``, ``fsdp2_wait_us``: the
+    written file's ``comm`` fields of those names (measured apart from the fit)."""
     d = {"out": path, "nproc": sorted({r.ranks for r in fit.rows}), "call_latency_us": fit.call_latency_us, "latency_us": fit.latency_us,
          "bw_GBps": fit.bw_GBps, "hbm_bw_GBps": fit.hbm_bw_GBps, "fitted": list(fit.fitted),
          "replay_step_us": fit.replay_step_us,
@@ -38,7 +38,8 @@ def as_dict(fit, path: str, fresh=None, async_broadcast_us=(), group_wait_us=(),
          "async_broadcast_us": {str(p): us for p, us in async_broadcast_us},
          "group_wait_us": {str(g): {str(p): us for p, us in table} for g, table in group_wait_us},
          "dtensor_wait_us": {str(p): us for p, us in dtensor_wait_us},
-         "dtensor_sp_wait_us": {str(p): us for p, us in dtensor_sp_wait_us}}
+         "dtensor_sp_wait_us": {str(p): us for p, us in dtensor_sp_wait_us},
+         "fsdp2_wait_us": {str(p): us for p, us in fsdp2_wait_us}}
     if fresh is not None:
         rows, probes, machine = fresh
         d["check"] = {"median_abs_error_pct": _median_abs(rows), "machine": machine, "rows": _rows_dict(rows),
@@ -69,7 +70,7 @@ def _print_probes(rows) -> None:
 
 
 def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=(), dtensor_wait_us=(),
-                dtensor_sp_wait_us=()) -> None:
+                dtensor_sp_wait_us=(), fsdp2_wait_us=()) -> None:
     """The fitted parameters (with their bootstrap p10..p90) and the written file's per-call broadcast cost of an
     asynchronous batch, the rows, the probes and the machine's quiet note; then the fresh set's, when given."""
     kept = "" if "inv_hbm_bw" in fit.fitted else " (kept)"
@@ -104,6 +105,9 @@ def print_table(fit, fresh=None, async_broadcast_us=(), group_wait_us=(), dtenso
         if table:
             text = ", ".join(f"{us:.0f} us at {p}" for p, us in table)
             print(f"{label:<13} {text} (wait per tp call in the tp model, measured apart)")
+    if fsdp2_wait_us:
+        text = ", ".join(f"{us:.0f} us at {p}" for p, us in fsdp2_wait_us)
+        print(f"FSDP2 call    {text} (wait per call in the FSDP2 models, measured apart)")
     if fit.replay_step_us is not None:
         print(f"replay step   {fit.replay_step_us:10.2f} us (ring replays, the others held)")
     print()

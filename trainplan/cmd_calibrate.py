@@ -119,7 +119,8 @@ def run(args) -> int:
         fresh = check(cluster, nproc=nprocs, sizes=sizes, series=series, probes=probes_for(algorithms, args.backend),
                       backend=args.backend, repeats=args.repeats, warmup=args.warmup, progress=True)
     comm = cluster.comm
-    measured_apart = (comm.async_broadcast_us, comm.group_wait_us, comm.dtensor_wait_us, comm.dtensor_sp_wait_us)
+    measured_apart = (comm.async_broadcast_us, comm.group_wait_us, comm.dtensor_wait_us, comm.dtensor_sp_wait_us,
+                      comm.fsdp2_wait_us)
     if args.json:
         cli_common.print_json(_as_dict(fit, str(path), fresh, *measured_apart))
     else:

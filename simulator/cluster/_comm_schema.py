@@ -12,7 +12,7 @@ from simulator.collectives.base import Op
 from simulator.errors import SpecError
 
 COMM_KEYS = ("library", "call_latency_us", "replay_step_us", "blocking_wait_us", "op_wait_us", "group_wait_us",
-             "async_broadcast_us", "dtensor_wait_us", "dtensor_sp_wait_us", "protocols",
+             "async_broadcast_us", "dtensor_wait_us", "dtensor_sp_wait_us", "fsdp2_wait_us", "protocols",
              "collective_sms")
 PROTOCOL_KEYS = ("name", "bw_factor", "base_latency_us", "hop_latency_us", "algo_hop_latency_us",
                  "algo_bw_factor", "algo_efficiency", "step_bytes", "fifo_steps", "bus_bw_cap_GBps",
@@ -40,7 +40,8 @@ def comm_profile(s: Section) -> CommProfile:
                        group_wait_us=_per_group(s),
                        async_broadcast_us=_per_processes(s, "async_broadcast_us"),
                        dtensor_wait_us=_per_processes(s, "dtensor_wait_us"),
-                       dtensor_sp_wait_us=_per_processes(s, "dtensor_sp_wait_us"), protocols=protocols,
+                       dtensor_sp_wait_us=_per_processes(s, "dtensor_sp_wait_us"),
+                       fsdp2_wait_us=_per_processes(s, "fsdp2_wait_us"), protocols=protocols,
                        collective_sms=s.integer("collective_sms", 0, minimum=0))
 
 
@@ -76,9 +77,9 @@ def _per_group(s: Section) -> tuple:
 
 
 def _per_processes(s: Section, key: str) -> tuple[tuple[int, float], ...]:
-    """``comm.<key>`` (``blocking_wait_us``, ``async_broadcast_us``, ``dtensor_wait_us``, ``dtensor_sp_wait_us``): a
-    mapping of process count (a whole number >= 1; JSON's text keys too) to µs >= 0, as ``((processes, µs), ...)`` in
-    increasing process count (:attr:`CommProfile.blocking_wait_us`)."""
+    """``comm.<key>`` (``blocking_wait_us``, ``async_broadcast_us``, ``dtensor_wait_us``, ``dtensor_sp_wait_us``,
+    ``fsdp2_wait_us``): a mapping of process count (a whole number >= 1; JSON's text keys too) to µs >= 0, as
+    ``((processes, µs), ...)`` in increasing process count (:attr:`CommProfile.blocking_wait_us`)."""
     raw = s.raw(key, {})
     field = s.field(key)
     if not isinstance(raw, dict):

@@ -259,6 +259,13 @@ class CommProfile:
     """:attr:`dtensor_wait_us` of the tp model with sequence parallelism, whose forward and backward calls wait less
     (read for them instead where given; the optimizer's all-reduces of the norms' gradients read
     :attr:`dtensor_wait_us`) [src: own-dtensor-wait-2026-11-25]; empty on every preset."""
+    fsdp2_wait_us: tuple[tuple[int, float], ...] = ()
+    """The expected wait of one of FSDP2's blocking collectives (its parameter all-gathers and gradient
+    reduce-scatters) inside the FSDP2 model's micro-batches, µs, by the node's process count, the FSDP2 group a pair
+    (file form as :attr:`blocking_wait_us`). It replaces the op's sweep wait for those calls at the counts it covers:
+    each call follows a module's compute and waits for the slower rank, which back-to-back calls do not
+    (:mod:`simulator.cluster.fsdp2_wait`) [src: own-fsdp2-wait-2026-11-26]. Measured by ``trainplan calibrate`` in
+    the executor's FSDP2 models (:mod:`executor.calibrate_fsdp2`); empty on every preset."""
     protocols: tuple[Protocol, ...] = ()
     """NCCL-style protocols; empty means one protocol with the links' own latency and bandwidth."""
     collective_sms: int = 0
@@ -272,7 +279,7 @@ class CommProfile:
         non_negative_number("comm.call_latency_us", self.call_latency_us)
         non_negative_number("comm.replay_step_us", self.replay_step_us)
         for name in ("blocking_wait_us", "async_broadcast_us", "dtensor_wait_us",
-                     "dtensor_sp_wait_us"):
+                     "dtensor_sp_wait_us", "fsdp2_wait_us"):
             check_per_processes(f"comm.{name}", getattr(self, name))
         ops = [op for op, _ in self.op_wait_us]
         if len(set(ops)) != len(ops) or not all(isinstance(op, Op) for op in ops):

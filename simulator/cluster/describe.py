@@ -124,6 +124,9 @@ def _comm_line(c: Cluster) -> str:
     if comm.dtensor_sp_wait_us:
         text += "; with sequence parallelism " + ", ".join(
             f"{_num(us)} µs at {p}" for p, us in comm.dtensor_sp_wait_us) + " processes"
+    if comm.fsdp2_wait_us:
+        text += "; wait per FSDP2 call " + ", ".join(f"{_num(us)} µs at {p}" for p, us in comm.fsdp2_wait_us) \
+            + " processes"
     if comm.library.value == "ideal" and not comm.protocols:
         text += " (links' own latency and bandwidth, no library overhead)"
     return text

@@ -199,6 +199,8 @@ def _comm_dict(comm: CommProfile) -> dict:
         d["dtensor_wait_us"] = {p: us for p, us in comm.dtensor_wait_us}
     if comm.dtensor_sp_wait_us:
         d["dtensor_sp_wait_us"] = {p: us for p, us in comm.dtensor_sp_wait_us}
+    if comm.fsdp2_wait_us:
+        d["fsdp2_wait_us"] = {p: us for p, us in comm.fsdp2_wait_us}
     return d
 
 

@@ -13,6 +13,7 @@ from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
+from simulator.cluster.fsdp2_wait import with_fsdp2_waits
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
 from simulator.compile import fsdp_order, grad_sync, tied_embedding, torch_tp
 from simulator.compile.grad_adds import grad_add
@@ -161,6 +162,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
     blocking = grad_sync.fsdp2_blocking_prefetch(layout, cache.cluster)  # FSDP2 on gloo: calls on the compute thread
     prefetch = prefetch if blocking is None else blocking
+    if blocking is not None:  # their wait for a core: the one measured inside the FSDP2 model, where measured
+        zero_fwd, zero_bwd = with_fsdp2_waits(cache.cluster, zero_fwd), with_fsdp2_waits(cache.cluster, zero_bwd)
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd + sync_fwd_s,
                      bwd_s=cc.bwd_s + copy_bwd + sync_bwd_s,
                      recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
