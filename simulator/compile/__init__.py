@@ -7,7 +7,8 @@ shareable between compilations on one cluster), :func:`stage_work`,
 
 from simulator.compile.costs import CostCache
 from simulator.compile.offload_part import ParamFetch, adam_bytes_per_param
-from simulator.compile.step import compile_stages, compile_step, fetch_call, stage_work
+from simulator.compile.step import compile_stages, compile_step, stage_work
+from simulator.compile.chunk_zero import fetch_call
 
 __all__ = ["CostCache", "ParamFetch", "adam_bytes_per_param", "compile_stages", "compile_step", "fetch_call",
            "stage_work"]

@@ -24,6 +24,7 @@ model reads the ranks) and DeepSpeed's per-tensor ZeRO-3 gathers (per chunk inde
 from __future__ import annotations
 
 from simulator.compile import grad_sync, step
+from simulator.compile.chunk_zero import deepspeed_zero3
 from simulator.compile.compute_part import load_slice
 from simulator.compile.costs import CostCache
 from simulator.strategy import ParallelLayout, ParamServerSync
@@ -34,7 +35,7 @@ from simulator.workload import ChunkSlice
 def _shares(layout: ParallelLayout) -> bool:
     """Whether this layout's stages may share their compilation (module docstring)."""
     return (layout.pp > 1 and layout.ep == 1 and layout.cp == 1
-            and not isinstance(layout.strategy.dp_sync, ParamServerSync) and not step._deepspeed_zero3(layout))
+            and not isinstance(layout.strategy.dp_sync, ParamServerSync) and not deepspeed_zero3(layout))
 
 
 def _signature(cache: CostCache, workload, layout: ParallelLayout, r: int, placed: tuple) -> tuple:

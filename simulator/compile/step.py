@@ -10,24 +10,21 @@ from __future__ import annotations
 from simulator import framework_host, host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
-from simulator.compile import act_offload_part, comm_part, cp_part, ds_zero3, ep_part, offload_part
-from simulator.compile.zero_part import gathered_block_bytes, gathers
+from simulator.compile import act_offload_part, comm_part, cp_part, ep_part, offload_part
+from simulator.compile.chunk_zero import chunk_zero
 from simulator.compile.compute_part import ChunkCompute, chunk_compute, step_flops
-from simulator.cluster.fsdp2_wait import with_fsdp2_waits
-from simulator.compile.fsdp2_copies import fsdp2_copy_s
-from simulator.compile import fsdp_order, grad_sync, tied_embedding, torch_tp
+from simulator.compile import grad_sync, tied_embedding, torch_tp
 from simulator.compile.grad_adds import grad_add
 from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.step_loop import step_loop_s
-from simulator.strategy.formats import runs_autocast, sync_dtype
-from simulator.strategy import (AttentionKind, Framework, Offload, ParallelLayout, Recompute,
-                                Strategy, ZeroStage, build_layout)
+from simulator.strategy.formats import runs_autocast
+from simulator.strategy import AttentionKind, ParallelLayout, Recompute, Strategy, build_layout
 from simulator.interference import cluster_sm_fraction
 from simulator.compute import memory_kernel_s, runs_cuda_kernels
-from simulator.work import ChunkWork, CommCall, CommKind, StageWork, StepWork, Transport
+from simulator.work import ChunkWork, CommKind, StageWork, StepWork
 from simulator.workload import ChunkSlice, ComputeOptions, TransformerSpec, Workload, no_compute
 from simulator.workload.fp8 import fp8_needs_transpose, te_weight_cast_bytes
 from simulator.workload.autocast import FP32_BYTES
@@ -73,26 +70,12 @@ def _chunk_compute(cache: CostCache, workload: Workload, layout: ParallelLayout,
                                                                                           share), share)
 
 
-def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
-               nbytes: float, sharing: int | None = None) -> CommCall:
-    """One block's fetch of offloaded ZeRO-3 parameters (the two ways of :class:`ParamFetch`);
-    ``sharing``: GPUs sharing the node's NVMe (default all of the node's)."""
-    cluster, dp = cache.cluster, len(group)
-    if fetch is ParamFetch.INFINITY:
-        t_coll, algo = cache.collective(group, Op.ALL_GATHER, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes / dp, sharing) + t_coll, Op.ALL_GATHER
-    else:
-        t_coll, algo = cache.collective(group, Op.BROADCAST, int(round(nbytes)))
-        t, op = offload_part.fetch_slice_s(cluster, offload, nbytes, sharing) + t_coll, Op.BROADCAST
-    return CommCall(kind=CommKind.OFFLOAD, op=op, group=group, nbytes=int(round(nbytes)),
-                    transport=Transport.HOST_THEN_COLLECTIVE, algorithm=algo, time_s=t)
-
-
-def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
-    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
-    s, cc = layout.strategy, _chunk_compute(cache, workload, layout, c, inputs)
-    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
-    rep, tp_group, dp_group, ep_group, edp_group = groups
+def _blocking_calls(cache: CostCache, workload, layout: ParallelLayout, r: int, c: int, cc, inputs,
+                    groups: tuple) -> tuple[tuple, tuple, float]:
+    """(forward, backward) calls chunk ``c`` of pipeline rank ``r`` waits for inside its compute (tp, then ep's
+    all-to-alls, cp's exchanges and activation offload's copies), and the bytes of its residual stream."""
+    s, n, dp, tp = layout.strategy, layout.pp * layout.v, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
+    rep, tp_group, _, ep_group, _ = groups
     layers = cc.blocks
     # a workload without blocks (a layer list) only allows tp 1 (Workload.check_tp): no tp calls
     moe = getattr(workload, "moe", None)  # MoE blocks whose dispatcher does the MLP's tp gather itself:
@@ -127,48 +110,27 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
         copies = act_offload_part.copy_calls(cache.cluster, rep, act_offload_part.checkpoint_bytes(
             stream, tp, layout.sequence_parallel), layers)
         tp_fwd, tp_bwd = tp_fwd + copies, copies + tp_bwd
+    return tp_fwd, tp_bwd, stream
+
+
+def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
+    inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
+    cc = _chunk_compute(cache, workload, layout, c, inputs)
+    n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
+    rep, _, dp_group, _, edp_group = groups
+    tp_fwd, tp_bwd, stream = _blocking_calls(cache, workload, layout, r, c, cc, inputs, groups)
     p2p_bytes = stream / (tp if layout.sequence_parallel else 1)
     p2p = []
     for other in (c + 1, c - 1):
         dst = stage_groups(cache, layout, other % p)[0] if 0 <= other < n else rep  # layout.rank_of(0, other % p, 0)
         p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
                                                           dp * tp))
-    zero = zero_bwd = ()
-    numels, prefetch = None, 1  # DeepSpeed's per-tensor gathers (ds_zero3) and their prefetch depth in calls
-    gathered = dp > 1 and (s.zero is ZeroStage.ZERO3 or grad_sync.fsdp2_zero2(layout))  # reads the two below
-    pbytes = sync_dtype(workload.dtype, s).param_bytes if gathered else None  # fp32 under autocast
-    block_bytes = gathered_block_bytes(workload, layout, cc) if gathered else None
-    if s.zero is ZeroStage.ZERO3 and dp > 1:
-        if s.offload in (Offload.PARAMS, Offload.NVME):  # (experts fetched with the rest, over dp)
-            sharing = offload_part.gpus_on_node(cache.cluster, layout.world_size)
-            first = fetch_call(cache, s.offload, fetch, dp_group, (cc.layer_params + cc.edge_params) * pbytes, sharing)
-            rest = fetch_call(cache, s.offload, fetch, dp_group, cc.layer_params * pbytes, sharing)
-            zero = zero_bwd = (first,) + (rest,) * (max(layers, 1) - 1)
-        else:
-            zero = zero_bwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
-            numels = ds_zero3.chunk_tensor_numels(workload, layout, c) if _deepspeed_zero3(layout) else None
-            if numels is not None:  # one call per tensor, in trace order; backward in reverse
-                zero, prefetch = ds_zero3.gathers(cache, dp_group, numels, pbytes, layout.tp)
-    reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
-    sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
-    if numels is not None:  # DeepSpeed: list collectives, a full bucket one reduce-scatter per tensor (ds_zero3)
-        zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, layout, workload, dp_group, numels, zero,
-                                                                    cc.bwd_s + cc.recompute_s)
-    else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
-        zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
-    zero_fwd = zero
-    if grad_sync.fsdp2_zero2(layout) and dp > 1:  # reshard_after_forward=False: gathered in forward, kept for backward
-        zero_fwd = gathers(cache, layout, cc, dp_group, edp_group, pbytes, block_bytes)
-    copy_fwd, copy_bwd = fsdp2_copy_s(cache, workload, layout, cc)  # FSDP2's copies on the compute stream
-    blocking = grad_sync.fsdp2_blocking_prefetch(layout, cache.cluster)  # FSDP2 on gloo: calls on the compute thread
-    prefetch = prefetch if blocking is None else blocking
-    if blocking is not None:  # their wait for a core: the one measured inside the FSDP2 model, where measured
-        zero_fwd, zero_bwd = with_fsdp2_waits(cache.cluster, zero_fwd), with_fsdp2_waits(cache.cluster, zero_bwd)
-    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + copy_fwd + sync_fwd_s,
-                     bwd_s=cc.bwd_s + copy_bwd + sync_bwd_s,
-                     recompute_s=cc.recompute_s, tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=zero_fwd, zero_bwd=zero_bwd,
-                     p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=prefetch)
-    return work, (layers * cc.layer_params + cc.edge_params, cc.expert_params)
+    z = chunk_zero(cache, workload, layout, c, cc, fetch, dp_group, edp_group)
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + z.copy_fwd_s + z.sync_fwd_s,
+                     bwd_s=cc.bwd_s + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s,
+                     tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
+                     p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls)
+    return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params)
 
 
 def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
@@ -180,13 +142,6 @@ def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int
     nbytes = te_weight_cast_bytes(workload, layout.tp, recipe, layout.ep, layout.layer_indices(r),
                                   transpose=fp8_needs_transpose(cache.cluster.device.compute_capability))
     return memory_kernel_s(cache.cluster.device, workload.dtype, nbytes)
-
-
-def _deepspeed_zero3(layout: ParallelLayout) -> bool:
-    """DeepSpeed's own ZeRO-3 gathers (:mod:`simulator.compile.ds_zero3`): per tensor, not per block; FSDP2's
-    float8 all-gather is not DeepSpeed's, so it keeps the per-block path."""
-    s = layout.strategy
-    return s.zero is ZeroStage.ZERO3 and layout.framework is Framework.DEEPSPEED and not s.fp8_all_gather
 
 
 def stage_groups(cache: CostCache, layout: ParallelLayout, r: int) -> tuple:
