@@ -212,7 +212,8 @@ def reduce_launch_host_s(device: Device, ranks: int, reduce_scatters: int, devic
 
 
 def backward_stream(cache: CostCache, layout, workload, group: tuple[int, ...], numels: tuple[int, ...],
-                    fwd_gathers: tuple[CommCall, ...], device_bwd_s: float) -> tuple[tuple[CommCall, ...], float, float]:
+                    fwd_gathers: tuple[CommCall, ...],
+                    device_bwd_s: float) -> tuple[tuple[CommCall, ...], float, float]:
     """(one micro-batch's backward ZeRO stream, forward and backward host seconds the compute stream waits for):
     :func:`backward_calls` of the per-tensor reduce-scatters (:func:`tensor_reduce_scatters`); the forward's and the
     backward's gathers' :func:`sync_fetch_host_s`, and in backward :func:`reduce_launch_host_s` beyond
