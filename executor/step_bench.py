@@ -159,7 +159,7 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
            seed: int, status_dir: str | None, sync_last_only: bool = False, between=None) -> tuple[list[float], ...]:
     """The timed steps of :func:`_rank_steps` on ``model``; ``sync_last_only``: every micro-batch but the last
     under the DDP model's ``no_sync``; ``between``: the work between two steps, called as :func:`_between_steps`
-    is (None: :func:`_between_steps`; :mod:`executor.step_save_bench` adds rank 0's results rewrite)."""
+    is (None: :func:`_between_steps`)."""
     import contextlib
 
     import torch

@@ -196,7 +196,6 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                "forward / backward, " if compute.fsdp2 else "")
             + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action and "
                f"{compute.pipeline.post_us:.0f} us per p2p post, " if compute.pipeline else "")
-            + _save_note(cluster, compute.save_moments)
             + f"{compute.dtype.value} peak "
             f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
     return str(path), [note]
@@ -213,15 +212,6 @@ def _dtensor_note(cluster) -> str:
         text += " (with sequence parallelism " + ", ".join(
             f"{us:.0f} us at {p}" for p, us in comm.dtensor_sp_wait_us) + ")"
     return text
-
-
-def _save_note(cluster, takes=()) -> str:
-    """``host.step_after_save_us``: the step after the executor's results rewrite (the median of its ``takes`` at
-    several moments, each given), or nothing where unmeasured."""
-    host = cluster.node.host
-    moments = f" (median of {', '.join(f'{t.step_after_save_us:.0f}' for t in takes)} us)" if len(takes) > 1 else ""
-    return f"{host.step_after_save_us:.0f} us{moments} for the step after the results rewrite, " \
-        if host and host.step_after_save_us else ""
 
 
 def host_info(backend: str) -> dict:
