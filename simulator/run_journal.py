@@ -9,9 +9,9 @@ sees (``failed``). Between two steps rank 0 appends one line to the journal ``<r
 
 and deletes the journal once the whole file is written at the end. Until 2026-11-26 rank 0 rewrote the whole
 results file after every step instead (20-70 ms on the 2-core VM) while its peers waited at the next step's
-barrier, and the step after it ran 0.1-0.9 ms slower than one after the gather alone: a cost of the executor's
-bookkeeping, not of training, that the model had to carry (``host.step_after_save_us``; docs/validation.md, ddp16,
-save16, cal19). One line is a few hundred bytes per rank.
+barrier, and the step after it ran 0.1-0.9 ms slower than one after the gather alone [src: own-step-save-probe]: a
+cost of the executor's bookkeeping, not of training, that the model had to carry (``host.step_after_save_us``;
+docs/validation.md, ddp16, save16, cal19). One line is a few hundred bytes per rank.
 
 A ``running`` file is what a run killed without a word leaves (SIGKILL, the supervisor's watchdog): a reader folds
 the journal's steps into it (:func:`fold`), as :func:`simulator.run_results.load_results` does and the
