@@ -4,6 +4,7 @@ Synthetic measurements: no process is launched."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -121,6 +122,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
                                             dtensor_wait_us=((2, 829.0),), dtensor_sp_wait_us=((2, 673.0),)))
     fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
                           replay_step_us=500.0, probes=(), blocking_wait_us={2: 760.0, 3: 2116.0},
+                          machine="load average 0.50 before, 0.60 after; other work took 3% of the CPU while measuring",
                           wait_moments={2: Moments((700.0, 760.0, 1000.0))})
 
     def fake_calibrate(**kwargs):
@@ -145,4 +147,8 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert "per broadcast of an asynchronous batch 429 us at 2, 707 us at 3" in notes[0]  # executor.calibrate_async
     assert "wait per DTensor tp call 829 us at 2 (with sequence parallelism 673 us at 2)" in notes[0]  # tp16's probe
     assert "results rewrite" not in notes[0]  # cal19: the executor no longer rewrites between steps, no term
+    # cal19: how quiet the machine was during each half of the calibration, as the cases' own records say it
+    assert "; while the network was measured: load average 0.50 before, 0.60 after; other work took 3%" in notes[0]
+    assert re.search(r"; while the compute was measured \(\d+ s\): (NOISY MACHINE: )?load average [\d.]+ before, "
+                     r"[\d.]+ after; other work took (\d+%|not sampled) of the CPU while measuring$", notes[0]), notes[0]
     assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]
