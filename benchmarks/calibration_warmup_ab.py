@@ -13,8 +13,11 @@ step-time MAPE and the mean signed error (fractions; negative: the estimates low
 "Old against new calibration code, paired, quiet", and cal19): the runs' own calibrations, taken right after an idle
 machine, left the estimates 8-10 % low where calibrations taken later did not.
 
+Before each calibration the script sleeps ``--idle-s`` (default 60 s), so that both kinds follow an idle machine, the
+condition the hypothesis names; nothing else should run.
+
 Usage: ``PYTHONPATH=. python benchmarks/calibration_warmup_ab.py --runs /tmp/r1 /tmp/r2 --pairs 2 --out /tmp/ab``
-(each calibration 2-3 min on a quiet 2-core VM). Results: docs/validation.md, cal19.
+(each calibration 2-3 min on a quiet 2-core VM, 7-14 min at load 17-30). Results: docs/validation.md, cal19.
 """
 
 from __future__ import annotations
@@ -75,11 +78,15 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--order", default="AB", help="the kinds in each pair, in order (AB or BA)")
     p.add_argument("--out", required=True, help="folder for the calibrations' files")
+    p.add_argument("--idle-s", type=float, default=60.0,
+                   help="seconds this script sleeps before each calibration, so that both kinds follow an idle "
+                        "machine as a suite's calibration does (0: back to back)")
     args = p.parse_args()
     rows = []
     for i in range(args.pairs):
         for kind in args.order:
             folder = Path(args.out) / f"{kind}{i}"
+            time.sleep(args.idle_s)
             load, start = os.getloadavg()[0], time.perf_counter()
             if kind == "B":
                 warm_up()
