@@ -9,8 +9,8 @@ Alternates ``--pairs`` times two suite calibrations (:func:`executor.suite_run.c
 
 Each calibration's file re-validates every recorded suite folder given (``validate --suite default --no-run --runs
 DIR --cluster FILE``, the same measured steps for every file), and its fitted host figures are printed beside the
-step-time MAPE and the mean signed error (fractions; negative: the estimates low). The hypothesis it tests (docs/validation.md,
-"Old against new calibration code, paired, quiet", and cal19): the runs' own calibrations, taken right after an idle
+step-time MAPE and the mean signed error (fractions; negative: the estimates low). The hypothesis it tests
+(docs/validation.md, "Old against new calibration code, paired, quiet", and cal19): the runs' own calibrations, taken right after an idle
 machine, left the estimates 8-10 % low where calibrations taken later did not.
 
 Before each calibration the script sleeps ``--idle-s`` (default 60 s), so that both kinds follow an idle machine, the

@@ -132,7 +132,8 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     fields = SimpleNamespace(kernel_launch_overhead_us=1.0, backward_call_overhead_us=0.5, op_call_overhead_us=1.0,
                              peak_tflops={})
     compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None, fsdp2=None, pipeline=None,
-                              dtype=SimpleNamespace(value="fp32", compute_dtype=None), block_call_us=(0.25, 0.125, 0.75))
+                              dtype=SimpleNamespace(value="fp32", compute_dtype=None),
+                              block_call_us=(0.25, 0.125, 0.75))
     fields.peak_tflops[None] = 1e-3
     monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
     monkeypatch.setattr(compute_module, "calibrate_compute", lambda c, *a, **k: (c, compute))
@@ -149,6 +150,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert "results rewrite" not in notes[0]  # cal19: the executor no longer rewrites between steps, no term
     # cal19: how quiet the machine was during each half of the calibration, as the cases' own records say it
     assert "; while the network was measured: load average 0.50 before, 0.60 after; other work took 3%" in notes[0]
-    assert re.search(r"; while the compute was measured \(\d+ s\): (NOISY MACHINE: )?load average [\d.]+ before, "
-                     r"[\d.]+ after; other work took (\d+%|not sampled) of the CPU while measuring$", notes[0]), notes[0]
+    compute = (r"; while the compute was measured \(\d+ s\): (NOISY MACHINE: )?load average [\d.]+ before, [\d.]+ "
+               r"after; other work took (\d+%|not sampled) of the CPU while measuring$")
+    assert re.search(compute, notes[0]), notes[0]
     assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

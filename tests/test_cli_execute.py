@@ -142,10 +142,9 @@ def test_torchrun_runs_the_same_entry_point(tmp_path):
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("rank, kind, words", [(1, "raise", "RuntimeError: injected fault on rank 1 at step 1"),
-                                               (1, "kill", "killed by signal 9"),
-                                               (1, "hang", "hung: still running after its peers failed, 1 step(s) done"),
-                                               (0, "kill", "killed by signal 9")])
+@pytest.mark.parametrize("rank, kind, words", [
+    (1, "raise", "RuntimeError: injected fault on rank 1 at step 1"), (1, "kill", "killed by signal 9"),
+    (1, "hang", "hung: still running after its peers failed, 1 step(s) done"), (0, "kill", "killed by signal 9")])
 def test_a_failing_rank_fails_the_run_and_keeps_completed_steps(tmp_path, capsys, monkeypatch, rank, kind, words):
     """Rank 0 killed: the step it completed is in its step journal only (executor/run_record.py), which the
     supervisor folds into the results file it left."""

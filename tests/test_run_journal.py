@@ -82,8 +82,8 @@ def test_a_run_writes_the_whole_file_only_before_its_first_step_and_at_the_end(t
          strategy=strategy_from_flat({"global_batch": 2, "micro_batch": 1, "dp": 1})).save(plan)
     events = []
     save, append, step_record = Results.save, run_journal.append, run._step_record
-    monkeypatch.setattr(Results, "save", lambda self, path: (events.append(("save", self.status.value,
-                                                                            self.completed_steps)), save(self, path))[1])
+    monkeypatch.setattr(Results, "save", lambda self, path: (
+        events.append(("save", self.status.value, self.completed_steps)), save(self, path))[1])
     monkeypatch.setattr(run_journal, "append", lambda path, records: (events.append(("line", len(records))),
                                                                       append(path, records))[1])
     monkeypatch.setattr(run, "_step_record", lambda ctx, runner, step: (events.append(("step", step)),
