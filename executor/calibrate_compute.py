@@ -85,8 +85,6 @@ from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
-from executor.step_save_bench import (SaveStepTiming, measure_save_steps, median_take, save_moments_text,
-                                     save_steps_source, with_step_save)
 from executor.step_checkpoint_bench import StepCheckpointTiming, measure_step_checkpoint, with_step_checkpoint
 from executor.calibrate_calls import step_call_overheads
 from executor.launch import check_backend, threads_per_rank
@@ -166,11 +164,6 @@ class ComputeCalibration:
     block_call_us: tuple[float, float | None, float] | None = None
     """(forward, backward, optimizer call) µs per operator from the block's and the AdamW's tight loops, where
     ``rank_steps`` replaced them."""
-    save_steps: SaveStepTiming | None = None
-    """The step after the run's results rewrite against after none (the CPU, fp32): ``host.step_after_save_us``, the
-    median of :attr:`save_moments`."""
-    save_moments: tuple[SaveStepTiming, ...] = ()
-    """Every take of that probe, at moments spread through the calibration (:mod:`executor.calibrate_moments`)."""
     step_checkpoint: StepCheckpointTiming | None = None
     """Checkpointed blocks in a rank's DDP step (the CPU, fp32): the ``host.checkpoint_*_region_us`` written."""
 
@@ -273,8 +266,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    terms = steps = block_call_us = saved = ckpt = None
-    takes = []
+    terms = steps = block_call_us = ckpt = None
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
@@ -283,20 +275,13 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
         if dtype is DtypePolicy.FP32:
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
-            take = lambda: measure_save_steps(executed(replace(grid.block, dtype=DtypePolicy.FP32)),  # noqa: E731
-                                              grid.micro_batch, thread_count=threads_per_rank(STEP_PROBE_PROCESSES),
-                                              progress=progress)
-            takes = [take()]  # three moments: before the rank steps, after them, after the checkpointed steps
             steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
-            takes.append(take())
             device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
                                          steps.backward_s)
             in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
             device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
             ckpt = measure_step_checkpoint(executed(grid.block), grid.micro_batch, device, progress=progress,
                                            thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
-            takes.append(take())
-            saved = median_take(takes)
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
     report = ComputeCalibration(device=where, threads=count, dtype=dtype, gemms=gemms, memory=memory,
                                 bare_call=bare, block=block, block_kernels=kernels, block_roofline_s=roofline,
@@ -305,11 +290,9 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
                                 fsdp2_optimizer=terms and terms.fsdp2_optimizer,
-                                block_call_us=block_call_us, save_steps=saved, step_checkpoint=ckpt,
-                                save_moments=tuple(takes))
+                                block_call_us=block_call_us, step_checkpoint=ckpt)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    joined += f"; {save_steps_source(saved)}{save_moments_text(takes)}" if saved is not None else ""
-    node = with_step_checkpoint(with_step_save(with_step_loop(with_host(base.node, terms), steps), saved), ckpt)
+    node = with_step_checkpoint(with_step_loop(with_host(base.node, terms), steps), ckpt)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
     return replace(base, name=name, device=device, node=node, source=joined), report

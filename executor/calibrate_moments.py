@@ -2,8 +2,9 @@
 range beside it.
 
 Why: a probe read once reads the machine's state at that moment as much as the quantity. On the 2-core VM
-``host.step_after_save_us`` read 72 µs in one quiet calibration and 695 µs in the next, four minutes later (the
-first launch after an idle minute reads lowest), and ``comm.blocking_wait_us`` at 2 processes 588-1,043 µs over five
+``host.step_after_save_us`` (retired 2026-11-26, cal19, with the executor's between-step rewrite it priced) read 72 µs
+in one quiet calibration and 695 µs in the next, four minutes later (the first launch after an idle minute reads
+lowest), and ``comm.blocking_wait_us`` at 2 processes 588-1,043 µs over five
 calibrations, with one run's bootstrap band not reaching the others' (docs/validation.md, "Quiet, after fsdp16 and
 save16"; docs/calibration.md, save16): more samples inside one launch cannot fix a swing that is the moment's.
 So each volatile probe is taken :data:`MOMENTS` times, the takes spread through the calibration between its other
@@ -27,9 +28,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 MOMENTS = 3
-"""Takes of each volatile probe per calibration (odd: the median is one of the takes). The network sweep reads it;
-``executor.calibrate_compute`` takes the step-after-save probe at three fixed points of its sequence (after the host
-terms, the rank steps and the checkpointed steps), so a change here must change those too."""
+"""Takes of each volatile probe per calibration (odd: the median is one of the takes): the network sweep's
+:data:`MOMENT_PROCESSES` counts."""
 MOMENT_PROCESSES = (2,)
 """Process counts of the network sweep whose waits swing between calibrations (docs/calibration.md, "Volatile
 probes at several moments": 2 processes on the 2-core VM, where a call waits for a core least often and each wait

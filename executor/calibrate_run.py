@@ -131,7 +131,7 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
     from executor.calibrate_modes import calls_per_point
     from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment, launch_order, pooled
     from executor.collective_bench import local_cluster, measure_cases
-    from executor.suite_run import _machine_busy_s, _own_cpu_s
+    from executor.suite_run import _machine_busy_s, _own_cpu_s, foreign_fraction
 
     load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     volatile = MOMENT_PROCESSES if moments > 1 else ()
@@ -145,10 +145,7 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
         measurements += taken
         if nproc in volatile:
             by_moment[moment] += taken
-    wall, busy1, own1 = time.perf_counter() - t0, _machine_busy_s(), _own_cpu_s()
-    foreign = None
-    if busy0 is not None and busy1 is not None and wall > 0:
-        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+    foreign = foreign_fraction(busy0, own0, time.perf_counter() - t0)
     return (pooled(measurements), [c for launch in cases.values() for c in launch],
             machine_note(load0, os.getloadavg()[0], foreign), by_moment)
 

@@ -17,9 +17,12 @@ runs on one machine or many. Without them it runs as a world of one. Per rank:
    barrier: rank 0's bookkeeping between steps (below) would otherwise be counted in the other
    ranks' next step, which waits for it in its first collective (measured 2026-11-24 on the quick
    suite's ddp case: rank 1's step 16 ms against rank 0's 6 ms, on a quiet 2-core VM);
-4. after every step rank 0 gathers every rank's record and rewrites the results file
-   (``simulator.run_results``, atomically), so completed steps survive a later failure; at the
-   end it adds model-state bytes and peak memory per rank (on CPU the allocator's peak over set-up
+4. rank 0 writes the results file (``simulator.run_results``, atomically) before the first step, with
+   no steps; after every step it gathers every rank's record and appends it as one line of the
+   file's step journal (:mod:`executor.run_record`, :mod:`simulator.run_journal`), so completed steps
+   survive a later failure without a whole-file rewrite between timed steps (20-70 ms on the 2-core VM,
+   which slowed the next step: docs/validation.md, cal19); at the end it writes the whole file with
+   model-state bytes and peak memory per rank (on CPU the allocator's peak over set-up
    and the warm-up steps, and the peak RSS: :mod:`executor.measure`) (and, for a parameter server, the
    staleness its server ranks measured: ``runner.pushes()``) and marks the run complete.
 
@@ -34,7 +37,6 @@ makes rank RANK abort (SIGABRT) after the run completed, as gloo's teardown some
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -42,21 +44,20 @@ import time
 import traceback
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from executor import step_budget
 from executor.launch import threads_per_rank
-from executor.measure import AllocationWindow, environment, model_state_dict, peak_memory, peak_rss_bytes, profiler, \
-    reset_peak
+from executor.measure import AllocationWindow, model_state_dict, peak_memory, peak_rss_bytes, profiler, reset_peak
 from executor.options import RunOptions, add_run_arguments, options_from_args, prepare
+from executor.run_record import Recorder, between_steps, write_status
 from executor.sdpa import with_sdpa_backend
 from executor.strategies.base import Backend, Precision, phases_absent
 from executor.strategies.run_context import RunContext
 from simulator.errors import SpecError
-from simulator.run_results import Failure, RankResult, Results, RunInfo, RunStatus, Staleness
+from simulator.run_results import Failure, RunStatus
 from simulator.strategy import ParamServerSync
 
 _PEER_WORDS = ("connection reset", "connection closed", "timed out", "timeout", "broken pipe", "peer")
@@ -96,41 +97,6 @@ def _context(options: RunOptions, scaled, rank: int, world: int, local_rank: int
                          seed=options.seed, precision=options.precision.resolve(scaled.run.model.dtype))
 
 
-class _Recorder:
-    """Rank 0's copy of every rank's completed steps, and the results file it rewrites."""
-
-    def __init__(self, options: RunOptions, scaled, family, ctx: RunContext, runner):
-        self.options, self.scaled, self.ctx = options, scaled, ctx
-        self.info = RunInfo(plan=scaled.run, scale=str(scaled.scale), notes=scaled.notes, family=family.family.value,
-                            precision=ctx.precision.value, steps=options.steps, warmup=options.warmup,
-                            seed=options.seed, components=runner.components(),
-                            phases=getattr(runner, "phase_notes", {}))
-        self.env = environment(ctx)
-        self.steps: list[list[dict]] = [[] for _ in range(ctx.world)]
-        self.final: list[dict] = [{} for _ in range(ctx.world)]
-
-    def results(self, status: RunStatus, failure: Failure | None = None) -> Results:
-        n = min(len(s) for s in self.steps)
-        ranks = []
-        for r, steps in enumerate(self.steps):
-            steps = steps[:n]
-            names = sorted({p for s in steps for p in s["phases"]})
-            ranks.append(RankResult(rank=r, step_time_s=tuple(s["t"] for s in steps),
-                                    loss=tuple(s["loss"] for s in steps),
-                                    phases_s={p: tuple(s["phases"].get(p, 0.0) for s in steps) for p in names},
-                                    model_state_bytes=self.final[r].get("model_state", {}),
-                                    peak_memory_bytes=self.final[r].get("peak"),
-                                    peak_memory_kind=self.final[r].get("peak_kind"),
-                                    peak_rss_bytes=self.final[r].get("rss")))
-        pushes = [f["pushes"] for f in self.final if f.get("pushes")]
-        return Results(status=status, plan=self.scaled.planned, run=self.info, environment=self.env,
-                       ranks=tuple(ranks), failure=failure, staleness=Staleness.from_pushes(pushes) if pushes else None)
-
-    def save(self, status: RunStatus, failure: Failure | None = None) -> None:
-        if self.options.out is not None:
-            self.results(status, failure).save(self.options.out)
-
-
 def _inject_fault(rank: int, step: int) -> None:
     spec = os.environ.get("TRAINPLAN_FAULT")
     if not spec:
@@ -147,15 +113,6 @@ def _inject_fault(rank: int, step: int) -> None:
             time.sleep(1.0)
 
 
-def _write_status(options: RunOptions, rank: int, name: str, data) -> None:
-    if options.status_dir is None:
-        return
-    path = Path(options.status_dir) / f"rank{rank}.{name}"
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def _step_record(ctx: RunContext, runner, step: int) -> dict:
     ctx.synchronize()
     t0 = time.perf_counter()
@@ -165,7 +122,7 @@ def _step_record(ctx: RunContext, runner, step: int) -> dict:
     return {"t": time.perf_counter() - t0 - rec.check_s, "loss": rec.loss, "phases": phases}
 
 
-def _budgeted_total(options: RunOptions, recorder: "_Recorder | None") -> int:
+def _budgeted_total(options: RunOptions, recorder: "Recorder | None") -> int:
     """All ranks' step count under ``--measure-s`` (:mod:`executor.step_budget`): rank 0 decides from the slowest
     rank's warm-up steps, which it has gathered, and broadcasts it; the recorder notes the count."""
     decided = [None]
@@ -180,12 +137,14 @@ def _budgeted_total(options: RunOptions, recorder: "_Recorder | None") -> int:
     return decided[0]
 
 
-def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder | None":
+def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "Recorder | None":
     window = AllocationWindow(ctx, options.warmup, traced=options.trace is not None)
     window.open()  # the model's tensors and the warm-up steps' (executor.measure: peak allocated on CPU)
     runner = family.build(ctx)
-    _write_status(options, ctx.rank, "step", 0)
-    recorder = _Recorder(options, scaled, family, ctx, runner) if ctx.rank == 0 else None
+    write_status(options.status_dir, ctx.rank, "step", 0)
+    recorder = Recorder(options, scaled, family, ctx, runner) if ctx.rank == 0 else None
+    if recorder is not None:
+        recorder.start()  # the results file with no steps yet: the steps go to its journal (executor.run_record)
     reset_peak(ctx)
     gathered = [None] * ctx.world if ctx.rank == 0 else None
     try:
@@ -193,19 +152,16 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "_Recorder |
             step, total = 0, options.steps
             while step < total:
                 _inject_fault(ctx.rank, step)
-                dist.barrier()  # start each step together: rank 0's bookkeeping (gather, save) is not the step's
+                dist.barrier()  # start each step together: rank 0's bookkeeping (gather, journal) is not the step's
                 record = _step_record(ctx, runner, step)
                 if step == options.warmup - 1:
                     window.close()
-                dist.gather_object(record, gathered, dst=0)
-                _write_status(options, ctx.rank, "step", step + 1)
+                between_steps(ctx.rank, step, record, gathered, options.status_dir,
+                              recorder.journal if recorder is not None else None)
                 if recorder is not None:
-                    for r, rec in enumerate(gathered):
-                        recorder.steps[r].append(rec)
+                    recorder.add(gathered)
                 if step == step_budget.decision_step(options.warmup) and options.measure_s is not None:
                     total = _budgeted_total(options, recorder)
-                if recorder is not None:
-                    recorder.save(RunStatus.RUNNING)
                 step += 1
         window.close()  # no-op: closed after the last warm-up step
         peak, kind = peak_memory(ctx, window)
@@ -263,10 +219,10 @@ def run_rank(options: RunOptions) -> int:
                   + (f"; results: {options.out}" if options.out else ""))
         dist.barrier()  # leave together: a gloo rank that tears down while a peer still holds its pairs
         #                 can abort (SIGABRT seen once under load, after every step had completed)
-        _write_status(options, rank, "done", True)  # every rank passed the barrier: the run is complete
+        write_status(options.status_dir, rank, "done", True)  # every rank passed the barrier: the run is complete
     except BaseException as err:
         failure = _failure(err, rank)
-        _write_status(options, rank, "error", {"error": failure.error, "detail": failure.detail,
+        write_status(options.status_dir, rank, "error", {"error": failure.error, "detail": failure.detail,
                                                "peer": failure.rank is None})
         raise
     finally:

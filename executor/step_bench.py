@@ -20,8 +20,9 @@ all-reduced (the run's check, outside the step). Per rank it keeps, over the tim
     outside_s  = step − Σ forward − Σ backward − optimizer     (the loop's own work: batch, slicing, zero_grad)
     first_cold_s = forward_1 − mean(forward_2..m)               (the first micro-batch after the between-step work)
 
-Between steps each rank does what ``executor/run.py``'s loop does, with its functions: the step's record gathered on
-rank 0 and the rank's status file written (:func:`_between_steps`). :func:`executor.calibrate_calls.step_call_overheads`
+Between steps each rank does what ``executor/run.py``'s loop does, with its function: the step's record gathered on
+rank 0, the rank's status file written and rank 0's step journal line appended (:func:`_between_steps`).
+:func:`executor.calibrate_calls.step_call_overheads`
 turns the warm forward (``forward_s − first_cold_s / micro_batches``) and the backward into the per-operator fields,
 :func:`executor.calibrate_host.adamw_call_us` the optimizer into ``op_call_overhead_us``, and ``outside_s`` and
 ``first_cold_s`` become ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` (:mod:`simulator.step_loop`)
@@ -158,7 +159,7 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
            seed: int, status_dir: str | None, sync_last_only: bool = False, between=None) -> tuple[list[float], ...]:
     """The timed steps of :func:`_rank_steps` on ``model``; ``sync_last_only``: every micro-batch but the last
     under the DDP model's ``no_sync``; ``between``: the work between two steps, called as :func:`_between_steps`
-    is (None: :func:`_between_steps`; :mod:`executor.step_save_bench` adds rank 0's results rewrite)."""
+    is (None: :func:`_between_steps`)."""
     import contextlib
 
     import torch
@@ -207,17 +208,16 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
 
 
 def _between_steps(rank: int, step: int, record: dict, gathered: list | None, status_dir: str | None) -> None:
-    """What ``executor.run._train`` does between two steps, with its own functions: every rank's step record
-    gathered on rank 0 (``dist.gather_object``) and each rank's status file written (``executor.run._write_status``).
-    Not run: rank 0's rewrite of the results file (``_Recorder.save``), which needs a whole run's options."""
-    import types
+    """What ``executor.run._train`` does between two steps, with its own function
+    (:func:`executor.run_record.between_steps`): every rank's step record gathered on rank 0, each rank's status file
+    written, and rank 0's step journal line appended (to a journal in ``status_dir``)."""
+    import os
 
-    import torch.distributed as dist
+    from executor.run_record import between_steps
+    from simulator.run_journal import journal_path
 
-    from executor.run import _write_status
-
-    dist.gather_object(record, gathered, dst=0)
-    _write_status(types.SimpleNamespace(status_dir=status_dir), rank, "step", step + 1)
+    journal = journal_path(os.path.join(status_dir, "results.json")) if rank == 0 and status_dir else None
+    between_steps(rank, step, record, gathered, status_dir, journal)
 
 
 def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,

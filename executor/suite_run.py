@@ -52,6 +52,15 @@ def _own_cpu_s() -> float:
     return total
 
 
+def foreign_fraction(busy0: float | None, own0: float, wall_s: float) -> float | None:
+    """The share of the machine's CPU other work took since ``busy0`` / ``own0`` were sampled, ``wall_s`` ago
+    (module docstring); None where ``/proc/stat`` cannot be read."""
+    busy1, own1 = _machine_busy_s(), _own_cpu_s()
+    if busy0 is None or busy1 is None or wall_s <= 0:
+        return None
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall_s * (os.cpu_count() or 1))
+
+
 def plan_path(runs: Path, case: SuiteCase) -> Path:
     return runs / f"{case.name}.plan.json"
 
@@ -104,10 +113,7 @@ def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warm
     busy0, own0, t0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     outcome = supervise.supervise(argv, world, timeout_s=timeout_s, out=options.out, echo=False)
     wall = time.perf_counter() - t0
-    busy1, own1 = _machine_busy_s(), _own_cpu_s()
-    foreign = None
-    if busy0 is not None and busy1 is not None and wall > 0:
-        foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * (os.cpu_count() or 1))
+    foreign = foreign_fraction(busy0, own0, wall)
     return CaseRecord(name=case.name, processes=world, error=None if outcome.ok else outcome.error,
                       load_1m=load_1m, foreign_cpu_fraction=foreign, wall_s=wall)
 
@@ -152,7 +158,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from simulator.cluster.io import load_cluster, save_cluster
     from simulator.collectives.base import Op
     from executor.calibrate_moments import moments_text
-    from executor.calibrate_run import DEFAULT_PROCESSES, DEFAULT_SIZES, spread_text
+    from executor.calibrate_run import DEFAULT_PROCESSES, DEFAULT_SIZES, machine_note, spread_text
     from simulator.units import format_size
 
     if nproc < 2:
@@ -164,8 +170,11 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from simulator.validation_suite import MODEL
     from simulator.workload import DtypePolicy, get_preset
 
+    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
     cluster, compute = calibrate_compute(cluster, get_preset(MODEL), dtype=DtypePolicy.FP32, backend=backend,
                                          nproc=nproc, progress=progress)
+    wall = time.perf_counter() - t0
+    compute_machine = machine_note(load0, os.getloadavg()[0], foreign_fraction(busy0, own0, wall))
     runs.mkdir(parents=True, exist_ok=True)
     path = save_cluster(cluster, runs / "cluster.yaml")
     note = (f"network calibrated now: native all-reduce and all-gather (fitted as gloo's rings) on {', '.join(map(str, counts))} {backend} "
@@ -196,9 +205,10 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                "forward / backward, " if compute.fsdp2 else "")
             + (f"pipeline runtime {compute.pipeline.action_us:.0f} us per action and "
                f"{compute.pipeline.post_us:.0f} us per p2p post, " if compute.pipeline else "")
-            + _save_note(cluster, compute.save_moments)
             + f"{compute.dtype.value} peak "
-            f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s")
+            f"{compute.fields.peak_tflops[compute.dtype.compute_dtype] * 1e3:.1f} GFLOP/s"
+            + (f"; while the network was measured: {fit.machine}" if fit.machine else "")
+            + f"; while the compute was measured ({wall:.0f} s): {compute_machine}")
     return str(path), [note]
 
 
@@ -213,15 +223,6 @@ def _dtensor_note(cluster) -> str:
         text += " (with sequence parallelism " + ", ".join(
             f"{us:.0f} us at {p}" for p, us in comm.dtensor_sp_wait_us) + ")"
     return text
-
-
-def _save_note(cluster, takes=()) -> str:
-    """``host.step_after_save_us``: the step after the executor's results rewrite (the median of its ``takes`` at
-    several moments, each given), or nothing where unmeasured."""
-    host = cluster.node.host
-    moments = f" (median of {', '.join(f'{t.step_after_save_us:.0f}' for t in takes)} us)" if len(takes) > 1 else ""
-    return f"{host.step_after_save_us:.0f} us{moments} for the step after the results rewrite, " \
-        if host and host.step_after_save_us else ""
 
 
 def host_info(backend: str) -> dict:

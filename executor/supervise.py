@@ -14,7 +14,8 @@ runs. It then watches them:
   :data:`GRACE_S` (the process-group timeout should have fired first), or when the ranks are not
   all ready (model built) after :data:`STARTUP_S`;
 - the survivors are terminated, and the results file (if rank 0 wrote one) is marked failed with
-  the blamed rank and its error, keeping the completed steps.
+  the blamed rank and its error, keeping the completed steps (rank 0's step journal folded in where
+  rank 0 died before writing them: :mod:`simulator.run_journal`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from executor.launch import free_port
 from simulator.jsonio import read_json, write_json
+from simulator.run_journal import fold, journal_path
 
 SETTLE_S = 3.0
 """Seconds to wait after the first failure sign for the other ranks' reports (a dead peer's
@@ -184,14 +186,18 @@ def _teardown_warning(codes: list[int | None]) -> Outcome:
 
 
 def _mark_failed(out: str | None, outcome: Outcome) -> None:
-    """Record the blamed rank in the results file rank 0 left (its completed steps stay)."""
+    """Record the blamed rank in the results file rank 0 left, its completed steps kept: those it wrote itself
+    (a failure it saw) or, when it died without a word, those of the step journal beside it
+    (:func:`simulator.run_journal.fold`), which this replaces."""
     if out is None or not Path(out).exists():
         return
-    data = read_json(out, "results")
+    journal = journal_path(out)
+    data = fold(read_json(out, "results"), journal)
     detail = (data.get("failure") or {}).get("detail", "")
     data["status"] = "failed"
     data["failure"] = {"rank": outcome.rank, "error": outcome.error, "detail": detail}
     write_json(out, data)
+    journal.unlink(missing_ok=True)
 
 
 def supervise(argv: list[str], nproc: int, *, timeout_s: float, out: str | None, echo: bool = True) -> Outcome:

@@ -23,8 +23,9 @@ no ``staleness``, are still read)::
                  (after warm-up) of the per-step slowest rank, the same per phase, the loss per step}}
 
 Each rank lists every completed step, warm-up included; ``warmup`` says how many lead. The
-``summary`` is derived and recomputed on reading. ``status`` is ``running`` in the copies the run
-writes after each step, so a run that dies keeps its completed steps.
+``summary`` is derived and recomputed on reading. ``status`` is ``running`` in the copy the run writes before its
+first step; its completed steps then go to a journal beside the file (:mod:`simulator.run_journal`), which
+:func:`load_results` folds into a ``running`` file, so a run that dies keeps its completed steps.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from simulator.errors import SpecError
 from simulator.jsonio import read_json, write_json
 from simulator.plan_file import Plan, plan_from_dict
 from simulator.results import Category
+from simulator.run_journal import fold, journal_path
 from simulator.run_staleness import Staleness, histogram  # noqa: F401 (re-exported)
 
 SCHEMA = "trainplan.results"
@@ -53,7 +55,7 @@ class RunStatus(Kind):
     """Whether the run finished."""
 
     RUNNING = "running"
-    """Written after each step while the run goes on (or left by a run killed without a word)."""
+    """Written before the first step, the steps going to the journal (or left by a run killed without a word)."""
     COMPLETE = "complete"
     FAILED = "failed"
 
@@ -275,5 +277,6 @@ def results_from_dict(d: dict) -> Results:
 
 
 def load_results(path: str | Path) -> Results:
-    """Read and check a results file; every problem is one SpecError naming the file or the field."""
-    return results_from_dict(read_json(path, "results"))
+    """Read and check a results file, a ``running`` one with its step journal folded in
+    (:func:`simulator.run_journal.fold`); every problem is one SpecError naming the file or the field."""
+    return results_from_dict(fold(read_json(path, "results"), journal_path(path)))

@@ -6,15 +6,15 @@ context, zeroes the gradients; and its first micro-batch's forward, right after 
 previous step's bookkeeping, finds code and data cold and costs more than the later ones (docs/validation.md,
 "Per-operator host time in the rank's step"). Per step and rank
 
-    t_loop = (Host.step_loop_us + Host.first_microbatch_cold_us + Host.step_after_save_us) · 1e-6 · share
+    t_loop = (Host.step_loop_us + Host.first_microbatch_cold_us) · 1e-6 · share
 
-with ``share`` the processes per host core (:func:`simulator.host_overhead.core_share`), the first two measured by
-``trainplan calibrate --compute`` on the tiny model's step (:mod:`executor.step_bench`)
-[src: own-step-loop-probe]. The third is what the step loses after the executor's between-step results rewrite
-(rank 0 rewrites the results file, ~20 ms, while its peers wait at the barrier; the step after it runs its first
-micro-batch colder than after the gather alone), measured by the same command on the same step with and without the
-rewrite before it, interleaved (:mod:`executor.step_save_bench`) [src: own-step-save-probe]: every family's loop
-rewrites the file after every step (``executor/run.py``), so it is charged to every step. It is charged once per step with the optimizer step
+with ``share`` the processes per host core (:func:`simulator.host_overhead.core_share`), both measured by
+``trainplan calibrate --compute`` on the tiny model's step (:mod:`executor.step_bench`), whose steps follow the
+executor's own between-step work (the gather, the status files and rank 0's step-journal line:
+``executor.run_record.between_steps``) [src: own-step-loop-probe]. A third term, ``Host.step_after_save_us``, priced
+the step after the executor's whole-file results rewrite between steps (2026-11-25, ddp16); the executor no longer
+rewrites between steps (2026-11-26, cal19: docs/validation.md), so the term is retired (a cluster file stating it
+still loads; the value is ignored). It is charged once per step with the optimizer step
 (:func:`simulator.compile.step.stage_work`), which both engines read. On an ``async`` device (a GPU) 0: the loop's
 Python runs while the device's queued kernels do, and the GPU presets do not state the terms.
 
@@ -41,4 +41,4 @@ def step_loop_s(cluster: Cluster, share: float = 1.0) -> float:
     host = cluster.node.host
     if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE:
         return 0.0
-    return (host.step_loop_us + host.first_microbatch_cold_us + host.step_after_save_us) * 1e-6 * share
+    return (host.step_loop_us + host.first_microbatch_cold_us) * 1e-6 * share

@@ -180,7 +180,7 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     from trainplan.cmd_calibrate import _print_compute
     _print_compute(dataclasses.replace(report, tp_modules=None, ddp=None, adamw=None, checkpoint=None, fsdp2=None,
                                        pipeline=None, fsdp2_zero2=None, rank_steps=None, block_call_us=None,
-                                       save_steps=None, step_checkpoint=None))
+                                       step_checkpoint=None))
     assert report.threads == max(1, (torch.multiprocessing.cpu_count()) // 2)
     assert len(report.gemms) == 2 and len(report.memory) == len(MemoryKernel)
     assert len(cluster.device.gemm_efficiency.points) == 2
@@ -221,10 +221,7 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
                                pipeline_p2p_post_us=report.pipeline.post_us,
                                pipeline_chunk_us=report.pipeline.chunk_us,  # the stages' bookkeeping
                                step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
-                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
-                               # the step after the run's results rewrite less the step after none
-                               step_after_save_us=report.save_steps.step_after_save_us)
-    assert report.save_steps.processes == 2 and len(report.save_steps.after_save) == 2
+                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
     from simulator.compute import Phase
     from simulator.workload import Recompute
     # the model's recompute of a block on the calibrated device, left out of the checkpoint's backward term
@@ -275,10 +272,7 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert loaded.device.backward_call_overhead_us == pytest.approx(printed["backward_call_overhead_us"])
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
     assert len(printed["rank_steps"]["first_cold"]) == 2
-    assert loaded.node.host.step_after_save_us == pytest.approx(printed["save_steps"]["step_after_save_us"])
-    low, high = printed["save_steps"]["step_after_save_p10_p90_us"]  # its bootstrap spread, in the file's source
-    term = loaded.node.host.step_after_save_us
-    assert f"host.step_after_save_us {term:.0f} (bootstrap p10..p90 {low:.0f}..{high:.0f})" in loaded.source
+    assert "save_steps" not in printed and "step_after_save" not in loaded.source  # cal19: retired
     assert loaded.node.host.checkpoint_forward_region_us == pytest.approx(
         printed["step_checkpoint"]["checkpoint_forward_region_us"])
     assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(

@@ -4,6 +4,7 @@ Synthetic measurements: no process is launched."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -118,10 +119,10 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     seen = {}
     cluster = load_cluster("localhost-cpu")
     cluster = replace(cluster, comm=replace(cluster.comm, async_broadcast_us=((2, 429.0), (3, 707.0)),
-                                            dtensor_wait_us=((2, 829.0),), dtensor_sp_wait_us=((2, 673.0),)),
-                      node=replace(cluster.node, host=replace(cluster.node.host, step_after_save_us=616.0)))
+                                            dtensor_wait_us=((2, 829.0),), dtensor_sp_wait_us=((2, 673.0),)))
     fit = SimpleNamespace(call_latency_us=1.0, latency_us=2.0, bw_GBps=3.0, spread=None, median_abs_error_pct=4.0,
                           replay_step_us=500.0, probes=(), blocking_wait_us={2: 760.0, 3: 2116.0},
+                          machine="load average 0.50 before, 0.60 after; other work took 3% of the CPU while measuring",
                           wait_moments={2: Moments((700.0, 760.0, 1000.0))})
 
     def fake_calibrate(**kwargs):
@@ -131,8 +132,8 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     fields = SimpleNamespace(kernel_launch_overhead_us=1.0, backward_call_overhead_us=0.5, op_call_overhead_us=1.0,
                              peak_tflops={})
     compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None, fsdp2=None, pipeline=None,
-                              dtype=SimpleNamespace(value="fp32", compute_dtype=None), block_call_us=(0.25, 0.125, 0.75),
-                              save_moments=tuple(SimpleNamespace(step_after_save_us=us) for us in (72.0, 616.0, 700.0)))
+                              dtype=SimpleNamespace(value="fp32", compute_dtype=None),
+                              block_call_us=(0.25, 0.125, 0.75))
     fields.peak_tflops[None] = 1e-3
     monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
     monkeypatch.setattr(compute_module, "calibrate_compute", lambda c, *a, **k: (c, compute))
@@ -146,5 +147,10 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert "(median of moments: 2 processes 760 us (moments 700, 760, 1000" in notes[0]  # probe17: and their moments
     assert "per broadcast of an asynchronous batch 429 us at 2, 707 us at 3" in notes[0]  # executor.calibrate_async
     assert "wait per DTensor tp call 829 us at 2 (with sequence parallelism 673 us at 2)" in notes[0]  # tp16's probe
-    assert "616 us (median of 72, 616, 700 us) for the step after the results rewrite" in notes[0]  # ddp16, probe17
+    assert "results rewrite" not in notes[0]  # cal19: the executor no longer rewrites between steps, no term
+    # cal19: how quiet the machine was during each half of the calibration, as the cases' own records say it
+    assert "; while the network was measured: load average 0.50 before, 0.60 after; other work took 3%" in notes[0]
+    compute = (r"; while the compute was measured \(\d+ s\): (NOISY MACHINE: )?load average [\d.]+ before, [\d.]+ "
+               r"after; other work took (\d+%|not sampled) of the CPU while measuring$")
+    assert re.search(compute, notes[0]), notes[0]
     assert "1.00 us forward, 0.50 us backward (a rank's step; the block's tight loop 0.25 / 0.12 us, AdamW's 0.75 us per op call)" in notes[0]

@@ -4,14 +4,6 @@ tables (stdout). Split from :mod:`trainplan.cmd_calibrate` (2026-11-25) to keep 
 from __future__ import annotations
 
 
-def _save_steps(saved, takes=()) -> dict | None:
-    """The written take's record, with every take's term (``step_after_save_moments_us``, in the order taken)."""
-    from executor.step_save_bench import save_steps_dict
-
-    d = save_steps_dict(saved)
-    return d if d is None else {**d, "step_after_save_moments_us": [t.step_after_save_us for t in takes]}
-
-
 def _step_checkpoint(t) -> dict | None:
     from executor.step_checkpoint_bench import step_checkpoint_dict
 
@@ -73,7 +65,6 @@ def compute_dict(r, path: str) -> dict:
                 "ddp_forward_call_us": r.rank_steps.ddp_forward_call_us,
                 "ddp_sync_extra_s": r.rank_steps.ddp_sync_extra_s,
                 "block_call_us": list(r.block_call_us)},
-            "save_steps": _save_steps(r.save_steps, r.save_moments),
             "step_checkpoint": _step_checkpoint(r.step_checkpoint),
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
@@ -106,10 +97,6 @@ def print_compute(r) -> None:
               f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
               f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
               f"host.first_microbatch_cold_us)")
-    if r.save_steps is not None:
-        from executor.step_save_bench import save_moments_text, save_steps_line
-
-        print(save_steps_line(r.save_steps) + save_moments_text(r.save_moments))
     if r.tp_modules is not None:
         t = r.tp_modules
         where = ("a 1-rank mesh" if t.collectives is None else

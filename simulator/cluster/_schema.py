@@ -32,13 +32,16 @@ INTRA_KEYS = LINK_KEYS + ("fabric", "pcie_tree", "nvlink_pairs", "gpu_peer_to_pe
 INTER_KEYS = LINK_KEYS + ("nics_per_node", "rail_optimized", "oversubscription", "nodes_per_leaf",
                           "gpudirect_rdma", "leaf_uplinks")
 PCIE_TREE_KEYS = ("gpus_per_switch", "switches_per_socket", "switch_uplink", "socket_link")
+RETIRED_HOST_KEYS = ("step_after_save_us",)
+"""Host keys older cluster files state that no model reads any more: accepted so those files load, their values
+ignored. ``step_after_save_us`` priced the step after the executor's between-step results rewrite, which the
+executor no longer does (2026-11-26, cal19: ``simulator/step_loop.py``)."""
 HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_read_GBps", "nvme_write_GBps",
              "cpu_adam_params_per_s", "storage_read_GBps", "cpu_vendor", "cpu_cores",
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
-             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
-             "step_after_save_us")
+             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us") + RETIRED_HOST_KEYS
 
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
@@ -225,7 +228,6 @@ def _host(s: Section) -> HostSpec:
                     pipeline_chunk_us=s.number("pipeline_chunk_us", 0.0, minimum="non_negative"),
                     step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
                     first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
-                    step_after_save_us=s.number("step_after_save_us", 0.0, minimum="non_negative"),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))

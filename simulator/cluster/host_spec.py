@@ -107,11 +107,6 @@ class HostSpec:
     :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute`` from the same probe's
     steps as the first micro-batch's forward less the mean of the others' [src: own-step-loop-probe]. 0: not
     modelled (GPU presets: not measured)."""
-    step_after_save_us: float = 0.0
-    """Extra time of a rank's step after the executor's between-step results rewrite (rank 0 rewriting the results
-    file, ~20 ms, its peers waiting at the barrier) over a step after the gather and status files alone, µs;
-    charged once per step by :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute``
-    (:mod:`executor.step_save_bench`) [src: own-step-save-probe]. 0: not modelled (GPU presets: not measured)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -139,6 +134,5 @@ class HostSpec:
         non_negative_number("host.pipeline_chunk_us", self.pipeline_chunk_us)
         non_negative_number("host.step_loop_us", self.step_loop_us)
         non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
-        non_negative_number("host.step_after_save_us", self.step_after_save_us)
         if self.fsdp2_zero2_backward_module_us is not None:
             non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)
