@@ -74,7 +74,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="gloo (CPU) or nccl (one GPU per rank); default nccl when CUDA is available, else gloo")
     p.add_argument("--precision", choices=[c.value for c in PrecisionChoice], default="auto",
                    help="auto: bf16 autocast for a bf16/fp16 model, fp32 for an fp32 one (default auto)")
-    p.add_argument("--out", default=None, help="results file (JSON), written atomically after every step")
+    p.add_argument("--out", default=None, help="results file (JSON): written before the first step and at the end; "
+                   "the steps in between go to OUT.steps.jsonl, folded in if the run dies")
     p.add_argument("--trace", default=None, metavar="DIR", help="write each rank's torch.profiler Chrome trace here")
     p.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds a rank may wait on a peer before the run fails (default {DEFAULT_TIMEOUT_S:g})")
