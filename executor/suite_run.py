@@ -10,7 +10,11 @@ each run it samples the machine:
   Linux ``proc(5)``: user + nice + system + irq + softirq + steal jiffies over ``SC_CLK_TCK``) less the
   CPU seconds of this process and its ranks (``getrusage`` of self and children), over wall seconds ×
   cores: the share of the machine other work took while the case was measured. Our own ranks' load
-  is excluded, which the load average cannot do.
+  is excluded, which the load average cannot do;
+- the **machine speed**: :func:`executor.speed_probe.probe` once at the start (right after ``--calibrate``'s
+  calibration, the reference), before each case and once after the last, so each case is bracketed by two
+  readings (``speed_before_s``, ``speed_after_s``): contention from outside the VM that neither sample above
+  sees (``simulator.suite_report.speed_drift``).
 
 ``calibrated_cluster`` is the one place that turns ``--calibrate`` into the cluster the suite is
 estimated on.
@@ -245,27 +249,41 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
     ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster)."""
     import datetime
 
+    from dataclasses import replace
+
+    from executor.speed_probe import probe
+
     write_plans(cases, runs)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    start, records = os.getloadavg(), []
+    start, records, reference = os.getloadavg(), [], probe()
+    before = reference
     for case in cases:
         rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend,
                        measure_s=measure_s)
+        if not rec.skipped:  # a skipped case ran nothing: no reading to bracket it
+            after = probe()
+            rec = replace(rec, speed_before_s=before, speed_after_s=after)
+            before = after
         records.append(rec)
         if progress is not None:
-            progress(_progress_line(rec))
+            progress(_progress_line(rec, reference))
     inside = Path(cluster or "")
     stored = inside.name if cluster and inside.is_file() and inside.parent.resolve() == runs.resolve() else cluster
     manifest = SuiteRuns(suite=suite, date=date, host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
                          cluster_notes=tuple(cluster_notes), load_average_start=tuple(start),
-                         load_average_end=tuple(os.getloadavg()), cases=tuple(records))
+                         load_average_end=tuple(os.getloadavg()), speed_reference_s=reference, cases=tuple(records))
     manifest.save(runs)
     return manifest
 
 
-def _progress_line(rec: CaseRecord) -> str:
+def _progress_line(rec: CaseRecord, reference_s: float) -> str:
+    from simulator.suite_report import speed_drift
+
     if rec.skipped:
         return f"  {rec.name}: skipped ({rec.error})"
     other = "" if rec.foreign_cpu_fraction is None else f", other work {rec.foreign_cpu_fraction:.0%} of the CPU"
+    drift = speed_drift(reference_s, (rec.speed_before_s, rec.speed_after_s))
+    speed = "" if drift is None else f", machine speed drift {drift:.0%}"
     state = "done" if rec.error is None else f"FAILED ({rec.error})"
-    return f"  {rec.name}: {state} on {rec.processes} processes in {rec.wall_s:.1f} s (load {rec.load_1m:.2f}{other})"
+    return (f"  {rec.name}: {state} on {rec.processes} processes in {rec.wall_s:.1f} s "
+            f"(load {rec.load_1m:.2f}{other}{speed})")

@@ -14,7 +14,14 @@ recorded before 2026-11-25 hold the process's RSS there, torch included, which v
 
 **Hygiene.** A case counts as measured on a quiet machine when other work took at most
 :data:`QUIET_FOREIGN_CPU_FRACTION` of the machine's CPU time during its run (``executor/suite_run.py``
-measures that share). When any case is over it, the report and the table say the machine was noisy
+measures that share), and the machine itself ran at the calibration's speed: a fixed single-thread
+reference (``executor/speed_probe.py``) read just before and just after the case took at most
+:data:`SPEED_DRIFT_MAX` more or less than its reading right after the calibration,
+
+    drift = max over the case's readings t_i of |t_i / t_ref − 1|
+
+(contention from outside a VM, a noisy neighbour or throttling, shows in neither the load average nor
+other processes' CPU). When any case is over either, the report and the table say the machine was noisy
 and that the figures are not clean, instead of presenting them as the model's error.
 """
 
@@ -30,6 +37,11 @@ from simulator.validation_suite import Family
 QUIET_FOREIGN_CPU_FRACTION = 0.10
 """Largest share of the machine's CPU time other work may take during a case for it to count as quiet
 (a measurement-hygiene threshold of this report, not a model parameter)."""
+SPEED_DRIFT_MAX = 0.20
+"""Largest |t_case / t_ref − 1| of the speed probe for a case to count as run at the calibration's speed (a
+hygiene threshold, not a model parameter). Above the probe's own repeatability on the 2-core VM, shared: 20
+readings back to back at load 2.8 stayed within 15 % of their median (2026-11-26, docs/validation.md
+``### val20``); below the 1.6x slowdown of 2026-11-26 the foreign CPU share did not see."""
 MARKERS = {Family.DDP: "o", Family.ZERO: "s", Family.OFFLOAD: "D", Family.PIPELINE: "^", Family.TENSOR: "v",
            Family.HYBRID: "P", Family.RECOMPUTE: "X", Family.PARAM_SERVER: "*"}
 """One scatter marker per family."""
@@ -42,6 +54,15 @@ class Hygiene(Kind):
     NOISY = "noisy"
     UNKNOWN = "not measured"
     """Results made elsewhere (torchrun) without this command's samples."""
+
+
+def speed_drift(reference_s: float | None, readings) -> float | None:
+    """max |t_i / t_ref − 1| over the readings that exist (module docstring); None without a reference or any
+    reading."""
+    kept = [t for t in readings if t is not None]
+    if not reference_s or not kept:
+        return None
+    return max(abs(t / reference_s - 1.0) for t in kept)
 
 
 def mape(errors) -> float | None:
@@ -72,9 +93,24 @@ class SuiteReport:
         """``model_state_bytes`` or ``peak_memory_bytes``."""
         return mape(r.error_of(name) for r in self.done)
 
-    def noisy(self, row: SuiteRow) -> bool | None:
+    def busy(self, row: SuiteRow) -> bool | None:
+        """Other work took more than the quiet share of the CPU during the case (None: not measured)."""
         f = None if row.record is None else row.record.foreign_cpu_fraction
         return None if f is None else f > QUIET_FOREIGN_CPU_FRACTION
+
+    def drift(self, row: SuiteRow) -> float | None:
+        """The case's speed drift from the calibration's (:func:`speed_drift`); None: not measured."""
+        rec, ref = row.record, None if self.manifest is None else self.manifest.speed_reference_s
+        return None if rec is None else speed_drift(ref, (rec.speed_before_s, rec.speed_after_s))
+
+    def drifted(self, row: SuiteRow) -> bool | None:
+        d = self.drift(row)
+        return None if d is None else d > SPEED_DRIFT_MAX
+
+    def noisy(self, row: SuiteRow) -> bool | None:
+        """Busy or drifted; None when the CPU share was not measured (the speed probe alone cannot say quiet)."""
+        busy = self.busy(row)
+        return None if busy is None else busy or bool(self.drifted(row))
 
     @property
     def hygiene(self) -> Hygiene:
@@ -85,13 +121,19 @@ class SuiteReport:
 
     def verdict(self) -> str:
         """One sentence on the machine, for the table and the report."""
+        n = len(self.done)
         if self.hygiene is Hygiene.NOISY:
-            n = sum(bool(self.noisy(r)) for r in self.done)
-            return (f"NOISY MACHINE: other work took more than {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU during "
-                    f"{n} of {len(self.done)} cases; the figures below are not clean measurements of the model's error")
+            busy, drifted = (sum(bool(f(r)) for r in self.done) for f in (self.busy, self.drifted))
+            why = ([f"other work took more than {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU during {busy} of {n} "
+                    "cases"] if busy else []) + ([
+                f"the machine's speed drifted by more than {SPEED_DRIFT_MAX:.0%} from the calibration's during "
+                f"{drifted} of {n} cases"] if drifted else [])
+            return f"NOISY MACHINE: {'; '.join(why)}; the figures below are not clean measurements of the model's error"
         if self.hygiene is Hygiene.QUIET:
-            return (f"quiet machine: other work took at most {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU during "
-                    "every case")
+            speed = (f" and the machine's speed stayed within {SPEED_DRIFT_MAX:.0%} of the calibration's"
+                     if all(self.drift(r) is not None for r in self.done) else " (machine speed not measured)")
+            return (f"quiet machine: other work took at most {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU{speed} "
+                    "during every case")
         return "machine load not measured by this command (results made elsewhere): cleanliness unknown"
 
     def to_dict(self) -> dict:
@@ -106,11 +148,13 @@ class SuiteReport:
                 "cluster_notes": [] if m is None else list(m.cluster_notes),
                 "load_average_start": None if m is None else list(m.load_average_start),
                 "load_average_end": None if m is None else list(m.load_average_end),
+                "speed_reference_s": None if m is None else m.speed_reference_s,
+                "speed_drift_max": SPEED_DRIFT_MAX,
                 "cases_completed": len(self.done), "cases": len(self.rows),
-                "rows": [_row_dict(r, self.noisy(r)) for r in self.rows]}
+                "rows": [_row_dict(r, self) for r in self.rows]}
 
 
-def _row_dict(r: SuiteRow, noisy: bool | None) -> dict:
+def _row_dict(r: SuiteRow, report: SuiteReport) -> dict:
     step = None if r.validation is None else r.validation.row("step_time_s")
     rec = r.record
     return {"case": r.case.name, "family": r.case.family.value, "ok": r.ok, "error": r.error,
@@ -122,7 +166,11 @@ def _row_dict(r: SuiteRow, noisy: bool | None) -> dict:
             "model_state_error": r.error_of("model_state_bytes"), "peak_memory_error": r.error_of("peak_memory_bytes"),
             "load_1m": None if rec is None else rec.load_1m,
             "foreign_cpu_fraction": None if rec is None else rec.foreign_cpu_fraction,
-            "wall_s": None if rec is None else rec.wall_s, "noisy": noisy}
+            "wall_s": None if rec is None else rec.wall_s,
+            "speed_before_s": None if rec is None else rec.speed_before_s,
+            "speed_after_s": None if rec is None else rec.speed_after_s,
+            "speed_drift": report.drift(r), "speed_drifted": report.drifted(r), "busy": report.busy(r),
+            "noisy": report.noisy(r)}
 
 
 def pct(x: float | None, signed: bool = True) -> str:
@@ -136,25 +184,26 @@ def _ms(x: float | None) -> str:
 
 
 COLUMNS = ("case", "family", "procs", "measured ms", "p10-p90 ms", "analytical ms", "error", "des error",
-           "states err", "peak err", "other cpu", "load 1m")
+           "states err", "peak err", "other cpu", "speed drift", "load 1m")
 
 
 def table_cells(report: SuiteReport) -> list[list[str]]:
     """One list of :data:`COLUMNS` cells per case (the text table and the Markdown table)."""
     cells = []
     for r in report.rows:
-        d = _row_dict(r, report.noisy(r))
+        d = _row_dict(r, report)
         spread = "-" if d["p10_s"] is None else f"{_ms(d['p10_s'])}-{_ms(d['p90_s'])}"
         procs = "-" if d["processes"] is None else str(d["processes"])
         load = "-" if d["load_1m"] is None else f"{d['load_1m']:.2f}"
-        other = pct(d["foreign_cpu_fraction"], signed=False) + (" noisy" if d["noisy"] else "")
+        other = pct(d["foreign_cpu_fraction"], signed=False) + (" noisy" if d["busy"] else "")
+        speed = pct(d["speed_drift"], signed=False) + (" noisy" if d["speed_drifted"] else "")
         if not r.ok:
             cells.append([r.case.name, r.case.family.value, procs, "-", "-", "-", r.error or "-", "", "", "", other,
-                          load])
+                          speed, load])
             continue
         cells.append([r.case.name, r.case.family.value, procs, _ms(d["measured_s"]), spread, _ms(d["analytical_s"]),
                       pct(d["step_time_error"]), pct(d["step_time_error_des"]), pct(d["model_state_error"]),
-                      pct(d["peak_memory_error"]), other, load])
+                      pct(d["peak_memory_error"]), other, speed, load])
     return cells
 
 

@@ -9,7 +9,9 @@ calibrated, and ``suite.json``, the manifest written here::
      "cluster": "localhost-cpu" | "cluster.yaml" (relative to the folder), "cluster_notes": ["..."],
      "steps": 5, "warmup": 2, "load_average_start": [1m, 5m, 15m], "load_average_end": [...],
      "cases": [{"name": "ddp-overlap", "processes": 2, "error": null, "skipped": false, "load_1m": 0.4,
-                "foreign_cpu_fraction": 0.03, "wall_s": 8.1}]}
+                "foreign_cpu_fraction": 0.03, "wall_s": 8.1,
+                "speed_before_s": 0.028, "speed_after_s": 0.029}],
+     "speed_reference_s": 0.028}
 
 Results files made elsewhere (torchrun on a cluster, one per case, rank 0 writes each with every
 rank's steps) need no manifest: :func:`suite_rows` validates whatever results files the folder holds,
@@ -44,6 +46,10 @@ class CaseRecord:
     foreign_cpu_fraction: float | None = None
     """Share of the machine's CPU time taken by other work during the run (None: not measured)."""
     wall_s: float | None = None
+    speed_before_s: float | None = None
+    """The machine-speed probe's reading (``executor.speed_probe``, thread CPU seconds) just before the launch."""
+    speed_after_s: float | None = None
+    """Its reading just after the run (the next case's ``speed_before_s``, or the suite's last reading)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +68,9 @@ class SuiteRuns:
     cluster_notes: tuple[str, ...] = ()
     load_average_start: tuple[float, ...] = ()
     load_average_end: tuple[float, ...] = ()
+    speed_reference_s: float | None = None
+    """The machine-speed probe's reading right after the calibration (or at the start of the runs without one):
+    each case's readings are compared with it (``simulator.suite_report.speed_drift``)."""
     cases: tuple[CaseRecord, ...] = field(default_factory=tuple)
 
     def record(self, name: str) -> CaseRecord | None:
