@@ -31,6 +31,9 @@ def _run_section(report: SuiteReport) -> list[str]:
                   "median with p10/p90 of the slowest rank per step; torch threads per rank = cores ÷ local ranks",
                   f"- load average at the start: {_loads(m.load_average_start)}; at the end: "
                   f"{_loads(m.load_average_end)}"]
+        if m.speed_reference_s is not None:
+            lines.append(f"- machine-speed reference: {m.speed_reference_s * 1e3:.1f} ms (the fixed single-thread "
+                         "probe right after the calibration; each case's drift from it is in the table)")
         lines += [f"- {note}" for note in m.cluster_notes]
         lines.append("")
     lines += [f"Estimated on **{report.cluster}**.", "",

@@ -50,7 +50,7 @@ def test_a_case_with_a_drifted_reading_is_reported_noisy():
     assert rows[slow]["noisy"] and rows[slow]["speed_drifted"] and rows[slow]["speed_drift"] == pytest.approx(0.6)
     assert not any(r["noisy"] for name, r in rows.items() if name != slow)
     assert noisy.to_dict()["speed_reference_s"] == REF_S and "60.0% noisy" in format_table(noisy)
-    assert "NOISY MACHINE" in markdown(noisy)
+    assert "NOISY MACHINE" in markdown(noisy) and "machine-speed reference: 30.0 ms" in markdown(noisy)
 
 
 def test_both_reasons_are_counted_and_an_unmeasured_speed_says_so():
