@@ -31,9 +31,11 @@ def test_quick_suite_calibrates_runs_validates_and_reports(tmp_path, capsys):
         assert r["measured_s"] > 0 and r["p10_s"] <= r["measured_s"] <= r["p90_s"] and r["analytical_s"] > 0
         assert 0 <= r["foreign_cpu_fraction"] <= 1 and r["load_1m"] >= 0
         assert r["model_state_error"] is not None
+        assert r["speed_before_s"] > 0 and r["speed_after_s"] > 0 and r["speed_drift"] >= 0  # the speed probe ran
     manifest = load_manifest(runs)
     assert manifest.cluster == "cluster.yaml" and (runs / "cluster.yaml").exists()
     assert d["hygiene"] in ("quiet", "noisy") and d["verdict"] in out.read_text()
+    assert manifest.speed_reference_s == d["speed_reference_s"] > 0
     # the folder alone reproduces the report's figures (no run, the calibrated cluster found inside it)
     assert main(["validate", "--suite", "quick", "--runs", str(runs), "--no-run", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
