@@ -12,10 +12,9 @@ cluster, so the fit follows whatever the simulator computes; after the fit the r
 evaluated again and its error reported. Where the estimate is only piecewise linear (a pipelined
 algorithm picks its chunk count from the parameters), the fit is re-linearised at its result.
 
-Fit: minimise the sum of |relative error| (iteratively reweighted least squares towards the L1
-fit, which tracks the median absolute error reported), with every parameter >= 0, by solving the
-small non-negative problem exactly over all active sets. The bandwidth is always fitted; the
-reduction rate (``device.hbm_bw_GBps``) only when asked, since it also drives the compute model.
+Fit: minimise the sum of |relative error| with every parameter >= 0 (:mod:`executor.calibrate_solve`). The
+bandwidth is always fitted; the reduction rate (``device.hbm_bw_GBps``) only when asked, since it also drives the
+compute model. The records returned, :class:`FitRow` and :class:`LinkFit`, live in :mod:`executor.calibrate_records`.
 
 Well-posed design (:func:`calibrate`, 2026-11-25): the per-call and per-hop latencies are separable only if
 the measured calls differ in hops at a fixed call count. A ring all-reduce alone has 2(p−1) hops at every
@@ -34,104 +33,26 @@ resamples of the calls.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
+from executor.calibrate_records import FitRow, LinkFit  # noqa: F401 (re-exported)
+from executor.calibrate_solve import IRLS_FLOOR, IRLS_ITERATIONS, solve_relative_l1  # noqa: F401 (re-exported)
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 
 PARAMETERS = ("call_latency_us", "latency_us", "inv_bw", "inv_hbm_bw")
 """Fitted quantities, in order: per-call µs, per-hop µs, 1/(link GB/s), 1/(device memory GB/s)."""
 
-IRLS_ITERATIONS = 40
-"""Reweighting rounds from the least-squares to the least-absolute-relative-error fit."""
 RELINEARISE_ROUNDS = 8
 """Most linearised fits, each around the previous result (the estimate is piecewise linear)."""
 TARGET = "mean_s"
 """The Measurement field each point is checked against, and fitted to unless the caller sets it to another
 statistic first (:func:`executor.calibrate_modes.fast_points`: the 10th percentile): the plain mean, what a step
 of many calls pays (collective_bench's module docstring)."""
-IRLS_FLOOR = 1e-3
-"""Smallest |relative residual| a weight is computed from (0.1 %), so weights stay finite."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FitRow:
-    """One measured point against the fitted cluster's estimate."""
-
-    op: str
-    algorithm: str
-    ranks: int
-    nbytes: int
-    measured_s: float
-    """The checked statistic of the measured times (their plain mean, :data:`TARGET`), seconds."""
-    median_s: float
-    p10_s: float
-    p90_s: float
-    estimate_s: float
-    """The fitted cluster's ``registry.estimate`` time, seconds."""
-    times_s: tuple[float, ...] = ()
-    """Every timed call, seconds (the measurement's ``times_s``)."""
-
-    @property
-    def error_pct(self) -> float:
-        """(estimate − measured) / measured × 100."""
-        return (self.estimate_s - self.measured_s) / self.measured_s * 100
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinkFit:
-    """Fitted parameters and how well the fitted cluster reproduces the measurements."""
-
-    call_latency_us: float
-    latency_us: float
-    bw_GBps: float
-    hbm_bw_GBps: float
-    fitted: tuple[str, ...]
-    """Which of :data:`PARAMETERS` were fitted (the others kept the base cluster's value)."""
-    rows: tuple[FitRow, ...]
-    relinearised: int
-    """Linearised fits performed (1 when the estimate is exactly linear in the parameters)."""
-    spread: dict[str, tuple[float, float]] | None = None
-    """Per parameter (``call_latency_us``, ``latency_us``, ``bw_GBps``, ``hbm_bw_GBps`` if fitted): its 10th and
-    90th percentiles over bootstrap resamples of the measured calls (:mod:`executor.calibrate_spread`)."""
-    machine: str = ""
-    """How quiet the machine was while measuring (:func:`executor.calibrate_run.machine_note`); empty: not recorded."""
-    replay_step_us: float | None = None
-    """``comm.replay_step_us`` fitted to the replayed probe (:mod:`executor.calibrate_replay`); None: not measured."""
-    probes: tuple[FitRow, ...] = ()
-    """Points measured beside the fit and not in it (the native broadcast; the replays, which only set
-    :attr:`replay_step_us`), each against the calibrated cluster."""
-    blocking_wait_us: dict[int, float] | None = None
-    """Expected wait for a core per blocking call, µs, per process count (``comm.blocking_wait_us``,
-    :mod:`executor.calibrate_modes`); None: not measured (the parameters above were fitted to :data:`TARGET`)."""
-    op_wait_us: dict | None = None
-    """Per op measured (``Op`` → process count → µs), its own expected wait per blocking call (``comm.op_wait_us``,
-    :func:`executor.calibrate_modes.op_waits`); None: not measured."""
-    op_wait_spread: dict | None = None
-    """Per op measured, per process count, the 10th and 90th percentiles of its own wait over bootstrap resamples."""
-    wait_spread: dict[int, tuple[float, float]] | None = None
-    """Per process count, the 10th and 90th percentiles of the wait over bootstrap resamples of the calls."""
-    wait_moments: dict | None = None
-    """Per process count taken at several moments (:mod:`executor.calibrate_moments`), its wait at each moment
-    (:class:`~executor.calibrate_moments.Moments`, µs); :attr:`blocking_wait_us` holds their median. None or empty:
-    taken once."""
-    op_wait_moments: dict | None = None
-    """The same per op (``Op`` → process count → ``Moments``) for :attr:`op_wait_us`."""
-
-    @property
-    def median_abs_error_pct(self) -> float:
-        return statistics.median(abs(r.error_pct) for r in self.rows)
-
-    @property
-    def abs_error_spread_pct(self) -> tuple[float, float]:
-        """(smallest, largest) absolute error over the rows, %."""
-        errors = [abs(r.error_pct) for r in self.rows]
-        return min(errors), max(errors)
 
 
 def _default_estimate(cluster: Cluster, ranks: list[int], op, nbytes: int, algorithm: str):
@@ -231,39 +152,6 @@ def design_matrix(cluster: Cluster, measurements, estimate: Callable) -> tuple[n
         t0.append(base)
     return np.array(rows), np.array(t0)
 
-
-def solve_relative_l1(A: np.ndarray, target: np.ndarray, scale: np.ndarray,
-                      must_be_positive: list[int]) -> np.ndarray | None:
-    """θ >= 0 minimising Σ|A·θ − target| / scale (IRLS); None if no solution keeps the listed θ_k > 0."""
-    weights = np.ones(len(target))
-    theta = None
-    for _ in range(IRLS_ITERATIONS):
-        w = np.sqrt(weights) / scale
-        theta = _nnls_exhaustive(A * w[:, None], target * w, must_be_positive)
-        if theta is None:
-            return None
-        residual = np.abs(A @ theta - target) / scale
-        weights = 1 / np.maximum(residual, IRLS_FLOOR)
-    return theta
-
-
-def _nnls_exhaustive(A: np.ndarray, b: np.ndarray, must_be_positive: list[int]) -> np.ndarray | None:
-    """Non-negative least squares by trying every active set (fine for a handful of columns)."""
-    n = A.shape[1]
-    best, best_cost = None, np.inf
-    for size in range(1, n + 1):
-        for cols in itertools.combinations(range(n), size):
-            if not set(must_be_positive) <= set(cols):
-                continue
-            sol, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
-            if np.any(sol < 0) or any(sol[cols.index(k)] <= 0 for k in must_be_positive):
-                continue
-            theta = np.zeros(n)
-            theta[list(cols)] = sol
-            cost = float(np.sum((A @ theta - b) ** 2))
-            if cost < best_cost:
-                best, best_cost = theta, cost
-    return best
 
 
 def _linear_fit(at: Cluster, measurements, fitted: list[int], estimate: Callable) -> tuple[np.ndarray, list[int]]:

@@ -1,4 +1,5 @@
-"""``trainplan calibrate``'s measurement design, fit and fresh check (the fit itself: :mod:`executor.calibrate`).
+"""``trainplan calibrate``'s measurement design, fit and fresh check (the fit itself: :mod:`executor.calibrate`; the
+calibrated file's ``source`` text and the machine note: :mod:`executor.calibrate_source`).
 
 Design (why each part, :mod:`executor.calibrate`'s module docstring):
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
+from executor.calibrate_source import (calls_text, machine_note, series_text, source_text,  # noqa: F401 (re-exported)
+                                      spread_text)
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 
@@ -106,16 +109,6 @@ def _cases(cluster: Cluster, series, nproc: int, sizes: list[int]):
     return cases
 
 
-def machine_note(load_before: float, load_after: float, foreign: float | None) -> str:
-    """How quiet the machine was while measuring, in words (module docstring)."""
-    from simulator.suite_report import QUIET_FOREIGN_CPU_FRACTION
-
-    share = "not sampled" if foreign is None else f"{foreign:.0%}"
-    noisy = foreign is not None and foreign > QUIET_FOREIGN_CPU_FRACTION
-    return (("NOISY MACHINE: " if noisy else "") + f"load average {load_before:.2f} before, {load_after:.2f} after; "
-            f"other work took {share} of the CPU while measuring")
-
-
 def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: list[int], *, backend: str,
                    repeats: int, warmup: int, progress: bool, moments: int = 1):
     """Measure ``series`` at every process count of ``nprocs``: (measurements, cases, :func:`machine_note`, by moment);
@@ -170,18 +163,13 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     spread; ``comm.replay_step_us`` from the replay probe) and the :class:`executor.calibrate.LinkFit` with
     ``spread``, ``replay_step_us`` and the probes' rows filled in.
     """
-    import datetime
-    import platform
-
     from executor.calibrate import check_calibratable
-    from executor.calibrate_async import PROBE_BATCH
     from executor.calibrate_groups import with_pair_waits
-    from executor.calibrate_dtensor import dtensor_source_text, measure_dtensor_waits, with_dtensor_waits
-    from executor.calibrate_fsdp2 import fsdp2_source_text, measure_fsdp2_waits, with_fsdp2_waits
-    from executor.calibrate_modes import op_waits_text, waits_text, without_waits
-    from executor.calibrate_moments import MOMENTS, moments_source_text
+    from executor.calibrate_dtensor import measure_dtensor_waits, with_dtensor_waits
+    from executor.calibrate_fsdp2 import measure_fsdp2_waits, with_fsdp2_waits
+    from executor.calibrate_modes import without_waits
+    from executor.calibrate_moments import MOMENTS
     from executor.collective_bench import local_cluster
-    from simulator.units import format_size
 
     op = Op.ALL_REDUCE if op is None else op
     nprocs = (nproc,) if isinstance(nproc, int) else tuple(nproc)
@@ -200,7 +188,6 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
                                                          progress=progress, moments=moments)
     fitted, fit = fit_measured(cluster, measured, cases, probes, fit_reduction=fit_reduction, by_moment=by_moment)
     fit = replace(fit, machine=machine)
-    waits, replay_step_us = fit.blocking_wait_us, fit.replay_step_us
     batched = _async_broadcasts(nprocs) if probes else {}
     if batched:
         fitted = replace(fitted, comm=replace(fitted.comm, async_broadcast_us=tuple(sorted(batched.items()))))
@@ -210,48 +197,13 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     fitted = with_dtensor_waits(fitted, dtensor, dtensor_sp)
     fsdp2 = measure_fsdp2_waits(fitted, nprocs) if probes else {}
     fitted = with_fsdp2_waits(fitted, fsdp2)
-    what = ", ".join(f"{o.value} {a}" for o, a in series)
-    if probes:
-        what += " (probes: " + ", ".join(f"{o.value} {a}" for o, a in probes) + ")"
-    source = (f"trainplan calibrate on {datetime.date.today().isoformat()}, host {platform.node()} "
-              f"({platform.processor() or platform.machine()}, {platform.system()}), backend {backend}, "
-              f"nproc {', '.join(map(str, nprocs))}, {what}, sizes {format_size(min(sizes))}.."
-              f"{format_size(max(sizes))} ({len(sizes)} sizes), "
-              f"repeats {calls_text(nprocs, repeats, backend, moments)}, warmup {warmup}; "
-              f"fitted {', '.join(fit.fitted)} to the 10th percentiles from the base {cluster.name} (other values as "
-              f"there), each process count estimated with its share of the cores; blocking_wait_us (mean excess of "
-              f"the calls up to 256 KiB over that fit, executor.calibrate_modes): {waits_text(waits, fit.wait_spread)}; "
-              f"op_wait_us (the same per op): {op_waits_text(fit.op_wait_us, fit.op_wait_spread)}; "
-              f"{moments_source_text(fit.wait_moments, fit.op_wait_moments)}"
-              f"median absolute error against the plain means {fit.median_abs_error_pct:.1f} %; "
-              f"p10..p90 over bootstrap resamples: {spread_text(fit.spread)}"
-              + ("" if replay_step_us is None else f"; replay_step_us {replay_step_us:.1f} fitted to the ring "
-                 "replays' means with the others held (executor.calibrate_replay)")
-              + ("" if not pairs else "; group_wait_us (pairs calling at once, mean excess over that fit, "
-                 "executor.calibrate_groups): 2-rank groups " + ", ".join(f"{us:.1f} us at {p} processes"
-                                                                            for p, us in sorted(pairs.items())))
-              + dtensor_source_text(dtensor, dtensor_sp)
-              + fsdp2_source_text(fsdp2)
-              + ("" if not batched else "; async_broadcast_us (mean per call of a batch of "
-                 f"{PROBE_BATCH} asynchronous broadcasts, executor.calibrate_async): "
-                 + ", ".join(f"{p} processes {us:.1f} us" for p, us in sorted(batched.items()))) + f"; {machine}")
+    what = series_text(series, probes)
+    source = source_text(cluster.name, fit, backend=backend, nprocs=nprocs, what=what, sizes=sizes, repeats=repeats,
+                         warmup=warmup, moments=moments, pairs=pairs, dtensor=dtensor, dtensor_sp=dtensor_sp,
+                         fsdp2=fsdp2, batched=batched)
     description = (f"{cluster.name} fitted by trainplan calibrate to {backend} {what} on "
                    f"{', '.join(map(str, nprocs))} processes")
     return replace(fitted, name=f"{cluster.name}-calibrated", description=description, source=source), fit
-
-
-def calls_text(nprocs: Sequence[int], repeats: int, backend: str, moments: int = 1) -> str:
-    """``20`` or, on gloo, the calls per point of each process count: ``80 / 40 / 20 at 2 / 3 / 4 processes``; with
-    ``moments`` > 1 a count taken at several moments reads ``3 × 27`` (:mod:`executor.calibrate_moments`)."""
-    from executor.calibrate_host import host_cores
-    from executor.calibrate_modes import calls_per_point
-    from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment
-
-    if backend != "gloo":
-        return str(repeats)
-    calls = [f"{moments} × {calls_per_moment(c, moments)}" if moments > 1 and p in MOMENT_PROCESSES else str(c)
-             for p, c in ((p, calls_per_point(p, repeats, host_cores())) for p in nprocs)]
-    return f"{' / '.join(calls)} at {' / '.join(map(str, nprocs))} processes"
 
 
 def _async_broadcasts(nprocs: Sequence[int]) -> dict[int, float]:
@@ -298,13 +250,6 @@ def fit_measured(cluster: Cluster, measured, cases, probes=(), *, fit_reduction:
                            wait_spread=wait_spread(fast, measurements, estimate), replay_step_us=replay_step_us,
                            probes=tuple(fit_rows(fitted, replays + checked, estimate)), wait_moments=moments[0],
                            op_wait_moments=moments[1])
-
-
-def spread_text(spread: dict[str, tuple[float, float]] | None) -> str:
-    """``name lo..hi`` per parameter, as the source field and the CLI print it."""
-    if not spread:
-        return "not computed"
-    return ", ".join(f"{name} {lo:.4g}..{hi:.4g}" for name, (lo, hi) in spread.items())
 
 
 def check(cluster: Cluster, *, nproc: int | Sequence[int], sizes: Sequence[int], series, probes=(),
