@@ -13,7 +13,11 @@ component per kind would start.
 its end with the latest finish of that component's flows in the whole step's play, to the bit: the empirical side of
 playing a step by its components (it is not a proof: components of one step still meet through the settle slack
 ``CLOCK_ULPS·ulp(now)``, the level filler's ``TIE_RTOL`` and the heap/level switch at ``VECTOR_MIN_HOPS``; see
-docs/engine.md, des20).
+docs/engine.md, des20). *Settle times of the kinds*: the distinct clock values at which those plays settle, per
+step, summed; *times of two kinds or more*: those at which plays of two kinds or more settle (there a whole play walks
+and rates them in one settle, where the couplings above can act). *One of each kind together, same*: the steps whose
+first component of each kind, played together alone (:func:`reduced_play`: the filler chosen by the whole step's pair
+count), gives every one of those flows the finish it has in the whole play, and the step's end, to the bit.
 
 Run by hand: ``python benchmarks/bench_des_plays.py [--gpus 32768 65536]``.
 """
@@ -61,7 +65,8 @@ def kind(main, step: list, routes: list, idx: list[int]) -> tuple:
 
 
 def play_flows(main, step: list, start_s: float):
-    """``step`` played alone from ``start_s`` as ``played_alone`` plays it: (its flows, the scratch network)."""
+    """``step`` played alone from ``start_s`` as ``played_alone`` plays it: (its flows, the scratch network, the
+    step's end, the clock values of its settles)."""
     import simpy
 
     from simulator.engine.callfold_replay import _Player, _Scratch
@@ -69,9 +74,40 @@ def play_flows(main, step: list, start_s: float):
 
     env = simpy.Environment(initial_time=start_s)
     net = _Scratch(env, main)
+    times: list[float] = []
+    settle = net._settle
+
+    def timed(event) -> None:
+        times.append(env.now)
+        settle(event)
+
+    net._settle = timed  # what the network's settle events call
     player = _Player(env, net, _OneStep(step), simpy.Event(env))
     env.run()
-    return player.flows.value, net, player.end_s
+    return player.flows.value, net, player.end_s, times
+
+
+def reduced_play(main, step: list, start_s: float, keep: list[tuple[int, int]]):
+    """The flows ``keep`` lists (``(index in step, copies of its kind)``, in step order) played together alone from
+    ``start_s``, each settle's filler chosen by the pair count the whole step would have there (a flow's pairs times
+    its copies: :data:`~simulator.engine.fairshare.VECTOR_MIN_HOPS`): (its flows, end)."""
+    from simulator.engine import fairshare, network
+
+    plain = network.max_min
+    copies = {j: c for j, (_, c) in enumerate(keep)}  # a scratch network numbers its flows from 0 in step order
+
+    def weighted(flows, cap):
+        if sum(len(f.res) * copies[f.fid] for f in flows) >= fairshare.VECTOR_MIN_HOPS:
+            fairshare._max_min_levels(flows, cap, sum(len(f.res) for f in flows))
+        else:
+            plain(flows, cap)
+
+    network.max_min = weighted
+    try:
+        flows, _, end, _ = play_flows(main, [step[i] for i, _ in keep], start_s)
+    finally:
+        network.max_min = plain
+    return flows, end
 
 
 def measure(gpus: int) -> dict:
@@ -101,15 +137,23 @@ def measure(gpus: int) -> dict:
     total = time.process_time() - c0
     shapes.played_alone = played
     out = {"gpus": gpus, "simulate_cpu_s": total, "plays": len(seen), "plays_cpu_s": cpu[0]}
-    for k in ("flows", "settles", "rerated", "components", "kinds", "one_each", "largest", "compared", "same"):
+    for k in ("flows", "settles", "rerated", "components", "kinds", "one_each", "largest", "compared", "same",
+              "settle_times", "shared_times", "reduced_same"):
         out[k] = 0
     for main, step, start_s in seen:
-        flows, net, _ = play_flows(main, step, start_s)
+        flows, net, _, _ = play_flows(main, step, start_s)
         routes = [f.res for f in flows]
         groups = components(routes)
         kinds: dict[tuple, list[int]] = {}
+        copies: dict[tuple, int] = defaultdict(int)
         for idx in groups:
-            kinds.setdefault(kind(main, step, routes, idx), idx)
+            k = kind(main, step, routes, idx)
+            kinds.setdefault(k, idx)
+            copies[k] += 1
+        keep = sorted((i, copies[k]) for k, idx in kinds.items() for i in idx)
+        reduced, end = reduced_play(main, step, start_s, keep)
+        out["reduced_same"] += end == max(f.finish_s for f in flows) and all(
+            g.finish_s == flows[i].finish_s for g, (i, _) in zip(reduced, keep))
         out["flows"] += len(flows)
         out["settles"] += net.stats.settles
         out["rerated"] += net.stats.rerated_flows
@@ -117,10 +161,15 @@ def measure(gpus: int) -> dict:
         out["kinds"] += len(kinds)
         out["one_each"] += sum(map(len, kinds.values()))
         out["largest"] += max(map(len, groups))
+        kinds_at: dict[float, int] = defaultdict(int)
         for idx in kinds.values():
-            _, _, end = play_flows(main, [step[i] for i in idx], start_s)
+            _, _, end, times = play_flows(main, [step[i] for i in idx], start_s)
             out["compared"] += 1
             out["same"] += end == max(flows[i].finish_s for i in idx)
+            for t in set(times):
+                kinds_at[t] += 1
+        out["settle_times"] += len(kinds_at)
+        out["shared_times"] += sum(n > 1 for n in kinds_at.values())
     return out
 
 
@@ -131,13 +180,16 @@ def main() -> None:
     if gpus is None:
         return
     print("| GPUs | simulate CPU s | plays | plays CPU s | flows | settles | re-rated | components | kinds | "
-          "one of each kind, flows | largest component, flows | kinds compared | same ends |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "one of each kind, flows | largest component, flows | kinds compared | same ends | "
+          "settle times of the kinds | times of two kinds or more | one of each kind together, same |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for g in gpus:
         r = bench_des.child_measure(__file__, g)
         print(f"| {g:,} | {r['simulate_cpu_s']:.2f} | {r['plays']} | {r['plays_cpu_s']:.2f} | {r['flows']:,} | "
               f"{r['settles']:,} | {r['rerated']:,} | {r['components']:,} | {r['kinds']:,} | {r['one_each']:,} | "
-              f"{r['largest']:,} | {r['compared']:,} | {r['same']:,} |", flush=True)
+              f"{r['largest']:,} | {r['compared']:,} | {r['same']:,} | {r['settle_times']:,} | {r['shared_times']:,} | "
+              f"{r['reduced_same']:,} |",
+              flush=True)
 
 
 if __name__ == "__main__":
