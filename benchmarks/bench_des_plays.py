@@ -87,6 +87,26 @@ def play_flows(main, step: list, start_s: float):
     return player.flows.value, net, player.end_s, times
 
 
+def one_of_each(main, step: list, routes: list, groups: list[list[int]]) -> tuple[dict, list[tuple[int, int]]]:
+    """The first component of each kind among ``groups`` (kind → its flows' indices), and ``keep``: those indices in
+    step order, each with the number of components of its kind."""
+    kinds: dict[tuple, list[int]] = {}
+    copies: dict[tuple, int] = defaultdict(int)
+    for idx in groups:
+        k = kind(main, step, routes, idx)
+        kinds.setdefault(k, idx)
+        copies[k] += 1
+    return kinds, sorted((i, copies[k]) for k, idx in kinds.items() for i in idx)
+
+
+def reduced_same(main, step: list, start_s: float, flows: list, keep: list[tuple[int, int]]) -> bool:
+    """Whether :func:`reduced_play` of ``keep`` gives each of its flows the finish it has among ``flows`` (the whole
+    step's play from ``start_s``) and the step's end, to the bit."""
+    reduced, end = reduced_play(main, step, start_s, keep)
+    return end == max(f.finish_s for f in flows) and all(g.finish_s == flows[i].finish_s
+                                                         for g, (i, _) in zip(reduced, keep))
+
+
 def reduced_play(main, step: list, start_s: float, keep: list[tuple[int, int]]):
     """The flows ``keep`` lists (``(index in step, copies of its kind)``, in step order) played together alone from
     ``start_s``, each settle's filler chosen by the pair count the whole step would have there (a flow's pairs times
@@ -144,16 +164,8 @@ def measure(gpus: int) -> dict:
         flows, net, _, _ = play_flows(main, step, start_s)
         routes = [f.res for f in flows]
         groups = components(routes)
-        kinds: dict[tuple, list[int]] = {}
-        copies: dict[tuple, int] = defaultdict(int)
-        for idx in groups:
-            k = kind(main, step, routes, idx)
-            kinds.setdefault(k, idx)
-            copies[k] += 1
-        keep = sorted((i, copies[k]) for k, idx in kinds.items() for i in idx)
-        reduced, end = reduced_play(main, step, start_s, keep)
-        out["reduced_same"] += end == max(f.finish_s for f in flows) and all(
-            g.finish_s == flows[i].finish_s for g, (i, _) in zip(reduced, keep))
+        kinds, keep = one_of_each(main, step, routes, groups)
+        out["reduced_same"] += reduced_same(main, step, start_s, flows, keep)
         out["flows"] += len(flows)
         out["settles"] += net.stats.settles
         out["rerated"] += net.stats.rerated_flows
