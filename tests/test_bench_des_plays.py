@@ -1,6 +1,6 @@
 """``benchmarks/bench_des_plays.py``: the components of a step (hand-worked), its kinds (equal up to a renaming of
 the resources, unequal when a capacity, a route's shape, bytes or a latency differ), and one component of each kind
-played together against the whole step (hypothesis: des20's conjecture, with the filler chosen by the weighted count)."""
+played together against the whole step (hypothesis: des20's conjecture, the filler chosen by the weighted count)."""
 
 from types import SimpleNamespace
 
