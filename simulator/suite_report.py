@@ -41,8 +41,10 @@ SPEED_DRIFT_MAX = 0.25
 """Largest |t_case / t_ref − 1| of the speed probe for a case to count as run at the calibration's speed (a
 hygiene threshold, not a model parameter). Above the probe's own repeatability on the 2-core VM shared with
 other helpers (load 2.8–7): in blocks of 20–30 readings back to back, no reading was more than 23.5 % from its
-block's median, p10..p90 within about ±12 % (2026-11-26, docs/validation.md ``### val20``); well below the 1.6x
-slowdown of 2026-11-26 that the foreign CPU share did not see."""
+block's median, p10..p90 within about ±12 % (2026-11-26, docs/validation.md ``### val20``); on a quiet machine
+every reading within 10.3 % of the median (``benchmarks/speed_probe_repeat.py``, 2026-11-26 09:55 UTC, same doc,
+"val20's speed check on a quiet machine"); well below the 1.6x slowdown of 2026-11-26 that the foreign CPU share did
+not see. The reference is one reading right after the calibration and can itself read high (that doc section)."""
 MARKERS = {Family.DDP: "o", Family.ZERO: "s", Family.OFFLOAD: "D", Family.PIPELINE: "^", Family.TENSOR: "v",
            Family.HYBRID: "P", Family.RECOMPUTE: "X", Family.PARAM_SERVER: "*"}
 """One scatter marker per family."""

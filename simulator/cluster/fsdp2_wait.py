@@ -10,7 +10,9 @@ a module's forward or backward and FSDP2's own host work, which each rank runs a
 slower rank, and a rank whose thread lost its core during that compute arrives late. On the loaded 2-core VM
 (2026-11-26, 2 processes, the executor's ZeRO-3 wrapping of the suite's tiny model, load 11) the 18 calls of a step
 took 4.5 ms each inside the model against 2.3 ms for the same calls issued back to back right after it
-[src: own-fsdp2-wait-2026-11-26].
+[src: own-fsdp2-wait-2026-11-26]. On a quiet machine the two read the same (1,077 against 1,081 µs per call, the
+suite's calibrations of 2026-11-26 08:55–09:07, docs/validation.md "Quiet, after the seventeenth session's merges"),
+so the rule moves an estimate only where the machine is busy.
 
 So where ``comm.fsdp2_wait_us`` is measured (:mod:`executor.calibrate_fsdp2`: the executor's own FSDP2 models,
 ZeRO-3 and ZeRO-2, their micro-batches back to back as a step runs them, the seconds inside FSDP2's collectives less
