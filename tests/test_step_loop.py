@@ -9,6 +9,7 @@ localhost-cpu with 300 + 150 µs gets exactly 450 µs more step time in the clos
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import KernelDispatch
 from simulator.compile import compile_step
 from simulator.engine.step import simulate
-from simulator.errors import SpecError
+from simulator.errors import SpecError, SpecNote
 from simulator.run_results import load_results
 from simulator.step_loop import step_loop_s
 from simulator.strategy import build_layout
@@ -77,10 +78,24 @@ def test_an_older_file_with_the_retired_rewrite_term_loads_and_charges_nothing_f
     d = cluster_to_dict(_with_loop(_base(case), 300.0, 150.0))
     plain = cluster_from_dict(d)
     d["host"]["step_after_save_us"] = 420.0
-    older = cluster_from_dict(d)
+    with pytest.warns(SpecNote, match=r"host\.step_after_save_us: retired .* ignored"):
+        older = cluster_from_dict(d)
     assert older == plain and step_loop_s(older) == pytest.approx(450e-6, rel=1e-12)
     assert _step(case, older)[1:] == _step(case, plain)[1:]
     assert "step_after_save_us" not in cluster_to_dict(older)["host"]  # not written back
+
+
+def test_the_cli_says_once_that_a_retired_key_is_ignored(tmp_path):
+    """A user with an older file is told in one line (not a traceback, not silence), and the command runs."""
+    d = cluster_to_dict(_base())
+    d["host"]["step_after_save_us"] = 420.0
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "trainplan", "cluster", "show", str(path)], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    notes = [ln for ln in out.stderr.splitlines() if ln.startswith("trainplan: note: host.step_after_save_us")]
+    assert len(notes) == 1 and "Traceback" not in out.stderr
 
 
 def test_time_sharing_scales_the_term():

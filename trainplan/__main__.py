@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 
-from simulator.errors import SpecError
+from simulator.errors import SpecError, SpecNote
 from trainplan import cli_common
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -85,8 +86,25 @@ def attach_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _show_notes(show):
+    """``warnings.showwarning`` that prints a :class:`SpecNote` as one ``trainplan: note:`` line on stderr and
+    passes every other warning to ``show``."""
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SpecNote):
+            print(f"trainplan: note: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_notes(warnings.showwarning)
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:

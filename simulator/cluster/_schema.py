@@ -7,13 +7,15 @@ Naming ``comm: {library: nccl}`` without ``protocols`` gives NCCL's table (:mod:
 
 from __future__ import annotations
 
+import warnings
+
 from simulator.cluster._fields import Section, enum_value
 from simulator.cluster._comm_schema import COMM_KEYS, comm_profile
 from simulator.cluster._files import parse_yaml, preset_text
 from simulator.cluster.facts import DegradedNic, NodeGroup, SlowGpu
 from simulator.cluster.spec import (Cluster, CommProfile, CpuVendor, Device, Dtype, Fabric, HostSpec, KernelDispatch,
                                     LeafUplinks, Link, LinkKind, NetworkSpec, NodeSpec, PcieTree)
-from simulator.errors import SpecError
+from simulator.errors import SpecError, SpecNote
 from simulator.attention_efficiency import attention_efficiency_from_dict
 from simulator.gemm_efficiency import GemmCurve, fp8_gemm_efficiency_from_dict, gemm_efficiency_from_dict
 from simulator.power_model import power_draw_from_dict
@@ -43,6 +45,16 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us") + RETIRED_HOST_KEYS
 
+
+
+def _note_retired(host) -> None:
+    """One :class:`SpecNote` per retired host key the file states: loaded, ignored, and the user told so."""
+    for key in RETIRED_HOST_KEYS:
+        if isinstance(host, dict) and key in host:
+            warnings.warn(f"host.{key}: retired 2026-11-26 (no model reads it); its value is ignored, delete the "
+                          "line", SpecNote, stacklevel=2)
+
+
 FABRIC_OF_KIND = {LinkKind.NVSWITCH: Fabric.SWITCHED, LinkKind.LOOPBACK: Fabric.SWITCHED,
                   LinkKind.PCIE: Fabric.PCIE_TREE, LinkKind.NVLINK: Fabric.NVLINK_MESH}
 """Fabric assumed when ``intra_node.fabric`` is absent, from the intra-node link kind."""
@@ -54,6 +66,7 @@ def cluster_from_dict(d: dict) -> Cluster:
     top = Section(d, "", TOP_KEYS)
     device = _device(top.section("device", DEVICE_KEYS))
     host = _host(top.section("host", HOST_KEYS)) if top.has("host") else None
+    _note_retired(d.get("host"))
     inter = top.section("inter_node", INTER_KEYS) if top.has("inter_node") else None
     node = _node(top, top.section("intra_node", INTRA_KEYS), inter, host)
     network = _network(inter) if inter is not None else None
