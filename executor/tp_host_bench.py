@@ -14,10 +14,15 @@ that; only the time *inside* the functional collectives and their waits is its t
 
 with ``t(tp)`` the tp model's forward (and forward + backward) *less the time the executor's own* ``TpClock``
 *counts inside its collectives*, on :data:`TP_PROBE_RANKS` gloo processes of this machine forming one tp mesh, each
-also timing the plain (unsplit) model in the same iterations; each ``t`` the 10th percentile of its calls (as
-:mod:`executor.host_bench`: a difference of two timings), the mean over ranks. ``modules`` as there (4 per block,
-embedding and output layer). Both models are the run's tiny model for tp = 2 (:func:`executor.compute_grid.tiny_model`),
-fp32, the ranks in lockstep (a barrier before each model's iteration, as a run's step starts) [src: own-tp-group-probe].
+also timing the plain (unsplit) model in the same iterations; each ``t`` the **median** of its calls, the mean over
+ranks. The median, not the 10th percentile (until 2026-11-26, tp21): a step's forward and backward phases are sums
+over its micro-batches and modules, so they pay the typical call, and the step's loop (4 micro-batches back to back
+after an AdamW step, the mean per micro-batch) measured 0.92-1.01 of this loop's median and 1.12-1.27 of its p10 in
+the same launches (``benchmarks/tp_step_host_probe.py``, docs/validation.md "tp21")
+[src: own-tp-step-host-probe-2026-11-26]; the median rather than the mean because one micro-batch right after a
+barrier has rare long outliers under load. ``modules`` as there (4 per block, embedding and output layer). Both
+models are the run's tiny model for tp = 2 (:func:`executor.compute_grid.tiny_model`), fp32, the ranks in lockstep
+(a barrier before each model's iteration, as a run's step starts) [src: own-tp-group-probe].
 
 Until 2026-11-25 the terms came from a **1-rank** mesh (``executor.host_bench``'s former ``time_tp_modules``), where
 DTensor issues no collective: 147 / 227 µs per module there against 330-420 / 350-420 µs on a 2-rank group in the
@@ -86,8 +91,8 @@ def module_terms(spec: TransformerSpec, per_rank: list[dict[str, list[float]]]) 
     """The module docstring's terms from each rank's timed iterations (:func:`_tp_rank`'s lists)."""
     t = {key: mean_timing([timing_of(r[key]) for r in per_rank]) for key in per_rank[0]}
     modules = tp_modules(spec)
-    fwd_us = max(0.0, (t["tp_forward"].p10_s - t["plain_forward"].p10_s) / modules * 1e6)
-    step_us = (t["tp_step"].p10_s - t["plain_step"].p10_s) / modules * 1e6
+    fwd_us = max(0.0, (t["tp_forward"].median_s - t["plain_forward"].median_s) / modules * 1e6)
+    step_us = (t["tp_step"].median_s - t["plain_step"].median_s) / modules * 1e6
     return TpModuleTiming(modules=modules, plain_forward=t["plain_forward"], tp_forward=t["tp_forward"],
                           plain_step=t["plain_step"], tp_step=t["tp_step"], forward_module_us=fwd_us,
                           backward_module_us=max(0.0, step_us - fwd_us), collectives=t["collectives"])
