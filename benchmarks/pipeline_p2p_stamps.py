@@ -158,11 +158,82 @@ def send_first_shares(ranks: list) -> dict[tuple[str, int], tuple[float, int]]:
     return {key: (sum(v) / len(v), len(v)) for key, v in sorted(out.items())}
 
 
+def margins(ranks: list) -> dict[tuple[str, int, int], list[float]]:
+    """Per transfer (``"F"``/``"B"``, sending stage, micro-batch), its margin in each timed step, µs: the end of its
+    receive's posting − the start of its send's posting (positive: send first), what
+    :func:`simulator.receive_first.send_first_share` reads against ``host.pipeline_order_spread_us``."""
+    out: dict[tuple[str, int, int], list[float]] = {}
+    for k in range(len(ranks[0])):
+        sends, recvs = {}, {}
+        for r in ranks:
+            for tag, s, mb, t0, t1 in r[k][2]:
+                if tag in ("postSF", "postSB"):
+                    sends[(tag[-1], s, mb)] = t0
+                elif tag in ("postRF", "postRB"):
+                    recvs[(tag[-1], s - 1 if tag[-1] == "F" else s + 1, mb)] = t1
+        for key, t_send in sends.items():
+            if key in recvs:
+                out.setdefault(key, []).append((recvs[key] - t_send) / 1e3)
+    return dict(sorted(out.items()))
+
+
+def spread_us(values: list[float]) -> float:
+    """A normal's standard deviation from its p10..p90 (2.563 σ wide): robust to the few stalled steps."""
+    return (_pct(values, .9) - _pct(values, .1)) / 2.563
+
+
+def order_report(kind: str, v: int, ranks: list) -> str:
+    """Per transfer after micro-batch 0: the run's margins (median, p10..p90) beside the model's walk on the run's
+    medians, then the median spread over those transfers (``host.pipeline_order_spread_us``) and, per boundary, the
+    share of send-first postings run vs Φ(walk margin / that spread)."""
+    from simulator.receive_first import send_first_share
+
+    run = {key: m for key, m in margins(ranks).items() if key[2] > 0}
+    walk = model_walk(kind, v, ranks)
+    spread = statistics.median(spread_us(m) for m in run.values()) if run else 0.0
+    lines = ["    margins us, run median (p10..p90) / walk: " + "; ".join(
+        f"{d}{s}.{mb} {statistics.median(m):.0f} ({_pct(m, .1):.0f}..{_pct(m, .9):.0f}) / "
+        f"{walk[(d, s, mb)].margin_s * 1e6:.0f}" for (d, s, mb), m in run.items() if (d, s, mb) in walk)]
+    bounds: dict[tuple[str, int], list] = {}
+    for key, m in run.items():
+        if key in walk:
+            bounds.setdefault(key[:2], []).append((sum(x > 0 for x in m) / len(m),
+                                                   send_first_share(walk[key].margin_s, spread * 1e-6)))
+    lines.append(f"    spread (median over transfers) {spread:.0f} us; send-first share run / Phi(walk / spread): "
+                 + "; ".join(f"{d}{s} {statistics.fmean(x[0] for x in xs):.2f} / "
+                             f"{statistics.fmean(x[1] for x in xs):.2f}" for (d, s), xs in sorted(bounds.items())))
+    return "\n".join(lines)
+
+
+def model_walk(kind: str, v: int, ranks: list) -> dict:
+    """The model's walk (:func:`simulator.receive_first.walk_transfers`) on this run's own medians, as
+    :func:`model_shares`, keyed as :func:`margins`."""
+    from simulator.receive_first import walk_transfers
+    from simulator.schedules import ActionKind
+
+    schedule, fwd, bwd, full, first = _walk_inputs(kind, v, ranks)
+    n = schedule.n_stages
+    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
+    walked = walk_transfers(schedule, fwd, bwd, {k: full for k in keys}, {k: first for k in keys})
+    return {(key[1].value, key[0], key[2]): w for key, w in walked.items()}
+
+
 def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]:
     """The model's serial share per boundary (:func:`simulator.receive_first.expected_prices`) on this run's own
     medians: each stage's forward and backward, and the blocked-receiver latencies of the two classes as prices."""
     from simulator.receive_first import expected_prices
-    from simulator.schedules import ActionKind, ScheduleKind, make_schedule
+    from simulator.schedules import ActionKind
+
+    schedule, fwd, bwd, full, first = _walk_inputs(kind, v, ranks)
+    n = schedule.n_stages
+    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
+    shares = expected_prices(schedule, fwd, bwd, {key: full for key in keys}, {key: first for key in keys})
+    return {(key[1].value, key[0]): shares[key][2] for key in keys if key in shares}
+
+
+def _walk_inputs(kind: str, v: int, ranks: list) -> tuple:
+    """(schedule, forward and backward seconds per stage, send-first and receive-first prices): this run's medians."""
+    from simulator.schedules import ScheduleKind, make_schedule
 
     schedule = make_schedule(ScheduleKind(kind), len(ranks), 4, v)
     times: dict[tuple[str, int], list[float]] = {}
@@ -181,9 +252,7 @@ def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]
                 lat[recv_first].append(latency / 1e9)
     first = statistics.median(lat[True]) if lat[True] else 0.0
     full = statistics.median(lat[False]) if lat[False] else first
-    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
-    shares = expected_prices(schedule, fwd, bwd, {key: full for key in keys}, {key: first for key in keys})
-    return {(key[1].value, key[0]): shares[key][2] for key in keys if key in shares}
+    return schedule, fwd, bwd, full, first
 
 
 def _pct(xs, q):
@@ -258,6 +327,7 @@ def main(argv=None) -> int:
             print("    send-first share after micro-batch 0, run (model's walk on the run's medians): " + "; ".join(
                 f"{d}{s} {share:.2f} ({model.get((d, s), float('nan')):.2f}, n={n})"
                 for (d, s), (share, n) in send_first_shares(ranks).items()), flush=True)
+            print(order_report(kind, v, ranks), flush=True)
             if args.timeline:
                 print(timeline(ranks), flush=True)
     return 0
