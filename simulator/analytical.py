@@ -176,11 +176,8 @@ def summarize(work: StepWork) -> StepArrays:
     first_b = [_first(chunks[c + 1].p2p_bwd, arrays.cb[0, c]) for c in range(n - 1)]
     if first_f == list(arrays.cf[0]) and first_b == list(arrays.cb[0]):
         return arrays
-    spread_s = max((x.order_spread_s for ch in chunks.values() for x in (ch.p2p_fwd, ch.p2p_bwd) if x is not None),
-                   default=0.0)
     cf, cb, held_f, held_b, serial_f, serial_b = expected_boundaries(work.schedule, arrays.F[0], arrays.B[0],
-                                                                     arrays.cf[0], arrays.cb[0], first_f, first_b,
-                                                                     spread_s)
+                                                                     arrays.cf[0], arrays.cb[0], first_f, first_b)
     return replace(arrays, cf=np.array([cf]), cb=np.array([cb]), stream_cf=np.array([held_f]),
                    stream_cb=np.array([held_b]), serial_cf=np.array([serial_f]), serial_cb=np.array([serial_b]))
 

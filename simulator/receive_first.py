@@ -23,11 +23,11 @@ at the mean over its micro-batches of the two prices, classified by :func:`expec
 
 Which side posts first is decided by margins (receive posting − send posting) often far below the spread of the
 actions before them (docs/validation.md, pipe19: the executor's 1F1B and interleaved runs post a boundary's
-transfers send first in 13-79 % of the steps where the walk says 0 or 1). With the margin ``m`` the walk gives and
-the measured spread ``σ`` of a transfer's margin over steps (``host.pipeline_order_spread_us``), the transfer is
-posted send first with probability ``p = Φ(m / σ)`` (the margin normal around the walk's), and both engines price it
-at its expectation, ``first + p · (full − first)`` (:func:`send_first_share`, :func:`blended_s`); ``σ = 0`` is the
-all-or-nothing rule (``p`` 1 for ``m > 0``, else 0).
+transfers send first in 13-79 % of the steps where the walk says 0 or 1). :func:`send_first_share` is the
+probability ``Φ(m / σ)`` of a send-first posting for a walk margin ``m`` whose run-to-run spread is ``σ``;
+``benchmarks/pipeline_p2p_stamps.py`` checks it against a run's shares (:func:`walk_transfers` gives the margins).
+Pricing each transfer at that share in both engines was tried and reverted (docs/validation.md, pipe21): the
+shares it gives miss 1F1B's measured ones and it moved 1F1B and interleaved the wrong way at every spread.
 """
 
 from __future__ import annotations
@@ -60,11 +60,6 @@ def send_first_share(margin_s: float, spread_s: float) -> float:
     if spread_s <= 0:
         return 1.0 if margin_s > 0 else 0.0
     return 0.5 * (1.0 + math.erf(margin_s / (spread_s * math.sqrt(2.0))))
-
-
-def blended_s(first_s: float, full_s: float, share: float) -> float:
-    """A transfer's expected seconds at ``share`` send first: ``first_s + share · (full_s − first_s)``."""
-    return first_s + share * (full_s - first_s)
 
 
 def _transfer_of(act: Action, n_stages: int, rank_of) -> tuple[int, TransferKey] | None:
@@ -127,8 +122,7 @@ def receive_posts(schedule: PipelineSchedule) -> tuple[tuple[tuple[TransferKey, 
 
 
 def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Sequence[float],
-                    full_s: dict[tuple, float], first_s: dict[tuple, float],
-                    spread_s: float = 0.0) -> dict[tuple, tuple[float, float, float]]:
+                    full_s: dict[tuple, float], first_s: dict[tuple, float]) -> dict[tuple, tuple[float, float, float]]:
     """Per boundary and direction ``(chunk, kind)``, the mean over micro-batches of (1) its transfers' prices:
     ``first_s`` if its receive was posted at or before its send, else ``full_s`` (keyed by sending chunk and kind, one
     price per boundary); (2) their seconds from send to arrival, which wait for the receive's posting as the DES's do
@@ -139,11 +133,9 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
     The closed form's paths already space a rank's actions by a send that paces them, so only the price enters them;
     the stream's floor reads the second, the GPipe formula the third. The walk times each rank's list as early as its
     inputs allow (each compute action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a
-    receive posted when the rank's compute action before it ended (:func:`receive_posts`). ``spread_s`` > 0: each
-    transfer is send first with the probability :func:`send_first_share` gives its margin in the walk, priced at
-    :func:`blended_s` from the later of its two postings, and counts that probability in the serial share."""
+    receive posted when the rank's compute action before it ended (:func:`receive_posts`)."""
     prices: dict[tuple, list[tuple]] = {}
-    for key, walked in walk_transfers(schedule, fwd_s, bwd_s, full_s, first_s, spread_s).items():
+    for key, walked in walk_transfers(schedule, fwd_s, bwd_s, full_s, first_s).items():
         prices.setdefault(key[:2], []).append(walked)
     return {k: (sum(x.price_s for x in v) / len(v), sum(x.held_s for x in v) / len(v),
                 sum(x.share for x in v[1:]) / (len(v) - 1) if len(v) > 1 else 0.0) for k, v in prices.items()}
@@ -152,18 +144,17 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
 class Walked(NamedTuple):
     """One transfer as :func:`walk_transfers` times it."""
     price_s: float
-    """Its expected price (:func:`blended_s`)."""
+    """Its price: the receive-first one if its receive was posted at or before its send, else the full one."""
     held_s: float
     """Send posting to arrival: what it holds its sender's stream."""
     share: float
-    """Its probability of being posted send first (:func:`send_first_share`)."""
+    """1 if it was posted send first, else 0 (:func:`send_first_share` without a spread)."""
     margin_s: float
     """Receive posting − send posting in the walk (positive: send first)."""
 
 
 def walk_transfers(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Sequence[float],
-                   full_s: dict[tuple, float], first_s: dict[tuple, float],
-                   spread_s: float = 0.0) -> dict[TransferKey, Walked]:
+                   full_s: dict[tuple, float], first_s: dict[tuple, float]) -> dict[TransferKey, Walked]:
     """Per transfer, in the order its receivers take them (micro-batch 0's first on each boundary), how the list walk
     of :func:`expected_prices` times it."""
     n, posts = schedule.n_stages, receive_posts(schedule)
@@ -188,8 +179,8 @@ def walk_transfers(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Se
                     if need not in posted:  # its receive is posted later in this rank's own list: not yet timed
                         continue
                     bound, margin = (need[0], need[1]), posted[need] - sent_at[need]
-                    p = send_first_share(margin, spread_s)
-                    price = blended_s(first_s[bound], full_s[bound], p)
+                    p = send_first_share(margin, 0.0)
+                    price = (full_s if p else first_s)[bound]
                     arrive[need] = max(sent_at[need], posted[need]) + price
                     out[need] = Walked(price, arrive[need] - sent_at[need], p, margin)
                 start = max(free[r], arrive[need])
@@ -206,17 +197,16 @@ def walk_transfers(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Se
     return out
 
 
-def expected_boundaries(schedule: PipelineSchedule, fwd_s, bwd_s, cf, cb, cf_first, cb_first,
-                        spread_s: float = 0.0) -> tuple[list, ...]:
+def expected_boundaries(schedule: PipelineSchedule, fwd_s, bwd_s, cf, cb, cf_first, cb_first) -> tuple[list, ...]:
     """The analytical engine's p2p inputs (``cf[k]``, ``cb[k]``: boundary k, chunk k → k + 1, forward and backward)
     at the mean price :func:`expected_prices` gives each boundary's transfers, their streams' seconds
     (``stream_cf``, ``stream_cb``) and their serial seconds (``serial_cf``, ``serial_cb``: the mean price times the
     serial share, :func:`expected_prices`); ``*_first`` the receive-first prices (equal to the full ones where there
-    is none); ``spread_s`` the margins' spread (:func:`expected_prices`)."""
+    is none)."""
     full = {**{(k, ActionKind.F): cf[k] for k in range(len(cf))}, **{(k + 1, ActionKind.B): cb[k] for k in range(len(cb))}}
     first = {**{(k, ActionKind.F): cf_first[k] for k in range(len(cf))},
              **{(k + 1, ActionKind.B): cb_first[k] for k in range(len(cb))}}
-    mean = expected_prices(schedule, fwd_s, bwd_s, full, first, spread_s)
+    mean = expected_prices(schedule, fwd_s, bwd_s, full, first)
     f = [mean.get((k, ActionKind.F), (cf[k], cf[k], 0.0)) for k in range(len(cf))]
     b = [mean.get((k + 1, ActionKind.B), (cb[k], cb[k], 0.0)) for k in range(len(cb))]
     serial_f, serial_b = ([x[0] * x[2] for x in side] for side in (f, b))

@@ -106,10 +106,6 @@ class CommCall:
     receive_first_time_s: float | None = None
     """A p2p call's seconds when its receive was posted before its send (no wait for a core on a node with no more
     processes than cores, :mod:`simulator.receive_first`); None: ``time_s`` either way."""
-    order_spread_s: float = 0.0
-    """A p2p call with a ``receive_first_time_s``: the spread of its transfers' margins (``host.
-    pipeline_order_spread_us``), which prices each at its probability of being posted send first
-    (:func:`simulator.receive_first.send_first_share`); 0: all-or-nothing."""
 
     def __post_init__(self) -> None:
         if self.transport is Transport.COLLECTIVE and self.algorithm is None:

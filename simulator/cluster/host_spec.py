@@ -94,14 +94,6 @@ class HostSpec:
     leaves it out; :func:`simulator.framework_host.with_host_modules` charges it once per forward and per backward
     of a chunk. Measured by ``trainplan calibrate --compute`` in the same steps as :attr:`pipeline_action_us`
     (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-chunk-probe]. 0: not modelled."""
-    pipeline_order_spread_us: float = 0.0
-    """Standard deviation of a pipeline transfer's *margin*, the time from its send's posting to its receive's
-    posting, around the margin the schedule's list walk gives on the model's own action times, µs: the two ranks'
-    progress jitters, so a transfer is posted send first with probability Φ(margin / spread) and is priced at
-    that share of the send-first price (:func:`simulator.receive_first.send_first_share`). Measured by
-    ``benchmarks/pipeline_p2p_stamps.py`` in the executor's own pipeline (the p10..p90 of each transfer's margin
-    over steps / 2.563) [src: own-pipeline-order-spread]. 0: all-or-nothing (each transfer takes the class the
-    walk gives it)."""
     step_loop_us: float = 0.0
     """Host time a rank's training loop spends per step outside every phase, µs: taking the step's batch and the
     replica's samples, slicing the micro-batches, entering and leaving the accumulation context, ``zero_grad``,
@@ -140,7 +132,6 @@ class HostSpec:
         non_negative_number("host.pipeline_action_us", self.pipeline_action_us)
         non_negative_number("host.pipeline_p2p_post_us", self.pipeline_p2p_post_us)
         non_negative_number("host.pipeline_chunk_us", self.pipeline_chunk_us)
-        non_negative_number("host.pipeline_order_spread_us", self.pipeline_order_spread_us)
         non_negative_number("host.step_loop_us", self.step_loop_us)
         non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
         if self.fsdp2_zero2_backward_module_us is not None:

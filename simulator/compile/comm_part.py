@@ -75,10 +75,9 @@ def _call(cache: CostCache, kind: CommKind, op: Op, group: tuple[int, ...], nbyt
     """:func:`call` computed, for a group of two or more and a positive whole ``nbytes``."""
     if op is Op.SEND_RECV:
         time_s = cache.p2p(group[0], group[1], nbytes)
-        first_s = receive_first_time_s(cache.cluster, time_s, cache.p2p_wait_s())
-        spread_s = 0.0 if first_s is None else cache.cluster.node.host.pipeline_order_spread_us * 1e-6
         return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.P2P, time_s=time_s,
-                        concurrent_groups=concurrent, receive_first_time_s=first_s, order_spread_s=spread_s)
+                        concurrent_groups=concurrent,
+                        receive_first_time_s=receive_first_time_s(cache.cluster, time_s, cache.p2p_wait_s()))
     t, algo = cache.collective(group, op, nbytes, algorithm, replayed)
     return CommCall(kind=kind, op=op, group=group, nbytes=nbytes, transport=Transport.COLLECTIVE, algorithm=algo,
                     time_s=t, concurrent_groups=concurrent)

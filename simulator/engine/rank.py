@@ -15,8 +15,7 @@ The plays (the analytical engine adds up the same ones in closed form):
   ``receive_first_time_s`` (:mod:`simulator.receive_first`), the receiving rank posts each receive where torch's
   runtime does (:func:`simulator.receive_first.receive_posts`: when its compute action before it ended); a send
   issued after its receive was posted costs that price, one issued before waits on its stream for the posting
-  (gloo's rendezvous) and then costs ``time_s``; with a margin spread (``order_spread_s``) each costs the
-  receive-first price plus its probability of being send first × the difference (:func:`_priced`).
+  (gloo's rendezvous) and then costs ``time_s``.
 - Gradient buckets: when the rank's last backward starts (after its recompute), bucket i becomes
   ready ``grad_ready_fraction[i] × (bwd + Σ tp_bwd)`` later (the uncontended length of that
   backward); buckets run one after another on the dp stream (host copies on the host stream). Under
@@ -47,7 +46,6 @@ from simulator.engine.rank_compute import _compute
 from simulator.engine.rank_grads import GradProgress, _launch_grad_sync
 from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, SendStream
 from simulator.interference import overlap_s
-from simulator.receive_first import send_first_share
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
 
@@ -173,6 +171,8 @@ def _send(ctx, pipe: Pipe, k: int, rank: int, act: Action, call, dst_stage: int)
         arrived.succeed()
         return
     stream = ctx.pp_stream(pipe, ctx.schedule.rank_of(act.stage), k)
+    if ctx.posted.get(key, float("inf")) <= ctx.env.now:  # posted after its receive: the receive-first price
+        call = ctx.first_calls.get(id(call), call)
     send = (ctx, pipe, rank, act, call, arrived, key)
     if stream.busy:
         stream.waiting.append(send)
@@ -208,7 +208,6 @@ def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arri
         ev = ctx.post_events.setdefault(key, simpy.Event(env))
         ev.callbacks.append(lambda _e: _p2p(stream, ctx, pipe, rank, act, call, arrived, key))
         return
-    call, extra_s = _priced(ctx, call, key)
 
     def sent(_event) -> None:
         ctx.rec.row(rank, "pp", f"send {act}", Category.PP, t0, env.now, act.microbatch, act.stage)
@@ -218,24 +217,4 @@ def _p2p(stream: SendStream, ctx, pipe: Pipe, rank: int, act: Action, call, arri
         else:
             stream.busy = False
 
-    done = ctx.start(call, (r, "pp"), pipe)
-    if extra_s > 0:
-        done.callbacks.append(lambda _e: env.timeout(extra_s).callbacks.append(sent))
-    else:
-        done.callbacks.append(sent)
-
-
-def _priced(ctx, call, key: tuple) -> tuple:
-    """(call to run, seconds after it) for transfer ``key``, its receive now posted: the receive-first variant at
-    its share of the send-first price (:func:`simulator.receive_first.send_first_share` of its margin, receive
-    posting − send posting), the extra seconds ``share · (full − first)``; with no spread the variant its order
-    gives (share 0 or 1), as :func:`simulator.receive_first.expected_prices` prices it."""
-    first = ctx.first_calls.get(id(call))
-    if first is None:
-        return call, 0.0
-    share = send_first_share(ctx.posted[key] - ctx.sent_at[key], call.order_spread_s)
-    if share <= 0.0:
-        return first, 0.0
-    if share >= 1.0:
-        return call, 0.0
-    return first, share * (call.time_s - first.time_s)
+    ctx.start(call, (r, "pp"), pipe).callbacks.append(sent)
