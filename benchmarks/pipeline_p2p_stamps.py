@@ -15,7 +15,10 @@ stage's ``get_*_ops`` call just before it) and each receive wait (``_wait_batch_
 - per boundary: the share of its transfers after micro-batch 0 whose send was posted before their receive, beside
   the share the model's list walk (:func:`simulator.receive_first.expected_prices`) gives on the run's own median
   forward, backward and latencies: whether the model classifies the transfers as the run does (docs/validation.md,
-  pipe19).
+  pipe19);
+- send-first transfers apart by whether the receiver waited at once after posting or computed in between
+  (:func:`send_first_split`), and per transfer the margin (receive posting − send posting) run vs the walk's, its
+  spread over steps and the shares run vs Φ(walk margin / spread) (:func:`order_report`; docs/validation.md, pipe21).
 
 Usage: ``PYTHONPATH=. python benchmarks/pipeline_p2p_stamps.py --steps 60 --rounds 3``. Results: docs/validation.md
 (pipe16) [src: own-pipeline-p2p-latency-2026-11-25].
@@ -136,6 +139,36 @@ def transfers(ranks: list, step: int) -> list[tuple[str, float, float]]:
         send, recv = sends.get(key, w0), recvs.get(key, w0)
         rows.append((recv <= send, w1 - max(w0, send, recv), w1 - w0))
     return rows
+
+
+def send_first_split(ranks: list) -> dict[str, list[float]]:
+    """Send-first transfers' latencies, µs, apart by what the receiver did between posting the receive and waiting on
+    it: ``blocked`` (nothing: it waited at once, its core free), from the *start* of the receive's posting to the end
+    of the wait, so that a transfer which completes while the receiver is still inside its posting (gloo's pair lock,
+    seen at load 16 in pipe21) is counted; ``computing`` (a forward or backward in between), the wait alone (what the
+    transfer left exposed after the receiver's own work). Receive-first transfers and waits whose data was already
+    there (< ``ARRIVED_NS``) are left out."""
+    out: dict[str, list[float]] = {"blocked": [], "computing": []}
+    for k in range(len(ranks[0])):
+        sends, recvs, waits = {}, {}, {}
+        computes = []
+        for r in ranks:
+            for tag, s, mb, t0, t1 in r[k][2]:
+                if tag in ("postSF", "postSB"):
+                    sends[(tag[-1], s + (1 if tag[-1] == "F" else -1), mb)] = t0
+                elif tag in ("postRF", "postRB"):
+                    recvs[(tag[-1], s, mb)] = (t0, t1)
+                elif tag in ("waitRF", "waitRB"):
+                    waits[(tag[-1], s, mb)] = (t0, t1)
+                elif tag in ("F", "B"):
+                    computes.append((s, t0, t1))
+        for key, (w0, w1) in waits.items():
+            if key not in sends or key not in recvs or w1 - w0 < ARRIVED_NS or recvs[key][1] <= sends[key]:
+                continue
+            (r0, r1), stage = recvs[key], key[1]
+            busy = any(c[0] % len(ranks) == stage % len(ranks) and r1 <= c[1] and c[2] <= w0 for c in computes)
+            out["computing" if busy else "blocked"].append((w1 - (w0 if busy else r0)) / 1e3)
+    return out
 
 
 def send_first_shares(ranks: list) -> dict[tuple[str, int], tuple[float, int]]:
@@ -292,6 +325,9 @@ def summarise(kind: str, ranks: list) -> str:
          f"{late}/{total}; per step ms: step {statistics.median(step_ms):.2f}, waits/rank "
          f"{statistics.median(wait_ms):.2f}, posts/rank {statistics.median(post_ms):.2f}; one post us median send {statistics.median(posts['S']):.0f} (p90 "
          f"{_pct(posts['S'], .9):.0f}), receive {statistics.median(posts['R']):.0f} (p90 {_pct(posts['R'], .9):.0f})")
+    split = send_first_split(ranks)
+    s += (f"\n    send-first transfers, us: receiver blocked at once (receive posting's start to the wait's end) "
+          f"{_dist(split['blocked'])}; receiver computing in between (its wait) {_dist(split['computing'])}")
     return s
 
 

@@ -60,3 +60,16 @@ def test_order_report_compares_the_run_with_the_walk():
     assert "F0.1 410 (410..410) / 0;" in report        # 910 − 500 µs, every step
     assert "spread (median over transfers) 0 us" in report
     assert "F0 1.00 / 0.00" in report
+
+
+def test_send_first_latency_split_by_what_the_receiver_did():
+    """Two send-first transfers into stage 1 (rank 1): micro-batch 1's receive is posted and waited on at once
+    (blocked: from the receive posting's start to the wait's end), micro-batch 2's receive is posted before a backward
+    the rank computes before waiting (computing: the wait alone), in µs. A receive-first one is left out."""
+    stamps = load_benchmark("pipeline_p2p_stamps")
+    rank0 = [("postSF", 0, 1, 0, 10_000), ("postSF", 0, 2, 0, 10_000), ("postSF", 0, 3, 900_000, 910_000)]
+    rank1 = [("postRF", 1, 1, 100_000, 110_000), ("waitRF", 1, 1, 110_000, 400_000),
+             ("postRF", 1, 2, 400_000, 410_000), ("B", 1, 0, 420_000, 600_000), ("waitRF", 1, 2, 610_000, 1_000_000),
+             ("postRF", 1, 3, 800_000, 810_000), ("waitRF", 1, 3, 810_000, 1_200_000)]
+    split = stamps.send_first_split(_step([rank0, rank1]))
+    assert split == {"blocked": [300.0], "computing": [390.0]}
