@@ -16,9 +16,9 @@ stage's ``get_*_ops`` call just before it) and each receive wait (``_wait_batch_
   the share the model's list walk (:func:`simulator.receive_first.expected_prices`) gives on the run's own median
   forward, backward and latencies: whether the model classifies the transfers as the run does (docs/validation.md,
   pipe19);
-- send-first transfers apart by whether the receiver waited at once after posting or computed in between
-  (:func:`send_first_split`), and per transfer the margin (receive posting − send posting) run vs the walk's, its
-  spread over steps and the shares run vs Φ(walk margin / spread) (:func:`order_report`; docs/validation.md, pipe21).
+- send-first transfers apart by whether the receiver waited at once after posting or computed in between, and per
+  transfer the margin (receive posting − send posting) run vs the walk's, its spread over steps and the shares run
+  vs Φ(walk margin / spread) (``benchmarks/pipeline_p2p_order.py``; docs/validation.md, pipe21).
 
 Usage: ``PYTHONPATH=. python benchmarks/pipeline_p2p_stamps.py --steps 60 --rounds 3``. Results: docs/validation.md
 (pipe16) [src: own-pipeline-p2p-latency-2026-11-25].
@@ -141,36 +141,6 @@ def transfers(ranks: list, step: int) -> list[tuple[str, float, float]]:
     return rows
 
 
-def send_first_split(ranks: list) -> dict[str, list[float]]:
-    """Send-first transfers' latencies, µs, apart by what the receiver did between posting the receive and waiting on
-    it: ``blocked`` (nothing: it waited at once, its core free), from the *start* of the receive's posting to the end
-    of the wait, so that a transfer which completes while the receiver is still inside its posting (gloo's pair lock,
-    seen at load 16 in pipe21) is counted; ``computing`` (a forward or backward in between), the wait alone (what the
-    transfer left exposed after the receiver's own work). Receive-first transfers and waits whose data was already
-    there (< ``ARRIVED_NS``) are left out."""
-    out: dict[str, list[float]] = {"blocked": [], "computing": []}
-    for k in range(len(ranks[0])):
-        sends, recvs, waits = {}, {}, {}
-        computes = []
-        for r in ranks:
-            for tag, s, mb, t0, t1 in r[k][2]:
-                if tag in ("postSF", "postSB"):
-                    sends[(tag[-1], s + (1 if tag[-1] == "F" else -1), mb)] = t0
-                elif tag in ("postRF", "postRB"):
-                    recvs[(tag[-1], s, mb)] = (t0, t1)
-                elif tag in ("waitRF", "waitRB"):
-                    waits[(tag[-1], s, mb)] = (t0, t1)
-                elif tag in ("F", "B"):
-                    computes.append((s, t0, t1))
-        for key, (w0, w1) in waits.items():
-            if key not in sends or key not in recvs or w1 - w0 < ARRIVED_NS or recvs[key][1] <= sends[key]:
-                continue
-            (r0, r1), stage = recvs[key], key[1]
-            busy = any(c[0] % len(ranks) == stage % len(ranks) and r1 <= c[1] and c[2] <= w0 for c in computes)
-            out["computing" if busy else "blocked"].append((w1 - (w0 if busy else r0)) / 1e3)
-    return out
-
-
 def send_first_shares(ranks: list) -> dict[tuple[str, int], tuple[float, int]]:
     """Per boundary and direction (``"F"``/``"B"``, sending stage): the share of its transfers after micro-batch 0
     whose send was posted before their receive, over the timed steps, and their count: what the model's
@@ -189,66 +159,6 @@ def send_first_shares(ranks: list) -> dict[tuple[str, int], tuple[float, int]]:
             if key in recvs:
                 out.setdefault(key[:2], []).append(int(recvs[key] > t_send))
     return {key: (sum(v) / len(v), len(v)) for key, v in sorted(out.items())}
-
-
-def margins(ranks: list) -> dict[tuple[str, int, int], list[float]]:
-    """Per transfer (``"F"``/``"B"``, sending stage, micro-batch), its margin in each timed step, µs: the end of its
-    receive's posting − the start of its send's posting (positive: send first), what
-    :func:`simulator.receive_first.send_first_share` reads against ``host.pipeline_order_spread_us``."""
-    out: dict[tuple[str, int, int], list[float]] = {}
-    for k in range(len(ranks[0])):
-        sends, recvs = {}, {}
-        for r in ranks:
-            for tag, s, mb, t0, t1 in r[k][2]:
-                if tag in ("postSF", "postSB"):
-                    sends[(tag[-1], s, mb)] = t0
-                elif tag in ("postRF", "postRB"):
-                    recvs[(tag[-1], s - 1 if tag[-1] == "F" else s + 1, mb)] = t1
-        for key, t_send in sends.items():
-            if key in recvs:
-                out.setdefault(key, []).append((recvs[key] - t_send) / 1e3)
-    return dict(sorted(out.items()))
-
-
-def spread_us(values: list[float]) -> float:
-    """A normal's standard deviation from its p10..p90 (2.563 σ wide): robust to the few stalled steps."""
-    return (_pct(values, .9) - _pct(values, .1)) / 2.563
-
-
-def order_report(kind: str, v: int, ranks: list) -> str:
-    """Per transfer after micro-batch 0: the run's margins (median, p10..p90) beside the model's walk on the run's
-    medians, then the median spread over those transfers (``host.pipeline_order_spread_us``) and, per boundary, the
-    share of send-first postings run vs Φ(walk margin / that spread)."""
-    from simulator.receive_first import send_first_share
-
-    run = {key: m for key, m in margins(ranks).items() if key[2] > 0}
-    walk = model_walk(kind, v, ranks)
-    spread = statistics.median(spread_us(m) for m in run.values()) if run else 0.0
-    lines = ["    margins us, run median (p10..p90) / walk: " + "; ".join(
-        f"{d}{s}.{mb} {statistics.median(m):.0f} ({_pct(m, .1):.0f}..{_pct(m, .9):.0f}) / "
-        f"{walk[(d, s, mb)].margin_s * 1e6:.0f}" for (d, s, mb), m in run.items() if (d, s, mb) in walk)]
-    bounds: dict[tuple[str, int], list] = {}
-    for key, m in run.items():
-        if key in walk:
-            bounds.setdefault(key[:2], []).append((sum(x > 0 for x in m) / len(m),
-                                                   send_first_share(walk[key].margin_s, spread * 1e-6)))
-    lines.append(f"    spread (median over transfers) {spread:.0f} us; send-first share run / Phi(walk / spread): "
-                 + "; ".join(f"{d}{s} {statistics.fmean(x[0] for x in xs):.2f} / "
-                             f"{statistics.fmean(x[1] for x in xs):.2f}" for (d, s), xs in sorted(bounds.items())))
-    return "\n".join(lines)
-
-
-def model_walk(kind: str, v: int, ranks: list) -> dict:
-    """The model's walk (:func:`simulator.receive_first.walk_transfers`) on this run's own medians, as
-    :func:`model_shares`, keyed as :func:`margins`."""
-    from simulator.receive_first import walk_transfers
-    from simulator.schedules import ActionKind
-
-    schedule, fwd, bwd, full, first = _walk_inputs(kind, v, ranks)
-    n = schedule.n_stages
-    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
-    walked = walk_transfers(schedule, fwd, bwd, {k: full for k in keys}, {k: first for k in keys})
-    return {(key[1].value, key[0], key[2]): w for key, w in walked.items()}
 
 
 def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]:
@@ -325,6 +235,8 @@ def summarise(kind: str, ranks: list) -> str:
          f"{late}/{total}; per step ms: step {statistics.median(step_ms):.2f}, waits/rank "
          f"{statistics.median(wait_ms):.2f}, posts/rank {statistics.median(post_ms):.2f}; one post us median send {statistics.median(posts['S']):.0f} (p90 "
          f"{_pct(posts['S'], .9):.0f}), receive {statistics.median(posts['R']):.0f} (p90 {_pct(posts['R'], .9):.0f})")
+    from benchmarks.pipeline_p2p_order import send_first_split
+
     split = send_first_split(ranks)
     s += (f"\n    send-first transfers, us: receiver blocked at once (receive posting's start to the wait's end) "
           f"{_dist(split['blocked'])}; receiver computing in between (its wait) {_dist(split['computing'])}")
@@ -345,6 +257,7 @@ def timeline(ranks: list) -> str:
 
 
 def main(argv=None) -> int:
+    from benchmarks.pipeline_p2p_order import order_report
     from executor import launch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
