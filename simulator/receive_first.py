@@ -27,7 +27,8 @@ transfers send first in 13-79 % of the steps where the walk says 0 or 1). :func:
 probability ``Φ(m / σ)`` of a send-first posting for a walk margin ``m`` whose run-to-run spread is ``σ``;
 ``benchmarks/pipeline_p2p_stamps.py`` checks it against a run's shares (:func:`walk_transfers` gives the margins).
 Pricing each transfer at that share in both engines was tried and reverted (docs/validation.md, pipe21): the
-shares it gives miss 1F1B's measured ones and it moved 1F1B and interleaved the wrong way at every spread.
+shares it gives miss 1F1B's measured ones, 1F1B and interleaved stay low at every spread (1F1B lower still up to
+0.5 ms), and the engines part on GPipe as the spread grows.
 """
 
 from __future__ import annotations
