@@ -15,7 +15,10 @@ stage's ``get_*_ops`` call just before it) and each receive wait (``_wait_batch_
 - per boundary: the share of its transfers after micro-batch 0 whose send was posted before their receive, beside
   the share the model's list walk (:func:`simulator.receive_first.expected_prices`) gives on the run's own median
   forward, backward and latencies: whether the model classifies the transfers as the run does (docs/validation.md,
-  pipe19).
+  pipe19);
+- send-first transfers apart by whether the receiver waited at once after posting or computed in between, and per
+  transfer the margin (receive posting − send posting) run vs the walk's, its spread over steps and the shares run
+  vs Φ(walk margin / spread) (``benchmarks/pipeline_p2p_order.py``; docs/validation.md, pipe21).
 
 Usage: ``PYTHONPATH=. python benchmarks/pipeline_p2p_stamps.py --steps 60 --rounds 3``. Results: docs/validation.md
 (pipe16) [src: own-pipeline-p2p-latency-2026-11-25].
@@ -162,7 +165,18 @@ def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]
     """The model's serial share per boundary (:func:`simulator.receive_first.expected_prices`) on this run's own
     medians: each stage's forward and backward, and the blocked-receiver latencies of the two classes as prices."""
     from simulator.receive_first import expected_prices
-    from simulator.schedules import ActionKind, ScheduleKind, make_schedule
+    from simulator.schedules import ActionKind
+
+    schedule, fwd, bwd, full, first = _walk_inputs(kind, v, ranks)
+    n = schedule.n_stages
+    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
+    shares = expected_prices(schedule, fwd, bwd, {key: full for key in keys}, {key: first for key in keys})
+    return {(key[1].value, key[0]): shares[key][2] for key in keys if key in shares}
+
+
+def _walk_inputs(kind: str, v: int, ranks: list) -> tuple:
+    """(schedule, forward and backward seconds per stage, send-first and receive-first prices): this run's medians."""
+    from simulator.schedules import ScheduleKind, make_schedule
 
     schedule = make_schedule(ScheduleKind(kind), len(ranks), 4, v)
     times: dict[tuple[str, int], list[float]] = {}
@@ -181,9 +195,7 @@ def model_shares(kind: str, v: int, ranks: list) -> dict[tuple[str, int], float]
                 lat[recv_first].append(latency / 1e9)
     first = statistics.median(lat[True]) if lat[True] else 0.0
     full = statistics.median(lat[False]) if lat[False] else first
-    keys = [(s, ActionKind.F) for s in range(n - 1)] + [(s, ActionKind.B) for s in range(1, n)]
-    shares = expected_prices(schedule, fwd, bwd, {key: full for key in keys}, {key: first for key in keys})
-    return {(key[1].value, key[0]): shares[key][2] for key in keys if key in shares}
+    return schedule, fwd, bwd, full, first
 
 
 def _pct(xs, q):
@@ -223,6 +235,11 @@ def summarise(kind: str, ranks: list) -> str:
          f"{late}/{total}; per step ms: step {statistics.median(step_ms):.2f}, waits/rank "
          f"{statistics.median(wait_ms):.2f}, posts/rank {statistics.median(post_ms):.2f}; one post us median send {statistics.median(posts['S']):.0f} (p90 "
          f"{_pct(posts['S'], .9):.0f}), receive {statistics.median(posts['R']):.0f} (p90 {_pct(posts['R'], .9):.0f})")
+    from benchmarks.pipeline_p2p_order import send_first_split
+
+    split = send_first_split(ranks)
+    s += (f"\n    send-first transfers, us: receiver blocked at once (receive posting's start to the wait's end) "
+          f"{_dist(split['blocked'])}; receiver computing in between (its wait) {_dist(split['computing'])}")
     return s
 
 
@@ -240,6 +257,7 @@ def timeline(ranks: list) -> str:
 
 
 def main(argv=None) -> int:
+    from benchmarks.pipeline_p2p_order import order_report
     from executor import launch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,6 +276,7 @@ def main(argv=None) -> int:
             print("    send-first share after micro-batch 0, run (model's walk on the run's medians): " + "; ".join(
                 f"{d}{s} {share:.2f} ({model.get((d, s), float('nan')):.2f}, n={n})"
                 for (d, s), (share, n) in send_first_shares(ranks).items()), flush=True)
+            print(order_report(kind, v, ranks), flush=True)
             if args.timeline:
                 print(timeline(ranks), flush=True)
     return 0

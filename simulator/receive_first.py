@@ -20,11 +20,22 @@ has placed so far [src: torch-pipelining]. :func:`receive_posts` replays that wa
 the receives posted right before it, i.e. when the rank's previous compute action (and its send) ended. The DES
 stamps those posts as it plays the lists (:mod:`simulator.engine.rank`); the analytical engine prices each boundary
 at the mean over its micro-batches of the two prices, classified by :func:`expected_prices`' list walk.
+
+Which side posts first is decided by margins (receive posting − send posting) often far below the spread of the
+actions before them (docs/validation.md, pipe19: the executor's 1F1B and interleaved runs post a boundary's
+transfers send first in 13-79 % of the steps where the walk says 0 or 1). :func:`send_first_share` is the
+probability ``Φ(m / σ)`` of a send-first posting for a walk margin ``m`` whose run-to-run spread is ``σ``;
+``benchmarks/pipeline_p2p_stamps.py`` checks it against a run's shares (:func:`walk_transfers` gives the margins).
+Pricing each transfer at that share in both engines was tried and reverted (docs/validation.md, pipe21): the
+shares it gives miss 1F1B's measured ones, 1F1B and interleaved stay low at every spread (1F1B lower still up to
+0.5 ms), and the engines part on GPipe as the spread grows.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from simulator.schedules import Action, ActionKind, PipelineSchedule
 
@@ -41,6 +52,15 @@ def receive_first_time_s(cluster, time_s: float, wait_s: float) -> float | None:
     if wait_s <= 0 or core_share(cluster, cluster.node.gpus_per_node) > 1.0:
         return None
     return max(0.0, time_s - wait_s)
+
+
+def send_first_share(margin_s: float, spread_s: float) -> float:
+    """Probability that a transfer's send is posted before its receive, ``Φ(margin_s / spread_s)`` (``margin_s`` =
+    receive posting − send posting, positive: send first; module docstring); ``spread_s`` 0: 1 if ``margin_s > 0``
+    else 0 (a tie is receive first, as gloo pairs a send with an already posted receive)."""
+    if spread_s <= 0:
+        return 1.0 if margin_s > 0 else 0.0
+    return 0.5 * (1.0 + math.erf(margin_s / (spread_s * math.sqrt(2.0))))
 
 
 def _transfer_of(act: Action, n_stages: int, rank_of) -> tuple[int, TransferKey] | None:
@@ -115,13 +135,36 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
     the stream's floor reads the second, the GPipe formula the third. The walk times each rank's list as early as its
     inputs allow (each compute action ``fwd_s`` / ``bwd_s`` of its chunk, sends as delays without a stream), a
     receive posted when the rank's compute action before it ended (:func:`receive_posts`)."""
+    prices: dict[tuple, list[tuple]] = {}
+    for key, walked in walk_transfers(schedule, fwd_s, bwd_s, full_s, first_s).items():
+        prices.setdefault(key[:2], []).append(walked)
+    return {k: (sum(x.price_s for x in v) / len(v), sum(x.held_s for x in v) / len(v),
+                sum(x.share for x in v[1:]) / (len(v) - 1) if len(v) > 1 else 0.0) for k, v in prices.items()}
+
+
+class Walked(NamedTuple):
+    """One transfer as :func:`walk_transfers` times it."""
+    price_s: float
+    """Its price: the receive-first one if its receive was posted at or before its send, else the full one."""
+    held_s: float
+    """Send posting to arrival: what it holds its sender's stream."""
+    share: float
+    """1 if it was posted send first, else 0 (:func:`send_first_share` without a spread)."""
+    margin_s: float
+    """Receive posting − send posting in the walk (positive: send first)."""
+
+
+def walk_transfers(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: Sequence[float],
+                   full_s: dict[tuple, float], first_s: dict[tuple, float]) -> dict[TransferKey, Walked]:
+    """Per transfer, in the order its receivers take them (micro-batch 0's first on each boundary), how the list walk
+    of :func:`expected_prices` times it."""
     n, posts = schedule.n_stages, receive_posts(schedule)
     free = [0.0] * len(schedule.ranks)
     nxt = [0] * len(schedule.ranks)
     posted: dict[TransferKey, float] = {}
     sent_at: dict[TransferKey, float] = {}
     arrive: dict[TransferKey, float] = {}
-    prices: dict[tuple, list[float]] = {}
+    out: dict[TransferKey, Walked] = {}
     while any(i < len(acts) for i, acts in zip(nxt, schedule.ranks)):
         progress = False
         for r, acts in enumerate(schedule.ranks):
@@ -136,10 +179,11 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
                 if need not in arrive:
                     if need not in posted:  # its receive is posted later in this rank's own list: not yet timed
                         continue
-                    first = posted[need] <= sent_at[need]
-                    price = (first_s if first else full_s)[(need[0], need[1])]
+                    bound, margin = (need[0], need[1]), posted[need] - sent_at[need]
+                    p = send_first_share(margin, 0.0)
+                    price = (full_s if p else first_s)[bound]
                     arrive[need] = max(sent_at[need], posted[need]) + price
-                    prices.setdefault((need[0], need[1]), []).append((price, arrive[need] - sent_at[need], not first))
+                    out[need] = Walked(price, arrive[need] - sent_at[need], p, margin)
                 start = max(free[r], arrive[need])
             else:
                 start = free[r]
@@ -151,8 +195,7 @@ def expected_prices(schedule: PipelineSchedule, fwd_s: Sequence[float], bwd_s: S
             progress = True
         if not progress:
             raise ValueError("the schedule's lists cannot be walked: a rank waits for an input never sent")
-    return {k: (sum(x[0] for x in v) / len(v), sum(x[1] for x in v) / len(v),
-                sum(x[2] for x in v[1:]) / (len(v) - 1) if len(v) > 1 else 0.0) for k, v in prices.items()}
+    return out
 
 
 def expected_boundaries(schedule: PipelineSchedule, fwd_s, bwd_s, cf, cb, cf_first, cb_first) -> tuple[list, ...]:

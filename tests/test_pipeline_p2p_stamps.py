@@ -28,3 +28,4 @@ def test_a_transfer_without_its_receive_is_not_counted():
     stamps = load_benchmark("pipeline_p2p_stamps")
     shares = stamps.send_first_shares(_step([[("postSF", 0, 1, 100, 110)], [("postRF", 1, 2, 90, 95)]]))
     assert shares == {}
+

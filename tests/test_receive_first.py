@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.receive_first import expected_prices, receive_first_time_s, receive_posts
+from simulator.receive_first import (expected_prices, receive_first_time_s, receive_posts, send_first_share,
+                                     walk_transfers)
 from simulator.schedules import ActionKind, gpipe, interleaved_1f1b, one_f_one_b
 
 DATA = Path(__file__).parent / "data" / "suite_default"
@@ -76,6 +77,19 @@ def test_expected_prices_by_hand():
     assert got[(0, F)] == pytest.approx((5.5, 6.0, 1.0))   # micro-batch 1's transfer (the one after 0's) serial
     assert got[(1, B)] == pytest.approx((1.0, 1.0, 0.0))
 
+
+
+def test_walk_transfers_gives_each_transfers_margin():
+    """The by-hand case above, per transfer: F1's receive posted at 3, 1 s after its send (margin +1 s, send first,
+    full price); F0's at 0, 1 s before its send (−1 s); B0's at 2 before its send at 4 (−2 s). The walk's share is
+    :func:`send_first_share` without a spread; with one it is Φ(margin / spread)."""
+    full, first = {(0, F): 10.0, (1, B): 10.0}, {(0, F): 1.0, (1, B): 1.0}
+    walked = walk_transfers(one_f_one_b(2, 2), [1.0, 1.0], [1.0, 1.0], full, first)
+    assert [(k, w.margin_s, w.share, w.price_s) for k, w in walked.items() if k[1] is F] == [
+        ((0, F, 0), -1.0, 0.0, 1.0), ((0, F, 1), 1.0, 1.0, 10.0)]
+    assert walked[(1, B, 0)].margin_s == pytest.approx(-2.0)
+    assert send_first_share(0.0, 0.0) == 0.0 and send_first_share(1e-9, 0.0) == 1.0   # a tie is receive first
+    assert send_first_share(1.0, 1.0) == pytest.approx(0.841345, abs=1e-6)          # Φ(1)
 
 def _estimates(case: str, cluster):
     from simulator.run_results import load_results
