@@ -8,7 +8,9 @@ beside its measurement:
 - ``step_time_s``: the measured median over the steps after warm-up of the slowest rank per step,
   with its p10/p90 spread, against each engine's step time;
 - one row per phase the results file measured (``forward``, ``backward``, ``optimizer``, ``dp``, ...),
-  against the estimate's breakdown of the slowest rank in the same category (seconds);
+  against the estimate's breakdown of the slowest rank in the same category, plus the parts of other categories
+  the executor times inside that phase (FSDP2's calls in forward and backward, torch ZeRO-1's broadcasts in the
+  optimizer: :mod:`simulator.validate_phases`) (seconds);
 - ``model_state_bytes``: the most loaded rank's measured states (params + grads + optimizer + its step
   counters + host copies) against the memory model's most loaded rank, wherever its states live;
 - ``peak_memory_bytes``: the largest measured peak against the model's peak ``allocated`` bytes
@@ -37,6 +39,7 @@ from dataclasses import dataclass, replace
 from simulator.errors import SpecError
 from simulator.results import Category, StepResult
 from simulator.run_results import PeakMemoryKind, Results
+from simulator.validate_phases import Folds, folded_categories, phase_estimate
 from simulator.validate_staleness import staleness_rows
 from simulator.workload import TransformerSpec
 from simulator.workload.kinds import DtypePolicy
@@ -138,6 +141,11 @@ def run_workload(results: Results):
 
 def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
     """(analytical, DES) estimates of the plan as run on ``cluster``."""
+    return estimate_compiled(results, cluster)[1:]
+
+
+def estimate_compiled(results: Results, cluster):
+    """(the compiled step, analytical, DES) of the plan as run on ``cluster``."""
     from simulator.analytical import estimate_work
     from simulator.compile import compile_step
     from simulator.compile.costs import CostCache
@@ -151,7 +159,7 @@ def estimate_run(results: Results, cluster) -> tuple[StepResult, StepResult]:
     work = compile_step(cluster, workload, plan.strategy, layout=layout,
                         cache=CostCache(cluster, replays_built_on=plan.cluster))
     steps = results.completed_steps if _async_ps(plan) else 1
-    return estimate_work(work), simulate(work, cluster, seed=0, steps=steps, trace=False)
+    return work, estimate_work(work), simulate(work, cluster, seed=0, steps=steps, trace=False)
 
 
 def _async_ps(plan) -> bool:
@@ -193,32 +201,21 @@ def _outside(result: StepResult) -> float:
     return result.step_time_s - sum(result.breakdown.values())
 
 
-def _folded_categories(results: Results) -> dict[Category, tuple[Category, ...]]:
-    """Estimate categories a measured phase holds besides its own: torch ZeRO-1's parameter broadcasts run
-    inside ``optimizer.step()`` (``ZeroRedundancyOptimizer._sync_params``; the executor's phase note), so the
-    optimizer row compares with the estimate's optimizer plus its ZeRO time."""
-    from simulator.strategy import ZeroStage
-    from simulator.strategy.framework import Framework
-
-    plan = results.run.plan
-    if plan.strategy.zero is ZeroStage.ZERO1 and plan.layout().framework is Framework.TORCH_DDP:
-        return {Category.OPTIMIZER: (Category.ZERO,)}
-    return {}
-
-
-def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str) -> Validation:
-    """The rows of :mod:`this module <simulator.validate>` from a results file and its two estimates."""
+def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str,
+            folds: Folds | None = None) -> Validation:
+    """The rows of :mod:`this module <simulator.validate>` from a results file and its two estimates; ``folds``
+    (:func:`simulator.validate_phases.folded_categories` of the compiled step) says which estimate categories each
+    measured phase holds besides its own (none given: each phase compares with its own category only)."""
     check_results(results)
     summary = results.summary()
     step = summary["step_time_s"]
     rows = [Row(name="step_time_s", unit="s", measured=step["median_s"], p10=step["p10_s"], p90=step["p90_s"],
                 analytical=analytical.step_time_s, des=des.step_time_s)]
-    folded = _folded_categories(results)
+    folds = folds or {}
     for name, stats in summary["phases_s"].items():
-        cats = (Category(name),) + folded.get(Category(name), ())
+        phase = Category(name)
         rows.append(Row(name=name, unit="s", measured=stats["median_s"], p10=stats["p10_s"], p90=stats["p90_s"],
-                        analytical=sum(analytical.breakdown.get(c, 0.0) for c in cats),
-                        des=sum(des.breakdown.get(c, 0.0) for c in cats)))
+                        analytical=phase_estimate(analytical, phase, folds), des=phase_estimate(des, phase, folds)))
     outside = summary.get("outside_phases_s")
     if outside is not None:  # what the measured phases do not cover; the estimates' breakdowns cover their steps
         rows.append(Row(name="outside_phases", unit="s", measured=outside["median_s"], p10=outside["p10_s"],
@@ -279,5 +276,5 @@ def run_cluster(results: Results, cluster: str | None):
 def validate(results: Results, cluster) -> Validation:
     """Re-simulate the plan as run on ``cluster`` with both engines and compare (see module docstring)."""
     check_results(results)
-    analytical, des = estimate_run(results, cluster)
-    return compare(results, analytical, des, cluster.name)
+    work, analytical, des = estimate_compiled(results, cluster)
+    return compare(results, analytical, des, cluster.name, folded_categories(work))
