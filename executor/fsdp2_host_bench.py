@@ -15,7 +15,8 @@ FSDP2 takes its ``dp``-rank path, copies and bookkeeping included, and nothing w
     fsdp2_forward_module_us  = (t_fwd(FSDP2) − t_fwd(plain)) / modules
     fsdp2_backward_module_us = (t_fwd+bwd(FSDP2) − t_fwd+bwd(plain)) / modules − fsdp2_forward_module_us
 
-(10th percentiles of interleaved calls, :func:`executor.host_bench.paired_timings`), both models the executor's
+(10th percentiles of interleaved calls, :func:`executor.host_bench.paired_timings`, every FSDP2 call starting from
+sharded parameters as a training step does, :func:`resharded`), both models the executor's
 GPT at the run's tiny scale, the FSDP2 one wrapped as the executor's ZeRO-3 wraps it (``fully_shard`` on every
 block, then on the root, ``reshard_after_forward=True``), ``modules`` = blocks + 1 (the root).
 :func:`simulator.framework_host.with_host_modules` charges the terms per module of each chunk
@@ -91,13 +92,27 @@ def time_fsdp2_modules(spec: TransformerSpec, micro_batch: int, *, dp: int = PRO
         g = torch.Generator().manual_seed(seed)
         x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
         y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
-        timings = paired_timings({"plain": plain, "fsdp2": sharded}, x, y, repeats=repeats, warmup=warmup)
+        modules_sharded = [*sharded.layers, sharded]
+        timings = paired_timings({"plain": plain, "fsdp2": sharded}, x, y, repeats=repeats, warmup=warmup,
+                                 after={"fsdp2": lambda: resharded(modules_sharded)})
     modules = spec.layers + 1
     fwd_us, step_us = per_unit_us(timings, "fsdp2", modules)
     return Fsdp2Timing(modules=modules, dp=dp, plain_forward=timings["plain", "forward"],
                        fsdp2_forward=timings["fsdp2", "forward"], plain_step=timings["plain", "step"],
                        fsdp2_step=timings["fsdp2", "step"], forward_module_us=fwd_us,
                        backward_module_us=max(0.0, step_us - fwd_us), reshard_after_forward=reshard_after_forward)
+
+
+def resharded(modules) -> None:
+    """Reshard every ``fully_shard`` module in ``modules`` (``FSDPModule.reshard``, a no-op where already sharded).
+
+    Under ZeRO-2 (``reshard_after_forward=False``) a bare forward leaves the parameters gathered, so the next
+    forward skips its all-gathers and their copies: timed in that order (the probe's forward, then its forward +
+    backward), the step would hold no gather while the forward does, and ``step − forward`` would miss one gather's
+    host work per module [src: own-zero22-fake-group-count-2026-11-26: 3 all-gathers in the forward, 0 in the step
+    after it]. A training step starts resharded (the previous backward resharded), as every call here now does."""
+    for module in modules:
+        module.reshard()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,23 +59,32 @@ class TpModuleTiming:
     phase), left out of ``tp_forward`` and ``tp_step``; None on a 1-rank mesh (no collective runs)."""
 
 
-def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: int, warmup: int) -> dict:
+def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: int, warmup: int,
+                   after: dict | None = None) -> dict:
     """``{(name, "forward" | "step"): Timing}`` of each model's forward (autograd on) and forward + backward on
     ``(x, y)``, the calls interleaved (every model's forward, then every model's step, ``repeats`` times), so
-    that a load that comes and goes slows the compared models alike."""
+    that a load that comes and goes slows the compared models alike. ``after[name]``, where given, runs untimed
+    after each of that model's calls (to return it to the state a training step starts from)."""
+    after = after or {}
     calls = [((name, "forward"), lambda m=model: m(x, y)) for name, model in models.items()]
     calls += [((name, "step"), lambda m=model: m(x, y).backward()) for name, model in models.items()]
     for _ in range(warmup):
-        for _, fn in calls:
+        for (name, _), fn in calls:
             fn()
+            after.get(name, _nothing)()
     times: dict = {key: [] for key, _ in calls}
     for _ in range(repeats):
         for key, fn in calls:
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
+            after.get(key[0], _nothing)()
     return {key: Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
             for key, t in times.items()}
+
+
+def _nothing() -> None:
+    """No reset (a model :func:`paired_timings` leaves as it is after each call)."""
 
 
 def per_unit_us(timings: dict, wrapped: str, units: int) -> tuple[float, float]:

@@ -113,3 +113,19 @@ def test_optimizer_probe_formula_and_what_it_writes():
     assert with_dtensor_calls(device, terms).dtensor_call_overhead_us == t.dtensor_call_us
     assert with_dtensor_calls(device, replace(terms, fsdp2_optimizer=None)) == device
     assert with_dtensor_calls(device, None) == device
+
+
+@pytest.mark.parametrize("reshard_after_forward", [True, False])
+def test_every_timed_call_starts_resharded_so_the_step_gathers(monkeypatch, reshard_after_forward):
+    """A training step starts with its parameters sharded. Under ZeRO-2 a bare forward leaves them gathered, so without
+    a reshard after each timed call the probe's forward + backward would gather nothing and ``step − forward`` would
+    miss one gather's host work per module. Both wrappings: every timed forward and every timed step's forward
+    gathers each ``fully_shard`` module (warm-up and repeats: (2 or, with ZeRO-3's re-gather, 3) · (1 + 2) · modules)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    calls = []
+    real = pg.foreach_all_gather
+    monkeypatch.setattr(pg, "foreach_all_gather", lambda *a, **k: calls.append(1) or real(*a, **k))
+    time_fsdp2_modules(GPT_TINY, 2, repeats=2, warmup=1, reshard_after_forward=reshard_after_forward)
+    passes = 3 if reshard_after_forward else 2  # forward, step's forward, and (ZeRO-3) the step's re-gather
+    assert len(calls) == passes * (1 + 2) * (GPT_TINY.layers + 1)
