@@ -120,7 +120,7 @@ def test_every_timed_call_starts_resharded_so_the_step_gathers(monkeypatch, resh
     """A training step starts with its parameters sharded. Under ZeRO-2 a bare forward leaves them gathered, so without
     a reshard after each timed call the probe's forward + backward would gather nothing and ``step − forward`` would
     miss one gather's host work per module. Both wrappings: every timed forward and every timed step's forward
-    gathers each ``fully_shard`` module (warm-up and repeats: (2 or, with ZeRO-3's re-gather, 3) · (1 + 2) · modules)."""
+    gathers each ``fully_shard`` module (warm-up and repeats: (2, or 3 with ZeRO-3's re-gather) · 3 · modules)."""
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
 
     calls = []
