@@ -32,8 +32,12 @@ def _run_section(report: SuiteReport) -> list[str]:
                   f"- load average at the start: {_loads(m.load_average_start)}; at the end: "
                   f"{_loads(m.load_average_end)}"]
         if m.speed_reference_s is not None:
+            n = len(m.speed_reference_readings_s)
+            taken = (f"the median of {n} readings before the runs (around the calibration when there is one), "
+                     + ", ".join(f"{t * 1e3:.1f}" for t in m.speed_reference_readings_s) + " ms"
+                     if m.speed_reference_readings_s else "one reading at the start of the runs")
             lines.append(f"- machine-speed reference: {m.speed_reference_s * 1e3:.1f} ms (the fixed single-thread "
-                         "probe right after the calibration; each case's drift from it is in the table)")
+                         f"probe, {taken}; each case's drift from it is in the table)")
         lines += [f"- {note}" for note in m.cluster_notes]
         lines.append("")
     lines += [f"Estimated on **{report.cluster}**.", "",
