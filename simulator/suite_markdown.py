@@ -65,7 +65,8 @@ def markdown(report: SuiteReport, scatter: str | None = None) -> str:
     lines += ["## Step time", "",
               "Error = estimate / measured − 1 (negative: the model is too fast); MAPE = mean |error| over the "
               "cases that completed.", ""]
-    lines += _family_table(report) + [""]
+    lines += _family_table(report) + ["", f"Mean signed error (analytical) over the completed cases: "
+                                           f"{pct(report.step_time_bias())}.", ""]
     if scatter:
         lines += [f"![estimated vs measured step time]({scatter})", ""]
     lines += ["## Cases", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
