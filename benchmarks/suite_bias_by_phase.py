@@ -11,6 +11,8 @@ measured step. Per kind k, over the timed steps,
 
 so the contributions and "not additive" add up to the case's signed step error; the table is their mean over the
 case-runs, overall, by process count and per folder, beside each kind's own error (estimate_k / median_k − 1).
+Below it, over the case-runs with phases (parameter servers left out), each measured phase's right skew
+(mean − median) / median step, the step's own (mean − median) / median, and (median − Σ phase medians) / median.
 Kinds: forward + backward (+ recompute), split by whether FSDP2's calls (the estimate's ``zero``) or TP's
 DTensor host time run inside them; optimizer + the loop outside every phase (the estimate charges the loop with
 the optimizer, :mod:`simulator.step_loop`); dp sync; tp collectives; pipeline p2p + bubble; a parameter server's
@@ -79,6 +81,40 @@ def case_split(results, validation, case: str) -> dict:
     return out
 
 
+def skew_lines(folders) -> list[str]:
+    """The skew figures of the module docstring (phases of the rank that set each step)."""
+    from simulator.run_results import load_results
+
+    per_phase, step_skew, gap = defaultdict(list), [], []
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.results.json")):
+            case = path.name.split(".")[0]
+            results = load_results(path)
+            if case in PS or not results.ranks or results.completed_steps <= results.run.warmup:
+                continue
+            phases, steps = defaultdict(list), []
+            for k in range(results.run.warmup, results.completed_steps):
+                rank = max(results.ranks, key=lambda r: r.step_time_s[k])
+                steps.append(rank.step_time_s[k])
+                values = {p: t[k] for p, t in rank.phases_s.items()}
+                values["outside"] = rank.step_time_s[k] - sum(values.values())
+                for p, t in values.items():
+                    phases[p].append(t)
+            median = statistics.median(steps)
+            for p, t in phases.items():
+                per_phase[p].append((statistics.fmean(t) - statistics.median(t)) / median)
+            step_skew.append(statistics.fmean(steps) / median - 1)
+            gap.append(1 - sum(statistics.median(t) for t in phases.values()) / median)
+    n = len(step_skew)
+    ordered = sorted(gap)
+    parts = ", ".join(f"{p} {_fmt(sum(v) / n)}" for p, v in sorted(per_phase.items(), key=lambda kv: -sum(kv[1]))
+                      if any(v))
+    return [f"{n} case-runs with phases: (mean − median) / step median per phase, %: {parts} "
+            f"(sum {_fmt(sum(sum(v) for v in per_phase.values()) / n)}); step (mean − median) / median "
+            f"{_fmt(statistics.fmean(step_skew))} %; (median − Σ phase medians) / median "
+            f"{_fmt(statistics.fmean(gap))} % (p10..p90 {_fmt(ordered[n // 10])}..{_fmt(ordered[9 * n // 10])})"]
+
+
 def _fmt(x: float) -> str:
     return f"{100 * x:+.1f}"
 
@@ -128,6 +164,7 @@ def main() -> None:
             v = validate(results, run_cluster(results, cluster))
             splits[folder].append((rec.processes, case_split(results, v, rec.name)))
     print(table(splits))
+    print("\n".join([""] + skew_lines(args.runs)))
 
 
 if __name__ == "__main__":
