@@ -71,7 +71,7 @@ class SuiteRuns:
     speed_reference_s: float | None = None
     """The machine-speed reference: the median of :attr:`speed_reference_readings_s`
     (``simulator.suite_report.speed_reference``); each case's readings are compared with it
-    (``simulator.suite_report.speed_drift``). Manifests before 2026-11-26 11:00 UTC hold one reading right after
+    (``simulator.suite_report.speed_drift``). Manifests written before branch bias21 hold one reading right after
     the calibration here."""
     speed_reference_readings_s: tuple[float, ...] = ()
     """The probe's readings the reference is the median of, in order: those before the calibration, then those
