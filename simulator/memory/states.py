@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
+from typing import NamedTuple
 
 from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
@@ -125,8 +126,26 @@ def _check_rank(dp: int, rank: int | None) -> None:
 
 
 def _dims(shapes) -> list[Shape]:
-    """Shapes from ``[(name, shape), ...]`` or from bare shapes."""
+    """Shapes from ``[(name, shape), ...]``, from bare shapes or from a :class:`ShapeCounts`."""
+    if isinstance(shapes, ShapeCounts):
+        return shapes.dims
     return [tuple(s[1]) if len(s) == 2 and isinstance(s[0], str) else tuple(s) for s in shapes]
+
+
+class ShapeCounts(NamedTuple):
+    """Tensors' bare shapes and element counts, read once (:func:`shape_counts`): all that the functions here
+    read of ``shapes``, and each takes one in their place (the memory report reads a stage's several times)."""
+
+    dims: list[Shape]
+    counts: list[int]
+
+
+def shape_counts(shapes) -> ShapeCounts:
+    """:class:`ShapeCounts` of ``shapes`` (as :func:`_dims` reads them; one already made is itself)."""
+    if isinstance(shapes, ShapeCounts):
+        return shapes
+    dims = _dims(shapes)
+    return ShapeCounts(dims, [numel(d) for d in dims])
 
 
 def whole_tensor_assignment(numels: list[int], dp: int) -> list[int]:
@@ -152,8 +171,7 @@ def partition_numels(shapes: list[tuple[str, Shape]] | list[Shape], dp: int,
     every rank's shard padded to chunk 0's size (true for parameters and gradients; the Adam state
     is built from the unpadded shard, :func:`dim0_real_numels`).
     """
-    dims = _dims(shapes)
-    counts = [numel(d) for d in dims]
+    dims, counts = shape_counts(shapes)
     if partitioning is Partitioning.FLAT:
         return [ceil(sum(counts) / dp)] * dp
     if partitioning is Partitioning.WHOLE_TENSOR:
@@ -204,7 +222,7 @@ def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list
     if not steps_per_tensor(framework):
         return [0] * dp
     if framework is Framework.TORCH_DDP and zero >= ZeroStage.ZERO1:
-        owners = whole_tensor_assignment([numel(d) for d in _dims(shapes)], dp)
+        owners = whole_tensor_assignment(shape_counts(shapes).counts, dp)
         return [owners.count(r) for r in range(dp)]
     return [count] * dp
 
@@ -223,12 +241,13 @@ class _Split:
 
 
 def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framework: Framework) -> _Split:
+    shapes = shape_counts(shapes)  # read once for the counts below
     parts = partition_numels(shapes, dp, partitioning)
     optimizer_parts = dim0_real_numels(shapes, dp) if framework is Framework.FSDP2 else parts
     persistent = 0
     if framework is Framework.DEEPSPEED and zero is ZeroStage.ZERO3:
-        persistent = DEEPSPEED_ZERO3.persistent_elements([numel(d) for d in _dims(shapes)])
-    return _Split(full=sum(numel(d) for d in _dims(shapes)), parts=parts, optimizer_parts=optimizer_parts,
+        persistent = DEEPSPEED_ZERO3.persistent_elements(shapes.counts)
+    return _Split(full=sum(shapes.counts), parts=parts, optimizer_parts=optimizer_parts,
                   steps=step_tensors(shapes, dp, zero, framework), persistent=persistent)
 
 
