@@ -12,7 +12,6 @@ from simulator.host_overhead import host_calls, stream_s
 from simulator.workload.chunks import layer_kernel
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.layers import LayerListWorkload
-from simulator.workload.ops import Kernel
 from simulator.workload.protocol import WorkUnit
 
 

@@ -1,4 +1,4 @@
-"""Tensor shapes read once (simulator/memory/states.py ``ShapeCounts``): every function that reads a stage's shapes
+"""Tensor shapes read once (simulator/memory/partition.py ``ShapeCounts``): every function that reads a stage's shapes
 gives the same answer from its :func:`shape_counts` as from the named shapes, under every partitioning, framework,
 ZeRO stage and dp (cold21, docs/planner.md); a stage's memory report is unchanged (the memory tests' figures)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from simulator.memory.states import (ShapeCounts, dim0_real_numels, model_state_bytes, partition_numels, shape_counts,
-                                     step_tensors)
+from simulator.memory.partition import ShapeCounts, dim0_real_numels, partition_numels, shape_counts
+from simulator.memory.states import model_state_bytes, step_tensors
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import ZeroStage
 from simulator.workload.kinds import DtypePolicy

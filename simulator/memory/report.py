@@ -32,8 +32,8 @@ from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_
                                      stage_param_shapes)
 from simulator.memory.stage import StageMemory
 from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
-from simulator.memory.states import (ADAM_STATE_BYTES, ShapeCounts, model_state_bytes, partition_numels,
-                                     shape_counts)
+from simulator.memory.partition import ShapeCounts, partition_numels, shape_counts
+from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes
 from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
