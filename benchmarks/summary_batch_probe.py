@@ -41,9 +41,11 @@ def exposure_rows(e: sync_mod.Exposure, backwards) -> tuple[np.ndarray, np.ndarr
     exposed = np.maximum(0.0, end - np.maximum(end - e.d, 0.0))
     total = exposed.sum(axis=-1)
     finite = np.isfinite(total)
-    for code in range(len(EXPOSED_KINDS)):
-        if code in e.codes or not finite.all():
+    for code in range(len(EXPOSED_KINDS)):  # at(): the categories with buckets; every one where the total is not finite
+        if code in e.codes:
             kinds[:, code] = (exposed * (e.k == code)).sum(axis=-1)
+        elif not finite.all():
+            kinds[~finite, code] = (exposed[~finite] * (e.k == code)).sum(axis=-1)
     if len(e.codes) == 1:  # Exposure.at's shortcut: one category's exposed seconds are the finite total
         kinds[finite, e.codes[0]] = total[finite]
     return np.maximum(0.0, end.max(axis=-1)), kinds
