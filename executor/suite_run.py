@@ -11,8 +11,10 @@ each run it samples the machine:
   CPU seconds of this process and its ranks (``getrusage`` of self and children), over wall seconds ×
   cores: the share of the machine other work took while the case was measured. Our own ranks' load
   is excluded, which the load average cannot do;
-- the **machine speed**: :func:`executor.speed_probe.probe` once at the start (right after ``--calibrate``'s
-  calibration, the reference), before each case and once after the last, so each case is bracketed by two
+- the **machine speed**: :func:`executor.speed_probe.probe`: :data:`REFERENCE_READINGS_BEFORE` readings before
+  ``--calibrate``'s calibration (:func:`reference_readings`, called by the command) and
+  :data:`REFERENCE_READINGS_AFTER` at the start of the runs, whose median is the reference
+  (``simulator.suite_report.speed_reference``); then one after each case, so each case is bracketed by two
   readings (``speed_before_s``, ``speed_after_s``): contention from outside the VM that neither sample above
   sees (``simulator.suite_report.speed_drift``).
 
@@ -36,6 +38,11 @@ PRECISION = "fp32"
 SCALE = "tiny"
 CALIBRATION_PROCESSES = 4
 """Most processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
+REFERENCE_READINGS_BEFORE = 2
+"""Speed-probe readings taken before the calibration for the reference (a hygiene protocol, not a model term)."""
+REFERENCE_READINGS_AFTER = 3
+"""Speed-probe readings at the start of the runs, after the calibration; with the two before, the reference is a
+median of five, which neither one nor two high readings set (docs/validation.md ``### bias21``)."""
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
 """user, nice, system, irq, softirq, steal in /proc/stat's ``cpu`` line (idle and iowait are not busy)."""
 
@@ -241,22 +248,33 @@ def host_info(backend: str) -> dict:
             "torch": torch.__version__, "backend": backend}
 
 
+def reference_readings(count: int) -> tuple[float, ...]:
+    """``count`` readings of the speed probe back to back (thread CPU seconds, ``executor.speed_probe``)."""
+    from executor.speed_probe import probe
+
+    return tuple(probe() for _ in range(count))
+
+
 def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_notes: list[str], nproc: int | None,
               steps: int, warmup: int, timeout_s: float, backend: str, progress=None,
-              measure_s: float | None = None) -> SuiteRuns:
+              measure_s: float | None = None, readings_before: tuple[float, ...] = ()) -> SuiteRuns:
     """Write the plans, run every case (``progress(line)`` after each), and save the manifest ``RUNS/suite.json``.
 
-    ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster)."""
+    ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster).
+    ``readings_before``: the speed probe's readings taken before the calibration; with
+    :data:`REFERENCE_READINGS_AFTER` taken here, their median is the speed reference."""
     import datetime
 
     from dataclasses import replace
 
     from executor.speed_probe import probe
+    from simulator.suite_report import speed_reference
 
     write_plans(cases, runs)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    start, records, reference = os.getloadavg(), [], probe()
-    before = reference
+    readings = tuple(readings_before) + reference_readings(REFERENCE_READINGS_AFTER)
+    start, records, reference = os.getloadavg(), [], speed_reference(readings)
+    before = readings[-1]  # the reading right before the first case brackets it
     for case in cases:
         rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend,
                        measure_s=measure_s)
@@ -271,7 +289,8 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
     stored = inside.name if cluster and inside.is_file() and inside.parent.resolve() == runs.resolve() else cluster
     manifest = SuiteRuns(suite=suite, date=date, host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
                          cluster_notes=tuple(cluster_notes), load_average_start=tuple(start),
-                         load_average_end=tuple(os.getloadavg()), speed_reference_s=reference, cases=tuple(records))
+                         load_average_end=tuple(os.getloadavg()), speed_reference_s=reference,
+                         speed_reference_readings_s=readings, cases=tuple(records))
     manifest.save(runs)
     return manifest
 

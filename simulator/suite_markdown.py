@@ -32,8 +32,12 @@ def _run_section(report: SuiteReport) -> list[str]:
                   f"- load average at the start: {_loads(m.load_average_start)}; at the end: "
                   f"{_loads(m.load_average_end)}"]
         if m.speed_reference_s is not None:
+            n = len(m.speed_reference_readings_s)
+            taken = (f"the median of {n} readings before the runs (around the calibration when there is one), "
+                     + ", ".join(f"{t * 1e3:.1f}" for t in m.speed_reference_readings_s) + " ms"
+                     if m.speed_reference_readings_s else "one reading at the start of the runs")
             lines.append(f"- machine-speed reference: {m.speed_reference_s * 1e3:.1f} ms (the fixed single-thread "
-                         "probe right after the calibration; each case's drift from it is in the table)")
+                         f"probe, {taken}; each case's drift from it is in the table)")
         lines += [f"- {note}" for note in m.cluster_notes]
         lines.append("")
     lines += [f"Estimated on **{report.cluster}**.", "",
@@ -61,7 +65,8 @@ def markdown(report: SuiteReport, scatter: str | None = None) -> str:
     lines += ["## Step time", "",
               "Error = estimate / measured − 1 (negative: the model is too fast); MAPE = mean |error| over the "
               "cases that completed.", ""]
-    lines += _family_table(report) + [""]
+    lines += _family_table(report) + ["", f"Mean signed error (analytical) over the completed cases: "
+                                           f"{pct(report.step_time_bias())}.", ""]
     if scatter:
         lines += [f"![estimated vs measured step time]({scatter})", ""]
     lines += ["## Cases", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

@@ -69,8 +69,13 @@ class SuiteRuns:
     load_average_start: tuple[float, ...] = ()
     load_average_end: tuple[float, ...] = ()
     speed_reference_s: float | None = None
-    """The machine-speed probe's reading right after the calibration (or at the start of the runs without one):
-    each case's readings are compared with it (``simulator.suite_report.speed_drift``)."""
+    """The machine-speed reference: the median of :attr:`speed_reference_readings_s`
+    (``simulator.suite_report.speed_reference``); each case's readings are compared with it
+    (``simulator.suite_report.speed_drift``). Manifests written before branch bias21 hold one reading right after
+    the calibration here."""
+    speed_reference_readings_s: tuple[float, ...] = ()
+    """The probe's readings the reference is the median of, in order: those before the calibration, then those
+    after it at the start of the runs (only the latter without ``--calibrate``)."""
     cases: tuple[CaseRecord, ...] = field(default_factory=tuple)
 
     def record(self, name: str) -> CaseRecord | None:

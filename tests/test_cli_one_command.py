@@ -38,3 +38,14 @@ def test_plan_imports_no_other_command():
             "    pass\nprint(sorted(m for m in sys.modules if m.startswith('trainplan.cmd_')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "['trainplan.cmd_plan']"
+
+
+@pytest.mark.parametrize("argv", [["plan", "--help"], ["plan", "--model", "nosuch", "--gpus", "64", "--gbs", "512"],
+                                  ["plan", "--model", "gpt3-125m", "--gpus", "8", "--gbs", "8", "--top", "0"]])
+def test_plan_help_and_bad_flags_skip_the_search_imports(argv):
+    """``plan --help`` and a bad flag exit before pandas and the planner are imported (~0.5 s of a 2-core VM's CPU,
+    docs/planner.md cold22); fails if the parser's modules or the flags' checks import them again."""
+    code = (f"import sys\nfrom trainplan.__main__ import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
+            "    pass\nprint(sorted(m for m in ('pandas', 'planner') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -36,6 +36,9 @@ def test_quick_suite_calibrates_runs_validates_and_reports(tmp_path, capsys):
     assert manifest.cluster == "cluster.yaml" and (runs / "cluster.yaml").exists()
     assert d["hygiene"] in ("quiet", "noisy") and d["verdict"] in out.read_text()
     assert manifest.speed_reference_s == d["speed_reference_s"] > 0
+    # the reference is the median of two readings before the calibration and three after it (docs: bias21)
+    assert len(manifest.speed_reference_readings_s) == 5
+    assert manifest.speed_reference_s == sorted(manifest.speed_reference_readings_s)[2]
     # the folder alone reproduces the report's figures (no run, the calibrated cluster found inside it)
     assert main(["validate", "--suite", "quick", "--runs", str(runs), "--no-run", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)

@@ -135,9 +135,6 @@ def _plan_kwargs(args) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import planner
-    from planner.compare import against
-
     for flag, path, suffix in (("--out", args.out, ".json"), ("--csv", args.csv, ".csv")):
         if path is not None:
             check_suffix(path, (suffix,), flag)
@@ -160,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         raise cli_common.UsageError("--plot draws a sweep; give several --gpus (16..256) or --cluster values")
     args.gpus, args.cluster = counts[0], names[0]
     workload = strategy_flags.load_workload(args)
+    import planner  # after the flags' checks: a bad flag exits before the search's imports (pandas: ~0.5 s)
+    from planner.compare import against
 
     kwargs = _plan_kwargs(args)
     pins = kwargs["pins"]

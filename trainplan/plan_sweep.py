@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simulator.checks import positive_int
 from simulator.errors import SpecError
+
+if TYPE_CHECKING:  # imported by the table's caller, not with the parser: ``trainplan plan --help`` skips pandas
+    import pandas as pd
 
 
 def _int(text: str) -> int:
@@ -52,7 +55,9 @@ def cluster_names(text: str | None) -> tuple[str | None, ...]:
 
 
 def _number(value: float, fmt: str) -> str:
-    return "-" if pd.isna(value) else format(value, fmt)
+    from pandas import isna  # loaded already: a frame exists
+
+    return "-" if isna(value) else format(value, fmt)
 
 
 def table(frame: pd.DataFrame) -> str:

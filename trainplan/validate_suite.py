@@ -118,18 +118,20 @@ def run(args) -> int:
 def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | None):
     from executor.options import DEFAULT_TIMEOUT_S, resolve_backend
     from executor.calibrate_run import DEFAULT_PROCESSES
-    from executor.suite_run import CALIBRATION_PROCESSES, calibrated_cluster, run_suite
+    from executor.suite_run import (CALIBRATION_PROCESSES, REFERENCE_READINGS_BEFORE, calibrated_cluster,
+                                    reference_readings, run_suite)
 
     backend = resolve_backend(args.backend).value
     base = args.cluster or ("localhost-cpu" if backend == "gloo" else None)
     if warning:
         print(warning, file=sys.stderr)
-    notes = []
+    notes, before = [], ()
     if args.calibrate:
         if base is None:
             raise SpecError("--cluster", "--calibrate on GPUs needs the base cluster to fit: give --cluster")
         nproc = min(args.nproc or CALIBRATION_PROCESSES, CALIBRATION_PROCESSES)
         counts = ", ".join(str(n) for n in DEFAULT_PROCESSES if n <= nproc)
+        before = reference_readings(REFERENCE_READINGS_BEFORE)  # the speed reference spans the calibration
         print(f"validate: calibrating the network on {counts} {backend} processes", file=sys.stderr)
         base, notes = calibrated_cluster(base, runs, calibrate_network=True, nproc=nproc, backend=backend)
     from simulator.validation_suite import MEASURE_S, SuiteName
@@ -141,7 +143,8 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
           f"each{budget}, into {runs}", file=sys.stderr)
     return run_suite(cases, runs, suite=args.suite, cluster=base, cluster_notes=notes, nproc=args.nproc,
                      steps=steps, warmup=warmup, timeout_s=DEFAULT_TIMEOUT_S, backend=backend,
-                     progress=lambda line: print(line, file=sys.stderr), measure_s=measure_s)
+                     progress=lambda line: print(line, file=sys.stderr), measure_s=measure_s,
+                     readings_before=before)
 
 
 def _write_plans(cases, runs: Path, args) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from simulator.compile.chunk_loads import chunk_load
 from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
-from simulator.unit_times import unit_host_split, unit_times
+from simulator.unit_times import unit_host_split, unit_phase_sums, unit_times
 from simulator.power import PhasePower, power_limited, stretch, unit_power
 from simulator.strategy.spec import AttentionKind
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
@@ -98,8 +98,17 @@ def _unit_answers(cache: CostCache, dtype, unit, share: float) -> tuple:
     held = cache.memo(("unit answers", id(unit), dtype, share), lambda: [unit, None])
     if held[1] is None:
         device = cache.cluster.device
-        held[1] = (*cache.memo(("unit_times", dtype, unit, share), lambda: unit_times(unit, device, dtype, share)),
-                   cache.memo(("unit_host_split", dtype, unit), lambda: unit_host_split(unit, device, dtype)))
+        sums = []  # unit_phase_sums, read once for both answers (each times every kernel of the unit)
+
+        def phase_sums():
+            if not sums:
+                sums.append(unit_phase_sums(unit, device, dtype))
+            return sums[0]
+
+        held[1] = (*cache.memo(("unit_times", dtype, unit, share),
+                               lambda: unit_times(unit, device, dtype, share, phase_sums())),
+                   cache.memo(("unit_host_split", dtype, unit), lambda: unit_host_split(unit, device, dtype,
+                                                                                         phase_sums())))
     return held[1]
 
 

@@ -32,7 +32,8 @@ from simulator.memory.shapes import (embedding_shapes, head_shapes, layer_param_
                                      stage_param_shapes)
 from simulator.memory.stage import StageMemory
 from simulator.memory.stage_acts import LayoutActivations, layout_activations, stage_activations
-from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes, partition_numels
+from simulator.memory.partition import ShapeCounts, partition_numels, shape_counts
+from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes
 from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
 from simulator.strategy.sync import AllReduceSync
@@ -165,19 +166,21 @@ def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
         blocks, largest = (), 0
     partitioning, framework = layout.partitioning, layout.framework
     mixed, reduce = s.resolved_mixed_precision, s.resolved_grad_reduce_dtype(dtype)
-    states = model_state_bytes(shapes, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
+    counts = shape_counts(shapes)  # each tensor's elements, read once for the states, partition and sums below
+    states = model_state_bytes(counts, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
                                framework=framework, mixed_precision=mixed, grad_reduce_dtype=reduce)
-    partition = max(partition_numels(shapes, dp, partitioning))
+    partition = max(partition_numels(counts, dp, partitioning))
     if experts:
-        edp = dp // layout.ep
-        states = add_states(states, model_state_bytes(experts, dp=edp, zero=s.zero, dtype=dtype,
+        edp, expert_counts = dp // layout.ep, shape_counts(experts)
+        states = add_states(states, model_state_bytes(expert_counts, dp=edp, zero=s.zero, dtype=dtype,
                                                       partitioning=partitioning, framework=framework,
                                                       mixed_precision=mixed, grad_reduce_dtype=reduce))
-        partition += max(partition_numels(experts, edp, partitioning))
+        partition += max(partition_numels(expert_counts, edp, partitioning))
         shapes = shapes + experts
+        counts = ShapeCounts(counts.dims + expert_counts.dims, counts.counts + expert_counts.counts)
     placed = place_states(states, partition_numel=partition, zero=s.zero, offload=s.offload,
                           param_bytes=dtype.param_bytes)
-    local = sum(numel(d) for _, d in shapes)
+    local = sum(counts.counts)
     sync = s.dp_sync
     all_reduce = isinstance(sync, AllReduceSync)
     reduce_bytes = grad_reduce_dtype(dtype, s).grad_bytes
@@ -192,7 +195,7 @@ def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
     # under autocast the states keep no fp32 master (state_dtype): the optimizer bytes are the two moments
     step = optimizer_step_bytes(impl=s.resolved_optimizer_impl(foreach_device=dev.cuda),
                                 moment_bytes=placed.gpu.optimizer_bytes,
-                                largest_moment_bytes=max(numel(d) for _, d in shapes) * ADAM_STATE_BYTES)
+                                largest_moment_bytes=max(counts.counts) * ADAM_STATE_BYTES)
     # one set of autocast's weight copies; _stage multiplies it by the micro-batches in flight
     buffers = replace(buffers, optimizer_step_bytes=step,
                       autocast_weights_bytes=cast_weight_bytes(shapes, dtype=dtype,

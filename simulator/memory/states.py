@@ -20,12 +20,13 @@ elements × parameter bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
 
 from simulator.bucket_defaults import DEEPSPEED_ZERO3
 from simulator.checks import positive_int
 from simulator.errors import SpecError
-from simulator.memory.shapes import Shape, numel
+# the partition rules live in simulator.memory.partition; the names stay importable from here, where callers found them
+from simulator.memory.partition import (ShapeCounts, bare_shapes, dim0_real_numels, partition_numels,  # noqa: F401
+                                        shape_counts, whole_tensor_assignment)
 from simulator.strategy.formats import autocast_of, state_dtype
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.kinds import GradReduceDtype, MixedPrecision, ZeroStage
@@ -124,67 +125,6 @@ def _check_rank(dp: int, rank: int | None) -> None:
         raise SpecError("rank", f"rank {rank} is outside 0..{dp - 1}")
 
 
-def _dims(shapes) -> list[Shape]:
-    """Shapes from ``[(name, shape), ...]`` or from bare shapes."""
-    return [tuple(s[1]) if len(s) == 2 and isinstance(s[0], str) else tuple(s) for s in shapes]
-
-
-def whole_tensor_assignment(numels: list[int], dp: int) -> list[int]:
-    """Rank of each tensor under torch ``ZeroRedundancyOptimizer``'s partition: tensors sorted by
-    size, largest first (a stable sort, so ties keep their order), each given to the rank with the
-    fewest elements so far (the lowest such rank on a tie)."""
-    sizes = [0] * dp
-    owner = [0] * len(numels)
-    for index in sorted(range(len(numels)), key=lambda i: numels[i], reverse=True):
-        rank = min(range(dp), key=lambda r: sizes[r])
-        owner[index] = rank
-        sizes[rank] += numels[index]
-    return owner
-
-
-def partition_numels(shapes: list[tuple[str, Shape]] | list[Shape], dp: int,
-                     partitioning: Partitioning) -> list[int]:
-    """Elements of the partitioned state each of the ``dp`` ranks holds (index = rank).
-
-    FLAT: ceil(N/dp) on every rank (the flat buffer is padded to a multiple of dp).
-    WHOLE_TENSOR: the sum of the tensors :func:`whole_tensor_assignment` gives each rank.
-    DIM0_PADDED: sum over tensors of ceil(dim0/dp)·(other dims) on every rank — FSDP2 allocates
-    every rank's shard padded to chunk 0's size (true for parameters and gradients; the Adam state
-    is built from the unpadded shard, :func:`dim0_real_numels`).
-    """
-    dims = _dims(shapes)
-    counts = [numel(d) for d in dims]
-    if partitioning is Partitioning.FLAT:
-        return [ceil(sum(counts) / dp)] * dp
-    if partitioning is Partitioning.WHOLE_TENSOR:
-        per_rank = [0] * dp
-        for count, rank in zip(counts, whole_tensor_assignment(counts, dp)):
-            per_rank[rank] += count
-        return per_rank
-    if partitioning is Partitioning.DIM0_PADDED:
-        padded = sum(ceil(d[0] / dp) * numel(d[1:]) if d else 1 for d in dims)
-        return [padded] * dp
-    raise SpecError("partitioning", f"unknown {partitioning!r}; known: {', '.join(p.value for p in Partitioning)}")
-
-
-def dim0_real_numels(shapes, dp: int) -> list[int]:
-    """Real (unpadded) elements of each rank's FSDP2 shard: min(c, max(0, d0 − r·c))·rest per
-    tensor with c = ceil(d0/dp). FSDP2 keeps the padded shard but exposes ``narrow``ed views of
-    the real rows as the sharded parameters (torch ``distributed/fsdp/_fully_shard/_fsdp_param.py``,
-    ``_init_sharded_param``), and Adam's ``exp_avg``/``exp_avg_sq`` are ``zeros_like`` of those
-    (``torch/optim/adam.py``, ``_init_group``), so trailing ranks hold less optimizer state.
-    A 0-d tensor is not split: rank 0 holds it."""
-    out = [0] * dp
-    for d in _dims(shapes):
-        if not d:
-            out[0] += 1
-            continue
-        rows, rest = ceil(d[0] / dp), numel(d[1:])
-        for r in range(dp):
-            out[r] += min(rows, max(0, d[0] - r * rows)) * rest
-    return out
-
-
 def steps_per_tensor(framework: Framework) -> bool:
     """Whether ``framework``'s optimizer keeps a ``step`` tensor per parameter tensor (:func:`step_tensors`): not
     DeepSpeed's or Megatron's, which step flat partitions."""
@@ -200,11 +140,11 @@ def step_tensors(shapes, dp: int, zero: ZeroStage, framework: Framework) -> list
     steps flat partitions (one per parameter group), which we count as none; so does Megatron's
     (its fused Adam keeps one step count per parameter group).
     """
-    count = len(_dims(shapes))
+    count = len(bare_shapes(shapes))
     if not steps_per_tensor(framework):
         return [0] * dp
     if framework is Framework.TORCH_DDP and zero >= ZeroStage.ZERO1:
-        owners = whole_tensor_assignment([numel(d) for d in _dims(shapes)], dp)
+        owners = whole_tensor_assignment(shape_counts(shapes).counts, dp)
         return [owners.count(r) for r in range(dp)]
     return [count] * dp
 
@@ -223,12 +163,13 @@ class _Split:
 
 
 def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framework: Framework) -> _Split:
+    shapes = shape_counts(shapes)  # read once for the counts below
     parts = partition_numels(shapes, dp, partitioning)
     optimizer_parts = dim0_real_numels(shapes, dp) if framework is Framework.FSDP2 else parts
     persistent = 0
     if framework is Framework.DEEPSPEED and zero is ZeroStage.ZERO3:
-        persistent = DEEPSPEED_ZERO3.persistent_elements([numel(d) for d in _dims(shapes)])
-    return _Split(full=sum(numel(d) for d in _dims(shapes)), parts=parts, optimizer_parts=optimizer_parts,
+        persistent = DEEPSPEED_ZERO3.persistent_elements(shapes.counts)
+    return _Split(full=sum(shapes.counts), parts=parts, optimizer_parts=optimizer_parts,
                   steps=step_tensors(shapes, dp, zero, framework), persistent=persistent)
 
 

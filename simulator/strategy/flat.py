@@ -60,9 +60,19 @@ FLAT_RECORD = {f.name: d.nested[0] for f, d in declared(Strategy) if len(d.neste
 """Strategy field → its one nested record type (input, stragglers, failures)."""
 
 
+_RECORD_KEYS: dict[type, tuple[tuple[str, str], ...]] = {}
+for _k in FLAT.values():
+    if _k.record is not None:
+        _RECORD_KEYS.setdefault(_k.record, ())
+        _RECORD_KEYS[_k.record] += ((_k.key, _k.attr),)
+_PLAIN_FIELDS: tuple[tuple[str, str], ...] = tuple((k.key, k.field) for k in FLAT.values() if k.record is None)
+"""(flat key, field) per nested record type and of the plain Strategy fields, in :data:`FLAT`'s order: read once
+here, not by a scan of every key per strategy (the planner builds thousands: cold22 in docs/planner.md)."""
+
+
 def keys_of(record: type) -> dict[str, str]:
     """Flat key → field name of nested ``record``."""
-    return {k.key: k.attr for k in FLAT.values() if k.record is record}
+    return dict(_RECORD_KEYS.get(record, ()))
 
 
 def keys_with_role(*roles: Role) -> tuple[str, ...]:
@@ -76,7 +86,7 @@ def _parse(key: str, value):
 
 
 def _nested(values: dict, record: type) -> dict:
-    return {attr: values[key] for key, attr in keys_of(record).items() if key in values}
+    return {attr: values[key] for key, attr in _RECORD_KEYS.get(record, ()) if key in values}
 
 
 def strategy_from_flat(values: dict) -> Strategy:
@@ -110,7 +120,7 @@ def strategy_from_flat(values: dict) -> Strategy:
         raise SpecError(missing[0], "the failure model needs all four of its values: the MTBF, the checkpoint "
                         "interval, the checkpoint cost and the restart cost")
     records["failures"] = FLAT_RECORD["failures"](**failure) if failure else None
-    plain = {k.field: values[k.key] for k in FLAT.values() if k.record is None and k.key in values}
+    plain = {field: values[key] for key, field in _PLAIN_FIELDS if key in values}
     return Strategy(**plain, **records)
 
 

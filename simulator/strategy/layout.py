@@ -203,13 +203,13 @@ class ParallelLayout:
 
 
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage when none is given: ⌊l/n⌋ each, the l mod n extra ones to stages 1, 2, ...
-    (stage 0 also holds the embedding). The one home of this rule."""
+    """Layers per stage when none is given: ⌊l/n⌋ each, the l mod n extra ones to stages 1, 2, ... (stage 0 also
+    holds the embedding), built as three runs (a search splits once per structure). The one home of this rule."""
     if stages > layers:
         raise SpecError("pp", f"pp·virtual_stages = {stages} exceeds the model's {layers} layers; "
                         f"use at most {layers} stages")
     base, extra = divmod(layers, stages)
-    return tuple(base + (1 if 1 <= i <= extra else 0) for i in range(stages))
+    return (base,) + (base + 1,) * extra + (base,) * (stages - 1 - extra)  # extra < stages: stages 1..extra exist
 
 
 def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
