@@ -77,6 +77,8 @@ def step_kinds(cap, routes, nbytes, latencies) -> tuple[list[int], list[int]] | 
     one size (flows, resources) are compared as rows of int64 (a flow's route length, its renamed route, padded, its
     bytes' and latency's bits; then the capacities' bits) by ``np.unique`` over the rows' bytes: exact, no hash."""
     n = len(routes)
+    if n < 2:
+        return None
     lengths = np.fromiter(map(len, routes), dtype=np.int64, count=n)
     flat = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum()))
     used, first, res = np.unique(flat, return_index=True, return_inverse=True)
