@@ -64,16 +64,19 @@ def kind(main, step: list, routes: list, idx: list[int]) -> tuple:
     return tuple(main._cap[q] for q in local), flows
 
 
-def play_flows(main, step: list, start_s: float):
-    """``step`` played alone from ``start_s`` as ``played_alone`` plays it: (its flows, the scratch network, the
-    step's end, the clock values of its settles)."""
+def play_flows(main, step: list, start_s: float, copies: list[int] | None = None):
+    """``step`` played alone from ``start_s`` as ``played_alone(..., None)`` plays it (``copies``: flow ``k`` stands
+    for ``copies[k]`` components, the filler chosen by the weighted count): (its flows, the scratch network, the step's
+    end, the clock values of its settles)."""
     import simpy
 
     from simulator.engine.callfold_replay import _Player, _Scratch
-    from simulator.engine.step_ties import _OneStep
+    from simulator.engine.step_ties import _OneStep, _WeightedScratch
 
     env = simpy.Environment(initial_time=start_s)
-    net = _Scratch(env, main)
+    net = _Scratch(env, main) if copies is None else _WeightedScratch(env, main)
+    if copies is not None:
+        net.copies = copies
     times: list[float] = []
     settle = net._settle
 
@@ -110,23 +113,8 @@ def reduced_same(main, step: list, start_s: float, flows: list, keep: list[tuple
 def reduced_play(main, step: list, start_s: float, keep: list[tuple[int, int]]):
     """The flows ``keep`` lists (``(index in step, copies of its kind)``, in step order) played together alone from
     ``start_s``, each settle's filler chosen by the pair count the whole step would have there (a flow's pairs times
-    its copies: :data:`~simulator.engine.fairshare.VECTOR_MIN_HOPS`): (its flows, end)."""
-    from simulator.engine import fairshare, network
-
-    plain = network.max_min
-    copies = {j: c for j, (_, c) in enumerate(keep)}  # a scratch network numbers its flows from 0 in step order
-
-    def weighted(flows, cap):
-        if sum(len(f.res) * copies[f.fid] for f in flows) >= fairshare.VECTOR_MIN_HOPS:
-            fairshare._max_min_levels(flows, cap, sum(len(f.res) for f in flows))
-        else:
-            plain(flows, cap)
-
-    network.max_min = weighted
-    try:
-        flows, _, end, _ = play_flows(main, [step[i] for i, _ in keep], start_s)
-    finally:
-        network.max_min = plain
+    its copies: :class:`~simulator.engine.step_kinds.Weighted`): (its flows, end)."""
+    flows, _, end, _ = play_flows(main, [step[i] for i, _ in keep], start_s, [c for _, c in keep])
     return flows, end
 
 
@@ -142,9 +130,9 @@ def measure(gpus: int) -> dict:
     seen: list[tuple] = []
     cpu = [0.0]
 
-    def counted(main, step, start_s):
+    def counted(main, step, start_s, *kinds):
         c0 = time.process_time()
-        out = played(main, step, start_s)
+        out = played(main, step, start_s, *kinds)
         cpu[0] += time.process_time() - c0
         seen.append((main, step, start_s))
         return out

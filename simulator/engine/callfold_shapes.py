@@ -23,7 +23,7 @@ import simpy
 from simulator.engine.callfold_replay import _Player, _Scratch, _scratch_play
 from simulator.engine.network import FlowNetwork
 from simulator.engine.settle_clock import SETTLE_PRIORITY
-from simulator.engine.step_ties import _OneStep, _binade, _binade_end, played_alone
+from simulator.engine.step_ties import FIND, _OneStep, _binade, _binade_end, kinds_of, played_alone
 
 
 class _Shape:
@@ -155,7 +155,9 @@ def _step_end(main: FlowNetwork, step: list, memo: dict, t: float) -> float | No
     entry = memo.get(k)
     if entry is not None and (k is None or t + entry[1] < _binade_end(k)):
         return t + entry[0]
-    end, reach = played_alone(main, step, t)
+    if memo.kinds is FIND:
+        memo.kinds = kinds_of(main, step)  # one grouping per signature, whatever the binade
+    end, reach = played_alone(main, step, t, memo.kinds)
     if end is not None and (k is None or end < _binade_end(k)):
         d = end - t
         memo[k] = (d, d)
@@ -181,9 +183,20 @@ def _step_memos(main: FlowNetwork, plan, timings: dict, res_of: dict) -> list[di
     for step in plan.steps:
         entry = by_id.get(id(step))
         if entry is None or entry[0] is not step:
-            entry = by_id[id(step)] = (step, by_sig.setdefault(_step_signature(main, step, res_of), {}))  # kept
+            entry = by_id[id(step)] = (step, by_sig.setdefault(_step_signature(main, step, res_of), _StepMemo()))
         out.append(entry[1])
     return out
+
+
+class _StepMemo(dict):
+    """A step signature's durations by binade and parity (:func:`_step_end`), and its kinds of component
+    (:func:`~simulator.engine.step_ties.kinds_of`, found at its first play)."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self):
+        super().__init__()
+        self.kinds = FIND
 
 
 _STEP_SIGNATURES, _STEP_LISTS = ("step signatures",), ("step lists",)

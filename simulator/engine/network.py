@@ -100,11 +100,15 @@ class FlowNetwork(Holding):
         """:meth:`transfer_all` of a plan's step, a list its plan keeps and never changes: its items are checked
         and routed once per network (and the scratch networks that share its routes), then each start only
         makes the flows (a tree step's ~2k flows are started on the main network and in replays)."""
+        return self._launch(self.checked_step(step), single=False)
+
+    def checked_step(self, step: list[tuple[Path, float, float | None]]) -> tuple[tuple, tuple, tuple]:
+        """A plan step's routes, bytes and latencies (:meth:`_checked`), kept per step list (:meth:`transfer_step`)."""
         entry = self._steps.get(id(step))
         if entry is None or entry[0] is not step:
             routes, nbytes, latencies = self._checked(step)
             entry = self._steps[id(step)] = (step, (tuple(routes), tuple(nbytes), tuple(latencies)))  # step kept
-        return self._launch(entry[1], single=False)
+        return entry[1]
 
     @property
     def active_flows(self) -> int:
@@ -267,7 +271,7 @@ class FlowNetwork(Holding):
             return
         self.stats.rerated_flows += len(flows)
         old = [f.rate for f in flows]
-        max_min(flows, self._cap)
+        self._max_min(flows, self._cap)
         buckets, times = self._due, self._due_times
         get = buckets.get
         for f, before in zip(flows, old):
@@ -281,6 +285,8 @@ class FlowNetwork(Holding):
                     heappush(times, t)
                 else:
                     bucket.append((f, version))
+
+    _max_min = staticmethod(max_min)  # progressive filling (a step_kinds.Weighted network chooses by a weighted count)
 
     def _plan_wake(self, now: float) -> None:
         """Make sure a settle is scheduled at the earliest predicted finish (dropping stale buckets)."""

@@ -27,6 +27,7 @@ import simpy
 
 from simulator.engine.callfold_replay import _Player, _Scratch
 from simulator.engine.network import FlowNetwork
+from simulator.engine.step_kinds import Weighted, step_kinds
 
 
 def _binade(t: float) -> tuple[int, int] | None:
@@ -76,17 +77,37 @@ class _Watched(_Scratch):
         self.last_s = max(self.last_s, top)
 
 
-def played_alone(main: FlowNetwork, step: list, start_s: float) -> tuple[float | None, float | None]:
+class _WeightedScratch(Weighted, _Scratch):
+    """A scratch network playing one component of each kind of a step (:mod:`simulator.engine.step_kinds`)."""
+
+
+class _WeightedWatched(Weighted, _Watched):
+    """:class:`_Watched` playing one component of each kind of a step (:mod:`simulator.engine.step_kinds`)."""
+
+
+FIND = object()
+"""``played_alone``'s default ``kinds``: found from the step (:func:`kinds_of`)."""
+
+
+def played_alone(main: FlowNetwork, step: list, start_s: float, kinds=FIND) -> tuple[float | None, float | None]:
     """``(end, reach)``: the end of ``step`` played alone from ``start_s`` on a fresh scratch network (None if it
     leaves an event behind it: a settle the network runs after the step's end), and, where the play met no
     rounding tie and filed nothing past its binade, ``reach = last filed value − start_s``: the play's
     duration then holds for every start ``t`` of the binade, either parity, with ``t + reach < 2^k``
-    (else None: its own parity only)."""
+    (else None: its own parity only). Where the step repeats a kind of component, one component of each kind is
+    played for all (:mod:`simulator.engine.step_kinds`, the same bits): ``kinds`` is :func:`kinds_of` the step (or of
+    a step of the same signature: the same indices), found when not given; None: every flow played (the reference)."""
     env = simpy.Environment(initial_time=start_s)
-    if start_s > 0:
-        net = _Watched(env, main, _binade_end(_binade(start_s)), math.ulp(start_s))
+    kinds = kinds_of(main, step) if kinds is FIND else kinds
+    watch = (_binade_end(_binade(start_s)), math.ulp(start_s)) if start_s > 0 else None
+    if kinds is None:
+        net = _Scratch(env, main) if watch is None else _Watched(env, main, *watch)
     else:
-        net = _Scratch(env, main)
+        net = _WeightedScratch(env, main) if watch is None else _WeightedWatched(env, main, *watch)
+        kept, net.copies = kinds
+        checked = tuple(tuple(map(items.__getitem__, kept)) for items in main.checked_step(step))
+        step = [step[i] for i in kept]
+        net._steps = {id(step): (step, checked)}  # its own: the kept items' routes, not filed on the main network
     done = simpy.Event(env)
     settles = []
     done.callbacks.append(lambda _: settles.append(net.stats.settles))
@@ -95,8 +116,16 @@ def played_alone(main: FlowNetwork, step: list, start_s: float) -> tuple[float |
     if settles != [net.stats.settles]:
         return None, None
     end = player.end_s
-    reach = max(end, net.last_s) - start_s if type(net) is _Watched and net.clean else None
+    reach = max(end, net.last_s) - start_s if isinstance(net, _Watched) and net.clean else None
     return end, reach
+
+
+def kinds_of(main: FlowNetwork, step: list) -> tuple[list[int], list[int]] | None:
+    """:func:`~simulator.engine.step_kinds.step_kinds` of ``step`` on ``main``'s resources: the indices of one
+    component of each kind and each one's copies; None where no kind repeats. A function of the step's
+    :func:`~simulator.engine.callfold_shapes._step_signature` (resources numbered by first appearance)."""
+    routes, nbytes, latencies = main.checked_step(step)
+    return step_kinds(main._cap, [r.res for r in routes], nbytes, latencies)
 
 
 class _OneStep:
