@@ -25,8 +25,9 @@ nothing is written), on a node of ``p`` processes. The mean, not a percentile: a
 waits (as ``W(p)``).
 
 Taken at :data:`executor.calibrate_moments.MOMENTS` moments spread over the calibration (:func:`dtensor_moment`:
-before the network sweep, after the pair probe, after the FSDP2 probe), each with its share of the :data:`ITERATIONS` timed
-iterations (``calls_per_moment``), and the median of the moments written (:func:`with_dtensor_waits`), the moments
+before the network sweep, after the pair probe, after the FSDP2 probe), each with its share of the
+:data:`ITERATIONS` timed iterations (``calls_per_moment``), and the median of the moments written
+(:func:`with_dtensor_waits`), the moments
 recorded in the source (:func:`dtensor_source_text`): one launch read 843 / 813 / 1,308 / 1,109 µs at 2 processes
 in four calibrations while the runs' own time per call stayed at 1.10-1.38 ms (docs/validation.md, tp21 item 2; the
 rule and why three: :mod:`executor.calibrate_moments`). Cost: per moment one launch per process count of 2 and 4 in

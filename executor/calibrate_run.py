@@ -183,7 +183,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
                                       "replayed algorithms, e.g. --algorithms ring")
     probes = probes_for(algorithms, backend)
     sizes, moments = list(sizes), MOMENTS if backend == "gloo" else 1
-    dtensor_at = nprocs if probes else ()  # the DTensor probe's takes: before the sweep, after the pairs', after FSDP2's
+    dtensor_at = nprocs if probes else ()  # DTensor probe's takes: before the sweep, after the pairs', after FSDP2's
     dtensor_takes = [dtensor_moment(dtensor_at)]
     measured, cases, machine, by_moment = measure_design(cluster, series + list(probes), nprocs, sizes,
                                                          backend=backend, repeats=repeats, warmup=warmup,
