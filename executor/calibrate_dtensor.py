@@ -22,8 +22,17 @@ about 0.77 of its wait once the fast times (more all-gathers) are taken off; in 
 ``T_fast`` the fitted cluster's estimate without waits of each call torch's tp issues per micro-batch
 (:func:`simulator.compile.torch_tp.calls`, the estimate's own list; the count measured must equal its length, else
 nothing is written), on a node of ``p`` processes. The mean, not a percentile: a step pays the sum of its calls'
-waits (as ``W(p)``). Cost: one launch per process count of 2 and 4 in the design, :data:`ITERATIONS` iterations of
-each model after :data:`WARMUP` (about 5-8 s each on the idle 2-core VM, 15-25 s at load 8-10).
+waits (as ``W(p)``).
+
+Taken at :data:`executor.calibrate_moments.MOMENTS` moments spread over the calibration (:func:`dtensor_moment`:
+before the network sweep, after the pair probe, after the FSDP2 probe), each with its share of the
+:data:`ITERATIONS` timed iterations (``calls_per_moment``), and the median of the moments written
+(:func:`with_dtensor_waits`), the moments
+recorded in the source (:func:`dtensor_source_text`): one launch read 843 / 813 / 1,308 / 1,109 µs at 2 processes
+in four calibrations while the runs' own time per call stayed at 1.10-1.38 ms (docs/validation.md, tp21 item 2; the
+rule and why three: :mod:`executor.calibrate_moments`). Cost: per moment one launch per process count of 2 and 4 in
+the design, ⌈:data:`ITERATIONS` / 3⌉ iterations of each model after :data:`WARMUP` (a one-take launch of 10: about
+5-8 s on the idle 2-core VM, 15-25 s at load 8-10; measured cost of the three: docs/validation.md, tp22).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from executor.calibrate_moments import MOMENTS, Moments, calls_per_moment, moments_text
 from simulator.cluster.spec import Cluster
 
 MICRO_BATCHES = 4
@@ -154,31 +164,47 @@ def dtensor_waits_us(fitted: Cluster, measured: dict[int, list[dict[bool, Timed]
     return out
 
 
-def with_dtensor_waits(cluster: Cluster, waits_us: dict[int, float], sp_waits_us: dict[int, float] | None = None
+def dtensor_moment(nprocs: Sequence[int], moments: int = MOMENTS) -> dict[int, list[dict[bool, Timed]]]:
+    """One moment of the probe: :func:`dtensor_calls` with its share of the timed iterations,
+    ⌈:data:`ITERATIONS` / ``moments``⌉ (:func:`executor.calibrate_moments.calls_per_moment`); ``nprocs`` without a
+    probed count: nothing launched, ``{}``."""
+    return dtensor_calls(nprocs, iterations=calls_per_moment(ITERATIONS, moments)) if probe_counts(nprocs) else {}
+
+
+def dtensor_moments(fitted: Cluster, takes: Sequence[dict[int, list[dict[bool, Timed]]]]
+                    ) -> tuple[dict[int, Moments], dict[int, Moments]]:
+    """(``W_dt(p)``, with SP) of each take (:func:`dtensor_moment`) against the same ``fitted``, per process count in
+    the order taken: ``({p: Moments}, {p: Moments})``; a take that :func:`dtensor_waits_us` leaves out adds no
+    moment."""
+    tables: dict[bool, dict[int, list[float]]] = {False: {}, True: {}}
+    for measured in takes:
+        for sp, table in tables.items():
+            for p, us in dtensor_waits_us(fitted, measured, sp).items():
+                table.setdefault(p, []).append(us)
+    return tuple({p: Moments(tuple(v)) for p, v in tables[sp].items()} for sp in (False, True))
+
+
+def with_dtensor_waits(cluster: Cluster, waits: dict[int, Moments], sp_waits: dict[int, Moments] | None = None
                        ) -> Cluster:
-    """``cluster`` with ``comm.dtensor_wait_us`` = ``waits_us`` and ``comm.dtensor_sp_wait_us`` = ``sp_waits_us``
-    (none measured: unchanged)."""
+    """``cluster`` with ``comm.dtensor_wait_us`` = the median of ``waits``' moments per process count and
+    ``comm.dtensor_sp_wait_us`` = that of ``sp_waits`` (none measured: unchanged)."""
     from dataclasses import replace
 
-    if not waits_us and not sp_waits_us:
+    if not waits and not sp_waits:
         return cluster
-    return replace(cluster, comm=replace(cluster.comm, dtensor_wait_us=tuple(sorted(waits_us.items())),
-                                         dtensor_sp_wait_us=tuple(sorted((sp_waits_us or {}).items()))))
+    return replace(cluster, comm=replace(cluster.comm,
+                                         dtensor_wait_us=tuple(sorted((p, m.median) for p, m in waits.items())),
+                                         dtensor_sp_wait_us=tuple(sorted((p, m.median)
+                                                                         for p, m in (sp_waits or {}).items()))))
 
 
-def measure_dtensor_waits(fitted: Cluster, nprocs: Sequence[int]) -> tuple[dict[int, float], dict[int, float]]:
-    """(``comm.dtensor_wait_us``, ``comm.dtensor_sp_wait_us``) of ``fitted`` (the calibration's fit) measured on
-    this machine now."""
-    measured = dtensor_calls(nprocs)
-    return dtensor_waits_us(fitted, measured), dtensor_waits_us(fitted, measured, sp=True)
-
-
-def dtensor_source_text(waits_us: dict[int, float], sp_waits_us: dict[int, float]) -> str:
-    """The cluster file's source words for :func:`measure_dtensor_waits`' tables ("" when not measured)."""
-    if not waits_us:
+def dtensor_source_text(waits: dict[int, Moments], sp_waits: dict[int, Moments]) -> str:
+    """The cluster file's source words for :func:`dtensor_moments`' tables, each the median written, every moment and
+    their range ("" when not measured)."""
+    if not waits:
         return ""
     return ("; dtensor_wait_us (DTensor's calls in the tp model's micro-batches, mean per call less that fit, "
-            "executor.calibrate_dtensor): "
-            + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(waits_us.items()))
-            + "; dtensor_sp_wait_us (the same with sequence parallelism): "
-            + ", ".join(f"{us:.1f} us at {p} processes" for p, us in sorted(sp_waits_us.items())))
+            f"taken at {len(next(iter(waits.values())).values)} moments spread over the calibration, the median "
+            "written, executor.calibrate_dtensor): "
+            + moments_text(waits) + "; dtensor_sp_wait_us (the same with sequence parallelism): "
+            + moments_text(sp_waits))

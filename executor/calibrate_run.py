@@ -165,7 +165,7 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
     """
     from executor.calibrate import check_calibratable
     from executor.calibrate_groups import with_pair_waits
-    from executor.calibrate_dtensor import measure_dtensor_waits, with_dtensor_waits
+    from executor.calibrate_dtensor import dtensor_moment, dtensor_moments, with_dtensor_waits
     from executor.calibrate_fsdp2 import measure_fsdp2_waits, with_fsdp2_waits
     from executor.calibrate_modes import without_waits
     from executor.calibrate_moments import MOMENTS
@@ -183,6 +183,8 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
                                       "replayed algorithms, e.g. --algorithms ring")
     probes = probes_for(algorithms, backend)
     sizes, moments = list(sizes), MOMENTS if backend == "gloo" else 1
+    dtensor_at = nprocs if probes else ()  # DTensor probe's takes: before the sweep, after the pairs', after FSDP2's
+    dtensor_takes = [dtensor_moment(dtensor_at)]
     measured, cases, machine, by_moment = measure_design(cluster, series + list(probes), nprocs, sizes,
                                                          backend=backend, repeats=repeats, warmup=warmup,
                                                          progress=progress, moments=moments)
@@ -193,10 +195,11 @@ def calibrate(*, nproc: int | Sequence[int] = DEFAULT_PROCESSES, sizes: Sequence
         fitted = replace(fitted, comm=replace(fitted.comm, async_broadcast_us=tuple(sorted(batched.items()))))
     pairs = _pair_waits(fitted, nprocs) if probes else {}
     fitted = with_pair_waits(fitted, pairs)
-    dtensor, dtensor_sp = measure_dtensor_waits(fitted, nprocs) if probes else ({}, {})
-    fitted = with_dtensor_waits(fitted, dtensor, dtensor_sp)
+    dtensor_takes.append(dtensor_moment(dtensor_at))
     fsdp2 = measure_fsdp2_waits(fitted, nprocs) if probes else {}
-    fitted = with_fsdp2_waits(fitted, fsdp2)
+    dtensor_takes.append(dtensor_moment(dtensor_at))
+    dtensor, dtensor_sp = dtensor_moments(fitted, dtensor_takes)
+    fitted = with_fsdp2_waits(with_dtensor_waits(fitted, dtensor, dtensor_sp), fsdp2)
     what = series_text(series, probes)
     source = source_text(cluster.name, fit, backend=backend, nprocs=nprocs, what=what, sizes=sizes, repeats=repeats,
                          warmup=warmup, moments=moments, pairs=pairs, dtensor=dtensor, dtensor_sp=dtensor_sp,

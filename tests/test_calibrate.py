@@ -188,6 +188,9 @@ def test_cli_calibrates_and_writes_a_loadable_cluster(capfd, tmp_path):
     # the DTensor probe (executor.calibrate_dtensor): the tp model's calls' wait, at the one process count
     assert [p for p, _ in cluster.comm.dtensor_wait_us] == [2] and "dtensor_wait_us" in cluster.source
     (_, us), = cluster.comm.dtensor_wait_us
+    # taken at three moments spread over the calibration (tp22), the median written, every take in the source
+    assert f"taken at {MOMENTS} moments spread over the calibration" in cluster.source
+    assert f"2 processes {us:.0f} us (moments " in cluster.source.split("dtensor_wait_us (")[1]
     assert f"DTensor call  {us:.0f} us at 2" in fitted_out  # the table shows what the file holds
     # the FSDP2 probe (executor.calibrate_fsdp2): the ZeRO-2/3 models' calls' wait, at the one process count
     assert [p for p, _ in cluster.comm.fsdp2_wait_us] == [2] and "fsdp2_wait_us" in cluster.source

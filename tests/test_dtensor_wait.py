@@ -151,3 +151,63 @@ def test_probe_counts_the_calls_the_estimate_lists():
             seconds, counts = rank[sp]
             assert counts == [MICRO_BATCHES * fast_call_s(_CPU, 2, sp)[1]]
             assert seconds[0] > 0.0
+
+
+def test_three_moments_the_median_written_by_hand():
+    """Three takes of the probe (executor.calibrate_dtensor.dtensor_moments), 2 processes, one iteration of 44 calls
+    each: 44, 55 and 66 ms inside the collectives → 1.00, 1.25, 1.50 ms per call → W_dt(2) = that less the estimate's
+    mean fast call f. The written value is the middle take's, 1,250 µs − f. With the last take read at 10 ms per call
+    (440 ms) the written value is 1,250 µs − f, at 0.1 ms (4.4 ms, below f: read 0) it is 1,000 µs − f: one high or
+    one low take of three cannot set it, it stays within the other two (tp21 read 813-1,308 µs from single takes).
+    SP's table is kept apart (84 ms / 4·21 calls: 1 ms − f_SP). The source records every take and their range."""
+    from executor.calibrate_dtensor import (MICRO_BATCHES, dtensor_moments, dtensor_source_text, fast_call_s,
+                                            with_dtensor_waits)
+
+    fitted = _cpu(2, dtensor=())
+    fast_us, listed = fast_call_s(fitted, 2)[0] * 1e6, fast_call_s(fitted, 2)[1]
+    sp_fast_us, sp_listed = fast_call_s(fitted, 2, sp=True)[0] * 1e6, fast_call_s(fitted, 2, sp=True)[1]
+    n, m = MICRO_BATCHES * listed, MICRO_BATCHES * sp_listed
+
+    def take(seconds):
+        rank = {False: ([seconds], [n]), True: ([84e-3], [m])}
+        return {2: [rank, rank]}
+
+    waits, sp_waits = dtensor_moments(fitted, [take(44e-3), take(55e-3), take(66e-3)])
+    assert waits[2].values == pytest.approx((1000.0 - fast_us, 1250.0 - fast_us, 1500.0 - fast_us))
+    assert sp_waits[2].values == pytest.approx((1000.0 - sp_fast_us,) * 3)
+    written = with_dtensor_waits(fitted, waits, sp_waits).comm
+    assert written.dtensor_wait_us == ((2, pytest.approx(1250.0 - fast_us)),)
+    assert written.dtensor_sp_wait_us == ((2, pytest.approx(1000.0 - sp_fast_us)),)
+    for wild, kept_us in ((440e-3, 1250.0), (4.4e-3, 1000.0)):
+        wild_waits, _ = dtensor_moments(fitted, [take(44e-3), take(55e-3), take(wild)])
+        assert wild_waits[2].high > 8000.0 or wild_waits[2].low == 0.0
+        assert with_dtensor_waits(fitted, wild_waits).comm.dtensor_wait_us == ((2, pytest.approx(kept_us - fast_us)),)
+    low, mid, high = (f"{v:.0f}" for v in waits[2].values)
+    text = dtensor_source_text(waits, sp_waits)
+    assert f"2 processes {mid} us (moments {low}, {mid}, {high}; min..max {low}..{high})" in text
+    assert "taken at 3 moments" in text and "the median written" in text and "dtensor_sp_wait_us" in text
+    assert dtensor_source_text({}, {}) == "" and with_dtensor_waits(fitted, {}, {}) is fitted
+
+
+def test_a_take_that_counts_other_calls_adds_no_moment():
+    """A take whose calls per iteration are not the estimate's list × micro-batches is left out of the moments (as
+    dtensor_waits_us leaves it out of one take): two moments remain, their median written."""
+    from executor.calibrate_dtensor import MICRO_BATCHES, dtensor_moments, fast_call_s
+
+    fitted = _cpu(2, dtensor=())
+    n = MICRO_BATCHES * fast_call_s(fitted, 2)[1]
+    takes = [{2: [{False: ([44e-3], [k]), True: ([1e-3], [1])}]} for k in (n, n + 1, n)]
+    waits, sp_waits = dtensor_moments(fitted, takes)
+    assert len(waits[2].values) == 2 and sp_waits == {}
+
+
+def test_each_moment_times_its_share_of_the_iterations(monkeypatch):
+    """Three moments of ⌈10 / 3⌉ = 4 timed iterations each (12 in all, against the one take's 10), the warm-up per
+    launch as before; a design without 2 or 4 processes launches nothing."""
+    import executor.calibrate_dtensor as probe
+
+    seen = []
+    monkeypatch.setattr(probe, "dtensor_calls", lambda nprocs, iterations: seen.append((nprocs, iterations)) or {})
+    probe.dtensor_moment((2, 3))
+    assert seen == [((2, 3), 4)] and probe.ITERATIONS == 10 and probe.WARMUP == 2
+    assert probe.dtensor_moment((3,)) == {} and probe.dtensor_moment(()) == {} and len(seen) == 1
