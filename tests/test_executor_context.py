@@ -112,25 +112,45 @@ def _cp_plan(model: str, ranks: int, changes: dict):
     return scale_plan(plan, Scale.parse("tiny"), ranks).run
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("model", ["llama3-8b", "gpt3-125m"])
-def test_every_cp_shape_matches_the_single_process_run(model, ranks):
-    """Loss and gradient norm of 3 AdamW steps per cp shape against executor.reference (same tolerances as
-    tests/test_execute_equivalence.py); llama3 is rotary + grouped-query, gpt3 learned positions."""
+CP_MODELS = ("llama3-8b", "gpt3-125m")
+"""llama3 is rotary + grouped-query, gpt3 learned positions."""
+
+
+@pytest.fixture(scope="module")
+def cp_runs():
+    """Per rank count, one launch (``distributed_losses``) trains every cp shape of both models: each plan is
+    built and trained on its own in the ranks, so sharing the launch changes no comparison and saves the
+    start-up of a second set of processes (torch import, about 2 s of CPU per rank).
+    Returns {ranks: {model: [(name, plan, (losses, grad norms))]}}."""
     from executor.equivalence import distributed_losses
+
+    out = {}
+    for ranks in (2, 4):
+        names = [n for n, (r, _) in CP_VARIANTS.items() if r == ranks]
+        runs = [(model, name, _cp_plan(model, ranks, CP_VARIANTS[name][1])) for model in CP_MODELS for name in names]
+        got = distributed_losses([plan for _, _, plan in runs], nproc=ranks, steps=3)
+        out[ranks] = {model: [(name, plan, g) for (m, name, plan), g in zip(runs, got) if m == model]
+                      for model in CP_MODELS}
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("model", CP_MODELS)
+def test_every_cp_shape_matches_the_single_process_run(cp_runs, model, ranks):
+    """Loss and gradient norm of 3 AdamW steps per cp shape against executor.reference (same tolerances as
+    tests/test_execute_equivalence.py)."""
     from executor.reference import reference_run
 
-    names = [n for n, (r, _) in CP_VARIANTS.items() if r == ranks]
-    plans = [_cp_plan(model, ranks, CP_VARIANTS[n][1]) for n in names]
-    for plan in plans:
+    runs = cp_runs[ranks][model]
+    assert [name for name, _, _ in runs] == [n for n, (r, _) in CP_VARIANTS.items() if r == ranks]
+    for _, plan, _ in runs:
         assert plan.layout().cp > 1 and plan.model.seq_len % (2 * plan.layout().cp) == 0
     references = {}  # tiny all-to-all plans have 2·cp heads (simulator.plan_scale): a model of their own
-    for plan in plans:
+    for _, plan, _ in runs:
         if plan.model not in references:
             references[plan.model] = reference_run(plan.model, seed=0, steps=3,
                                                    global_batch_size=CP_BASE["global_batch"])
-    got = distributed_losses(plans, nproc=ranks, steps=3)
-    for name, plan, (losses, grad_norms) in zip(names, plans, got):
+    for name, plan, (losses, grad_norms) in runs:
         reference, norms = references[plan.model]
         assert losses == pytest.approx(reference, rel=1e-5, abs=1e-6), name
         assert grad_norms == pytest.approx(norms, rel=1e-5), name

@@ -82,11 +82,27 @@ def _check(results, configs):
                 assert res[name]["ran"] == res[name]["planned"], f"{name} rank {rank}"
 
 
+STATE_CONFIGS = {"untied": (LLAMA_TINY, {"tp": 2}), "tied": (GPT_TINY, {"tp": 2})}
+"""tp 2 plans whose model-state bytes are checked (untied: Llama; tied: GPT)."""
+
+
+def _two_rank_work(rank, world):
+    """The two-rank training and the model-state runs in one launch: every runner is built from its own plan,
+    so neither reads the other's state; one launch saves a second set of 2 start-ups (about 2 s of CPU each)."""
+    return {"train": _train(rank, world, TWO_RANKS, True), "states": _model_states(rank, world, STATE_CONFIGS)}
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """Per rank: {"train": ``_train`` of TWO_RANKS with AdamW too, "states": ``_model_states`` of STATE_CONFIGS}."""
+    return run(_two_rank_work, 2, timeout_s=300)
+
+
 @pytest.mark.multiproc
-def test_tensor_and_pipeline_two_ranks_match_reference():
+def test_tensor_and_pipeline_two_ranks_match_reference(two_ranks):
     from executor.reference import reference_losses
 
-    results = run(_train, 2, (TWO_RANKS, True), timeout_s=240)
+    results = [res["train"] for res in two_ranks]
     _check(results, TWO_RANKS)
     want = reference_losses(LLAMA_TINY, seed=0, steps=STEPS, global_batch_size=8)
     for res in results:
@@ -162,7 +178,7 @@ def _model_states(rank, world, configs):
 
 
 @pytest.mark.multiproc
-def test_tp_model_state_bytes_equal_the_memory_model_per_rank():
+def test_tp_model_state_bytes_equal_the_memory_model_per_rank(two_ranks):
     """tp 2, AdamW fp32: each rank's parameters, gradients and Adam state (moments + step counters)
     are byte for byte the memory model's for ``transformer_param_shapes(spec, tp=2)``: the token
     embedding and output layer (untied: Llama; tied: GPT) hold V/2 rows per rank, the learned
@@ -170,9 +186,9 @@ def test_tp_model_state_bytes_equal_the_memory_model_per_rank():
     from simulator.memory import Framework, ZeroStage, model_state_bytes, transformer_param_shapes
     from simulator.workload import DtypePolicy
 
-    configs = {"untied": (LLAMA_TINY, {"tp": 2}), "tied": (GPT_TINY, {"tp": 2})}
-    results = run(_model_states, 2, (configs,), timeout_s=240)
-    for name, (spec, _) in configs.items():
+    results = [res["states"] for res in two_ranks]
+    assert len(results) == 2
+    for name, (spec, _) in STATE_CONFIGS.items():
         want = model_state_bytes(transformer_param_shapes(spec, tp=2), dp=1, zero=ZeroStage.ZERO0,
                                  dtype=DtypePolicy.FP32, framework=Framework.TORCH_DDP)
         for rank, got in enumerate(results):
