@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -139,7 +138,6 @@ def time_tp_modules(spec: TransformerSpec, micro_batch: int, *, repeats: int, wa
     from executor.model import build_gpt
     from executor.strategies.tensor import parallelize_gpt
 
-    device = torch.device("cpu")
     with one_rank_group():
         mesh = init_device_mesh("cpu", (1,))
         plain, tp = build_gpt(spec, seed=seed), parallelize_gpt(build_gpt(spec, seed=seed), mesh, False)
@@ -199,7 +197,6 @@ def time_ddp(spec: TransformerSpec, micro_batch: int, *, repeats: int, warmup: i
 
     from executor.model import build_gpt
 
-    device = torch.device("cpu")
     with one_rank_group():
         plain = build_gpt(spec, seed=seed)
         ddp = DDP(build_gpt(spec, seed=seed), bucket_cap_mb=1 << 20)
