@@ -7,9 +7,6 @@ measured step's median. This probe runs the same function (:func:`executor.step_
 1 thread each, 2 micro-batches, 100 timed steps after 5) and, per rank, prints
 
 - ``sum of part medians / step median − 1``: what an estimate whose every part equals its median misses;
-- ``sum of part means / step mean − 1`` (0 up to rounding: a mean is linear, which is why the calibration reads
-  every additive part at its mean since mean22) and ``/ step median − 1`` (what such an estimate is over the
-  median step the suite compares with: the step's own right skew);
 - ``(mean − median) / step median`` per part: each part's right skew, in the step's units;
 - ``mid-step parts``: each part's mean over the steps whose total lies between the 40th and 60th percentile (the
   parts of the median steps, which add up to about the median step) against the part's median.
@@ -55,8 +52,6 @@ def part_statistics(parts: dict[str, list[float]]) -> dict:
     mid = [k for k, t in enumerate(steps) if low <= t <= high]
     return {"step_median_s": median, "step_mean_s": statistics.fmean(steps),
             "sum_of_medians": sum(statistics.median(p) for p in parts.values()) / median - 1,
-            "sum_of_means": sum(statistics.fmean(p) for p in parts.values()) / statistics.fmean(steps) - 1,
-            "sum_of_means_vs_median": sum(statistics.fmean(p) for p in parts.values()) / median - 1,
             "skew": {n: (statistics.fmean(p) - statistics.median(p)) / median for n, p in parts.items()},
             "mid_parts": {n: statistics.fmean(p[k] for k in mid) / statistics.median(p) - 1 for n, p in parts.items()},
             "sum_of_mid_parts": sum(statistics.fmean(p[k] for k in mid) for p in parts.values()) / median - 1}
@@ -74,9 +69,7 @@ def main() -> None:
             skew = ", ".join(f"{n} {v:+.1%}" for n, v in s["skew"].items())
             mid = ", ".join(f"{n} {v:+.1%}" for n, v in s["mid_parts"].items())
             print(f"launch {i} rank {rank} (load {load:.1f}): step median {s['step_median_s'] * 1e3:.2f} ms, mean "
-                  f"{s['step_mean_s'] * 1e3:.2f}; sum of part medians {s['sum_of_medians']:+.1%}; sum of part means "
-                  f"{s['sum_of_means']:+.2%} of the step mean, {s['sum_of_means_vs_median']:+.1%} of its median; "
-                  "(mean − median) "
+                  f"{s['step_mean_s'] * 1e3:.2f}; sum of part medians {s['sum_of_medians']:+.1%}; (mean − median) "
                   f"/ step: {skew}; mid-step parts / part median − 1: {mid} (their sum {s['sum_of_mid_parts']:+.1%} "
                   "of the step median)", flush=True)
 

@@ -41,13 +41,13 @@ def block_call_overheads(base: Device, device: Device, spec: TransformerSpec, mi
              host_calls(device, tuple(w.bwd for w in works)) + (ACCUMULATE_GRAD if inline else 0))
     total = sum(calls)
     if inline and phases is not None:  # t_phase = roofline_phase + calls_phase · o_phase
-        fwd_us, bwd_us = (max(0.0, (t.paid_s - total_time(rows, phase)) / n * 1e6)
+        fwd_us, bwd_us = (max(0.0, (t.median_s - total_time(rows, phase)) / n * 1e6)
                           for t, phase, n in zip(phases, (Phase.FWD, Phase.BWD), calls))
         return replace(device, kernel_launch_overhead_us=fwd_us, backward_call_overhead_us=bwd_us), total, roofline
     if inline:  # t_block = roofline + calls · o
-        overhead_us = max(0.0, (block.paid_s - roofline) / total * 1e6)
-    elif block.paid_s > roofline:  # async and host-bound: t_block = launches · o
-        overhead_us = block.paid_s / total * 1e6
+        overhead_us = max(0.0, (block.median_s - roofline) / total * 1e6)
+    elif block.median_s > roofline:  # async and host-bound: t_block = launches · o
+        overhead_us = block.median_s / total * 1e6
     else:  # async and device-bound: the block says only o ≤ t_block / launches; keep the base's figure
         overhead_us = base.kernel_launch_overhead_us
     return replace(device, kernel_launch_overhead_us=overhead_us, backward_call_overhead_us=None), total, roofline

@@ -74,8 +74,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from executor.compute_bench import (PAID_STATISTIC, MemoryKernel, Timing, model_bytes, row_width, threads,
-                                    time_bare_call, time_block, time_block_phases, time_gemm, time_memory_kernel)
+from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
+                                    time_block, time_block_phases, time_gemm, time_memory_kernel)
 from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
                                    tiny_model)
@@ -107,8 +107,8 @@ class GemmRow:
 
     @property
     def tflops(self) -> float:
-        """Achieved rate of the mean call (:attr:`~executor.compute_bench.Timing.paid_s`), TFLOP/s."""
-        return self.shape.flops / self.timing.paid_s / 1e12
+        """Achieved rate of the median call, TFLOP/s."""
+        return self.shape.flops / self.timing.median_s / 1e12
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryRow:
@@ -120,7 +120,7 @@ class MemoryRow:
 
     @property
     def GBps(self) -> float:
-        return self.bytes / self.timing.paid_s / 1e9
+        return self.bytes / self.timing.median_s / 1e9
 
 @dataclass(frozen=True, kw_only=True)
 class ComputeCalibration:
@@ -221,7 +221,7 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
                      hbm_efficiency=None, kernel_launch_overhead_us=0.0, backward_call_overhead_us=None,
                      kernel_dispatch=dispatch,
-                     op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.paid_s * 1e6)
+                     op_call_overhead_us=base.op_call_overhead_us if bare is None else bare.median_s * 1e6)
     return block_call_overheads(base, device, executed(grid.block), grid.micro_batch, block, phases)
 
 def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGrid) -> str:
@@ -230,7 +230,7 @@ def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGr
     return (f"own measurement: trainplan calibrate --compute on {datetime.date.today().isoformat()}, host {host}, "
             f"torch {torch.__version__}, backend {backend}, {thread_count} thread(s), {dtype.value}; "
             f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements in rows of {width}, "
-            f"block of {grid.block.name} micro-batch {grid.micro_batch}; {PAID_STATISTIC}")
+            f"block of {grid.block.name} micro-batch {grid.micro_batch}")
 
 def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress: bool = False) -> RankStepTiming:
     """The whole tiny fp32 model of ``grid`` in a rank's step on :data:`~executor.step_bench.STEP_PROBE_PROCESSES`

@@ -105,7 +105,7 @@ def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> flo
 
     impl = Framework.TORCH_DDP.optimizer_impl(foreach_device=device.kernel_dispatch is not KernelDispatch.INLINE)
     update_s = adamw.params * adam_bytes_per_param(dtype, impl) / achievable_hbm_Bps(device)
-    return max(0.0, (adamw.step.paid_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
+    return max(0.0, (adamw.step.median_s - update_s) / (ADAMW_PER_TENSOR_CALLS * adamw.tensors) * 1e6)
 
 
 def with_dtensor_calls(device: Device, terms: HostTerms | None) -> Device:

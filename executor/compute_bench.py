@@ -3,8 +3,7 @@
 Everything runs in one process with the executor's threads per rank (:func:`executor.launch.threads_per_rank`)
 and in the run's compute format (fp32, or bf16 as under the executor's ``torch.autocast``), on the CPU
 (gloo) or on ``cuda:0`` (nccl, synchronised around every timed call). Each measurement is ``warmup``
-untimed calls, then ``repeats`` timed calls; the mean, median and 10th/90th percentiles are kept, and every
-calibrated term reads the mean (:attr:`Timing.paid_s`, the one home of that rule).
+untimed calls, then ``repeats`` timed calls; the median and the 10th/90th percentiles are kept.
 
 - GEMMs: ``torch.mm`` (``torch.bmm`` for a batched shape) of an m×k by a k×n operand;
 - memory-bound kernels (:class:`MemoryKernel`) over N elements (in rows of :func:`row_width`), each with
@@ -48,30 +47,13 @@ models train at (Llama 2 7B, Llama 3 8B), and divides every size of
 device-wide figure that every model's kernels are timed by."""
 
 
-PAID_STATISTIC = "each term from the mean of its timings (a step pays the sum of its parts)"
-"""What the calibration's written ``source`` says of the statistic (:attr:`Timing.paid_s`)."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class Timing:
-    """Mean, median and spread of ``repeats`` timed calls, seconds."""
+    """Median and spread of ``repeats`` timed calls, seconds."""
 
     median_s: float
     p10_s: float
     p90_s: float
-    mean_s: float
-
-    @property
-    def paid_s(self) -> float:
-        """The statistic every additive calibrated term is read at: the **mean** (until 2026-11-26, mean22: the
-        median, or the 10th percentile of a difference). A step pays the sum of its parts, and the expectation of a
-        sum is the sum of the expectations, for any spread, while a sum of medians (or 10th percentiles) falls below
-        the median of the sum when the parts are right-skewed: over 76 quiet suite case-runs the step median
-        exceeded the sum of its parts' medians by 5.6 % (p10..p90 -0.5..+10.9 %), every phase right-skewed
-        (docs/validation.md ``### bias21``). The network's waits are read at the mean for the same reason
-        (:mod:`executor.calibrate_modes`). A term made of a difference of two timings reads the difference of
-        their means (the mean of the difference) [src: own-mean-of-parts-2026-11-26]."""
-        return self.mean_s
 
 
 class MemoryKernel(Enum):
@@ -115,7 +97,7 @@ def _synchronize(device: torch.device) -> None:
 
 
 def time_call(fn: Callable[[], object], device: torch.device, *, repeats: int, warmup: int) -> Timing:
-    """:func:`timing_of` ``repeats`` timed calls of ``fn`` after ``warmup`` untimed ones: wall clock on
+    """Median, p10 and p90 of ``repeats`` timed calls of ``fn`` after ``warmup`` untimed ones: wall clock on
     the CPU; on a GPU, CUDA events around each call, issued back to back (a host clock around a
     synchronisation adds the ~20 µs round trip to every call, which swamps a small kernel)."""
     for _ in range(warmup):
@@ -129,7 +111,7 @@ def time_call(fn: Callable[[], object], device: torch.device, *, repeats: int, w
         fn()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    return timing_of(times)
+    return Timing(median_s=statistics.median(times), p10_s=_percentile(times, 0.1), p90_s=_percentile(times, 0.9))
 
 
 def _time_events(fn: Callable[[], object], repeats: int) -> Timing:
@@ -140,7 +122,7 @@ def _time_events(fn: Callable[[], object], repeats: int) -> Timing:
         end.record()
     torch.cuda.synchronize()
     times = [start.elapsed_time(end) / 1e3 for start, end in pairs]
-    return timing_of(times)
+    return Timing(median_s=statistics.median(times), p10_s=_percentile(times, 0.1), p90_s=_percentile(times, 0.9))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -150,17 +132,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def timing_of(seconds: list[float]) -> Timing:
-    """The mean, median, 10th and 90th percentiles (:func:`_percentile`) of ``seconds`` measured apart: the one
-    place a :class:`Timing` is made from samples."""
+    """The median, 10th and 90th percentiles (:func:`_percentile`) of ``seconds`` measured apart."""
     return Timing(median_s=statistics.median(seconds), p10_s=_percentile(seconds, 0.1),
-                  p90_s=_percentile(seconds, 0.9), mean_s=statistics.fmean(seconds))
-
-
-def mean_over_ranks(timings) -> Timing:
-    """Each statistic of ``timings`` (one per rank) averaged over the ranks."""
-    ts = tuple(timings)
-    return Timing(median_s=statistics.fmean(t.median_s for t in ts), p10_s=statistics.fmean(t.p10_s for t in ts),
-                  p90_s=statistics.fmean(t.p90_s for t in ts), mean_s=statistics.fmean(t.mean_s for t in ts))
+                  p90_s=_percentile(seconds, 0.9))
 
 
 @contextlib.contextmanager
@@ -273,4 +247,5 @@ def time_block_phases(spec: TransformerSpec, micro_batch: int, seq: int, dtype: 
             fwd.append(middle - start)
             bwd.append(end - middle)
     both = [f + b for f, b in zip(fwd, bwd)]
-    return tuple(timing_of(t) for t in (fwd, bwd, both))
+    return tuple(Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
+                 for t in (fwd, bwd, both))

@@ -15,8 +15,8 @@ FSDP2 takes its ``dp``-rank path, copies and bookkeeping included, and nothing w
     fsdp2_forward_module_us  = (t_fwd(FSDP2) − t_fwd(plain)) / modules
     fsdp2_backward_module_us = (t_fwd+bwd(FSDP2) − t_fwd+bwd(plain)) / modules − fsdp2_forward_module_us
 
-(means of interleaved calls, :func:`executor.host_bench.paired_timings`; 10th percentiles until 2026-11-26), every
-FSDP2 call starting from sharded parameters as a training step does (:func:`resharded`), both models the executor's
+(10th percentiles of interleaved calls, :func:`executor.host_bench.paired_timings`, every FSDP2 call starting from
+sharded parameters as a training step does, :func:`resharded`), both models the executor's
 GPT at the run's tiny scale, the FSDP2 one wrapped as the executor's ZeRO-3 wraps it (``fully_shard`` on every
 block, then on the root, ``reshard_after_forward=True``), ``modules`` = blocks + 1 (the root).
 :func:`simulator.framework_host.with_host_modules` charges the terms per module of each chunk
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from executor.compute_bench import Timing, timing_of
+from executor.compute_bench import Timing
 from executor.host_bench import paired_timings, per_unit_us
 from simulator.workload.transformer import TransformerSpec
 
@@ -110,15 +110,14 @@ def resharded(modules) -> None:
     forward skips its all-gathers and their copies: timed in that order (the probe's forward, then its forward +
     backward), the step would hold no gather while the forward does, and ``step − forward`` would miss one gather's
     host work per module (counted on the fake pair: 3 all-gathers in the forward, 0 in the step after it)
-    [src: own-zero22-fake-group-count-2026-11-26]. A training step starts resharded (the previous backward
-    resharded), as every call here now does."""
+    [src: own-zero22-fake-group-count-2026-11-26]. A training step starts resharded (the previous backward resharded), as every call here now does."""
     for module in modules:
         module.reshard()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Fsdp2OptimizerTiming:
-    """What :func:`time_fsdp2_optimizer` measured: the thread's CPU seconds of one AdamW step (mean) over the plain
+    """What :func:`time_fsdp2_optimizer` measured: the thread's CPU seconds of one AdamW step (median) over the plain
     model's parameters and over the FSDP2 model's sharded DTensors, and the surcharge per operator call derived."""
 
     tensors: int
@@ -138,12 +137,12 @@ def time_fsdp2_optimizer(spec: TransformerSpec, micro_batch: int, *, dp: int = P
     the wall clock counts and the work does not; run it with one torch thread, as the calibration does, since an
     intra-op pool's spinning would count on this thread's clock):
 
-        dtensor_call_us = max(0, mean_cpu(FSDP2 step) − mean_cpu(plain step)) / (10 · tensors)
+        dtensor_call_us = max(0, median_cpu(FSDP2 step) − median_cpu(plain step)) / (10 · tensors)
 
     (:data:`simulator.host_overhead.ADAMW_PER_TENSOR_CALLS` calls per tensor). The shards' update moves half the
     plain one's bytes, which this leaves in the difference (about 0.1 µs per call at the tiny model's 30,080
-    parameters) [src: own-fsdp2-wait-2026-11-26]. The mean (:attr:`executor.compute_bench.Timing.paid_s`), the median
-    until 2026-11-26 (mean22): a step pays each optimizer call it makes."""
+    parameters) [src: own-fsdp2-wait-2026-11-26]."""
+    import statistics
     import time
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -174,12 +173,7 @@ def time_fsdp2_optimizer(spec: TransformerSpec, micro_batch: int, *, dp: int = P
                 if i >= warmup:
                     cpu[name].append(time.thread_time() - start)
     tensors = len(list(plain.parameters()))
-    return optimizer_timing(cpu, tensors, ADAMW_PER_TENSOR_CALLS * tensors)
-
-
-def optimizer_timing(cpu: dict[str, list[float]], tensors: int, calls: int) -> Fsdp2OptimizerTiming:
-    """:func:`time_fsdp2_optimizer`'s formula on the steps' CPU seconds (``cpu["plain"]``, ``cpu["fsdp2"]``), each read
-    at its mean (:attr:`executor.compute_bench.Timing.paid_s`)."""
-    plain_s, fsdp2_s = (timing_of(cpu[name]).paid_s for name in ("plain", "fsdp2"))
+    plain_s, fsdp2_s = (statistics.median(cpu[name]) for name in ("plain", "fsdp2"))
+    calls = ADAMW_PER_TENSOR_CALLS * tensors
     return Fsdp2OptimizerTiming(tensors=tensors, calls=calls, plain_cpu_s=plain_s, fsdp2_cpu_s=fsdp2_s,
                                 dtensor_call_us=max(0.0, fsdp2_s - plain_s) / calls * 1e6)

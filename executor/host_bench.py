@@ -10,7 +10,7 @@ host time is not a kernel of the compute model's op list, so it is measured here
     tp_forward_module_us  = (t_fwd(tp model) − t_fwd(plain model)) / modules
     tp_backward_module_us = (t_fwd+bwd(tp) − t_fwd+bwd(plain)) / modules − tp_forward_module_us
 
-(each t the mean of its calls, below)
+(each t the 10th percentile of its calls, below)
 
 with both models the executor's GPT (:func:`executor.model.build_gpt`) at the run's tiny scale, the tp
 one made tensor-parallel by :func:`executor.strategies.tensor.parallelize_gpt` over a **1-rank** gloo
@@ -19,12 +19,9 @@ and hook time), and ``modules`` = :func:`tp_modules` of the whole model: 4 per b
 down) plus the embedding and the output layer. Forward is timed with autograd on, as the executor
 trains. :func:`simulator.framework_host.with_host_modules` charges the terms per module of each chunk.
 
-Every term here is a difference of two timings of interleaved calls, read at the timings' means
-(:attr:`executor.compute_bench.Timing.paid_s`, the calibration's one rule for additive terms; the mean of the
-difference): a step pays the sum of its modules' calls, and the interleaving makes a load that comes and goes slow
-both models alike in expectation, so the load adds spread to the difference, not bias. Until 2026-11-26 (mean22) the
-10th percentiles (the least disturbed calls), which a step of right-skewed calls does not pay (docs/validation.md
-"bias21", "mean22"); a difference can still come out negative (then 0) for a term of a few hundred µs.
+Every term here is a difference of two timings, so each is read at the timings' 10th percentile (the least
+disturbed calls): on a shared machine a difference of medians carries the load's noise into the term, and
+can come out negative (then 0) for a term of a few hundred µs.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from executor.compute_bench import Timing, time_call, timing_of
+from executor.compute_bench import Timing, _percentile, time_call
 from simulator.framework_host import TP_MODULES_PER_BLOCK, TP_EDGE_MODULES
 from simulator.workload.transformer import TransformerSpec
 
@@ -81,7 +78,8 @@ def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: i
             fn()
             times[key].append(time.perf_counter() - start)
             after.get(key[0], _nothing)()
-    return {key: timing_of(t) for key, t in times.items()}
+    return {key: Timing(median_s=statistics.median(t), p10_s=_percentile(t, 0.1), p90_s=_percentile(t, 0.9))
+            for key, t in times.items()}
 
 
 def _nothing() -> None:
@@ -89,8 +87,7 @@ def _nothing() -> None:
 
 
 def per_unit_us(timings: dict, wrapped: str, units: int) -> tuple[float, float]:
-    """What ``wrapped`` adds over ``plain`` per unit (module, call, region), in µs, from the
-    means (:attr:`Timing.paid_s`):
+    """What ``wrapped`` adds over ``plain`` per unit (module, call, region), in µs, from the 10th percentiles:
 
         forward_us = max(0, (t_fwd(wrapped) − t_fwd(plain)) / units)
         step_us    = (t_fwd+bwd(wrapped) − t_fwd+bwd(plain)) / units
@@ -98,7 +95,7 @@ def per_unit_us(timings: dict, wrapped: str, units: int) -> tuple[float, float]:
     (the step's extra is forward + backward; callers take the backward term as ``step_us − forward_us``
     less whatever else they know it holds)."""
     def extra_s(kind: str) -> float:
-        return timings[wrapped, kind].paid_s - timings["plain", kind].paid_s
+        return timings[wrapped, kind].p10_s - timings["plain", kind].p10_s
     return max(0.0, extra_s("forward") / units * 1e6), extra_s("step") / units * 1e6
 
 

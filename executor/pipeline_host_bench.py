@@ -10,7 +10,7 @@ executor measures (:class:`executor.phase_clock.PipelineClock`: compute actions 
 receive waits): it is the step's *time outside every phase*. This probe measures that quantity with the executor's
 own schedule loader and phase timers:
 
-    pipeline_action_us = Σ_r mean over steps of (t_step,r − phases_r) / Σ_r actions_r
+    pipeline_action_us = Σ_r median over steps of (t_step,r − phases_r) / Σ_r actions_r
 
 over ``pp`` ranks (real gloo processes on this machine, so the runtime's p2p path is the one a run takes) running
 the executor's stages of the run's tiny model (:class:`executor.strategies.pipeline.Stage`; without a model, one
@@ -21,7 +21,7 @@ counts in that step. :mod:`simulator.pipeline_runtime` charges the term per acti
 From the same steps, the host time of posting the sends and receives (``_batch_p2p``, which the clock times as
 pp, so it is not in the term above):
 
-    pipeline_p2p_post_us = Σ_r mean over steps of post_r / Σ_r p2p_r
+    pipeline_p2p_post_us = Σ_r median over steps of post_r / Σ_r p2p_r
 
 ``post_r`` the clock's posting seconds (``PipelineClock.comm_s``) in that step and ``p2p_r`` the ``SEND_*`` and
 ``RECV_*`` actions of rank r's list [src: own-pipeline-post-probe].
@@ -30,7 +30,7 @@ Not in the term: what ``forward_one_chunk`` and ``backward_one_chunk`` do around
 measures that as forward and backward), and the executor's own work between steps (``zero_grad``, the batch). The
 first is measured in the same steps, per compute action:
 
-    pipeline_chunk_us = Σ_r mean over steps of (chunk_r − inner_r) / Σ_r compute_r
+    pipeline_chunk_us = Σ_r median over steps of (chunk_r − inner_r) / Σ_r compute_r
 
 ``chunk_r`` the seconds inside rank r's ``forward_one_chunk`` and ``backward_one_chunk`` calls, ``inner_r`` those
 inside the stage module's forward and torch's ``stage_backward`` they call, ``compute_r`` its F and B actions: the
@@ -61,7 +61,7 @@ class PipelineActionTiming:
     actions: tuple[int, ...]
     """Each rank's actions per step, sends and receives included."""
     outside: tuple[Timing, ...]
-    """Each rank's seconds per step outside every phase (mean, median, p10, p90 over the timed steps)."""
+    """Each rank's seconds per step outside every phase (median, p10, p90 over the timed steps)."""
     action_us: float
     p2p: tuple[int, ...] = ()
     """Each rank's sends and receives per step (``SEND_*``, ``RECV_*`` actions of its list)."""
@@ -179,12 +179,6 @@ def _rank_probe(rank: int, world: int, kind_value: str, m: int, v: int, repeats:
     return len(listed), p2p, outside, post, compute, book
 
 
-def per_count_us(timings: tuple[Timing, ...], counts: tuple[int, ...]) -> float:
-    """``Σ_r mean_r / Σ_r count_r`` in µs (the module docstring's three terms): each rank's seconds per step read at
-    its mean (:attr:`executor.compute_bench.Timing.paid_s`), summed over the ranks, over their actions per step."""
-    return sum(t.paid_s for t in timings) / sum(counts) * 1e6
-
-
 def time_pipeline_actions(*, pp: int = 2, micro_batches: int = 4, kind: ScheduleKind = ScheduleKind.GPIPE,
                           v: int = 1, repeats: int = 100, warmup: int = 5, thread_count: int = 1,
                           seed: int = 0, spec=None, micro_batch: int = 2) -> PipelineActionTiming:
@@ -197,9 +191,9 @@ def time_pipeline_actions(*, pp: int = 2, micro_batches: int = 4, kind: Schedule
     actions, p2p = tuple(r[0] for r in per_rank), tuple(r[1] for r in per_rank)
     outside, post, chunk = (tuple(timing_of(r[k]) for r in per_rank) for k in (2, 3, 5))
     compute = tuple(r[4] for r in per_rank)
-    action_us = max(0.0, per_count_us(outside, actions))
-    post_us = per_count_us(post, p2p) if sum(p2p) else 0.0
-    chunk_us = max(0.0, per_count_us(chunk, compute))
+    action_us = max(0.0, sum(o.median_s for o in outside) / sum(actions) * 1e6)
+    post_us = sum(o.median_s for o in post) / sum(p2p) * 1e6 if sum(p2p) else 0.0
+    chunk_us = max(0.0, sum(o.median_s for o in chunk) / sum(compute) * 1e6)
     return PipelineActionTiming(schedule=kind, pp=pp, micro_batches=micro_batches, actions=actions,
                                 outside=outside, action_us=action_us, p2p=p2p, post=post, post_us=post_us,
                                 compute=compute, chunk=chunk, chunk_us=chunk_us)

@@ -47,7 +47,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from executor.compute_bench import Timing, mean_over_ranks, timing_of
+from executor.compute_bench import Timing, timing_of
 from simulator.workload.transformer import TransformerSpec
 
 STEP_PROBE_PROCESSES = 2
@@ -59,8 +59,7 @@ STEP_PROBE_MICRO_BATCHES = 2
 
 @dataclass(frozen=True, kw_only=True)
 class RankStepTiming:
-    """What :func:`time_rank_steps` measured, per rank (mean, median, p10, p90 over the timed steps); the terms read
-    the mean (:attr:`executor.compute_bench.Timing.paid_s`)."""
+    """What :func:`time_rank_steps` measured, per rank (median, p10, p90 over the timed steps)."""
 
     processes: int
     micro_batches: int
@@ -83,8 +82,8 @@ class RankStepTiming:
 
     @property
     def forward_s(self) -> float:
-        """Mean over ranks of the mean forward per micro-batch."""
-        return statistics.fmean(t.paid_s for t in self.forward)
+        """Mean over ranks of the median forward per micro-batch."""
+        return statistics.fmean(t.median_s for t in self.forward)
 
     @property
     def warm_forward_s(self) -> float:
@@ -93,23 +92,23 @@ class RankStepTiming:
 
     @property
     def backward_s(self) -> float:
-        return statistics.fmean(t.paid_s for t in self.backward)
+        return statistics.fmean(t.median_s for t in self.backward)
 
     @property
     def outside_s(self) -> float:
-        return statistics.fmean(t.paid_s for t in self.outside)
+        return statistics.fmean(t.median_s for t in self.outside)
 
     @property
     def first_cold_s(self) -> float:
-        """Mean over ranks of the mean first-micro-batch excess; 0 where not measured."""
-        return statistics.fmean(t.paid_s for t in self.first_cold) if self.first_cold else 0.0
+        """Mean over ranks of the median first-micro-batch excess; 0 where not measured."""
+        return statistics.fmean(t.median_s for t in self.first_cold) if self.first_cold else 0.0
 
     @property
     def ddp_forward_call_us(self) -> float | None:
         """µs DDP adds per forward call in the step (module docstring), at least 0; None where DDP was not run."""
         if not self.ddp_forward:
             return None
-        return max(0.0, statistics.fmean(t.paid_s for t in self.ddp_forward) - self.forward_s) * 1e6
+        return max(0.0, statistics.fmean(t.median_s for t in self.ddp_forward) - self.forward_s) * 1e6
 
     @property
     def ddp_sync_extra_s(self) -> float | None:
@@ -117,13 +116,15 @@ class RankStepTiming:
         included), at least 0; None where DDP was not run."""
         if not self.ddp_last_backward:
             return None
-        ddp = statistics.fmean(t.paid_s for t in self.ddp_last_backward)
-        return max(0.0, ddp - statistics.fmean(t.paid_s for t in self.last_backward))
+        ddp = statistics.fmean(t.median_s for t in self.ddp_last_backward)
+        return max(0.0, ddp - statistics.fmean(t.median_s for t in self.last_backward))
 
     @property
     def optimizer_timing(self) -> Timing:
         """The AdamW step, each statistic the mean over ranks."""
-        return mean_over_ranks(self.optimizer)
+        return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
+                      p10_s=statistics.fmean(t.p10_s for t in self.optimizer),
+                      p90_s=statistics.fmean(t.p90_s for t in self.optimizer))
 
 
 def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,

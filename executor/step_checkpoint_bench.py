@@ -36,8 +36,7 @@ CALIBRATE_REPEATS = 60
 
 @dataclass(frozen=True, kw_only=True)
 class StepCheckpointTiming:
-    """What :func:`time_step_checkpoint` measured, per rank, per micro-batch (mean, median, p10, p90 over the
-    steps); the terms read the mean (:attr:`executor.compute_bench.Timing.paid_s`)."""
+    """What :func:`time_step_checkpoint` measured, per rank, per micro-batch (median, p10, p90 over the steps)."""
 
     blocks: int
     plain_forward: tuple[Timing, ...]
@@ -49,7 +48,7 @@ class StepCheckpointTiming:
 
     @staticmethod
     def _mean(ts: tuple[Timing, ...]) -> float:
-        return statistics.fmean(t.paid_s for t in ts)
+        return statistics.fmean(t.median_s for t in ts)
 
     @property
     def forward_region_us(self) -> float:
@@ -168,7 +167,7 @@ def step_checkpoint_dict(t: StepCheckpointTiming | None) -> dict | None:
     """``calibrate --compute --json``'s record of the probe."""
     if t is None:
         return None
-    plain = lambda x: {"mean_s": x.mean_s, "median_s": x.median_s, "p10_s": x.p10_s, "p90_s": x.p90_s}  # noqa: E731
+    plain = lambda x: {"median_s": x.median_s, "p10_s": x.p10_s, "p90_s": x.p90_s}  # noqa: E731
     return {"blocks": t.blocks, "recompute_region_s": t.recompute_region_s,
             "checkpoint_forward_region_us": t.forward_region_us, "checkpoint_backward_region_us": t.backward_region_us,
             **{name: [plain(x) for x in getattr(t, name)] for name in

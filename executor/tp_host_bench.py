@@ -14,16 +14,14 @@ that; only the time *inside* the functional collectives and their waits is its t
 
 with ``t(tp)`` the tp model's forward (and forward + backward) *less the time the executor's own* ``TpClock``
 *counts inside its collectives*, on :data:`TP_PROBE_RANKS` gloo processes of this machine forming one tp mesh, each
-also timing the plain (unsplit) model in the same iterations; each ``t`` the **mean** of its calls
-(:attr:`executor.compute_bench.Timing.paid_s`, the calibration's one rule for additive terms), the mean over ranks.
-Until 2026-11-26 (mean22) the median, and before tp21 the 10th percentile: a step's forward and backward phases are
-sums over its micro-batches and modules, so they pay the mean call; the step's loop (4 micro-batches back to back
+also timing the plain (unsplit) model in the same iterations; each ``t`` the **median** of its calls, the mean over
+ranks. The median, not the 10th percentile (until 2026-11-26, tp21): a step's forward and backward phases are sums
+over its micro-batches and modules, so they pay the typical call, and the step's loop (4 micro-batches back to back
 after an AdamW step, the mean per micro-batch) measured 0.92-1.01 of this loop's median and 1.12-1.27 of its p10 in
 the same launches (``benchmarks/tp_step_host_probe.py``, docs/validation.md "tp21")
-[src: own-tp-step-host-probe-2026-11-26]. tp21 kept the median for the rare long outliers of one micro-batch right
-after a barrier under load; a run's steps start at a barrier and pay those too (docs/validation.md "mean22").
-``modules`` as there (4 per block, embedding and output layer). Both models are the run's tiny model for tp = 2
-(:func:`executor.compute_grid.tiny_model`), fp32, the ranks in lockstep
+[src: own-tp-step-host-probe-2026-11-26]; the median rather than the mean because one micro-batch right after a
+barrier has rare long outliers under load. ``modules`` as there (4 per block, embedding and output layer). Both
+models are the run's tiny model for tp = 2 (:func:`executor.compute_grid.tiny_model`), fp32, the ranks in lockstep
 (a barrier before each model's iteration, as a run's step starts) [src: own-tp-group-probe].
 
 Until 2026-11-25 the terms came from a **1-rank** mesh (``executor.host_bench``'s former ``time_tp_modules``), where
@@ -34,9 +32,10 @@ flops; at the tiny scale those are a few µs of the difference and are left in i
 
 from __future__ import annotations
 
+import statistics
 import time
 
-from executor.compute_bench import mean_over_ranks, timing_of
+from executor.compute_bench import Timing, timing_of
 from executor.host_bench import TpModuleTiming, tp_modules
 from simulator.workload.transformer import TransformerSpec
 
@@ -82,12 +81,18 @@ def _tp_rank(rank: int, world: int, spec: TransformerSpec, micro_batch: int, rep
     return out
 
 
+def mean_timing(timings: list[Timing]) -> Timing:
+    """Each statistic the mean over ranks."""
+    return Timing(median_s=statistics.fmean(t.median_s for t in timings),
+                  p10_s=statistics.fmean(t.p10_s for t in timings), p90_s=statistics.fmean(t.p90_s for t in timings))
+
+
 def module_terms(spec: TransformerSpec, per_rank: list[dict[str, list[float]]]) -> TpModuleTiming:
     """The module docstring's terms from each rank's timed iterations (:func:`_tp_rank`'s lists)."""
-    t = {key: mean_over_ranks(timing_of(r[key]) for r in per_rank) for key in per_rank[0]}
+    t = {key: mean_timing([timing_of(r[key]) for r in per_rank]) for key in per_rank[0]}
     modules = tp_modules(spec)
-    fwd_us = max(0.0, (t["tp_forward"].paid_s - t["plain_forward"].paid_s) / modules * 1e6)
-    step_us = (t["tp_step"].paid_s - t["plain_step"].paid_s) / modules * 1e6
+    fwd_us = max(0.0, (t["tp_forward"].median_s - t["plain_forward"].median_s) / modules * 1e6)
+    step_us = (t["tp_step"].median_s - t["plain_step"].median_s) / modules * 1e6
     return TpModuleTiming(modules=modules, plain_forward=t["plain_forward"], tp_forward=t["tp_forward"],
                           plain_step=t["plain_step"], tp_step=t["tp_step"], forward_module_us=fwd_us,
                           backward_module_us=max(0.0, step_us - fwd_us), collectives=t["collectives"])

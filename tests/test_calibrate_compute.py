@@ -90,9 +90,7 @@ def test_a_larger_overhead_gives_a_longer_step_estimate():
 
 
 def _timing(seconds: float) -> Timing:
-    """A right-skewed timing whose **mean** is ``seconds`` (median 0.9×, p10 0.8×): the hand-worked fields below come
-    out only if the calibration reads the mean (mean22), so they fail if a median or p10 comes back."""
-    return Timing(median_s=0.9 * seconds, p10_s=0.8 * seconds, p90_s=1.5 * seconds, mean_s=seconds)
+    return Timing(median_s=seconds, p10_s=seconds, p90_s=seconds)
 
 
 def test_fields_from_synthetic_measurements():
@@ -177,21 +175,19 @@ def test_adamw_call_overhead_by_hand():
     device = dataclasses.replace(load_cluster("localhost-cpu").device, hbm_bw_GBps=10.0, hbm_efficiency=1.0)
 
     def timing(s):
-        return AdamwTiming(step=_timing(s), tensors=100, params=1_000_000)
+        return AdamwTiming(step=Timing(median_s=s, p10_s=s, p90_s=s), tensors=100, params=1_000_000)
 
     assert adamw_call_us(device, timing(10.8e-3), DtypePolicy.FP32) == pytest.approx(2.8)
     assert adamw_call_us(device, timing(7e-3), DtypePolicy.FP32) == 0.0
 
 
-def test_per_unit_us_takes_the_mean_differences_per_unit():
-    """host_bench's one rule for the framework terms (hand-worked, on the means): forward (1.5 − 1.0 ms) / 10
-    modules = 50 µs; step (4.0 − 2.5 ms) / 10 = 150 µs; a wrapped forward faster than the plain one clamps to 0, the
-    step not.
-    The timings' p10 and median are 0.8× / 0.9× their means, so the 10th percentiles (until mean22) would give
-    40 / 120 µs."""
+def test_per_unit_us_takes_the_p10_differences_per_unit():
+    """host_bench's one rule for the framework terms (hand-worked): forward (1.5 − 1.0 ms) / 10 modules = 50 µs;
+    step (4.0 − 2.5 ms) / 10 = 150 µs; a wrapped forward faster than the plain one clamps to 0, the step not."""
     from executor.host_bench import per_unit_us
 
-    t = _timing
+    def t(p10_s):
+        return Timing(median_s=p10_s, p10_s=p10_s, p90_s=p10_s)
     timings = {("plain", "forward"): t(1.0e-3), ("tp", "forward"): t(1.5e-3),
                ("plain", "step"): t(2.5e-3), ("tp", "step"): t(4.0e-3)}
     assert per_unit_us(timings, "tp", 10) == pytest.approx((50.0, 150.0), rel=1e-12)

@@ -14,7 +14,7 @@ import torch
 
 from executor.calibrate_calls import step_call_overheads
 from executor.calibrate_compute import ComputeGrid, calibrate_compute, host_cores, tiny_model
-from executor.compute_bench import PAID_STATISTIC, MemoryKernel
+from executor.compute_bench import MemoryKernel
 from executor.compute_grid import executed
 from simulator.cluster.io import load_cluster, save_cluster
 from simulator.compute import achievable_hbm_Bps, layer_times, total_time
@@ -54,16 +54,16 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
     in_step = report.rank_steps.optimizer_timing  # the AdamW step as a rank's step runs it, not its tight loop
     assert cluster.device.op_call_overhead_us == pytest.approx(
-        max(0.0, (in_step.mean_s - update_s) / (10 * adamw.tensors) * 1e6))
+        max(0.0, (in_step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     assert report.block_call_us[2] == pytest.approx(
-        max(0.0, (adamw.step.mean_s - update_s) / (10 * adamw.tensors) * 1e6))
+        max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
     assert tp.modules == 10
     # the medians (tp21: a step's phases pay the typical module, docs/validation.md "tp21")
     assert tp.forward_module_us == pytest.approx(
-        max(0.0, (tp.tp_forward.mean_s - tp.plain_forward.mean_s) / 10 * 1e6))
+        max(0.0, (tp.tp_forward.median_s - tp.plain_forward.median_s) / 10 * 1e6))
     assert tp.forward_module_us + tp.backward_module_us == pytest.approx(max(
-        tp.forward_module_us, (tp.tp_step.mean_s - tp.plain_step.mean_s) / 10 * 1e6))
+        tp.forward_module_us, (tp.tp_step.median_s - tp.plain_step.median_s) / 10 * 1e6))
     host = dataclasses.replace(base.node.host, cpu_cores=host_cores(),  # this machine's cores and tp terms
                                tp_forward_module_us=tp.forward_module_us, tp_backward_module_us=tp.backward_module_us,
                                # DDP's terms from its steps in the rank-step probe, the bucket passes left out
@@ -94,25 +94,25 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
     pipe = report.pipeline
     assert pipe.actions == (19, 19) and pipe.action_us == pytest.approx(
-        sum(o.mean_s for o in pipe.outside) / 38 * 1e6, rel=1e-12)
-    assert pipe.p2p == (8, 8) and pipe.post_us == pytest.approx(sum(o.mean_s for o in pipe.post) / 16 * 1e6,
+        sum(o.median_s for o in pipe.outside) / 38 * 1e6, rel=1e-12)
+    assert pipe.p2p == (8, 8) and pipe.post_us == pytest.approx(sum(o.median_s for o in pipe.post) / 16 * 1e6,
                                                                  rel=1e-12)
     assert pipe.compute == (8, 8) and pipe.chunk_us == pytest.approx(
-        max(0.0, sum(o.mean_s for o in pipe.chunk) / 16 * 1e6), rel=1e-12)
+        max(0.0, sum(o.median_s for o in pipe.chunk) / 16 * 1e6), rel=1e-12)
     ck = report.checkpoint  # per checkpointed block, the backward less the model's own recompute of the block
     assert ck.regions == 2 and ck.recompute_region_s > 0
-    assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.mean_s - ck.plain_forward.mean_s)
+    assert ck.forward_region_us == pytest.approx(max(0.0, (ck.checkpointed_forward.p10_s - ck.plain_forward.p10_s)
                                                      / 2 * 1e6))
-    assert ck.backward_region_us == pytest.approx(max(0.0, (ck.checkpointed_step.mean_s - ck.plain_step.mean_s)
-                                                      / 2 * 1e6 - ck.forward_region_us - ck.recompute_region_s * 1e6))
+    assert ck.backward_region_us == pytest.approx(max(0.0, (ck.checkpointed_step.p10_s - ck.plain_step.p10_s) / 2 * 1e6
+                                                      - ck.forward_region_us - ck.recompute_region_s * 1e6))
     ddp = report.ddp  # DDP's terms: the wrapped model's extra time per forward, and per synchronising backward
-    assert ddp.forward_call_us == pytest.approx(max(0.0, (ddp.ddp_forward.mean_s - ddp.plain_forward.mean_s) * 1e6))
+    assert ddp.forward_call_us == pytest.approx(max(0.0, (ddp.ddp_forward.p10_s - ddp.plain_forward.p10_s) * 1e6))
     # the reducer's bucket passes are the step's kernel (simulator.compile.ddp_copies), not host time: subtracted
     from executor.calibrate_host import ddp_bucket_passes_s
     assert ddp.bucket_passes_s == pytest.approx(ddp_bucket_passes_s(cluster.device, block))
     assert ddp.bucket_passes_s > 0
     assert ddp.forward_call_us + ddp.sync_backward_us == pytest.approx(max(
-        ddp.forward_call_us, (ddp.ddp_step.mean_s - ddp.plain_step.mean_s - ddp.bucket_passes_s) * 1e6))
+        ddp.forward_call_us, (ddp.ddp_step.p10_s - ddp.plain_step.p10_s - ddp.bucket_passes_s) * 1e6))
     assert cluster.node == dataclasses.replace(base.node, host=host)
     assert cluster.comm == base.comm and cluster.name == "localhost-cpu-calibrated"
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
@@ -132,11 +132,10 @@ def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
     assert len(printed["rank_steps"]["first_cold"]) == 2
     assert "save_steps" not in printed and "step_after_save" not in loaded.source  # cal19: retired
-    assert PAID_STATISTIC in loaded.source  # mean22: the file says which statistic its terms read
     assert loaded.node.host.checkpoint_forward_region_us == pytest.approx(
         printed["step_checkpoint"]["checkpoint_forward_region_us"])
     assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(
-        t["mean_s"] for t in printed["rank_steps"]["outside"]) * 1e6))
+        t["median_s"] for t in printed["rank_steps"]["outside"]) * 1e6))
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
     assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
     assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])

@@ -14,20 +14,20 @@ SPEC = dataclasses.replace(tiny_model(load_model("gpt3-125m"), DtypePolicy.FP32,
 
 
 def test_module_terms_hand_worked():
-    """Two ranks' means averaged; 10 modules (2 blocks × 4 + embedding + output layer). Right-skewed calls: a tp
-    forward of ``ms`` is 7 calls of ms and 3 of ms + 3 (mean ms + 0.9, median and p10 ms); a tp step 8 calls of ms
-    and 2 of ms + 5 (mean ms + 1). Rank 0: tp forward 4 ms, rank 1: 5 ms, plain 1 ms → (5.4 − 1) / 10 = 440 µs per
-    module forward. Steps: tp 9 / 10 ms, plain 2 ms → (10.5 − 2) / 10 = 850 µs, less the forward's 440: 410 µs
-    backward. The medians (tp21) would give 350 / 400 µs, the 10th percentiles (before) the same: the test fails if
-    either comes back (mean22)."""
+    """Two ranks' medians averaged; 10 modules (2 blocks × 4 + embedding + output layer).
+    Rank 0: tp forward 4 ms, plain 1 ms; rank 1: tp 5 ms, plain 1 ms → (4.5 − 1) / 10 = 350 µs per module forward.
+    Steps: tp 9 / 10 ms, plain 2 ms → (9.5 − 2) / 10 = 750 µs per module, less the forward's 350: 400 µs backward.
+    Each tp list also holds 3 calls 1 ms shorter (its 10th percentile lower, the median as above): a p10 would give
+    250 / 400 µs, so the test fails if the terms go back to the 10th percentile (tp21)."""
     def rank(tp_fwd_ms, tp_step_ms):
-        return {"plain_forward": [1e-3] * 10, "plain_step": [2e-3] * 10,
-                "tp_forward": [tp_fwd_ms * 1e-3] * 7 + [(tp_fwd_ms + 3) * 1e-3] * 3,
-                "tp_step": [tp_step_ms * 1e-3] * 8 + [(tp_step_ms + 5) * 1e-3] * 2, "collectives": [7e-3] * 10}
+        def calls(ms):
+            return [(ms - 1) * 1e-3] * 3 + [ms * 1e-3] * 7
+        return {"plain_forward": [1e-3] * 10, "plain_step": [2e-3] * 10, "tp_forward": calls(tp_fwd_ms),
+                "tp_step": calls(tp_step_ms), "collectives": [7e-3] * 10}
     t = module_terms(SPEC, [rank(4, 9), rank(5, 10)])
     assert t.modules == 10
-    assert t.forward_module_us == pytest.approx(440.0)
-    assert t.backward_module_us == pytest.approx(410.0)
+    assert t.forward_module_us == pytest.approx(350.0)
+    assert t.backward_module_us == pytest.approx(400.0)
     assert t.collectives.median_s == pytest.approx(7e-3)
 
 
@@ -68,6 +68,6 @@ def test_probe_runs_on_a_real_tp_group():
     """Two gloo processes: collectives ran (a 1-rank mesh issues none), and the terms follow the formula."""
     t = time_tp_group_modules(SPEC, 2, repeats=3, warmup=1, thread_count=1)
     assert t.modules == 10 and t.collectives is not None and t.collectives.p10_s > 0
-    assert t.forward_module_us == pytest.approx(max(0.0, (t.tp_forward.mean_s - t.plain_forward.mean_s) / 10 * 1e6))
+    assert t.forward_module_us == pytest.approx(max(0.0, (t.tp_forward.median_s - t.plain_forward.median_s) / 10 * 1e6))
     assert t.forward_module_us + t.backward_module_us == pytest.approx(
-        max(t.forward_module_us, (t.tp_step.mean_s - t.plain_step.mean_s) / 10 * 1e6))
+        max(t.forward_module_us, (t.tp_step.median_s - t.plain_step.median_s) / 10 * 1e6))

@@ -11,7 +11,7 @@ def _step_checkpoint(t) -> dict | None:
 
 
 def _timing(t) -> dict:
-    return {"mean_s": t.mean_s, "median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
+    return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
 
 
 def compute_dict(r, path: str) -> dict:
@@ -76,23 +76,23 @@ def print_compute(r) -> None:
     d = r.fields
     peak = ", ".join(f"{k.value} {v * 1e3:.1f} GFLOP/s" for k, v in d.peak_tflops.items())
     bwd = "" if d.backward_call_overhead_us is None else f" forward, {d.backward_call_overhead_us:.1f} us backward"
-    split = ("" if r.block_phases is None else f": forward {r.block_phases[0].paid_s * 1e3:.3f} + backward "
-             f"{r.block_phases[1].paid_s * 1e3:.3f}")
+    split = ("" if r.block_phases is None else f": forward {r.block_phases[0].median_s * 1e3:.3f} + backward "
+             f"{r.block_phases[1].median_s * 1e3:.3f}")
     adamw = ""
     if r.adamw:  # measured on gloo only (a GPU calibration has no host probes)
-        adamw_s = r.adamw.step.paid_s if r.rank_steps is None else r.rank_steps.optimizer_timing.paid_s
+        adamw_s = r.adamw.step.median_s if r.rank_steps is None else r.rank_steps.optimizer_timing.median_s
         adamw = f": AdamW step {adamw_s * 1e3:.3f} ms over {r.adamw.tensors} tensors"
     print(f"device        {r.device}, {r.threads} thread(s), {r.dtype.value}\npeak          {peak}\n"
           f"memory bw     {d.hbm_bw_GBps:.2f} GB/s × efficiency {d.gemm_efficiency.hbm_efficiency:.3f}\n"
-          f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.paid_s * 1e3:.3f} ms{split}, "
+          f"per call      {d.kernel_launch_overhead_us:.1f} us{bwd} (block {r.block.median_s * 1e3:.3f} ms{split}, "
           f"{r.block_kernels} host calls, roofline {r.block_roofline_s * 1e3:.3f} ms; bare call "
-          f"{r.bare_call.paid_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
+          f"{r.bare_call.median_s * 1e6:.1f} us)\nper op call   {d.op_call_overhead_us:.1f} us (optimizer calls"
           f"{adamw}; dispatch {d.kernel_dispatch.value})")
     if r.rank_steps is not None:
         k = r.rank_steps
         print(f"rank step     forward {k.forward_s * 1e3:.3f} + backward {k.backward_s * 1e3:.3f} ms per micro-batch, "
               f"{k.outside_s * 1e3:.3f} ms per step outside them ({k.processes} processes in lockstep, "
-              f"{k.micro_batches} micro-batches), AdamW {k.optimizer_timing.paid_s * 1e3:.3f} ms: the per-call "
+              f"{k.micro_batches} micro-batches), AdamW {k.optimizer_timing.median_s * 1e3:.3f} ms: the per-call "
               f"figures above; the tight loops gave {r.block_call_us[0]:.1f} / {r.block_call_us[1] or 0.0:.1f} us "
               f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
               f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
@@ -100,11 +100,11 @@ def print_compute(r) -> None:
     if r.tp_modules is not None:
         t = r.tp_modules
         where = ("a 1-rank mesh" if t.collectives is None else
-                 f"a 2-rank tp group, its collectives' {t.collectives.paid_s * 1e3:.3f} ms left out")
+                 f"a 2-rank tp group, its collectives' {t.collectives.median_s * 1e3:.3f} ms left out")
         print(f"per tp module {t.forward_module_us:.1f} us forward, {t.backward_module_us:.1f} us backward "
               f"(torch tensor parallelism on {where}, {t.modules} modules: forward "
-              f"{t.tp_forward.paid_s * 1e3:.3f} vs {t.plain_forward.paid_s * 1e3:.3f} ms plain, forward + "
-              f"backward {t.tp_step.paid_s * 1e3:.3f} vs {t.plain_step.paid_s * 1e3:.3f} ms)")
+              f"{t.tp_forward.median_s * 1e3:.3f} vs {t.plain_forward.median_s * 1e3:.3f} ms plain, forward + "
+              f"backward {t.tp_step.median_s * 1e3:.3f} vs {t.plain_step.median_s * 1e3:.3f} ms)")
     if r.ddp is not None:
         print(f"DDP           {r.ddp.forward_call_us:.1f} us per forward call, {r.ddp.sync_backward_us:.1f} us per "
               f"synchronising backward (1-rank group, collective excluded)")
@@ -128,16 +128,16 @@ def print_compute(r) -> None:
         p = r.pipeline
         print(f"pipeline      {p.action_us:.1f} us per schedule action ({p.schedule.value}, {p.pp} processes, "
               f"{p.micro_batches} micro-batches, {'/'.join(map(str, p.actions))} actions; outside the phases "
-              f"{'/'.join(f'{o.paid_s * 1e3:.3f}' for o in p.outside)} ms per step); {p.post_us:.1f} us posting "
+              f"{'/'.join(f'{o.median_s * 1e3:.3f}' for o in p.outside)} ms per step); {p.post_us:.1f} us posting "
               f"each send or receive; {p.chunk_us:.1f} us of stage bookkeeping per forward or backward")
     print()
-    print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'mean us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
+    print(f"{'m':>6} {'n':>6} {'k':>6} {'batch':>5} {'median us':>10} {'p10..p90 us':>17} {'GFLOP/s':>8}")
     for g in r.gemms:
         s, t = g.shape, g.timing
-        print(f"{s.m:6.0f} {s.n:6.0f} {s.k:6.0f} {s.batch:5.0f} {t.paid_s * 1e6:10.1f} "
+        print(f"{s.m:6.0f} {s.n:6.0f} {s.k:6.0f} {s.batch:5.0f} {t.median_s * 1e6:10.1f} "
               f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>17} {g.tflops * 1e3:8.2f}")
-    print(f"\n{'kernel':>10} {'elements':>9} {'mean us':>10} {'p10..p90 us':>19} {'GB/s':>7}")
+    print(f"\n{'kernel':>10} {'elements':>9} {'median us':>10} {'p10..p90 us':>19} {'GB/s':>7}")
     for m in r.memory:
         t = m.timing
-        print(f"{m.kernel.value:>10} {m.elements:9d} {t.paid_s * 1e6:10.1f} "
+        print(f"{m.kernel.value:>10} {m.elements:9d} {t.median_s * 1e6:10.1f} "
               f"{f'{t.p10_s * 1e6:.1f}..{t.p90_s * 1e6:.1f}':>19} {m.GBps:7.2f}")
