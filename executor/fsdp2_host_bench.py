@@ -110,7 +110,8 @@ def resharded(modules) -> None:
     forward skips its all-gathers and their copies: timed in that order (the probe's forward, then its forward +
     backward), the step would hold no gather while the forward does, and ``step − forward`` would miss one gather's
     host work per module (counted on the fake pair: 3 all-gathers in the forward, 0 in the step after it)
-    [src: own-zero22-fake-group-count-2026-11-26]. A training step starts resharded (the previous backward resharded), as every call here now does."""
+    [src: own-zero22-fake-group-count-2026-11-26]. A training step starts resharded (the previous backward
+    resharded), as every call here now does."""
     for module in modules:
         module.reshard()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
