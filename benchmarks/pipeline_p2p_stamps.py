@@ -8,8 +8,8 @@ stage's ``get_*_ops`` call just before it) and each receive wait (``_wait_batch_
 (stage, F/B, micro-batch) it pairs the sender's post with the receiver's wait and prints, over the timed steps:
 
 - ``latency``: wait end − the latest of the wait's start, the send's posting start and the receive's posting end,
-  apart for transfers whose receive was posted before the send and the others (the time a transfer keeps a blocked receiver: what the simulator charges per send as
-  hop + ``W``, ``comm.blocking_wait_us``); median, p10, p90, mean;
+  apart for transfers whose receive was posted before the send and the others (the time a transfer keeps a blocked
+  receiver: what the simulator charges per send as hop + ``W``, ``comm.blocking_wait_us``); median, p10, p90, mean;
 - ``late``: the transfers whose data had arrived before the wait began (wait < 50 µs), and their share;
 - per step (medians): the step, the sum of waits, the sum of posts, and the counts;
 - per boundary: the share of its transfers after micro-batch 0 whose send was posted before their receive, beside
@@ -233,7 +233,8 @@ def summarise(kind: str, ranks: list) -> str:
     s = (f"{kind}: blocked-receiver latency us, receive posted first: {_dist(lat[True])}; send posted first: "
          f"{_dist(lat[False])}; data there before the wait "
          f"{late}/{total}; per step ms: step {statistics.median(step_ms):.2f}, waits/rank "
-         f"{statistics.median(wait_ms):.2f}, posts/rank {statistics.median(post_ms):.2f}; one post us median send {statistics.median(posts['S']):.0f} (p90 "
+         f"{statistics.median(wait_ms):.2f}, posts/rank {statistics.median(post_ms):.2f}; one post us median send "
+         f"{statistics.median(posts['S']):.0f} (p90 "
          f"{_pct(posts['S'], .9):.0f}), receive {statistics.median(posts['R']):.0f} (p90 {_pct(posts['R'], .9):.0f})")
     from benchmarks.pipeline_p2p_order import send_first_split
 

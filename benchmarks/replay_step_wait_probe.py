@@ -154,9 +154,10 @@ def summarise(name: str, schedule: Schedule, calls: list[list[float]]) -> dict[i
 
 
 def compare_steps(cluster, per_busy: dict[str, dict], nproc: int) -> None:
-    """Print the tree's step time and step wait (mean − p10) per busy count over the ring's (all ``nproc`` busy), beside
-    what each rule says a step at k busy costs of a ring step: the busy share ``max(1, k / cores) / share`` and the
-    wait of a node of k processes ``W(k) / W(nproc)`` (tree17's rule, from ``cluster``'s measured all-reduce waits)."""
+    """Print the tree's step time and step wait (mean − p10) per busy count over the ring's (all ``nproc`` busy),
+    beside what each rule says a step at k busy costs of a ring step: the busy share ``max(1, k / cores) / share``
+    and the wait of a node of k processes ``W(k) / W(nproc)`` (tree17's rule, from ``cluster``'s measured all-reduce
+    waits)."""
     from simulator.collectives.cost import Env
 
     env = Env(cluster, None)

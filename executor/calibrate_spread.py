@@ -2,8 +2,8 @@
 
 Efron's bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 6 and 13): draw each
 point's calls again with replacement (as many as were timed), take the statistic the parameters were fitted to
-(the calibration's: the 10th percentile, :func:`executor.collective_bench.percentile`), solve the same relative-L1 problem
-(:func:`executor.calibrate_solve.solve_relative_l1`) on the design matrix linearised at the fitted values (the
+(the calibration's: the 10th percentile, :func:`executor.collective_bench.percentile`), solve the same relative-L1
+problem (:func:`executor.calibrate_solve.solve_relative_l1`) on the design matrix linearised at the fitted values (the
 executed schedules' replay is exactly linear in them), and report the 10th and 90th percentiles of each
 parameter over :data:`RESAMPLES` resamples. A wide interval says the measurements do not pin that parameter
 down; it is the spread of one run's sample, not of the machine from one run to the next (which the three
