@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import Enum
 
 from simulator.bucket_defaults import DEEPSPEED_ZERO3, DeepSpeedZero3Config
@@ -107,6 +108,7 @@ def _trace(mods: tuple[Module, ...], recompute_full: bool) -> tuple[list[int], i
     return fwd + bwd, len(fwd)
 
 
+@lru_cache(maxsize=256)  # the planner compiles many strategies of one model: same chunks, same trace
 def backward_events(names: tuple[str, ...], numels: tuple[int, ...], recompute_full: bool, tied_head: bool,
                     config: DeepSpeedZero3Config = DEEPSPEED_ZERO3) -> tuple[Event, ...]:
     """One micro-batch's backward as DeepSpeed 2021 runs it (module docstring): a GATHER for each gathered tensor
