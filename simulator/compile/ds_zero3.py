@@ -189,10 +189,10 @@ def backward_calls(numels: tuple[int, ...], fwd_gathers: tuple[CommCall, ...],
     bucket at the end."""
     hooks = {hook: tensors for hook, tensors in reduce_buckets(numels, bucket_elements)}
     gathered_idx = [k for k, n in enumerate(numels) if n >= config.param_persistence_threshold_elements]
-    if events is None or len(gathered_idx) != len(fwd_gathers):
+    if events is None or len(gathered_idx) != len(fwd_gathers):  # each gathered tensor once, reverse trace order
+        regathered = set(gathered_idx[:len(fwd_gathers)])
         events = tuple(e for k in reversed(range(len(numels))) for e in (
-            (Event(EventKind.GATHER, k),) if k in set(gathered_idx[:len(fwd_gathers)]) else ()) + (
-            Event(EventKind.GRAD, k),))
+            (Event(EventKind.GATHER, k),) if k in regathered else ()) + (Event(EventKind.GRAD, k),))
     call_of = dict(zip(gathered_idx, fwd_gathers))
     out, pos = [], 0
     for e in events:
