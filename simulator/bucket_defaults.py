@@ -38,6 +38,9 @@ class DeepSpeedZero3Config:
     """``stage3_param_persistence_threshold``: tensors of fewer elements stay whole, never gathered."""
     max_live_parameters_elements: int = 1_000_000_000
     """``stage3_max_live_parameters``: gathered elements alive at once (current + prefetched)."""
+    max_reuse_distance_elements: int = 1_000_000_000
+    """``stage3_max_reuse_distance``: a submodule's gathered tensors are kept after its use only when fewer
+    elements are traced before its next use (:mod:`simulator.compile.ds_zero3_reuse`) [src: deepspeed-zero3-reuse]."""
 
     def gathered(self, numels) -> tuple[int, ...]:
         """The tensors (element counts, in order) that are partitioned and gathered."""

@@ -84,8 +84,9 @@ def chunk_zero(cache: CostCache, workload, layout: ParallelLayout, c: int, cc: C
     reduce_scatters = grad_sync.grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
     sync_fwd_s = sync_bwd_s = 0.0  # host time the compute stream waits for (DeepSpeed's synchronised fetches)
     if numels is not None:  # DeepSpeed: list collectives, a full bucket one reduce-scatter per tensor (ds_zero3)
+        events = ds_zero3.chunk_backward_events(workload, layout, c)  # recompute's re-gathers (ds_zero3_reuse)
         zero_bwd, sync_fwd_s, sync_bwd_s = ds_zero3.backward_stream(cache, layout, workload, dp_group, numels, zero,
-                                                                    cc.bwd_s + cc.recompute_s)
+                                                                    cc.bwd_s + cc.recompute_s, events)
     else:  # torch FSDP's hooks on its one stream (fsdp_order); other frameworks: the gathers, then the reduce-scatters
         zero_bwd = fsdp_order.backward_stream(layout, zero_bwd, reduce_scatters)
     zero_fwd = zero

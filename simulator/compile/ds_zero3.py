@@ -66,10 +66,12 @@ from simulator.cluster.spec import Device
 from simulator.collectives.base import Op
 from simulator.compile import comm_part
 from simulator.compile.costs import CostCache
+from simulator.compile.ds_zero3_reuse import Event, EventKind, backward_events
 from simulator.compute import achievable_hbm_Bps, runs_cuda_kernels
 from simulator.strategy.formats import grad_reduce_dtype
 from simulator.strategy.sync import reduces_every_micro_batch
 from simulator.work import CommCall, CommKind
+from simulator.workload.flops import Recompute
 
 LIST_COPY_PASSES = 2
 """HBM passes of torch's list-collective copy (one read and one write of the call's bytes): ``ProcessGroupNCCL``'s
@@ -77,10 +79,10 @@ copy-out of an ``all_gather`` into n output tensors, ``flatten_for_scatter_gathe
 ``reduce_scatter``'s n inputs [src: torch-pg-nccl-list-collectives]."""
 
 
-def chunk_tensor_numels(workload, layout, c: int) -> tuple[int, ...] | None:
-    """Element counts of chunk ``c``'s parameter tensors on one tensor-parallel rank, in forward trace
-    order (embedding, blocks, final norm and head), or None when the workload has no tensor shapes."""
-    from simulator.memory.shapes import embedding_shapes, head_shapes, layer_param_shapes, numel
+def chunk_tensor_shapes(workload, layout, c: int) -> list | None:
+    """(name, shape) of chunk ``c``'s parameter tensors on one tensor-parallel rank, in forward trace order
+    (embedding, blocks, final norm and head), or None when the workload has no tensor shapes."""
+    from simulator.memory.shapes import embedding_shapes, head_shapes, layer_param_shapes
 
     if not getattr(workload, "has_activation_shapes", False) or layout.ep > 1:
         return None
@@ -90,7 +92,28 @@ def chunk_tensor_numels(workload, layout, c: int) -> tuple[int, ...] | None:
         shapes += layer_param_shapes(workload, i, layout.tp)
     if c == n - 1:
         shapes += head_shapes(workload, layout.tp, separate_stage=n > 1)
-    return tuple(numel(shape) for _, shape in shapes)
+    return shapes
+
+
+def chunk_tensor_numels(workload, layout, c: int) -> tuple[int, ...] | None:
+    """Element counts of :func:`chunk_tensor_shapes`, or None."""
+    from simulator.memory.shapes import numel
+
+    shapes = chunk_tensor_shapes(workload, layout, c)
+    return None if shapes is None else tuple(numel(shape) for _, shape in shapes)
+
+
+def chunk_backward_events(workload, layout, c: int) -> tuple[Event, ...] | None:
+    """Chunk ``c``'s backward gathers and gradient arrivals under DeepSpeed 2021's reuse-distance rule, full
+    recomputation re-running each block's submodules (:func:`simulator.compile.ds_zero3_reuse.backward_events`)."""
+    from simulator.memory.shapes import numel
+
+    shapes = chunk_tensor_shapes(workload, layout, c)
+    if shapes is None:
+        return None
+    names, numels = tuple(n for n, _ in shapes), tuple(numel(shape) for _, shape in shapes)
+    full = layout.strategy.recompute is Recompute.FULL
+    return backward_events(names, numels, full, bool(getattr(workload, "tied_embeddings", False)))
 
 
 def gathers(cache: CostCache, group: tuple[int, ...], numels: tuple[int, ...], pbytes: float, concurrent: int,
@@ -157,18 +180,28 @@ def reduce_buckets(numels: tuple[int, ...], bucket_elements: int | None) -> tupl
 
 def backward_calls(numels: tuple[int, ...], fwd_gathers: tuple[CommCall, ...],
                    reduce_scatters: tuple[CommCall | None, ...], bucket_elements: int | None,
-                   config: DeepSpeedZero3Config = DEEPSPEED_ZERO3) -> tuple[CommCall, ...]:
-    """One micro-batch's backward ZeRO stream: the gathers in reverse trace order, and each bucket's per-tensor
-    reduce-scatters (``reduce_scatters[k]`` is tensor k's, trace order; None: it costs nothing) right after the
-    gather of the tensor whose gradient hook reduces the bucket (:func:`reduce_buckets`), the last bucket at the end."""
-    gathered, out = list(fwd_gathers[::-1]), []
-    events = {hook: tensors for hook, tensors in reduce_buckets(numels, bucket_elements)}
-    for pos, k in enumerate(reversed(range(len(numels)))):
-        if numels[k] >= config.param_persistence_threshold_elements and gathered:
-            out.append(gathered.pop(0))
-        out += [reduce_scatters[i] for i in events.get(pos, ()) if reduce_scatters[i] is not None]
-    out += gathered
-    out += [reduce_scatters[i] for i in events.get(len(numels), ()) if reduce_scatters[i] is not None]
+                   config: DeepSpeedZero3Config = DEEPSPEED_ZERO3,
+                   events: tuple[Event, ...] | None = None) -> tuple[CommCall, ...]:
+    """One micro-batch's backward ZeRO stream: the gathers in reverse trace order (or, given ``events``, in their
+    order: :func:`simulator.compile.ds_zero3_reuse.backward_events`, a tensor's call as in ``fwd_gathers``), and each
+    bucket's per-tensor reduce-scatters (``reduce_scatters[k]`` is tensor k's, trace order; None: it costs nothing)
+    right after the gather of the tensor whose gradient hook reduces the bucket (:func:`reduce_buckets`), the last
+    bucket at the end."""
+    hooks = {hook: tensors for hook, tensors in reduce_buckets(numels, bucket_elements)}
+    gathered_idx = [k for k, n in enumerate(numels) if n >= config.param_persistence_threshold_elements]
+    if events is None or len(gathered_idx) != len(fwd_gathers):  # each gathered tensor once, reverse trace order
+        regathered = set(gathered_idx[:len(fwd_gathers)])
+        events = tuple(e for k in reversed(range(len(numels))) for e in (
+            (Event(EventKind.GATHER, k),) if k in regathered else ()) + (Event(EventKind.GRAD, k),))
+    call_of = dict(zip(gathered_idx, fwd_gathers))
+    out, pos = [], 0
+    for e in events:
+        if e.kind is EventKind.GATHER:
+            out.append(call_of[e.tensor])
+            continue
+        out += [reduce_scatters[i] for i in hooks.get(pos, ()) if reduce_scatters[i] is not None]
+        pos += 1
+    out += [reduce_scatters[i] for i in hooks.get(len(numels), ()) if reduce_scatters[i] is not None]
     return tuple(out)
 
 
@@ -212,15 +245,15 @@ def reduce_launch_host_s(device: Device, ranks: int, reduce_scatters: int, devic
 
 
 def backward_stream(cache: CostCache, layout, workload, group: tuple[int, ...], numels: tuple[int, ...],
-                    fwd_gathers: tuple[CommCall, ...],
-                    device_bwd_s: float) -> tuple[tuple[CommCall, ...], float, float]:
+                    fwd_gathers: tuple[CommCall, ...], device_bwd_s: float,
+                    events: tuple[Event, ...] | None = None) -> tuple[tuple[CommCall, ...], float, float]:
     """(one micro-batch's backward ZeRO stream, forward and backward host seconds the compute stream waits for):
     :func:`backward_calls` of the per-tensor reduce-scatters (:func:`tensor_reduce_scatters`); the forward's and the
     backward's gathers' :func:`sync_fetch_host_s`, and in backward :func:`reduce_launch_host_s` beyond
     ``device_bwd_s``, the chunk's backward and recompute compute per micro-batch."""
     device, ranks = cache.cluster.device, len(group)
     stream = backward_calls(numels, fwd_gathers, tensor_reduce_scatters(cache, layout, workload, group, numels),
-                            bucket_elements(layout, workload))
+                            bucket_elements(layout, workload), events=events)
     bwd_gathers = sum(1 for c in stream if c.op is Op.ALL_GATHER)
     reduces = len(stream) - bwd_gathers
     return stream, sync_fetch_host_s(device, ranks, len(fwd_gathers)), (
