@@ -77,10 +77,9 @@ import torch
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
                                     time_block, time_block_phases, time_gemm, time_memory_kernel)
 from executor.calibrate_calls import block_call_overheads
-from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
-                                   tiny_model)
-from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
-                                     with_dtensor_calls, with_step_ddp, with_step_loop)
+from executor.compute_grid import ComputeGrid, default_grid, executed, gpu_grid, run_shapes, tiny_model
+from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host, with_dtensor_calls,
+                                     with_step_ddp, with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -96,6 +95,10 @@ from simulator.gemm_shape import GemmShape
 
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.transformer import TransformerSpec
+
+__all__ = ["PRECISIONS", "ComputeCalibration", "GemmRow", "MemoryRow", "calibrate_compute", "curve_points",
+           "device_fields", "measure", "measure_rank_steps",  # this module's; the grid's and the host probes'
+           "ComputeGrid", "adamw_call_us", "default_grid", "host_cores", "run_shapes", "tiny_model"]  # re-exported
 
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
 """Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
