@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import json
 import os
 import signal
@@ -135,7 +136,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
-    import numpy, pandas, simpy, pytest, hypothesis  # noqa: F401,E401  (imported once, shared by the children)
+    for name in ("numpy", "pandas", "simpy", "pytest", "hypothesis"):  # imported once, shared by the children
+        importlib.import_module(name)
     base = Path(args.tests_from) if args.tests_from else ROOT / "tests"
     tests = [str(base / Path(t).name) for t in TESTS if (base / Path(t).name).exists()]
     if _run_tests(tests, args.timeout * 3) != "survived":

@@ -24,20 +24,12 @@ from simulator.workload.presets import get_preset
 
 def rank_fn(rank, world, spec, mb, repeats, warmup):
     """Per timed iteration each model's forward, backward and collective seconds (module docstring)."""
-    import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
-    from executor.model import build_gpt
     from executor.phase_clock import TpClock
-    from executor.strategies.tensor import parallelize_gpt
+    from executor.tp_host_bench import tp_probe_setup
 
-    mesh = init_device_mesh("cpu", (world,))
-    models = {"plain": build_gpt(spec, seed=0), "tp": parallelize_gpt(build_gpt(spec, seed=0), mesh, False),
-              "sp": parallelize_gpt(build_gpt(spec, seed=0), mesh, True)}
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, spec.vocab, (mb, spec.seq_len), generator=g)
-    y = torch.randint(0, spec.vocab, (mb, spec.seq_len), generator=g)
+    models, x, y = tp_probe_setup(spec, world, mb, 0, sequence_parallel=True)
     clock, out = TpClock(), {}
     with clock.timing():
         for i in range(warmup + repeats):

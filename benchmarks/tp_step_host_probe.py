@@ -49,18 +49,12 @@ def rank_fn(rank, world, spec, mb, micro_batches, repeats, warmup):
     """Per model and loop the seconds per micro-batch (module docstring)."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
-    from executor.model import build_gpt
     from executor.phase_clock import TpClock
-    from executor.strategies.tensor import parallelize_gpt
+    from executor.tp_host_bench import tp_probe_setup
 
-    mesh = init_device_mesh("cpu", (world,))
-    models = {"plain": build_gpt(spec, seed=0), "tp": parallelize_gpt(build_gpt(spec, seed=0), mesh, False)}
+    models, x, y = tp_probe_setup(spec, world, mb, 0)
     optims = {k: torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=False) for k, m in models.items()}
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, spec.vocab, (mb, spec.seq_len), generator=g)
-    y = torch.randint(0, spec.vocab, (mb, spec.seq_len), generator=g)
     clock, out = TpClock(), {}
     with clock.timing():
         for i in range(warmup + repeats):

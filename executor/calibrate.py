@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from executor.calibrate_records import FitRow, LinkFit  # noqa: F401 (re-exported)
-from executor.calibrate_solve import IRLS_FLOOR, IRLS_ITERATIONS, solve_relative_l1  # noqa: F401 (re-exported)
+from executor.calibrate_solve import solve_relative_l1
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 

@@ -6,9 +6,9 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 1. GEMMs over a grid of (m, n, k): square ones and every GEMM shape the tiny-scale run of ``model``
    plans (:func:`run_shapes`); on a GPU, larger squares and the model's GEMMs as planned (:func:`gpu_grid`),
    timed by CUDA events. A shape the model caps as misaligned (:mod:`simulator.gemm_alignment`, an odd
-   vocabulary on Hopper) is left out of the curve, which is keyed by FLOPs alone. Each point's rate ``F / t`` is a point of ``device.gemm_efficiency``,
-   as a fraction of ``device.peak_tflops`` in the compute format (raised to the best measured rate
-   if a GEMM beat it: a peak no run reaches is no peak);
+   vocabulary on Hopper) is left out of the curve, which is keyed by FLOPs alone. Each point's rate
+   ``F / t`` is a point of ``device.gemm_efficiency``, as a fraction of ``device.peak_tflops`` in the compute
+   format (raised to the best measured rate if a GEMM beat it: a peak no run reaches is no peak);
 2. memory-bound kernels (:class:`~executor.compute_bench.MemoryKernel`) at growing sizes; at the
    largest, each kernel's bandwidth ``model_bytes / t`` as the compute model counts its bytes. Their
    median over kernels is the achieved bandwidth: ``gemm_efficiency.hbm_efficiency`` =
@@ -52,12 +52,13 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
    ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's
    recomputed kernels as the calibrated device times them; on the CPU in fp32 then re-measured in a rank's DDP
-   step, :mod:`executor.step_checkpoint_bench`, and the step's figures written); the tiny model under FSDP2 on a fake 2-rank group
-   against the plain one: ``host.fsdp2_forward_module_us`` and ``host.fsdp2_backward_module_us``
+   step, :mod:`executor.step_checkpoint_bench`, and the step's figures written); the tiny model under FSDP2
+   on a fake 2-rank group against the plain one: ``host.fsdp2_forward_module_us`` and
+   ``host.fsdp2_backward_module_us``
    (:mod:`executor.fsdp2_host_bench`); and two processes running torch's pipeline schedule runtime over the
    tiny model's stages: ``host.pipeline_action_us``, its host time per action outside every phase, and
-   ``host.pipeline_p2p_post_us``, per send or receive posted (:mod:`executor.pipeline_host_bench`); all in :mod:`executor.calibrate_host`. On a GPU the base's figures are
-   kept (not measured there yet).
+   ``host.pipeline_p2p_post_us``, per send or receive posted (:mod:`executor.pipeline_host_bench`); all in
+   :mod:`executor.calibrate_host`. On a GPU the base's figures are kept (not measured there yet).
 
 A component measurement, not a fit to a step: no communication, optimizer or time-sharing between
 ranks is in it. The result replaces only these device fields and the host fields named above of ``base`` (a
@@ -77,10 +78,9 @@ import torch
 from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width, threads, time_bare_call,
                                     time_block, time_block_phases, time_gemm, time_memory_kernel)
 from executor.calibrate_calls import block_call_overheads
-from executor.compute_grid import (ComputeGrid, default_grid, executed, gpu_grid, run_shapes,  # noqa: F401 (re-exported)
-                                   tiny_model)
-from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host,  # noqa: F401
-                                     with_dtensor_calls, with_step_ddp, with_step_loop)
+from executor.compute_grid import ComputeGrid, default_grid, executed, gpu_grid, run_shapes, tiny_model
+from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host, with_dtensor_calls,
+                                     with_step_ddp, with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -96,6 +96,10 @@ from simulator.gemm_shape import GemmShape
 
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.transformer import TransformerSpec
+
+__all__ = ["PRECISIONS", "ComputeCalibration", "GemmRow", "MemoryRow", "calibrate_compute", "curve_points",
+           "device_fields", "measure", "measure_rank_steps",  # this module's; the grid's and the host probes'
+           "ComputeGrid", "adamw_call_us", "default_grid", "host_cores", "run_shapes", "tiny_model"]  # re-exported
 
 PRECISIONS = (DtypePolicy.FP32, DtypePolicy.BF16_MIXED)
 """Formats a calibration measures in: those ``trainplan execute --precision`` runs."""
@@ -217,7 +221,8 @@ def device_fields(base: Device, grid: ComputeGrid, gemms, memory, block: Timing,
     achieved = statistics.median(row.GBps for row in memory if row.elements == largest)
     hbm = max(base.hbm_bw_GBps, achieved)
     aligned = tuple(g for g in gemms if misaligned_cap(g.shape, dtype.activation_bytes, base.compute_capability) == 1.0)
-    curve = GemmEfficiency(points=curve_points(aligned or gemms, peak), hbm_efficiency=min(1.0, achieved / hbm), source=source)
+    curve = GemmEfficiency(points=curve_points(aligned or gemms, peak), hbm_efficiency=min(1.0, achieved / hbm),
+                           source=source)
     device = replace(base, peak_tflops={**base.peak_tflops, fmt: peak}, hbm_bw_GBps=hbm, gemm_efficiency=curve,
                      hbm_efficiency=None, kernel_launch_overhead_us=0.0, backward_call_overhead_us=None,
                      kernel_dispatch=dispatch,

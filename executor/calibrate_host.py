@@ -96,7 +96,8 @@ def adamw_call_us(device: Device, adamw: AdamwTiming, dtype: DtypePolicy) -> flo
     """Host µs per AdamW operator call (step 4's formula): the measured step less its memory-bound update on
     ``device`` (:func:`simulator.compile.offload_part.gpu_optimizer_s`'s bytes over the achievable bandwidth),
     over its calls; at least 0. The update's bytes are those of the implementation ``make_optimizer`` ran,
-    torch's default on ``device`` (the torch framework's, :meth:`~simulator.strategy.framework.Framework.optimizer_impl`)."""
+    torch's default on ``device`` (the torch framework's,
+    :meth:`~simulator.strategy.framework.Framework.optimizer_impl`)."""
     from simulator.cluster.spec import KernelDispatch
     from simulator.compile import adam_bytes_per_param
     from simulator.compute import achievable_hbm_Bps

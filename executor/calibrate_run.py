@@ -28,10 +28,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from executor.calibrate_source import (calls_text, machine_note, series_text, source_text,  # noqa: F401 (re-exported)
-                                      spread_text)
+from executor.calibrate_source import calls_text, machine_note, series_text, source_text, spread_text
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
+
+__all__ = ["DEFAULT_ALGORITHMS", "DEFAULT_PROCESSES", "DEFAULT_REPEATS", "DEFAULT_SIZES", "DEFAULT_WARMUP",
+           "HOP_SERIES", "NATIVE", "NATIVE_HOP_SERIES", "calibrate", "check", "fit_measured", "measure_design",
+           "native_bytes", "native_model", "probes_for", "series_for",  # this module's; calibrate_source's texts
+           "calls_text", "machine_note", "spread_text"]  # re-exported
 
 NATIVE = "native"
 """The backend's own call (``dist.all_reduce`` and friends), as :data:`executor.collective_bench.NATIVE`."""

@@ -34,6 +34,7 @@ import torch
 
 from executor.launch import run
 from executor.measure import live_peak as _live_peak
+from executor.memory_measure import saved_shard_counter
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 
@@ -100,7 +101,6 @@ def measure_loss_working(*, tokens: int, vocab: int, tp: int = 1, loss_parallel:
 
 
 def _head_rank(rank: int, world: int, tokens: int, hidden: int, vocab: int, seed: int) -> dict:
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
@@ -112,17 +112,7 @@ def _head_rank(rank: int, world: int, tokens: int, hidden: int, vocab: int, seed
                                                    use_local_output=False))
     params = {p.to_local().untyped_storage().data_ptr() for p in head.parameters()}
     local = torch.randn(1, tokens // world, hidden).to(torch.bfloat16).requires_grad_()
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        local = t.to_local() if isinstance(t, DTensor) else t
-        if isinstance(local, AsyncCollectiveTensor):  # ColwiseParallel's all-gather is issued async_op=True
-            local = local.wait()
-        storage = local.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
+    pack, seen = saved_shard_counter(params)  # ColwiseParallel's all-gather is issued async_op=True
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         head(DTensor.from_local(local, mesh, [Shard(1)], run_check=False))
     return {"saved_bytes": sum(seen.values()), "input_shard_bytes": local.untyped_storage().nbytes()}

@@ -233,8 +233,28 @@ def block_saved_bytes(spec: TransformerSpec, *, batch: int = 2, seq: int | None 
     return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen), "by_shape": by_shape}
 
 
-def _tp_block_rank(rank: int, world: int, spec: TransformerSpec, batch: int, seq: int, sp: bool, seed: int) -> dict:
+def saved_shard_counter(params: set[int]):
+    """A ``saved_tensors_hooks`` pack hook for a tp rank, and the dict it fills: each saved tensor's storage (a
+    DTensor's local shard, waited for where a redistribution was issued ``async_op=True``) by data pointer → bytes,
+    the storages in ``params`` (data pointers) left out. Counts each storage once, however often it is saved."""
     from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.distributed.tensor import DTensor
+
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if isinstance(local, AsyncCollectiveTensor):
+            local = local.wait()
+        storage = local.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    return pack, seen
+
+
+def _tp_block_rank(rank: int, world: int, spec: TransformerSpec, batch: int, seq: int, sp: bool, seed: int) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -245,17 +265,7 @@ def _tp_block_rank(rank: int, world: int, spec: TransformerSpec, batch: int, seq
     parallelize_blocks(blocks, spec, mesh, sp)
     params = {(p.to_local() if isinstance(p, DTensor) else p).untyped_storage().data_ptr()
               for p in blocks.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        local = t.to_local() if isinstance(t, DTensor) else t
-        if isinstance(local, AsyncCollectiveTensor):  # DTensor redistributions are issued async_op=True
-            local = local.wait()
-        storage = local.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
+    pack, seen = saved_shard_counter(params)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, seq, spec.hidden, generator=g, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from executor.moe import EpClock, _local, moe_layers
+from executor.moe import EpClock, moe_layers
 from simulator.memory.moe import EXPERT_TENSOR
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ reading over the reference's is the machine's own slowdown:
   thread's clock).
 
 A reading costs about TAKES + 1 takes of ~40 ms on the 2-core VM (docs/validation.md ``### val20``).
+
+The suite's reference is the median of :data:`REFERENCE_READINGS_BEFORE` readings before ``--calibrate``'s
+calibration and :data:`REFERENCE_READINGS_AFTER` at the start of the runs (:func:`reference_readings`;
+``simulator.suite_report.speed_reference``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ MATMULS = 30
 COPY_MIB = 16
 COPIES = 12
 TAKES = 3
+REFERENCE_READINGS_BEFORE = 2
+"""Speed-probe readings taken before the calibration for the reference (a hygiene protocol, not a model term)."""
+REFERENCE_READINGS_AFTER = 3
+"""Speed-probe readings at the start of the runs, after the calibration; with the two before, the reference is a
+median of five, which neither one nor two high readings set (docs/validation.md ``### bias21``)."""
 
 
 def _take(a, b, src, dst) -> float:
@@ -56,3 +65,8 @@ def probe(takes: int = TAKES) -> float:
         return statistics.median(_take(a, b, src, dst) for _ in range(takes))
     finally:
         torch.set_num_threads(threads)
+
+
+def reference_readings(count: int) -> tuple[float, ...]:
+    """``count`` readings of the speed probe back to back (thread CPU seconds)."""
+    return tuple(probe() for _ in range(count))

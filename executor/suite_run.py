@@ -11,9 +11,10 @@ each run it samples the machine:
   CPU seconds of this process and its ranks (``getrusage`` of self and children), over wall seconds ×
   cores: the share of the machine other work took while the case was measured. Our own ranks' load
   is excluded, which the load average cannot do;
-- the **machine speed**: :func:`executor.speed_probe.probe`: :data:`REFERENCE_READINGS_BEFORE` readings before
-  ``--calibrate``'s calibration (:func:`reference_readings`, called by the command) and
-  :data:`REFERENCE_READINGS_AFTER` at the start of the runs, whose median is the reference
+- the **machine speed**: :func:`executor.speed_probe.probe`:
+  :data:`executor.speed_probe.REFERENCE_READINGS_BEFORE` readings before ``--calibrate``'s calibration
+  (:func:`executor.speed_probe.reference_readings`, called by the command) and
+  :data:`executor.speed_probe.REFERENCE_READINGS_AFTER` at the start of the runs, whose median is the reference
   (``simulator.suite_report.speed_reference``); then one after each case, so each case is bracketed by two
   readings (``speed_before_s``, ``speed_after_s``): contention from outside the VM that neither sample above
   sees (``simulator.suite_report.speed_drift``).
@@ -38,11 +39,6 @@ PRECISION = "fp32"
 SCALE = "tiny"
 CALIBRATION_PROCESSES = 4
 """Most processes ``--calibrate`` measures on (fewer when ``--nproc`` is lower): the largest dp group of the suite."""
-REFERENCE_READINGS_BEFORE = 2
-"""Speed-probe readings taken before the calibration for the reference (a hygiene protocol, not a model term)."""
-REFERENCE_READINGS_AFTER = 3
-"""Speed-probe readings at the start of the runs, after the calibration; with the two before, the reference is a
-median of five, which neither one nor two high readings set (docs/validation.md ``### bias21``)."""
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
 """user, nice, system, irq, softirq, steal in /proc/stat's ``cpu`` line (idle and iowait are not busy)."""
 
@@ -248,13 +244,6 @@ def host_info(backend: str) -> dict:
             "torch": torch.__version__, "backend": backend}
 
 
-def reference_readings(count: int) -> tuple[float, ...]:
-    """``count`` readings of the speed probe back to back (thread CPU seconds, ``executor.speed_probe``)."""
-    from executor.speed_probe import probe
-
-    return tuple(probe() for _ in range(count))
-
-
 def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_notes: list[str], nproc: int | None,
               steps: int, warmup: int, timeout_s: float, backend: str, progress=None,
               measure_s: float | None = None, readings_before: tuple[float, ...] = ()) -> SuiteRuns:
@@ -262,12 +251,12 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
 
     ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster).
     ``readings_before``: the speed probe's readings taken before the calibration; with
-    :data:`REFERENCE_READINGS_AFTER` taken here, their median is the speed reference."""
+    :data:`executor.speed_probe.REFERENCE_READINGS_AFTER` taken here, their median is the speed reference."""
     import datetime
 
     from dataclasses import replace
 
-    from executor.speed_probe import probe
+    from executor.speed_probe import REFERENCE_READINGS_AFTER, probe, reference_readings
     from simulator.suite_report import speed_reference
 
     write_plans(cases, runs)

@@ -44,24 +44,40 @@ TP_PROBE_RANKS = 2
 machine's cores; the term is charged per module at any tp."""
 
 
+def tp_probe_setup(spec: TransformerSpec, world: int, micro_batch: int, seed: int = 0, *,
+                   sequence_parallel: bool = False) -> tuple[dict, object, object]:
+    """A tp probe rank's models and batch: on a ``world``-rank cpu mesh, ``{"plain": the unsplit model, "tp": the
+    executor's tp model}`` (with ``sequence_parallel`` also ``"sp"``: its tp model with sequence parallelism), each
+    built from ``seed`` (:func:`executor.model.build_gpt`), and one micro-batch ``(x, y)`` of ``micro_batch``
+    sequences drawn from ``seed``. Shared by :func:`_tp_rank` and the probes in ``benchmarks/`` that time the same
+    models (``sp_module_probe.py``, ``tp_step_host_probe.py``)."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from executor.model import build_gpt
+    from executor.strategies.tensor import parallelize_gpt
+
+    mesh = init_device_mesh("cpu", (world,))
+    models = {"plain": build_gpt(spec, seed=seed), "tp": parallelize_gpt(build_gpt(spec, seed=seed), mesh, False)}
+    if sequence_parallel:
+        models["sp"] = parallelize_gpt(build_gpt(spec, seed=seed), mesh, True)
+    g = torch.Generator().manual_seed(seed)  # the same batch on every rank, as a tp group's ranks see it
+    x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    return models, x, y
+
+
 def _tp_rank(rank: int, world: int, spec: TransformerSpec, micro_batch: int, repeats: int, warmup: int,
              seed: int) -> dict[str, list[float]]:
     """One rank (``executor.launch.run``): per timed iteration the plain model's forward and forward + backward, then
     the tp model's, each less the seconds its ``TpClock`` counted inside the collectives (``collectives``: those
     seconds per forward + backward)."""
-    import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
-    from executor.model import build_gpt
     from executor.phase_clock import TpClock
-    from executor.strategies.tensor import parallelize_gpt
 
-    mesh = init_device_mesh("cpu", (world,))
-    plain, tp = build_gpt(spec, seed=seed), parallelize_gpt(build_gpt(spec, seed=seed), mesh, False)
-    g = torch.Generator().manual_seed(seed)  # the same batch on every rank, as a tp group's ranks see it
-    x = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
-    y = torch.randint(0, spec.vocab, (micro_batch, spec.seq_len), generator=g)
+    models, x, y = tp_probe_setup(spec, world, micro_batch, seed)
+    plain, tp = models["plain"], models["tp"]
     clock, out = TpClock(), {k: [] for k in ("plain_forward", "plain_step", "tp_forward", "tp_step", "collectives")}
     with clock.timing():
         for i in range(warmup + repeats):

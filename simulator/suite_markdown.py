@@ -7,8 +7,7 @@ and the notes the validations raised. The figures come from :mod:`simulator.suit
 
 from __future__ import annotations
 
-from simulator.suite_report import (COLUMNS, SPEED_DRIFT_MAX, Hygiene, SuiteReport, pct, summary_lines,
-                                    table_cells)
+from simulator.suite_report import COLUMNS, SPEED_DRIFT_MAX, Hygiene, SuiteReport, pct, table_cells
 
 
 def _loads(values) -> str:

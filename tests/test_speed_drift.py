@@ -90,7 +90,9 @@ def test_run_suite_brackets_each_case_with_two_readings(tmp_path, monkeypatch):
     suite_run = _stub_runs(monkeypatch, [0.029, 0.032, 0.030, 0.031, 0.050, 0.032])
     manifest = suite_run.run_suite(QUICK[:3], tmp_path, suite="quick", cluster="localhost-cpu", cluster_notes=[],
                                    nproc=None, steps=3, warmup=1, timeout_s=60.0, backend="gloo")
-    assert suite_run.REFERENCE_READINGS_AFTER == 3
+    from executor.speed_probe import REFERENCE_READINGS_AFTER
+
+    assert REFERENCE_READINGS_AFTER == 3
     assert manifest.speed_reference_readings_s == (0.029, 0.032, 0.030) and manifest.speed_reference_s == 0.030
     assert [(c.speed_before_s, c.speed_after_s) for c in manifest.cases] == [
         (0.030, 0.031), (0.031, 0.050), (0.050, 0.032)]

@@ -1,5 +1,5 @@
 """A unit's kernels timed once for both of its answers (simulator/unit_times.py ``unit_phase_sums``), and the even
-layer split built as runs (simulator/strategy/layout.py ``even_split``): each equal, to the bit, to the formula it
+layer split built as runs (simulator/strategy/layer_split.py ``even_split``): each equal, to the bit, to the formula it
 replaces, written out here as it stood (the reference; cold21, docs/planner.md)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from simulator.cluster.presets import load_preset
 from simulator.compute import rates_for
 from simulator.host_overhead import host_calls, stream_s
-from simulator.strategy.layout import even_split
+from simulator.strategy.layer_split import even_split
 from simulator.unit_times import unit_host_split, unit_phase_sums, unit_times
 from simulator.workload import ChunkSlice, ComputeOptions, DtypePolicy, Recompute, get_preset
 

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="measure local collectives and fit a cluster file",
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--backend", default=BACKENDS[0],
-                   help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process; default: {BACKENDS[0]})")
+                   help=f"{' or '.join(BACKENDS)} (gloo: CPU processes, nccl: one GPU per process; "
+                        f"default: {BACKENDS[0]})")
     p.add_argument("--nproc", default=None,
                    help="local process counts to measure, comma-separated (default 2,3,4: the suite's; counts above "
                         "the cores time-share them, which the estimate charges by Host.cpu_cores); with --compute "
@@ -54,15 +55,19 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 3; with --compute 2)")
     p.add_argument("--check", action="store_true",
                    help="after the fit, measure the same calls again and print their errors against the written file")
-    p.add_argument("--cluster", default="localhost-cpu", help="base cluster (preset name or file) to fit: the local machine, so not the dgx-a100 of the other commands (default: localhost-cpu)")
+    p.add_argument("--cluster", default="localhost-cpu",
+                   help="base cluster (preset name or file) to fit: the local machine, so not the dgx-a100 of the "
+                        "other commands (default: localhost-cpu)")
     p.add_argument("--fit-reduction", action="store_true",
                    help="also fit the reduction rate (device.hbm_bw_GBps); off: keep the base value")
     p.add_argument("--json", action="store_true", help="print the fit as JSON instead of a table")
     p.add_argument("--compute", action="store_true",
                    help="measure compute (GEMMs, memory-bound kernels, per-kernel overhead) into the device "
                         "fields of --cluster instead of the collectives; --nproc sets the threads per rank")
-    p.add_argument("--model", default="llama2-7b", help="with --compute: the model whose tiny run is measured (default: llama2-7b)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="with --compute: the format (default: fp32)")
+    p.add_argument("--model", default="llama2-7b",
+                   help="with --compute: the model whose tiny run is measured (default: llama2-7b)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="with --compute: the format (default: fp32)")
     p.add_argument("--threads", type=int, default=None,
                    help="with --compute: torch threads (default as execute: cores ÷ --nproc, at least 1)")
     p.set_defaults(handler=run)

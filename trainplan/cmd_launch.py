@@ -11,8 +11,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainplan import cli_common
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("launch", help="write a torchrun line, sbatch script or PyTorchJob for a plan",

@@ -20,6 +20,7 @@ What one search prints and writes is :mod:`trainplan.plan_report`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from simulator.checks import enum_member, positive_int
@@ -134,6 +135,18 @@ def _plan_kwargs(args) -> dict:
             "progress": None if args.quiet or not sys.stderr.isatty() else cli_common.Counter(sys.stderr)}
 
 
+@contextlib.contextmanager
+def _searching(progress):
+    """Around a search: a SpecError it raises as the flag's one-line error; the progress counter closed either way."""
+    try:
+        yield
+    except SpecError as err:
+        raise strategy_flags.flag_error(err) from None
+    finally:
+        if progress is not None:
+            progress.close()
+
+
 def run(args: argparse.Namespace) -> int:
     for flag, path, suffix in (("--out", args.out, ".json"), ("--csv", args.csv, ".csv")):
         if path is not None:
@@ -172,14 +185,9 @@ def run(args: argparse.Namespace) -> int:
     reference = _reference(args, workload, cluster)
     if not args.quiet:
         print(f"searching strategies for {workload.name} on {args.gpus} x {cluster.device.name} ...", file=sys.stderr)
-    try:
+    with _searching(kwargs["progress"]):
         result = planner.plan(workload, cluster, gpus=args.gpus, global_batch=args.gbs, tokens=args.tokens,
                               price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
-    except SpecError as err:
-        raise strategy_flags.flag_error(err) from None
-    finally:
-        if kwargs["progress"] is not None:
-            kwargs["progress"].close()
     if result.counts.enumerated == 0:
         raise cli_common.UsageError(f"the pins leave no candidate ({', '.join(pins) or 'none'}); loosen them")
     compare = reference and (lambda frame: against(frame, workload, cluster, reference.strategy, args.reserve_gb,
@@ -222,14 +230,9 @@ def _run_sweep(args, counts: tuple[int, ...], names: tuple) -> int:
         print(f"sweeping {len(clusters)} cluster(s) x {len(counts)} GPU count(s) for {workload.name} ...",
               file=sys.stderr)
     kwargs = _plan_kwargs(args)
-    try:
+    with _searching(kwargs["progress"]):
         frame = sweep(workload, clusters, counts, args.gbs, tokens=args.tokens,
                       price_per_gpu_hour=args.price_per_gpu_hour, **kwargs)
-    except SpecError as err:
-        raise strategy_flags.flag_error(err) from None
-    finally:
-        if kwargs["progress"] is not None:
-            kwargs["progress"].close()
     best = fastest(frame)
     if args.out and best is not None:
         best["plan"].save(args.out)

@@ -43,7 +43,7 @@ from executor.strategies.run_context import RunContext
 from executor.strategies.grad_sync import average_gradients
 from executor.strategies.pipeline import (Stage, embedding_groups, load_schedule, rank_stages, stage_layers,
                                           sync_tied)
-from executor.strategies.stage_experts import StageExperts, grad_norm
+from executor.strategies.stage_experts import StageExperts
 from executor.strategies.tensor import (check_tp, parallelize_blocks, parallelize_gpt, permute_fused_rows,
                                         shard_vocab, sp_gather_output)
 from simulator.errors import SpecError

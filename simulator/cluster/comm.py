@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 from simulator.checks import non_negative_number
 from simulator.cluster.core_wait import at_processes_s, call_wait_s, check_per_group, check_per_processes
-from simulator.cluster.protocol import BusBwCap, CpuVendor, LinkClass, Protocol  # noqa: F401 (re-exported)
+from simulator.cluster.protocol import BusBwCap, CpuVendor, LinkClass, Protocol
 from simulator.collectives.base import Op
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
+
+# CommLibrary and CommProfile are this module's; the protocol's names are re-exported (spec.py imports them here)
+__all__ = ["BusBwCap", "CommLibrary", "CommProfile", "CpuVendor", "LinkClass", "Protocol"]
 
 
 class CommLibrary(Kind):

@@ -23,7 +23,7 @@ from math import ceil, prod
 from simulator.checks import positive_int
 from simulator.errors import SpecError
 from simulator.memory.moe import moe_mlp_shapes
-from simulator.strategy.layout import even_split
+from simulator.strategy.layer_split import even_split
 from simulator.workload.transformer import ActivationKind, BiasKind, NormKind, PositionKind, TransformerSpec
 
 Shape = tuple[int, ...]

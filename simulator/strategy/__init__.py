@@ -11,7 +11,8 @@ from simulator.strategy.fields import Role
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.input_pipeline import InputPipeline
 from simulator.strategy.kinds import AttentionKind, DataSource, Offload, PlacementOrder, ZeroStage
-from simulator.strategy.layout import ParallelLayout, RankCoord, build_layout, even_split
+from simulator.strategy.layer_split import even_split
+from simulator.strategy.layout import ParallelLayout, RankCoord, build_layout
 from simulator.strategy.spec import Strategy
 from simulator.strategy.sync import (DDP_BUCKET_CAP_BYTES, AllReduceAlgorithm, AllReduceSync, DpSyncKind,
                                      ParamServerMode, ParamServerSync)

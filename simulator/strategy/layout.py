@@ -39,6 +39,7 @@ from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
+from simulator.strategy.layer_split import split_layers
 from simulator.strategy.rule_errors import check_rules
 from simulator.strategy.rules import MOE_ONLY_FIELDS, context_problem, moe_fields_problem
 from simulator.strategy.spec import DataSource, Strategy
@@ -202,27 +203,6 @@ class ParallelLayout:
         return tuple(r for r in range(self.world_size) if self.coords(r).pp == self.pp - 1)
 
 
-def even_split(layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage when none is given: ⌊l/n⌋ each, the l mod n extra ones to stages 1, 2, ... (stage 0 also
-    holds the embedding), built as three runs (a search splits once per structure). The one home of this rule."""
-    if stages > layers:
-        raise SpecError("pp", f"pp·virtual_stages = {stages} exceeds the model's {layers} layers; "
-                        f"use at most {layers} stages")
-    base, extra = divmod(layers, stages)
-    return (base,) + (base + 1,) * extra + (base,) * (stages - 1 - extra)  # extra < stages: stages 1..extra exist
-
-
-def _split_layers(s: Strategy, layers: int | None) -> tuple[int, ...]:
-    """The layers of each (virtual) stage; the count rule (pp·v ≤ layers) is checked before, in RULES."""
-    if layers is None:
-        return (0,)
-    if s.layer_split is not None:
-        if sum(s.layer_split) != layers:
-            raise SpecError("layer_split", f"sums to {sum(s.layer_split)}; the model has {layers} layers")
-        return s.layer_split
-    return even_split(layers, s.pp * s.virtual_stages)
-
-
 def worker_gpus(s: Strategy, cluster: Cluster, gpus: int | None) -> tuple[int, tuple[int, ...]]:
     sync = s.dp_sync
     if not isinstance(sync, ParamServerSync):
@@ -289,7 +269,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     gpus, shard_nodes = worker_gpus(strategy, cluster, gpus)
     dp = derived_dp(strategy, gpus)
     check_rules(strategy, dp, gpus, workload.layer_count)
-    split = _split_layers(strategy, workload.layer_count)
+    split = split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
     _check_cluster_inputs(strategy, cluster, gpus)
     check_fp8(strategy, cluster, workload)
