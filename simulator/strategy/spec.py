@@ -177,8 +177,9 @@ class Strategy:
         "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
         choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
     model_code: ModelCode = _enum(ModelCode, "model_code", _F(
-        "--model-code", "whose code the norms, rotary and KV heads run as in eager mode: fused-ops (one kernel each), "
-        "torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies)", choices=choices_of(ModelCode)),
+        "--model-code", "whose code the norms, rotary and KV heads run as in eager mode: fused-ops (one kernel "
+        "each), torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies)",
+        choices=choices_of(ModelCode)),
         doc="The model's own element-wise code (simulator.workload.model_code)", default=ModelCode.FUSED_OPS)
     framework: Framework | None = _opt_enum(
         Framework, "framework",
