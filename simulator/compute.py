@@ -45,7 +45,8 @@ from simulator.workload.chunks import block_params_held, edge_params_held, recom
 from simulator.workload.grad_accum import GradAdd, with_grad_add
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
-from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
+from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl, ModelCode
+from simulator.workload.model_code import kv_repeat, with_model_code
 from simulator.workload.loss import with_loss
 from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
@@ -233,7 +234,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                 sequence_parallel: bool = False, fusion: KernelFusion = KernelFusion.EAGER, ep: int = 1,
                 routing_skew: float = 1.0, context: ContextSplit = NO_CONTEXT_SPLIT,
                 attention_backend: AttentionBackend = AttentionBackend.FLASH_ATTENTION_2,
-                autocast: bool = False, grad_add: GradAdd | None = None) -> list[OpTime]:
+                autocast: bool = False, grad_add: GradAdd | None = None,
+                model_code: ModelCode = ModelCode.FUSED_OPS) -> list[OpTime]:
     """Per-operation times of one transformer block for one micro-batch on one tensor-parallel (and
     context-parallel) rank: forward rows, then recompute rows (if any), then backward rows. A
     mixture-of-experts model's block is its last (a MoE block over ``ep``;
@@ -246,6 +248,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
                        sequence_parallel=sequence_parallel, fusion=fusion, context=context,
                        attention_backend=attention_backend)
     works = with_norm_weight_grads(works, fusion, runs_cuda_kernels(device))
+    tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree
+    works = with_model_code(works, model_code, fusion, spec.dtype.activation_bytes, *kv_repeat(spec, tokens, tp))
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
     moe = spec.is_moe_layer(spec.layers - 1)
@@ -264,7 +268,8 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
 
 def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int | None = None,
                tp: int = 1, *, sequence_parallel: bool = False, autocast: bool = False,
-               grad_add: GradAdd | None = None, loss: LossImpl = LossImpl.ONE_PASS) -> list[OpTime]:
+               grad_add: GradAdd | None = None, loss: LossImpl = LossImpl.ONE_PASS,
+               model_code: ModelCode = ModelCode.FUSED_OPS) -> list[OpTime]:
     """Per-operation times of the embedding (scope FIRST) and final norm, logits, loss (scope LAST) of a model
     on one pipeline stage; ``autocast`` and ``grad_add`` as :func:`layer_times`; ``loss``: how the framework
     computes the cross-entropy (``Framework.loss_impl``, :mod:`simulator.workload.loss`), as the engines' chunks."""
@@ -272,6 +277,7 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     works = with_loss(edge_work(spec, micro_batch, seq, tp, sequence_parallel=sequence_parallel), loss,
                       spec.dtype.activation_bytes, autocast=autocast)
     works = with_norm_weight_grads(works, KernelFusion.EAGER, runs_cuda_kernels(device))
+    works = with_model_code(works, model_code, KernelFusion.EAGER, spec.dtype.activation_bytes)
     if autocast:
         works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
     whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)

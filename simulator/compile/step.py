@@ -47,6 +47,7 @@ def compute_inputs(cache: CostCache, workload: Workload, layout: ParallelLayout)
     options = ComputeOptions(micro_batch=s.micro_batch, tp=layout.tp, recompute=s.recompute,
                              sequence_parallel=layout.sequence_parallel,
                              flash_attention=s.attention is AttentionKind.FLASH, fusion=s.kernel_fusion,
+                             model_code=s.model_code,
                              ep=layout.ep, routing_skew=s.routing_skew,
                              context=s.context, fp8=s.resolved_fp8_recipe,
                              fp8_weight_shards=layout.dp_cp if s.fp8_all_gather else 1,

@@ -28,7 +28,7 @@ from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
 from simulator.workload.context import ContextKind, ContextSplit
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
-from simulator.workload.kinds import KernelFusion
+from simulator.workload.kinds import KernelFusion, ModelCode
 from simulator.workload.moe_routing import Dispatcher, Routing
 
 __all__ = ["AttentionKind", "DataSource", "Framework", "InputPipeline", "Offload", "Partitioning",
@@ -176,6 +176,11 @@ class Strategy:
         "--kernel-fusion", "how the framework fuses element-wise kernels: eager (PyTorch, one kernel per op), "
         "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
         choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
+    model_code: ModelCode = _enum(ModelCode, "model_code", _F(
+        "--model-code", "whose code the norms, rotary and KV heads run as in eager mode: fused-ops (one kernel "
+        "each), torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies)",
+        choices=choices_of(ModelCode)),
+        doc="The model's own element-wise code (simulator.workload.model_code)", default=ModelCode.FUSED_OPS)
     framework: Framework | None = _opt_enum(
         Framework, "framework",
         doc="Who implements the ZeRO stage (memory, and the granularity of ZeRO-2/3 calls); None: implied by the "

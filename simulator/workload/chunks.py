@@ -36,6 +36,7 @@ from simulator.workload.blocks import block_work
 from simulator.workload.op_sac import op_sac_recompute
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work
 from simulator.workload.loss import with_loss
+from simulator.workload.model_code import kv_repeat, with_model_code
 from simulator.workload.protocol import ChunkLoad, ChunkSlice, ComputeOptions, WorkUnit
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOption
                                sequence_parallel=o.sequence_parallel, fusion=o.fusion, context=o.context,
                                attention_backend=o.attention_backend)
             block = with_norm_weight_grads(block, o.fusion, o.cuda_kernels)
+            kv_elems, n_rep = kv_repeat(spec, o.micro_batch * spec.seq_len // o.context.degree, o.tp)
+            block = with_model_code(block, o.model_code, o.fusion, spec.dtype.activation_bytes, kv_elems, n_rep)
             if o.fp8 is not None:
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose,
                                   eager=o.fusion is KernelFusion.EAGER)
@@ -98,6 +101,7 @@ def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOption
         edge = edge_work(spec, o.micro_batch, spec.seq_len, o.tp, sequence_parallel=o.sequence_parallel,
                          fusion=o.fusion, context=o.context, vocab_multiple=o.vocab_multiple)
         edge = with_norm_weight_grads(with_loss(edge, o.loss, spec.dtype.activation_bytes, autocast=o.autocast), o.fusion, o.cuda_kernels)
+        edge = with_model_code(edge, o.model_code, o.fusion, spec.dtype.activation_bytes)
         if o.autocast:
             edge = autocast_block(edge, spec.dtype.activation_bytes, spec.bias)
         for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),
@@ -150,8 +154,8 @@ def transformer_chunk_load(spec: TransformerSpec, chunk: ChunkSlice, options: Co
                      moe_blocks=moe, expert_params=experts / (tp * options.ep))
 
 
-EDGE_OPTIONS = ("micro_batch", "tp", "sequence_parallel", "flash_attention", "fusion", "context", "vocab_multiple",
-                "loss", "autocast", "cuda_kernels", "grad_add")
+EDGE_OPTIONS = ("micro_batch", "tp", "sequence_parallel", "flash_attention", "fusion", "model_code", "context",
+                "vocab_multiple", "loss", "autocast", "cuda_kernels", "grad_add")
 """The fields of :class:`ComputeOptions` a transformer's edge units read (:func:`transformer_units`: the embedding's
 and the head's kernels, loss, eager norms, autocast casts and gradient adds, never recomputed); the others (recompute,
 expert parallelism, FP8, the attention backend) shape only the blocks."""

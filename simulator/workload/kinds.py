@@ -7,7 +7,7 @@ from __future__ import annotations
 from simulator.dtypes import Dtype
 from simulator.enum_kind import Kind
 
-__all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "NormKind", "PositionKind"]
+__all__ = ["ActivationKind", "BiasKind", "DtypePolicy", "ModelCode", "NormKind", "PositionKind"]
 
 
 class ActivationKind(Kind):
@@ -82,6 +82,21 @@ class KernelFusion(Kind):
     """``torch.compile`` (TorchInductor): chains of point-wise operations and the reductions they feed
     become one kernel (Ansel et al. ASPLOS'24 §5), so every dropout is fused into its neighbour and
     only writes its mask."""
+
+
+class ModelCode(Kind):
+    """Whose Python code the model's norms, rotary embedding and KV heads run as, under eager kernel fusion
+    (:mod:`simulator.workload.model_code`)."""
+
+    FUSED_OPS = "fused-ops"
+    """One ``F.rms_norm`` / ``F.layer_norm`` kernel per norm, rotary as one pass, K and V read as projected: the
+    executor's models and the frameworks whose norms are one kernel (the default)."""
+    TORCHTITAN_2024_MID = "torchtitan-2024-mid"
+    """torchtitan's Llama of mid-2024: its own ``RMSNorm`` class (fp32 operators), complex fp32 rotary,
+    ``repeat_kv`` copies [src: torchtitan-llama-2024]."""
+    TORCHTITAN_2024_12 = "torchtitan-2024-12"
+    """torchtitan's Llama of 2024-12: ``nn.RMSNorm`` (ATen's composite ``rms_norm`` on that torch), complex fp32
+    rotary, ``repeat_kv`` copies [src: torchtitan-llama-2024, torch-rms-norm-composite]."""
 
 
 class DtypePolicy(Kind):

@@ -35,7 +35,7 @@ from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
 from simulator.workload.fp8 import Fp8Recipe
 from simulator.workload.grad_accum import GradAdd
-from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl
+from simulator.workload.kinds import DtypePolicy, KernelFusion, LossImpl, ModelCode
 from simulator.workload.ops import Kernel
 
 __all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", "divisors", "no_compute",
@@ -78,6 +78,8 @@ class ComputeOptions:
     flash_attention: bool = True
     fusion: KernelFusion = KernelFusion.EAGER
     """How the framework fuses element-wise operations (dropout, softmax) into kernels."""
+    model_code: ModelCode = ModelCode.FUSED_OPS
+    """Whose code the norms, rotary and KV heads run as under eager fusion (:mod:`simulator.workload.model_code`)."""
     ep: int = 1
     """Expert-parallel degree: a MoE layer's routed experts are split over ep ranks."""
     routing_skew: float = 1.0
