@@ -251,7 +251,7 @@ def layer_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: in
     tokens = micro_batch * (spec.seq_len if seq is None else seq) // context.degree
     works = with_model_code(works, model_code, fusion, spec.dtype.activation_bytes, *kv_repeat(spec, tokens, tp))
     if autocast:
-        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
+        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias, model_code)
     moe = spec.is_moe_layer(spec.layers - 1)
     works = with_grad_add(works, grad_add, block_params_held(spec, moe, tp, ep), OpKind.ELEMENTWISE)
     rows = [_row(w, Phase.FWD, w.fwd, rates) for w in works]
@@ -279,7 +279,7 @@ def edge_times(spec: TransformerSpec, device: Device, micro_batch: int, seq: int
     works = with_norm_weight_grads(works, KernelFusion.EAGER, runs_cuda_kernels(device))
     works = with_model_code(works, model_code, KernelFusion.EAGER, spec.dtype.activation_bytes)
     if autocast:
-        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias)
+        works = autocast_block(works, spec.dtype.activation_bytes, spec.bias, model_code)
     whole = ChunkSlice(index=0, count=1, start=0, layers=spec.layers)
     for scope, owner in ((Scope.FIRST, OpKind.EMBEDDING), (Scope.LAST, OpKind.LOGITS)):
         works = with_grad_add(works, grad_add, edge_params_held(spec, whole, tp, scope), owner)

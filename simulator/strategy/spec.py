@@ -178,7 +178,8 @@ class Strategy:
         choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
     model_code: ModelCode = _enum(ModelCode, "model_code", _F(
         "--model-code", "whose code the norms, rotary and KV heads run as in eager mode: fused-ops (one kernel "
-        "each), torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies)",
+        "each), torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies), "
+        "llm-foundry-mpt (bf16 norms under autocast)",
         choices=choices_of(ModelCode)),
         doc="The model's own element-wise code (simulator.workload.model_code)", default=ModelCode.FUSED_OPS)
     framework: Framework | None = _opt_enum(

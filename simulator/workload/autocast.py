@@ -18,7 +18,9 @@ block on one tensor-parallel rank of ``T`` tokens gains, beyond the bf16 kernels
 - **norms in fp32**: ``layer_norm`` and ``rms_norm`` run in fp32 on the fp32 stream (autocast's fp32 op
   list), so each reads and writes 4 bytes per element instead of ``e`` (forward, and the backward's 1.5×);
 - **norm-output casts**: the next linear casts the norm's fp32 output to bf16, ``4 + e`` per element,
-  and backward casts its gradient back, ``e + 4``;
+  and backward casts its gradient back, ``e + 4``; a model whose norm casts its own input down and runs in
+  bf16 (llm-foundry's ``LPLayerNorm``, :func:`simulator.workload.model_code.fp32_norms_under_autocast`) keeps
+  the norm's bf16 bytes and has the same cast on its input instead;
 - **residual adds in fp32**: ``x + branch`` reads the fp32 stream and the bf16 branch and writes fp32,
   ``4 + e + 4`` instead of ``3e``; in backward the branch's gradient is cast to bf16 (``4 + e``) and the
   stream's two gradients are summed in fp32 (``3 · 4``), instead of the bf16 kernel's ``1.5 · 3e``;
@@ -39,7 +41,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.workload.eager_norm import WEIGHT_GRAD_SUFFIX
-from simulator.workload.kinds import BiasKind
+from simulator.workload.kinds import BiasKind, ModelCode
+from simulator.workload.model_code import fp32_norms_under_autocast
 from simulator.workload.ops import MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, biased_ops, memory
 
 __all__ = ["FP32_BYTES", "WEIGHT_OPS", "autocast_block"]
@@ -70,15 +73,19 @@ def _weight_casts(work: OpWork, e: int, bias: bool) -> tuple[list[Kernel], list[
     return fwd, bwd
 
 
-def _norm(work: OpWork, e: int) -> tuple[OpWork, list[Kernel], list[Kernel]]:
+def _norm(work: OpWork, e: int, fp32: bool = True) -> tuple[OpWork, list[Kernel], list[Kernel]]:
     """Norms in fp32 (bytes × 4/e), and the casts of their outputs (forward) and of the outputs' gradients
-    (backward); a norm kernel reads and writes its elements once, ``2 · elements · e`` bytes."""
-    casts_f = [memory(f"{k.name}.cast_output", (FP32_BYTES + e) * k.bytes / (2 * e)) for k in work.fwd]
-    casts_b = [memory(f"{k.name}.cast_grad", (e + FP32_BYTES) * k.bytes / (2 * e * MEMORY_BWD_FACTOR))
+    (backward); a norm kernel reads and writes its elements once, ``2 · elements · e`` bytes. Without ``fp32``
+    the norm keeps its bf16 kernels and the same casts sit on its input (``LPLayerNorm``)."""
+    where = "output" if fp32 else "input"
+    casts_f = [memory(f"{k.name}.cast_{where}", (FP32_BYTES + e) * k.bytes / (2 * e)) for k in work.fwd]
+    casts_b = [memory(f"{k.name}.cast_{where}_grad", (e + FP32_BYTES) * k.bytes / (2 * e * MEMORY_BWD_FACTOR))
                for k in work.bwd if not k.name.endswith(WEIGHT_GRAD_SUFFIX)]  # one cast per input gradient
-    fp32 = replace(work, fwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.fwd),
-                   bwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.bwd))
-    return fp32, casts_f, casts_b
+    if not fp32:
+        return work, casts_f, casts_b
+    widened = replace(work, fwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.fwd),
+                      bwd=tuple(_scaled(k, FP32_BYTES / e) for k in work.bwd))
+    return widened, casts_f, casts_b
 
 
 def _residual(work: OpWork, e: int) -> OpWork:
@@ -100,19 +107,22 @@ def _embedding(work: OpWork, e: int) -> OpWork:
     return replace(work, fwd=tuple(fp32(k) for k in work.fwd), bwd=tuple(fp32(k) for k in work.bwd))
 
 
-def autocast_block(works: list[OpWork], e: int, bias: BiasKind = BiasKind.NONE) -> list[OpWork]:
+def autocast_block(works: list[OpWork], e: int, bias: BiasKind = BiasKind.NONE,
+                   model_code: ModelCode = ModelCode.FUSED_OPS) -> list[OpWork]:
     """A block's (or the edges') operations as eager autocast over fp32 parameters runs them (module
     docstring), the casts gathered in one :attr:`OpKind.CAST` operation per scope, ahead of the scope's
     operations; ``e``: bytes per element of the compute format; ``bias``: which linears carry a bias
-    (:func:`simulator.workload.ops.biased_ops`), each cast too."""
+    (:func:`simulator.workload.ops.biased_ops`), each cast too; ``model_code``: whose norms
+    (:func:`~simulator.workload.model_code.fp32_norms_under_autocast`)."""
     out, casts, biased = [], {}, biased_ops(bias)
+    fp32_norms = fp32_norms_under_autocast(model_code)
     for w in works:
         f: list[Kernel] = []
         b: list[Kernel] = []
         if w.op in WEIGHT_OPS:
             f, b = _weight_casts(w, e, w.op in biased)
         elif w.op is OpKind.NORM:
-            w, f, b = _norm(w, e)
+            w, f, b = _norm(w, e, fp32_norms)
         elif w.op is OpKind.ELEMENTWISE:
             w = _residual(w, e)
         elif w.op is OpKind.EMBEDDING:

@@ -90,7 +90,7 @@ def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOption
                 block = fp8_block(block, o.fp8, spec.dtype.activation_bytes, o.fp8_weight_shards, o.fp8_transpose,
                                   eager=o.fusion is KernelFusion.EAGER)
             if o.autocast:
-                block = autocast_block(block, spec.dtype.activation_bytes, spec.bias)
+                block = autocast_block(block, spec.dtype.activation_bytes, spec.bias, o.model_code)
             block = with_grad_add(block, o.grad_add, block_params_held(spec, moe_layer, o.tp, o.ep), OpKind.ELEMENTWISE)
             unit = _unit(block, o.recompute, o.flash_attention)
             if o.recompute is Recompute.SELECTIVE_OP:
@@ -103,7 +103,7 @@ def transformer_units(spec: TransformerSpec, chunk: ChunkSlice, o: ComputeOption
         edge = with_norm_weight_grads(with_loss(edge, o.loss, spec.dtype.activation_bytes, autocast=o.autocast), o.fusion, o.cuda_kernels)
         edge = with_model_code(edge, o.model_code, o.fusion, spec.dtype.activation_bytes)
         if o.autocast:
-            edge = autocast_block(edge, spec.dtype.activation_bytes, spec.bias)
+            edge = autocast_block(edge, spec.dtype.activation_bytes, spec.bias, o.model_code)
         for scope, wanted, owner in ((Scope.FIRST, chunk.first, OpKind.EMBEDDING),
                                      (Scope.LAST, chunk.last, OpKind.LOGITS)):
             if wanted:

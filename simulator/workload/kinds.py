@@ -97,6 +97,10 @@ class ModelCode(Kind):
     TORCHTITAN_2024_12 = "torchtitan-2024-12"
     """torchtitan's Llama of 2024-12: ``nn.RMSNorm`` (ATen's composite ``rms_norm`` on that torch), complex fp32
     rotary, ``repeat_kv`` copies [src: torchtitan-llama-2024, torch-rms-norm-composite]."""
+    LLM_FOUNDRY_MPT = "llm-foundry-mpt"
+    """llm-foundry's MPT of 2023 with ``low_precision_layernorm``: under autocast each norm casts its input to
+    bf16 and runs one ``F.layer_norm`` kernel in bf16 (not autocast's fp32 norm); ALiBi inside the attention
+    kernel, one KV head per query head [src: llm-foundry-lp-layernorm]."""
 
 
 class DtypePolicy(Kind):

@@ -28,6 +28,14 @@ for ``repeat_kv``. Each chain is charged as one memory-bound kernel of its bytes
 (element-wise kernels and reductions run at a copy's rate on the H200: the residual add and SwiGLU's two
 kernels measured so, :mod:`simulator.workload.eager_rates`). Only under eager kernel fusion:
 ``torch.compile`` fuses these chains (the compiled rows keep the list of :mod:`simulator.workload.ops`).
+
+llm-foundry's MPT (``ModelCode.LLM_FOUNDRY_MPT``) runs none of these chains: its ``LPLayerNorm`` is one
+``F.layer_norm`` call, ALiBi is a bias inside the attention kernel and every query head has its own K and V. What
+it changes is the norm's format under ``torch.autocast`` over fp32 parameters: ``LPLayerNorm.forward`` casts its
+input (and weight) to the autocast dtype and calls ``F.layer_norm`` with autocast disabled [src:
+llm-foundry-lp-layernorm], so the norm reads and writes bf16 (``2e`` forward), preceded by a cast of the fp32
+stream (``4 + e``), where autocast's own rule runs ``layer_norm`` in fp32 (``2·4``) followed by a cast of its
+output (``4 + e``): :func:`fp32_norms_under_autocast`, read by :mod:`simulator.workload.autocast`.
 """
 
 from __future__ import annotations
@@ -63,6 +71,16 @@ TORCHTITAN_RMSNORM_CLASS = NormChain(fwd_per_e=4, fwd_fixed=28, bwd_per_e=8, bwd
 
 NORM_CHAINS = {ModelCode.TORCHTITAN_2024_MID: TORCHTITAN_RMSNORM_CLASS,
                ModelCode.TORCHTITAN_2024_12: ATEN_COMPOSITE_RMS_NORM}
+
+
+LOW_PRECISION_NORM_CODES = frozenset({ModelCode.LLM_FOUNDRY_MPT})
+"""Model codes whose norms cast their input down and run in the compute format under autocast."""
+
+
+def fp32_norms_under_autocast(code: ModelCode) -> bool:
+    """Whether ``code``'s norms run in fp32 under eager autocast over fp32 parameters (autocast's ``layer_norm``
+    and ``rms_norm`` rule), rather than in bf16 on a cast of their input (llm-foundry's ``LPLayerNorm``)."""
+    return code not in LOW_PRECISION_NORM_CODES
 
 
 def rotary_bytes_per_element(e: int) -> int:
@@ -110,10 +128,10 @@ def with_model_code(works: list[OpWork], code: ModelCode, fusion: KernelFusion, 
                     n_rep: float = 1.0) -> list[OpWork]:
     """``works`` (a block's or the edges' operations) with the model code's own operator chains in place of the
     one-kernel norms and rotary, and ``repeat_kv``'s copies (``kv_elems`` K or V elements on the rank, ``n_rep``
-    query heads per KV head) in the block's element-wise operation; unchanged for ``ModelCode.FUSED_OPS`` and
-    under Megatron's or torch.compile's fusion. Apply after :func:`~simulator.workload.eager_norm.
+    query heads per KV head) in the block's element-wise operation; unchanged for the codes whose norms are one
+    kernel (``FUSED_OPS``, ``LLM_FOUNDRY_MPT``) and under Megatron's or torch.compile's fusion. Apply after :func:`~simulator.workload.eager_norm.
     with_norm_weight_grads`: a chain's backward includes the weight gradient."""
-    if code is ModelCode.FUSED_OPS or fusion is not KernelFusion.EAGER:
+    if code not in NORM_CHAINS or fusion is not KernelFusion.EAGER:
         return works
     chain = NORM_CHAINS[code]
     out = []
