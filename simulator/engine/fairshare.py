@@ -129,21 +129,24 @@ def fill_levels(flow_of: np.ndarray, res_of: np.ndarray, n_flows: int, capacity:
     left = capacity.astype(float)
     count = np.bincount(res_of, minlength=n_res).astype(float)
     rate = np.full(n_flows, -1.0)
-    open_hop = np.ones(res_of.size, dtype=bool)
-    while open_hop.any():
-        with np.errstate(divide="ignore", invalid="ignore"):
+    # Only the open pairs are kept from pass to pass (a flow's pairs close together, when it is fixed), so later
+    # passes read fewer; the counts they give are the same integers, hence the same floats.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while flow_of.size:
             share = np.where(count > 0, left / count, np.inf)
-        level = share.min()
-        tight = share <= level * (1 + TIE_RTOL)
-        fixed = np.zeros(n_flows, dtype=bool)
-        fixed[flow_of[open_hop & tight[res_of]]] = True
-        level = max(level, float(capacity[tight].min()) * SHARE_FLOOR)
-        rate[fixed] = level
-        done = open_hop & fixed[flow_of]
-        left -= level * np.bincount(res_of[done], minlength=n_res)
-        count -= np.bincount(res_of[done], minlength=n_res)
-        count[tight] = 0
-        open_hop &= ~done
+            level = share.min()
+            tight = share <= level * (1 + TIE_RTOL)
+            fixed = np.zeros(n_flows, dtype=bool)
+            fixed[flow_of[tight[res_of]]] = True
+            level = max(level, float(capacity[tight].min()) * SHARE_FLOOR)
+            rate[fixed] = level
+            done = fixed[flow_of]
+            dropped = np.bincount(res_of[done], minlength=n_res)
+            left -= level * dropped
+            count -= dropped
+            count[tight] = 0
+            kept = ~done
+            flow_of, res_of = flow_of[kept], res_of[kept]
     return rate
 
 
