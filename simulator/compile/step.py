@@ -19,6 +19,7 @@ from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
+from simulator.rank_max import rank_max_s
 from simulator.step_loop import step_loop_s
 from simulator.strategy.formats import runs_autocast
 from simulator.strategy import AttentionKind, ParallelLayout, Recompute, Strategy, build_layout
@@ -203,6 +204,8 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
     opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
             + step_loop_s(cache.cluster, share))  # the loop's own host time per step (simulator.step_loop)
+    local_s = sum(c.fwd_s + c.bwd_s + c.recompute_s for c in chunks) * layout.micro_batches + opt
+    opt += rank_max_s(cache.cluster, local_s, layout.world_size)  # the slowest rank per step (simulator.rank_max)
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
