@@ -133,11 +133,27 @@ def print_probe(rows: list[dict]) -> None:
               f"{rank_max_margin(r['fraction'], 8) * 100:.1f}")
 
 
+def print_summary(out: dict[str, dict]) -> None:
+    """Per case the lift of the step and of the rank's own work (``local``), then their medians per rank count."""
+    by_ranks: dict[int, list[tuple[float, float]]] = {}
+    for path, rows in out.items():
+        step, local = rows["step"], rows["local"]
+        print(f"  {path.rsplit('/', 1)[-1]:40s} {step['ranks']} ranks  step lift {step['lift'] * 100:6.1f} %  "
+              f"own work lift {local['lift'] * 100:6.1f} %  shared: step {step['shared'] or 0:.2f}, "
+              f"own work {local['shared'] or 0:.2f}")
+        by_ranks.setdefault(step["ranks"], []).append((step["lift"], local["lift"]))
+    for n, lifts in sorted(by_ranks.items()):
+        print(f"  {n} ranks, {len(lifts)} case(s): median step lift {statistics.median(a for a, _ in lifts) * 100:.1f} %, "
+              f"median own work lift {statistics.median(b for _, b in lifts) * 100:.1f} %")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="*", help="results files of trainplan execute")
     ap.add_argument("--probe", type=int, default=0, metavar="LAUNCHES",
                     help="also launch the calibration's rank-step probe this many times (~30 s each)")
+    ap.add_argument("--summary", action="store_true",
+                    help="one line per case (step and own-work lift) and their medians per rank count")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.probe:
@@ -147,6 +163,9 @@ def main() -> None:
         else:
             print_probe(rows)
     out = {path: file_rows(path) for path in args.results}
+    if args.summary:
+        print_summary(out)
+        return
     if args.json:
         json.dump(out, sys.stdout, indent=1)
         return
