@@ -57,25 +57,6 @@ def rank_max_margin(sd: float, ranks: int) -> float:
     return sd * normal_quantile(rank_max_quantile(ranks)) if ranks > 1 else 0.0
 
 
-def rank_max_s(cluster, local_s: float, ranks: int) -> float:
-    """Seconds the step's slowest rank adds over one rank's median step, charged once per step with the optimizer
-    (:func:`simulator.compile.step.stage_work`, which both engines read):
-
-        t_rank_max = Host.rank_jitter_sd_fraction · local_s · z(0.5^(1/ranks))
-
-    ``local_s`` the rank's own work per step (its chunks' forward, backward and recompute over the micro-batches,
-    and the optimizer step with the loop), ``ranks`` the processes of the run (the measured step is the slowest of
-    them per step, ``simulator.run_results.Results._slowest``). The fraction is the spread of the independent part of
-    a rank's step measured by ``trainplan calibrate --compute`` [src: own-rank-jitter-probe]; 0 without a host
-    section, on an ``async`` device (a GPU: not measured there), or for one rank."""
-    from simulator.cluster.spec import KernelDispatch
-
-    host = cluster.node.host
-    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE or not host.rank_jitter_sd_fraction:
-        return 0.0
-    return rank_max_margin(host.rank_jitter_sd_fraction * local_s, ranks)
-
-
 def max_lift(per_rank) -> float:
     """The median over steps of the per-step maximum over ranks, over the mean of the ranks' medians, less 1, from
     paired per-step samples (ranks × steps): how far the slowest rank per step sits above a rank's median."""
@@ -97,3 +78,23 @@ def effective_sd_fraction(per_rank) -> float:
     if n < 2:
         return 0.0
     return max(0.0, max_lift(per_rank)) / normal_quantile(rank_max_quantile(n))
+
+
+def rank_max_gain(cluster, ranks: int) -> float:
+    """The fraction by which the slowest of ``ranks`` ranks per step exceeds one rank's median own work:
+
+        g = Host.rank_jitter_sd_fraction · z(0.5^(1/ranks))
+
+    :func:`simulator.compile.step.stage_work` (both engines and the vectorised estimate read it) scales each chunk's
+    forward, backward and recompute compute (with their host terms, not the calls inside them) and the optimizer step
+    with its loop by 1 + g, so a step of m micro-batches pays g · (m · (forward + backward + recompute) + optimizer):
+    each sync point waits for the slowest rank's work since the last. ``ranks``: the run's processes (the measured step
+    is the slowest of them per step, ``simulator.run_results.Results._slowest``). The fraction is measured by
+    ``trainplan calibrate --compute`` on its rank-step probe [src: own-rank-jitter-probe]; 0 without a host section,
+    on an ``async`` device (a GPU: not measured there), or for one rank."""
+    from simulator.cluster.spec import KernelDispatch
+
+    host = cluster.node.host
+    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE or not host.rank_jitter_sd_fraction:
+        return 0.0
+    return rank_max_margin(host.rank_jitter_sd_fraction, ranks)
