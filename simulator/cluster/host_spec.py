@@ -110,7 +110,8 @@ class HostSpec:
     rank_jitter_sd_fraction: float = 0.0
     """Spread of a rank's step time that its peers do not share, as a fraction of the step (dimensionless, a normal
     σ): the measured step is each step's slowest rank, whose median lies above one rank's median by this spread times
-    z(0.5^(1/n)) for n ranks (:mod:`simulator.rank_max`, charged once per step with the optimizer). Measured by
+    z(0.5^(1/n)) for n ranks (:func:`simulator.rank_max.rank_max_gain`: each chunk's compute and the optimizer
+    step scale by 1 + that). Measured by
     ``trainplan calibrate --compute`` on the rank-step probe's 2 gloo processes (:mod:`executor.step_bench`): the
     median of the per-step slower of the two steps above a rank's median, over z(0.5^(1/2)) = 0.545
     [src: own-rank-jitter-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
