@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass
 
 from executor.compute_bench import Timing, timing_of
+from simulator.rank_max import effective_sd_fraction
 from simulator.workload.transformer import TransformerSpec
 
 STEP_PROBE_PROCESSES = 2
@@ -78,6 +79,10 @@ class RankStepTiming:
     ddp_forward: tuple[Timing, ...] = ()
     """Under DDP (``ddp``): each rank's forward per micro-batch; empty where not run."""
     ddp_last_backward: tuple[Timing, ...] = ()
+    step_independent_sd_fraction: float = 0.0
+    """How far the slower of the ranks' steps (plain model, forward + backward + optimizer + outside; each step starts
+    at a barrier) sits above a rank's median, as the spread of a normal part that would put it there, a fraction of
+    the step: :func:`step_jitter_fraction` [src: own-rank-jitter-probe]."""
     """Under DDP: each rank's synchronising backward (the last micro-batch's)."""
 
     @property
@@ -235,6 +240,15 @@ def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
     forward, backward, outside, optimizer, cold, last, *wrapped = (tuple(timing_of(r[k]) for r in per_rank)
                                                                     for k in range(len(per_rank[0])))
     ddp_forward, ddp_last = wrapped if wrapped else ((), ())
+    m = micro_batches
+    totals = [[(f + b) * m + o + a for f, b, o, a in zip(*r[:4])] for r in per_rank]
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
                           outside=outside, optimizer=optimizer, first_cold=cold, last_backward=last,
-                          ddp_forward=ddp_forward, ddp_last_backward=ddp_last)
+                          ddp_forward=ddp_forward, ddp_last_backward=ddp_last,
+                          step_independent_sd_fraction=step_jitter_fraction(totals))
+
+
+def step_jitter_fraction(totals: list[list[float]]) -> float:
+    """``simulator.rank_max.effective_sd_fraction`` of the ranks' paired per-step totals (ranks × steps): the median
+    of the per-step maximum over the ranks above a rank's median, over z(0.5^(1/n)); 0 for one rank or no steps."""
+    return effective_sd_fraction(totals) if len(totals) > 1 and all(totals) else 0.0

@@ -43,7 +43,8 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us", "tp_backward_module_us",
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
-             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us") + RETIRED_HOST_KEYS
+             "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
+             "rank_jitter_sd_fraction") + RETIRED_HOST_KEYS
 
 
 
@@ -241,6 +242,7 @@ def _host(s: Section) -> HostSpec:
                     pipeline_chunk_us=s.number("pipeline_chunk_us", 0.0, minimum="non_negative"),
                     step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
                     first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
+                    rank_jitter_sd_fraction=s.number("rank_jitter_sd_fraction", 0.0, minimum="non_negative"),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))

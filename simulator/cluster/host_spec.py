@@ -107,6 +107,14 @@ class HostSpec:
     :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute`` from the same probe's
     steps as the first micro-batch's forward less the mean of the others' [src: own-step-loop-probe]. 0: not
     modelled (GPU presets: not measured)."""
+    rank_jitter_sd_fraction: float = 0.0
+    """Spread of a rank's step time that its peers do not share, as a fraction of the step (dimensionless, a normal
+    σ): the measured step is each step's slowest rank, whose median lies above one rank's median by this spread times
+    z(0.5^(1/n)) for n ranks (:func:`simulator.rank_max.rank_max_gain`: each chunk's compute and the optimizer
+    step scale by 1 + that). Measured by
+    ``trainplan calibrate --compute`` on the rank-step probe's 2 gloo processes (:mod:`executor.step_bench`): the
+    median of the per-step slower of the two steps above a rank's median, over z(0.5^(1/2)) = 0.545
+    [src: own-rank-jitter-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
@@ -121,6 +129,7 @@ class HostSpec:
             non_negative_number(f"host.{name}", getattr(self, name))
         if self.cpu_cores is not None:
             positive_int("host.cpu_cores", self.cpu_cores)
+        non_negative_number("host.rank_jitter_sd_fraction", self.rank_jitter_sd_fraction)
         non_negative_number("host.fsdp2_forward_module_us", self.fsdp2_forward_module_us)
         non_negative_number("host.fsdp2_backward_module_us", self.fsdp2_backward_module_us)
         non_negative_number("host.tp_forward_module_us", self.tp_forward_module_us)

@@ -19,6 +19,7 @@ from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
+from simulator.rank_max import rank_max_gain
 from simulator.step_loop import step_loop_s
 from simulator.strategy.formats import runs_autocast
 from simulator.strategy import AttentionKind, ParallelLayout, Recompute, Strategy, build_layout
@@ -127,8 +128,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
         p2p.append(None if dst == rep else comm_part.call(cache, CommKind.PP, Op.SEND_RECV, (rep, dst), p2p_bytes,
                                                           dp * tp))
     z = chunk_zero(cache, workload, layout, c, cc, fetch, dp_group, edp_group)
-    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s + z.copy_fwd_s + z.sync_fwd_s,
-                     bwd_s=cc.bwd_s + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s,
+    slowest = 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
+    work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s * slowest + z.copy_fwd_s + z.sync_fwd_s,
+                     bwd_s=cc.bwd_s * slowest + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s * slowest,
                      tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls)
     return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params)
@@ -204,6 +206,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
     opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
             + step_loop_s(cache.cluster, share))  # the loop's own host time per step (simulator.step_loop)
+    opt *= 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
