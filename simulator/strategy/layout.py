@@ -36,6 +36,7 @@ from functools import cached_property
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
+from simulator.fast_init import fast_init
 from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
@@ -50,6 +51,7 @@ from simulator.workload.op_sac import op_sac_problem
 from simulator.workload.protocol import Workload
 
 
+@fast_init
 @dataclass(frozen=True)
 class RankCoord:
     """Where one rank sits in the (dp, pp, tp) grid."""
@@ -59,6 +61,7 @@ class RankCoord:
     tp: int
 
 
+@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ParallelLayout:
     """Derived, checked values of (strategy, cluster, workload); built by :func:`build_layout`."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.enum_kind import Kind
+from simulator.fast_init import fast_init
 
 __all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT"]
 
@@ -44,6 +45,7 @@ class ContextKind(Kind):
     after it (TE ``cp_comm_type="a2a"``); blocking."""
 
 
+@fast_init
 @dataclass(frozen=True)
 class ContextSplit:
     """A sample's sequence split over ``degree`` context-parallel ranks."""
