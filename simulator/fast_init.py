@@ -24,9 +24,7 @@ def fast_init(cls: type) -> type:
     own = fields(cls)
     if len(own) != len(cls.__dataclass_fields__):  # ClassVar / InitVar pseudo-fields
         raise TypeError(f"fast_init: {cls.__name__} has InitVar or ClassVar fields")
-    if {"self", "_fi_dict"} & {f.name for f in own}:  # the generated function's own names
-        raise TypeError(f"fast_init: {cls.__name__} has a field named self or _fi_dict")
-    params, defaults = [], {}
+    params, body, defaults = [], [], {}
     keyword_only = False
     for f in sorted(own, key=lambda f: f.kw_only):  # the generated __init__'s order: positional, then keyword-only
         if not f.init or f.default_factory is not MISSING:
@@ -41,8 +39,8 @@ def fast_init(cls: type) -> type:
             params.append(f"{f.name}=_d_{f.name}")
     body = [f"    _fi_dict[{f.name!r}] = {f.name}" for f in own]  # the fields' own order (the __dict__'s)
     if hasattr(cls, "__post_init__"):
-        body.append("    self.__post_init__()")
-    source = f"def __init__(self, {', '.join(params)}):\n    _fi_dict = self.__dict__\n" + "\n".join(body) + "\n"
+        body.append("    _fi_self.__post_init__()")
+    source = f"def __init__(_fi_self, {', '.join(params)}):\n    _fi_dict = _fi_self.__dict__\n" + "\n".join(body) + "\n"
     space: dict = dict(defaults)
     exec(source, space)  # noqa: S102 - built from the class's own field names only
     init = space["__init__"]
