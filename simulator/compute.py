@@ -38,7 +38,6 @@ from simulator.cluster.spec import Device, KernelDispatch
 from simulator.dtypes import Dtype
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 from simulator.gemm_alignment import misaligned_cap
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import best_padded_flops
@@ -124,7 +123,6 @@ cuBLASLt E4M3 8192³ at 81.4 % of the FP8 peak [src: cublaslt-fp8-crosscheck]; h
 E4M3 8192³ at 72.25 % [src: own-h200-2026-11-24]), read at the FP8 work on the FP8 peak instead."""
 
 
-@fast_init
 @dataclass(frozen=True)
 class Rates:
     """What a device brings to the roofline: peak FLOP/s in the compute dtype, achievable HBM bytes/s,

@@ -40,13 +40,11 @@ import numpy as np
 from simulator.dtypes import Dtype
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 
 _MAMF_SOURCE = ("plateau: Bekman, Machine Learning Engineering, compute/accelerator/README.md, "
                 "MAMF table ({gpu} BF16 {eff:.1%}); fall-off below: assumption t0 = 4 us, to be calibrated")
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class GemmEfficiency:
     """Achieved fraction of peak for a GEMM, by its FLOPs; and achieved fraction of HBM bandwidth."""

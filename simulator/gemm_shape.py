@@ -32,10 +32,8 @@ import math
 from dataclasses import dataclass
 
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 
 
-@fast_init
 @dataclass(frozen=True)
 class GemmShape:
     """A (batched) GEMM producing ``batch`` m×n outputs from m×k by k×n."""

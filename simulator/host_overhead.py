@@ -45,7 +45,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
-from simulator.fast_init import fast_init
 from simulator.strategy.kinds import OptimizerImpl
 
 ADAMW_PER_TENSOR_CALLS = 10
@@ -63,7 +62,6 @@ ADAMW_FUSED_CALLS = 2
 step counters and one ``_fused_adamw_`` kernel [src: torch-adam-impl]."""
 
 
-@fast_init
 @dataclass(frozen=True)
 class StreamTime:
     """One stream of kernels on one rank: device and host seconds and how they combine."""

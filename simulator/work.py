@@ -24,7 +24,6 @@ from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 from simulator.schedules import PipelineSchedule
 from simulator.strategy import ParallelLayout, Strategy
 
@@ -85,7 +84,6 @@ CollectiveAlgorithm.__doc__ = """A collective algorithm of :mod:`simulator.colle
 its registry name, and the members are the registry's names, so the two cannot drift apart."""
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class CommCall:
     """One communication call issued by the representative rank."""
@@ -116,7 +114,6 @@ class CommCall:
             raise SpecError("algorithm", f"a {self.transport.value} call runs no collective algorithm")
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ChunkWork:
     """One model chunk (a virtual pipeline stage) on the representative rank, per micro-batch."""
@@ -152,7 +149,6 @@ class ChunkWork:
     """Activation gradients sent to the previous chunk's rank after backward (None on the first)."""
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class StageWork:
     """Everything the representative rank of one pipeline stage does in one step."""

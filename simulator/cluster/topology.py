@@ -32,20 +32,17 @@ from simulator.cluster.fabric_links import crosses_leaf, leaf_of, leaf_uplink, n
 from simulator.cluster.spec import Cluster, Fabric, LeafUplinks, Link, LinkClass, LinkKind
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 
 Resource = tuple
 """Hashable id of one directional link instance, e.g. ``("nic_tx", 3, 0)``."""
 
 
-@fast_init
 @dataclass(frozen=True)
 class Hop:
     resource: Resource
     link: Link
 
 
-@fast_init
 @dataclass(frozen=True)
 class Path:
     """The links a transfer from one rank to another crosses, and the connection's latency."""

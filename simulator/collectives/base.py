@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from simulator.checks import enum_member
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 
 ELEMENT_BYTES = 4
 """Slice boundaries fall on multiples of this many bytes, so float32 buffers split cleanly."""
@@ -139,7 +138,6 @@ class Schedule:
         return sum(t.nbytes for t in self.transfers)
 
 
-@fast_init
 @dataclass(frozen=True)
 class CollectiveEstimate:
     """The estimated cost of one collective call, in nccl-tests' terms."""

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from simulator.compile.chunk_loads import chunk_load
 from simulator.compile.costs import CostCache
 from simulator.cluster.spec import KernelDispatch
-from simulator.fast_init import fast_init
 from simulator.unit_times import unit_host_split, unit_phase_sums, unit_times
 from simulator.power import PhasePower, power_limited, stretch, unit_power
 from simulator.strategy.spec import AttentionKind
 from simulator.workload import ChunkSlice, ComputeOptions, Recompute, TransformerSpec, Workload
 
 
-@fast_init
 @dataclass(frozen=True)
 class ChunkCompute:
     """One chunk's per-micro-batch compute and what it holds."""

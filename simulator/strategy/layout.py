@@ -36,7 +36,6 @@ from functools import cached_property
 
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
@@ -51,7 +50,6 @@ from simulator.workload.op_sac import op_sac_problem
 from simulator.workload.protocol import Workload
 
 
-@fast_init
 @dataclass(frozen=True)
 class RankCoord:
     """Where one rank sits in the (dp, pp, tp) grid."""
@@ -61,7 +59,6 @@ class RankCoord:
     tp: int
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ParallelLayout:
     """Derived, checked values of (strategy, cluster, workload); built by :func:`build_layout`."""

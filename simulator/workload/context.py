@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.enum_kind import Kind
-from simulator.fast_init import fast_init
 
 __all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT", "context_split"]
 
@@ -46,7 +45,6 @@ class ContextKind(Kind):
     after it (TE ``cp_comm_type="a2a"``); blocking."""
 
 
-@fast_init
 @dataclass(frozen=True)
 class ContextSplit:
     """A sample's sequence split over ``degree`` context-parallel ranks."""

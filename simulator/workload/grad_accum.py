@@ -40,13 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 from simulator.workload.ops import Kernel, OpKind, OpWork
 
 __all__ = ["GradAdd", "grad_add_kernel", "with_grad_add"]
 
 
-@fast_init
 @dataclass(frozen=True)
 class GradAdd:
     """The formats of one gradient-accumulation add (module docstring)."""

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from simulator.attention_efficiency import AttentionCall, AttentionPass
 from simulator.dtypes import Dtype
 from simulator.enum_kind import Kind
-from simulator.fast_init import fast_init
 from simulator.gemm_shape import GemmShape
 
 MEMORY_BWD_FACTOR = 1.5
@@ -64,7 +63,6 @@ class Scope(Kind):
     """Once, after the last block (last pipeline stage)."""
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class Kernel:
     """One kernel: its FLOPs (0 for memory-bound kernels), bytes moved, and whether it is a GEMM."""
@@ -114,7 +112,6 @@ def backward(kernel: Kernel, shape: tuple[float, float, float, int, float] | Non
             gemm(kernel.name + ".wgrad", k, n, m, e, batch, weight_grad=True)]
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class OpWork:
     """One operation's forward and backward kernels."""

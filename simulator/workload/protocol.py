@@ -30,7 +30,6 @@ from typing import Protocol, runtime_checkable
 
 from simulator.attention_efficiency import AttentionBackend
 from simulator.errors import SpecError
-from simulator.fast_init import fast_init
 from simulator.hashed_key import kept_hash, state_without_kept_hash
 from simulator.workload.context import NO_CONTEXT_SPLIT, ContextSplit
 from simulator.workload.flops import Recompute
@@ -43,7 +42,6 @@ __all__ = ["ChunkLoad", "ChunkSlice", "ComputeOptions", "WorkUnit", "Workload", 
            "no_experts", "one_of"]
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ChunkSlice:
     """Which part of the model one pipeline chunk holds."""
@@ -66,7 +64,6 @@ class ChunkSlice:
         return self.index == self.count - 1
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ComputeOptions:
     """How a chunk is run on one tensor-parallel rank for one micro-batch."""
@@ -122,7 +119,6 @@ class WorkUnit:
     """Forward kernels the backward pass repeats (activation recomputation)."""
 
 
-@fast_init
 @dataclass(frozen=True, kw_only=True)
 class ChunkLoad:
     """What one chunk computes and holds on one tensor-parallel rank, per micro-batch."""
