@@ -26,7 +26,7 @@ from simulator.strategy.kinds import (AttentionKind, DataSource, GradReduceDtype
                                       PlacementOrder, ZeroStage)
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
-from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.context import ContextKind, ContextSplit, context_split
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion, ModelCode
 from simulator.workload.moe_routing import Dispatcher, Routing
@@ -264,7 +264,7 @@ class Strategy:
     @property
     def context(self) -> ContextSplit:
         """The sequence split these fields ask for (:mod:`simulator.workload.context`)."""
-        return ContextSplit(self.cp, self.cp_kind, self.cp_balanced)
+        return context_split(self.cp, self.cp_kind, self.cp_balanced)
 
     @property
     def resolved_fp8_recipe(self) -> Fp8Recipe | None:

@@ -27,10 +27,11 @@ divide into ``2·cp`` chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.enum_kind import Kind
 
-__all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT"]
+__all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT", "context_split"]
 
 
 class ContextKind(Kind):
@@ -69,3 +70,10 @@ class ContextSplit:
 
 NO_CONTEXT_SPLIT = ContextSplit()
 """No context parallelism (cp = 1)."""
+
+
+@lru_cache(maxsize=None, typed=True)  # typed: 1, 1.0 and True are not one key
+def context_split(degree: int, kind: ContextKind, balanced: bool) -> ContextSplit:
+    """``ContextSplit(degree, kind, balanced)``, one object per distinct value: a search's memo keys hold the split
+    (``ComputeOptions.context``) and compare it by value thousands of times, which the same object answers at once."""
+    return ContextSplit(degree, kind, balanced)
