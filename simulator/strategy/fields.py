@@ -213,3 +213,25 @@ def int_tuple_parser(key: str) -> Callable[[object], tuple | None]:
 
 def choices_of(kind: type[Enum]) -> tuple[str, ...]:
     return tuple(str(m.value) for m in kind)
+
+
+# Shorthands for the declarations in simulator.strategy.spec.Strategy.
+
+def enum_field(kind, key: str, flag: Flag | None = None, role: Role = Role.STRUCTURE, doc: str = "", default=None):
+    """A declared enum field: parsed by value or name, checked to be a member."""
+    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=enum_parser(kind, key), check=is_a(kind))
+
+
+def int_field(default, key: str, doc: str, flag: Flag | None, check=pos_int, role: Role = Role.STRUCTURE):
+    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=int_parser(key), check=check)
+
+
+def opt_enum_field(kind, key: str, doc: str, flag: Flag):
+    """A declared optional enum field: None means "the framework's" (resolved elsewhere), else a member."""
+    return declare(None, key=key, role=Role.STRUCTURE, doc=doc, flag=flag, parse=enum_parser(kind, key),
+                   check=opt(is_a(kind)))
+
+
+def switch_field(default: bool, key: str, doc: str, flag: str, role: Role = Role.STRUCTURE):
+    return declare(default, key=key, role=role, doc=doc, check=boolean,
+                   flag=Flag(flag, doc, kind=FlagKind.SWITCH))

@@ -18,8 +18,8 @@ from simulator.attention_efficiency import AttentionBackend
 from simulator.schedules import ScheduleKind
 from simulator.strategy.combinations import check_combinations
 from simulator.strategy.faults import FailureModel, StragglerModel
-from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
-                                       int_parser, int_tuple_parser, is_a, opt, opt_pos_int, pos_int, validate)
+from simulator.strategy.fields import (Flag, Role, choices_of, declare, enum_field, float_parser, int_field,
+                                       int_tuple_parser, opt_enum_field, opt_pos_int, switch_field, validate)
 from simulator.strategy.framework import Framework, Partitioning, resolve_framework
 from simulator.strategy.input_pipeline import InputPipeline
 from simulator.strategy.kinds import (AttentionKind, DataSource, GradReduceDtype, MixedPrecision, Offload, OptimizerImpl,
@@ -51,26 +51,6 @@ def _text(key: str, value) -> None:
         raise SpecError(key, f"must be a name, got {value!r}")
 
 
-def _enum(kind, key: str, flag: Flag | None = None, role: Role = Role.STRUCTURE, doc: str = "", default=None):
-    """A declared enum field: parsed by value or name, checked to be a member."""
-    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=enum_parser(kind, key), check=is_a(kind))
-
-
-def _int(default, key: str, doc: str, flag: Flag | None, check=pos_int, role: Role = Role.STRUCTURE):
-    return declare(default, key=key, role=role, doc=doc, flag=flag, parse=int_parser(key), check=check)
-
-
-def _opt_enum(kind, key: str, doc: str, flag: Flag):
-    """A declared optional enum field: None means "the framework's" (resolved elsewhere), else a member."""
-    return declare(None, key=key, role=Role.STRUCTURE, doc=doc, flag=flag, parse=enum_parser(kind, key),
-                   check=opt(is_a(kind)))
-
-
-def _switch(default: bool, key: str, doc: str, flag: str, role: Role = Role.STRUCTURE):
-    return declare(default, key=key, role=role, doc=doc, check=boolean,
-                   flag=Flag(flag, doc, kind=FlagKind.SWITCH))
-
-
 _F = Flag
 _STRUCT, _MEM = Role.STRUCTURE, Role.MEMORY
 
@@ -80,19 +60,19 @@ class Strategy:
     """A parallelisation strategy as requested. :func:`simulator.strategy.build_layout` checks it
     against a cluster and a workload and derives the rest."""
 
-    global_batch: int = _int(MISSING, "global_batch", "Samples (sequences) per optimizer step, over all replicas",
+    global_batch: int = int_field(MISSING, "global_batch", "Samples (sequences) per optimizer step, over all replicas",
                              _F("--gbs", "global batch, sequences per optimizer step", metavar="GB"),
                              role=Role.BATCH)
-    micro_batch: int = _int(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
+    micro_batch: int = int_field(1, "micro_batch", "Samples per micro-batch on one pipeline (one dp replica)",
                             _F("--mbs", "micro-batch size, sequences", metavar="B"))
-    dp: int | None = _int(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp·cp)",
+    dp: int | None = int_field(None, "dp", "Data-parallel degree; None: whatever the GPUs leave, world ÷ (tp·pp·cp)",
                           _F("--dp", "data-parallel degree", metavar="D", default_help="GPUs ÷ (tp·pp·cp)"),
                           opt_pos_int)
-    tp: int = _int(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
+    tp: int = int_field(1, "tp", "Tensor-parallel degree (Megatron-style, attention heads split)",
                    _F("--tp", "tensor-parallel degree", metavar="T"))
-    pp: int = _int(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
+    pp: int = int_field(1, "pp", "Pipeline-parallel degree (ranks per pipeline)",
                    _F("--pp", "pipeline-parallel degree (stages)", metavar="P"))
-    ep: int = _int(1, "ep", "Expert-parallel degree: each MoE layer's routed experts split over ep ranks of the "
+    ep: int = int_field(1, "ep", "Expert-parallel degree: each MoE layer's routed experts split over ep ranks of the "
                    "data-parallel group, tokens exchanged by all-to-all (Megatron-Core, DeepSpeed-MoE); 1: every "
                    "rank holds every expert", _F("--ep", "expert-parallel degree (MoE models; divides dp)", metavar="E"))
     routing_skew: float = declare(
@@ -100,24 +80,24 @@ class Strategy:
         doc="MoE load imbalance: tokens the busiest expert-parallel rank receives ÷ its balanced share (1: "
             "balanced routing); the slowest rank sets each MoE layer's time",
         flag=_F("--routing-skew", "MoE load imbalance, busiest rank ÷ balanced share (what-if)", metavar="X"))
-    moe_dispatcher: Dispatcher = _enum(Dispatcher, "moe_dispatcher", _F(
+    moe_dispatcher: Dispatcher = enum_field(Dispatcher, "moe_dispatcher", _F(
         "--moe-dispatcher", "per-expert (one copy per routed expert: Megatron-Core alltoall) or deepep (one "
         "copy per destination node, forwarded over NVLink)", choices=choices_of(Dispatcher)),
         doc="How the MoE token all-to-alls ship a token (simulator.workload.moe_routing)",
         default=Dispatcher.PER_EXPERT)
-    moe_routing: Routing = _enum(Routing, "moe_routing", _F(
+    moe_routing: Routing = enum_field(Routing, "moe_routing", _F(
         "--moe-routing", "learned (the model's gate, uniform over the experts it allows) or round-robin "
         "(AutoModel's fake balanced gate: k consecutive experts)", choices=choices_of(Routing)),
         doc="Which experts a token goes to, for the dispatch volume (simulator.workload.moe_routing)",
         default=Routing.LEARNED)
-    placement: PlacementOrder = _enum(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
+    placement: PlacementOrder = enum_field(PlacementOrder, "placement", _F("--placement", "rank order, innermost first",
                                                                       choices=choices_of(PlacementOrder),
                                                                       aliases=("--order",)),
                                       doc="Order the dimensions fill consecutive ranks", default=PlacementOrder.TP_PP_DP)
-    schedule: ScheduleKind = _enum(ScheduleKind, "schedule", _F("--schedule", "pipeline schedule",
+    schedule: ScheduleKind = enum_field(ScheduleKind, "schedule", _F("--schedule", "pipeline schedule",
                                                                 choices=choices_of(ScheduleKind)),
                                    doc="Pipeline schedule", default=ScheduleKind.ONE_F_ONE_B)
-    virtual_stages: int = _int(1, "virtual_stages", "Model chunks per pipeline rank, v (interleaved only)",
+    virtual_stages: int = int_field(1, "virtual_stages", "Model chunks per pipeline rank, v (interleaved only)",
                                _F("--virtual-stages", "model chunks per rank (interleaved only)", metavar="V",
                                   default_help="1; 2 with --schedule interleaved"))
     layer_split: tuple[int, ...] | None = declare(
@@ -125,113 +105,113 @@ class Strategy:
         doc="Layers per (virtual) stage in model order, pp·v entries; None: as even as possible",
         flag=_F("--layer-split", "layers per (virtual) stage in model order, e.g. 2,10", metavar="L1,L2,...",
                 default_help="as even as possible, extra layers after the first stage"))
-    sequence_parallel: bool = _switch(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
+    sequence_parallel: bool = switch_field(False, "sequence_parallel", "Megatron sequence parallelism on the tp group "
                                       "(Korthikanti et al. 2022); a no-op at tp = 1, as in Megatron-LM", "--sp")
-    cp: int = _int(1, "cp", "Context-parallel degree: each sample's sequence split over cp ranks, weights "
+    cp: int = int_field(1, "cp", "Context-parallel degree: each sample's sequence split over cp ranks, weights "
                    "replicated (simulator.workload.context)", _F("--cp", "context-parallel degree", metavar="C"))
-    cp_kind: ContextKind = _enum(ContextKind, "cp_kind", _F(
+    cp_kind: ContextKind = enum_field(ContextKind, "cp_kind", _F(
         "--cp-kind", "ring (KV blocks around the cp ring, overlapped with attention) or all-to-all "
         "(DeepSpeed-Ulysses, heads split by cp)", choices=choices_of(ContextKind)),
         doc="How the attention core of a cp group exchanges tokens", default=ContextKind.RING)
-    cp_balanced: bool = _switch(True, "cp_balanced", "Causal load balancing of ring attention: the sequence in "
+    cp_balanced: bool = switch_field(True, "cp_balanced", "Causal load balancing of ring attention: the sequence in "
                                 "2·cp chunks, rank r holding chunks r and 2cp−1−r (Megatron-Core, torchtitan)",
                                 "--cp-balanced")
-    precision: MatmulPrecision = _enum(MatmulPrecision, "precision", _F(
+    precision: MatmulPrecision = enum_field(MatmulPrecision, "precision", _F(
         "--precision", "model (the model's own dtype) or fp8 (linear layers' GEMMs in FP8 by the framework's "
         "recipe, the rest in bf16)", choices=choices_of(MatmulPrecision)),
         doc="Format of the linear layers' GEMMs (simulator.workload.fp8)", default=MatmulPrecision.MODEL)
-    fp8_recipe: Fp8Recipe | None = _opt_enum(
+    fp8_recipe: Fp8Recipe | None = opt_enum_field(
         Fp8Recipe, "fp8_recipe", doc="FP8 recipe (precision fp8 only); None: the framework's (megatron: te, torch and fsdp2: torchao)",
         flag=_F("--fp8-recipe", "te (Transformer Engine, delayed scaling), torchao (float8, tensorwise dynamic "
                 "scaling), torchao-rowwise (float8, rowwise dynamic scaling), te-current (TE per-tensor current "
                 "scaling), te-blockwise (TE 1x128/128x128 block scaling) or te-mxfp8 (TE MXFP8, Blackwell); default: "
                 "the framework's", choices=choices_of(Fp8Recipe)))
-    fp8_all_gather: bool = _switch(False, "fp8_all_gather", "FSDP2 all-gathers the FP8 weights cast on their "
+    fp8_all_gather: bool = switch_field(False, "fp8_all_gather", "FSDP2 all-gathers the FP8 weights cast on their "
                                    "shards (torchao enable_fsdp_float8_all_gather; torchao recipe, fsdp2, zero 2-3)",
                                    "--fp8-all-gather")
-    zero: ZeroStage = _enum(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
+    zero: ZeroStage = enum_field(ZeroStage, "zero", _F("--zero", "ZeRO stage", choices=choices_of(ZeroStage)),
                             doc="Which model states are partitioned over the dp ranks", default=ZeroStage.ZERO0)
-    offload: Offload = _enum(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
+    offload: Offload = enum_field(Offload, "offload", _F("--offload", "model states offloaded (ZeRO-Offload/Infinity)",
                                                     choices=choices_of(Offload)),
                              doc="Where model states live outside GPU memory", default=Offload.NONE)
-    offload_activations: bool = _switch(
+    offload_activations: bool = switch_field(
         False, "offload_activations", "Move the activation checkpoints of full recomputation to host memory "
         "(DeepSpeed activation checkpointing, cpu_checkpointing); each block's checkpoint is copied over the host "
         "link in forward and back in backward (simulator.compile.act_offload_part)", "--offload-activations")
-    recompute: Recompute = _enum(Recompute, "recompute", _F("--recompute", "activation recomputation",
+    recompute: Recompute = enum_field(Recompute, "recompute", _F("--recompute", "activation recomputation",
                                                             choices=choices_of(Recompute)),
                                  doc="Activation recomputation", default=Recompute.NONE)
-    attention: AttentionKind = _enum(AttentionKind, "attention", _F(
+    attention: AttentionKind = enum_field(AttentionKind, "attention", _F(
         "--attention", "flash (FlashAttention/SDPA, no s×s scores kept) or eager (scores materialised, as "
         "Megatron-LM 2021; --recompute selective then recomputes the attention core)", choices=choices_of(AttentionKind)),
         doc="Attention implementation", default=AttentionKind.FLASH)
-    attention_backend: AttentionBackend | None = _opt_enum(
+    attention_backend: AttentionBackend | None = opt_enum_field(
         AttentionBackend, "attention_backend",
         doc="The fused-attention kernel (attention flash): flash-attention-2 or cudnn; None: the framework's "
             "choice on the GPU (Framework.attention_backend). The executor records what torch's SDPA picked",
         flag=_F("--attention-backend", "fused-attention kernel: flash-attention-2 or cudnn (torch's "
                 "sdpa_kernel, Transformer Engine's NVTE_FUSED_ATTN); default: the framework's choice",
                 choices=choices_of(AttentionBackend)))
-    kernel_fusion: KernelFusion = _enum(KernelFusion, "kernel_fusion", _F(
+    kernel_fusion: KernelFusion = enum_field(KernelFusion, "kernel_fusion", _F(
         "--kernel-fusion", "how the framework fuses element-wise kernels: eager (PyTorch, one kernel per op), "
         "megatron (Megatron-LM's fused bias-dropout-add and scale-mask-softmax), compiled (torch.compile)",
         choices=choices_of(KernelFusion)), doc="Kernel fusion of the framework", default=KernelFusion.EAGER)
-    model_code: ModelCode = _enum(ModelCode, "model_code", _F(
+    model_code: ModelCode = enum_field(ModelCode, "model_code", _F(
         "--model-code", "whose code the norms, rotary and KV heads run as in eager mode: fused-ops (one kernel "
         "each), torchtitan-2024-mid or torchtitan-2024-12 (fp32 operator chains, repeat_kv copies), "
         "llm-foundry-mpt (bf16 norms under autocast)",
         choices=choices_of(ModelCode)),
         doc="The model's own element-wise code (simulator.workload.model_code)", default=ModelCode.FUSED_OPS)
-    framework: Framework | None = _opt_enum(
+    framework: Framework | None = opt_enum_field(
         Framework, "framework",
         doc="Who implements the ZeRO stage (memory, and the granularity of ZeRO-2/3 calls); None: implied by the "
             "partitioning and the stage (resolve_framework)",
         flag=_F("--framework", "torch (DDP, ZeRO 0-1), fsdp2 (ZeRO 2-3), deepspeed (ZeRO 0-3), megatron (DDP and "
                 "distributed optimizer, ZeRO 0-1); default: implied "
                 "by --partitioning (flat: torch at ZeRO 0, deepspeed above)", choices=choices_of(Framework)))
-    partitioning: Partitioning | None = _opt_enum(
+    partitioning: Partitioning | None = opt_enum_field(
         Partitioning, "partitioning", doc="How ZeRO splits states over dp ranks; None: the framework's",
         flag=_F("--partitioning", "how ZeRO splits states: flat (DeepSpeed), whole-tensor (torch "
                 "ZeroRedundancyOptimizer), dim0-padded (FSDP2); default: the framework's",
                 choices=choices_of(Partitioning)))
-    fsdp1_flat_params: bool = _switch(  # [src: torch-fsdp1-flat-param]
+    fsdp1_flat_params: bool = switch_field(  # [src: torch-fsdp1-flat-param]
         False, "fsdp1_flat_params", "FSDP1's FlatParameter (torch FullyShardedDataParallel, e.g. Composer) instead of "
         "FSDP2's per-parameter shards: gathers land in the buffer the parameters view and the gradient's reduce "
         "cast runs on the post-backward stream, so no copy-out / copy-in on the compute stream "
         "(simulator.compile.fsdp2_copies; framework fsdp2, zero 2-3)", "--fsdp1-flat-params")
-    moe_a2a_overlap: bool = _switch(  # [src: megatron-core-moe-a2a-overlap]
+    moe_a2a_overlap: bool = switch_field(  # [src: megatron-core-moe-a2a-overlap]
         False, "moe_a2a_overlap", "Megatron-Core's batch-level overlap of the expert-parallel all-to-alls "
         "(--overlap-moe-expert-parallel-comm with --delay-wgrad-compute): one micro-batch's all-to-alls run under "
         "another's compute in the 1F1B steady state (simulator.compile.ep_part.batch_overlap; framework megatron, "
         "ep > 1)", "--moe-a2a-overlap")
-    unfused_grad_accumulation: bool = _switch(  # [src: megatron-ddp-main-grad]
+    unfused_grad_accumulation: bool = switch_field(  # [src: megatron-ddp-main-grad]
         False, "unfused_grad_accumulation", "Megatron-LM without gradient-accumulation fusion "
         "(--no-gradient-accumulation-fusion, or Megatron-LM 2021, before it): each micro-batch's gradients are "
         "added into the accumulation buffer by a kernel of their own, not by the weight-gradient GEMM "
         "(simulator.workload.grad_accum; framework megatron)", "--unfused-grad-accumulation")
-    megatron_unbuffered_grads: bool = _switch(  # [src: megatron-ddp-main-grad, megatron-2021-fp16-optimizer]
+    megatron_unbuffered_grads: bool = switch_field(  # [src: megatron-ddp-main-grad, megatron-2021-fp16-optimizer]
         False, "megatron_unbuffered_grads", "Megatron-LM's local DDP without contiguous gradient buffers (2021's "
         "--fp16 default; --use-contiguous-buffers-in-ddp was opt-in): autograd accumulates .grad (the first "
         "micro-batch of a step assigns), allreduce_gradients flattens, divides and copies the gradients back, and "
         "the fp16 optimizer copies them to fp32 main gradients (simulator.compile.megatron_step; framework "
         "megatron, zero 0, with unfused_grad_accumulation)", "--megatron-unbuffered-grads")
-    gradient_as_bucket_view: bool = _switch(
+    gradient_as_bucket_view: bool = switch_field(
         False, "gradient_as_bucket_view", "torch DDP's gradient_as_bucket_view: no bucket copy of the gradients",
         "--bucket-view", _MEM)
-    optimizer_impl: OptimizerImpl | None = _opt_enum(
+    optimizer_impl: OptimizerImpl | None = opt_enum_field(
         OptimizerImpl, "optimizer_impl",
         doc="How the GPU's Adam(W) step runs: fused, foreach or for-loop (torch's names); None: the framework's "
             "(Framework.optimizer_impl: torch's default for torch and fsdp2, fused for megatron and deepspeed)",
         flag=_F("--optimizer-impl", "fused (one kernel), foreach or for-loop (torch's unfused AdamW: 20 fp32 passes "
                 "per parameter); default: the framework's", choices=choices_of(OptimizerImpl)))
-    mixed_precision: MixedPrecision | None = _opt_enum(
+    mixed_precision: MixedPrecision | None = opt_enum_field(
         MixedPrecision, "mixed_precision",
         doc="How a bf16/fp16 model's mixed precision runs: autocast (torch.autocast over fp32 parameters) or "
             "param-dtype (parameters held in bf16 for compute); None: the framework's (Framework.mixed_precision)",
         flag=_F("--mixed-precision", "autocast (fp32 parameters under torch.autocast: weight casts, fp32 norms "
                 "and residual stream) or param-dtype (bf16 parameters for compute); default: the framework's",
                 choices=choices_of(MixedPrecision)))
-    grad_reduce_dtype: GradReduceDtype | None = _opt_enum(
+    grad_reduce_dtype: GradReduceDtype | None = opt_enum_field(
         GradReduceDtype, "grad_reduce_dtype",
         doc="The format a bf16/fp16 model's gradients are reduced in over dp: fp32 or param-dtype; None: the "
             "framework's (Framework.grad_reduce_dtype: fp32 for megatron bf16 and fsdp2)",
