@@ -59,8 +59,9 @@ class StartMethod(Enum):
         return StartMethod.SPAWN if backend == "nccl" else StartMethod.FORKSERVER
 
 
-PRELOAD = ["torch", "torch.distributed", "executor.launch"]
-"""Modules the forkserver imports before it forks any rank."""
+PRELOAD = ["torch", "torch.distributed", "executor.launch", "executor.run"]
+"""Modules the forkserver imports before it forks any rank (``executor.run``: a ``trainplan execute`` rank's entry
+point, 0.44 s of CPU after torch on the 2-core VM, 2026-11-26)."""
 
 
 class LaunchError(RuntimeError):
