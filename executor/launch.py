@@ -1,8 +1,18 @@
 """Run a function on N local processes joined in one torch.distributed process group.
 
-``run(fn, nproc)`` starts ``nproc`` processes (the ``spawn`` start method, so CUDA is safe), joins
-them with ``init_process_group`` over a free loopback TCP port, calls ``fn(rank, world_size, *args)``
-on each, and returns the per-rank return values in rank order.
+``run(fn, nproc)`` starts ``nproc`` processes, joins them with ``init_process_group`` over a free
+loopback TCP port, calls ``fn(rank, world_size, *args)`` on each, and returns the per-rank return
+values in rank order.
+
+Start method (:class:`StartMethod`): gloo ranks are forked from a ``forkserver`` that imported torch
+once (the server is started on the first launch and kept for the process's life), NCCL ranks are
+``spawn``ed (a fresh interpreter: CUDA must never be initialised before a fork, and the forked start
+has not been checked on a GPU). A spawned rank spends about 1.4 s of CPU importing torch before its
+work; a forked one about 0.02 s (``benchmarks/launch_start_cpu.py``, 2026-11-26, docs/quality.md,
+test23). What a forked rank measures is the same: docs/quality.md (test23) has the ABAB check. The
+caller's environment at launch time is handed to each rank (a forked rank would otherwise see the
+server's, frozen when it started); variables torch reads only at import (e.g. ``OMP_NUM_THREADS``)
+are the server's, which is why the ranks set their thread count themselves (:attr:`LaunchConfig.num_threads`).
 
 Failure handling: each rank reports its result or its traceback on one queue. The parent reads the
 queue itself instead of relying on ``mp.spawn``/``torchrun``, which SIGTERM the survivors as soon as
@@ -23,6 +33,7 @@ import socket
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import Enum
 from typing import Any, Callable
 
 from simulator.errors import SpecError
@@ -32,6 +43,25 @@ BACKENDS = ("gloo", "nccl")
 
 _POLL_S = 0.05
 """How often the parent checks for dead processes while waiting for reports, seconds."""
+
+
+class StartMethod(Enum):
+    """How the rank processes start (module docstring)."""
+
+    SPAWN = "spawn"
+    """A fresh interpreter per rank, which imports torch itself."""
+    FORKSERVER = "forkserver"
+    """Forked from a server process that imported :data:`PRELOAD` once."""
+
+    @staticmethod
+    def for_backend(backend: str) -> "StartMethod":
+        """The default: the forkserver for gloo, spawn for NCCL (no fork near CUDA)."""
+        return StartMethod.SPAWN if backend == "nccl" else StartMethod.FORKSERVER
+
+
+PRELOAD = ["torch", "torch.distributed", "executor.launch", "executor.run"]
+"""Modules the forkserver imports before it forks any rank (``executor.run``: a ``trainplan execute`` rank's entry
+point, 0.44 s of CPU after torch on the 2-core VM, 2026-11-26)."""
 
 
 class LaunchError(RuntimeError):
@@ -58,6 +88,8 @@ class LaunchConfig:
     """Process-group timeout, seconds: how long a rank waits for an absent peer in a collective."""
     num_threads: int | None = 1
     """torch intra-op threads per rank (1: ranks do not oversubscribe the cores; None: torch default)."""
+    start: StartMethod | None = None
+    """How the ranks start; None: :meth:`StartMethod.for_backend`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.nproc, int) or self.nproc < 1:
@@ -123,21 +155,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_context(start: StartMethod):
+    """The multiprocessing context that starts ranks by ``start`` (the forkserver preloads :data:`PRELOAD`)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context(start.value)
+    if start is StartMethod.FORKSERVER:
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def run(fn: Callable[..., Any], nproc: int, args: tuple = (), *, backend: str = "gloo",
-        timeout_s: float = 300.0, pg_timeout_s: float = 60.0, num_threads: int | None = 1) -> list[Any]:
+        timeout_s: float = 300.0, pg_timeout_s: float = 60.0, num_threads: int | None = 1,
+        start: StartMethod | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``nproc`` processes; return the results in rank order.
 
     Raises :class:`LaunchError` for the first rank that fails, and ``TimeoutError`` after
     ``timeout_s``. The process group is created before ``fn`` and destroyed after it.
     """
     config = LaunchConfig(nproc=nproc, backend=backend, timeout_s=timeout_s, pg_timeout_s=pg_timeout_s,
-                          num_threads=num_threads)
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
+                          num_threads=num_threads, start=start)
+    ctx = start_context(config.start or StartMethod.for_backend(backend))
     reports = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(rank, config, port, fn, args, reports), daemon=True)
+    env = dict(os.environ)
+    procs = [ctx.Process(target=_worker, args=(rank, config, port, fn, args, reports, env), daemon=True)
              for rank in range(nproc)]
     for proc in procs:
         proc.start()
@@ -188,11 +230,14 @@ def _stop(procs: list, graceful: bool) -> None:
             proc.join(timeout=5.0)
 
 
-def _worker(rank: int, config: LaunchConfig, port: int, fn: Callable, args: tuple, reports) -> None:
-    """Body of one rank: join the group, run ``fn``, report its result or traceback."""
+def _worker(rank: int, config: LaunchConfig, port: int, fn: Callable, args: tuple, reports,
+            env: dict[str, str]) -> None:
+    """Body of one rank: take the caller's environment, join the group, run ``fn``, report its result or traceback."""
     import torch
     import torch.distributed as dist
 
+    os.environ.clear()
+    os.environ.update(env)
     try:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)

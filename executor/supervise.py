@@ -1,9 +1,10 @@
 """Run a plan on N local processes, as torchrun would, and turn any rank's failure into one answer.
 
-``supervise(argv, nproc, timeout_s, out)`` starts ``python -m executor.run ARGV`` N times with
+``supervise(argv, nproc, timeout_s, out)`` runs ``executor.run ARGV`` N times with
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (a free loopback
 port, as :func:`executor.launch.free_port` picks it), so the ranks run exactly the code torchrun
-runs. It then watches them:
+runs (gloo ranks forked from a forkserver that imported torch once, NCCL ranks as fresh
+interpreters: :mod:`executor.rank_process`). It then watches them:
 
 - every rank writes its step count and, on failure, its error to a private status folder;
 - once a rank exits non-zero or writes an error, it waits a moment (:data:`SETTLE_S`) for the
@@ -23,13 +24,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from executor.launch import free_port
+from executor.rank_process import RankProcess, backend_flag, start_for
 from simulator.jsonio import read_json, write_json
 from simulator.run_journal import fold, journal_path
 
@@ -72,7 +73,7 @@ def _read(path: Path):
 class _Ranks:
     def __init__(self, argv: list[str], nproc: int, status: Path, echo: bool = True):
         root = str(Path(__file__).resolve().parents[1])
-        port = free_port()
+        port, start = free_port(), start_for(backend_flag(argv))
         self.status, self.procs, self.logs = status, [], []
         for rank in range(nproc):
             env = os.environ | {"RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
@@ -81,10 +82,7 @@ class _Ranks:
                                 "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             log = open(status / f"rank{rank}.log", "w+")
             self.logs.append(log)
-            out = None if rank == 0 and echo else log
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "executor.run", *argv, "--status-dir", str(status)], env=env,
-                stdout=out, stderr=log))
+            self.procs.append(RankProcess([*argv, "--status-dir", str(status)], env, log, rank == 0 and echo, start))
 
     def steps(self) -> list[int]:
         """Steps each rank finished; -1 before it is ready (model built)."""

@@ -1,0 +1,37 @@
+"""How ranks start (executor.launch.StartMethod, executor/rank_process.py): gloo ranks forked from a forkserver
+that imported torch, NCCL ranks spawned; a forked rank sees the caller's environment at launch time, not the
+server's (frozen when it started)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from executor import launch
+from executor.launch import StartMethod
+from executor.rank_process import backend_flag
+
+
+def _env_and_start(rank: int, world: int, name: str) -> tuple:
+    return os.environ.get(name), world
+
+
+def test_gloo_forks_from_the_server_and_nccl_spawns():
+    assert StartMethod.for_backend("gloo") is StartMethod.FORKSERVER
+    assert StartMethod.for_backend("nccl") is StartMethod.SPAWN
+
+
+@pytest.mark.parametrize("argv, name", [([], None), (["plan.json", "--backend", "nccl"], "nccl"),
+                                        (["--backend=gloo", "--steps", "2"], "gloo")])
+def test_the_backend_flag_is_read_in_either_spelling(argv, name):
+    assert backend_flag(argv) == name
+
+
+@pytest.mark.multiproc
+def test_a_forked_rank_sees_the_callers_environment_at_launch(monkeypatch):
+    monkeypatch.setenv("TRAINPLAN_TEST_START", "first")
+    assert launch.run(_env_and_start, 2, ("TRAINPLAN_TEST_START",))[1][0] == "first"  # the server is running now
+    monkeypatch.setenv("TRAINPLAN_TEST_START", "second")
+    results = launch.run(_env_and_start, 2, ("TRAINPLAN_TEST_START",))
+    assert [r[0] for r in results] == ["second", "second"] and results[0][1] == 2
