@@ -146,14 +146,16 @@ def with_host(node, terms: HostTerms | None):
 def with_step_loop(node, steps):
     """``node`` with ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` from the rank-step probe
     (:class:`executor.step_bench.RankStepTiming`: ``outside_s`` and ``first_cold_s``, µs, at least 0)
-    [src: own-step-loop-probe], and ``host.rank_jitter_sd_fraction`` from the same steps
-    (``step_independent_sd_fraction``) [src: own-rank-jitter-probe]; as is without a host section or a probe (a GPU,
-    bf16)."""
+    [src: own-step-loop-probe]; as is without a host section or a probe (a GPU, bf16).
+
+    ``host.rank_jitter_sd_fraction`` (:mod:`simulator.rank_max`) is NOT written from the same steps: max23 found the
+    2-rank probe's lift (``step_independent_sd_fraction``) 3x the suite cases' own-work lift at 2 ranks and half of it
+    at 4 (docs/validation.md, max23), so the field stays 0 until a per-process-count probe sizes it; a cluster file
+    may still set it."""
     if node.host is None or steps is None:
         return node
     host = replace(node.host, step_loop_us=max(0.0, steps.outside_s * 1e6),
-                   first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
-                   rank_jitter_sd_fraction=steps.step_independent_sd_fraction)
+                   first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
     return replace(node, host=host)
 
 
