@@ -72,13 +72,17 @@ class LocalSchedule:
         self.group = group
         self.reduce_bytes_per_rank = reduce_bytes_per_rank
         seen: dict[tuple, int] = {}
+        same: dict[int, int] = {}  # id(content) → k: a step given as the same tuple again (a ring's) is not rehashed
         self.contents: list[tuple] = []
         self.sequence: list[int] = []
         for content in steps:
-            k = seen.get(content)
+            k = same.get(id(content))
             if k is None:
-                k = seen[content] = len(self.contents)
-                self.contents.append(content)
+                k = seen.get(content)
+                if k is None:
+                    k = seen[content] = len(self.contents)
+                    self.contents.append(content)  # kept alive here, so its id stays its own
+                same[id(content)] = k
             self.sequence.append(k)
         self.pairs = tuple(dict.fromkeys((s, d, n) for c in self.contents for s, d, b, n in c if b > 0))
         """Distinct (src, dst, nic index) that carry bytes: the links the schedule uses."""
@@ -136,19 +140,26 @@ class LocalSchedule:
         key = (wire, fuse)
         if key not in self._fused:
             out, last = [], None
+            rows = [_row(content, wire) for content in self.contents]  # once per distinct content, not per step
             for k in self.sequence:
-                content = [t for t in self.contents[k] if t[2] > 0]
-                if not content:
+                if rows[k] is None:
                     continue
-                shape = tuple((s, d, n) for s, d, _, n in content)
-                nbytes = np.array([float(b) for _, _, b, _ in content])
-                if fuse and shape == last:
-                    out[-1] = (shape, out[-1][1] + nbytes * wire)
+                shape, nbytes = rows[k]
+                if fuse and (shape is last or shape == last):
+                    out[-1] = (shape, out[-1][1] + nbytes)
                 else:
-                    out.append((shape, nbytes * wire))
+                    out.append((shape, nbytes))
                     last = shape
             self._fused[key] = [(shape, b.tolist()) for shape, b in out]
         return self._fused[key]
+
+
+def _row(content: tuple, wire: float):
+    """A step content's (pairs with bytes, their wire bytes as an array); None when no transfer has bytes."""
+    content = [t for t in content if t[2] > 0]
+    if not content:
+        return None
+    return tuple((s, d, n) for s, d, _, n in content), np.array([float(b) for _, _, b, _ in content]) * wire
 
 
 def _nic_of(group: Group):
