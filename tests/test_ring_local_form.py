@@ -18,7 +18,9 @@ from hypothesis import example, given, settings, strategies as st
 
 from simulator.cluster.facts import DegradedNic
 from simulator.cluster.presets import load_preset
+import simulator.collectives.chain as chain
 from simulator.collectives.base import Op
+from simulator.collectives.chain import chain_latency_s, chain_latency_steps_s
 from simulator.collectives.cost import Group
 from simulator.collectives.registry import estimate, get_algorithm
 from simulator.engine.replay_work import CommRunner
@@ -112,3 +114,22 @@ def test_plans_from_the_local_form_equal_plans_from_the_schedule(nbytes, sick, m
         assert [[(p, n, lat) for p, n, lat in s] for s in a.steps] == [[(p, n, lat) for p, n, lat in s] for s in b.steps]
     assert all(lo.schedule is None for lo in runners[True]._schedules._shared.values())
     assert all(lo.schedule is not None for lo in runners[False]._schedules._shared.values())
+
+
+edge = st.tuples(st.integers(0, 40), st.integers(0, 40), st.floats(0.0, 1e-3, allow_nan=False))
+
+
+@FAST
+@given(distinct=st.lists(st.lists(edge, max_size=300), min_size=1, max_size=4),
+       order=st.lists(st.integers(0, 3), max_size=40))
+@example(distinct=[[(i, (i + 1) % 64, 1e-6 * (1 + i % 3)) for i in range(64)]], order=[0] * 126)  # a ring
+def test_vectorised_chain_is_the_loops_float(distinct, order):
+    # chain.py's numpy path (large schedules) against its loop, ==, on steps repeated in any order
+    order = [k % len(distinct) for k in order]
+    loop = chain_latency_s(distinct[k] for k in order)
+    assert chain_latency_steps_s(distinct, order) == loop
+    saved, chain.VECTOR_MIN_EDGES = chain.VECTOR_MIN_EDGES, 0  # the numpy path on every size
+    try:
+        assert chain_latency_steps_s(distinct, order) == loop
+    finally:
+        chain.VECTOR_MIN_EDGES = saved
