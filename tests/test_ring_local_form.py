@@ -29,7 +29,7 @@ from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
 A100 = load_preset("dgx-a100")
 RING = get_algorithm("ring")
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=30, deadline=None)
 OPS = (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER)
 
 

@@ -21,8 +21,9 @@ transfers):
   chunk count. ``tests/test_engine_shortcuts.py`` checks shared schedules, links and latencies against
   fresh builds on groups of every kind the engine maps them to.
 - **Built in local form** (:meth:`LocalSchedule.of_local`): an algorithm that offers
-  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree) gives the steps in local terms
-  without its ``Transfer`` objects (~10⁵ per key at 1,024 nodes), and its chunk-pipeline latency comes from
+  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree; the ring's reduce-scatter, all-gather
+  and all-reduce, des25) gives the steps in local terms without its ``Transfer`` objects (~10⁵ per key at 1,024
+  nodes; a ring's ``2(p−1)·p·C``, 0.5 M at dp 512, becomes one content per distinct rotation, often one), and its chunk-pipeline latency comes from
   :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
   schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
   instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
