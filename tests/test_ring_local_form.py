@@ -21,7 +21,7 @@ from simulator.cluster.presets import load_preset
 import simulator.collectives.chain as chain
 from simulator.collectives.base import Op
 from simulator.collectives.chain import chain_latency_s, chain_latency_steps_s
-from simulator.collectives.cost import Group
+from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import estimate, get_algorithm
 from simulator.engine.replay_work import CommRunner
 from simulator.engine.shapes import LocalSchedule, ScheduleCache
@@ -73,6 +73,9 @@ def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, firs
         assert getattr(direct, name) == getattr(built, name), name
     assert len(direct.sequence) == schedule.num_steps and direct.schedule is None
     assert len(direct.contents) <= group.p  # one per distinct rotation at most, not one per step
+    for protocol in (None, *group.cluster.comm.protocols):  # the chain from step shapes: the float of every step's flows
+        env = Env(group.cluster, protocol, group.paths, family="ring", group=group)
+        assert env.chain_latency_s(direct.chain_flow_steps(group)) == env.chain_latency_s(built.flow_steps(group))
     for wire in (1.0, 1 / 0.7):
         for fuse in (False, True):
             assert direct.fused(wire, fuse) == _old_fused(built, wire, fuse)

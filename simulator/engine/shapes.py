@@ -48,7 +48,7 @@ class LocalSchedule:
     step sequence as indices into them (empty steps kept, as :meth:`Schedule.steps` gives them)."""
 
     __slots__ = ("algorithm", "schedule", "group", "reduce_bytes_per_rank", "contents", "sequence", "pairs",
-                 "_fused", "_chains")
+                 "_fused", "_chains", "_shape_of", "_shapes")
 
     def __init__(self, schedule: Schedule, group: Group):
         nic_index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
@@ -89,6 +89,8 @@ class LocalSchedule:
         """Distinct (src, dst, nic index) that carry bytes: the links the schedule uses."""
         self._fused: dict[tuple, list] = {}
         self._chains: dict[tuple, float] = {}
+        self._shape_of: list[int] | None = None  # per content, its shape's index in _shapes (chain_flow_steps)
+        self._shapes: list[tuple] = []
 
     def chain_s(self, costs: Env, flow_steps, links: dict) -> float:
         """:meth:`Env.chain_latency_s` of ``flow_steps()`` (this schedule's steps of flows on one group, built
@@ -130,6 +132,20 @@ class LocalSchedule:
         ranks = group.ranks
         lists = [[Flow(ranks[s], ranks[d], b, nic(s, n)) for s, d, b, n in c] for c in self.contents]
         return [lists[k] for k in self.sequence]
+
+    def chain_flow_steps(self, group: Group) -> list[list[Flow]]:
+        """:meth:`flow_steps` for the latency chain only: one list per distinct step *shape* (its pairs with bytes,
+        in order), each flow carrying 1 byte. :meth:`Env.edges` reads only which flows have bytes and their (src,
+        dst, NIC), so :meth:`Env.chain_latency_s` is the same float, and steps that differ in bytes alone (a ring's
+        rotations of uneven slices, up to ``p`` contents) are one list, read once (des25)."""
+        if self._shape_of is None:
+            shapes: dict[tuple, int] = {}
+            self._shape_of = [shapes.setdefault(tuple((s, d, n) for s, d, b, n in c if b > 0), len(shapes))
+                              for c in self.contents]
+            self._shapes = list(shapes)
+        nic, ranks = _nic_of(group), group.ranks
+        lists = [[Flow(ranks[s], ranks[d], 1.0, nic(s, n)) for s, d, n in shape] for shape in self._shapes]
+        return [lists[self._shape_of[k]] for k in self.sequence]
 
     def links(self, group: Group) -> list[tuple[int, int, int | None]]:
         """:attr:`pairs` on ``group``: (src rank, dst rank, NIC)."""
