@@ -21,7 +21,8 @@ inherited):
 - ``transfers(group, op, nbytes, root)``: the schedule's :class:`Transfer` list (base.py semantics).
 - optionally, for engines at scale: ``local_steps(group, op, nbytes)`` (the schedule's steps in group-local
   form without its transfers) and ``chunk_pipeline_latency_s(env, group, op, nbytes)`` (its chunk-pipeline
-  latency without the schedule); each must give the values the schedule gives (the tree's: tests/test_tree_local_form.py).
+  latency without the schedule); each must give the values the schedule gives (the tree's: tests/test_tree_local_form.py; the ring's:
+  tests/test_ring_local_form.py).
 
 ``time_s`` = calls × per-call overhead + ``comm_time_s`` + exposed γ of ``reduce_bytes``; ``schedule`` wraps the
 transfers in a :class:`Schedule` whose ``reduce_bytes_per_rank`` is measured from the transfers.

@@ -56,7 +56,7 @@ from functools import cached_property
 from simulator.cluster.spec import Cluster, LinkClass, LinkKind, Protocol
 from simulator.cluster.topology import Hop, Path, path
 from simulator.collectives.base import Op
-from simulator.collectives.chain import Edge, chain_latency_s
+from simulator.collectives.chain import Edge, chain_latency_steps_s
 from simulator.collectives.gloo_ops import waits_as
 from simulator.collectives.group import Flow, Group, ring_flows, ring_nic  # noqa: F401 (re-exported)
 from simulator.collectives.pipeline_cost import PipelineCost, PipelineLayout
@@ -241,11 +241,15 @@ class Env:
 
     def chain_latency_s(self, steps_of_flows: list[list[Flow]]) -> float:
         """Longest latency chain through the steps (:func:`simulator.collectives.chain.chain_latency_s`)."""
-        memo: dict[int, list[Edge]] = {}
+        memo: dict[int, int] = {}  # id(step) → its index in distinct: a step given twice as one list is read once
+        distinct: list[list[Edge]] = []
+        order = []
         for s in steps_of_flows:
             if id(s) not in memo:
-                memo[id(s)] = self.edges(s)
-        return chain_latency_s(memo[id(s)] for s in steps_of_flows)
+                memo[id(s)] = len(distinct)
+                distinct.append(self.edges(s))
+            order.append(memo[id(s)])
+        return chain_latency_steps_s(distinct, order)
 
     def steps_bw_s(self, steps_of_flows: list[list[Flow]]) -> float:
         """``Σ step_bw_s`` over the steps (a step given twice as the same list is costed once)."""

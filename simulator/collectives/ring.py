@@ -30,7 +30,7 @@ O(p)):
 
 from __future__ import annotations
 
-from simulator.collectives.algorithm import Algorithm, chunked, sub_slices
+from simulator.collectives.algorithm import Algorithm, LocalSteps, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env
@@ -67,6 +67,43 @@ def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -
                 out.append(Transfer(step=first_step + s, src=src, dst=dst, offset=off, nbytes=length,
                                     reduce=phase == "rs", channel=c, nic=_nic(group, src, dst, c)))
     return out
+
+
+def ring_local_steps(group: Group, nbytes: int, phases: tuple[str, ...]) -> LocalSteps:
+    """:func:`ring_transfers` of ``phases`` (one after the other, as :meth:`Ring.transfers` lists them) by step in
+    local form, built in O(p·C) per distinct step content instead of O(p²·C).
+
+    Step ``s`` of a phase is one *rotation* of the same ring step: position ``i`` sends channel ``c``'s part of the
+    slice owned by position ``i − r`` to ``i + 1``, ``r = s + 1`` for ``rs`` and ``r = s`` for ``ag``; the pairs
+    and NICs (``channel mod |NICs|``, the position of :meth:`Group.nic` in the node's sorted set) are the same in
+    every step, only the lengths rotate. When every slice has the same per-channel lengths (the bytes divide
+    evenly) every rotation is the same content, built once and given for every step as the same tuple object;
+    otherwise one content per distinct rotation. Zero-length transfers are left out as :meth:`Algorithm.schedule`
+    leaves them; no step is empty unless every slice is (then there are no steps). ``reduce_bytes_per_rank``
+    (``rs`` only): position ``j`` adds every slice but that of position ``j − 1`` (integer sums, exact)."""
+    pos, p, channels = group.order, group.p, group.channels
+    node, sets = group.node_index, group.nic_sets
+    slices = sub_slices(nbytes, p, channels)
+    lengths = [tuple(n for _, n in slices[pos[i]]) for i in range(p)]  # per position, each channel's length
+    links = [(pos[i], pos[(i + 1) % p], None if node[pos[i]] == node[pos[(i + 1) % p]]
+              else c % len(sets[node[pos[i]]])) for c in range(channels) for i in range(p)]
+    uniform = len(set(lengths)) <= 1
+    contents: dict[int, tuple] = {}
+
+    def content(r: int) -> tuple:
+        key = 0 if uniform else r % p
+        if key not in contents:
+            contents[key] = tuple((src, dst, n, nic) for (src, dst, nic), n in
+                                  zip(links, (lengths[(i - r) % p][c] for c in range(channels) for i in range(p)))
+                                  if n > 0)
+        return contents[key]
+
+    if p < 2 or not any(map(any, lengths)):
+        return LocalSteps([], 0.0)
+    steps = [content(s + (1 if phase == "rs" else 0)) for phase in phases for s in range(p - 1)]
+    totals = [sum(n) for n in lengths]
+    reduced = float(max(sum(totals) - totals[(j - 1) % p] for j in range(p))) if "rs" in phases else 0.0
+    return LocalSteps(steps, reduced)
 
 
 def chain(group: Group, root: int) -> list[int]:
@@ -120,6 +157,12 @@ class Ring(Algorithm):
         count and each channel's NIC by index (``channel mod`` the node's NIC count): the shape only. The
         chained broadcast and reduce pick a chunk count from the paths' costs: per group."""
         return (group.shape,) if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER) else None
+
+    def local_steps(self, group: Group, op: Op, nbytes: int) -> LocalSteps | None:
+        """Reduce-scatter, all-gather, all-reduce: :func:`ring_local_steps` (the same steps as :meth:`schedule`'s,
+        ``tests/test_ring_local_form.py``); None for the chained broadcast and reduce (no schedule key)."""
+        phases = {Op.REDUCE_SCATTER: ("rs",), Op.ALL_GATHER: ("ag",), Op.ALL_REDUCE: ("rs", "ag")}.get(op)
+        return None if phases is None else ring_local_steps(group, nbytes, phases)
 
     def comm_time_s(self, env: Env, group: Group, op: Op, nbytes: int, root: int) -> float:
         p, channels = group.p, group.channels

@@ -160,7 +160,7 @@ class CallPlanner:
                                        lambda: self._build_schedule(call, group),
                                        lambda: algorithm.chunk_pipeline_latency_s(costs, shaped, call.op, call.nbytes))
         else:
-            chain_s = local.chain_s(costs, lambda: local.flow_steps(shaped), links)
+            chain_s = local.chain_s(costs, lambda: local.chain_flow_steps(shaped), links)
         overhead_s = costs.overhead_s(algorithm.family, algorithm.calls, call.op, len(group))
         replay_s = overhead_s + self._step_bw_sums[bw_key] + chain_s + gamma_s  # in schedule_time_s's order
         # a call priced below its replay takes the difference off its wait for a core, at most that wait (a DTensor

@@ -21,8 +21,9 @@ transfers):
   chunk count. ``tests/test_engine_shortcuts.py`` checks shared schedules, links and latencies against
   fresh builds on groups of every kind the engine maps them to.
 - **Built in local form** (:meth:`LocalSchedule.of_local`): an algorithm that offers
-  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree) gives the steps in local terms
-  without its ``Transfer`` objects (~10⁵ per key at 1,024 nodes), and its chunk-pipeline latency comes from
+  :meth:`~simulator.collectives.algorithm.Algorithm.local_steps` (the tree; the ring's reduce-scatter, all-gather
+  and all-reduce, des25) gives the steps in local terms without its ``Transfer`` objects (~10⁵ per key at 1,024
+  nodes; a ring's ``2(p−1)·p·C``, 0.5 M at dp 512, becomes one content per distinct rotation, often one), and its chunk-pipeline latency comes from
   :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
   schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
   instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
@@ -47,7 +48,7 @@ class LocalSchedule:
     step sequence as indices into them (empty steps kept, as :meth:`Schedule.steps` gives them)."""
 
     __slots__ = ("algorithm", "schedule", "group", "reduce_bytes_per_rank", "contents", "sequence", "pairs",
-                 "_fused", "_chains")
+                 "_fused", "_chains", "_shape_of", "_shapes")
 
     def __init__(self, schedule: Schedule, group: Group):
         nic_index = [{nic: i for i, nic in enumerate(nics)} for nics in group.nic_sets]
@@ -72,18 +73,24 @@ class LocalSchedule:
         self.group = group
         self.reduce_bytes_per_rank = reduce_bytes_per_rank
         seen: dict[tuple, int] = {}
+        same: dict[int, int] = {}  # id(content) → k: a step given as the same tuple again (a ring's) is not rehashed
         self.contents: list[tuple] = []
         self.sequence: list[int] = []
         for content in steps:
-            k = seen.get(content)
+            k = same.get(id(content))
             if k is None:
-                k = seen[content] = len(self.contents)
-                self.contents.append(content)
+                k = seen.get(content)
+                if k is None:
+                    k = seen[content] = len(self.contents)
+                    self.contents.append(content)  # kept alive here, so its id stays its own
+                same[id(content)] = k
             self.sequence.append(k)
         self.pairs = tuple(dict.fromkeys((s, d, n) for c in self.contents for s, d, b, n in c if b > 0))
         """Distinct (src, dst, nic index) that carry bytes: the links the schedule uses."""
         self._fused: dict[tuple, list] = {}
         self._chains: dict[tuple, float] = {}
+        self._shape_of: list[int] | None = None  # per content, its shape's index in _shapes (chain_flow_steps)
+        self._shapes: list[tuple] = []
 
     def chain_s(self, costs: Env, flow_steps, links: dict) -> float:
         """:meth:`Env.chain_latency_s` of ``flow_steps()`` (this schedule's steps of flows on one group, built
@@ -126,6 +133,20 @@ class LocalSchedule:
         lists = [[Flow(ranks[s], ranks[d], b, nic(s, n)) for s, d, b, n in c] for c in self.contents]
         return [lists[k] for k in self.sequence]
 
+    def chain_flow_steps(self, group: Group) -> list[list[Flow]]:
+        """:meth:`flow_steps` for the latency chain only: one list per distinct step *shape* (its pairs with bytes,
+        in order), each flow carrying 1 byte. :meth:`Env.edges` reads only which flows have bytes and their (src,
+        dst, NIC), so :meth:`Env.chain_latency_s` is the same float, and steps that differ in bytes alone (a ring's
+        rotations of uneven slices, up to ``p`` contents) are one list, read once (des25)."""
+        if self._shape_of is None:
+            shapes: dict[tuple, int] = {}
+            self._shape_of = [shapes.setdefault(tuple((s, d, n) for s, d, b, n in c if b > 0), len(shapes))
+                              for c in self.contents]
+            self._shapes = list(shapes)
+        nic, ranks = _nic_of(group), group.ranks
+        lists = [[Flow(ranks[s], ranks[d], 1.0, nic(s, n)) for s, d, n in shape] for shape in self._shapes]
+        return [lists[self._shape_of[k]] for k in self.sequence]
+
     def links(self, group: Group) -> list[tuple[int, int, int | None]]:
         """:attr:`pairs` on ``group``: (src rank, dst rank, NIC)."""
         return links_of(self.pairs, group)
@@ -136,19 +157,26 @@ class LocalSchedule:
         key = (wire, fuse)
         if key not in self._fused:
             out, last = [], None
+            rows = [_row(content, wire) for content in self.contents]  # once per distinct content, not per step
             for k in self.sequence:
-                content = [t for t in self.contents[k] if t[2] > 0]
-                if not content:
+                if rows[k] is None:
                     continue
-                shape = tuple((s, d, n) for s, d, _, n in content)
-                nbytes = np.array([float(b) for _, _, b, _ in content])
-                if fuse and shape == last:
-                    out[-1] = (shape, out[-1][1] + nbytes * wire)
+                shape, nbytes = rows[k]
+                if fuse and (shape is last or shape == last):
+                    out[-1] = (shape, out[-1][1] + nbytes)
                 else:
-                    out.append((shape, nbytes * wire))
+                    out.append((shape, nbytes))
                     last = shape
             self._fused[key] = [(shape, b.tolist()) for shape, b in out]
         return self._fused[key]
+
+
+def _row(content: tuple, wire: float):
+    """A step content's (pairs with bytes, their wire bytes as an array); None when no transfer has bytes."""
+    content = [t for t in content if t[2] > 0]
+    if not content:
+        return None
+    return tuple((s, d, n) for s, d, _, n in content), np.array([float(b) for _, _, b, _ in content]) * wire
 
 
 def _nic_of(group: Group):

@@ -1,0 +1,138 @@
+"""The ring's local form against the schedule it stands in for (des25, issue 12).
+
+``Ring.local_steps`` gives the reduce-scatter / all-gather / all-reduce steps the engine used to read from
+:meth:`Algorithm.schedule` (group indices, NICs by index in the sender node's set) without listing the
+``2(p−1)·p·C`` ``Transfer`` objects of :func:`ring_transfers`: one ring step's content per distinct rotation of
+the slice lengths, the same tuple for every step when the bytes divide evenly. It must give the same contents,
+step sequence, pairs and ``reduce_bytes_per_rank`` (==) on every group shape and byte count (uneven slices and
+empty ones included: 9 bytes over 4 ranks are 4, 4, 0 and 1 bytes), and a plan built from it must equal one
+built from the schedule. ``LocalSchedule.fused`` now builds each distinct content's row once; it must give the
+lists the per-step loop gave (the reference below).
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from simulator.cluster.facts import DegradedNic
+from simulator.cluster.presets import load_preset
+import simulator.collectives.chain as chain
+from simulator.collectives.base import Op
+from simulator.collectives.chain import chain_latency_s, chain_latency_steps_s
+from simulator.collectives.cost import Env, Group
+from simulator.collectives.registry import estimate, get_algorithm
+from simulator.engine.replay_work import CommRunner
+from simulator.engine.shapes import LocalSchedule, ScheduleCache
+from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+
+A100 = load_preset("dgx-a100")
+RING = get_algorithm("ring")
+FAST = settings(max_examples=30, deadline=None)
+OPS = (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER)
+
+
+def _group(nodes: int, per_node: int, first_gpu: int) -> Group:
+    gpus = [(first_gpu + 3 * i) % 8 for i in range(per_node)]
+    return Group(A100.with_nodes(nodes), tuple(8 * n + g for n in range(nodes) for g in gpus))
+
+
+def _old_fused(local: LocalSchedule, wire: float, fuse: bool) -> list:
+    """``LocalSchedule.fused`` as it was before des25: every step's row built again in the loop."""
+    out, last = [], None
+    for k in local.sequence:
+        content = [t for t in local.contents[k] if t[2] > 0]
+        if not content:
+            continue
+        shape = tuple((s, d, n) for s, d, _, n in content)
+        nbytes = np.array([float(b) for _, _, b, _ in content])
+        if fuse and shape == last:
+            out[-1] = (shape, out[-1][1] + nbytes * wire)
+        else:
+            out.append((shape, nbytes * wire))
+            last = shape
+    return [(shape, b.tolist()) for shape, b in out]
+
+
+@FAST
+@given(nodes=st.integers(1, 24), per_node=st.sampled_from([1, 2, 3, 8]), first_gpu=st.integers(0, 7),
+       op=st.sampled_from(OPS),
+       nbytes=st.one_of(st.integers(0, 64), st.integers(1, 2**31), st.sampled_from([12 * 2**20, 2**30 + 3])))
+@example(nodes=4, per_node=1, first_gpu=0, op=Op.ALL_REDUCE, nbytes=9)  # slices of 4, 4, 0 and 1 bytes
+@example(nodes=3, per_node=8, first_gpu=0, op=Op.ALL_REDUCE, nbytes=24 * 2**20)  # even: one content
+@example(nodes=2, per_node=1, first_gpu=0, op=Op.REDUCE_SCATTER, nbytes=0)  # no bytes: no steps
+def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, first_gpu, op, nbytes):
+    if nodes * per_node < 2:
+        return  # a group needs two ranks
+    group = _group(nodes, per_node, first_gpu)
+    schedule = RING.schedule(group, op, nbytes)
+    built = LocalSchedule(schedule, group)
+    direct = LocalSchedule.of_local("ring", group, RING.local_steps(group, op, nbytes))
+    for name in ("algorithm", "reduce_bytes_per_rank", "contents", "sequence", "pairs"):
+        assert getattr(direct, name) == getattr(built, name), name
+    assert len(direct.sequence) == schedule.num_steps and direct.schedule is None
+    assert len(direct.contents) <= group.p  # one per distinct rotation at most, not one per step
+    for protocol in (None, *group.cluster.comm.protocols):  # the chain from step shapes: the float of every step's flows
+        env = Env(group.cluster, protocol, group.paths, family="ring", group=group)
+        assert env.chain_latency_s(direct.chain_flow_steps(group)) == env.chain_latency_s(built.flow_steps(group))
+    for wire in (1.0, 1 / 0.7):
+        for fuse in (False, True):
+            assert direct.fused(wire, fuse) == _old_fused(built, wire, fuse)
+
+
+def test_broadcast_and_reduce_have_no_local_form():
+    group = _group(2, 2, 0)
+    assert RING.local_steps(group, Op.BROADCAST, 64) is None and RING.local_steps(group, Op.REDUCE, 64) is None
+
+
+def _dp_groups():
+    """dp groups of a tp 8 × pp 4 × dp 12 layout on 48 nodes (stages 0 and 3, tp indices 0 and 5) and a
+    two-GPUs-per-node group (as tests/test_tree_local_form.py)."""
+    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
+    return groups + [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
+
+
+@pytest.mark.parametrize("nbytes", [12 * 2**20, 3 * 2**20 + 6, 4100])
+@pytest.mark.parametrize("sick", [False, True], ids=["uniform", "degraded-nic"])
+def test_plans_from_the_local_form_equal_plans_from_the_schedule(nbytes, sick, monkeypatch):
+    # Whole plans (fixed delay, steps of (path, bytes, latency), γ) and resources of shared runners, one with
+    # the local form and one localising every schedule: the same values, bit for bit.
+    cluster = A100.with_nodes(48)
+    if sick:
+        cluster = replace(cluster, degraded_nics=(DegradedNic(node=4, nic=0, bw_fraction=0.02),))
+    runners = {}
+    for local_form in (False, True):
+        monkeypatch.setattr(ScheduleCache, "local_form", local_form)
+        runners[local_form] = CommRunner(None, None, cluster, None)
+        for g in _dp_groups():
+            call = CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
+                            algorithm=CollectiveAlgorithm.RING,
+                            time_s=estimate(cluster, list(g), Op.ALL_REDUCE, nbytes, "ring").time_s)
+            runners[local_form].plan(call, g)
+    built, direct = (list(runners[k]._plans.values()) for k in (False, True))
+    assert len(built) == len(direct) == len(_dp_groups())
+    for a, b in zip(built, direct):
+        assert (a.pre_s, a.gamma_s, a.resources) == (b.pre_s, b.gamma_s, b.resources)
+        assert [[(p, n, lat) for p, n, lat in s] for s in a.steps] == [[(p, n, lat) for p, n, lat in s] for s in b.steps]
+    assert all(lo.schedule is None for lo in runners[True]._schedules._shared.values())
+    assert all(lo.schedule is not None for lo in runners[False]._schedules._shared.values())
+
+
+edge = st.tuples(st.integers(0, 40), st.integers(0, 40), st.floats(0.0, 1e-3, allow_nan=False))
+
+
+@FAST
+@given(distinct=st.lists(st.lists(edge, max_size=300), min_size=1, max_size=4),
+       order=st.lists(st.integers(0, 3), max_size=40))
+@example(distinct=[[(i, (i + 1) % 64, 1e-6 * (1 + i % 3)) for i in range(64)]], order=[0] * 126)  # a ring
+def test_vectorised_chain_is_the_loops_float(distinct, order):
+    # chain.py's numpy path (large schedules) against its loop, ==, on steps repeated in any order
+    order = [k % len(distinct) for k in order]
+    loop = chain_latency_s(distinct[k] for k in order)
+    assert chain_latency_steps_s(distinct, order) == loop
+    saved, chain.VECTOR_MIN_EDGES = chain.VECTOR_MIN_EDGES, 0  # the numpy path on every size
+    try:
+        assert chain_latency_steps_s(distinct, order) == loop
+    finally:
+        chain.VECTOR_MIN_EDGES = saved
