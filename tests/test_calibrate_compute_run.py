@@ -24,13 +24,68 @@ from simulator.workload import DtypePolicy, load_model
 from trainplan.__main__ import main
 
 
+TINY_SHAPES = (GemmShape(32, 32, 32), GemmShape(64, 64, 64))
+TINY_ELEMENTS = (1024,)
+
+
+@dataclasses.dataclass(frozen=True)
+class CliRun:
+    """One ``calibrate --compute`` of llama2-7b through the CLI on the tiny grid (every probe measures for real: tens
+    of seconds of CPU): its file, its JSON, and what :func:`calibrate_compute` returned to it."""
+    out: object
+    printed: dict
+    cluster: object
+    report: object
+    calls: tuple
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """The CLI test and the function test's llama2-7b case check different things of the same measurement, so they
+    share it: the CLI's defaults (llama2-7b, localhost-cpu, --nproc 2, threads from it) are that case's arguments,
+    and its default grid is cut to that case's two squares and one memory size (the real :func:`default_grid` still
+    builds the block and the micro-batch; its shapes are tested in tests/test_calibrate_compute.py)."""
+    import contextlib
+    import io
+
+    import executor.calibrate_compute as cc
+
+    real_function, real_grid, calls = cc.calibrate_compute, cc.default_grid, []
+
+    def tiny_grid(spec, dtype, micro_batch=2):
+        return dataclasses.replace(real_grid(spec, dtype, micro_batch), shapes=TINY_SHAPES, elements=TINY_ELEMENTS)
+
+    def spy(*args, **kwargs):
+        result = real_function(*args, **kwargs)
+        calls.append((args, kwargs, result))
+        return result
+
+    out, stdout = tmp_path_factory.mktemp("cli") / "cpu.yaml", io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(stdout):
+        patch.setattr(cc, "default_grid", tiny_grid)
+        patch.setattr(cc, "calibrate_compute", spy)
+        code = main(["calibrate", "--compute", "--out", str(out), "--repeats", "3", "--warmup", "1", "--json"])
+    assert code == 0 and len(calls) == 1
+    (args, kwargs, (cluster, report)), = calls
+    return CliRun(out=out, printed=json.loads(stdout.getvalue()), cluster=cluster, report=report,
+                  calls=((args, kwargs),))
+
+
 @pytest.mark.parametrize("model", ["llama2-7b", "gpt3-125m"])
-def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
+def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, cli_run):
     base = load_cluster("localhost-cpu")
     block = tiny_model(load_model(model), DtypePolicy.FP32)
-    grid = ComputeGrid(shapes=(GemmShape(32, 32, 32), GemmShape(64, 64, 64)), elements=(1024,), block=block,
-                       micro_batch=2)
-    cluster, report = calibrate_compute(base, load_model(model), grid=grid, repeats=3, warmup=1, nproc=2)
+    grid = ComputeGrid(shapes=TINY_SHAPES, elements=TINY_ELEMENTS, block=block, micro_batch=2)
+    if model == "llama2-7b":  # the CLI's run (cli_run): the same arguments, checked here
+        (args, kwargs), = cli_run.calls
+        assert args == (base, load_model(model)) and kwargs["nproc"] == 2 and kwargs["thread_count"] is None
+        assert (kwargs["repeats"], kwargs["warmup"], kwargs["dtype"], kwargs["backend"]) == (
+            3, 1, DtypePolicy.FP32, "gloo")
+        assert tuple(row.shape for row in cli_run.report.gemms) == grid.shapes
+        assert {row.elements for row in cli_run.report.memory} == set(grid.elements)
+        cluster, report = cli_run.cluster, cli_run.report
+    else:
+        cluster, report = calibrate_compute(base, load_model(model), grid=grid, repeats=3, warmup=1, nproc=2)
     # the table prints a GPU-shaped report too (nccl: no host probes, no rank step, no tight-loop figures)
     from trainplan.cmd_calibrate import _print_compute
     _print_compute(dataclasses.replace(report, tp_modules=None, ddp=None, adamw=None, checkpoint=None, fsdp2=None,
@@ -119,15 +174,9 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path):
     assert load_cluster(str(save_cluster(cluster, tmp_path / "c.yaml"))) == cluster
 
 
-def test_cli_compute_writes_a_file_that_loads(tmp_path, monkeypatch, capsys):
-    import executor.compute_grid as cg
-
-    monkeypatch.setattr(cg, "SQUARE_SIDES", (32,))
-    monkeypatch.setattr(cg, "ELEMENTS", (1024,))
-    out = tmp_path / "cpu.yaml"
-    assert main(["calibrate", "--compute", "--out", str(out), "--repeats", "2", "--warmup", "1", "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    loaded = load_cluster(str(out))
+def test_cli_compute_writes_a_file_that_loads(cli_run):
+    printed = cli_run.printed  # the CLI ran once for the module (cli_run): its --json output and its --out file
+    loaded = load_cluster(str(cli_run.out))
     assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["kernel_launch_overhead_us"])
     assert loaded.device.backward_call_overhead_us == pytest.approx(printed["backward_call_overhead_us"])
     assert printed["rank_steps"]["processes"] == 2 and len(printed["rank_steps"]["forward"]) == 2
