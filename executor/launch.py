@@ -165,6 +165,34 @@ def start_context(start: StartMethod):
     return ctx
 
 
+class ParentFd:
+    """A file descriptor of the launching process handed to a started rank: pickled as
+    ``multiprocessing.reduction.DupFd``, which passes it over the forkserver's socket (or keeps it open across a
+    spawn), so the rank writes where its launcher writes now, not where the forkserver's streams pointed when it
+    started (a long-lived caller such as pytest's ``capfd`` or a notebook may have moved them since)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return _detach, (reduction.DupFd(self.fd),)
+
+
+def _detach(dup) -> int:
+    return dup.detach()
+
+
+def adopt_streams(stdout: int, stderr: int) -> None:
+    """In a started rank: make ``stdout``/``stderr`` (from :class:`ParentFd`) its file descriptors 1 and 2 (a spawned
+    rank receives 1 and 2 themselves: nothing to move)."""
+    for fd, target in ((stdout, 1), (stderr, 2)):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
+
+
 def run(fn: Callable[..., Any], nproc: int, args: tuple = (), *, backend: str = "gloo",
         timeout_s: float = 300.0, pg_timeout_s: float = 60.0, num_threads: int | None = 1,
         start: StartMethod | None = None) -> list[Any]:
@@ -179,7 +207,12 @@ def run(fn: Callable[..., Any], nproc: int, args: tuple = (), *, backend: str = 
     reports = ctx.Queue()
     port = free_port()
     env = dict(os.environ)
-    procs = [ctx.Process(target=_worker, args=(rank, config, port, fn, args, reports, env), daemon=True)
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    streams = (ParentFd(1), ParentFd(2))
+    procs = [ctx.Process(target=_worker, args=(rank, config, port, fn, args, reports, env, streams), daemon=True)
              for rank in range(nproc)]
     for proc in procs:
         proc.start()
@@ -231,13 +264,15 @@ def _stop(procs: list, graceful: bool) -> None:
 
 
 def _worker(rank: int, config: LaunchConfig, port: int, fn: Callable, args: tuple, reports,
-            env: dict[str, str]) -> None:
-    """Body of one rank: take the caller's environment, join the group, run ``fn``, report its result or traceback."""
+            env: dict[str, str], streams: tuple[int, int]) -> None:
+    """Body of one rank: take the caller's environment and standard streams, join the group, run ``fn``, report its
+    result or traceback."""
     import torch
     import torch.distributed as dist
 
     os.environ.clear()
     os.environ.update(env)
+    adopt_streams(*streams)
     try:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)

@@ -20,33 +20,14 @@ import subprocess
 import sys
 from typing import IO
 
-from executor.launch import StartMethod, start_context
-
-
-class _Fd:
-    """A file descriptor handed to a forked rank (multiprocessing passes it over the forkserver's socket)."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing import reduction
-
-        return _detach, (reduction.DupFd(self.fd),)
-
-
-def _detach(dup) -> int:
-    return dup.detach()
+from executor.launch import ParentFd, StartMethod, adopt_streams, start_context
 
 
 def _forked_rank(argv: list[str], env: dict[str, str], stdout: int, stderr: int) -> None:
     """Body of a forked rank: the supervisor's environment and streams, then ``executor.run`` as ``-m`` runs it."""
     os.environ.clear()
     os.environ.update(env)
-    os.dup2(stdout, 1)
-    os.dup2(stderr, 2)
-    os.close(stdout)
-    os.close(stderr)
+    adopt_streams(stdout, stderr)
     from executor.rank_exit import exit_rank
     from executor.run import main
 
@@ -73,7 +54,7 @@ class RankProcess:
             return
         sys.stdout.flush()
         self._proc = start_context(start).Process(
-            target=_forked_rank, args=(argv, env, _Fd(1 if echo else log.fileno()), _Fd(log.fileno())))
+            target=_forked_rank, args=(argv, env, ParentFd(1 if echo else log.fileno()), ParentFd(log.fileno())))
         self._proc.start()
 
     def poll(self) -> int | None:

@@ -8,7 +8,7 @@ import pytest
 
 from simulator.workload.context import ContextKind
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
-from simulator.workload.kinds import KernelFusion
+from simulator.workload.kinds import KernelFusion, ModelCode
 from simulator.workload.moe_routing import Dispatcher, Routing
 
 from simulator.analytical import estimate
@@ -122,6 +122,7 @@ STRUCTURE_VARIANTS = {
     "dp_sync": dict(dp_sync=AllReduceSync(bucket_bytes=1 << 20)),
     "framework": dict(framework=Framework.DEEPSPEED), "partitioning": dict(partitioning=Partitioning.FLAT),
     "kernel_fusion": dict(kernel_fusion=KernelFusion.MEGATRON),
+    "model_code": dict(model_code=ModelCode.TORCHTITAN_2024_12),
     "ep": dict(ep=2), "routing_skew": dict(routing_skew=1.5),
 }
 STRUCTURE_VARIANTS.update({  # activation offload's host copies are compiled (simulator.compile.act_offload_part)

@@ -108,7 +108,10 @@ def test_zero_stages_change_the_calls(cluster, model, cache):
     ds = compile_step(cluster, model, Strategy(global_batch=16, zero=ZeroStage.ZERO3), cache=cache, memory=False)
     ch = ds.stages[0].chunks[0]
     assert len(ch.zero_fwd) == 2 + 4 * 24 and ds.stages[0].after_step == ()
-    assert [c for c in ch.zero_bwd if c.op is Op.ALL_GATHER] == list(ch.zero_fwd[::-1])
+    # backward re-gathers in reverse, except what DeepSpeed keeps under stage3_max_reuse_distance = 1e9 elements
+    # (z3big23): a tensor of block i waits for 2 · (the blocks after it + the tied 51200 · 2304 head) elements,
+    # about 2 · (k · 63.7M + 118M), under 1e9 for k <= 5, so blocks 18-23 (24 tensors) stay gathered
+    assert [c for c in ch.zero_bwd if c.op is Op.ALL_GATHER] == list(ch.zero_fwd[::-1])[24:]
 
 
 def test_fsdp2_issues_per_block_calls_and_gathers_zero2_in_forward(cluster, model, cache):

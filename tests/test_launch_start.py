@@ -35,3 +35,27 @@ def test_a_forked_rank_sees_the_callers_environment_at_launch(monkeypatch):
     monkeypatch.setenv("TRAINPLAN_TEST_START", "second")
     results = launch.run(_env_and_start, 2, ("TRAINPLAN_TEST_START",))
     assert [r[0] for r in results] == ["second", "second"] and results[0][1] == 2
+
+
+def _write_stderr(rank: int, world: int) -> int:
+    import sys
+
+    print(f"rank {rank} of {world} on stderr", file=sys.stderr, flush=True)
+    return rank
+
+
+@pytest.mark.multiproc
+def test_a_forked_rank_writes_to_the_callers_stderr_at_launch(tmp_path):
+    """The server keeps the streams it started with; a rank must write where its launcher's fd 2 points now
+    (pytest's capfd, a notebook, a redirect between launches: the calibrate CLI's progress lines)."""
+    launch.run(_write_stderr, 2)  # the server is running now, with this process's fd 2 of this moment
+    path = tmp_path / "stderr.txt"
+    with open(path, "w") as moved:
+        saved = os.dup(2)
+        os.dup2(moved.fileno(), 2)
+        try:
+            launch.run(_write_stderr, 2)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    assert sorted(path.read_text().splitlines()) == ["rank 0 of 2 on stderr", "rank 1 of 2 on stderr"]

@@ -37,14 +37,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from enum import Enum
 
 from simulator.bucket_defaults import DEEPSPEED_ZERO3, DeepSpeedZero3Config
+from simulator.enum_kind import Kind
 
 _BLOCK = re.compile(r"^layers\.(\d+)\.")
 
 
-class EventKind(Enum):
+class EventKind(Kind):
     """What happens in a backward's ZeRO-3 stream, in order."""
 
     GATHER = "gather"
