@@ -128,9 +128,10 @@ def measure_design(base: Cluster | None, series, nprocs: Sequence[int], sizes: l
     from executor.calibrate_modes import calls_per_point
     from executor.calibrate_moments import MOMENT_PROCESSES, calls_per_moment, launch_order, pooled
     from executor.collective_bench import local_cluster, measure_cases
-    from executor.suite_run import _machine_busy_s, _own_cpu_s, foreign_fraction
+    from executor.own_cpu import own_cpu_s
+    from executor.suite_run import _machine_busy_s, foreign_fraction
 
-    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), own_cpu_s(), time.perf_counter()
     volatile = MOMENT_PROCESSES if moments > 1 else ()
     measurements, cases, by_moment = [], {}, [[] for _ in range(moments if volatile else 0)]
     for nproc, moment in launch_order(nprocs, volatile, moments):

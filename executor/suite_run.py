@@ -8,7 +8,7 @@ each run it samples the machine:
 - the 1-minute load average (``os.getloadavg``) just before launching, recorded in the report;
 - the **foreign CPU fraction**: CPU seconds the whole machine spent busy during the run (``/proc/stat``,
   Linux ``proc(5)``: user + nice + system + irq + softirq + steal jiffies over ``SC_CLK_TCK``) less the
-  CPU seconds of this process and its ranks (``getrusage`` of self and children), over wall seconds ×
+  CPU seconds of this process and its ranks (:func:`executor.own_cpu.own_cpu_s`: forked ranks too), over wall seconds ×
   cores: the share of the machine other work took while the case was measured. Our own ranks' load
   is excluded, which the load average cannot do;
 - the **machine speed**: :func:`executor.speed_probe.probe`:
@@ -26,10 +26,10 @@ estimated on.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from pathlib import Path
 
+from executor.own_cpu import own_cpu_s
 from simulator.errors import SpecError
 from simulator.suite_runs import CaseRecord, SuiteRuns, results_file
 from simulator.validation_suite import SuiteCase, case_plan
@@ -51,18 +51,10 @@ def _machine_busy_s() -> float | None:
     return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu_s() -> float:
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
-
-
 def foreign_fraction(busy0: float | None, own0: float, wall_s: float) -> float | None:
     """The share of the machine's CPU other work took since ``busy0`` / ``own0`` were sampled, ``wall_s`` ago
     (module docstring); None where ``/proc/stat`` cannot be read."""
-    busy1, own1 = _machine_busy_s(), _own_cpu_s()
+    busy1, own1 = _machine_busy_s(), own_cpu_s()
     if busy0 is None or busy1 is None or wall_s <= 0:
         return None
     return max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall_s * (os.cpu_count() or 1))
@@ -117,7 +109,7 @@ def run_case(case: SuiteCase, runs: Path, *, nproc: int | None, steps: int, warm
     world = processes(scaled.run.layout())
     results_path(runs, case).unlink(missing_ok=True)
     load_1m = os.getloadavg()[0]
-    busy0, own0, t0 = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    busy0, own0, t0 = _machine_busy_s(), own_cpu_s(), time.perf_counter()
     outcome = supervise.supervise(argv, world, timeout_s=timeout_s, out=options.out, echo=False)
     wall = time.perf_counter() - t0
     foreign = foreign_fraction(busy0, own0, wall)
@@ -177,7 +169,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
     from simulator.validation_suite import MODEL
     from simulator.workload import DtypePolicy, get_preset
 
-    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+    load0, busy0, own0, t0 = os.getloadavg()[0], _machine_busy_s(), own_cpu_s(), time.perf_counter()
     cluster, compute = calibrate_compute(cluster, get_preset(MODEL), dtype=DtypePolicy.FP32, backend=backend,
                                          nproc=nproc, progress=progress)
     wall = time.perf_counter() - t0
