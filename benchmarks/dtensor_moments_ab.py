@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 from dataclasses import replace
 
@@ -25,11 +24,12 @@ from dataclasses import replace
 def _launch(kind: str, take, fitted, log: list, out: str | None):
     from executor.calibrate_dtensor import dtensor_waits_us
 
-    ru0, load0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()[0], time.perf_counter()
+    from executor.own_cpu import children_cpu_s
+
+    cpu0, load0, t0 = children_cpu_s(), os.getloadavg()[0], time.perf_counter()
     measured = take()
     wall_s = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    cpu_s = children_cpu_s() - cpu0  # forked ranks included (executor/own_cpu.py)
     w, w_sp = (dtensor_waits_us(fitted, measured, sp).get(2) for sp in (False, True))
     log.append({"kind": kind, "utc": time.strftime("%H:%M:%S", time.gmtime()), "load0": load0, "wall_s": wall_s,
                 "child_cpu_s": cpu_s, "w": w, "w_sp": w_sp,

@@ -30,11 +30,14 @@ def _children_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu_s() -> float:
+    """CPU seconds of everything this process started: waited-for children (``RUSAGE_CHILDREN``) and live children's
+    process trees as their parents waited for them (module docstring)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime + _children_cpu_s(os.getpid())
+
+
 def own_cpu_s() -> float:
-    """CPU seconds used by this process, its waited-for children and its live children's process trees as their
-    parents waited for them (module docstring)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total + _children_cpu_s(os.getpid())
+    """CPU seconds of this process and of everything it started (:func:`children_cpu_s`)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime + children_cpu_s()
