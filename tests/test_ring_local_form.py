@@ -8,6 +8,10 @@ step sequence, pairs and ``reduce_bytes_per_rank`` (==) on every group shape and
 empty ones included: 9 bytes over 4 ranks are 4, 4, 0 and 1 bytes), and a plan built from it must equal one
 built from the schedule. ``LocalSchedule.fused`` now builds each distinct content's row once; it must give the
 lists the per-step loop gave (the reference below).
+
+des26: when every transfer has bytes (uneven splits included) the steps are ``RotatedStep``s sharing one links tuple
+and length array, one object per distinct rotation; the same checks hold (contents compare equal to the tuples), and
+``plan_bw.steps_bw_sum`` over ``StepRows`` of the local form equals the one over the localised schedule's.
 """
 
 from dataclasses import replace

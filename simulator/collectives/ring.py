@@ -74,14 +74,14 @@ def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -
 
 def ring_local_steps(group: Group, nbytes: int, phases: tuple[str, ...]) -> LocalSteps:
     """:func:`ring_transfers` of ``phases`` (one after the other, as :meth:`Ring.transfers` lists them) by step in
-    local form, built in O(p·C) per distinct step content instead of O(p²·C).
+    local form, built in O(p·C) in all instead of O(p²·C) when every transfer has bytes.
 
     Step ``s`` of a phase is one *rotation* of the same ring step: position ``i`` sends channel ``c``'s part of the
     slice owned by position ``i − r`` to ``i + 1``, ``r = s + 1`` for ``rs`` and ``r = s`` for ``ag``; the pairs
     and NICs (``channel mod |NICs|``, the position of :meth:`Group.nic` in the node's sorted set) are the same in
-    every step, only the lengths rotate. When every slice has the same per-channel lengths (the bytes divide
-    evenly) every rotation is the same content, built once and given for every step as the same tuple object;
-    otherwise one content per distinct rotation. Zero-length transfers are left out as :meth:`Algorithm.schedule`
+    every step, only the lengths rotate. When every transfer has bytes, each step is a :class:`RotatedStep` of the
+    shared links and lengths (O(1) per step, one object per distinct rotation: one when the bytes divide evenly,
+    des26); otherwise (some slice or channel part empty: small messages) one tuple per distinct rotation. Zero-length transfers are left out as :meth:`Algorithm.schedule`
     leaves them; no step is empty unless every slice is (then there are no steps). ``reduce_bytes_per_rank``
     (``rs`` only): position ``j`` adds every slice but that of position ``j − 1`` (integer sums, exact)."""
     pos, p, channels = group.order, group.p, group.channels

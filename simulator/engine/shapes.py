@@ -27,6 +27,10 @@ transfers):
   :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
   schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
   instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
+- **Rotations** (des26): a ring step whose transfers all carry bytes is a
+  :class:`~simulator.collectives.rotated.RotatedStep` (shared links, lengths read as ``lengths[c][(i − r) mod p]``):
+  its pairs and chain shape are its links, :meth:`LocalSchedule.fused` and ``plan_bw.StepRows`` read its bytes per
+  step, so an uneven split's ``p`` rotations cost O(p·C) objects, not ``p`` tuples of ``p·C``.
 - **Distinct steps**: steps of equal content are one entry (a ring's steps carry equal slices when the
   bytes divide evenly), so a group's step flows are built once per distinct content and shared
   between steps, which the id-memos of :meth:`Env.steps_time_s` and :meth:`Env.chain_latency_s` use.
