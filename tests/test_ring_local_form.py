@@ -8,6 +8,10 @@ step sequence, pairs and ``reduce_bytes_per_rank`` (==) on every group shape and
 empty ones included: 9 bytes over 4 ranks are 4, 4, 0 and 1 bytes), and a plan built from it must equal one
 built from the schedule. ``LocalSchedule.fused`` now builds each distinct content's row once; it must give the
 lists the per-step loop gave (the reference below).
+
+des26: when every transfer has bytes (uneven splits included) the steps are ``RotatedStep``s sharing one links tuple
+and length array, one object per distinct rotation; the same checks hold (contents compare equal to the tuples), and
+``plan_bw.steps_bw_sum`` over ``StepRows`` of the local form equals the one over the localised schedule's.
 """
 
 from dataclasses import replace
@@ -19,11 +23,15 @@ from hypothesis import example, given, settings, strategies as st
 from simulator.cluster.facts import DegradedNic
 from simulator.cluster.presets import load_preset
 import simulator.collectives.chain as chain
+from simulator.collectives.algorithm import sub_slices
 from simulator.collectives.base import Op
 from simulator.collectives.chain import chain_latency_s, chain_latency_steps_s
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import estimate, get_algorithm
 from simulator.engine.replay_work import CommRunner
+from simulator.collectives.rotated import RotatedStep
+import simulator.engine.plan_bw as plan_bw
+from simulator.engine.plan_bw import StepRows, steps_bw_sum
 from simulator.engine.shapes import LocalSchedule, ScheduleCache
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
@@ -62,6 +70,8 @@ def _old_fused(local: LocalSchedule, wire: float, fuse: bool) -> list:
 @example(nodes=4, per_node=1, first_gpu=0, op=Op.ALL_REDUCE, nbytes=9)  # slices of 4, 4, 0 and 1 bytes
 @example(nodes=3, per_node=8, first_gpu=0, op=Op.ALL_REDUCE, nbytes=24 * 2**20)  # even: one content
 @example(nodes=2, per_node=1, first_gpu=0, op=Op.REDUCE_SCATTER, nbytes=0)  # no bytes: no steps
+@example(nodes=8, per_node=8, first_gpu=0, op=Op.ALL_REDUCE, nbytes=9_844_736 + 4)  # uneven, 512 flows a step
+@example(nodes=7, per_node=3, first_gpu=3, op=Op.ALL_REDUCE, nbytes=14_137_344)  # uneven over 21 ranks, 3 channels
 def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, first_gpu, op, nbytes):
     if nodes * per_node < 2:
         return  # a group needs two ranks
@@ -73,12 +83,42 @@ def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, firs
         assert getattr(direct, name) == getattr(built, name), name
     assert len(direct.sequence) == schedule.num_steps and direct.schedule is None
     assert len(direct.contents) <= group.p  # one per distinct rotation at most, not one per step
+    if all(n > 0 for sl in sub_slices(nbytes, group.p, group.channels) for _, n in sl):  # des26: rotated, shared
+        assert all(isinstance(c, RotatedStep) for c in direct.contents)
+        assert len({id(c.links) for c in direct.contents}) == 1  # one links tuple; contents == built's: one per content
+    env = Env(group.cluster, None, group.paths, family="ring", group=group)
+    paths = [env.path(*link) for link in built.links(group)]
+    reference = steps_bw_sum(StepRows(built), env, paths)
+    small = group.p * group.channels < plan_bw.VECTOR_MIN_FLOWS
+    for floor in (plan_bw.VECTOR_MIN_FLOWS, 0) if small else (plan_bw.VECTOR_MIN_FLOWS,):  # small: numpy rows too
+        saved, plan_bw.VECTOR_MIN_FLOWS = plan_bw.VECTOR_MIN_FLOWS, floor
+        try:
+            assert steps_bw_sum(StepRows(direct), env, paths) == reference  # Σ step_bw_s, ==
+        finally:
+            plan_bw.VECTOR_MIN_FLOWS = saved
     for protocol in (None, *group.cluster.comm.protocols):  # the chain from step shapes: the float of every step's flows
         env = Env(group.cluster, protocol, group.paths, family="ring", group=group)
         assert env.chain_latency_s(direct.chain_flow_steps(group)) == env.chain_latency_s(built.flow_steps(group))
     for wire in (1.0, 1 / 0.7):
         for fuse in (False, True):
             assert direct.fused(wire, fuse) == _old_fused(built, wire, fuse)
+
+
+def _period(group: Group, nbytes: int) -> int:
+    """Distinct rotations of the per-position slice lengths, by brute force."""
+    lengths = [tuple(n for _, n in sub_slices(nbytes, group.p, group.channels)[i]) for i in group.order]
+    return len({tuple(lengths[(i - r) % group.p] for i in range(group.p)) for r in range(group.p)})
+
+
+def test_rotations_repeat_with_the_lengths_period():
+    # an all-reduce uses every rotation: as many step objects as distinct rotations of the lengths (brute force), on
+    # a few shapes and every remainder of the bytes, so equal rotations are one object (LocalSchedule dedups by id)
+    for nodes, per_node, first_gpu in ((4, 2, 0), (3, 3, 1), (6, 1, 0), (2, 8, 5)):
+        group = _group(nodes, per_node, first_gpu)
+        for nbytes in (4 * group.p * group.channels * 7 + 4 * k for k in range(group.p * group.channels)):
+            steps = RING.local_steps(group, Op.ALL_REDUCE, nbytes).steps
+            assert len({id(s) for s in steps}) == _period(group, nbytes)
+            assert len({tuple(s) for s in steps}) == _period(group, nbytes)
 
 
 def test_broadcast_and_reduce_have_no_local_form():

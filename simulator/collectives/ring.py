@@ -30,12 +30,15 @@ O(p)):
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.collectives.algorithm import Algorithm, LocalSteps, chunked, sub_slices
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env
 from simulator.collectives.group import Flow, Group, ring_flows  # noqa: F401 (ring_flows re-exported)
 from simulator.collectives.group import ring_nic as _nic
+from simulator.collectives.rotated import RotatedStep
 from simulator.collectives.shape import uniform_schedule
 
 
@@ -71,14 +74,14 @@ def ring_transfers(group: Group, nbytes: int, phase: str, first_step: int = 0) -
 
 def ring_local_steps(group: Group, nbytes: int, phases: tuple[str, ...]) -> LocalSteps:
     """:func:`ring_transfers` of ``phases`` (one after the other, as :meth:`Ring.transfers` lists them) by step in
-    local form, built in O(p·C) per distinct step content instead of O(p²·C).
+    local form, built in O(p·C) in all instead of O(p²·C) when every transfer has bytes.
 
     Step ``s`` of a phase is one *rotation* of the same ring step: position ``i`` sends channel ``c``'s part of the
     slice owned by position ``i − r`` to ``i + 1``, ``r = s + 1`` for ``rs`` and ``r = s`` for ``ag``; the pairs
     and NICs (``channel mod |NICs|``, the position of :meth:`Group.nic` in the node's sorted set) are the same in
-    every step, only the lengths rotate. When every slice has the same per-channel lengths (the bytes divide
-    evenly) every rotation is the same content, built once and given for every step as the same tuple object;
-    otherwise one content per distinct rotation. Zero-length transfers are left out as :meth:`Algorithm.schedule`
+    every step, only the lengths rotate. When every transfer has bytes, each step is a :class:`RotatedStep` of the
+    shared links and lengths (O(1) per step, one object per distinct rotation: one when the bytes divide evenly,
+    des26); otherwise (some slice or channel part empty: small messages) one tuple per distinct rotation. Zero-length transfers are left out as :meth:`Algorithm.schedule`
     leaves them; no step is empty unless every slice is (then there are no steps). ``reduce_bytes_per_rank``
     (``rs`` only): position ``j`` adds every slice but that of position ``j − 1`` (integer sums, exact)."""
     pos, p, channels = group.order, group.p, group.channels
@@ -87,6 +90,8 @@ def ring_local_steps(group: Group, nbytes: int, phases: tuple[str, ...]) -> Loca
     lengths = [tuple(n for _, n in slices[pos[i]]) for i in range(p)]  # per position, each channel's length
     links = [(pos[i], pos[(i + 1) % p], None if node[pos[i]] == node[pos[(i + 1) % p]]
               else c % len(sets[node[pos[i]]])) for c in range(channels) for i in range(p)]
+    if p >= 2 and all(map(all, lengths)):  # every transfer has bytes: rotations of shared links and lengths
+        return _rotated(links, lengths, phases)
     uniform = len(set(lengths)) <= 1
     contents: dict[int, tuple] = {}
 
@@ -101,9 +106,33 @@ def ring_local_steps(group: Group, nbytes: int, phases: tuple[str, ...]) -> Loca
     if p < 2 or not any(map(any, lengths)):
         return LocalSteps([], 0.0)
     steps = [content(s + (1 if phase == "rs" else 0)) for phase in phases for s in range(p - 1)]
-    totals = [sum(n) for n in lengths]
-    reduced = float(max(sum(totals) - totals[(j - 1) % p] for j in range(p))) if "rs" in phases else 0.0
-    return LocalSteps(steps, reduced)
+    return LocalSteps(steps, _reduced(lengths, phases))
+
+
+def _reduced(lengths: list[tuple[int, ...]], phases: tuple[str, ...]) -> float:
+    """``reduce_bytes_per_rank``: position ``j`` adds every slice but that of position ``j − 1`` (rs only)."""
+    p, totals = len(lengths), [sum(n) for n in lengths]
+    return float(max(sum(totals) - totals[(j - 1) % p] for j in range(p))) if "rs" in phases else 0.0
+
+
+def _rotated(links: list, lengths: list[tuple[int, ...]], phases: tuple[str, ...]) -> LocalSteps:
+    """:func:`ring_local_steps` when every transfer has bytes: each step a :class:`RotatedStep` of the shared links
+    and ``C × p`` lengths, O(1) per step (des26). Rotations ``r`` and ``r + d`` are the same content exactly when the
+    per-position lengths repeat with period ``d``; ``d`` is the smallest such divisor of ``p`` (1 when the bytes divide
+    evenly), and the step of rotation ``r`` is the object of ``r mod d``, so distinct objects are distinct contents."""
+    p = len(lengths)
+    period = next(d for d in range(1, p + 1) if p % d == 0 and lengths[d:] + lengths[:d] == lengths)
+    shared, table = tuple(links), np.array(lengths, dtype=np.int64).T.copy()  # [channel, position]
+    objects: dict[int, RotatedStep] = {}
+
+    def step(r: int) -> RotatedStep:
+        r %= period
+        if r not in objects:
+            objects[r] = RotatedStep(shared, table, r)
+        return objects[r]
+
+    steps = [step(s + (1 if phase == "rs" else 0)) for phase in phases for s in range(p - 1)]
+    return LocalSteps(steps, _reduced(lengths, phases))
 
 
 def chain(group: Group, root: int) -> list[int]:

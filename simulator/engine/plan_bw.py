@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.collectives.cost import Env
+from simulator.collectives.rotated import RotatedStep
 
 VECTOR_MIN_FLOWS = 64
 """Steps with fewer flows than this take the plain loop (numpy's per-call cost is larger there); both give the
@@ -25,7 +26,9 @@ same floats."""
 
 
 class StepRows:
-    """A local schedule's distinct step contents as (pair indices, bytes) of their flows with bytes."""
+    """A local schedule's distinct step contents as (pair indices, bytes, flows) of their flows with bytes; a
+    :class:`RotatedStep` of ``VECTOR_MIN_FLOWS`` flows or more as (its links' pair indices, shared by its rotations,
+    the step itself, None), its bytes read per step by :func:`steps_bw_sum` (no ``p`` rows of ``p·C``: des26)."""
 
     __slots__ = ("local", "rows")
 
@@ -33,7 +36,14 @@ class StepRows:
         self.local = local
         index = {pair: i for i, pair in enumerate(local.pairs)}
         self.rows = []
+        links_ix: dict[int, np.ndarray] = {}  # id(RotatedStep.links) → its pair indices, shared by its rotations
         for content in local.contents:
+            if isinstance(content, RotatedStep) and len(content) >= VECTOR_MIN_FLOWS:  # bytes read per step (des26)
+                ix = links_ix.get(id(content.links))
+                if ix is None:
+                    ix = links_ix[id(content.links)] = np.array([index[pair] for pair in content.links], dtype=np.int64)
+                self.rows.append((ix, content, None))
+                continue
             flows = [(index[(s, d, n)], float(b)) for s, d, b, n in content if b > 0]
             self.rows.append((np.array([i for i, _ in flows], dtype=np.int64),
                               np.array([b for _, b in flows], dtype=float), flows))
@@ -54,11 +64,13 @@ def steps_bw_sum(rows: StepRows, costs: Env, paths: list) -> float:
         bw_of[i, :len(bws)] = bws
     terms = []
     for pair_ix, nbytes, flows in rows.rows:
-        if not flows:
+        if flows is not None and not flows:
             terms.append(0.0)
-        elif len(flows) < VECTOR_MIN_FLOWS:
+        elif flows is not None and len(flows) < VECTOR_MIN_FLOWS:
             terms.append(_loop(flows, hop_res, hop_bw))
         else:
+            if isinstance(nbytes, RotatedStep):
+                nbytes = nbytes.bytes_row()  # lengths[c][(i − r) mod p] as floats, as the row would hold them
             res = res_of[pair_ix]
             load = np.zeros(sink + 1)
             np.add.at(load, res.ravel(), np.repeat(nbytes, width))

@@ -27,6 +27,10 @@ transfers):
   :meth:`~simulator.collectives.algorithm.Algorithm.chunk_pipeline_latency_s` on the group itself (no
   schedule, no rebuild per α vector); ``ScheduleCache.local_form = False`` localises every schedule
   instead (the reference; ``tests/test_tree_local_form.py``: the same values, ==).
+- **Rotations** (des26): a ring step whose transfers all carry bytes is a
+  :class:`~simulator.collectives.rotated.RotatedStep` (shared links, lengths read as ``lengths[c][(i − r) mod p]``):
+  its pairs and chain shape are its links, :meth:`LocalSchedule.fused` and ``plan_bw.StepRows`` read its bytes per
+  step, so an uneven split's ``p`` rotations cost O(p·C) objects, not ``p`` tuples of ``p·C``.
 - **Distinct steps**: steps of equal content are one entry (a ring's steps carry equal slices when the
   bytes divide evenly), so a group's step flows are built once per distinct content and shared
   between steps, which the id-memos of :meth:`Env.steps_time_s` and :meth:`Env.chain_latency_s` use.
@@ -41,6 +45,7 @@ from simulator.collectives.algorithm import LocalSteps
 from simulator.collectives.base import Op, Schedule
 from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.registry import get_algorithm
+from simulator.collectives.rotated import RotatedStep
 
 
 class LocalSchedule:
@@ -78,6 +83,10 @@ class LocalSchedule:
         self.sequence: list[int] = []
         for content in steps:
             k = same.get(id(content))
+            if k is None and isinstance(content, RotatedStep):  # one object per distinct rotation: never rehashed
+                k = len(self.contents)
+                self.contents.append(content)
+                same[id(content)] = k
             if k is None:
                 k = seen.get(content)
                 if k is None:
@@ -85,7 +94,7 @@ class LocalSchedule:
                     self.contents.append(content)  # kept alive here, so its id stays its own
                 same[id(content)] = k
             self.sequence.append(k)
-        self.pairs = tuple(dict.fromkeys((s, d, n) for c in self.contents for s, d, b, n in c if b > 0))
+        self.pairs = tuple(dict.fromkeys(pair for c in _distinct_links(self.contents) for pair in _shape(c)))
         """Distinct (src, dst, nic index) that carry bytes: the links the schedule uses."""
         self._fused: dict[tuple, list] = {}
         self._chains: dict[tuple, float] = {}
@@ -140,8 +149,15 @@ class LocalSchedule:
         rotations of uneven slices, up to ``p`` contents) are one list, read once (des25)."""
         if self._shape_of is None:
             shapes: dict[tuple, int] = {}
-            self._shape_of = [shapes.setdefault(tuple((s, d, n) for s, d, b, n in c if b > 0), len(shapes))
-                              for c in self.contents]
+            by_links: dict[int, int] = {}  # id(RotatedStep.links) → shape index: a rotation's shape is its links
+            self._shape_of = []
+            for c in self.contents:
+                k = by_links.get(id(c.links)) if isinstance(c, RotatedStep) else None
+                if k is None:
+                    k = shapes.setdefault(_shape(c), len(shapes))
+                    if isinstance(c, RotatedStep):
+                        by_links[id(c.links)] = k
+                self._shape_of.append(k)
             self._shapes = list(shapes)
         nic, ranks = _nic_of(group), group.ranks
         lists = [[Flow(ranks[s], ranks[d], 1.0, nic(s, n)) for s, d, n in shape] for shape in self._shapes]
@@ -157,11 +173,15 @@ class LocalSchedule:
         key = (wire, fuse)
         if key not in self._fused:
             out, last = [], None
-            rows = [_row(content, wire) for content in self.contents]  # once per distinct content, not per step
+            rows = [None if isinstance(c, RotatedStep) else _row(c, wire) for c in self.contents]  # once per content
             for k in self.sequence:
-                if rows[k] is None:
+                content = self.contents[k]
+                if isinstance(content, RotatedStep):  # built per step: p rows of p·C floats would be O(p²) memory
+                    shape, nbytes = content.links, content.bytes_row() * wire
+                elif rows[k] is None:
                     continue
-                shape, nbytes = rows[k]
+                else:
+                    shape, nbytes = rows[k]
                 if fuse and (shape is last or shape == last):
                     out[-1] = (shape, out[-1][1] + nbytes)
                 else:
@@ -169,6 +189,24 @@ class LocalSchedule:
                     last = shape
             self._fused[key] = [(shape, b.tolist()) for shape, b in out]
         return self._fused[key]
+
+
+def _shape(content) -> tuple:
+    """A step content's pairs with bytes, in order: a rotation's links (all carry bytes)."""
+    if isinstance(content, RotatedStep):
+        return content.links
+    return tuple((s, d, n) for s, d, b, n in content if b > 0)
+
+
+def _distinct_links(contents: list):
+    """``contents`` with every rotation of one links object after the first left out (same pairs)."""
+    seen: set[int] = set()
+    for c in contents:
+        if isinstance(c, RotatedStep):
+            if id(c.links) in seen:
+                continue
+            seen.add(id(c.links))
+        yield c
 
 
 def _row(content: tuple, wire: float):
