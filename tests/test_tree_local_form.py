@@ -18,10 +18,11 @@ from simulator.cluster.presets import load_preset
 from simulator.collectives.algorithm import pipeline_latency_s
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Env, Group
-from simulator.collectives.registry import estimate, get_algorithm
-from simulator.engine.replay_work import CommRunner
-from simulator.engine.shapes import LocalSchedule, ScheduleCache
-from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
+from simulator.collectives.registry import get_algorithm
+from simulator.engine.shapes import LocalSchedule
+from simulator.work import CollectiveAlgorithm
+
+from local_form_plans import assert_local_form_plans_equal
 
 A100 = load_preset("dgx-a100")
 TREE = get_algorithm("tree")
@@ -85,34 +86,7 @@ def test_chunk_pipeline_latency_is_the_schedules(nodes, per_node, first_gpu, sic
         assert TREE.chunk_pipeline_latency_s(env, group, Op.ALL_REDUCE, nbytes) == pipeline_latency_s(env, schedule)
 
 
-def _dp_groups():
-    """dp groups of a tp 8 × pp 4 × dp 12 layout on 48 nodes (stages 0 and 3, tp indices 0 and 5) and a
-    two-GPUs-per-node group (as tests/test_engine_shortcuts.py)."""
-    groups = [tuple(t + 8 * s + 32 * d for d in range(12)) for s in (0, 3) for t in (0, 5)]
-    return groups + [tuple(r + 8 * n for n in range(0, 48, 4) for r in (2, 6))]
-
-
 @pytest.mark.parametrize("nbytes", [12 * 2**20, 3 * 2**20 + 6, 4100])
 @pytest.mark.parametrize("sick", [False, True], ids=["uniform", "degraded-nic"])
 def test_plans_from_the_local_form_equal_plans_from_the_schedule(nbytes, sick, monkeypatch):
-    # Whole plans (fixed delay, steps of (path, bytes, latency), γ) and resources of shared runners, one with
-    # the local form and one localising every schedule: the same objects' values, bit for bit.
-    cluster = A100.with_nodes(48)
-    if sick:
-        cluster = replace(cluster, degraded_nics=(DegradedNic(node=4, nic=0, bw_fraction=0.02),))
-    runners = {}
-    for local_form in (False, True):
-        monkeypatch.setattr(ScheduleCache, "local_form", local_form)
-        runners[local_form] = CommRunner(None, None, cluster, None)
-        for g in _dp_groups():
-            call = CommCall(kind=CommKind.DP, op=Op.ALL_REDUCE, group=g, nbytes=nbytes, transport=Transport.COLLECTIVE,
-                            algorithm=CollectiveAlgorithm.TREE,
-                            time_s=estimate(cluster, list(g), Op.ALL_REDUCE, nbytes, "tree").time_s)
-            runners[local_form].plan(call, g)
-    built, direct = (list(runners[k]._plans.values()) for k in (False, True))
-    assert len(built) == len(direct) == len(_dp_groups())
-    for a, b in zip(built, direct):
-        assert (a.pre_s, a.gamma_s, a.resources) == (b.pre_s, b.gamma_s, b.resources)
-        assert [[(p, n, lat) for p, n, lat in s] for s in a.steps] == [[(p, n, lat) for p, n, lat in s] for s in b.steps]
-    assert all(lo.schedule is None for lo in runners[True]._schedules._shared.values())
-    assert all(lo.schedule is not None for lo in runners[False]._schedules._shared.values())
+    assert_local_form_plans_equal(CollectiveAlgorithm.TREE, nbytes, sick, monkeypatch)
