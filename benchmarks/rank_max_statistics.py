@@ -96,7 +96,7 @@ def file_rows(path: str) -> dict[str, dict]:
 def probe_rows(launches: int) -> list[dict]:
     """The calibration's rank-step probe (:func:`executor.step_bench._rank_steps`, 2 processes, as ``calibrate
     --compute`` runs it, plain model only), ``launches`` times: each launch's per-rank step totals as a quantity row,
-    and the fraction the calibration writes (``host.rank_jitter_sd_fraction``)."""
+    and the fraction it implies for ``host.rank_jitter_sd_fraction`` (which the calibration does not write)."""
     import os
     import tempfile
     from dataclasses import replace

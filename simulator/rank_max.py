@@ -89,9 +89,10 @@ def rank_max_gain(cluster, ranks: int) -> float:
     forward, backward and recompute compute (with their host terms, not the calls inside them) and the optimizer step
     with its loop by 1 + g, so a step of m micro-batches pays g · (m · (forward + backward + recompute) + optimizer):
     each sync point waits for the slowest rank's work since the last. ``ranks``: the run's processes (the measured step
-    is the slowest of them per step, ``simulator.run_results.Results._slowest``). The fraction is measured by
-    ``trainplan calibrate --compute`` on its rank-step probe [src: own-rank-jitter-probe]; 0 without a host section,
-    on an ``async`` device (a GPU: not measured there), or for one rank."""
+    is the slowest of them per step, ``simulator.run_results.Results._slowest``). The fraction comes from the cluster
+    file (the calibration does not write it: :attr:`simulator.cluster.host_spec.HostSpec.rank_jitter_sd_fraction`)
+    [src: own-rank-jitter-probe]; 0 without a host section, on an ``async`` device (a GPU: not measured there), or for
+    one rank."""
     from simulator.cluster.spec import KernelDispatch
 
     host = cluster.node.host

@@ -111,10 +111,10 @@ class HostSpec:
     """Spread of a rank's step time that its peers do not share, as a fraction of the step (dimensionless, a normal
     σ): the measured step is each step's slowest rank, whose median lies above one rank's median by this spread times
     z(0.5^(1/n)) for n ranks (:func:`simulator.rank_max.rank_max_gain`: each chunk's compute and the optimizer
-    step scale by 1 + that). Measured by
-    ``trainplan calibrate --compute`` on the rank-step probe's 2 gloo processes (:mod:`executor.step_bench`): the
-    median of the per-step slower of the two steps above a rank's median, over z(0.5^(1/2)) = 0.545
-    [src: own-rank-jitter-probe]. 0: not modelled (GPU presets: not measured on a GPU)."""
+    step scale by 1 + that). Set by hand in a cluster file: ``trainplan calibrate --compute`` does not write it,
+    because its 2-process rank-step probe (:mod:`executor.step_bench`, ``step_independent_sd_fraction``) read 0.364
+    and 0.041 a minute apart (docs/validation.md, max23 and the quiet suites of 2026-11-26)
+    [src: own-rank-jitter-probe]. 0: not modelled (the default; GPU presets: not measured on a GPU)."""
     cpu_cores: int | None = None
     """CPU cores of the node's host that run its processes (``os.sched_getaffinity``; ``trainplan calibrate
     --compute`` writes it): more active processes than cores time-share them
