@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import sys
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -207,8 +208,6 @@ def run(fn: Callable[..., Any], nproc: int, args: tuple = (), *, backend: str = 
     reports = ctx.Queue()
     port = free_port()
     env = dict(os.environ)
-    import sys
-
     sys.stdout.flush()
     sys.stderr.flush()
     streams = (ParentFd(1), ParentFd(2))
