@@ -64,7 +64,8 @@ def quantity_row(per_rank: list[list[float]]) -> dict:
     pooled = [x for r in per_rank for x in r]
     indep = quantile(pooled, rank_max_quantile(n))
     normal = rank_med + rank_max_margin(independent_sd(per_rank), n)
-    return {"normal_s": normal, "normal_lift": normal / rank_med - 1 if rank_med else None, "ranks": n, "rank_median_s": rank_med, "max_median_s": max_med, "independent_s": indep,
+    return {"normal_s": normal, "normal_lift": normal / rank_med - 1 if rank_med else None, "ranks": n,
+            "rank_median_s": rank_med, "max_median_s": max_med, "independent_s": indep,
             "shared": shared_share(per_rank), "lift": max_med / rank_med - 1 if rank_med else None,
             "independent_lift": indep / rank_med - 1 if rank_med else None}
 
@@ -103,7 +104,8 @@ def probe_rows(launches: int) -> list[dict]:
 
     from executor.compute_grid import default_grid, executed
     from executor.launch import run, threads_per_rank
-    from executor.step_bench import STEP_PROBE_MICRO_BATCHES as M, STEP_PROBE_PROCESSES, _rank_steps, step_jitter_fraction
+    from executor.step_bench import (STEP_PROBE_MICRO_BATCHES as M, STEP_PROBE_PROCESSES, _rank_steps,
+                                     step_jitter_fraction)
     from simulator.validation_suite import MODEL
     from simulator.workload import DtypePolicy, get_preset
 
@@ -113,8 +115,9 @@ def probe_rows(launches: int) -> list[dict]:
     for _ in range(launches):
         load0 = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="rank-max-") as status:
-            per_rank = run(_rank_steps, STEP_PROBE_PROCESSES, args=(model, grid.micro_batch, M, 100, 5, 0, status,
-                                                                    False), num_threads=threads_per_rank(STEP_PROBE_PROCESSES))
+            per_rank = run(_rank_steps, STEP_PROBE_PROCESSES,
+                           args=(model, grid.micro_batch, M, 100, 5, 0, status, False),
+                           num_threads=threads_per_rank(STEP_PROBE_PROCESSES))
         totals = [[(f + b) * M + o + a for f, b, o, a in zip(*r[:4])] for r in per_rank]
         row = quantity_row(totals)
         row.update(fraction=step_jitter_fraction(totals), load=(load0, os.getloadavg()[0]))
@@ -127,7 +130,8 @@ def print_probe(rows: list[dict]) -> None:
     print(f"  {'load 1m':>11s} {'rank med ms':>11s} {'max med ms':>10s} {'shared':>6s} {'lift %':>7s} "
           f"{'indep lift %':>12s} {'normal lift %':>13s} {'fraction':>8s}  z·fraction at 4 / 8 ranks %")
     for r in rows:
-        print(f"  {r['load'][0]:5.1f}-{r['load'][1]:<5.1f} {r['rank_median_s'] * 1e3:11.2f} {r['max_median_s'] * 1e3:10.2f} "
+        print(f"  {r['load'][0]:5.1f}-{r['load'][1]:<5.1f} {r['rank_median_s'] * 1e3:11.2f} "
+              f"{r['max_median_s'] * 1e3:10.2f} "
               f"{r['shared'] or 0:6.2f} {r['lift'] * 100:7.1f} {r['independent_lift'] * 100:12.1f} "
               f"{r['normal_lift'] * 100:13.1f} {r['fraction']:8.4f}  {rank_max_margin(r['fraction'], 4) * 100:.1f} / "
               f"{rank_max_margin(r['fraction'], 8) * 100:.1f}")
@@ -143,7 +147,8 @@ def print_summary(out: dict[str, dict]) -> None:
               f"own work {local['shared'] or 0:.2f}")
         by_ranks.setdefault(step["ranks"], []).append((step["lift"], local["lift"]))
     for n, lifts in sorted(by_ranks.items()):
-        print(f"  {n} ranks, {len(lifts)} case(s): median step lift {statistics.median(a for a, _ in lifts) * 100:.1f} %, "
+        print(f"  {n} ranks, {len(lifts)} case(s): "
+              f"median step lift {statistics.median(a for a, _ in lifts) * 100:.1f} %, "
               f"median own work lift {statistics.median(b for _, b in lifts) * 100:.1f} %")
 
 
@@ -177,7 +182,8 @@ def main() -> None:
         for name, r in rows.items():
             shared = "  -   " if r["shared"] is None else f"{r['shared']:6.2f}"
             print(f"  {name:18s} {r['rank_median_s'] * 1e3:11.2f} {r['max_median_s'] * 1e3:10.2f} "
-                  f"{r['independent_s'] * 1e3:9.2f} {shared} {r['lift'] * 100:7.1f} {r['independent_lift'] * 100:12.1f} {r['normal_lift'] * 100:13.1f}"
+                  f"{r['independent_s'] * 1e3:9.2f} {shared} {r['lift'] * 100:7.1f} "
+                  f"{r['independent_lift'] * 100:12.1f} {r['normal_lift'] * 100:13.1f}"
                   + (f"  (per-step min {r['min_median_s'] * 1e3:.2f} ms)" if "min_median_s" in r else ""))
 
 

@@ -41,8 +41,8 @@ def normal_quantile(q: float) -> float:
 
 def independent_sd(per_rank) -> float:
     """The standard deviation of the ranks' independent jitter, from paired per-step samples (ranks × steps): each
-    pair of ranks' per-step difference X_i − X_j cancels what they share and has the spread √2·σ of the independent
-    part; σ is read robustly from the differences' interquartile range, IQR / (1.349·√2) (for a normal
+    pair of ranks' per-step difference X_i − X_j cancels what they share and has the spread √2·σ of the
+    independent part; σ is read robustly from the differences' interquartile range, IQR / (1.349·√2) (for a normal
     distribution IQR = 1.349·σ), so a few stalled steps do not set it."""
     diffs = [a - b for i, ri in enumerate(per_rank) for rj in per_rank[i + 1:] for a, b in zip(ri, rj)]
     if not diffs:
