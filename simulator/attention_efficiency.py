@@ -84,10 +84,14 @@ class AttentionCall:
     """Key/query length one kernel call sees (``s``, or ``s/cp`` on a ring context-parallel rank)."""
     head_dim: int
     causal: bool
+    work_fraction: float | None = None
+    """The fraction ``c`` of trainplan's count that the kernel computes, where it is not the mask's: a context-parallel
+    ring's off-diagonal steps are non-causal half blocks (:mod:`simulator.workload.ring_steps`), ½ of the model's
+    full-block count at the non-causal rate. None: ½ causal, 1 otherwise."""
 
     def published_flops(self, model_flops: float) -> float:
         """The kernel's work as the benchmarks count it, from trainplan's count (module docstring)."""
-        c = CAUSAL_WORK_FRACTION if self.causal else 1.0
+        c = self.work_fraction if self.work_fraction is not None else CAUSAL_WORK_FRACTION if self.causal else 1.0
         if self.direction is AttentionPass.BWD:
             return model_flops / MODEL_BWD_OVER_FWD * PUBLISHED_BWD_OVER_FWD * c
         return model_flops * c

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from simulator.analytical import estimate
+from simulator.attention_efficiency import AttentionBackend
 from simulator.analytical_vec import estimate_many
 from simulator.cluster.io import load_cluster
 from simulator.compile import CostCache, compile_step
@@ -54,12 +55,12 @@ def test_ring_splits_every_token_wise_op_and_the_attention_core():
         assert sum(k.flops for k in _op(ring, kind).fwd) == pytest.approx(sum(k.flops for k in _op(full, kind).fwd) / 2)
     for kind in (OpKind.NORM, OpKind.ELEMENTWISE):  # memory-bound: the local tokens' bytes (GEMMs also read weights)
         assert sum(k.bytes for k in _op(ring, kind).fwd) == pytest.approx(sum(k.bytes for k in _op(full, kind).fwd) / 2)
-    core = _op(ring, OpKind.ATTENTION).fwd[0]
-    assert core.flops == pytest.approx(4 * 4096**2 * 4096 / 2)       # 4·b·s²·q ÷ cp
+    core = [k for k in _op(ring, OpKind.ATTENTION).fwd if k.attention]  # the ring's step kernels (ring_steps)
+    assert sum(k.flops for k in core) == pytest.approx(4 * 4096**2 * 4096 / 2)       # 4·b·s²·q ÷ cp
     # reads its s/cp queries (Q and O: 2q) and every K, V block once (2kv over s): 2·(2048·8192 + 4096·2048)
-    assert core.bytes == 2 * (2048 * 2 * 4096 + 4096 * 2 * 1024)
-    unbalanced = _op(layer_work(LLAMA, b, s, context=ContextSplit(2, balanced=False)), OpKind.ATTENTION).fwd[0]
-    assert unbalanced.flops == pytest.approx(core.flops * 1.5)
+    assert sum(k.bytes for k in core) == 2 * (2048 * 2 * 4096 + 4096 * 2 * 1024)
+    unbalanced = _op(layer_work(LLAMA, b, s, context=ContextSplit(2, balanced=False)), OpKind.ATTENTION).fwd
+    assert sum(k.flops for k in unbalanced) == pytest.approx(sum(k.flops for k in core) * 1.5)
 
 
 def test_all_to_all_runs_full_sequence_attention_on_heads_over_cp():
@@ -83,10 +84,11 @@ def _chunk(cluster, workload, **keys):
 
 
 def test_ring_calls_on_the_real_placement():
-    """Two DGX H100 nodes, tp 8, cp 2: the cp ring is ranks 0 and 8, one InfiniBand hop each way."""
+    """Two DGX H100 nodes, tp 8, cp 2: the cp ring is ranks 0 and 8, one InfiniBand hop each way (Megatron-Core's
+    ring: Transformer Engine's p2p, no torch merges; torch's ring: test_ring_steps.py)."""
     cluster = load_cluster("dgx-h100", nodes=2)
     w = LLAMA.with_seq(8192)
-    work, ch = _chunk(cluster, w, global_batch=2, tp=8, cp=2)
+    work, ch = _chunk(cluster, w, global_batch=2, tp=8, cp=2, framework="megatron")
     assert work.layout.cp_group(0, 0, 0) == (0, 8) and work.world_size == 16
     cp = [c for c in ch.tp_fwd if c.kind is CommKind.CP]
     assert len(cp) == w.layers and all(c.transport is Transport.OVERLAPPED for c in cp)
@@ -94,14 +96,15 @@ def test_ring_calls_on_the_real_placement():
     assert cp[0].nbytes == block
     cache = CostCache(cluster)
     send = max(cache.p2p(0, 8, block), cache.p2p(8, 0, block))
-    rows = layer_times(w, cluster.device, 1, w.seq_len, 8, context=ContextSplit(2))
+    rows = layer_times(w, cluster.device, 1, w.seq_len, 8, context=ContextSplit(2),
+                       attention_backend=AttentionBackend.CUDNN)  # TE's attention on Hopper
     attn = sum(r.time_s for r in rows if r.op is OpKind.ATTENTION and r.phase is Phase.FWD)
     assert cp[0].time_s == pytest.approx(ring_exposed_s(send, attn, 2), abs=1e-12)
     back = [c for c in ch.tp_bwd if c.kind is CommKind.CP]
     assert back[0].nbytes == 2 * block                               # KV and dKV
     # a short sequence on a slow hop: the transfer outlasts the block of attention and shows
     short = LLAMA.with_seq(256)
-    _, ch = _chunk(cluster, short, global_batch=2, tp=8, cp=2)
+    _, ch = _chunk(cluster, short, global_batch=2, tp=8, cp=2, framework="megatron")
     assert next(c for c in ch.tp_fwd if c.kind is CommKind.CP).time_s > 0
 
 
@@ -231,7 +234,7 @@ def test_cp_splits_the_work_exactly(cp, tp, b, chunks, kind, balanced):
     for kind_ in (OpKind.QKV, OpKind.OUT_PROJ, OpKind.MLP):
         assert cp * sum(k.flops for k in part[kind_].fwd + part[kind_].bwd) == pytest.approx(
             sum(k.flops for k in full[kind_].fwd + full[kind_].bwd), rel=1e-12)
-    attn = part[OpKind.ATTENTION].fwd[0].flops * cp / full[OpKind.ATTENTION].fwd[0].flops
+    attn = sum(k.flops for k in part[OpKind.ATTENTION].fwd if k.attention) * cp / full[OpKind.ATTENTION].fwd[0].flops
     assert attn == pytest.approx(split.imbalance, rel=1e-12)
     assert split.imbalance == (2 - 1 / cp if kind is ContextKind.RING and not balanced and cp > 1 else 1.0)
 

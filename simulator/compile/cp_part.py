@@ -12,7 +12,10 @@ and ``e`` bytes per element:
   crosses nodes). Backward passes the KV blocks and the partial dK, dV along the ring (Transformer
   Engine's ``flash_attn_p2p_communicate`` of "KV and dKV" [src: te-context-parallel]): twice the
   bytes per step, against the backward attention time. Full recomputation repeats the forward ring
-  inside backward.
+  inside backward. torch's ring (:attr:`~simulator.workload.context.RingRuntime.TORCH`) hands the dK, dV
+  on in fp32 (``accum_dtype``), so a backward step moves ``2·b·(s/cp)·kv_t·(e + 4)`` bytes, and it waits for
+  the last dK, dV hand-on after its loop, with no kernel left to hide it: one more neighbour transfer of the
+  fp32 dK, dV, exposed [src: torch-context-parallel].
 - **all-to-all** (Ulysses [src: jacobs-2023]): forward one all-to-all of Q, K, V
   (``b·(s/cp)·(q/t + 2·kv_t)·e`` bytes per rank) before the core and one of the output
   (``b·(s/cp)·(q/t)·e``) after it; backward the same two sizes (output gradient, then Q, K, V
@@ -31,8 +34,9 @@ from simulator.compile.costs import CostCache
 from simulator.compile.comm_part import call
 from simulator.compute import Phase, layer_times
 from simulator.work import CommCall, CommKind, Transport
-from simulator.workload.context import ContextKind, ContextSplit
+from simulator.workload.context import ContextKind, ContextSplit, RingRuntime
 from simulator.workload.ops import OpKind
+from simulator.workload.ring_steps import FP32 as FP32_BYTES
 
 __all__ = ["cp_calls", "ring_exposed_s"]
 
@@ -79,9 +83,14 @@ def cp_calls(cache: CostCache, spec, group: tuple[int, ...], *, micro_batch: int
         block = int(round(2 * local * kv_t * e))
         attn_f, attn_b = _attention_s(cache, spec, micro_batch, tp, context, attention_backend)
         fwd_s = ring_exposed_s(_ring_send_s(cache, group, block), attn_f, cp)
-        bwd_s = ring_exposed_s(_ring_send_s(cache, group, 2 * block), attn_b, cp)
+        step = 2 * block if context.runtime is not RingRuntime.TORCH else int(round(block * (e + FP32_BYTES) / e))
+        bwd_s = ring_exposed_s(_ring_send_s(cache, group, step), attn_b, cp)
+        last = 0
+        if context.runtime is RingRuntime.TORCH:  # the fp32 dK, dV hand-on waited for after the loop
+            last = int(round(2 * local * kv_t * FP32_BYTES))
+            bwd_s += _ring_send_s(cache, group, last)
         f = _overlapped(group, (cp - 1) * block, fwd_s, concurrent)
-        b = _overlapped(group, (cp - 1) * 2 * block, bwd_s, concurrent)
+        b = _overlapped(group, (cp - 1) * step + last, bwd_s, concurrent)
         block_fwd, block_bwd = (f,), (b,)
     else:
         qkv = call(cache, CommKind.CP, Op.ALL_TO_ALL, group, local * (q_t + 2 * kv_t) * e, concurrent)

@@ -26,7 +26,7 @@ from simulator.strategy.kinds import (AttentionKind, DataSource, GradReduceDtype
                                       PlacementOrder, ZeroStage)
 from simulator.strategy.sync import AllReduceSync, ParamServerSync
 from simulator.workload import Recompute
-from simulator.workload.context import ContextKind, ContextSplit, context_split
+from simulator.workload.context import ContextKind, ContextSplit, RingRuntime, context_split
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
 from simulator.workload.kinds import KernelFusion, ModelCode
 from simulator.workload.moe_routing import Dispatcher, Routing
@@ -244,7 +244,9 @@ class Strategy:
     @property
     def context(self) -> ContextSplit:
         """The sequence split these fields ask for (:mod:`simulator.workload.context`)."""
-        return context_split(self.cp, self.cp_kind, self.cp_balanced)
+        torch_ring = self.cp > 1 and self.resolved_framework in (Framework.TORCH_DDP, Framework.FSDP2)
+        return context_split(self.cp, self.cp_kind, self.cp_balanced,
+                             RingRuntime.TORCH if torch_ring else RingRuntime.FUSED)
 
     @property
     def resolved_fp8_recipe(self) -> Fp8Recipe | None:

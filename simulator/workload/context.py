@@ -22,6 +22,11 @@ for it. Megatron-Core splits the sequence into ``2·cp`` chunks and gives rank r
 (torchtitan) does the same head-tail split [src: torch-context-parallel]: every rank then does
 ``(r + ½) + (2cp − 1 − r + ½) = 2cp`` small-block units, the mean — balanced, and the sequence must
 divide into ``2·cp`` chunks.
+
+Who runs the ring (:class:`RingRuntime`) decides what a ring step costs besides its attention kernel:
+torch's ``context_parallel`` (torchtitan, the torch frameworks) merges each step's partial output and
+accumulates the gradients in fp32 with torch operators (:mod:`simulator.workload.ring_steps`); Transformer
+Engine's ``p2p`` does it inside its own kernels, not charged here.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from functools import lru_cache
 
 from simulator.enum_kind import Kind
 
-__all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT", "context_split"]
+__all__ = ["ContextKind", "ContextSplit", "NO_CONTEXT_SPLIT", "RingRuntime", "context_split"]
 
 
 class ContextKind(Kind):
@@ -45,6 +50,18 @@ class ContextKind(Kind):
     after it (TE ``cp_comm_type="a2a"``); blocking."""
 
 
+class RingRuntime(Kind):
+    """The software that runs a ring's steps (:mod:`simulator.workload.ring_steps`)."""
+
+    FUSED = "fused"
+    """Transformer Engine's ``p2p`` (Megatron-Core) and any runtime whose merges and gradient sums run inside its
+    attention kernels: only the per-step attention kernels are charged."""
+    TORCH = "torch"
+    """torch's ``context_parallel`` (``torch/distributed/tensor/experimental/_attention.py``), which torchtitan
+    uses: each step's output merged into an fp32 running output by ``_SDPAMerger``, the backward's gradients
+    summed in fp32, the last dK/dV hand-on waited for after the loop [src: torch-context-parallel]."""
+
+
 @dataclass(frozen=True)
 class ContextSplit:
     """A sample's sequence split over ``degree`` context-parallel ranks."""
@@ -53,6 +70,8 @@ class ContextSplit:
     kind: ContextKind = ContextKind.RING
     balanced: bool = True
     """Causal load balancing by the 2·cp chunk split (module docstring); ring only."""
+    runtime: RingRuntime = RingRuntime.FUSED
+    """Who runs the ring's steps (ring only; the torch frameworks: :attr:`RingRuntime.TORCH`)."""
 
     @property
     def imbalance(self) -> float:
@@ -73,7 +92,9 @@ NO_CONTEXT_SPLIT = ContextSplit()
 
 
 @lru_cache(maxsize=None, typed=True)  # typed: 1, 1.0 and True are not one key
-def context_split(degree: int, kind: ContextKind, balanced: bool) -> ContextSplit:
-    """``ContextSplit(degree, kind, balanced)``, one object per distinct value: a search's memo keys hold the split
-    (``ComputeOptions.context``) and compare it by value thousands of times, which the same object answers at once."""
-    return ContextSplit(degree, kind, balanced)
+def context_split(degree: int, kind: ContextKind, balanced: bool,
+                  runtime: RingRuntime = RingRuntime.FUSED) -> ContextSplit:
+    """``ContextSplit(degree, kind, balanced, runtime)``, one object per distinct value: a search's memo keys hold the
+    split (``ComputeOptions.context``) and compare it by value thousands of times, which the same object answers at
+    once."""
+    return ContextSplit(degree, kind, balanced, runtime)

@@ -42,6 +42,7 @@ from simulator.workload.eager_rates import EagerKernel, at_eager_rate, norm_kern
 from simulator.workload.kernels import (MEMORY_BWD_FACTOR, Kernel, OpKind, OpWork, Scope, backward,  # noqa: F401
                                         gemm, memory, op_work)
 from simulator.workload.kinds import ActivationKind, BiasKind, KernelFusion, PositionKind
+from simulator.workload.ring_steps import ring_step_kernels, with_torch_ring
 
 if TYPE_CHECKING:
     from simulator.workload.transformer import TransformerSpec
@@ -84,27 +85,30 @@ def _local_tokens(s: int, context: ContextSplit) -> int:
 
 
 def _flash_core(spec: TransformerSpec, b: int, s: int, tp: int, e: int, kv_t: float,
-                context: ContextSplit, backend: AttentionBackend) -> Kernel:
+                context: ContextSplit, backend: AttentionBackend) -> tuple[Kernel, ...]:
     """The fused attention core of one rank. Without cp: ``4·b·s²·q/t`` FLOPs, reads Q, K, V, writes O.
     Context-parallel (:mod:`simulator.workload.context`): ``1/cp`` of those FLOPs (× the causal imbalance
     of an unbalanced ring); a ring rank reads its ``s/cp`` queries and every KV block once (one kernel call
-    per KV block of ``s/cp``), an all-to-all rank the whole sequence for ``heads/cp`` heads. ``backend``:
-    the kernel the framework runs (:class:`~simulator.attention_efficiency.AttentionBackend`)."""
+    per KV block of ``s/cp``: its causal diagonal block and the off-diagonal steps' non-causal kernel,
+    :func:`simulator.workload.ring_steps.ring_step_kernels`), an all-to-all rank the whole sequence for
+    ``heads/cp`` heads. ``backend``: the kernel the framework runs
+    (:class:`~simulator.attention_efficiency.AttentionBackend`)."""
     q, cp = spec.q_dim, context.degree
     flops = 4.0 * b * s * s * q / tp
     ring = cp > 1 and context.kind is ContextKind.RING
     call = AttentionCall(backend=backend, direction=AttentionPass.FWD, seq_len=s // cp if ring else s,
                          head_dim=spec.d_head, causal=CAUSAL_ATTENTION)
     if cp == 1:
-        return Kernel(name="flash_attn", flops=flops, bytes=float(e * b * s * (2 * q / tp + 2 * kv_t)), gemm=True,
-                      attention=call)
+        return (Kernel(name="flash_attn", flops=flops, bytes=float(e * b * s * (2 * q / tp + 2 * kv_t)), gemm=True,
+                       attention=call),)
     if ring:
         nbytes = e * b * (s / cp * 2 * q / tp + s * 2 * kv_t)
     else:
         kv_c = spec.kv_dim / (tp * cp) if spec.n_kv_heads >= tp * cp else spec.d_head  # one KV head, replicated
         nbytes = e * b * s * (2 * q / (tp * cp) + 2 * kv_c)
-    return Kernel(name="flash_attn", flops=flops / cp * context.imbalance, bytes=float(nbytes), gemm=True,
-                  attention=call)
+    kernel = Kernel(name="flash_attn", flops=flops / cp * context.imbalance, bytes=float(nbytes), gemm=True,
+                    attention=call)
+    return ring_step_kernels(kernel, call, b, s, q / tp, kv_t, e, context) if ring else (kernel,)
 
 
 def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, tp: int = 1, *,
@@ -123,7 +127,7 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
     res = T * h * e / (tp if sequence_parallel else 1)
     swiglu = spec.activation is ActivationKind.SWIGLU
     if flash_attention:
-        attention = [(_flash_core(spec, b, s_full, tp, e, kv_t, context, attention_backend), None)]
+        attention = [(k, None) for k in _flash_core(spec, b, s_full, tp, e, kv_t, context, attention_backend)]
     else:
         if context.degree > 1:
             raise SpecError("attention", "context parallelism runs the attention core as flash attention; "
@@ -147,7 +151,7 @@ def layer_work(spec: TransformerSpec, micro_batch: int, seq: int | None = None, 
         op_work(OpKind.NORM, Scope.LAYER, at_eager_rate([(memory("norm", 2 * 2 * res), None)], norm_kernel(spec.norm),
                                                     fusion)),
         op_work(OpKind.QKV, Scope.LAYER, [_g("qkv", T, q / tp + 2 * kv_t, h, e)]),
-        op_work(OpKind.ATTENTION, Scope.LAYER, attention),
+        with_torch_ring(op_work(OpKind.ATTENTION, Scope.LAYER, attention), context, T * q / tp, T * kv_t, e, fusion),
         op_work(OpKind.OUT_PROJ, Scope.LAYER, [_g("out_proj", T, h, q / tp, e)]),
         op_work(OpKind.MLP, Scope.LAYER, [mlp_in, _g("mlp_out", T, h, f / tp, e)]),
         op_work(OpKind.ELEMENTWISE, Scope.LAYER, elementwise),
