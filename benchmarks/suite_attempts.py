@@ -63,8 +63,8 @@ def drift_vs_step(folders: list[Path]) -> None:
             ys.append(steps[f] / median)
     print(f"|step / case median - 1|: drift > {SPEED_DRIFT_MAX:.0%} median {statistics.median(flagged):.1%} "
           f"(n = {len(flagged)}), others {statistics.median(other):.1%} (n = {len(other)})")
-    print(f"Pearson r (probe / median reading, step / case median): max of two {statistics.correlation(xs_max, ys):.2f}, "
-          f"mean of two {statistics.correlation(xs_mean, ys):.2f}")
+    print("Pearson r (probe / median reading, step / case median): "
+          f"max of two {statistics.correlation(xs_max, ys):.2f}, mean of two {statistics.correlation(xs_mean, ys):.2f}")
     for f, m in manifests.items():
         ran = [c for c in m.cases if not c.skipped]
         drifted = [i for i, c in enumerate(ran) if run_drift(c, m.speed_reference_s) > SPEED_DRIFT_MAX]

@@ -176,7 +176,8 @@ class SuiteReport:
         return run_noisy(row.record, self.reference_s)
 
     def retried(self) -> str:
-        """``, after up to N re-runs of a noisy case (k cases re-run, e runs in all)``, or '' without ``--retries``."""
+        """``, after up to N re-run(s) of a noisy case (k case(s) re-run, e extra run(s))``; '' without
+        ``--retries``."""
         if not self.retries:
             return ""
         again = [len(r.record.attempts) for r in self.rows if r.record is not None and len(r.record.attempts) > 1]
