@@ -19,6 +19,11 @@ each run it samples the machine:
   readings (``speed_before_s``, ``speed_after_s``): contention from outside the VM that neither sample above
   sees (``simulator.suite_report.speed_drift``).
 
+With ``retries`` (``validate --suite --retries N``) a case the report would flag noisy
+(``simulator.suite_report.run_noisy``: foreign CPU share or speed drift over its threshold) is run again, up to N
+more times, each attempt bracketed by the probe like a case; the case reports the attempt
+``simulator.suite_report.used_attempt`` picks (the first quiet one, else the least drifted) and keeps them all.
+
 ``calibrated_cluster`` is the one place that turns ``--calibrate`` into the cluster the suite is
 estimated on.
 """
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from executor.own_cpu import own_cpu_s
 from simulator.errors import SpecError
-from simulator.suite_runs import CaseRecord, SuiteRuns, results_file
+from simulator.suite_runs import Attempt, CaseRecord, SuiteRuns, results_file
 from simulator.validation_suite import SuiteCase, case_plan
 
 PRECISION = "fp32"
@@ -238,17 +243,18 @@ def host_info(backend: str) -> dict:
 
 def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_notes: list[str], nproc: int | None,
               steps: int, warmup: int, timeout_s: float, backend: str, progress=None,
-              measure_s: float | None = None, readings_before: tuple[float, ...] = ()) -> SuiteRuns:
-    """Write the plans, run every case (``progress(line)`` after each), and save the manifest ``RUNS/suite.json``.
+              measure_s: float | None = None, readings_before: tuple[float, ...] = (),
+              retries: int = 0) -> SuiteRuns:
+    """Write the plans, run every case (``progress(line)`` after each run), and save the manifest ``RUNS/suite.json``.
+
+    ``retries``: most extra runs of a noisy case (module docstring; 0 runs each case once, as before val28).
 
     ``cluster`` is stored relative to ``runs`` when it is a file inside it (the calibrated cluster).
     ``readings_before``: the speed probe's readings taken before the calibration; with
     :data:`executor.speed_probe.REFERENCE_READINGS_AFTER` taken here, their median is the speed reference."""
     import datetime
 
-    from dataclasses import replace
-
-    from executor.speed_probe import REFERENCE_READINGS_AFTER, probe, reference_readings
+    from executor.speed_probe import REFERENCE_READINGS_AFTER, reference_readings
     from simulator.suite_report import speed_reference
 
     write_plans(cases, runs)
@@ -256,27 +262,65 @@ def run_suite(cases, runs: Path, *, suite: str, cluster: str | None, cluster_not
     readings = tuple(readings_before) + reference_readings(REFERENCE_READINGS_AFTER)
     start, records, reference = os.getloadavg(), [], speed_reference(readings)
     before = readings[-1]  # the reading right before the first case brackets it
+    say = progress or (lambda line: None)
     for case in cases:
-        rec = run_case(case, runs, nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend,
-                       measure_s=measure_s)
-        if not rec.skipped:  # a skipped case ran nothing: no reading to bracket it
-            after = probe()
-            rec = replace(rec, speed_before_s=before, speed_after_s=after)
-            before = after
+        rec, before = _attempts(case, runs, before, reference, retries, say, dict(
+            nproc=nproc, steps=steps, warmup=warmup, timeout_s=timeout_s, backend=backend, measure_s=measure_s))
         records.append(rec)
-        if progress is not None:
-            progress(_progress_line(rec, reference))
     inside = Path(cluster or "")
     stored = inside.name if cluster and inside.is_file() and inside.parent.resolve() == runs.resolve() else cluster
     manifest = SuiteRuns(suite=suite, date=date, host=host_info(backend), cluster=stored, steps=steps, warmup=warmup,
                          cluster_notes=tuple(cluster_notes), load_average_start=tuple(start),
                          load_average_end=tuple(os.getloadavg()), speed_reference_s=reference,
-                         speed_reference_readings_s=readings, cases=tuple(records))
+                         speed_reference_readings_s=readings, retries=retries, cases=tuple(records))
     manifest.save(runs)
     return manifest
 
 
-def _progress_line(rec: CaseRecord, reference_s: float) -> str:
+def _attempts(case: SuiteCase, runs: Path, before: float | None, reference_s: float | None, retries: int, say,
+              run_kw: dict) -> tuple[CaseRecord, float | None]:
+    """Run ``case``, bracketed by the probe, and again while the run is noisy and ``retries`` remain; the record of
+    the attempt used, with every attempt, and the last reading. A retry is bracketed by a fresh reading taken right
+    before it and one after it. Each attempt's results file is kept as ``<case>.attemptK.results.json``; the used
+    one is copied to ``<case>.results.json``."""
+    import shutil
+    from dataclasses import replace
+
+    from executor.speed_probe import probe
+    from simulator.suite_report import run_drift, run_noisy, used_attempt
+
+    tries: list[CaseRecord] = []
+    files: list[str | None] = []
+    while True:
+        rec = run_case(case, runs, **run_kw)
+        if rec.skipped:  # a skipped case ran nothing: no reading to bracket it, nothing to retry
+            say(_progress_line(rec, reference_s))
+            return rec, before
+        after = probe()
+        rec, before = replace(rec, speed_before_s=before, speed_after_s=after), after
+        say(_progress_line(rec, reference_s))
+        if not retries:
+            return rec, before
+        kept, out = runs / f"{case.name}.attempt{len(tries) + 1}.results.json", results_path(runs, case)
+        files.append(out.replace(kept).name if out.exists() else None)
+        tries.append(rec)
+        if rec.error is not None or run_noisy(rec, reference_s) is not True or len(tries) > retries:
+            break
+        share, drift = rec.foreign_cpu_fraction or 0.0, run_drift(rec, reference_s) or 0.0
+        say(f"  {case.name}: noisy (speed drift {drift:.0%}, other work {share:.0%} of the CPU): running it again, "
+            f"retry {len(tries)} of {retries}")
+        before = probe()  # a fresh reading right before the retry brackets it, not the one that flagged the last
+    k = used_attempt(tries, reference_s)
+    if files[k] is not None:
+        shutil.copyfile(runs / files[k], results_path(runs, case))
+    if len(tries) > 1:
+        say(f"  {case.name}: attempt {k + 1} of {len(tries)} used"
+            + (" (still noisy: the least drifted)" if run_noisy(tries[k], reference_s) else ""))
+    attempts = tuple(Attempt.of(t, f) for t, f in zip(tries, files))
+    return replace(tries[k], attempt=k + 1, attempts=attempts), before
+
+
+def _progress_line(rec: CaseRecord, reference_s: float | None) -> str:
     from simulator.suite_report import speed_drift
 
     if rec.skipped:

@@ -7,7 +7,7 @@ and the notes the validations raised. The figures come from :mod:`simulator.suit
 
 from __future__ import annotations
 
-from simulator.suite_report import COLUMNS, SPEED_DRIFT_MAX, Hygiene, SuiteReport, pct, table_cells
+from simulator.suite_report import SPEED_DRIFT_MAX, Hygiene, SuiteReport, columns, pct, table_cells
 
 
 def _loads(values) -> str:
@@ -68,13 +68,17 @@ def markdown(report: SuiteReport, scatter: str | None = None) -> str:
                                            f"{pct(report.step_time_bias())}.", ""]
     if scatter:
         lines += [f"![estimated vs measured step time]({scatter})", ""]
-    lines += ["## Cases", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    heads = columns(report)
+    lines += ["## Cases", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for row in table_cells(report):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     lines += ["", "`other cpu`: the share of the machine's CPU time other work took during the case "
               "(`noisy` above the threshold); `speed drift`: how far the machine's speed, a fixed single-thread "
               "reference read before and after the case, moved from its reading after the calibration (`noisy` "
-              f"above {SPEED_DRIFT_MAX:.0%}); `load 1m`: the 1-minute load average before it started.", ""]
+              f"above {SPEED_DRIFT_MAX:.0%}); `load 1m`: the 1-minute load average before it started"
+              + ("" if not report.retries else f"; `attempts` (`--retries {report.retries}`): a case noisy by either "
+                 "is run again; `k/n: d1 d2 ..` is attempt k of n reported (the first quiet one, else the least "
+                 "drifted), then each attempt's speed drift") + ".", ""]
     lines += ["## Memory", "", f"Model states (parameters, gradients, optimizer state of the most loaded rank; "
               f"should be exact): MAPE {pct(report.memory_mape('model_state_bytes'), signed=False)}. Peak: MAPE "
               f"{pct(report.memory_mape('peak_memory_bytes'), signed=False)}. Each case's signed errors are in the "

@@ -1,5 +1,5 @@
-"""The validation suite's figures: step-time MAPE overall and per family, memory errors, a table, a
-Markdown report and a predicted-vs-measured scatter.
+"""The validation suite's figures: step-time MAPE overall and per family, memory errors and a table (the
+Markdown report: ``simulator.suite_markdown``; the predicted-vs-measured scatter: ``simulator.suite_scatter``).
 
 Per case the step-time error is ``simulator.validate``'s signed ``estimate / measured − 1`` of the
 analytical engine against the measured median (the DES's is reported beside it). The suite's figure
@@ -26,13 +26,17 @@ set by a single high take, 27.7 ms against a usual 21.8 ms, docs/validation.md `
 (contention from outside a VM, a noisy neighbour or throttling, shows in neither the load average nor
 other processes' CPU). When any case is over either, the report and the table say the machine was noisy
 and that the figures are not clean, instead of presenting them as the model's error.
+
+With ``--retries N`` (``executor.suite_run``) a noisy case is run again, up to N more times; the case reports
+:func:`used_attempt`: the first attempt that is not noisy, else the least drifted, and the headline counts the
+cases still noisy after their retries (every attempt's drift is in the table's ``attempts`` column).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from simulator.enum_kind import Kind
 from simulator.suite_runs import SuiteRow, SuiteRuns
@@ -49,11 +53,6 @@ block's median, p10..p90 within about ±12 % (2026-11-26, docs/validation.md ``#
 every reading within 10.3 % of the median (``benchmarks/speed_probe_repeat.py``, 2026-11-26 09:55 UTC, same doc,
 "val20's speed check on a quiet machine"); well below the 1.6x slowdown of 2026-11-26 that the foreign CPU share did
 not see. The reference is the median of several readings around the calibration (:func:`speed_reference`)."""
-MARKERS = {Family.DDP: "o", Family.ZERO: "s", Family.OFFLOAD: "D", Family.PIPELINE: "^", Family.TENSOR: "v",
-           Family.HYBRID: "P", Family.RECOMPUTE: "X", Family.PARAM_SERVER: "*"}
-"""One scatter marker per family."""
-BAND = 0.10
-"""The ±10 % band drawn around y = x."""
 
 
 class Hygiene(Kind):
@@ -70,6 +69,41 @@ def speed_drift(reference_s: float | None, readings) -> float | None:
     if not reference_s or not kept:
         return None
     return max(abs(t / reference_s - 1.0) for t in kept)
+
+
+def run_busy(rec) -> bool | None:
+    """Other work took more than the quiet share of the CPU during one run (a ``CaseRecord`` or an ``Attempt`` of
+    ``simulator.suite_runs``); None: not measured."""
+    f = None if rec is None else rec.foreign_cpu_fraction
+    return None if f is None else f > QUIET_FOREIGN_CPU_FRACTION
+
+
+def run_drift(rec, reference_s: float | None) -> float | None:
+    """One run's speed drift from the reference (:func:`speed_drift` of its two readings); None: not measured."""
+    return None if rec is None else speed_drift(reference_s, (rec.speed_before_s, rec.speed_after_s))
+
+
+def run_noisy(rec, reference_s: float | None) -> bool | None:
+    """Busy or drifted by more than :data:`SPEED_DRIFT_MAX`; None when the CPU share was not measured (the speed
+    probe alone cannot say quiet). The one rule the report flags and ``--retries`` re-runs by."""
+    busy, drift = run_busy(rec), run_drift(rec, reference_s)
+    return None if busy is None else busy or (drift is not None and drift > SPEED_DRIFT_MAX)
+
+
+def used_attempt(runs, reference_s: float | None) -> int:
+    """The index of the run a case reports among its attempts, in order: the first completed one that is not noisy;
+    else (every completed one noisy) the completed one with the smallest drift, ties (or no readings) to the smaller
+    foreign CPU share, then the earlier. Failed runs count only when none completed."""
+    done = [i for i, r in enumerate(runs) if r.error is None] or list(range(len(runs)))
+    quiet = [i for i in done if run_noisy(runs[i], reference_s) is not True]
+    if quiet:
+        return quiet[0]
+
+    def key(i: int):
+        drift, share = run_drift(runs[i], reference_s), runs[i].foreign_cpu_fraction
+        return (math.inf if drift is None else drift, math.inf if share is None else share, i)
+
+    return min(done, key=key)
 
 
 def speed_reference(readings) -> float | None:
@@ -116,24 +150,39 @@ class SuiteReport:
         """``model_state_bytes`` or ``peak_memory_bytes``."""
         return mape(r.error_of(name) for r in self.done)
 
+    @property
+    def reference_s(self) -> float | None:
+        return None if self.manifest is None else self.manifest.speed_reference_s
+
+    @property
+    def retries(self) -> int:
+        """``--retries`` of the run (0: every case ran once, or a manifest from before it existed)."""
+        return (None if self.manifest is None else self.manifest.retries) or 0
+
     def busy(self, row: SuiteRow) -> bool | None:
-        """Other work took more than the quiet share of the CPU during the case (None: not measured)."""
-        f = None if row.record is None else row.record.foreign_cpu_fraction
-        return None if f is None else f > QUIET_FOREIGN_CPU_FRACTION
+        """Other work took more than the quiet share of the CPU during the case (:func:`run_busy`)."""
+        return run_busy(row.record)
 
     def drift(self, row: SuiteRow) -> float | None:
-        """The case's speed drift from the calibration's (:func:`speed_drift`); None: not measured."""
-        rec, ref = row.record, None if self.manifest is None else self.manifest.speed_reference_s
-        return None if rec is None else speed_drift(ref, (rec.speed_before_s, rec.speed_after_s))
+        """The case's speed drift from the calibration's (:func:`run_drift`); None: not measured."""
+        return run_drift(row.record, self.reference_s)
 
     def drifted(self, row: SuiteRow) -> bool | None:
         d = self.drift(row)
         return None if d is None else d > SPEED_DRIFT_MAX
 
     def noisy(self, row: SuiteRow) -> bool | None:
-        """Busy or drifted; None when the CPU share was not measured (the speed probe alone cannot say quiet)."""
-        busy = self.busy(row)
-        return None if busy is None else busy or bool(self.drifted(row))
+        """Busy or drifted (:func:`run_noisy`), for the attempt the case reports."""
+        return run_noisy(row.record, self.reference_s)
+
+    def retried(self) -> str:
+        """``, after up to N re-run(s) of a noisy case (k case(s) re-run, e extra run(s))``; '' without
+        ``--retries``."""
+        if not self.retries:
+            return ""
+        again = [len(r.record.attempts) for r in self.rows if r.record is not None and len(r.record.attempts) > 1]
+        return (f", after up to {self.retries} re-run(s) of a noisy case ({len(again)} case(s) re-run, "
+                f"{sum(again) - len(again)} extra run(s))")
 
     @property
     def hygiene(self) -> Hygiene:
@@ -151,12 +200,13 @@ class SuiteReport:
                     "cases"] if busy else []) + ([
                 f"the machine's speed drifted by more than {SPEED_DRIFT_MAX:.0%} from the calibration's during "
                 f"{drifted} of {n} cases"] if drifted else [])
-            return f"NOISY MACHINE: {'; '.join(why)}; the figures below are not clean measurements of the model's error"
+            return (f"NOISY MACHINE: {'; '.join(why)}{self.retried()}; the figures below are not clean measurements "
+                    "of the model's error")
         if self.hygiene is Hygiene.QUIET:
             speed = (f" and the machine's speed stayed within {SPEED_DRIFT_MAX:.0%} of the calibration's"
                      if all(self.drift(r) is not None for r in self.done) else " (machine speed not measured)")
             return (f"quiet machine: other work took at most {QUIET_FOREIGN_CPU_FRACTION:.0%} of the CPU{speed} "
-                    "during every case")
+                    f"during every case{self.retried()}")
         return "machine load not measured by this command (results made elsewhere): cleanliness unknown"
 
     def to_dict(self) -> dict:
@@ -173,7 +223,7 @@ class SuiteReport:
                 "load_average_start": None if m is None else list(m.load_average_start),
                 "load_average_end": None if m is None else list(m.load_average_end),
                 "speed_reference_s": None if m is None else m.speed_reference_s,
-                "speed_drift_max": SPEED_DRIFT_MAX,
+                "speed_drift_max": SPEED_DRIFT_MAX, "retries": self.retries,
                 "cases_completed": len(self.done), "cases": len(self.rows),
                 "rows": [_row_dict(r, self) for r in self.rows]}
 
@@ -194,7 +244,13 @@ def _row_dict(r: SuiteRow, report: SuiteReport) -> dict:
             "speed_before_s": None if rec is None else rec.speed_before_s,
             "speed_after_s": None if rec is None else rec.speed_after_s,
             "speed_drift": report.drift(r), "speed_drifted": report.drifted(r), "busy": report.busy(r),
-            "noisy": report.noisy(r)}
+            "noisy": report.noisy(r), "attempt": None if rec is None else rec.attempt,
+            "attempts": [] if rec is None else [_attempt_dict(a, report.reference_s) for a in rec.attempts]}
+
+
+def _attempt_dict(a, reference_s: float | None) -> dict:
+    return {f.name: getattr(a, f.name) for f in fields(a)} | {
+        "speed_drift": run_drift(a, reference_s), "busy": run_busy(a), "noisy": run_noisy(a, reference_s)}
 
 
 def pct(x: float | None, signed: bool = True) -> str:
@@ -209,6 +265,19 @@ def _ms(x: float | None) -> str:
 
 COLUMNS = ("case", "family", "procs", "measured ms", "p10-p90 ms", "analytical ms", "error", "des error",
            "states err", "peak err", "other cpu", "speed drift", "load 1m")
+ATTEMPTS = "attempts"
+"""The column added under ``--retries``: ``1``, or ``k/n: d1 d2 ..`` (attempt k of n used, each one's speed drift)."""
+
+
+def columns(report: SuiteReport) -> tuple[str, ...]:
+    return COLUMNS + ((ATTEMPTS,) if report.retries else ())
+
+
+def _attempts_cell(rec, reference_s: float | None) -> str:
+    if rec is None or len(rec.attempts) <= 1:
+        return "-" if rec is None or not rec.attempts else "1"
+    drifts = (run_drift(a, reference_s) for a in rec.attempts)
+    return f"{rec.attempt}/{len(rec.attempts)}: " + " ".join("-" if d is None else f"{d:.0%}" for d in drifts)
 
 
 def table_cells(report: SuiteReport) -> list[list[str]]:
@@ -221,13 +290,13 @@ def table_cells(report: SuiteReport) -> list[list[str]]:
         load = "-" if d["load_1m"] is None else f"{d['load_1m']:.2f}"
         other = pct(d["foreign_cpu_fraction"], signed=False) + (" noisy" if d["busy"] else "")
         speed = pct(d["speed_drift"], signed=False) + (" noisy" if d["speed_drifted"] else "")
+        tail = [other, speed, load] + ([_attempts_cell(r.record, report.reference_s)] if report.retries else [])
         if not r.ok:
-            cells.append([r.case.name, r.case.family.value, procs, "-", "-", "-", r.error or "-", "", "", "", other,
-                          speed, load])
+            cells.append([r.case.name, r.case.family.value, procs, "-", "-", "-", r.error or "-", "", "", ""] + tail)
             continue
         cells.append([r.case.name, r.case.family.value, procs, _ms(d["measured_s"]), spread, _ms(d["analytical_s"]),
                       pct(d["step_time_error"]), pct(d["step_time_error_des"]), pct(d["model_state_error"]),
-                      pct(d["peak_memory_error"]), other, speed, load])
+                      pct(d["peak_memory_error"])] + tail)
     return cells
 
 
@@ -244,50 +313,14 @@ def summary_lines(report: SuiteReport) -> list[str]:
 
 def format_table(report: SuiteReport) -> str:
     """The suite as a text table (a case without a validation gives its reason), the MAPE lines, the verdict."""
-    cells = table_cells(report)
-    full = [list(COLUMNS)] + [c for r, c in zip(report.rows, cells) if r.ok]
-    widths = [max(len(row[i]) for row in full) for i in range(len(COLUMNS))]
+    cells, heads = table_cells(report), list(columns(report))
+    full = [heads] + [c for r, c in zip(report.rows, cells) if r.ok]
+    widths = [max(len(row[i]) for row in full) for i in range(len(heads))]
 
     def line(row):
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
 
-    lines = [line(list(COLUMNS))]
+    lines = [line(heads)]
     for r, row in zip(report.rows, cells):
         lines.append(line(row) if r.ok else "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[6])
     return "\n".join(lines + [""] + summary_lines(report))
-
-
-def scatter_figure(report: SuiteReport):
-    """Estimated (analytical) vs measured step time, log axes, y = x and a ±10 % band, one marker per family."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 6))
-    ax = fig.add_subplot()
-    values = []
-    for family in Family:
-        pts = [(r.validation.row("step_time_s").measured, r.validation.row("step_time_s").analytical)
-               for r in report.done if r.case.family is family]
-        if pts:
-            xs, ys = zip(*pts)
-            values += [*xs, *ys]
-            err = report.step_time_mape(family=family)
-            ax.scatter(xs, ys, marker=MARKERS[family], s=60, label=f"{family.value} (MAPE {pct(err, signed=False)})")
-    if values:
-        lo, hi = min(values) / 2, max(values) * 2
-        line = [lo, hi]
-        ax.fill_between(line, [v * (1 - BAND) for v in line], [v * (1 + BAND) for v in line], color="0.85",
-                        label=f"±{BAND:.0%}")
-        ax.plot(line, line, color="0.3", linewidth=1, label="y = x")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured step time, s (median)")
-    ax.set_ylabel("estimated step time, s (analytical)")
-    ax.set_title(f"{report.suite} suite on {report.cluster}: step-time MAPE "
-                 f"{pct(report.step_time_mape(), signed=False)}"
-                 + (" (noisy machine)" if report.hygiene is Hygiene.NOISY else ""), fontsize="medium")
-    ax.legend(fontsize="small", loc="upper left")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    return fig

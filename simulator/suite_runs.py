@@ -10,8 +10,15 @@ calibrated, and ``suite.json``, the manifest written here::
      "steps": 5, "warmup": 2, "load_average_start": [1m, 5m, 15m], "load_average_end": [...],
      "cases": [{"name": "ddp-overlap", "processes": 2, "error": null, "skipped": false, "load_1m": 0.4,
                 "foreign_cpu_fraction": 0.03, "wall_s": 8.1,
-                "speed_before_s": 0.028, "speed_after_s": 0.029}],
-     "speed_reference_s": 0.028}
+                "speed_before_s": 0.028, "speed_after_s": 0.029, "attempt": 2,
+                "attempts": [{"error": null, "load_1m": 0.5, "foreign_cpu_fraction": 0.02, "wall_s": 8.4,
+                              "speed_before_s": 0.028, "speed_after_s": 0.041,
+                              "results": "ddp-overlap.attempt1.results.json"}, {...}]}],
+     "speed_reference_s": 0.028, "retries": 2}
+
+With ``--retries N`` a case measured while the machine was noisy is run again (``executor.suite_run``): the
+record's own fields are those of the attempt used (``attempt``, 1-based), ``attempts`` keeps every attempt, each
+with its results file kept beside ``<case>.results.json`` (a copy of the used one's).
 
 Results files made elsewhere (torchrun on a cluster, one per case, rank 0 writes each with every
 rank's steps) need no manifest: :func:`suite_rows` validates whatever results files the folder holds,
@@ -33,6 +40,25 @@ MANIFEST = "suite.json"
 
 
 @dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One run of a case under ``--retries`` (the fields of :class:`CaseRecord` of the same names)."""
+
+    error: str | None = None
+    load_1m: float | None = None
+    foreign_cpu_fraction: float | None = None
+    wall_s: float | None = None
+    speed_before_s: float | None = None
+    speed_after_s: float | None = None
+    results: str | None = None
+    """This attempt's results file, by its name in the runs folder (None: the run wrote none)."""
+
+    @classmethod
+    def of(cls, rec: "CaseRecord", results: str | None) -> "Attempt":
+        """The attempt ``rec`` records (its fields of the same names), with its results file."""
+        return cls(**{f.name: getattr(rec, f.name) for f in fields(cls) if f.name != "results"}, results=results)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     """How one case's run went on this machine (written by ``executor/suite_run.py``)."""
 
@@ -50,6 +76,10 @@ class CaseRecord:
     """The machine-speed probe's reading (``executor.speed_probe``, thread CPU seconds) just before the launch."""
     speed_after_s: float | None = None
     """Its reading just after the run (the next case's ``speed_before_s``, or the suite's last reading)."""
+    attempt: int | None = None
+    """Which of :attr:`attempts` the fields above are, 1-based (None: run without ``--retries``)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every run of the case, in order (empty without ``--retries``, and for a skipped case)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +106,9 @@ class SuiteRuns:
     speed_reference_readings_s: tuple[float, ...] = ()
     """The probe's readings the reference is the median of, in order: those before the calibration, then those
     after it at the start of the runs (only the latter without ``--calibrate``)."""
+    retries: int | None = None
+    """``--retries``: most extra runs of a noisy case (None: manifests written before branch val28, and 0, ran
+    every case once)."""
     cases: tuple[CaseRecord, ...] = field(default_factory=tuple)
 
     def record(self, name: str) -> CaseRecord | None:
@@ -85,10 +118,19 @@ class SuiteRuns:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cases"}
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
         return {"schema": SCHEMA, "version": VERSION} | d | {
-            "cases": [{f.name: getattr(c, f.name) for f in fields(c)} for c in self.cases]}
+            "cases": [_record_dict(c) for c in self.cases]}
 
     def save(self, runs: str | Path) -> Path:
         return write_json(Path(runs) / MANIFEST, self.to_dict())
+
+
+def _record_dict(c: CaseRecord) -> dict:
+    d = {f.name: getattr(c, f.name) for f in fields(c)}
+    return d | {"attempts": [{f.name: getattr(a, f.name) for f in fields(a)} for a in c.attempts]}
+
+
+def _record(d: dict) -> CaseRecord:
+    return CaseRecord(**d | {"attempts": tuple(Attempt(**a) for a in d.get("attempts", ()))})
 
 
 def load_manifest(runs: str | Path) -> SuiteRuns | None:
@@ -101,7 +143,7 @@ def load_manifest(runs: str | Path) -> SuiteRuns | None:
         raise SpecError(f"{path}", f"not a {SCHEMA} version {VERSION} manifest; remove it or run the suite again")
     d = {k: v for k, v in d.items() if k not in ("schema", "version")}
     try:
-        cases = tuple(CaseRecord(**c) for c in d.pop("cases", []))
+        cases = tuple(_record(c) for c in d.pop("cases", []))
         return SuiteRuns(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}, cases=cases)
     except TypeError as err:
         raise SpecError(f"{path}", f"bad or missing field ({err})") from None

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from simulator.run_results import load_results
-from simulator.suite_report import QUIET_FOREIGN_CPU_FRACTION, Hygiene, SuiteReport, format_table, mape, scatter_figure
+from simulator.suite_report import QUIET_FOREIGN_CPU_FRACTION, Hygiene, SuiteReport, format_table, mape
 from simulator.suite_runs import MANIFEST, load_manifest, suite_rows
+from simulator.suite_scatter import scatter_figure
 from simulator.validate import run_cluster, validate
 from simulator.validation_suite import CASES, Family, SuiteName, case_plan, suite_cases
 from trainplan.__main__ import main
@@ -245,6 +246,9 @@ def test_a_case_that_needs_more_processes_is_skipped_without_launching(tmp_path)
     (["--suite", "quick", "--runs", "R", "--plans-only", "--no-run"], "--plans-only: writes the plans and stops"),
     (["--suite", "quick", "--no-run"], "--runs: --plans-only and --no-run need the folder"),
     (["--suite", "quick", "--nproc", "0"], "--nproc: must be a positive integer, got 0"),
+    (["--suite", "quick", "--retries", "-1"], "--retries: must be 0 or more (extra runs of a noisy case), got -1"),
+    (["--suite", "quick", "--runs", "R", "--no-run", "--retries", "1"], "--retries: re-runs noisy cases: not with"),
+    (["r.json", "--retries", "2"], "--retries: only applies with --suite"),
     (["--suite", "quick", "--out", "r.txt"], "--out: 'r.txt' must end in .md"),
     (["--suite", "quick", "--cluster", "nope"], "--cluster: nope:"),
     (["--suite", "quick", "--no-run", "--runs", "missing-dir"], "--runs: folder 'missing-dir' does not exist"),

@@ -18,7 +18,8 @@ from trainplan.__main__ import main
 @pytest.mark.suite
 def test_quick_suite_calibrates_runs_validates_and_reports(tmp_path, capsys):
     runs, out = tmp_path / "runs", tmp_path / "report.md"
-    assert main(["validate", "--suite", "quick", "--calibrate", "--nproc", "3", "--runs", str(runs),
+    # --retries 0: a noisy CI machine would run every case up to three times (retries: tests/test_suite_retries.py)
+    assert main(["validate", "--suite", "quick", "--calibrate", "--nproc", "3", "--retries", "0", "--runs", str(runs),
                  "--out", str(out), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     quick = suite_cases(SuiteName.QUICK)

@@ -1,8 +1,8 @@
 """``trainplan validate``: compare a results file from ``trainplan execute`` with the simulator's estimates.
 
     trainplan validate results.json [--cluster FILE] [--plot FILE.png] [--json]
-    trainplan validate --suite default|quick [--nproc N] [--calibrate] [--cluster FILE] [--out report.md]
-                       [--runs DIR] [--plans-only | --no-run] [--json]
+    trainplan validate --suite default|quick [--nproc N] [--calibrate] [--retries N] [--cluster FILE]
+                       [--out report.md] [--runs DIR] [--plans-only | --no-run] [--json]
 
 Re-simulates the plan as run (embedded in the results file) on the cluster with both engines and
 prints estimated vs measured step time, each measured phase and memory, with signed errors
