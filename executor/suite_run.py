@@ -196,7 +196,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                f"{compute.block_call_us[1] or 0.0:.2f} us, AdamW's {compute.block_call_us[2]:.2f} us per op call)")
             + f", per op call {compute.fields.op_call_overhead_us:.1f} us, "
             + _dtensor_call_note(compute)
-            f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
+            + f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
             + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "
                f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")
             + (f"DDP {compute.ddp.forward_call_us:.0f} us per forward, {compute.ddp.sync_backward_us:.0f} us per "

@@ -60,3 +60,16 @@ def test_the_surcharge_moves_the_zero3_optimizer_by_its_calls():
         times.append(estimate(cluster, GPT_TINY, strategy).step_time_s)
     assert times[1] - times[0] == pytest.approx(280 * (8.5e3 / 280 - 17.7) * 1e-6, rel=1e-6)
 
+
+
+def test_the_suite_note_names_the_written_figure_and_the_tight_loop_it_replaced():
+    from types import SimpleNamespace
+
+    from executor.suite_run import _dtensor_call_note
+
+    fields = SimpleNamespace(dtensor_call_overhead_us=8.5e3 / 280)
+    compute = SimpleNamespace(fields=fields, fsdp2_optimizer=SimpleNamespace(dtensor_call_us=17.2), rank_steps=_steps())
+    assert _dtensor_call_note(compute) == ("per DTensor optimizer call 30.4 us more (in a rank's FSDP2 step; tight loop "
+                                           "17.2 us), ")
+    assert _dtensor_call_note(SimpleNamespace(fields=fields, fsdp2_optimizer=None, rank_steps=None)) == (
+        "per DTensor optimizer call 30.4 us more, ")
