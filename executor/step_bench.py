@@ -39,6 +39,15 @@ micro-batch, as with overlapped reduction). DDP's host terms in a rank's step ar
 which :func:`executor.calibrate_host.with_step_ddp` writes (less the bucket passes, a kernel of their own) in place of
 the tight loop's on one rank, where the wrapper's few Python calls stay hot and measured 0 µs per forward in both
 quiet calibrations of 2026-11-25 17:26 / 17:29 [src: own-ddp-step-probe].
+
+With ``fsdp2`` the same processes then run as many steps of the model under the executor's FSDP2 ZeRO-3 wrap on their
+own gloo group (its all-gathers and reduce-scatters real), and the AdamW step over the shards gives
+
+    dtensor_call_us = (optimizer_s(FSDP2) − optimizer_s(plain)) / (ADAMW_PER_TENSOR_CALLS · tensors)
+
+(means over ranks of the medians), which :func:`executor.calibrate_host.with_step_dtensor_calls` writes in place of
+the fake group's tight loop: 27.8-30.1 µs in the step against 17.2-17.7 µs in the loop, and the step's figure is the
+one the executor's zero3 run pays (2026-11-26, loaded) [src: own-dtensor-in-step-probe].
 """
 
 from __future__ import annotations
@@ -167,7 +176,8 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
                 fsdp2: bool = False) -> tuple[list[float], ...]:
     """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
     seconds, the first micro-batch's forward less the mean of the others', and the last micro-batch's backward; with
-    ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP (module docstring).
+    ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP, with ``fsdp2`` the
+    AdamW step of as many under FSDP2 ZeRO-3 (module docstring; an empty list for a part not run).
     Between steps it runs the executor's own bookkeeping (:func:`_between_steps`)."""
     from executor.model import build_gpt
 
