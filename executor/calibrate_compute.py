@@ -31,7 +31,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    the whole model's calls and roofline (:func:`executor.calibrate_calls.step_call_overheads`): the block's tight
    loop kept the code and data hot and understated a rank's forward about twofold (docs/validation.md, "Per-operator
    host time in the rank's step"); the block's own figures stay in the report (``block_call_us``). The same steps'
-   AdamW step gives ``op_call_overhead_us`` (step 4's formula) in place of the AdamW's tight loop.
+   AdamW step gives ``op_call_overhead_us`` (step 4's formula) in place of the AdamW's tight loop, and the same
+   steps under FSDP2 ZeRO-3 give ``dtensor_call_overhead_us`` in place of the fake group's tight loop (step 5).
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
@@ -80,7 +81,7 @@ from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width
 from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import ComputeGrid, default_grid, executed, gpu_grid, run_shapes, tiny_model
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host, with_dtensor_calls,
-                                     with_step_ddp, with_step_loop)
+                                     with_step_ddp, with_step_dtensor_calls, with_step_loop)
 from executor.fsdp2_host_bench import Fsdp2OptimizerTiming, Fsdp2Timing
 from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModuleTiming
 from executor.pipeline_host_bench import PipelineActionTiming
@@ -245,7 +246,8 @@ def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress
               file=sys.stderr)
     model = executed(replace(grid.block, dtype=DtypePolicy.FP32))
     return time_rank_steps(model, grid.micro_batch, processes=STEP_PROBE_PROCESSES, repeats=max(repeats, 100),
-                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES), ddp=True)
+                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES), ddp=True,
+                           fsdp2=True)
 
 
 def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
@@ -284,7 +286,8 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
             device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
                                          steps.backward_s)
             in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
-            device = replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype))
+            device = with_step_dtensor_calls(replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype)),
+                                             steps)
             ckpt = measure_step_checkpoint(executed(grid.block), grid.micro_batch, device, progress=progress,
                                            thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())

@@ -8,7 +8,8 @@ on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backwa
 (:mod:`executor.fsdp2_host_bench`), and torch's pipeline schedule runtime per action and per p2p post
 on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
 ``device.op_call_overhead_us`` (:func:`adamw_call_us`), and the same step over FSDP2's DTensor shards
-``device.dtensor_call_overhead_us`` (:func:`with_dtensor_calls`). On a GPU the base's figures are kept (not measured
+``device.dtensor_call_overhead_us`` (:func:`with_dtensor_calls`; on the CPU in fp32 then re-measured in a rank's
+FSDP2 step, :func:`with_step_dtensor_calls`). On a GPU the base's figures are kept (not measured
 there).
 On the CPU in fp32 DDP's two terms are then taken from the rank-step probe's DDP steps (:func:`with_step_ddp`).
 """
@@ -115,6 +116,16 @@ def with_dtensor_calls(device: Device, terms: HostTerms | None) -> Device:
     if terms is None or terms.fsdp2_optimizer is None:
         return device
     return replace(device, dtensor_call_overhead_us=terms.fsdp2_optimizer.dtensor_call_us)
+
+
+def with_step_dtensor_calls(device: Device, steps) -> Device:
+    """``device`` with ``dtensor_call_overhead_us`` from the rank-step probe's FSDP2 steps
+    (:attr:`executor.step_bench.RankStepTiming.dtensor_call_us`: AdamW over the shards after an FSDP2 ZeRO-3 backward
+    on 2 gloo processes, less the plain model's AdamW in the same processes, per call), in place of the fake group's
+    tight loop (:func:`with_dtensor_calls`), as ``op_call_overhead_us`` is taken from the same steps' plain AdamW
+    [src: own-dtensor-in-step-probe]; as is where the probe did not run FSDP2 steps."""
+    us = None if steps is None else steps.dtensor_call_us
+    return device if us is None else replace(device, dtensor_call_overhead_us=us)
 
 
 def host_cores() -> int:

@@ -39,6 +39,15 @@ micro-batch, as with overlapped reduction). DDP's host terms in a rank's step ar
 which :func:`executor.calibrate_host.with_step_ddp` writes (less the bucket passes, a kernel of their own) in place of
 the tight loop's on one rank, where the wrapper's few Python calls stay hot and measured 0 µs per forward in both
 quiet calibrations of 2026-11-25 17:26 / 17:29 [src: own-ddp-step-probe].
+
+With ``fsdp2`` the same processes then run as many steps of the model under the executor's FSDP2 ZeRO-3 wrap on their
+own gloo group (its all-gathers and reduce-scatters real), and the AdamW step over the shards gives
+
+    dtensor_call_us = (optimizer_s(FSDP2) − optimizer_s(plain)) / (ADAMW_PER_TENSOR_CALLS · tensors)
+
+(means over ranks of the medians), which :func:`executor.calibrate_host.with_step_dtensor_calls` writes in place of
+the fake group's tight loop: 27.8-30.1 µs in the step against 17.2-17.7 µs in the loop, and the step's figure is the
+one the executor's zero3 run pays (2026-11-26, loaded) [src: own-dtensor-in-step-probe].
 """
 
 from __future__ import annotations
@@ -84,6 +93,11 @@ class RankStepTiming:
     at a barrier) sits above a rank's median, as the spread of a normal part that would put it there, a fraction of
     the step: :func:`step_jitter_fraction` [src: own-rank-jitter-probe]."""
     """Under DDP: each rank's synchronising backward (the last micro-batch's)."""
+    fsdp2_optimizer: tuple[Timing, ...] = ()
+    """Under FSDP2 ZeRO-3 on the probe's own gloo group (``fsdp2``): each rank's AdamW step over its DTensor shards,
+    after the step's backward; empty where not run."""
+    optimizer_tensors: int = 0
+    """Parameter tensors each AdamW step steps (the plain model's; FSDP2 shards every one of them); 0: not counted."""
 
     @property
     def forward_s(self) -> float:
@@ -125,6 +139,18 @@ class RankStepTiming:
         return max(0.0, ddp - statistics.fmean(t.median_s for t in self.last_backward))
 
     @property
+    def dtensor_call_us(self) -> float | None:
+        """µs an AdamW operator call on FSDP2's DTensor shards costs beyond the plain model's, in the step (module
+        docstring), at least 0; None where FSDP2 was not run."""
+        if not self.fsdp2_optimizer or not self.optimizer or self.optimizer_tensors <= 0:
+            return None
+        from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+
+        fsdp2 = statistics.fmean(t.median_s for t in self.fsdp2_optimizer)
+        plain = statistics.fmean(t.median_s for t in self.optimizer)
+        return max(0.0, fsdp2 - plain) / (ADAMW_PER_TENSOR_CALLS * self.optimizer_tensors) * 1e6
+
+    @property
     def optimizer_timing(self) -> Timing:
         """The AdamW step, each statistic the mean over ranks."""
         return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
@@ -132,20 +158,35 @@ class RankStepTiming:
                       p90_s=statistics.fmean(t.p90_s for t in self.optimizer))
 
 
+def _fsdp2_model(model, world: int):
+    """``model`` sharded as the executor's ZeRO-3 shards it (``executor.strategies.dp_wrap.wrap_fsdp``: ``fully_shard``
+    on every block, then on the root, ``reshard_after_forward=True``) over the probe's ``world`` gloo ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    for block in model.layers:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
 def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-                seed: int, status_dir: str | None = None, ddp: bool = False) -> tuple[list[float], ...]:
+                seed: int, status_dir: str | None = None, ddp: bool = False,
+                fsdp2: bool = False) -> tuple[list[float], ...]:
     """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
     seconds, the first micro-batch's forward less the mean of the others', and the last micro-batch's backward; with
-    ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP (module docstring).
+    ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP, with ``fsdp2`` the
+    AdamW step of as many under FSDP2 ZeRO-3 (module docstring; an empty list for a part not run).
     Between steps it runs the executor's own bookkeeping (:func:`_between_steps`)."""
     from executor.model import build_gpt
 
     args = (rank, world, spec, micro_batch, m, repeats, warmup, seed, status_dir)
     plain = _steps(build_gpt(spec, seed), *args)
-    if not ddp:
-        return plain
-    wrapped = _steps(_ddp_model(build_gpt(spec, seed)), *args, sync_last_only=True)
-    return plain + (wrapped[0], wrapped[5])
+    ddp_parts = _steps(_ddp_model(build_gpt(spec, seed)), *args, sync_last_only=True) if ddp else None
+    fsdp2_parts = _steps(_fsdp2_model(build_gpt(spec, seed), world), *args) if fsdp2 else None
+    return plain + ((ddp_parts[0], ddp_parts[5]) if ddp_parts else ([], [])) + (
+        (fsdp2_parts[3],) if fsdp2_parts else ([],))
 
 
 def _ddp_model(model):
@@ -227,25 +268,32 @@ def _between_steps(rank: int, step: int, record: dict, gathered: list | None, st
 
 def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int = STEP_PROBE_PROCESSES,
                     micro_batches: int = STEP_PROBE_MICRO_BATCHES, repeats: int = 100, warmup: int = 5,
-                    thread_count: int = 1, seed: int = 0, ddp: bool = False) -> RankStepTiming:
+                    thread_count: int = 1, seed: int = 0, ddp: bool = False, fsdp2: bool = False) -> RankStepTiming:
     """The probe of the module docstring on ``processes`` gloo processes of ``thread_count`` threads each; ``ddp``:
-    the DDP steps too."""
+    the DDP steps too; ``fsdp2``: the FSDP2 ZeRO-3 steps too (their AdamW step kept)."""
     import tempfile
 
     from executor.launch import run
 
     with tempfile.TemporaryDirectory(prefix="trainplan-step-probe-") as status_dir:
         per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
-                                                     status_dir, ddp), num_threads=thread_count)
-    forward, backward, outside, optimizer, cold, last, *wrapped = (tuple(timing_of(r[k]) for r in per_rank)
-                                                                    for k in range(len(per_rank[0])))
-    ddp_forward, ddp_last = wrapped if wrapped else ((), ())
+                                                     status_dir, ddp, fsdp2), num_threads=thread_count)
+    forward, backward, outside, optimizer, cold, last, ddp_forward, ddp_last, fsdp2_opt = (
+        tuple(timing_of(r[k]) for r in per_rank) if per_rank[0][k] else () for k in range(len(per_rank[0])))
     m = micro_batches
     totals = [[(f + b) * m + o + a for f, b, o, a in zip(*r[:4])] for r in per_rank]
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
                           outside=outside, optimizer=optimizer, first_cold=cold, last_backward=last,
-                          ddp_forward=ddp_forward, ddp_last_backward=ddp_last,
+                          ddp_forward=ddp_forward, ddp_last_backward=ddp_last, fsdp2_optimizer=fsdp2_opt,
+                          optimizer_tensors=_tensors(spec) if fsdp2 else 0,
                           step_independent_sd_fraction=step_jitter_fraction(totals))
+
+
+def _tensors(spec: TransformerSpec) -> int:
+    """Parameter tensors of the executor's model of ``spec`` (each one AdamW steps)."""
+    from executor.model import build_gpt
+
+    return len(list(build_gpt(spec, 0).parameters()))
 
 
 def step_jitter_fraction(totals: list[list[float]]) -> float:

@@ -200,7 +200,8 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                f" (a rank's step; the block's tight loop {compute.block_call_us[0]:.2f} / "
                f"{compute.block_call_us[1] or 0.0:.2f} us, AdamW's {compute.block_call_us[2]:.2f} us per op call)")
             + f", per op call {compute.fields.op_call_overhead_us:.1f} us, "
-            f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
+            + _dtensor_call_note(compute)
+            + f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
             + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "
                f"{compute.tp_modules.backward_module_us:.0f} us backward, " if compute.tp_modules else "")
             + (f"DDP {compute.ddp.forward_call_us:.0f} us per forward, {compute.ddp.sync_backward_us:.0f} us per "
@@ -214,6 +215,16 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
             + (f"; while the network was measured: {fit.machine}" if fit.machine else "")
             + f"; while the compute was measured ({wall:.0f} s): {compute_machine}")
     return str(path), [note]
+
+
+def _dtensor_call_note(compute) -> str:
+    """The DTensor surcharge per optimizer call written (``device.dtensor_call_overhead_us``), and the fake group's
+    tight-loop figure beside it where the rank-step probe's FSDP2 steps replaced it."""
+    us = compute.fields.dtensor_call_overhead_us
+    tight = compute.fsdp2_optimizer.dtensor_call_us if compute.fsdp2_optimizer else None
+    in_step = compute.rank_steps is not None and compute.rank_steps.dtensor_call_us is not None
+    return (f"per DTensor optimizer call {us:.1f} us more" + (f" (in a rank's FSDP2 step; tight loop {tight:.1f} us)"
+                                                              if in_step and tight is not None else "") + ", ")
 
 
 def _dtensor_note(cluster) -> str:

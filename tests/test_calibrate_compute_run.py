@@ -144,8 +144,11 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
     assert report.step_checkpoint.blocks == block.layers
     assert report.fsdp2.dp == 2 and report.fsdp2.modules == block.layers + 1  # blocks and the root, fake 2-rank group
     assert report.fsdp2.reshard_after_forward and not report.fsdp2_zero2.reshard_after_forward  # ZeRO-3, ZeRO-2
-    # the DTensor surcharge per optimizer call, measured through FSDP2's shards (executor.fsdp2_host_bench)
-    assert cluster.device.dtensor_call_overhead_us == report.fsdp2_optimizer.dtensor_call_us
+    # the DTensor surcharge per optimizer call, measured through FSDP2's shards in a rank's FSDP2 ZeRO-3 step (val27:
+    # the fake group's tight loop, executor.fsdp2_host_bench, stays in the report and read 0.6x the step's figure)
+    assert steps.dtensor_call_us is not None and len(steps.fsdp2_optimizer) == 2
+    assert cluster.device.dtensor_call_overhead_us == steps.dtensor_call_us
+    assert report.fsdp2_optimizer.dtensor_call_us >= 0
     assert report.fsdp2_optimizer.tensors == (15 if model == "llama2-7b" else 28)
     # 2 processes, GPipe over 4 micro-batches: 19 actions per rank (tests/test_pipeline_runtime.py)
     pipe = report.pipeline

@@ -130,8 +130,9 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
         return cluster, fit
 
     fields = SimpleNamespace(kernel_launch_overhead_us=1.0, backward_call_overhead_us=0.5, op_call_overhead_us=1.0,
-                             peak_tflops={})
+                             dtensor_call_overhead_us=17.7, peak_tflops={})
     compute = SimpleNamespace(threads=1, fields=fields, tp_modules=None, ddp=None, fsdp2=None, pipeline=None,
+                              fsdp2_optimizer=None, rank_steps=None,
                               dtype=SimpleNamespace(value="fp32", compute_dtype=None),
                               block_call_us=(0.25, 0.125, 0.75))
     fields.peak_tflops[None] = 1e-3
@@ -147,6 +148,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     assert "(median of moments: 2 processes 760 us (moments 700, 760, 1000" in notes[0]  # probe17: and their moments
     assert "per broadcast of an asynchronous batch 429 us at 2, 707 us at 3" in notes[0]  # executor.calibrate_async
     assert "wait per DTensor tp call 829 us at 2 (with sequence parallelism 673 us at 2)" in notes[0]  # tp16's probe
+    assert "per DTensor optimizer call 17.7 us more, " in notes[0]  # val27: the figure written
     assert "results rewrite" not in notes[0]  # cal19: the executor no longer rewrites between steps, no term
     # cal19: how quiet the machine was during each half of the calibration, as the cases' own records say it
     assert "; while the network was measured: load average 0.50 before, 0.60 after; other work took 3%" in notes[0]

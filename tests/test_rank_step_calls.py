@@ -79,6 +79,7 @@ def test_a_slower_rank_step_gives_a_longer_estimate():
 def test_the_probe_runs_two_ranks_in_lockstep():
     timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1)
     assert isinstance(timing, RankStepTiming) and (timing.processes, timing.micro_batches) == (2, 2)
+    assert not timing.fsdp2_optimizer and timing.dtensor_call_us is None  # FSDP2 steps only when asked
     assert len(timing.forward) == len(timing.backward) == len(timing.outside) == len(timing.optimizer) == 2
     assert len(timing.first_cold) == 2  # the first micro-batch's forward less the second's, per rank
     assert timing.warm_forward_s == pytest.approx(timing.forward_s - timing.first_cold_s / 2, rel=1e-12)
@@ -136,8 +137,13 @@ def test_the_in_step_ddp_forward_lengthens_ddp_plans_only():
     assert times["pp", 200.0] == times["pp", 0.0]
 
 
-def test_the_probe_times_ddp_steps_too():
-    timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1, ddp=True)
+def test_the_probe_times_ddp_and_fsdp2_steps_too():
+    timing = time_rank_steps(GPT_TINY, 2, processes=2, micro_batches=2, repeats=3, warmup=1, ddp=True, fsdp2=True)
+    # FSDP2 ZeRO-3 on the probe's own 2-rank gloo group: its AdamW over the shards, less the plain one, per call
+    assert len(timing.fsdp2_optimizer) == 2 and timing.optimizer_tensors == 28
+    assert all(t.p10_s <= t.median_s <= t.p90_s for t in timing.fsdp2_optimizer)
+    assert timing.dtensor_call_us == pytest.approx(max(0.0, (
+        sum(t.median_s for t in timing.fsdp2_optimizer) - sum(t.median_s for t in timing.optimizer)) / 2 / 280 * 1e6))
     assert len(timing.ddp_forward) == len(timing.ddp_last_backward) == len(timing.last_backward) == 2
     assert all(t.p10_s <= t.median_s <= t.p90_s for t in timing.ddp_forward + timing.ddp_last_backward)
     assert timing.ddp_forward_call_us == pytest.approx(max(0.0, (
