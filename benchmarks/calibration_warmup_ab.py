@@ -1,6 +1,6 @@
 """Does a calibration read the machine differently when its first probe is not the first launch? A paired test.
 
-Alternates ``--pairs`` times two suite calibrations (:func:`executor.suite_run.calibrated_cluster`, what
+Alternates ``--pairs`` times two suite calibrations (:func:`executor.suite_calibration.calibrated_cluster`, what
 ``trainplan validate --suite default --calibrate`` runs before its cases):
 
 - A: as the suite runs it;
@@ -71,7 +71,7 @@ def revalidate(runs: str, cluster: Path) -> dict:
 
 
 def main() -> None:
-    from executor.suite_run import calibrated_cluster
+    from executor.suite_calibration import calibrated_cluster
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", nargs="+", required=True, help="recorded suite folders to re-validate")

@@ -113,7 +113,7 @@ def test_the_suite_calibrates_with_trainplan_calibrates_design(monkeypatch, tmp_
     import executor.calibrate_compute as compute_module
     from executor.calibrate_moments import Moments
     from executor.calibrate_run import calibrate as design
-    from executor.suite_run import calibrated_cluster
+    from executor.suite_calibration import calibrated_cluster
     from simulator.cluster.io import load_cluster
 
     seen = {}

@@ -65,7 +65,7 @@ def test_the_surcharge_moves_the_zero3_optimizer_by_its_calls():
 def test_the_suite_note_names_the_written_figure_and_the_tight_loop_it_replaced():
     from types import SimpleNamespace
 
-    from executor.suite_run import _dtensor_call_note
+    from executor.suite_calibration import _dtensor_call_note
 
     fields = SimpleNamespace(dtensor_call_overhead_us=8.5e3 / 280)
     compute = SimpleNamespace(fields=fields, fsdp2_optimizer=SimpleNamespace(dtensor_call_us=17.2), rank_steps=_steps())

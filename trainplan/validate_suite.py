@@ -131,7 +131,8 @@ def _run(args, cases, runs: Path, steps_warmup: tuple[int, int], warning: str | 
     from executor.options import DEFAULT_TIMEOUT_S, resolve_backend
     from executor.calibrate_run import DEFAULT_PROCESSES
     from executor.speed_probe import REFERENCE_READINGS_BEFORE, reference_readings
-    from executor.suite_run import CALIBRATION_PROCESSES, calibrated_cluster, run_suite
+    from executor.suite_calibration import calibrated_cluster
+    from executor.suite_run import CALIBRATION_PROCESSES, run_suite
 
     backend = resolve_backend(args.backend).value
     base = args.cluster or ("localhost-cpu" if backend == "gloo" else None)
