@@ -70,3 +70,16 @@ def rarer_full_collections():
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextmanager
+def frozen_heap():
+    """The collector's tracked objects moved to its permanent generation for the block (``gc.freeze``), moved back
+    after (``gc.unfreeze``, also on an error): around forking worker processes, whose collector then never walks
+    the heap they inherit (nor writes to its pages, which copy-on-write would copy). It frees nothing and changes
+    no result (the module docstring)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
