@@ -40,7 +40,7 @@ def _booked(apart: bool, first, start_s, steps, played, kinds, seg_s, category, 
     return [(c, v.hex()) for c, v in account.items()]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(first=st.integers(0, 7), start_s=seconds, steps=st.lists(seconds, min_size=1, max_size=40),
        kinds=st.lists(st.sampled_from(CATS[1:3] + [Category.FORWARD]), min_size=24, max_size=24),
        seg_s=st.one_of(st.just(0.0), seconds), category=st.sampled_from([Category.FORWARD, Category.BACKWARD]),
