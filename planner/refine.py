@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from simulator.compile import compile_step
 from simulator.engine.call_plan import CallPlanner
-from simulator.engine.gc_passes import rarer_full_collections, rarer_full_passes
+from simulator.engine.gc_passes import frozen_heap, rarer_full_collections, rarer_full_passes
 from simulator.engine.step import simulate
 from simulator.strategy import build_layout
 
@@ -71,8 +71,8 @@ def refine(cluster, workload, strategies, jobs: int = 1, gpus: int | None = None
         plans = CallPlanner(cluster) if share_plans else None
         with rarer_full_collections():
             return _collect((des_step(cluster, workload, s, gpus, plans) for s in strategies), len(strategies), tick)
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker,
-                             initargs=(cluster, workload, gpus, share_plans)) as pool:
+    with frozen_heap(), ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker,
+                                            initargs=(cluster, workload, gpus, share_plans)) as pool:
         return _collect(pool.map(_worker_step, strategies), len(strategies), tick)
 
 

@@ -10,9 +10,17 @@ import pandas as pd
 
 from simulator.analytical_vec import OnInvalid, estimate_many
 from simulator.compile import CostCache
+from simulator.engine.gc_passes import frozen_heap
 
 RANK_CHUNK = 256
 """Candidates per :func:`estimate_many` call of the rank phase (progress cadence; one cache for all)."""
+
+RANK_PER_PROCESS = 128
+"""Fewest candidates :func:`score` gives a process of the rank phase. A cold candidate of the rank phase costs
+~2 ms of CPU (Llama-2-70B on 64 H100s: 453 candidates, 0.92 s in one process; its halves 0.52 and 0.41 s, each
+process with its own cache), a worker's fork, the strategies' pickles and its frame's return ~0.03 s: at 128
+candidates a process the split already pays (docs/planner.md, plan27). It was :data:`RANK_CHUNK` (256), which
+left that search, the issue's ≤ 3 s command, in one process on two cores."""
 
 
 def estimates_in_chunks(cluster, workload, gpus, strategies: list, cache: CostCache | None,
@@ -30,17 +38,17 @@ def estimates_in_chunks(cluster, workload, gpus, strategies: list, cache: CostCa
 
 def score(fits: list, search, cache: CostCache, counts, phase: str = "rank") -> pd.DataFrame:
     """The closed form over the candidates that fit (estimate errors counted invalid). With ``search.jobs`` > 1
-    and at least :data:`RANK_CHUNK` candidates per process, the last parts go to worker processes (each its own
+    and at least :data:`RANK_PER_PROCESS` candidates per process, the last parts go to worker processes (each its own
     cache; every estimate is the same whichever cache answers it) while this process estimates the first."""
     tick = search.tick(phase)
     strategies = [s for s, _ in fits]
-    jobs = min(search.jobs, len(strategies) // RANK_CHUNK)
+    jobs = min(search.jobs, len(strategies) // RANK_PER_PROCESS)
     args = (search.cluster, search.workload, search.layout_gpus)
     if jobs <= 1:
         parts = estimates_in_chunks(*args, strategies, cache, tick)
     else:
         cuts = [len(strategies) * k // jobs for k in range(jobs + 1)]
-        with ProcessPoolExecutor(max_workers=jobs - 1) as pool:
+        with frozen_heap(), ProcessPoolExecutor(max_workers=jobs - 1) as pool:
             rest = [pool.submit(estimates_in_chunks, *args, strategies[a:b], None)
                     for a, b in zip(cuts[1:-1], cuts[2:])]
             parts = estimates_in_chunks(*args, strategies[:cuts[1]], cache,

@@ -9,7 +9,7 @@ vectorised closed form, refine the best with the discrete-event engine.
 4. Rank (:mod:`planner.score`): :func:`simulator.analytical_vec.estimate_many` with one :class:`CostCache` per
    process, in chunks of :data:`planner.score.RANK_CHUNK` so that progress can be reported; with ``jobs`` > 1 the
    candidates are split
-   between that many processes (at least a chunk each), the results in their order.
+   between that many processes (at least :data:`planner.score.RANK_PER_PROCESS` each), the results in their order.
 5. Variants: gradient sync and offload of the best bases (:mod:`planner.variants`), through 2–4.
 6. Refine (:mod:`planner.result`): the top ``refine`` re-simulated with the discrete-event engine.
 

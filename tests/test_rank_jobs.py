@@ -1,5 +1,5 @@
 """The rank phase in several processes (planner/score.py ``score``): the candidates split between processes
-(at least a chunk of RANK_CHUNK each) rank to the same table, cell for cell and in order, as in one process, and
+(at least RANK_PER_PROCESS each) rank to the same table, cell for cell and in order, as in one process, and
 the progress counter still counts the whole phase."""
 
 import pandas as pd
@@ -23,7 +23,8 @@ def _table(result) -> pd.DataFrame:
 
 @pytest.mark.parametrize("jobs", [2, 3])
 def test_split_ranking_equals_one_process(monkeypatch, jobs):
-    monkeypatch.setattr(score_mod, "RANK_CHUNK", 16)  # small chunks: this space splits
+    monkeypatch.setattr(score_mod, "RANK_CHUNK", 16)  # small chunks and processes: this space splits
+    monkeypatch.setattr(score_mod, "RANK_PER_PROCESS", 16)
     seen = []
     split = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=jobs, pins=PINS,
                          progress=lambda phase, done, total: seen.append((phase, done, total)))
@@ -41,10 +42,11 @@ def test_split_ranking_equals_one_process(monkeypatch, jobs):
 
 
 def test_one_job_or_few_candidates_stay_in_this_process(monkeypatch):
-    """Fewer than a chunk per process: no worker (the pool would cost more than it saves)."""
+    """Fewer than RANK_PER_PROCESS candidates per process: no worker (the pool would cost more than it saves)."""
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker pool was started")
 
     monkeypatch.setattr(score_mod, "ProcessPoolExecutor", no_pool)
-    result = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=2, pins=PINS)  # < 2 × 256 fit
-    assert len(result.frame) < 2 * score_mod.RANK_CHUNK
+    result = planner.plan(GPT13, H100, gpus=8, global_batch=16, refine=0, jobs=2,
+                          pins={**PINS, "tp": (1, 2)})  # < 2 × 128 fit
+    assert len(result.frame) < 2 * score_mod.RANK_PER_PROCESS

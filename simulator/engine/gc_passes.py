@@ -70,3 +70,18 @@ def rarer_full_collections():
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextmanager
+def frozen_heap():
+    """The collector's tracked objects moved to its permanent generation for the block (``gc.freeze``), moved back
+    after (``gc.unfreeze``, also on an error): around forking worker processes, whose collector then never walks
+    the heap they inherit (nor writes to its pages, which copy-on-write would copy). It frees nothing and changes
+    no result (the module docstring). CPython has one permanent generation: a ``gc.freeze`` made before the block
+    is undone by its end too. Measured on the Llama-2-70B plan command's refinement (docs/planner.md, plan27): the
+    parent's CPU while it waits 0.16 -> 0.04 s, the workers' minor page faults 26-28k -> 15.6k."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -81,9 +81,11 @@ def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played:
         for k in range(played):
             _book(ctx, who, rank, act, name, fold.first + k, tp_calls, seg_s, category, fold.start_of(k), ends[k])
         return
+    kinds = ctx.folder.categories(tp_calls)
+    if _book_apart(ctx.rec.accounts[who], fold.first, fold.start_s, ends, played, kinds, seg_s, category):
+        return
     sums: list[list] = []  # [category, running sum]: Recorder.spend's additions, in its order
     t0 = fold.start_s
-    kinds = ctx.folder.categories(tp_calls)
     for k in range(played):
         item, t1 = fold.first + k, ends[k]
         if item % 2 == 0:
@@ -102,6 +104,39 @@ def _book_fold(ctx, who: tuple, rank: int, act: Action, name: str, fold, played:
         account = ctx.rec.accounts[who]
         for cat, total in sums:
             account[cat] = total
+
+
+def _book_apart(account: dict, first: int, start_s: float, ends: list[float], played: int, kinds: list,
+                seg_s: float, category: Category) -> bool:
+    """:func:`_book_fold`'s sums when the calls book into other categories than the segments' and every category
+    is already in ``account``: the calls' (every other item) in one pass, then the segments' ``seg_s`` added once
+    per segment. Each category's running sum gets the same additions in the same order as the item-by-item pass,
+    and the account's keys keep their order (none is new), so the accounts are the same to the bit. False (and
+    ``account`` untouched) where that does not hold: the item-by-item pass books them."""
+    sums: dict = {}
+    k = 1 - (first & 1)  # the first call among the items (item first + k odd)
+    while k < played:
+        seconds = ends[k] - (ends[k - 1] if k else start_s)
+        if seconds > 0:
+            cat = kinds[(first + k) >> 1]
+            total = sums.get(cat)
+            if total is None:
+                total = account.get(cat)
+                if total is None or cat is category:
+                    return False
+            sums[cat] = total + seconds
+        k += 2
+    segments = (played + 1 - (first & 1)) // 2  # items first + k, k < played, that are even
+    if seg_s > 0 and segments:
+        total = account.get(category)
+        if total is None:
+            return False
+        for _ in range(segments):
+            total += seg_s
+        sums[category] = total
+    for cat, total in sums.items():
+        account[cat] = total
+    return True
 
 
 def _book(ctx, who: tuple, rank: int, act: Action, name: str, item: int, tp_calls, seg_s: float,
