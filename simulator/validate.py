@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simulator.busy_share import BusyShare, busy_share
 from simulator.errors import SpecError
 from simulator.results import Category, StepResult
 from simulator.run_results import PeakMemoryKind, Results
@@ -97,6 +98,9 @@ class Validation:
     staleness: dict | None = None
     """Parameter-server runs: ``{"measured": Staleness.summary(), "des": {histogram, mean, max, per_worker}
     or None}`` (the DES models staleness for asynchronous servers only)."""
+    busy: BusyShare | None = None
+    """More processes than cores: how many were busy at once, against the modelled share (:mod:`simulator.busy_share`;
+    a per-case figure, so not among the ``notes`` a suite gathers)."""
 
     def row(self, name: str) -> Row | None:
         """The row called ``name``; None when the results file did not measure it."""
@@ -116,6 +120,7 @@ class Validation:
     def to_dict(self) -> dict:
         return {"cluster": self.cluster_name, "step_time_error": self.step_time_error,
                 "memory_error": self.memory_error, "notes": list(self.notes),
+                "busy_per_core": None if self.busy is None else self.busy.busy_per_core,
                 "rows": [r.to_dict() for r in self.rows], "staleness": self.staleness}
 
 
@@ -235,7 +240,7 @@ def compare(results: Results, analytical: StepResult, des: StepResult, cluster_n
     if results.run.scale != "as-planned":
         notes.append(f"estimated for the shapes run (scale {results.run.scale}), not the plan as planned")
     return Validation(rows=tuple(rows), analytical=analytical, des=des, cluster_name=cluster_name,
-                      notes=tuple(notes), staleness=staleness_rows(results, des))
+                      notes=tuple(notes), staleness=staleness_rows(results, des), busy=busy_share(results))
 
 
 def run_cluster(results: Results, cluster: str | None):

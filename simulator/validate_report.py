@@ -34,6 +34,8 @@ def format_validation(v: Validation) -> str:
                  f"(model states), on {v.cluster_name}")
     lines += staleness_lines(v.staleness)
     lines += [f"note: {n}" for n in v.notes]
+    if v.busy is not None:
+        lines.append(f"note: {v.busy.note()}")
     return "\n".join(lines)
 
 
