@@ -63,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     for i in range(args.launches):
         load = os.getloadavg()[0]
-        for rank, (fwd, bwd, outside, opt, _cold, _last) in enumerate(_launch()):
+        for rank, (fwd, bwd, outside, opt, _cold, _last, *_) in enumerate(_launch()):
             s = part_statistics({"forward": [t * MICRO_BATCHES for t in fwd], "backward": [t * MICRO_BATCHES
                                  for t in bwd], "optimizer": opt, "outside": outside})
             skew = ", ".join(f"{n} {v:+.1%}" for n, v in s["skew"].items())

@@ -157,7 +157,9 @@ def with_host(node, terms: HostTerms | None):
 def with_step_loop(node, steps):
     """``node`` with ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` from the rank-step probe
     (:class:`executor.step_bench.RankStepTiming`: ``outside_s`` and ``first_cold_s``, µs, at least 0)
-    [src: own-step-loop-probe]; as is without a host section or a probe (a GPU, bf16).
+    [src: own-step-loop-probe], and where the probe ran FSDP2 steps ``host.fsdp2_sync_switch_us`` and
+    ``host.fsdp2_zero_grad_us`` from them (``RankStepTiming.fsdp2_sync_switch_us``, ``.fsdp2_zero_grad_us``)
+    [src: own-fsdp2-loop-probe]; as is without a host section or a probe (a GPU, bf16).
 
     ``host.rank_jitter_sd_fraction`` (:mod:`simulator.rank_max`) is NOT written from the same steps: max23 found the
     2-rank probe's lift (``step_independent_sd_fraction``) 3x the suite cases' own-work lift at 2 ranks and half of it
@@ -167,6 +169,9 @@ def with_step_loop(node, steps):
         return node
     host = replace(node.host, step_loop_us=max(0.0, steps.outside_s * 1e6),
                    first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
+    if steps.fsdp2_zero_grad_us is not None:  # the probe's FSDP2 steps ran (the CPU in fp32)
+        host = replace(host, fsdp2_sync_switch_us=steps.fsdp2_sync_switch_us,
+                       fsdp2_zero_grad_us=steps.fsdp2_zero_grad_us)
     return replace(node, host=host)
 
 

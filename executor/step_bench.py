@@ -47,7 +47,16 @@ own gloo group (its all-gathers and reduce-scatters real), and the AdamW step ov
 
 (means over ranks of the medians), which :func:`executor.calibrate_host.with_step_dtensor_calls` writes in place of
 the fake group's tight loop: 27.8-30.1 µs in the step against 17.2-17.7 µs in the loop, and the step's figure is the
-one the executor's zero3 run pays (2026-11-26, loaded) [src: own-dtensor-in-step-probe].
+one the executor's zero3 run pays (2026-11-26, loaded) [src: own-dtensor-in-step-probe]. The FSDP2 steps also
+call ``set_requires_gradient_sync(True)`` before each micro-batch, as the executor's runner does, timed apart, and
+``zero_grad`` is timed in both; means over ranks of the medians,
+
+    fsdp2_sync_switch_us = switch seconds per step / micro_batches
+    fsdp2_zero_grad_us   = max(0, zero_grad(FSDP2) − zero_grad(plain))
+
+(together what the executor's FSDP2 loop spends outside the phases beyond the plain loop's), which
+:func:`executor.calibrate_host.with_step_loop` writes as ``host.fsdp2_sync_switch_us`` and
+``host.fsdp2_zero_grad_us`` (:mod:`simulator.step_loop`) [src: own-fsdp2-loop-probe].
 """
 
 from __future__ import annotations
@@ -96,6 +105,14 @@ class RankStepTiming:
     fsdp2_optimizer: tuple[Timing, ...] = ()
     """Under FSDP2 ZeRO-3 on the probe's own gloo group (``fsdp2``): each rank's AdamW step over its DTensor shards,
     after the step's backward; empty where not run."""
+    fsdp2_outside: tuple[Timing, ...] = ()
+    """Under FSDP2: each rank's seconds per step outside the forward, backward and optimizer (the switch calls in)."""
+    fsdp2_switch: tuple[Timing, ...] = ()
+    """Under FSDP2: each rank's seconds per step in ``set_requires_gradient_sync`` (one call per micro-batch)."""
+    fsdp2_zero_grad: tuple[Timing, ...] = ()
+    """Under FSDP2: each rank's ``zero_grad(set_to_none=False)`` over the shards, per step."""
+    zero_grad: tuple[Timing, ...] = ()
+    """The plain model's ``zero_grad(set_to_none=False)`` per step (kept where FSDP2 was run)."""
     optimizer_tensors: int = 0
     """Parameter tensors each AdamW step steps (the plain model's; FSDP2 shards every one of them); 0: not counted."""
 
@@ -151,6 +168,23 @@ class RankStepTiming:
         return max(0.0, fsdp2 - plain) / (ADAMW_PER_TENSOR_CALLS * self.optimizer_tensors) * 1e6
 
     @property
+    def fsdp2_sync_switch_us(self) -> float | None:
+        """µs per ``set_requires_gradient_sync`` call in the FSDP2 steps (mean over ranks of the median per step,
+        / micro_batches); None where FSDP2 was not run [src: own-fsdp2-loop-probe]."""
+        if not self.fsdp2_switch:
+            return None
+        return statistics.fmean(t.median_s for t in self.fsdp2_switch) / self.micro_batches * 1e6
+
+    @property
+    def fsdp2_zero_grad_us(self) -> float | None:
+        """µs per step FSDP2's ``zero_grad`` over the shards costs beyond the plain model's (module docstring), at
+        least 0; None where FSDP2 was not run [src: own-fsdp2-loop-probe]."""
+        if not self.fsdp2_zero_grad or not self.zero_grad:
+            return None
+        fsdp2 = statistics.fmean(t.median_s for t in self.fsdp2_zero_grad)
+        return max(0.0, fsdp2 - statistics.fmean(t.median_s for t in self.zero_grad)) * 1e6
+
+    @property
     def optimizer_timing(self) -> Timing:
         """The AdamW step, each statistic the mean over ranks."""
         return Timing(median_s=statistics.fmean(t.median_s for t in self.optimizer),
@@ -177,16 +211,19 @@ def _rank_steps(rank: int, world: int, spec: TransformerSpec, micro_batch: int, 
     """One rank (``executor.launch.run``): per timed step, forward and backward per micro-batch, outside and optimizer
     seconds, the first micro-batch's forward less the mean of the others', and the last micro-batch's backward; with
     ``ddp``, then the forward per micro-batch and the last backward of as many steps under DDP, with ``fsdp2`` the
-    AdamW step of as many under FSDP2 ZeRO-3 (module docstring; an empty list for a part not run).
+    AdamW step, the time outside the phases, the ``set_requires_gradient_sync`` calls and ``zero_grad`` per step of
+    as many under FSDP2 ZeRO-3, then the plain steps' ``zero_grad`` (module docstring; an empty list for a part not
+    run).
     Between steps it runs the executor's own bookkeeping (:func:`_between_steps`)."""
     from executor.model import build_gpt
 
     args = (rank, world, spec, micro_batch, m, repeats, warmup, seed, status_dir)
     plain = _steps(build_gpt(spec, seed), *args)
     ddp_parts = _steps(_ddp_model(build_gpt(spec, seed)), *args, sync_last_only=True) if ddp else None
-    fsdp2_parts = _steps(_fsdp2_model(build_gpt(spec, seed), world), *args) if fsdp2 else None
-    return plain + ((ddp_parts[0], ddp_parts[5]) if ddp_parts else ([], [])) + (
-        (fsdp2_parts[3],) if fsdp2_parts else ([],))
+    fsdp2_parts = _steps(_fsdp2_model(build_gpt(spec, seed), world), *args, switch=True) if fsdp2 else None
+    return plain[:6] + ((ddp_parts[0], ddp_parts[5]) if ddp_parts else ([], [])) + (
+        (fsdp2_parts[3], fsdp2_parts[2], fsdp2_parts[6], fsdp2_parts[7], plain[7]) if fsdp2_parts
+        else ([], [], [], [], []))
 
 
 def _ddp_model(model):
@@ -202,10 +239,14 @@ def _ddp_model(model):
 
 
 def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int, m: int, repeats: int, warmup: int,
-           seed: int, status_dir: str | None, sync_last_only: bool = False, between=None) -> tuple[list[float], ...]:
+           seed: int, status_dir: str | None, sync_last_only: bool = False, between=None,
+           switch: bool = False) -> tuple[list[float], ...]:
     """The timed steps of :func:`_rank_steps` on ``model``; ``sync_last_only``: every micro-batch but the last
     under the DDP model's ``no_sync``; ``between``: the work between two steps, called as :func:`_between_steps`
-    is (None: :func:`_between_steps`)."""
+    is (None: :func:`_between_steps`); ``switch``: before each micro-batch the FSDP2 model's
+    ``set_requires_gradient_sync(True)``, as the executor's data-parallel runner calls it
+    (``executor/strategies/data_parallel.py`` ``_accumulating``), timed: its seconds per step are the 7th list;
+    the 8th is ``zero_grad``'s per step."""
     import contextlib
 
     import torch
@@ -215,15 +256,19 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
     from executor.reference import make_optimizer
 
     optimizer = make_optimizer(model.parameters())
-    fwd, bwd, outside, opt, cold, last = [], [], [], [], [], []
+    fwd, bwd, outside, opt, cold, last, switches, zeroing = [], [], [], [], [], [], [], []
     gathered = [None] * world if rank == 0 else None
     for step in range(warmup + repeats):
         dist.barrier()  # every step starts together, as executor/run.py's
         start = time.perf_counter()
         inputs, targets = (replica_samples(t, rank, world) for t in
                            global_batch(seed, step, batch=micro_batch * m * world, seq=spec.seq_len, vocab=spec.vocab))
-        local, forwards, backwards = torch.zeros(()), [], []
+        local, forwards, backwards, switch_s = torch.zeros(()), [], [], 0.0
         for i, (x, y) in enumerate(zip(micro_batches(inputs, m), micro_batches(targets, m))):
+            if switch:  # outside every phase, as in the run
+                s0 = time.perf_counter()
+                model.set_requires_gradient_sync(True)
+                switch_s += time.perf_counter() - s0
             quiet = sync_last_only and i < m - 1
             with model.no_sync() if quiet else contextlib.nullcontext():
                 t0 = time.perf_counter()
@@ -237,6 +282,7 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
         t3 = time.perf_counter()
         optimizer.step()
         t4 = time.perf_counter()
+        z0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=False)
         end = time.perf_counter()
         dist.all_reduce(local)  # the run's loss check, outside the step
@@ -250,7 +296,10 @@ def _steps(model, rank: int, world: int, spec: TransformerSpec, micro_batch: int
             opt.append(t4 - t3)
             cold.append(forwards[0] - statistics.fmean(forwards[1:]) if m > 1 else 0.0)
             last.append(backwards[-1])
-    return fwd, bwd, outside, opt, cold, last
+            zeroing.append(end - z0)
+            if switch:
+                switches.append(switch_s)
+    return fwd, bwd, outside, opt, cold, last, switches, zeroing
 
 
 def _between_steps(rank: int, step: int, record: dict, gathered: list | None, status_dir: str | None) -> None:
@@ -278,13 +327,16 @@ def time_rank_steps(spec: TransformerSpec, micro_batch: int, *, processes: int =
     with tempfile.TemporaryDirectory(prefix="trainplan-step-probe-") as status_dir:
         per_rank = run(_rank_steps, processes, args=(spec, micro_batch, micro_batches, repeats, warmup, seed,
                                                      status_dir, ddp, fsdp2), num_threads=thread_count)
-    forward, backward, outside, optimizer, cold, last, ddp_forward, ddp_last, fsdp2_opt = (
+    (forward, backward, outside, optimizer, cold, last, ddp_forward, ddp_last, fsdp2_opt, fsdp2_out, switch,
+     fsdp2_zeroing, zeroing) = (
         tuple(timing_of(r[k]) for r in per_rank) if per_rank[0][k] else () for k in range(len(per_rank[0])))
     m = micro_batches
     totals = [[(f + b) * m + o + a for f, b, o, a in zip(*r[:4])] for r in per_rank]
     return RankStepTiming(processes=processes, micro_batches=micro_batches, forward=forward, backward=backward,
                           outside=outside, optimizer=optimizer, first_cold=cold, last_backward=last,
                           ddp_forward=ddp_forward, ddp_last_backward=ddp_last, fsdp2_optimizer=fsdp2_opt,
+                          fsdp2_outside=fsdp2_out, fsdp2_switch=switch, fsdp2_zero_grad=fsdp2_zeroing,
+                          zero_grad=zeroing,
                           optimizer_tensors=_tensors(spec) if fsdp2 else 0,
                           step_independent_sd_fraction=step_jitter_fraction(totals))
 

@@ -27,7 +27,17 @@ flatten, message and write-back (~145-190 µs, in its ``dp`` phase), so its loop
 The one part that differed by more, the data-parallel runner's exposed-sync hook (~0.15 ms per step with overlapped
 reduction), was the executor's own clock; the executor no longer registers it (the exposed sync is stamped from
 DDP's comm hook at its last bucket, :func:`executor.strategies.ddp_sync.backward_with_exposed_sync`), so no
-family-specific term is charged.
+family-specific term was charged until 2026-11-26.
+
+FSDP2 (fsdp29, 2026-11-26): where FSDP2 wraps the model (``layout.framework`` FSDP2) the executor's data-parallel
+loop also calls ``set_requires_gradient_sync`` on the root before each of the step's m micro-batches (a walk over
+every FSDP module) and zeroes DTensor shards' gradients, each ``zero_`` a DTensor dispatch; per step it adds
+
+    t_fsdp2 = (m · Host.fsdp2_sync_switch_us + Host.fsdp2_zero_grad_us) · 1e-6 · share
+
+both measured by the same probe on the model under the executor's FSDP2 ZeRO-3 wrap [src: own-fsdp2-loop-probe]
+(docs/validation.md, fsdp29: 0.08-0.11 ms per switch call and 0.26-0.43 ms of ``zero_grad`` against DDP's
+0.09-0.12 ms in the executor's own zero2 / zero3 runs).
 """
 
 from __future__ import annotations
@@ -35,10 +45,21 @@ from __future__ import annotations
 from simulator.cluster.spec import Cluster, KernelDispatch
 
 
-def step_loop_s(cluster: Cluster, share: float = 1.0) -> float:
-    """Seconds the loop adds to each step of a rank (the module docstring's formula); 0 without a host section,
-    on an ``async`` device, or where both terms are 0."""
+def step_loop_s(cluster: Cluster, share: float = 1.0, layout=None) -> float:
+    """Seconds the loop adds to each step of a rank (the module docstring's formulas: ``t_loop``, and ``t_fsdp2``
+    where ``layout`` is given and FSDP2 wraps its model); 0 without a host section, on an ``async`` device, or where
+    the terms are 0."""
     host = cluster.node.host
     if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE:
         return 0.0
-    return (host.step_loop_us + host.first_microbatch_cold_us) * 1e-6 * share
+    return (host.step_loop_us + host.first_microbatch_cold_us + fsdp2_loop_us(host, layout)) * 1e-6 * share
+
+
+def fsdp2_loop_us(host, layout) -> float:
+    """µs FSDP2's loop adds per step (``t_fsdp2`` of the module docstring, before the core share): m switch calls
+    and the shards' ``zero_grad`` surcharge; 0 where ``layout`` is None or FSDP2 does not wrap its model."""
+    from simulator.strategy.framework import Framework
+
+    if layout is None or layout.framework is not Framework.FSDP2:
+        return 0.0
+    return layout.micro_batches * host.fsdp2_sync_switch_us + host.fsdp2_zero_grad_us

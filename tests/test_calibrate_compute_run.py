@@ -134,7 +134,10 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
                                pipeline_p2p_post_us=report.pipeline.post_us,
                                pipeline_chunk_us=report.pipeline.chunk_us,  # the stages' bookkeeping
                                step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
-                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6))
+                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
+                               # FSDP2's loop from the probe's FSDP2 steps (fsdp29): the switch and zero_grad
+                               fsdp2_sync_switch_us=steps.fsdp2_sync_switch_us,
+                               fsdp2_zero_grad_us=steps.fsdp2_zero_grad_us)
     # the rank-jitter term is not calibrated (executor.calibrate_host.with_step_loop): the written field stays 0
     from simulator.compute import Phase
     from simulator.workload import Recompute

@@ -149,3 +149,7 @@ def test_the_probe_times_ddp_and_fsdp2_steps_too():
     assert timing.ddp_forward_call_us == pytest.approx(max(0.0, (
         sum(t.median_s for t in timing.ddp_forward) / 2 - timing.forward_s) * 1e6), rel=1e-12)
     assert timing.ddp_sync_extra_s >= 0
+    # the FSDP2 steps' loop: the switch per micro-batch timed apart, the rest beyond the plain steps' outside
+    assert len(timing.fsdp2_outside) == len(timing.fsdp2_switch) == 2
+    assert timing.fsdp2_sync_switch_us == pytest.approx(sum(t.median_s for t in timing.fsdp2_switch) / 2 / 2 * 1e6)
+    assert timing.fsdp2_sync_switch_us > 0 and timing.fsdp2_zero_grad_us >= 0

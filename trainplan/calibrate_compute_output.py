@@ -97,6 +97,10 @@ def print_compute(r) -> None:
               f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
               f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
               f"host.first_microbatch_cold_us)")
+        if k.fsdp2_sync_switch_us is not None:
+            print(f"FSDP2 loop    {k.fsdp2_sync_switch_us:.1f} us per set_requires_gradient_sync call (one per "
+                  f"micro-batch), zero_grad over the shards {k.fsdp2_zero_grad_us:.1f} us per step beyond the plain "
+                  f"model's (host.fsdp2_sync_switch_us, host.fsdp2_zero_grad_us)")
     if r.tp_modules is not None:
         t = r.tp_modules
         where = ("a 1-rank mesh" if t.collectives is None else

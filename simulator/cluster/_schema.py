@@ -44,7 +44,7 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
-             "rank_jitter_sd_fraction") + RETIRED_HOST_KEYS
+             "fsdp2_sync_switch_us", "fsdp2_zero_grad_us", "rank_jitter_sd_fraction") + RETIRED_HOST_KEYS
 
 
 
@@ -242,6 +242,8 @@ def _host(s: Section) -> HostSpec:
                     pipeline_chunk_us=s.number("pipeline_chunk_us", 0.0, minimum="non_negative"),
                     step_loop_us=s.number("step_loop_us", 0.0, minimum="non_negative"),
                     first_microbatch_cold_us=s.number("first_microbatch_cold_us", 0.0, minimum="non_negative"),
+                    fsdp2_sync_switch_us=s.number("fsdp2_sync_switch_us", 0.0, minimum="non_negative"),
+                    fsdp2_zero_grad_us=s.number("fsdp2_zero_grad_us", 0.0, minimum="non_negative"),
                     rank_jitter_sd_fraction=s.number("rank_jitter_sd_fraction", 0.0, minimum="non_negative"),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")

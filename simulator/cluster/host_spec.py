@@ -107,6 +107,18 @@ class HostSpec:
     :func:`simulator.step_loop.step_loop_s`. Measured by ``trainplan calibrate --compute`` from the same probe's
     steps as the first micro-batch's forward less the mean of the others' [src: own-step-loop-probe]. 0: not
     modelled (GPU presets: not measured)."""
+    fsdp2_sync_switch_us: float = 0.0
+    """Host time of one ``FSDPModule.set_requires_gradient_sync`` call, µs: the executor's data-parallel runner calls
+    it on the root before every micro-batch under FSDP2 (it walks every FSDP module of the model to set the flag),
+    outside every phase; :func:`simulator.step_loop.step_loop_s` charges it micro-batches times per step where FSDP2
+    wraps the model. Measured by ``trainplan calibrate --compute`` around the call in the rank-step probe's FSDP2
+    steps (:mod:`executor.step_bench`) [src: own-fsdp2-loop-probe]. 0: not modelled (GPU presets: not measured)."""
+    fsdp2_zero_grad_us: float = 0.0
+    """Host time ``zero_grad(set_to_none=False)`` over FSDP2's DTensor shards' gradients costs per step beyond the
+    plain tensors' that :attr:`step_loop_us` holds, µs (each ``zero_`` a DTensor dispatch), outside every phase;
+    charged once per step where FSDP2 wraps the model. Measured by ``trainplan calibrate --compute`` around the call
+    in the rank-step probe's FSDP2 steps less the plain steps' (:mod:`executor.step_bench`)
+    [src: own-fsdp2-loop-probe]. 0: not modelled (GPU presets: not measured)."""
     rank_jitter_sd_fraction: float = 0.0
     """Spread of a rank's step time that its peers do not share, as a fraction of the step (dimensionless, a normal
     σ): the measured step is each step's slowest rank, whose median lies above one rank's median by this spread times
@@ -143,5 +155,7 @@ class HostSpec:
         non_negative_number("host.pipeline_chunk_us", self.pipeline_chunk_us)
         non_negative_number("host.step_loop_us", self.step_loop_us)
         non_negative_number("host.first_microbatch_cold_us", self.first_microbatch_cold_us)
+        non_negative_number("host.fsdp2_sync_switch_us", self.fsdp2_sync_switch_us)
+        non_negative_number("host.fsdp2_zero_grad_us", self.fsdp2_zero_grad_us)
         if self.fsdp2_zero2_backward_module_us is not None:
             non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)

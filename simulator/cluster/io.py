@@ -101,7 +101,7 @@ def cluster_to_dict(c: Cluster) -> dict:
                     "tp_backward_module_us", "ddp_forward_call_us", "ddp_sync_backward_us",
                     "checkpoint_forward_region_us", "checkpoint_backward_region_us", "pipeline_action_us",
                     "pipeline_p2p_post_us", "pipeline_chunk_us", "step_loop_us", "first_microbatch_cold_us",
-                    "rank_jitter_sd_fraction"):
+                    "fsdp2_sync_switch_us", "fsdp2_zero_grad_us", "rank_jitter_sd_fraction"):
             if getattr(h, key):
                 d["host"][key] = getattr(h, key)
     d["comm"] = _comm_dict(c.comm)

@@ -205,7 +205,7 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
     opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
-            + step_loop_s(cache.cluster, share))  # the loop's own host time per step (simulator.step_loop)
+            + step_loop_s(cache.cluster, share, layout))  # the loop's own host time per step (simulator.step_loop)
     opt *= 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
                      after_step=after, optimizer_s=opt,
