@@ -73,7 +73,7 @@ def model_calls_and_roofline(device: Device, spec: TransformerSpec, micro_batch:
 def step_call_overheads(device: Device, spec: TransformerSpec, micro_batch: int, forward_s: float,
                         backward_s: float) -> Device:
     """``device`` with its per-operator fields from the whole model's forward and backward per micro-batch as a
-    rank's step runs them (:class:`executor.step_bench.RankStepTiming`), by the formula the model charges:
+    rank's step runs them (:class:`executor.step_timing.RankStepTiming`), by the formula the model charges:
 
         kernel_launch_overhead_us = (t_fwd − roofline_fwd(model)) / calls_fwd(model)
         backward_call_overhead_us = (t_bwd − roofline_bwd(model)) / calls_bwd(model)

@@ -120,7 +120,7 @@ def with_dtensor_calls(device: Device, terms: HostTerms | None) -> Device:
 
 def with_step_dtensor_calls(device: Device, steps) -> Device:
     """``device`` with ``dtensor_call_overhead_us`` from the rank-step probe's FSDP2 steps
-    (:attr:`executor.step_bench.RankStepTiming.dtensor_call_us`: AdamW over the shards after an FSDP2 ZeRO-3 backward
+    (:attr:`executor.step_timing.RankStepTiming.dtensor_call_us`: AdamW over the shards after an FSDP2 ZeRO-3 backward
     on 2 gloo processes, less the plain model's AdamW in the same processes, per call), in place of the fake group's
     tight loop (:func:`with_dtensor_calls`), as ``op_call_overhead_us`` is taken from the same steps' plain AdamW
     [src: own-dtensor-in-step-probe]; as is where the probe did not run FSDP2 steps."""
@@ -156,7 +156,7 @@ def with_host(node, terms: HostTerms | None):
 
 def with_step_loop(node, steps):
     """``node`` with ``host.step_loop_us`` and ``host.first_microbatch_cold_us`` from the rank-step probe
-    (:class:`executor.step_bench.RankStepTiming`: ``outside_s`` and ``first_cold_s``, µs, at least 0)
+    (:class:`executor.step_timing.RankStepTiming`: ``outside_s`` and ``first_cold_s``, µs, at least 0)
     [src: own-step-loop-probe], and where the probe ran FSDP2 steps ``host.fsdp2_sync_switch_us`` and
     ``host.fsdp2_zero_grad_us`` from them (``RankStepTiming.fsdp2_sync_switch_us``, ``.fsdp2_zero_grad_us``)
     [src: own-fsdp2-loop-probe]; as is without a host section or a probe (a GPU, bf16).
@@ -176,7 +176,7 @@ def with_step_loop(node, steps):
 
 
 def with_step_ddp(node, steps, bucket_passes_s: float = 0.0):
-    """``node`` with DDP's host terms from the rank-step probe's DDP steps (:class:`executor.step_bench.RankStepTiming`)
+    """``node`` with DDP's host terms from the rank-step probe's DDP steps (:class:`executor.step_timing.RankStepTiming`)
     in place of the tight loop's on one rank (:func:`with_host`):
 
         host.ddp_forward_call_us  = RankStepTiming.ddp_forward_call_us
