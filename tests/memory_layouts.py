@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from simulator.cluster.io import load_cluster
+from presets_once import cluster as _cluster
 from simulator.strategy import AttentionKind, Strategy, build_layout
 
 
@@ -21,7 +21,7 @@ def layout_of(model, cluster=None, *, dp=1, tp=1, pp=1, mbs=1, microbatches=1, s
               flash_attention=True, **fields):
     model = model_at(model, seq)
     gpus = dp * tp * pp
-    cluster = cluster or load_cluster("dgx-a100")
+    cluster = cluster or _cluster("dgx-a100")
     if cluster.world_size < gpus:
         cluster = cluster.with_nodes(ceil(gpus / cluster.node.gpus_per_node))
     strategy = Strategy(global_batch=dp * mbs * microbatches, dp=dp, tp=tp, pp=pp, micro_batch=mbs,
@@ -34,6 +34,6 @@ def report_of(model, cluster=None, **kw):
     """(memory report, layout) of ``model`` under :func:`layout_of`'s keywords."""
     from simulator.memory import memory_report
 
-    cluster = cluster or load_cluster("dgx-a100")
+    cluster = cluster or _cluster("dgx-a100")
     layout = layout_of(model, cluster, **kw)
     return memory_report(model_at(model, kw.get("seq")), cluster, layout)

@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from presets_once import preset
 from simulator.analytical import estimate
 from simulator.attention_efficiency import (AttentionBackend, AttentionCall, AttentionCurve, AttentionPass,
                                             attention_efficiency_from_dict, fallback_reason, nearest_head_dim)
@@ -167,7 +168,7 @@ PRESET_CURVES = [(name, c) for name in preset_names()
 @given(st.sampled_from(PRESET_CURVES), st.integers(1, 1 << 20), st.integers(1, 1 << 20))
 def test_preset_efficiency_is_a_fraction_and_monotone_where_the_source_is(named, s1, s2):
     name, curve = named
-    peak = load_preset(name).device.peak_tflops[Dtype.BF16]
+    peak = preset(name).device.peak_tflops[Dtype.BF16]
     lo, hi = sorted((s1, s2))
     for s in (lo, hi):
         assert 0 < curve.efficiency(s, peak) <= 1

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_collectives_helpers import switched
+from presets_once import cluster as preset_cluster
 from simulator.cluster.io import load_cluster
 from simulator.cluster.nccl import LL_MAX_BW, nccl_protocols
 from simulator.cluster.spec import CommLibrary, CommProfile, LinkClass, Protocol
@@ -67,7 +68,7 @@ def test_tree_ll_cap_applies_to_its_own_fraction():
 @given(nbytes=st.integers(min_value=1, max_value=1 << 30), extra=st.integers(min_value=1, max_value=1 << 24),
        nodes=st.sampled_from([1, 2, 4]))
 def test_tree_and_ring_time_monotone_in_bytes_under_every_protocol(nbytes, extra, nodes):
-    cluster = load_cluster("dgx-h100", nodes=nodes)
+    cluster = preset_cluster("dgx-h100", nodes)
     ranks = list(range(cluster.world_size))
     for algorithm in ("tree", "ring"):
         small = {e.protocol: e.time_s for e in estimate_protocols(cluster, ranks, Op.ALL_REDUCE, nbytes, algorithm)}

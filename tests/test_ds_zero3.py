@@ -9,6 +9,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from presets_once import preset
 from simulator.analytical import estimate_work, exposed_gathers
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
@@ -137,7 +138,7 @@ def test_bytes_gathered_per_step_are_parameter_bytes_times_gathers(bucket_mib, m
     """Bytes all-gathered per step = (gathered parameter bytes in forward + the token embedding's re-gather in
     backward, the rest kept under the 1e9-element reuse distance: test_hand_worked_call_count_and_bytes) ×
     m micro-batches, whatever the reduce bucket size."""
-    cluster, model = load_preset("dgx-h100"), load_model("gpt3-125m").with_seq(1024)
+    cluster, model = preset("dgx-h100"), load_model("gpt3-125m").with_seq(1024)
     work = compile_step(cluster, model, Strategy(global_batch=16 * m, micro_batch=2, dp=8, zero=ZeroStage.ZERO3,
                                                  dp_sync=AllReduceSync(bucket_bytes=bucket_mib * 2**20)),
                         memory=False)

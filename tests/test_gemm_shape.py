@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from presets_once import preset
 from simulator.cluster.presets import load_preset
 from simulator.compute import kernel_time
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
@@ -87,7 +88,7 @@ DIMS = st.integers(min_value=1, max_value=20000)
 @given(m=DIMS, n=DIMS, k=DIMS, grow=st.integers(min_value=1, max_value=5000), which=st.sampled_from("mnk"),
        sms=st.sampled_from([80, 108, 132, 142]))
 def test_time_never_decreases_with_m_n_or_k(m, n, k, grow, which, sms):
-    device = load_preset("dgx-a100").device
+    device = preset("dgx-a100").device
     curve = efficiency_for(device)
     dims = {"m": m, "n": n, "k": k}
     bigger = {**dims, which: dims[which] + grow}
@@ -99,7 +100,7 @@ def test_time_never_decreases_with_m_n_or_k(m, n, k, grow, which, sms):
 @settings(max_examples=200, deadline=None)
 @given(m=DIMS, n=DIMS, k=DIMS, sms=st.sampled_from([None, 80, 108, 132]))
 def test_efficiency_never_exceeds_the_plateau(m, n, k, sms):
-    device = load_preset("dgx-h100").device
+    device = preset("dgx-h100").device
     curve = efficiency_for(device)
     kern = gemm("a", m, n, k, 2)
     t, _ = kernel_time(kern, 989e12, 3350e9, curve, sms)

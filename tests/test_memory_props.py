@@ -12,6 +12,7 @@ from simulator.strategy.framework import resolve_framework
 from simulator.strategy.kinds import MixedPrecision, OptimizerImpl
 from simulator.workload import ActivationKind, DtypePolicy, Recompute, TransformerSpec
 from memory_layouts import layout_of, model_at
+from presets_once import cluster as preset_cluster
 
 shapes_st = st.lists(st.tuples(st.just("t"), st.lists(st.integers(1, 300), min_size=1, max_size=3).map(tuple)),
                      min_size=1, max_size=12)
@@ -130,7 +131,6 @@ def test_sequence_parallelism_never_increases_activations(data):
 def test_peaks_are_ordered_and_never_below_model_states(data):
     """Per stage: model states on the GPU <= allocated <= reserved <= device total, over random shapes,
     layouts, ZeRO stages, frameworks and clusters (Hopper and Ampere cuBLAS workspaces)."""
-    from simulator.cluster.io import load_cluster
     from simulator.memory import memory_report
 
     spec = data.draw(specs())
@@ -139,7 +139,7 @@ def test_peaks_are_ordered_and_never_below_model_states(data):
     zero = data.draw(st.sampled_from([z for z in framework.zero_stages  # ZeRO-2/3 with pp: FSDP2 only (rules.py)
                                       if layout["pp"] == 1 or z.value < 2 or framework.partitions_gradients_with_pipeline]))
     dp = data.draw(st.integers(1, 4))
-    cluster = load_cluster(data.draw(st.sampled_from(["dgx-h100", "dgx-a100"])))
+    cluster = preset_cluster(data.draw(st.sampled_from(["dgx-h100", "dgx-a100"])))
     lay = layout_of(spec, cluster, **layout, dp=dp, zero=zero, framework=framework,
                     recompute=data.draw(st.sampled_from(list(Recompute))))
     for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:
@@ -154,7 +154,6 @@ def test_only_unfused_adam_has_an_optimizer_step_peak(data):
     only where the framework's default AdamW is unfused on a GPU (torch DDP, FSDP2: foreach); with a fused
     Adam (Megatron, DeepSpeed) the allocated peak is the forward's. The autocast copies are torch DDP's
     alone (the only framework whose default mixed precision is autocast)."""
-    from simulator.cluster.io import load_cluster
     from simulator.memory import memory_report
 
     spec = data.draw(specs())
@@ -162,7 +161,7 @@ def test_only_unfused_adam_has_an_optimizer_step_peak(data):
     framework = data.draw(st.sampled_from(list(Framework)))
     zero = data.draw(st.sampled_from([z for z in framework.zero_stages
                                       if layout["pp"] == 1 or z.value < 2 or framework.partitions_gradients_with_pipeline]))
-    cluster = load_cluster("dgx-h100")
+    cluster = preset_cluster("dgx-h100")
     lay = layout_of(spec, cluster, **layout, dp=data.draw(st.integers(1, 4)), zero=zero, framework=framework,
                     recompute=data.draw(st.sampled_from(list(Recompute))))
     for s in memory_report(model_at(spec, layout["seq"]), cluster, lay).stages:

@@ -92,8 +92,10 @@ def layouts(draw):
         fields["virtual_stages"] = draw(st.sampled_from([1, 2]))
     if ep > 1:
         fields["routing_skew"] = draw(st.sampled_from([1.0, 1.5]))
+    gpus = dp * tp * pp  # on that many of the cluster's GPUs (a layout for all 128 rejected most draws)
+    assume(gpus <= CLUSTER.world_size)
     try:
-        layout = build_layout(Strategy(**fields), CLUSTER, spec)
+        layout = build_layout(Strategy(**fields), CLUSTER, spec, gpus=gpus)
     except SpecError:
         assume(False)
     return spec, layout

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from presets_once import cluster as preset_cluster
 from simulator.analytical import estimate_work
 from simulator.cluster.io import load_cluster
 from simulator.compile import compile_step
@@ -81,7 +82,7 @@ def test_op_level_recompute_time_between_none_and_full(spec, mbs, tp, preset):
     if spec.heads % tp or spec.n_kv_heads % tp:
         return
     spec = dataclasses.replace(spec, ffn=max(1, spec.ffn // (8 * tp)) * 8 * tp)
-    device = load_cluster(preset).device
+    device = preset_cluster(preset).device
     recompute = {r: total_time(layer_times(spec, device, mbs, tp=tp, recompute=r), Phase.RECOMPUTE)
                  for r in (Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL)}
     assert 0 == recompute[Recompute.NONE] < recompute[Recompute.SELECTIVE_OP] <= recompute[Recompute.FULL]

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from presets_once import cluster as preset_cluster
 from simulator.cluster.io import load_cluster
 from simulator.errors import SpecError
 from simulator.plan_file import Plan, plan_from_dict
@@ -33,7 +34,7 @@ def plans(draw):
                         zero=draw(st.sampled_from(list(ZeroStage) if pp == 1 else  # ZeRO-2/3 with pp: DeepSpeed
                                                   [ZeroStage.ZERO0, ZeroStage.ZERO1])))  # refuses (rules.py)
     gpus = dp * tp * pp
-    cluster = load_cluster("dgx-h100", nodes=-(-gpus // 8))
+    cluster = preset_cluster("dgx-h100", -(-gpus // 8))
     return Plan(model=spec, cluster=cluster, gpus=gpus, strategy=strategy)
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from presets_once import cluster as preset_cluster
 from simulator.cluster.io import load_cluster, save_cluster
 from simulator.collectives.base import Op
 from simulator.collectives.registry import build_schedule, estimate
@@ -216,7 +217,7 @@ def test_busy_share_bounds(algorithm, p, kib, step_us):
     from simulator.collectives.replayed import steps_extra_s
 
     cpu = _cpu(p, step_us)
-    schedule = build_schedule(load_cluster("dgx-h100", nodes=1), list(range(p)), Op.ALL_REDUCE, kib * 1024, algorithm)
+    schedule = build_schedule(preset_cluster("dgx-h100", 1), list(range(p)), Op.ALL_REDUCE, kib * 1024, algorithm)
     uniform = schedule_time_s(cpu, schedule) + steps_extra_s(cpu, schedule.num_steps)
     busy = schedule_replay_time_s(cpu, schedule)
     assert busy <= uniform * (1 + 1e-12)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cluster.io import load_cluster
+from presets_once import cluster as preset_cluster
 from simulator.compile import compile_step
 from simulator.errors import SpecError
 from simulator.memory import memory_report
@@ -106,7 +106,7 @@ def _by_hand(c: dict, gpus: int) -> bool:
 def test_valid_mask_equals_build_layout(columns, gpus):
     """valid_mask and build_layout run the same rule functions, so they are also both checked against
     the rules written out by hand (:func:`_by_hand`): a broken rule shows here."""
-    cluster, model = load_cluster("dgx-a100", nodes=gpus // 8), get_preset("gpt3-125m")
+    cluster, model = preset_cluster("dgx-a100", gpus // 8), get_preset("gpt3-125m")
     mask = valid_mask(Candidates.of(**columns), gpus, model)
     for i, ok in enumerate(mask):
         c = {k: int(v[i]) for k, v in columns.items()}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from presets_once import preset
 from simulator.cluster.presets import load_preset
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Env
@@ -21,7 +22,7 @@ PRESETS = ("dgx-a100", "dgx-h100", "dgx-v100", "h100-roce")
 
 @st.composite
 def groups(draw):
-    cluster = load_preset(draw(st.sampled_from(PRESETS)), draw(st.integers(1, 6)))
+    cluster = preset(draw(st.sampled_from(PRESETS)), draw(st.integers(1, 6)))
     ranks = draw(st.permutations(range(cluster.world_size)))
     return Group(cluster, tuple(ranks[:draw(st.integers(2, len(ranks)))]))
 
