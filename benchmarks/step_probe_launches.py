@@ -19,7 +19,7 @@ import time
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2, help="pairs (plain-only, full) per round, two per round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of four launches: plain-only, full, plain-only, full")
     args = parser.parse_args()
 
     from executor.calibrate_compute import default_grid, measure_rank_steps
