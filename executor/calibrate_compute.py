@@ -33,6 +33,9 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
    host time in the rank's step"); the block's own figures stay in the report (``block_call_us``). The same steps'
    AdamW step gives ``op_call_overhead_us`` (step 4's formula) in place of the AdamW's tight loop, and the same
    steps under FSDP2 ZeRO-3 give ``dtensor_call_overhead_us`` in place of the fake group's tight loop (step 5).
+   The plain steps' figures (these three, ``host.step_loop_us``, ``host.first_microbatch_cold_us``) are the median
+   over :data:`~executor.step_launches.STEP_PROBE_LAUNCHES` independent launches of the probe, each launch's kept
+   in the report (:mod:`executor.step_launches`: one launch read 17-24 % low on the twentieth session's VM).
 
    On a GPU (``--backend nccl``, ``kernel_dispatch: async``) a stream costs max(device, host), so the
    block gives ``o = t_block / kernels`` when it is host-bound and nothing (the base's ``o`` kept) when not;
@@ -87,7 +90,7 @@ from executor.host_bench import AdamwTiming, CheckpointTiming, DdpTiming, TpModu
 from executor.pipeline_host_bench import PipelineActionTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
 from executor.step_checkpoint_bench import StepCheckpointTiming, measure_step_checkpoint, with_step_checkpoint
-from executor.calibrate_calls import step_call_overheads
+from executor.step_launches import STEP_PROBE_LAUNCHES, StepLaunches, launch_fields, with_launch_loop, with_launch_medians
 from executor.launch import check_backend, threads_per_rank
 from simulator.cluster.spec import Cluster, Device, KernelDispatch
 from simulator.errors import SpecError
@@ -171,6 +174,9 @@ class ComputeCalibration:
     ``rank_steps`` replaced them."""
     step_checkpoint: StepCheckpointTiming | None = None
     """Checkpointed blocks in a rank's DDP step (the CPU, fp32): the ``host.checkpoint_*_region_us`` written."""
+    step_launches: StepLaunches | None = None
+    """Each rank-step probe launch's plain-model fields, whose medians were written (the CPU, fp32);
+    ``rank_steps`` is the first launch."""
 
 def measure(grid: ComputeGrid, *, dtype: DtypePolicy = DtypePolicy.FP32, backend: str = "gloo",
             thread_count: int = 1, repeats: int = 10, warmup: int = 2,
@@ -238,16 +244,31 @@ def _source(backend: str, thread_count: int, dtype: DtypePolicy, grid: ComputeGr
             f"{len(grid.shapes)} GEMM shapes, memory kernels up to {max(grid.elements)} elements in rows of {width}, "
             f"block of {grid.block.name} micro-batch {grid.micro_batch}")
 
-def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress: bool = False) -> RankStepTiming:
+def measure_rank_steps(grid: ComputeGrid, *, repeats: int, warmup: int, progress: bool = False,
+                       wrapped: bool = True) -> RankStepTiming:
     """The whole tiny fp32 model of ``grid`` in a rank's step on :data:`~executor.step_bench.STEP_PROBE_PROCESSES`
-    gloo processes of the executor's threads per rank (:mod:`executor.step_bench`; at least 100 timed steps)."""
+    gloo processes of the executor's threads per rank (:mod:`executor.step_bench`; at least 100 timed steps);
+    ``wrapped``: the DDP and FSDP2 steps too (False: the plain steps only, :mod:`executor.step_launches`)."""
     if progress:
         print(f"calibrate --compute: the tiny model's step on {STEP_PROBE_PROCESSES} processes in lockstep",
               file=sys.stderr)
     model = executed(replace(grid.block, dtype=DtypePolicy.FP32))
     return time_rank_steps(model, grid.micro_batch, processes=STEP_PROBE_PROCESSES, repeats=max(repeats, 100),
-                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES), ddp=True,
-                           fsdp2=True)
+                           warmup=max(warmup, 5), thread_count=threads_per_rank(STEP_PROBE_PROCESSES), ddp=wrapped,
+                           fsdp2=wrapped)
+
+
+def measure_step_launches(grid: ComputeGrid, device: Device, adamw: AdamwTiming, *, repeats: int, warmup: int,
+                          progress: bool = False) -> tuple[RankStepTiming, StepLaunches]:
+    """:data:`~executor.step_launches.STEP_PROBE_LAUNCHES` independent launches of the rank-step probe (the first
+    with its DDP and FSDP2 steps, which it returns) and each launch's plain-model fields
+    (:mod:`executor.step_launches`)."""
+    first = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
+    more = [measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress, wrapped=False)
+            for _ in range(STEP_PROBE_LAUNCHES - 1)]
+    spec = executed(grid.block)
+    return first, StepLaunches(tuple(launch_fields(device, spec, grid.micro_batch, adamw, DtypePolicy.FP32, s)
+                                     for s in (first, *more)))
 
 
 def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolicy = DtypePolicy.FP32,
@@ -273,7 +294,7 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     dispatch = KernelDispatch.ASYNC if backend == "nccl" else KernelDispatch.INLINE
     device, kernels, roofline = device_fields(base.device, grid, gemms, memory, block, dtype, source, bare=bare,
                                               dispatch=dispatch, phases=phases)
-    terms = steps = block_call_us = ckpt = None
+    terms = steps = launches = block_call_us = ckpt = None
     if backend == "gloo":
         terms = measure_host_terms(spec, grid.micro_batch, device, thread_count=count, repeats=repeats, warmup=warmup,
                                    progress=progress)
@@ -282,12 +303,9 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
         if dtype is DtypePolicy.FP32:
             block_call_us = (device.kernel_launch_overhead_us, device.backward_call_overhead_us,
                              device.op_call_overhead_us)
-            steps = measure_rank_steps(grid, repeats=repeats, warmup=warmup, progress=progress)
-            device = step_call_overheads(device, executed(grid.block), grid.micro_batch, steps.warm_forward_s,
-                                         steps.backward_s)
-            in_step = replace(terms.adamw, step=steps.optimizer_timing)  # the same AdamW, after a backward
-            device = with_step_dtensor_calls(replace(device, op_call_overhead_us=adamw_call_us(device, in_step, dtype)),
-                                             steps)
+            steps, launches = measure_step_launches(grid, device, terms.adamw, repeats=repeats, warmup=warmup,
+                                                    progress=progress)
+            device = with_step_dtensor_calls(with_launch_medians(device, launches), steps)
             ckpt = measure_step_checkpoint(executed(grid.block), grid.micro_batch, device, progress=progress,
                                            thread_count=threads_per_rank(STEP_PROBE_PROCESSES))
     where = torch.cuda.get_device_name(0) if backend == "nccl" else (platform.processor() or platform.machine())
@@ -298,9 +316,9 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
                                 fsdp2=terms and terms.fsdp2, pipeline=terms and terms.pipeline, block_phases=phases,
                                 fsdp2_zero2=terms and terms.fsdp2_zero2, rank_steps=steps,
                                 fsdp2_optimizer=terms and terms.fsdp2_optimizer,
-                                block_call_us=block_call_us, step_checkpoint=ckpt)
+                                block_call_us=block_call_us, step_checkpoint=ckpt, step_launches=launches)
     name = base.name if base.name.endswith("-calibrated") else f"{base.name}-calibrated"
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
-    node = with_step_checkpoint(with_step_loop(with_host(base.node, terms), steps), ckpt)
+    node = with_step_checkpoint(with_launch_loop(with_step_loop(with_host(base.node, terms), steps), launches), ckpt)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
     return replace(base, name=name, device=device, node=node, source=joined), report

@@ -84,6 +84,7 @@ def calibrated_cluster(base: str, runs: Path, *, calibrate_network: bool, nproc:
                f" (a rank's step; the block's tight loop {compute.block_call_us[0]:.2f} / "
                f"{compute.block_call_us[1] or 0.0:.2f} us, AdamW's {compute.block_call_us[2]:.2f} us per op call)")
             + f", per op call {compute.fields.op_call_overhead_us:.1f} us, "
+            + ("" if getattr(compute, "step_launches", None) is None else f"{compute.step_launches.note()}, ")
             + _dtensor_call_note(compute)
             + f"{cluster.node.host.cpu_cores if cluster.node.host else '?'} cores, "
             + (f"per tp module {compute.tp_modules.forward_module_us:.0f} us forward, "

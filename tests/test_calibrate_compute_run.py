@@ -16,6 +16,7 @@ from executor.calibrate_calls import step_call_overheads
 from executor.calibrate_compute import ComputeGrid, calibrate_compute, host_cores, tiny_model
 from executor.compute_bench import MemoryKernel
 from executor.compute_grid import executed
+from executor.step_launches import STEP_PROBE_LAUNCHES
 from simulator.cluster.io import load_cluster, save_cluster
 from simulator.compute import achievable_hbm_Bps, layer_times, total_time
 from simulator.errors import SpecError
@@ -97,8 +98,16 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
     assert cluster.device.kernel_launch_overhead_us >= 0
     steps = report.rank_steps  # the per-operator fields: the whole model in a rank's step, not the block's loop
     expected = step_call_overheads(cluster.device, executed(block), 2, steps.warm_forward_s, steps.backward_s)
-    assert (cluster.device.kernel_launch_overhead_us, cluster.device.backward_call_overhead_us) == pytest.approx(
+    first = report.step_launches.launches[0]  # the first launch's own figures, by the step's formula
+    assert (first.forward_us, first.backward_us) == pytest.approx(
         (expected.kernel_launch_overhead_us, expected.backward_call_overhead_us), rel=1e-12)
+    # written: the median over the probe's independent launches (cal30: one launch read 17-24 % low)
+    launches = report.step_launches
+    assert len(launches.launches) == STEP_PROBE_LAUNCHES
+    assert (cluster.device.kernel_launch_overhead_us, cluster.device.backward_call_overhead_us,
+            cluster.device.op_call_overhead_us) == pytest.approx(tuple(statistics.median(launches.values(name))
+                                                                       for name in ("forward_us", "backward_us",
+                                                                                    "op_call_us")), rel=1e-12)
     assert steps.processes == 2 and len(report.block_call_us) == 3
     assert "calibrate --compute" in cluster.device.gemm_efficiency.source
     # the step less its update, per call; the CPU runs torch's for-loop AdamW (no foreach kernels on an inline
@@ -108,8 +117,7 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
     update_s = adamw.params * 80 / achievable_hbm_Bps(cluster.device)
     assert adamw.tensors == (15 if model == "llama2-7b" else 28)  # 2 blocks' tensors + embeddings, final norm
     in_step = report.rank_steps.optimizer_timing  # the AdamW step as a rank's step runs it, not its tight loop
-    assert cluster.device.op_call_overhead_us == pytest.approx(
-        max(0.0, (in_step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
+    assert first.op_call_us == pytest.approx(max(0.0, (in_step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     assert report.block_call_us[2] == pytest.approx(
         max(0.0, (adamw.step.median_s - update_s) / (10 * adamw.tensors) * 1e6))
     tp = report.tp_modules  # the tp = 2 tiny model (2 blocks): 4 modules per block + embedding + output layer
@@ -133,8 +141,9 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
                                pipeline_action_us=report.pipeline.action_us,
                                pipeline_p2p_post_us=report.pipeline.post_us,
                                pipeline_chunk_us=report.pipeline.chunk_us,  # the stages' bookkeeping
-                               step_loop_us=max(0.0, steps.outside_s * 1e6),  # the loop's own time per step
-                               first_microbatch_cold_us=max(0.0, steps.first_cold_s * 1e6),
+                               # the loop's own time per step, and the first micro-batch's: launches' medians
+                               step_loop_us=statistics.median(launches.values("step_loop_us")),
+                               first_microbatch_cold_us=statistics.median(launches.values("first_cold_us")),
                                # FSDP2's loop from the probe's FSDP2 steps (fsdp29): the switch and zero_grad
                                fsdp2_sync_switch_us=steps.fsdp2_sync_switch_us,
                                fsdp2_zero_grad_us=steps.fsdp2_zero_grad_us)
@@ -190,8 +199,10 @@ def test_cli_compute_writes_a_file_that_loads(cli_run):
     assert "save_steps" not in printed and "step_after_save" not in loaded.source  # cal19: retired
     assert loaded.node.host.checkpoint_forward_region_us == pytest.approx(
         printed["step_checkpoint"]["checkpoint_forward_region_us"])
-    assert loaded.node.host.step_loop_us == pytest.approx(max(0.0, statistics.fmean(
+    assert loaded.node.host.step_loop_us == pytest.approx(printed["step_launches"]["step_loop_us"]["median"])
+    assert printed["step_launches"]["step_loop_us"]["per_launch"][0] == pytest.approx(max(0.0, statistics.fmean(
         t["median_s"] for t in printed["rank_steps"]["outside"]) * 1e6))
+    assert loaded.device.kernel_launch_overhead_us == pytest.approx(printed["step_launches"]["forward_us"]["median"])
     assert [list(p) for p in loaded.device.gemm_efficiency.points] == printed["gemm_efficiency"]
     assert loaded.node.host.tp_forward_module_us == pytest.approx(printed["tp_modules"]["tp_forward_module_us"])
     assert loaded.node.host.tp_backward_module_us == pytest.approx(printed["tp_modules"]["tp_backward_module_us"])

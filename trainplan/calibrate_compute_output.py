@@ -65,6 +65,7 @@ def compute_dict(r, path: str) -> dict:
                 "ddp_forward_call_us": r.rank_steps.ddp_forward_call_us,
                 "ddp_sync_extra_s": r.rank_steps.ddp_sync_extra_s,
                 "block_call_us": list(r.block_call_us)},
+            "step_launches": None if r.step_launches is None else r.step_launches.as_dict(),
             "step_checkpoint": _step_checkpoint(r.step_checkpoint),
             "ddp": None if r.ddp is None else {
                 "ddp_forward_call_us": r.ddp.forward_call_us, "ddp_sync_backward_us": r.ddp.sync_backward_us,
@@ -97,6 +98,8 @@ def print_compute(r) -> None:
               f"(block), {r.block_call_us[2]:.1f} us (AdamW); the first micro-batch's forward "
               f"{k.first_cold_s * 1e3:.3f} ms above the later ones' (host.step_loop_us, "
               f"host.first_microbatch_cold_us)")
+        if r.step_launches is not None:  # the per-call figures above and the loop's are these medians
+            print(f"probe launches {r.step_launches.note()}")
         if k.fsdp2_sync_switch_us is not None:
             print(f"FSDP2 loop    {k.fsdp2_sync_switch_us:.1f} us per set_requires_gradient_sync call (one per "
                   f"micro-batch), zero_grad over the shards {k.fsdp2_zero_grad_us:.1f} us per step beyond the plain "
