@@ -104,14 +104,15 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def peak_memory(ctx: RunContext, window: AllocationWindow) -> tuple[int, PeakMemoryKind]:
+def peak_memory(ctx: RunContext, window: AllocationWindow, rss_bytes: int | None = None) -> tuple[int, PeakMemoryKind]:
     """(bytes, what they count): CUDA's peak allocated since :func:`reset_peak`, the CPU allocator's over
-    ``window``, else the CPU process's peak resident set."""
+    ``window``, else the CPU process's peak resident set: ``rss_bytes`` where the caller read it (so the record's
+    ``peak_rss_bytes`` and this fallback are one reading; a later read can be higher), else read now."""
     if ctx.device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(ctx.device)), PeakMemoryKind.CUDA_MAX_ALLOCATED
     if window.peak_bytes is not None:
         return window.peak_bytes, PeakMemoryKind.CPU_PEAK_ALLOCATED
-    return peak_rss_bytes(), PeakMemoryKind.CPU_MAX_RSS
+    return (peak_rss_bytes() if rss_bytes is None else rss_bytes), PeakMemoryKind.CPU_MAX_RSS
 
 
 def model_state_dict(runner) -> dict[str, int]:

@@ -164,9 +164,9 @@ def _train(options: RunOptions, scaled, family, ctx: RunContext) -> "Recorder | 
                     total = _budgeted_total(options, recorder)
                 step += 1
         window.close()  # no-op: closed after the last warm-up step
-        peak, kind = peak_memory(ctx, window)
-        final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind,
-                 "rss": peak_rss_bytes() if ctx.device.type == "cpu" else None,
+        rss = peak_rss_bytes() if ctx.device.type == "cpu" else None  # one reading for both fields
+        peak, kind = peak_memory(ctx, window, rss)
+        final = {"model_state": model_state_dict(runner), "peak": peak, "peak_kind": kind, "rss": rss,
                  "pushes": runner.pushes() if hasattr(runner, "pushes") else None}
         dist.gather_object(final, gathered, dst=0)
     except BaseException as err:
