@@ -15,14 +15,11 @@ import pytest
 from executor.calibrate_host import with_step_loop
 from executor.compute_bench import Timing
 from executor.step_bench import RankStepTiming
-from simulator.analytical import estimate_work
+from recorded_step import recorded_step, with_host
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster
-from simulator.compile import compile_step
-from simulator.engine.step import simulate
 from simulator.run_results import load_results
-from simulator.strategy import build_layout
-from simulator.validate import run_cluster, run_workload
+from simulator.validate import run_cluster
 
 RUNS = Path(__file__).resolve().parent / "data" / "suite_quick"
 
@@ -59,16 +56,12 @@ def test_the_calibration_writes_them_beside_the_plain_loop():
 
 
 def _with(cluster, switch_us: float, zero_us: float):
-    host = dataclasses.replace(cluster.node.host, fsdp2_sync_switch_us=switch_us, fsdp2_zero_grad_us=zero_us)
-    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+    return with_host(cluster, fsdp2_sync_switch_us=switch_us, fsdp2_zero_grad_us=zero_us)
 
 
 def _step(case: str, cluster):
-    results = load_results(RUNS / f"{case}.results.json")
-    workload, plan = run_workload(results), results.run.plan
-    layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
-    work = compile_step(cluster, workload, plan.strategy, layout=layout)
-    return work, estimate_work(work).step_time_s, simulate(work, cluster, trace=False).step_time_s
+    work, _, analytical, des = recorded_step(case, cluster)
+    return work, analytical, des
 
 
 def _base(case: str):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import statistics
@@ -11,15 +10,12 @@ from pathlib import Path
 import pytest
 
 from executor.step_bench import step_jitter_fraction
-from simulator.analytical import estimate_work
+from recorded_step import recorded_step, with_host
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster
-from simulator.compile import compile_step
-from simulator.engine.step import simulate
 from simulator.rank_max import (effective_sd_fraction, independent_sd, max_lift, normal_quantile, quantile,
                                 rank_max_gain, rank_max_margin, rank_max_quantile)
 from simulator.run_results import load_results
-from simulator.strategy import build_layout
 from simulator.validate import run_cluster, run_workload
 
 RUNS = Path(__file__).resolve().parent / "data" / "suite_quick"
@@ -83,16 +79,10 @@ def test_independent_sd_reads_the_pair_s_differences():
 
 
 def _with_fraction(cluster, fraction: float):
-    host = dataclasses.replace(cluster.node.host, rank_jitter_sd_fraction=fraction)
-    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+    return with_host(cluster, rank_jitter_sd_fraction=fraction)
 
 
-def _step(case: str, cluster):
-    results = load_results(RUNS / f"{case}.results.json")
-    workload, plan = run_workload(results), results.run.plan
-    layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
-    work = compile_step(cluster, workload, plan.strategy, layout=layout)
-    return work, layout, estimate_work(work).step_time_s, simulate(work, cluster, trace=False).step_time_s
+_step = recorded_step
 
 
 def test_the_field_round_trips_and_a_preset_charges_nothing(tmp_path):

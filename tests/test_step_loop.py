@@ -16,33 +16,26 @@ from pathlib import Path
 
 import pytest
 
-from simulator.analytical import estimate_work
+from recorded_step import recorded_step, with_host
 from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.spec import KernelDispatch
-from simulator.compile import compile_step
-from simulator.engine.step import simulate
 from simulator.errors import SpecError, SpecNote
 from simulator.run_results import load_results
 from simulator.step_loop import step_loop_s
-from simulator.strategy import build_layout
-from simulator.validate import run_cluster, run_workload
+from simulator.validate import run_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "tests" / "data" / "suite_quick"
 
 
 def _with_loop(cluster, loop_us: float, cold_us: float):
-    host = dataclasses.replace(cluster.node.host, step_loop_us=loop_us, first_microbatch_cold_us=cold_us)
-    return dataclasses.replace(cluster, node=dataclasses.replace(cluster.node, host=host))
+    return with_host(cluster, step_loop_us=loop_us, first_microbatch_cold_us=cold_us)
 
 
 def _step(case: str, cluster):
-    results = load_results(RUNS / f"{case}.results.json")
-    workload, plan = run_workload(results), results.run.plan
-    layout = build_layout(plan.strategy, cluster, workload, gpus=plan._layout_gpus())
-    work = compile_step(cluster, workload, plan.strategy, layout=layout)
-    return work, estimate_work(work).step_time_s, simulate(work, cluster, trace=False).step_time_s
+    work, _, analytical, des = recorded_step(case, cluster)
+    return work, analytical, des
 
 
 def _base(case: str = "ddp-overlap"):
