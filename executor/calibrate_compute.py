@@ -86,7 +86,8 @@ from executor.compute_grid import ComputeGrid, default_grid, executed, gpu_grid,
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host, with_dtensor_calls,
                                      with_step_ddp, with_step_dtensor_calls, with_step_loop)
 from executor.host_bench import AdamwTiming
-from executor.step_bench import STEP_PROBE_PROCESSES, RankStepTiming, time_rank_steps
+from executor.step_bench import STEP_PROBE_PROCESSES, time_rank_steps
+from executor.step_timing import RankStepTiming
 from executor.step_checkpoint_bench import measure_step_checkpoint, with_step_checkpoint
 from executor.compute_records import ComputeCalibration, GemmRow, MemoryRow
 from executor.step_launches import STEP_PROBE_LAUNCHES, StepLaunches, launch_fields, with_launch_loop, with_launch_medians

@@ -13,7 +13,7 @@ import pytest
 from executor.calibrate_host import with_step_dtensor_calls
 from executor.compute_bench import Timing
 from executor.compute_grid import executed, tiny_model
-from executor.step_bench import RankStepTiming
+from executor.step_timing import RankStepTiming
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
 from simulator.strategy.flat import strategy_from_flat

@@ -14,7 +14,7 @@ import pytest
 
 from executor.calibrate_host import with_step_loop
 from executor.compute_bench import Timing
-from executor.step_bench import RankStepTiming
+from executor.step_timing import RankStepTiming
 from recorded_step import recorded_step, with_host
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.io import cluster_to_dict, load_cluster, save_cluster

@@ -17,7 +17,8 @@ import pytest
 
 from executor.calibrate_calls import model_calls_and_roofline, step_call_overheads
 from executor.compute_grid import executed, tiny_model
-from executor.step_bench import RankStepTiming, time_rank_steps
+from executor.step_bench import time_rank_steps
+from executor.step_timing import RankStepTiming
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
 from simulator.compute import Phase, edge_times, layer_times, total_time
