@@ -9,7 +9,6 @@ from hypothesis import given, settings, strategies as st
 
 from presets_once import preset
 from simulator.cluster.presets import load_preset
-from simulator.collectives.base import Op
 from simulator.collectives.cost import Env
 from simulator.collectives.group import Group
 from simulator.collectives.pipeline_cost import PipelineCost, PipelineLayout
