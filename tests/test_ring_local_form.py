@@ -16,7 +16,7 @@ and length array, one object per distinct rotation; the same checks hold (conten
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 from simulator.cluster.presets import load_preset
 import simulator.collectives.chain as chain
@@ -73,6 +73,7 @@ def _old_fused(local: LocalSchedule, wire: float, fuse: bool) -> list:
 def test_local_steps_are_the_schedules_steps_in_local_form(nodes, per_node, first_gpu, op, nbytes):
     if nodes * per_node < 2:
         return  # a group needs two ranks
+    assume(nodes * per_node <= 128)  # the reference schedule lists 2(p-1)·p·C transfers: 192 ranks took 9 s an example
     group = _group(nodes, per_node, first_gpu)
     schedule = RING.schedule(group, op, nbytes)
     built = LocalSchedule(schedule, group)
