@@ -167,7 +167,7 @@ class Rates:
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.curve, self.sm_count,
                                clock, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
-                                                                    if FP8_SAME_DURATION_EFFICIENCY else 1.0),
+                                                         if FP8_SAME_DURATION_EFFICIENCY else 1.0),
                                overhead_s=self.overhead_s)
         if kernel.dtype is Dtype.FP8:
             raise SpecError("precision", "fp8: the device gives no peak_tflops.fp8; use precision model, or give "
