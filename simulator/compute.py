@@ -51,6 +51,7 @@ from simulator.workload.loss import with_loss
 from simulator.workload.op_sac import op_sac_kernels
 from simulator.workload.autocast import autocast_block
 from simulator.workload.eager_norm import with_norm_weight_grads
+from simulator.workload.fp8_block_gemm import block_scaled_gemm_time_ratio
 from simulator.workload.blocks import block_work
 from simulator.workload.ops import Kernel, OpKind, OpWork, Scope, edge_work, memory
 from simulator.workload.protocol import ChunkSlice
@@ -157,13 +158,16 @@ class Rates:
             t_mem = kernel.bytes / self.hbm_Bps
             return (t_comp + self.overhead_s, Bound.COMPUTE) if t_comp >= t_mem else (t_mem + self.overhead_s,
                                                                                        Bound.MEMORY)
+        # a block-scaled FP8 GEMM's compute term is R times longer (R > 1 on Hopper): the clock divided by R
+        clock = self.clock_ratio / block_scaled_gemm_time_ratio(self.compute_capability) if kernel.block_scaled \
+            else self.clock_ratio
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None and self.fp8_curve is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.fp8_curve, self.sm_count,
-                               self.clock_ratio, overhead_s=self.overhead_s)
+                               clock, overhead_s=self.overhead_s)
         if kernel.dtype is Dtype.FP8 and self.fp8_peak_flops is not None:
             return kernel_time(kernel, self.fp8_peak_flops, self.hbm_Bps, self.curve, self.sm_count,
-                               self.clock_ratio, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
-                                                                    if FP8_SAME_DURATION_EFFICIENCY else 1.0),
+                               clock, curve_flops_scale=(self.peak_flops / self.fp8_peak_flops
+                                                         if FP8_SAME_DURATION_EFFICIENCY else 1.0),
                                overhead_s=self.overhead_s)
         if kernel.dtype is Dtype.FP8:
             raise SpecError("precision", "fp8: the device gives no peak_tflops.fp8; use precision model, or give "

@@ -49,11 +49,13 @@ _FUSED_INPUT_CAST = ("qkv", "mlp_in", "mlp_out")
 """GEMMs whose input a norm or the MLP activation produces: Transformer Engine casts it there."""
 
 
-def _fp8_gemm(kernel: Kernel, e: int) -> Kernel:
-    """The same GEMM on FP8 operands: 1-byte inputs, an ``e``-byte output, timed at the FP8 peak."""
+def _fp8_gemm(kernel: Kernel, e: int, recipe: Fp8Recipe) -> Kernel:
+    """The same GEMM on FP8 operands: 1-byte inputs, an ``e``-byte output, timed at the FP8 peak (block-scaled
+    under ``te-blockwise``: :mod:`simulator.workload.fp8_block_gemm`)."""
     m, n, k, batch = kernel.shape.m, kernel.shape.n, kernel.shape.k, kernel.shape.batch
     out = gemm(kernel.name, m, n, k, e, batch)
-    return replace(out, bytes=float(batch * (FP8_BYTES * (m * k + k * n) + e * m * n)), dtype=Dtype.FP8)
+    return replace(out, bytes=float(batch * (FP8_BYTES * (m * k + k * n) + e * m * n)), dtype=Dtype.FP8,
+                   block_scaled=recipe is Fp8Recipe.TE_BLOCKWISE)
 
 
 def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
@@ -76,12 +78,12 @@ def _casts(kernel: Kernel, recipe: Fp8Recipe, e: int, weight_shards: int,
 def _fp8_op(work: OpWork, recipe: Fp8Recipe, e: int, weight_shards: int, transpose: bool, eager: bool) -> OpWork:
     fwd, bwd, casts_f, casts_b = [], [], [], []
     for kernel in work.fwd:
-        fwd.append(_fp8_gemm(kernel, e) if kernel.gemm and kernel.shape is not None else kernel)
+        fwd.append(_fp8_gemm(kernel, e, recipe) if kernel.gemm and kernel.shape is not None else kernel)
         if kernel.gemm and kernel.shape is not None:
             f, b = _casts(kernel, recipe, e, weight_shards, transpose, eager)
             casts_f += f
             casts_b += b
-    bwd = [_fp8_gemm(k, e) if k.gemm and k.shape is not None else k for k in work.bwd]
+    bwd = [_fp8_gemm(k, e, recipe) if k.gemm and k.shape is not None else k for k in work.bwd]
     return replace(work, fwd=tuple(casts_f + fwd), bwd=tuple(casts_b + bwd))
 
 

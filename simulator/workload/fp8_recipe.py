@@ -39,7 +39,8 @@ cast also produces a transposed copy. Per recipe (:class:`Fp8Recipe`):
   run at the device's FP8 rate like the per-tensor ones: Hopper runs them with the scales applied in
   software (the TE documentation's word), which NVIDIA's own H200 GEMM profile puts at 1.40× over BF16
   against 1.58× (current) and 1.69× (delayed) with quantization included [src: te-gemm-profiling];
-  that slowdown is not modelled (docs/moe.md, *FP8*).
+  the GEMMs' share of that slowdown, 1.222× a per-tensor FP8 GEMM on SM 9.x, is charged
+  (:mod:`simulator.workload.fp8_block_gemm`).
 
 - **Transformer Engine, current scaling** (``Float8CurrentScaling``, Megatron-LM ``--fp8-recipe tensorwise``,
   Megatron-Bridge's "FP8-CS") [src: te-fp8-current]: one FP32 scale per tensor from the tensor's own amax,

@@ -87,6 +87,9 @@ class Kernel:
     copy_fraction: float = 1.0
     """A memory-bound kernel's rate over a plain copy's (the device's achievable HBM bandwidth): below 1 for
     eager torch's norms, GELU and dropout (:mod:`simulator.workload.eager_rates`); 1 otherwise."""
+    block_scaled: bool = False
+    """An FP8 GEMM on block-scaled operands (``te-blockwise``): on Hopper it takes longer than a per-tensor-scaled
+    one (:mod:`simulator.workload.fp8_block_gemm`); False for every other kernel."""
 
 
 def gemm(name: str, m: float, n: float, k: float, e: int, batch: float = 1, weight_grad: bool = False) -> Kernel:
