@@ -98,7 +98,9 @@ class PipelineClock:
         self.schedule, self.n_stages, self.m, self.tp, self.sync = schedule, n_stages, m, tp, synchronize
         self.excluded = ClockSum(tp, *others)
         self.sent_ns = torch.zeros((n_stages, 2, m), dtype=torch.int64)
-        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = 0.0
+        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = self.reduce_s = 0.0
+        """``reduce_s``: the stages' ``perform_reduce_grad`` (torch's ``REDUCE_GRAD`` action: an FSDP2 stage's one
+        reduce-scatter per module of the step, [src: torch-pipelining-fsdp-sync]), the runner's ``dp`` phase."""
         self.waits: list[tuple[int, int, tuple[int, int, int]]] = []
         self._pending: list[tuple[int, int]] = []
         for stage in schedule._stages:
@@ -135,6 +137,8 @@ class PipelineClock:
             return ops
 
         stage.forward_one_chunk, stage.backward_one_chunk = forward, backward
+        reduce = stage.perform_reduce_grad
+        stage.perform_reduce_grad = lambda *a, **k: self._compute("reduce", reduce, a, k)
         stage.get_fwd_send_ops, stage.get_bwd_send_ops = stamp(0, fsend), stamp(1, bsend)
 
     def _depends_on(self, key: tuple[int, int, int]) -> None:
@@ -162,7 +166,7 @@ class PipelineClock:
 
     def reset(self) -> None:
         self.sent_ns.zero_()
-        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = 0.0
+        self.forward_s = self.backward_s = self.comm_s = self.exchange_s = self.reduce_s = 0.0
         self.waits, self._pending = [], []
 
     @contextmanager

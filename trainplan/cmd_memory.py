@@ -107,6 +107,8 @@ def format_report(r: MemoryReport, cluster_name: str) -> str:
                  ("  loss working set (fp32 logits)", a.loss_working_bytes)]
     rows += [("buffers", w.buffers_bytes), ("  gradient buckets", w.buffers.grad_buckets_bytes),
              ("  gathered blocks (ZeRO-3, FSDP2)", w.buffers.gathered_params_bytes),
+             *([("  unsharded gradients held to the step's reduce-scatter (FSDP2, pp)", w.buffers.held_grads_bytes)]
+               if w.buffers.held_grads_bytes else []),
              *([("  FP8 weights (Transformer Engine)", w.buffers.fp8_weights_bytes)]
                if w.buffers.fp8_weights_bytes else []),
              *([("  autocast 16-bit weight copies", w.buffers.autocast_weights_bytes)]

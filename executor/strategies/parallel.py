@@ -82,7 +82,7 @@ class ParallelRunner:
         Phase.FORWARD.value: "wall time of the forward calls (pp > 1: each stage's forward_one_chunk and the loss), "
                              "summed over micro-batches, less the tp time inside (FSDP2: with its all-gathers)",
         Phase.BACKWARD.value: "wall time of loss.backward() (pp > 1: backward_one_chunk), less the tp time inside "
-                              "(FSDP2: with its reduce-scatters; recompute: with the recomputed forward)",
+                              "(FSDP2 at pp 1: with its reduce-scatters; recompute: with the recomputed forward)",
         Phase.RECOMPUTE.value: "the checkpointed blocks / attention cores rerun inside backward, less the tp "
                                "time inside (executor/recompute.py); backward excludes it",
         Phase.TP.value: "time inside DTensor's functional collectives and their waits (executor/phase_clock.py): "
@@ -93,7 +93,8 @@ class ParallelRunner:
                             "pipeline's last rank after the schedule is in the clock's stamp exchange, which is "
                             "left out of the step with the loss broadcast (executor/phase_clock.py)",
         Phase.DP.value: "the bucketed dp gradient all-reduce after backward (no overlap) plus the loss average; "
-                        "FSDP2: the loss average only",
+                        "FSDP2: the loss average, and at pp > 1 each stage's perform_reduce_grad (torch's "
+                        "REDUCE_GRAD: the step's one reduce-scatter per fully_shard module)",
         Phase.OPTIMIZER.value: "optimizer.step()",
         Phase.EP.value: "ep > 1: time inside the MoE layers' all-to-alls (expert counts, dispatch, combine) in the "
                         "stages' forward, backward and recompute, which exclude it (executor/moe.py)",
@@ -194,6 +195,8 @@ class ParallelRunner:
                 self.experts.reduce(self.params)
             ctx.synchronize()
             phases[Phase.DP] = time.perf_counter() - start
+            if self.pipe_clock is not None:  # pp > 1: FSDP2's one reduce-scatter per module, at torch's REDUCE_GRAD
+                phases[Phase.DP] += self.pipe_clock.reduce_s
         start = time.perf_counter()
         norm = self.experts.grad_norm(self.modules, self.params, self.fsdp, self.dp_group)  # for the equivalence checks (StepRecord.grad_norm), not training: untimed
         self.check_s += time.perf_counter() - start

@@ -37,6 +37,9 @@ class ChunkZero(NamedTuple):
     sync_fwd_s: float
     """Host time the compute stream waits for DeepSpeed's synchronised fetches (:mod:`.ds_zero3`)."""
     sync_bwd_s: float
+    deferred: tuple = ()
+    """The chunk's once-per-step reduce-scatters where torch's pipelining runtime defers FSDP2's gradient sync
+    (:func:`.grad_sync.deferred_reduce_scatters`); the stage's gradient sync carries them."""
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
@@ -97,4 +100,5 @@ def chunk_zero(cache: CostCache, workload, layout: ParallelLayout, c: int, cc: C
     prefetch = prefetch if blocking is None else blocking
     if blocking is not None:  # their wait for a core: the one measured inside the FSDP2 model, where measured
         zero_fwd, zero_bwd = with_fsdp2_waits(cache.cluster, zero_fwd), with_fsdp2_waits(cache.cluster, zero_bwd)
-    return ChunkZero(zero_fwd, zero_bwd, prefetch, copy_fwd, copy_bwd, sync_fwd_s, sync_bwd_s)
+    deferred = grad_sync.deferred_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+    return ChunkZero(zero_fwd, zero_bwd, prefetch, copy_fwd, copy_bwd, sync_fwd_s, sync_bwd_s, deferred)

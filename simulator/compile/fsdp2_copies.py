@@ -25,6 +25,13 @@ the reduction's (:func:`simulator.strategy.formats.grad_reduce_dtype`: 4 under t
 The all-gather copy-in (the shard, 1/dp of the module, cast from the fp32 shard on its own stream) and the
 reduce-scatter output's division and accumulation (1/dp, on the reduce-scatter stream) are left out.
 
+Under torch's pipelining runtime (FSDP2 with pp > 1, :func:`simulator.strategy.sync.pipeline_defers_grad_sync`)
+no micro-batch's backward copies into a reduce-scatter input: it casts or accumulates the held unsharded gradients
+instead (:func:`accumulate_bytes_per_grad`, in place of b_grad + b_reduce), and the one copy-in per step, before the
+deferred reduce-scatters after the stage's last backward (2·b_reduce per element), is left out: N·8 bytes once per
+step: 28 GB, ~10 ms at an H100's achievable 2.9 TB/s for the 3.5·10⁹ local parameters of a DeepSeek-V3 rank at
+pp 4 / ep 64 (the AutoModel rows of docs/validation.md), beside steps of 7-29 s.
+
 FSDP1 (``FullyShardedDataParallel``, strategy field ``fsdp1_flat_params``) has neither copy on the compute stream
 [src: torch-fsdp1-flat-param]: ``FlatParamHandle._all_gather_flat_param`` gathers into the padded unsharded
 ``FlatParameter`` whose views the parameters are, and ``_post_backward_hook`` casts the gradient to
@@ -39,6 +46,7 @@ from simulator.compute import memory_kernel_s
 from simulator.strategy import ParallelLayout, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
 from simulator.strategy.framework import Framework
+from simulator.strategy.sync import pipeline_defers_grad_sync
 
 
 def fsdp2_copies(workload, layout: ParallelLayout, cc: ChunkCompute) -> tuple[float, float, float]:
@@ -49,9 +57,25 @@ def fsdp2_copies(workload, layout: ParallelLayout, cc: ChunkCompute) -> tuple[fl
         return 0.0, 0.0, 0.0
     pbytes = sync_dtype(workload.dtype, s).param_bytes
     gather = cc.blocks * gathered_block_bytes(workload, layout, cc) + cc.edge_params * pbytes
-    per_grad = sync_dtype(workload.dtype, s).grad_bytes + grad_reduce_dtype(workload.dtype, s).grad_bytes
+    b_grad, b_reduce = sync_dtype(workload.dtype, s).grad_bytes, grad_reduce_dtype(workload.dtype, s).grad_bytes
+    per_grad = (accumulate_bytes_per_grad(b_grad, b_reduce, layout.micro_batches)
+                if pipeline_defers_grad_sync(s) else b_grad + b_reduce)
     copy_in = (cc.blocks * cc.layer_params + cc.edge_params) * per_grad
     return 2.0 * gather, copy_in, 1.0 if s.zero is ZeroStage.ZERO3 else 0.0
+
+
+def accumulate_bytes_per_grad(b_grad: int, b_reduce: int, m: int) -> float:
+    """Bytes per unsharded gradient element, averaged over a step's ``m`` micro-batches, that FSDP2 moves on the
+    compute stream where torch's pipelining runtime defers its reduce-scatter to the step's end
+    (:func:`simulator.strategy.sync.pipeline_defers_grad_sync`): ``post_backward`` keeps each gradient instead of
+    copying it into a reduce-scatter input. With ``reduce_dtype`` wider than the gradient, the first micro-batch
+    casts it (``to_accumulated_grad_if_needed``: b_grad + b_reduce) and each later one adds into the cast copy
+    (``accumulate_unsharded_grad_if_needed``, ``+=``: b_grad + 2·b_reduce); in one dtype autograd accumulates into
+    ``.grad`` from the second micro-batch on (3·b_grad) [src: torch-pipelining-fsdp-sync]. The once-per-step copy-in
+    before the deferred reduce-scatters (2·b_reduce per element, once) is left out (module docstring)."""
+    later = b_grad + 2 * b_reduce if b_reduce != b_grad else 3 * b_grad
+    first = b_grad + b_reduce if b_reduce != b_grad else 0
+    return (first + (m - 1) * later) / m
 
 
 def fsdp2_copy_s(cache, workload, layout: ParallelLayout, cc: ChunkCompute) -> tuple[float, float]:

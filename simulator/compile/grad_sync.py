@@ -9,7 +9,7 @@ optimizer (:mod:`.ddp_copies`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from operator import attrgetter
 
 from simulator import framework_host, host_overhead
@@ -23,7 +23,8 @@ from simulator.compute import achievable_hbm_Bps
 from simulator.memory.states import optimizer_bytes_per_param, steps_per_tensor
 from simulator.strategy import Framework, Offload, ParallelLayout, ParamServerSync, Strategy, ZeroStage
 from simulator.strategy.formats import grad_reduce_dtype, sync_dtype
-from simulator.strategy.sync import AllReduceAlgorithm, reduces_every_micro_batch
+from simulator.strategy.sync import (AllReduceAlgorithm, partitions_gradients, pipeline_defers_grad_sync,
+                                     reduces_every_micro_batch)
 from simulator.work import CollectiveAlgorithm, CommCall, CommKind, Transport
 
 
@@ -59,10 +60,26 @@ def fsdp2_zero2(layout: ParallelLayout) -> bool:
 
 
 def grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
-    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3, by framework (comm_part); the
-    experts' over the expert-data-parallel group."""
+    """A chunk's per-micro-batch gradient reduce-scatters under ZeRO-2/3 (:func:`reduces_every_micro_batch`), by
+    framework (comm_part); the experts' over the expert-data-parallel group."""
+    if not reduces_every_micro_batch(layout.strategy):
+        return ()
+    return _reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+
+
+def deferred_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
+    """A chunk's gradient reduce-scatters once per step, after its last backward, where torch's pipelining runtime
+    defers FSDP2's sync (:func:`simulator.strategy.sync.pipeline_defers_grad_sync`): the same calls as one
+    micro-batch's (one per ``fully_shard`` module, the experts' over their group), which the stage's gradient sync
+    carries (:func:`deferred_sync`) instead of every backward."""
+    if not pipeline_defers_grad_sync(layout.strategy):
+        return ()
+    return _reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
+
+
+def _reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers) -> tuple[CommCall, ...]:
     s = layout.strategy
-    if not reduces_every_micro_batch(s) or len(dp_group) < 2:
+    if len(dp_group) < 2:
         return ()
     gbytes, dense, experts = grad_reduce_dtype(workload.dtype, s).grad_bytes, *expert_split(layout, cc)
     options = {"per_block": layout.framework is Framework.FSDP2, "algorithm": s.dp_sync.algorithm.value}
@@ -73,6 +90,26 @@ def grad_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layer
             cache, edp_group, experts * gbytes, 0.0, layers, layout.bucket_bytes, concurrent=layout.tp * layout.ep,
             **options))
     return calls
+
+
+def deferred_sync(per_chunk: tuple[tuple[CommCall, ...], ...]) -> tuple[tuple[CommCall, ...], tuple[float, ...]]:
+    """(calls, ready fractions of the rank's last backward) of a pipeline rank's deferred reduce-scatters
+    (:func:`deferred_reduce_scatters` of its chunks, in local order). ``REDUCE_GRAD`` follows each stage's own last
+    backward (``_add_reduce_grad`` [src: torch-pipelining-fsdp-sync]); a rank's last backward of the step is that of
+    its first chunk (the lowest virtual stage: its last micro-batch's backward needs every later stage's), so the
+    other chunks' reduce-scatters are ready by the time it starts (fraction 0; they ran even earlier, behind the
+    cool-down) and the first chunk's when it ends (1.0). Chunks last to first, the order their last backwards end.
+    Within a chunk torch runs the root module's first (``_state_ctx.all_states``), the blocks after; they share one
+    fraction, so the order does not change when the calls end. Booked as the step's data-parallel sync
+    (:attr:`CommKind.DP`, after the backwards like DDP's all-reduce), as the executor times torch's ``REDUCE_GRAD``
+    (its ``dp`` phase, ``executor/phase_clock.py``); the ``zero`` category keeps the parameter gathers."""
+    calls: tuple[CommCall, ...] = ()
+    fractions: tuple[float, ...] = ()
+    as_dp: dict[int, CommCall] = {}  # one object per distinct call, as the chunks repeat them (comm_part)
+    for k in range(len(per_chunk) - 1, -1, -1):
+        calls += tuple(as_dp.setdefault(id(c), replace(c, kind=CommKind.DP)) for c in per_chunk[k])
+        fractions += (1.0 if k == 0 else 0.0,) * len(per_chunk[k])
+    return calls, fractions
 
 
 def replays_grad_sync(layout: ParallelLayout) -> bool:
@@ -105,10 +142,10 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
         return calls, (1.0,) * len(calls), (), ps_server.server_update_s(cluster, dt, s, params, share)
     sync = s.dp_sync
     split_experts = experts if layout.ep > 1 else 0.0
-    calls = () if reduces_every_micro_batch(s) else comm_part.bucketed(  # ZeRO-2/3: in every backward
+    calls = () if partitions_gradients(s) else comm_part.bucketed(  # ZeRO-2/3: the chunks' or deferred_sync
         cache, CommKind.DP, Op.ALL_REDUCE, dp_group, (params - split_experts) * gbytes, layout.bucket_bytes,
         sync.algorithm.value, tp, replayed=replays_grad_sync(layout))
-    if split_experts and not reduces_every_micro_batch(s):
+    if split_experts and not partitions_gradients(s):
         edp = layout.expert_dp_group(layout.coords(rep).pp)
         calls += ep_part.expert_grad_sync(cache, edp, split_experts * gbytes, layout.bucket_bytes,
                                           sync.algorithm.value, tp * layout.ep)

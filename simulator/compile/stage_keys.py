@@ -16,7 +16,7 @@ from simulator.compile import grad_sync
 from simulator.compile.costs import CostCache
 from simulator.compile.offload_part import ParamFetch
 from simulator.strategy import ParallelLayout, ParamServerSync, Strategy
-from simulator.strategy.sync import reduces_every_micro_batch
+from simulator.strategy.sync import partitions_gradients
 
 _ALL_BUT_SYNC = attrgetter(*(f.name for f in fields(Strategy) if f.name != "dp_sync"))
 
@@ -24,13 +24,13 @@ _ALL_BUT_SYNC = attrgetter(*(f.name for f in fields(Strategy) if f.name != "dp_s
 def chunks_key(workload, layout: ParallelLayout, fetch: ParamFetch) -> tuple:
     """Everything a pipeline rank's chunks read but the rank (:func:`simulator.compile.step._chunk_work`): the
     workload, the fetch, the layout's world size and every strategy field, the gradient sync's fields only where a
-    chunk carries that sync's calls (ZeRO-2/3's per-micro-batch reduce-scatters,
-    :func:`simulator.compile.grad_sync.grad_reduce_scatters`: its algorithm and buckets) or where they place the
-    workers (a parameter server's nodes). Otherwise the chunks read only the sync's type (DDP's host time per
+    chunk carries that sync's calls (ZeRO-2/3's reduce-scatters, per micro-batch or deferred to the step's end,
+    :func:`simulator.compile.grad_sync.grad_reduce_scatters` / ``deferred_reduce_scatters``: its algorithm and
+    buckets) or where they place the workers (a parameter server's nodes). Otherwise the chunks read only the sync's type (DDP's host time per
     forward, :func:`simulator.framework_host.ddp_wrapped`): a search's ZeRO-0/1 structures that differ only in
     buckets or all-reduce options share their chunks. ``tests/test_stage_chunks_memo.py``."""
     s = layout.strategy
-    sync = s.dp_sync if reduces_every_micro_batch(s) or isinstance(s.dp_sync, ParamServerSync) else type(s.dp_sync)
+    sync = s.dp_sync if partitions_gradients(s) or isinstance(s.dp_sync, ParamServerSync) else type(s.dp_sync)
     return ("stage chunks", workload, fetch, layout.world_size, _ALL_BUT_SYNC(s), sync)
 
 

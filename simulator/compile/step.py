@@ -115,7 +115,8 @@ def _blocking_calls(cache: CostCache, workload, layout: ParallelLayout, r: int, 
     return tp_fwd, tp_bwd, stream
 
 
-def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, float]:
+def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tuple[ChunkWork, tuple]:
+    """(chunk ``c``'s work, (parameters it holds, of which routed experts, its deferred reduce-scatters))."""
     inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     cc = _chunk_compute(cache, workload, layout, c, inputs)
     n, p, dp, tp = layout.pp * layout.v, layout.pp, layout.dp_cp, layout.tp  # dp: the ranks sharing weights
@@ -133,7 +134,7 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
                      bwd_s=cc.bwd_s * slowest + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s * slowest,
                      tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls)
-    return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params)
+    return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params, z.deferred)
 
 
 def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
@@ -173,16 +174,32 @@ def _with_tied(cache: CostCache, sync: tuple, fractions: tuple, tied: tuple) -> 
     return held[2], held[3]
 
 
-def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tuple[ChunkWork, ...], float, float]:
-    """(chunks r, r+p, …, parameters they hold, of which routed experts) of pipeline rank ``r``; ``inputs``:
-    :func:`compute_inputs` of ``layout``, if already built."""
+def _with_deferred(cache: CostCache, deferred: tuple, sync: tuple, fractions: tuple) -> tuple[tuple, tuple]:
+    """The stage's gradient calls and ready fractions with torch pipelining's once-per-step FSDP2 reduce-scatters
+    (:func:`grad_sync.deferred_sync` of ``deferred``, each chunk's) ahead of the rest; joined once per
+    (``deferred``, sync, fractions) in ``cache``, as :func:`_with_tied` (the entry holds what its key names by id)."""
+    if not any(deferred):
+        return sync, fractions
+    def join():
+        calls, ready = grad_sync.deferred_sync(deferred)
+        return deferred, sync, fractions, calls + sync, ready + tuple(fractions)
+    held = cache.memo(("deferred-join", id(deferred), id(sync), id(fractions)), join)
+    return held[3], held[4]
+
+
+def _stage_chunks(cache, workload, layout, r, groups, fetch, inputs) -> tuple[tuple[ChunkWork, ...], float, float,
+                                                                               tuple]:
+    """(chunks r, r+p, …, parameters they hold, of which routed experts, each chunk's deferred reduce-scatters,
+    :func:`grad_sync.deferred_reduce_scatters`) of pipeline rank ``r``; ``inputs``: :func:`compute_inputs` of
+    ``layout``, if already built."""
     inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
-    chunks, params, experts = [], 0.0, 0.0
+    chunks, params, experts, deferred = [], 0.0, 0.0, []
     for k in range(layout.v):
-        work, (held, expert) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
+        work, (held, expert, calls) = _chunk_work(cache, workload, layout, r, r + k * layout.pp, groups, fetch, inputs)
         chunks.append(work)
+        deferred.append(calls)
         params, experts = params + held, experts + expert
-    return tuple(chunks), params, experts
+    return tuple(chunks), params, experts, tuple(deferred)
 
 
 def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
@@ -196,10 +213,11 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
     rep = groups[0]
     inputs = compute_inputs(cache, workload, layout) if inputs is None else inputs
     keys = stage_keys(cache, workload, layout, fetch) if keys is None else keys
-    chunks, params, experts = cache.memo(("chunks of rank", keys[0], r),
-                                         lambda: _stage_chunks(cache, workload, layout, r, groups, fetch, inputs))
+    chunks, params, experts, deferred = cache.memo(("chunks of rank", keys[0], r), lambda: _stage_chunks(
+        cache, workload, layout, r, groups, fetch, inputs))
     sync, fractions, after, opt = cache.memo(("grad sync of rank", keys[1], r, params, experts), lambda: grad_sync.grad_sync(
         cache, workload, layout, rep, groups[2], params, experts))
+    sync, fractions = _with_deferred(cache, deferred, sync, fractions)
     tied = cache.memo(("tied embedding of rank", keys[1], r),  # ready after the last backward; reads no UNREAD field
                       lambda: tied_embedding.tied_embedding_sync(cache, workload, layout, r))
     sync, fractions = _with_tied(cache, sync, fractions, tied)

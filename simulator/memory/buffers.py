@@ -34,6 +34,16 @@
 - FSDP2 ZeRO 2 (``reshard_after_forward=False``): every block's unsharded parameters are already
   in the peak parameter bytes (:func:`simulator.memory.states.model_state_bytes`); only the current
   block's unsharded gradient and its reduce-scatter input are here.
+- FSDP2 under torch's pipelining runtime (pp > 1): ``PipelineStage.backward_maybe_with_nosync`` turns
+  gradient sync off for every micro-batch's backward and ``perform_reduce_grad`` reduce-scatters once, after
+  the stage's last backward [src: torch-pipelining-fsdp-sync]; until then ``post_backward`` keeps every
+  unsharded gradient, cast to ``reduce_dtype`` (``to_accumulated_grad_if_needed``) and added into
+  (``accumulate_unsharded_grad_if_needed``): the stage's local parameters × the reduce dtype's bytes are held
+  from the first backward on (``held_grads_bytes``), and the current block's fresh gradient (1 × the largest
+  block, the gradient dtype) is the only per-block gradient copy, no reduce-scatter input in backward. The
+  sharded gradients exist only from that reduce-scatter on (``zero_grad`` sets them to None): the forward /
+  backward peak counts the held bytes in their place, the optimizer step's the sharded ones
+  (:attr:`simulator.memory.stage.StageMemory.forward_peak_bytes`).
 
 The CUDA context, library workspaces, NCCL buffers and the allocator's reserve are runtime terms:
 :mod:`simulator.memory.runtime`.
@@ -71,6 +81,10 @@ class BufferBytes:
     gathered_params_bytes: float
     """ZeRO-3 parameters gathered for compute (current + prefetched block) and the current block's
     unsharded gradient."""
+    held_grads_bytes: float = 0.0
+    """Unsharded gradients held over the step where torch's pipelining runtime defers FSDP2's reduce-scatter to
+    after the stage's last backward (:func:`simulator.strategy.sync.pipeline_defers_grad_sync`): every local
+    parameter's, in the reduce dtype (module docstring)."""
     fp8_weights_bytes: float = 0.0
     """FP8 weight copies a recipe keeps (Transformer Engine; :mod:`simulator.memory.fp8`)."""
     autocast_weights_bytes: float = 0.0
@@ -84,7 +98,8 @@ class BufferBytes:
     @property
     def total_bytes(self) -> float:
         """The buffers alive at the forward/backward peak."""
-        return self.grad_buckets_bytes + self.gathered_params_bytes + self.fp8_weights_bytes + self.autocast_weights_bytes
+        return (self.grad_buckets_bytes + self.gathered_params_bytes + self.held_grads_bytes + self.fp8_weights_bytes
+                + self.autocast_weights_bytes)
 
 
 def _deepspeed_buckets(zero: ZeroStage, bucket_elements: int, local_params: int, overlap: bool) -> int:
@@ -101,7 +116,7 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
                  framework: Framework | None = None, gradient_as_bucket_view: bool = False,
                  bucket_elements: int | None = DEEPSPEED_REDUCE_BUCKET_ELEMENTS, overlap_grad_reduce: bool = False,
                  all_reduce: bool = True, mixed_precision: MixedPrecision | None = None,
-                 reduce_bytes: int | None = None) -> BufferBytes:
+                 reduce_bytes: int | None = None, holds_grads: bool = False) -> BufferBytes:
     """Buffers for a rank whose model replica has ``local_params`` elements (its tp/pp shard) and
     whose largest block (transformer layer, embedding or head) has ``largest_block`` elements.
     ``framework`` None: torch DDP at ZeRO 0, DeepSpeed above (flat partitioning's default).
@@ -111,7 +126,9 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
     (:func:`simulator.strategy.formats.grad_reduce_dtype`; None: the gradients' own), the dtype of
     DeepSpeed's reduce buckets (``communication_data_type``) and of FSDP2's reduce-scatter input
     (``foreach_reduce`` allocates it in ``reduce_dtype``) [src: torch-fsdp2]. Offload does not change
-    them: the reduce bucket and gathered blocks stay on the GPU."""
+    them: the reduce bucket and gathered blocks stay on the GPU. ``holds_grads``: FSDP2 under torch's pipelining
+    runtime (:func:`simulator.strategy.sync.pipeline_defers_grad_sync`), whose backwards keep every local gradient
+    unsharded until the step's one reduce-scatter."""
     zero = ZeroStage(zero)
     framework = resolve_framework(zero, None, framework)[1]
     if gradient_as_bucket_view and framework is not Framework.TORCH_DDP:
@@ -125,12 +142,18 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
             local_params * state_dtype(dtype, autocast_of(framework, mixed_precision)).grad_bytes
     elif framework is Framework.DEEPSPEED:
         buckets = _deepspeed_buckets(zero, bucket, local_params, overlap_grad_reduce) * (reduce_bytes or dtype.grad_bytes)
-    # FSDP2: the block's unsharded gradients and the reduce-scatter input they are copied into
-    grads = dtype.grad_bytes + (FSDP2_GRAD_COPIES - 1) * (reduce_bytes or dtype.grad_bytes) \
-        if framework is Framework.FSDP2 else dtype.grad_bytes
+    # FSDP2: the block's unsharded gradients and the reduce-scatter input they are copied into; held over the step
+    # (holds_grads): the block's fresh gradient only, added into the held copy, which is counted on its own
+    held = 0.0
+    if holds_grads:
+        grads, held = dtype.grad_bytes, float(local_params * (reduce_bytes or dtype.grad_bytes))
+    elif framework is Framework.FSDP2:
+        grads = dtype.grad_bytes + (FSDP2_GRAD_COPIES - 1) * (reduce_bytes or dtype.grad_bytes)
+    else:
+        grads = dtype.grad_bytes
     gathered = 0
     if zero is ZeroStage.ZERO3:
         gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grads)
     elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
         gathered = largest_block * grads
-    return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered))
+    return BufferBytes(grad_buckets_bytes=float(buckets), gathered_params_bytes=float(gathered), held_grads_bytes=held)

@@ -36,7 +36,7 @@ from simulator.memory.partition import ShapeCounts, partition_numels, shape_coun
 from simulator.memory.states import ADAM_STATE_BYTES, model_state_bytes
 from simulator.strategy.formats import autocast_of, grad_reduce_dtype
 from simulator.strategy import Offload, ParallelLayout, Strategy, build_layout
-from simulator.strategy.sync import AllReduceSync
+from simulator.strategy.sync import AllReduceSync, pipeline_defers_grad_sync
 from simulator.units import GB
 from simulator.workload import Recompute
 from simulator.workload.fp8 import fp8_needs_transpose
@@ -188,7 +188,7 @@ def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
                            overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce,
-                           mixed_precision=mixed, reduce_bytes=reduce_bytes)
+                           mixed_precision=mixed, reduce_bytes=reduce_bytes, holds_grads=pipeline_defers_grad_sync(s))
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
         buffers = with_fp8(buffers, model, layout, tuple(blocks), largest, block_numel, dev.fp8_transpose)

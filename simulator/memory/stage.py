@@ -59,9 +59,12 @@ class StageMemory:
 
     @property
     def forward_peak_bytes(self) -> float:
-        """Tensors alive between forward and backward: model states on the GPU + activations + buffers."""
-        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes)
+        """Tensors alive between forward and backward: model states on the GPU + activations + buffers. Where the
+        buffers hold the unsharded gradients to the step's one reduce-scatter (``held_grads_bytes``, torch's
+        pipelining runtime over FSDP2), they stand in for the sharded gradients, which that reduce-scatter only
+        creates after the last backward (``zero_grad`` sets them to None: torchtitan's and the executor's)."""
+        grads = 0.0 if self.buffers.held_grads_bytes else self.grads_bytes
+        return self.params_bytes + grads + self.optimizer_bytes + self.activations_bytes + self.buffers_bytes
 
     @property
     def step_peak_bytes(self) -> float:
@@ -124,6 +127,7 @@ class StageMemory:
                 "attention_scores_bytes": act.scores_bytes, "micro_batches_in_flight": act.micro_batches_in_flight},
             "buffers": {"grad_buckets_bytes": self.buffers.grad_buckets_bytes,
                         "gathered_params_bytes": self.buffers.gathered_params_bytes,
+                        "held_grads_bytes": self.buffers.held_grads_bytes,
                         "fp8_weights_bytes": self.buffers.fp8_weights_bytes,
                         "autocast_weights_bytes": self.buffers.autocast_weights_bytes,
                         "optimizer_step_bytes": self.buffers.optimizer_step_bytes},

@@ -53,6 +53,7 @@ class _StateArrays:
     params_after_step: np.ndarray
     grad_buckets: np.ndarray
     gathered: np.ndarray
+    held_grads: np.ndarray
     fp8: np.ndarray
     autocast: np.ndarray
     """One set of autocast weight copies (multiplied by the copies alive per stage)."""
@@ -75,7 +76,8 @@ def _state_arrays(model, layout: ParallelLayout, own: dict, dev: DeviceKey) -> _
             st = StageMemory(stage=k, blocks=len(blocks), placed=placed, activations=None, buffers=buffers,
                              runtime=None)
             rows.append((st.params_bytes, st.grads_bytes, st.optimizer_bytes, st.params_after_step_bytes,
-                         buffers.grad_buckets_bytes, buffers.gathered_params_bytes, buffers.fp8_weights_bytes,
+                         buffers.grad_buckets_bytes, buffers.gathered_params_bytes, buffers.held_grads_bytes,
+                         buffers.fp8_weights_bytes,
                          buffers.autocast_weights_bytes, buffers.optimizer_step_bytes))
         cols = [np.array(c, dtype=float) for c in zip(*rows)]
         states = [own[k, dev][1] for k in range(layout.pp)]
@@ -101,9 +103,9 @@ def memory_verdict(model, cluster: Cluster, layout: ParallelLayout | Strategy, *
     if autocast.any():
         copies = np.array([_cast_copies(layout, k) for k in range(layout.pp)], dtype=float)
         autocast = np.where(autocast != 0, autocast * copies, autocast)
-    buffers = a.grad_buckets + a.gathered + a.fp8 + autocast
+    buffers = a.grad_buckets + a.gathered + a.held_grads + a.fp8 + autocast
     runtime = runtime_bytes(cluster.device, layout, transient_bytes=act_gpu + buffers)
-    forward = a.params + a.grads + a.optimizer + act_gpu + buffers
+    forward = a.params + np.where(a.held_grads > 0, 0.0, a.grads) + a.optimizer + act_gpu + buffers  # StageMemory
     step = a.params_after_step + a.grads + a.optimizer + a.grad_buckets + a.optimizer_step
     total = np.maximum(forward, step) + runtime.cublas_workspace_bytes + runtime.allocator_slack_bytes \
         + runtime.outside_allocator_bytes

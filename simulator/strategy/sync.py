@@ -19,6 +19,7 @@ from simulator.enum_kind import Kind
 from simulator.errors import SpecError
 from simulator.strategy.fields import (Flag, FlagKind, Role, boolean, choices_of, declare, enum_parser, float_parser,
                                        int_parser, is_a, nonneg_int, opt_nonneg_int, opt_pos_int, pos_int, validate)
+from simulator.strategy.framework import Framework
 from simulator.units import MiB
 
 DDP_BUCKET_CAP_BYTES = 25 * MiB
@@ -183,10 +184,35 @@ class ParamServerSync:
                             "use ps_mode async, or leave staleness_steps unset")
 
 
+def partitions_gradients(strategy) -> bool:
+    """ZeRO-2/3 under an all-reduce sync: each rank keeps only its shard of the gradients, which a reduce-scatter
+    over the dp group produces (a parameter server pushes whole gradients instead)."""
+    return not isinstance(strategy.dp_sync, ParamServerSync) and strategy.zero >= 2
+
+
+def pipeline_defers_grad_sync(strategy) -> bool:
+    """Whether torch's pipelining runtime holds a ZeRO-2/3 stage's gradients unsharded over the step and
+    reduce-scatters them once, after the stage's last backward: FSDP2 (the only framework that runs ZeRO-2/3 with
+    pp > 1, :attr:`Framework.partitions_gradients_with_pipeline`) with pp > 1. ``PipelineStage`` turns FSDP2's
+    gradient sync off before **every** micro-batch's backward, the last one included
+    (``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``),
+    so FSDP2's ``post_backward`` keeps each unsharded gradient (cast to ``reduce_dtype``, then accumulated into,
+    ``to_accumulated_grad_if_needed`` / ``accumulate_unsharded_grad_if_needed``); the schedule then calls
+    ``perform_reduce_grad`` once per stage (after its loop in ``PipelineScheduleSingle``; as the ``REDUCE_GRAD``
+    action ``_add_reduce_grad`` puts after the stage's m-th backward in ``_PipelineScheduleRuntime``), which turns
+    sync on and runs every parameter group's ``post_backward``: one reduce-scatter per ``fully_shard`` module per
+    step [src: torch-pipelining-fsdp-sync]. NeMo AutoModel's MoE models patch the same method to the same effect
+    (sync off in every backward, the post-backward after the last) [src: automodel-fsdp-pp-sync]."""
+    return partitions_gradients(strategy) and strategy.pp > 1 and strategy.resolved_framework is Framework.FSDP2
+
+
 def reduces_every_micro_batch(strategy) -> bool:
     """Whether a step's data-parallel gradient sync runs in every micro-batch's backward: ZeRO-2/3 keep only their
-    gradient shard, so each backward reduce-scatters it (FSDP2's default, as torchtitan runs it, and DeepSpeed's);
-    ZeRO-0/1 (DDP's ``no_sync`` until the last micro-batch) and a parameter server synchronise once per step. The
-    one rule both sides read: the simulator places the reduce-scatters by it (:mod:`simulator.compile.grad_sync`)
-    and the executor's FSDP2 accumulation follows it (``executor/strategies/data_parallel.py``)."""
-    return not isinstance(strategy.dp_sync, ParamServerSync) and strategy.zero >= 2
+    gradient shard, so each backward reduce-scatters it (FSDP2's default without pipelining, as torchtitan runs it,
+    and DeepSpeed's) — except under torch's pipelining runtime (:func:`pipeline_defers_grad_sync`: FSDP2 with
+    pp > 1), which reduce-scatters once per step after the stage's last backward; ZeRO-0/1 (DDP's ``no_sync`` until
+    the last micro-batch) and a parameter server synchronise once per step. The one rule both sides read: the
+    simulator places the reduce-scatters by it (:mod:`simulator.compile.grad_sync`) and the executor's FSDP2
+    accumulation follows it (``executor/strategies/data_parallel.py`` at pp = 1; at pp > 1 torch's runtime does,
+    ``tests/test_pipeline_fsdp2_sync.py``)."""
+    return partitions_gradients(strategy) and not pipeline_defers_grad_sync(strategy)
