@@ -64,3 +64,7 @@ def test_the_key_keeps_the_sync_where_chunks_read_it():
     ps = Strategy(global_batch=64, tp=1, pp=1)
     keys = {_chunks(CostCache(CLUSTER), replace(ps, dp_sync=ParamServerSync(shards=k)), 0)[1] for k in (1, 2)}
     assert len(keys) == 2
+    # FSDP2 with pp > 1: the chunks hand their once-per-step reduce-scatters to the stage (grad_sync.deferred_sync)
+    deferred = Strategy(global_batch=64, tp=2, pp=2, zero=ZeroStage.ZERO3, framework=Framework.FSDP2)
+    keys = {_chunks(CostCache(CLUSTER), replace(deferred, dp_sync=sync), 0)[1] for sync in SYNCS[:2]}
+    assert len(keys) == 2
