@@ -139,9 +139,9 @@ def tp_dtensor_call_us(device: Device, tp: TpModuleTiming, *, wall: bool = False
     / achievable bandwidth`` on ``device``, the update of the rank's own elements (a tp rank holds about half of the
     sharded weights: its update is shorter, which would otherwise read as a cheaper DTensor call)
     [src: own-tp-dtensor-in-step-probe]. Thread CPU, not wall: on a quiet machine the two agree (2 processes on 2
-    cores), while under other work's load the probe's AdamW wall read 2-5x its CPU and the executor's tp run's
-    AdamW 1.0-1.8x in the same minutes (docs/validation.md, val31), so the wall figure follows the load more than a
-    run does. ``wall``: from the wall medians (reported beside it). None where the probe did not time the steps."""
+    cores), while under other work's load the probe's plain AdamW wall read 1.5-5.4x its CPU, its tp AdamW 1.5-2.3x
+    and the executor's tp run's 1.0-2.6x, so a difference of two walls read 3-98 µs per call where the CPU's read
+    17-58 and tracked the run's (docs/validation.md, val31). ``wall``: from the wall medians (reported beside it). None where the probe did not time the steps."""
     from simulator.compile import adam_bytes_per_param
     from simulator.compute import achievable_hbm_Bps
     from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
