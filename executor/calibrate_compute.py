@@ -51,7 +51,8 @@ call it): it times, with :mod:`executor.compute_bench`, in the executor's thread
 5. on the CPU (gloo), the tiny model of a tp = 2 run made tensor-parallel over a 2-rank tp group of gloo
    processes against the plain model on the same ranks, the collectives' own time left out as the executor's tp
    clock leaves it out: ``host.tp_forward_module_us`` and ``host.tp_backward_module_us``, the host time torch's
-   tensor parallelism adds per tensor-parallel module (:mod:`executor.tp_host_bench`), and the tiny model
+   tensor parallelism adds per tensor-parallel module (:mod:`executor.tp_host_bench`), and from the same processes'
+   AdamW steps ``host.tp_dtensor_call_us``, its optimizer's surcharge per call on a DTensor weight; and the tiny model
    wrapped in DDP on a 1-rank group against the plain one: ``host.ddp_forward_call_us`` and
    ``host.ddp_sync_backward_us``; and the tiny model with every block checkpointed against the plain one:
    ``host.checkpoint_forward_region_us`` and ``host.checkpoint_backward_region_us`` (beyond the block's
@@ -84,7 +85,7 @@ from executor.compute_bench import (MemoryKernel, Timing, model_bytes, row_width
 from executor.calibrate_calls import block_call_overheads
 from executor.compute_grid import ComputeGrid, default_grid, executed, gpu_grid, run_shapes, tiny_model
 from executor.calibrate_host import (adamw_call_us, host_cores, measure_host_terms, with_host, with_dtensor_calls,
-                                     with_step_ddp, with_step_dtensor_calls, with_step_loop)
+                                     with_step_ddp, with_step_dtensor_calls, with_step_loop, with_tp_dtensor_calls)
 from executor.host_bench import AdamwTiming
 from executor.step_bench import STEP_PROBE_PROCESSES, time_rank_steps
 from executor.step_timing import RankStepTiming
@@ -250,4 +251,5 @@ def calibrate_compute(base: Cluster, spec: TransformerSpec, *, dtype: DtypePolic
     joined = f"{base.source}; compute: {source}" if base.source else f"compute: {source}"
     node = with_step_checkpoint(with_launch_loop(with_step_loop(with_host(base.node, terms), steps), launches), ckpt)
     node = with_step_ddp(node, steps, terms.ddp.bucket_passes_s if terms is not None else 0.0)
+    node = with_tp_dtensor_calls(node, device, terms)
     return replace(base, name=name, device=device, node=node, source=joined), report

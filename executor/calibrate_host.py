@@ -9,8 +9,9 @@ on a fake multi-rank group, wrapped as ZeRO-3 and again as ZeRO-2 for its backwa
 on two gloo processes (:mod:`executor.pipeline_host_bench`); and the executor's AdamW step gives
 ``device.op_call_overhead_us`` (:func:`adamw_call_us`), and the same step over FSDP2's DTensor shards
 ``device.dtensor_call_overhead_us`` (:func:`with_dtensor_calls`; on the CPU in fp32 then re-measured in a rank's
-FSDP2 step, :func:`with_step_dtensor_calls`). On a GPU the base's figures are kept (not measured
-there).
+FSDP2 step, :func:`with_step_dtensor_calls`); the tp probe's AdamW steps over torch tensor parallelism's DTensor
+weights give ``host.tp_dtensor_call_us`` (:func:`with_tp_dtensor_calls`). On a GPU the base's figures are kept (not
+measured there).
 On the CPU in fp32 DDP's two terms are then taken from the rank-step probe's DDP steps (:func:`with_step_ddp`).
 """
 
@@ -126,6 +127,46 @@ def with_step_dtensor_calls(device: Device, steps) -> Device:
     [src: own-dtensor-in-step-probe]; as is where the probe did not run FSDP2 steps."""
     us = None if steps is None else steps.dtensor_call_us
     return device if us is None else replace(device, dtensor_call_overhead_us=us)
+
+
+def tp_dtensor_call_us(device: Device, tp: TpModuleTiming, *, wall: bool = False) -> float | None:
+    """µs an AdamW operator call on a torch tensor-parallel DTensor weight costs beyond a plain tensor's, from the tp
+    probe's AdamW steps in a 2-process tp step (:class:`executor.tp_host_bench.TpOptimizerTiming`):
+
+        max(0, (c_opt(tp) − u(tp)) − (c_opt(plain) − u(plain))) / (ADAMW_PER_TENSOR_CALLS · dtensor_tensors)
+
+    with ``c_opt`` the steps' thread-CPU medians (mean over ranks) and ``u(model) = elements · adam_bytes_per_param
+    / achievable bandwidth`` on ``device``, the update of the rank's own elements (a tp rank holds about half of the
+    sharded weights: its update is shorter, which would otherwise read as a cheaper DTensor call)
+    [src: own-tp-dtensor-in-step-probe]. Thread CPU, not wall: on a quiet machine the two agree (2 processes on 2
+    cores), while under other work's load the probe's plain AdamW wall read 1.5-5.4x its CPU, its tp AdamW 1.5-2.3x
+    and the executor's tp run's 1.0-2.6x, so a difference of two walls read 3-98 µs per call where the CPU's read
+    17-58 and tracked the run's (docs/validation.md, val31). ``wall``: from the wall medians (reported beside it). None where the probe did not time the steps."""
+    from simulator.compile import adam_bytes_per_param
+    from simulator.compute import achievable_hbm_Bps
+    from simulator.host_overhead import ADAMW_PER_TENSOR_CALLS
+    from simulator.strategy.kinds import OptimizerImpl
+
+    opt = tp.optimizer
+    if opt is None or opt.dtensor_tensors <= 0:
+        return None
+    tp_t, plain_t = (opt.tp, opt.plain) if wall else (opt.tp_cpu, opt.plain_cpu)
+    if tp_t is None or plain_t is None:
+        return None
+    per_element_s = adam_bytes_per_param(DtypePolicy.FP32, OptimizerImpl.FOR_LOOP) / achievable_hbm_Bps(device)
+    tp_s = tp_t.median_s - opt.tp_params * per_element_s
+    plain_s = plain_t.median_s - opt.plain_params * per_element_s
+    return max(0.0, tp_s - plain_s) / (ADAMW_PER_TENSOR_CALLS * opt.dtensor_tensors) * 1e6
+
+
+def with_tp_dtensor_calls(node, device: Device, terms: HostTerms | None):
+    """``node`` with ``host.tp_dtensor_call_us`` = :func:`tp_dtensor_call_us` on ``device`` where the tp probe timed
+    its AdamW steps (the CPU, gloo); as is without a host section or the steps (the field stays unset, and
+    ``device.dtensor_call_overhead_us`` prices torch TP's DTensor calls: :func:`simulator.host_overhead.dtensor_call_us`)."""
+    us = None if terms is None else tp_dtensor_call_us(device, terms.tp)
+    if node.host is None or us is None:
+        return node
+    return replace(node, host=replace(node.host, tp_dtensor_call_us=us))
 
 
 def host_cores() -> int:

@@ -57,6 +57,9 @@ class TpModuleTiming:
     collectives: Timing | None = None
     """On a tp group: the seconds per forward + backward inside the collectives and their waits (the executor's tp
     phase), left out of ``tp_forward`` and ``tp_step``; None on a 1-rank mesh (no collective runs)."""
+    optimizer: object | None = None
+    """On a tp group: the AdamW steps of the tp and the plain model in the same processes
+    (:class:`executor.tp_host_bench.TpOptimizerTiming`), whence ``host.tp_dtensor_call_us``; None: not measured."""
 
 
 def paired_timings(models: dict, x: torch.Tensor, y: torch.Tensor, *, repeats: int, warmup: int,

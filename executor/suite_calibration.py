@@ -109,7 +109,22 @@ def _dtensor_call_note(compute) -> str:
     tight = compute.fsdp2_optimizer.dtensor_call_us if compute.fsdp2_optimizer else None
     in_step = compute.rank_steps is not None and compute.rank_steps.dtensor_call_us is not None
     return (f"per DTensor optimizer call {us:.1f} us more" + (f" (in a rank's FSDP2 step; tight loop {tight:.1f} us)"
-                                                              if in_step and tight is not None else "") + ", ")
+                                                              if in_step and tight is not None else "") + ", "
+            + _tp_dtensor_call_note(compute))
+
+
+def _tp_dtensor_call_note(compute) -> str:
+    """torch TP's DTensor AdamW surcharge written (``host.tp_dtensor_call_us``, thread CPU) and the wall reading
+    beside it, where the tp probe timed its AdamW steps (val31)."""
+    from executor.calibrate_host import tp_dtensor_call_us
+
+    tp = getattr(compute, "tp_modules", None)
+    if tp is None or tp.optimizer is None:
+        return ""
+    cpu, wall = (tp_dtensor_call_us(compute.fields, tp, wall=w) for w in (False, True))
+    if cpu is None:
+        return ""
+    return f"torch TP's {cpu:.1f} us (a tp step's thread CPU; its wall {wall:.1f} us), "
 
 
 def _dtensor_note(cluster) -> str:

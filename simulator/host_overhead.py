@@ -22,7 +22,9 @@ not the device, sets a step's time (issue 9 §1: "a small model can be host-boun
 - **DTensor calls**: an optimizer call on DTensor parameters (FSDP2, torch tensor parallel) costs
   ``Device.dtensor_call_overhead_us`` more (:func:`dtensor_params`) [src: own-host-overhead-probe]; under torch's
   tensor parallelism only the tensors ``parallelize_module`` turned into DTensors pay it
-  (:func:`simulator.compile.torch_tp.dtensor_tensors`: 17 of the tiny model's 28, 25 with SP).
+  (:func:`simulator.compile.torch_tp.dtensor_tensors`: 17 of the tiny model's 28, 25 with SP), and there at
+  ``Host.tp_dtensor_call_us`` where the cluster states it, measured in a tp step [src: own-tp-dtensor-in-step-probe]
+  (:func:`dtensor_call_us`).
 - **Framework runtimes' per-module terms** (FSDP2 modules, torch tensor-parallel modules, activation-checkpoint
   regions, DDP's wrapper and reducer, torch's pipeline runtime): :mod:`simulator.framework_host`.
 - **Time-sharing**: ``share = max(1, processes on the node / Host.cpu_cores)``
@@ -135,10 +137,11 @@ def optimizer_calls(impl: OptimizerImpl, tensors: int) -> int:
 
 def optimizer_stream(device: Device, device_s: float, tensors: int, share: float = 1.0, *,
                      dtensor: bool = False, impl: OptimizerImpl = OptimizerImpl.FOREACH,
-                     dtensor_tensors: int | None = None) -> StreamTime:
+                     dtensor_tensors: int | None = None, dtensor_call_us: float | None = None) -> StreamTime:
     """One optimizer step of implementation ``impl``: ``device_s`` of memory-bound update and
-    :func:`optimizer_calls` host calls at ``Device.op_call_overhead_us`` each, plus
-    ``Device.dtensor_call_overhead_us`` on DTensor parameters (``dtensor``, :func:`dtensor_params`): on every call,
+    :func:`optimizer_calls` host calls at ``Device.op_call_overhead_us`` each, plus the DTensor surcharge
+    ``dtensor_call_us`` (None: ``Device.dtensor_call_overhead_us``; the caller's :func:`dtensor_call_us`) on DTensor
+    parameters (``dtensor``, :func:`dtensor_params`): on every call,
     or, for the per-tensor loop when ``dtensor_tensors`` says how many of the ``tensors`` are DTensors (torch's tensor
     parallelism: :func:`simulator.compile.torch_tp.dtensor_tensors`), on those tensors' calls only."""
     calls = optimizer_calls(impl, tensors)
@@ -147,7 +150,8 @@ def optimizer_stream(device: Device, device_s: float, tensors: int, share: float
         partial = dtensor_tensors is not None and impl is OptimizerImpl.FOR_LOOP and tensors > 0
         dtensor_calls = optimizer_calls(impl, dtensor_tensors) if partial and dtensor_tensors else (
             0 if partial else calls)
-    host_us = calls * device.op_call_overhead_us + dtensor_calls * device.dtensor_call_overhead_us
+    surcharge_us = device.dtensor_call_overhead_us if dtensor_call_us is None else dtensor_call_us
+    host_us = calls * device.op_call_overhead_us + dtensor_calls * surcharge_us
     return stream(device, device_s, calls, share, per_call_us=host_us / calls if calls else 0.0)
 
 
@@ -163,6 +167,21 @@ def offloaded_optimizer_host_s(device: Device, tensors: int, share: float = 1.0,
         return 0.0
     per_call = device.op_call_overhead_us + (device.dtensor_call_overhead_us if dtensor else 0.0)
     return optimizer_calls(impl, tensors) * per_call * 1e-6 * share
+
+
+def dtensor_call_us(cluster: Cluster, layout) -> float:
+    """µs an optimizer call on a DTensor parameter costs beyond a plain one under ``layout``: under torch's own tensor
+    parallelism (the torch framework at tp > 1, :func:`dtensor_params`) ``Host.tp_dtensor_call_us`` where the cluster
+    states it (measured in a tp step: its DTensors are weight shards that ``parallelize_module`` made, whose calls
+    cost 0.5-0.8 of FSDP2's there) [src: own-tp-dtensor-in-step-probe]; otherwise, and for FSDP2's shards,
+    ``Device.dtensor_call_overhead_us`` [src: own-dtensor-in-step-probe]."""
+    from simulator.strategy.framework import Framework
+
+    host = cluster.node.host
+    if layout.tp > 1 and layout.framework is Framework.TORCH_DDP and host is not None \
+            and host.tp_dtensor_call_us is not None:
+        return host.tp_dtensor_call_us
+    return cluster.device.dtensor_call_overhead_us
 
 
 def dtensor_params(layout) -> bool:

@@ -14,6 +14,7 @@ import torch
 
 from executor.calibrate_calls import step_call_overheads
 from executor.calibrate_compute import ComputeGrid, calibrate_compute, host_cores, tiny_model
+from executor.calibrate_host import tp_dtensor_call_us
 from executor.compute_bench import MemoryKernel
 from executor.compute_grid import executed
 from executor.step_launches import STEP_PROBE_LAUNCHES
@@ -146,7 +147,10 @@ def test_calibrate_measures_a_tiny_grid_and_keeps_the_network(model, tmp_path, c
                                first_microbatch_cold_us=statistics.median(launches.values("first_cold_us")),
                                # FSDP2's loop from the probe's FSDP2 steps (fsdp29): the switch and zero_grad
                                fsdp2_sync_switch_us=steps.fsdp2_sync_switch_us,
-                               fsdp2_zero_grad_us=steps.fsdp2_zero_grad_us)
+                               fsdp2_zero_grad_us=steps.fsdp2_zero_grad_us,
+                               # torch TP's DTensor AdamW calls, from the tp probe's steps (val31)
+                               tp_dtensor_call_us=tp_dtensor_call_us(cluster.device, tp))
+    assert tp.optimizer.dtensor_tensors > 0 and host.tp_dtensor_call_us is not None
     # the rank-jitter term is not calibrated (executor.calibrate_host.with_step_loop): the written field stays 0
     from simulator.compute import Phase
     from simulator.workload import Recompute

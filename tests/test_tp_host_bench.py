@@ -65,9 +65,14 @@ def test_collective_time_is_left_out(monkeypatch):
 
 
 def test_probe_runs_on_a_real_tp_group():
-    """Two gloo processes: collectives ran (a 1-rank mesh issues none), and the terms follow the formula."""
+    """Two gloo processes: collectives ran (a 1-rank mesh issues none), the terms follow the formula, and the AdamW
+    steps of both models were timed."""
     t = time_tp_group_modules(SPEC, 2, repeats=3, warmup=1, thread_count=1)
     assert t.modules == 10 and t.collectives is not None and t.collectives.p10_s > 0
     assert t.forward_module_us == pytest.approx(max(0.0, (t.tp_forward.median_s - t.plain_forward.median_s) / 10 * 1e6))
     assert t.forward_module_us + t.backward_module_us == pytest.approx(
         max(t.forward_module_us, (t.tp_step.median_s - t.plain_step.median_s) / 10 * 1e6))
+    # the same launch's AdamW steps (val31): both models stepped, the tp model's 17 DTensor tensors counted
+    opt = t.optimizer
+    assert opt is not None and (opt.plain_params, opt.tp_params, opt.dtensor_tensors) == (109_312, 55_616, 17)
+    assert min(opt.plain.median_s, opt.tp.median_s, opt.plain_cpu.median_s, opt.tp_cpu.median_s) > 0

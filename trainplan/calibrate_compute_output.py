@@ -14,6 +14,21 @@ def _timing(t) -> dict:
     return {"median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s}
 
 
+def _tp_optimizer(r) -> dict:
+    """The tp probe's AdamW steps and ``host.tp_dtensor_call_us`` from them (thread CPU; the wall figure beside)."""
+    from executor.calibrate_host import tp_dtensor_call_us
+
+    o = r.tp_modules.optimizer
+    if o is None:
+        return {}
+    return {"tp_dtensor_call_us": tp_dtensor_call_us(r.fields, r.tp_modules),
+            "tp_dtensor_call_us_wall": tp_dtensor_call_us(r.fields, r.tp_modules, wall=True),
+            "optimizer": {"dtensor_tensors": o.dtensor_tensors, "plain_params": o.plain_params,
+                          "tp_params": o.tp_params, "plain": _timing(o.plain), "tp": _timing(o.tp),
+                          "plain_cpu": None if o.plain_cpu is None else _timing(o.plain_cpu),
+                          "tp_cpu": None if o.tp_cpu is None else _timing(o.tp_cpu)}}
+
+
 def compute_dict(r, path: str) -> dict:
     d = r.fields
     return {"out": path, "device": r.device, "threads": r.threads, "precision": r.dtype.value,
@@ -34,7 +49,8 @@ def compute_dict(r, path: str) -> dict:
                 "tp_backward_module_us": r.tp_modules.backward_module_us,
                 **{name: _timing(getattr(r.tp_modules, name))
                    for name in ("plain_forward", "tp_forward", "plain_step", "tp_step")},
-                "collectives": None if r.tp_modules.collectives is None else _timing(r.tp_modules.collectives)},
+                "collectives": None if r.tp_modules.collectives is None else _timing(r.tp_modules.collectives),
+                **_tp_optimizer(r)},
             "adamw": None if r.adamw is None else {"tensors": r.adamw.tensors, "params": r.adamw.params,
                                                    "step": _timing(r.adamw.step)},
             "checkpoint": None if r.checkpoint is None else {

@@ -44,7 +44,8 @@ HOST_KEYS = ("cpu_memory_GB", "h2d_bw_GBps", "h2d_latency_us", "nvme_GB", "nvme_
              "ddp_forward_call_us", "ddp_sync_backward_us", "checkpoint_forward_region_us",
              "checkpoint_backward_region_us", "pipeline_action_us", "pipeline_p2p_post_us", "pipeline_chunk_us",
              "fsdp2_zero2_backward_module_us", "step_loop_us", "first_microbatch_cold_us",
-             "fsdp2_sync_switch_us", "fsdp2_zero_grad_us", "rank_jitter_sd_fraction") + RETIRED_HOST_KEYS
+             "fsdp2_sync_switch_us", "fsdp2_zero_grad_us", "rank_jitter_sd_fraction", "tp_dtensor_call_us"
+             ) + RETIRED_HOST_KEYS
 
 
 
@@ -245,6 +246,8 @@ def _host(s: Section) -> HostSpec:
                     fsdp2_sync_switch_us=s.number("fsdp2_sync_switch_us", 0.0, minimum="non_negative"),
                     fsdp2_zero_grad_us=s.number("fsdp2_zero_grad_us", 0.0, minimum="non_negative"),
                     rank_jitter_sd_fraction=s.number("rank_jitter_sd_fraction", 0.0, minimum="non_negative"),
+                    tp_dtensor_call_us=(s.number("tp_dtensor_call_us", 0.0, minimum="non_negative")
+                                        if s.has("tp_dtensor_call_us") else None),
                     fsdp2_zero2_backward_module_us=(s.number("fsdp2_zero2_backward_module_us", 0.0,
                                                              minimum="non_negative")
                                                     if s.has("fsdp2_zero2_backward_module_us") else None))

@@ -72,6 +72,13 @@ class HostSpec:
     ``trainplan calibrate --compute`` (:mod:`executor.pipeline_host_bench`) [src: own-pipeline-action-probe].
     0: not modelled (GPU presets: not measured on a GPU; there the chunk terms take the larger of the phase's
     kernels and the host time, and a real model's stage kernels outlast tens of µs per action)."""
+    tp_dtensor_call_us: float | None = None
+    """Host time an AdamW operator call on a DTensor weight of torch's tensor parallelism (``parallelize_module``)
+    costs beyond the same call on a plain tensor, µs per call: :func:`simulator.host_overhead.dtensor_call_us`
+    charges it on the DTensor tensors' calls of a torch-TP rank's optimizer step in place of
+    ``Device.dtensor_call_overhead_us`` (FSDP2's figure). Measured by ``trainplan calibrate --compute`` from the tp
+    probe's AdamW steps after a backward on a 2-process tp group (:mod:`executor.tp_host_bench`)
+    [src: own-tp-dtensor-in-step-probe]. None: not stated, ``Device.dtensor_call_overhead_us`` prices it."""
     fsdp2_zero2_backward_module_us: float | None = None
     """:attr:`fsdp2_backward_module_us` for FSDP2 at ZeRO-2 (``reshard_after_forward=False``), whose backward
     does not re-gather the module, µs; measured by ``trainplan calibrate --compute`` with the same probe
@@ -159,3 +166,5 @@ class HostSpec:
         non_negative_number("host.fsdp2_zero_grad_us", self.fsdp2_zero_grad_us)
         if self.fsdp2_zero2_backward_module_us is not None:
             non_negative_number("host.fsdp2_zero2_backward_module_us", self.fsdp2_zero2_backward_module_us)
+        if self.tp_dtensor_call_us is not None:
+            non_negative_number("host.tp_dtensor_call_us", self.tp_dtensor_call_us)

@@ -97,6 +97,8 @@ def cluster_to_dict(c: Cluster) -> dict:
             d["host"]["cpu_cores"] = h.cpu_cores
         if h.fsdp2_zero2_backward_module_us is not None:
             d["host"]["fsdp2_zero2_backward_module_us"] = h.fsdp2_zero2_backward_module_us
+        if h.tp_dtensor_call_us is not None:
+            d["host"]["tp_dtensor_call_us"] = h.tp_dtensor_call_us
         for key in ("fsdp2_forward_module_us", "fsdp2_backward_module_us", "tp_forward_module_us",
                     "tp_backward_module_us", "ddp_forward_call_us", "ddp_sync_backward_us",
                     "checkpoint_forward_region_us", "checkpoint_backward_region_us", "pipeline_action_us",

@@ -170,7 +170,8 @@ def grad_sync(cache, workload, layout, rep, dp_group, params, experts=0.0) -> tu
         passes = params * per_param / achievable_hbm_Bps(cluster.device)  # per-step passes, less the add not made
         opt = host_overhead.optimizer_stream(cluster.device, offload_part.gpu_optimizer_s(cluster, dt, part, impl)
                                              + passes, tensors, share, dtensor=host_overhead.dtensor_params(layout),
-                                             impl=impl, dtensor_tensors=torch_dtensors).time_s
+                                             impl=impl, dtensor_tensors=torch_dtensors,
+                                             dtensor_call_us=host_overhead.dtensor_call_us(cluster, layout)).time_s
         tp_group = tuple(layout.rank_of(0, stage, i) for i in range(tp))  # SP norms' gradients, read by AdamW
         opt += torch_tp.sp_optimizer_s(cache, workload, layout, stage, tp_group, dt.param_bytes, dp)
     else:
@@ -207,7 +208,7 @@ UNREAD_FIELDS = frozenset({"global_batch", "micro_batch", "schedule", "recompute
 """Strategy fields :func:`grad_sync` never reads, nor any function it calls (its own body; :mod:`.comm_part`'s
 ``bucketed``, ``partition``, ``kept_ready_fractions``, ``param_tensor_bytes`` and ``torch_zero1_broadcasts``;
 :mod:`simulator.host_overhead`'s ``with_ddp_sync``, ``core_share``, ``stream``, ``optimizer_tensors``,
-``optimizer_stream``, ``dtensor_params``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`,
+``optimizer_stream``, ``dtensor_params``, ``dtensor_call_us``, ``offloaded_optimizer_host_s``; :mod:`.offload_part`,
 :mod:`.megatron_step`, :mod:`.grad_adds`, :mod:`.ddp_copies`, :mod:`.ep_part`'s ``expert_grad_sync``;
 :mod:`simulator.strategy.formats`), nor the layout fields they decide (its micro-batch count, schedule). Sequence
 parallelism is read since 2026-11-25 (:func:`simulator.compile.torch_tp.sp_optimizer_s`: torch's AdamW all-reduces
