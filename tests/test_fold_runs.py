@@ -52,7 +52,7 @@ def test_kept_runs_give_the_same_step(monkeypatch, name, trace):
 
 def _loop(calls, seg_s, item, start, idle, mask_of, durations):
     """The item-by-item prediction :meth:`Folder.fold` made before its runs were kept (the reference)."""
-    first, n, t = item, 2 * len(calls) + 1, start
+    n, t = 2 * len(calls) + 1, start
     ends, res, mask, checked, folded = [], {}, 0, {}, 0
     while item < n:
         if item % 2 == 0:
