@@ -44,6 +44,10 @@ rounding, and the golden estimates stay bit for bit.
 Folding is off under ``shortcuts=False``, in unrolled pipelines (several jobs, mixed clusters) and for a
 rank's last backward (its gradient buckets fire at fractions of its progress).
 
+A run predicted to its natural end is kept per items and binade and parity of its start, and a later run of the
+same items from a start of that key is its offsets plus the start, to the bit (:mod:`simulator.engine.fold_runs`);
+only the idle checks are made again.
+
 This module holds :class:`Folder`, which predicts a run and builds it; the run as one event, its calls'
 end predictions and its unfold (:class:`~simulator.engine.fold_run.Fold`, ``_Call``) are
 :mod:`simulator.engine.fold_run`.
@@ -55,6 +59,7 @@ import simpy
 
 from simulator.engine.fold_calls import shape_of
 from simulator.engine.fold_run import Fold, _Call
+from simulator.engine.fold_runs import predict, replayed, run_key
 from simulator.engine.streams import KIND_CATEGORY
 
 
@@ -75,6 +80,9 @@ class Folder:
         """Durations of shaped calls per signature and binade (as :class:`CallFolder`'s own)."""
         self._last: dict[tuple, Fold] = {}
         """The last run folded per (class, network): an unfolded run's rest is reused from it."""
+        self._runs: dict[tuple, object] = {}
+        """Runs predicted to their natural end, per items and binade and parity of the start
+        (:mod:`simulator.engine.fold_runs`): a later fold of the same items adds its start to the offsets."""
         self.folds = self.unfolds = 0
 
     def _calls(self, calls, klass, network: bool) -> list:
@@ -127,57 +135,27 @@ class Folder:
         if not self.enabled:
             return None
         described = self._calls(calls, klass, network)
-        start = t = self.env.now
+        start = self.env.now
         last = self._last.get((klass, network))
         if last is not None and last.calls is described and last.seg_s == seg_s and \
                 last.first < item < last.first + len(last.ends) and last.ends[item - last.first - 1] == start:
             return self._again(last, item, (klass, network))
-        first, n = item, 2 * len(calls) + 1
-        ends: list[float] = []
-        res: dict[int, None] = {}
-        mask, mask_of = 0, self.net.mask  # their bit mask, what the reservation reads
-        checked: dict[int, bool] = {}
-        idle = self.net.idle
-        folded = 0
-        while item < n:
-            if item % 2 == 0:
-                if seg_s > 0:
-                    t = t + seg_s
-            else:
-                call = described[item // 2]
-                if call is None:
-                    break
-                if call.delay_s is None:
-                    if call.shape is not None:
-                        rep_s, all_s = call.shape.durations(self.net, t)
-                        if all_s > rep_s:
-                            break  # its replicas hold the links after it (a tail): step by step
-                    free = checked.get(id(call.res))
-                    if free is None:
-                        free = checked[id(call.res)] = idle(call.res)
-                        res.update(dict.fromkeys(call.res))
-                        mask |= mask_of(call.res)
-                    if not free:
-                        break
-                    if call.shape is not None:
-                        t = t + rep_s  # _Folded's end of the representative
-                    elif call.alone_s is not None and call.items:  # end_s's common case, inlined
-                        t1 = t + call.pre_s if call.pre_s > 0 else t
-                        gap = (t1 + call.alone_s) - t1
-                        t = t1 + (gap if gap > 0.0 else 0.0)
-                        if call.gamma_s > 0:
-                            t = t + call.gamma_s
-                    else:
-                        t = call.end_s(t)
-                else:
-                    t = t + call.delay_s
-                folded += 1
-            ends.append(t)
-            item += 1
-        if not folded:
+        key = run_key(described, seg_s, item, start)
+        run = self._runs.get(key) if key is not None else None
+        ends = None
+        if run is not None and run.calls is described:
+            ends = replayed(run, start)
+        if ends is None:
+            run = predict(self.net, described, seg_s, item, start, self.net.mask)
+            ends = run.ends
+            if run.offsets is not None:
+                self._runs[key] = run
+        cut = run.cut(ends, self.net.idle)
+        if cut is None:
             return None
         self.folds += 1
-        fold = self._last[(klass, network)] = Fold(self, described, first, start, ends, tuple(res), seg_s, mask)
+        ends, res, mask = cut
+        fold = self._last[(klass, network)] = Fold(self, described, item, start, ends, res, seg_s, mask)
         return fold
 
     def _again(self, last: Fold, item: int, key: tuple) -> Fold | None:

@@ -42,7 +42,7 @@ def _segments(ctx, pipe: Pipe, who: tuple, rank: int, act: Action, total_s: floa
     env = ctx.env
     klass = (ctx.schedule.rank_of(act.stage), "tp")
     seg_s = total_s / (len(tp_calls) + 1)
-    name = str(act)
+    name = str(act) if ctx.rec.trace else ""  # only the timeline's rows read it (Recorder.row, off without a trace)
     folder = ctx.folder if progress is None else None
     item, n = 0, 2 * len(tp_calls) + 1
     while item < n:
