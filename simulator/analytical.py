@@ -246,7 +246,7 @@ def work_shape(work: StepWork, cache: CostCache | None = None) -> ScheduleShape:
         raise SpecError("schedule", f"has pp={sched.p}, v={sched.v}, {sched.m} micro-batches; the compiled step "
                         f"has pp={len(work.stages)}, v={layout.v}, {work.micro_batches}")
     if cache is not None and sched is layout.schedule and sched.kind is not None:
-        return shape_of(cache, sched.kind, sched.p, sched.m, sched.v)
+        return shape_of(cache, sched.kind, sched.p, sched.m, sched.v, sched.schedules)
     return schedule_shape(sched)
 
 

@@ -27,8 +27,8 @@ from simulator.workload import get_preset
 F, B, I, W = ActionKind.F, ActionKind.B, ActionKind.I, ActionKind.W
 
 
-def _torch_gathers(reshard_after_forward: bool, blocks: int, m: int) -> tuple[int, int]:
-    """(all-gathers in forward, in backward) of the second 1F1B step of ``m`` micro-batches over a one-stage
+def _torch_gathers(reshard_after_forward: bool, blocks: int, schedule) -> tuple[int, int]:
+    """(all-gathers in forward, in backward) of the second step of ``schedule`` (one rank, one stage) over a
     pipeline holding the whole tiny model (``blocks`` blocks + the stage module: blocks + 1 ``fully_shard``
     modules), wrapped and run as the executor does."""
     import torch
@@ -50,7 +50,8 @@ def _torch_gathers(reshard_after_forward: bool, blocks: int, m: int) -> tuple[in
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
         fully_shard(stage_module, mesh=mesh, reshard_after_forward=reshard_after_forward)
         stage = PipelineStage(stage_module, 0, 1, torch.device("cpu"), group=dist.new_group([0]))
-        runtime = load_schedule(make_schedule(ScheduleKind.ONE_F_ONE_B, 1, m), [stage], m)
+        m = schedule.m
+        runtime = load_schedule(schedule, [stage], m)
         g = torch.Generator().manual_seed(0)
         x, y = (torch.randint(0, spec.vocab, (m, spec.seq_len), generator=g) for _ in range(2))
         runtime.step(x, target=y, losses=[])  # the first step also runs the shape inference's forward and backward
@@ -71,12 +72,24 @@ def _torch_gathers(reshard_after_forward: bool, blocks: int, m: int) -> tuple[in
 @pytest.mark.parametrize("zero", [ZeroStage.ZERO2, ZeroStage.ZERO3])
 def test_torch_gathers_what_the_rule_counts(zero):
     blocks, m = 2, 3
-    forward, backward = _torch_gathers(zero is ZeroStage.ZERO3, blocks, m)
+    schedule = make_schedule(ScheduleKind.ONE_F_ONE_B, 1, m)
+    forward, backward = _torch_gathers(zero is ZeroStage.ZERO3, blocks, schedule)
     reuse = GatherReuse.STEP if zero is ZeroStage.ZERO2 else GatherReuse.UNTIL_FORWARD
-    share_f, share_b = gather_shares(reuse, make_schedule(ScheduleKind.ONE_F_ONE_B, 1, m).ranks[0], 0)
+    share_f, share_b = gather_shares(reuse, schedule.ranks[0], 0)
     modules = blocks + 1
     assert forward == modules * round(m * share_f) == modules  # only the step's first forward gathers
     assert backward == modules * round(m * share_b) == (0 if zero is ZeroStage.ZERO2 else modules * m)
+
+
+def test_chained_schedules_run_as_the_rule_counts():
+    """Two chained GPipe runs of 2 (``schedules_per_step`` 2: F0 F1 B0 B1 F2 F3 B2 B3), loaded whole into torch's
+    runtime as the executor loads ``layout.schedule`` (one block + the stage module: 2 modules): ZeRO-3 gathers in
+    F0, F1, F3 and B0, B2 (each first or after a forward), not in F2 (after B1: kept) nor B1, B3: 5 per module, 3
+    of them in forward; the rule counts the same."""
+    schedule = make_schedule(ScheduleKind.GPIPE, 1, 4, schedules=2)
+    forward, backward = _torch_gathers(True, 1, schedule)
+    share_f, share_b = gather_shares(GatherReuse.UNTIL_FORWARD, schedule.ranks[0], 0)
+    assert (forward, backward) == (2 * 4 * share_f, 2 * 4 * share_b) == (6, 4)
 
 
 def test_the_rule_by_hand():
