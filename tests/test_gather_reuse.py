@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings, strategies as hs
 
 from simulator.analytical import estimate_work
 from simulator.cluster.presets import load_preset
@@ -150,3 +151,20 @@ def test_zero3_under_pipelining_peaks_with_the_stage_unsharded():
         assert a.params_bytes == b.params_bytes and a.buffers.gathered_params_bytes == b.buffers.gathered_params_bytes
     flat3, flat2 = _work(ZeroStage.ZERO3, pp=1).memory.stages[0], _work(ZeroStage.ZERO2, pp=1).memory.stages[0]
     assert flat3.params_bytes < flat2.params_bytes / 3  # sharded over dp 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=hs.sampled_from(list(ScheduleKind)), p=hs.integers(1, 4), per_run=hs.integers(1, 4),
+       v=hs.integers(1, 3), k=hs.integers(1, 3))
+def test_every_chunk_gathers_once_or_m_plus_one_times(kind, p, per_run, v, k):
+    """Over any built-in schedule (chained or not), a chunk's last action is a backward, so ZeRO-3 gathers
+    1 + (actions after a forward) = m + 1 times, ZeRO-2 once: the counts the shares stand for."""
+    v = v if kind is ScheduleKind.INTERLEAVED and p > 1 else 1
+    m_run = per_run * (p if v > 1 else 1)  # interleaved runs need a multiple of pp
+    sched = make_schedule(kind, p, m_run * k, v, schedules=k)
+    m = sched.m
+    for stage in range(p * v):
+        acts = sched.ranks[stage % p]
+        f3, b3 = gather_shares(GatherReuse.UNTIL_FORWARD, acts, stage)
+        f2, b2 = gather_shares(GatherReuse.STEP, acts, stage)
+        assert round(m * (f3 + b3)) == m + 1 and round(m * (f2 + b2)) == 1
