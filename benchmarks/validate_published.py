@@ -272,6 +272,8 @@ def _strategy_text(run: Run) -> str:
         parts.append("fp8" + (f"-{s['fp8_recipe']}" if s.get("fp8_recipe") else ""))
     if s.get("kernel_fusion") == "compiled":
         parts.append("compiled")
+    if s.get("schedules_per_step", 1) > 1:
+        parts.append(f"{s['schedules_per_step']} schedules")
     parts += [f"mbs{s.get('micro_batch', 1)}", f"gbs{s['global_batch']}", f"rc-{s.get('recompute', 'none')}"]
     return " ".join(parts)
 

@@ -117,6 +117,8 @@ def _chunk_numbers(ch: ChunkWork, sm_fraction: float = 0.0) -> tuple[float, floa
         tp = sum(c.time_s for c in blocking if c.kind is not CommKind.EP and c.kind is not CommKind.OFFLOAD)
     zf = exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm_fraction, ch.zero_prefetch_calls)
     zb = exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm_fraction, ch.zero_prefetch_calls)
+    if ch.gather_reuse is not None:  # kept gathered (simulator.gather_reuse): the share of the actions that gather
+        zf, zb = zf * ch.zero_fwd_share, zb * ch.zero_bwd_share
     offload = bool(ch.zero_fwd) and ch.zero_fwd[0].kind is CommKind.OFFLOAD
     parts = [ch.fwd_s, ch.bwd_s, ch.recompute_s, tp, 0.0 if offload else zf + zb,
              (zf + zb if offload else 0.0) + copies, ep]  # the order of analytical_formula.PART_KINDS
@@ -129,7 +131,8 @@ def kept_chunk_numbers(ch: ChunkWork, sm_fraction: float, same: dict) -> tuple:
     theirs): chunks that hold the same call tuples (a shared stage's, or any two chunks asking the same remembered tp
     calls, :func:`simulator.compile.torch_tp.chunk_tp_calls`) and compute seconds share one answer."""
     calls = (ch.tp_fwd, ch.tp_bwd, ch.zero_fwd, ch.zero_bwd)
-    key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls, sm_fraction)
+    key = ("chunk numbers", *map(id, calls), ch.fwd_s, ch.bwd_s, ch.recompute_s, ch.zero_prefetch_calls, sm_fraction,
+           ch.zero_fwd_share, ch.zero_bwd_share)
     got = same.get(key)
     if got is None or not _same_objects(got[0], calls):
         got = same[key] = (calls, *_chunk_numbers(ch, sm_fraction), gradient_work_s(ch))
@@ -243,7 +246,7 @@ def work_shape(work: StepWork, cache: CostCache | None = None) -> ScheduleShape:
         raise SpecError("schedule", f"has pp={sched.p}, v={sched.v}, {sched.m} micro-batches; the compiled step "
                         f"has pp={len(work.stages)}, v={layout.v}, {work.micro_batches}")
     if cache is not None and sched is layout.schedule and sched.kind is not None:
-        return shape_of(cache, sched.kind, sched.p, sched.m, sched.v)
+        return shape_of(cache, sched.kind, sched.p, sched.m, sched.v, sched.schedules)
     return schedule_shape(sched)
 
 

@@ -38,6 +38,10 @@ Pipeline (m micro-batches; w_c = F_c + B_c; W_r = Σ of w over rank r's chunks; 
   family: stages several times heavier than others can put the truth ~12 % higher.
 - Interleaved (v > 1): ``T = m·max W + (Σ_r W_r − max W)/v + C``: bubble (p−1)/(v·m) of the
   ideal time for equal stages (Narayanan et al. SC'21 §2.2).
+- k runs of a schedule of m micro-batches chained per step (:func:`simulator.schedules.chained`, gradient
+  accumulation over k ``schedule.step()`` calls): ``k·T(m)``. Rank 0's last action of a run (its first chunk's
+  last backward) ends the run, and the next run's work reaches rank r only after rank 0 starts it and the fill
+  to r, when rank r's drain of the previous run is over: the runs do not overlap, each with its fill and drain.
 - 1F1B family and interleaved: at least ``max_r (head_r + m·S_r + rest_r)``
   (:func:`simulator.analytical_send_stream.stream_floor`): rank r's sends one after another on its p2p stream
   (``S_r`` per micro-batch, :func:`send_stream_s`), after the path to its first send and before the path its
@@ -143,18 +147,23 @@ class PipelineArrays:
     """(N,) bool: the GPipe formula applies (:attr:`PipelineFamily.ALL_FORWARDS_FIRST`)."""
     in_flight: np.ndarray
     """(N, p) the forwards each rank runs before its first backward (1F1B family: d_r)."""
+    schedules: np.ndarray | None = None
+    """(N,) runs of the schedule chained per step (:attr:`ScheduleShape.schedules`; ``m`` is one run's); None: 1."""
 
     def take(self, index: np.ndarray) -> "PipelineArrays":
         """Rows ``index`` (a candidate per row)."""
         return PipelineArrays(m=self.m[index], forwards_first=self.forwards_first[index],
-                              in_flight=self.in_flight[index])
+                              in_flight=self.in_flight[index],
+                              schedules=None if self.schedules is None else self.schedules[index])
 
 
 def stack(shapes: Sequence[ScheduleShape]) -> PipelineArrays:
     """One row per shape; all share p and v (the interleaved family is told by v > 1)."""
+    runs = np.array([s.schedules for s in shapes], dtype=float)
     return PipelineArrays(m=np.array([s.m for s in shapes], dtype=float),
                           forwards_first=np.array([s.family is PipelineFamily.ALL_FORWARDS_FIRST for s in shapes]),
-                          in_flight=np.array([s.in_flight for s in shapes], dtype=float).reshape(len(shapes), -1))
+                          in_flight=np.array([s.in_flight for s in shapes], dtype=float).reshape(len(shapes), -1),
+                          schedules=None if (runs == 1).all() else runs)
 
 
 def _one_f_one_b(a: StepArrays, m: np.ndarray, d_all: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +235,8 @@ def evaluate(a: StepArrays, pipe: PipelineArrays, prefetch: np.ndarray) -> dict[
     """Step time, per-rank finish, and the per-rank breakdown ``(N, p, len(Category))``."""
     p, m = a.p, pipe.m
     T, crit_pp = pipeline_time(a, pipe)
+    if pipe.schedules is not None:  # k runs back to back: each rank's first action of run i + 1 follows its run i
+        T, crit_pp, m = T * pipe.schedules, crit_pp * pipe.schedules, m * pipe.schedules
     Bfirst = a.B[:, :p]
     drain = np.concatenate([np.zeros((len(T), 1)), np.cumsum(Bfirst[:, :-1] + a.cb[:, :p - 1], axis=1)], axis=1)
     last_end = T[:, None] - drain                                                   # (N, p)

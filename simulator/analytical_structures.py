@@ -29,6 +29,7 @@ from simulator.strategy import AllReduceSync, ParallelLayout, ParamServerSync, R
 from simulator.strategy.batch_copy import with_global_batch
 from simulator.strategy.fields import declared
 from simulator.strategy.layout import derived_dp, worker_gpus
+from simulator.strategy.sync import pipeline_defers_grad_sync
 
 ARRAY_FIELDS = ("F", "B", "parts", "cf", "cb", "tail", "sync_exposed", "opt", "after")
 """The per-candidate arrays of :class:`StepArrays` that come from the structure (all but ``data``)."""
@@ -78,11 +79,21 @@ _OWN = attrgetter(*_OWN_FIELDS)
 _SYNC = {cls: attrgetter(*(f.name for f in fields(cls))) for cls in (AllReduceSync, ParamServerSync)}
 
 
+def batch_bound(s: Strategy) -> bool:
+    """Whether ``s``'s compiled chunks depend on its micro-batch count, so its structure is compiled at its own
+    global batch, not the smallest (:func:`_compile`): chained schedules (``schedules_per_step`` > 1 must divide
+    m) and FSDP2 under torch's pipelining, whose chunks carry the share of their actions that gather
+    (:mod:`simulator.gather_reuse`, counted over the step's action lists)."""
+    return s.pp > 1 and (s.schedules_per_step > 1 or s.zero >= 2 and pipeline_defers_grad_sync(s))
+
+
 def structure_key(s: Strategy) -> tuple:
     """The :data:`KEY_FIELDS` of ``s``, the gradient sync expanded into its type and field values
-    (read by ``operator.attrgetter``: a planner builds thousands of these)."""
+    (read by ``operator.attrgetter``: a planner builds thousands of these); the global batch last where the
+    structure is compiled at it (:func:`batch_bound`)."""
     d = s.dp_sync
-    return _OWN(s), type(d), _SYNC[type(d)](d)
+    own = _OWN(s)
+    return own + (s.global_batch,) if batch_bound(s) else own, type(d), _SYNC[type(d)](d)
 
 
 _SCHEDULE = _OWN_FIELDS.index("schedule")
@@ -110,7 +121,7 @@ def _compile(cache: CostCache, workload, s: Strategy, fetch: ParamFetch, gpus: i
     if dp == 0:
         build_layout(s, cache.cluster, workload, gpus=gpus)  # raises the layout's own error
     interleaved = s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1
-    small = with_global_batch(s, dp * s.micro_batch * (s.pp if interleaved else 1))
+    small = s if batch_bound(s) else with_global_batch(s, dp * s.micro_batch * (s.pp if interleaved else 1))
     layout = build_layout(small, cache.cluster, workload, gpus=gpus)
     if cache.cluster.varies:  # the per-rank device factors are compiled (and checked) with the step
         work = compile_step(cache.cluster, workload, small, fetch=fetch, cache=cache, memory=False, layout=layout)

@@ -169,10 +169,11 @@ def estimate_many(cluster: Cluster, workload, strategies: Sequence[Strategy], *,
 
 def _pipelines(ctx: _Context, c: _Candidates, idx: np.ndarray, p: int, v: int):
     """The schedule shapes of candidates ``idx`` (one pipeline shape (p, v)), read once per (kind, m)."""
-    pairs = np.stack([c.scalars.kind[idx], c.m[idx]], axis=1)
+    runs = np.array([ctx.strategies[i].schedules_per_step for i in idx], dtype=np.int64)  # chained runs per step
+    pairs = np.stack([c.scalars.kind[idx], c.m[idx], runs], axis=1)
     unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    shapes = [shape_of(ctx.cache, KINDS[k], p, int(m), v if KINDS[k] is ScheduleKind.INTERLEAVED else 1)
-              for k, m in unique]
+    shapes = [shape_of(ctx.cache, KINDS[k], p, int(m), v if KINDS[k] is ScheduleKind.INTERLEAVED else 1, int(n))
+              for k, m, n in unique]
     return stack(shapes).take(inverse.reshape(-1))
 
 

@@ -23,12 +23,12 @@ SpecError (simulate it with the discrete-event engine, which runs any valid acti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
-from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, interleaved_1f1b, interleaved_ok,
-                                 make_schedule, max_in_flight, micro_batches_ok, one_f_one_b)
+from simulator.schedules import (Action, ActionKind, PipelineSchedule, ScheduleKind, chained, interleaved_1f1b,
+                                 interleaved_ok, make_schedule, max_in_flight, micro_batches_ok, one_f_one_b)
 
 
 class PipelineFamily(Kind):
@@ -53,6 +53,9 @@ class ScheduleShape:
     in_flight: tuple[int, ...]
     """Per rank: micro-batches it holds at most (:func:`~simulator.schedules.max_in_flight`); for
     the 1F1B family, the forwards it runs before its first backward (d_r)."""
+    schedules: int = 1
+    """Runs of this schedule chained per optimizer step (:func:`~simulator.schedules.chained`); ``m`` is one run's
+    micro-batches. The closed form charges ``schedules`` pipelines back to back."""
 
 
 def _all_forwards_first(r: int, m: int) -> tuple[Action, ...]:
@@ -74,6 +77,12 @@ def schedule_shape(schedule: PipelineSchedule) -> ScheduleShape:
     """Read ``schedule``'s family and warm-up depths from its action lists (module docstring)."""
     if len(schedule.ranks) != schedule.p:
         raise SpecError("schedule", f"has {len(schedule.ranks)} rank lists for pp={schedule.p}")
+    k = schedule.schedules
+    if k > 1:  # one run's lists, if the whole is that run chained k times
+        one = PipelineSchedule(tuple(acts[:len(acts) // k] for acts in schedule.ranks), schedule.p, schedule.m // k,
+                               schedule.v, schedule.kind)
+        if chained(one, k).ranks == schedule.ranks:
+            return replace(schedule_shape(one), schedules=k)
     in_flight = tuple(max_in_flight(schedule, r) for r in range(schedule.p))
     family = _family(schedule)
     if family is None:
@@ -87,7 +96,7 @@ def _positive_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1
 
 
-def builtin_shape(kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
+def builtin_shape(kind: ScheduleKind, p: int, m: int, v: int, schedules: int = 1) -> ScheduleShape:
     """What :func:`schedule_shape` reads from ``make_schedule(kind, p, m, v)``, from the generators'
     formulas (:mod:`simulator.schedules`) without building the action lists:
 
@@ -98,7 +107,10 @@ def builtin_shape(kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
     - Interleaved, v > 1: w_r = min(2·(p − r − 1) + (v − 1)·p, m·v) warm-up forwards of m·v, so rank r
       holds min(2·(p − r − 1) + (v − 1)·p + 1, m·v).
 
-    Inputs the generators refuse are passed to them, so the error is theirs."""
+    Inputs the generators refuse are passed to them, so the error is theirs. ``schedules`` > 1: that many runs of
+    m / schedules micro-batches chained (:func:`~simulator.schedules.chained`)."""
+    if schedules > 1:
+        return replace(builtin_shape(kind, p, m // schedules, v), schedules=schedules)
     valid = _positive_int(p) and _positive_int(m) and micro_batches_ok(m) and isinstance(kind, ScheduleKind)
     if valid and kind is ScheduleKind.INTERLEAVED:
         valid = _positive_int(v) and (v == 1 or p > 1 and interleaved_ok(m, p))
@@ -113,7 +125,7 @@ def builtin_shape(kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
     return ScheduleShape(PipelineFamily.ONE_F_ONE_B, p, m, 1, tuple(min(p - r, m) for r in range(p)))
 
 
-def shape_of(cache, kind: ScheduleKind, p: int, m: int, v: int) -> ScheduleShape:
+def shape_of(cache, kind: ScheduleKind, p: int, m: int, v: int, schedules: int = 1) -> ScheduleShape:
     """The shape of the built-in ``kind``'s schedule (:func:`builtin_shape`), kept in ``cache`` (a
-    :class:`~simulator.compile.CostCache`) per (kind, p, m, v)."""
-    return cache.memo(("schedule_shape", kind, p, m, v), lambda: builtin_shape(kind, p, m, v))
+    :class:`~simulator.compile.CostCache`) per (kind, p, m, v, schedules)."""
+    return cache.memo(("schedule_shape", kind, p, m, v, schedules), lambda: builtin_shape(kind, p, m, v, schedules))

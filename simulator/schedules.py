@@ -92,6 +92,9 @@ class PipelineSchedule:
     v: int = 1
     kind: ScheduleKind | None = None
     """The generator that made it; None for a schedule read from a file."""
+    schedules: int = 1
+    """Pipeline schedules (``schedule.step()`` calls) the lists chain per optimizer step, each over m / schedules
+    micro-batches with its own fill and drain (:func:`chained`)."""
 
     @property
     def n_stages(self) -> int:
@@ -202,8 +205,23 @@ def interleaved_1f1b(p: int, m: int, v: int) -> PipelineSchedule:
     return PipelineSchedule(tuple(ranks), p, m, v, ScheduleKind.INTERLEAVED)
 
 
-def make_schedule(kind: ScheduleKind, p: int, m: int, v: int = 1) -> PipelineSchedule:
-    """The generator for ``kind``; GPipe and 1F1B take no ``v``."""
+def chained(one: PipelineSchedule, schedules: int) -> PipelineSchedule:
+    """``schedules`` runs of ``one`` back to back on every rank, micro-batches renumbered (run i's j is
+    i·m + j): gradient accumulation over several ``schedule.step()`` calls per optimizer step, as NeMo AutoModel's
+    training loop runs it (one call per local batch, ``ga_steps = global / (local · dp)``) [src: automodel-ga-loop].
+    No barrier between runs: rank r starts run i + 1 when its run i ends, and its first forward of it waits only
+    for the activations, as torch's runtime plays it."""
+    m = one.m
+    ranks = tuple(tuple(Action(a.stage, a.kind, a.microbatch + i * m) for i in range(schedules) for a in acts)
+                  for acts in one.ranks)
+    return PipelineSchedule(ranks, one.p, m * schedules, one.v, one.kind, schedules)
+
+
+def make_schedule(kind: ScheduleKind, p: int, m: int, v: int = 1, schedules: int = 1) -> PipelineSchedule:
+    """The generator for ``kind``; GPipe and 1F1B take no ``v``. ``schedules`` > 1: that many schedules of
+    m / schedules micro-batches chained (:func:`chained`)."""
+    if schedules > 1:
+        return chained(make_schedule(kind, p, m // schedules, v), schedules)
     if kind is ScheduleKind.GPIPE:
         return gpipe(p, m)
     if kind is ScheduleKind.ONE_F_ONE_B:

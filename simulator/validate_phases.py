@@ -46,7 +46,8 @@ def folded_categories(work) -> Folds:
 
 
 def fsdp2_exposed_s(work) -> tuple[float, float]:
-    """(forward, backward) exposed seconds of one micro-batch's ZeRO calls, summed over every stage's chunks, as
+    """(forward, backward) exposed seconds of one micro-batch's ZeRO calls (times the share of the step's actions
+    that run them, :mod:`simulator.gather_reuse`), summed over every stage's chunks, as
     :func:`simulator.analytical.exposed_gathers` prices them (compute under them: forward, or recompute + backward,
     with the chunk's tp calls)."""
     from simulator.analytical import exposed_gathers
@@ -55,8 +56,9 @@ def fsdp2_exposed_s(work) -> tuple[float, float]:
     for stage in work.stages:
         for ch in stage.chunks:
             tp_f, tp_b = sum(c.time_s for c in ch.tp_fwd), sum(c.time_s for c in ch.tp_bwd)
-            forward += exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm, ch.zero_prefetch_calls)
-            backward += exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm, ch.zero_prefetch_calls)
+            forward += exposed_gathers(ch.zero_fwd, ch.fwd_s + tp_f, sm, ch.zero_prefetch_calls) * ch.zero_fwd_share
+            backward += exposed_gathers(ch.zero_bwd, ch.recompute_s + ch.bwd_s + tp_b, sm,
+                                        ch.zero_prefetch_calls) * ch.zero_bwd_share
     return forward, backward
 
 

@@ -24,6 +24,7 @@ from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names
 from simulator.enum_kind import Kind
 from simulator.errors import SpecError
+from simulator.gather_reuse import GatherReuse
 from simulator.schedules import PipelineSchedule
 from simulator.strategy import ParallelLayout, Strategy
 
@@ -143,6 +144,14 @@ class ChunkWork:
     """Calls the ZeRO stream may run ahead of the compute: call i starts once slice i − k has started
     (1: one block ahead, FSDP2; DeepSpeed's prefetch bucket, :mod:`simulator.compile.ds_zero3`; 0: none ahead,
     each call blocks the compute before its block, FSDP2 on gloo, :func:`simulator.compile.grad_sync.fsdp2_blocking_prefetch`)."""
+    zero_fwd_share: float = 1.0
+    """Share of the step's forwards of this chunk that run ``zero_fwd``: below 1 where torch's pipelining runtime
+    keeps the gathered parameters (:mod:`simulator.gather_reuse`, ``gather_reuse``); the closed form charges that
+    share of each forward's exposed gathers, the DES runs them in exactly those forwards."""
+    zero_bwd_share: float = 1.0
+    """The same for the backwards and ``zero_bwd``."""
+    gather_reuse: GatherReuse | None = None
+    """Which actions run the gathers (:func:`simulator.gather_reuse.gathers`, the DES's rule); None: every one."""
     p2p_fwd: CommCall | None = None
     """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
     p2p_bwd: CommCall | None = None

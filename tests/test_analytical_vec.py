@@ -48,6 +48,11 @@ CANDIDATES = [
     Strategy(global_batch=32, zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER,
              dp_sync=AllReduceSync(overlap_grad_reduce=False)),
     Strategy(global_batch=32, dp_sync=ParamServerSync(shards=4)),
+    # FSDP2 under torch's pipelining: the share of actions that gather depends on m (simulator.gather_reuse), so
+    # each batch compiles its own structure (analytical_structures.batch_bound)
+    Strategy(global_batch=32, pp=2, zero=ZeroStage.ZERO2, framework=Framework.FSDP2),
+    Strategy(global_batch=64, pp=2, zero=ZeroStage.ZERO2, framework=Framework.FSDP2),
+    Strategy(global_batch=64, tp=2, pp=4, schedules_per_step=2),  # two chained schedules of 16
     Strategy(global_batch=64, pp=2, input=InputPipeline(bytes_per_sample=50_000_000)),
     Strategy(global_batch=64, pp=2, input=InputPipeline(bytes_per_sample=50_000_000, prefetch_batches=0)),
 ]
@@ -116,6 +121,7 @@ STRUCTURE_VARIANTS = {
     "micro_batch": dict(micro_batch=2), "dp": dict(dp=4), "tp": dict(tp=2), "pp": dict(pp=2),
     "placement": dict(placement=PlacementOrder.DP_TP_PP), "schedule": dict(schedule=ScheduleKind.GPIPE),
     "virtual_stages": dict(pp=2, schedule=ScheduleKind.INTERLEAVED, virtual_stages=2),
+    "schedules_per_step": dict(pp=2, schedules_per_step=2),
     "layer_split": dict(pp=2, layer_split=(4, 8)), "sequence_parallel": dict(tp=2, sequence_parallel=True),
     "zero": dict(zero=ZeroStage.ZERO1), "offload": dict(zero=ZeroStage.ZERO1, offload=Offload.OPTIMIZER),
     "recompute": dict(recompute=Recompute.FULL), "attention": dict(attention=AttentionKind.EAGER),

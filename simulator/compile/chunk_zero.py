@@ -19,7 +19,9 @@ from simulator.compile.costs import CostCache
 from simulator.compile.fsdp2_copies import fsdp2_copy_s
 from simulator.compile.zero_part import gathered_block_bytes, gathers
 from simulator.strategy import Framework, Offload, ParallelLayout, ZeroStage
+from simulator.gather_reuse import GatherReuse
 from simulator.strategy.formats import sync_dtype
+from simulator.strategy.sync import pipeline_defers_grad_sync
 from simulator.work import CommCall, CommKind, Transport
 
 ParamFetch = offload_part.ParamFetch
@@ -40,6 +42,8 @@ class ChunkZero(NamedTuple):
     deferred: tuple = ()
     """The chunk's once-per-step reduce-scatters where torch's pipelining runtime defers FSDP2's gradient sync
     (:func:`.grad_sync.deferred_reduce_scatters`); the stage's gradient sync carries them."""
+    reuse: GatherReuse | None = None
+    """Where that runtime keeps the gathered parameters, which actions gather (:func:`gather_reuse`)."""
 
 
 def fetch_call(cache: CostCache, offload: Offload, fetch: ParamFetch, group: tuple[int, ...],
@@ -62,6 +66,17 @@ def deepspeed_zero3(layout: ParallelLayout) -> bool:
     float8 all-gather is not DeepSpeed's, so it keeps the per-block path."""
     s = layout.strategy
     return s.zero is ZeroStage.ZERO3 and layout.framework is Framework.DEEPSPEED and not s.fp8_all_gather
+
+
+def gather_reuse(layout: ParallelLayout) -> GatherReuse | None:
+    """How torch's pipelining runtime keeps an FSDP2 stage's gathered parameters (:mod:`simulator.gather_reuse`):
+    where it defers the gradient sync (:func:`pipeline_defers_grad_sync`, FSDP2 with pp > 1) it also turns
+    ``reshard_after_backward`` off [src: torch-pipelining-fsdp-sync]; ZeRO-2 then keeps them over the step, ZeRO-3
+    from a backward to the next forward. None: every action gathers."""
+    s = layout.strategy
+    if not pipeline_defers_grad_sync(s):
+        return None
+    return GatherReuse.STEP if s.zero is ZeroStage.ZERO2 else GatherReuse.UNTIL_FORWARD
 
 
 def chunk_zero(cache: CostCache, workload, layout: ParallelLayout, c: int, cc: ChunkCompute, fetch: ParamFetch,
@@ -101,4 +116,5 @@ def chunk_zero(cache: CostCache, workload, layout: ParallelLayout, c: int, cc: C
     if blocking is not None:  # their wait for a core: the one measured inside the FSDP2 model, where measured
         zero_fwd, zero_bwd = with_fsdp2_waits(cache.cluster, zero_fwd), with_fsdp2_waits(cache.cluster, zero_bwd)
     deferred = grad_sync.deferred_reduce_scatters(cache, workload, layout, dp_group, edp_group, cc, layers)
-    return ChunkZero(zero_fwd, zero_bwd, prefetch, copy_fwd, copy_bwd, sync_fwd_s, sync_bwd_s, deferred)
+    reuse = gather_reuse(layout) if zero_fwd or zero_bwd else None
+    return ChunkZero(zero_fwd, zero_bwd, prefetch, copy_fwd, copy_bwd, sync_fwd_s, sync_bwd_s, deferred, reuse)

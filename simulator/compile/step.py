@@ -7,6 +7,8 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator import framework_host, host_overhead, pipeline_runtime
 from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
@@ -19,6 +21,7 @@ from simulator.compile.stage_keys import stage_keys
 from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
+from simulator.gather_reuse import gather_shares
 from simulator.rank_max import rank_max_gain
 from simulator.step_loop import step_loop_s
 from simulator.strategy.formats import runs_autocast
@@ -134,6 +137,9 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
                      bwd_s=cc.bwd_s * slowest + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s * slowest,
                      tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls)
+    if z.reuse is not None:  # torch's pipelining keeps the gathered parameters: the actions that still gather
+        shares = gather_shares(z.reuse, layout.schedule.ranks[r], c)
+        work = replace(work, gather_reuse=z.reuse, zero_fwd_share=shares[0], zero_bwd_share=shares[1])
     return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params, z.deferred)
 
 

@@ -10,7 +10,8 @@ The plays (the analytical engine adds up the same ones in closed form):
   the action runs block by block: block i waits for gather i, issued on the dp stream when block
   i−1 starts (prefetch one block ahead, one gather at a time). A backward is the recompute, then the same with
   ``bwd_s``, ``tp_bwd``, ``zero_bwd``. A split backward's ``I`` and ``W`` each take half (as
-  :func:`simulator.schedule_dry_run.dry_run` assumes).
+  :func:`simulator.schedule_dry_run.dry_run` assumes). Where torch's pipelining runtime keeps a chunk's gathered
+  parameters (``gather_reuse``), only the actions :func:`simulator.gather_reuse.gathers` names run the gathers.
 - Sends run on the rank's pp stream, one at a time, without blocking compute. Where a call has a
   ``receive_first_time_s`` (:mod:`simulator.receive_first`), the receiving rank posts each receive where torch's
   runtime does (:func:`simulator.receive_first.receive_posts`: when its compute action before it ended); a send
@@ -45,6 +46,7 @@ import simpy
 from simulator.engine.rank_compute import _compute
 from simulator.engine.rank_grads import GradProgress, _launch_grad_sync
 from simulator.engine.streams import KIND_CATEGORY, KIND_STREAM, SendStream
+from simulator.gather_reuse import gathers
 from simulator.interference import overlap_s
 from simulator.results import Category
 from simulator.schedules import Action, ActionKind
@@ -90,6 +92,7 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
         rec.row(rank, "data", "read next batch", Category.DATA, env.now, env.now + sw.data_s, -1, r)
     streams: list = []
     last_b = ctx.last_backward[r]
+    previous: dict[int, ActionKind] = {}  # each chunk's last F / B / I (simulator.gather_reuse)
     for i, act in enumerate(ctx.schedule.ranks[r]):
         if ctx.receive_posts is not None:
             for sender in ctx.receive_posts[r][i]:
@@ -103,9 +106,12 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
                 t0 = env.now
                 yield ev
                 rec.wait(who, t0, env.now, ctx.sent_at.get(key, t0), Category.BUBBLE, Category.PP)
+        gathering = chunk.gather_reuse is None or gathers(chunk.gather_reuse, act.kind, previous.get(act.stage))
+        if act.kind is not ActionKind.W:
+            previous[act.stage] = act.kind
         if act.kind is ActionKind.F:
-            yield from _compute(ctx, pipe, who, rank, act, chunk.fwd_s * f, chunk.tp_fwd, chunk.zero_fwd,
-                                Category.FORWARD, prefetch=chunk.zero_prefetch_calls)
+            yield from _compute(ctx, pipe, who, rank, act, chunk.fwd_s * f, chunk.tp_fwd,
+                                chunk.zero_fwd if gathering else (), Category.FORWARD, prefetch=chunk.zero_prefetch_calls)
             _send(ctx, pipe, k, rank, act, chunk.p2p_fwd, act.stage + 1)
             continue
         share = 1.0 if act.kind is ActionKind.B else 0.5
@@ -122,8 +128,9 @@ def rank_step(ctx, pipe: Pipe, r: int, k: int):
             nominal = chunk.bwd_s * f * share + sum(c.time_s for c in chunk.tp_bwd)
             progress = GradProgress(env, nominal, sw.grad_ready_fraction or (1.0,) * len(sw.grad_sync))
             streams = _launch_grad_sync(ctx, pipe, rank, r, k, progress)
-        yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, chunk.tp_bwd, chunk.zero_bwd,
-                            Category.BACKWARD, progress, prefetch=chunk.zero_prefetch_calls)
+        yield from _compute(ctx, pipe, who, rank, act, chunk.bwd_s * f * share, chunk.tp_bwd,
+                            chunk.zero_bwd if gathering else (), Category.BACKWARD, progress,
+                            prefetch=chunk.zero_prefetch_calls)
         if progress is not None:
             progress.finish()
             b_end = env.now

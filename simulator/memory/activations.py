@@ -183,9 +183,10 @@ def in_flight(layout: ParallelLayout, stage: int) -> tuple[float, float, float]:
     schedule with one chunk per rank (which is 1F1B): min(p - k, m). Interleaved with v > 1 chunks: Megatron-LM's warm-up count, min(m·v, 2(p - k - 1) + (v - 1)·p + 1)
     chunk-micro-batches of l/(p·v) blocks each, i.e. that count / v micro-batches of the stage's
     blocks (p·(1 + (p - 1)/(p·v)) on the first stage, Korthikanti §4.2.3); its embedding chunk holds
-    min(p, m) (an approximation) and its head chunk one, as under 1F1B.
+    min(p, m) (an approximation) and its head chunk one, as under 1F1B. Chained schedules
+    (``schedules_per_step`` k): m is one run's m / k (each run drains before the next fills).
     """
-    p, m, k, v = layout.pp, layout.micro_batches, stage, layout.v
+    p, m, k, v = layout.pp, layout.micro_batches // layout.strategy.schedules_per_step, stage, layout.v  # one run's
     if p == 1:
         return 1.0, 1.0, 1.0
     if layout.strategy.schedule is ScheduleKind.GPIPE:

@@ -152,7 +152,9 @@ def buffer_bytes(*, local_params: int, largest_block: int, zero: ZeroStage, dtyp
     else:
         grads = dtype.grad_bytes
     gathered = 0
-    if zero is ZeroStage.ZERO3:
+    if zero is ZeroStage.ZERO3 and holds_grads:  # its backwards keep the parameters, counted in the states' peak
+        gathered = largest_block * grads  # (simulator.gather_reuse; memory.states ``pipeline_keeps_gathered``)
+    elif zero is ZeroStage.ZERO3:
         gathered = largest_block * (ZERO3_GATHERED_BLOCKS * dtype.param_bytes + grads)
     elif framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
         gathered = largest_block * grads

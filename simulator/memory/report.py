@@ -167,14 +167,17 @@ def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
     partitioning, framework = layout.partitioning, layout.framework
     mixed, reduce = s.resolved_mixed_precision, s.resolved_grad_reduce_dtype(dtype)
     counts = shape_counts(shapes)  # each tensor's elements, read once for the states, partition and sums below
+    kept = pipeline_defers_grad_sync(s)  # torch's pipelining keeps gathered parameters (simulator.gather_reuse)
     states = model_state_bytes(counts, dp=dp, zero=s.zero, dtype=dtype, partitioning=partitioning,
-                               framework=framework, mixed_precision=mixed, grad_reduce_dtype=reduce)
+                               framework=framework, mixed_precision=mixed, grad_reduce_dtype=reduce,
+                               pipeline_keeps_gathered=kept)
     partition = max(partition_numels(counts, dp, partitioning))
     if experts:
         edp, expert_counts = dp // layout.ep, shape_counts(experts)
         states = add_states(states, model_state_bytes(expert_counts, dp=edp, zero=s.zero, dtype=dtype,
                                                       partitioning=partitioning, framework=framework,
-                                                      mixed_precision=mixed, grad_reduce_dtype=reduce))
+                                                      mixed_precision=mixed, grad_reduce_dtype=reduce,
+                                                      pipeline_keeps_gathered=kept))
         partition += max(partition_numels(expert_counts, edp, partitioning))
         shapes = shapes + experts
         counts = ShapeCounts(counts.dims + expert_counts.dims, counts.counts + expert_counts.counts)
@@ -188,7 +191,7 @@ def _states(model, layout: ParallelLayout, stage: int, dev: DeviceKey):
     buffers = buffer_bytes(local_params=local, largest_block=largest, zero=s.zero, dtype=dtype, framework=framework,
                            gradient_as_bucket_view=s.gradient_as_bucket_view, bucket_elements=bucket,
                            overlap_grad_reduce=all_reduce and sync.overlap_grad_reduce, all_reduce=all_reduce,
-                           mixed_precision=mixed, reduce_bytes=reduce_bytes, holds_grads=pipeline_defers_grad_sync(s))
+                           mixed_precision=mixed, reduce_bytes=reduce_bytes, holds_grads=kept)
     if s.resolved_fp8_recipe is not None and blocks:
         block_numel = sum(numel(d) for _, d in layer_param_shapes(model, blocks[0], tp))
         buffers = with_fp8(buffers, model, layout, tuple(blocks), largest, block_numel, dev.fp8_transpose)

@@ -174,11 +174,11 @@ def _split(shapes, dp: int, zero: ZeroStage, partitioning: Partitioning, framewo
 
 
 def _rank_states(split: _Split, dp: int, zero: ZeroStage, dtype: DtypePolicy, framework: Framework,
-                 rank: int, reduce: GradReduceDtype | None = None) -> ModelStateBytes:
+                 rank: int, reduce: GradReduceDtype | None = None, kept: bool = False) -> ModelStateBytes:
     part, full = split.parts[rank], split.full
     params = (part + split.persistent if zero >= ZeroStage.ZERO3 else full) * dtype.param_bytes
     after_step = None
-    if framework is Framework.FSDP2 and zero is ZeroStage.ZERO2:
+    if framework is Framework.FSDP2 and (zero is ZeroStage.ZERO2 or kept):
         # reshard_after_forward=False: the padded all-gather output (dp·part elements; the unsharded
         # parameters are views into it, _fsdp_param.py ``all_gather_outputs``) stays alive from forward
         # to backward next to the persistent shard; after backward FSDP2 reshards, leaving ZeRO-3's
@@ -198,7 +198,8 @@ def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
                       partitioning: Partitioning | None = None, rank: int | None = None,
                       framework: Framework | None = None,
                       mixed_precision: MixedPrecision | None = None,
-                      grad_reduce_dtype: GradReduceDtype | None = None) -> ModelStateBytes:
+                      grad_reduce_dtype: GradReduceDtype | None = None,
+                      pipeline_keeps_gathered: bool = False) -> ModelStateBytes:
     """Parameters, gradients and optimizer bytes of one data-parallel rank (``rank=None``: the most
     loaded, largest peak total, lowest rank on a tie). ``shapes`` are the tensors the rank's model
     replica holds, ``[(name, shape), ...]`` (e.g. :func:`simulator.memory.shapes.stage_param_shapes`).
@@ -208,12 +209,17 @@ def model_state_bytes(shapes, *, dp: int, zero: ZeroStage, dtype: DtypePolicy,
     way (``mixed_precision`` autocast, torch DDP's default: a mixed-precision ``dtype`` in the fp32 layout,
     4 + 4 + 8, :func:`simulator.strategy.formats.state_dtype`; None: the framework's), Megatron's gradients in
 fp32 or not by ``grad_reduce_dtype`` (None: the framework's). Partitioning and
-    framework default from each other (:func:`~simulator.strategy.framework.resolve_framework`)."""
+    framework default from each other (:func:`~simulator.strategy.framework.resolve_framework`).
+    ``pipeline_keeps_gathered``: FSDP2 ZeRO-3 under torch's pipelining runtime, whose backwards keep what they
+    gather until the chunk's next forward (:mod:`simulator.gather_reuse`): at the end of a backward the chunk's
+    parameters are all unsharded, so the peak counts them as ZeRO-2's (an upper bound: that moment holds one
+    micro-batch's activations fewer than the activation peak the report adds)."""
     _check_rank(dp, rank)
     zero = ZeroStage(zero)
     partitioning, framework = resolve_framework(zero, partitioning, framework)
     dtype = state_dtype(dtype, autocast_of(framework, mixed_precision))  # autocast keeps fp32 states
     split = _split(shapes, dp, zero, partitioning, framework)
     ranks = [rank] if rank is not None else range(dp) if partitioning is Partitioning.WHOLE_TENSOR else [0]
-    per_rank = [_rank_states(split, dp, zero, dtype, framework, r, grad_reduce_dtype) for r in ranks]
+    kept = pipeline_keeps_gathered and zero is ZeroStage.ZERO3
+    per_rank = [_rank_states(split, dp, zero, dtype, framework, r, grad_reduce_dtype, kept) for r in ranks]
     return max(per_rank, key=lambda m: m.total_bytes)

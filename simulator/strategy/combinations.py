@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.errors import SpecError
-from simulator.schedules import ScheduleKind
+from simulator.schedules import ScheduleKind, interleaved_ok
 from simulator.strategy.framework import Framework, resolve_framework
 from simulator.strategy.kinds import AttentionKind, GradReduceDtype, MixedPrecision, Offload, ZeroStage
 from simulator.strategy.sync import ParamServerSync
 from simulator.workload import Recompute
 from simulator.workload.fp8 import Fp8Recipe, MatmulPrecision
+from simulator.workload.protocol import divisors, one_of
 
 if TYPE_CHECKING:
     from simulator.strategy.spec import Strategy
@@ -109,3 +110,21 @@ def _check_layer_split(s: Strategy) -> None:
     if len(s.layer_split) != s.pp * s.virtual_stages:
         raise SpecError("layer_split", f"has {len(s.layer_split)} entries; give pp·virtual_stages = "
                         f"{s.pp * s.virtual_stages}")
+
+
+def check_schedules_per_step(s: Strategy, m: int) -> None:
+    """``schedules_per_step`` k against the m micro-batches per pipeline and step: k > 1 needs a pipeline, k must
+    divide m, and an interleaved schedule needs each schedule's m / k a multiple of pp
+    (:func:`simulator.schedules.interleaved_ok`)."""
+    k = s.schedules_per_step
+    if k == 1:
+        return
+    if s.pp == 1:
+        raise SpecError("schedules_per_step", f"{k} schedules per step need pp > 1 (without a pipeline the "
+                        "micro-batches already run one after another); use 1")
+    if m % k:
+        raise SpecError("schedules_per_step", f"{k} does not divide the {m} micro-batches per pipeline and step; "
+                        f"use {one_of(divisors(m))}")
+    if s.schedule is ScheduleKind.INTERLEAVED and s.virtual_stages > 1 and not interleaved_ok(m // k, s.pp):
+        raise SpecError("schedules_per_step", f"each of {k} interleaved schedules gets {m // k} micro-batches, not "
+                        f"a multiple of pp {s.pp}; use a k that leaves a multiple of {s.pp}")

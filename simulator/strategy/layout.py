@@ -37,6 +37,7 @@ from functools import cached_property
 from simulator.cluster.spec import Cluster
 from simulator.errors import SpecError
 from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.strategy.combinations import check_schedules_per_step
 from simulator.strategy.framework import Framework, Partitioning
 from simulator.strategy.kinds import AttentionKind
 from simulator.strategy.layer_split import split_layers
@@ -108,7 +109,8 @@ class ParallelLayout:
     def schedule(self) -> PipelineSchedule:
         """The per-rank action lists every pipeline runs, built on first use (a memory query or a
         planner's feasibility check never needs them; a GPipe list grows with the micro-batches)."""
-        return make_schedule(self.strategy.schedule, self.pp, self.micro_batches, self.v)
+        return make_schedule(self.strategy.schedule, self.pp, self.micro_batches, self.v,
+                             self.strategy.schedules_per_step)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -271,6 +273,7 @@ def build_layout(strategy: Strategy, cluster: Cluster, workload: Workload, gpus:
     check_rules(strategy, dp, gpus, workload.layer_count)
     split = split_layers(strategy, workload.layer_count)
     m = strategy.global_batch // (dp * strategy.micro_batch)
+    check_schedules_per_step(strategy, m)
     _check_cluster_inputs(strategy, cluster, gpus)
     check_fp8(strategy, cluster, workload)
     sync = strategy.dp_sync

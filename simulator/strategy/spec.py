@@ -100,6 +100,11 @@ class Strategy:
     virtual_stages: int = int_field(1, "virtual_stages", "Model chunks per pipeline rank, v (interleaved only)",
                                _F("--virtual-stages", "model chunks per rank (interleaved only)", metavar="V",
                                   default_help="1; 2 with --schedule interleaved"))
+    schedules_per_step: int = int_field(1, "schedules_per_step", "Pipeline schedules per optimizer step, each of "
+                                        "m / k micro-batches with its own fill and drain (gradient accumulation "
+                                        "over k schedule.step() calls, NeMo AutoModel's loop); 1: one schedule",
+                                        _F("--schedules-per-step", "pipeline schedules per optimizer step", metavar="K",
+                                           default_help="1"))
     layer_split: tuple[int, ...] | None = declare(
         None, key="layer_split", role=_STRUCT, parse=int_tuple_parser("layer_split"), check=None,
         doc="Layers per (virtual) stage in model order, pp·v entries; None: as even as possible",
