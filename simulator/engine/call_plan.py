@@ -29,8 +29,9 @@ timing it (docs/engine.md, shortcuts 4–7).
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 
+from simulator.cluster.renaming_arrays import renaming_arrays
 from simulator.cluster.spec import Cluster
 from simulator.cluster.topology import renamed, renaming
 from simulator.collectives.cost import Env, Group
@@ -46,11 +47,26 @@ class CallPlan:
 
     __slots__ = ("pre_s", "steps", "gamma_s", "paths", "resources")
 
-    def __init__(self, pre_s: float, steps: list, gamma_s: float):
+    def __init__(self, pre_s: float, steps: list, gamma_s: float, paths: tuple | None = None):
         self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        self.paths = tuple({id(p): p for step in steps for p, _, _ in step}.values())  # a tree's 82k flows: ~4k paths
-        """The distinct paths of the steps' flows, by first appearance (step order, flow order)."""
+        if paths is None:
+            paths = tuple({id(p): p for step in steps for p, _, _ in step}.values())  # a tree's 82k flows: ~4k paths
+        self.paths = paths
+        """The distinct paths of the steps' flows, by first appearance (step order, flow order); ``paths`` given:
+        the caller's, which must be those (:func:`distinct_paths`)."""
         self.resources = frozenset(h.resource for p in self.paths for h in p.hops)
+
+
+def distinct_paths(rows: list, paths: dict) -> tuple | None:
+    """:attr:`CallPlan.paths` of the steps ``[(paths[pair], b, 0.0) for pair, b in zip(pairs, nbytes)]`` of ``rows``
+    (``(pairs, nbytes)`` each), from the pairs: the distinct paths of a sequence mapped from pairs are the
+    distinct pairs' paths, deduplicated again, in the order of their first appearance (each path first appears
+    where one of its pairs first does). A tree at 1,024 nodes: ~4k pairs over 82k flows, deduplicated in C. None
+    where a row's pairs and bytes differ in length (``zip`` would cut them: the steps decide)."""
+    if any(len(pairs) != len(nbytes) for pairs, nbytes in rows):
+        return None
+    pairs = dict.fromkeys(chain.from_iterable(pairs for pairs, _ in rows))
+    return tuple({id(p): p for p in map(paths.__getitem__, pairs)}.values())
 
 
 _UNPLANNED = object()
@@ -144,8 +160,9 @@ class CallPlanner:
         costs = self._env(protocol, algorithm.family, shaped)
         links = dict(zip(local.pairs, local.links(shaped)))
         paths = {pair: costs.path(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+        fused = local.fused(1.0 / costs.bw_ratio, self.fuse)
         steps = [list(zip(map(paths.__getitem__, pairs), nbytes, repeat(0.0)))
-                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]  # (path, bytes, 0.0) per flow
+                 for pairs, nbytes in fused]  # (path, bytes, 0.0) per flow
         # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
@@ -167,7 +184,7 @@ class CallPlanner:
         # call's measured wait in place of the sweep's, simulator.cluster.dtensor_wait); none under a protocol
         wait_s = algorithm.calls * costs.blocking_wait_s(call.op, len(group))
         pre_s = overhead_s + max(0.0, call.time_s - replay_s) - min(wait_s, max(0.0, replay_s - call.time_s)) + chain_s
-        return CallPlan(pre_s, steps, gamma_s)
+        return CallPlan(pre_s, steps, gamma_s, distinct_paths(fused, paths))
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
         """The protocol :func:`~simulator.collectives.registry.estimate` picks for the call on ``group``, asked
@@ -233,7 +250,7 @@ class CallPlanner:
         bases = [b for b in bases if b is not None and b[0] is pairs]  # not another tuple under a reused id
         if self.translate:  # a group on the same nodes first (a tp replica: no leaf crossing changes)
             for base in bases:
-                moves = renaming(self.cluster, base[1], links)
+                moves = renaming_arrays(self.cluster, base[1], links)  # the loop's answer, on arrays when long
                 if moves is not None:
                     return frozenset(renamed(base[2], moves))
         costs = self._env(None)
