@@ -115,3 +115,47 @@ def _ports(nodes, nics, nodes2, nics2) -> dict | None:
     if moved is None:
         return None
     return {divmod(k, width): divmod(v, width) for k, v in moved.items()}
+
+
+class LinkRenaming:
+    """``renaming(cluster, (link,), (moved,))`` with the cluster's constants read once: a pipeline send's replicas
+    (~10⁵ at 65,536 GPUs) each ask it of one link. The same conditions in the same order as the loop; a job's
+    view, a cluster without a network or with a degraded NIC go to the loop."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.direct = type(cluster).place is Cluster.place and cluster.network is not None and not cluster.degraded_nics
+        if self.direct:
+            spec, net = cluster.node, cluster.network
+            self.gpn = spec.gpus_per_node
+            self.nic_of = tuple(spec.nic_of(g) for g in range(self.gpn))
+            self.rail, self.per_leaf = net.rail_optimized, net.nodes_per_leaf
+            self.shared = net.leaf_uplinks is LeafUplinks.SHARED
+
+    def __call__(self, link, moved) -> Renaming | None:
+        if not self.direct:
+            return renaming(self.cluster, (link,), (moved,))
+        (a, b, nic), (a2, b2, nic2) = link, moved
+        gpn = self.gpn
+        (sn, sl), (dn, dl), (sn2, sl2), (dn2, dl2) = divmod(a, gpn), divmod(b, gpn), divmod(a2, gpn), divmod(b2, gpn)
+        if (sn == dn) != (sn2 == dn2):
+            return None
+        if sn == dn:
+            return Renaming({sn: sn2}, {}) if sl == sl2 and dl == dl2 else None
+        nic_of = self.nic_of
+        nic_s, nic_d = (nic_of[sl], nic_of[dl]) if nic is None else (nic, nic)
+        nic_s2, nic_d2 = (nic_of[sl2], nic_of[dl2]) if nic2 is None else (nic2, nic2)
+        crosses = self._crosses(sn, dn, nic_s, nic_d)
+        if crosses != self._crosses(sn2, dn2, nic_s2, nic_d2) or (crosses and self.shared):
+            return None
+        ports = {(sn, nic_s): (sn2, nic_s2)}
+        if ports.setdefault((dn, nic_d), (dn2, nic_d2)) != (dn2, nic_d2):
+            return None
+        return Renaming({}, ports)
+
+    def _crosses(self, sn: int, dn: int, nic_s: int, nic_d: int) -> bool:
+        """:func:`~simulator.cluster.fabric_links.crosses_leaf`."""
+        if self.rail and nic_s != nic_d:
+            return True
+        per_leaf = self.per_leaf
+        return bool(per_leaf) and sn // per_leaf != dn // per_leaf

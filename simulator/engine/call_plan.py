@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from itertools import chain, repeat
 
-from simulator.cluster.renaming_arrays import renaming_arrays
+from simulator.cluster.renaming_arrays import LinkRenaming, renaming_arrays
 from simulator.cluster.spec import Cluster
-from simulator.cluster.topology import renamed, renaming
+from simulator.cluster.topology import renamed
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.compile.costs import CostCache
@@ -105,6 +105,8 @@ class CallPlanner:
         self._envs: dict[str | None, Env] = {}
         self._paths: dict = {}
         self._resources: dict[tuple, frozenset] = {}
+        self._link_renaming: LinkRenaming | None = None
+        """:func:`~simulator.cluster.topology.renaming` of one link (a pipeline send's replicas), built at first use."""
         self._link_bases: dict = {}
         """id(local pairs), and (id, the group's nodes) → (pairs, links, resources) of the first group (on those
         nodes) whose links were read from the topology."""
@@ -265,5 +267,7 @@ class CallPlanner:
                 and group != call.group):
             return None
         base = self.plan(call)
-        moves = None if base is None else renaming(self.cluster, ((*call.group, None),), ((*group, None),))
+        if self._link_renaming is None:
+            self._link_renaming = LinkRenaming(self.cluster)
+        moves = None if base is None else self._link_renaming((*call.group, None), (*group, None))
         return None if moves is None else frozenset(renamed(base.resources, moves))
