@@ -69,14 +69,9 @@ class Group:
     def nodes(self) -> tuple[tuple[int, ...], ...]:
         """Group indices grouped by node, nodes in order of first appearance, indices in group order."""
         by_node: dict[int, list[int]] = {}
-        for i, (node, _) in enumerate(self._local_places):
+        for i, (node, _) in enumerate(self._places()):
             by_node.setdefault(node, []).append(i)
         return tuple(tuple(v) for v in by_node.values())
-
-    @cached_property
-    def _local_places(self) -> list[tuple[int, int]]:
-        """(node, local GPU) of each rank, read by :attr:`nodes` and :attr:`nic_sets`."""
-        return self._places()
 
     @cached_property
     def order(self) -> tuple[int, ...]:
@@ -91,7 +86,7 @@ class Group:
     @cached_property
     def nic_sets(self) -> tuple[tuple[int, ...], ...]:
         """Per node, the distinct NICs of the group's GPUs there (each GPU's own NIC, sorted)."""
-        nic_of, places = self.cluster.node.nic_of, self._local_places
+        nic_of, places = self.cluster.node.nic_of, self._places()  # not kept: ~10⁵ groups' places at 65,536 GPUs
         return tuple(tuple(sorted({nic_of(places[i][1]) for i in node})) for node in self.nodes)
 
     @cached_property
