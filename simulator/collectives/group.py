@@ -117,6 +117,16 @@ class Group:
         """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
         return {}
 
+    def share_paths(self, cache: dict) -> "Group":
+        """This group with ``cache`` as its :attr:`paths` (set before any path is read): a path is a function of the
+        cluster and its (src, dst, NIC) alone, so every group of one cluster may read one cache. A call planner
+        passes its own, so a tree's 4,088 paths at dp 1,024 are built once per group, not once for the chunk count
+        and again for the plan (des28)."""
+        if "paths" in self.__dict__ and self.__dict__["paths"] is not cache:
+            raise ValueError("share_paths: this group has read paths of its own already")
+        self.__dict__["paths"] = cache  # what cached_property would store: the frozen dataclass keeps its fields
+        return self
+
     @cached_property
     def shapes(self) -> dict:
         """Size-independent schedule structures keyed by (algorithm, op, root), shared by every size

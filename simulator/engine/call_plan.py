@@ -114,6 +114,8 @@ class CallPlanner:
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
         """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
+        self._pair_path_memo: dict[tuple, tuple[dict, dict, tuple]] = {}
+        """(local pairs, group ranks) → :meth:`_pair_paths`."""
         self._step_rows: dict[int, StepRows] = {}
         """id(local schedule) → its steps as pair rows (:mod:`simulator.engine.plan_bw`)."""
         self._moves = CostCache(cluster)
@@ -160,15 +162,14 @@ class CallPlanner:
         local, shaped = self._local(call, group)
         algorithm = get_algorithm(local.algorithm)
         costs = self._env(protocol, algorithm.family, shaped)
-        links = dict(zip(local.pairs, local.links(shaped)))
-        paths = {pair: costs.path(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+        links, paths, signature = self._pair_paths(local, shaped)
         fused = local.fused(1.0 / costs.bw_ratio, self.fuse)
         steps = [list(zip(map(paths.__getitem__, pairs), nbytes, repeat(0.0)))
                  for pairs, nbytes in fused]  # (path, bytes, 0.0) per flow
         # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
-        bw_key = (local, costs.bw_ratio, path_signature(paths[pair] for pair in local.pairs))
+        bw_key = (local, costs.bw_ratio, signature)
         if bw_key not in self._step_bw_sums:  # Env.step_bw_s of each distinct step, summed in step order
             rows = self._step_rows.get(id(local))
             if rows is None or rows.local is not local:
@@ -187,6 +188,21 @@ class CallPlanner:
         wait_s = algorithm.calls * costs.blocking_wait_s(call.op, len(group))
         pre_s = overhead_s + max(0.0, call.time_s - replay_s) - min(wait_s, max(0.0, replay_s - call.time_s)) + chain_s
         return CallPlan(pre_s, steps, gamma_s, distinct_paths(fused, paths))
+
+    def _pair_paths(self, local: LocalSchedule, shaped: Group) -> tuple[dict, dict, tuple]:
+        """``local``'s pairs on ``shaped``: pair → (src, dst, NIC), pair → path, and :func:`path_signature` of the
+        pairs' paths in pair order, kept per (pairs, group): a dp group's tree plans of two bucket sizes have the
+        same pairs (the tree's links do not depend on its chunk count), so at dp 1,024 its 4,088 links, paths and
+        signature are read once, not once per size (des28). Paths do not depend on the protocol: every
+        :class:`Env` of this planner reads one cache (:meth:`_env`)."""
+        key = (local.pairs, shaped.ranks)
+        found = self._pair_path_memo.get(key)
+        if found is None:
+            links = dict(zip(local.pairs, local.links(shaped)))
+            path_of = self._env(None).path
+            paths = {pair: path_of(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+            found = self._pair_path_memo[key] = (links, paths, path_signature(paths.values()))
+        return found
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
         """The protocol :func:`~simulator.collectives.registry.estimate` picks for the call on ``group``, asked
@@ -210,7 +226,7 @@ class CallPlanner:
     def _group(self, group: tuple[int, ...]) -> Group:
         shaped = self._groups.get(group)
         if shaped is None:
-            shaped = self._groups[group] = Group(self.cluster, group)
+            shaped = self._groups[group] = Group(self.cluster, group).share_paths(self._paths)  # one path cache
         return shaped
 
     def _build_schedule(self, call: CommCall, group: tuple[int, ...]):
