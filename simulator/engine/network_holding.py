@@ -7,7 +7,6 @@ back when a flow arrives on them."""
 from __future__ import annotations
 
 import math
-from operator import itemgetter
 from typing import Collection, Iterable
 
 from simulator.cluster.topology import Path
@@ -45,30 +44,7 @@ class Holding:
         return route
 
     def _checked(self, items: Iterable[tuple[Path, float, float | None]]) -> tuple[list, list, list]:
-        """The items' routes, bytes (float) and latencies, checked (finite, non-negative).
-
-        Read column by column in C (``map``) when every value is good, which a plan's steps are (a tree at dp 1,024:
-        82k items per plan); any bad value, and the loop (:meth:`_checked_loop`) raises on the first bad item as
-        before. Routes are made in item order either way: a path's resources are numbered on its first use."""
-        items = items if type(items) is list or type(items) is tuple else list(items)
-        if not items:
-            return [], [], []
-        paths = list(map(_path_of, items))
-        nbytes = list(map(float, map(_bytes_of, items)))
-        latencies = list(map(_latency_of, items))
-        if None in latencies:
-            latencies = [p.latency_s if lat is None else lat for p, lat in zip(paths, latencies)]
-        if not (_good(nbytes) and _good(latencies)):
-            return self._checked_loop(items)
-        routes = self._routes
-        out = list(map(routes.get, map(id, paths)))
-        for k, (route, path) in enumerate(zip(out, paths)):
-            if route is None or route.path is not path:
-                out[k] = self._route(path)  # numbered on first use, in item order
-        return out, nbytes, latencies
-
-    def _checked_loop(self, items: list) -> tuple[list, list, list]:
-        """:meth:`_checked` item by item (raises on the first bad byte count or latency)."""
+        """The items' routes, bytes (float) and latencies, checked (finite, non-negative)."""
         routes_out, bytes_out, latencies = [], [], []
         route_of, routes = self._route, self._routes
         for path, nbytes, latency_s in items:
@@ -119,19 +95,6 @@ class Holding:
         order of the first such resource over the arrivals."""
         for holder in self._reservations.holders_met(arrivals):
             holder.unfold(arrivals)
-
-
-_path_of, _bytes_of, _latency_of = itemgetter(0), itemgetter(1), itemgetter(2)
-
-
-def _good(values: list) -> bool:
-    """Every value finite and non-negative: ``fsum`` is finite iff no value is NaN or infinite (it raises on an
-    overflow of finite values: then the loop decides), and then the least is ≥ 0."""
-    try:
-        total = math.fsum(values)
-    except (OverflowError, TypeError):
-        return False
-    return total < math.inf and min(values) >= 0.0
 
 
 def _reject(nbytes: float, latency: float) -> None:
