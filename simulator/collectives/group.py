@@ -43,8 +43,23 @@ class Group:
                 raise SpecError("ranks", f"ranks must be integers, got {r!r}")
         if len(set(self.ranks)) != len(self.ranks):
             raise SpecError("ranks", "a group lists the same rank twice")
+        if self._node_by_node and 0 <= min(self.ranks) and max(self.ranks) < self.cluster.world_size:
+            return  # every rank placed (the check below, once per group rather than per rank)
         for r in self.ranks:
             self.cluster.place(r)
+
+    @property
+    def _node_by_node(self) -> bool:
+        """The cluster places ranks node by node (:meth:`Cluster.place`: ``divmod(rank, gpus_per_node)``), not a
+        job's view of its own: :meth:`_places` may divide."""
+        return type(self.cluster).place is Cluster.place
+
+    def _places(self) -> list[tuple[int, int]]:
+        """``cluster.place(r)`` of each rank in group order (ranks checked by ``__post_init__``)."""
+        if self._node_by_node:
+            gpn = self.cluster.node.gpus_per_node
+            return [divmod(r, gpn) for r in self.ranks]
+        return [self.cluster.place(r) for r in self.ranks]
 
     @property
     def p(self) -> int:
@@ -54,8 +69,8 @@ class Group:
     def nodes(self) -> tuple[tuple[int, ...], ...]:
         """Group indices grouped by node, nodes in order of first appearance, indices in group order."""
         by_node: dict[int, list[int]] = {}
-        for i, r in enumerate(self.ranks):
-            by_node.setdefault(self.cluster.place(r)[0], []).append(i)
+        for i, (node, _) in enumerate(self._places()):
+            by_node.setdefault(node, []).append(i)
         return tuple(tuple(v) for v in by_node.values())
 
     @cached_property
@@ -71,9 +86,8 @@ class Group:
     @cached_property
     def nic_sets(self) -> tuple[tuple[int, ...], ...]:
         """Per node, the distinct NICs of the group's GPUs there (each GPU's own NIC, sorted)."""
-        spec = self.cluster.node
-        return tuple(tuple(sorted({spec.nic_of(self.cluster.place(self.ranks[i])[1]) for i in node}))
-                     for node in self.nodes)
+        nic_of, places = self.cluster.node.nic_of, self._places()  # not kept: ~10⁵ groups' places at 65,536 GPUs
+        return tuple(tuple(sorted({nic_of(places[i][1]) for i in node})) for node in self.nodes)
 
     @cached_property
     def channels(self) -> int:
@@ -102,6 +116,16 @@ class Group:
     def paths(self) -> dict:
         """Path cache shared by every :class:`Env` evaluating this group (paths do not depend on protocol)."""
         return {}
+
+    def share_paths(self, cache: dict) -> "Group":
+        """This group with ``cache`` as its :attr:`paths` (set before any path is read): a path is a function of the
+        cluster and its (src, dst, NIC) alone, so every group of one cluster may read one cache. A call planner
+        passes its own, so a tree's 4,088 paths at dp 1,024 are built once per group, not once for the chunk count
+        and again for the plan (des28)."""
+        if "paths" in self.__dict__ and self.__dict__["paths"] is not cache:
+            raise ValueError("share_paths: this group has read paths of its own already")
+        self.__dict__["paths"] = cache  # what cached_property would store: the frozen dataclass keeps its fields
+        return self
 
     @cached_property
     def shapes(self) -> dict:

@@ -29,10 +29,11 @@ timing it (docs/engine.md, shortcuts 4–7).
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 
+from simulator.cluster.renaming_arrays import LinkRenaming, renaming_arrays
 from simulator.cluster.spec import Cluster
-from simulator.cluster.topology import renamed, renaming
+from simulator.cluster.topology import renamed
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, estimate, get_algorithm
 from simulator.compile.costs import CostCache
@@ -46,11 +47,26 @@ class CallPlan:
 
     __slots__ = ("pre_s", "steps", "gamma_s", "paths", "resources")
 
-    def __init__(self, pre_s: float, steps: list, gamma_s: float):
+    def __init__(self, pre_s: float, steps: list, gamma_s: float, paths: tuple | None = None):
         self.pre_s, self.steps, self.gamma_s = pre_s, steps, gamma_s
-        self.paths = tuple({id(p): p for step in steps for p, _, _ in step}.values())  # a tree's 82k flows: ~4k paths
-        """The distinct paths of the steps' flows, by first appearance (step order, flow order)."""
+        if paths is None:
+            paths = tuple({id(p): p for step in steps for p, _, _ in step}.values())  # a tree's 82k flows: ~4k paths
+        self.paths = paths
+        """The distinct paths of the steps' flows, by first appearance (step order, flow order); ``paths`` given:
+        the caller's, which must be those (:func:`distinct_paths`)."""
         self.resources = frozenset(h.resource for p in self.paths for h in p.hops)
+
+
+def distinct_paths(rows: list, paths: dict) -> tuple | None:
+    """:attr:`CallPlan.paths` of the steps ``[(paths[pair], b, 0.0) for pair, b in zip(pairs, nbytes)]`` of ``rows``
+    (``(pairs, nbytes)`` each), from the pairs: the distinct paths of a sequence mapped from pairs are the
+    distinct pairs' paths, deduplicated again, in the order of their first appearance (each path first appears
+    where one of its pairs first does). A tree at 1,024 nodes: ~4k pairs over 82k flows, deduplicated in C. None
+    where a row's pairs and bytes differ in length (``zip`` would cut them: the steps decide)."""
+    if any(len(pairs) != len(nbytes) for pairs, nbytes in rows):
+        return None
+    pairs = dict.fromkeys(chain.from_iterable(pairs for pairs, _ in rows))
+    return tuple({id(p): p for p in map(paths.__getitem__, pairs)}.values())
 
 
 _UNPLANNED = object()
@@ -89,6 +105,8 @@ class CallPlanner:
         self._envs: dict[str | None, Env] = {}
         self._paths: dict = {}
         self._resources: dict[tuple, frozenset] = {}
+        self._link_renaming: LinkRenaming | None = None
+        """:func:`~simulator.cluster.topology.renaming` of one link (a pipeline send's replicas), built at first use."""
         self._link_bases: dict = {}
         """id(local pairs), and (id, the group's nodes) → (pairs, links, resources) of the first group (on those
         nodes) whose links were read from the topology."""
@@ -96,6 +114,8 @@ class CallPlanner:
         self._groups: dict[tuple[int, ...], Group] = {}
         self._step_bw_sums: dict[tuple, float] = {}
         """Σ step_bw_s of a schedule's steps by (local schedule, bandwidth ratio, :func:`path_signature`)."""
+        self._pair_path_memo: dict[tuple, tuple[dict, dict, tuple]] = {}
+        """(local pairs, group ranks) → :meth:`_pair_paths`."""
         self._step_rows: dict[int, StepRows] = {}
         """id(local schedule) → its steps as pair rows (:mod:`simulator.engine.plan_bw`)."""
         self._moves = CostCache(cluster)
@@ -142,14 +162,14 @@ class CallPlanner:
         local, shaped = self._local(call, group)
         algorithm = get_algorithm(local.algorithm)
         costs = self._env(protocol, algorithm.family, shaped)
-        links = dict(zip(local.pairs, local.links(shaped)))
-        paths = {pair: costs.path(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+        links, paths, signature = self._pair_paths(local, shaped)
+        fused = local.fused(1.0 / costs.bw_ratio, self.fuse)
         steps = [list(zip(map(paths.__getitem__, pairs), nbytes, repeat(0.0)))
-                 for pairs, nbytes in local.fused(1.0 / costs.bw_ratio, self.fuse)]  # (path, bytes, 0.0) per flow
+                 for pairs, nbytes in fused]  # (path, bytes, 0.0) per flow
         # schedule_time_s's terms on the same flows: overhead + Σ step_bw_s (each distinct step once) +
         # the algorithm's schedule latency + its exposed γ; the latency is also the plan's fixed delay.
         gamma_s = algorithm.gamma_s(costs, local.reduce_bytes_per_rank)  # a pipelined reduction overlaps
-        bw_key = (local, costs.bw_ratio, path_signature(paths[pair] for pair in local.pairs))
+        bw_key = (local, costs.bw_ratio, signature)
         if bw_key not in self._step_bw_sums:  # Env.step_bw_s of each distinct step, summed in step order
             rows = self._step_rows.get(id(local))
             if rows is None or rows.local is not local:
@@ -167,7 +187,22 @@ class CallPlanner:
         # call's measured wait in place of the sweep's, simulator.cluster.dtensor_wait); none under a protocol
         wait_s = algorithm.calls * costs.blocking_wait_s(call.op, len(group))
         pre_s = overhead_s + max(0.0, call.time_s - replay_s) - min(wait_s, max(0.0, replay_s - call.time_s)) + chain_s
-        return CallPlan(pre_s, steps, gamma_s)
+        return CallPlan(pre_s, steps, gamma_s, distinct_paths(fused, paths))
+
+    def _pair_paths(self, local: LocalSchedule, shaped: Group) -> tuple[dict, dict, tuple]:
+        """``local``'s pairs on ``shaped``: pair → (src, dst, NIC), pair → path, and :func:`path_signature` of the
+        pairs' paths in pair order, kept per (pairs, group): a dp group's tree plans of two bucket sizes have the
+        same pairs (the tree's links do not depend on its chunk count), so at dp 1,024 its 4,088 links, paths and
+        signature are read once, not once per size (des28). Paths do not depend on the protocol: every
+        :class:`Env` of this planner reads one cache (:meth:`_env`)."""
+        key = (local.pairs, shaped.ranks)
+        found = self._pair_path_memo.get(key)
+        if found is None:
+            links = dict(zip(local.pairs, local.links(shaped)))
+            path_of = self._env(None).path
+            paths = {pair: path_of(*link) for pair, link in links.items()}  # once per pair, not per flow and step
+            found = self._pair_path_memo[key] = (links, paths, path_signature(paths.values()))
+        return found
 
     def _protocol(self, call: CommCall, group: tuple[int, ...]) -> str | None:
         """The protocol :func:`~simulator.collectives.registry.estimate` picks for the call on ``group``, asked
@@ -191,7 +226,7 @@ class CallPlanner:
     def _group(self, group: tuple[int, ...]) -> Group:
         shaped = self._groups.get(group)
         if shaped is None:
-            shaped = self._groups[group] = Group(self.cluster, group)
+            shaped = self._groups[group] = Group(self.cluster, group).share_paths(self._paths)  # one path cache
         return shaped
 
     def _build_schedule(self, call: CommCall, group: tuple[int, ...]):
@@ -233,7 +268,7 @@ class CallPlanner:
         bases = [b for b in bases if b is not None and b[0] is pairs]  # not another tuple under a reused id
         if self.translate:  # a group on the same nodes first (a tp replica: no leaf crossing changes)
             for base in bases:
-                moves = renaming(self.cluster, base[1], links)
+                moves = renaming_arrays(self.cluster, base[1], links)  # the loop's answer, on arrays when long
                 if moves is not None:
                     return frozenset(renamed(base[2], moves))
         costs = self._env(None)
@@ -248,5 +283,7 @@ class CallPlanner:
                 and group != call.group):
             return None
         base = self.plan(call)
-        moves = None if base is None else renaming(self.cluster, ((*call.group, None),), ((*group, None),))
+        if self._link_renaming is None:
+            self._link_renaming = LinkRenaming(self.cluster)
+        moves = None if base is None else self._link_renaming((*call.group, None), (*group, None))
         return None if moves is None else frozenset(renamed(base.resources, moves))

@@ -126,22 +126,30 @@ class FlowNetwork(Holding):
         event = simpy.Event(self.env)
         group = _Group(event, [], single)
         flows = group.flows = self._new_flows(self.stats.flows, checked[0], checked[1], now, group)
-        arrivals = self._arrivals
-        last_t, batch = math.nan, None  # a plan step's flows share one latency: one lookup for the run of them
-        for flow, latency in zip(flows, checked[2]):
-            t = now + latency
-            if t != last_t:
-                last_t, batch = t, arrivals.get(t)
-                if batch is None:
-                    batch = arrivals[t] = []
-                    heappush(self._arrival_times, t)
-                    _Settle(self.env, self._settle, latency)
-            batch.append(flow)
+        latencies = checked[2]
+        if flows and min(latencies) == max(latencies):  # one latency (a plan step's 0.0): the loop's one batch
+            self._arrival_batch(now + latencies[0], latencies[0]).extend(flows)
+        else:
+            last_t, batch = math.nan, None  # a run of flows with one latency: one lookup for the run of them
+            for flow, latency in zip(flows, latencies):
+                t = now + latency
+                if t != last_t:
+                    last_t, batch = t, self._arrival_batch(t, latency)
+                batch.append(flow)
         self.stats.flows += len(flows)
         group.left = len(flows)
         if not flows:
             event.succeed(flows)
         return event
+
+    def _arrival_batch(self, t: float, latency: float) -> list[Flow]:
+        """The flows arriving at ``t`` (``latency`` from now), a settle scheduled there when it is a new instant."""
+        batch = self._arrivals.get(t)
+        if batch is None:
+            batch = self._arrivals[t] = []
+            heappush(self._arrival_times, t)
+            _Settle(self.env, self._settle, latency)
+        return batch
 
     def _settle(self, event: simpy.Event) -> None:
         """Apply every start and end due now, re-rate the flows they touch, and plan the next wake."""

@@ -25,7 +25,8 @@ used to decide first cost ~0.3 ms when it said yes (``docs/engine.md``, the eigh
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import chain
+from itertools import chain, repeat
+from operator import attrgetter
 
 import numpy as np
 import simpy
@@ -55,10 +56,11 @@ class StoredNetwork(FlowNetwork):
     def _new_flows(self, fid: int, routes: list, nbytes: list, start_s: float, group: _Group | None) -> list[Flow]:
         store = self._store
         first = store.reserve(len(routes))
-        flows = [StoredFlow(store, first + k, fid + k, route, b, start_s, group)
-                 for k, (route, b) in enumerate(zip(routes, nbytes))]
+        n = len(routes)  # the same flows as one StoredFlow(...) per (route, bytes), without a Python loop around them
+        flows = list(map(StoredFlow, repeat(store, n), range(first, first + n), range(fid, fid + n), routes, nbytes,
+                         repeat(start_s, n), repeat(group, n)))
         store.flows.extend(flows)
-        store.started(first, nbytes, start_s, [f.bottleneck_Bps for f in flows])
+        store.started(first, nbytes, start_s, list(map(_bottleneck, routes)))
         return flows
 
     def _activated(self, flows: list[Flow]) -> None:
@@ -221,6 +223,9 @@ class StoredNetwork(FlowNetwork):
         if self._cap_np.size != len(self._cap):
             self._cap_np = np.array(self._cap, dtype=float)
         return self._cap_np
+
+
+_bottleneck = attrgetter("bottleneck_Bps")  # a route's, which its flow copies
 
 
 class _Due(list):

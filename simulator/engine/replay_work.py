@@ -30,16 +30,19 @@ import simpy
 from simulator.cluster.spec import Cluster
 from simulator.engine.call_plan import CallPlan, CallPlanner, call_key
 from simulator.engine.network import FlowNetwork
+from simulator.engine.replica_shifts import whole_shifts
 from simulator.engine.unrolled import tp_copies
 from simulator.errors import SpecError
 from simulator.strategy import ParallelLayout
 from simulator.work import CommCall
 
 
-def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
+def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int,
+                   shift_arrays: bool = True) -> list[tuple[int, ...]]:
     """Up to ``count − 1`` copies of ``group`` shifted along the dp/tp dimensions it does not span, and,
     for a group spanning part of dp (an expert-parallel, expert-data-parallel or context-parallel group), along dp by
-    the offsets that give groups disjoint from those already taken."""
+    the offsets that give groups disjoint from those already taken. ``shift_arrays``: a group spanning none or all
+    of dp, on arrays (:func:`~simulator.engine.replica_shifts.whole_shifts`); False: the loop (the reference)."""
     if count <= 1 or any(not 0 <= r < layout.world_size for r in group):
         return []
     coords = [layout.coords(r) for r in group]
@@ -52,6 +55,10 @@ def replica_groups(layout: ParallelLayout, group: tuple[int, ...], count: int) -
     # read from rank_of itself (a copy costs one multiply-add per rank, not a rank_of call)
     s_dp, s_pp, s_tp = (layout.rank_of(dp=int(d == "dp"), pp=int(d == "pp"), tp=int(d == "tp")) if layout.dims[d] > 1
                         else 0 for d in ("dp", "pp", "tp"))
+    if not partial_dp and shift_arrays:  # every copy disjoint from the others: the loop's answer without its checks
+        copies = whole_shifts(group, coords, free, layout.dims, {"dp": s_dp, "pp": s_pp, "tp": s_tp}, count)
+        if copies is not None:
+            return copies
     out, used = [], set(group)
     for combo in itertools.product(*(range(layout.dims[d]) for d in free)):
         shift = dict(zip(free, combo))
