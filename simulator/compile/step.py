@@ -20,7 +20,7 @@ from simulator.compile.costs import CostCache
 from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.rank_max import rank_max_gain
-from simulator.step_loop import step_loop_s
+from simulator.step_loop import first_cold_s, step_loop_s
 from simulator.strategy.formats import runs_autocast
 from simulator.strategy import AttentionKind, ParallelLayout, Recompute, Strategy, build_layout
 from simulator.interference import cluster_sm_fraction
@@ -222,11 +222,14 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                       lambda: tied_embedding.tied_embedding_sync(cache, workload, layout, r))
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
-    opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
-            + step_loop_s(cache.cluster, share, layout))  # the loop's own host time per step (simulator.step_loop)
-    opt *= 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
+    runtime, loop = pipeline_runtime.step_host_s(cache.cluster, layout, share), step_loop_s(cache.cluster, share, layout)
+    opt += _te_weight_cast_s(cache, workload, layout, r) + runtime + loop  # the loop's own host time (simulator.step_loop)
+    gain = 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
+    opt *= gain
+    cold = first_cold_s(cache.cluster, share)  # the part of the loop the executor times in forward, the rest outside
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
-                     after_step=after, optimizer_s=opt,
+                     after_step=after, optimizer_s=opt, loop_outside_s=(runtime + loop - cold) * gain,
+                     loop_forward_s=cold * gain,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
 
 
