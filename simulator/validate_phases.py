@@ -24,7 +24,8 @@ stage_work`: the loop's ``step_loop_us`` and FSDP2 terms, :mod:`simulator.step_l
 share), where the engines place them in time. The executor's ``optimizer`` is ``optimizer.step()`` alone: the loop's
 work and the runtime's actions run outside every phase it times (its ``outside_phases``; the probes that measure
 those fields read them there, :mod:`executor.step_bench` and :mod:`executor.pipeline_host_bench`), and the first
-micro-batch's cold forward (``first_microbatch_cold_us``) inside its ``forward``. :func:`loop_moves` moves those
+micro-batch's cold forward (``first_microbatch_cold_us``) inside its ``forward`` (a parameter-server worker times
+the whole loop inside its ``forward``). :func:`loop_moves` moves those
 seconds (``StageWork.loop_outside_s``, ``loop_forward_s``) from the ``optimizer`` row to the rows that measured them;
 the step time does not move (val32, 2026-11-26: pp-dp's optimizer row read +43..+134 % with them inside it).
 """
@@ -81,8 +82,12 @@ def loop_moves(work) -> dict[str, float]:
     the loop's and pipeline runtime's per-step host time, the forward row plus the cold first forward, the
     outside-phases row plus the rest. Every stage of a layout charges the same terms, so the largest stage's figures
     are the slowest rank's."""
+    from simulator.strategy import DpSyncKind
+
     outside = max((st.loop_outside_s for st in work.stages), default=0.0)
     cold = max((st.loop_forward_s for st in work.stages), default=0.0)
     if outside + cold <= 0:
         return {}
+    if work.layout.strategy.dp_sync.kind is DpSyncKind.PARAM_SERVER:  # the worker times its batch and gradient
+        outside, cold = 0.0, outside + cold  # reset inside its forward (executor/strategies/param_server.py ``_work``)
     return {Category.OPTIMIZER.value: -(outside + cold), Category.FORWARD.value: cold, "outside_phases": outside}

@@ -69,3 +69,15 @@ def test_a_plain_ddp_run_moves_the_loop_alone():
     assert work.stages[0].loop_forward_s == pytest.approx(100e-6, rel=1e-12)
     v = validate(results, cluster)
     assert v.row("optimizer").analytical == pytest.approx(analytical.breakdown[Category.OPTIMIZER] - 500e-6, rel=1e-9)
+
+
+def test_a_parameter_server_worker_times_its_loop_in_forward():
+    """The worker's ``_work`` starts its forward timer before the batch and the gradient reset: the whole loop moves
+    to forward, nothing to outside."""
+    from simulator.validate_phases import loop_moves
+
+    results, cluster = _case("ps-sync")
+    work, _, _ = estimate_compiled(results, cluster)
+    moves = loop_moves(work)
+    assert moves.get("outside_phases", 0.0) == 0.0
+    assert moves["forward"] == pytest.approx(500e-6, rel=1e-12) == -moves["optimizer"]  # (400 + 100) µs, share 1
