@@ -52,6 +52,14 @@ def p2p_actions(layout, chunk) -> int:
     return max(0, pipeline_actions(layout, chunk) - 1)
 
 
+def chunk_host_us(host, layout, chunk) -> tuple[float, float]:
+    """(per-action, posting) µs the runtime adds to each forward (and each backward) of ``chunk``:
+    :func:`pipeline_actions` × ``Host.pipeline_action_us`` and :func:`p2p_actions` × ``Host.pipeline_p2p_post_us``
+    (before the core share); the executor's clock puts the first outside every phase and the second in ``pp``."""
+    return (pipeline_actions(layout, chunk) * (host.pipeline_action_us or 0.0),
+            p2p_actions(layout, chunk) * (host.pipeline_p2p_post_us or 0.0))
+
+
 def step_actions(layout) -> int:
     """Per-step actions of one rank: :data:`STEP_ACTIONS_PER_STAGE` for each of its ``v`` stages; 0 unless
     :func:`torch_pipeline`."""

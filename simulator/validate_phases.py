@@ -80,14 +80,21 @@ def phase_estimate(result: StepResult, phase: Category, folds: Folds) -> float:
 def loop_moves(work) -> dict[str, float]:
     """Seconds to move between validation rows (row name → seconds added; module docstring): the optimizer row less
     the loop's and pipeline runtime's per-step host time, the forward row plus the cold first forward, the
-    outside-phases row plus the rest. Every stage of a layout charges the same terms, so the largest stage's figures
-    are the slowest rank's."""
+    outside-phases row plus the rest; and the runtime's per-action time (``ChunkWork.runtime_outside_s``) and posts
+    (``runtime_post_s``) out of forward and backward, into outside-phases and pp, m times per chunk of the rank. Every
+    stage of a layout charges the same terms (looped placement), so the largest stage's figures are the slowest
+    rank's."""
     from simulator.strategy import DpSyncKind
 
     outside = max((st.loop_outside_s for st in work.stages), default=0.0)
     cold = max((st.loop_forward_s for st in work.stages), default=0.0)
-    if outside + cold <= 0:
+    m = work.micro_batches
+    actions = max((m * sum(ch.runtime_outside_s for ch in st.chunks) for st in work.stages), default=0.0)
+    posts = max((m * sum(ch.runtime_post_s for ch in st.chunks) for st in work.stages), default=0.0)
+    if outside + cold + actions + posts <= 0:
         return {}
     if work.layout.strategy.dp_sync.kind is DpSyncKind.PARAM_SERVER:  # the worker times its batch and gradient
         outside, cold = 0.0, outside + cold  # reset inside its forward (executor/strategies/param_server.py ``_work``)
-    return {Category.OPTIMIZER.value: -(outside + cold), Category.FORWARD.value: cold, "outside_phases": outside}
+    return {Category.OPTIMIZER.value: -(outside + cold), Category.FORWARD.value: cold - actions - posts,
+            Category.BACKWARD.value: -(actions + posts), Category.PP.value: 2 * posts,
+            "outside_phases": outside + 2 * actions}

@@ -147,6 +147,12 @@ class ChunkWork:
     """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
     p2p_bwd: CommCall | None = None
     """Activation gradients sent to the previous chunk's rank after backward (None on the first)."""
+    runtime_outside_s: float = 0.0
+    """Seconds of ``fwd_s`` (and again of ``bwd_s``) that are torch's pipeline runtime's per-action host time
+    (:func:`simulator.pipeline_runtime.chunk_host_us`), which the executor's clock leaves outside every phase."""
+    runtime_post_s: float = 0.0
+    """Seconds of ``fwd_s`` (and again of ``bwd_s``) that are the runtime's p2p posts, which the executor's clock
+    times as ``pp`` (:func:`simulator.validate_phases.loop_moves` compares both there)."""
 
 
 @dataclass(frozen=True, kw_only=True)
