@@ -8,7 +8,7 @@ optimizer and what follows it (:mod:`.offload_part`). See ``docs/simulator.md``.
 from __future__ import annotations
 
 from simulator import framework_host, host_overhead, pipeline_runtime
-from simulator.cluster.spec import Cluster, KernelDispatch
+from simulator.cluster.spec import Cluster
 from simulator.collectives.base import Op
 from simulator.compile import act_offload_part, comm_part, cp_part, ep_part, offload_part
 from simulator.compile.chunk_zero import chunk_zero
@@ -134,21 +134,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
                      bwd_s=cc.bwd_s * slowest + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s * slowest,
                      tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
                      p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls,
-                     **_runtime_parts(cache.cluster, layout, c, inputs[1] * slowest))
+                     **pipeline_runtime.chunk_parts_s(cache.cluster, layout, c, inputs[1] * slowest))
     return work, (cc.blocks * cc.layer_params + cc.edge_params, cc.expert_params, z.deferred)
-
-
-def _runtime_parts(cluster: Cluster, layout: ParallelLayout, c: int, scale: float) -> dict[str, float]:
-    """``ChunkWork.runtime_outside_s`` / ``runtime_post_s`` of chunk ``c``: the parts of its forward (and backward)
-    that are the pipeline runtime's actions and posts (:func:`pipeline_runtime.chunk_host_us`) × the core share and
-    slowest-rank gain (``scale``), as :func:`framework_host.with_host_modules` adds them; 0 on an ``async`` device."""
-    host = cluster.node.host
-    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE or layout.pp == 1:
-        return {}
-    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
-                       layers=layout.layers_per_stage[c])
-    action_us, post_us = pipeline_runtime.chunk_host_us(host, layout, chunk)
-    return {"runtime_outside_s": action_us * 1e-6 * scale, "runtime_post_s": post_us * 1e-6 * scale}
 
 
 def _te_weight_cast_s(cache: CostCache, workload, layout: ParallelLayout, r: int) -> float:
