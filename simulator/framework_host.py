@@ -43,7 +43,7 @@ and 0 where not measured (GPU presets):
 from __future__ import annotations
 
 from simulator.cluster.spec import Cluster, KernelDispatch
-from simulator.pipeline_runtime import p2p_actions, pipeline_actions, torch_pipeline
+from simulator.pipeline_runtime import chunk_host_us, torch_pipeline
 
 TP_MODULES_PER_BLOCK = 4
 """Tensor-parallel modules of one block in torch's plan (``executor.strategies.tensor.block_plan``): ``qkv`` and
@@ -118,9 +118,7 @@ def _with_module_terms(host, device, layout, chunk, compute, share: float):
     fsdp2 = chunk.layers + (1 if chunk.index == 0 else 0) if layout.framework is Framework.FSDP2 else 0
     tp = tp_modules(layout, chunk)
     ckpt = checkpoint_regions(layout, chunk)
-    pipe_us = (pipeline_actions(layout, chunk) * host.pipeline_action_us
-               + p2p_actions(layout, chunk) * host.pipeline_p2p_post_us
-               + (host.pipeline_chunk_us if torch_pipeline(layout) else 0.0))
+    pipe_us = sum(chunk_host_us(host, layout, chunk)) + (host.pipeline_chunk_us if torch_pipeline(layout) else 0.0)
     fwd_us = (fsdp2 * host.fsdp2_forward_module_us + tp * host.tp_forward_module_us
               + ckpt * host.checkpoint_forward_region_us + (host.ddp_forward_call_us if ddp_wrapped(layout) else 0.0)
               + pipe_us)

@@ -52,6 +52,30 @@ def p2p_actions(layout, chunk) -> int:
     return max(0, pipeline_actions(layout, chunk) - 1)
 
 
+def chunk_host_us(host, layout, chunk) -> tuple[float, float]:
+    """(per-action, posting) µs the runtime adds to each forward (and each backward) of ``chunk``:
+    :func:`pipeline_actions` × ``Host.pipeline_action_us`` and :func:`p2p_actions` × ``Host.pipeline_p2p_post_us``
+    (before the core share); the executor's clock puts the first outside every phase and the second in ``pp``."""
+    return (pipeline_actions(layout, chunk) * (host.pipeline_action_us or 0.0),
+            p2p_actions(layout, chunk) * (host.pipeline_p2p_post_us or 0.0))
+
+
+def chunk_parts_s(cluster: Cluster, layout, c: int, scale: float) -> dict[str, float]:
+    """``ChunkWork.runtime_outside_s`` / ``runtime_post_s`` of chunk ``c``: the parts of its forward (and backward)
+    that are the runtime's actions and posts (:func:`chunk_host_us`) × the core share and slowest-rank gain
+    (``scale``), as :func:`simulator.framework_host.with_host_modules` adds them; none on an ``async`` device or
+    without a pipeline."""
+    from simulator.workload import ChunkSlice
+
+    host = cluster.node.host
+    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE or not torch_pipeline(layout):
+        return {}
+    chunk = ChunkSlice(index=c, count=layout.pp * layout.v, start=sum(layout.layers_per_stage[:c]),
+                       layers=layout.layers_per_stage[c])
+    action_us, post_us = chunk_host_us(host, layout, chunk)
+    return {"runtime_outside_s": action_us * 1e-6 * scale, "runtime_post_s": post_us * 1e-6 * scale}
+
+
 def step_actions(layout) -> int:
     """Per-step actions of one rank: :data:`STEP_ACTIONS_PER_STAGE` for each of its ``v`` stages; 0 unless
     :func:`torch_pipeline`."""

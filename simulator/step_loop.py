@@ -55,6 +55,17 @@ def step_loop_s(cluster: Cluster, share: float = 1.0, layout=None) -> float:
     return (host.step_loop_us + host.first_microbatch_cold_us + fsdp2_loop_us(host, layout)) * 1e-6 * share
 
 
+def first_cold_s(cluster: Cluster, share: float = 1.0) -> float:
+    """The part of :func:`step_loop_s` that is the first micro-batch's cold forward, ``first_microbatch_cold_us ·
+    1e-6 · share``: the executor times it inside its ``forward`` phase (the probe reads it as forward_1 − the later
+    forwards' mean, :mod:`executor.step_bench`), while the rest of the loop is outside every phase; 0 where
+    :func:`step_loop_s` charges nothing."""
+    host = cluster.node.host
+    if host is None or cluster.device.kernel_dispatch is not KernelDispatch.INLINE:
+        return 0.0
+    return host.first_microbatch_cold_us * 1e-6 * share
+
+
 def fsdp2_loop_us(host, layout) -> float:
     """µs FSDP2's loop adds per step (``t_fsdp2`` of the module docstring, before the core share): m switch calls
     and the shards' ``zero_grad`` surcharge; 0 where ``layout`` is None or FSDP2 does not wrap its model."""

@@ -40,7 +40,7 @@ from simulator.busy_share import BusyShare, busy_share
 from simulator.errors import SpecError
 from simulator.results import Category, StepResult
 from simulator.run_results import PeakMemoryKind, Results
-from simulator.validate_phases import Folds, folded_categories, phase_estimate
+from simulator.validate_phases import Folds, folded_categories, loop_moves, phase_estimate
 from simulator.validate_staleness import staleness_rows
 from simulator.workload import TransformerSpec
 from simulator.workload.kinds import DtypePolicy
@@ -207,24 +207,28 @@ def _outside(result: StepResult) -> float:
 
 
 def compare(results: Results, analytical: StepResult, des: StepResult, cluster_name: str,
-            folds: Folds | None = None) -> Validation:
+            folds: Folds | None = None, moves: dict[str, float] | None = None) -> Validation:
     """The rows of :mod:`this module <simulator.validate>` from a results file and its two estimates; ``folds``
     (:func:`simulator.validate_phases.folded_categories` of the compiled step) says which estimate categories each
-    measured phase holds besides its own (none given: each phase compares with its own category only)."""
+    measured phase holds besides its own (none given: each phase compares with its own category only), ``moves``
+    (:func:`simulator.validate_phases.loop_moves`) the seconds of per-step host time a row's estimate gains or loses
+    (none given: none)."""
     check_results(results)
     summary = results.summary()
     step = summary["step_time_s"]
     rows = [Row(name="step_time_s", unit="s", measured=step["median_s"], p10=step["p10_s"], p90=step["p90_s"],
                 analytical=analytical.step_time_s, des=des.step_time_s)]
-    folds = folds or {}
+    folds, moves = folds or {}, moves or {}
     for name, stats in summary["phases_s"].items():
-        phase = Category(name)
+        phase, moved = Category(name), moves.get(name, 0.0)
         rows.append(Row(name=name, unit="s", measured=stats["median_s"], p10=stats["p10_s"], p90=stats["p90_s"],
-                        analytical=phase_estimate(analytical, phase, folds), des=phase_estimate(des, phase, folds)))
+                        analytical=phase_estimate(analytical, phase, folds) + moved,
+                        des=phase_estimate(des, phase, folds) + moved))
     outside = summary.get("outside_phases_s")
     if outside is not None:  # what the measured phases do not cover; the estimates' breakdowns cover their steps
+        moved = moves.get("outside_phases", 0.0)
         rows.append(Row(name="outside_phases", unit="s", measured=outside["median_s"], p10=outside["p10_s"],
-                        p90=outside["p90_s"], analytical=_outside(analytical), des=_outside(des)))
+                        p90=outside["p90_s"], analytical=_outside(analytical) + moved, des=_outside(des) + moved))
     notes = []
     if analytical.memory is not None and any(r.model_state_bytes for r in results.ranks):
         rows.append(Row(name="model_state_bytes", unit="bytes", measured=_measured_states(results),
@@ -282,4 +286,4 @@ def validate(results: Results, cluster) -> Validation:
     """Re-simulate the plan as run on ``cluster`` with both engines and compare (see module docstring)."""
     check_results(results)
     work, analytical, des = estimate_compiled(results, cluster)
-    return compare(results, analytical, des, cluster.name, folded_categories(work))
+    return compare(results, analytical, des, cluster.name, folded_categories(work), loop_moves(work))

@@ -17,6 +17,17 @@ measured phase has; these rules put each part of it under the phase that measure
   are the calls' own seconds and the split is exact for both engines (the DES plays the same calls on the compute
   thread, :func:`simulator.engine.rank_compute._blocking_blocks`); with prefetch the DES's own exposure is split in
   the analytical engine's proportion.
+
+The estimate also charges the step's per-step host terms with its ``optimizer`` (:func:`simulator.compile.step.
+stage_work`: the loop's ``step_loop_us`` and FSDP2 terms, :mod:`simulator.step_loop`; torch's pipeline runtime's
+``UNSHARD`` / ``REDUCE_GRAD`` / ``RESHARD`` actions, :func:`simulator.pipeline_runtime.step_host_s`; all × the core
+share), where the engines place them in time. The executor's ``optimizer`` is ``optimizer.step()`` alone: the loop's
+work and the runtime's actions run outside every phase it times (its ``outside_phases``; the probes that measure
+those fields read them there, :mod:`executor.step_bench` and :mod:`executor.pipeline_host_bench`), and the first
+micro-batch's cold forward (``first_microbatch_cold_us``) inside its ``forward`` (a parameter-server worker times
+the whole loop inside its ``forward``). :func:`loop_moves` moves those
+seconds (``StageWork.loop_outside_s``, ``loop_forward_s``) from the ``optimizer`` row to the rows that measured them;
+the step time does not move (val32, 2026-11-26: pp-dp's optimizer row read +43..+134 % with them inside it).
 """
 
 from __future__ import annotations
@@ -66,3 +77,26 @@ def phase_estimate(result: StepResult, phase: Category, folds: Folds) -> float:
     """An engine's seconds for the measured ``phase``: its own category plus the folded parts of others."""
     extra = sum(share * result.breakdown.get(cat, 0.0) for cat, share in folds.get(phase, ()))
     return result.breakdown.get(phase, 0.0) + extra
+
+
+def loop_moves(work) -> dict[str, float]:
+    """Seconds to move between validation rows (row name → seconds added; module docstring): the optimizer row less
+    the loop's and pipeline runtime's per-step host time, the forward row plus the cold first forward, the
+    outside-phases row plus the rest; and the runtime's per-action time (``ChunkWork.runtime_outside_s``) and posts
+    (``runtime_post_s``) out of forward and backward, into outside-phases and pp, m times per chunk of the rank. Every
+    stage of a layout charges the same terms (looped placement), so the largest stage's figures are the slowest
+    rank's."""
+    from simulator.strategy import DpSyncKind
+
+    outside = max((st.loop_outside_s for st in work.stages), default=0.0)
+    cold = max((st.loop_forward_s for st in work.stages), default=0.0)
+    m = work.micro_batches
+    actions = max((m * sum(ch.runtime_outside_s for ch in st.chunks) for st in work.stages), default=0.0)
+    posts = max((m * sum(ch.runtime_post_s for ch in st.chunks) for st in work.stages), default=0.0)
+    if outside + cold + actions + posts <= 0:
+        return {}
+    if work.layout.strategy.dp_sync.kind is DpSyncKind.PARAM_SERVER:  # the worker times its batch and gradient
+        outside, cold = 0.0, outside + cold  # reset inside its forward (executor/strategies/param_server.py ``_work``)
+    return {Category.OPTIMIZER.value: -(outside + cold), Category.FORWARD.value: cold - actions - posts,
+            Category.BACKWARD.value: -(actions + posts), Category.PP.value: 2 * posts,
+            "outside_phases": outside + 2 * actions}

@@ -156,6 +156,12 @@ class ChunkWork:
     """Activations sent to the next chunk's rank after forward (None on the last chunk)."""
     p2p_bwd: CommCall | None = None
     """Activation gradients sent to the previous chunk's rank after backward (None on the first)."""
+    runtime_outside_s: float = 0.0
+    """Seconds of ``fwd_s`` (and again of ``bwd_s``) that are torch's pipeline runtime's per-action host time
+    (:func:`simulator.pipeline_runtime.chunk_host_us`), which the executor's clock leaves outside every phase."""
+    runtime_post_s: float = 0.0
+    """Seconds of ``fwd_s`` (and again of ``bwd_s``) that are the runtime's p2p posts, which the executor's clock
+    times as ``pp`` (:func:`simulator.validate_phases.loop_moves` compares both there)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +181,15 @@ class StageWork:
     after_step: tuple[CommCall, ...] = ()
     """Calls after the optimizer step (ZeRO-1/2 parameter all-gather, PS pull, offload copies back)."""
     optimizer_s: float = 0.0
-    """Optimizer step on this rank (GPU, or CPU Adam under offload), seconds."""
+    """Optimizer step on this rank (GPU, or CPU Adam under offload), seconds, with the per-step host terms charged
+    beside it (the loop's, :mod:`simulator.step_loop`; torch's pipeline runtime's, :mod:`simulator.pipeline_runtime`)."""
+    loop_outside_s: float = 0.0
+    """Seconds of ``optimizer_s`` that the executor's phase clocks leave outside every phase: the loop's own work
+    (``step_loop_us``, FSDP2's loop terms) and the pipeline runtime's per-step actions
+    (:func:`simulator.validate_phases.loop_moves` compares them there, not with the optimizer)."""
+    loop_forward_s: float = 0.0
+    """Seconds of ``optimizer_s`` that the executor times inside its forward phase: the first micro-batch's cold
+    forward (``first_microbatch_cold_us``, :func:`simulator.step_loop.first_cold_s`)."""
     data_s: float = 0.0
     """Time to read one step's samples from storage, seconds; prefetched behind compute."""
 

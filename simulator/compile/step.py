@@ -23,7 +23,7 @@ from simulator.compile.device_factors import rank_factors
 from simulator.errors import SpecError
 from simulator.gather_reuse import gather_shares
 from simulator.rank_max import rank_max_gain
-from simulator.step_loop import step_loop_s
+from simulator.step_loop import first_cold_s, step_loop_s
 from simulator.strategy.formats import runs_autocast
 from simulator.strategy import AttentionKind, ParallelLayout, Recompute, Strategy, build_layout
 from simulator.interference import cluster_sm_fraction
@@ -136,7 +136,8 @@ def _chunk_work(cache, workload, layout, r, c, groups, fetch, inputs=None) -> tu
     work = ChunkWork(chunk=c, layers=layout.layers_per_stage[c], fwd_s=cc.fwd_s * slowest + z.copy_fwd_s + z.sync_fwd_s,
                      bwd_s=cc.bwd_s * slowest + z.copy_bwd_s + z.sync_bwd_s, recompute_s=cc.recompute_s * slowest,
                      tp_fwd=tp_fwd, tp_bwd=tp_bwd, zero_fwd=z.zero_fwd, zero_bwd=z.zero_bwd,
-                     p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls)
+                     p2p_fwd=p2p[0], p2p_bwd=p2p[1], zero_prefetch_calls=z.prefetch_calls,
+                     **pipeline_runtime.chunk_parts_s(cache.cluster, layout, c, inputs[1] * slowest))
     if z.reuse is not None:  # torch's pipelining keeps the gathered parameters: the actions that still gather
         shares = gather_shares(z.reuse, layout.schedule.ranks[r], c)
         work = replace(work, gather_reuse=z.reuse, zero_fwd_share=shares[0], zero_bwd_share=shares[1])
@@ -228,11 +229,14 @@ def stage_work(cache: CostCache, workload, layout: ParallelLayout, r: int,
                       lambda: tied_embedding.tied_embedding_sync(cache, workload, layout, r))
     sync, fractions = _with_tied(cache, sync, fractions, tied)
     share = inputs[1]  # host_overhead.core_share(cluster, offload_part.gpus_on_node(cluster, world_size))
-    opt += (_te_weight_cast_s(cache, workload, layout, r) + pipeline_runtime.step_host_s(cache.cluster, layout, share)
-            + step_loop_s(cache.cluster, share, layout))  # the loop's own host time per step (simulator.step_loop)
-    opt *= 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
+    runtime, loop = pipeline_runtime.step_host_s(cache.cluster, layout, share), step_loop_s(cache.cluster, share, layout)
+    opt += _te_weight_cast_s(cache, workload, layout, r) + runtime + loop  # the loop's own host time (simulator.step_loop)
+    gain = 1.0 + rank_max_gain(cache.cluster, layout.world_size)  # the slowest rank per step (simulator.rank_max)
+    opt *= gain
+    cold = first_cold_s(cache.cluster, share)  # the part of the loop the executor times in forward, the rest outside
     return StageWork(stage=r, rank=rep, chunks=chunks, grad_sync=sync, grad_ready_fraction=fractions,
-                     after_step=after, optimizer_s=opt,
+                     after_step=after, optimizer_s=opt, loop_outside_s=(runtime + loop - cold) * gain,
+                     loop_forward_s=cold * gain,
                      data_s=offload_part.data_s(cache.cluster, layout.strategy, layout.world_size))
 
 
