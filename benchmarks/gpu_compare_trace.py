@@ -130,7 +130,7 @@ def _percentiles(d: list[float]) -> tuple[float, float, float]:
 
 def model_kernels(results, cluster) -> dict[tuple[str, str], tuple[float, int]]:
     """(phase, kernel name) → (seconds per step, kernels per step) of the model for the plan as run, cuDNN
-    attention (what ran), each kernel timed alone (:meth:`simulator.compute.Rates.time`)."""
+    attention (what ran), each kernel timed alone (:meth:`simulator.kernel_roofline.Rates.time`)."""
     from simulator.attention_efficiency import AttentionBackend
     from simulator.compute import Phase, rates_for, runs_cuda_kernels
     from simulator.compile.grad_adds import grad_add

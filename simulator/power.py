@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.compute import Bound, Rates, rates_for
+from simulator.compute import rates_for
+from simulator.kernel_roofline import Bound, Rates
 from simulator.enum_kind import Kind
 from simulator.gemm_alignment import misaligned_cap
 from simulator.power_model import PowerDraw

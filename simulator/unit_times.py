@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.cluster.spec import Device
-from simulator.compute import Bound, Phase, rates_for
+from simulator.compute import Phase, rates_for
+from simulator.kernel_roofline import Bound
 from simulator.host_overhead import host_calls, stream_s
 from simulator.workload.chunks import layer_kernel
 from simulator.workload.kinds import DtypePolicy

@@ -7,7 +7,7 @@ two-shot exchange, not the switch's reduction (see replay.py for every legitimat
 
 import pytest
 
-from simulator.collectives import cost
+from simulator.collectives import pipeline_choice
 from simulator.collectives.base import Op
 from simulator.collectives.cost import Group
 from simulator.collectives.registry import algorithm_names, build_schedule, get_algorithm, supports
@@ -35,7 +35,7 @@ def _cases():
 
 @pytest.fixture
 def few_chunks(monkeypatch):
-    monkeypatch.setattr(cost, "PIPELINE_CHUNKS", (1, 2, 4, 8))
+    monkeypatch.setattr(pipeline_choice, "PIPELINE_CHUNKS", (1, 2, 4, 8))
 
 
 @pytest.mark.parametrize("cluster, ranks, name, op", list(_cases()))
@@ -49,7 +49,7 @@ def test_replay_equals_closed_form(cluster, ranks, name, op, few_chunks):
 
 @pytest.mark.parametrize("name", ["ring", "tree", "recursive_doubling", "hierarchical", "direct"])
 def test_replay_equals_closed_form_under_every_nccl_protocol(name, monkeypatch):
-    monkeypatch.setattr(cost, "PIPELINE_CHUNKS", (4,))  # the schedule's chunking does not depend on protocol
+    monkeypatch.setattr(pipeline_choice, "PIPELINE_CHUNKS", (4,))  # the schedule's chunking does not depend on protocol
     cluster = switched(nodes=2, gpus=4, comm=nccl_protocols())
     ranks = list(range(8))
     group = Group(cluster, tuple(ranks))

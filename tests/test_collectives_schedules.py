@@ -7,7 +7,7 @@ into many chunks.
 
 import pytest
 
-from simulator.collectives import cost
+from simulator.collectives import pipeline_choice
 from simulator.collectives.base import Op
 from simulator.collectives.registry import algorithm_names, build_schedule, supports
 from test_collectives_helpers import check, pcie_tree, switched
@@ -41,7 +41,7 @@ def test_schedule_computes_the_op(cluster, ranks, name, op):
 
 @pytest.mark.parametrize("name", ["ring", "tree"])
 def test_pipelines_cut_into_many_chunks_stay_correct(name, monkeypatch):
-    monkeypatch.setattr(cost, "PIPELINE_CHUNKS", (16,))
+    monkeypatch.setattr(pipeline_choice, "PIPELINE_CHUNKS", (16,))
     for cluster, ranks in [(ONE_NODE, list(range(8))), (FOUR_NODES, [0, 1, 4, 5, 8, 9, 12])]:
         for op in (Op.ALL_REDUCE, Op.BROADCAST, Op.REDUCE):
             if supports(name, op, cluster, ranks):

@@ -6,7 +6,8 @@ import pytest
 from simulator.cluster.presets import load_preset
 from simulator.collectives import registry
 from simulator.collectives.base import Op
-from simulator.collectives.cost import PIPELINE_CHUNKS, Env, Flow, Group
+from simulator.collectives.cost import Env, Flow, Group
+from simulator.collectives.pipeline_choice import PIPELINE_CHUNKS
 from simulator.collectives.direct import Direct, Pairwise, _pairs, a2a_blocks
 from simulator.collectives.chain import PipelineChain, ring_chain_s
 from simulator.collectives.ring import Ring, _chain_levels, ring_edge_alphas, ring_flows

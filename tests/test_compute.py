@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.cluster.spec import Device, Dtype
-from simulator.compute import (Bound, Phase, edge_times, kernel_time, layer_times, microbatch_time, to_dataframe,
-                               total_time)
+from simulator.compute import Phase, edge_times, layer_times, microbatch_time, to_dataframe, total_time
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import (MAMF, GemmCurve, GemmEfficiency, curve_for_name, efficiency_for,
                                        gemm_efficiency_from_dict, gemm_efficiency_to_dict, mamf_curve)
+from simulator.kernel_roofline import Bound, kernel_time
 from simulator.workload import Recompute, get_preset, train_flops_per_token
 from simulator.workload.kinds import DtypePolicy
 from simulator.workload.ops import gemm, memory

@@ -10,7 +10,8 @@ import pytest
 from simulator.analytical import estimate
 from simulator.cluster.io import load_cluster
 from simulator.compile import compile_step
-from simulator.compute import Rates, rates_for, kernel_time, memory_kernel_s
+from simulator.compute import rates_for, memory_kernel_s
+from simulator.kernel_roofline import Rates, kernel_time
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import efficiency_for

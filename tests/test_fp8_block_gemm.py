@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from simulator.cluster.presets import load_preset
-from simulator.compute import Bound, rates_for
+from simulator.compute import rates_for
+from simulator.kernel_roofline import Bound
 from simulator.dtypes import Dtype
 from simulator.workload import load_model
 from simulator.workload.fp8 import Fp8Recipe, fp8_block

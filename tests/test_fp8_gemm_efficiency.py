@@ -8,7 +8,7 @@ fall-off ``e = plateau · t/(t + 4 µs)`` at the FP8 peak (:func:`simulator.gemm
 hgx-h200 gives ``{plateau: 0.7225, dtype: fp8}`` from our own measurement [src: own-h200-2026-11-24]:
 ``torch._scaled_mm`` E4M3, 8192³, the median of 40 calls in docs/measured/h200-2026-11-24/call1/
 gpu_measure-fp8.json, 1429.8 / 1979 TFLOP/s; recomputed from that file below so the two cannot drift apart.
-A device without it keeps :data:`simulator.compute.FP8_SAME_DURATION_EFFICIENCY` (tests/test_fp8.py).
+A device without it keeps :data:`simulator.kernel_roofline.FP8_SAME_DURATION_EFFICIENCY` (tests/test_fp8.py).
 """
 
 import json
@@ -19,7 +19,8 @@ import pytest
 from simulator.cluster._schema import cluster_from_dict
 from simulator.cluster.io import cluster_to_dict
 from simulator.cluster.presets import load_preset
-from simulator.compute import rates_for, kernel_time
+from simulator.compute import rates_for
+from simulator.kernel_roofline import kernel_time
 from simulator.dtypes import Dtype
 from simulator.errors import SpecError
 from simulator.gemm_efficiency import efficiency_for, overhead_curve

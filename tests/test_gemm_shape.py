@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from presets_once import preset
 from simulator.cluster.presets import load_preset
-from simulator.compute import kernel_time
+from simulator.kernel_roofline import kernel_time
 from simulator.gemm_efficiency import GemmEfficiency, efficiency_for
 from simulator.gemm_shape import TILES, GemmShape, Tile, best_padded_flops, padded_flops, quantisation
 from simulator.workload.ops import gemm

@@ -15,7 +15,8 @@ from hypothesis import given, strategies as st
 from simulator.cluster.io import cluster_from_dict, cluster_to_dict, load_cluster
 from simulator.compile.compute_part import chunk_compute
 from simulator.compile.costs import CostCache
-from simulator.compute import Bound, rates_for
+from simulator.compute import rates_for
+from simulator.kernel_roofline import Bound
 from simulator.errors import SpecError
 from simulator.power import KernelClass, PhasePower, kernel_class, stretch, unit_power
 from simulator.power_model import PowerDraw, power_draw_from_dict

@@ -91,7 +91,7 @@ class Device:
     fp8_gemm_efficiency: "GemmEfficiency | None" = None
     """Achieved FP8 matmul efficiency against GEMM size, relative to ``peak_tflops.fp8`` (a published FP8
     GEMM measurement, e.g. ``{plateau, dtype: fp8}``); None: the FP8 GEMMs are timed on the BF16 curve by
-    :data:`simulator.compute.FP8_SAME_DURATION_EFFICIENCY` (an assumption)."""
+    :data:`simulator.kernel_roofline.FP8_SAME_DURATION_EFFICIENCY` (an assumption)."""
     attention_efficiency: "AttentionEfficiency | None" = None
     """Published fused-attention kernel rates by backend, pass, causal mask and sequence length
     (:mod:`simulator.attention_efficiency`); None: the attention core is timed on the matmul curve by its

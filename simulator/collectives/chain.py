@@ -85,7 +85,7 @@ def ring_chain_s(edge_alphas: Sequence[float], steps: int) -> float:
 
 
 class PipelineChain:
-    """``L`` of a pipeline's schedule: chunk ``j`` crosses level ``ℓ`` at step ``j + ℓ`` (cost.py).
+    """``L`` of a pipeline's schedule: chunk ``j`` crosses level ``ℓ`` at step ``j + ℓ`` (pipeline_choice.py).
 
     ``levels`` hold ``(src, dst, α)`` edges. Step ``s`` of ``k`` chunks runs levels
     ``max(0, s−k+1) .. min(L−1, s)``; for ``k ≥ L`` the fill steps are the same for every ``k``, so

@@ -3,7 +3,7 @@
 :class:`PipelineLayout` holds what does not depend on the protocol (each flow's links, their
 bandwidths, its connection kind and level; kept per group in :attr:`Group.shapes`);
 :class:`PipelineCost` applies one protocol's bandwidth ratio and hop latencies to it and prices a
-schedule of ``chunks`` chunks, for :meth:`simulator.collectives.cost.Env.best_pipeline`.
+schedule of ``chunks`` chunks, for :meth:`simulator.collectives.pipeline_choice.Pipelining.best_pipeline`.
 """
 
 from __future__ import annotations

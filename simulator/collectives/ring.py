@@ -19,7 +19,7 @@ O(p)):
   (``2N−1`` with 2), e.g. 32 H100 ranks on 4 nodes, LL:
   ``6.6 + 54·0.6 + 8·2.7 = 60.6 µs`` (NCCL's tuner: ``nInter = 2(N−1)``, 56.4 µs).
 - broadcast / reduce: a pipelined chain from (to) the root along the ring order; each channel's
-  share is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS``; under NCCL a chunk
+  share is cut into ``k`` chunks (the fastest of pipeline_choice.py ``PIPELINE_CHUNKS``; under NCCL a chunk
   is at most one FIFO step, ``Protocol.step_bytes``), chunk ``j`` crosses edge ``e`` at step ``j+e``:
   ``Σ_{s<k+p−2} bw(active edges, n/(Ck)) + Σ_edges α_e + (k−1)·α_max`` ≈ ``(k+p−2)·(α + n/(Ck)·β)``,
   Pješivac-Grbović et al.'s segmented chain [src: pjesivac-2007]: one pass down the line, plus one

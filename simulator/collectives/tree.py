@@ -12,7 +12,7 @@ NIC number ``c // 2``, so every NIC carries one channel of each tree and the int
 one tree is balanced by the leaf role in the other.
 
 Pipelined all-reduce (reduce up, broadcast down, overlapped as NCCL does): each channel's share
-``n/(2C)`` is cut into ``k`` chunks (the fastest of cost.py ``PIPELINE_CHUNKS``); with ``H`` the deepest rank's
+``n/(2C)`` is cut into ``k`` chunks (the fastest of pipeline_choice.py ``PIPELINE_CHUNKS``); with ``H`` the deepest rank's
 depth, chunk ``j`` goes up the edge from a child at depth ``d`` at step ``j + H − d`` and down the
 edge from a parent at depth ``d`` at step ``j + H + d``. Closed form:
 
