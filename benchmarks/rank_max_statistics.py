@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -161,6 +162,9 @@ def main() -> None:
                     help="one line per case (step and own-work lift) and their medians per rank count")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    missing = next((path for path in args.results if not os.path.isfile(path)), None)
+    if missing is not None:  # checked before any probe launch (~30 s each)
+        ap.exit(2, f"results: no such file {missing!r}; pass results files written by trainplan execute\n")
     if args.probe:
         rows = probe_rows(args.probe)
         if args.json:
