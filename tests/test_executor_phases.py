@@ -3,10 +3,10 @@
 Per rank and step: every phase is ≥ 0 and together they fit in the step's wall time (measured around
 ``train_step``; they are disjoint intervals inside it, so only timer rounding can exceed it:
 tolerance 0.1 % + 0.5 ms); a tp run shows tp communication; a pipeline run shows pp communication on
-every rank and bubble on the first stage (it waits for the last stage's first backward, which comes after
-that stage's forwards, whatever the load; the last stage's wait for the first forward may be all transfer
-when it starts its step late, now that the clock's stamp exchange, where an early rank waited, is check
-time); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
+every rank and, under GPipe, bubble on the first stage (it waits for the last stage's first backward, which comes
+after that stage's forwards, whatever the load; interleaved 1F1B guarantees no such wait; the last stage's wait for
+the first forward may be all transfer when it starts its step late, now that the clock's stamp exchange, where an
+early rank waited, is check time); a run with recompute shows recompute time (the checkpointed forward rerun in backward); a run
 without tp, pp or recompute records 0 for their phases. No timing is asserted beyond that.
 """
 
@@ -66,8 +66,12 @@ def test_tp_and_pipeline_phases_fit_the_step_and_show_their_communication(two_ra
                 assert "tp" not in rows[0][1] and "pp" not in rows[0][1]
             else:
                 assert total["pp"] > 0 and total["tp"] == 0, (name, rank, total)
-    for name in ("pp gpipe", "pp interleaved"):  # the first stage waits for the last stage's first backward
-        assert results[0][name] and sum(ph.get("bubble", 0.0) for _, ph, _ in results[0][name]) > 0, name
+    # GPipe's first stage posts its last forward and then waits for the last stage's first backward, which can only
+    # start after that forward arrives: bubble on rank 0 whatever the load. Interleaved 1F1B gives rank 0 (stages 0
+    # and 2) more warm-up forwards to run before it needs a backward; when rank 0 gets less CPU than rank 1 (2 cores
+    # shared with other work) every send it waits for is already posted, and its bubble is 0 (CI 2026-11-26, 5c2d60e:
+    # 0.0 in both steps) — no bubble is guaranteed there, so none is asserted.
+    assert results[0]["pp gpipe"] and sum(ph.get("bubble", 0.0) for _, ph, _ in results[0]["pp gpipe"]) > 0
 
 
 def test_a_receive_wait_is_bubble_until_the_sender_posted():
