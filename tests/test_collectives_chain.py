@@ -14,7 +14,7 @@ from simulator.collectives.chain import PipelineChain, chain_latency_s, ring_cha
 from simulator.collectives.cost import Env, Group
 from simulator.collectives.registry import build_schedule, get_algorithm
 from simulator.collectives.replay import schedule_time_s
-from simulator.collectives.ring import ring_flows
+from simulator.collectives.group import ring_flows
 from test_collectives_helpers import nccl_protocols, switched
 
 

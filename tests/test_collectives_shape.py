@@ -10,7 +10,8 @@ from simulator.collectives.cost import Env, Flow, Group
 from simulator.collectives.pipeline_choice import PIPELINE_CHUNKS
 from simulator.collectives.direct import Direct, Pairwise, _pairs, a2a_blocks
 from simulator.collectives.chain import PipelineChain, ring_chain_s
-from simulator.collectives.ring import Ring, _chain_levels, ring_edge_alphas, ring_flows
+from simulator.collectives.group import ring_flows
+from simulator.collectives.ring import Ring, _chain_levels, ring_edge_alphas
 from simulator.collectives.tree import DoubleBinaryTree
 from simulator.collectives.shape import UniformSchedule
 

@@ -36,7 +36,7 @@ from simulator.collectives.algorithm import Algorithm, LocalSteps, chunked, sub_
 from simulator.collectives.base import Op, Transfer, split
 from simulator.collectives.chain import ring_chain_s
 from simulator.collectives.cost import Env
-from simulator.collectives.group import Flow, Group, ring_flows  # noqa: F401 (ring_flows re-exported)
+from simulator.collectives.group import Flow, Group
 from simulator.collectives.group import ring_nic as _nic
 from simulator.collectives.rotated import RotatedStep
 from simulator.collectives.shape import uniform_schedule
